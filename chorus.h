@@ -1,0 +1,13 @@
+// chorus: the umbrella header. `#include <chorus/chorus.h>` gives the whole public API.
+#pragma once
+
+#include "core/config.h"
+#include "core/device_spec.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/runtime.h"
+#include "core/stream.h"
+#include "core/placement.h"
+#include "core/tensor.h"
+#include "core/variable.h"

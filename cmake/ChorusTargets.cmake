@@ -1,0 +1,40 @@
+# Helpers shared by every module's CMakeLists.txt.
+
+set(CHORUS_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers)
+
+if(CHORUS_SANITIZE STREQUAL "address")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>)
+  add_link_options(-fsanitize=address,undefined)
+elseif(CHORUS_SANITIZE STREQUAL "thread")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread> $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=thread)
+elseif(NOT CHORUS_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "CHORUS_SANITIZE='${CHORUS_SANITIZE}': valid values are '', 'address', 'thread'")
+endif()
+
+# chorus_add_module(<name> SOURCES ... [CUDA_SOURCES ...] [DEPS ...])
+# Creates the library target chorus_<name> (alias chorus::<name>) from the folder <name>/.
+# Headers are installed under include/chorus/<name>/.
+function(chorus_add_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;CUDA_SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(srcs ${M_SOURCES})
+  if(CHORUS_WITH_CUDA)
+    list(APPEND srcs ${M_CUDA_SOURCES})
+  endif()
+  add_library(chorus_${name} ${srcs})
+  add_library(chorus::${name} ALIAS chorus_${name})
+  target_compile_options(chorus_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${CHORUS_WARNINGS}>)
+  target_include_directories(chorus_${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/chorus>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_link_libraries(chorus_${name} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
+  set_target_properties(chorus_${name} PROPERTIES EXPORT_NAME ${name})
+  install(TARGETS chorus_${name} EXPORT chorusTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chorus/${name}
+          FILES_MATCHING PATTERN "*.h")
+endfunction()

@@ -1,0 +1,44 @@
+// cudaMalloc as the SubAllocator of GPU logical devices (built only with CUDA).
+#include <cuda_runtime_api.h>
+
+#include "core/cuda/check.h"
+#include "core/gpu.h"
+
+namespace chorus::gpu {
+namespace {
+
+class CudaSubAllocator final : public SubAllocator {
+ public:
+  explicit CudaSubAllocator(int ordinal) : ordinal_(ordinal) {}
+
+  void* alloc(std::size_t bytes) override {
+    CHORUS_CUDA_CHECK(cudaSetDevice(ordinal_));
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
+      return nullptr;            // the arena turns this into a ResourceExhaustedError with context
+    }
+    CHORUS_CUDA_CHECK(err);
+    return p;  // cudaMalloc aligns to at least 256 bytes
+  }
+
+  void free(void* ptr, std::size_t) override {
+    // Called from destructors: a failure here is logged by the caller's context, never thrown.
+    cudaSetDevice(ordinal_);
+    cudaFree(ptr);
+  }
+
+  std::string describe() const override { return "cudaMalloc on GPU:" + std::to_string(ordinal_); }
+
+ private:
+  int ordinal_;
+};
+
+}  // namespace
+
+std::unique_ptr<SubAllocator> make_cuda_sub_allocator(int ordinal) {
+  return std::make_unique<CudaSubAllocator>(ordinal);
+}
+
+}  // namespace chorus::gpu

@@ -1,0 +1,154 @@
+#include "core/runtime.h"
+
+#include <mutex>
+
+#include "core/config_state.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/gpu.h"
+#include "core/logging.h"
+
+namespace chorus {
+
+using internal::str_cat;
+
+DeviceContext::DeviceContext(LogicalDevice device, std::unique_ptr<Allocator> allocator,
+                             std::unique_ptr<Stream> stream, int gpu_ordinal)
+    : device_(std::move(device)),
+      allocator_(std::move(allocator)),
+      stream_(std::move(stream)),
+      gpu_ordinal_(gpu_ordinal) {}
+
+namespace runtime {
+namespace {
+
+// Headroom left on a GPU without an explicit limit, for the CUDA context's own needs and
+// libraries' workspaces (cuBLAS, cuDNN) that do not allocate through chorus.
+constexpr std::size_t kGpuReserveBytes = std::size_t{256} << 20;
+
+struct Runtime {
+  std::mutex mu;
+  bool initialized = false;
+  std::vector<std::shared_ptr<DeviceContext>> devices;
+};
+Runtime& rt() {
+  static Runtime r;
+  return r;
+}
+
+std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
+  config::internal::FrozenConfig cfg = config::internal::freeze(first_use);
+  std::vector<std::shared_ptr<DeviceContext>> out;
+  int next_cpu = 0;
+  int next_gpu = 0;
+  const bool env_growth = env::get_bool("TF_FORCE_GPU_ALLOW_GROWTH").value_or(false);
+  for (const PhysicalDevice& phys : cfg.visible) {
+    auto it = cfg.logical.find(phys.name);
+    std::vector<LogicalDeviceConfiguration> configs =
+        it != cfg.logical.end() ? it->second : std::vector<LogicalDeviceConfiguration>{{}};
+    const bool is_gpu = phys.device_type == "GPU";
+    bool growth = true;  // host arenas always grow on demand
+    std::size_t default_limit = phys.memory_bytes;
+    if (is_gpu) {
+      auto g = cfg.memory_growth.find(phys.name);
+      growth = g != cfg.memory_growth.end() ? g->second : env_growth;
+      if (growth && configs.size() > 1) {
+        CHORUS_LOG(WARNING) << "TF_FORCE_GPU_ALLOW_GROWTH is ignored for " << phys.name << ": it has "
+                            << configs.size() << " virtual devices with fixed memory limits";
+        growth = false;
+      }
+      std::size_t free_bytes = 0, total_bytes = 0;
+      gpu::memory_info(phys.index, &free_bytes, &total_bytes);
+      const auto by_fraction = static_cast<std::size_t>(static_cast<double>(total_bytes) * cfg.gpu_memory_fraction);
+      default_limit = std::min(by_fraction, free_bytes > kGpuReserveBytes ? free_bytes - kGpuReserveBytes : 0);
+    }
+    for (const LogicalDeviceConfiguration& c : configs) {
+      LogicalDevice ld;
+      ld.device_type = phys.device_type;
+      ld.index = is_gpu ? next_gpu++ : next_cpu++;
+      ld.name = canonical_logical_name(ld.device_type, ld.index);
+      ld.physical_name = phys.name;
+      ld.physical_index = phys.index;
+      ld.memory_limit = c.memory_limit_mb > 0 ? static_cast<std::size_t>(c.memory_limit_mb) << 20 : default_limit;
+      ld.memory_growth = growth;
+      BFCOptions opts;
+      opts.logical_device = ld.name;
+      opts.physical_device = phys.name;
+      opts.memory_limit = ld.memory_limit;
+      opts.allow_growth = growth;
+      auto sub = is_gpu ? gpu::make_cuda_sub_allocator(phys.index) : make_host_sub_allocator();
+      auto stream = is_gpu ? make_gpu_stream(phys.index, "stream of " + ld.name) : make_cpu_stream("stream of " + ld.name);
+      CHORUS_LOG(DEBUG) << "Created device " << ld.name << " with " << (ld.memory_limit >> 20)
+                        << " MB memory" << (growth && is_gpu ? " (growth)" : "") << ": -> " << phys.name
+                        << " (" << phys.description << ")";
+      out.push_back(std::make_shared<DeviceContext>(ld, make_bfc_allocator(std::move(sub), std::move(opts)),
+                                                    std::move(stream), is_gpu ? phys.index : -1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::shared_ptr<DeviceContext>>& devices(std::string_view first_use) {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.initialized) {
+    r.devices = build(first_use);
+    r.initialized = true;
+  }
+  return r.devices;
+}
+
+bool initialized() {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.initialized;
+}
+
+std::shared_ptr<DeviceContext> match(const DeviceSpec& spec) {
+  for (const auto& d : devices()) {
+    if (spec.job && *spec.job != "localhost") continue;
+    if (spec.replica && *spec.replica != 0) continue;
+    if (spec.task && *spec.task != 0) continue;
+    if (spec.type && *spec.type != d->device().device_type) continue;
+    if (spec.index && *spec.index != d->device().index) continue;
+    return d;
+  }
+  return nullptr;
+}
+
+std::string device_list() {
+  std::string s;
+  for (const auto& d : devices()) s += (s.empty() ? "" : ", ") + d->name();
+  return s;
+}
+
+std::shared_ptr<DeviceContext> find(std::string_view text) {
+  DeviceSpec spec = DeviceSpec::parse(text);
+  CHORUS_REQUIRE(!spec.physical, InvalidArgumentError, "'", text,
+                 "' names a physical device; give a logical device such as \"GPU:0\" (devices: ",
+                 device_list(), ")");
+  CHORUS_REQUIRE(spec.type.has_value(), InvalidArgumentError, "'", text,
+                 "' names no device type; give one such as \"CPU:0\" or \"GPU:1\" (devices: ",
+                 device_list(), ")");
+  if (!spec.index) spec.index = 0;
+  auto d = match(spec);
+  CHORUS_REQUIRE(d != nullptr, InvalidArgumentError, "unknown device '", text, "': the devices are ",
+                 device_list());
+  return d;
+}
+
+}  // namespace runtime
+
+namespace internal {
+void reset_runtime_for_testing() {
+  auto& r = runtime::rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.devices.clear();
+  r.initialized = false;
+  config::internal::reset();
+}
+}  // namespace internal
+
+}  // namespace chorus

@@ -1,0 +1,238 @@
+#include "core/tensor.h"
+
+#include <cstring>
+
+#include "core/cuda/kernels.h"
+#include "core/gpu.h"
+#include "core/logging.h"
+#include "core/placement.h"
+
+namespace chorus {
+namespace {
+
+using internal::str_cat;
+
+std::string tag_for(const Shape& shape, DType dtype) {
+  return str_cat("Tensor ", dtype_name(dtype), shape.to_string());
+}
+
+// The bit pattern of `value` converted to `dtype`, in the low bytes of a uint64.
+std::uint64_t pattern_of(double value, DType dtype) {
+  std::uint64_t bits = 0;
+  convert(&value, DType::kFloat64, &bits, dtype, 1);
+  return bits;
+}
+
+template <typename T>
+void add_loop(void* dst, const void* src, std::size_t n) {
+  auto* d = static_cast<T*>(dst);
+  const auto* s = static_cast<const T*>(src);
+  for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] + s[i]);
+}
+template <typename H>
+void add_loop_16(void* dst, const void* src, std::size_t n) {
+  auto* d = static_cast<H*>(dst);
+  const auto* s = static_cast<const H*>(src);
+  for (std::size_t i = 0; i < n; ++i) d[i] = H(static_cast<float>(d[i]) + static_cast<float>(s[i]));
+}
+void add_host(DType dtype, void* dst, const void* src, std::size_t n) {
+  switch (dtype) {
+    case DType::kFloat32: return add_loop<float>(dst, src, n);
+    case DType::kFloat64: return add_loop<double>(dst, src, n);
+    case DType::kInt32: return add_loop<std::int32_t>(dst, src, n);
+    case DType::kInt64: return add_loop<std::int64_t>(dst, src, n);
+    case DType::kUInt8: return add_loop<std::uint8_t>(dst, src, n);
+    case DType::kFloat16: return add_loop_16<float16>(dst, src, n);
+    case DType::kBFloat16: return add_loop_16<bfloat16>(dst, src, n);
+    case DType::kBool: break;
+  }
+  throw InvalidArgumentError("assign_add is not defined for bool tensors: use assign");
+}
+
+// Copies `bytes` from `src` (on its device) into `dst` (on its device). Returns once the copy is
+// complete when the devices differ; on one device the copy is enqueued on its stream. Both
+// buffers are kept alive by the work that uses them.
+void copy_buffers(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buffer>& dst, std::size_t bytes) {
+  DeviceContext& s = src->device();
+  DeviceContext& d = dst->device();
+  if (bytes == 0) return;
+  if (&s == &d) {
+    if (!s.is_gpu()) {
+      s.stream().enqueue_host([src, dst, bytes] { std::memcpy(dst->data(), src->data(), bytes); });
+    } else {
+      gpu::memcpy_async(s.gpu_ordinal(), s.stream().native_handle(), dst->data(), src->data(), bytes,
+                        gpu::CopyKind::kDeviceToDevice);
+    }
+    return;
+  }
+  if (!s.is_gpu() && !d.is_gpu()) {
+    // Host to host across logical CPU devices: the destination stream waits for the source's
+    // pending work, then copies; the caller waits for the copy.
+    d.stream().wait_event(s.stream().record_event());
+    d.stream().enqueue_host([src, dst, bytes] { std::memcpy(dst->data(), src->data(), bytes); });
+    d.stream().synchronize();
+    return;
+  }
+  if (!s.is_gpu() && d.is_gpu()) {
+    s.stream().synchronize();  // pending host work on the source must finish first
+    gpu::memcpy_async(d.gpu_ordinal(), d.stream().native_handle(), dst->data(), src->data(), bytes,
+                      gpu::CopyKind::kHostToDevice);
+    d.stream().synchronize();
+    return;
+  }
+  if (s.is_gpu() && !d.is_gpu()) {
+    d.stream().synchronize();  // nothing on the destination's host stream may still use dst
+    gpu::memcpy_async(s.gpu_ordinal(), s.stream().native_handle(), dst->data(), src->data(), bytes,
+                      gpu::CopyKind::kDeviceToHost);
+    s.stream().synchronize();
+    return;
+  }
+  // GPU to GPU (two logical devices of one GPU, or two GPUs): the destination stream waits for the
+  // source stream's pending work by event, then copies (peer copy across GPUs).
+  d.stream().wait_event(s.stream().record_event());
+  gpu::memcpy_async(d.gpu_ordinal(), d.stream().native_handle(), dst->data(), src->data(), bytes,
+                    gpu::CopyKind::kDeviceToDevice, s.gpu_ordinal());
+  d.stream().synchronize();
+}
+
+}  // namespace
+
+Buffer::Buffer(std::shared_ptr<DeviceContext> device, std::size_t bytes, std::string_view tag)
+    : device_(std::move(device)), bytes_(bytes) {
+  data_ = device_->allocator().allocate(bytes, tag);
+}
+
+Buffer::~Buffer() {
+  try {
+    device_->allocator().deallocate(data_);
+  } catch (const Error& e) {
+    CHORUS_LOG(ERROR) << "freeing tensor storage on " << device_->name() << ": " << e.what();
+  }
+}
+
+Tensor Tensor::allocate(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype) {
+  const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
+  return Tensor(std::make_shared<Buffer>(std::move(device), bytes, tag_for(shape, dtype)), shape, dtype);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, std::string_view device) {
+  return allocate(place_op("Empty", device), shape, dtype);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, std::string_view device) {
+  Tensor t = allocate(place_op("Fill", device), shape, dtype);
+  DeviceContext& ctx = t.device_context();
+  const std::uint64_t pattern = pattern_of(value, dtype);
+  const std::size_t n = static_cast<std::size_t>(t.num_elements());
+  const std::size_t esize = dtype_size(dtype);
+  if (ctx.is_gpu()) {
+    gpu::fill_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), t.data(), n, esize, pattern);
+  } else {
+    auto buf = t.buffer_;
+    ctx.stream().enqueue_host([buf, n, esize, pattern] {
+      auto* p = static_cast<unsigned char*>(buf->data());
+      for (std::size_t i = 0; i < n; ++i) std::memcpy(p + i * esize, &pattern, esize);  // little-endian low bytes
+    });
+  }
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, std::string_view device) { return full(shape, 0.0, dtype, device); }
+Tensor Tensor::ones(const Shape& shape, DType dtype, std::string_view device) { return full(shape, 1.0, dtype, device); }
+
+Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, std::string_view device) {
+  Tensor t = allocate(place_op("Const", device), shape, dtype);
+  const std::size_t bytes = t.nbytes();
+  CHORUS_REQUIRE(data != nullptr || bytes == 0, InvalidArgumentError, "from_host: data is null for shape ",
+                 shape.to_string());
+  DeviceContext& ctx = t.device_context();
+  if (bytes == 0) return t;
+  if (ctx.is_gpu()) {
+    gpu::memcpy_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), t.data(), data, bytes,
+                      gpu::CopyKind::kHostToDevice);
+    ctx.stream().synchronize();  // the caller may free `data` as soon as we return
+  } else {
+    std::memcpy(t.data(), data, bytes);  // fresh storage: no queued work can touch it
+  }
+  return t;
+}
+
+void Tensor::require_defined(const char* what) const {
+  if (!buffer_) throw FailedPreconditionError(str_cat(what, "() called on an undefined (default-constructed) Tensor"));
+}
+
+const LogicalDevice& Tensor::device() const {
+  require_defined("device");
+  return buffer_->device().device();
+}
+DeviceContext& Tensor::device_context() const {
+  require_defined("device_context");
+  return buffer_->device();
+}
+void* Tensor::data() const {
+  require_defined("data");
+  return buffer_->data();
+}
+
+Tensor Tensor::to(std::string_view device) const {
+  require_defined("to");
+  Tensor out = allocate(place_op("Copy", device), shape_, dtype_);
+  copy_buffers(buffer_, out.buffer_, nbytes());
+  return out;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  require_defined("reshape");
+  CHORUS_REQUIRE(shape.num_elements() == num_elements(), InvalidArgumentError, "reshape: cannot reshape a tensor of shape ",
+                 shape_.to_string(), " (", num_elements(), " elements) to ", shape.to_string(), " (",
+                 shape.num_elements(), " elements)");
+  return Tensor(buffer_, shape, dtype_);
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  require_defined("copy_from");
+  src.require_defined("copy_from");
+  CHORUS_REQUIRE(src.shape_ == shape_ && src.dtype_ == dtype_, InvalidArgumentError, "assign: value of ",
+                 dtype_name(src.dtype_), src.shape_.to_string(), " does not match the target's ", dtype_name(dtype_),
+                 shape_.to_string());
+  place_op("Assign", device_name());
+  copy_buffers(src.buffer_, buffer_, nbytes());
+}
+
+void Tensor::add_inplace(const Tensor& src) {
+  require_defined("add_inplace");
+  src.require_defined("add_inplace");
+  CHORUS_REQUIRE(src.shape_ == shape_ && src.dtype_ == dtype_, InvalidArgumentError, "assign_add: value of ",
+                 dtype_name(src.dtype_), src.shape_.to_string(), " does not match the target's ", dtype_name(dtype_),
+                 shape_.to_string());
+  CHORUS_REQUIRE(dtype_ != DType::kBool, InvalidArgumentError, "assign_add is not defined for bool tensors: use assign");
+  place_op("AssignAdd", device_name());
+  // Bring the addend to this device first (a no-op share when it already lives here).
+  Tensor local = &src.device_context() == &device_context() ? src : src.to(device_name());
+  DeviceContext& ctx = device_context();
+  const auto n = static_cast<std::size_t>(num_elements());
+  if (ctx.is_gpu()) {
+    gpu::add_inplace_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), dtype_, data(), local.data(), n);
+  } else {
+    auto dst = buffer_;
+    auto from = local.buffer_;
+    DType dt = dtype_;
+    ctx.stream().enqueue_host([dst, from, dt, n] { add_host(dt, dst->data(), from->data(), n); });
+  }
+}
+
+void Tensor::copy_to_host(void* dst) const {
+  require_defined("copy_to_host");
+  DeviceContext& ctx = device_context();
+  const std::size_t bytes = nbytes();
+  if (ctx.is_gpu()) {
+    if (bytes > 0)
+      gpu::memcpy_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), dst, data(), bytes, gpu::CopyKind::kDeviceToHost);
+    ctx.stream().synchronize();
+  } else {
+    ctx.stream().synchronize();  // rethrows errors of pending work
+    if (bytes > 0) std::memcpy(dst, data(), bytes);
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,176 @@
+// Tensor: a typed, shaped view of reference-counted storage on one logical device.
+//
+//   chorus::Tensor a = chorus::Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});  // default placement
+//   chorus::Tensor b = a.to("/GPU:1");                // copy to another device
+//   float x = b.reshape({4}).to_vector<float>()[3];   // 4
+//   std::cout << a;   // tf.Tensor([[1. 2.] [3. 4.]], shape=(2, 2), dtype=float32, device=...CPU:0)
+//
+// Storage comes from the device's allocator (its memory limit applies: ResourceExhaustedError on
+// OOM) and is freed when the last Tensor referring to it dies. Copying a Tensor object shares the
+// storage (like a tf.Tensor handle); `to()` and `clone()` copy the data.
+//
+// Execution: work on a device is enqueued on its stream (see core/stream.h) and may still be
+// running when a call returns. Everything that hands data to the host (to_vector, item,
+// copy_to_host, printing) waits for it and rethrows any error the device work raised. Copies
+// between two different devices return after the copy completed. Work on CPU devices keeps the
+// storage it uses alive until it ran; on a GPU, storage freed while kernels are pending is only
+// reused by later work on the same stream (each device has one stream), so order is preserved.
+//
+// Placement: creators take an optional device string; without one the op is placed by
+// core/placement.h's rules (DeviceScope, then GPU if the op has a GPU kernel, then CPU).
+//
+// Thread-safety: a Tensor may be read from several threads; writing the same storage from
+// several threads concurrently (Variable::assign) is ordered by the device stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/runtime.h"
+#include "core/shape.h"
+
+namespace chorus {
+
+// Device memory owned jointly by the Tensors that view it; returned to the allocator at the end.
+class Buffer {
+ public:
+  Buffer(std::shared_ptr<DeviceContext> device, std::size_t bytes, std::string_view tag);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  DeviceContext& device() const { return *device_; }
+  const std::shared_ptr<DeviceContext>& device_ptr() const { return device_; }
+
+ private:
+  std::shared_ptr<DeviceContext> device_;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class Tensor {
+ public:
+  // An undefined tensor (defined() == false). Accessing its data throws FailedPreconditionError.
+  Tensor() = default;
+
+  // Uninitialized storage (contents unspecified). Op name "Empty".
+  static Tensor empty(const Shape& shape, DType dtype = DType::kFloat32, std::string_view device = "");
+  // Every element = value converted to dtype (rules in core/dtype.h). Op name "Fill".
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32, std::string_view device = "");
+  static Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32, std::string_view device = "");
+  static Tensor ones(const Shape& shape, DType dtype = DType::kFloat32, std::string_view device = "");
+  // Copies shape.num_elements() elements of `dtype` from host memory `data`. Op name "Const".
+  // `data` may be freed when this returns.
+  static Tensor from_host(const void* data, const Shape& shape, DType dtype, std::string_view device = "");
+  // From a vector; `shape` defaults to {values.size()}. A shape whose element count differs from
+  // values.size() throws InvalidArgumentError.
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, std::string_view device = "");
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, std::string_view device = "") {
+    return from_vector(values, Shape{static_cast<std::int64_t>(values.size())}, device);
+  }
+  template <typename T>
+  static Tensor scalar(T value, std::string_view device = "") {
+    return from_host(&value, Shape{}, dtype_of<T>(), device);
+  }
+
+  bool defined() const { return buffer_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  std::int64_t num_elements() const { return shape_.num_elements(); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype_); }
+  const LogicalDevice& device() const;
+  const std::string& device_name() const { return device().name; }
+  DeviceContext& device_context() const;
+  // Device pointer to the first element (host pointer for CPU devices). Work touching it must be
+  // enqueued on device_context().stream().
+  void* data() const;
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
+
+  // A copy on `device` (any logical device; the same device gives a fresh copy). Op name "Copy".
+  Tensor to(std::string_view device) const;
+  Tensor clone() const { return to(device_name()); }
+  // The same storage with another shape of equal element count (InvalidArgumentError otherwise).
+  Tensor reshape(const Shape& shape) const;
+
+  // Overwrites this tensor's elements with `src`'s (same shape and dtype, any device; else
+  // InvalidArgumentError). Op name "Assign".
+  void copy_from(const Tensor& src);
+  // this += src elementwise (same shape and dtype, any device; bool → InvalidArgumentError).
+  // Op name "AssignAdd".
+  void add_inplace(const Tensor& src);
+
+  // Waits for pending work, then copies the raw bytes to host memory `dst` (nbytes() bytes).
+  void copy_to_host(void* dst) const;
+  // All elements converted to T, row-major.
+  template <typename T>
+  std::vector<T> to_vector() const;
+  // The single element, converted to T; InvalidArgumentError unless num_elements() == 1.
+  template <typename T>
+  T item() const;
+
+  // NumPy/TF-style text; at most `max_elements` shown per tensor before eliding with "...".
+  std::string to_string(std::int64_t max_elements = 1000) const;
+
+ private:
+  Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype)
+      : buffer_(std::move(buffer)), shape_(std::move(shape)), dtype_(dtype) {}
+  static Tensor allocate(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype);
+  void require_defined(const char* what) const;
+
+  std::shared_ptr<Buffer> buffer_;
+  Shape shape_;
+  DType dtype_ = DType::kFloat32;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- template definitions ----
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, std::string_view device) {
+  CHORUS_REQUIRE(static_cast<std::int64_t>(values.size()) == shape.num_elements(), InvalidArgumentError,
+                 "from_vector: ", values.size(), " values do not fill shape ", shape.to_string(), " (",
+                 shape.num_elements(), " elements)");
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<std::uint8_t> bytes(values.begin(), values.end());
+    return from_host(bytes.data(), shape, DType::kBool, device);
+  } else {
+    return from_host(values.data(), shape, dtype_of<T>(), device);
+  }
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  require_defined("to_vector");
+  std::vector<std::uint8_t> raw(nbytes());
+  copy_to_host(raw.data());
+  const auto n = static_cast<std::size_t>(num_elements());
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<std::uint8_t> tmp(n);
+    convert(raw.data(), dtype_, tmp.data(), DType::kBool, n);
+    return std::vector<bool>(tmp.begin(), tmp.end());
+  } else {
+    std::vector<T> out(n);
+    convert(raw.data(), dtype_, out.data(), dtype_of<T>(), n);
+    return out;
+  }
+}
+
+template <typename T>
+T Tensor::item() const {
+  require_defined("item");
+  CHORUS_REQUIRE(num_elements() == 1, InvalidArgumentError, "item() needs a tensor of exactly one element; this one has shape ",
+                 shape_.to_string(), " (", num_elements(), " elements)");
+  return to_vector<T>()[0];
+}
+
+}  // namespace chorus

@@ -1,0 +1,63 @@
+// Shared test helpers for core/ tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/logging.h"
+#include "core/runtime.h"
+
+namespace chorus::testing {
+
+// Every test starts with a fresh, unfrozen device configuration (CTest also runs each TEST in
+// its own process; this keeps running the binary directly correct too).
+class CoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { internal::reset_runtime_for_testing(); }
+  void TearDown() override { internal::reset_runtime_for_testing(); }
+};
+
+// Captures log lines while alive.
+class LogCapture {
+ public:
+  LogCapture() { set_log_sink(&LogCapture::sink, this); }
+  ~LogCapture() { set_log_sink(nullptr, nullptr); }
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
+  bool contains(const std::string& needle) {
+    for (const auto& l : lines())
+      if (l.find(needle) != std::string::npos) return true;
+    return false;
+  }
+
+ private:
+  static void sink(LogLevel, const std::string& line, void* user) {
+    auto* self = static_cast<LogCapture*>(user);
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->lines_.push_back(line);
+  }
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// Expects `stmt` to throw `Exc` whose what() contains every string in `needles`.
+#define EXPECT_THROW_WITH(stmt, Exc, ...)                                            \
+  do {                                                                               \
+    bool chorus_thrown_ = false;                                                     \
+    try {                                                                            \
+      stmt;                                                                          \
+    } catch (const Exc& e) {                                                         \
+      chorus_thrown_ = true;                                                         \
+      for (const std::string& n : std::vector<std::string>{__VA_ARGS__})             \
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos)                 \
+            << "message lacks '" << n << "': " << e.what();                          \
+    }                                                                                \
+    EXPECT_TRUE(chorus_thrown_) << #stmt " did not throw " #Exc;                     \
+  } while (0)
+
+}  // namespace chorus::testing
