@@ -356,9 +356,13 @@ class BFCAllocator final : public Allocator {
   }
 
   // ---- reports ----
-  std::string device_description() const {
+  // "<logical> (physical <physical>[, <extra>])", leaving out what is empty.
+  std::string device_description(const std::string& extra = "") const {
     std::string s = options_.logical_device.empty() ? "an unnamed device" : options_.logical_device;
-    if (!options_.physical_device.empty()) s += " (physical " + options_.physical_device + ")";
+    std::string details =
+        options_.physical_device.empty() ? "" : "physical " + options_.physical_device;
+    if (!extra.empty()) details += (details.empty() ? "" : ", ") + extra;
+    if (!details.empty()) s += " (" + details + ")";
     return s;
   }
 
@@ -426,9 +430,17 @@ class BFCAllocator final : public Allocator {
       m += "No live allocations. ";
     } else {
       m += "Largest live allocations: ";
-      for (std::size_t i = 0; i < live.size(); ++i) {
+      // Runs of equal size and tag (a layer's identical weights) are written once with a count.
+      for (std::size_t i = 0; i < live.size();) {
+        std::size_t run = 1;
+        while (i + run < live.size() && live[i + run].bytes == live[i].bytes &&
+               live[i + run].tag == live[i].tag) {
+          ++run;
+        }
         m += str_cat(i == 0 ? "" : ", ", format_bytes(live[i].bytes), " (",
                      live[i].tag.empty() ? "untagged" : live[i].tag, ")");
+        if (run > 1) m += str_cat(" x", run);
+        i += run;
       }
       const auto listed = static_cast<std::int64_t>(live.size());
       if (num_live_ > listed) m += str_cat(", and ", num_live_ - listed, " more");
@@ -454,7 +466,8 @@ class BFCAllocator final : public Allocator {
         }
         break;
       case OomReason::kSubAllocatorFailed:
-        m += str_cat("The limit allows it, but ", sub_->describe(), " could not provide a region of ",
+        m += str_cat("The limit allows it, but ", sub_->describe(),
+                     " could not provide a region of ",
                      format_bytes(region_request), ": the device itself is out of memory (other "
                      "processes or libraries may hold it). Free that memory, or lower the limit "
                      "with set_logical_device_configuration(memory_limit_mb=...) to what the "
@@ -488,8 +501,8 @@ class BFCAllocator final : public Allocator {
     }
     throw InvalidArgumentError(str_cat(
         "pointer ", format_pointer(ptr), " was not allocated by the allocator of ",
-        device_description(), " (", sub_->describe(),
-        "); it may belong to another device's allocator or to another allocator altogether"));
+        device_description(sub_->describe()),
+        "; it may belong to another device's allocator or to another allocator altogether"));
   }
 
   const std::unique_ptr<SubAllocator> sub_;

@@ -245,7 +245,11 @@ void set_log_device_placement(bool enabled) { g_log_placement = enabled; }
 bool get_log_device_placement() { return g_log_placement; }
 
 MemoryInfo get_memory_info(std::string_view device) {
-  return runtime::find(device)->allocator().memory_info();
+  auto ctx = runtime::find(device);
+  // Settle the numbers: queued work may still hold storage that its tensors already let go of.
+  // Waiting on an event (not synchronize()) leaves any pending error for the next data read.
+  ctx->stream().record_event()->synchronize();
+  return ctx->allocator().memory_info();
 }
 
 void reset_memory_stats(std::string_view device) { runtime::find(device)->allocator().reset_peak(); }

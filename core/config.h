@@ -71,7 +71,8 @@ bool get_log_device_placement();
 
 // Memory statistics of a logical device ("GPU:0", "/device:CPU:1", any form DeviceSpec accepts):
 // current and peak bytes, limit, reserved, largest free block (TF's
-// tf.config.experimental.get_memory_info). Initializes devices. Unknown device →
+// tf.config.experimental.get_memory_info). Waits for work queued on the device first, so storage
+// of tensors that died is counted as free. Initializes devices. Unknown device →
 // InvalidArgumentError listing devices.
 MemoryInfo get_memory_info(std::string_view device);
 // Resets the peak to the current usage (tf.config.experimental.reset_memory_stats).

@@ -29,10 +29,12 @@ struct DeviceSpec {
 
   static DeviceSpec parse(std::string_view text);
 
-  // True when every field set in `*this` equals the field in `other` (unset fields match anything).
+  // True when every field set in `*this` equals the field in `other` (unset fields match anything)
+  // and `physical` agrees: logical and physical names never match each other.
   bool matches(const DeviceSpec& other) const;
   // Fills unset fields from `defaults` (TF's DeviceSpec.make_merged_spec, inverse priority:
-  // fields already set here win).
+  // fields already set here win; field by field, so "/gpu" merged with "/cpu:1" is GPU:1 as in TF).
+  // The result is physical when either side is.
   DeviceSpec merged_with(const DeviceSpec& defaults) const;
   // The shortest form of what is set: "/job:worker/task:1/device:GPU:0", "/device:CPU:*".
   std::string to_string() const;

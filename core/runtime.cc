@@ -61,6 +61,11 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
       gpu::memory_info(phys.index, &free_bytes, &total_bytes);
       const auto by_fraction = static_cast<std::size_t>(static_cast<double>(total_bytes) * cfg.gpu_memory_fraction);
       default_limit = std::min(by_fraction, free_bytes > kGpuReserveBytes ? free_bytes - kGpuReserveBytes : 0);
+      const bool explicit_limits = it != cfg.logical.end() && configs.front().memory_limit_mb > 0;
+      CHORUS_REQUIRE(explicit_limits || default_limit >= (std::size_t{1} << 20), ResourceExhaustedError, phys.name,
+                     " has only ", free_bytes >> 20, " MiB free of ", total_bytes >> 20, " MiB (other processes hold the "
+                     "rest; chorus keeps ", kGpuReserveBytes >> 20, " MiB for the CUDA context): free the GPU, hide it "
+                     "with set_visible_devices, or give it an explicit memory_limit_mb");
     }
     for (const LogicalDeviceConfiguration& c : configs) {
       LogicalDevice ld;

@@ -51,15 +51,23 @@ class GpuEvent final : public Event {
 
 class CpuStream final : public Stream {
  public:
-  explicit CpuStream(std::string name) : name_(std::move(name)) {}
+  explicit CpuStream(std::string name) : state_(std::make_shared<State>()) { state_->name = std::move(name); }
   ~CpuStream() override {
+    std::thread worker;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      cv_.notify_all();
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stopping = true;
+      state_->cv.notify_all();
+      worker = std::move(state_->worker);
     }
-    if (worker_.joinable()) worker_.join();
-    if (error_) CHORUS_LOG(WARNING) << name_ << " destroyed with an unreported error";
+    if (!worker.joinable()) return;
+    if (worker.get_id() == std::this_thread::get_id()) {
+      // The last owner of this stream let go from inside the stream's own work (a buffer captured
+      // by a task held the device). The worker owns the shared state, drains the queue and exits.
+      worker.detach();
+    } else {
+      worker.join();
+    }
   }
 
   void synchronize() override {
@@ -67,8 +75,8 @@ class CpuStream final : public Stream {
     event->synchronize();
     std::exception_ptr error;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      std::swap(error, error_);
+      std::lock_guard<std::mutex> lock(state_->mu);
+      std::swap(error, state_->error);
     }
     if (error) std::rethrow_exception(error);
   }
@@ -80,7 +88,7 @@ class CpuStream final : public Stream {
   }
 
   void wait_event(const std::shared_ptr<Event>& event) override {
-    CHORUS_REQUIRE(event != nullptr, InvalidArgumentError, name_, ": wait_event(nullptr)");
+    CHORUS_REQUIRE(event != nullptr, InvalidArgumentError, state_->name, ": wait_event(nullptr)");
     // Waiting always runs, even in the error state: skipping it could let later work overtake.
     push(Task{[event] { event->synchronize(); }, /*always=*/true});
   }
@@ -88,50 +96,59 @@ class CpuStream final : public Stream {
   void enqueue_host(std::function<void()> fn) override { push(Task{std::move(fn), false}); }
   gpu::StreamHandle native_handle() const override { return nullptr; }
   int gpu_ordinal() const override { return -1; }
-  const std::string& name() const override { return name_; }
+  const std::string& name() const override { return state_->name; }
 
  private:
   struct Task {
     std::function<void()> fn;
     bool always;  // events and waits run even when the stream is in the error state
   };
+  // Shared by the stream object and its worker thread, so the worker can outlive the object.
+  struct State {
+    std::string name;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Task> queue;
+    std::exception_ptr error;
+    bool stopping = false;
+    std::thread worker;
+  };
 
   void push(Task task) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
-    queue_.push_back(std::move(task));
-    cv_.notify_one();
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->worker.joinable()) state_->worker = std::thread([s = state_] { run(s); });
+    state_->queue.push_back(std::move(task));
+    state_->cv.notify_one();
   }
 
-  void run() {
+  static void run(const std::shared_ptr<State>& s) {
     for (;;) {
       Task task;
       bool skip = false;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping and drained
-        task = std::move(queue_.front());
-        queue_.pop_front();
-        skip = error_ != nullptr && !task.always;
+        std::unique_lock<std::mutex> lock(s->mu);
+        s->cv.wait(lock, [&] { return s->stopping || !s->queue.empty(); });
+        if (s->queue.empty()) break;  // stopping and drained
+        task = std::move(s->queue.front());
+        s->queue.pop_front();
+        skip = s->error != nullptr && !task.always;
       }
-      if (skip) continue;
-      try {
-        task.fn();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
+      if (!skip) {
+        try {
+          task.fn();
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(s->mu);
+          if (!s->error) s->error = std::current_exception();
+        }
       }
+      // Release what the task captured (tensor storage) before any later event completes, so
+      // memory statistics are settled once synchronize() returns.
+      task.fn = nullptr;
     }
+    if (s->error) CHORUS_LOG(WARNING) << s->name << " stopped with an error nobody synchronized on";
   }
 
-  std::string name_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  std::exception_ptr error_;
-  bool stopping_ = false;
-  std::thread worker_;
+  std::shared_ptr<State> state_;
 };
 
 class GpuStream final : public Stream {

@@ -22,6 +22,7 @@ std::string mib(std::size_t bytes) {
 }
 
 int run(int argc, char** argv) {
+  std::cout << std::unitbuf;  // keep our lines in order with the placement log on stderr
   std::int64_t limit_mb = 256;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--memory-limit-mb") == 0 && i + 1 < argc) {

@@ -318,8 +318,9 @@ TEST(BFCAllocatorTest, FragmentationIsOomAndSaidSo) {
   arena->deallocate(c);
   // 512 KiB free, but as two 256 KiB blocks that are not neighbours.
   const std::string message = resource_exhausted_message([&] { arena->allocate(384 * kKiB); });
-  for (const char* part : {"largest free block 256.00 KiB", "fragmented: 512.00 KiB free in 2 blocks",
-                           "in use 512.00 KiB"}) {
+  for (const char* part :
+       {"largest free block 256.00 KiB", "fragmented: 512.00 KiB free in 2 blocks",
+        "in use 512.00 KiB", "256.00 KiB (untagged) x2"}) {
     EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
   }
   EXPECT_EQ(arena->allocate(256 * kKiB), a);  // equal sizes: the lower address first
@@ -389,7 +390,8 @@ TEST(BFCAllocatorTest, SubAllocatorWithoutMemoryIsResourceExhausted) {
     const std::string message = resource_exhausted_message([&] { arena->allocate(kKiB); });
     for (const char* part : {"could not get its configured limit", "4.00 MiB", kLogical,
                              "counting fake host memory", "set_memory_growth"}) {
-      EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "missing '" << part << "' in: " << message;
     }
     EXPECT_EQ(arena->memory_info().reserved, 0u);
     EXPECT_EQ(arena->memory_info().num_allocs, 0);
@@ -448,6 +450,20 @@ TEST(BFCAllocatorTest, BadPointersAreInvalidArgumentAndChangeNothing) {
   EXPECT_EQ(arena->memory_info().current, 0u);
   EXPECT_EQ(arena->allocate(kMiB), q);
   other->deallocate(foreign);
+}
+
+TEST(BFCAllocatorTest, DoubleFreeOfAChunkMergedIntoItsNeighbourIsCaught) {
+  Arena arena = make_arena(kMiB, false);
+  void* a = arena->allocate(kKiB);
+  void* b = arena->allocate(kKiB);
+  arena->deallocate(a);
+  arena->deallocate(b);  // b merges into a's free block, so b is no chunk's start any more
+  const MemoryInfo before = arena->memory_info();
+  const std::string message = invalid_argument_message([&] { arena->deallocate(b); });
+  EXPECT_NE(message.find("is not allocated: it lies 1024 bytes into a free block"),
+            std::string::npos) << message;
+  expect_same_info(arena->memory_info(), before);
+  EXPECT_EQ(arena->allocate(kMiB), a);
 }
 
 TEST(BFCAllocatorTest, DeallocateNullptrIsANoOp) {
