@@ -24,4 +24,27 @@ std::optional<bool> get_bool(const char* name) {
                                                "' is not a boolean: use true/false, 1/0, yes/no, on/off"));
 }
 
+namespace {
+std::optional<int> parse_int(const std::optional<std::string>& v) {
+  if (!v || v->empty()) return std::nullopt;
+  char* end = nullptr;
+  long n = std::strtol(v->c_str(), &end, 10);
+  if (*end != '\0' || n < 0 || n > 1 << 30) return std::nullopt;
+  return static_cast<int>(n);
+}
+std::optional<int> rank_from(const char* rank_var, const char* size_var) {
+  auto size = parse_int(get(size_var));
+  if (!size || *size <= 1) return std::nullopt;
+  return parse_int(get(rank_var));
+}
+}  // namespace
+
+std::optional<int> launcher_rank() {
+  static const std::optional<int> rank = [] {
+    auto r = rank_from("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
+    return r ? r : rank_from("PMI_RANK", "PMI_SIZE");
+  }();
+  return rank;
+}
+
 }  // namespace chorus::env
