@@ -1,6 +1,9 @@
 // chorus: the umbrella header. `#include <chorus/chorus.h>` gives the whole public API.
 #pragma once
 
+#include "collective/communicator.h"
+#include "collective/reference.h"
+#include "collective/shared_memory.h"
 #include "core/config.h"
 #include "core/device_spec.h"
 #include "core/dtype.h"

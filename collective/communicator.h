@@ -1,0 +1,112 @@
+// Collectives: one Communicator interface for every backend (shared memory between replica
+// threads, reduction to one device, and — as they land — virtual GPU, NCCL, MPI, hierarchical).
+//
+// SPMD contract. A communicator connects `size()` participants ("ranks": replica threads in one
+// process, or processes). Every participant calls the same collectives in the same order, each on
+// its own Communicator object (the one of its rank). Each call gets the next sequence number;
+// before any data moves, the participants compare fingerprints (op, dtype, shape, root, reduce op,
+// sequence number) and a mismatch raises InvalidArgumentError in every participant, naming the
+// ranks and both fingerprints — never a wrong sum and never a hang.
+//
+// Buffers. Inputs and outputs are Tensors on the participant's own device. A call is in-place
+// when `output` shares storage with `input` (same data pointer); that is always allowed. Shapes:
+//   all_reduce      input [*], output same shape            every rank gets op(inputs)
+//   broadcast       tensor [*] on every rank                 root's tensor is copied to all
+//   reduce          input [*], output same shape            only root's output is written
+//   all_gather      input [n, ...], output [size*n, ...]    rank r's input lands in block r
+//   reduce_scatter  input [size*n, ...], output [n, ...]    rank r gets block r of op(inputs)
+//   barrier         —                                        returns when all have arrived
+// dtypes: float32, float64, float16, bfloat16, int32, int64 (16-bit floats are reduced in float32
+// and rounded once). MEAN divides the sum by size() (integer division for integer dtypes).
+//
+// Blocking and streams. Each call returns a Work handle. The shared-memory and reference backends
+// wait for pending work on the participant's device stream, do the collective on the calling
+// thread and return completed Work; device backends (virtual GPU, NCCL) enqueue on the device
+// stream and return Work that completes with it. Work::wait() rethrows the collective's error.
+//
+// Failure. Every blocking step honours the options' timeout: a participant that does not arrive
+// in time raises DeadlineExceededError in the others, naming the missing ranks, the collective,
+// its sequence number and the last collectives each rank completed. A participant that fails (or
+// calls abort()) wakes all others with AbortedError naming it and its reason. After a timeout or
+// abort the communicator is unusable: every later call raises AbortedError at once (create a new
+// one), so a late participant never waits for partners that are gone.
+//
+// Thread-safety: each Communicator object is used by one thread at a time (its participant);
+// abort() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace chorus::collective {
+
+enum class ReduceOp { kSum, kMean, kMin, kMax, kProd };
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "mean", ...
+
+// Default for every options struct: 5 minutes (long first steps, slow checkpoint saves); lower it
+// in tests and when a hang must be noticed fast.
+inline constexpr std::chrono::milliseconds kDefaultTimeout{5 * 60 * 1000};
+
+struct AllReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct BroadcastOptions {
+  int root = 0;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct AllGatherOptions {
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::kSum;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct BarrierOptions {
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+
+// The handle of one collective call (PyTorch c10d's Work).
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective completed, at most `timeout` (DeadlineExceededError naming the
+  // collective when it passes), then rethrows the collective's error if it had one.
+  virtual void wait(std::chrono::milliseconds timeout = kDefaultTimeout) = 0;
+  // True once the collective completed (successfully or not). Non-blocking.
+  virtual bool is_completed() const = 0;
+  // "all_reduce #3 (float32(1024,), sum)"
+  virtual const std::string& description() const = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "shared_memory", "reference", ...
+  virtual std::string_view backend() const = 0;
+
+  virtual std::shared_ptr<Work> all_reduce(const Tensor& input, const Tensor& output, const AllReduceOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, const BroadcastOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output,
+                                               const ReduceScatterOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) = 0;
+
+  // Marks the communicator failed for every participant: those waiting in a collective, and every
+  // later call, raise AbortedError naming this rank and `reason`. Idempotent; the first reason wins.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace chorus::collective

@@ -1,0 +1,70 @@
+// The common part of communicators whose participants are threads of one process working on
+// host memory (logical CPU devices): argument checks, sequence numbers and fingerprints, the
+// rendezvous, error policy. Backends (shared_memory.h, reference.h) supply only data movement.
+//
+// Error policy of every call:
+//   - a bad argument of this participant (wrong device, dtype, shape, root) is detected before it
+//     meets the others: the group is aborted (so nobody waits for it) and InvalidArgumentError is
+//     thrown here;
+//   - a fingerprint mismatch, a timeout or an abort come from the Rendezvous (see rendezvous.h).
+// Errors are thrown by the call itself; the returned Work is always completed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "collective/communicator.h"
+#include "collective/rendezvous.h"
+
+namespace chorus::collective {
+
+class InProcessCommunicator : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return rendezvous_->size(); }
+
+  std::shared_ptr<Work> all_reduce(const Tensor& input, const Tensor& output, const AllReduceOptions& options) override;
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, const BroadcastOptions& options) override;
+  std::shared_ptr<Work> reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
+  std::shared_ptr<Work> all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options) override;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output,
+                                       const ReduceScatterOptions& options) override;
+  std::shared_ptr<Work> barrier(const BarrierOptions& options) override;
+  void abort(const std::string& reason) override;
+
+ protected:
+  // Data movement, called after the arguments were checked and the device streams drained; each
+  // starts with rendezvous().arrive(...) and ends with a phase that keeps every participant's
+  // buffers alive until all are done with them.
+  struct Call {
+    const Fingerprint& fp;
+    std::chrono::milliseconds timeout;
+    ReduceOp op;
+    int root;
+  };
+  virtual void run_all_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  virtual void run_broadcast(const Call& call, const Tensor& tensor) = 0;
+  virtual void run_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  virtual void run_all_gather(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  virtual void run_reduce_scatter(const Call& call, const Tensor& input, const Tensor& output) = 0;
+
+  Rendezvous& rendezvous() const { return *rendezvous_; }
+
+ private:
+  Fingerprint fingerprint(const char* op, const Tensor* input, int reduce_op, int root);
+  std::shared_ptr<Work> execute(const Fingerprint& fp, const std::function<void()>& check,
+                                const std::function<void()>& body);
+
+  std::shared_ptr<Rendezvous> rendezvous_;
+  int rank_;
+  std::uint64_t sequence_ = 0;
+};
+
+// The element range [begin, end) of `n` elements that `rank` of `size` works on: contiguous,
+// nearly equal, boundaries on multiples of 16 elements (whole cache lines for 4-byte types).
+void partition(std::size_t n, int size, int rank, std::size_t* begin, std::size_t* end);
+
+}  // namespace chorus::collective

@@ -1,0 +1,97 @@
+#include "collective/shared_memory.h"
+
+#include <cstring>
+
+#include "collective/host_reduce.h"
+#include "collective/in_process.h"
+
+namespace chorus::collective {
+namespace {
+
+class SharedMemoryCommunicator final : public InProcessCommunicator {
+ public:
+  using InProcessCommunicator::InProcessCommunicator;
+  std::string_view backend() const override { return "shared_memory"; }
+
+ private:
+  // Pointers posted by every rank, gathered after arrive().
+  void gather_slots(std::vector<const void*>* in, std::vector<void*>* out) const {
+    const int k = size();
+    in->resize(k);
+    out->resize(k);
+    for (int j = 0; j < k; ++j) {
+      (*in)[j] = rendezvous().slot(j).input;
+      (*out)[j] = rendezvous().slot(j).output;
+    }
+  }
+
+  void run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+    rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    gather_slots(&in, &out);
+    std::size_t begin, end;
+    partition(static_cast<std::size_t>(input.num_elements()), size(), rank(), &begin, &end);
+    reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), begin, end, size());
+    rendezvous().sync(rank(), c.fp, c.timeout);  // all chunks of every output are written
+  }
+
+  void run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+    rendezvous().arrive(rank(), c.fp, Slot{input.data(), rank() == c.root ? output.data() : nullptr}, c.timeout);
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    gather_slots(&in, &out);
+    std::size_t begin, end;
+    partition(static_cast<std::size_t>(input.num_elements()), size(), rank(), &begin, &end);
+    void* root_out = out[c.root];
+    reduce_range(input.dtype(), c.op, in.data(), size(), &root_out, 1, begin, end, size());
+    rendezvous().sync(rank(), c.fp, c.timeout);
+  }
+
+  void run_broadcast(const Call& c, const Tensor& tensor) override {
+    rendezvous().arrive(rank(), c.fp, Slot{tensor.data(), tensor.data()}, c.timeout);
+    const std::size_t esize = dtype_size(tensor.dtype());
+    std::size_t begin, end;
+    partition(static_cast<std::size_t>(tensor.num_elements()), size(), rank(), &begin, &end);
+    const auto* src = static_cast<const unsigned char*>(rendezvous().slot(c.root).input);
+    for (int j = 0; j < size(); ++j) {
+      if (j == c.root || end == begin) continue;
+      auto* dst = static_cast<unsigned char*>(rendezvous().slot(j).output);
+      std::memcpy(dst + begin * esize, src + begin * esize, (end - begin) * esize);
+    }
+    rendezvous().sync(rank(), c.fp, c.timeout);
+  }
+
+  void run_all_gather(const Call& c, const Tensor& input, const Tensor& output) override {
+    rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
+    // Rank r writes its input into block r of every output: k writers in parallel, disjoint blocks.
+    const std::size_t bytes = input.nbytes();
+    for (int j = 0; j < size() && bytes > 0; ++j) {
+      auto* dst = static_cast<unsigned char*>(rendezvous().slot(j).output) + bytes * static_cast<std::size_t>(rank());
+      if (dst != input.data()) std::memmove(dst, input.data(), bytes);
+    }
+    rendezvous().sync(rank(), c.fp, c.timeout);
+  }
+
+  void run_reduce_scatter(const Call& c, const Tensor& input, const Tensor& output) override {
+    rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
+    const std::size_t m = static_cast<std::size_t>(output.num_elements());
+    const std::size_t offset = m * dtype_size(input.dtype()) * static_cast<std::size_t>(rank());
+    std::vector<const void*> in(size());
+    for (int j = 0; j < size(); ++j) in[j] = static_cast<const unsigned char*>(rendezvous().slot(j).input) + offset;
+    void* out = output.data();
+    reduce_range(input.dtype(), c.op, in.data(), size(), &out, 1, 0, m, size());
+    rendezvous().sync(rank(), c.fp, c.timeout);  // others' inputs are read until here
+  }
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_shared_memory_group(int size, const std::string& name) {
+  auto rv = std::make_shared<Rendezvous>(size, name);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < size; ++r) out.push_back(std::make_unique<SharedMemoryCommunicator>(rv, r));
+  return out;
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,29 @@
+// Shared-memory collectives between replica threads on logical CPU devices of one process.
+//
+//   auto comms = chorus::collective::make_shared_memory_group(4);   // one per replica thread
+//   // in replica thread r:
+//   comms[r]->all_reduce(grad, grad);                                 // in place, sum
+//
+// Algorithm (bandwidth-optimal, no serial reduce-then-broadcast): after all participants have
+// posted their buffers, rank r reduces its own contiguous chunk of the elements across all k
+// inputs, tile by tile in cache, and writes the result straight into that chunk of all k
+// outputs; a closing barrier keeps every buffer alive until all writers are done. Every byte is
+// read once and written once per output: 2·k·N bytes of traffic for N-byte tensors, spread over
+// the k threads. broadcast, reduce, all_gather and reduce_scatter are split the same way.
+// Two barriers per collective; any size from 0 elements, any participant count.
+//
+// Contract, errors, thread-safety: see communicator.h and in_process.h.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+
+namespace chorus::collective {
+
+// `size` communicators sharing one group; element r is rank r's, to be used by one thread.
+std::vector<std::unique_ptr<Communicator>> make_shared_memory_group(int size, const std::string& name = "shared_memory");
+
+}  // namespace chorus::collective

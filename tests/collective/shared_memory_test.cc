@@ -1,0 +1,300 @@
+// Analytic checks of the in-process backends (shared memory and the reduction-to-one-device
+// reference): rank r contributes x_r[i] = (r + 1) + (i % 7), so every expected value has a
+// closed form. Every backend, dtype, op, participant count 1-5, sizes 0 to ~1M (odd ones too),
+// in-place and out-of-place; then mismatch, timeout, abort and bad-argument propagation.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "collective/reference.h"
+#include "collective/shared_memory.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "group_harness.h"
+
+namespace chorus::collective {
+namespace {
+
+using testing::run_ranks;
+using testing::use_cpu_devices;
+using Factory = std::vector<std::unique_ptr<Communicator>> (*)(int, const std::string&);
+
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
+
+double x(int r, std::int64_t i) { return (r + 1) + static_cast<double>(i % 7); }
+
+double expected(ReduceOp op, int k, std::int64_t i, DType dt) {
+  double sum = 0, prod = 1;
+  for (int r = 0; r < k; ++r) {
+    sum += x(r, i);
+    prod *= x(r, i);
+  }
+  switch (op) {
+    case ReduceOp::kSum: return sum;
+    case ReduceOp::kMean: return is_integer(dt) ? std::trunc(sum / k) : sum / k;
+    case ReduceOp::kMin: return x(0, i);
+    case ReduceOp::kMax: return x(k - 1, i);
+    case ReduceOp::kProd: return prod;
+  }
+  return 0;
+}
+
+// x_r as a tensor of dtype `dt` on /cpu:r (converted on the host, exact for these small integers).
+Tensor make_input(int r, std::int64_t n, DType dt) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = x(r, i);
+  std::vector<std::uint8_t> raw(static_cast<std::size_t>(n) * dtype_size(dt));
+  convert(v.data(), DType::kFloat64, raw.data(), dt, v.size());
+  return Tensor::from_host(raw.data(), {n}, dt, "/cpu:" + std::to_string(r));
+}
+
+// Allowed error: 16-bit floats round the mean/prod once.
+double tolerance(DType dt, double want) {
+  if (dt == DType::kFloat16) return std::abs(want) * 1e-3;
+  if (dt == DType::kBFloat16) return std::abs(want) * 8e-3;
+  return std::abs(want) * 1e-12;
+}
+
+class InProcessTest : public ::testing::TestWithParam<Factory> {};
+
+TEST_P(InProcessTest, AllReduceEveryOpDtypeCountAndSize) {
+  for (int k = 1; k <= 5; ++k) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    bool in_place = false;
+    for (DType dt : kDtypes)
+      for (std::int64_t n : {0, 1, 17, 1000})
+        for (ReduceOp op : kOps) {
+          in_place = !in_place;
+          std::vector<Tensor> outs(k);
+          auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+            Tensor in = make_input(r, n, dt);
+            Tensor out = in_place ? in : Tensor::zeros({n}, dt, "/cpu:" + std::to_string(r));
+            c.all_reduce(in, out, {.op = op})->wait();
+            outs[r] = out;
+          });
+          testing::rethrow_first(errors);
+          for (int r = 0; r < k; ++r) {
+            auto got = outs[r].to_vector<double>();
+            for (std::int64_t i = 0; i < n; ++i) {
+              const double want = expected(op, k, i, dt);
+              ASSERT_NEAR(got[i], want, tolerance(dt, want))
+                  << "k=" << k << " dtype=" << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op)
+                  << " rank=" << r << " i=" << i << (in_place ? " in-place" : "");
+            }
+          }
+        }
+  }
+}
+
+TEST_P(InProcessTest, AllReduceLargeOddSize) {
+  const std::int64_t n = (1 << 20) + 3;
+  for (int k : {2, 3}) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    std::vector<Tensor> outs(k);
+    testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+      Tensor t = make_input(r, n, DType::kFloat32);
+      c.all_reduce(t, t)->wait();
+      outs[r] = t;
+    }));
+    for (int r = 0; r < k; ++r) {
+      auto got = outs[r].to_vector<float>();
+      for (std::int64_t i = 0; i < n; i += 9973) ASSERT_EQ(got[i], expected(ReduceOp::kSum, k, i, DType::kFloat32));
+      ASSERT_EQ(got[n - 1], expected(ReduceOp::kSum, k, n - 1, DType::kFloat32));
+    }
+  }
+}
+
+TEST_P(InProcessTest, BroadcastAndReduceFromEveryRoot) {
+  const int k = 4;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  for (DType dt : kDtypes)
+    for (int root = 0; root < k; ++root) {
+      std::vector<Tensor> b(k), red(k);
+      testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+        b[r] = make_input(r, 33, dt);
+        c.broadcast(b[r], {.root = root})->wait();
+        Tensor in = make_input(r, 33, dt);
+        red[r] = Tensor::full({33}, -1.0, dt, "/cpu:" + std::to_string(r));
+        c.reduce(in, red[r], {.op = ReduceOp::kMax, .root = root})->wait();
+      }));
+      for (int r = 0; r < k; ++r) {
+        auto got = b[r].to_vector<double>();
+        auto red_got = red[r].to_vector<double>();
+        for (int i = 0; i < 33; ++i) {
+          ASSERT_EQ(got[i], x(root, i)) << dtype_name(dt) << " root " << root << " rank " << r;
+          ASSERT_EQ(red_got[i], r == root ? x(k - 1, i) : -1.0) << "reduce writes only the root";
+        }
+      }
+    }
+}
+
+TEST_P(InProcessTest, AllGatherAndReduceScatter) {
+  for (int k = 1; k <= 5; ++k) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    const std::int64_t m = 5;
+    std::vector<Tensor> gathered(k), scattered(k);
+    testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+      const std::string dev = "/cpu:" + std::to_string(r);
+      Tensor in = Tensor::full({m}, r, DType::kInt32, dev);
+      gathered[r] = Tensor::zeros({k * m}, DType::kInt32, dev);
+      c.all_gather(in, gathered[r])->wait();
+      Tensor big = make_input(r, k * m, DType::kFloat32);
+      scattered[r] = Tensor::zeros({m}, DType::kFloat32, dev);
+      c.reduce_scatter(big, scattered[r])->wait();
+      c.barrier()->wait();
+    }));
+    for (int r = 0; r < k; ++r) {
+      auto g = gathered[r].to_vector<int>();
+      for (std::int64_t i = 0; i < k * m; ++i) ASSERT_EQ(g[i], i / m) << "k=" << k;
+      auto s = scattered[r].to_vector<float>();
+      for (std::int64_t i = 0; i < m; ++i) ASSERT_EQ(s[i], expected(ReduceOp::kSum, k, r * m + i, DType::kFloat32));
+    }
+  }
+}
+
+TEST_P(InProcessTest, SeesDataStillQueuedOnTheDeviceStream) {
+  const int k = 3;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  std::vector<Tensor> outs(k);
+  testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+    for (int step = 0; step < 20; ++step) {
+      Tensor t = Tensor::full({4096}, r + step, DType::kFloat32, "/cpu:" + std::to_string(r));  // asynchronous fill
+      c.all_reduce(t, t)->wait();
+      outs[r] = t;
+      ASSERT_EQ(t.to_vector<float>()[4095], static_cast<float>(3 * step + 3));
+    }
+  }));
+}
+
+TEST_P(InProcessTest, MismatchedCallsRaiseInEveryRankAndTheGroupRecovers) {
+  const int k = 3;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    Tensor t = Tensor::zeros({r == 2 ? 5 : 4}, DType::kFloat32, "/cpu:" + std::to_string(r));
+    c.all_reduce(t, t, {.timeout = std::chrono::seconds(20)});
+  });
+  for (int r = 0; r < k; ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r << " did not throw";
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const InvalidArgumentError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("rank 0 called all_reduce #0 float32(4,) op=sum"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 2 called all_reduce #0 float32(5,) op=sum"), std::string::npos) << m;
+    }
+  }
+  // Different collectives at the same step.
+  errors = run_ranks(comms, [&](int r, Communicator& c) {
+    Tensor t = Tensor::zeros({4}, DType::kFloat32, "/cpu:" + std::to_string(r));
+    if (r == 1) c.broadcast(t, {.root = 0});
+    else c.all_reduce(t, t);
+  });
+  for (int r = 0; r < k; ++r) EXPECT_TRUE(errors[r]);
+  // Everybody threw symmetrically: the next collective works.
+  testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) { c.barrier()->wait(); }));
+}
+
+TEST_P(InProcessTest, MissingRankTimesOutNamingItThenTheGroupIsUnusable) {
+  const int k = 3;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:" + std::to_string(r));
+    c.all_reduce(t, t)->wait();  // #0 completes everywhere
+    if (r == 2) return;          // rank 2 skips #1
+    c.all_reduce(t, t, {.timeout = std::chrono::milliseconds(300)});
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const DeadlineExceededError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("all_reduce #1"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank(s) [2] of 3"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 2: all_reduce #0"), std::string::npos) << m;  // the last completed collectives
+    }
+  }
+  EXPECT_FALSE(errors[2]);
+  // The late rank does not wait for partners that are gone.
+  Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:2");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(comms[2]->all_reduce(t, t), AbortedError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_P(InProcessTest, AbortWakesEveryoneWithTheReason) {
+  const int k = 4;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    if (r == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      c.abort("replica 3 hit a NaN loss");
+      return;
+    }
+    Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:" + std::to_string(r));
+    c.all_reduce(t, t, {.timeout = std::chrono::seconds(60)});
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const AbortedError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 3 aborted the communicator: replica 3 hit a NaN loss"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST_P(InProcessTest, BadArgumentOnOneRankFailsItAndReleasesTheOthers) {
+  const int k = 3;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    const std::string dev = "/cpu:" + std::to_string(r);
+    Tensor in = Tensor::zeros({8}, DType::kFloat32, dev);
+    Tensor out = Tensor::zeros({r == 1 ? 9 : 8}, DType::kFloat32, dev);
+    c.all_reduce(in, out, {.timeout = std::chrono::seconds(60)});
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_THROW(std::rethrow_exception(errors[1]), InvalidArgumentError);
+  EXPECT_THROW(std::rethrow_exception(errors[0]), AbortedError);
+  EXPECT_THROW(std::rethrow_exception(errors[2]), AbortedError);
+}
+
+TEST_P(InProcessTest, RejectsWhatCollectivesCannotDo) {
+  use_cpu_devices(1);
+  auto comms = GetParam()(1, "test");
+  Communicator& c = *comms[0];
+  Tensor u8 = Tensor::zeros({4}, DType::kUInt8);
+  EXPECT_THROW(c.all_reduce(u8, u8), InvalidArgumentError);
+  comms = GetParam()(1, "test");
+  Tensor f = Tensor::zeros({4});
+  EXPECT_THROW(comms[0]->broadcast(f, {.root = 1}), InvalidArgumentError);
+  comms = GetParam()(1, "test");
+  EXPECT_THROW(comms[0]->all_gather(f, Tensor::zeros({5})), InvalidArgumentError);
+  comms = GetParam()(2, "test");
+  EXPECT_THROW(comms[0]->reduce_scatter(Tensor::zeros({3}), Tensor::zeros({1})), InvalidArgumentError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, InProcessTest,
+                         ::testing::Values(&make_shared_memory_group, &make_reference_group),
+                         [](const ::testing::TestParamInfo<Factory>& info) {
+                           return info.param == &make_shared_memory_group ? std::string("SharedMemory")
+                                                                           : std::string("Reference");
+                         });
+
+}  // namespace
+}  // namespace chorus::collective
