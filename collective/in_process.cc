@@ -19,13 +19,6 @@ class CompletedWork final : public Work {
   std::string description_;
 };
 
-void check_tensor(const Tensor& t, const char* op, const char* role) {
-  CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, " tensor is undefined");
-  CHORUS_REQUIRE(!t.device_context().is_gpu(), InvalidArgumentError, op, ": the ", role, " tensor is on ",
-                 t.device_name(), "; this communicator moves host memory of logical CPU devices (GPU tensors "
-                 "go through the virtual-GPU or NCCL backend)");
-  check_collective_dtype(t.dtype(), op);
-}
 
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
   CHORUS_REQUIRE(a.dtype() == b.dtype() && a.shape() == b.shape(), InvalidArgumentError, op, ": output ",
@@ -38,10 +31,19 @@ void check_root(int root, int size, const char* op) {
                  size, "-participant communicator (valid: 0..", size - 1, ")");
 }
 
-// Queued device work may still be producing the input or using the output.
-void drain(const Tensor& t) { t.device_context().stream().synchronize(); }
 
 }  // namespace
+
+void InProcessCommunicator::check_tensor(const Tensor& t, const char* op, const char* role) const {
+  CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, " tensor is undefined");
+  CHORUS_REQUIRE(!t.device_context().is_gpu(), InvalidArgumentError, op, ": the ", role, " tensor is on ",
+                 t.device_name(), "; this communicator moves host memory of logical CPU devices (GPU tensors "
+                 "go through the virtual-GPU or NCCL backend)");
+  check_collective_dtype(t.dtype(), op);
+}
+
+// Queued device work may still be producing the input or using the output.
+void InProcessCommunicator::drain(const Tensor& t) const { t.device_context().stream().synchronize(); }
 
 void partition(std::size_t n, int size, int rank, std::size_t* begin, std::size_t* end) {
   constexpr std::size_t kAlign = 16;
@@ -72,7 +74,7 @@ Fingerprint InProcessCommunicator::fingerprint(const char* op, const Tensor* inp
 }
 
 std::shared_ptr<Work> InProcessCommunicator::execute(const Fingerprint& fp, const std::function<void()>& check,
-                                                     const std::function<void()>& body) {
+                                                     const std::function<std::shared_ptr<Work>()>& body) {
   rendezvous_->check_usable();
   try {
     check();
@@ -81,9 +83,9 @@ std::shared_ptr<Work> InProcessCommunicator::execute(const Fingerprint& fp, cons
     rendezvous_->abort(rank_, str_cat(fp.to_string(), " had a bad argument: ", e.message()));
     throw;
   }
-  body();
+  std::shared_ptr<Work> work = body();
   rendezvous_->completed(rank_, fp);
-  return std::make_shared<CompletedWork>(fp.to_string());
+  return work ? work : std::make_shared<CompletedWork>(fp.to_string());
 }
 
 std::shared_ptr<Work> InProcessCommunicator::all_reduce(const Tensor& input, const Tensor& output,
@@ -98,7 +100,7 @@ std::shared_ptr<Work> InProcessCommunicator::all_reduce(const Tensor& input, con
         drain(input);
         drain(output);
       },
-      [&] { run_all_reduce({fp, options.timeout, options.op, -1}, input, output); });
+      [&] { return run_all_reduce({fp, options.timeout, options.op, -1}, input, output); });
 }
 
 std::shared_ptr<Work> InProcessCommunicator::broadcast(const Tensor& tensor, const BroadcastOptions& options) {
@@ -110,7 +112,7 @@ std::shared_ptr<Work> InProcessCommunicator::broadcast(const Tensor& tensor, con
         check_root(options.root, size(), "broadcast");
         drain(tensor);
       },
-      [&] { run_broadcast({fp, options.timeout, ReduceOp::kSum, options.root}, tensor); });
+      [&] { return run_broadcast({fp, options.timeout, ReduceOp::kSum, options.root}, tensor); });
 }
 
 std::shared_ptr<Work> InProcessCommunicator::reduce(const Tensor& input, const Tensor& output,
@@ -128,7 +130,7 @@ std::shared_ptr<Work> InProcessCommunicator::reduce(const Tensor& input, const T
         }
         drain(input);
       },
-      [&] { run_reduce({fp, options.timeout, options.op, options.root}, input, output); });
+      [&] { return run_reduce({fp, options.timeout, options.op, options.root}, input, output); });
 }
 
 std::shared_ptr<Work> InProcessCommunicator::all_gather(const Tensor& input, const Tensor& output,
@@ -150,7 +152,7 @@ std::shared_ptr<Work> InProcessCommunicator::all_gather(const Tensor& input, con
         drain(input);
         drain(output);
       },
-      [&] { run_all_gather({fp, options.timeout, ReduceOp::kSum, -1}, input, output); });
+      [&] { return run_all_gather({fp, options.timeout, ReduceOp::kSum, -1}, input, output); });
 }
 
 std::shared_ptr<Work> InProcessCommunicator::reduce_scatter(const Tensor& input, const Tensor& output,
@@ -173,12 +175,15 @@ std::shared_ptr<Work> InProcessCommunicator::reduce_scatter(const Tensor& input,
         drain(input);
         drain(output);
       },
-      [&] { run_reduce_scatter({fp, options.timeout, options.op, -1}, input, output); });
+      [&] { return run_reduce_scatter({fp, options.timeout, options.op, -1}, input, output); });
 }
 
 std::shared_ptr<Work> InProcessCommunicator::barrier(const BarrierOptions& options) {
   const Fingerprint fp = fingerprint("barrier", nullptr, -1, -1);
-  return execute(fp, [] {}, [&] { rendezvous_->arrive(rank_, fp, Slot{}, options.timeout); });
+  return execute(fp, [] {}, [&] {
+    rendezvous_->arrive(rank_, fp, Slot{}, options.timeout);
+    return std::shared_ptr<Work>();
+  });
 }
 
 void InProcessCommunicator::abort(const std::string& reason) { rendezvous_->abort(rank_, reason); }

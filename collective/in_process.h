@@ -7,7 +7,8 @@
 //     meets the others: the group is aborted (so nobody waits for it) and InvalidArgumentError is
 //     thrown here;
 //   - a fingerprint mismatch, a timeout or an abort come from the Rendezvous (see rendezvous.h).
-// Errors are thrown by the call itself; the returned Work is always completed.
+// Errors found before data moves are thrown by the call itself. Host backends return completed
+// Work; device backends return Work that completes with the device stream.
 #pragma once
 
 #include <functional>
@@ -45,18 +46,28 @@ class InProcessCommunicator : public Communicator {
     ReduceOp op;
     int root;
   };
-  virtual void run_all_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
-  virtual void run_broadcast(const Call& call, const Tensor& tensor) = 0;
-  virtual void run_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
-  virtual void run_all_gather(const Call& call, const Tensor& input, const Tensor& output) = 0;
-  virtual void run_reduce_scatter(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  // Each returns the Work of the call, or nullptr when it completed before returning.
+  using WorkPtr = std::shared_ptr<Work>;
+  virtual WorkPtr run_all_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr run_broadcast(const Call& call, const Tensor& tensor) = 0;
+  virtual WorkPtr run_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr run_all_gather(const Call& call, const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr run_reduce_scatter(const Call& call, const Tensor& input, const Tensor& output) = 0;
+
+  // Per-tensor argument check (defined, device kind, dtype). The default accepts host tensors of
+  // logical CPU devices; device backends override it.
+  virtual void check_tensor(const Tensor& t, const char* op, const char* role) const;
+  // Makes the tensor's pending device work visible before the collective touches it. The default
+  // synchronizes the device stream (host backends read memory directly); device backends order
+  // streams with events instead and override it with a no-op.
+  virtual void drain(const Tensor& t) const;
 
   Rendezvous& rendezvous() const { return *rendezvous_; }
 
  private:
   Fingerprint fingerprint(const char* op, const Tensor* input, int reduce_op, int root);
   std::shared_ptr<Work> execute(const Fingerprint& fp, const std::function<void()>& check,
-                                const std::function<void()>& body);
+                                const std::function<std::shared_ptr<Work>()>& body);
 
   std::shared_ptr<Rendezvous> rendezvous_;
   int rank_;

@@ -41,19 +41,21 @@ class ReferenceCommunicator final : public InProcessCommunicator {
     return out;
   }
 
-  void run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     if (rank() == 0) reduce_on_rank0(c, input, all_outputs());
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), rank() == c.root ? output.data() : nullptr}, c.timeout);
     if (rank() == 0) reduce_on_rank0(c, input, {rendezvous().slot(c.root).output});
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_broadcast(const Call& c, const Tensor& tensor) override {
+  WorkPtr run_broadcast(const Call& c, const Tensor& tensor) override {
     rendezvous().arrive(rank(), c.fp, Slot{tensor.data(), tensor.data()}, c.timeout);
     if (rank() == 0) {
       const void* src = rendezvous().slot(c.root).input;
@@ -61,9 +63,10 @@ class ReferenceCommunicator final : public InProcessCommunicator {
         if (j != c.root && tensor.nbytes()) std::memcpy(rendezvous().slot(j).output, src, tensor.nbytes());
     }
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_all_gather(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_all_gather(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     if (rank() == 0) {
       const std::size_t bytes = input.nbytes();
@@ -73,9 +76,10 @@ class ReferenceCommunicator final : public InProcessCommunicator {
                        bytes);
     }
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_reduce_scatter(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_reduce_scatter(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     if (rank() == 0) {
       const int k = size();
@@ -89,6 +93,7 @@ class ReferenceCommunicator final : public InProcessCommunicator {
       }
     }
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 };
 

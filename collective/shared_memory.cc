@@ -25,7 +25,7 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     }
   }
 
-  void run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     std::vector<const void*> in;
     std::vector<void*> out;
@@ -34,9 +34,10 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     partition(static_cast<std::size_t>(input.num_elements()), size(), rank(), &begin, &end);
     reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), begin, end, size());
     rendezvous().sync(rank(), c.fp, c.timeout);  // all chunks of every output are written
+    return nullptr;
   }
 
-  void run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), rank() == c.root ? output.data() : nullptr}, c.timeout);
     std::vector<const void*> in;
     std::vector<void*> out;
@@ -46,9 +47,10 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     void* root_out = out[c.root];
     reduce_range(input.dtype(), c.op, in.data(), size(), &root_out, 1, begin, end, size());
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_broadcast(const Call& c, const Tensor& tensor) override {
+  WorkPtr run_broadcast(const Call& c, const Tensor& tensor) override {
     rendezvous().arrive(rank(), c.fp, Slot{tensor.data(), tensor.data()}, c.timeout);
     const std::size_t esize = dtype_size(tensor.dtype());
     std::size_t begin, end;
@@ -60,9 +62,10 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       std::memcpy(dst + begin * esize, src + begin * esize, (end - begin) * esize);
     }
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_all_gather(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_all_gather(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     // Rank r writes its input into block r of every output: k writers in parallel, disjoint blocks.
     const std::size_t bytes = input.nbytes();
@@ -71,9 +74,10 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       if (dst != input.data()) std::memmove(dst, input.data(), bytes);
     }
     rendezvous().sync(rank(), c.fp, c.timeout);
+    return nullptr;
   }
 
-  void run_reduce_scatter(const Call& c, const Tensor& input, const Tensor& output) override {
+  WorkPtr run_reduce_scatter(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     const std::size_t m = static_cast<std::size_t>(output.num_elements());
     const std::size_t offset = m * dtype_size(input.dtype()) * static_cast<std::size_t>(rank());
@@ -82,6 +86,7 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     void* out = output.data();
     reduce_range(input.dtype(), c.op, in.data(), size(), &out, 1, 0, m, size());
     rendezvous().sync(rank(), c.fp, c.timeout);  // others' inputs are read until here
+    return nullptr;
   }
 };
 

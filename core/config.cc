@@ -215,6 +215,10 @@ bool get_memory_growth(const PhysicalDevice& device) {
   const PhysicalDevice& d = lookup(device);
   CHORUS_REQUIRE(d.device_type == "GPU", InvalidArgumentError, "get_memory_growth(", d.name,
                  "): memory growth applies to GPUs");
+  if (runtime::initialized()) {  // what the devices were built with, not today's environment
+    for (const auto& ctx : runtime::devices())
+      if (ctx->device().physical_name == d.name) return ctx->device().memory_growth;
+  }
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.growth.find(d.name);
@@ -273,6 +277,13 @@ FrozenConfig freeze(std::string_view first_use) {
   f.memory_growth = s.growth;
   f.gpu_memory_fraction = s.fraction;
   return f;
+}
+
+void unfreeze() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.frozen = false;
+  s.frozen_by.clear();
 }
 
 void reset() {

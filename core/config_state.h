@@ -21,6 +21,8 @@ struct FrozenConfig {
 
 // Marks the configuration frozen (first caller wins the `first_use` label) and returns it.
 FrozenConfig freeze(std::string_view first_use);
+// Undoes freeze() after a failed initialization (the configuration stays as it was).
+void unfreeze();
 // Forgets everything (tests only; see internal::reset_runtime_for_testing).
 void reset();
 

@@ -42,7 +42,7 @@ const Probe& probe() {
   }();
   return p;
 }
-void set_device(int ordinal) { CHORUS_CUDA_CHECK(cudaSetDevice(ordinal)); }
+using internal::DeviceGuard;
 }  // namespace
 
 bool compiled_with_cuda() { return true; }
@@ -72,48 +72,63 @@ DeviceProperties device_properties(int ordinal) {
 }
 
 void memory_info(int ordinal, std::size_t* free_bytes, std::size_t* total_bytes) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
 StreamHandle create_stream(int ordinal) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   cudaStream_t s = nullptr;
   CHORUS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 }
+// Destruction paths never throw; errors are cleared so they do not resurface as the "last error"
+// of an unrelated later call.
 void destroy_stream(int ordinal, StreamHandle stream) noexcept {
-  if (cudaSetDevice(ordinal) == cudaSuccess) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  try {
+    DeviceGuard guard(ordinal);
+    if (cudaStreamDestroy(static_cast<cudaStream_t>(stream)) != cudaSuccess) (void)cudaGetLastError();
+  } catch (...) {
+    (void)cudaGetLastError();
+  }
 }
 void synchronize_stream(int ordinal, StreamHandle stream) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 EventHandle create_event(int ordinal) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   cudaEvent_t e = nullptr;
   CHORUS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return e;
 }
 void destroy_event(int ordinal, EventHandle event) noexcept {
-  if (cudaSetDevice(ordinal) == cudaSuccess) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  try {
+    DeviceGuard guard(ordinal);
+    if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) (void)cudaGetLastError();
+  } catch (...) {
+    (void)cudaGetLastError();
+  }
 }
 void record_event(int ordinal, EventHandle event, StreamHandle stream) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
 }
 void stream_wait_event(int ordinal, StreamHandle stream, EventHandle event) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
 }
 void synchronize_event(int ordinal, EventHandle event) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 bool event_done(int ordinal, EventHandle event) {
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: keep it from surfacing in the next launch check
+    return false;
+  }
   CHORUS_CUDA_CHECK(err);
   return true;
 }
@@ -121,7 +136,7 @@ bool event_done(int ordinal, EventHandle event) {
 void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, std::size_t bytes,
                   CopyKind kind, int src_ordinal) {
   if (bytes == 0) return;
-  set_device(ordinal);
+  DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
   switch (kind) {
     case CopyKind::kHostToDevice:

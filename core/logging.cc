@@ -107,9 +107,15 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
 
 LogMessage::~LogMessage() {
   std::string line = stream_.str();
-  std::lock_guard<std::mutex> lock(g_sink_mutex);
-  if (g_sink) {
-    g_sink(level_, line, g_sink_user);
+  LogSink sink;
+  void* user;
+  {
+    std::lock_guard<std::mutex> lock(g_sink_mutex);
+    sink = g_sink;
+    user = g_sink_user;
+  }
+  if (sink) {  // called without our lock: a sink may log or take its own locks
+    sink(level_, line, user);
     return;
   }
   line += '\n';

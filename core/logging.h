@@ -44,7 +44,9 @@ class ScopedLogContext {
 };
 
 // Where log lines go. The default writes to stderr; tests capture lines with their own sink.
-// The sink is called with a complete line (no trailing newline) while a lock is held.
+// The sink is called with a complete line (no trailing newline), possibly from several threads at
+// once: it must be thread-safe. It must not call chorus device APIs (the line may come from
+// inside device initialization).
 using LogSink = void (*)(LogLevel, const std::string& line, void* user);
 void set_log_sink(LogSink sink, void* user);  // nullptr restores stderr
 

@@ -23,8 +23,11 @@ namespace runtime {
 namespace {
 
 // Headroom left on a GPU without an explicit limit, for the CUDA context's own needs and
-// libraries' workspaces (cuBLAS, cuDNN) that do not allocate through chorus.
-constexpr std::size_t kGpuReserveBytes = std::size_t{256} << 20;
+// libraries' workspaces (cuBLAS, cuDNN, NCCL) that do not allocate through chorus: the larger of
+// 512 MiB and 5% of what is free (TensorFlow keeps max(300 MiB, 5%)).
+std::size_t gpu_reserve_bytes(std::size_t free_bytes) {
+  return std::max(std::size_t{512} << 20, free_bytes / 20);
+}
 
 struct Runtime {
   std::mutex mu;
@@ -32,8 +35,10 @@ struct Runtime {
   std::vector<std::shared_ptr<DeviceContext>> devices;
 };
 Runtime& rt() {
-  static Runtime r;
-  return r;
+  // Never destroyed: at exit the CUDA runtime may already be unloaded, and streams and cudaFree
+  // must not run after it (TensorFlow and PyTorch leak their device state for the same reason).
+  static Runtime* r = new Runtime;
+  return *r;
 }
 
 std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
@@ -41,7 +46,10 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
   std::vector<std::shared_ptr<DeviceContext>> out;
   int next_cpu = 0;
   int next_gpu = 0;
-  const bool env_growth = env::get_bool("TF_FORCE_GPU_ALLOW_GROWTH").value_or(false);
+  bool any_gpu = false;
+  for (const PhysicalDevice& phys : cfg.visible) any_gpu = any_gpu || phys.device_type == "GPU";
+  // Read only when it matters: a malformed value must not break CPU-only programs.
+  const bool env_growth = any_gpu && env::get_bool("TF_FORCE_GPU_ALLOW_GROWTH").value_or(false);
   for (const PhysicalDevice& phys : cfg.visible) {
     auto it = cfg.logical.find(phys.name);
     std::vector<LogicalDeviceConfiguration> configs =
@@ -60,11 +68,12 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
       std::size_t free_bytes = 0, total_bytes = 0;
       gpu::memory_info(phys.index, &free_bytes, &total_bytes);
       const auto by_fraction = static_cast<std::size_t>(static_cast<double>(total_bytes) * cfg.gpu_memory_fraction);
-      default_limit = std::min(by_fraction, free_bytes > kGpuReserveBytes ? free_bytes - kGpuReserveBytes : 0);
+      const std::size_t reserve = gpu_reserve_bytes(free_bytes);
+      default_limit = std::min(by_fraction, free_bytes > reserve ? free_bytes - reserve : 0);
       const bool explicit_limits = it != cfg.logical.end() && configs.front().memory_limit_mb > 0;
       CHORUS_REQUIRE(explicit_limits || default_limit >= (std::size_t{1} << 20), ResourceExhaustedError, phys.name,
                      " has only ", free_bytes >> 20, " MiB free of ", total_bytes >> 20, " MiB (other processes hold the "
-                     "rest; chorus keeps ", kGpuReserveBytes >> 20, " MiB for the CUDA context): free the GPU, hide it "
+                     "rest; chorus keeps ", reserve >> 20, " MiB for the CUDA context and libraries): free the GPU, hide it "
                      "with set_visible_devices, or give it an explicit memory_limit_mb");
     }
     for (const LogicalDeviceConfiguration& c : configs) {
@@ -99,7 +108,14 @@ const std::vector<std::shared_ptr<DeviceContext>>& devices(std::string_view firs
   Runtime& r = rt();
   std::lock_guard<std::mutex> lock(r.mu);
   if (!r.initialized) {
-    r.devices = build(first_use);
+    try {
+      r.devices = build(first_use);
+    } catch (...) {
+      // A failed initialization leaves the configuration changeable, so the user can follow the
+      // error's advice (hide a GPU, set a limit) and try again.
+      config::internal::unfreeze();
+      throw;
+    }
     r.initialized = true;
   }
   return r.devices;
@@ -149,10 +165,14 @@ std::shared_ptr<DeviceContext> find(std::string_view text) {
 namespace internal {
 void reset_runtime_for_testing() {
   auto& r = runtime::rt();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.devices.clear();
-  r.initialized = false;
-  config::internal::reset();
+  std::vector<std::shared_ptr<DeviceContext>> old;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    old.swap(r.devices);
+    r.initialized = false;
+    config::internal::reset();
+  }
+  old.clear();  // streams drain here, outside the lock: their work may call into the runtime
 }
 }  // namespace internal
 

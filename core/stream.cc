@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -12,9 +13,23 @@
 namespace chorus {
 namespace {
 
+// Who serves a CPU stream, so waits that could only deadlock are refused.
+struct WorkerIdentity {
+  std::atomic<std::thread::id> id{};
+  std::string stream_name;
+};
+
+[[noreturn]] void throw_self_wait(const WorkerIdentity& w) {
+  throw FailedPreconditionError(
+      w.stream_name + ": work running on this stream waits for the stream itself (e.g. reads a tensor of the same "
+      "device inside enqueue_host); that can never finish. Read the data before enqueueing, or enqueue the "
+      "follow-up work instead of waiting.");
+}
+
 // Completed by the CPU stream's worker when it reaches the event in its queue.
 class CpuEvent final : public Event {
  public:
+  explicit CpuEvent(std::shared_ptr<const WorkerIdentity> worker) : worker_(std::move(worker)) {}
   void complete() {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
@@ -22,6 +37,7 @@ class CpuEvent final : public Event {
   }
   void synchronize() override {
     std::unique_lock<std::mutex> lock(mu_);
+    if (!done_ && worker_->id.load() == std::this_thread::get_id()) throw_self_wait(*worker_);
     cv_.wait(lock, [&] { return done_; });
   }
   bool query() override {
@@ -30,6 +46,7 @@ class CpuEvent final : public Event {
   }
 
  private:
+  std::shared_ptr<const WorkerIdentity> worker_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -51,7 +68,11 @@ class GpuEvent final : public Event {
 
 class CpuStream final : public Stream {
  public:
-  explicit CpuStream(std::string name) : state_(std::make_shared<State>()) { state_->name = std::move(name); }
+  explicit CpuStream(std::string name) : state_(std::make_shared<State>()) {
+    state_->name = name;
+    state_->identity = std::make_shared<WorkerIdentity>();
+    state_->identity->stream_name = std::move(name);
+  }
   ~CpuStream() override {
     std::thread worker;
     {
@@ -82,7 +103,7 @@ class CpuStream final : public Stream {
   }
 
   std::shared_ptr<Event> record_event() override {
-    auto event = std::make_shared<CpuEvent>();
+    auto event = std::make_shared<CpuEvent>(state_->identity);
     push(Task{[event] { event->complete(); }, /*always=*/true});
     return event;
   }
@@ -112,11 +133,15 @@ class CpuStream final : public Stream {
     std::exception_ptr error;
     bool stopping = false;
     std::thread worker;
+    std::shared_ptr<WorkerIdentity> identity;
   };
 
   void push(Task task) {
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (!state_->worker.joinable()) state_->worker = std::thread([s = state_] { run(s); });
+    if (!state_->worker.joinable()) {
+      state_->worker = std::thread([s = state_] { run(s); });
+      state_->identity->id = state_->worker.get_id();
+    }
     state_->queue.push_back(std::move(task));
     state_->cv.notify_one();
   }

@@ -55,7 +55,7 @@ void add_host(DType dtype, void* dst, const void* src, std::size_t n) {
 void copy_buffers(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buffer>& dst, std::size_t bytes) {
   DeviceContext& s = src->device();
   DeviceContext& d = dst->device();
-  if (bytes == 0) return;
+  if (bytes == 0 || src == dst) return;  // v.assign(v.value()): nothing to move (and memcpy onto itself is UB)
   if (&s == &d) {
     if (!s.is_gpu()) {
       s.stream().enqueue_host([src, dst, bytes] { std::memcpy(dst->data(), src->data(), bytes); });
@@ -66,9 +66,9 @@ void copy_buffers(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buff
     return;
   }
   if (!s.is_gpu() && !d.is_gpu()) {
-    // Host to host across logical CPU devices: the destination stream waits for the source's
-    // pending work, then copies; the caller waits for the copy.
-    d.stream().wait_event(s.stream().record_event());
+    // Host to host across logical CPU devices: the source's pending work must finish (and its
+    // errors surface here) before the destination stream copies; the caller waits for the copy.
+    s.stream().synchronize();
     d.stream().enqueue_host([src, dst, bytes] { std::memcpy(dst->data(), src->data(), bytes); });
     d.stream().synchronize();
     return;

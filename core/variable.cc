@@ -55,7 +55,9 @@ class ResourceVariable final : public VariableBase {
 Variable call_chain(const VariableArgs& args, std::size_t depth) {
   // depth counts creators still to call, from the innermost (back of the stack) outwards.
   if (depth == 0) return default_variable_creator(args);
-  const VariableCreator& creator = t_creators[depth - 1];
+  // A copy: the creator may open a VariableCreatorScope itself, and push_back would free the
+  // std::function we are running.
+  const VariableCreator creator = t_creators[depth - 1];
   NextCreator next = [depth](const VariableArgs& a) { return call_chain(a, depth - 1); };
   return creator(args, next);
 }

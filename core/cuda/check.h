@@ -33,3 +33,29 @@ namespace chorus::gpu::internal {
     if (chorus_err_ != cudaSuccess)                                                     \
       ::chorus::gpu::internal::throw_cuda_error(chorus_err_, #call, __FILE__, __LINE__); \
   } while (0)
+
+namespace chorus::gpu::internal {
+
+// Makes `ordinal` the calling thread's current device for its lifetime and restores the previous
+// one afterwards, so chorus never leaves a replica thread on another GPU than its own.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int ordinal) {
+    CHORUS_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != ordinal) {
+      CHORUS_CUDA_CHECK(cudaSetDevice(ordinal));
+      changed_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (changed_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace chorus::gpu::internal

@@ -12,7 +12,7 @@ class CudaSubAllocator final : public SubAllocator {
   explicit CudaSubAllocator(int ordinal) : ordinal_(ordinal) {}
 
   void* alloc(std::size_t bytes) override {
-    CHORUS_CUDA_CHECK(cudaSetDevice(ordinal_));
+    internal::DeviceGuard guard(ordinal_);
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, bytes);
     if (err == cudaErrorMemoryAllocation) {
@@ -25,8 +25,12 @@ class CudaSubAllocator final : public SubAllocator {
 
   void free(void* ptr, std::size_t) override {
     // Called from destructors: a failure here is logged by the caller's context, never thrown.
-    cudaSetDevice(ordinal_);
-    cudaFree(ptr);
+    try {
+      internal::DeviceGuard guard(ordinal_);
+      if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+    } catch (...) {
+      (void)cudaGetLastError();
+    }
   }
 
   std::string describe() const override { return "cudaMalloc on GPU:" + std::to_string(ordinal_); }

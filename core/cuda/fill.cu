@@ -53,7 +53,7 @@ unsigned grid_for(std::size_t n) {
 void fill_async(int ordinal, StreamHandle stream, void* dst, std::size_t count,
                 std::size_t element_size, std::uint64_t value) {
   if (count == 0) return;
-  CHORUS_CUDA_CHECK(cudaSetDevice(ordinal));
+  internal::DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
   switch (element_size) {
     case 1: fill_kernel<<<grid_for(count), 256, 0, s>>>(static_cast<std::uint8_t*>(dst), count, static_cast<std::uint8_t>(value)); break;
@@ -70,7 +70,7 @@ void fill_async(int ordinal, StreamHandle stream, void* dst, std::size_t count,
 void add_inplace_async(int ordinal, StreamHandle stream, DType dtype, void* dst, const void* src,
                        std::size_t count) {
   if (count == 0) return;
-  CHORUS_CUDA_CHECK(cudaSetDevice(ordinal));
+  internal::DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
   const unsigned g = grid_for(count);
   switch (dtype) {

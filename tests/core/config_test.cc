@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "core/gpu.h"
@@ -80,9 +81,20 @@ TEST_F(CoreTest, ConfigurationIsFrozenAtFirstUse) {
 }
 
 TEST_F(CoreTest, CreatingATensorAlsoFreezesTheConfiguration) {
-  Tensor t = Tensor::zeros({2});
+  cfg::set_visible_devices({}, "GPU");  // keep this CPU test off a GPU other tests may be using
+  Tensor t = Tensor::zeros({2}, DType::kFloat32, "/cpu:0");
   EXPECT_THROW_WITH(cfg::set_logical_device_configuration(cpu(), {{.memory_limit_mb = 10}}), FailedPreconditionError,
                     "must be set before devices are initialized");
+}
+
+TEST_F(CoreTest, AFailedInitializationLeavesTheConfigurationChangeable) {
+  setenv("TF_FORCE_GPU_ALLOW_GROWTH", "maybe", 1);
+  if (gpu::device_count() > 0) {
+    EXPECT_THROW(cfg::list_logical_devices(), InvalidArgumentError);  // the bad value names itself
+    cfg::set_visible_devices({}, "GPU");                              // ... and can be worked around
+  }
+  EXPECT_EQ(cfg::list_logical_devices().size(), 1u);  // without a visible GPU the variable is not read
+  unsetenv("TF_FORCE_GPU_ALLOW_GROWTH");
 }
 
 TEST_F(CoreTest, VisibleDevices) {

@@ -110,3 +110,23 @@ TEST(CpuStreamTest, NullEventIsRejected) {
 
 }  // namespace
 }  // namespace chorus
+
+namespace chorus {
+namespace {
+
+TEST(CpuStreamTest, WaitingForItselfFromItsOwnWorkIsAnErrorNotAHang) {
+  auto s = make_cpu_stream("self");
+  bool refused = false;
+  s->enqueue_host([&] {
+    try {
+      s->synchronize();
+    } catch (const FailedPreconditionError&) {
+      refused = true;
+    }
+  });
+  s->synchronize();
+  EXPECT_TRUE(refused);
+}
+
+}  // namespace
+}  // namespace chorus

@@ -101,5 +101,27 @@ TEST_F(VariableTest, CreatorCanBuildItsOwnVariableAndScopeEnds) {
   EXPECT_EQ(made, 1);
 }
 
+TEST_F(VariableTest, CreatorMayOpenAnotherScopeWhileRunning) {
+  // push_back inside a running creator used to free the std::function being run (ASan caught it).
+  int inner_calls = 0;
+  VariableCreatorScope outer([&](const VariableArgs& args, const NextCreator& next) {
+    VariableCreatorScope nested([&](const VariableArgs& a, const NextCreator& n) {
+      ++inner_calls;
+      return n(a);
+    });
+    for (int i = 0; i < 8; ++i) VariableCreatorScope more([](const VariableArgs& a, const NextCreator& n) { return n(a); });
+    return next(args);
+  });
+  Variable v = make_variable({.initial_value = Tensor::zeros({1}), .name = "x"});
+  EXPECT_EQ(v.name(), "x");
+  EXPECT_EQ(inner_calls, 0);  // scopes opened inside apply to later variables, not this one
+}
+
+TEST_F(VariableTest, AssigningAVariableItsOwnValueIsANoOp) {
+  Variable v = make_variable({.initial_value = Tensor::from_vector<float>({3, 4})});
+  v.assign(v.value());
+  EXPECT_EQ(v.value().to_vector<float>(), (std::vector<float>{3, 4}));
+}
+
 }  // namespace
 }  // namespace chorus
