@@ -34,6 +34,7 @@ namespace chorus::collective {
 struct Slot {
   const void* input = nullptr;
   void* output = nullptr;
+  const void* context = nullptr;  // backend-specific, owned by the poster until the collective ends
 };
 
 class Rendezvous {

@@ -11,6 +11,7 @@
 #include "collective/shared_memory.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "analytic.h"
 #include "group_harness.h"
 
 namespace chorus::collective {
@@ -19,43 +20,6 @@ namespace {
 using testing::run_ranks;
 using testing::use_cpu_devices;
 using Factory = std::vector<std::unique_ptr<Communicator>> (*)(int, const std::string&);
-
-const DType kDtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
-
-double x(int r, std::int64_t i) { return (r + 1) + static_cast<double>(i % 7); }
-
-double expected(ReduceOp op, int k, std::int64_t i, DType dt) {
-  double sum = 0, prod = 1;
-  for (int r = 0; r < k; ++r) {
-    sum += x(r, i);
-    prod *= x(r, i);
-  }
-  switch (op) {
-    case ReduceOp::kSum: return sum;
-    case ReduceOp::kMean: return is_integer(dt) ? std::trunc(sum / k) : sum / k;
-    case ReduceOp::kMin: return x(0, i);
-    case ReduceOp::kMax: return x(k - 1, i);
-    case ReduceOp::kProd: return prod;
-  }
-  return 0;
-}
-
-// x_r as a tensor of dtype `dt` on /cpu:r (converted on the host, exact for these small integers).
-Tensor make_input(int r, std::int64_t n, DType dt) {
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[i] = x(r, i);
-  std::vector<std::uint8_t> raw(static_cast<std::size_t>(n) * dtype_size(dt));
-  convert(v.data(), DType::kFloat64, raw.data(), dt, v.size());
-  return Tensor::from_host(raw.data(), {n}, dt, "/cpu:" + std::to_string(r));
-}
-
-// Allowed error: 16-bit floats round the mean/prod once.
-double tolerance(DType dt, double want) {
-  if (dt == DType::kFloat16) return std::abs(want) * 1e-3;
-  if (dt == DType::kBFloat16) return std::abs(want) * 8e-3;
-  return std::abs(want) * 1e-12;
-}
 
 class InProcessTest : public ::testing::TestWithParam<Factory> {};
 

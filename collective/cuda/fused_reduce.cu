@@ -1,0 +1,91 @@
+// The virtual-GPU backend's fused reduction: k inputs in, m outputs out, one pass over memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "collective/cuda/fused_reduce.h"
+#include "core/cuda/check.h"
+
+namespace chorus::collective::cuda {
+namespace {
+
+struct Pointers {
+  const void* in[kMaxFused];
+  void* out[kMaxFused];
+};
+
+template <typename T> struct Acc { using type = T; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+
+template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return v; }
+template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename A> __device__ __forceinline__ A combine(int op, A a, A b) {
+  switch (op) {
+    case 2: return a < b ? a : b;   // min
+    case 3: return a > b ? a : b;   // max
+    case 4: return a * b;           // prod
+    default: return a + b;          // sum, mean
+  }
+}
+
+// Grid-stride over elements; each thread reads element i of every input, then writes it to every
+// output. Loads and stores of consecutive threads are consecutive: fully coalesced.
+template <typename T>
+__global__ void fused_reduce_kernel(Pointers p, int k, int m, std::size_t n, int op, int divisor) {
+  using A = typename Acc<T>::type;
+  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    A acc = to_acc<T>(static_cast<const T*>(p.in[0])[i]);
+    for (int j = 1; j < k; ++j) acc = combine<A>(op, acc, to_acc<T>(static_cast<const T*>(p.in[j])[i]));
+    if (op == 1 && divisor > 1) acc = acc / static_cast<A>(divisor);
+    const T r = from_acc<T>(acc);
+    for (int o = 0; o < m; ++o) static_cast<T*>(p.out[o])[i] = r;
+  }
+}
+
+template <typename T>
+void launch(cudaStream_t s, const Pointers& p, int k, int m, std::size_t n, int op, int divisor, int sms) {
+  const std::size_t blocks = (n + 255) / 256;
+  const unsigned grid = static_cast<unsigned>(blocks < static_cast<std::size_t>(sms) * 8 ? blocks : sms * 8);
+  fused_reduce_kernel<T><<<grid == 0 ? 1 : grid, 256, 0, s>>>(p, k, m, n, op, divisor);
+}
+
+}  // namespace
+
+void fused_reduce_async(int ordinal, gpu::StreamHandle stream, DType dtype, int op, const void* const* inputs,
+                        int num_inputs, void* const* outputs, int num_outputs, std::size_t n, int divisor) {
+  CHORUS_REQUIRE(num_inputs >= 1 && num_inputs <= kMaxFused && num_outputs >= 1 && num_outputs <= kMaxFused,
+                 InvalidArgumentError, "fused_reduce: ", num_inputs, " inputs and ", num_outputs,
+                 " outputs; one launch takes 1..", kMaxFused, " of each");
+  if (n == 0) return;
+  gpu::internal::DeviceGuard guard(ordinal);
+  int sms = 0;
+  CHORUS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal));
+  Pointers p{};
+  for (int j = 0; j < num_inputs; ++j) p.in[j] = inputs[j];
+  for (int o = 0; o < num_outputs; ++o) p.out[o] = outputs[o];
+  auto s = static_cast<cudaStream_t>(stream);
+  const int code = op;  // ReduceOp: kSum=0, kMean=1, kMin=2, kMax=3, kProd=4 (communicator.h)
+  switch (dtype) {
+    case DType::kFloat32: launch<float>(s, p, num_inputs, num_outputs, n, code, divisor, sms); break;
+    case DType::kFloat64: launch<double>(s, p, num_inputs, num_outputs, n, code, divisor, sms); break;
+    case DType::kFloat16: launch<__half>(s, p, num_inputs, num_outputs, n, code, divisor, sms); break;
+    case DType::kBFloat16: launch<__nv_bfloat16>(s, p, num_inputs, num_outputs, n, code, divisor, sms); break;
+    case DType::kInt32: launch<std::int32_t>(s, p, num_inputs, num_outputs, n, code, divisor, sms); break;
+    case DType::kInt64: launch<long long>(s, p, num_inputs, num_outputs, n, code, divisor, sms); break;
+    default:
+      throw InvalidArgumentError(std::string("fused_reduce: dtype ") + std::string(dtype_name(dtype)) +
+                                 " is not supported by collectives");
+  }
+  CHORUS_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace chorus::collective::cuda
