@@ -1,7 +1,6 @@
 #include "collective/virtual_gpu.h"
 
-#include <thread>
-
+#include "collective/event_work.h"
 #include "collective/host_reduce.h"
 #include "collective/in_process.h"
 #include "core/error.h"
@@ -18,27 +17,6 @@ using internal::str_cat;
 
 #ifdef CHORUS_WITH_CUDA
 namespace {
-
-// Completes when the collective's kernel (or copies) finished on the device.
-class EventWork final : public Work {
- public:
-  EventWork(std::shared_ptr<Event> done, std::string description)
-      : done_(std::move(done)), description_(std::move(description)) {}
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!done_->query()) {
-      if (std::chrono::steady_clock::now() > deadline)
-        throw DeadlineExceededError(str_cat(description_, ": the device did not finish within ", timeout.count(), " ms"));
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  bool is_completed() const override { return done_->query(); }
-  const std::string& description() const override { return description_; }
-
- private:
-  std::shared_ptr<Event> done_;
-  std::string description_;
-};
 
 // What the group's participants share beyond the rendezvous: the event rank 0 records after the
 // collective's device work, read by the others after the closing phase.

@@ -1,0 +1,27 @@
+// Work that completes with device work: it holds the event recorded after the collective's
+// kernels on a stream (device backends: virtual GPU, NCCL).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collective/communicator.h"
+#include "core/stream.h"
+
+namespace chorus::collective {
+
+class EventWork final : public Work {
+ public:
+  EventWork(std::shared_ptr<Event> done, std::string description)
+      : done_(std::move(done)), description_(std::move(description)) {}
+  // Polls the event (so the timeout is honoured, unlike a blocking event synchronize).
+  void wait(std::chrono::milliseconds timeout) override;
+  bool is_completed() const override { return done_->query(); }
+  const std::string& description() const override { return description_; }
+
+ private:
+  std::shared_ptr<Event> done_;
+  std::string description_;
+};
+
+}  // namespace chorus::collective
