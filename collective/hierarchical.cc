@@ -2,23 +2,13 @@
 
 #include <functional>
 
+#include "collective/work.h"
 #include "core/error.h"
 
 namespace chorus::collective {
 namespace {
 
 using internal::str_cat;
-
-class CompletedWork final : public Work {
- public:
-  explicit CompletedWork(std::string d) : description_(std::move(d)) {}
-  void wait(std::chrono::milliseconds) override {}
-  bool is_completed() const override { return true; }
-  const std::string& description() const override { return description_; }
-
- private:
-  std::string description_;
-};
 
 class HierarchicalCommunicator final : public Communicator {
   using WorkPtr = std::shared_ptr<Work>;

@@ -1,24 +1,13 @@
 #include "collective/in_process.h"
 
 #include "collective/host_reduce.h"
+#include "collective/work.h"
 #include "core/error.h"
 
 namespace chorus::collective {
 namespace {
 
 using internal::str_cat;
-
-class CompletedWork final : public Work {
- public:
-  explicit CompletedWork(std::string description) : description_(std::move(description)) {}
-  void wait(std::chrono::milliseconds) override {}
-  bool is_completed() const override { return true; }
-  const std::string& description() const override { return description_; }
-
- private:
-  std::string description_;
-};
-
 
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
   CHORUS_REQUIRE(a.dtype() == b.dtype() && a.shape() == b.shape(), InvalidArgumentError, op, ": output ",
@@ -39,6 +28,14 @@ void InProcessCommunicator::check_tensor(const Tensor& t, const char* op, const 
   CHORUS_REQUIRE(!t.device_context().is_gpu(), InvalidArgumentError, op, ": the ", role, " tensor is on ",
                  t.device_name(), "; this communicator moves host memory of logical CPU devices (GPU tensors "
                  "go through the virtual-GPU or NCCL backend)");
+  check_collective_dtype(t.dtype(), op);
+}
+
+void InProcessCommunicator::check_on_device(const Tensor& t, const DeviceContext& device, const char* op,
+                                            const char* role) const {
+  CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, " tensor is undefined");
+  CHORUS_REQUIRE(&t.device_context() == &device, InvalidArgumentError, op, ": rank ", rank_, "'s ", role,
+                 " tensor is on ", t.device_name(), " but this rank's device is ", device.name());
   check_collective_dtype(t.dtype(), op);
 }
 

@@ -57,6 +57,8 @@ class InProcessCommunicator : public Communicator {
   // Per-tensor argument check (defined, device kind, dtype). The default accepts host tensors of
   // logical CPU devices; device backends override it.
   virtual void check_tensor(const Tensor& t, const char* op, const char* role) const;
+  // For device backends: defined, on `device` (this rank's), supported dtype.
+  void check_on_device(const Tensor& t, const DeviceContext& device, const char* op, const char* role) const;
   // Makes the tensor's pending device work visible before the collective touches it. The default
   // synchronizes the device stream (host backends read memory directly); device backends order
   // streams with events instead and override it with a no-op.

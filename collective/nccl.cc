@@ -7,7 +7,7 @@
 
 #include <mutex>
 
-#include "collective/event_work.h"
+#include "collective/work.h"
 #include "collective/host_reduce.h"
 #include "collective/in_process.h"
 #include "core/cuda/check.h"
@@ -99,10 +99,7 @@ class NcclCommunicator final : public InProcessCommunicator {
 
  protected:
   void check_tensor(const Tensor& t, const char* op, const char* role) const override {
-    CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, " tensor is undefined");
-    CHORUS_REQUIRE(&t.device_context() == device_.get(), InvalidArgumentError, op, ": rank ", rank(), "'s ", role,
-                   " tensor is on ", t.device_name(), " but this rank's device is ", device_->name());
-    check_collective_dtype(t.dtype(), op);
+    check_on_device(t, *device_, op, role);
   }
   void drain(const Tensor&) const override {}  // NCCL runs on the device stream: stream order suffices
 

@@ -1,6 +1,6 @@
 #include "collective/virtual_gpu.h"
 
-#include "collective/event_work.h"
+#include "collective/work.h"
 #include "collective/host_reduce.h"
 #include "collective/in_process.h"
 #include "core/error.h"
@@ -41,10 +41,7 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
 
  protected:
   void check_tensor(const Tensor& t, const char* op, const char* role) const override {
-    CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, " tensor is undefined");
-    CHORUS_REQUIRE(&t.device_context() == device_.get(), InvalidArgumentError, op, ": rank ", rank(), "'s ", role,
-                   " tensor is on ", t.device_name(), " but this rank's device is ", device_->name());
-    check_collective_dtype(t.dtype(), op);
+    check_on_device(t, *device_, op, role);
   }
   void drain(const Tensor&) const override {}  // ordered by events, never by blocking the host
 

@@ -3,7 +3,7 @@
 //
 //   CHORUS_LOG_LEVEL            DEBUG | INFO | WARNING | ERROR (or 0-3). Default INFO.
 //   TF_FORCE_GPU_ALLOW_GROWTH   "true"/"false": memory growth for every GPU, as in TensorFlow.
-//   CUDA_VISIBLE_DEVICES        honoured by the CUDA runtime; chorus reports it in device listings.
+//   CUDA_VISIBLE_DEVICES        honoured by the CUDA runtime (chorus-devices prints it).
 //   OMPI_COMM_WORLD_RANK/SIZE   set by Open MPI's mpirun (PMI_RANK/PMI_SIZE by MPICH/Slurm): the
 //                               process rank, shown in log lines of multi-process runs.
 //

@@ -33,6 +33,8 @@ int run(int argc, char** argv) {
     }
   }
 
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::cout << "CUDA_VISIBLE_DEVICES=" << (visible ? visible : "(unset)") << "\n";
   std::cout << "Physical devices:\n";
   for (const auto& d : cx::config::list_physical_devices())
     std::cout << "  " << d.name << "  (" << d.description << ")\n";

@@ -1,4 +1,4 @@
-#include "collective/event_work.h"
+#include "collective/work.h"
 
 #include <thread>
 

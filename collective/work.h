@@ -1,5 +1,5 @@
-// Work that completes with device work: it holds the event recorded after the collective's
-// kernels on a stream (device backends: virtual GPU, NCCL).
+// The two kinds of Work backends return: already completed (host backends finish before
+// returning), and completing with device work (an event recorded after the collective's kernels).
 #pragma once
 
 #include <memory>
@@ -9,6 +9,17 @@
 #include "core/stream.h"
 
 namespace chorus::collective {
+
+class CompletedWork final : public Work {
+ public:
+  explicit CompletedWork(std::string description) : description_(std::move(description)) {}
+  void wait(std::chrono::milliseconds) override {}
+  bool is_completed() const override { return true; }
+  const std::string& description() const override { return description_; }
+
+ private:
+  std::string description_;
+};
 
 class EventWork final : public Work {
  public:
