@@ -19,6 +19,7 @@
 // arrive() that posted it and the next phase that ends the collective.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -63,6 +64,9 @@ class Rendezvous {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t generation_ = 0;
+  // Mirrors generation_ and failed_ for waiters that spin briefly before sleeping on cv_.
+  std::atomic<std::uint64_t> spin_generation_{0};
+  std::atomic<bool> spin_failed_{false};
   int arrived_ = 0;
   std::vector<char> here_;
   std::vector<Fingerprint> posted_;

@@ -92,8 +92,12 @@ class CpuStream final : public Stream {
   }
 
   void synchronize() override {
-    auto event = record_event();
-    event->synchronize();
+    // Fast path: nothing queued or running, so nothing to wait for (a thread hand-off costs tens of
+    // microseconds; collectives and host reads call this on every use).
+    if (state_->pending.load(std::memory_order_acquire) != 0) {
+      auto event = record_event();
+      event->synchronize();
+    }
     std::exception_ptr error;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
@@ -134,6 +138,7 @@ class CpuStream final : public Stream {
     bool stopping = false;
     std::thread worker;
     std::shared_ptr<WorkerIdentity> identity;
+    std::atomic<int> pending{0};  // tasks pushed and not yet finished (including their captures)
   };
 
   void push(Task task) {
@@ -143,6 +148,7 @@ class CpuStream final : public Stream {
       state_->identity->id = state_->worker.get_id();
     }
     state_->queue.push_back(std::move(task));
+    state_->pending.fetch_add(1, std::memory_order_relaxed);
     state_->cv.notify_one();
   }
 
@@ -169,6 +175,7 @@ class CpuStream final : public Stream {
       // Release what the task captured (tensor storage) before any later event completes, so
       // memory statistics are settled once synchronize() returns.
       task.fn = nullptr;
+      s->pending.fetch_sub(1, std::memory_order_release);
     }
     if (s->error) CHORUS_LOG(WARNING) << s->name << " stopped with an error nobody synchronized on";
   }
