@@ -1,39 +1,45 @@
 #include "collective/rendezvous.h"
 
+#include <sched.h>
+
+#include <thread>
+
 #include "core/error.h"
 #include "core/logging.h"
-
-#include <algorithm>
-#include <thread>
 
 namespace chorus::collective {
 namespace {
 constexpr std::size_t kHistory = 3;
-// How long a waiter polls before sleeping on the condition variable. A futex wake-up costs tens of
-// microseconds on a loaded machine; collectives of small tensors finish faster than that when the
-// others are already close. Past the first iterations the poll yields, so oversubscribed cores
-// (more replicas than cores) still make progress.
-constexpr auto kSpinFor = std::chrono::microseconds(50);
+// Read once: glibc reads /sys on every call.
+const int kCores = static_cast<int>(std::thread::hardware_concurrency());
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
-}
+}  // namespace
+
+// Why the phases are lock-free on the fast path: a futex sleep and wake-up costs 25-60 us on a
+// loaded machine, far more than a collective of a small tensor. Arrival is an atomic counter; the
+// last arriver validates, resets the phase and bumps the generation; waiters poll the generation
+// for up to 50 us (pausing when every participant can have a core, yielding when there are more
+// participants than cores) and only then sleep on the condition variable, with the timeout. The
+// last arriver takes the mutex to wake sleepers only when there are any (sleepers_ and
+// generation_ are seq_cst, so a sleeper either sees the new generation or is seen and woken).
 
 using internal::str_cat;
 
 Rendezvous::Rendezvous(int size, std::string name)
-    : size_(size), name_(std::move(name)), here_(size, 0), posted_(size), slots_(size), history_(size) {
+    : size_(size), name_(std::move(name)), posted_(size), slots_(size) {
   CHORUS_REQUIRE(size >= 1, InvalidArgumentError, "a communicator needs at least 1 participant, got ", size);
+  here_.reset(new std::atomic<char>[size]);
+  for (int r = 0; r < size; ++r) here_[r] = 0;
+  per_rank_.reset(new History[size]);
 }
 
 void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    slots_[rank] = slot;
-  }
+  slots_[rank] = slot;  // own slot; published by the arrival's release
   wait_phase(rank, fp, timeout, /*validate=*/true);
 }
 
@@ -42,12 +48,14 @@ void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds
 }
 
 void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout, bool validate) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (failed_) throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
-  const std::uint64_t gen = generation_;
-  here_[rank] = 1;
-  posted_[rank] = fp;
-  if (++arrived_ == size_) {
+  if (failed_flag_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
+  }
+  const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+  if (validate) posted_[rank] = fp;
+  here_[rank].store(1, std::memory_order_relaxed);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_) {
     verdict_.clear();
     if (validate) {
       for (int r = 1; r < size_ && verdict_.empty(); ++r) {
@@ -58,51 +66,54 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
                            "shapes and dtypes.");
       }
     }
-    arrived_ = 0;
-    std::fill(here_.begin(), here_.end(), 0);
-    ++generation_;
-    spin_generation_.store(generation_, std::memory_order_release);
-    cv_.notify_all();
-  } else {
-    lock.unlock();
-    const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::steady_clock::duration>(kSpinFor, timeout);
-    for (int i = 0; spin_generation_.load(std::memory_order_acquire) == gen && !spin_failed_.load(std::memory_order_acquire); ++i) {
-      if (i < 64) {
-        cpu_relax();
-      } else {
-        if (std::chrono::steady_clock::now() > spin_until) break;
-        std::this_thread::yield();
-      }
+    for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
+    arrived_.store(0, std::memory_order_relaxed);
+    if (validate) work_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1);  // seq_cst: pairs with the sleepers_ increment below
+    if (sleepers_.load() > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
     }
-    lock.lock();
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    const bool done = cv_.wait_until(lock, deadline, [&] { return generation_ != gen || failed_; });
-    if (generation_ == gen) {
-      if (!done && !failed_) {
-        std::string missing;
-        for (int r = 0; r < size_; ++r)
-          if (!here_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        failed_ = true;
-        spin_failed_ = true;
-        failed_by_timeout_ = true;
-        failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [", missing,
-                           "] of ", size_, ". Last completed collectives: ", history_locked(),
-                           ". A replica is stuck, died, or called a different sequence of collectives.");
-        cv_.notify_all();
-        CHORUS_LOG(ERROR) << name_ << ": " << failure_;
-        throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+  } else {
+    // Spin (pause when every rank can have a core, else yield so the others run), then sleep.
+    const bool own_core = size_ <= kCores;
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    for (int i = 0; generation_.load(std::memory_order_acquire) == gen && !failed_flag_.load(std::memory_order_relaxed); ++i) {
+      if (own_core) cpu_relax(); else sched_yield();
+      if ((i & 15) == 15 && std::chrono::steady_clock::now() > spin_until) break;
+    }
+    if (generation_.load(std::memory_order_acquire) == gen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      const bool done = cv_.wait_until(lock, deadline, [&] { return generation_.load() != gen || failed_; });
+      sleepers_.fetch_sub(1);
+      if (generation_.load() == gen) {
+        if (!done && !failed_) {
+          std::string missing;
+          for (int r = 0; r < size_; ++r)
+            if (!here_[r].load()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          failed_ = true;
+          failed_flag_ = true;
+          failed_by_timeout_ = true;
+          failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [", missing,
+                             "] of ", size_, ". Last completed collectives: ", history_locked(),
+                             ". A replica is stuck, died, or called a different sequence of collectives.");
+          cv_.notify_all();
+          CHORUS_LOG(ERROR) << name_ << ": " << failure_;
+          throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+        }
+        if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+        throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
       }
-      // Failed while we waited in this phase: the same error class for everyone who was waiting.
-      if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
-      throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
     }
   }
   if (validate && !verdict_.empty()) throw InvalidArgumentError(verdict_);
 }
 
 void Rendezvous::completed(int rank, const Fingerprint& fp) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& h = history_[rank];
+  std::lock_guard<std::mutex> lock(per_rank_[rank].mu);
+  auto& h = per_rank_[rank].done;
   h.push_back(fp.to_string());
   if (h.size() > kHistory) h.pop_front();
 }
@@ -111,12 +122,13 @@ void Rendezvous::abort(int rank, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) return;
   failed_ = true;
-  spin_failed_ = true;
+  failed_flag_ = true;
   failure_ = str_cat("rank ", rank, " aborted the communicator: ", reason);
   cv_.notify_all();
 }
 
 void Rendezvous::check_usable() const {
+  if (!failed_flag_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_) throw AbortedError(str_cat(name_, " is unusable: ", failure_));
 }
@@ -125,11 +137,12 @@ std::string Rendezvous::history_locked() const {
   std::string s;
   for (int r = 0; r < size_; ++r) {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
-    if (history_[r].empty()) {
+    std::lock_guard<std::mutex> lock(per_rank_[r].mu);
+    if (per_rank_[r].done.empty()) {
       s += "none";
       continue;
     }
-    for (std::size_t i = 0; i < history_[r].size(); ++i) s += (i ? ", " : "") + history_[r][i];
+    for (std::size_t i = 0; i < per_rank_[r].done.size(); ++i) s += (i ? ", " : "") + per_rank_[r].done[i];
   }
   return s;
 }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@ class Rendezvous {
   void arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout);
   void sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
   const Slot& slot(int rank) const { return slots_[rank]; }
+  // Work counter shared by the participants of the current collective; reset at each arrive().
+  std::atomic<std::size_t>& work() { return work_; }
 
   // Records that `rank` completed `fp` (for timeout messages).
   void completed(int rank, const Fingerprint& fp);
@@ -63,19 +66,23 @@ class Rendezvous {
   const std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::uint64_t generation_ = 0;
-  // Mirrors generation_ and failed_ for waiters that spin briefly before sleeping on cv_.
-  std::atomic<std::uint64_t> spin_generation_{0};
-  std::atomic<bool> spin_failed_{false};
-  int arrived_ = 0;
-  std::vector<char> here_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> arrived_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<std::size_t> work_{0};
+  std::atomic<bool> failed_flag_{false};
+  std::unique_ptr<std::atomic<char>[]> here_;
+  struct History {
+    std::mutex mu;
+    std::deque<std::string> done;  // last completed collectives of one rank
+  };
+  std::unique_ptr<History[]> per_rank_;
   std::vector<Fingerprint> posted_;
   std::vector<Slot> slots_;
   std::string verdict_;  // mismatch message of the last completed validating phase ("" = match)
   bool failed_ = false;
   bool failed_by_timeout_ = false;
   std::string failure_;
-  std::vector<std::deque<std::string>> history_;  // last completed collectives per rank
 };
 
 }  // namespace chorus::collective

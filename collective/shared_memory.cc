@@ -1,5 +1,6 @@
 #include "collective/shared_memory.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "collective/host_reduce.h"
@@ -30,9 +31,18 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     std::vector<const void*> in;
     std::vector<void*> out;
     gather_slots(&in, &out);
-    std::size_t begin, end;
-    partition(static_cast<std::size_t>(input.num_elements()), size(), rank(), &begin, &end);
-    reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), begin, end, size());
+    // Chunks taken from a shared counter: ranks that are running do the work of ranks that are not
+    // (with more replicas than cores, a fixed split would wait for descheduled threads). Chunks of
+    // at most 16384 elements (64 KiB of float32), at least 1024, and about n/k for mid sizes so
+    // every rank gets a share.
+    const std::size_t n = static_cast<std::size_t>(input.num_elements());
+    const std::size_t per_rank = (n / static_cast<std::size_t>(size()) + 15) / 16 * 16;
+    const std::size_t chunk = std::max<std::size_t>(1024, std::min<std::size_t>(16384, per_rank));
+    for (;;) {
+      const std::size_t b = rendezvous().work().fetch_add(1, std::memory_order_relaxed) * chunk;
+      if (b >= n) break;
+      reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), b, std::min(n, b + chunk), size());
+    }
     rendezvous().sync(rank(), c.fp, c.timeout);  // all chunks of every output are written
     return nullptr;
   }

@@ -1,0 +1,140 @@
+// MPI backend: one participant per process, processes started by mpirun, host (CPU-device) tensors.
+//
+//   int main() {
+//     chorus::collective::MpiEnvironment mpi;                       // MPI_Init_thread ... MPI_Finalize
+//     auto comm = chorus::collective::make_mpi_communicator();     // every process, same order
+//     comm->all_reduce(grads, grads, {.op = ReduceOp::kMean})->wait();
+//   }                                                              // comm dies before mpi
+//
+// Semantics are communicator.h's: every process calls the same collectives in the same order; rank
+// and size are those of MPI_COMM_WORLD. Everything below is what MPI adds.
+//
+// Communicator. make_mpi_communicator() duplicates MPI_COMM_WORLD (MPI_Comm_idup, with the options'
+// timeout), so chorus traffic never matches the program's own MPI messages, and sets
+// MPI_ERRORS_RETURN on the duplicate: an MPI error becomes InternalError carrying MPI's error
+// string, file and line, instead of killing the job. Creating one is itself collective over
+// MPI_COMM_WORLD: every process must create its communicators in the same order.
+//
+// Execution. A call checks its arguments, drains the tensors' device streams, then (validation
+// on) exchanges fingerprints with MPI_Iallgather and moves data with the non-blocking collective
+// (MPI_Iallreduce, _Ibcast, _Ireduce, _Iallgather, _Ireduce_scatter_block; barrier is the
+// fingerprint exchange itself, or MPI_Ibarrier without validation). The calling thread polls
+// MPI_Test until the operation completes: it spins for a few microseconds, then sleeps 50 µs
+// between polls (Open MPI progresses only inside MPI calls). The call returns completed Work.
+//   - float32/64 and int32/64 travel as MPI_FLOAT/DOUBLE/INT32_T/INT64_T with MPI's own ops
+//     (MEAN is MPI_SUM, then a division by size(): integer division truncating toward zero).
+//   - float16/bfloat16 have no MPI type. Reductions convert to float32 staging buffers, reduce in
+//     float32 and round once when converting back (the contract of communicator.h; a user-defined
+//     MPI_Op on 16-bit data would round at every pairwise step). This doubles the bytes on the
+//     wire for 16-bit reductions. broadcast and all_gather move 16-bit data as MPI_UINT16_T.
+//   - in-place: output.data() == input.data() maps to MPI_IN_PLACE; other overlaps are staged.
+//   - GPU tensors: InvalidArgumentError (use the NCCL backend). Passing device pointers to a
+//     CUDA-aware Open MPI is future work; mpi_cuda_aware() already reports whether it could.
+//
+// Validation (MpiCommunicatorOptions::validate, on by default) costs one small MPI_Iallgather
+// per call: a mismatch (op, dtype, shape, root, reduce op, sequence number) raises
+// InvalidArgumentError on every rank with the same message, and the communicator stays usable.
+// Turned off, a mismatch is undefined behaviour inside MPI (wrong results, an MPI error or a
+// timeout): turn it off only for code whose call sequence is known to be identical everywhere.
+//
+// Failure. Nothing waits forever: every wait honours the options' timeout. The processes share a
+// small notice channel (point-to-point messages on the duplicate communicator, one tag):
+//   - a rank whose timeout expires tells every other rank; those waiting in the same collective
+//     also give up, and for a short grace period (≤ 200 ms) each collects who else was waiting.
+//     DeadlineExceededError then names the collective, its sequence number, the rank(s) that did
+//     not arrive (those that never answered: busy elsewhere, stuck or dead) and this rank's last
+//     completed collectives;
+//   - abort(reason), or a bad argument on one rank, tells every other rank: those waiting raise
+//     AbortedError naming the rank and reason at once, the others at their next call.
+//   After either the communicator is unusable: every later call raises AbortedError at once.
+//   chorus never calls MPI_Abort (it would kill the job at once, also processes that could save
+//   a checkpoint). A process that cannot go on should exit non-zero: mpirun then ends the job.
+//
+// Resources of a failed communicator. MPI can neither cancel nor free a collective that a peer
+// never joined, and a peer that joins late would still write into its buffers. So a communicator
+// that failed is not freed: its MPI communicator, pending requests and the buffers they use
+// (including the storage of tensors whose data phase timed out) are kept until the process exits.
+// A healthy communicator frees its duplicate (MPI_Comm_free) when destroyed. MPI_Finalize with
+// such leftovers works with Open MPI 4.1 (tested).
+//
+// Threads. MPI is only ever called by chorus under one process-wide mutex, held for single
+// non-blocking calls and never across a wait, so two communicators can be polled from two replica
+// threads, and abort() can come from any thread. That needs MPI_THREAD_SERIALIZED (the thread
+// calling a collective is a replica thread, not the one that called MPI_Init, so FUNNELED is not
+// enough). A program whose own threads call MPI concurrently with chorus needs
+// MPI_THREAD_MULTIPLE: ask for it with MpiEnvironment(MpiThreadLevel::kMultiple).
+// Each Communicator object is used by one thread at a time, as communicator.h says.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "collective/communicator.h"
+
+namespace chorus::collective {
+
+enum class MpiThreadLevel { kSerialized, kMultiple };
+
+// RAII for MPI_Init_thread / MPI_Finalize.
+//
+// If MPI is not initialized yet, the constructor calls MPI_Init_thread requesting `required` and
+// the destructor calls MPI_Finalize. If it is (the program or another MpiEnvironment did it), the
+// constructor only checks the level (MPI_Query_thread) and the destructor does nothing.
+// A provided level below `required` → UnavailableError naming both (MPI is finalized again if
+// this object initialized it). MPI already finalized → FailedPreconditionError (MPI cannot be
+// initialized twice in one process).
+//
+// MPI_Finalize waits for every process of the job to reach it. Destroy every MPI communicator
+// before the MpiEnvironment (a communicator outliving MPI only logs and leaks its handle).
+// Not thread-safe: construct and destroy it on the main thread, as MPI requires.
+class MpiEnvironment {
+ public:
+  explicit MpiEnvironment(MpiThreadLevel required = MpiThreadLevel::kSerialized);
+  ~MpiEnvironment();
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+  MpiEnvironment(MpiEnvironment&& other) noexcept;  // the moved-from object no longer finalizes
+  MpiEnvironment& operator=(MpiEnvironment&&) = delete;
+
+  // Rank and size in MPI_COMM_WORLD.
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  // True if this object called MPI_Init_thread (and will call MPI_Finalize).
+  bool owns_mpi() const { return owns_; }
+  // The provided level: "MPI_THREAD_SERIALIZED", "MPI_THREAD_MULTIPLE", ...
+  std::string thread_level() const;
+
+  // True when the process was started by a launcher (Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE,
+  // MPICH's and Slurm's PMI_SIZE), also with -n 1. Read through core/env.h. Does not touch MPI.
+  static bool launched_by_mpirun();
+
+ private:
+  bool owns_ = false;
+  int provided_ = 0;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+};
+
+// Whether the MPI library can take GPU device pointers (Open MPI's MPIX_Query_cuda_support() where
+// mpi-ext.h declares it; false for other MPIs and for Open MPI built without CUDA, like Debian's).
+// Call it after MPI is initialized. chorus does not use it yet: GPU tensors are rejected.
+bool mpi_cuda_aware();
+
+struct MpiCommunicatorOptions {
+  // Compare fingerprints across processes before every collective (one small MPI_Iallgather).
+  // The knob to turn it off for speed; see the header comment for what a mismatch does then.
+  bool validate = true;
+  // For creating the communicator (MPI_Comm_idup over MPI_COMM_WORLD): a process that does not
+  // create its communicator in time → DeadlineExceededError. Collectives take their own timeouts.
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+
+// A communicator of all processes of MPI_COMM_WORLD (rank = world rank), over a duplicate of it.
+// Collective: every process calls it, in the same order relative to its other communicators.
+// Throws FailedPreconditionError if MPI is not initialized (create an MpiEnvironment first),
+// UnavailableError if MPI's thread level is below MPI_THREAD_SERIALIZED, DeadlineExceededError
+// as above. backend() is "mpi".
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options = {});
+
+}  // namespace chorus::collective
