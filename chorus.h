@@ -2,6 +2,12 @@
 #pragma once
 
 #include "collective/communicator.h"
+#include "collective/hierarchical.h"
+#ifdef CHORUS_WITH_MPI
+#include "collective/mpi.h"
+#endif
+#include "collective/nccl.h"
+#include "collective/virtual_gpu.h"
 #include "collective/reference.h"
 #include "collective/shared_memory.h"
 #include "core/config.h"
