@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "analytic.h"
+#include "collective/hierarchical.h"
 #include "collective/mpi.h"
+#include "collective/shared_memory.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -301,6 +303,49 @@ TEST(MpiTest, BadArgumentOnOneRankFailsItAndReleasesTheOthers) {
         << m;
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(MpiTest, HierarchicalWithMpiBetweenProcesses) {
+  // Two replica threads per process (shared memory), MPI between the processes' local rank 0s:
+  // global rank g = process * 2 + local rank contributes x_g.
+  constexpr int k = 2;
+  std::shared_ptr<Communicator> cross = make_comm();
+  const int P = cross->size();
+  const int p = cross->rank();
+  auto local = make_shared_memory_group(k, "local");
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < k; ++r) comms.push_back(make_hierarchical(std::move(local[r]), r == 0 ? cross : nullptr, p, P));
+  const int n = P * k;
+  std::vector<Tensor> sum(k), bc(k), gathered(k);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(k);
+  for (int r = 0; r < k; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Communicator& c = *comms[r];
+        const int g = c.rank();
+        sum[r] = input(g, 37, DType::kFloat32);
+        c.all_reduce(sum[r], sum[r], {.timeout = kTimeout})->wait();
+        bc[r] = input(g, 37, DType::kFloat64);
+        c.broadcast(bc[r], {.root = n - 1, .timeout = kTimeout})->wait();
+        gathered[r] = Tensor::zeros({n * 3}, DType::kInt32, kCpu);
+        c.all_gather(input(g, 3, DType::kInt32), gathered[r], {.timeout = kTimeout})->wait();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < k; ++r) {
+    ASSERT_EQ(errors[r], "") << "local rank " << r;
+    EXPECT_EQ(comms[r]->rank(), p * k + r);
+    EXPECT_EQ(comms[r]->size(), n);
+    auto s = sum[r].to_vector<double>(), b = bc[r].to_vector<double>(), gv = gathered[r].to_vector<double>();
+    for (int i = 0; i < 37; ++i) {
+      ASSERT_EQ(s[i], expected(ReduceOp::kSum, n, i, DType::kFloat32)) << "i=" << i;
+      ASSERT_EQ(b[i], x(n - 1, i));
+    }
+    for (int i = 0; i < n * 3; ++i) ASSERT_EQ(gv[i], x(i / 3, i % 3));
+  }
 }
 
 TEST(MpiTest, RejectsWhatItCannotDo) {
