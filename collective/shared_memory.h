@@ -5,12 +5,14 @@
 //   comms[r]->all_reduce(grad, grad);                                 // in place, sum
 //
 // Algorithm (bandwidth-optimal, no serial reduce-then-broadcast): after all participants have
-// posted their buffers, rank r reduces its own contiguous chunk of the elements across all k
-// inputs, tile by tile in cache, and writes the result straight into that chunk of all k
-// outputs; a closing barrier keeps every buffer alive until all writers are done. Every byte is
-// read once and written once per output: 2·k·N bytes of traffic for N-byte tensors, spread over
-// the k threads. broadcast, reduce, all_gather and reduce_scatter are split the same way.
-// Two barriers per collective; any size from 0 elements, any participant count.
+// posted their buffers, the elements are cut into chunks (16384 elements at most, about n/k for
+// mid sizes); participants take chunks from a shared counter, reduce each across all k inputs tile
+// by tile in cache, and write the result straight into that chunk of all k outputs; a closing
+// phase keeps every buffer alive until all writers are done. Every byte is read once and written
+// once per output: 2·k·N bytes of traffic for N-byte tensors, spread over the threads that are
+// running (with more replicas than cores, a running thread takes the chunks of a descheduled
+// one). broadcast, reduce, all_gather and reduce_scatter split the work by rank. The meeting
+// points are lock-free on the fast path (rendezvous.cc). Any size from 0 elements, any count.
 //
 // Contract, errors, thread-safety: see communicator.h and in_process.h.
 #pragma once
