@@ -1,22 +1,25 @@
 // chorus: the umbrella header. `#include <chorus/chorus.h>` gives the whole public API.
 #pragma once
 
+#include "core/config.h"
+#include "core/device_spec.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/placement.h"
+#include "core/runtime.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "core/variable.h"
+
 #include "collective/communicator.h"
 #include "collective/hierarchical.h"
 #ifdef CHORUS_WITH_MPI
 #include "collective/mpi.h"
 #endif
 #include "collective/nccl.h"
-#include "collective/virtual_gpu.h"
 #include "collective/reference.h"
 #include "collective/shared_memory.h"
-#include "core/config.h"
-#include "core/device_spec.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/runtime.h"
-#include "core/stream.h"
-#include "core/placement.h"
-#include "core/tensor.h"
-#include "core/variable.h"
+#include "collective/virtual_gpu.h"
+
+#include "distribute/cross_device_ops.h"
