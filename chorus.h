@@ -23,3 +23,4 @@
 #include "collective/virtual_gpu.h"
 
 #include "distribute/cross_device_ops.h"
+#include "distribute/replica_pool.h"
