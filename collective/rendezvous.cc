@@ -26,7 +26,7 @@ inline void cpu_relax() {
 // for up to 50 us (pausing when every participant can have a core, yielding when there are more
 // participants than cores) and only then sleep on the condition variable, with the timeout. The
 // last arriver takes the mutex to wake sleepers only when there are any (sleepers_ and
-// generation_ are seq_cst, so a sleeper either sees the new generation or is seen and woken).
+// state_ are seq_cst, so a sleeper either sees the new generation or is seen and woken).
 
 using internal::str_cat;
 
@@ -52,10 +52,13 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
     std::lock_guard<std::mutex> lock(mu_);
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
   }
-  const std::uint64_t gen = generation_.load(std::memory_order_acquire);
   if (validate) posted_[rank] = fp;
-  here_[rank].store(1, std::memory_order_relaxed);
-  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_) {
+  here_[rank].store(1);
+  const std::uint64_t before = state_.fetch_add(1);  // seq_cst: publishes posted_/slots_ of this rank
+  const auto gen = static_cast<std::uint32_t>(before >> 32);
+  if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
+    // Last to arrive: nobody can withdraw any more (withdraw() sees the full count), so the phase
+    // completes. Validate, reset for the next phase, then open it.
     verdict_.clear();
     if (validate) {
       for (int r = 1; r < size_ && verdict_.empty(); ++r) {
@@ -67,9 +70,8 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
       }
     }
     for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
-    arrived_.store(0, std::memory_order_relaxed);
     if (validate) work_.store(0, std::memory_order_relaxed);
-    generation_.fetch_add(1);  // seq_cst: pairs with the sleepers_ increment below
+    state_.store(static_cast<std::uint64_t>(gen + 1) << 32);  // seq_cst: pairs with sleepers_ below
     if (sleepers_.load() > 0) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
@@ -78,37 +80,55 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
     // Spin (pause when every rank can have a core, else yield so the others run), then sleep.
     const bool own_core = size_ <= kCores;
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    for (int i = 0; generation_.load(std::memory_order_acquire) == gen && !failed_flag_.load(std::memory_order_relaxed); ++i) {
+    for (int i = 0; generation() == gen && !failed_flag_.load(std::memory_order_relaxed); ++i) {
       if (own_core) cpu_relax(); else sched_yield();
       if ((i & 15) == 15 && std::chrono::steady_clock::now() > spin_until) break;
     }
-    if (generation_.load(std::memory_order_acquire) == gen) {
+    if (generation() == gen) {
       std::unique_lock<std::mutex> lock(mu_);
       sleepers_.fetch_add(1);
       const auto deadline = std::chrono::steady_clock::now() + timeout;
-      const bool done = cv_.wait_until(lock, deadline, [&] { return generation_.load() != gen || failed_; });
+      cv_.wait_until(lock, deadline, [&] { return generation() != gen || failed_; });
       sleepers_.fetch_sub(1);
-      if (generation_.load() == gen) {
-        if (!done && !failed_) {
-          std::string missing;
-          for (int r = 0; r < size_; ++r)
-            if (!here_[r].load()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-          failed_ = true;
-          failed_flag_ = true;
-          failed_by_timeout_ = true;
-          failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [", missing,
-                             "] of ", size_, ". Last completed collectives: ", history_locked(),
-                             ". A replica is stuck, died, or called a different sequence of collectives.");
-          cv_.notify_all();
-          CHORUS_LOG(ERROR) << name_ << ": " << failure_;
-          throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+      if (generation() == gen) {
+        if (withdraw(rank, gen)) {
+          if (!failed_) {  // our own deadline passed: fail the group, naming who never came
+            std::string missing;
+            for (int r = 0; r < size_; ++r)
+              if (r != rank && !here_[r].load()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            failed_ = true;
+            failed_flag_ = true;
+            failed_by_timeout_ = true;
+            failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [", missing,
+                               "] of ", size_, ". Last completed collectives: ", history_locked(),
+                               ". A replica is stuck, died, or called a different sequence of collectives.");
+            cv_.notify_all();
+            CHORUS_LOG(ERROR) << name_ << ": " << failure_;
+            throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+          }
+          if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+          throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
         }
-        if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
-        throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
+        // The phase completed while we were giving up: the last arriver is about to open the next
+        // generation. We are part of this collective after all.
+        lock.unlock();
+        while (generation() == gen) cpu_relax();
       }
     }
   }
   if (validate && !verdict_.empty()) throw InvalidArgumentError(verdict_);
+}
+
+bool Rendezvous::withdraw(int rank, std::uint32_t gen) {
+  std::uint64_t s = state_.load();
+  for (;;) {
+    if (static_cast<std::uint32_t>(s >> 32) != gen) return false;                       // completed
+    if ((s & 0xffffffffu) == static_cast<std::uint64_t>(size_)) return false;          // completing
+    if (state_.compare_exchange_weak(s, s - 1)) {
+      here_[rank].store(0);
+      return true;
+    }
+  }
 }
 
 void Rendezvous::completed(int rank, const Fingerprint& fp) {

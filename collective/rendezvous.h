@@ -60,14 +60,20 @@ class Rendezvous {
 
  private:
   void wait_phase(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout, bool validate);
+  std::uint32_t generation() const { return static_cast<std::uint32_t>(state_.load() >> 32); }
+  // Takes back this rank's arrival in generation `gen`; false when the phase completed (or is
+  // completing), in which case the caller must go on as if it had succeeded.
+  bool withdraw(int rank, std::uint32_t gen);
   std::string history_locked() const;
 
   const int size_;
   const std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> arrived_{0};
+  // Generation (high 32 bits) and arrivals in it (low 32 bits) in one word, so that a waiter
+  // giving up (timeout, abort) can withdraw its arrival only if the phase has not completed:
+  // completing and giving up exclude each other, and nobody leaves a phase the others went past.
+  std::atomic<std::uint64_t> state_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<std::size_t> work_{0};
   std::atomic<bool> failed_flag_{false};

@@ -43,6 +43,36 @@ TEST(RendezvousTest, PhasesReleaseTogetherManyTimes) {
   EXPECT_EQ(in_phase.load(), k * 2000);
 }
 
+TEST(RendezvousTest, ATimeoutRacingTheLastArrivalNeverSplitsTheGroup) {
+  // Rank 0's deadline expires at about the moment rank 1 arrives. Either the phase completes for
+  // both, or it fails for both: a rank must never leave a phase the other went past (the other
+  // would then write into buffers of a caller that already got an error).
+  int both_ok = 0, both_failed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Rendezvous rv(2, "race");
+    std::atomic<int> ok{0}, failed{0};
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(900 + (trial % 40) * 5));
+      try {
+        rv.arrive(1, fp(0), Slot{}, std::chrono::seconds(5));
+        ++ok;
+      } catch (const Error&) {
+        ++failed;
+      }
+    });
+    try {
+      rv.arrive(0, fp(0), Slot{}, std::chrono::milliseconds(1));
+      ++ok;
+    } catch (const Error&) {
+      ++failed;
+    }
+    late.join();
+    ASSERT_TRUE(ok == 2 || failed == 2) << "trial " << trial << ": " << ok << " succeeded, " << failed << " failed";
+    (ok == 2 ? both_ok : both_failed)++;
+  }
+  std::printf("timeout race: %d trials completed for both, %d failed for both\n", both_ok, both_failed);
+}
+
 TEST(RendezvousTest, SizeOneNeverWaits) {
   Rendezvous rv(1, "solo");
   rv.arrive(0, fp(0), Slot{}, std::chrono::milliseconds(1));
