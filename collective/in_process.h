@@ -8,10 +8,8 @@
 //     thrown here;
 //   - a fingerprint mismatch, a timeout or an abort come from the Rendezvous (see rendezvous.h).
 // Buffers after a failure: a rank that gives up in the opening phase withdraws before anyone
-// moves data, so no peer touches its buffers. A timeout in the closing phase (a peer stuck for the
-// whole timeout inside its share of the copying) returns while that peer may still write into
-// the outputs; the communicator is unusable afterwards, and such a stall means the process is in
-// trouble anyway.
+// moves data, so no peer touches its buffers; the closing phase is never abandoned (peers only
+// move memory, so they arrive), so no rank returns while a peer still writes into its buffers.
 // Errors found before data moves are thrown by the call itself. Host backends return completed
 // Work; device backends return Work that completes with the device stream.
 #pragma once

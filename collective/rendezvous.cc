@@ -48,6 +48,14 @@ void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds
 }
 
 void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout, bool validate) {
+  // The closing phase (sync) cannot be given up: every rank is past the opening phase and only
+  // moves memory, so all will arrive; leaving early would let peers still write into this
+  // caller's buffers after it got an error. Failures are reported by the next call.
+  const bool closing = !validate;
+  if (closing) {
+    wait_closing(rank, fp, timeout);
+    return;
+  }
   if (failed_flag_.load()) {
     std::lock_guard<std::mutex> lock(mu_);
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
@@ -117,6 +125,36 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
     }
   }
   if (validate && !verdict_.empty()) throw InvalidArgumentError(verdict_);
+}
+
+void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout) {
+  const std::uint64_t before = state_.fetch_add(1);
+  const auto gen = static_cast<std::uint32_t>(before >> 32);
+  if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
+    for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
+    state_.store(static_cast<std::uint64_t>(gen + 1) << 32);
+    if (sleepers_.load() > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+    return;
+  }
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  for (int i = 0; generation() == gen; ++i) {
+    if (size_ <= kCores) cpu_relax(); else sched_yield();
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() > spin_until) break;
+  }
+  if (generation() == gen) {
+    std::unique_lock<std::mutex> lock(mu_);
+    sleepers_.fetch_add(1);
+    if (!cv_.wait_for(lock, timeout, [&] { return generation() != gen; })) {
+      CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count() << " ms in the closing phase of "
+                        << fp.to_string() << " for peers still moving data; waiting on (leaving would let them write "
+                        << "into buffers its caller may free)";
+      cv_.wait(lock, [&] { return generation() != gen; });
+    }
+    sleepers_.fetch_sub(1);
+  }
 }
 
 bool Rendezvous::withdraw(int rank, std::uint32_t gen) {

@@ -5,7 +5,9 @@
 // phase of a collective) fingerprint validation done once by the last participant to arrive:
 //
 //   arrive(rank, fp, slot, timeout)   post this rank's buffers, wait for all, check fingerprints
-//   sync(rank, fp, timeout)           a plain barrier between phases of the same collective
+//   sync(rank, fp, timeout)           the closing barrier of a collective: never abandoned (after
+//                                     `timeout` it logs an error and keeps waiting, since peers
+//                                     may still write into this rank's buffers); never throws
 //
 // Errors (thrown by both):
 //   InvalidArgumentError   fingerprints differ: every participant gets the same message naming
@@ -64,6 +66,7 @@ class Rendezvous {
   // Takes back this rank's arrival in generation `gen`; false when the phase completed (or is
   // completing), in which case the caller must go on as if it had succeeded.
   bool withdraw(int rank, std::uint32_t gen);
+  void wait_closing(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
   std::string history_locked() const;
 
   const int size_;

@@ -53,13 +53,18 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
     rendezvous().arrive(rank(), c.fp, Slot{in, out, &post}, c.timeout);
     if (rank() == 0) {
       Stream& s0 = device_->stream();
-      for (int j = 1; j < size(); ++j) s0.wait_event(static_cast<const Post*>(rendezvous().slot(j).context)->ready);
-      device_work(s0);
-      shared_->done = s0.record_event();
+      try {
+        for (int j = 1; j < size(); ++j) s0.wait_event(static_cast<const Post*>(rendezvous().slot(j).context)->ready);
+        device_work(s0);
+      } catch (const std::exception& e) {
+        rendezvous().abort(rank(), std::string("the device work failed: ") + e.what());  // peers must not report success
+      }
+      shared_->done = s0.record_event();  // after whatever was enqueued: buffers stay ordered
     }
     rendezvous().sync(rank(), c.fp, c.timeout);  // shared_->done is published; slots are no longer read
     std::shared_ptr<Event> done = shared_->done;
     if (rank() != 0) device_->stream().wait_event(done);
+    rendezvous().check_usable();  // a failed launch on rank 0 fails the collective everywhere
     return std::make_shared<EventWork>(done, c.fp.to_string());
   }
 
