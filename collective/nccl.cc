@@ -116,7 +116,14 @@ class NcclCommunicator final : public InProcessCommunicator {
       throw;
     }
     gpu::internal::DeviceGuard guard(device_->gpu_ordinal());
-    launch(comms_->comms[rank()], static_cast<cudaStream_t>(device_->stream().native_handle()));
+    {
+      // Enqueueing under the lock abort_all() takes: a comm is never used after ncclCommAbort.
+      // (Enqueueing does not block, so this cannot delay an abort of a hung kernel.)
+      std::lock_guard<std::mutex> lock(comms_->mu);
+      if (comms_->aborted)
+        throw AbortedError(str_cat(c.fp.to_string(), " on rank ", rank(), ": the NCCL communicators were aborted"));
+      launch(comms_->comms[rank()], static_cast<cudaStream_t>(device_->stream().native_handle()));
+    }
     return std::make_shared<EventWork>(device_->stream().record_event(), c.fp.to_string());
   }
   std::size_t count(const Tensor& t) const { return static_cast<std::size_t>(t.num_elements()); }
