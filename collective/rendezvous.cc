@@ -77,13 +77,8 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
                            "shapes and dtypes.");
       }
     }
-    for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
     if (validate) work_.store(0, std::memory_order_relaxed);
-    state_.store(static_cast<std::uint64_t>(gen + 1) << 32);  // seq_cst: pairs with sleepers_ below
-    if (sleepers_.load() > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_.notify_all();
-    }
+    open_next(gen);
   } else {
     // Spin (pause when every rank can have a core, else yield so the others run), then sleep.
     const bool own_core = size_ <= kCores;
@@ -131,12 +126,7 @@ void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::mill
   const std::uint64_t before = state_.fetch_add(1);
   const auto gen = static_cast<std::uint32_t>(before >> 32);
   if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
-    for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
-    state_.store(static_cast<std::uint64_t>(gen + 1) << 32);
-    if (sleepers_.load() > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_.notify_all();
-    }
+    open_next(gen);
     return;
   }
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
@@ -154,6 +144,15 @@ void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::mill
       cv_.wait(lock, [&] { return generation() != gen; });
     }
     sleepers_.fetch_sub(1);
+  }
+}
+
+void Rendezvous::open_next(std::uint32_t gen) {
+  for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
+  state_.store(static_cast<std::uint64_t>(gen + 1) << 32);  // seq_cst: pairs with sleepers_ below
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
   }
 }
 

@@ -67,6 +67,8 @@ class Rendezvous {
   // completing), in which case the caller must go on as if it had succeeded.
   bool withdraw(int rank, std::uint32_t gen);
   void wait_closing(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
+  // By the last arriver: reset the arrivals, open generation gen + 1, wake sleepers if any.
+  void open_next(std::uint32_t gen);
   std::string history_locked() const;
 
   const int size_;
