@@ -28,6 +28,7 @@ struct State {
   std::map<std::string, std::vector<LogicalDeviceConfiguration>> logical;
   std::map<std::string, bool> growth;
   double fraction = 1.0;
+  int intra_op_threads = 0;
 };
 State& state() {
   static State s;
@@ -163,6 +164,11 @@ void set_logical_device_configuration(const PhysicalDevice& device,
                    " has memory_limit_mb=", mb, "; each limit must be > 0 (or -1, no limit, for a "
                    "single logical device)");
     if (mb > 0) sum_mb += mb;
+    CHORUS_REQUIRE(configs[i].intra_op_threads >= 0, InvalidArgumentError, "set_logical_device_configuration(", d.name,
+                   "): logical device ", i, " has intra_op_threads=", configs[i].intra_op_threads,
+                   "; use a count >= 0 (0 = an equal share of the cores)");
+    CHORUS_REQUIRE(configs[i].intra_op_threads == 0 || d.device_type == "CPU", InvalidArgumentError,
+                   "set_logical_device_configuration(", d.name, "): intra_op_threads applies to CPU devices only");
   }
   const double fraction = d.device_type == "GPU" ? s.fraction : 1.0;
   const auto budget_mb = static_cast<std::int64_t>(static_cast<double>(d.memory_bytes >> 20) * fraction);
@@ -243,6 +249,21 @@ double get_per_process_gpu_memory_fraction() {
   return s.fraction;
 }
 
+void set_intra_op_parallelism_threads(int n) {
+  CHORUS_REQUIRE(n >= 0, InvalidArgumentError, "set_intra_op_parallelism_threads(", n,
+                 "): use a thread count >= 0 (0 = one per core)");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  require_not_frozen(s, "intra_op_parallelism_threads");
+  s.intra_op_threads = n;
+}
+
+int get_intra_op_parallelism_threads() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.intra_op_threads;
+}
+
 void set_soft_device_placement(bool enabled) { g_soft_placement = enabled; }
 bool get_soft_device_placement() { return g_soft_placement; }
 void set_log_device_placement(bool enabled) { g_log_placement = enabled; }
@@ -276,6 +297,7 @@ FrozenConfig freeze(std::string_view first_use) {
   f.logical = s.logical;
   f.memory_growth = s.growth;
   f.gpu_memory_fraction = s.fraction;
+  f.intra_op_threads = s.intra_op_threads;
   return f;
 }
 
@@ -296,6 +318,7 @@ void reset() {
   s.logical.clear();
   s.growth.clear();
   s.fraction = 1.0;
+  s.intra_op_threads = 0;
   g_soft_placement = true;
   g_log_placement = false;
 }

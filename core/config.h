@@ -61,6 +61,13 @@ bool get_memory_growth(const PhysicalDevice& device);
 void set_per_process_gpu_memory_fraction(double fraction);
 double get_per_process_gpu_memory_fraction();  // 1.0 unless set
 
+// Threads the ops of all logical CPU devices together may use (tf.config.threading.
+// set_intra_op_parallelism_threads). 0 (default): the number of cores. Each logical CPU device gets
+// an equal share unless its LogicalDeviceConfiguration says otherwise. n < 0 → InvalidArgumentError;
+// after initialization → FailedPreconditionError.
+void set_intra_op_parallelism_threads(int n);
+int get_intra_op_parallelism_threads();
+
 // When true (TF2's default), a placement request for a device that does not exist falls back to
 // an existing one (with a warning); when false it throws InvalidArgumentError listing devices.
 void set_soft_device_placement(bool enabled);

@@ -17,6 +17,7 @@ struct FrozenConfig {
   std::map<std::string, std::vector<LogicalDeviceConfiguration>> logical;
   std::map<std::string, bool> memory_growth;  // GPUs: explicit set_memory_growth
   double gpu_memory_fraction = 1.0;
+  int intra_op_threads = 0;  // 0: the number of cores
 };
 
 // Marks the configuration frozen (first caller wins the `first_use` label) and returns it.

@@ -32,6 +32,10 @@ struct LogicalDeviceConfiguration {
   // -1: no explicit limit (a CPU device may then use the host's RAM; a GPU device, what the GPU
   // had free at initialization, scaled by per_process_gpu_memory_fraction if set).
   std::int64_t memory_limit_mb = -1;
+  // CPU devices only: threads this device's ops (oneDNN, OpenMP) may use. 0: an equal share of
+  // config::get_intra_op_parallelism_threads() among the logical CPU devices (at least 1), so that
+  // replicas on logical CPU devices do not oversubscribe the cores. Must be >= 0.
+  int intra_op_threads = 0;
 };
 
 struct LogicalDevice {
@@ -42,6 +46,7 @@ struct LogicalDevice {
   int physical_index = 0;
   std::size_t memory_limit = 0;  // bytes enforced by its allocator
   bool memory_growth = false;    // arena grows on demand (true) or reserves the limit at first use
+  int intra_op_threads = 1;      // CPU devices: threads its ops use (see LogicalDeviceConfiguration)
   bool operator==(const LogicalDevice& o) const { return name == o.name; }
 };
 

@@ -1,6 +1,8 @@
 #include "core/runtime.h"
 
+#include <algorithm>
 #include <mutex>
+#include <thread>
 
 #include "core/config_state.h"
 #include "core/env.h"
@@ -50,6 +52,16 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
   for (const PhysicalDevice& phys : cfg.visible) any_gpu = any_gpu || phys.device_type == "GPU";
   // Read only when it matters: a malformed value must not break CPU-only programs.
   const bool env_growth = any_gpu && env::get_bool("TF_FORCE_GPU_ALLOW_GROWTH").value_or(false);
+  // Threads for the ops of each logical CPU device: an equal share of the intra-op budget.
+  int logical_cpus = 0;
+  for (const PhysicalDevice& phys : cfg.visible) {
+    if (phys.device_type != "CPU") continue;
+    auto it = cfg.logical.find(phys.name);
+    logical_cpus += it != cfg.logical.end() ? static_cast<int>(it->second.size()) : 1;
+  }
+  const int budget = cfg.intra_op_threads > 0 ? cfg.intra_op_threads
+                                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int cpu_share = std::max(1, budget / std::max(1, logical_cpus));
   for (const PhysicalDevice& phys : cfg.visible) {
     auto it = cfg.logical.find(phys.name);
     std::vector<LogicalDeviceConfiguration> configs =
@@ -85,6 +97,7 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
       ld.physical_index = phys.index;
       ld.memory_limit = c.memory_limit_mb > 0 ? static_cast<std::size_t>(c.memory_limit_mb) << 20 : default_limit;
       ld.memory_growth = growth;
+      ld.intra_op_threads = is_gpu ? 1 : (c.intra_op_threads > 0 ? c.intra_op_threads : cpu_share);
       BFCOptions opts;
       opts.logical_device = ld.name;
       opts.physical_device = phys.name;

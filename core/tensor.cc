@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/cuda/kernels.h"
@@ -110,9 +111,25 @@ Buffer::~Buffer() {
   }
 }
 
+Tensor::Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype)
+    : buffer_(std::move(buffer)), shape_(std::move(shape)), dtype_(dtype) {
+  static std::atomic<std::uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
+}
+
+Tensor internal_mark_trainable_variable(Tensor t) {
+  t.trainable_variable_ = true;
+  return t;
+}
+
 Tensor Tensor::allocate(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
   return Tensor(std::make_shared<Buffer>(std::move(device), bytes, tag_for(shape, dtype)), shape, dtype);
+}
+
+Tensor Tensor::empty_on(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype) {
+  CHORUS_REQUIRE(device != nullptr, InvalidArgumentError, "empty_on: no device");
+  return allocate(std::move(device), shape, dtype);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, std::string_view device) {

@@ -62,6 +62,8 @@ class Tensor {
 
   // Uninitialized storage (contents unspecified). Op name "Empty".
   static Tensor empty(const Shape& shape, DType dtype = DType::kFloat32, std::string_view device = "");
+  // Uninitialized storage on exactly `device`, bypassing placement (ops allocate outputs with it).
+  static Tensor empty_on(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype);
   // Every element = value converted to dtype (rules in core/dtype.h). Op name "Fill".
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32, std::string_view device = "");
   static Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32, std::string_view device = "");
@@ -95,6 +97,12 @@ class Tensor {
   void* data() const;
   const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
 
+  // Identity for GradientTape (ops/tape.h): every tensor an op or factory makes, and every
+  // reshape, gets a fresh id; copies of a Tensor object share it. 0 for an undefined tensor.
+  std::uint64_t id() const { return id_; }
+  // True for the value of a trainable Variable: tapes watch these automatically, as in TF.
+  bool is_trainable_variable() const { return trainable_variable_; }
+
   // A copy on `device` (any logical device; the same device gives a fresh copy). Op name "Copy".
   Tensor to(std::string_view device) const;
   Tensor clone() const { return to(device_name()); }
@@ -121,15 +129,20 @@ class Tensor {
   std::string to_string(std::int64_t max_elements = 1000) const;
 
  private:
-  Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype)
-      : buffer_(std::move(buffer)), shape_(std::move(shape)), dtype_(dtype) {}
+  friend Tensor internal_mark_trainable_variable(Tensor t);
+  Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype);
   static Tensor allocate(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype);
   void require_defined(const char* what) const;
 
   std::shared_ptr<Buffer> buffer_;
   Shape shape_;
   DType dtype_ = DType::kFloat32;
+  std::uint64_t id_ = 0;
+  bool trainable_variable_ = false;
 };
+
+// For core/variable.cc: `t` flagged as a trainable variable's value (same storage and id).
+Tensor internal_mark_trainable_variable(Tensor t);
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 

@@ -76,6 +76,7 @@ Variable default_variable_creator(const VariableArgs& args) {
   std::string device = args.device;
   if (device.empty() && !current_device_spec().type) device = args.initial_value.device_name();
   Tensor value = args.initial_value.to(place_op("VarHandleOp", device)->name());
+  if (args.trainable) value = internal_mark_trainable_variable(std::move(value));
   return Variable(std::make_shared<ResourceVariable>(args, std::move(value)));
 }
 

@@ -1,0 +1,261 @@
+#include "ops/elementwise.h"
+
+#include "ops/cpu/dnn.h"
+#include "ops/cpu/loops.h"
+#include "ops/internal.h"
+#include "ops/reduction.h"
+#include "ops/tape.h"
+#if CHORUS_WITH_CUDA
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/libraries.h"
+#endif
+
+namespace chorus::ops {
+namespace {
+
+using internal::common_device;
+using internal::output;
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kNeg: return "Neg";
+    case UnaryOp::kExp: return "Exp";
+    case UnaryOp::kLog: return "Log";
+    case UnaryOp::kSqrt: return "Sqrt";
+    case UnaryOp::kRsqrt: return "Rsqrt";
+    case UnaryOp::kSquare: return "Square";
+    case UnaryOp::kAbs: return "Abs";
+    case UnaryOp::kSign: return "Sign";
+    case UnaryOp::kReciprocal: return "Reciprocal";
+    case UnaryOp::kRelu: return "Relu";
+    case UnaryOp::kSigmoid: return "Sigmoid";
+    case UnaryOp::kTanh: return "Tanh";
+    case UnaryOp::kGelu: return "Gelu";
+    case UnaryOp::kLogicalNot: return "LogicalNot";
+  }
+  return "Unary";
+}
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd: return "AddV2";
+    case BinaryOp::kSub: return "Sub";
+    case BinaryOp::kMul: return "Mul";
+    case BinaryOp::kDiv: return "RealDiv";
+    case BinaryOp::kPow: return "Pow";
+    case BinaryOp::kMaximum: return "Maximum";
+    case BinaryOp::kMinimum: return "Minimum";
+    case BinaryOp::kEqual: return "Equal";
+    case BinaryOp::kNotEqual: return "NotEqual";
+    case BinaryOp::kLess: return "Less";
+    case BinaryOp::kLessEqual: return "LessEqual";
+    case BinaryOp::kGreater: return "Greater";
+    case BinaryOp::kGreaterEqual: return "GreaterEqual";
+    case BinaryOp::kLogicalAnd: return "LogicalAnd";
+    case BinaryOp::kLogicalOr: return "LogicalOr";
+    case BinaryOp::kReluGrad: return "ReluGrad";
+    case BinaryOp::kSigmoidGrad: return "SigmoidGrad";
+    case BinaryOp::kTanhGrad: return "TanhGrad";
+    case BinaryOp::kGeluGrad: return "GeluGrad";
+  }
+  return "Binary";
+}
+
+bool unary_needs_float(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kNeg:
+    case UnaryOp::kSquare:
+    case UnaryOp::kAbs:
+    case UnaryOp::kSign:
+    case UnaryOp::kRelu:
+    case UnaryOp::kLogicalNot: return false;
+    default: return true;
+  }
+}
+
+void check_unary_dtype(UnaryOp op, const Tensor& x) {
+  const char* name = unary_name(op);
+  if (op == UnaryOp::kLogicalNot) return internal::require_dtype(name, x, {DType::kBool});
+  if (unary_needs_float(op)) return internal::require_float(name, x);
+  internal::require_dtype(name, x, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                                    DType::kInt64, DType::kUInt8});
+}
+
+void check_binary_dtype(BinaryOp op, const Tensor& a) {
+  const char* name = binary_name(op);
+  if (is_logical(op)) return internal::require_dtype(name, a, {DType::kBool});
+  if (op == BinaryOp::kEqual || op == BinaryOp::kNotEqual) return;  // any dtype
+  if (is_comparison(op) || op == BinaryOp::kAdd || op == BinaryOp::kSub || op == BinaryOp::kMul ||
+      op == BinaryOp::kDiv || op == BinaryOp::kPow || op == BinaryOp::kMaximum || op == BinaryOp::kMinimum ||
+      op == BinaryOp::kReluGrad)
+    return internal::require_dtype(name, a, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                                             DType::kInt32, DType::kInt64, DType::kUInt8});
+  internal::require_float(name, a);
+}
+
+// Raw kernel launch without recording.
+Tensor launch_unary(UnaryOp op, const Tensor& x) {
+  auto dev = common_device(unary_name(op), {x});
+  Tensor y = output(dev, x.shape(), x.dtype());
+  const std::int64_t n = x.num_elements();
+  if (n == 0) return y;
+  if (dev->is_gpu()) {
+    CHORUS_IF_CUDA(if (!cuda::activation_forward(*dev, op, x.dtype(), x.data(), y.data(), n)) cuda::unary(
+        dev->gpu_ordinal(), dev->stream().native_handle(), op, x.dtype(), x.data(), y.data(), n));
+  } else {
+    internal::run_cpu(*dev, [op, x, y, n] {
+      if (!cpu::eltwise_forward(op, x.dtype(), x.data(), y.data(), n)) cpu::unary(op, x.dtype(), x.data(), y.data(), n);
+    });
+  }
+  return y;
+}
+
+Tensor launch_binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  auto dev = common_device(name, {a, b});
+  internal::require_same_dtype(name, a, b);
+  const Shape shape = internal::broadcast_shape(name, a.shape(), b.shape());
+  const bool to_bool = is_comparison(op) || is_logical(op);
+  Tensor out = output(dev, shape, to_bool ? DType::kBool : a.dtype());
+  if (out.num_elements() == 0) return out;
+  const StridedLayout layout = internal::broadcast_layout(name, shape, {&a.shape(), &b.shape()});
+  if (dev->is_gpu()) {
+    CHORUS_IF_CUDA(cuda::binary(dev->gpu_ordinal(), dev->stream().native_handle(), op, a.dtype(), layout, a.data(),
+                                b.data(), out.data()));
+  } else {
+    internal::run_cpu(*dev, [op, layout, a, b, out] { cpu::binary(op, a.dtype(), layout, a.data(), b.data(), out.data()); });
+  }
+  return out;
+}
+
+std::vector<Tensor> binary_grad(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& g) {
+  auto red = [](const Tensor& t, const Tensor& like) { return sum_to_shape(t, like.shape()); };
+  switch (op) {
+    case BinaryOp::kAdd: return {red(g, a), red(g, b)};
+    case BinaryOp::kSub: return {red(g, a), red(neg(g), b)};
+    case BinaryOp::kMul: return {red(mul(g, b), a), red(mul(g, a), b)};
+    case BinaryOp::kDiv: return {red(div(g, b), a), red(neg(div(mul(g, y), b)), b)};
+    case BinaryOp::kPow: {
+      // d/da = b * a^(b-1); d/db = log(a) * a^b where a > 0, else 0 (TF).
+      Tensor ga = mul(g, mul(b, pow(a, sub(b, scalar_like(b, 1.0)))));
+      Tensor safe_log = where(greater(a, zeros_like(a)), log(where(greater(a, zeros_like(a)), a, ones_like(a))), zeros_like(a));
+      Tensor gb = mul(g, mul(y, safe_log));
+      return {red(ga, a), red(gb, b)};
+    }
+    case BinaryOp::kMaximum:
+    case BinaryOp::kMinimum: {
+      Tensor mask = op == BinaryOp::kMaximum ? greater_equal(a, b) : less_equal(a, b);
+      Tensor zero = zeros_like(g);
+      return {red(where(mask, g, zero), a), red(where(mask, zero, g), b)};
+    }
+    default: return {Tensor(), Tensor()};
+  }
+}
+
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  internal::device_of(unary_name(op), x);  // defined-ness first, for a clear message
+  check_unary_dtype(op, x);
+  Tensor y = launch_unary(op, x);
+  if (is_floating(x.dtype()) && internal::should_record({x})) {
+    internal::record(unary_name(op), {x}, {y}, [op, x, y](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+      const Tensor& g = gs[0];
+      switch (op) {
+        case UnaryOp::kNeg: return {neg(g)};
+        case UnaryOp::kExp: return {mul(g, y)};
+        case UnaryOp::kLog: return {div(g, x)};
+        case UnaryOp::kSqrt: return {div(g, mul(y, scalar_like(y, 2.0)))};
+        case UnaryOp::kRsqrt: return {mul(g, mul(scalar_like(y, -0.5), mul(y, square(y))))};
+        case UnaryOp::kSquare: return {mul(g, mul(x, scalar_like(x, 2.0)))};
+        case UnaryOp::kAbs: return {mul(g, sign(x))};
+        case UnaryOp::kSign: return {zeros_like(x)};
+        case UnaryOp::kReciprocal: return {neg(mul(g, square(y)))};
+        case UnaryOp::kRelu: return {binary(BinaryOp::kReluGrad, g, x)};
+        case UnaryOp::kSigmoid: return {binary(BinaryOp::kSigmoidGrad, g, y)};
+        case UnaryOp::kTanh: return {binary(BinaryOp::kTanhGrad, g, y)};
+        case UnaryOp::kGelu: return {binary(BinaryOp::kGeluGrad, g, x)};
+        case UnaryOp::kLogicalNot: break;
+      }
+      return {Tensor()};
+    });
+  }
+  return y;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  internal::common_device(binary_name(op), {a, b});
+  check_binary_dtype(op, a);
+  Tensor y = launch_binary(op, a, b);
+  const bool differentiable = is_floating(a.dtype()) && !is_comparison(op) && !is_logical(op) &&
+                              op != BinaryOp::kReluGrad && op != BinaryOp::kSigmoidGrad && op != BinaryOp::kTanhGrad &&
+                              op != BinaryOp::kGeluGrad;
+  if (differentiable && internal::should_record({a, b})) {
+    internal::record(binary_name(op), {a, b}, {y},
+                     [op, a, b, y](const std::vector<Tensor>& gs) { return binary_grad(op, a, b, y, gs[0]); });
+  }
+  return y;
+}
+
+Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
+  auto dev = common_device("SelectV2", {cond, x, y});
+  internal::require_dtype("SelectV2", cond, {DType::kBool}, "cond");
+  internal::require_same_dtype("SelectV2", x, y);
+  const Shape shape = internal::broadcast_shape("SelectV2", internal::broadcast_shape("SelectV2", cond.shape(), x.shape()),
+                                                y.shape());
+  Tensor out = output(dev, shape, x.dtype());
+  if (out.num_elements() > 0) {
+    const StridedLayout layout = internal::broadcast_layout("SelectV2", shape, {&cond.shape(), &x.shape(), &y.shape()});
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::where(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), layout, cond.data(),
+                                 x.data(), y.data(), out.data()));
+    } else {
+      internal::run_cpu(*dev, [layout, cond, x, y, out] {
+        cpu::where(x.dtype(), layout, cond.data(), x.data(), y.data(), out.data());
+      });
+    }
+  }
+  if (is_floating(x.dtype()) && internal::should_record({x, y})) {
+    internal::record("SelectV2", {cond, x, y}, {out}, [cond, x, y](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+      Tensor zero = zeros_like(gs[0]);
+      return {Tensor(), sum_to_shape(where(cond, gs[0], zero), x.shape()),
+              sum_to_shape(where(cond, zero, gs[0]), y.shape())};
+    });
+  }
+  return out;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  auto dev = internal::device_of("Cast", x);
+  Tensor y = output(dev, x.shape(), dtype);
+  const std::int64_t n = x.num_elements();
+  if (n > 0) {
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::cast(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), dtype, x.data(), y.data(), n));
+    } else {
+      internal::run_cpu(*dev, [x, y, dtype, n] { cpu::cast(x.dtype(), dtype, x.data(), y.data(), n); });
+    }
+  }
+  if (is_floating(x.dtype()) && is_floating(dtype) && internal::should_record({x})) {
+    const DType from = x.dtype();
+    internal::record("Cast", {x}, {y}, [from](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+      return {cast(gs[0], from)};
+    });
+  }
+  return y;
+}
+
+Tensor scalar_like(const Tensor& x, double value) {
+  CHORUS_REQUIRE(x.defined(), InvalidArgumentError, "scalar_like: undefined tensor");
+  return Tensor::full({}, value, x.dtype(), x.device_name());
+}
+Tensor zeros_like(const Tensor& x) {
+  CHORUS_REQUIRE(x.defined(), InvalidArgumentError, "zeros_like: undefined tensor");
+  return Tensor::zeros(x.shape(), x.dtype(), x.device_name());
+}
+Tensor ones_like(const Tensor& x) {
+  CHORUS_REQUIRE(x.defined(), InvalidArgumentError, "ones_like: undefined tensor");
+  return Tensor::ones(x.shape(), x.dtype(), x.device_name());
+}
+
+}  // namespace chorus::ops

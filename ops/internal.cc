@@ -1,0 +1,185 @@
+#include "ops/internal.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/logging.h"
+#include "ops/cpu/dnn.h"
+
+namespace chorus::ops::internal {
+
+using chorus::internal::str_cat;
+
+void no_cuda() { throw UnavailableError("chorus was built without CUDA: GPU kernels are not available"); }
+
+std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs) {
+  std::shared_ptr<DeviceContext> dev;
+  bool mismatch = false;
+  int i = 0;
+  for (const Tensor& t : inputs) {
+    CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": input ", i, " is an undefined tensor");
+    const auto& d = t.buffer()->device_ptr();
+    if (!dev) dev = d;
+    else if (d.get() != dev.get()) mismatch = true;
+    ++i;
+  }
+  CHORUS_REQUIRE(dev != nullptr, InvalidArgumentError, op, ": no inputs");
+  if (mismatch) {
+    std::ostringstream os;
+    i = 0;
+    for (const Tensor& t : inputs) {
+      os << (i ? ", " : "") << "input " << i << " on " << t.device_name();
+      ++i;
+    }
+    throw InvalidArgumentError(str_cat(op, ": inputs must be on one device, got ", os.str(),
+                                       ". Move them first, e.g. x.to(\"", dev->name(), "\")"));
+  }
+  if (config::get_log_device_placement()) CHORUS_LOG(INFO) << "Executing op " << op << " in device " << dev->name();
+  return dev;
+}
+
+void require_dtype(std::string_view op, const Tensor& t, std::initializer_list<DType> allowed, std::string_view what) {
+  for (DType d : allowed)
+    if (t.dtype() == d) return;
+  std::ostringstream os;
+  bool first = true;
+  for (DType d : allowed) {
+    os << (first ? "" : ", ") << dtype_name(d);
+    first = false;
+  }
+  throw InvalidArgumentError(str_cat(op, ": ", what, " has dtype ", dtype_name(t.dtype()), "; allowed: ", os.str()));
+}
+
+void require_float(std::string_view op, const Tensor& t, std::string_view what) {
+  require_dtype(op, t, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}, what);
+}
+
+void require_same_dtype(std::string_view op, const Tensor& a, const Tensor& b) {
+  CHORUS_REQUIRE(a.dtype() == b.dtype(), InvalidArgumentError, op, ": both operands must have the same dtype, got ",
+                 dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), " (use ops::cast)");
+}
+
+void require_rank(std::string_view op, const Tensor& t, int rank, std::string_view what) {
+  CHORUS_REQUIRE(t.shape().rank() == rank, InvalidArgumentError, op, ": ", what, " must have rank ", rank,
+                 ", got shape ", t.shape().to_string());
+}
+
+void run_cpu(DeviceContext& dev, std::function<void()> fn) {
+  const int threads = dev.device().intra_op_threads;
+  dev.stream().enqueue_host([threads, fn = std::move(fn)] {
+    cpu::use_threads(threads);
+    fn();
+  });
+}
+
+Tensor output(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype) {
+  return Tensor::empty_on(dev, shape, dtype);
+}
+
+Tensor zeros_on(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype) {
+  return Tensor::zeros(shape, dtype, dev->name());
+}
+
+Shape broadcast_shape(std::string_view op, const Shape& a, const Shape& b) {
+  const int r = std::max(a.rank(), b.rank());
+  std::vector<std::int64_t> out(static_cast<std::size_t>(r));
+  for (int i = 0; i < r; ++i) {
+    const int ia = a.rank() - r + i, ib = b.rank() - r + i;
+    const std::int64_t da = ia >= 0 ? a.dims()[static_cast<std::size_t>(ia)] : 1;
+    const std::int64_t db = ib >= 0 ? b.dims()[static_cast<std::size_t>(ib)] : 1;
+    CHORUS_REQUIRE(da == db || da == 1 || db == 1, InvalidArgumentError, op, ": Incompatible shapes: ", a.to_string(),
+                   " vs. ", b.to_string());
+    out[static_cast<std::size_t>(i)] = da == 1 ? db : da;
+  }
+  return Shape(std::move(out));
+}
+
+namespace {
+
+// Merges dims d and d+1 where every operand's stride satisfies s[d] == s[d+1] * dims[d+1], and
+// drops dims of size 1. Operates on vectors, writes the layout.
+void merge_into(std::string_view op, std::vector<std::int64_t> dims, std::vector<std::vector<std::int64_t>> strides,
+                StridedLayout& layout) {
+  const std::size_t nops = strides.size();
+  // Drop size-1 dims (their strides never matter).
+  std::vector<std::int64_t> d2;
+  std::vector<std::vector<std::int64_t>> s2(nops);
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;
+    d2.push_back(dims[d]);
+    for (std::size_t o = 0; o < nops; ++o) s2[o].push_back(strides[o][d]);
+  }
+  std::vector<std::int64_t> md;
+  std::vector<std::vector<std::int64_t>> ms(nops);
+  for (std::size_t d = 0; d < d2.size(); ++d) {
+    bool can = !md.empty();
+    for (std::size_t o = 0; o < nops && can; ++o) can = ms[o].back() == s2[o][d] * d2[d];
+    if (can) {
+      md.back() *= d2[d];
+      for (std::size_t o = 0; o < nops; ++o) ms[o].back() = s2[o][d];
+    } else {
+      md.push_back(d2[d]);
+      for (std::size_t o = 0; o < nops; ++o) ms[o].push_back(s2[o][d]);
+    }
+  }
+  CHORUS_REQUIRE(md.size() <= static_cast<std::size_t>(kMaxRank), InvalidArgumentError, op,
+                 ": too many non-mergeable dimensions (", md.size(), "); at most ", kMaxRank, " are supported");
+  layout.rank = static_cast<int>(md.size());
+  for (std::size_t d = 0; d < md.size(); ++d) {
+    layout.dims[d] = md[d];
+    for (std::size_t o = 0; o < nops; ++o) layout.strides[o][d] = ms[o][d];
+  }
+}
+
+}  // namespace
+
+std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
+  std::vector<std::int64_t> s(static_cast<std::size_t>(shape.rank()));
+  std::int64_t acc = 1;
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    s[static_cast<std::size_t>(d)] = acc;
+    acc *= shape.dims()[static_cast<std::size_t>(d)];
+  }
+  return s;
+}
+
+StridedLayout broadcast_layout(std::string_view op, const Shape& out, std::initializer_list<const Shape*> operands) {
+  const std::size_t r = static_cast<std::size_t>(out.rank());
+  std::vector<std::vector<std::int64_t>> strides;
+  for (const Shape* s : operands) {
+    std::vector<std::int64_t> cs = contiguous_strides(*s);
+    std::vector<std::int64_t> st(r, 0);
+    const std::size_t shift = r - static_cast<std::size_t>(s->rank());
+    for (std::size_t d = 0; d < static_cast<std::size_t>(s->rank()); ++d)
+      st[d + shift] = s->dims()[d] == 1 ? 0 : cs[d];
+    strides.push_back(std::move(st));
+  }
+  StridedLayout layout;
+  merge_into(op, out.dims(), std::move(strides), layout);
+  return layout;
+}
+
+CopyLayout copy_layout(std::string_view op, const std::vector<std::int64_t>& dims,
+                       const std::vector<std::int64_t>& src_strides, std::int64_t src_offset,
+                       const std::vector<std::int64_t>& dst_strides, std::int64_t dst_offset) {
+  CopyLayout layout;
+  merge_into(op, dims, {src_strides, dst_strides}, layout);
+  layout.offsets[0] = src_offset;
+  layout.offsets[1] = dst_offset;
+  return layout;
+}
+
+int normalize_axis(std::string_view op, int axis, int rank) {
+  CHORUS_REQUIRE(axis >= -rank && axis < rank, InvalidArgumentError, op, ": axis ", axis,
+                 " is out of range for a tensor of rank ", rank, " (valid: [", -rank, ", ", rank, "))");
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end; ++i) p *= dims[i];
+  return p;
+}
+
+}  // namespace chorus::ops::internal

@@ -1,0 +1,371 @@
+#include "ops/nn.h"
+
+#include "ops/cpu/dnn.h"
+#include "ops/cpu/loops.h"
+#include "ops/elementwise.h"
+#include "ops/geometry.h"
+#include "ops/internal.h"
+#include "ops/reduction.h"
+#include "ops/shape_ops.h"
+#include "ops/tape.h"
+#if CHORUS_WITH_CUDA
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/libraries.h"
+#endif
+
+namespace chorus::ops {
+namespace {
+
+using internal::output;
+
+void require_cpu_dnn_dtype(const char* op, const DeviceContext& dev, const Tensor& x) {
+  if (dev.is_gpu()) internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
+  else internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
+}
+
+Conv2dGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dOptions& o) {
+  CHORUS_REQUIRE(x.rank() == 4, InvalidArgumentError, op, ": input must be NHWC (rank 4), got ", x.to_string());
+  CHORUS_REQUIRE(w.rank() == 4, InvalidArgumentError, op, ": filters must be HWIO (rank 4), got ", w.to_string());
+  CHORUS_REQUIRE(o.strides[0] > 0 && o.strides[1] > 0 && o.dilations[0] > 0 && o.dilations[1] > 0, InvalidArgumentError,
+                 op, ": strides and dilations must be > 0, got strides (", o.strides[0], ", ", o.strides[1],
+                 ") dilations (", o.dilations[0], ", ", o.dilations[1], ")");
+  CHORUS_REQUIRE(x.dims()[3] == w.dims()[2], InvalidArgumentError, op, ": input depth ", x.dims()[3],
+                 " does not match the filters' input depth ", w.dims()[2], " (input ", x.to_string(), ", filters ",
+                 w.to_string(), ")");
+  Conv2dGeometry g;
+  g.n = x.dims()[0];
+  g.in_h = x.dims()[1];
+  g.in_w = x.dims()[2];
+  g.in_c = x.dims()[3];
+  g.k_h = w.dims()[0];
+  g.k_w = w.dims()[1];
+  g.out_c = w.dims()[3];
+  g.stride_h = o.strides[0];
+  g.stride_w = o.strides[1];
+  g.dilation_h = o.dilations[0];
+  g.dilation_w = o.dilations[1];
+  CHORUS_REQUIRE(compute_output_size(g, o.padding), InvalidArgumentError, op, ": the ", g.k_h, "x", g.k_w,
+                 " filter (dilation ", g.dilation_h, "x", g.dilation_w, ") does not fit the ", g.in_h, "x", g.in_w,
+                 " input with VALID padding");
+  return g;
+}
+
+Conv2dGeometry pool_geometry(const char* op, const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> s,
+                             Padding padding) {
+  CHORUS_REQUIRE(x.rank() == 4, InvalidArgumentError, op, ": input must be NHWC (rank 4), got ", x.to_string());
+  CHORUS_REQUIRE(k[0] > 0 && k[1] > 0 && s[0] > 0 && s[1] > 0, InvalidArgumentError, op,
+                 ": ksize and strides must be > 0");
+  Conv2dGeometry g;
+  g.n = x.dims()[0];
+  g.in_h = x.dims()[1];
+  g.in_w = x.dims()[2];
+  g.in_c = g.out_c = x.dims()[3];
+  g.k_h = k[0];
+  g.k_w = k[1];
+  g.stride_h = s[0];
+  g.stride_w = s[1];
+  CHORUS_REQUIRE(compute_output_size(g, padding), InvalidArgumentError, op, ": the ", k[0], "x", k[1],
+                 " window does not fit the ", g.in_h, "x", g.in_w, " input with VALID padding");
+  return g;
+}
+
+Shape nhwc(const Conv2dGeometry& g) { return Shape{g.n, g.out_h, g.out_w, g.out_c}; }
+
+Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> s,
+            Padding padding) {
+  const char* name = kind == PoolKind::kMax ? "MaxPool" : "AvgPool";
+  auto dev = internal::device_of(name, x);
+  require_cpu_dnn_dtype(name, *dev, x);
+  const Conv2dGeometry g = pool_geometry(name, x.shape(), k, s, padding);
+  Tensor y = output(dev, nhwc(g), x.dtype());
+  if (y.num_elements() > 0) {
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::pool2d_forward(*dev, kind, x.dtype(), g, x.data(), y.data()));
+    } else {
+      internal::run_cpu(*dev, [kind, g, x, y] { cpu::pool2d_forward(kind, x.dtype(), g, x.data(), y.data()); });
+    }
+  }
+  if (internal::should_record({x})) {
+    internal::record(name, {x}, {y}, [kind, g, x, y](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+      const Tensor& dy = gs[0];
+      auto d = dy.buffer()->device_ptr();
+      Tensor dx = output(d, x.shape(), x.dtype());
+      if (dx.num_elements() > 0) {
+        if (d->is_gpu()) {
+          CHORUS_IF_CUDA(cuda::pool2d_backward(*d, kind, x.dtype(), g, x.data(), y.data(), dy.data(), dx.data()));
+        } else {
+          internal::run_cpu(*d, [kind, g, x, dy, dx] {
+            cpu::pool2d_backward(kind, x.dtype(), g, x.data(), dy.data(), dx.data());
+          });
+        }
+      }
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor softmax_last(bool log, const Tensor& x) {
+  const char* name = log ? "LogSoftmax" : "Softmax";
+  auto dev = internal::device_of(name, x);
+  require_cpu_dnn_dtype(name, *dev, x);
+  CHORUS_REQUIRE(x.shape().rank() >= 1, InvalidArgumentError, name, ": logits must have rank >= 1");
+  const std::int64_t cols = x.shape().dims().back();
+  const std::int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
+  Tensor y = output(dev, x.shape(), x.dtype());
+  if (y.num_elements() > 0) {
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::softmax_forward(*dev, x.dtype(), log, x.data(), y.data(), rows, cols));
+    } else {
+      internal::run_cpu(*dev, [log, x, y, rows, cols] { cpu::softmax_forward(x.dtype(), log, x.data(), y.data(), rows, cols); });
+    }
+  }
+  if (internal::should_record({x})) {
+    internal::record(name, {x}, {y}, [log, y, rows, cols](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+      const Tensor& dy = gs[0];
+      auto d = dy.buffer()->device_ptr();
+      Tensor dx = output(d, y.shape(), y.dtype());
+      if (dx.num_elements() > 0) {
+        if (d->is_gpu()) {
+          CHORUS_IF_CUDA(cuda::softmax_backward(*d, y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols));
+        } else {
+          internal::run_cpu(*d, [log, y, dy, dx, rows, cols] {
+            cpu::softmax_backward(y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols);
+          });
+        }
+      }
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor softmax_axis(bool log, const Tensor& x, int axis) {
+  internal::device_of(log ? "LogSoftmax" : "Softmax", x);
+  const int r = x.shape().rank();
+  const int a = internal::normalize_axis(log ? "LogSoftmax" : "Softmax", axis, r);
+  if (a == r - 1) return softmax_last(log, x);
+  std::vector<int> perm;
+  for (int i = 0; i < r; ++i) perm.push_back(i);
+  std::swap(perm[static_cast<std::size_t>(a)], perm.back());
+  return transpose(softmax_last(log, transpose(x, perm)), perm);  // a swap is its own inverse
+}
+
+// Runs the fused loss kernel: per-row loss and the logits' gradient.
+std::pair<Tensor, Tensor> xent(bool sparse, const Tensor& labels, const Tensor& logits) {
+  const char* name = sparse ? "SparseSoftmaxCrossEntropyWithLogits" : "SoftmaxCrossEntropyWithLogits";
+  auto dev = internal::common_device(name, {labels, logits});
+  internal::require_float(name, logits, "logits");
+  CHORUS_REQUIRE(logits.shape().rank() == 2, InvalidArgumentError, name, ": logits must be [batch, classes], got ",
+                 logits.shape().to_string());
+  const std::int64_t rows = logits.shape().dims()[0], cols = logits.shape().dims()[1];
+  if (sparse) {
+    internal::require_dtype(name, labels, {DType::kInt32, DType::kInt64}, "labels");
+    CHORUS_REQUIRE(labels.shape() == Shape{rows}, InvalidArgumentError, name, ": labels must have shape (", rows,
+                   ",) to match logits ", logits.shape().to_string(), ", got ", labels.shape().to_string());
+  } else {
+    CHORUS_REQUIRE(labels.shape() == logits.shape() && labels.dtype() == logits.dtype(), InvalidArgumentError, name,
+                   ": labels must match logits ", dtype_name(logits.dtype()), logits.shape().to_string(), ", got ",
+                   dtype_name(labels.dtype()), labels.shape().to_string());
+  }
+  Tensor loss = output(dev, Shape{rows}, logits.dtype());
+  Tensor grad = output(dev, logits.shape(), logits.dtype());
+  if (rows > 0) {
+    CHORUS_REQUIRE(cols > 0, InvalidArgumentError, name, ": logits have 0 classes");
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(sparse ? cuda::sparse_softmax_xent(dev->gpu_ordinal(), dev->stream().native_handle(), logits.dtype(),
+                                                        logits.data(), labels.dtype(), labels.data(), loss.data(),
+                                                        grad.data(), rows, cols)
+                            : cuda::softmax_xent(dev->gpu_ordinal(), dev->stream().native_handle(), logits.dtype(),
+                                                 logits.data(), labels.data(), loss.data(), grad.data(), rows, cols));
+    } else {
+      internal::run_cpu(*dev, [sparse, labels, logits, loss, grad, rows, cols] {
+        if (sparse)
+          cpu::sparse_softmax_xent(logits.dtype(), logits.data(), labels.dtype(), labels.data(), loss.data(), grad.data(),
+                                   rows, cols);
+        else
+          cpu::softmax_xent(logits.dtype(), logits.data(), labels.data(), loss.data(), grad.data(), rows, cols);
+      });
+    }
+  }
+  return {loss, grad};
+}
+
+Tensor xent_op(bool sparse, const Tensor& labels, const Tensor& logits) {
+  auto [loss, grad] = xent(sparse, labels, logits);
+  if (internal::should_record({logits})) {
+    internal::record(sparse ? "SparseSoftmaxCrossEntropyWithLogits" : "SoftmaxCrossEntropyWithLogits", {labels, logits},
+                     {loss}, [grad](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+                       return {Tensor(), mul(expand_dims(gs[0], -1), grad)};
+                     });
+  }
+  return loss;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
+  auto dev = internal::common_device("Conv2D", {x, w});
+  require_cpu_dnn_dtype("Conv2D", *dev, x);
+  internal::require_same_dtype("Conv2D", x, w);
+  const Conv2dGeometry g = conv_geometry("Conv2D", x.shape(), w.shape(), o);
+  Tensor y = output(dev, nhwc(g), x.dtype());
+  if (y.num_elements() > 0) {
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::conv2d_forward(*dev, x.dtype(), g, x.data(), w.data(), y.data()));
+    } else {
+      internal::run_cpu(*dev, [g, x, w, y] { cpu::conv2d_forward(x.dtype(), g, x.data(), w.data(), y.data()); });
+    }
+  }
+  if (internal::should_record({x, w})) {
+    internal::record("Conv2D", {x, w}, {y}, [x, w, o](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+      return {conv2d_backprop_input(x.shape(), w, gs[0], o), conv2d_backprop_filter(x, w.shape(), gs[0], o)};
+    });
+  }
+  return y;
+}
+
+Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Tensor& dy, const Conv2dOptions& o) {
+  auto dev = internal::common_device("Conv2DBackpropInput", {w, dy});
+  require_cpu_dnn_dtype("Conv2DBackpropInput", *dev, dy);
+  internal::require_same_dtype("Conv2DBackpropInput", w, dy);
+  const Conv2dGeometry g = conv_geometry("Conv2DBackpropInput", input_shape, w.shape(), o);
+  CHORUS_REQUIRE(dy.shape() == nhwc(g), InvalidArgumentError, "Conv2DBackpropInput: dy has shape ", dy.shape().to_string(),
+                 ", the convolution's output is ", nhwc(g).to_string());
+  Tensor dx = g.input_elements() > 0 && g.output_elements() > 0 ? output(dev, input_shape, dy.dtype())
+                                                                : Tensor::zeros(input_shape, dy.dtype(), dev->name());
+  if (g.input_elements() > 0 && g.output_elements() > 0) {
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::conv2d_backward_data(*dev, dy.dtype(), g, dy.data(), w.data(), dx.data()));
+    } else {
+      internal::run_cpu(*dev, [g, dy, w, dx] { cpu::conv2d_backward_data(dy.dtype(), g, dy.data(), w.data(), dx.data()); });
+    }
+  }
+  return dx;
+}
+
+Tensor conv2d_backprop_filter(const Tensor& x, const Shape& filter_shape, const Tensor& dy, const Conv2dOptions& o) {
+  auto dev = internal::common_device("Conv2DBackpropFilter", {x, dy});
+  require_cpu_dnn_dtype("Conv2DBackpropFilter", *dev, dy);
+  internal::require_same_dtype("Conv2DBackpropFilter", x, dy);
+  const Conv2dGeometry g = conv_geometry("Conv2DBackpropFilter", x.shape(), filter_shape, o);
+  CHORUS_REQUIRE(dy.shape() == nhwc(g), InvalidArgumentError, "Conv2DBackpropFilter: dy has shape ",
+                 dy.shape().to_string(), ", the convolution's output is ", nhwc(g).to_string());
+  const bool work = g.output_elements() > 0 && g.filter_elements() > 0;
+  Tensor dw = work ? output(dev, filter_shape, dy.dtype()) : Tensor::zeros(filter_shape, dy.dtype(), dev->name());
+  if (work) {
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::conv2d_backward_filter(*dev, dy.dtype(), g, x.data(), dy.data(), dw.data()));
+    } else {
+      internal::run_cpu(*dev, [g, x, dy, dw] { cpu::conv2d_backward_filter(dy.dtype(), g, x.data(), dy.data(), dw.data()); });
+    }
+  }
+  return dw;
+}
+
+Tensor max_pool2d(const Tensor& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> s, Padding p) {
+  return pool(PoolKind::kMax, x, k, s, p);
+}
+Tensor avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> s, Padding p) {
+  return pool(PoolKind::kAvg, x, k, s, p);
+}
+
+Tensor softmax(const Tensor& logits, int axis) { return softmax_axis(false, logits, axis); }
+Tensor log_softmax(const Tensor& logits, int axis) { return softmax_axis(true, logits, axis); }
+
+Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits) {
+  return xent_op(true, labels, logits);
+}
+Tensor softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits) {
+  return xent_op(false, labels, logits);
+}
+
+BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                           const Tensor& variance, double epsilon, bool training) {
+  const char* name = "FusedBatchNormV3";
+  auto dev = training ? internal::common_device(name, {x, gamma, beta})
+                      : internal::common_device(name, {x, gamma, beta, mean, variance});
+  require_cpu_dnn_dtype(name, *dev, x);
+  CHORUS_REQUIRE(x.shape().rank() >= 2, InvalidArgumentError, name, ": x must be [..., channels], got ",
+                 x.shape().to_string());
+  CHORUS_REQUIRE(epsilon > 0, InvalidArgumentError, name, ": epsilon must be > 0, got ", epsilon);
+  const std::int64_t c = x.shape().dims().back();
+  const std::int64_t rows = c == 0 ? 0 : x.num_elements() / c;
+  std::vector<std::reference_wrapper<const Tensor>> params{gamma, beta};
+  if (!training) {
+    params.push_back(mean);
+    params.push_back(variance);
+  }
+  for (const Tensor& p : params) {
+    CHORUS_REQUIRE(p.shape() == Shape{c} && p.dtype() == x.dtype(), InvalidArgumentError, name,
+                   ": scale/offset/mean/variance must be ", dtype_name(x.dtype()), "(", c, ",), got ",
+                   dtype_name(p.dtype()), p.shape().to_string());
+  }
+  BatchNormResult r;
+  r.y = output(dev, x.shape(), x.dtype());
+  if (training) {
+    CHORUS_REQUIRE(rows > 0, InvalidArgumentError, name, ": training needs a non-empty batch");
+    r.batch_mean = output(dev, Shape{c}, x.dtype());
+    r.batch_variance = output(dev, Shape{c}, x.dtype());
+    Tensor y = r.y, bm = r.batch_mean, bv = r.batch_variance;
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::batch_norm_training(*dev, x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(),
+                                               bv.data(), rows, c, epsilon));
+    } else {
+      internal::run_cpu(*dev, [x, gamma, beta, y, bm, bv, rows, c, epsilon] {
+        cpu::batch_norm_training(x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(), bv.data(), rows, c,
+                                 epsilon);
+      });
+    }
+    if (internal::should_record({x, gamma, beta})) {
+      internal::record(name, {x, gamma, beta}, {r.y, r.batch_mean, r.batch_variance},
+                       [x, gamma, bm, bv, rows, c, epsilon](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+                         // Gradients reaching batch_mean / batch_variance are ignored (as TF's fused op).
+                         if (!gs[0].defined()) return {Tensor(), Tensor(), Tensor()};
+                         const Tensor& dy = gs[0];
+                         auto d = dy.buffer()->device_ptr();
+                         Tensor dx = output(d, x.shape(), x.dtype());
+                         Tensor dg = output(d, gamma.shape(), x.dtype());
+                         Tensor db = output(d, gamma.shape(), x.dtype());
+                         if (d->is_gpu()) {
+                           CHORUS_IF_CUDA(cuda::batch_norm_backward(*d, x.dtype(), x.data(), dy.data(), gamma.data(),
+                                                                    bm.data(), bv.data(), dx.data(), dg.data(), db.data(),
+                                                                    rows, c, epsilon));
+                         } else {
+                           internal::run_cpu(*d, [x, dy, gamma, bm, bv, dx, dg, db, rows, c, epsilon] {
+                             cpu::batch_norm_backward(x.dtype(), x.data(), dy.data(), gamma.data(), bm.data(), bv.data(),
+                                                      dx.data(), dg.data(), db.data(), rows, c, epsilon);
+                           });
+                         }
+                         return {dx, dg, db};
+                       });
+    }
+    return r;
+  }
+  if (rows > 0) {
+    Tensor y = r.y;
+    if (dev->is_gpu()) {
+      CHORUS_IF_CUDA(cuda::batch_norm_inference(*dev, x.dtype(), x.data(), gamma.data(), beta.data(), mean.data(),
+                                                variance.data(), y.data(), rows, c, epsilon));
+    } else {
+      internal::run_cpu(*dev, [x, gamma, beta, mean, variance, y, rows, c, epsilon] {
+        cpu::batch_norm_inference(x.dtype(), x.data(), gamma.data(), beta.data(), mean.data(), variance.data(), y.data(),
+                                  rows, c, epsilon);
+      });
+    }
+  }
+  if (internal::should_record({x, gamma, beta})) {
+    internal::record(name, {x, gamma, beta}, {r.y},
+                     [x, gamma, mean, variance, epsilon](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+                       // y = gamma * (x - mean) * inv + beta with constants mean, variance.
+                       const Tensor& dy = gs[0];
+                       Tensor inv = rsqrt(add(variance, scalar_like(variance, epsilon)));
+                       Tensor xhat = mul(sub(x, mean), inv);
+                       const Shape cs = gamma.shape();
+                       return {mul(dy, mul(gamma, inv)), sum_to_shape(mul(dy, xhat), cs), sum_to_shape(dy, cs)};
+                     });
+  }
+  return r;
+}
+
+}  // namespace chorus::ops

@@ -1,0 +1,64 @@
+// Neural-network ops (tf.nn): convolution, pooling, batch normalization, softmax, the fused
+// cross-entropy losses, dropout. Layout NHWC, filters HWIO, as TF's defaults.
+//
+//   Tensor y = ops::conv2d(x, w, {1, 1}, Padding::kSame);          // x [n,h,w,c], w [kh,kw,c,f]
+//   Tensor p = ops::max_pool2d(y, {2, 2}, {2, 2}, Padding::kValid);
+//   Tensor loss = ops::sparse_softmax_cross_entropy_with_logits(labels, logits);   // [n]
+//
+// Kernels: CPU float32 → oneDNN, float64 → reference loops; GPU → cuDNN (see ops/cpu/dnn.h and
+// ops/cuda/libraries.h). Bad shapes → InvalidArgumentError naming the op and the shapes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/kinds.h"
+
+namespace chorus::ops {
+
+struct Conv2dOptions {
+  std::array<std::int64_t, 2> strides{1, 1};
+  Padding padding = Padding::kValid;
+  std::array<std::int64_t, 2> dilations{1, 1};
+};
+Tensor conv2d(const Tensor& x, const Tensor& filters, const Conv2dOptions& options = {});
+inline Tensor conv2d(const Tensor& x, const Tensor& filters, std::array<std::int64_t, 2> strides, Padding padding) {
+  return conv2d(x, filters, Conv2dOptions{strides, padding, {1, 1}});
+}
+
+Tensor max_pool2d(const Tensor& x, std::array<std::int64_t, 2> ksize, std::array<std::int64_t, 2> strides,
+                  Padding padding = Padding::kValid);
+// Average over the in-bounds elements of each window (TF: padding is not counted under SAME).
+Tensor avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> ksize, std::array<std::int64_t, 2> strides,
+                  Padding padding = Padding::kValid);
+
+// Softmax / log-softmax along `axis` (default last).
+Tensor softmax(const Tensor& logits, int axis = -1);
+Tensor log_softmax(const Tensor& logits, int axis = -1);
+
+// Per-example losses [batch] for logits [batch, classes] (numerically stable, fused forward and
+// backward: the gradient is computed with the loss and used by the tape).
+// labels: int32/int64 class ids [batch]. An id outside [0, classes) → InvalidArgumentError on the
+// CPU (at the next read), NaN loss on the GPU (as TF).
+Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits);
+// labels: a probability distribution per row, same shape and dtype as logits. The gradient flows
+// to the logits only (labels are constants here, as in TF's v2 op when labels are not watched).
+Tensor softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits);
+
+// Fused batch normalization over the last (channel) axis of x [..., C] (TF's FusedBatchNormV3 with
+// NHWC). training: normalizes with the batch's mean and biased variance and returns them;
+// inference: uses `mean` and `variance`. gamma/beta/mean/variance have shape [C].
+struct BatchNormResult {
+  Tensor y, batch_mean, batch_variance;  // batch_* only in training
+};
+BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                           const Tensor& variance, double epsilon, bool training);
+
+// Gradients of conv2d (also usable directly, TF's conv2d_backprop_input/filter).
+Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& filters, const Tensor& dy,
+                             const Conv2dOptions& options);
+Tensor conv2d_backprop_filter(const Tensor& x, const Shape& filter_shape, const Tensor& dy,
+                              const Conv2dOptions& options);
+
+}  // namespace chorus::ops

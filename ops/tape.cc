@@ -1,0 +1,221 @@
+#include "ops/tape.h"
+
+#include <algorithm>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "ops/elementwise.h"
+
+namespace chorus::ops {
+
+using chorus::internal::str_cat;
+
+struct GradientTape::Impl {
+  bool persistent = false;
+  bool watch_accessed_variables = true;
+  bool recording = true;
+  bool used = false;
+  std::thread::id owner = std::this_thread::get_id();
+  std::unordered_set<std::uint64_t> watched;  // watched by the user, trainable values seen, op results
+
+  struct Node {
+    std::string op;
+    std::vector<std::uint64_t> inputs;
+    std::vector<Shape> input_shapes;
+    std::vector<std::uint64_t> outputs;
+    internal::BackwardFn backward;
+  };
+  std::vector<Node> nodes;
+
+  bool watches(const Tensor& t) const {
+    return t.defined() && (watched.count(t.id()) > 0 || (watch_accessed_variables && t.is_trainable_variable()));
+  }
+  void check_thread(const char* what) const {
+    CHORUS_REQUIRE(owner == std::this_thread::get_id(), FailedPreconditionError, "GradientTape::", what,
+                   ": a tape belongs to the thread that created it (each replica creates its own tape)");
+  }
+};
+
+namespace {
+thread_local std::vector<GradientTape::Impl*> t_tapes;
+}  // namespace
+
+GradientTape::GradientTape(bool persistent, bool watch_accessed_variables) : impl_(std::make_unique<Impl>()) {
+  impl_->persistent = persistent;
+  impl_->watch_accessed_variables = watch_accessed_variables;
+  t_tapes.push_back(impl_.get());
+}
+
+GradientTape::~GradientTape() {
+  auto it = std::find(t_tapes.begin(), t_tapes.end(), impl_.get());
+  if (it != t_tapes.end()) t_tapes.erase(it);
+}
+
+void GradientTape::watch(const Tensor& t) {
+  impl_->check_thread("watch");
+  CHORUS_REQUIRE(t.defined(), InvalidArgumentError, "GradientTape::watch: undefined tensor");
+  impl_->watched.insert(t.id());
+}
+
+void GradientTape::watch(const Variable& v) {
+  CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "GradientTape::watch: undefined variable");
+  watch(v.value());
+}
+
+GradientTape::StopRecording::StopRecording(GradientTape& tape) : tape_(tape), was_(tape.impl_->recording) {
+  tape_.impl_->recording = false;
+}
+GradientTape::StopRecording::~StopRecording() { tape_.impl_->recording = was_; }
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           const Tensor& output_gradient, UnconnectedGradients unconnected) {
+  Impl& im = *impl_;
+  im.check_thread("gradient");
+  CHORUS_REQUIRE(!im.used || im.persistent, FailedPreconditionError,
+                 "GradientTape::gradient can only be called once on a non-persistent tape "
+                 "(create it with persistent = true to compute several gradients)");
+  CHORUS_REQUIRE(target.defined(), InvalidArgumentError, "GradientTape::gradient: the target is undefined");
+  CHORUS_REQUIRE(is_floating(target.dtype()), InvalidArgumentError, "GradientTape::gradient: the target has dtype ",
+                 dtype_name(target.dtype()), "; only floating tensors have gradients");
+  Tensor seed = output_gradient;
+  if (seed.defined()) {
+    CHORUS_REQUIRE(seed.shape() == target.shape() && seed.dtype() == target.dtype(), InvalidArgumentError,
+                   "GradientTape::gradient: output_gradient is ", dtype_name(seed.dtype()), seed.shape().to_string(),
+                   " but the target is ", dtype_name(target.dtype()), target.shape().to_string());
+  } else {
+    seed = Tensor::ones(target.shape(), target.dtype(), target.device_name());
+  }
+
+  // Work with this tape paused: the gradient computation itself is not recorded here (outer
+  // tapes still record it, which is what makes higher-order gradients possible).
+  const bool was_recording = im.recording;
+  im.recording = false;
+  struct Restore {
+    Impl& im;
+    bool was;
+    ~Restore() { im.recording = was; }
+  } restore{im, was_recording};
+
+  std::unordered_map<std::uint64_t, Tensor> grads;
+  grads[target.id()] = seed;
+  for (auto node = im.nodes.rbegin(); node != im.nodes.rend(); ++node) {
+    std::vector<Tensor> out_grads(node->outputs.size());
+    bool any = false;
+    for (std::size_t i = 0; i < node->outputs.size(); ++i) {
+      auto it = grads.find(node->outputs[i]);
+      if (it != grads.end()) {
+        out_grads[i] = it->second;
+        any = true;
+      }
+    }
+    if (!any) continue;
+    std::vector<Tensor> in_grads = node->backward(out_grads);
+    CHORUS_REQUIRE(in_grads.size() == node->inputs.size(), InternalError, "gradient of ", node->op, " returned ",
+                   in_grads.size(), " gradients for ", node->inputs.size(), " inputs");
+    for (std::size_t i = 0; i < in_grads.size(); ++i) {
+      if (!in_grads[i].defined()) continue;
+      CHORUS_REQUIRE(in_grads[i].shape() == node->input_shapes[i], InternalError, "gradient of ", node->op,
+                     " for input ", i, " has shape ", in_grads[i].shape().to_string(), ", expected ",
+                     node->input_shapes[i].to_string());
+      auto [it, inserted] = grads.try_emplace(node->inputs[i], in_grads[i]);
+      if (!inserted) it->second = add(it->second, in_grads[i]);
+    }
+  }
+
+  std::vector<Tensor> out;
+  out.reserve(sources.size());
+  for (const Tensor& s : sources) {
+    CHORUS_REQUIRE(s.defined(), InvalidArgumentError, "GradientTape::gradient: a source is undefined");
+    auto it = grads.find(s.id());
+    if (it != grads.end() && im.watches(s) && is_floating(s.dtype())) {
+      out.push_back(it->second);
+    } else if (unconnected == UnconnectedGradients::kZero) {
+      out.push_back(Tensor::zeros(s.shape(), s.dtype(), s.device_name()));
+    } else {
+      out.emplace_back();
+    }
+  }
+  im.used = true;
+  if (!im.persistent) im.nodes.clear();  // release what the backward pass needed
+  return out;
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
+                                           const Tensor& output_gradient, UnconnectedGradients unconnected) {
+  std::vector<Tensor> values;
+  values.reserve(sources.size());
+  for (const Variable& v : sources) {
+    CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "GradientTape::gradient: a source variable is undefined");
+    Tensor value = v.value();
+    // A non-trainable variable the user watched is watched through its value's id.
+    values.push_back(value);
+  }
+  return gradient(target, values, output_gradient, unconnected);
+}
+
+std::vector<std::string> GradientTape::unconnected_names(const std::vector<Variable>& vars,
+                                                         const std::vector<Tensor>& grads) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < vars.size() && i < grads.size(); ++i)
+    if (!grads[i].defined()) names.push_back(vars[i].name());
+  return names;
+}
+
+Tensor stop_gradient(const Tensor& t) {
+  CHORUS_REQUIRE(t.defined(), InvalidArgumentError, "stop_gradient: undefined tensor");
+  return t.reshape(t.shape());  // same storage, a fresh id no tape knows
+}
+
+namespace internal {
+
+bool should_record(std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
+  if (t_tapes.empty()) return false;
+  for (GradientTape::Impl* tape : t_tapes) {
+    if (!tape->recording) continue;
+    for (const Tensor& t : inputs)
+      if (tape->watches(t)) return true;
+  }
+  return false;
+}
+
+bool should_record(const std::vector<Tensor>& inputs) {
+  if (t_tapes.empty()) return false;
+  for (GradientTape::Impl* tape : t_tapes) {
+    if (!tape->recording) continue;
+    for (const Tensor& t : inputs)
+      if (tape->watches(t)) return true;
+  }
+  return false;
+}
+
+void record(std::string_view op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+            BackwardFn backward) {
+  for (GradientTape::Impl* tape : t_tapes) {
+    if (!tape->recording) continue;
+    bool watched = false;
+    for (const Tensor& t : inputs) {
+      if (tape->watches(t)) {
+        watched = true;
+        tape->watched.insert(t.id());  // a trainable value seen once stays watched
+      }
+    }
+    if (!watched) continue;
+    GradientTape::Impl::Node node;
+    node.op = std::string(op);
+    for (const Tensor& t : inputs) {
+      node.inputs.push_back(t.defined() ? t.id() : 0);
+      node.input_shapes.push_back(t.defined() ? t.shape() : Shape{});
+    }
+    for (const Tensor& t : outputs) {
+      node.outputs.push_back(t.id());
+      if (is_floating(t.dtype())) tape->watched.insert(t.id());
+    }
+    node.backward = backward;
+    tape->nodes.push_back(std::move(node));
+  }
+}
+
+}  // namespace internal
+}  // namespace chorus::ops

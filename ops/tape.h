@@ -1,0 +1,102 @@
+// GradientTape: reverse-mode automatic differentiation, as tf.GradientTape.
+//
+//   chorus::Variable w = chorus::make_variable({.initial_value = ..., .name = "w"});
+//   chorus::Tensor loss;
+//   chorus::ops::GradientTape tape;                   // records from here on this thread
+//   loss = ops::reduce_sum(ops::square(ops::matmul(x, w.value()) - y));
+//   std::vector<chorus::Tensor> g = tape.gradient(loss, {w});   // d loss / d w
+//
+// Recording: while a tape is alive, every op run on the *same thread* whose inputs include a
+// watched tensor is recorded (with what its gradient needs). Watched are: tensors passed to
+// watch(), values of trainable Variables (when watch_accessed_variables, the default), and results
+// of recorded ops. Each replica thread has its own tapes; tapes nest (an inner tape's ops are also
+// recorded by outer ones, so gradients of gradients work with a persistent outer tape).
+//
+// gradient(target, sources): d sum(target) / d source for each source (target need not be a
+// scalar: TF sums it; pass output_gradient to seed something else). A source the target does not
+// depend on gets an undefined Tensor (TF's None) — or zeros with UnconnectedGradients::kZero.
+// A non-persistent tape may compute gradients once (a second call → FailedPreconditionError);
+// a persistent one any number of times, and it keeps the recorded tensors alive until it dies.
+// Integer and bool tensors have no gradient.
+//
+// Variables: gradient(target, std::vector<Variable>) differentiates with respect to each
+// variable's value() on this thread (for a MirroredVariable: this replica's component).
+// Variables that got no gradient can be named with unconnected_names().
+//
+// Thread-safety: a tape belongs to the thread that created it; using it from another thread →
+// FailedPreconditionError. Tapes must be destroyed in reverse order of creation (C++ scoping).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/variable.h"
+
+namespace chorus::ops {
+
+enum class UnconnectedGradients { kNone, kZero };
+
+class GradientTape {
+ public:
+  explicit GradientTape(bool persistent = false, bool watch_accessed_variables = true);
+  ~GradientTape();
+  GradientTape(const GradientTape&) = delete;
+  GradientTape& operator=(const GradientTape&) = delete;
+
+  void watch(const Tensor& t);
+  void watch(const Variable& v);
+
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                               const Tensor& output_gradient = Tensor(),
+                               UnconnectedGradients unconnected = UnconnectedGradients::kNone);
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
+                               const Tensor& output_gradient = Tensor(),
+                               UnconnectedGradients unconnected = UnconnectedGradients::kNone);
+
+  // Names of `vars` whose gradient in `grads` is undefined, for messages like Keras's
+  // "Gradients do not exist for variables ['dense/bias'] when minimizing the loss".
+  static std::vector<std::string> unconnected_names(const std::vector<Variable>& vars,
+                                                    const std::vector<Tensor>& grads);
+
+  // Pauses recording on this tape while alive (TF's `with tape.stop_recording():`).
+  class StopRecording {
+   public:
+    explicit StopRecording(GradientTape& tape);
+    ~StopRecording();
+    StopRecording(const StopRecording&) = delete;
+    StopRecording& operator=(const StopRecording&) = delete;
+
+   private:
+    GradientTape& tape_;
+    bool was_;
+  };
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The same values, cut off from the tapes: gradients do not flow through it (tf.stop_gradient).
+Tensor stop_gradient(const Tensor& t);
+
+namespace internal {
+
+// Gradient function of a recorded op: given the gradients of its outputs (undefined where no
+// gradient flows to that output), the gradients of its inputs (undefined for "none").
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& output_grads)>;
+
+// True when some active tape of this thread watches one of `inputs` (cheap when no tape is active).
+bool should_record(std::initializer_list<std::reference_wrapper<const Tensor>> inputs);
+bool should_record(const std::vector<Tensor>& inputs);
+// Records an op on every active tape of this thread that watches one of its inputs.
+void record(std::string_view op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+            BackwardFn backward);
+
+}  // namespace internal
+}  // namespace chorus::ops
