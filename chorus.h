@@ -3,6 +3,7 @@
 
 #include "core/config.h"
 #include "core/device_spec.h"
+#include "core/distribution.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -11,6 +12,8 @@
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "core/variable.h"
+
+#include "ops/ops.h"
 
 #include "collective/communicator.h"
 #include "collective/hierarchical.h"
@@ -22,5 +25,12 @@
 #include "collective/shared_memory.h"
 #include "collective/virtual_gpu.h"
 
+#include "data/dataset.h"
+#include "distribute/communication_options.h"
 #include "distribute/cross_device_ops.h"
+#include "distribute/distributed_dataset.h"
+#include "distribute/mirrored_strategy.h"
+#include "distribute/mirrored_variable.h"
+#include "distribute/per_replica.h"
+#include "distribute/replica_context.h"
 #include "distribute/replica_pool.h"

@@ -1,0 +1,120 @@
+#include "distribute/distributed_dataset.h"
+
+#include "core/error.h"
+#include "ops/shape_ops.h"
+
+namespace chorus::distribute {
+
+using chorus::internal::str_cat;
+
+DistributedDataset::DistributedDataset(data::Dataset dataset, std::vector<std::string> devices, Mode mode)
+    : dataset_(std::move(dataset)), devices_(std::move(devices)), mode_(mode) {
+  CHORUS_REQUIRE(dataset_.defined(), InvalidArgumentError, "distribute dataset: the dataset is undefined");
+  CHORUS_REQUIRE(!devices_.empty(), InvalidArgumentError, "distribute dataset: no replicas");
+}
+
+DistributedDataset::Iterator DistributedDataset::make_iterator() const {
+  return Iterator(dataset_.make_iterator(), devices_, mode_);
+}
+
+struct DistributedDataset::Iterator::State {
+  data::Iterator input;
+  std::vector<std::string> devices;
+  Mode mode;
+  std::future<std::optional<Batch>> ahead;  // the next step, being prepared
+  bool ended = false;
+
+  // An element with zero rows shaped like `like` (for replicas the data did not reach).
+  static data::Element empty_like(const data::Element& like, const std::string& device) {
+    data::Element e;
+    for (const Tensor& t : like) {
+      std::vector<std::int64_t> dims = t.shape().dims();
+      CHORUS_REQUIRE(!dims.empty(), InvalidArgumentError, "distributed dataset: a component is a scalar; batches need "
+                     "a batch dimension to split");
+      dims[0] = 0;
+      e.push_back(Tensor::empty(Shape(dims), t.dtype(), device));
+    }
+    return e;
+  }
+
+  std::optional<Batch> produce() {
+    const int n = static_cast<int>(devices.size());
+    std::vector<data::Element> parts(static_cast<std::size_t>(n));
+    if (mode == Mode::kSplitGlobalBatch) {
+      auto element = input.next();
+      if (!element) return std::nullopt;
+      CHORUS_REQUIRE(!element->empty(), InvalidArgumentError, "distributed dataset: an element has no components");
+      const std::int64_t rows = (*element)[0].shape().rank() > 0 ? (*element)[0].shape().dims()[0] : -1;
+      for (std::size_t c = 0; c < element->size(); ++c) {
+        const Tensor& t = (*element)[c];
+        CHORUS_REQUIRE(t.shape().rank() >= 1 && t.shape().dims()[0] == rows, InvalidArgumentError,
+                       "experimental_distribute_dataset: every component of a global batch needs the batch on axis 0; "
+                       "component ", c, " has shape ", t.shape().to_string(), ", component 0 has ", rows, " rows");
+      }
+      const std::int64_t base = rows / n, extra = rows % n;
+      std::int64_t at = 0;
+      for (int r = 0; r < n; ++r) {
+        const std::int64_t len = base + (r < extra ? 1 : 0);
+        for (const Tensor& t : *element) {
+          std::vector<std::int64_t> begin(static_cast<std::size_t>(t.shape().rank()), 0), size = t.shape().dims();
+          begin[0] = at;
+          size[0] = len;
+          parts[static_cast<std::size_t>(r)].push_back(ops::slice(t, begin, size).to(devices[static_cast<std::size_t>(r)]));
+        }
+        at += len;
+      }
+    } else {
+      int got = 0;
+      for (int r = 0; r < n; ++r) {
+        auto element = input.next();
+        if (!element) break;
+        for (const Tensor& t : *element) parts[static_cast<std::size_t>(r)].push_back(t.to(devices[static_cast<std::size_t>(r)]));
+        ++got;
+      }
+      if (got == 0) return std::nullopt;
+      for (int r = got; r < n; ++r) parts[static_cast<std::size_t>(r)] = empty_like(parts[0], devices[static_cast<std::size_t>(r)]);
+    }
+    return Batch(std::move(parts));
+  }
+
+  void start_next() {
+    ahead = std::async(std::launch::async, [this] { return produce(); });
+  }
+};
+
+DistributedDataset::Iterator::Iterator(data::Iterator input, std::vector<std::string> devices, Mode mode)
+    : state_(std::make_unique<State>(State{std::move(input), std::move(devices), mode, {}, false})) {
+  state_->start_next();
+}
+
+DistributedDataset::Iterator::~Iterator() {
+  if (state_ && state_->ahead.valid()) state_->ahead.wait();
+}
+DistributedDataset::Iterator::Iterator(Iterator&&) noexcept = default;
+DistributedDataset::Iterator& DistributedDataset::Iterator::operator=(Iterator&& other) noexcept {
+  if (this != &other) {
+    if (state_ && state_->ahead.valid()) state_->ahead.wait();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+std::optional<DistributedDataset::Batch> DistributedDataset::Iterator::next() {
+  CHORUS_REQUIRE(state_ != nullptr, FailedPreconditionError, "use of a moved-from distributed iterator");
+  if (state_->ended) return std::nullopt;
+  std::optional<Batch> batch;
+  try {
+    batch = state_->ahead.get();  // rethrows the pipeline's error
+  } catch (...) {
+    state_->ended = true;  // the pipeline is broken: later calls return the end
+    throw;
+  }
+  if (!batch) {
+    state_->ended = true;
+    return std::nullopt;
+  }
+  state_->start_next();
+  return batch;
+}
+
+}  // namespace chorus::distribute

@@ -1,0 +1,38 @@
+#include "distribute/mirrored_strategy.h"
+
+#include <sstream>
+
+#include "core/config.h"
+#include "core/logging.h"
+#include "core/runtime.h"
+
+namespace chorus::distribute {
+namespace {
+
+std::vector<std::string> default_devices(std::vector<std::string> devices) {
+  if (!devices.empty()) return devices;
+  std::vector<std::string> gpus, cpus;
+  for (const auto& d : runtime::devices("MirroredStrategy")) (d->is_gpu() ? gpus : cpus).push_back(d->name());
+  return gpus.empty() ? cpus : gpus;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << "'" << v[i] << "'";
+  return os.str();
+}
+
+}  // namespace
+
+MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const MirroredStrategyOptions& options)
+    : Strategy("MirroredStrategy", default_devices(std::move(devices)), options.cross_device_ops, true, options.timeout) {
+  CHORUS_LOG(INFO) << "Using MirroredStrategy with devices (" << joined(replica_devices()) << "); cross-device ops: "
+                   << cross_device_ops_name(cross_device_ops().ops) << " (" << cross_device_ops().reason << ")";
+}
+
+OneDeviceStrategy::OneDeviceStrategy(const std::string& device, std::chrono::milliseconds timeout)
+    : Strategy("OneDeviceStrategy", {device}, CrossDeviceOps::kAuto, false, timeout) {
+  mirrored_variables_ = false;
+}
+
+}  // namespace chorus::distribute

@@ -1,0 +1,42 @@
+// MirroredStrategy and OneDeviceStrategy (tf.distribute.MirroredStrategy, OneDeviceStrategy).
+//
+//   MirroredStrategy strategy;                                   // all logical GPUs, else CPUs
+//   MirroredStrategy on_two({"/cpu:0", "/cpu:1"});               // explicit devices
+//   MirroredStrategy forced({"/gpu:0", "/gpu:1"}, {.cross_device_ops = CrossDeviceOps::kVirtualGpu});
+//   OneDeviceStrategy one("/gpu:0");
+//
+// MirroredStrategy: one replica per device on persistent replica threads; the reduction is chosen
+// from the physical devices behind the logical ones (distribute/cross_device_ops.h) and reported
+// by cross_device_ops(); forcing an impossible one (NCCL on virtual GPUs) → InvalidArgumentError
+// here, before any replica runs. Logs "Using MirroredStrategy with devices (...)" as TF does.
+// OneDeviceStrategy: one replica, on the calling thread, ops and variables placed on `device`.
+// Errors: an unknown or repeated device → InvalidArgumentError listing the devices that exist.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "distribute/strategy.h"
+
+namespace chorus::distribute {
+
+struct MirroredStrategyOptions {
+  CrossDeviceOps cross_device_ops = CrossDeviceOps::kAuto;
+  std::chrono::milliseconds timeout = collective::kDefaultTimeout;  // every collective / merge_call
+};
+
+class MirroredStrategy final : public Strategy {
+ public:
+  // devices empty: all logical GPUs, else all logical CPUs.
+  explicit MirroredStrategy(std::vector<std::string> devices = {}, const MirroredStrategyOptions& options = {});
+};
+
+class OneDeviceStrategy final : public Strategy {
+ public:
+  explicit OneDeviceStrategy(const std::string& device,
+                             std::chrono::milliseconds timeout = collective::kDefaultTimeout);
+};
+
+}  // namespace chorus::distribute

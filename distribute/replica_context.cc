@@ -1,0 +1,173 @@
+#include "distribute/replica_context.h"
+
+#include <algorithm>
+
+#include "collective/communicator.h"
+#include "core/error.h"
+#include "distribute/merge_barrier.h"
+#include "distribute/strategy.h"
+#include "ops/elementwise.h"
+#include "ops/shape_ops.h"
+
+namespace chorus::distribute {
+
+using chorus::internal::str_cat;
+
+namespace {
+collective::ReduceOp to_collective(ReduceOp op) {
+  return op == ReduceOp::kSum ? collective::ReduceOp::kSum : collective::ReduceOp::kMean;
+}
+}  // namespace
+
+StrategyReplicaContext::StrategyReplicaContext(Strategy& strategy, int replica) : strategy_(strategy), replica_(replica) {}
+
+DistributionStrategy& StrategyReplicaContext::strategy() const { return strategy_; }
+int StrategyReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
+
+collective::Communicator& StrategyReplicaContext::comm() const {
+  return *strategy_.comms_[static_cast<std::size_t>(replica_)];
+}
+
+namespace {
+// `t` on this replica's device (a copy when it lives elsewhere).
+Tensor local(const Tensor& t, const std::string& device) { return t.device_name() == device ? t : t.to(device); }
+}  // namespace
+
+Tensor StrategyReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
+  CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "all_reduce: undefined tensor (replica ", replica_, ")");
+  if (num_replicas_in_sync() == 1) return value;
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  Tensor in = local(value, device);
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), device);
+  comm().all_reduce(in, out, {.op = to_collective(op), .timeout = strategy_.timeout()})->wait(strategy_.timeout());
+  return out;
+}
+
+std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
+  return all_reduce(op, values, CommunicationOptions{});
+}
+
+std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values,
+                                                       const CommunicationOptions& options) {
+  CHORUS_REQUIRE(options.bytes_per_pack >= 0 && options.timeout_seconds >= 0, InvalidArgumentError,
+                 "CommunicationOptions: bytes_per_pack and timeout_seconds must be >= 0, got ", options.bytes_per_pack,
+                 " and ", options.timeout_seconds);
+  const CrossDeviceChoice& choice = strategy_.cross_device_ops();
+  CHORUS_REQUIRE(options.implementation == CrossDeviceOps::kAuto || options.implementation == choice.ops,
+                 InvalidArgumentError, "CommunicationOptions: implementation ", cross_device_ops_name(options.implementation),
+                 " differs from the strategy's ", cross_device_ops_name(choice.ops), " (", choice.reason,
+                 "); choose it when building the strategy");
+  std::vector<Tensor> out(values.size());
+  if (num_replicas_in_sync() == 1) return values;
+  const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
+  const auto timeout = options.timeout_seconds > 0
+                           ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
+                           : strategy_.timeout();
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  // Packs: consecutive defined tensors of one dtype up to pack_bytes (the order depends only on
+  // the shapes and dtypes, so it is the same on every replica).
+  std::size_t i = 0;
+  while (i < values.size()) {
+    if (!values[i].defined()) {
+      ++i;
+      continue;
+    }
+    std::vector<std::size_t> members{i};
+    std::int64_t bytes = static_cast<std::int64_t>(values[i].nbytes());
+    std::size_t j = i + 1;
+    while (j < values.size() && values[j].defined() && values[j].dtype() == values[i].dtype() &&
+           bytes + static_cast<std::int64_t>(values[j].nbytes()) <= pack_bytes) {
+      bytes += static_cast<std::int64_t>(values[j].nbytes());
+      members.push_back(j++);
+    }
+    if (members.size() == 1) {
+      Tensor in = local(values[i], device);
+      Tensor res = Tensor::empty(in.shape(), in.dtype(), device);
+      comm().all_reduce(in, res, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+      out[i] = res;
+    } else {
+      std::vector<Tensor> flat;
+      std::vector<std::int64_t> sizes;
+      for (std::size_t m : members) {
+        flat.push_back(ops::reshape(local(values[m], device), {-1}));
+        sizes.push_back(values[m].num_elements());
+      }
+      Tensor packed = ops::concat(flat, 0);
+      Tensor reduced = Tensor::empty(packed.shape(), packed.dtype(), device);
+      comm().all_reduce(packed, reduced, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+      std::vector<Tensor> parts = ops::split(reduced, sizes, 0);
+      for (std::size_t k = 0; k < members.size(); ++k)
+        out[members[k]] = ops::reshape(parts[k], values[members[k]].shape().dims());
+    }
+    i = j;
+  }
+  return out;
+}
+
+Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
+  CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "all_gather: undefined tensor (replica ", replica_, ")");
+  const int n = num_replicas_in_sync();
+  if (n == 1) return value;
+  const int rank = value.shape().rank();
+  CHORUS_REQUIRE(rank >= 1, InvalidArgumentError, "all_gather: needs rank >= 1, got a scalar");
+  const int a = axis < 0 ? axis + rank : axis;
+  CHORUS_REQUIRE(a >= 0 && a < rank, InvalidArgumentError, "all_gather: axis ", axis, " is out of range for shape ",
+                 value.shape().to_string());
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  const auto timeout = strategy_.timeout();
+  // Move `axis` to the front, pad to the longest replica's length, gather, cut, restore.
+  std::vector<int> perm;
+  perm.push_back(a);
+  for (int i = 0; i < rank; ++i)
+    if (i != a) perm.push_back(i);
+  std::vector<int> inverse(static_cast<std::size_t>(rank));
+  for (int i = 0; i < rank; ++i) inverse[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = i;
+  Tensor front = a == 0 ? local(value, device) : ops::transpose(local(value, device), perm);
+  const std::int64_t mine = front.shape().dims()[0];
+  Tensor my_len = Tensor::from_vector<std::int64_t>({mine}, device);
+  Tensor lens = Tensor::empty({n}, DType::kInt64, device);
+  comm().all_gather(my_len, lens, {.timeout = timeout})->wait(timeout);
+  const std::vector<std::int64_t> len = lens.to_vector<std::int64_t>();
+  const std::int64_t longest = *std::max_element(len.begin(), len.end());
+  if (mine < longest) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> pads(static_cast<std::size_t>(rank), {0, 0});
+    pads[0].second = longest - mine;
+    front = ops::pad(front, pads);
+  }
+  std::vector<std::int64_t> dims = front.shape().dims();
+  dims[0] = longest * n;
+  Tensor all = Tensor::empty(Shape(dims), front.dtype(), device);
+  comm().all_gather(front, all, {.timeout = timeout})->wait(timeout);
+  std::vector<Tensor> parts;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), size = front.shape().dims();
+    begin[0] = r * longest;
+    size[0] = len[static_cast<std::size_t>(r)];
+    parts.push_back(ops::slice(all, begin, size));
+  }
+  Tensor joined = ops::concat(parts, 0);
+  return a == 0 ? joined : ops::transpose(joined, inverse);
+}
+
+Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {
+  CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "broadcast: undefined tensor (replica ", replica_, ")");
+  if (num_replicas_in_sync() == 1) return value;
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  Tensor t = value.to(device);  // a fresh copy: the collective writes into it
+  comm().broadcast(t, {.root = root, .timeout = strategy_.timeout()})->wait(strategy_.timeout());
+  return t;
+}
+
+std::any StrategyReplicaContext::merge(std::any mine, const std::function<std::any(std::vector<std::any>&)>& fn) {
+  auto cross = [&fn](std::vector<std::any>& all) {
+    chorus::internal::ReplicaContextScope cross_replica(nullptr);  // fn runs in cross-replica context
+    return fn(all);
+  };
+  if (num_replicas_in_sync() == 1) {
+    std::vector<std::any> all{std::move(mine)};
+    return cross(all);
+  }
+  return strategy_.merge_->arrive(replica_, std::move(mine), cross);
+}
+
+}  // namespace chorus::distribute

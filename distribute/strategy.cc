@@ -1,0 +1,237 @@
+#include "distribute/strategy.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/placement.h"
+#include "core/runtime.h"
+#include "distribute/distributed_dataset.h"
+#include "distribute/merge_barrier.h"
+#include "distribute/mirrored_variable.h"
+#include "distribute/replica_context.h"
+#include "distribute/replica_pool.h"
+#include "ops/elementwise.h"
+#include "ops/reduction.h"
+#include "ops/shape_ops.h"
+
+namespace chorus::distribute {
+
+using chorus::internal::str_cat;
+
+namespace {
+
+// The default strategy: one replica on the default device, on the calling thread, no scope effect.
+class DefaultStrategy final : public Strategy {
+ public:
+  DefaultStrategy()
+      : Strategy("DefaultDistributionStrategy", {chorus::get_strategy().replica_devices()[0]}, CrossDeviceOps::kAuto,
+                 false, collective::kDefaultTimeout) {
+    mirrored_variables_ = false;
+  }
+};
+
+Strategy* g_default = nullptr;
+
+bool is_default(const Strategy* s) { return s == g_default && s != nullptr; }
+
+// RAII: pushes a strategy on the calling thread's stack (core/distribution.h).
+struct PushStrategy {
+  explicit PushStrategy(DistributionStrategy* s) { chorus::internal::push_strategy(s); }
+  ~PushStrategy() { chorus::internal::pop_strategy(); }
+};
+
+}  // namespace
+
+std::int64_t InputContext::get_per_replica_batch_size(std::int64_t global_batch_size) const {
+  CHORUS_REQUIRE(num_replicas_in_sync > 0 && global_batch_size % num_replicas_in_sync == 0, InvalidArgumentError,
+                 "The `global_batch_size` ", global_batch_size, " should be divisible by `num_replicas_in_sync` ",
+                 num_replicas_in_sync);
+  return global_batch_size / num_replicas_in_sync;
+}
+
+Strategy::Strategy(std::string name, std::vector<std::string> devices, CrossDeviceOps requested, bool use_threads,
+                   std::chrono::milliseconds timeout)
+    : name_(std::move(name)), timeout_(timeout) {
+  CHORUS_REQUIRE(!devices.empty(), InvalidArgumentError, name_, ": no devices");
+  std::set<std::string> seen;
+  for (const std::string& d : devices) {
+    auto ctx = runtime::find(d);  // InvalidArgumentError listing devices when unknown
+    CHORUS_REQUIRE(seen.insert(ctx->name()).second, InvalidArgumentError, name_, ": device ", ctx->name(),
+                   " is listed twice (one replica per device)");
+    devices_.push_back(ctx->name());
+    logical_.push_back(ctx->device());
+  }
+  choice_ = choose_cross_device_ops(logical_, requested);
+  if (use_threads) pool_ = std::make_unique<ReplicaPool>(devices_);
+  make_communicators();
+}
+
+Strategy::~Strategy() = default;
+
+void Strategy::make_communicators() {
+  const int n = num_replicas_in_sync();
+  comms_.clear();
+  if (n > 1) comms_ = make_cross_device_communicators(logical_, choice_);
+  merge_ = std::make_unique<internal::MergeBarrier>(n, timeout_);
+  contexts_.clear();
+  for (int r = 0; r < n; ++r) contexts_.push_back(std::make_unique<StrategyReplicaContext>(*this, r));
+}
+
+Strategy::Scope::Scope(Strategy& strategy) : strategy_(&strategy) {
+  if (is_default(strategy_)) return;  // the default strategy's scope changes nothing (as TF)
+  DistributionStrategy* current = chorus::internal::current_strategy();
+  CHORUS_REQUIRE(current == nullptr || current == strategy_, FailedPreconditionError,
+                 "Mixing different tf.distribute.Strategy objects: entering the scope of ", strategy_->name(), " (",
+                 strategy_->num_replicas_in_sync(), " replicas) while the scope of ", current ? current->name() : "",
+                 " is active; leave that scope first (variables belong to the strategy whose scope created them)");
+  chorus::internal::push_strategy(strategy_);
+  Strategy* s = strategy_;
+  creator_ = std::make_unique<VariableCreatorScope>(
+      [s](const VariableArgs& args, const NextCreator& next) { return s->create_variable(args, next); });
+}
+
+Strategy::Scope::Scope(Scope&& other) noexcept : strategy_(other.strategy_), creator_(std::move(other.creator_)) {
+  other.strategy_ = nullptr;
+}
+
+Strategy::Scope::~Scope() {
+  if (strategy_ == nullptr || is_default(strategy_)) return;
+  creator_.reset();
+  chorus::internal::pop_strategy();
+}
+
+StrategyReplicaContext* Strategy::current_replica_context() const {
+  auto* c = dynamic_cast<StrategyReplicaContext*>(chorus::get_replica_context());
+  return c != nullptr && &c->owner() == this ? c : nullptr;
+}
+
+void Strategy::run_replicas(const std::function<void(int)>& body) {
+  if (is_default(this)) {
+    body(0);  // TF: the default strategy's run just calls fn
+    return;
+  }
+  CHORUS_REQUIRE(current_replica_context() == nullptr, FailedPreconditionError, name_,
+                 ".run called from inside one of its replicas: call the step function directly instead");
+  if (broken_) {
+    make_communicators();  // the last step failed: its communicators are aborted for good
+    broken_ = false;
+  }
+  auto replica = [this, &body](int r) {
+    PushStrategy push(this);
+    chorus::internal::ReplicaContextScope ctx(contexts_[static_cast<std::size_t>(r)].get());
+    VariableCreatorScope creator([this](const VariableArgs& args, const NextCreator& next) { return create_variable(args, next); });
+    body(r);
+  };
+  try {
+    if (!pool_) {
+      DeviceScope device(devices_[0]);
+      replica(0);
+    } else {
+      pool_->run(replica, [this](int, const std::string& why) {
+        for (auto& c : comms_) c->abort(why);
+        merge_->abort(why);
+      });
+    }
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
+Variable Strategy::create_variable(const VariableArgs& args, const NextCreator& next) {
+  if (!mirrored_variables_) {
+    VariableArgs a = args;
+    if (a.device.empty()) a.device = devices_[0];
+    return next(a);
+  }
+  StrategyReplicaContext* ctx = current_replica_context();
+  if (ctx != nullptr && num_replicas_in_sync() > 1) {
+    // Inside run(): the replicas create the variable together, once (TF does this via merge_call).
+    return ctx->merge_call<Variable, VariableArgs>(
+        [this, &next](const std::vector<VariableArgs>& all) { return create_mirrored(all[0], next); }, args);
+  }
+  return create_mirrored(args, next);
+}
+
+Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& next) {
+  VariableSynchronization sync = args.synchronization;
+  if (sync == VariableSynchronization::kAuto) sync = VariableSynchronization::kOnWrite;
+  CHORUS_REQUIRE(sync != VariableSynchronization::kNone, InvalidArgumentError,
+                 "`NONE` variable synchronization mode is not supported with tf.distribute strategy. Please change the "
+                 "`synchronization` for variable: ", args.name);
+  std::vector<Variable> components;
+  for (std::size_t r = 0; r < devices_.size(); ++r) {
+    VariableArgs a = args;
+    a.device = devices_[r];
+    a.synchronization = sync;
+    if (sync == VariableSynchronization::kOnRead) a.trainable = false;
+    if (r > 0) a.name = str_cat(args.name, "/replica_", r);
+    components.push_back(next(a));
+  }
+  return Variable(std::make_shared<MirroredVariable>(*this, std::move(components), args, sync));
+}
+
+Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {
+  CHORUS_REQUIRE(value.num_replicas() > 0, InvalidArgumentError, "reduce: no values");
+  const std::string& dest = devices_[0];
+  Tensor total;
+  std::int64_t count = 0;
+  for (const Tensor& t : value.values()) {
+    CHORUS_REQUIRE(t.defined(), InvalidArgumentError, "reduce: a replica's value is undefined");
+    Tensor part = t;
+    if (axis) {
+      const int a = *axis < 0 ? *axis + t.shape().rank() : *axis;
+      CHORUS_REQUIRE(a >= 0 && a < t.shape().rank(), InvalidArgumentError, "reduce: axis ", *axis,
+                     " is out of range for shape ", t.shape().to_string());
+      count += t.shape().dims()[static_cast<std::size_t>(a)];
+      part = ops::reduce_sum(t, a);
+    }
+    part = part.device_name() == dest ? part : part.to(dest);
+    total = total.defined() ? ops::add(total, part) : part;
+  }
+  if (op == ReduceOp::kMean) {
+    const double n = axis ? static_cast<double>(count) : static_cast<double>(value.num_replicas());
+    total = ops::div(total, ops::scalar_like(total, n));
+  }
+  return total;
+}
+
+Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int> axis) const {
+  return reduce(op, PerReplica<Tensor>(std::vector<Tensor>(devices_.size(), value)), axis);
+}
+
+Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) const {
+  std::vector<Tensor> parts;
+  for (const Tensor& t : value.values()) {
+    CHORUS_REQUIRE(t.defined(), InvalidArgumentError, "gather: a replica's value is undefined");
+    parts.push_back(t.device_name() == devices_[0] ? t : t.to(devices_[0]));
+  }
+  return ops::concat(parts, axis);
+}
+
+DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
+  return DistributedDataset(dataset, devices_, DistributedDataset::Mode::kSplitGlobalBatch);
+}
+
+DistributedDataset Strategy::distribute_datasets_from_function(
+    const std::function<data::Dataset(const InputContext&)>& fn) const {
+  CHORUS_REQUIRE(fn != nullptr, InvalidArgumentError, "distribute_datasets_from_function: fn is empty");
+  InputContext ctx{1, 0, num_replicas_in_sync()};
+  return DistributedDataset(fn(ctx), devices_, DistributedDataset::Mode::kPerReplicaElements);
+}
+
+Strategy& get_strategy() {
+  if (auto* s = dynamic_cast<Strategy*>(&chorus::get_strategy())) return *s;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  // Rebuilt when the device runtime was reset (tests) — its device may be gone.
+  static std::unique_ptr<Strategy> holder;
+  if (!holder || !runtime::initialized()) {
+    holder = std::make_unique<DefaultStrategy>();
+    g_default = holder.get();
+  }
+  return *holder;
+}
+
+}  // namespace chorus::distribute

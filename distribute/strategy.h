@@ -1,0 +1,173 @@
+// Strategy: the tf.distribute.Strategy API, shared by MirroredStrategy, OneDeviceStrategy and the
+// default strategy (distribute/mirrored_strategy.h, one_device_strategy.h).
+//
+//   chorus::distribute::MirroredStrategy strategy;               // all logical GPUs, else CPUs
+//   chorus::Variable w;
+//   {
+//     auto scope = strategy.scope();                            // variables become mirrored
+//     w = chorus::make_variable({.initial_value = chorus::Tensor::ones({4}), .name = "w"});
+//   }
+//   auto per_replica = strategy.run([&] {                       // once per replica, concurrently
+//     auto* ctx = chorus::get_replica_context();
+//     return ctx->all_reduce(chorus::ReduceOp::kSum, w.value());  // this replica's component
+//   });
+//   chorus::Tensor total = strategy.reduce(chorus::ReduceOp::kSum, per_replica);
+//
+// Contexts (core/distribution.h): inside scope() the program's thread is in cross-replica
+// context; inside run() each replica thread is in its replica context (replica_id_in_sync_group,
+// num_replicas_in_sync, all_reduce, all_gather, merge_call), inside a DeviceScope of its device
+// and, implicitly, inside the strategy's scope.
+//
+// Variables created in scope() or inside run() (by layers, optimizers, metrics, users) become
+// MirroredVariables (distribute/mirrored_variable.h): one component per replica device, identical
+// initial values. Created inside run(), creation is a merge_call: every replica must create the
+// same variables in the same order, and they all get the same variable (replica 0's initial value).
+//
+// Errors: entering the scope of a second, different strategy while one is active →
+// FailedPreconditionError naming both; run() from inside a replica → FailedPreconditionError; an
+// exception in any replica aborts the step's collectives (the other replicas return at once) and
+// run() rethrows the root cause; the next run() starts with fresh communicators.
+// Thread-safety: scope() and run() are called from the program's thread(s), one run at a time.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/distribution.h"
+#include "core/tensor.h"
+#include "core/variable.h"
+#include "data/dataset.h"
+#include "distribute/communication_options.h"
+#include "distribute/cross_device_ops.h"
+#include "distribute/per_replica.h"
+
+namespace chorus::distribute {
+
+class ReplicaPool;
+class StrategyReplicaContext;
+class DistributedDataset;
+namespace internal {
+class MergeBarrier;
+}
+
+// What distribute_datasets_from_function passes to the user's function (tf.distribute.InputContext).
+struct InputContext {
+  int num_input_pipelines = 1;
+  int input_pipeline_id = 0;
+  int num_replicas_in_sync = 1;
+  // global_batch_size / num_replicas_in_sync; InvalidArgumentError unless divisible.
+  std::int64_t get_per_replica_batch_size(std::int64_t global_batch_size) const;
+};
+
+class Strategy : public DistributionStrategy {
+ public:
+  ~Strategy() override;
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  std::string name() const override { return name_; }
+  int num_replicas_in_sync() const override { return static_cast<int>(devices_.size()); }
+  std::vector<std::string> replica_devices() const override { return devices_; }
+  // Which reduction the replicas use and why (never kAuto).
+  const CrossDeviceChoice& cross_device_ops() const { return choice_; }
+  // Timeout of every collective and merge_call of this strategy.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // RAII: the calling thread is in this strategy's scope (cross-replica context) until the
+  // returned object dies. Re-entering the same strategy's scope nests; another strategy's →
+  // FailedPreconditionError.
+  class Scope {
+   public:
+    explicit Scope(Strategy& strategy);
+    ~Scope();
+    Scope(Scope&& other) noexcept;
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    Scope& operator=(Scope&&) = delete;
+
+   private:
+    Strategy* strategy_;
+    std::unique_ptr<VariableCreatorScope> creator_;
+  };
+  Scope scope() { return Scope(*this); }
+
+  // fn(args...) once per replica (PerReplica arguments are split by replica). Returns
+  // PerReplica<result> (nothing for void).
+  template <typename F, typename... Args>
+  auto run(F&& fn, const Args&... args) {
+    using R = std::invoke_result_t<F&, const detail::component_t<Args>&...>;
+    if constexpr (std::is_void_v<R>) {
+      run_replicas([&](int r) { fn(detail::component(args, r)...); });
+    } else {
+      std::vector<std::optional<R>> out(static_cast<std::size_t>(num_replicas_in_sync()));
+      run_replicas([&](int r) { out[static_cast<std::size_t>(r)].emplace(fn(detail::component(args, r)...)); });
+      std::vector<R> values;
+      values.reserve(out.size());
+      for (auto& o : out) values.push_back(std::move(*o));
+      return PerReplica<R>(std::move(values));
+    }
+  }
+
+  // Cross-replica reduction (tf.distribute.Strategy.reduce). axis unset: elementwise over
+  // replicas (MEAN divides by the replica count). axis set: each component is first summed along
+  // `axis`, then over replicas; MEAN divides by the total length of `axis` over all replicas, so
+  // uneven batches average per example, as TF. The result lives on replica 0's device.
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const;
+  // A value that is the same on every replica (e.g. a plain Tensor): SUM → value × replicas.
+  Tensor reduce(ReduceOp op, const Tensor& value, std::optional<int> axis = std::nullopt) const;
+  // The components concatenated along `axis` in replica order, on replica 0's device.
+  Tensor gather(const PerReplica<Tensor>& value, int axis) const;
+  template <typename T>
+  std::vector<T> experimental_local_results(const PerReplica<T>& value) const {
+    return value.values();
+  }
+
+  // Splits each global batch of `dataset` across the replicas (see distributed_dataset.h).
+  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
+  // fn(InputContext) builds a dataset of per-replica batches (see distributed_dataset.h).
+  DistributedDataset distribute_datasets_from_function(
+      const std::function<data::Dataset(const InputContext&)>& fn) const;
+
+  // --- for distribute/ internals (MirroredVariable, replica contexts) ---
+  // Runs body(r) on every replica in its replica context (the engine behind run()).
+  void run_replicas(const std::function<void(int)>& body);
+  // The replica context of this strategy on the calling thread, or nullptr.
+  StrategyReplicaContext* current_replica_context() const;
+  // Creates the variable for `args` as this strategy does (mirrored, or on the one device).
+  Variable create_variable(const VariableArgs& args, const NextCreator& next);
+
+ protected:
+  // `use_threads`: replicas run on persistent per-replica threads (MirroredStrategy); false:
+  // the single replica runs on the calling thread (OneDeviceStrategy, default strategy).
+  Strategy(std::string name, std::vector<std::string> devices, CrossDeviceOps requested, bool use_threads,
+           std::chrono::milliseconds timeout);
+  // Variables of this strategy are MirroredVariables (true) or plain ones on the device (false).
+  bool mirrored_variables_ = true;
+
+ private:
+  friend class StrategyReplicaContext;
+  void make_communicators();
+  Variable create_mirrored(const VariableArgs& args, const NextCreator& next);
+
+  std::string name_;
+  std::vector<std::string> devices_;   // canonical names, replica order
+  std::vector<LogicalDevice> logical_;
+  CrossDeviceChoice choice_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<ReplicaPool> pool_;  // null: run on the calling thread
+  std::vector<std::unique_ptr<collective::Communicator>> comms_;
+  std::unique_ptr<internal::MergeBarrier> merge_;
+  std::vector<std::unique_ptr<StrategyReplicaContext>> contexts_;
+  bool broken_ = false;  // a step failed: rebuild communicators before the next
+};
+
+// The strategy of the calling thread (tf.distribute.get_strategy()): the innermost scope's or
+// run's, else the default strategy (one replica on the default device; run() calls fn directly).
+Strategy& get_strategy();
+
+}  // namespace chorus::distribute
