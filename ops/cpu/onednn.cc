@@ -1,0 +1,75 @@
+// oneDNN plumbing: engine, per-thread streams and scratchpads, the cache registry.
+#ifdef CHORUS_WITH_DNNL
+
+#include "ops/cpu/onednn.h"
+
+namespace chorus::ops::cpu::onednn {
+
+dnnl::engine& engine() {
+  static dnnl::engine* e = guarded("engine", [] { return new dnnl::engine(dnnl::engine::kind::cpu, 0); });
+  return *e;  // never destroyed: primitives in static caches may outlive any other static
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s = guarded("stream", [] { return dnnl::stream(engine()); });
+  return s;
+}
+
+namespace {
+
+// 64-byte aligned, grow-only buffer.
+struct ScratchBuffer {
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte[], Free> data;
+  std::size_t size = 0;
+
+  void* reserve(std::size_t bytes) {
+    if (bytes > size) {
+      data.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64})));
+      size = bytes;
+    }
+    return data.get();
+  }
+};
+
+}  // namespace
+
+dnnl::memory scratchpad(const dnnl::primitive_desc_base& pd) {
+  thread_local ScratchBuffer buffer;
+  const dnnl::memory::desc md = pd.scratchpad_desc();
+  return dnnl::memory(md, engine(), buffer.reserve(md.get_size() > 0 ? md.get_size() : 64));
+}
+
+dnnl::primitive_attr default_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+CacheRegistry& CacheRegistry::instance() {
+  static CacheRegistry* r = new CacheRegistry;  // outlives the caches that registered with it
+  return *r;
+}
+
+void CacheRegistry::add(std::function<CacheStats()> stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sources_.push_back(std::move(stats));
+}
+
+CacheStats CacheRegistry::total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CacheStats t;
+  for (const auto& f : sources_) {
+    const CacheStats s = f();
+    t.hits += s.hits;
+    t.misses += s.misses;
+    t.entries += s.entries;
+  }
+  return t;
+}
+
+}  // namespace chorus::ops::cpu::onednn
+
+#endif  // CHORUS_WITH_DNNL

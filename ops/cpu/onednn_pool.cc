@@ -1,0 +1,115 @@
+// float32 2-D max / average pooling on oneDNN (NHWC). Average pooling is
+// pooling_avg_exclude_padding: it divides by the in-bounds taps, TF's behaviour under SAME.
+// Max pooling's backward needs the forward's workspace (where each maximum was), so
+// pool2d_backward runs forward_training first into temporaries; oneDNN records the first
+// maximum of each window, which is where TF routes the gradient too.
+#ifdef CHORUS_WITH_DNNL
+
+#include <vector>
+
+#include "ops/cpu/onednn.h"
+
+namespace chorus::ops::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+
+struct PoolDescs {
+  dnnl::algorithm alg;
+  memory::desc src, dst;
+  memory::dims strides, kernel, pad_l, pad_r;
+};
+
+PoolDescs pool_descs(PoolKind kind, const Conv2dGeometry& g) {
+  const auto f32 = memory::data_type::f32;
+  return PoolDescs{kind == PoolKind::kMax ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
+                   memory::desc({g.n, g.in_c, g.in_h, g.in_w}, f32, memory::format_tag::nhwc),
+                   memory::desc({g.n, g.out_c, g.out_h, g.out_w}, f32, memory::format_tag::nhwc),
+                   {g.stride_h, g.stride_w},
+                   {g.k_h, g.k_w},
+                   {g.pad_top, g.pad_left},
+                   {g.pad_bottom, g.pad_right}};
+}
+
+CacheKey pool_key(PoolKind kind, const Conv2dGeometry& g) {
+  return {static_cast<std::int64_t>(kind), g.n, g.in_h, g.in_w, g.in_c, g.k_h, g.k_w, g.stride_h, g.stride_w,
+          g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.out_h, g.out_w};
+}
+
+dnnl::pooling_forward::primitive_desc forward_pd(const PoolDescs& d, dnnl::prop_kind prop) {
+  return dnnl::pooling_forward::primitive_desc(
+      dnnl::pooling_forward::desc(prop, d.alg, d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r), default_attr(),
+      engine());
+}
+
+struct ForwardEntry {
+  dnnl::pooling_forward::primitive_desc pd;
+  dnnl::pooling_forward prim;
+};
+// Backward, plus (max only) the forward_training primitive that fills the workspace.
+struct BackwardEntry {
+  dnnl::pooling_forward::primitive_desc fwd_pd;
+  dnnl::pooling_forward fwd;
+  dnnl::pooling_backward::primitive_desc pd;
+  dnnl::pooling_backward prim;
+};
+
+template <typename Entry>
+PrimitiveCache<Entry>& cache() {
+  static auto& c = *new PrimitiveCache<Entry>;  // leaked: outlives static destruction order
+  return c;
+}
+
+}  // namespace
+
+void pool2d_forward(PoolKind kind, const Conv2dGeometry& g, const float* x, float* y) {
+  guarded("pooling_forward", [&] {
+    const PoolDescs d = pool_descs(kind, g);
+    ForwardEntry e = cache<ForwardEntry>().get(pool_key(kind, g), [&] {
+      auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
+      return ForwardEntry{pd, dnnl::pooling_forward(pd)};
+    });
+    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(d.src, x)},
+                              {DNNL_ARG_DST, wrap(d.dst, y)},
+                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    stream().wait();
+  });
+}
+
+void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const float* x, const float* dy, float* dx) {
+  guarded("pooling_backward", [&] {
+    const PoolDescs d = pool_descs(kind, g);
+    BackwardEntry e = cache<BackwardEntry>().get(pool_key(kind, g), [&] {
+      auto fwd_pd = forward_pd(d, dnnl::prop_kind::forward_training);
+      dnnl::pooling_backward::primitive_desc pd(
+          dnnl::pooling_backward::desc(d.alg, d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r), default_attr(),
+          engine(), fwd_pd);
+      return BackwardEntry{fwd_pd, dnnl::pooling_forward(fwd_pd), pd, dnnl::pooling_backward(pd)};
+    });
+    if (kind == PoolKind::kMax) {
+      // The workspace and the forward output exist only for this call.
+      const memory::desc ws_md = e.fwd_pd.workspace_desc();
+      std::vector<float> y(static_cast<std::size_t>(g.output_elements()));
+      std::vector<std::byte> ws(ws_md.get_size());
+      const memory ws_mem = wrap(ws_md, ws.data());
+      e.fwd.execute(stream(), {{DNNL_ARG_SRC, wrap(d.src, x)},
+                               {DNNL_ARG_DST, wrap(d.dst, y.data())},
+                               {DNNL_ARG_WORKSPACE, ws_mem},
+                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.fwd_pd)}});
+      stream().wait();
+      e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
+                                {DNNL_ARG_WORKSPACE, ws_mem},
+                                {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
+                                {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    } else {
+      e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
+                                {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
+                                {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    }
+    stream().wait();
+  });
+}
+
+}  // namespace chorus::ops::cpu::onednn
+
+#endif  // CHORUS_WITH_DNNL
