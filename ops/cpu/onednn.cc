@@ -36,10 +36,19 @@ struct ScratchBuffer {
 
 }  // namespace
 
+void* thread_buffer(BufferSlot slot, std::size_t bytes) {
+  thread_local ScratchBuffer buffers[2];
+  return buffers[static_cast<int>(slot)].reserve(bytes > 0 ? bytes : 64);
+}
+
 dnnl::memory scratchpad(const dnnl::primitive_desc_base& pd) {
-  thread_local ScratchBuffer buffer;
   const dnnl::memory::desc md = pd.scratchpad_desc();
-  return dnnl::memory(md, engine(), buffer.reserve(md.get_size() > 0 ? md.get_size() : 64));
+  return dnnl::memory(md, engine(), thread_buffer(BufferSlot::kScratchpad, md.get_size()));
+}
+
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args) {
+  prim.execute(stream(), args);
+  stream().wait();
 }
 
 dnnl::primitive_attr default_attr() {

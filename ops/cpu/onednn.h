@@ -36,9 +36,16 @@ dnnl::engine& engine();
 // still wait() so that the contract "returns when done" does not depend on that).
 dnnl::stream& stream();
 
-// Scratchpad memory for one primitive execution on the calling thread: grows, never shrinks;
-// valid until the next call on this thread.
+// A 64-byte aligned buffer of at least `bytes` owned by the calling thread, one per slot: grows,
+// never shrinks; valid until the next call with the same slot on this thread.
+enum class BufferSlot { kScratchpad, kWeights };
+void* thread_buffer(BufferSlot slot, std::size_t bytes);
+
+// Scratchpad memory for one primitive execution on the calling thread (BufferSlot::kScratchpad).
 dnnl::memory scratchpad(const dnnl::primitive_desc_base& pd);
+
+// Executes `prim` with `args` on stream() and waits for it.
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::memory>& args);
 
 // Attributes every chorus primitive is created with (user-managed scratchpad).
 dnnl::primitive_attr default_attr();

@@ -41,9 +41,8 @@ void run_softmax_forward(const char* name, const float* x, float* y, std::int64_
                                       engine());
       return FwdEntry{pd, Fwd(pd)};
     });
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)},
+    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)},
                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
 }
 
@@ -58,9 +57,8 @@ void run_softmax_backward(const char* name, const float* y, const float* dy, flo
       typename Bwd::primitive_desc pd(typename Bwd::desc(md, md, 1), default_attr(), engine(), hint);
       return BwdEntry{pd, Bwd(pd)};
     });
-    e.prim.execute(stream(), {{DNNL_ARG_DST, wrap(md, y)}, {DNNL_ARG_DIFF_DST, wrap(md, dy)},
+    execute(e.prim, {{DNNL_ARG_DST, wrap(md, y)}, {DNNL_ARG_DIFF_DST, wrap(md, dy)},
                               {DNNL_ARG_DIFF_SRC, wrap(md, dx)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
 }
 
@@ -133,14 +131,13 @@ void batch_norm_training(const float* x, const float* gamma, const float* beta, 
     const memory::desc md({rows, channels}, kF32, tag::nc);
     const memory::desc c_md({channels}, kF32, tag::a);
     BnFwd e = bn_forward(true, rows, channels, static_cast<float>(epsilon));
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x)},
+    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
                               {DNNL_ARG_SCALE, wrap(c_md, gamma)},
                               {DNNL_ARG_SHIFT, wrap(c_md, beta)},
                               {DNNL_ARG_DST, wrap(md, y)},
                               {DNNL_ARG_MEAN, wrap(c_md, mean)},
                               {DNNL_ARG_VARIANCE, wrap(c_md, var)},
                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
 }
 
@@ -150,14 +147,13 @@ void batch_norm_inference(const float* x, const float* gamma, const float* beta,
     const memory::desc md({rows, channels}, kF32, tag::nc);
     const memory::desc c_md({channels}, kF32, tag::a);
     BnFwd e = bn_forward(false, rows, channels, static_cast<float>(epsilon));
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x)},
+    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
                               {DNNL_ARG_SCALE, wrap(c_md, gamma)},
                               {DNNL_ARG_SHIFT, wrap(c_md, beta)},
                               {DNNL_ARG_MEAN, wrap(c_md, mean)},
                               {DNNL_ARG_VARIANCE, wrap(c_md, var)},
                               {DNNL_ARG_DST, wrap(md, y)},
                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
 }
 
@@ -175,7 +171,7 @@ void batch_norm_backward(const float* x, const float* dy, const float* gamma, co
           default_attr(), engine(), hint.pd);
       return BnBwd{pd, dnnl::batch_normalization_backward(pd)};
     });
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x)},
+    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
                               {DNNL_ARG_DIFF_DST, wrap(md, dy)},
                               {DNNL_ARG_SCALE, wrap(c_md, gamma)},
                               // oneDNN 2.6 insists on a SHIFT argument under use_shift although no
@@ -187,7 +183,6 @@ void batch_norm_backward(const float* x, const float* dy, const float* gamma, co
                               {DNNL_ARG_DIFF_SCALE, wrap(c_md, dgamma)},
                               {DNNL_ARG_DIFF_SHIFT, wrap(c_md, dbeta)},
                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
 }
 
@@ -202,9 +197,8 @@ bool eltwise_forward(UnaryOp op, const float* x, float* y, std::int64_t n) {
           engine());
       return EltwiseFwd{pd, dnnl::eltwise_forward(pd)};
     });
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)},
+    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)},
                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
   return true;
 }

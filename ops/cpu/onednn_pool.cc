@@ -69,10 +69,9 @@ void pool2d_forward(PoolKind kind, const Conv2dGeometry& g, const float* x, floa
       auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
       return ForwardEntry{pd, dnnl::pooling_forward(pd)};
     });
-    e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(d.src, x)},
+    execute(e.prim, {{DNNL_ARG_SRC, wrap(d.src, x)},
                               {DNNL_ARG_DST, wrap(d.dst, y)},
                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
-    stream().wait();
   });
 }
 
@@ -92,21 +91,19 @@ void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const float* x, con
       std::vector<float> y(static_cast<std::size_t>(g.output_elements()));
       std::vector<std::byte> ws(ws_md.get_size());
       const memory ws_mem = wrap(ws_md, ws.data());
-      e.fwd.execute(stream(), {{DNNL_ARG_SRC, wrap(d.src, x)},
+      execute(e.fwd, {{DNNL_ARG_SRC, wrap(d.src, x)},
                                {DNNL_ARG_DST, wrap(d.dst, y.data())},
                                {DNNL_ARG_WORKSPACE, ws_mem},
                                {DNNL_ARG_SCRATCHPAD, scratchpad(e.fwd_pd)}});
-      stream().wait();
-      e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
+      execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
                                 {DNNL_ARG_WORKSPACE, ws_mem},
                                 {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
                                 {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     } else {
-      e.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
+      execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
                                 {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
                                 {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     }
-    stream().wait();
   });
 }
 

@@ -505,17 +505,24 @@ TEST(DnnSeedCnn, ForwardAndBackwardMatchReference) {
   check_conv(conv2, 2020);
   check_pool(PoolKind::kMax, pool2, random_f32(static_cast<std::size_t>(pool2.input_elements()), 2030), 2031);
 
-  // Timing of conv2 forward (informational; printed, not asserted).
+  // Timings of conv2 (informational; printed, not asserted).
   const F32 x = random_f32(static_cast<std::size_t>(conv2.input_elements()), 2040);
   const F32 w = random_f32(static_cast<std::size_t>(conv2.filter_elements()), 2041);
-  F32 y(static_cast<std::size_t>(conv2.output_elements()));
-  conv2d_forward(DType::kFloat32, conv2, x.data(), w.data(), y.data());
-  const int reps = 10;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) conv2d_forward(DType::kFloat32, conv2, x.data(), w.data(), y.data());
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
-  std::printf("seed CNN conv2 forward (64x13x13x32 -> 64x11x11x64, %s, %d threads): %.3f ms\n",
-              have_onednn() ? "oneDNN" : "reference", omp_get_max_threads(), ms);
+  F32 y(static_cast<std::size_t>(conv2.output_elements())), dx(x.size()), dw(w.size());
+  const auto time_ms = [](const std::function<void()>& f) {
+    f();
+    const int reps = 10;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  const double fwd = time_ms([&] { conv2d_forward(DType::kFloat32, conv2, x.data(), w.data(), y.data()); });
+  const double bwd_data = time_ms([&] { conv2d_backward_data(DType::kFloat32, conv2, y.data(), w.data(), dx.data()); });
+  const double bwd_filter =
+      time_ms([&] { conv2d_backward_filter(DType::kFloat32, conv2, x.data(), y.data(), dw.data()); });
+  std::printf("seed CNN conv2 (64x13x13x32 -> 64x11x11x64, %s, %d threads): forward %.3f ms, backward data %.3f ms, "
+              "backward filter %.3f ms\n",
+              have_onednn() ? "oneDNN" : "reference", omp_get_max_threads(), fwd, bwd_data, bwd_filter);
 }
 
 // ---- cache, threads, errors ---------------------------------------------------------------------
