@@ -44,13 +44,13 @@
 #include "data/dataset.h"
 #include "distribute/communication_options.h"
 #include "distribute/cross_device_ops.h"
+#include "distribute/distributed_dataset.h"
 #include "distribute/per_replica.h"
 
 namespace chorus::distribute {
 
 class ReplicaPool;
 class StrategyReplicaContext;
-class DistributedDataset;
 namespace internal {
 class MergeBarrier;
 }
