@@ -1,0 +1,447 @@
+// cuDNN convolutions (ops/cuda/libraries.h): forward, backward data, backward filter.
+//
+// Layouts. chorus tensors are NHWC with HWIO filters; cuDNN has no HWIO layout, so the filter is
+// always transposed (copy_strided) into a workspace: KRSC ([out_c, kh, kw, in_c]) for NHWC
+// convolutions, KCRS for NCHW ones; the filter gradient is transposed back. float32 runs in NHWC
+// directly; float64 runs in NCHW (cuDNN's double-precision kernels are NCHW-only in practice:
+// frameworks such as PyTorch never send double NHWC convolutions to cuDNN), with x/dy
+// transposed in and y/dx transposed out. If cuDNN offers no algorithm for float32 NHWC, the NCHW
+// route is tried too. The layout that worked is cached with the algorithm.
+//
+// Padding. cuDNN pads symmetrically; TF's SAME padding is asymmetric when the total is odd. Then
+// x is copied into a zero-padded workspace (pad_top/left before, pad_bottom/right after) and the
+// convolution runs with padding 0; backward data computes the padded gradient and crops it.
+//
+// Algorithms. With op determinism enabled: cuDNN's heuristics (cudnnGet*Algorithm_v7), the
+// first algorithm marked CUDNN_DETERMINISTIC — the heuristics are themselves deterministic, so
+// every process picks the same algorithm and results are bitwise reproducible across runs.
+// Otherwise: the fastest algorithm measured by cudnnFind*AlgorithmEx on the call's own buffers
+// with a workspace of at most 256 MiB from the device's allocator (blocking, once per cache key).
+// float32 asks for CUDNN_FMA_MATH (no TF32 tensor cores, results comparable to the CPU kernels);
+// only if cuDNN offers nothing under it is CUDNN_DEFAULT_MATH allowed. Choices are cached per
+// (direction, geometry, dtype, determinism, GPU).
+#include "ops/cuda/libraries.h"
+
+#ifdef CHORUS_WITH_CUDNN
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "ops/cuda/cudnn_util.h"
+#include "ops/determinism.h"
+#endif
+
+#include <string>
+
+#include "core/error.h"
+
+namespace chorus::ops::cuda {
+
+#ifdef CHORUS_WITH_CUDNN
+
+namespace {
+
+using namespace cudnn;  // NOLINT: this file is the cuDNN wrapper
+using ::chorus::internal::str_cat;
+
+enum class Dir { kForward, kBackwardData, kBackwardFilter };
+
+const char* op_name(Dir dir) {
+  switch (dir) {
+    case Dir::kForward: return "conv2d";
+    case Dir::kBackwardData: return "conv2d_backprop_input";
+    case Dir::kBackwardFilter: return "conv2d_backprop_filter";
+  }
+  return "conv2d";
+}
+
+struct Choice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  Layout layout = Layout::kNHWC;
+};
+
+using Key = std::array<std::int64_t, 24>;
+
+Key make_key(Dir dir, DType dtype, const Conv2dGeometry& g, bool det, int ordinal) {
+  return {static_cast<std::int64_t>(dir), static_cast<std::int64_t>(dtype), det ? 1 : 0, ordinal, g.n, g.in_h,
+          g.in_w, g.in_c, g.k_h, g.k_w, g.out_c, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
+          g.pad_left, g.pad_bottom, g.pad_right, g.out_h, g.out_w, 0, 0, 0};
+}
+
+std::mutex& cache_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<Key, Choice>& cache() {
+  static std::map<Key, Choice> c;
+  return c;
+}
+
+std::optional<Choice> cached(const Key& key) {
+  std::lock_guard<std::mutex> lock(cache_mu());
+  auto it = cache().find(key);
+  if (it == cache().end()) return std::nullopt;
+  return it->second;
+}
+
+void remember(const Key& key, const Choice& c) {
+  std::lock_guard<std::mutex> lock(cache_mu());
+  cache()[key] = c;
+}
+
+std::string describe(const Conv2dGeometry& g) {
+  return str_cat("input ", g.n, "x", g.in_h, "x", g.in_w, "x", g.in_c, ", filter ", g.k_h, "x", g.k_w, "x", g.in_c,
+                 "x", g.out_c, ", strides ", g.stride_h, "x", g.stride_w, ", dilations ", g.dilation_h, "x",
+                 g.dilation_w, ", pads (top ", g.pad_top, ", left ", g.pad_left, ", bottom ", g.pad_bottom, ", right ",
+                 g.pad_right, "), output ", g.out_h, "x", g.out_w);
+}
+
+void check_geometry(const Conv2dGeometry& g, const char* op) {
+  CHORUS_REQUIRE(g.n >= 0 && g.in_h > 0 && g.in_w > 0 && g.in_c >= 0 && g.k_h > 0 && g.k_w > 0 && g.out_c >= 0 &&
+                     g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0 && g.pad_top >= 0 &&
+                     g.pad_left >= 0 && g.pad_bottom >= 0 && g.pad_right >= 0 && g.out_h > 0 && g.out_w > 0,
+                 InvalidArgumentError, op, ": invalid geometry (", describe(g), ")");
+}
+
+// The input as cuDNN sees it: dims and the symmetric pads of the descriptor.
+struct InputPlan {
+  std::int64_t h, w, pad_h, pad_w;
+  bool padded_copy;  // asymmetric padding: x lives in an explicitly zero-padded workspace
+};
+
+InputPlan plan_input(const Conv2dGeometry& g) {
+  if (g.pad_top != g.pad_bottom || g.pad_left != g.pad_right)
+    return {g.in_h + g.pad_top + g.pad_bottom, g.in_w + g.pad_left + g.pad_right, 0, 0, true};
+  return {g.in_h, g.in_w, g.pad_top, g.pad_left, false};
+}
+
+// Filter strides for the index order (kh, kw, in_c, out_c).
+std::array<std::int64_t, 4> hwio_strides(const Conv2dGeometry& g) {
+  return {g.k_w * g.in_c * g.out_c, g.in_c * g.out_c, g.out_c, 1};
+}
+std::array<std::int64_t, 4> cudnn_filter_strides(Layout layout, const Conv2dGeometry& g) {
+  if (layout == Layout::kNHWC) return {g.k_w * g.in_c, g.in_c, 1, g.k_h * g.k_w * g.in_c};  // KRSC
+  return {g.k_w, 1, g.k_h * g.k_w, g.in_c * g.k_h * g.k_w};                                 // KCRS
+}
+
+// ---- Algorithm choice -----------------------------------------------------------------------
+
+// The per-direction cuDNN entry points, behind one shape so the choice logic is written once.
+struct Descs {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+};
+struct Buffers {
+  void* x;  // const for forward / backward filter (cuDNN's Find writes only the output buffer)
+  void* w;
+  void* y;
+};
+
+template <typename Perf>
+std::optional<Choice> first_acceptable(const Perf* perf, int count, bool det, std::size_t workspace_limit,
+                                       Layout layout) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (det && p.determinism != CUDNN_DETERMINISTIC) continue;
+    if (p.memory > workspace_limit) continue;
+    return Choice{static_cast<int>(p.algo), p.mathType, layout};
+  }
+  return std::nullopt;
+}
+
+// cudnnStatus of a Find/Get call: success → true; "not supported" (no engine for this layout or
+// type) → false; anything else throws.
+bool supported(cudnnStatus_t status, const char* call) {
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  if (CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  internal::throw_cudnn_error(status, call, __FILE__, __LINE__);
+}
+
+constexpr std::size_t kFindWorkspace = std::size_t{256} << 20;
+
+// Workspace for cudnnFind*Ex: as much as the allocator gives, up to kFindWorkspace.
+Scratch find_workspace(DeviceContext& dev) {
+  for (std::size_t bytes = kFindWorkspace; bytes >= (std::size_t{1} << 20); bytes /= 4) {
+    try {
+      return Scratch(dev, bytes, "cuDNN algorithm search workspace");
+    } catch (const ResourceExhaustedError&) {
+    }
+  }
+  return Scratch();
+}
+
+std::optional<Choice> select(DeviceContext& dev, cudnnHandle_t h, Dir dir, const Descs& d, const Buffers& b, bool det,
+                             Layout layout) {
+  int max_count = 0;
+  if (det) {
+    // Heuristics: no execution, no workspace; sorted by expected speed.
+    switch (dir) {
+      case Dir::kForward: {
+        CHORUS_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
+        std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+        int n = 0;
+        if (!supported(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                              max_count, &n, perf.data()),
+                       "cudnnGetConvolutionForwardAlgorithm_v7"))
+          return std::nullopt;
+        return first_acceptable(perf.data(), n, det, SIZE_MAX, layout);
+      }
+      case Dir::kBackwardData: {
+        CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
+        std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+        int n = 0;
+        if (!supported(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                                   max_count, &n, perf.data()),
+                       "cudnnGetConvolutionBackwardDataAlgorithm_v7"))
+          return std::nullopt;
+        return first_acceptable(perf.data(), n, det, SIZE_MAX, layout);
+      }
+      case Dir::kBackwardFilter: {
+        CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
+        std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+        int n = 0;
+        if (!supported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(),
+                                                                     d.w.get(), max_count, &n, perf.data()),
+                       "cudnnGetConvolutionBackwardFilterAlgorithm_v7"))
+          return std::nullopt;
+        return first_acceptable(perf.data(), n, det, SIZE_MAX, layout);
+      }
+    }
+    return std::nullopt;
+  }
+  // Measurement on the call's buffers (it writes only the output buffer, which the real call
+  // overwrites afterwards).
+  Scratch ws = find_workspace(dev);
+  switch (dir) {
+    case Dir::kForward: {
+      CHORUS_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+      int n = 0;
+      if (!supported(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), b.x, d.w.get(), b.w, d.conv.get(),
+                                                            d.y.get(), b.y, max_count, &n, perf.data(), ws.get(),
+                                                            ws.size()),
+                     "cudnnFindConvolutionForwardAlgorithmEx"))
+        return std::nullopt;
+      return first_acceptable(perf.data(), n, det, ws.size(), layout);
+    }
+    case Dir::kBackwardData: {
+      CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+      int n = 0;
+      if (!supported(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), b.w, d.y.get(), b.y, d.conv.get(),
+                                                                 d.x.get(), b.x, max_count, &n, perf.data(), ws.get(),
+                                                                 ws.size()),
+                     "cudnnFindConvolutionBackwardDataAlgorithmEx"))
+        return std::nullopt;
+      return first_acceptable(perf.data(), n, det, ws.size(), layout);
+    }
+    case Dir::kBackwardFilter: {
+      CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+      int n = 0;
+      if (!supported(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), b.x, d.y.get(), b.y, d.conv.get(),
+                                                                   d.w.get(), b.w, max_count, &n, perf.data(),
+                                                                   ws.get(), ws.size()),
+                     "cudnnFindConvolutionBackwardFilterAlgorithmEx"))
+        return std::nullopt;
+      return first_acceptable(perf.data(), n, det, ws.size(), layout);
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t workspace_size(cudnnHandle_t h, Dir dir, const Descs& d, int algo) {
+  std::size_t bytes = 0;
+  switch (dir) {
+    case Dir::kForward:
+      CHORUS_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                                 static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes));
+      break;
+    case Dir::kBackwardData:
+      CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+          h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes));
+      break;
+    case Dir::kBackwardFilter:
+      CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+          &bytes));
+      break;
+  }
+  return bytes;
+}
+
+// ---- The shared driver ----------------------------------------------------------------------
+
+// forward: in0 = x, in1 = w, out = y; backward data: in0 = dy, in1 = w, out = dx;
+// backward filter: in0 = x, in1 = dy, out = dw.
+void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g, const void* in0, const void* in1,
+              void* out) {
+  const char* op = op_name(dir);
+  CHORUS_REQUIRE(dev.is_gpu(), InvalidArgumentError, op, ": cuDNN needs a GPU device, got ", dev.name());
+  const cudnnDataType_t type = data_type(dtype, op);
+  check_geometry(g, op);
+  // Empty outputs, and empty sums (which cuDNN may reject): zeros.
+  const std::int64_t out_elements = dir == Dir::kForward        ? g.output_elements()
+                                    : dir == Dir::kBackwardData ? g.input_elements()
+                                                                : g.filter_elements();
+  if (out_elements == 0) return;
+  const bool empty_sum = dir == Dir::kForward ? g.in_c == 0 : dir == Dir::kBackwardData ? g.out_c == 0 : g.n == 0;
+  if (empty_sum) {
+    fill(dev, dtype, out, out_elements, 0);
+    return;
+  }
+
+  const bool det = op_determinism_enabled();
+  const Key key = make_key(dir, dtype, g, det, dev.gpu_ordinal());
+  const std::optional<Choice> known = cached(key);
+  std::vector<Layout> layouts;
+  if (known) layouts = {known->layout};
+  else if (dtype == DType::kFloat64) layouts = {Layout::kNCHW};
+  else layouts = {Layout::kNHWC, Layout::kNCHW};
+
+  const InputPlan in = plan_input(g);
+  const std::size_t es = dtype_size(dtype);
+  const auto nhwc_x = strides_of(Layout::kNHWC, g.in_h, g.in_w, g.in_c);
+  const auto nhwc_y = strides_of(Layout::kNHWC, g.out_h, g.out_w, g.out_c);
+  const std::array<std::int64_t, 4> x_dims{g.n, g.in_h, g.in_w, g.in_c};
+  const std::array<std::int64_t, 4> y_dims{g.n, g.out_h, g.out_w, g.out_c};
+  const std::array<std::int64_t, 4> w_dims{g.k_h, g.k_w, g.in_c, g.out_c};
+  const Blend blend(dtype);
+
+  HandleLease h(dev);
+  for (const Layout layout : layouts) {
+    // x side (input of forward / backward filter, output of backward data).
+    const auto cx = strides_of(layout, in.h, in.w, g.in_c);
+    const std::int64_t x_off = g.pad_top * cx[1] + g.pad_left * cx[2];
+    const bool x_direct = layout == Layout::kNHWC && !in.padded_copy;
+    Scratch x_buf;
+    void* xp = nullptr;
+    if (x_direct) {
+      xp = dir == Dir::kBackwardData ? out : const_cast<void*>(in0);
+    } else {
+      const std::int64_t count = g.n * in.h * in.w * g.in_c;
+      x_buf = Scratch(dev, static_cast<std::size_t>(count) * es, "conv2d input in cuDNN layout");
+      xp = x_buf.get();
+      if (dir != Dir::kBackwardData) {
+        if (in.padded_copy) fill(dev, dtype, xp, count, 0);
+        copy4(dev, dtype, x_dims, nhwc_x, 0, in0, cx, x_off, xp);
+      }
+    }
+    // y side (output of forward, input dy of the backward passes).
+    const auto cy = strides_of(layout, g.out_h, g.out_w, g.out_c);
+    Scratch y_buf;
+    void* yp = nullptr;
+    const void* dy = dir == Dir::kBackwardData ? in0 : in1;
+    if (layout == Layout::kNHWC) {
+      yp = dir == Dir::kForward ? out : const_cast<void*>(dy);
+    } else {
+      y_buf = Scratch(dev, static_cast<std::size_t>(g.output_elements()) * es, "conv2d output in cuDNN layout");
+      yp = y_buf.get();
+      if (dir != Dir::kForward) copy4(dev, dtype, y_dims, nhwc_y, 0, dy, cy, 0, yp);
+    }
+    // Filter, always transposed from/to HWIO.
+    const auto cw = cudnn_filter_strides(layout, g);
+    Scratch w_buf(dev, static_cast<std::size_t>(g.filter_elements()) * es, "conv2d filter in cuDNN layout");
+    if (dir != Dir::kBackwardFilter) copy4(dev, dtype, w_dims, hwio_strides(g), 0, in1, cw, 0, w_buf.get());
+
+    Descs d;
+    set_tensor(d.x, layout, type, g.n, g.in_c, in.h, in.w, op);
+    set_tensor(d.y, layout, type, g.n, g.out_c, g.out_h, g.out_w, op);
+    CHORUS_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+        d.w.get(), type, layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, to_int(g.out_c, op, "out_c"),
+        to_int(g.in_c, op, "in_c"), to_int(g.k_h, op, "k_h"), to_int(g.k_w, op, "k_w")));
+    CHORUS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d.conv.get(), to_int(in.pad_h, op, "pad"), to_int(in.pad_w, op, "pad"), to_int(g.stride_h, op, "stride"),
+        to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
+        CUDNN_CROSS_CORRELATION, type));
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    CHORUS_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow));
+    CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h,
+                   "x", g.out_w, " does not match the input, filter, strides and padding (cuDNN computes ", oh, "x",
+                   ow, "): ", describe(g));
+
+    std::optional<Choice> choice = known;
+    if (!choice) {
+      const Buffers b{xp, w_buf.get(), yp};
+      CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), CUDNN_FMA_MATH));
+      choice = select(dev, h.get(), dir, d, b, det, layout);
+      if (!choice) {
+        CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), CUDNN_DEFAULT_MATH));
+        choice = select(dev, h.get(), dir, d, b, det, layout);
+      }
+      if (!choice) continue;  // next layout
+    }
+    CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice->math));
+    const std::size_t ws_bytes = workspace_size(h.get(), dir, d, choice->algo);
+    Scratch ws;
+    if (ws_bytes > 0) ws = Scratch(dev, ws_bytes, "cuDNN convolution workspace");
+    switch (dir) {
+      case Dir::kForward:
+        CHORUS_CUDNN_CHECK(cudnnConvolutionForward(h.get(), blend.one(), d.x.get(), xp, d.w.get(), w_buf.get(),
+                                                   d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(choice->algo),
+                                                   ws.get(), ws_bytes, blend.zero(), d.y.get(), yp));
+        if (layout == Layout::kNCHW) copy4(dev, dtype, y_dims, cy, 0, yp, nhwc_y, 0, out);
+        break;
+      case Dir::kBackwardData:
+        CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardData(
+            h.get(), blend.one(), d.w.get(), w_buf.get(), d.y.get(), yp, d.conv.get(),
+            static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algo), ws.get(), ws_bytes, blend.zero(), d.x.get(), xp));
+        if (!x_direct) copy4(dev, dtype, x_dims, cx, x_off, xp, nhwc_x, 0, out);
+        break;
+      case Dir::kBackwardFilter:
+        CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            h.get(), blend.one(), d.x.get(), xp, d.y.get(), yp, d.conv.get(),
+            static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), ws.get(), ws_bytes, blend.zero(), d.w.get(),
+            w_buf.get()));
+        copy4(dev, dtype, w_dims, cw, 0, w_buf.get(), hwio_strides(g), 0, out);
+        break;
+    }
+    if (!known) remember(key, *choice);
+    return;
+  }
+  throw InternalError(str_cat(op, ": cuDNN offers no ", det ? "deterministic " : "", "algorithm for ",
+                              dtype_name(dtype), " ", describe(g), " (tried NHWC and NCHW layouts)"));
+}
+
+}  // namespace
+
+void conv2d_forward(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
+  convolve(dev, Dir::kForward, dtype, g, x, w, y);
+}
+void conv2d_backward_data(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* dy, const void* w,
+                          void* dx) {
+  convolve(dev, Dir::kBackwardData, dtype, g, dy, w, dx);
+}
+void conv2d_backward_filter(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy,
+                            void* dw) {
+  convolve(dev, Dir::kBackwardFilter, dtype, g, x, dy, dw);
+}
+
+#else  // !CHORUS_WITH_CUDNN
+
+namespace {
+[[noreturn]] void no_cudnn(const char* op) {
+  throw UnimplementedError(std::string(op) +
+                           " on GPU needs cuDNN, and chorus was built without it (set CUDNN_HOME and reconfigure)");
+}
+}  // namespace
+
+void conv2d_forward(DeviceContext&, DType, const Conv2dGeometry&, const void*, const void*, void*) {
+  no_cudnn("conv2d");
+}
+void conv2d_backward_data(DeviceContext&, DType, const Conv2dGeometry&, const void*, const void*, void*) {
+  no_cudnn("conv2d_backprop_input");
+}
+void conv2d_backward_filter(DeviceContext&, DType, const Conv2dGeometry&, const void*, const void*, void*) {
+  no_cudnn("conv2d_backprop_filter");
+}
+
+#endif  // CHORUS_WITH_CUDNN
+
+}  // namespace chorus::ops::cuda
