@@ -119,6 +119,21 @@ class CpuStream final : public Stream {
   }
 
   void enqueue_host(std::function<void()> fn) override { push(Task{std::move(fn), false}); }
+  void execute_host(std::function<void()> fn) override {
+    if (state_->pending.load(std::memory_order_acquire) == 0 &&
+        state_->identity->id.load() != std::this_thread::get_id()) {
+      bool clean;
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        clean = state_->error == nullptr;
+      }
+      if (clean) {
+        fn();
+        return;
+      }
+    }
+    push(Task{std::move(fn), false});
+  }
   gpu::StreamHandle native_handle() const override { return nullptr; }
   int gpu_ordinal() const override { return -1; }
   const std::string& name() const override { return state_->name; }
@@ -214,6 +229,7 @@ class GpuStream final : public Stream {
     synchronize();
     fn();
   }
+  void execute_host(std::function<void()> fn) override { enqueue_host(std::move(fn)); }
   gpu::StreamHandle native_handle() const override { return handle_; }
   int gpu_ordinal() const override { return ordinal_; }
   const std::string& name() const override { return name_; }

@@ -130,3 +130,32 @@ TEST(CpuStreamTest, WaitingForItselfFromItsOwnWorkIsAnErrorNotAHang) {
 
 }  // namespace
 }  // namespace chorus
+
+namespace chorus {
+namespace {
+
+TEST(CpuStreamExecuteHost, RunsInlineWhenIdleAndQueuesBehindPendingWork) {
+  auto stream = make_cpu_stream("stream of test");
+  std::thread::id ran_on;
+  stream->execute_host([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // idle: no hand-off
+  EXPECT_THROW(stream->execute_host([] { throw InvalidArgumentError("inline failure"); }), InvalidArgumentError);
+
+  std::atomic<bool> release{false};
+  std::vector<int> order;
+  stream->enqueue_host([&] {
+    while (!release.load()) std::this_thread::yield();
+    order.push_back(1);
+  });
+  stream->execute_host([&] {
+    ran_on = std::this_thread::get_id();
+    order.push_back(2);
+  });  // busy: queued behind the first task, in order
+  release = true;
+  stream->synchronize();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+}  // namespace
+}  // namespace chorus
