@@ -148,6 +148,19 @@ std::vector<Tensor> binary_grad(BinaryOp op, const Tensor& a, const Tensor& b, c
       Tensor zero = zeros_like(g);
       return {red(where(mask, g, zero), a), red(where(mask, zero, g), b)};
     }
+    // The activation gradients are differentiable too (TF registers gradients for them), so that
+    // an outer tape gets second derivatives through relu, sigmoid, tanh and gelu. a = dy.
+    case BinaryOp::kReluGrad: return {red(binary(BinaryOp::kReluGrad, g, b), a), Tensor()};
+    case BinaryOp::kSigmoidGrad:  // dy * y * (1 - y)
+      return {red(binary(BinaryOp::kSigmoidGrad, g, b), a),
+              red(mul(mul(g, a), sub(scalar_like(b, 1.0), mul(b, scalar_like(b, 2.0)))), b)};
+    case BinaryOp::kTanhGrad:  // dy * (1 - y^2)
+      return {red(binary(BinaryOp::kTanhGrad, g, b), a), red(mul(mul(g, a), mul(b, scalar_like(b, -2.0))), b)};
+    case BinaryOp::kGeluGrad: {  // dy * (Phi(x) + x phi(x)); d/dx = dy * phi(x) * (2 - x^2)
+      Tensor phi = mul(exp(mul(square(b), scalar_like(b, -0.5))), scalar_like(b, 0.39894228040143267794));
+      return {red(binary(BinaryOp::kGeluGrad, g, b), a),
+              red(mul(mul(g, a), mul(phi, sub(scalar_like(b, 2.0), square(b)))), b)};
+    }
     default: return {Tensor(), Tensor()};
   }
 }
@@ -187,9 +200,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   internal::common_device(binary_name(op), {a, b});
   check_binary_dtype(op, a);
   Tensor y = launch_binary(op, a, b);
-  const bool differentiable = is_floating(a.dtype()) && !is_comparison(op) && !is_logical(op) &&
-                              op != BinaryOp::kReluGrad && op != BinaryOp::kSigmoidGrad && op != BinaryOp::kTanhGrad &&
-                              op != BinaryOp::kGeluGrad;
+  const bool differentiable = is_floating(a.dtype()) && !is_comparison(op) && !is_logical(op);
   if (differentiable && internal::should_record({a, b})) {
     internal::record(binary_name(op), {a, b}, {y},
                      [op, a, b, y](const std::vector<Tensor>& gs) { return binary_grad(op, a, b, y, gs[0]); });

@@ -144,9 +144,10 @@ Tensor arg(bool min, const Tensor& x, int axis) {
   const int a = internal::normalize_axis(name, axis, x.shape().rank());
   const auto& d = x.shape().dims();
   const std::int64_t r = d[static_cast<std::size_t>(a)];
-  CHORUS_REQUIRE(r > 0 || x.num_elements() == 0, InvalidArgumentError, name, ": reduction axis ", axis,
-                 " is empty in shape ", x.shape().to_string());
   const Shape out_shape = reduced_shape(x.shape(), {a}, false);
+  // An empty axis has no arg-max; only an empty result (nothing to write) is fine.
+  CHORUS_REQUIRE(r > 0 || out_shape.num_elements() == 0, InvalidArgumentError, name, ": reduction axis ", axis,
+                 " is empty in shape ", x.shape().to_string());
   Tensor y = output(dev, out_shape, DType::kInt64);
   if (y.num_elements() == 0 || r == 0) return y;
   const std::int64_t outer = internal::product(d, 0, static_cast<std::size_t>(a));

@@ -19,7 +19,12 @@ namespace {
 using internal::output;
 using chorus::internal::str_cat;
 
-std::string dims_str(const std::vector<std::int64_t>& v) { return Shape(v).to_string(); }
+// "(4, -1)": the user's numbers as given (not through Shape, which rejects negative dims).
+std::string dims_str(const std::vector<std::int64_t>& v) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) s += str_cat(i ? ", " : "", v[i]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
 
 // Enqueues a strided copy from src to dst (same device) over `dims`.
 void copy_region(DeviceContext& dev, const char* op, const Tensor& src, const std::vector<std::int64_t>& dims,
@@ -75,9 +80,12 @@ Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
   CHORUS_REQUIRE(static_cast<int>(perm.size()) == r, InvalidArgumentError, "Transpose: perm has ", perm.size(),
                  " entries for a tensor of rank ", r);
   std::vector<int> seen(static_cast<std::size_t>(r), 0);
-  for (int& p : perm) {
-    p = internal::normalize_axis("Transpose", p, r);
-    CHORUS_REQUIRE(!seen[static_cast<std::size_t>(p)]++, InvalidArgumentError, "Transpose: perm is not a permutation");
+  for (int p : perm) {
+    // As TF: entries in [0, rank), each once (negative entries are not axes here).
+    if (p >= 0 && p < r && !seen[static_cast<std::size_t>(p)]++) continue;
+    std::string list;
+    for (int q : perm) list += str_cat(list.empty() ? "" : ", ", q);
+    throw InvalidArgumentError(str_cat("Transpose: perm [", list, "] is not a permutation of [0, ", r, ")"));
   }
   const auto in_strides = internal::contiguous_strides(x.shape());
   std::vector<std::int64_t> dims(static_cast<std::size_t>(r)), src_strides(static_cast<std::size_t>(r));
