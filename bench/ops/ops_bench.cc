@@ -32,6 +32,12 @@
 #ifdef CHORUS_WITH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
+#ifdef CHORUS_WITH_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/gpu.h"
+#endif
 
 namespace chorus {
 namespace {
@@ -195,8 +201,39 @@ int run(bool quick) {
     (void)z;
     rows.push_back(r);
   }
-  skipped.push_back("GPU cases (cuBLAS/cuDNN vs chorus): " +
-                    std::string(runtime::devices().back()->is_gpu() ? "not yet written" : "no GPU"));
+#ifdef CHORUS_WITH_CUDA
+  if (gpu::device_count() > 0) {
+    // matmul on /gpu:0: ops::matmul (cuBLAS through the op layer) vs cublasSgemm on its own handle
+    // and stream. Row-major C = A·B is column-major C^T = B^T·A^T: pass B first.
+    cublasHandle_t handle;
+    cudaStream_t stream;
+    cudaSetDevice(0);
+    cublasCreate(&handle);
+    cudaStreamCreate(&stream);
+    cublasSetStream(handle, stream);
+    for (std::int64_t n : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 4096, 8192}) {
+      Tensor a = random_tensor({n, n}, 1).to("/gpu:0"), b = random_tensor({n, n}, 2).to("/gpu:0");
+      Tensor c = Tensor::empty({n, n}, DType::kFloat32, "/gpu:0");
+      Row r{"gpu matmul " + std::to_string(n), 0, 0, "ms", 2.0 * n * n * n};
+      r.chorus = median_seconds([&] { sync(ops::matmul(a, b)); });
+      const float one = 1, zero = 0;
+      const int ni = static_cast<int>(n);
+      r.yard = median_seconds([&] {
+        cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(b.data()), ni,
+                    static_cast<const float*>(a.data()), ni, &zero, static_cast<float*>(c.data()), ni);
+        cudaStreamSynchronize(stream);
+      });
+      rows.push_back(r);
+    }
+    cublasDestroy(handle);
+    cudaStreamDestroy(stream);
+    skipped.push_back("GPU convolutions vs raw cuDNN: yardstick not written yet");
+  } else {
+    skipped.push_back("GPU cases (cuBLAS vs chorus): no GPU (" + gpu::unavailable_reason() + ")");
+  }
+#else
+  skipped.push_back("GPU cases: built without CUDA");
+#endif
 
   std::printf("%-28s %14s %14s %8s %12s\n", "case", "chorus", "raw library", "ratio", "chorus GF/s");
   std::string json = "{\"bench\":\"ops\",\"cases\":[";

@@ -7,6 +7,10 @@
 // float32 and rounded once), kInt32, kInt64 where the op makes sense for integers, kBool/kUInt8
 // for logical ops and `where` conditions. An unsupported dtype → InvalidArgumentError.
 //
+// Data errors a kernel cannot report (TF's GPU kernels behave the same): integer division by
+// zero gives 0, an integer to a negative power gives the truncated result, an index or label out
+// of range gives a zero row / NaN loss as documented below. The CPU kernels raise instead.
+//
 // Determinism: every kernel here is deterministic (fixed-order reductions: one thread block per
 // output, tree order fixed by the block size) except scatter_add with deterministic = false,
 // which uses atomicAdd.
