@@ -3,6 +3,7 @@
 // 2 * elements + 1 times.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace chorus {
 namespace {
 
 using testing::check_gradients;
+using testing::TensorFn;
 using testing::random_away_from_zero;
 using testing::random_tensor;
 using In = std::vector<Tensor>;
@@ -95,6 +97,8 @@ struct UnaryCase {
   double lo, hi;      // input range
   bool away_from_zero;  // lo..hi in magnitude, random sign
 };
+
+void PrintTo(const UnaryCase& c, std::ostream* os) { *os << c.name; }
 
 class UnaryGradientTest : public testing::CoreTest, public ::testing::WithParamInterface<UnaryCase> {};
 
@@ -311,6 +315,8 @@ struct ConvCase {
   ops::Conv2dOptions options;
 };
 
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
 class Conv2dGradientTest : public testing::CoreTest, public ::testing::WithParamInterface<ConvCase> {};
 
 TEST_P(Conv2dGradientTest, InputAndFilters) {
@@ -392,6 +398,40 @@ TEST_F(GradientTest, BatchNormInference) {
   EXPECT_TRUE(check_gradients(
       [mean, var](const In& x) { return ops::batch_norm(x[0], x[1], x[2], mean, var, 1e-3, false).y; },
       {random_tensor({2, 2, 3}, 78, -2, 2), random_tensor({3}, 79, 0.5, 1.5), random_tensor({3}, 80)}));
+}
+
+// float32 runs other kernels (oneDNN forward and backward); its tape gradients must agree with the
+// float64 ones checked above to float32 precision.
+TEST_F(GradientTest, Float32GradientsMatchFloat64) {
+  const Tensor labels = Tensor::from_vector<std::int32_t>({1, 0}, {2}, "/CPU:0");
+  const TensorFn f = [labels](const In& x) {
+    Tensor h = ops::conv2d(x[0], x[1], {1, 1}, ops::Padding::kSame);
+    h = ops::batch_norm(h, x[4], x[5], Tensor(), Tensor(), 1e-3, true).y;
+    h = ops::gelu(ops::sigmoid(h) + ops::tanh(h));
+    h = ops::max_pool2d(h, {2, 2}, {1, 1}, ops::Padding::kSame) + ops::avg_pool2d(h, {2, 3}, {1, 1}, ops::Padding::kSame);
+    h = ops::reduce_mean(h, {1, 2});                                // [2, 3]
+    Tensor logits = ops::matmul(h, x[2], false, true) + x[3];       // [2, 4]
+    return ops::add(ops::sparse_softmax_cross_entropy_with_logits(labels, logits),
+                    ops::reduce_sum(ops::log_softmax(logits, 0) * ops::softmax(logits), 1));
+  };
+  const In in64{random_tensor({2, 4, 4, 2}, 90), random_tensor({3, 3, 2, 3}, 91), random_tensor({4, 3}, 92),
+                random_tensor({4}, 93), random_tensor({3}, 94, 0.5, 1.5), random_tensor({3}, 95)};
+  In in32;
+  for (const Tensor& t : in64) in32.push_back(ops::cast(t, DType::kFloat32));
+  auto grads = [&f](const In& in) {
+    ops::GradientTape tape;
+    for (const Tensor& t : in) tape.watch(t);
+    const Tensor loss = ops::reduce_sum(f(in));
+    return tape.gradient(loss, in);
+  };
+  const auto g64 = grads(in64), g32 = grads(in32);
+  for (std::size_t i = 0; i < in64.size(); ++i) {
+    ASSERT_TRUE(g32[i].defined() && g64[i].defined()) << i;
+    EXPECT_EQ(g32[i].dtype(), DType::kFloat32);
+    const auto a = g32[i].to_vector<double>(), b = g64[i].to_vector<double>();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 1e-4 * (1 + std::abs(b[k]))) << "input " << i << " element " << k;
+  }
 }
 
 // ---- compositions ----

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "core/variable.h"
 #include "ops/ops.h"
 #include "tests/core/test_util.h"
@@ -207,6 +208,18 @@ TEST_F(TapeTest, SecondDerivativeWithANonPersistentOuterTape) {
   const Tensor d2 = outer.gradient(dy, {x})[0];
   ASSERT_TRUE(d2.defined());
   EXPECT_NEAR(vals(d2)[0], std::exp(0.5) - 2 * std::tanh(0.5) * (1 - std::tanh(0.5) * std::tanh(0.5)), 1e-12);
+}
+
+TEST_F(TapeTest, GradientsLiveOnTheSourcesDevice) {
+  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
+                                           {{.memory_limit_mb = 256}, {.memory_limit_mb = 256}});
+  const Tensor x = Tensor::from_vector<double>({1, 2}, "/CPU:1");
+  ops::GradientTape tape;
+  tape.watch(x);
+  const Tensor y = ops::reduce_sum(ops::mul(ops::square(x), ops::scalar_like(x, 3)));
+  const Tensor g = tape.gradient(y, {x})[0];
+  EXPECT_EQ(g.device_name(), x.device_name());
+  EXPECT_EQ(vals(g), (std::vector<double>{6, 12}));
 }
 
 TEST_F(TapeTest, TapeBelongsToItsThread) {
