@@ -21,6 +21,7 @@
 #include "collective/mpi.h"
 #endif
 #include "collective/nccl.h"
+#include "collective/nccl_mpi.h"  // always declared: UnavailableError without NCCL or MPI
 #include "collective/reference.h"
 #include "collective/shared_memory.h"
 #include "collective/virtual_gpu.h"

@@ -3,13 +3,12 @@
 #include "core/error.h"
 
 #ifdef CHORUS_WITH_NCCL
-#include <nccl.h>
-
 #include <mutex>
 
-#include "collective/work.h"
 #include "collective/host_reduce.h"
 #include "collective/in_process.h"
+#include "collective/nccl_check.h"
+#include "collective/work.h"
 #include "core/cuda/check.h"
 #include "core/logging.h"
 #include "core/runtime.h"
@@ -20,9 +19,9 @@ namespace chorus::collective {
 using internal::str_cat;
 
 #ifdef CHORUS_WITH_NCCL
-namespace {
 
-[[noreturn]] void throw_nccl(ncclResult_t r, const char* call, const char* file, int line) {
+// The mapping nccl_check.h declares, shared with the multi-process backend (nccl_mpi.cc).
+[[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
   std::string msg = str_cat(call, " failed: ", ncclGetErrorString(r), " (", ncclGetLastError(nullptr), ") at ", file,
                             ":", line);
   switch (r) {
@@ -33,12 +32,6 @@ namespace {
     default: throw InternalError(msg);
   }
 }
-
-#define CHORUS_NCCL_CHECK(call)                                                     \
-  do {                                                                              \
-    ncclResult_t chorus_r_ = (call);                                                \
-    if (chorus_r_ != ncclSuccess) throw_nccl(chorus_r_, #call, __FILE__, __LINE__); \
-  } while (0)
 
 ncclDataType_t nccl_type(DType dt) {
   switch (dt) {
@@ -65,6 +58,8 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   return ncclSum;
 }
+
+namespace {
 
 // The NCCL communicators of a group, aborted once when the group fails.
 struct Comms {

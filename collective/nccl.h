@@ -17,8 +17,8 @@
 //
 // Requirements: devices on distinct physical GPUs (two logical devices of one GPU → use
 // make_virtual_gpu_group: NCCL itself would fail with "Duplicate GPU detected"). Without NCCL in
-// the build, make_nccl_group throws UnavailableError. Across processes, the unique id travels
-// over MPI (the hierarchical/multi-worker communicator, later).
+// the build, make_nccl_group throws UnavailableError. Across processes (one GPU per process, the
+// unique id over MPI): make_nccl_communicator in nccl_mpi.h.
 #pragma once
 
 #include <memory>
