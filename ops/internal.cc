@@ -67,7 +67,7 @@ void require_rank(std::string_view op, const Tensor& t, int rank, std::string_vi
 
 void run_cpu(DeviceContext& dev, std::function<void()> fn) {
   const int threads = dev.device().intra_op_threads;
-  dev.stream().enqueue_host([threads, fn = std::move(fn)] {
+  dev.stream().execute_host([threads, fn = std::move(fn)] {
     cpu::use_threads(threads);
     fn();
   });

@@ -69,6 +69,20 @@ Conv2dGeometry pool_geometry(const char* op, const Shape& x, std::array<std::int
   return g;
 }
 
+// The fused backward kernels below are not differentiable again: when an outer tape watches their
+// inputs (a second derivative), record them with a gradient that says so instead of letting the
+// outer gradient silently miss their contribution.
+void record_no_second_order(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  if (!internal::should_record(inputs)) return;
+  const std::string name = op;
+  internal::record(name, inputs, outputs, [name](const std::vector<Tensor>&) -> std::vector<Tensor> {
+    throw UnimplementedError(chorus::internal::str_cat(
+        "the gradient of ", name, " is not implemented: second derivatives through conv2d, pooling, softmax, "
+        "batch_norm and the fused cross-entropy losses are not supported (elementwise ops, reductions, matmul and "
+        "shape ops support them)"));
+  });
+}
+
 Shape nhwc(const Conv2dGeometry& g) { return Shape{g.n, g.out_h, g.out_w, g.out_c}; }
 
 Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> s,
@@ -99,6 +113,7 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
           });
         }
       }
+      record_no_second_order(kind == PoolKind::kMax ? "MaxPoolGrad" : "AvgPoolGrad", {x, dy}, {dx});
       return {dx};
     });
   }
@@ -134,6 +149,7 @@ Tensor softmax_last(bool log, const Tensor& x) {
           });
         }
       }
+      record_no_second_order(log ? "LogSoftmaxGrad" : "SoftmaxGrad", {y, dy}, {dx});
       return {dx};
     });
   }
@@ -194,6 +210,8 @@ std::pair<Tensor, Tensor> xent(bool sparse, const Tensor& labels, const Tensor& 
 Tensor xent_op(bool sparse, const Tensor& labels, const Tensor& logits) {
   auto [loss, grad] = xent(sparse, labels, logits);
   if (internal::should_record({logits})) {
+    record_no_second_order(sparse ? "SparseSoftmaxCrossEntropyWithLogitsGrad" : "SoftmaxCrossEntropyWithLogitsGrad",
+                           {logits}, {grad});
     internal::record(sparse ? "SparseSoftmaxCrossEntropyWithLogits" : "SoftmaxCrossEntropyWithLogits", {labels, logits},
                      {loss}, [grad](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
                        return {Tensor(), mul(expand_dims(gs[0], -1), grad)};
@@ -241,6 +259,7 @@ Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Te
       internal::run_cpu(*dev, [g, dy, w, dx] { cpu::conv2d_backward_data(dy.dtype(), g, dy.data(), w.data(), dx.data()); });
     }
   }
+  record_no_second_order("Conv2DBackpropInput", {w, dy}, {dx});
   return dx;
 }
 
@@ -260,6 +279,7 @@ Tensor conv2d_backprop_filter(const Tensor& x, const Shape& filter_shape, const 
       internal::run_cpu(*dev, [g, x, dy, dw] { cpu::conv2d_backward_filter(dy.dtype(), g, x.data(), dy.data(), dw.data()); });
     }
   }
+  record_no_second_order("Conv2DBackpropFilter", {x, dy}, {dw});
   return dw;
 }
 
@@ -337,6 +357,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
                                                       dx.data(), dg.data(), db.data(), rows, c, epsilon);
                            });
                          }
+                         record_no_second_order("FusedBatchNormGradV3", {x, dy, gamma}, {dx, dg, db});
                          return {dx, dg, db};
                        });
     }

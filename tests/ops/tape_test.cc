@@ -194,6 +194,27 @@ TEST_F(TapeTest, SecondDerivativeWithNestedTapes) {
   EXPECT_NEAR(d2[1], -6, 1e-12);
 }
 
+TEST_F(TapeTest, SecondDerivativesThroughFusedKernelsAreAnErrorNotAWrongNumber) {
+  const Tensor x = Tensor::from_vector<double>({0.5, -1, 2, 0.25}, Shape{1, 2, 2, 1}, "/CPU:0");
+  const Tensor w = Tensor::from_vector<double>({1.5}, Shape{1, 1, 1, 1}, "/CPU:0");
+  ops::GradientTape outer(/*persistent=*/true);
+  outer.watch(x);
+  Tensor g;
+  {
+    ops::GradientTape inner;
+    inner.watch(x);
+    g = inner.gradient(ops::reduce_sum(ops::square(ops::conv2d(x, w))), {x})[0];
+  }
+  EXPECT_THROW_WITH(outer.gradient(g, {x}), UnimplementedError, "Conv2DBackpropInput", "second derivatives");
+  Tensor s;
+  {
+    ops::GradientTape inner;
+    inner.watch(x);
+    s = inner.gradient(ops::reduce_sum(ops::square(ops::softmax(ops::reshape(x, {1, 4})))), {x})[0];
+  }
+  EXPECT_THROW_WITH(outer.gradient(s, {x}), UnimplementedError, "SoftmaxGrad");
+}
+
 TEST_F(TapeTest, SecondDerivativeWithANonPersistentOuterTape) {
   const Tensor x = D({0.5});
   ops::GradientTape outer;

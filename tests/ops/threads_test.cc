@@ -2,6 +2,9 @@
 // global setter's lifecycle, and that a device's ops really run with its share (the stream worker
 // sets OpenMP's thread count before each kernel).
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
 #include <omp.h>
 
 #include <algorithm>
@@ -94,9 +97,22 @@ TEST_F(ThreadsTest, OpsRunWithTheirDeviceShare) {
   two_cpu_devices({{.memory_limit_mb = 256, .intra_op_threads = 3}, {.memory_limit_mb = 256, .intra_op_threads = 1}});
   const Tensor a = Tensor::ones({4}, DType::kFloat32, "/CPU:0");
   const Tensor b = Tensor::ones({4}, DType::kFloat32, "/CPU:1");
-  const Tensor ya = ops::exp(a), yb = ops::exp(b);
-  EXPECT_EQ(worker_threads(ya), 3);
-  EXPECT_EQ(worker_threads(yb), 1);
+  a.device_context().stream().synchronize();
+  b.device_context().stream().synchronize();
+  // Idle streams: the kernel runs on the calling thread, with its device's share.
+  (void)ops::exp(a);
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  (void)ops::exp(b);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  // A busy stream: the kernel is queued and its worker uses the same share.
+  std::atomic<bool> go{false};
+  a.device_context().stream().enqueue_host([&go] {
+    while (!go.load()) std::this_thread::yield();
+  });
+  const Tensor queued = ops::exp(a);
+  go = true;
+  EXPECT_EQ(worker_threads(queued), 3);
+  for (float v : queued.to_vector<float>()) EXPECT_NEAR(v, std::exp(1.0f), 1e-6f);
 }
 
 TEST_F(ThreadsTest, ConcurrentReplicasOnTwoDevicesComputeCorrectly) {
