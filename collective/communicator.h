@@ -9,7 +9,10 @@
 // ranks and both fingerprints — never a wrong sum and never a hang.
 //
 // Buffers. Inputs and outputs are Tensors on the participant's own device. A call is in-place
-// when `output` shares storage with `input` (same data pointer); that is always allowed. Shapes:
+// when `output` shares storage with `input` (same data pointer); that is always allowed. For
+// all_gather and reduce_scatter (size > 1) input and output differ in size, and a chorus Tensor
+// always views its whole buffer, so they cannot share storage (NCCL's offset form of in-place,
+// sendbuff == recvbuff + rank * count, has no Tensor spelling). Shapes:
 //   all_reduce      input [*], output same shape            every rank gets op(inputs)
 //   broadcast       tensor [*] on every rank                 root's tensor is copied to all
 //   reduce          input [*], output same shape            only root's output is written
