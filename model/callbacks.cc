@@ -1,0 +1,153 @@
+#include "model/callbacks.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "optimizer/optimizer.h"
+#include "summary/summary_writer.h"
+
+namespace chorus::callbacks {
+
+using chorus::internal::str_cat;
+
+namespace {
+std::string format_logs(const Logs& logs) {
+  std::ostringstream os;
+  // "loss" first, then the rest in name order (Keras prints loss, then metrics).
+  auto put = [&os](const std::string& k, double v) { os << " - " << k << ": " << std::fixed << std::setprecision(4) << v; };
+  if (auto it = logs.find("loss"); it != logs.end()) put(it->first, it->second);
+  for (const auto& [k, v] : logs)
+    if (k != "loss") put(k, v);
+  return os.str();
+}
+}  // namespace
+
+ProgressBar::ProgressBar(int epochs, std::ostream* out, std::optional<bool> tty)
+    : epochs_(epochs), out_(out ? out : &std::cout), tty_(tty.value_or(isatty(STDOUT_FILENO) != 0)) {}
+
+void ProgressBar::on_epoch_begin(model::Model&, int epoch) {
+  start_ = std::chrono::steady_clock::now();
+  *out_ << "Epoch " << epoch + 1 << "/" << epochs_ << "\n";
+  out_->flush();
+}
+
+std::string ProgressBar::line(std::int64_t step, std::int64_t steps, const Logs& logs, bool final) const {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::ostringstream os;
+  if (steps > 0) {
+    const int width = 30;
+    const int done = static_cast<int>(width * std::min<std::int64_t>(step, steps) / steps);
+    const int digits = static_cast<int>(std::to_string(steps).size());
+    os << std::setw(digits) << step << "/" << steps << " [" << std::string(static_cast<std::size_t>(std::max(0, done - 1)), '=')
+       << (done >= width ? "=" : (done > 0 ? ">" : "")) << std::string(static_cast<std::size_t>(width - std::max(done, 0)), '.')
+       << "]";
+  } else {
+    os << step << "/Unknown";
+  }
+  if (final || steps <= 0) {
+    os << " - " << std::lround(elapsed) << "s " << (step ? std::lround(1000 * elapsed / step) : 0) << "ms/step";
+  } else {
+    os << " - ETA: " << std::lround(elapsed / std::max<std::int64_t>(step, 1) * (steps - step)) << "s";
+  }
+  os << format_logs(logs);
+  return os.str();
+}
+
+void ProgressBar::on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) {
+  last_steps_ = steps > 0 ? steps : step;
+  if (!tty_) return;
+  *out_ << "\r" << line(step, steps, logs, false) << "\033[K";
+  out_->flush();
+}
+
+void ProgressBar::on_epoch_end(model::Model&, int, const Logs& logs) {
+  if (tty_) *out_ << "\r";
+  *out_ << line(last_steps_, last_steps_, logs, true) << (tty_ ? "\033[K" : "") << "\n";
+  out_->flush();
+}
+
+TensorBoard::TensorBoard(std::string log_dir, std::int64_t update_freq)
+    : log_dir_(std::move(log_dir)), update_freq_(update_freq) {
+  CHORUS_REQUIRE(!log_dir_.empty(), InvalidArgumentError, "TensorBoard: log_dir is empty");
+  CHORUS_REQUIRE(update_freq_ >= 0, InvalidArgumentError, "TensorBoard: update_freq must be >= 0");
+}
+TensorBoard::~TensorBoard() = default;
+
+void TensorBoard::on_train_begin(model::Model&) {
+  if (!train_) train_ = std::make_unique<summary::SummaryWriter>(log_dir_ + "/train");
+  if (!validation_) validation_ = std::make_unique<summary::SummaryWriter>(log_dir_ + "/validation");
+}
+
+void TensorBoard::on_train_end(model::Model&) {
+  if (train_) train_->flush();
+  if (validation_) validation_->flush();
+}
+
+void TensorBoard::on_train_batch_end(model::Model&, std::int64_t, std::int64_t, const Logs& logs) {
+  ++global_step_;
+  if (update_freq_ > 0 && global_step_ % update_freq_ == 0)
+    if (auto it = logs.find("loss"); it != logs.end()) train_->scalar("batch_loss", it->second, global_step_);
+}
+
+void TensorBoard::on_epoch_end(model::Model&, int epoch, const Logs& logs) {
+  for (const auto& [k, v] : logs) {
+    if (k.rfind("val_", 0) == 0) validation_->scalar("epoch_" + k.substr(4), v, epoch);
+    else train_->scalar("epoch_" + k, v, epoch);
+  }
+  train_->flush();
+  validation_->flush();
+}
+
+EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta)
+    : monitor_(std::move(monitor)), patience_(patience), min_delta_(std::abs(min_delta)),
+      minimize_(monitor_.find("acc") == std::string::npos) {
+  CHORUS_REQUIRE(patience_ >= 0, InvalidArgumentError, "EarlyStopping: patience must be >= 0");
+}
+
+void EarlyStopping::on_train_begin(model::Model&) {
+  wait_ = 0;
+  first_ = true;
+  stopped_epoch_ = -1;
+}
+
+void EarlyStopping::on_epoch_end(model::Model& m, int epoch, const Logs& logs) {
+  auto it = logs.find(monitor_);
+  if (it == logs.end()) {
+    std::string present;
+    for (const auto& [k, v] : logs) present += (present.empty() ? "" : ", ") + k;
+    throw InvalidArgumentError(str_cat("EarlyStopping: '", monitor_, "' is not in the logs (", present,
+                                       "); pass validation_data to monitor val_* values"));
+  }
+  const double v = it->second;
+  const bool better = first_ || (minimize_ ? v < best_ - min_delta_ : v > best_ + min_delta_);
+  if (better) {
+    best_ = v;
+    wait_ = 0;
+    first_ = false;
+    return;
+  }
+  if (++wait_ > patience_) {
+    stopped_epoch_ = epoch;
+    m.stop_training = true;
+  }
+}
+
+LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule) : schedule_(std::move(schedule)) {
+  CHORUS_REQUIRE(schedule_ != nullptr, InvalidArgumentError, "LearningRateScheduler: schedule is empty");
+}
+
+void LearningRateScheduler::on_epoch_begin(model::Model& m, int epoch) {
+  const double lr = schedule_(epoch, m.optimizer().learning_rate());
+  CHORUS_REQUIRE(std::isfinite(lr) && lr >= 0, InvalidArgumentError, "LearningRateScheduler: schedule returned ", lr,
+                 " for epoch ", epoch);
+  m.optimizer().set_learning_rate(lr);
+}
+
+}  // namespace chorus::callbacks

@@ -1,0 +1,111 @@
+// Callbacks of Model::fit (tf.keras.callbacks): ProgressBar, TensorBoard, EarlyStopping,
+// LearningRateScheduler. Logs are name → value maps ("loss", "accuracy", "val_loss", ...).
+//
+//   model.fit(ds, {.epochs = 5, .callbacks = {callbacks::TensorBoard("./logs"),
+//                                              callbacks::EarlyStopping("val_loss", 2)}});
+//
+// ProgressBar is added by fit itself when verbose (Keras's default): on a terminal it redraws one
+// line per step ("  12/469 [>.....] - ETA: 5s - loss: 0.3125 - accuracy: 0.9100"); otherwise it
+// prints one line per epoch. Callbacks run on the program's thread (cross-replica context).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+namespace chorus::model {
+class Model;
+}
+namespace chorus::summary {
+class SummaryWriter;
+}
+
+namespace chorus::callbacks {
+
+using Logs = std::map<std::string, double>;
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(model::Model&) {}
+  virtual void on_train_end(model::Model&) {}
+  virtual void on_epoch_begin(model::Model&, int /*epoch*/) {}
+  virtual void on_epoch_end(model::Model&, int /*epoch*/, const Logs&) {}
+  // step counts from 1 within the epoch; steps is -1 when unknown.
+  virtual void on_train_batch_end(model::Model&, std::int64_t /*step*/, std::int64_t /*steps*/, const Logs&) {}
+};
+using CallbackPtr = std::shared_ptr<Callback>;
+
+class ProgressBar final : public Callback {
+ public:
+  // `out` defaults to std::cout; `tty` unset: isatty(stdout).
+  explicit ProgressBar(int epochs, std::ostream* out = nullptr, std::optional<bool> tty = std::nullopt);
+  void on_epoch_begin(model::Model&, int epoch) override;
+  void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) override;
+  void on_epoch_end(model::Model&, int epoch, const Logs& logs) override;
+
+ private:
+  std::string line(std::int64_t step, std::int64_t steps, const Logs& logs, bool final) const;
+  int epochs_;
+  std::ostream* out_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  std::int64_t last_steps_ = -1;
+};
+
+// Scalars per epoch ("epoch_loss", "epoch_accuracy", ...) into <log_dir>/train and
+// <log_dir>/validation, and per batch every `update_freq` steps ("batch_loss") when > 0, as
+// Keras's TensorBoard callback. Only the chief writes (summary/summary_writer.h).
+class TensorBoard final : public Callback {
+ public:
+  explicit TensorBoard(std::string log_dir, std::int64_t update_freq = 0);
+  ~TensorBoard() override;
+  void on_train_begin(model::Model&) override;
+  void on_train_end(model::Model&) override;
+  void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) override;
+  void on_epoch_end(model::Model&, int epoch, const Logs& logs) override;
+
+ private:
+  std::string log_dir_;
+  std::int64_t update_freq_;
+  std::int64_t global_step_ = 0;
+  std::unique_ptr<summary::SummaryWriter> train_, validation_;
+};
+
+// Stops training when `monitor` has not improved by more than min_delta for `patience` epochs
+// (mode: "min" for losses, "max" otherwise, chosen from the name as Keras's "auto"). A monitor
+// missing from the logs → InvalidArgumentError naming the logs present.
+class EarlyStopping final : public Callback {
+ public:
+  explicit EarlyStopping(std::string monitor = "val_loss", int patience = 0, double min_delta = 0.0);
+  void on_train_begin(model::Model&) override;
+  void on_epoch_end(model::Model& m, int epoch, const Logs& logs) override;
+  int stopped_epoch() const { return stopped_epoch_; }
+
+ private:
+  std::string monitor_;
+  int patience_;
+  double min_delta_;
+  bool minimize_;
+  double best_ = 0;
+  int wait_ = 0;
+  int stopped_epoch_ = -1;
+  bool first_ = true;
+};
+
+// Sets the optimizer's learning rate at each epoch's start to schedule(epoch, current lr).
+class LearningRateScheduler final : public Callback {
+ public:
+  explicit LearningRateScheduler(std::function<double(int epoch, double lr)> schedule);
+  void on_epoch_begin(model::Model& m, int epoch) override;
+
+ private:
+  std::function<double(int, double)> schedule_;
+};
+
+}  // namespace chorus::callbacks

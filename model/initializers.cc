@@ -1,0 +1,66 @@
+#include "model/initializers.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/random.h"
+
+namespace chorus::initializers {
+namespace {
+
+Tensor uniform(const Shape& shape, DType dtype, double lo, double hi, std::optional<std::uint64_t> seed) {
+  ops::UniformOptions o;
+  o.minval = lo;
+  o.maxval = hi;
+  o.dtype = dtype;
+  if (seed) return ops::stateless_random_uniform(shape, {static_cast<std::int64_t>(*seed), 0}, o);
+  return ops::random_uniform(shape, o);
+}
+
+}  // namespace
+
+std::pair<double, double> compute_fans(const Shape& shape) {
+  const auto& d = shape.dims();
+  if (d.empty()) return {1, 1};
+  if (d.size() == 1) return {static_cast<double>(d[0]), static_cast<double>(d[0])};
+  double receptive = 1;
+  for (std::size_t i = 0; i + 2 < d.size(); ++i) receptive *= static_cast<double>(d[i]);
+  return {static_cast<double>(d[d.size() - 2]) * receptive, static_cast<double>(d.back()) * receptive};
+}
+
+Initializer glorot_uniform(std::optional<std::uint64_t> seed) {
+  return [seed](const Shape& shape, DType dtype) {
+    auto [in, out] = compute_fans(shape);
+    const double limit = std::sqrt(6.0 / std::max(1.0, in + out));
+    return uniform(shape, dtype, -limit, limit, seed);
+  };
+}
+
+Initializer he_normal(std::optional<std::uint64_t> seed) {
+  return [seed](const Shape& shape, DType dtype) {
+    const double stddev = std::sqrt(2.0 / std::max(1.0, compute_fans(shape).first)) / 0.87962566103423978;
+    ops::NormalOptions o;
+    o.stddev = stddev;
+    o.dtype = dtype;
+    if (seed) return ops::stateless_truncated_normal(shape, {static_cast<std::int64_t>(*seed), 0}, o);
+    return ops::truncated_normal(shape, o);
+  };
+}
+
+Initializer random_uniform(double minval, double maxval, std::optional<std::uint64_t> seed) {
+  CHORUS_REQUIRE(minval < maxval, InvalidArgumentError, "random_uniform initializer: minval ", minval,
+                 " must be < maxval ", maxval);
+  return [=](const Shape& shape, DType dtype) { return uniform(shape, dtype, minval, maxval, seed); };
+}
+
+Initializer zeros() {
+  return [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); };
+}
+Initializer ones() {
+  return [](const Shape& shape, DType dtype) { return Tensor::ones(shape, dtype); };
+}
+Initializer constant(double value) {
+  return [value](const Shape& shape, DType dtype) { return Tensor::full(shape, value, dtype); };
+}
+
+}  // namespace chorus::initializers

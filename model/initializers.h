@@ -1,0 +1,37 @@
+// Weight initializers (tf.keras.initializers), as functions of (shape, dtype) → Tensor.
+//
+//   auto init = initializers::glorot_uniform(/*seed=*/42);   // the same values for the same seed
+//   Tensor w = init(Shape{784, 64}, DType::kFloat32);
+//
+// Seeded initializers draw from chorus's stateless Philox ops (ops/random.h), so a seed gives the
+// same weights on every device, replica and machine; unseeded ones draw from the global generator
+// (ops::set_seed makes a whole program reproducible). Fans follow Keras: a [in, out] matrix has
+// fan_in = in, fan_out = out; a [kh, kw, in, out] filter multiplies both by kh·kw.
+// Tensors are created on the default device (placement rules); layers create their variables
+// from them, and a strategy copies them to every replica (identical initial values).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace chorus::initializers {
+
+using Initializer = std::function<Tensor(const Shape& shape, DType dtype)>;
+
+// U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)) — Keras's default for kernels.
+Initializer glorot_uniform(std::optional<std::uint64_t> seed = std::nullopt);
+// Truncated normal (±2σ), stddev = sqrt(2 / fan_in) / 0.87962566103423978 (Keras's correction
+// for the truncation), for ReLU networks.
+Initializer he_normal(std::optional<std::uint64_t> seed = std::nullopt);
+Initializer random_uniform(double minval = -0.05, double maxval = 0.05, std::optional<std::uint64_t> seed = std::nullopt);
+Initializer zeros();
+Initializer ones();
+Initializer constant(double value);
+
+// (fan_in, fan_out) of a weight shape, Keras's rule.
+std::pair<double, double> compute_fans(const Shape& shape);
+
+}  // namespace chorus::initializers

@@ -1,0 +1,110 @@
+#include "model/layer.h"
+
+#include <cctype>
+
+#include "core/distribution.h"
+#include "core/error.h"
+
+namespace chorus::layers {
+
+using chorus::internal::str_cat;
+
+std::string to_snake_case(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      const bool prev_lower = i > 0 && std::islower(static_cast<unsigned char>(s[i - 1]));
+      const bool next_lower = i + 1 < s.size() && std::islower(static_cast<unsigned char>(s[i + 1]));
+      const bool prev_upper = i > 0 && std::isupper(static_cast<unsigned char>(s[i - 1]));
+      if (i > 0 && (prev_lower || (prev_upper && next_lower))) out += '_';
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+Layer::Layer(std::string name) : name_(std::move(name)) {}
+
+void Layer::set_name(std::string name) {
+  CHORUS_REQUIRE(!built_, FailedPreconditionError, "layer '", name_, "': cannot rename a built layer");
+  name_ = std::move(name);
+}
+
+Tensor Layer::operator()(const Tensor& x, bool training) {
+  CHORUS_REQUIRE(x.defined(), InvalidArgumentError, "layer '", name_.empty() ? class_name() : name_,
+                 "': called with an undefined tensor");
+  if (!built_) build(x.shape());
+  const auto& d = x.shape().dims();
+  CHORUS_REQUIRE(d.size() == built_shape_.size() + 1 &&
+                     std::equal(built_shape_.begin(), built_shape_.end(), d.begin() + 1),
+                 InvalidArgumentError, "layer '", name_, "' (", class_name(), ") was built for inputs (None",
+                 [&] {
+                   std::string s;
+                   for (auto v : built_shape_) s += str_cat(", ", v);
+                   return s;
+                 }(),
+                 ") and is called with ", x.shape().to_string());
+  return call(x, training);
+}
+
+void Layer::build(const Shape& input_shape) {
+  if (built_) return;
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx != nullptr && ctx->num_replicas_in_sync() > 1) {
+    // Every replica is here (all saw built_ == false: the merge completes only once all arrived).
+    ctx->merge_call<int, int>(
+        [&](const std::vector<int>&) {
+          build_once(input_shape);
+          return 0;
+        },
+        0);
+    return;
+  }
+  build_once(input_shape);
+}
+
+void Layer::build_once(const Shape& input_shape) {
+  std::lock_guard<std::mutex> lock(build_mu_);
+  if (built_) return;
+  CHORUS_REQUIRE(input_shape.rank() >= 1, InvalidArgumentError, "layer '", name_, "': input needs a batch dimension");
+  if (name_.empty()) name_ = to_snake_case(class_name());
+  build_weights(input_shape);
+  built_shape_.assign(input_shape.dims().begin() + 1, input_shape.dims().end());
+  built_ = true;
+}
+
+Variable Layer::add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& init,
+                           bool trainable, VariableSynchronization sync, VariableAggregation aggregation, DType dtype) {
+  Variable v = make_variable({.initial_value = init(shape, dtype),
+                              .name = str_cat(prefix_, name_, "/", name),
+                              .trainable = trainable,
+                              .synchronization = sync,
+                              .aggregation = aggregation});
+  weights_.push_back(v);
+  return v;
+}
+
+std::vector<Variable> Layer::trainable_weights() const {
+  std::vector<Variable> out;
+  for (const auto& w : weights_)
+    if (w.trainable()) out.push_back(w);
+  return out;
+}
+
+std::vector<Variable> Layer::non_trainable_weights() const {
+  std::vector<Variable> out;
+  for (const auto& w : weights_)
+    if (!w.trainable()) out.push_back(w);
+  return out;
+}
+
+std::int64_t Layer::count_params() const {
+  std::int64_t n = 0;
+  for (const auto& w : weights_) n += w.shape().num_elements();
+  return n;
+}
+
+}  // namespace chorus::layers

@@ -1,0 +1,84 @@
+// Layer: the Keras building block (tf.keras.layers.Layer) — weights plus a call.
+//
+//   auto dense = layers::Dense(64, "relu");      // std::shared_ptr<Layer>
+//   Tensor y = (*dense)(x);                       // builds (creates weights) on the first call
+//
+// Weights are created through make_variable (core/variable.h), so inside a strategy's scope they
+// are MirroredVariables with one component per replica; calling the layer inside strategy.run
+// reads each replica's component. A layer is built once, from the first input's shape (all dims
+// but the batch dim must stay the same afterwards: InvalidArgumentError otherwise).
+//
+// Names: a layer's name defaults to its class in snake case ("conv2d"); a model makes names
+// unique ("conv2d", "conv2d_1") and prefixes its own ("sequential/conv2d/kernel" is the variable
+// name, which checkpoints and summaries use). Subclass Layer for custom layers: override
+// class_name(), build_weights() (call add_weight there) and call().
+// Building inside strategy.run (replica context, several replicas): every replica must call the
+// layer (SPMD); the build runs once, as a merge_call in cross-replica context, so the weights are
+// created once as MirroredVariables. Elsewhere building is serialized by a mutex. Calls are
+// thread-safe when call() is.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/variable.h"
+#include "model/initializers.h"
+
+namespace chorus::layers {
+
+class Layer {
+ public:
+  explicit Layer(std::string name = "");
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  // "Dense", "Conv2D", ...
+  virtual std::string class_name() const = 0;
+  // Builds on the first call (from x's shape), then call(x, training).
+  Tensor operator()(const Tensor& x, bool training = false);
+  // Creates the weights for inputs of `input_shape` (batch dim included, ignored).
+  void build(const Shape& input_shape);
+  bool built() const { return built_.load(); }
+
+  const std::string& name() const { return name_; }
+  // Used by models before building: the name and the path prefix of the weights ("sequential/").
+  void set_name(std::string name);
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+
+  std::vector<Variable> weights() const { return weights_; }
+  std::vector<Variable> trainable_weights() const;
+  std::vector<Variable> non_trainable_weights() const;
+  // The output shape for an input shape (batch dim included); default: run-free shape inference
+  // must be provided by layers that change shapes.
+  virtual Shape compute_output_shape(const Shape& input_shape) const { return input_shape; }
+  // Parameters (elements of all weights) for summaries.
+  std::int64_t count_params() const;
+
+ protected:
+  virtual void build_weights(const Shape& input_shape) {}
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+  Variable add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& init,
+                      bool trainable = true, VariableSynchronization sync = VariableSynchronization::kAuto,
+                      VariableAggregation aggregation = VariableAggregation::kNone, DType dtype = DType::kFloat32);
+
+ private:
+  std::string name_;
+  std::string prefix_;
+  std::vector<Variable> weights_;
+  void build_once(const Shape& input_shape);
+  std::vector<std::int64_t> built_shape_;  // input dims without the batch dim
+  std::atomic<bool> built_{false};
+  std::mutex build_mu_;
+};
+
+using LayerPtr = std::shared_ptr<Layer>;
+
+// "Conv2D" → "conv2d", "MaxPooling2D" → "max_pooling2d", "BatchNormalization" → "batch_normalization".
+std::string to_snake_case(const std::string& class_name);
+
+}  // namespace chorus::layers

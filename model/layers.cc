@@ -1,0 +1,252 @@
+// Dense, Flatten, Activation, Dropout, Embedding, Conv2D, pooling (see model/layers.h).
+#include "model/layers.h"
+
+#include <map>
+#include <random>
+
+#include "core/distribution.h"
+#include "core/error.h"
+#include "ops/geometry.h"
+#include "ops/ops.h"
+
+namespace chorus::layers {
+
+using chorus::internal::str_cat;
+
+void check_activation(const std::string& a) {
+  CHORUS_REQUIRE(a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" ||
+                     a == "softmax",
+                 InvalidArgumentError, "unknown activation '", a,
+                 "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax");
+}
+
+Tensor activate(const std::string& a, const Tensor& x) {
+  if (a.empty() || a == "linear") return x;
+  if (a == "relu") return ops::relu(x);
+  if (a == "sigmoid") return ops::sigmoid(x);
+  if (a == "tanh") return ops::tanh(x);
+  if (a == "gelu") return ops::gelu(x);
+  if (a == "softmax") return ops::softmax(x);
+  check_activation(a);
+  return x;
+}
+
+ops::Padding parse_padding(const std::string& p) {
+  if (p == "valid" || p == "VALID") return ops::Padding::kValid;
+  if (p == "same" || p == "SAME") return ops::Padding::kSame;
+  throw InvalidArgumentError(str_cat("padding '", p, "': use \"valid\" or \"same\""));
+}
+
+// ---- Dense ----
+
+DenseLayer::DenseLayer(std::int64_t units, std::string activation, bool use_bias, initializers::Initializer kernel_init,
+                       initializers::Initializer bias_init, std::string name)
+    : Layer(std::move(name)),
+      units_(units),
+      activation_(std::move(activation)),
+      use_bias_(use_bias),
+      kernel_init_(std::move(kernel_init)),
+      bias_init_(std::move(bias_init)) {
+  CHORUS_REQUIRE(units_ > 0, InvalidArgumentError, "Dense: units must be > 0, got ", units_);
+  check_activation(activation_);
+}
+
+Shape DenseLayer::compute_output_shape(const Shape& in) const {
+  std::vector<std::int64_t> d = in.dims();
+  d.back() = units_;
+  return Shape(d);
+}
+
+void DenseLayer::build_weights(const Shape& in) {
+  CHORUS_REQUIRE(in.rank() >= 2, InvalidArgumentError, "Dense '", name(), "': input must be [batch, ..., features], got ",
+                 in.to_string());
+  kernel_ = add_weight("kernel", Shape{in.dims().back(), units_}, kernel_init_);
+  if (use_bias_) bias_ = add_weight("bias", Shape{units_}, bias_init_);
+}
+
+Tensor DenseLayer::call(const Tensor& x, bool) {
+  const std::int64_t in = x.shape().dims().back();
+  Tensor flat = x.shape().rank() == 2 ? x : ops::reshape(x, {x.num_elements() / std::max<std::int64_t>(in, 1), in});
+  Tensor y = ops::matmul(flat, kernel_.value());
+  if (use_bias_) y = ops::add(y, bias_.value());
+  if (x.shape().rank() != 2) y = ops::reshape(y, compute_output_shape(x.shape()).dims());
+  return activate(activation_, y);
+}
+
+LayerPtr Dense(std::int64_t units, std::string activation, bool use_bias, initializers::Initializer kernel_initializer,
+               initializers::Initializer bias_initializer, std::string name) {
+  return std::make_shared<DenseLayer>(units, std::move(activation), use_bias, std::move(kernel_initializer),
+                                      std::move(bias_initializer), std::move(name));
+}
+
+// ---- Conv2D ----
+
+Conv2DLayer::Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kernel, std::array<std::int64_t, 2> strides,
+                         ops::Padding padding, std::string activation, bool use_bias, std::array<std::int64_t, 2> dilation,
+                         initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name)
+    : Layer(std::move(name)),
+      filters_(filters),
+      kernel_size_(kernel),
+      strides_(strides),
+      dilation_(dilation),
+      padding_(padding),
+      activation_(std::move(activation)),
+      use_bias_(use_bias),
+      kernel_init_(std::move(kernel_init)),
+      bias_init_(std::move(bias_init)) {
+  CHORUS_REQUIRE(filters_ > 0 && kernel[0] > 0 && kernel[1] > 0 && strides[0] > 0 && strides[1] > 0 && dilation[0] > 0 &&
+                     dilation[1] > 0,
+                 InvalidArgumentError, "Conv2D: filters, kernel_size, strides and dilation must be > 0");
+  check_activation(activation_);
+}
+
+Shape Conv2DLayer::compute_output_shape(const Shape& in) const {
+  ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], kernel_size_[0], kernel_size_[1], filters_,
+                        strides_[0], strides_[1], dilation_[0], dilation_[1]};
+  CHORUS_REQUIRE(ops::compute_output_size(g, padding_), InvalidArgumentError, "Conv2D '", name(), "': kernel ",
+                 kernel_size_[0], "x", kernel_size_[1], " does not fit input ", in.to_string());
+  return Shape{in.dims()[0], g.out_h, g.out_w, filters_};
+}
+
+void Conv2DLayer::build_weights(const Shape& in) {
+  CHORUS_REQUIRE(in.rank() == 4, InvalidArgumentError, "Conv2D '", name(), "': input must be NHWC, got ", in.to_string());
+  compute_output_shape(in);  // validates the geometry now
+  kernel_ = add_weight("kernel", Shape{kernel_size_[0], kernel_size_[1], in.dims()[3], filters_}, kernel_init_);
+  if (use_bias_) bias_ = add_weight("bias", Shape{filters_}, bias_init_);
+}
+
+Tensor Conv2DLayer::call(const Tensor& x, bool) {
+  Tensor y = ops::conv2d(x, kernel_.value(), {strides_, padding_, dilation_});
+  if (use_bias_) y = ops::add(y, bias_.value());
+  return activate(activation_, y);
+}
+
+LayerPtr Conv2D(std::int64_t filters, std::int64_t kernel_size, std::string activation, std::int64_t strides,
+                std::string padding, bool use_bias, initializers::Initializer kernel_initializer,
+                initializers::Initializer bias_initializer, std::string name) {
+  return std::make_shared<Conv2DLayer>(filters, std::array<std::int64_t, 2>{kernel_size, kernel_size},
+                                       std::array<std::int64_t, 2>{strides, strides}, parse_padding(padding),
+                                       std::move(activation), use_bias, std::array<std::int64_t, 2>{1, 1},
+                                       std::move(kernel_initializer), std::move(bias_initializer), std::move(name));
+}
+
+LayerPtr Conv2D(std::int64_t filters, std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> strides,
+                std::string padding, std::string activation, std::array<std::int64_t, 2> dilation, bool use_bias,
+                initializers::Initializer kernel_initializer, initializers::Initializer bias_initializer, std::string name) {
+  return std::make_shared<Conv2DLayer>(filters, kernel_size, strides, parse_padding(padding), std::move(activation),
+                                       use_bias, dilation, std::move(kernel_initializer), std::move(bias_initializer),
+                                       std::move(name));
+}
+
+// ---- pooling ----
+
+Pooling2DLayer::Pooling2DLayer(ops::PoolKind kind, std::array<std::int64_t, 2> pool, std::array<std::int64_t, 2> strides,
+                               ops::Padding padding, std::string name)
+    : Layer(std::move(name)), kind_(kind), pool_(pool), strides_(strides), padding_(padding) {
+  CHORUS_REQUIRE(pool[0] > 0 && pool[1] > 0 && strides[0] > 0 && strides[1] > 0, InvalidArgumentError,
+                 class_name(), ": pool_size and strides must be > 0");
+}
+
+Shape Pooling2DLayer::compute_output_shape(const Shape& in) const {
+  ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], pool_[0], pool_[1], in.dims()[3],
+                        strides_[0], strides_[1]};
+  CHORUS_REQUIRE(ops::compute_output_size(g, padding_), InvalidArgumentError, class_name(), " '", name(),
+                 "': the window does not fit input ", in.to_string());
+  return Shape{in.dims()[0], g.out_h, g.out_w, in.dims()[3]};
+}
+
+Tensor Pooling2DLayer::call(const Tensor& x, bool) {
+  if (x.shape().dims()[0] == 0) return Tensor::zeros(compute_output_shape(x.shape()), x.dtype(), x.device_name());
+  return kind_ == ops::PoolKind::kMax ? ops::max_pool2d(x, pool_, strides_, padding_)
+                                      : ops::avg_pool2d(x, pool_, strides_, padding_);
+}
+
+LayerPtr MaxPooling2D(std::int64_t pool_size, std::int64_t strides, std::string padding, std::string name) {
+  const std::int64_t s = strides > 0 ? strides : pool_size;
+  return std::make_shared<Pooling2DLayer>(ops::PoolKind::kMax, std::array<std::int64_t, 2>{pool_size, pool_size},
+                                          std::array<std::int64_t, 2>{s, s}, parse_padding(padding), std::move(name));
+}
+
+LayerPtr AveragePooling2D(std::int64_t pool_size, std::int64_t strides, std::string padding, std::string name) {
+  const std::int64_t s = strides > 0 ? strides : pool_size;
+  return std::make_shared<Pooling2DLayer>(ops::PoolKind::kAvg, std::array<std::int64_t, 2>{pool_size, pool_size},
+                                          std::array<std::int64_t, 2>{s, s}, parse_padding(padding), std::move(name));
+}
+
+// ---- Flatten, Activation ----
+
+Shape FlattenLayer::compute_output_shape(const Shape& in) const {
+  std::int64_t rest = 1;
+  for (int i = 1; i < in.rank(); ++i) rest *= in.dims()[static_cast<std::size_t>(i)];
+  return Shape{in.dims()[0], rest};
+}
+
+Tensor FlattenLayer::call(const Tensor& x, bool) { return ops::reshape(x, compute_output_shape(x.shape()).dims()); }
+
+LayerPtr Flatten(std::string name) { return std::make_shared<FlattenLayer>(std::move(name)); }
+
+ActivationLayer::ActivationLayer(std::string activation, std::string name)
+    : Layer(std::move(name)), activation_(std::move(activation)) {
+  check_activation(activation_);
+}
+
+Tensor ActivationLayer::call(const Tensor& x, bool) { return activate(activation_, x); }
+
+LayerPtr Activation(std::string activation, std::string name) {
+  return std::make_shared<ActivationLayer>(std::move(activation), std::move(name));
+}
+
+// ---- Dropout ----
+
+DropoutLayer::DropoutLayer(double rate, std::optional<std::uint64_t> seed, std::string name)
+    : Layer(std::move(name)), rate_(rate) {
+  CHORUS_REQUIRE(rate >= 0 && rate < 1, InvalidArgumentError, "Dropout: rate must be in [0, 1), got ", rate);
+  generator_.emplace(ops::Generator::from_seed(seed ? *seed : std::random_device{}()));
+}
+
+Tensor DropoutLayer::call(const Tensor& x, bool training) {
+  if (!training || rate_ == 0.0 || x.num_elements() == 0) return x;
+  // Under a strategy, each replica draws from its own split of the layer's generator, so masks
+  // do not depend on which replica thread ran first.
+  ReplicaContext* ctx = get_replica_context();
+  const int replicas = ctx ? ctx->num_replicas_in_sync() : 1;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (replicas == 1) return ops::dropout(x, rate_, *generator_);
+  // Counter-based: a per-step base drawn once per step would need a collective; instead each
+  // replica uses stateless seeds (layer key, replica, call count).
+  thread_local std::map<const DropoutLayer*, std::int64_t> calls;
+  const std::int64_t n = calls[this]++;
+  const auto key = static_cast<std::int64_t>(generator_->state().key);
+  lock.unlock();
+  return ops::dropout(x, rate_, std::array<std::int64_t, 2>{key, (static_cast<std::int64_t>(ctx->replica_id_in_sync_group()) << 40) + n});
+}
+
+LayerPtr Dropout(double rate, std::optional<std::uint64_t> seed, std::string name) {
+  return std::make_shared<DropoutLayer>(rate, seed, std::move(name));
+}
+
+// ---- Embedding ----
+
+EmbeddingLayer::EmbeddingLayer(std::int64_t input_dim, std::int64_t output_dim, initializers::Initializer init,
+                               std::string name)
+    : Layer(std::move(name)), input_dim_(input_dim), output_dim_(output_dim), init_(std::move(init)) {
+  CHORUS_REQUIRE(input_dim > 0 && output_dim > 0, InvalidArgumentError, "Embedding: input_dim and output_dim must be > 0");
+}
+
+Shape EmbeddingLayer::compute_output_shape(const Shape& in) const {
+  std::vector<std::int64_t> d = in.dims();
+  d.push_back(output_dim_);
+  return Shape(d);
+}
+
+void EmbeddingLayer::build_weights(const Shape&) {
+  table_ = add_weight("embeddings", Shape{input_dim_, output_dim_}, init_);
+}
+
+Tensor EmbeddingLayer::call(const Tensor& ids, bool) { return ops::gather(table_.value(), ids, 0); }
+
+LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim, initializers::Initializer init, std::string name) {
+  return std::make_shared<EmbeddingLayer>(input_dim, output_dim, std::move(init), std::move(name));
+}
+
+}  // namespace chorus::layers

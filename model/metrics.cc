@@ -1,0 +1,67 @@
+#include "model/metrics.h"
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace chorus::metrics {
+
+Metric::Metric(std::string name) : name_(std::move(name)) {
+  const VariableArgs base{.initial_value = Tensor::zeros({}, DType::kFloat64),
+                          .trainable = false,
+                          .synchronization = VariableSynchronization::kOnRead,
+                          .aggregation = VariableAggregation::kSum};
+  VariableArgs total = base, count = base;
+  total.name = name_ + "/total";
+  count.name = name_ + "/count";
+  total_ = make_variable(total);
+  count_ = make_variable(count);
+}
+
+void Metric::accumulate(const Tensor& values) {
+  const Tensor v = values.dtype() == DType::kFloat64 ? values : ops::cast(values, DType::kFloat64);
+  const std::string device = total_.value().device_name();
+  Tensor sum = ops::reduce_sum(v);
+  total_.assign_add(sum.device_name() == device ? sum : sum.to(device));
+  count_.assign_add(Tensor::scalar(static_cast<double>(values.num_elements()), device));
+}
+
+double Metric::result() const {
+  const double count = count_.read_value().item<double>();
+  return count == 0 ? 0.0 : total_.read_value().item<double>() / count;
+}
+
+void Metric::reset_state() {
+  total_.assign(Tensor::zeros({}, DType::kFloat64));
+  count_.assign(Tensor::zeros({}, DType::kFloat64));
+}
+
+void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  CHORUS_REQUIRE(y_pred.shape().rank() >= 1, InvalidArgumentError, name(), ": y_pred needs a class axis");
+  if (y_pred.shape().dims()[0] == 0) return accumulate(Tensor::zeros({0}, DType::kFloat64, y_pred.device_name()));
+  const Tensor labels = ops::reshape(ops::cast(y_true, DType::kInt64), {y_true.num_elements()});
+  const Tensor predicted = ops::reshape(ops::argmax(y_pred, -1), {y_true.num_elements()});
+  accumulate(ops::cast(ops::equal(labels, predicted), DType::kFloat64));
+}
+
+void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  if (y_pred.shape().dims()[0] == 0) return accumulate(Tensor::zeros({0}, DType::kFloat64, y_pred.device_name()));
+  accumulate(ops::cast(ops::equal(ops::argmax(y_true, -1), ops::argmax(y_pred, -1)), DType::kFloat64));
+}
+
+void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  accumulate(ops::cast(ops::equal(y_true, ops::cast(y_pred, y_true.dtype())), DType::kFloat64));
+}
+
+MetricPtr get(const std::string& name, bool sparse_labels) {
+  if (name == "accuracy" || name == "acc") {
+    if (sparse_labels) return std::make_shared<SparseCategoricalAccuracy>("accuracy");
+    return std::make_shared<CategoricalAccuracy>("accuracy");
+  }
+  if (name == "sparse_categorical_accuracy") return std::make_shared<SparseCategoricalAccuracy>();
+  if (name == "categorical_accuracy") return std::make_shared<CategoricalAccuracy>();
+  if (name == "mean") return std::make_shared<Mean>();
+  throw InvalidArgumentError("unknown metric '" + name +
+                             "'; use accuracy, sparse_categorical_accuracy, categorical_accuracy or mean");
+}
+
+}  // namespace chorus::metrics

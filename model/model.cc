@@ -1,0 +1,270 @@
+#include "model/model.h"
+
+#include <iomanip>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "core/distribution.h"
+#include "core/error.h"
+#include "distribute/strategy.h"
+#include "ops/ops.h"
+#include "optimizer/optimizer.h"
+
+namespace chorus::model {
+
+using chorus::internal::str_cat;
+
+Model::Model(std::string name) : name_(std::move(name)), strategy_(&distribute::get_strategy()) {}
+Model::~Model() = default;
+
+layers::LayerPtr Model::track(layers::LayerPtr layer) {
+  CHORUS_REQUIRE(layer != nullptr, InvalidArgumentError, "model '", name_, "': null layer");
+  CHORUS_REQUIRE(!layer->built() || built_, InvalidArgumentError, "model '", name_, "': layer '", layer->name(),
+                 "' is already built (by another model); create a new layer");
+  std::set<std::string> taken;
+  for (const auto& l : layers_) taken.insert(l->name());
+  std::string base = layer->name().empty() ? layers::to_snake_case(layer->class_name()) : layer->name();
+  std::string name = base;
+  for (int i = 1; taken.count(name); ++i) name = str_cat(base, "_", i);
+  if (!layer->built()) {
+    layer->set_name(name);
+    layer->set_prefix(name_ + "/");
+  }
+  layers_.push_back(layer);
+  return layer;
+}
+
+Tensor Model::operator()(const Tensor& x, bool training) {
+  if (!built_) build(x.shape());
+  return call(x, training);
+}
+
+void Model::build(const Shape& input_shape) {
+  if (built_) return;
+  CHORUS_REQUIRE(input_shape.rank() >= 1, InvalidArgumentError, "model '", name_, "': input needs a batch dimension");
+  // In cross-replica context of the model's strategy, so weights are created once, mirrored.
+  std::vector<std::int64_t> one = input_shape.dims();
+  one[0] = 1;
+  auto run = [&] { call(Tensor::zeros(Shape(one), DType::kFloat32, strategy_->replica_devices()[0]), false); };
+  if (get_replica_context() != nullptr && get_replica_context()->num_replicas_in_sync() > 1) {
+    get_replica_context()->merge_call<int, int>(
+        [&](const std::vector<int>&) {
+          if (!built_) run();
+          return 0;
+        },
+        0);
+  } else {
+    auto scope = strategy_->scope();
+    run();
+  }
+  built_input_ = input_shape;
+  built_ = true;
+}
+
+std::vector<Variable> Model::trainable_variables() const {
+  std::vector<Variable> v;
+  for (const auto& l : layers_)
+    for (auto& w : l->trainable_weights()) v.push_back(w);
+  return v;
+}
+std::vector<Variable> Model::non_trainable_variables() const {
+  std::vector<Variable> v;
+  for (const auto& l : layers_)
+    for (auto& w : l->non_trainable_weights()) v.push_back(w);
+  return v;
+}
+std::vector<Variable> Model::variables() const {
+  std::vector<Variable> v;
+  for (const auto& l : layers_)
+    for (auto& w : l->weights()) v.push_back(w);
+  return v;
+}
+
+void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::LossPtr loss,
+                    const std::vector<std::string>& metric_names) {
+  CHORUS_REQUIRE(optimizer != nullptr && loss != nullptr, InvalidArgumentError, "compile: optimizer and loss are required");
+  auto scope = strategy_->scope();  // metric variables belong to the model's strategy
+  optimizer_ = std::move(optimizer);
+  loss_ = std::move(loss);
+  loss_metric_ = std::make_shared<metrics::Mean>("loss");
+  metrics_.clear();
+  const bool sparse = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(loss_.get()) != nullptr;
+  for (const auto& m : metric_names) metrics_.push_back(metrics::get(m, sparse));
+}
+
+optimizers::Optimizer& Model::optimizer() const {
+  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_, "' is not compiled: call compile() first");
+  return *optimizer_;
+}
+
+void Model::reset_metrics() {
+  loss_metric_->reset_state();
+  for (auto& m : metrics_) m->reset_state();
+}
+
+callbacks::Logs Model::logs(const std::string& prefix) const {
+  callbacks::Logs out;
+  out[prefix + "loss"] = loss_metric_->result();
+  for (const auto& m : metrics_) out[prefix + m->name()] = m->result();
+  return out;
+}
+
+namespace {
+
+void require_xy(const data::Element& e, const char* what) {
+  CHORUS_REQUIRE(e.size() >= 2, InvalidArgumentError, what, ": dataset elements must be (x, y), got ", e.size(),
+                 " component(s)");
+}
+
+std::int64_t global_rows(const distribute::PerReplica<data::Element>& batch) {
+  std::int64_t n = 0;
+  for (const auto& e : batch.values()) n += e.empty() ? 0 : e[0].shape().dims()[0];
+  return n;
+}
+
+}  // namespace
+
+Tensor Model::forward_step(const data::Element& e, bool training, std::int64_t rows) {
+  const Tensor& x = e[0];
+  const Tensor& y = e[1];
+  Tensor pred = (*this)(x, training);
+  Tensor per_example = loss_->per_example(y, pred);
+  loss_metric_->add(per_example);
+  for (auto& m : metrics_) m->update_state(y, pred);
+  return losses::compute_average_loss(per_example, rows);
+}
+
+History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
+  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_, "': call compile() before fit()");
+  CHORUS_REQUIRE(options.epochs >= 1, InvalidArgumentError, "fit: epochs must be >= 1, got ", options.epochs);
+  std::vector<callbacks::CallbackPtr> cbs = options.callbacks;
+  if (options.verbose) cbs.insert(cbs.begin(), std::make_shared<callbacks::ProgressBar>(options.epochs));
+  distribute::Strategy& strategy = *strategy_;
+  auto dist = strategy.experimental_distribute_dataset(dataset);
+  History history;
+  stop_training = false;
+  for (auto& cb : cbs) cb->on_train_begin(*this);
+  for (int epoch = 0; epoch < options.epochs && !stop_training; ++epoch) {
+    for (auto& cb : cbs) cb->on_epoch_begin(*this, epoch);
+    reset_metrics();
+    auto it = dist.make_iterator();
+    std::int64_t step = 0;
+    const std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : dataset.cardinality() >= 0
+                                                                                          ? dataset.cardinality()
+                                                                                          : -1;
+    while (options.steps_per_epoch < 0 || step < options.steps_per_epoch) {
+      auto batch = it.next();
+      if (!batch) break;
+      require_xy((*batch)[0], "fit");
+      if (!built_) build((*batch)[0][0].shape());
+      if (step == 0 && epoch == 0) {
+        auto scope = strategy.scope();
+        optimizer_->build(trainable_variables());  // slots in cross-replica context, once
+      }
+      const std::int64_t rows = global_rows(*batch);
+      const std::vector<Variable> vars = trainable_variables();
+      strategy.run(
+          [&](const data::Element& e) {
+            ops::GradientTape tape;
+            Tensor loss = forward_step(e, true, rows);
+            // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
+            // the same list.
+            std::vector<Tensor> grads = tape.gradient(loss, vars, Tensor(), ops::UnconnectedGradients::kZero);
+            std::vector<std::pair<Tensor, Variable>> gv;
+            for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+            optimizer_->apply_gradients(gv);
+          },
+          *batch);
+      ++step;
+      const callbacks::Logs l = logs();
+      for (auto& cb : cbs) cb->on_train_batch_end(*this, step, steps, l);
+    }
+    CHORUS_REQUIRE(step > 0, InvalidArgumentError, "fit: the dataset produced no batches");
+    callbacks::Logs epoch_logs = logs();
+    if (options.validation_data) {
+      for (const auto& [k, v] : evaluate(*options.validation_data)) epoch_logs["val_" + k] = v;
+    }
+    for (const auto& [k, v] : epoch_logs) history.history[k].push_back(v);
+    for (auto& cb : cbs) cb->on_epoch_end(*this, epoch, epoch_logs);
+  }
+  for (auto& cb : cbs) cb->on_train_end(*this);
+  return history;
+}
+
+std::map<std::string, double> Model::evaluate(const data::Dataset& dataset, int verbose) {
+  CHORUS_REQUIRE(loss_ != nullptr, FailedPreconditionError, "model '", name_, "': call compile() before evaluate()");
+  distribute::Strategy& strategy = *strategy_;
+  reset_metrics();
+  auto it = strategy.experimental_distribute_dataset(dataset).make_iterator();
+  std::int64_t steps = 0;
+  while (auto batch = it.next()) {
+    require_xy((*batch)[0], "evaluate");
+    if (!built_) build((*batch)[0][0].shape());
+    const std::int64_t rows = global_rows(*batch);
+    strategy.run([&](const data::Element& e) { forward_step(e, false, rows); }, *batch);
+    ++steps;
+  }
+  std::map<std::string, double> out = logs();
+  if (verbose) {
+    std::ostringstream os;
+    os << steps << " steps";
+    for (const auto& [k, v] : out) os << " - " << k << ": " << std::setprecision(4) << v;
+    std::cout << os.str() << "\n";
+  }
+  return out;
+}
+
+Tensor Model::predict(const data::Dataset& dataset) {
+  distribute::Strategy& strategy = *strategy_;
+  auto it = strategy.experimental_distribute_dataset(dataset).make_iterator();
+  std::vector<Tensor> parts;
+  while (auto batch = it.next()) {
+    CHORUS_REQUIRE(!(*batch)[0].empty(), InvalidArgumentError, "predict: dataset elements are empty");
+    if (!built_) build((*batch)[0][0].shape());
+    auto out = strategy.run([&](const data::Element& e) { return (*this)(e[0], false); }, *batch);
+    parts.push_back(strategy.gather(out, 0));
+  }
+  CHORUS_REQUIRE(!parts.empty(), InvalidArgumentError, "predict: the dataset produced no batches");
+  return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  os << "Model: \"" << name_ << "\"\n";
+  os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape" << "Param #\n";
+  std::int64_t total = 0, trainable = 0;
+  Shape shape = built_input_;
+  for (const auto& l : layers_) {
+    std::string out = "?";
+    if (built_) {
+      shape = l->compute_output_shape(shape);
+      std::vector<std::int64_t> d = shape.dims();
+      std::ostringstream s;
+      s << "(None";
+      for (std::size_t i = 1; i < d.size(); ++i) s << ", " << d[i];
+      s << ")";
+      out = s.str();
+    }
+    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << out << l->count_params() << "\n";
+    total += l->count_params();
+    for (const auto& w : l->trainable_weights()) trainable += w.shape().num_elements();
+  }
+  os << "Total params: " << total << "\nTrainable params: " << trainable << "\nNon-trainable params: " << total - trainable
+     << "\n";
+  return os.str();
+}
+
+Sequential::Sequential(std::vector<layers::LayerPtr> layers, std::string name) : Model(std::move(name)) {
+  for (auto& l : layers) add(std::move(l));
+}
+
+void Sequential::add(layers::LayerPtr layer) { track(std::move(layer)); }
+
+Tensor Sequential::call(const Tensor& x, bool training) {
+  Tensor h = x;
+  for (const auto& l : layers()) h = (*l)(h, training);
+  return h;
+}
+
+}  // namespace chorus::model

@@ -1,0 +1,121 @@
+// Model and Sequential (tf.keras.Model, tf.keras.Sequential): layers, training and inference.
+//
+//   distribute::MirroredStrategy strategy;
+//   auto scope = strategy.scope();                 // the model and its variables belong to it
+//   model::Sequential model({layers::Conv2D(32, 3, "relu"), layers::MaxPooling2D(2), layers::Flatten(),
+//                            layers::Dense(10)});
+//   model.compile(std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 1e-3}),
+//                 std::make_shared<losses::SparseCategoricalCrossentropy>(true), {"accuracy"});
+//   model.fit(data::synthetic_digits(60000, 1).batch(128), {.epochs = 3});
+//
+// The strategy is the one active when the model is constructed (as Keras: build the model inside
+// strategy.scope()); without a scope, the default strategy. fit distributes each global batch
+// over the replicas (Strategy::experimental_distribute_dataset), runs the training step on every
+// replica (forward with training = true, per-example loss, compute_average_loss over the global
+// batch, GradientTape, Optimizer::apply_gradients — which sums the gradients over replicas — and
+// the metrics), and reports the loss as the mean per-example loss of the epoch. Datasets yield
+// (x, y) elements. Variables are named "<model name>/<layer name>/<weight>".
+// Subclass Model for custom architectures: create layers with track(), override call().
+//
+// Errors: fit/evaluate before compile → FailedPreconditionError; an element without (x, y) →
+// InvalidArgumentError; a layer or variable of another strategy → FailedPreconditionError.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "model/callbacks.h"
+#include "model/layer.h"
+#include "model/losses.h"
+#include "model/metrics.h"
+
+namespace chorus::distribute {
+class Strategy;
+}
+namespace chorus::optimizers {
+class Optimizer;
+}
+
+namespace chorus::model {
+
+struct FitOptions {
+  int epochs = 1;
+  std::int64_t steps_per_epoch = -1;  // -1: until the dataset ends
+  std::optional<data::Dataset> validation_data;
+  std::vector<callbacks::CallbackPtr> callbacks;
+  int verbose = 1;  // 1: progress bar (ProgressBar callback added); 0: silent
+};
+
+struct History {
+  std::map<std::string, std::vector<double>> history;  // "loss" → per-epoch values, ...
+};
+
+class Model {
+ public:
+  explicit Model(std::string name = "model");
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::string& name() const { return name_; }
+  Tensor operator()(const Tensor& x, bool training = false);
+  // Builds every layer for inputs of `input_shape` (batch dim included) in cross-replica context.
+  void build(const Shape& input_shape);
+  bool built() const { return built_; }
+
+  std::vector<layers::LayerPtr> layers() const { return layers_; }
+  std::vector<Variable> trainable_variables() const;
+  std::vector<Variable> non_trainable_variables() const;
+  std::vector<Variable> variables() const;
+
+  void compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::LossPtr loss,
+               const std::vector<std::string>& metrics = {});
+  History fit(const data::Dataset& dataset, const FitOptions& options = {});
+  // Mean per-example loss and metrics over the dataset: {"loss", "accuracy", ...}.
+  std::map<std::string, double> evaluate(const data::Dataset& dataset, int verbose = 0);
+  // Outputs for every x of the dataset (elements (x) or (x, y)), concatenated in order.
+  Tensor predict(const data::Dataset& dataset);
+
+  optimizers::Optimizer& optimizer() const;
+  distribute::Strategy& strategy() const { return *strategy_; }
+  // Keras-style table of layers, output shapes and parameter counts.
+  std::string summary() const;
+  // Set by callbacks (EarlyStopping) to end fit after the current epoch.
+  bool stop_training = false;
+
+ protected:
+  // Registers a sub-layer: unique name, weight prefix. Returns it.
+  layers::LayerPtr track(layers::LayerPtr layer);
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+
+ private:
+  Tensor forward_step(const data::Element& e, bool training, std::int64_t global_rows);
+  void reset_metrics();
+  callbacks::Logs logs(const std::string& prefix = "") const;
+
+  std::string name_;
+  distribute::Strategy* strategy_;
+  std::vector<layers::LayerPtr> layers_;
+  bool built_ = false;
+  std::shared_ptr<optimizers::Optimizer> optimizer_;
+  losses::LossPtr loss_;
+  std::shared_ptr<metrics::Mean> loss_metric_;
+  std::vector<metrics::MetricPtr> metrics_;
+  Shape built_input_;
+};
+
+class Sequential final : public Model {
+ public:
+  explicit Sequential(std::vector<layers::LayerPtr> layers = {}, std::string name = "sequential");
+  void add(layers::LayerPtr layer);
+
+ protected:
+  Tensor call(const Tensor& x, bool training) override;
+};
+
+}  // namespace chorus::model

@@ -1,0 +1,241 @@
+// Layers, initializers, losses, metrics, Sequential naming, fit/evaluate/predict (default strategy
+// and MirroredStrategy on logical CPU devices), callbacks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/runtime.h"
+#include "distribute/mirrored_strategy.h"
+#include "distribute/mirrored_variable.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "optimizer/adam.h"
+#include "optimizer/sgd.h"
+#include "tests/core/test_util.h"
+
+namespace chorus {
+namespace {
+
+void make_cpus(int n) {
+  chorus::internal::reset_runtime_for_testing();
+  config::set_visible_devices({}, "GPU");
+  if (n > 1) {
+    std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 256});
+    config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
+  }
+}
+
+std::vector<float> vals(const Tensor& t) { return t.to_vector<float>(); }
+
+TEST(Initializers, FansLimitsAndSeeds) {
+  make_cpus(1);
+  EXPECT_EQ(initializers::compute_fans(Shape{3, 3, 8, 16}), (std::pair<double, double>{72, 144}));
+  auto g = initializers::glorot_uniform(7);
+  const auto a = vals(g(Shape{100, 50}, DType::kFloat32));
+  const double limit = std::sqrt(6.0 / 150);
+  for (float v : a) EXPECT_LE(std::abs(v), limit);
+  EXPECT_EQ(a, vals(g(Shape{100, 50}, DType::kFloat32)));  // seeded: the same values
+  EXPECT_NE(a, vals(initializers::glorot_uniform(8)(Shape{100, 50}, DType::kFloat32)));
+  const auto h = vals(initializers::he_normal(1)(Shape{400, 100}, DType::kFloat32));
+  double var = 0;
+  for (float v : h) var += v * v;
+  EXPECT_NEAR(var / static_cast<double>(h.size()), 2.0 / 400, 0.2 * 2.0 / 400);
+  EXPECT_EQ(vals(initializers::constant(2.5)(Shape{2}, DType::kFloat32)), (std::vector<float>{2.5f, 2.5f}));
+}
+
+TEST(Layers, DenseComputesXWPlusBAndNamesItsWeights) {
+  make_cpus(1);
+  model::Sequential m({layers::Dense(2, "", true, initializers::constant(0.5), initializers::constant(1.0))}, "seq");
+  Tensor y = m(Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  EXPECT_EQ(vals(y), (std::vector<float>{4, 4, 8.5f, 8.5f}));
+  auto vars = m.trainable_variables();
+  ASSERT_EQ(vars.size(), 2u);
+  EXPECT_EQ(vars[0].name(), "seq/dense/kernel");
+  EXPECT_EQ(vars[1].name(), "seq/dense/bias");
+  EXPECT_THROW_WITH(m(Tensor::zeros({2, 4})), InvalidArgumentError, "was built for inputs");
+}
+
+TEST(Layers, UniqueNamesAndSeedCnnShapes) {
+  make_cpus(1);
+  model::Sequential m({layers::Conv2D(32, 3, "relu"), layers::MaxPooling2D(2), layers::Conv2D(64, 3, "relu"),
+                       layers::MaxPooling2D(2), layers::Conv2D(64, 3, "relu"), layers::Flatten(), layers::Dense(64, "relu"),
+                       layers::Dense(10)});
+  Tensor y = m(Tensor::zeros({5, 28, 28, 1}));
+  EXPECT_EQ(y.shape(), Shape({5, 10}));
+  std::vector<std::string> names;
+  for (const auto& l : m.layers()) names.push_back(l->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"conv2d", "max_pooling2d", "conv2d_1", "max_pooling2d_1", "conv2d_2",
+                                             "flatten", "dense", "dense_1"}));
+  const std::string s = m.summary();
+  EXPECT_NE(s.find("conv2d_1 (Conv2D)"), std::string::npos) << s;
+  EXPECT_NE(s.find("Total params: 93322"), std::string::npos) << s;  // the seed CNN's Keras count
+}
+
+TEST(Layers, PoolingFlattenActivationEmbeddingDropout) {
+  make_cpus(1);
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {1, 2, 2, 1});
+  EXPECT_EQ(vals((*layers::MaxPooling2D(2))(x)), std::vector<float>{4});
+  EXPECT_EQ(vals((*layers::AveragePooling2D(2))(x)), std::vector<float>{2.5f});
+  EXPECT_EQ((*layers::Flatten())(x).shape(), Shape({1, 4}));
+  EXPECT_EQ(vals((*layers::Activation("relu"))(Tensor::from_vector<float>({-1, 2}, {1, 2}))), (std::vector<float>{0, 2}));
+  EXPECT_THROW_WITH(layers::Activation("swishy"), InvalidArgumentError, "unknown activation");
+  auto emb = layers::Embedding(5, 3, initializers::constant(0.25));
+  EXPECT_EQ((*emb)(Tensor::from_vector<std::int32_t>({1, 4}, {2})).shape(), Shape({2, 3}));
+  auto drop = layers::Dropout(0.5, 3);
+  Tensor ones = Tensor::ones({1000});
+  EXPECT_EQ(vals((*drop)(ones, false)), vals(ones));  // inference: identity
+  int zeros = 0;
+  for (float v : vals((*drop)(ones, true))) zeros += v == 0.0f;
+  EXPECT_NEAR(zeros, 500, 60);
+}
+
+TEST(Layers, BatchNormalizationTrainsAndTracksMovingStatistics) {
+  make_cpus(1);
+  auto bn_ptr = layers::BatchNormalization(0.5);
+  auto* bn = dynamic_cast<layers::BatchNormalizationLayer*>(bn_ptr.get());
+  Tensor x = Tensor::from_vector<float>({1, 10, 3, 20}, {2, 2});  // channel 0: 1, 3; channel 1: 10, 20
+  Tensor y = (*bn_ptr)(x, true);
+  auto v = vals(y);
+  EXPECT_NEAR(v[0], -1.0f, 1e-3f);
+  EXPECT_NEAR(v[2], 1.0f, 1e-3f);
+  EXPECT_EQ(vals(bn->moving_mean().value()), (std::vector<float>{1.0f, 7.5f}));        // 0.5*0 + 0.5*(2, 15)
+  EXPECT_EQ(vals(bn->moving_variance().value()), (std::vector<float>{1.0f, 13.0f}));   // 0.5*1 + 0.5*(1, 25)
+  EXPECT_FALSE(bn->moving_mean().trainable());
+}
+
+TEST(Losses, MatchHandComputedValues) {
+  make_cpus(1);
+  Tensor logits = Tensor::from_vector<double>({2, 1, 0, 0, 0, 3}, {2, 3});
+  Tensor labels = Tensor::from_vector<std::int32_t>({0, 2});
+  auto lse = [](double a, double b, double c) { return std::log(std::exp(a) + std::exp(b) + std::exp(c)); };
+  const double l0 = lse(2, 1, 0) - 2, l1 = lse(0, 0, 3) - 3;
+  auto pe = losses::SparseCategoricalCrossentropy(true).per_example(labels, logits).to_vector<double>();
+  EXPECT_NEAR(pe[0], l0, 1e-12);
+  EXPECT_NEAR(pe[1], l1, 1e-12);
+  EXPECT_NEAR(losses::SparseCategoricalCrossentropy(true)(labels, logits).item<double>(), (l0 + l1) / 2, 1e-12);
+  Tensor probs = ops::softmax(logits);
+  EXPECT_NEAR(losses::SparseCategoricalCrossentropy(false)(labels, probs).item<double>(), (l0 + l1) / 2, 1e-9);
+  Tensor onehot = ops::one_hot(labels, 3, 1, 0, DType::kFloat64);
+  EXPECT_NEAR(losses::CategoricalCrossentropy(true)(onehot, logits).item<double>(), (l0 + l1) / 2, 1e-12);
+  Tensor z = Tensor::from_vector<double>({1, 0}, {2, 1}), x = Tensor::from_vector<double>({0.5, -2}, {2, 1});
+  const double b0 = std::log(1 + std::exp(-0.5)), b1 = std::log(1 + std::exp(-2.0));
+  EXPECT_NEAR(losses::BinaryCrossentropy(true)(z, x).item<double>(), (b0 + b1) / 2, 1e-12);
+  EXPECT_NEAR(losses::BinaryCrossentropy(false)(z, ops::sigmoid(x)).item<double>(), (b0 + b1) / 2, 1e-9);
+  EXPECT_NEAR(losses::MeanSquaredError()(z, x).item<double>(), (0.25 + 4) / 2, 1e-12);
+  EXPECT_NEAR(losses::compute_average_loss(Tensor::from_vector<double>({1, 2, 3}), 6).item<double>(), 1.0, 1e-12);
+  EXPECT_EQ(losses::compute_average_loss(Tensor::zeros({0}, DType::kFloat64), 8).item<double>(), 0.0);
+}
+
+TEST(Metrics, AccuracyAndMeanAccumulateAndReset) {
+  make_cpus(1);
+  metrics::SparseCategoricalAccuracy acc;
+  acc.update_state(Tensor::from_vector<std::int32_t>({0, 1}), Tensor::from_vector<float>({0.9f, 0.1f, 0.8f, 0.2f}, {2, 2}));
+  acc.update_state(Tensor::from_vector<std::int32_t>({1}), Tensor::from_vector<float>({0.1f, 0.9f}, {1, 2}));
+  EXPECT_NEAR(acc.result(), 2.0 / 3, 1e-12);
+  acc.reset_state();
+  EXPECT_EQ(acc.result(), 0.0);
+  metrics::Mean mean;
+  mean.add(Tensor::from_vector<float>({1, 2, 3}));
+  EXPECT_DOUBLE_EQ(mean.result(), 2.0);
+  EXPECT_THROW_WITH(metrics::get("f1"), InvalidArgumentError, "unknown metric");
+}
+
+// A learnable two-blob problem: x ~ class center ± noise, 2 features, 2 classes.
+data::Dataset blobs(int n, std::uint64_t seed) {
+  std::vector<float> x(static_cast<std::size_t>(2 * n));
+  std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+  std::uint64_t s = seed;
+  auto rnd = [&s] {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<float>((s >> 40) & 0xffff) / 65535.0f - 0.5f;
+  };
+  for (int i = 0; i < n; ++i) {
+    const int c = i % 2;
+    y[static_cast<std::size_t>(i)] = c;
+    x[static_cast<std::size_t>(2 * i)] = (c ? 1.5f : -1.5f) + rnd();
+    x[static_cast<std::size_t>(2 * i + 1)] = (c ? -1.0f : 1.0f) + rnd();
+  }
+  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
+}
+
+class Fit : public ::testing::TestWithParam<int> {};
+
+TEST_P(Fit, LearnsUnderTheStrategy) {
+  const int n = GetParam();
+  make_cpus(n);
+  std::vector<std::string> devices;
+  for (int i = 0; i < n; ++i) devices.push_back("/cpu:" + std::to_string(i));
+  distribute::MirroredStrategy strategy(devices);
+  std::unique_ptr<model::Sequential> m;
+  {
+    auto scope = strategy.scope();
+    m = std::make_unique<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Dense(8, "relu", true, initializers::glorot_uniform(1)),
+                                      layers::Dense(2, "", true, initializers::glorot_uniform(2))});
+    m->compile(std::make_shared<optimizers::Adam>(0.05), std::make_shared<losses::SparseCategoricalCrossentropy>(true),
+               {"accuracy"});
+  }
+  // 203 examples in batches of 16: the last global batch (11 rows) is uneven over the replicas.
+  auto history = m->fit(blobs(203, 5).batch(16), {.epochs = 4, .validation_data = blobs(64, 9).batch(32), .verbose = 0});
+  ASSERT_EQ(history.history["loss"].size(), 4u);
+  EXPECT_LT(history.history["loss"].back(), history.history["loss"].front());
+  EXPECT_GT(history.history["val_accuracy"].back(), 0.95);
+  auto eval = m->evaluate(blobs(64, 11).batch(20));
+  EXPECT_GT(eval["accuracy"], 0.95);
+  Tensor pred = m->predict(blobs(10, 12).batch(4));
+  EXPECT_EQ(pred.shape(), Shape({10, 2}));
+  // Replicas stay bitwise equal.
+  for (const auto& v : m->trainable_variables()) {
+    auto mv = std::dynamic_pointer_cast<distribute::MirroredVariable>(v.impl());
+    ASSERT_NE(mv, nullptr);
+    for (const auto& c : mv->components()) EXPECT_EQ(vals(c.value()), vals(mv->components()[0].value())) << v.name();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, Fit, ::testing::Values(1, 2, 3));
+
+TEST(Callbacks, EarlyStoppingSchedulerTensorBoardProgress) {
+  make_cpus(1);
+  model::Sequential m({layers::Dense(2, "", true, initializers::glorot_uniform(3))});
+  m.compile(std::make_shared<optimizers::SGD>(0.1), std::make_shared<losses::SparseCategoricalCrossentropy>(true),
+            {"accuracy"});
+  const auto dir = std::filesystem::temp_directory_path() / ("chorus_tb_" + std::to_string(::getpid()));
+  auto early = std::make_shared<callbacks::EarlyStopping>("loss", 0, /*min_delta=*/100.0);  // never "improves"
+  std::vector<int> seen;
+  auto sched = std::make_shared<callbacks::LearningRateScheduler>([&](int epoch, double lr) {
+    seen.push_back(epoch);
+    return lr / 2;
+  });
+  auto h = m.fit(blobs(32, 1).batch(8), {.epochs = 5,
+                                         .callbacks = {early, sched, std::make_shared<callbacks::TensorBoard>(dir.string())},
+                                         .verbose = 0});
+  EXPECT_EQ(h.history["loss"].size(), 2u);  // stopped after patience 0 was exceeded at epoch 1
+  EXPECT_EQ(early->stopped_epoch(), 1);
+  EXPECT_EQ(seen, (std::vector<int>{0, 1}));
+  EXPECT_NEAR(m.optimizer().learning_rate(), 0.025, 1e-12);
+  int files = 0;
+  for (auto& p : std::filesystem::recursive_directory_iterator(dir))
+    files += p.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_EQ(files, 2);  // train/ and validation/
+  std::filesystem::remove_all(dir);
+  std::ostringstream out;
+  callbacks::ProgressBar bar(1, &out, false);
+  bar.on_epoch_begin(m, 0);
+  bar.on_train_batch_end(m, 3, 3, {{"loss", 0.5}, {"accuracy", 0.75}});
+  bar.on_epoch_end(m, 0, {{"loss", 0.5}, {"accuracy", 0.75}});
+  EXPECT_NE(out.str().find("Epoch 1/1\n3/3 [==============================]"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("- loss: 0.5000 - accuracy: 0.7500"), std::string::npos) << out.str();
+}
+
+TEST(ModelErrors, FitBeforeCompile) {
+  make_cpus(1);
+  model::Sequential m({layers::Dense(2)});
+  EXPECT_THROW_WITH(m.fit(blobs(8, 1).batch(4)), FailedPreconditionError, "compile");
+}
+
+}  // namespace
+}  // namespace chorus
