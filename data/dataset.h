@@ -1,19 +1,39 @@
-// Dataset: an input pipeline of elements, each a tuple of tensors (tf.data.Dataset, minimal).
+// Dataset: an input pipeline of elements, each a tuple of tensors (tf.data.Dataset).
 //
-//   auto ds = chorus::data::Dataset::from_tensor_slices({images, labels}).batch(64);
+//   auto ds = chorus::data::Dataset::from_tensor_slices({images, labels})
+//                 .shuffle(10000, /*seed=*/42)
+//                 .map(augment, /*num_parallel_calls=*/chorus::data::kAutotune)
+//                 .batch(64)
+//                 .prefetch(chorus::data::kAutotune);
 //   auto it = ds.make_iterator();
 //   while (auto element = it.next()) { const Tensor& x = (*element)[0]; ... }
 //
-// A Dataset is an immutable description (cheap to copy); each make_iterator() starts a fresh
-// pass. Elements are std::vector<Tensor> (the components, in order). This is the part the
-// strategies need; the full pipeline (map, shuffle, prefetch, readers) builds on DatasetBase.
+// A Dataset is an immutable description (cheap to copy, shared by value); each make_iterator()
+// starts a fresh pass ("epoch"). Elements are std::vector<Tensor> (the components, in order).
+// The transformations are TensorFlow's, with TensorFlow's semantics (each method says where it
+// differs). Readers (MNIST idx, TFRecord) and the built-in synthetic digits live in mnist.h,
+// tfrecord.h and synthetic_digits.h.
 //
-// Errors: components with different first dimensions, batch_size <= 0, a scalar component to
-// slice → InvalidArgumentError naming the numbers.
-// Thread-safety: a Dataset may be shared by threads; an Iterator is used by one thread at a time.
+// Devices: the data module creates its tensors, and runs map functions, on the *pipeline device*:
+// the device named by the DeviceScope of the thread that calls make_iterator(), or CPU:0 when
+// that scope names no device type (TF runs tf.data on the CPU). Worker threads (parallel map,
+// prefetch) install a DeviceScope for it, so ops inside a map function land where they would
+// have landed on the calling thread.
+//
+// Errors (thrown when the transformation is built, i.e. at the API boundary): bad arguments
+// (batch_size <= 0, shuffle buffer <= 0, take/skip/repeat count < -1, components with different
+// row counts, prefetch buffer < -1, num_parallel_calls 0 or < -1) → InvalidArgumentError naming the
+// value. Errors raised while producing an element (a throwing map function, a corrupt record)
+// are thrown by the next() that would have returned that element; see each transformation for
+// what later calls do.
+//
+// Thread-safety: a Dataset may be shared by threads and iterated by several iterators at once.
+// An Iterator is used by one thread at a time (it may move between threads between calls).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,12 +44,50 @@
 namespace chorus::data {
 
 using Element = std::vector<Tensor>;
+// A map function: one element in, one element out. May throw; see Dataset::map.
+using MapFn = std::function<Element(const Element&)>;
+
+// tf.data.AUTOTUNE. prefetch(kAutotune) keeps kAutotunePrefetch elements ready;
+// map(fn, kAutotune) runs std::thread::hardware_concurrency() calls at once.
+inline constexpr std::int64_t kAutotune = -1;
+inline constexpr std::int64_t kAutotunePrefetch = 4;
+// tf.data.INFINITE_CARDINALITY and tf.data.UNKNOWN_CARDINALITY.
+inline constexpr std::int64_t kInfiniteCardinality = -1;
+inline constexpr std::int64_t kUnknownCardinality = -2;
+
+// An iterator's position, for checkpoints (TF's IteratorStateWriter/Reader): named integers and
+// named tensors. Each transformation writes its own keys under a prefix and its input's keys
+// under prefix + "input/", so keys read like paths ("input/input/shuffle.rng"). Tensors are
+// shared, not copied (elements are immutable). What each transformation saves is listed in
+// Dataset's comments; docs/data.md has the table.
+class IteratorState {
+ public:
+  void set_int(const std::string& key, std::int64_t value) { ints_[key] = value; }
+  void set_tensor(const std::string& key, Tensor value) { tensors_[key] = std::move(value); }
+  // NotFoundError naming the key when it is missing (a state from another pipeline).
+  std::int64_t get_int(const std::string& key) const;
+  const Tensor& get_tensor(const std::string& key) const;
+  bool has_int(const std::string& key) const { return ints_.count(key) != 0; }
+  const std::map<std::string, std::int64_t>& ints() const { return ints_; }
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+
+ private:
+  std::map<std::string, std::int64_t> ints_;
+  std::map<std::string, Tensor> tensors_;
+};
 
 class IteratorBase {
  public:
   virtual ~IteratorBase() = default;
-  // The next element, or nullopt at the end (and on every later call).
+  // The next element, or nullopt at the end (and on every later call, unless a transformation
+  // says otherwise). Blocks while a background thread produces it (prefetch, parallel map).
   virtual std::optional<Element> next() = 0;
+  // Writes the position under `prefix`. The default throws UnimplementedError: iterators of
+  // user-defined datasets are not checkpointable unless they override both.
+  virtual void save(IteratorState& state, const std::string& prefix);
+  // Puts a fresh iterator of the *same* dataset at a saved position. NotFoundError for a
+  // missing key, InvalidArgumentError for a state that does not fit this pipeline.
+  virtual void restore(const IteratorState& state, const std::string& prefix);
 };
 
 // Iterators keep their dataset alive (shared_from_this), so an Iterator may outlive its Dataset.
@@ -39,14 +97,20 @@ class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
   virtual std::unique_ptr<IteratorBase> make_iterator() const = 0;
   // "TensorSliceDataset", "BatchDataset", ... for messages.
   virtual std::string name() const = 0;
-  // Number of elements, or -1 when unknown (tf.data.experimental.cardinality).
+  // Number of elements, kInfiniteCardinality or kUnknownCardinality (tf.data.Dataset.cardinality).
   virtual std::int64_t cardinality() const = 0;
 };
 
 class Iterator {
  public:
   explicit Iterator(std::unique_ptr<IteratorBase> impl) : impl_(std::move(impl)) {}
-  std::optional<Element> next() { return impl_->next(); }
+  std::optional<Element> next();
+  // The whole pipeline's position (tf.train.Checkpoint(iterator=...)). Blocks while background
+  // threads settle (see prefetch and map).
+  IteratorState save();
+  // On an iterator just made from the same Dataset description: continue exactly where the saved
+  // one stood — the same elements, in the same order, as the saved iterator would have produced.
+  void restore(const IteratorState& state);
 
  private:
   std::unique_ptr<IteratorBase> impl_;
@@ -57,11 +121,59 @@ class Dataset {
   Dataset() = default;
   explicit Dataset(std::shared_ptr<const DatasetBase> impl) : impl_(std::move(impl)) {}
 
-  // Element i is (c[i] for c in components): slices along axis 0, which must agree.
+  // ---- sources ----
+  // Element i is (c[i] for c in components): slices along axis 0, whose sizes must agree.
+  // State: the next row.
   static Dataset from_tensor_slices(const std::vector<Tensor>& components);
+  // One element: the components whole (tf.data.Dataset.from_tensors). State: done or not.
+  static Dataset from_tensors(const std::vector<Tensor>& components);
+  // Scalar int64 elements start, start+step, ... up to stop exclusive (step != 0, may be negative).
+  // State: the next value.
+  static Dataset range(std::int64_t stop);
+  static Dataset range(std::int64_t start, std::int64_t stop, std::int64_t step = 1);
+
+  // ---- transformations ----
+  // fn applied to every element. num_parallel_calls == 1 (default): on the calling thread.
+  // > 1 or kAutotune: that many calls at once on worker threads owned by the iterator; the output
+  // order is the input order (TF's deterministic=True). An exception from fn is thrown by the
+  // next() that would have returned that element; iteration continues with the next element.
+  // State: the input's; a parallel map first waits for the calls in flight, then saves their
+  // results (elements or errors) with the input's position (as TF does).
+  Dataset map(MapFn fn, std::int64_t num_parallel_calls = 1) const;
+  // TF's shuffle: fills a buffer of buffer_size elements, returns one chosen uniformly at random
+  // and replaces it with the next input element. seed: the same seed gives the same orders on
+  // every machine; nullopt draws one from ops::global_generator() (reproducible after
+  // ops::set_seed, as TF's op seeds follow the global seed). reshuffle_each_iteration: every
+  // make_iterator() of this dataset (so every epoch under repeat) takes the next order of a seed
+  // sequence; false: every pass has the same order. State: pass number, RNG, buffer contents,
+  // the input's position (and the dataset's pass counter is set from it on restore).
+  Dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
+                  bool reshuffle_each_iteration = true) const;
   // Consecutive elements stacked on a new axis 0; the last batch may be smaller unless
-  // drop_remainder.
+  // drop_remainder. Elements of different shapes → InvalidArgumentError from next().
+  // State: the input's (a batch is assembled within one next()).
   Dataset batch(std::int64_t batch_size, bool drop_remainder = false) const;
+  // Produces up to buffer_size elements ahead on a background thread (kAutotune: kAutotunePrefetch;
+  // 0: no thread, elements pass through). Errors of the input are rethrown by next() in order;
+  // later calls continue. Destroying the iterator stops and joins the thread (it finishes the
+  // input element it is producing; it never waits for a consumer). State: the thread is stopped
+  // (after the element it is producing), then the buffered elements and the input's position are
+  // saved; the next next() restarts it.
+  Dataset prefetch(std::int64_t buffer_size) const;
+  // The input count times over (-1: forever). An input pass that yields nothing ends the repeat
+  // (TF does the same, so repeat() of an empty dataset ends instead of spinning).
+  // State: passes completed, the current pass's input position.
+  Dataset repeat(std::int64_t count = -1) const;
+  // The first count elements (-1: all). State: elements taken, the input's position.
+  Dataset take(std::int64_t count) const;
+  // All but the first count elements (-1: skips everything). State: elements skipped, input's.
+  Dataset skip(std::int64_t count) const;
+  // In memory (tf.data.Dataset.cache() with no filename): the first pass that reads the input to
+  // its end stores the elements; later make_iterator() calls (later epochs under repeat) read
+  // the stored elements and never touch the input. A pass abandoned early stores nothing.
+  // State: reading: the position and the stored elements (as TF, the checkpoint holds the cache);
+  // filling: the elements so far and the input's position.
+  Dataset cache() const;
 
   Iterator make_iterator() const;
   std::int64_t cardinality() const;

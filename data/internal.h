@@ -1,0 +1,63 @@
+// Shared by the data module's .cc files; not part of the public API.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+
+namespace chorus::data::internal {
+
+// The pipeline device of the calling thread (see dataset.h): its DeviceScope's spec when that names
+// a device type (index 0 when it names none), else "/CPU:0".
+std::string pipeline_device();
+
+// SplitMix64 (Steele, Lea, Flood 2014): the state advances by a constant and the output is a
+// bijective mix of it, so the whole generator state is one uint64 (saved as an int64) and the
+// numbers are the same on every machine. Used by shuffle and synthetic_digits.
+inline std::uint64_t splitmix64_mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+class SplitMix64 {
+ public:
+  explicit SplitMix64(std::uint64_t state) : state_(state) {}
+  std::uint64_t next() { return splitmix64_mix(state_ += 0x9E3779B97F4A7C15ull); }
+  // Uniform in [0, n), n > 0, without modulo bias (rejection of the short top range).
+  std::uint64_t uniform(std::uint64_t n) {
+    const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+    std::uint64_t x;
+    do x = next(); while (x >= limit);
+    return x % n;
+  }
+  std::uint64_t state() const { return state_; }
+
+ private:
+  std::uint64_t state_;
+};
+
+// Element and error (de)serialization into IteratorState under `key`.
+void save_element(IteratorState& state, const std::string& key, const Element& element);
+Element load_element(const IteratorState& state, const std::string& key);
+// An exception as (code, message): chorus::Error keeps its code, anything else is kUnknown.
+void save_error(IteratorState& state, const std::string& key, const std::exception_ptr& error);
+std::exception_ptr load_error(const IteratorState& state, const std::string& key);
+
+// Files: RAII for FILE*, and OS errors as typed exceptions naming the path (ENOENT/ENOTDIR →
+// NotFoundError, EACCES/EPERM/EROFS → PermissionDeniedError, else UnknownError with strerror).
+struct FileCloser {
+  void operator()(std::FILE* f) const;
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+[[noreturn]] void throw_file_error(int err, const std::string& what, const std::string& path);
+// fopen that throws as above; `what` starts the message ("cannot open IDX file").
+File open_file(const std::string& path, const char* mode, const std::string& what);
+// The whole file.
+std::vector<std::uint8_t> read_file(const std::string& path, const std::string& what);
+
+}  // namespace chorus::data::internal

@@ -1,0 +1,266 @@
+#include "data/tfrecord.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "data/internal.h"
+
+namespace chorus::data {
+
+using chorus::internal::str_cat;
+
+namespace internal {
+
+void FileCloser::operator()(std::FILE* f) const {
+  if (f != nullptr) std::fclose(f);
+}
+
+void throw_file_error(int err, const std::string& what, const std::string& path) {
+  const std::string msg = str_cat(what, " ", path, ": ", std::strerror(err));
+  if (err == ENOENT || err == ENOTDIR) throw NotFoundError(msg);
+  if (err == EACCES || err == EPERM || err == EROFS) throw PermissionDeniedError(msg);
+  throw UnknownError(msg);
+}
+
+File open_file(const std::string& path, const char* mode, const std::string& what) {
+  std::FILE* f = std::fopen(path.c_str(), mode);
+  if (f == nullptr) throw_file_error(errno, what, path);
+  return File(f);
+}
+
+std::vector<std::uint8_t> read_file(const std::string& path, const std::string& what) {
+  File f = open_file(path, "rb", what);
+  std::vector<std::uint8_t> out;
+  std::uint8_t buf[1 << 16];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f.get());
+    out.insert(out.end(), buf, buf + n);
+    if (n < sizeof buf) {
+      if (std::ferror(f.get())) throw_file_error(errno, "cannot read", path);
+      return out;
+    }
+  }
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::throw_file_error;
+
+void put_u32(char* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+void put_u64(char* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+std::uint32_t get_u32(const unsigned char* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+std::uint64_t get_u64(const unsigned char* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+std::string hex(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TFRecordWriter
+
+TFRecordWriter::TFRecordWriter(std::string path) : path_(std::move(path)) {
+  file_ = internal::open_file(path_, "wb", "cannot create TFRecord file");
+}
+
+TFRecordWriter::~TFRecordWriter() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    CHORUS_LOG(ERROR) << "closing TFRecord file: " << e.what();
+  }
+}
+
+void TFRecordWriter::write(std::string_view record) {
+  CHORUS_REQUIRE(file_ != nullptr, FailedPreconditionError, "write to closed TFRecordWriter ", path_);
+  char header[kTFRecordHeaderBytes], footer[kTFRecordFooterBytes];
+  put_u64(header, record.size());
+  put_u32(header + 8, masked_crc32c(header, 8));
+  put_u32(footer, masked_crc32c(record.data(), record.size()));
+  if (std::fwrite(header, 1, sizeof header, file_.get()) != sizeof header ||
+      std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size() ||
+      std::fwrite(footer, 1, sizeof footer, file_.get()) != sizeof footer)
+    throw_file_error(errno, "cannot write to TFRecord file", path_);
+}
+
+void TFRecordWriter::flush() {
+  CHORUS_REQUIRE(file_ != nullptr, FailedPreconditionError, "flush of closed TFRecordWriter ", path_);
+  if (std::fflush(file_.get()) != 0) throw_file_error(errno, "cannot flush TFRecord file", path_);
+}
+
+void TFRecordWriter::close() {
+  if (file_ == nullptr) return;
+  std::FILE* f = file_.release();
+  if (std::fclose(f) != 0) throw_file_error(errno, "cannot close TFRecord file", path_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TFRecordReader
+
+TFRecordReader::TFRecordReader(std::string path) : path_(std::move(path)) {
+  file_ = internal::open_file(path_, "rb", "cannot open TFRecord file");
+  std::FILE* f = file_.get();
+  if (std::fseek(f, 0, SEEK_END) != 0) throw_file_error(errno, "cannot seek in TFRecord file", path_);
+  const long size = std::ftell(f);
+  if (size < 0) throw_file_error(errno, "cannot size TFRecord file", path_);
+  size_ = static_cast<std::uint64_t>(size);
+  seek(0);
+}
+
+void TFRecordReader::seek(std::uint64_t offset) {
+  CHORUS_REQUIRE(offset <= size_, InvalidArgumentError, "seek to offset ", offset, " past the end of ", path_, " (",
+                 size_, " bytes)");
+  if (std::fseek(file_.get(), static_cast<long>(offset), SEEK_SET) != 0)
+    throw_file_error(errno, "cannot seek in TFRecord file", path_);
+  offset_ = offset;
+}
+
+std::optional<std::string> TFRecordReader::read() {
+  const std::uint64_t left = size_ - offset_;
+  if (left == 0) return std::nullopt;
+  // Every read below goes back to offset_ first, so a throw leaves the position at the record.
+  seek(offset_);
+  CHORUS_REQUIRE(left >= kTFRecordHeaderBytes, DataLossError, "truncated record at offset ", offset_, " in ", path_,
+                 ": the header needs ", kTFRecordHeaderBytes, " bytes, ", left, " remain");
+  unsigned char header[kTFRecordHeaderBytes];
+  if (std::fread(header, 1, sizeof header, file_.get()) != sizeof header)
+    throw_file_error(errno, "cannot read TFRecord file", path_);
+  const std::uint32_t length_crc = masked_crc32c(header, 8), stored_length_crc = get_u32(header + 8);
+  CHORUS_REQUIRE(length_crc == stored_length_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
+                 ": length CRC mismatch (stored ", hex(stored_length_crc), ", computed ", hex(length_crc), ")");
+  const std::uint64_t length = get_u64(header);
+  const std::uint64_t body = left - kTFRecordHeaderBytes;
+  CHORUS_REQUIRE(body >= kTFRecordFooterBytes && length <= body - kTFRecordFooterBytes, DataLossError,
+                 "truncated record at offset ", offset_, " in ", path_, ": the record needs ", length, " data bytes + ",
+                 kTFRecordFooterBytes, " CRC bytes, ", body, " remain");
+  std::string data(static_cast<std::size_t>(length), '\0');
+  unsigned char footer[kTFRecordFooterBytes];
+  if (std::fread(data.data(), 1, data.size(), file_.get()) != data.size() ||
+      std::fread(footer, 1, sizeof footer, file_.get()) != sizeof footer)
+    throw_file_error(errno, "cannot read TFRecord file", path_);
+  const std::uint32_t data_crc = masked_crc32c(data.data(), data.size()), stored_data_crc = get_u32(footer);
+  CHORUS_REQUIRE(data_crc == stored_data_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
+                 ": data CRC mismatch over ", length, " bytes (stored ", hex(stored_data_crc), ", computed ",
+                 hex(data_crc), ")");
+  offset_ += kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
+  return data;
+}
+
+std::vector<std::string> read_tfrecord_file(const std::string& path) {
+  TFRecordReader reader(path);
+  std::vector<std::string> out;
+  while (auto r = reader.read()) out.push_back(std::move(*r));
+  return out;
+}
+
+void write_tfrecord_file(const std::string& path, const std::vector<std::string>& records) {
+  TFRecordWriter writer(path);
+  for (const auto& r : records) writer.write(r);
+  writer.close();
+}
+
+std::string record_string(const Tensor& record) {
+  CHORUS_REQUIRE(record.defined() && record.dtype() == DType::kUInt8 && record.shape().rank() == 1, InvalidArgumentError,
+                 "record_string: needs a rank-1 uint8 tensor, got ",
+                 record.defined() ? str_cat(record.shape().to_string(), " ", dtype_name(record.dtype())) : "undefined");
+  std::string out(static_cast<std::size_t>(record.num_elements()), '\0');
+  if (!out.empty()) record.copy_to_host(out.data());
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TFRecordDataset
+
+namespace {
+
+class TFRecordDataset final : public DatasetBase {
+ public:
+  explicit TFRecordDataset(std::vector<std::string> files) : files_(std::move(files)) {}
+  std::string name() const override { return "TFRecordDataset"; }
+  std::int64_t cardinality() const override { return files_.empty() ? 0 : kUnknownCardinality; }
+  std::unique_ptr<IteratorBase> make_iterator() const override {
+    class It final : public IteratorBase {
+     public:
+      explicit It(std::shared_ptr<const TFRecordDataset> ds) : ds_(std::move(ds)), device_(internal::pipeline_device()) {}
+      std::optional<Element> next() override {
+        while (file_ < ds_->files_.size()) {
+          if (!reader_) {
+            reader_ = std::make_unique<TFRecordReader>(ds_->files_[file_]);
+            if (resume_offset_ != 0) reader_->seek(resume_offset_);
+            resume_offset_ = 0;
+          }
+          std::optional<std::string> record;
+          try {
+            record = reader_->read();
+          } catch (const DataLossError&) {
+            next_file();  // the rest of this file cannot be framed
+            throw;
+          }
+          if (record) {
+            return Element{Tensor::from_host(record->data(), Shape{static_cast<std::int64_t>(record->size())},
+                                             DType::kUInt8, device_)};
+          }
+          next_file();
+        }
+        return std::nullopt;
+      }
+      void save(IteratorState& state, const std::string& prefix) override {
+        state.set_int(prefix + "tfrecord.file", static_cast<std::int64_t>(file_));
+        state.set_int(prefix + "tfrecord.offset", static_cast<std::int64_t>(reader_ ? reader_->offset() : resume_offset_));
+      }
+      void restore(const IteratorState& state, const std::string& prefix) override {
+        const std::int64_t file = state.get_int(prefix + "tfrecord.file");
+        const std::int64_t offset = state.get_int(prefix + "tfrecord.offset");
+        CHORUS_REQUIRE(file >= 0 && file <= static_cast<std::int64_t>(ds_->files_.size()) && offset >= 0,
+                       InvalidArgumentError, "iterator state: TFRecord file ", file, " offset ", offset, " do not fit ",
+                       ds_->files_.size(), " files");
+        file_ = static_cast<std::size_t>(file);
+        resume_offset_ = static_cast<std::uint64_t>(offset);
+        reader_.reset();  // reopened (and seeked) by the next next()
+      }
+
+     private:
+      void next_file() {
+        reader_.reset();
+        resume_offset_ = 0;
+        ++file_;
+      }
+      std::shared_ptr<const TFRecordDataset> ds_;
+      std::string device_;
+      std::size_t file_ = 0;
+      std::uint64_t resume_offset_ = 0;
+      std::unique_ptr<TFRecordReader> reader_;
+    };
+    return std::make_unique<It>(std::static_pointer_cast<const TFRecordDataset>(shared_from_this()));
+  }
+
+ private:
+  std::vector<std::string> files_;
+};
+
+}  // namespace
+
+Dataset tfrecord_dataset(std::vector<std::string> filenames) {
+  return Dataset(std::make_shared<TFRecordDataset>(std::move(filenames)));
+}
+
+}  // namespace chorus::data
