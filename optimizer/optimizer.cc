@@ -1,0 +1,340 @@
+#include "optimizer/optimizer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/distribution.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "distribute/mirrored_variable.h"
+#include "distribute/strategy.h"
+#include "ops/elementwise.h"
+#include "optimizer/clipping.h"
+#include "optimizer/detail.h"
+
+namespace chorus::optimizers {
+
+using chorus::internal::str_cat;
+
+struct Optimizer::State {
+  struct Entry {
+    Variable variable;           // keeps the key alive
+    std::vector<Variable> slots; // in slot_names() order
+  };
+  // Guards entries/index: replicas look slots up concurrently while a merge_call creates them.
+  mutable std::mutex mu;
+  std::deque<Entry> entries;  // creation order (variables()); a deque so Entry pointers stay valid
+  std::unordered_map<const VariableBase*, std::size_t> index;
+  std::atomic<bool> warned_missing{false};
+  bool built = false;
+  std::unordered_set<const VariableBase*> no_decay;
+  std::vector<std::string> no_decay_names;
+
+  const Entry* find(const Variable& v) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = index.find(v.impl().get());
+    return it == index.end() ? nullptr : &entries[it->second];
+  }
+};
+
+namespace {
+
+std::string names_list(const std::vector<std::string>& names) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < names.size(); ++i) s += str_cat(i ? ", " : "", "'", names[i], "'");
+  return s + "]";
+}
+
+void require_positive(const std::optional<double>& v, const char* what) {
+  if (v) CHORUS_REQUIRE(std::isfinite(*v) && *v > 0.0, InvalidArgumentError, "`", what, "` must be a number > 0, got ", *v);
+}
+
+std::string describe(const Tensor& t) { return str_cat("shape ", t.shape().to_string(), " and dtype ", dtype_name(t.dtype())); }
+
+// Under a strategy with more than one replica, each replica updates its own component: that only
+// makes sense for ON_WRITE MirroredVariables of the strategy this replica belongs to. A plain
+// variable would be updated by every replica (a race, and the update applied n times); a mirrored
+// one of n > 1 replicas outside its run would have only its primary updated.
+void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) {
+  const auto* mv = dynamic_cast<const distribute::MirroredVariable*>(v.impl().get());
+  const int replicas = ctx != nullptr ? ctx->num_replicas_in_sync() : 1;
+  if (mv == nullptr) {
+    CHORUS_REQUIRE(replicas == 1, InvalidArgumentError, "apply_gradients: ", what, " '", v.name(),
+                   "' is not mirrored, but the update runs in replica ", ctx->replica_id_in_sync_group(), " of ",
+                   replicas, " of ", ctx->strategy().name(),
+                   ": create the variables and the optimizer inside strategy.scope() so that every replica has "
+                   "its own copy");
+    return;
+  }
+  if (mv->components().size() == 1 && replicas == 1) return;
+  const bool same = ctx != nullptr && static_cast<const DistributionStrategy*>(&mv->strategy()) == &ctx->strategy();
+  CHORUS_REQUIRE(same, InvalidArgumentError, "apply_gradients: ", what, " '", v.name(), "' is mirrored over ",
+                 mv->components().size(), " replicas of ", mv->strategy().name(),
+                 ", but the update does not run in a replica of that strategy: call apply_gradients inside its "
+                 "strategy.run");
+  CHORUS_REQUIRE(mv->synchronization() == VariableSynchronization::kOnWrite, InvalidArgumentError,
+                 "apply_gradients: ", what, " '", v.name(),
+                 "' is an ON_READ variable; optimizers update ON_WRITE (mirrored) variables only");
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::string name, LearningRate learning_rate, const CommonOptions& common)
+    : name_(std::move(name)), learning_rate_(std::move(learning_rate)), common_(common), state_(std::make_unique<State>()) {
+  const int set = int(common.clipnorm.has_value()) + int(common.clipvalue.has_value()) +
+                  int(common.global_clipnorm.has_value());
+  CHORUS_REQUIRE(set <= 1, InvalidArgumentError,
+                 "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: clipnorm=",
+                 detail::format_number(common.clipnorm), ", clipvalue=", detail::format_number(common.clipvalue),
+                 ", global_clipnorm=", detail::format_number(common.global_clipnorm));
+  require_positive(common.clipnorm, "clipnorm");
+  require_positive(common.clipvalue, "clipvalue");
+  require_positive(common.global_clipnorm, "global_clipnorm");
+  if (common.weight_decay)
+    CHORUS_REQUIRE(std::isfinite(*common.weight_decay) && *common.weight_decay >= 0.0, InvalidArgumentError,
+                   "`weight_decay` must be a number >= 0, got ", *common.weight_decay);
+  // Keras 3 creates `iterations` in the constructor, through the strategy's creator when one is
+  // active (ONLY_FIRST_REPLICA: a replica-context assign would broadcast replica 0's value; we
+  // never do that, every replica increments its own component).
+  iterations_ = make_variable({.initial_value = Tensor::zeros({}, DType::kInt64, "/cpu:0"),
+                               .name = name_ + "/iterations",
+                               .trainable = false,
+                               .synchronization = VariableSynchronization::kOnWrite,
+                               .aggregation = VariableAggregation::kOnlyFirstReplica});
+}
+
+Optimizer::~Optimizer() = default;
+Optimizer::Optimizer(Optimizer&&) noexcept = default;
+Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
+
+void Optimizer::update_in_place(Tensor& component, const Tensor& value) { component.copy_from(value); }
+
+double Optimizer::learning_rate() const {
+  if (!learning_rate_.is_schedule()) return learning_rate_.at(0);
+  return learning_rate_.at(iterations_.value().item<std::int64_t>());
+}
+
+const LearningRate& Optimizer::learning_rate_spec() const { return learning_rate_; }
+void Optimizer::set_learning_rate(LearningRate learning_rate) { learning_rate_ = std::move(learning_rate); }
+const Variable& Optimizer::iterations() const { return iterations_; }
+
+std::vector<Variable> Optimizer::variables() const {
+  std::vector<Variable> out{iterations_};
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (const auto& e : state_->entries) out.insert(out.end(), e.slots.begin(), e.slots.end());
+  return out;
+}
+
+Variable Optimizer::get_slot(const Variable& var, std::string_view slot_name) const {
+  CHORUS_REQUIRE(var.defined(), InvalidArgumentError, "get_slot: undefined variable");
+  const std::vector<std::string> names = slot_names_impl();
+  const auto pos = std::find(names.begin(), names.end(), slot_name);
+  CHORUS_REQUIRE(pos != names.end(), NotFoundError, name_, " has no slot '", slot_name, "'; its slots are ",
+                 names_list(names));
+  const State::Entry* e = state_->find(var);
+  CHORUS_REQUIRE(e != nullptr, NotFoundError, name_, " has no slots for variable '", var.name(),
+                 "' yet: they are created by build() or the first apply_gradients");
+  return e->slots[static_cast<std::size_t>(pos - names.begin())];
+}
+
+void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& vars, const std::vector<std::string>& var_names) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  CHORUS_REQUIRE(!state_->built, FailedPreconditionError,
+                 "`exclude_from_weight_decay()` can only be configured before the optimizer is built (", name_,
+                 " already has slots)");
+  for (const Variable& v : vars) {
+    CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "exclude_from_weight_decay: undefined variable");
+    state_->no_decay.insert(v.impl().get());
+  }
+  state_->no_decay_names.insert(state_->no_decay_names.end(), var_names.begin(), var_names.end());
+}
+
+bool Optimizer::uses_weight_decay(const Variable& var) const {
+  if (!common_.weight_decay || *common_.weight_decay == 0.0) return false;
+  // Read-only after build (exclude_from_weight_decay refuses once built), so no lock.
+  if (state_->no_decay.count(var.impl().get()) != 0) return false;
+  for (const std::string& n : state_->no_decay_names)
+    if (var.name().find(n) != std::string::npos) return false;
+  return true;
+}
+
+void Optimizer::build(const std::vector<Variable>& vars) {
+  std::vector<Variable> todo;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    std::unordered_set<const VariableBase*> seen;
+    for (const Variable& v : vars) {
+      CHORUS_REQUIRE(v.defined(), InvalidArgumentError, name_, ".build: undefined variable");
+      CHORUS_REQUIRE(is_floating(v.dtype()), InvalidArgumentError, name_, ": variable '", v.name(), "' has dtype ",
+                     dtype_name(v.dtype()),
+                     "; optimizers update floating-point variables only (float32, float64, float16, bfloat16)");
+      if (state_->index.count(v.impl().get()) == 0 && seen.insert(v.impl().get()).second) todo.push_back(v);
+    }
+  }
+  if (todo.empty()) return;
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx == nullptr) {
+    create_slots(todo);
+    return;
+  }
+  // Every replica found the same variables missing (none of them can have added any: additions
+  // happen only inside this merge_call, which starts after all replicas arrived). fn runs once, in
+  // cross-replica context, so make_variable creates one MirroredVariable per slot for all replicas.
+  ctx->merge_call<void, int>([this, &todo](const std::vector<int>&) { create_slots(todo); }, 0);
+}
+
+void Optimizer::create_slots(const std::vector<Variable>& vars) {
+  const std::vector<std::string> names = slot_names_impl();
+  for (const Variable& v : vars) {
+    if (state_->find(v) != nullptr) continue;
+    State::Entry entry{v, {}};
+    for (const std::string& slot : names) {
+      entry.slots.push_back(make_variable({.initial_value = Tensor::zeros(v.shape(), v.dtype(), v.device()),
+                                           .name = str_cat(v.name(), "/", slot),
+                                           .trainable = false,
+                                           .synchronization = VariableSynchronization::kOnWrite,
+                                           .device = v.device()}));
+    }
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->index.emplace(v.impl().get(), state_->entries.size());
+    state_->entries.push_back(std::move(entry));
+    state_->built = true;
+  }
+}
+
+std::vector<Tensor> Optimizer::clip(std::vector<Tensor> grads) const {
+  if (common_.clipnorm) {
+    for (Tensor& g : grads) g = clip_by_norm(g, *common_.clipnorm);
+  } else if (common_.global_clipnorm) {
+    grads = clip_by_global_norm(grads, *common_.global_clipnorm);
+  } else if (common_.clipvalue) {
+    for (Tensor& g : grads) g = clip_by_value(g, -*common_.clipvalue, *common_.clipvalue);
+  }
+  return grads;
+}
+
+void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx == nullptr) {
+    const DistributionStrategy& s = get_strategy();
+    CHORUS_REQUIRE(s.num_replicas_in_sync() == 1, InvalidArgumentError, name_,
+                   ".apply_gradients() cannot be called in cross-replica context of ", s.name(), " (",
+                   s.num_replicas_in_sync(),
+                   " replicas). Use `strategy.run(fn)` to enter replica context and call it there: each replica "
+                   "passes its own gradients, which are summed across replicas before the update");
+  }
+
+  // 1–2. Validate everything before any collective; drop undefined gradients.
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
+  std::vector<std::string> missing;
+  std::unordered_set<const VariableBase*> seen;
+  for (std::size_t i = 0; i < grads_and_vars.size(); ++i) {
+    const auto& [g, v] = grads_and_vars[i];
+    CHORUS_REQUIRE(v.defined(), InvalidArgumentError, name_, ".apply_gradients: entry ", i,
+                   " of grads_and_vars has an undefined variable");
+    CHORUS_REQUIRE(is_floating(v.dtype()), InvalidArgumentError, name_, ".apply_gradients: variable '", v.name(),
+                   "' has dtype ", dtype_name(v.dtype()),
+                   "; optimizers update floating-point variables only (float32, float64, float16, bfloat16)");
+    CHORUS_REQUIRE(seen.insert(v.impl().get()).second, InvalidArgumentError, name_, ".apply_gradients: variable '",
+                   v.name(), "' appears more than once in grads_and_vars; sum its gradients first");
+    check_replicated(v, ctx, "variable");
+    if (!g.defined()) {
+      missing.push_back(v.name());
+      continue;
+    }
+    CHORUS_REQUIRE(g.shape() == v.shape() && g.dtype() == v.dtype(), InvalidArgumentError, name_,
+                   ".apply_gradients: the gradient of variable '", v.name(), "' has ", describe(g),
+                   ", but the variable has shape ", v.shape().to_string(), " and dtype ", dtype_name(v.dtype()),
+                   "; a gradient must have its variable's shape and dtype");
+    grads.push_back(ops::stop_gradient(g));
+    vars.push_back(v);
+  }
+  if (vars.empty()) {
+    throw InvalidArgumentError(str_cat("No gradients provided for any variable: ", names_list(missing), " (",
+                                       name_, ".apply_gradients got ", grads_and_vars.size(), " pairs)"));
+  }
+  check_replicated(iterations_, ctx, "the optimizer's iterations variable");
+  if (!missing.empty() && !state_->warned_missing.exchange(true)) {
+    CHORUS_LOG(WARNING) << "Gradients do not exist for variables " << names_list(missing)
+                        << " when minimizing the loss. If using `model.compile()`, did you forget to provide a "
+                           "`loss` argument?";
+  }
+
+  // 3. One packed all-reduce of every gradient (the default replica context returns its input).
+  if (ctx != nullptr) grads = ctx->all_reduce(ReduceOp::kSum, grads);
+
+  // 4. Slots of new variables (a merge_call in replica context).
+  build(vars);
+  std::vector<const State::Entry*> entries;
+  entries.reserve(vars.size());
+  for (const Variable& v : vars) {
+    const State::Entry* e = state_->find(v);
+    CHORUS_ENFORCE(e != nullptr, "no slots for ", v.name());
+    for (const Variable& s : e->slots) check_replicated(s, ctx, "slot");
+    entries.push_back(e);
+  }
+
+  // 5. Host scalars: the same on every replica (each reads its own, equal, counter component).
+  Tensor counter = iterations_.value();
+  Step step{0.0, 0};
+  if (learning_rate_.is_schedule() || needs_iterations()) step.iterations = counter.item<std::int64_t>();
+  step.learning_rate = learning_rate_.at(step.iterations);
+
+  // 6. Clipping, on the summed gradients.
+  grads = clip(std::move(grads));
+
+  // 7–8. Weight decay and the update, on this replica's components.
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    Tensor w = ops::stop_gradient(vars[i].value());
+    Tensor g = grads[i];
+    if (g.device_name() != w.device_name()) g = g.to(w.device_name());
+    if (uses_weight_decay(vars[i]))
+      update_in_place(w, ops::sub(w, ops::mul(w, ops::scalar_like(w, *common_.weight_decay * step.learning_rate))));
+    std::vector<Tensor> slots;
+    slots.reserve(entries[i]->slots.size());
+    for (const Variable& s : entries[i]->slots) slots.push_back(s.value());
+    update_step(g, w, slots, step);
+  }
+
+  // 9. This replica's component of the counter.
+  counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+}
+
+Tensor Optimizer::minimize(const std::function<Tensor()>& loss_fn, const std::vector<Variable>& vars) {
+  Tensor loss;
+  std::vector<Tensor> grads;
+  {
+    ops::GradientTape tape;
+    loss = loss_fn();
+    grads = tape.gradient(loss, vars);
+  }
+  GradsAndVars gv;
+  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+  apply_gradients(gv);
+  return loss;
+}
+
+void Optimizer::minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape) {
+  const std::vector<Tensor> grads = tape.gradient(loss, vars);
+  GradsAndVars gv;
+  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+  apply_gradients(gv);
+}
+
+std::string Optimizer::get_config() const {
+  std::string fields = config_fields();
+  return str_cat("{\"name\": \"", name_, "\", \"learning_rate\": ", learning_rate_.get_config(),
+                 ", \"weight_decay\": ", detail::format_number(common_.weight_decay),
+                 ", \"clipnorm\": ", detail::format_number(common_.clipnorm),
+                 ", \"global_clipnorm\": ", detail::format_number(common_.global_clipnorm),
+                 ", \"clipvalue\": ", detail::format_number(common_.clipvalue), fields.empty() ? "" : ", ", fields,
+                 "}");
+}
+
+}  // namespace chorus::optimizers

@@ -1,0 +1,188 @@
+// Optimizer: the base of SGD, Adam, AdamW and RMSprop (tf.keras.optimizers.Optimizer, Keras 3's
+// BaseOptimizer), written once as single-device code that is correct under any strategy.
+//
+//   chorus::distribute::MirroredStrategy strategy;
+//   chorus::Variable w;
+//   std::unique_ptr<chorus::optimizers::Adam> adam;
+//   {
+//     auto scope = strategy.scope();                       // w, iterations, slots become mirrored
+//     w = chorus::make_variable({.initial_value = chorus::Tensor::zeros({4, 1}), .name = "w"});
+//     adam = std::make_unique<chorus::optimizers::Adam>(chorus::optimizers::AdamOptions{.learning_rate = 1e-3});
+//   }
+//   strategy.run([&](const chorus::data::Element& batch) {
+//     chorus::ops::GradientTape tape;
+//     chorus::Tensor loss = ...;                           // sum of per-example losses / global batch
+//     auto grads = tape.gradient(loss, std::vector<chorus::Variable>{w});
+//     adam->apply_gradients({{grads[0], w}});              // summed over replicas, then applied
+//   }, batch);
+//
+// apply_gradients(grads_and_vars), in this order (Keras 3's BaseOptimizer.apply):
+//   1. validates every pair (errors below) — before any communication, so every replica throws
+//      the same error instead of hanging in a collective;
+//   2. drops pairs whose gradient is undefined (TF's None) and logs, once per optimizer, Keras's
+//      warning "Gradients do not exist for variables [...] when minimizing the loss...";
+//   3. in replica context, sums the gradients over the replicas with ONE packed
+//      ReplicaContext::all_reduce(SUM, list) (Keras sums: scale the loss by the global batch size,
+//      as compute_average_loss does). Under the default strategy this returns its input;
+//   4. creates the slots of variables seen for the first time (see build());
+//   5. reads the learning rate at the current `iterations` (the steps completed before this one);
+//   6. clips (clipnorm per gradient, or global_clipnorm over all, or clipvalue — at most one);
+//   7. applies decoupled weight decay if set: w ← w − w·(weight_decay·lr) (Keras's order: before
+//      the update, with the same lr);
+//   8. runs the optimizer's update on each variable (see each optimizer's header);
+//   9. increments `iterations` by one.
+//
+// How replicas stay bitwise equal: steps 5–9 do not communicate and do not use
+// MirroredVariable::assign (which would all-reduce again). Each replica updates *its own
+// component* of each variable, slot and of `iterations` in place (update_in_place below: the
+// Tensor that Variable::value() returns inside strategy.run aliases this replica's component;
+// copy_from overwrites it on the component's device stream). Every replica starts from the same
+// component values, gets the same summed gradients from the all-reduce (the collective hands every
+// replica the same bits), reads the same host scalars and runs the same deterministic element-wise
+// kernels, so the results are equal bit for bit — after any number of steps.
+//
+// Contexts and strategies:
+//   - default strategy (no scope): one replica, the same code path, all_reduce returns its input.
+//   - inside strategy.run: every replica must call apply_gradients with the same variables, in the
+//     same order, with gradients of the same shapes and the same undefined entries (SPMD).
+//   - cross-replica context (inside scope(), outside run) with more than one replica →
+//     InvalidArgumentError: call it inside strategy.run (TF raises likewise). With one replica it
+//     runs as under the default strategy.
+// Construct the optimizer inside strategy.scope() (as Keras requires): its `iterations` variable
+// (int64, non-trainable, ON_WRITE, ONLY_FIRST_REPLICA) is created by the constructor through the
+// variable-creator hook and must be mirrored like the model's variables.
+//
+// Slots (m, v, momentum, ...) are made with make_variable, so under a strategy they are
+// MirroredVariables: non-trainable, zeros, named "<variable name>/<slot>" ("dense/kernel/m"), in a
+// deterministic order (variables in the order given, slots in the optimizer's order).
+//
+// Errors (InvalidArgumentError unless noted; messages name the variable):
+//   - a gradient whose shape or dtype differs from its variable's;
+//   - a variable that is undefined, not floating-point, or listed twice;
+//   - no gradient for any variable ("No gradients provided for any variable", as Keras);
+//   - in replica context of an n > 1 strategy, a variable, slot or `iterations` that is not a
+//     MirroredVariable (ON_WRITE) of that strategy (create them inside strategy.scope());
+//     a MirroredVariable of several replicas used outside its strategy's run;
+//   - options: more than one of clipnorm / clipvalue / global_clipnorm (Keras's message), a
+//     non-positive clip value, a negative weight_decay, an out-of-range hyperparameter.
+// Thread-safety: apply_gradients, build, variables and get_slot may be called concurrently by the
+// replicas of one strategy.run (that is how they are used). Otherwise use an optimizer from one
+// thread at a time. Copy is deleted; move is allowed while no call is in progress.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/variable.h"
+#include "ops/tape.h"
+#include "optimizer/learning_rate_schedule.h"
+
+namespace chorus::optimizers {
+
+using GradsAndVars = std::vector<std::pair<Tensor, Variable>>;
+
+// The arguments every Keras optimizer takes besides its own (BaseOptimizer's).
+struct CommonOptions {
+  std::optional<double> weight_decay;     // decoupled: w ← w − w·wd·lr before each update
+  std::optional<double> clipnorm;         // each gradient clipped to this L2 norm
+  std::optional<double> clipvalue;        // each element clipped to [−clipvalue, clipvalue]
+  std::optional<double> global_clipnorm;  // all gradients scaled so their joint L2 norm <= this
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  Optimizer(Optimizer&&) noexcept;
+  Optimizer& operator=(Optimizer&&) noexcept;
+
+  // The update described above. Blocks until the update is enqueued (it may still run on the
+  // devices' streams; reads of the variables wait for it).
+  void apply_gradients(const GradsAndVars& grads_and_vars);
+
+  // Keras 2's minimize with a callable: records loss_fn() on a fresh GradientTape, differentiates
+  // it with respect to `vars` and applies the gradients. Returns the loss.
+  Tensor minimize(const std::function<Tensor()>& loss_fn, const std::vector<Variable>& vars);
+  // Keras 2's minimize(loss, var_list, tape=tape): `tape` recorded `loss`.
+  void minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape);
+
+  // Creates the slots of every variable in `vars` that has none yet (Keras's build(var_list)).
+  // Cross-replica context (inside strategy.scope()) or default strategy: created directly. Replica
+  // context: created once for all replicas through merge_call (every replica must call it with
+  // the same variables). apply_gradients calls it for you; calling it early makes variables()
+  // complete before the first step (for a checkpoint restore). Idempotent.
+  void build(const std::vector<Variable>& vars);
+
+  // The learning rate the next apply_gradients uses (the schedule at iterations()).
+  double learning_rate() const;
+  const LearningRate& learning_rate_spec() const;
+  // Keras's `optimizer.learning_rate = ...`: takes effect at the next apply_gradients.
+  void set_learning_rate(LearningRate learning_rate);
+
+  // The number of apply_gradients calls completed (int64 scalar variable; read its value).
+  const Variable& iterations() const;
+  // iterations() first, then every slot in creation order (for checkpoints: stable names).
+  std::vector<Variable> variables() const;
+  // The slot `slot_name` ("m", "v", "momentum", ...) of `var`; NotFoundError when `var` has no
+  // slots yet or the optimizer has no such slot (the message lists the slot names).
+  Variable get_slot(const Variable& var, std::string_view slot_name) const;
+  // The slot names this optimizer gives each variable, in creation order.
+  std::vector<std::string> slot_names() const { return slot_names_impl(); }
+
+  // Keras 3's exclude_from_weight_decay: no weight decay for these variables and for variables
+  // whose name contains one of `var_names`. Only before the first build (FailedPreconditionError
+  // after it, as Keras).
+  void exclude_from_weight_decay(const std::vector<Variable>& vars, const std::vector<std::string>& var_names = {});
+
+  const std::string& name() const { return name_; }
+  // Keras's get_config() as JSON text: {"name": "Adam", "learning_rate": 0.001, ...}.
+  std::string get_config() const;
+
+ protected:
+  Optimizer(std::string name, LearningRate learning_rate, const CommonOptions& common);
+
+  // What update_step gets besides the tensors: host scalars, identical on every replica.
+  struct Step {
+    double learning_rate;    // at `iterations`
+    std::int64_t iterations; // steps completed before this one (Keras's self.iterations)
+  };
+  // The slot names, in creation order (fixed by the constructor's options).
+  virtual std::vector<std::string> slot_names_impl() const = 0;
+  // One variable's update. `variable` and `slots` are this replica's components (tensors aliasing
+  // their storage, cut off from gradient tapes); write them with update_in_place only. `gradient`
+  // is the summed, clipped gradient with the variable's shape, dtype and device.
+  virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
+                           const Step& step) = 0;
+  // Whether update_step needs Step::iterations (else a constant learning rate saves the read of
+  // the counter, which waits for the replica's device stream).
+  virtual bool needs_iterations() const { return false; }
+  // The optimizer's own get_config fields: `"beta_1": 0.9, "beta_2": 0.999` (no braces).
+  virtual std::string config_fields() const = 0;
+
+  // Overwrites `component` — one replica's storage of a variable or slot, as Variable::value()
+  // returns it inside strategy.run — with `value` (same shape and dtype), in place, ordered on the
+  // component's device stream after the reads that computed `value`. No communication.
+  static void update_in_place(Tensor& component, const Tensor& value);
+
+ private:
+  struct State;
+  void create_slots(const std::vector<Variable>& vars);
+  std::vector<Tensor> clip(std::vector<Tensor> grads) const;
+  bool uses_weight_decay(const Variable& var) const;
+
+  std::string name_;
+  LearningRate learning_rate_;
+  CommonOptions common_;
+  Variable iterations_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace chorus::optimizers

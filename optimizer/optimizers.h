@@ -1,0 +1,11 @@
+// All of optimizer/ (tf.keras.optimizers): SGD, Adam, AdamW, RMSprop, learning-rate schedules and
+// gradient clipping. See each header for its contract; optimizer/optimizer.h for what every
+// optimizer's apply_gradients does under a distribution strategy.
+#pragma once
+
+#include "optimizer/adam.h"
+#include "optimizer/clipping.h"
+#include "optimizer/learning_rate_schedule.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/rmsprop.h"
+#include "optimizer/sgd.h"

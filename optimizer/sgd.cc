@@ -1,0 +1,42 @@
+#include "optimizer/sgd.h"
+
+#include "core/error.h"
+#include "ops/elementwise.h"
+#include "optimizer/detail.h"
+
+namespace chorus::optimizers {
+
+SGD::SGD(const SGDOptions& o)
+    : Optimizer(o.name, o.learning_rate,
+                {.weight_decay = o.weight_decay, .clipnorm = o.clipnorm, .clipvalue = o.clipvalue,
+                 .global_clipnorm = o.global_clipnorm}),
+      momentum_(o.momentum),
+      nesterov_(o.nesterov) {
+  CHORUS_REQUIRE(o.momentum >= 0.0 && o.momentum <= 1.0, InvalidArgumentError,
+                 "SGD: `momentum` must be a float between [0, 1]. Received: momentum=", o.momentum);
+}
+
+std::vector<std::string> SGD::slot_names_impl() const {
+  if (momentum_ == 0.0) return {};
+  return {"momentum"};
+}
+
+void SGD::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, const Step& step) {
+  const Tensor lr_g = ops::mul(g, ops::scalar_like(g, step.learning_rate));
+  if (momentum_ == 0.0) {
+    update_in_place(w, ops::sub(w, lr_g));
+    return;
+  }
+  Tensor& m = slots[0];
+  const Tensor mu = ops::scalar_like(m, momentum_);
+  update_in_place(m, ops::sub(ops::mul(m, mu), lr_g));
+  if (nesterov_) update_in_place(w, ops::add(w, ops::sub(ops::mul(m, mu), lr_g)));
+  else update_in_place(w, ops::add(w, m));
+}
+
+std::string SGD::config_fields() const {
+  return chorus::internal::str_cat("\"momentum\": ", detail::format_number(momentum_),
+                                   ", \"nesterov\": ", detail::format_bool(nesterov_));
+}
+
+}  // namespace chorus::optimizers
