@@ -84,10 +84,13 @@ void render(const std::array<Padded, 10>& font, std::uint64_t seed, std::int64_t
   const std::int64_t inv_sx = (std::int64_t{1} << 24) / sx;                // glyph cells per px, Q16
   const std::int64_t inv_sy = (std::int64_t{1} << 24) / sy;
   const std::int64_t shear = uniform_in(rng, -64, 64);                     // ±0.25, Q8
-  const std::int64_t dx = uniform_in(rng, -640, 640), dy = uniform_in(rng, -640, 640);  // ±2.5 px, Q8
+  const std::int64_t dx = uniform_in(rng, -512, 512), dy = uniform_in(rng, -512, 512);  // ±2 px, Q8
   const std::int64_t threshold = uniform_in(rng, 16384, 29491);           // 0.25–0.45, Q16
   const std::int64_t peak = uniform_in(rng, 49152, 65536);                // 0.75–1, Q16
   const std::int64_t sigma = uniform_in(rng, 1966, 6554);                 // 0.03–0.10, Q16
+  // Irwin–Hall of four 16-bit uniforms: mean 0, standard deviation 65536 / sqrt(3) ≈ 37837; scaled
+  // to sigma by a Q32 factor (a multiply per pixel instead of a division).
+  const std::int64_t noise_scale = (sigma << 32) / 37837;
   const Padded& glyph = font[static_cast<std::size_t>(label)];
 
   for (int y = 0; y < kSize; ++y) {
@@ -99,11 +102,10 @@ void render(const std::array<Padded, 10>& font, std::uint64_t seed, std::int64_t
       const std::int64_t u = ((px * inv_sx) >> 8) + kGlyphW * 32768;
       const std::int64_t b = sample(glyph, u, v);
       const std::int64_t ink = std::clamp<std::int64_t>((b - threshold) * 4, 0, 65536) * peak >> 16;
-      // Irwin–Hall of four 16-bit uniforms: mean 0, standard deviation 65536 / sqrt(3) ≈ 37837.
       const std::uint64_t w = rng.next();
       const std::int64_t n4 = static_cast<std::int64_t>(w & 0xFFFF) + static_cast<std::int64_t>(w >> 16 & 0xFFFF) +
                               static_cast<std::int64_t>(w >> 32 & 0xFFFF) + static_cast<std::int64_t>(w >> 48) - 2 * 65535;
-      const std::int64_t noise = n4 * sigma / 37837;
+      const std::int64_t noise = (n4 * noise_scale) >> 32;
       const std::int64_t value = std::clamp<std::int64_t>(ink + noise, 0, 65536);
       out[y * kSize + x] = static_cast<float>(value) * (1.0f / 65536.0f);
     }

@@ -7,7 +7,7 @@
 // How an image is drawn: the label's glyph from a 5×7 bitmap font is sampled bilinearly onto the
 // 28×28 grid through a random affine map — a cell size of 2.3–3.0 px (glyphs ≈ 12–15 px wide, 16–21
 // px tall) with the x and y scales varied independently by up to ±8%, a shear of up to ±0.25,
-// a shift of up to ±2.5 px in each direction — then thresholded at a random level (stroke width
+// a shift of up to ±2 px in each direction — then thresholded at a random level (stroke width
 // ≈ 2–4 px, soft edges) and scaled to a random peak intensity in [0.75, 1]; finally each pixel gets
 // noise with a standard deviation of 0.03–0.10 (a sum of four uniforms, ≈ Gaussian) and is clipped
 // to [0, 1]. A small CNN separates the classes almost perfectly; a nearest-class-mean classifier on
