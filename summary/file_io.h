@@ -1,0 +1,62 @@
+// Internal to summary/: a POSIX file descriptor with RAII, and the mapping from errno to
+// chorus's TF error classes (the same mapping as TF's tsl/platform/errors.cc ErrnoToCode).
+//
+// Every call into the OS goes through here and, on failure, throws the typed error with the OS's
+// own message, the action and the path: "PermissionDeniedError: cannot create directory
+// '/x/logs': Permission denied (errno 13)". Not thread-safe: one owner per File.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace chorus::summary::internal {
+
+// Throws the chorus error class TF uses for `err`:
+//   EACCES, EPERM, EROFS                  → PermissionDeniedError
+//   ENOENT, ENODEV, ENXIO                 → NotFoundError
+//   EEXIST                                → AlreadyExistsError
+//   ENOTDIR, EISDIR, EBUSY, ENOTEMPTY     → FailedPreconditionError
+//   ENOSPC, EDQUOT, EMFILE, ENFILE, ENOMEM, EFBIG → ResourceExhaustedError
+//   ENAMETOOLONG, EINVAL, ELOOP           → InvalidArgumentError
+//   anything else                         → UnknownError
+[[noreturn]] void throw_errno(int err, std::string_view action, const std::string& path);
+
+// Creates `dir` and its parents (std::filesystem::create_directories); errors as above.
+void create_directories(const std::string& dir);
+
+class File {
+ public:
+  File() = default;
+  // Creates `path` for writing; fails with AlreadyExistsError if it exists (O_EXCL).
+  static File create_new(const std::string& path);
+  static File open_for_read(const std::string& path);
+  ~File();
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+  // Writes all of `data` (retrying short writes and EINTR).
+  void write_all(std::string_view data);
+  // Reads up to n bytes; returns how many (0 at the end of the file).
+  std::size_t read(void* buf, std::size_t n);
+  // Moves the read/write position to byte `offset` from the start.
+  void seek(std::uint64_t offset);
+  // The file's current size in bytes (fstat).
+  std::uint64_t size() const;
+  // fsync(2): the data is on disk when it returns.
+  void sync();
+  // close(2); the destructor closes too, but cannot report an error.
+  void close();
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace chorus::summary::internal

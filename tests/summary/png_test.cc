@@ -1,0 +1,174 @@
+// The PNG encoder: CRC-32 / Adler-32 known answers, the file's structure, a decode of the stored
+// deflate blocks back to the pixels, and — where python3 is installed — a check by zlib itself
+// (Python's zlib.decompress and zlib.crc32, an independent implementation).
+#include "summary/png.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/summary/summary_test_util.h"
+
+namespace chorus::summary {
+namespace {
+
+using testing::TempDir;
+using testing::write_file;
+
+std::uint32_t be32(const std::string& s, std::size_t at) {
+  return (std::uint32_t(std::uint8_t(s[at])) << 24) | (std::uint32_t(std::uint8_t(s[at + 1])) << 16) |
+         (std::uint32_t(std::uint8_t(s[at + 2])) << 8) | std::uint32_t(std::uint8_t(s[at + 3]));
+}
+
+struct Chunk {
+  std::string type, data;
+};
+
+// Splits a PNG into chunks, checking the signature and every chunk's CRC-32.
+std::vector<Chunk> chunks(const std::string& png) {
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  std::vector<Chunk> out;
+  std::size_t at = 8;
+  while (at < png.size()) {
+    const std::uint32_t len = be32(png, at);
+    Chunk c{png.substr(at + 4, 4), png.substr(at + 8, len)};
+    EXPECT_EQ(be32(png, at + 8 + len), crc32(png.data() + at + 4, 4 + len)) << "CRC of chunk " << c.type;
+    out.push_back(c);
+    at += 12 + len;
+  }
+  EXPECT_EQ(at, png.size());
+  return out;
+}
+
+// Inflates a zlib stream made only of stored blocks (what encode_png writes), checking Adler-32.
+std::string inflate_stored(const std::string& z) {
+  EXPECT_EQ((std::uint8_t(z[0]) * 256 + std::uint8_t(z[1])) % 31, 0) << "zlib header check bits";
+  EXPECT_EQ(std::uint8_t(z[0]) & 0x0f, 8) << "deflate";
+  std::string out;
+  std::size_t at = 2;
+  for (;;) {
+    const auto head = std::uint8_t(z[at]);
+    EXPECT_EQ(head & 0x06, 0) << "BTYPE 00 (stored)";
+    const std::size_t len = std::uint8_t(z[at + 1]) | (std::uint8_t(z[at + 2]) << 8);
+    const std::size_t nlen = std::uint8_t(z[at + 3]) | (std::uint8_t(z[at + 4]) << 8);
+    EXPECT_EQ(len ^ 0xffff, nlen);
+    out += z.substr(at + 5, len);
+    at += 5 + len;
+    if (head & 1) break;
+  }
+  EXPECT_EQ(be32(z, at), adler32(out.data(), out.size()));
+  EXPECT_EQ(at + 4, z.size());
+  return out;
+}
+
+TEST(Png, Crc32AndAdler32KnownAnswers) {
+  const std::string check = "123456789";
+  EXPECT_EQ(crc32(check.data(), check.size()), 0xCBF43926u);  // CRC-32/ISO-HDLC check value
+  EXPECT_EQ(crc32("", 0), 0u);
+  // Continuing a CRC over a split input gives the CRC of the whole.
+  EXPECT_EQ(crc32(check.data() + 4, 5, crc32(check.data(), 4)), 0xCBF43926u);
+  // The IEND chunk's CRC, in every PNG file: crc32("IEND") = 0xAE426082.
+  EXPECT_EQ(crc32("IEND", 4), 0xAE426082u);
+  const std::string wiki = "Wikipedia";
+  EXPECT_EQ(adler32(wiki.data(), wiki.size()), 0x11E60398u);  // Wikipedia's Adler-32 example
+  EXPECT_EQ(adler32("", 0), 1u);
+  // Long inputs exercise the deferred modulo: 1 MiB of 0xff, computed with the definition.
+  const std::string ff(1 << 20, '\xff');
+  std::uint64_t a = 1, b = 0;
+  for (unsigned char c : ff) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  EXPECT_EQ(adler32(ff.data(), ff.size()), std::uint32_t((b << 16) | a));
+}
+
+TEST(Png, StructureAndPixelsRoundTripForEveryChannelCount) {
+  std::mt19937 rng(7);
+  for (int channels = 1; channels <= 4; ++channels) {
+    SCOPED_TRACE(channels);
+    const int h = 5, w = 7;
+    std::vector<std::uint8_t> px(static_cast<std::size_t>(h * w * channels));
+    for (auto& p : px) p = static_cast<std::uint8_t>(rng());
+    const std::string png = encode_png(px.data(), h, w, channels);
+    const std::vector<Chunk> cs = chunks(png);
+    ASSERT_EQ(cs.size(), 3u);
+    EXPECT_EQ(cs[0].type, "IHDR");
+    ASSERT_EQ(cs[0].data.size(), 13u);
+    EXPECT_EQ(be32(cs[0].data, 0), std::uint32_t(w));
+    EXPECT_EQ(be32(cs[0].data, 4), std::uint32_t(h));
+    EXPECT_EQ(cs[0].data[8], 8) << "bit depth";
+    EXPECT_EQ(cs[0].data[9], png_color_type(channels));
+    EXPECT_EQ(cs[0].data.substr(10), std::string(3, '\0'));
+    EXPECT_EQ(cs[1].type, "IDAT");
+    EXPECT_EQ(cs[2].type, "IEND");
+    EXPECT_TRUE(cs[2].data.empty());
+    const std::string raw = inflate_stored(cs[1].data);
+    ASSERT_EQ(raw.size(), static_cast<std::size_t>(h * (w * channels + 1)));
+    for (int y = 0; y < h; ++y) {
+      const std::size_t row = static_cast<std::size_t>(y * (w * channels + 1));
+      EXPECT_EQ(raw[row], 0) << "filter type None";
+      EXPECT_EQ(raw.substr(row + 1, static_cast<std::size_t>(w * channels)),
+                std::string(reinterpret_cast<const char*>(px.data()) + y * w * channels, static_cast<std::size_t>(w * channels)));
+    }
+  }
+  EXPECT_EQ(png_color_type(1), 0);
+  EXPECT_EQ(png_color_type(2), 4);
+  EXPECT_EQ(png_color_type(3), 2);
+  EXPECT_EQ(png_color_type(4), 6);
+}
+
+TEST(Png, LargeImagesSpanSeveralStoredBlocks) {
+  const int h = 200, w = 150, c = 3;  // 200 × 451 = 90,200 raw bytes: two blocks
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(h * w * c));
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i * 31);
+  const std::vector<Chunk> cs = chunks(encode_png(px.data(), h, w, c));
+  const std::string raw = inflate_stored(cs.at(1).data);
+  EXPECT_EQ(raw.size(), static_cast<std::size_t>(h * (w * c + 1)));
+  EXPECT_EQ(cs.at(1).data.size(), 2 + raw.size() + 2 * 5 + 4);
+}
+
+TEST(Png, BadArgumentsAreInvalidArgument) {
+  std::uint8_t px[4] = {};
+  EXPECT_THROW(encode_png(px, 1, 1, 0), InvalidArgumentError);
+  EXPECT_THROW(encode_png(px, 1, 1, 5), InvalidArgumentError);
+  EXPECT_THROW(encode_png(px, 0, 1, 1), InvalidArgumentError);
+  EXPECT_THROW(encode_png(px, 1, -1, 1), InvalidArgumentError);
+  EXPECT_THROW(encode_png(px, 1LL << 31, 1, 1), InvalidArgumentError);
+  EXPECT_THROW(encode_png(nullptr, 1, 1, 1), InvalidArgumentError);
+}
+
+TEST(Png, ZlibItselfAcceptsOurStreamAndCrcs) {
+  if (std::system("python3 -c 'import zlib' >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 with zlib not available";
+  TempDir dir;
+  const int h = 300, w = 120, c = 4;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(h * w * c));
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>((i * 7919) >> 3);
+  write_file(dir.str("a.png"), encode_png(px.data(), h, w, c));
+  write_file(dir.str("a.raw"), std::string(reinterpret_cast<const char*>(px.data()), px.size()));
+  write_file(dir.str("check.py"), R"(import struct, sys, zlib
+png = open(sys.argv[1], 'rb').read(); raw = open(sys.argv[2], 'rb').read()
+w, h, c = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+assert png[:8] == b'\x89PNG\r\n\x1a\n'
+at, idat = 8, b''
+while at < len(png):
+    n, = struct.unpack('>I', png[at:at + 4]); t = png[at + 4:at + 8]; d = png[at + 8:at + 8 + n]
+    crc, = struct.unpack('>I', png[at + 8 + n:at + 12 + n])
+    assert crc == zlib.crc32(t + d) & 0xffffffff, t
+    if t == b'IDAT': idat += d
+    at += 12 + n
+data = zlib.decompress(idat)
+stride = w * c + 1
+assert len(data) == h * stride
+assert b''.join(data[y * stride + 1:(y + 1) * stride] for y in range(h)) == raw
+)");
+  const std::string cmd = "python3 " + dir.str("check.py") + " " + dir.str("a.png") + " " + dir.str("a.raw") + " " +
+                          std::to_string(w) + " " + std::to_string(h) + " " + std::to_string(c);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
+}  // namespace chorus::summary
