@@ -27,6 +27,9 @@
 #include "collective/virtual_gpu.h"
 
 #include "data/dataset.h"
+#include "data/mnist.h"
+#include "data/synthetic_digits.h"
+#include "data/tfrecord.h"
 #include "distribute/communication_options.h"
 #include "distribute/cross_device_ops.h"
 #include "distribute/distributed_dataset.h"
@@ -35,3 +38,18 @@
 #include "distribute/per_replica.h"
 #include "distribute/replica_context.h"
 #include "distribute/replica_pool.h"
+
+#include "summary/summary_writer.h"
+
+#include "optimizer/adam.h"
+#include "optimizer/learning_rate_schedule.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/rmsprop.h"
+#include "optimizer/sgd.h"
+
+#include "model/callbacks.h"
+#include "model/initializers.h"
+#include "model/layers.h"
+#include "model/losses.h"
+#include "model/metrics.h"
+#include "model/model.h"
