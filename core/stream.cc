@@ -108,7 +108,7 @@ class CpuStream final : public Stream {
 
   std::shared_ptr<Event> record_event() override {
     auto event = std::make_shared<CpuEvent>(state_->identity);
-    push(Task{[event] { event->complete(); }, /*always=*/true});
+    push(Task{[event] { event->complete(); }, /*always=*/true, /*completes_event=*/true});
     return event;
   }
 
@@ -142,6 +142,9 @@ class CpuStream final : public Stream {
   struct Task {
     std::function<void()> fn;
     bool always;  // events and waits run even when the stream is in the error state
+    // record_event's task: it stops counting as pending before it completes the event, so a
+    // thread that synchronized finds the stream idle (execute_host then runs inline).
+    bool completes_event = false;
   };
   // Shared by the stream object and its worker thread, so the worker can outlive the object.
   struct State {
@@ -178,6 +181,12 @@ class CpuStream final : public Stream {
         task = std::move(s->queue.front());
         s->queue.pop_front();
         skip = s->error != nullptr && !task.always;
+      }
+      if (task.completes_event) {
+        s->pending.fetch_sub(1, std::memory_order_release);
+        task.fn();
+        task.fn = nullptr;
+        continue;
       }
       if (!skip) {
         try {
