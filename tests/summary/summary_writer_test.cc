@@ -9,7 +9,7 @@
 
 #include <atomic>
 #include <cmath>
-#include <regex>
+#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -61,15 +61,28 @@ TEST(SummaryWriter, NamesTheFileAsTfAndWritesTheHeaderAtOnce) {
 
   char host[256] = {};
   ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  // events.out.tfevents.<10 digits>.<host>.<pid>.<n>.v2 (the host may itself contain dots).
   const std::string base = fs::path(path).filename().string();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_match(base, m, std::regex(R"(events\.out\.tfevents\.(\d{10})\.(.+)\.(\d+)\.(\d+)\.v2)"))) << base;
-  const std::int64_t seconds = std::stoll(m[1]);
+  const std::string prefix = "events.out.tfevents.";
+  ASSERT_EQ(base.rfind(prefix, 0), 0u) << base;
+  ASSERT_GE(base.size(), prefix.size() + 11 + 3) << base;
+  ASSERT_EQ(base.substr(base.size() - 3), ".v2") << base;
+  const std::string digits = base.substr(prefix.size(), 10);
+  ASSERT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) << base;
+  ASSERT_EQ(base[prefix.size() + 10], '.') << base;
+  std::string rest = base.substr(prefix.size() + 11, base.size() - prefix.size() - 11 - 3);  // host.pid.n
+  const std::size_t dot_n = rest.rfind('.');
+  ASSERT_NE(dot_n, std::string::npos) << base;
+  const std::size_t dot_pid = rest.rfind('.', dot_n - 1);
+  ASSERT_NE(dot_pid, std::string::npos) << base;
+  const std::int64_t seconds = std::stoll(digits);
   EXPECT_GE(seconds, before);
   EXPECT_LE(seconds, after);
-  EXPECT_EQ(m[2], std::string(host));
-  EXPECT_EQ(std::stoll(m[3]), static_cast<long long>(getpid()));
-  EXPECT_EQ(base, event_file_name(seconds, host, getpid(), std::stoll(m[4])));
+  EXPECT_EQ(rest.substr(0, dot_pid), std::string(host));
+  EXPECT_EQ(std::stoll(rest.substr(dot_pid + 1, dot_n - dot_pid - 1)), static_cast<long long>(getpid()));
+  const std::int64_t n = std::stoll(rest.substr(dot_n + 1));
+  EXPECT_GE(n, 1);
+  EXPECT_EQ(base, event_file_name(seconds, host, getpid(), n));
 
   // Before any flush, the header is on disk: 40 bytes, Event{wall_time = the name's seconds,
   // file_version "brain.Event:2"}.
