@@ -41,11 +41,7 @@
 
 #include "summary/summary_writer.h"
 
-#include "optimizer/adam.h"
-#include "optimizer/learning_rate_schedule.h"
-#include "optimizer/optimizer.h"
-#include "optimizer/rmsprop.h"
-#include "optimizer/sgd.h"
+#include "optimizer/optimizers.h"
 
 #include "model/callbacks.h"
 #include "model/initializers.h"

@@ -102,7 +102,7 @@ class Strategy : public DistributionStrategy {
   auto run(F&& fn, const Args&... args) {
     using R = std::invoke_result_t<F&, const detail::component_t<Args>&...>;
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](int r) { fn(detail::component(args, r)...); });
+      run_replicas([&]([[maybe_unused]] int r) { fn(detail::component(args, r)...); });
     } else {
       std::vector<std::optional<R>> out(static_cast<std::size_t>(num_replicas_in_sync()));
       run_replicas([&](int r) { out[static_cast<std::size_t>(r)].emplace(fn(detail::component(args, r)...)); });
