@@ -190,9 +190,13 @@ class MapDataset::ParallelIterator final : public IteratorBase {
       {
         std::lock_guard<std::mutex> lock(mu_);
         slot->output = std::move(out);
-        slot->error = error;
+        slot->error = std::move(error);
         slot->input.clear();
         slot->done = true;
+        // The consumer holds the slot too (in slots_ or waiting on it): dropping ours here, under
+        // the lock, makes the consumer the last owner, so the element and any exception are freed on
+        // its thread. (exception_ptr's count lives in uninstrumented libsupc++: TSan cannot see it.)
+        slot.reset();
       }
       done_cv_.notify_all();
     }
