@@ -4,6 +4,7 @@
 
 #include "collective/communicator.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "distribute/merge_barrier.h"
 #include "distribute/strategy.h"
 #include "ops/elementwise.h"
@@ -31,6 +32,13 @@ collective::Communicator& StrategyReplicaContext::comm() const {
 namespace {
 // `t` on this replica's device (a copy when it lives elsewhere).
 Tensor local(const Tensor& t, const std::string& device) { return t.device_name() == device ? t : t.to(device); }
+
+// With profiling on, drains `t`'s stream before a timed collective, so waiting for the kernels
+// that produce `t` counts as their time (kLibraryKernel), not the collective's. CPU communicators
+// drain it anyway; with profiling off nothing changes (GPU collectives stay asynchronous).
+void drain_if_profiling(const Tensor& t) {
+  if (profile::profiling_enabled()) t.device_context().stream().synchronize();
+}
 }  // namespace
 
 Tensor StrategyReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
@@ -39,7 +47,11 @@ Tensor StrategyReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   Tensor in = local(value, device);
   Tensor out = Tensor::empty(in.shape(), in.dtype(), device);
-  comm().all_reduce(in, out, {.op = to_collective(op), .timeout = strategy_.timeout()})->wait(strategy_.timeout());
+  {
+    drain_if_profiling(in);
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    comm().all_reduce(in, out, {.op = to_collective(op), .timeout = strategy_.timeout()})->wait(strategy_.timeout());
+  }
   return out;
 }
 
@@ -83,7 +95,11 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
     if (members.size() == 1) {
       Tensor in = local(values[i], device);
       Tensor res = Tensor::empty(in.shape(), in.dtype(), device);
-      comm().all_reduce(in, res, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+      {
+        drain_if_profiling(in);
+        profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+        comm().all_reduce(in, res, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+      }
       out[i] = res;
     } else {
       std::vector<Tensor> flat;
@@ -94,7 +110,11 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
       }
       Tensor packed = ops::concat(flat, 0);
       Tensor reduced = Tensor::empty(packed.shape(), packed.dtype(), device);
-      comm().all_reduce(packed, reduced, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+      {
+        drain_if_profiling(packed);
+        profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+        comm().all_reduce(packed, reduced, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+      }
       std::vector<Tensor> parts = ops::split(reduced, sizes, 0);
       for (std::size_t k = 0; k < members.size(); ++k)
         out[members[k]] = ops::reshape(parts[k], values[members[k]].shape().dims());
@@ -126,7 +146,11 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
   const std::int64_t mine = front.shape().dims()[0];
   Tensor my_len = Tensor::from_vector<std::int64_t>({mine}, device);
   Tensor lens = Tensor::empty({n}, DType::kInt64, device);
-  comm().all_gather(my_len, lens, {.timeout = timeout})->wait(timeout);
+  {
+    drain_if_profiling(my_len);
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    comm().all_gather(my_len, lens, {.timeout = timeout})->wait(timeout);
+  }
   const std::vector<std::int64_t> len = lens.to_vector<std::int64_t>();
   const std::int64_t longest = *std::max_element(len.begin(), len.end());
   if (mine < longest) {
@@ -137,7 +161,11 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
   std::vector<std::int64_t> dims = front.shape().dims();
   dims[0] = longest * n;
   Tensor all = Tensor::empty(Shape(dims), front.dtype(), device);
-  comm().all_gather(front, all, {.timeout = timeout})->wait(timeout);
+  {
+    drain_if_profiling(front);
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    comm().all_gather(front, all, {.timeout = timeout})->wait(timeout);
+  }
   std::vector<Tensor> parts;
   for (int r = 0; r < n; ++r) {
     std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), size = front.shape().dims();
@@ -154,7 +182,11 @@ Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {
   if (num_replicas_in_sync() == 1) return value;
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   Tensor t = value.to(device);  // a fresh copy: the collective writes into it
-  comm().broadcast(t, {.root = root, .timeout = strategy_.timeout()})->wait(strategy_.timeout());
+  {
+    drain_if_profiling(t);
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    comm().broadcast(t, {.root = root, .timeout = strategy_.timeout()})->wait(strategy_.timeout());
+  }
   return t;
 }
 

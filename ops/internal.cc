@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/logging.h"
+#include "core/profile.h"
 #include "ops/cpu/dnn.h"
 
 namespace chorus::ops::internal {
@@ -69,6 +70,7 @@ void run_cpu(DeviceContext& dev, std::function<void()> fn) {
   const int threads = dev.device().intra_op_threads;
   dev.stream().execute_host([threads, fn = std::move(fn)] {
     cpu::use_threads(threads);
+    profile::ScopedTimer timer(profile::TimeCategory::kLibraryKernel);
     fn();
   });
 }
