@@ -120,19 +120,9 @@ class CpuStream final : public Stream {
 
   void enqueue_host(std::function<void()> fn) override { push(Task{std::move(fn), false}); }
   void execute_host(std::function<void()> fn) override {
-    if (state_->pending.load(std::memory_order_acquire) == 0 &&
-        state_->identity->id.load() != std::this_thread::get_id()) {
-      bool clean;
-      {
-        std::lock_guard<std::mutex> lock(state_->mu);
-        clean = state_->error == nullptr;
-      }
-      if (clean) {
-        fn();
-        return;
-      }
-    }
-    push(Task{std::move(fn), false});
+    // Inside this stream's own work, fn is already in stream order.
+    if (state_->identity->id.load() != std::this_thread::get_id()) synchronize();  // fast when idle
+    fn();
   }
   gpu::StreamHandle native_handle() const override { return nullptr; }
   int gpu_ordinal() const override { return -1; }

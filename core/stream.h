@@ -48,12 +48,14 @@ class Stream {
   // after the preceding GPU work (the calling thread waits for it first, then runs fn: CUDA host
   // callbacks may not call CUDA, and chorus host work often must).
   virtual void enqueue_host(std::function<void()> fn) = 0;
-  // Runs `fn` on the host in stream order, without a thread hand-off when possible: on a CPU
-  // stream with nothing queued or running (and no unreported error), fn runs right away on the
-  // calling thread and its exception propagates to the caller — TF's eager CPU ops behave so, and
-  // it saves the hand-off (~10 µs) and lets each replica thread drive its own OpenMP threads.
-  // Otherwise it is enqueue_host(fn). Work that another thread enqueues meanwhile may run
-  // concurrently with an immediate fn: it cannot depend on fn's results, which nobody has yet.
+  // Runs `fn` on the calling thread, in stream order, and returns when it is done: waits for the
+  // work enqueued before (rethrowing its error, as synchronize() does; no wait and no hand-off when
+  // the stream is idle, the usual case), then runs fn, whose exception propagates to the caller.
+  // TF's eager CPU ops run so; it lets each replica thread drive its own OpenMP threads, and no
+  // CPU kernel outlives the op call (queued kernels running while the process exits crashed in
+  // oneDNN's torn-down globals). Called from inside this stream's work, fn runs at once. Work that
+  // another thread enqueues meanwhile may run concurrently with fn: it cannot depend on fn's
+  // results, which nobody has yet. GPU streams: synchronize(), then fn.
   virtual void execute_host(std::function<void()> fn) = 0;
   // cudaStream_t of a GPU stream; nullptr for a CPU stream.
   virtual gpu::StreamHandle native_handle() const = 0;

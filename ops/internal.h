@@ -3,10 +3,10 @@
 // Every op follows one pattern: check its inputs (defined, one device, allowed dtypes, shapes),
 // allocate outputs on the inputs' device, launch the CPU or GPU kernel on that device's stream,
 // record itself on the active GradientTapes, return. Errors raised by the checks are thrown by the
-// op call. A CPU kernel runs on the calling thread when the device's stream is idle (the usual
-// case), so errors it raises (integer division by zero, an out-of-range index) are thrown by the
-// op call too; when the stream had pending work the kernel is queued and its error surfaces at
-// the next read of the data (Tensor::to_vector, item, ...), as device errors do in TF.
+// op call. A CPU kernel runs on the calling thread, after any work queued before it on the
+// device's stream (Stream::execute_host), so errors it raises (integer division by zero, an
+// out-of-range index) are thrown by the op call too. GPU kernels are enqueued; their errors
+// surface at the next read of the data (Tensor::to_vector, item, ...), as in TF.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +49,9 @@ void require_float(std::string_view op, const Tensor& t, std::string_view what =
 void require_same_dtype(std::string_view op, const Tensor& a, const Tensor& b);
 void require_rank(std::string_view op, const Tensor& t, int rank, std::string_view what = "x");
 
-// Runs a CPU kernel in the device's stream order (Stream::execute_host: inline when the stream is
-// idle, else on its worker), with the device's intra-op thread share
-// (LogicalDevice::intra_op_threads) as the executing thread's OpenMP thread count.
+// Runs a CPU kernel in the device's stream order on the calling thread (Stream::execute_host),
+// with the device's intra-op thread share (LogicalDevice::intra_op_threads) as the calling
+// thread's OpenMP thread count.
 void run_cpu(DeviceContext& dev, std::function<void()> fn);
 
 // Outputs: uninitialized / zero-filled tensors on `dev`.

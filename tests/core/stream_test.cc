@@ -134,7 +134,7 @@ TEST(CpuStreamTest, WaitingForItselfFromItsOwnWorkIsAnErrorNotAHang) {
 namespace chorus {
 namespace {
 
-TEST(CpuStreamExecuteHost, RunsInlineWhenIdleAndQueuesBehindPendingWork) {
+TEST(CpuStreamExecuteHost, RunsOnTheCallerAfterPendingWork) {
   auto stream = make_cpu_stream("stream of test");
   std::thread::id ran_on;
   stream->execute_host([&] { ran_on = std::this_thread::get_id(); });
@@ -147,14 +147,22 @@ TEST(CpuStreamExecuteHost, RunsInlineWhenIdleAndQueuesBehindPendingWork) {
     while (!release.load()) std::this_thread::yield();
     order.push_back(1);
   });
-  stream->execute_host([&] {
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  stream->execute_host([&] {  // busy: waits for the queued task, then runs here
     ran_on = std::this_thread::get_id();
     order.push_back(2);
-  });  // busy: queued behind the first task, in order
-  release = true;
-  stream->synchronize();
-  EXPECT_NE(ran_on, std::this_thread::get_id());
+  });
+  releaser.join();
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  // Inside the stream's own work it runs at once (no self-wait).
+  bool nested = false;
+  stream->enqueue_host([&] { stream->execute_host([&] { nested = true; }); });
+  stream->synchronize();
+  EXPECT_TRUE(nested);
 }
 
 }  // namespace
