@@ -1,0 +1,124 @@
+// TensorFlow's tensor bundle ("V2" checkpoint) files, read and written without TensorFlow:
+// `<prefix>.index` (a LevelDB-style table: key → BundleEntryProto, plus the header entry "") and
+// `<prefix>.data-00000-of-00001` (raw little-endian tensor bytes, one after another). Byte-level
+// layout: checkpoint/bundle_format.h and ../shared/FORMATS.md section B. `tf.train.load_checkpoint`
+// lists and reads what BundleWriter writes; BundleReader reads what TensorFlow writes (one shard,
+// uncompressed or Snappy-free tables, numeric and DT_STRING tensors).
+//
+//   train::BundleWriter w("/ckpt/ckpt-1");
+//   w.add("model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE", host_tensor);
+//   w.add_strings("_CHECKPOINTABLE_OBJECT_GRAPH", {graph_bytes});
+//   w.finish();                              // durable and visible only now
+//
+//   train::BundleReader r("/ckpt/ckpt-1");   // reads and checks the whole index
+//   Tensor t = r.read("model/.../VARIABLE_VALUE");
+//
+// Crash safety (BundleWriter::finish): data and index are written to temporary files in the
+// target directory (`<final name>.tempstate<random>`), each fsynced, the data renamed into place
+// first, the index last, then the directory fsynced. A bundle whose `.index` exists is complete;
+// a crash at any moment leaves either the previous state or the complete new bundle (plus stray
+// `.tempstate` files, which remove_stray_temporaries cleans up). Never overwrites a complete
+// bundle's files with partial ones.
+//
+// Untrusted input (BundleReader): every size, offset, varint, block handle and CRC is checked
+// before it is used; nothing is allocated from an unchecked size. Corruption, truncation, a bad
+// magic number or absurd sizes → DataLossError naming the file and, where known, the tensor key.
+// A missing `.index` → NotFoundError. A tensor of a TF dtype chorus has no DType for →
+// UnimplementedError naming the key and the TF dtype.
+//
+// Thread-safety: a BundleWriter is used by one thread. A BundleReader is immutable after
+// construction: read/read_strings may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+
+namespace chorus::train {
+
+// One tensor's index entry (TF's BundleEntryProto, single shard, no slices).
+struct BundleEntry {
+  bool is_string = false;  // DT_STRING (then `dtype` is meaningless)
+  DType dtype = DType::kFloat32;
+  int tf_dtype = 0;        // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
+  Shape shape;
+  std::int64_t offset = 0;  // into the data file
+  std::int64_t size = 0;    // bytes in the data file
+  std::uint32_t masked_crc32c = 0;
+};
+
+class BundleWriter {
+ public:
+  // `prefix` is a path without suffix ("/dir/ckpt-3"); its directory must exist
+  // (NotFoundError otherwise). Opens the temporary data file.
+  explicit BundleWriter(std::string prefix);
+  // Not finished: the temporary files are removed.
+  ~BundleWriter();
+  BundleWriter(const BundleWriter&) = delete;
+  BundleWriter& operator=(const BundleWriter&) = delete;
+
+  // Appends a numeric tensor's bytes (any device: copied to the host first) under `key`. Keys may
+  // come in any order; a key given twice → InvalidArgumentError. The empty key is reserved.
+  void add(const std::string& key, const Tensor& tensor);
+  // A DT_STRING tensor of `shape` (rank 0 by default) with `values` (row-major; as many values as
+  // the shape has elements, InvalidArgumentError otherwise).
+  void add_strings(const std::string& key, const std::vector<std::string>& values, const Shape& shape = Shape{});
+  // Writes the index and commits as described above. Errors from the OS (ENOSPC → 
+  // ResourceExhaustedError, ...) throw; the temporary files are removed and the previous files
+  // under `prefix`, if any, are untouched. Call once.
+  void finish();
+
+  const std::string& prefix() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class BundleReader {
+ public:
+  // Opens and validates `<prefix>.index` (every block's CRC, the header entry, every entry's
+  // fields) and opens the data file (its size must cover every entry).
+  explicit BundleReader(std::string prefix);
+  ~BundleReader();
+  BundleReader(BundleReader&&) noexcept;
+  BundleReader& operator=(BundleReader&&) noexcept;
+
+  // Every tensor key, sorted bytewise (the header entry "" excluded).
+  std::vector<std::string> keys() const;
+  bool contains(const std::string& key) const;
+  // NotFoundError naming the key (and the nearest existing keys) when absent.
+  const BundleEntry& entry(const std::string& key) const;
+  // A host tensor with the entry's dtype and shape; the data's CRC32C is checked (DataLossError
+  // "checksum does not match" naming file and key). A DT_STRING entry → InvalidArgumentError.
+  Tensor read(const std::string& key) const;
+  // The values of a DT_STRING entry (CRC-checked); a numeric entry → InvalidArgumentError.
+  std::vector<std::string> read_strings(const std::string& key) const;
+
+  const std::string& prefix() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `<prefix>.index` and `<prefix>.data-00000-of-00001`.
+std::string index_filename(const std::string& prefix);
+std::string data_filename(const std::string& prefix);
+// Whether `<prefix>.index` exists (TF's checkpoint_exists for V2).
+bool bundle_exists(const std::string& prefix);
+// Removes `<prefix>.index` and every `<prefix>.data-*-of-*` (index first, so a half-deleted
+// bundle is never mistaken for a complete one). Missing files are not an error.
+void delete_bundle(const std::string& prefix);
+// Removes `*.tempstate*` files left in `dir` by writers that crashed; returns how many.
+int remove_stray_temporaries(const std::string& dir);
+// fsync(2) of a directory (so renames inside it are durable).
+void sync_directory(const std::string& dir);
+
+}  // namespace chorus::train
