@@ -18,7 +18,9 @@
 // first, the index last, then the directory fsynced. A bundle whose `.index` exists is complete;
 // a crash at any moment leaves either the previous state or the complete new bundle (plus stray
 // `.tempstate` files, which remove_stray_temporaries cleans up). Never overwrites a complete
-// bundle's files with partial ones.
+// bundle's files with partial ones. Rewriting an existing prefix (CheckpointManager never does)
+// removes the old `.index` just before the renames, so a crash in that window leaves no bundle
+// under the prefix rather than the old index over the new data.
 //
 // Untrusted input (BundleReader): every size, offset, varint, block handle and CRC is checked
 // before it is used; nothing is allocated from an unchecked size. Corruption, truncation, a bad
@@ -48,6 +50,7 @@ struct BundleEntry {
   DType dtype = DType::kFloat32;
   int tf_dtype = 0;        // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
   Shape shape;
+  int shard_id = 0;         // which `.data-<shard>-of-<num_shards>` file (BundleWriter: always 0)
   std::int64_t offset = 0;  // into the data file
   std::int64_t size = 0;    // bytes in the data file
   std::uint32_t masked_crc32c = 0;
@@ -69,9 +72,11 @@ class BundleWriter {
   // A DT_STRING tensor of `shape` (rank 0 by default) with `values` (row-major; as many values as
   // the shape has elements, InvalidArgumentError otherwise).
   void add_strings(const std::string& key, const std::vector<std::string>& values, const Shape& shape = Shape{});
-  // Writes the index and commits as described above. Errors from the OS (ENOSPC → 
-  // ResourceExhaustedError, ...) throw; the temporary files are removed and the previous files
-  // under `prefix`, if any, are untouched. Call once.
+  // Writes the index and commits as described above. Errors from the OS (ENOSPC →
+  // ResourceExhaustedError, ...) throw; the temporary files are removed, and no new file is left
+  // under `prefix` (the previous files, if any, are untouched unless the failure came after the
+  // commit started, see above). Call once: add/finish afterwards → FailedPreconditionError.
+  // add() may also throw the OS's errors (it writes as it goes); the writer is then spent.
   void finish();
 
   const std::string& prefix() const;
@@ -84,7 +89,10 @@ class BundleWriter {
 class BundleReader {
  public:
   // Opens and validates `<prefix>.index` (every block's CRC, the header entry, every entry's
-  // fields) and opens the data file (its size must cover every entry).
+  // fields) and opens the data file(s) (`.data-<i>-of-<num_shards>`; each present one's size must
+  // cover every entry in it, DataLossError otherwise). A data file that does not exist is not an
+  // error here, as in TF (which opens data files on first use): keys() and entry() work from the
+  // index alone, and read()/read_strings() of an entry in it throw NotFoundError naming the file.
   explicit BundleReader(std::string prefix);
   ~BundleReader();
   BundleReader(BundleReader&&) noexcept;
@@ -95,8 +103,10 @@ class BundleReader {
   bool contains(const std::string& key) const;
   // NotFoundError naming the key (and the nearest existing keys) when absent.
   const BundleEntry& entry(const std::string& key) const;
-  // A host tensor with the entry's dtype and shape; the data's CRC32C is checked (DataLossError
-  // "checksum does not match" naming file and key). A DT_STRING entry → InvalidArgumentError.
+  // A host tensor (on "/CPU:0") with the entry's dtype and shape; the data's CRC32C is checked
+  // (DataLossError "checksum does not match" naming file and key). A DT_STRING entry →
+  // InvalidArgumentError; a sliced (partitioned) entry or a TF dtype chorus lacks →
+  // UnimplementedError.
   Tensor read(const std::string& key) const;
   // The values of a DT_STRING entry (CRC-checked); a numeric entry → InvalidArgumentError.
   std::vector<std::string> read_strings(const std::string& key) const;

@@ -40,7 +40,7 @@ File File::create_new(const std::string& path) {
   do {
     fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) throw_errno(errno, "cannot create event file", path);
+  if (fd < 0) throw_errno(errno, "cannot create file", path);
   return File(fd, path);
 }
 
@@ -86,6 +86,22 @@ std::size_t File::read(void* buf, std::size_t n) {
   std::size_t got = 0;
   while (got < n) {
     const ssize_t r = ::read(fd_, p + got, n - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(errno, "cannot read", path_);
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+std::size_t File::read_at(std::uint64_t offset, void* buf, std::size_t n) const {
+  CHORUS_REQUIRE(fd_ >= 0, FailedPreconditionError, "read from closed file '", path_, "'");
+  auto* p = static_cast<char*>(buf);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd_, p + got, n - got, static_cast<off_t>(offset + got));
     if (r < 0) {
       if (errno == EINTR) continue;
       throw_errno(errno, "cannot read", path_);

@@ -1,9 +1,9 @@
-// Internal to summary/: a POSIX file descriptor with RAII, and the mapping from errno to
+// Internal to summary/ and checkpoint/: a POSIX file descriptor with RAII, and the mapping from errno to
 // chorus's TF error classes (the same mapping as TF's tsl/platform/errors.cc ErrnoToCode).
 //
 // Every call into the OS goes through here and, on failure, throws the typed error with the OS's
 // own message, the action and the path: "PermissionDeniedError: cannot create directory
-// '/x/logs': Permission denied (errno 13)". Not thread-safe: one owner per File.
+// '/x/logs': Permission denied (errno 13)". Not thread-safe (except read_at): one owner per File.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +44,9 @@ class File {
   void write_all(std::string_view data);
   // Reads up to n bytes; returns how many (0 at the end of the file).
   std::size_t read(void* buf, std::size_t n);
+  // pread(2): up to n bytes from byte `offset`, without moving the file position; returns how
+  // many (fewer only at the end of the file). Safe to call from several threads at once.
+  std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) const;
   // Moves the read/write position to byte `offset` from the start.
   void seek(std::uint64_t offset);
   // The file's current size in bytes (fstat).

@@ -1,0 +1,74 @@
+#include "checkpoint/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <random>
+
+#include "checkpoint/bundle.h"
+#include "core/error.h"
+#include "summary/file_io.h"
+
+namespace chorus::train {
+
+using summary::internal::File;
+using summary::internal::throw_errno;
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string temporary_filename(const std::string& final_path) {
+  // random_device per call: no shared generator state between threads, and distinct across
+  // processes writing into one directory.
+  std::random_device rd;
+  const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  return final_path + ".tempstate" + hex;
+}
+
+void rename_file(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) throw_errno(errno, "cannot rename to '" + to + "' from", from);
+}
+
+bool remove_file_if_exists(const std::string& path) {
+  if (::unlink(path.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  throw_errno(errno, "cannot remove", path);
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  const std::string tmp = temporary_filename(path);
+  File f = File::create_new(tmp);
+  try {
+    f.write_all(contents);
+    f.sync();
+    f.close();
+    rename_file(tmp, path);
+  } catch (...) {
+    f = File();
+    ::unlink(tmp.c_str());  // best effort; the original error is what matters
+    throw;
+  }
+  sync_directory(directory_of(path));
+}
+
+std::string read_file(const std::string& path) {
+  File f = File::open_for_read(path);
+  // Read to the end rather than trusting the size: the file may be growing or special.
+  std::string out;
+  out.resize(static_cast<std::size_t>(f.size()));
+  std::size_t got = f.read(out.data(), out.size());
+  out.resize(got);
+  char buf[65536];
+  while (const std::size_t n = f.read(buf, sizeof buf)) out.append(buf, n);
+  return out;
+}
+
+}  // namespace chorus::train

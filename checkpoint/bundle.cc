@@ -1,0 +1,401 @@
+#include "checkpoint/bundle.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/bundle_format.h"
+#include "checkpoint/table.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/runtime.h"
+#include "summary/file_io.h"
+
+namespace chorus::train {
+
+using chorus::internal::str_cat;
+using summary::internal::File;
+using summary::internal::throw_errno;
+
+namespace {
+
+// Tensors smaller than this are gathered in one buffer and written together; larger ones are
+// written straight from their storage (one write(2) each, no copy for CPU tensors).
+constexpr std::size_t kWriteBufferSize = std::size_t{1} << 20;
+
+std::string shard_filename(const std::string& prefix, std::int64_t shard, std::int64_t num_shards) {
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".data-%05lld-of-%05lld", static_cast<long long>(shard),
+                static_cast<long long>(num_shards));
+  return prefix + suffix;
+}
+
+}  // namespace
+
+std::string index_filename(const std::string& prefix) { return prefix + ".index"; }
+std::string data_filename(const std::string& prefix) { return shard_filename(prefix, 0, 1); }
+
+bool bundle_exists(const std::string& prefix) {
+  struct stat st {};
+  return ::stat(index_filename(prefix).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void sync_directory(const std::string& dir) {
+  int fd;
+  do {
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw_errno(errno, "cannot open directory", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // EINVAL: the filesystem cannot sync directories (some FUSE/network mounts): nothing to do.
+  if (rc != 0 && err != EINVAL) throw_errno(err, "cannot sync directory", dir);
+}
+
+namespace {
+
+// Files in `dir` whose name satisfies `match`.
+template <typename Match>
+std::vector<std::string> list_matching(const std::string& dir, Match&& match) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) throw_errno(ec.value(), "cannot list directory", dir);
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (match(name)) out.push_back(it->path().string());
+  }
+  if (ec) throw_errno(ec.value(), "cannot list directory", dir);
+  return out;
+}
+
+}  // namespace
+
+void delete_bundle(const std::string& prefix) {
+  remove_file_if_exists(index_filename(prefix));  // first: the bundle stops being "complete"
+  const std::string dir = directory_of(prefix);
+  const auto slash = prefix.find_last_of('/');
+  const std::string base = (slash == std::string::npos ? prefix : prefix.substr(slash + 1)) + ".data-";
+  if (!std::filesystem::is_directory(dir)) return;
+  for (const std::string& path : list_matching(dir, [&](const std::string& name) {
+         return name.compare(0, base.size(), base) == 0 && name.find("-of-", base.size()) != std::string::npos &&
+                name.find(".tempstate") == std::string::npos;
+       }))
+    remove_file_if_exists(path);
+}
+
+int remove_stray_temporaries(const std::string& dir) {
+  int n = 0;
+  for (const std::string& path :
+       list_matching(dir, [](const std::string& name) { return name.find(".tempstate") != std::string::npos; }))
+    n += remove_file_if_exists(path) ? 1 : 0;
+  return n;
+}
+
+// =============================================================================================
+// BundleWriter
+
+struct BundleWriter::Impl {
+  std::string prefix;
+  std::string data_tmp;
+  std::string index_tmp;  // set during finish
+  File data;
+  std::int64_t offset = 0;
+  std::map<std::string, BundleEntry> entries;
+  std::string buffer;
+  std::vector<char> scratch;  // device tensors are copied here
+  bool spent = false;         // finished, or failed while writing
+
+  void require_usable(const char* what) const {
+    CHORUS_REQUIRE(!spent, FailedPreconditionError, "BundleWriter('", prefix, "')::", what,
+                   " after finish() or after a failed write");
+  }
+
+  void check_key(const std::string& key) const {
+    CHORUS_REQUIRE(!key.empty(), InvalidArgumentError, "BundleWriter('", prefix,
+                   "'): the empty key is reserved for the bundle header");
+    CHORUS_REQUIRE(!entries.count(key), InvalidArgumentError, "BundleWriter('", prefix, "'): key '", key,
+                   "' was already added");
+  }
+
+  void flush() {
+    if (buffer.empty()) return;
+    data.write_all(buffer);
+    buffer.clear();
+  }
+
+  // Appends `bytes` to the data file (buffered when small); returns the unmasked crc32c.
+  void append(std::string_view bytes) {
+    if (bytes.size() < kWriteBufferSize) {
+      if (buffer.size() + bytes.size() > kWriteBufferSize) flush();
+      buffer.append(bytes);
+    } else {
+      flush();
+      data.write_all(bytes);
+    }
+    offset += static_cast<std::int64_t>(bytes.size());
+  }
+
+  // Runs f; on an error marks the writer spent (the data file's state is unknown) and rethrows.
+  template <typename F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      spent = true;
+      throw;
+    }
+  }
+
+  void remove_temporaries() noexcept {
+    data = File();
+    if (!data_tmp.empty()) ::unlink(data_tmp.c_str());
+    if (!index_tmp.empty()) ::unlink(index_tmp.c_str());
+    data_tmp.clear();
+    index_tmp.clear();
+  }
+};
+
+BundleWriter::BundleWriter(std::string prefix) : impl_(std::make_unique<Impl>()) {
+  impl_->prefix = std::move(prefix);
+  const std::string& p = impl_->prefix;
+  CHORUS_REQUIRE(!p.empty() && p.back() != '/', InvalidArgumentError, "BundleWriter: prefix '", p,
+                 "' must name a file path without suffix, like '/dir/ckpt-1'");
+  const std::string dir = directory_of(p);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) throw_errno(errno, "BundleWriter: cannot use checkpoint directory", dir);
+  if (!S_ISDIR(st.st_mode)) throw_errno(ENOTDIR, "BundleWriter: cannot use checkpoint directory", dir);
+  impl_->data_tmp = temporary_filename(data_filename(p));
+  impl_->data = File::create_new(impl_->data_tmp);
+}
+
+BundleWriter::~BundleWriter() {
+  if (impl_) impl_->remove_temporaries();  // after a successful finish() there are none left
+}
+
+const std::string& BundleWriter::prefix() const { return impl_->prefix; }
+
+void BundleWriter::add(const std::string& key, const Tensor& tensor) {
+  Impl& m = *impl_;
+  m.require_usable("add");
+  m.check_key(key);
+  CHORUS_REQUIRE(tensor.defined(), InvalidArgumentError, "BundleWriter::add('", key, "'): undefined tensor");
+  BundleEntry e;
+  e.dtype = tensor.dtype();
+  e.tf_dtype = internal::tf_dtype_of(tensor.dtype());
+  e.shape = tensor.shape();
+  e.offset = m.offset;
+  e.size = static_cast<std::int64_t>(tensor.nbytes());
+  m.guarded([&] {
+    const void* src = nullptr;
+    DeviceContext& ctx = tensor.device_context();
+    if (ctx.is_gpu()) {
+      m.scratch.resize(tensor.nbytes());
+      tensor.copy_to_host(m.scratch.data());
+      src = m.scratch.data();
+    } else {
+      ctx.stream().synchronize();  // pending CPU work on the storage has run (rethrows its errors)
+      src = tensor.data();
+    }
+    const std::string_view bytes(static_cast<const char*>(src), tensor.nbytes());
+    e.masked_crc32c = mask_crc32c(crc32c(bytes.data(), bytes.size()));
+    m.append(bytes);
+  });
+  m.entries.emplace(key, std::move(e));
+}
+
+void BundleWriter::add_strings(const std::string& key, const std::vector<std::string>& values, const Shape& shape) {
+  Impl& m = *impl_;
+  m.require_usable("add_strings");
+  m.check_key(key);
+  CHORUS_REQUIRE(static_cast<std::int64_t>(values.size()) == shape.num_elements(), InvalidArgumentError,
+                 "BundleWriter::add_strings('", key, "'): ", values.size(), " values for shape ", shape.to_string(),
+                 " (", shape.num_elements(), " elements)");
+  BundleEntry e;
+  e.is_string = true;
+  e.tf_dtype = internal::kTfString;
+  e.shape = shape;
+  e.offset = m.offset;
+  std::uint32_t crc = 0;
+  const std::string bytes = internal::encode_string_tensor(values, &crc);
+  e.size = static_cast<std::int64_t>(bytes.size());
+  e.masked_crc32c = mask_crc32c(crc);
+  m.guarded([&] { m.append(bytes); });
+  m.entries.emplace(key, std::move(e));
+}
+
+void BundleWriter::finish() {
+  Impl& m = *impl_;
+  m.require_usable("finish");
+  m.spent = true;
+  const std::string index_final = index_filename(m.prefix);
+  const std::string data_final = data_filename(m.prefix);
+  bool data_renamed = false;
+  try {
+    m.flush();
+    m.data.sync();
+    m.data.close();
+
+    internal::TableBuilder table;
+    table.add("", internal::encode_bundle_header());
+    for (const auto& [key, entry] : m.entries) table.add(key, internal::encode_bundle_entry(entry));
+    const std::string index = table.finish();
+    m.index_tmp = temporary_filename(index_final);
+    File f = File::create_new(m.index_tmp);
+    f.write_all(index);
+    f.sync();
+    f.close();
+
+    // Commit: everything fallible that does not touch final names is done.
+    remove_file_if_exists(index_final);  // an old bundle under this prefix stops being complete
+    rename_file(m.data_tmp, data_final);
+    data_renamed = true;
+    m.data_tmp.clear();
+    rename_file(m.index_tmp, index_final);
+    m.index_tmp.clear();
+    sync_directory(directory_of(m.prefix));
+  } catch (...) {
+    m.remove_temporaries();
+    if (data_renamed && !bundle_exists(m.prefix)) ::unlink(data_final.c_str());  // no index refers to it
+    throw;
+  }
+}
+
+// =============================================================================================
+// BundleReader
+
+namespace {
+
+struct DataShard {
+  std::string filename;
+  std::optional<File> file;  // nullopt: the file does not exist
+  std::uint64_t size = 0;
+};
+
+}  // namespace
+
+struct BundleReader::Impl {
+  std::string prefix;
+  std::string index_file;
+  internal::BundleIndex index;
+  std::vector<DataShard> shards;
+
+  const DataShard& open_shard(const std::string& key, const BundleEntry& e) const {
+    const DataShard& s = shards[static_cast<std::size_t>(e.shard_id)];
+    if (!s.file)
+      throw NotFoundError(str_cat("cannot read tensor '", key, "' of checkpoint '", prefix, "': its data file '",
+                                  s.filename, "' does not exist"));
+    return s;
+  }
+
+  // Reads entry's bytes into dst (exactly e.size bytes).
+  void read_bytes(const std::string& key, const BundleEntry& e, void* dst) const {
+    const DataShard& s = open_shard(key, e);
+    const std::size_t got = s.file->read_at(static_cast<std::uint64_t>(e.offset), dst, static_cast<std::size_t>(e.size));
+    if (got != static_cast<std::size_t>(e.size))
+      throw DataLossError(str_cat("corrupt checkpoint data '", s.filename, "': tensor '", key, "' needs bytes [",
+                                  e.offset, ", ", e.offset + e.size, ") but the file ends at ", e.offset + got));
+  }
+};
+
+BundleReader::BundleReader(std::string prefix) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.prefix = std::move(prefix);
+  m.index_file = index_filename(m.prefix);
+  const std::string contents = read_file(m.index_file);
+  m.index = internal::parse_bundle_index(contents, m.index_file);
+  const std::int64_t n = m.index.header.num_shards;
+  m.shards.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    DataShard& s = m.shards[static_cast<std::size_t>(i)];
+    s.filename = shard_filename(m.prefix, i, n);
+    struct stat st {};
+    if (::stat(s.filename.c_str(), &st) != 0 && errno == ENOENT) continue;  // index-only use stays possible
+    s.file = File::open_for_read(s.filename);
+    s.size = s.file->size();
+  }
+  for (const auto& [key, e] : m.index.entries) {
+    const DataShard& s = m.shards[static_cast<std::size_t>(e.shard_id)];
+    if (s.file && static_cast<std::uint64_t>(e.offset) + static_cast<std::uint64_t>(e.size) > s.size)
+      throw DataLossError(str_cat("corrupt checkpoint '", m.prefix, "': tensor '", key, "' needs bytes [", e.offset,
+                                  ", ", e.offset + e.size, ") of '", s.filename, "', which has ", s.size));
+  }
+}
+
+BundleReader::~BundleReader() = default;
+BundleReader::BundleReader(BundleReader&&) noexcept = default;
+BundleReader& BundleReader::operator=(BundleReader&&) noexcept = default;
+
+const std::string& BundleReader::prefix() const {
+  CHORUS_REQUIRE(impl_, FailedPreconditionError, "use of a moved-from BundleReader");
+  return impl_->prefix;
+}
+
+std::vector<std::string> BundleReader::keys() const {
+  CHORUS_REQUIRE(impl_, FailedPreconditionError, "use of a moved-from BundleReader");
+  std::vector<std::string> out;
+  out.reserve(impl_->index.entries.size());
+  for (const auto& kv : impl_->index.entries) out.push_back(kv.first);
+  return out;
+}
+
+bool BundleReader::contains(const std::string& key) const {
+  CHORUS_REQUIRE(impl_, FailedPreconditionError, "use of a moved-from BundleReader");
+  return impl_->index.entries.count(key) > 0;
+}
+
+const BundleEntry& BundleReader::entry(const std::string& key) const {
+  CHORUS_REQUIRE(impl_, FailedPreconditionError, "use of a moved-from BundleReader");
+  const auto& entries = impl_->index.entries;
+  const auto it = entries.lower_bound(key);
+  if (it != entries.end() && it->first == key) return it->second;
+  std::string near;
+  if (it != entries.begin()) near += str_cat(" '", std::prev(it)->first, "'");
+  if (it != entries.end()) near += str_cat(near.empty() ? " '" : " and '", it->first, "'");
+  throw NotFoundError(str_cat("key '", key, "' not found in checkpoint '", impl_->prefix, "' (", entries.size(),
+                              " keys", near.empty() ? "" : "; nearest:", near, ")"));
+}
+
+Tensor BundleReader::read(const std::string& key) const {
+  const BundleEntry& e = entry(key);
+  const Impl& m = *impl_;
+  CHORUS_REQUIRE(!e.is_string, InvalidArgumentError, "BundleReader::read('", key,
+                 "'): a DT_STRING entry; use read_strings");
+  if (m.index.sliced.count(key))
+    throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix,
+                                     "' is partitioned into slices, which chorus does not read"));
+  if (!internal::dtype_from_tf(e.tf_dtype))
+    throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix, "' has TF dtype ",
+                                     internal::tf_dtype_name(e.tf_dtype), ", which chorus has no DType for"));
+  const DataShard& s = m.open_shard(key, e);
+  Tensor t = Tensor::empty(e.shape, e.dtype, "/CPU:0");
+  m.read_bytes(key, e, t.data());
+  internal::check_numeric_data(std::string_view(static_cast<const char*>(t.data()), static_cast<std::size_t>(e.size)),
+                               e, s.filename, key);
+  return t;
+}
+
+std::vector<std::string> BundleReader::read_strings(const std::string& key) const {
+  const BundleEntry& e = entry(key);
+  const Impl& m = *impl_;
+  CHORUS_REQUIRE(e.is_string, InvalidArgumentError, "BundleReader::read_strings('", key, "'): a ",
+                 internal::tf_dtype_name(e.tf_dtype), " entry; use read");
+  if (m.index.sliced.count(key))
+    throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix,
+                                     "' is partitioned into slices, which chorus does not read"));
+  const DataShard& s = m.open_shard(key, e);
+  std::string bytes(static_cast<std::size_t>(e.size), '\0');  // e.size ≤ the file's size (checked)
+  m.read_bytes(key, e, bytes.data());
+  return internal::decode_string_tensor(bytes, e.shape.num_elements(), e.masked_crc32c, s.filename, key);
+}
+
+}  // namespace chorus::train

@@ -1,0 +1,361 @@
+#include "checkpoint/bundle_format.h"
+
+#include <cstring>
+#include <limits>
+
+#include "checkpoint/table.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "summary/proto_wire.h"
+
+namespace chorus::train::internal {
+
+using chorus::internal::str_cat;
+using summary::wire::ProtoReader;
+using summary::wire::ProtoWriter;
+
+int tf_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return kTfFloat;
+    case DType::kFloat64: return kTfDouble;
+    case DType::kFloat16: return kTfHalf;
+    case DType::kBFloat16: return kTfBFloat16;
+    case DType::kInt32: return kTfInt32;
+    case DType::kInt64: return kTfInt64;
+    case DType::kUInt8: return kTfUInt8;
+    case DType::kBool: return kTfBool;
+  }
+  CHORUS_ENFORCE(false, "unknown DType ", static_cast<int>(dtype));
+  return 0;
+}
+
+std::optional<DType> dtype_from_tf(int tf_dtype) {
+  switch (tf_dtype) {
+    case kTfFloat: return DType::kFloat32;
+    case kTfDouble: return DType::kFloat64;
+    case kTfHalf: return DType::kFloat16;
+    case kTfBFloat16: return DType::kBFloat16;
+    case kTfInt32: return DType::kInt32;
+    case kTfInt64: return DType::kInt64;
+    case kTfUInt8: return DType::kUInt8;
+    case kTfBool: return DType::kBool;
+    default: return std::nullopt;
+  }
+}
+
+std::string tf_dtype_name(int tf_dtype) {
+  switch (tf_dtype) {
+    case kTfFloat: return "DT_FLOAT";
+    case kTfDouble: return "DT_DOUBLE";
+    case kTfInt32: return "DT_INT32";
+    case kTfUInt8: return "DT_UINT8";
+    case kTfString: return "DT_STRING";
+    case kTfInt64: return "DT_INT64";
+    case kTfBool: return "DT_BOOL";
+    case kTfBFloat16: return "DT_BFLOAT16";
+    case kTfHalf: return "DT_HALF";
+    default: return str_cat("DT_", tf_dtype);
+  }
+}
+
+// ---- encoding ----
+
+std::string encode_bundle_header() {
+  ProtoWriter version;
+  version.add_varint(kVersionProducer, kTensorBundleVersion);
+  ProtoWriter header;
+  header.add_varint(kHeaderNumShards, 1);
+  // endianness LITTLE = 0: omitted (proto3 default), as TF writes it.
+  header.add_message(kHeaderVersion, version);
+  return header.release();
+}
+
+std::string encode_bundle_entry(const BundleEntry& entry) {
+  ProtoWriter shape;
+  for (std::int64_t d : entry.shape.dims()) {
+    ProtoWriter dim;
+    if (d != 0) dim.add_int64(kDimSize, d);
+    shape.add_message(kShapeDim, dim);
+  }
+  ProtoWriter e;
+  e.add_varint(kEntryDtype, static_cast<std::uint64_t>(entry.tf_dtype));
+  e.add_message(kEntryShape, shape);  // always present, also for a scalar ("12 00")
+  if (entry.offset != 0) e.add_int64(kEntryOffset, entry.offset);
+  if (entry.size != 0) e.add_int64(kEntrySize, entry.size);
+  if (entry.masked_crc32c != 0) {
+    std::string crc;
+    summary::wire::append_varint(crc, (kEntryCrc32c << 3) | 5);
+    summary::wire::append_fixed32(crc, entry.masked_crc32c);
+    return e.release() + crc;
+  }
+  return e.release();
+}
+
+// ---- decoding ----
+
+namespace {
+
+[[noreturn]] void fail(const std::string& filename, const std::string& key, const std::string& why) {
+  throw DataLossError(str_cat("corrupt checkpoint index '", filename, "': entry '", key, "': ", why));
+}
+
+// Wraps ProtoReader's DataLossError so that the message names the file and the key.
+template <typename F>
+auto with_context(const std::string& filename, const std::string& key, F&& f) {
+  try {
+    return f();
+  } catch (const DataLossError& e) {
+    fail(filename, key, e.message());
+  }
+}
+
+std::int64_t to_int64(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+
+}  // namespace
+
+BundleHeader decode_bundle_header(std::string_view bytes, const std::string& filename) {
+  BundleHeader h;
+  std::int64_t endianness = 0;
+  std::int64_t producer = 0, min_consumer = 0;
+  std::vector<std::int64_t> bad_consumers;
+  with_context(filename, "", [&] {
+    ProtoReader r(bytes, "BundleHeaderProto");
+    while (r.next()) {
+      switch (r.field()) {
+        case kHeaderNumShards: h.num_shards = static_cast<std::int32_t>(r.read_varint()); break;
+        case kHeaderEndianness: endianness = to_int64(r.read_varint()); break;
+        case kHeaderVersion: {
+          ProtoReader v(r.read_bytes(), "VersionDef");
+          while (v.next()) {
+            switch (v.field()) {
+              case kVersionProducer: producer = static_cast<std::int32_t>(v.read_varint()); break;
+              case kVersionMinConsumer: min_consumer = static_cast<std::int32_t>(v.read_varint()); break;
+              case kVersionBadConsumers: summary::wire::read_repeated_int64s(v, bad_consumers); break;
+              default: v.skip();
+            }
+          }
+          break;
+        }
+        default: r.skip();
+      }
+    }
+    return 0;
+  });
+  if (h.num_shards < 1 || h.num_shards > kMaxShards)
+    fail(filename, "", str_cat("header: num_shards ", h.num_shards, " (valid: 1 to ", kMaxShards, ")"));
+  if (endianness == 1)
+    throw UnimplementedError(str_cat("checkpoint '", filename, "' was written on a big-endian machine; chorus reads "
+                                     "little-endian bundles only"));
+  if (endianness != 0) fail(filename, "", str_cat("header: endianness ", endianness, " (valid: 0 little, 1 big)"));
+  // TF's CheckVersions(version, kTensorBundleVersion, kTensorBundleMinProducer, "Checkpoint", ...).
+  if (producer < kTensorBundleMinProducer)
+    throw FailedPreconditionError(str_cat("checkpoint '", filename, "': producer version ", producer,
+                                          " is older than the oldest supported (", kTensorBundleMinProducer, ")"));
+  if (min_consumer > kTensorBundleVersion)
+    throw FailedPreconditionError(str_cat("checkpoint '", filename, "' needs a reader of version ", min_consumer,
+                                          " or newer; chorus reads version ", kTensorBundleVersion));
+  for (std::int64_t b : bad_consumers)
+    if (b == kTensorBundleVersion)
+      throw FailedPreconditionError(str_cat("checkpoint '", filename, "' disallows readers of version ",
+                                            kTensorBundleVersion, " (bad_consumers)"));
+  return h;
+}
+
+BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filename, const std::string& key,
+                                std::int64_t num_shards, int* num_slices) {
+  BundleEntry e;
+  std::int64_t shard = 0;
+  std::vector<std::int64_t> dims;
+  bool unknown_rank = false;
+  int slices = 0;
+  with_context(filename, key, [&] {
+    ProtoReader r(bytes, "BundleEntryProto");
+    while (r.next()) {
+      switch (r.field()) {
+        case kEntryDtype: e.tf_dtype = static_cast<int>(static_cast<std::int32_t>(r.read_varint())); break;
+        case kEntryShape: {
+          ProtoReader s(r.read_bytes(), "TensorShapeProto");
+          while (s.next()) {
+            if (s.field() == kShapeDim) {
+              ProtoReader d(s.read_bytes(), "TensorShapeProto.Dim");
+              std::int64_t size = 0;
+              while (d.next()) {
+                if (d.field() == kDimSize) size = d.read_int64();
+                else d.skip();
+              }
+              if (dims.size() >= 254) fail(filename, key, "shape has more than 254 dimensions");
+              dims.push_back(size);
+            } else if (s.field() == kShapeUnknownRank) {
+              unknown_rank = s.read_bool();
+            } else {
+              s.skip();
+            }
+          }
+          break;
+        }
+        case kEntryShardId: shard = static_cast<std::int32_t>(r.read_varint()); break;
+        case kEntryOffset: e.offset = r.read_int64(); break;
+        case kEntrySize: e.size = r.read_int64(); break;
+        case kEntryCrc32c: {
+          const float f = r.read_float();  // wire type fixed32; reinterpret the bits
+          std::memcpy(&e.masked_crc32c, &f, 4);
+          break;
+        }
+        case kEntrySlices: r.skip(); ++slices; break;
+        default: r.skip();
+      }
+    }
+    return 0;
+  });
+  if (num_slices) *num_slices = slices;
+  if (e.tf_dtype <= 0) fail(filename, key, str_cat("invalid dtype ", e.tf_dtype));
+  if (unknown_rank) fail(filename, key, "shape has unknown rank");
+  std::int64_t elements = 1;
+  for (std::int64_t d : dims) {
+    if (d < 0) fail(filename, key, str_cat("shape has a negative dimension ", d));
+    if (d != 0 && elements > std::numeric_limits<std::int64_t>::max() / d)
+      fail(filename, key, "shape's element count overflows int64");
+    elements *= d;
+  }
+  e.shape = Shape(std::move(dims));
+  if (shard < 0 || shard >= num_shards)
+    fail(filename, key, str_cat("shard_id ", shard, " (the header says ", num_shards, " shards)"));
+  e.shard_id = static_cast<int>(shard);
+  if (e.offset < 0 || e.size < 0 || e.size > std::numeric_limits<std::int64_t>::max() - e.offset)
+    fail(filename, key, str_cat("offset ", e.offset, " and size ", e.size, " are not a valid byte range"));
+  e.is_string = e.tf_dtype == kTfString;
+  if (const auto dt = dtype_from_tf(e.tf_dtype)) {
+    e.dtype = *dt;
+    const auto esize = static_cast<std::int64_t>(dtype_size(*dt));
+    if (slices == 0 && (elements > std::numeric_limits<std::int64_t>::max() / esize || elements * esize != e.size))
+      fail(filename, key, str_cat("size ", e.size, " bytes does not match ", e.shape.to_string(), " × ",
+                                  tf_dtype_name(e.tf_dtype), " (", esize, " bytes each)"));
+  } else if (e.is_string && slices == 0) {
+    // Every element needs at least one length byte, plus the 4-byte checksum of the lengths.
+    if (e.size < 4 || elements > e.size - 4)
+      fail(filename, key, str_cat("DT_STRING data of ", e.size, " bytes cannot hold ", elements, " elements"));
+  }
+  return e;
+}
+
+BundleIndex parse_bundle_index(std::string_view contents, const std::string& filename) {
+  BundleIndex index;
+  bool have_header = false;
+  read_table(contents, filename, [&](std::string_view key, std::string_view value) {
+    if (!have_header) {
+      if (!key.empty())
+        throw DataLossError(str_cat("corrupt checkpoint index '", filename, "': the first entry is '", key,
+                                    "', not the header entry \"\""));
+      index.header = decode_bundle_header(value, filename);
+      have_header = true;
+      return;
+    }
+    std::string k(key);
+    int slices = 0;
+    BundleEntry e = decode_bundle_entry(value, filename, k, index.header.num_shards, &slices);
+    if (slices > 0) index.sliced.emplace(k, slices);
+    index.entries.emplace_hint(index.entries.end(), std::move(k), std::move(e));
+  });
+  if (!have_header)
+    throw DataLossError(str_cat("corrupt checkpoint index '", filename, "': no header entry (the table is empty)"));
+  return index;
+}
+
+// ---- DT_STRING ----
+
+std::string encode_string_tensor(const std::vector<std::string>& values, std::uint32_t* crc_out) {
+  std::string out;
+  std::uint32_t crc = 0;
+  std::size_t total = 0;
+  for (const std::string& v : values) {
+    summary::wire::append_varint(out, v.size());
+    if (v.size() <= std::numeric_limits<std::uint32_t>::max()) {
+      const auto n = static_cast<std::uint32_t>(v.size());
+      crc = crc32c(&n, 4, crc);
+    } else {
+      const auto n = static_cast<std::uint64_t>(v.size());
+      crc = crc32c(&n, 8, crc);
+    }
+    total += v.size();
+  }
+  const std::uint32_t lengths_crc = mask_crc32c(crc);
+  summary::wire::append_fixed32(out, lengths_crc);
+  crc = crc32c(&lengths_crc, 4, crc);
+  out.reserve(out.size() + total);
+  for (const std::string& v : values) {
+    out.append(v);
+    crc = crc32c(v.data(), v.size(), crc);
+  }
+  *crc_out = crc;
+  return out;
+}
+
+std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64_t num_elements,
+                                              std::uint32_t masked_crc32c, const std::string& filename,
+                                              const std::string& key) {
+  auto bad = [&](const std::string& why) -> DataLossError {
+    return DataLossError(str_cat("corrupt checkpoint data '", filename, "': DT_STRING tensor '", key, "': ", why));
+  };
+  // Each element takes ≥ 1 length byte: more elements than bytes is corruption (and this bounds
+  // the allocation below by the data actually read).
+  if (num_elements < 0 || static_cast<std::uint64_t>(num_elements) > bytes.size())
+    throw bad(str_cat(num_elements, " elements cannot fit in ", bytes.size(), " bytes"));
+  const auto n = static_cast<std::size_t>(num_elements);
+  std::vector<std::uint64_t> lengths(n);
+  std::size_t pos = 0;
+  std::uint32_t crc = 0;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      if (pos >= bytes.size() || shift >= 64) throw bad(str_cat("truncated or overlong length of element ", i));
+      const auto byte = static_cast<std::uint8_t>(bytes[pos++]);
+      v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) break;
+    }
+    if (v > bytes.size()) throw bad(str_cat("element ", i, " claims ", v, " bytes; the tensor has ", bytes.size()));
+    lengths[i] = v;
+    total += v;
+    if (total > bytes.size()) throw bad(str_cat("the lengths of elements 0..", i, " add up to more than the ", bytes.size(), " bytes"));
+    if (v <= std::numeric_limits<std::uint32_t>::max()) {
+      const auto w = static_cast<std::uint32_t>(v);
+      crc = crc32c(&w, 4, crc);
+    } else {
+      crc = crc32c(&v, 8, crc);
+    }
+  }
+  if (bytes.size() - pos < 4) throw bad("truncated before the checksum of the lengths");
+  std::uint32_t stored;
+  std::memcpy(&stored, bytes.data() + pos, 4);
+  if (unmask_crc32c(stored) != crc)
+    throw bad(str_cat("the checksum of the lengths does not match (stored ", stored, ", calculated ",
+                      mask_crc32c(crc), ")"));
+  crc = crc32c(bytes.data() + pos, 4, crc);
+  pos += 4;
+  if (total != bytes.size() - pos)
+    throw bad(str_cat("the lengths add up to ", total, " bytes but ", bytes.size() - pos, " follow them"));
+  crc = crc32c(bytes.data() + pos, bytes.size() - pos, crc);
+  if (crc != unmask_crc32c(masked_crc32c))
+    throw bad(str_cat("checksum does not match: stored ", unmask_crc32c(masked_crc32c),
+                      " vs. calculated on the restored bytes ", crc));
+  std::vector<std::string> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i].assign(bytes.data() + pos, lengths[i]);
+    pos += lengths[i];
+  }
+  return out;
+}
+
+void check_numeric_data(std::string_view bytes, const BundleEntry& entry, const std::string& filename,
+                        const std::string& key) {
+  if (static_cast<std::int64_t>(bytes.size()) != entry.size)
+    throw DataLossError(str_cat("corrupt checkpoint data '", filename, "': tensor '", key, "': read ", bytes.size(),
+                                " bytes, the index says ", entry.size));
+  const std::uint32_t crc = crc32c(bytes.data(), bytes.size());
+  if (crc != unmask_crc32c(entry.masked_crc32c))
+    throw DataLossError(str_cat("corrupt checkpoint data '", filename, "': tensor '", key,
+                                "': checksum does not match: stored ", unmask_crc32c(entry.masked_crc32c),
+                                " vs. calculated on the restored bytes ", crc));
+}
+
+}  // namespace chorus::train::internal

@@ -1,0 +1,98 @@
+// Internal to checkpoint/: the byte layout of TF's tensor bundles, in one place for the writer and
+// the reader (../shared/FORMATS.md section B; TF's tensorflow/core/lib/io/format.h,
+// tensorflow/core/protobuf/tensor_bundle.proto, tensorflow/core/util/tensor_bundle/).
+//
+// The pure functions here take bytes and return bytes — no files, no Tensors — so the libFuzzer
+// target (tests/checkpoint/fuzz/) can drive the whole index and data decoding from memory.
+// Every decoder treats its input as untrusted: malformed input → DataLossError whose message
+// names `filename` (and the key, when known); nothing is allocated from an unchecked size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "checkpoint/bundle.h"
+
+namespace chorus::train::internal {
+
+// ---- SSTable (LevelDB table format without filter blocks) ----
+inline constexpr std::uint64_t kTableMagic = 0xdb4775248b80fb57ull;
+inline constexpr std::size_t kFooterSize = 48;           // two BlockHandles padded to 40, magic
+inline constexpr std::size_t kMaxBlockHandleSize = 20;   // two varint64s
+inline constexpr std::size_t kBlockTrailerSize = 5;      // type byte + masked crc32c
+inline constexpr std::uint8_t kNoCompression = 0;
+inline constexpr std::uint8_t kSnappyCompression = 1;
+inline constexpr int kBlockRestartInterval = 16;         // data blocks (the index block uses 1)
+inline constexpr std::size_t kBlockSize = 262144;        // a data block is flushed at this size
+
+// ---- BundleHeaderProto / BundleEntryProto / TensorShapeProto / VersionDef field numbers ----
+inline constexpr int kHeaderNumShards = 1, kHeaderEndianness = 2, kHeaderVersion = 3;
+inline constexpr int kVersionProducer = 1, kVersionMinConsumer = 2, kVersionBadConsumers = 3;
+inline constexpr int kEntryDtype = 1, kEntryShape = 2, kEntryShardId = 3, kEntryOffset = 4,
+                     kEntrySize = 5, kEntryCrc32c = 6, kEntrySlices = 7;
+inline constexpr int kShapeDim = 2, kShapeUnknownRank = 3;
+inline constexpr int kDimSize = 1;
+// tensor_bundle.h: kTensorBundleVersion = 1 (what we write as producer), kTensorBundleMinProducer
+// = 0, kTensorBundleMinConsumer = 0.
+inline constexpr int kTensorBundleVersion = 1;
+inline constexpr int kTensorBundleMinProducer = 0;
+// TF writes at most 99999 shards ("%05d"); more is corruption.
+inline constexpr std::int64_t kMaxShards = 99999;
+
+// ---- TF's DataType enum (tensorflow/core/framework/types.proto) ----
+inline constexpr int kTfFloat = 1, kTfDouble = 2, kTfInt32 = 3, kTfUInt8 = 4, kTfString = 7,
+                     kTfInt64 = 9, kTfBool = 10, kTfBFloat16 = 14, kTfHalf = 19;
+
+int tf_dtype_of(DType dtype);
+// The chorus DType of a TF DataType number; nullopt for DT_STRING and types chorus lacks.
+std::optional<DType> dtype_from_tf(int tf_dtype);
+// "DT_FLOAT", ..., "DT_<number>" for the rest (for messages).
+std::string tf_dtype_name(int tf_dtype);
+
+// ---- Encoding (writer side) ----
+// The serialized BundleHeaderProto we write: num_shards=1, LITTLE endian, version{producer=1}
+// = 08 01 1a 02 08 01.
+std::string encode_bundle_header();
+// BundleEntryProto for one shard-0 tensor; proto3 defaults (0) are omitted as TF's writer does.
+std::string encode_bundle_entry(const BundleEntry& entry);
+
+// ---- Decoding (reader side) ----
+struct BundleHeader {
+  std::int64_t num_shards = 0;
+};
+BundleHeader decode_bundle_header(std::string_view bytes, const std::string& filename);
+// Decodes and validates one entry (dtype known or not, shape dims ≥ 0 without overflow, offset
+// and size ≥ 0 without overflow, shard in range, size == elements × dtype size for chorus's
+// numeric types). `num_slices` receives the count of TensorSliceProto fields (partitioned
+// variables, which read() does not support).
+BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filename, const std::string& key,
+                                std::int64_t num_shards, int* num_slices);
+
+// The parsed `.index` file: header plus every entry, keys sorted.
+struct BundleIndex {
+  BundleHeader header;
+  std::map<std::string, BundleEntry, std::less<>> entries;
+  std::map<std::string, int, std::less<>> sliced;  // keys with slices → slice count
+};
+// Parses a whole `.index` file held in `contents` (table, CRCs, header first, every entry).
+BundleIndex parse_bundle_index(std::string_view contents, const std::string& filename);
+
+// DT_STRING payload: [varint64 len_i]* [masked crc32c of the lengths (as uint32 or uint64)]
+// [bytes]*; the returned crc is the unmasked running crc over all of it (FORMATS.md B4).
+std::string encode_string_tensor(const std::vector<std::string>& values, std::uint32_t* crc);
+// Decodes `num_elements` strings from exactly `bytes` (the entry's data) and checks the lengths'
+// checksum and the entry's crc32c.
+std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64_t num_elements,
+                                              std::uint32_t masked_crc32c, const std::string& filename,
+                                              const std::string& key);
+
+// The bytes of a numeric entry, already read: checks size and crc32c (DataLossError otherwise).
+void check_numeric_data(std::string_view bytes, const BundleEntry& entry, const std::string& filename,
+                        const std::string& key);
+
+}  // namespace chorus::train::internal
