@@ -7,22 +7,70 @@ namespace chorus::distribute {
 
 using chorus::internal::str_cat;
 
-DistributedDataset::DistributedDataset(data::Dataset dataset, std::vector<std::string> devices, Mode mode)
-    : dataset_(std::move(dataset)), devices_(std::move(devices)), mode_(mode) {
+const char* auto_shard_policy_name(AutoShardPolicy policy) {
+  switch (policy) {
+    case AutoShardPolicy::kAuto: return "auto";
+    case AutoShardPolicy::kOff: return "off";
+    case AutoShardPolicy::kData: return "data";
+  }
+  return "?";
+}
+
+DistributedDataset::DistributedDataset(data::Dataset dataset, std::vector<std::string> devices, Mode mode,
+                                       WorkerSharding sharding)
+    : dataset_(std::move(dataset)), devices_(std::move(devices)), mode_(mode), sharding_(sharding) {
   CHORUS_REQUIRE(dataset_.defined(), InvalidArgumentError, "distribute dataset: the dataset is undefined");
   CHORUS_REQUIRE(!devices_.empty(), InvalidArgumentError, "distribute dataset: no replicas");
+  CHORUS_REQUIRE(sharding_.num_workers >= 1 && sharding_.worker_index >= 0 &&
+                     sharding_.worker_index < sharding_.num_workers,
+                 InvalidArgumentError, "distribute dataset: worker ", sharding_.worker_index, " of ",
+                 sharding_.num_workers, " is out of range");
 }
 
 DistributedDataset::Iterator DistributedDataset::make_iterator() const {
-  return Iterator(dataset_.make_iterator(), devices_, mode_);
+  return Iterator(dataset_.make_iterator(), devices_, mode_, sharding_);
 }
 
 struct DistributedDataset::Iterator::State {
   data::Iterator input;
   std::vector<std::string> devices;
   Mode mode;
+  WorkerSharding sharding;
   std::future<std::optional<Batch>> ahead;  // the next step, being prepared
   bool ended = false;
+  std::deque<data::Element> pending;  // kOff across workers: slices not handed out yet (host side)
+
+  // The global batch `element` cut into `parts` row slices (the first rows % parts get one more).
+  static std::vector<data::Element> split_rows(const data::Element& element, int parts) {
+    CHORUS_REQUIRE(!element.empty(), InvalidArgumentError, "distributed dataset: an element has no components");
+    const std::int64_t rows = element[0].shape().rank() > 0 ? element[0].shape().dims()[0] : -1;
+    for (std::size_t c = 0; c < element.size(); ++c) {
+      const Tensor& t = element[c];
+      CHORUS_REQUIRE(t.shape().rank() >= 1 && t.shape().dims()[0] == rows, InvalidArgumentError,
+                     "experimental_distribute_dataset: every component of a global batch needs the batch on axis 0; "
+                     "component ", c, " has shape ", t.shape().to_string(), ", component 0 has ", rows, " rows");
+    }
+    std::vector<data::Element> out(static_cast<std::size_t>(parts));
+    const std::int64_t base = rows / parts, extra = rows % parts;
+    std::int64_t at = 0;
+    for (int r = 0; r < parts; ++r) {
+      const std::int64_t len = base + (r < extra ? 1 : 0);
+      for (const Tensor& t : element) {
+        std::vector<std::int64_t> begin(static_cast<std::size_t>(t.shape().rank()), 0), size = t.shape().dims();
+        begin[0] = at;
+        size[0] = len;
+        out[static_cast<std::size_t>(r)].push_back(ops::slice(t, begin, size));
+      }
+      at += len;
+    }
+    return out;
+  }
+
+  static data::Element to_device(const data::Element& e, const std::string& device) {
+    data::Element out;
+    for (const Tensor& t : e) out.push_back(t.device_name() == device ? t : t.to(device));
+    return out;
+  }
 
   // An element with zero rows shaped like `like` (for replicas the data did not reach).
   static data::Element empty_like(const data::Element& like, const std::string& device) {
@@ -40,29 +88,31 @@ struct DistributedDataset::Iterator::State {
   std::optional<Batch> produce() {
     const int n = static_cast<int>(devices.size());
     std::vector<data::Element> parts(static_cast<std::size_t>(n));
-    if (mode == Mode::kSplitGlobalBatch) {
+    const int workers = sharding.num_workers;
+    if (mode == Mode::kSplitGlobalBatch && (workers == 1 || sharding.policy != AutoShardPolicy::kOff)) {
+      // One worker: the global batch over the n replicas. kData/kAuto: over all workers' replicas,
+      // keeping this worker's n consecutive slices.
       auto element = input.next();
       if (!element) return std::nullopt;
-      CHORUS_REQUIRE(!element->empty(), InvalidArgumentError, "distributed dataset: an element has no components");
-      const std::int64_t rows = (*element)[0].shape().rank() > 0 ? (*element)[0].shape().dims()[0] : -1;
-      for (std::size_t c = 0; c < element->size(); ++c) {
-        const Tensor& t = (*element)[c];
-        CHORUS_REQUIRE(t.shape().rank() >= 1 && t.shape().dims()[0] == rows, InvalidArgumentError,
-                       "experimental_distribute_dataset: every component of a global batch needs the batch on axis 0; "
-                       "component ", c, " has shape ", t.shape().to_string(), ", component 0 has ", rows, " rows");
+      std::vector<data::Element> slices = split_rows(*element, n * workers);
+      const int first = sharding.worker_index * n;
+      for (int r = 0; r < n; ++r)
+        parts[static_cast<std::size_t>(r)] =
+            to_device(slices[static_cast<std::size_t>(first + r)], devices[static_cast<std::size_t>(r)]);
+    } else if (mode == Mode::kSplitGlobalBatch) {
+      // kOff across workers: every per-replica slice of every global batch, n per step.
+      while (static_cast<int>(pending.size()) < n) {
+        auto element = input.next();
+        if (!element) break;
+        for (auto& s : split_rows(*element, n * workers)) pending.push_back(std::move(s));
       }
-      const std::int64_t base = rows / n, extra = rows % n;
-      std::int64_t at = 0;
-      for (int r = 0; r < n; ++r) {
-        const std::int64_t len = base + (r < extra ? 1 : 0);
-        for (const Tensor& t : *element) {
-          std::vector<std::int64_t> begin(static_cast<std::size_t>(t.shape().rank()), 0), size = t.shape().dims();
-          begin[0] = at;
-          size[0] = len;
-          parts[static_cast<std::size_t>(r)].push_back(ops::slice(t, begin, size).to(devices[static_cast<std::size_t>(r)]));
-        }
-        at += len;
+      if (pending.empty()) return std::nullopt;
+      int got = 0;
+      for (; got < n && !pending.empty(); ++got) {
+        parts[static_cast<std::size_t>(got)] = to_device(pending.front(), devices[static_cast<std::size_t>(got)]);
+        pending.pop_front();
       }
+      for (int r = got; r < n; ++r) parts[static_cast<std::size_t>(r)] = empty_like(parts[0], devices[static_cast<std::size_t>(r)]);
     } else {
       int got = 0;
       for (int r = 0; r < n; ++r) {
@@ -82,8 +132,9 @@ struct DistributedDataset::Iterator::State {
   }
 };
 
-DistributedDataset::Iterator::Iterator(data::Iterator input, std::vector<std::string> devices, Mode mode)
-    : state_(std::make_unique<State>(State{std::move(input), std::move(devices), mode, {}, false})) {
+DistributedDataset::Iterator::Iterator(data::Iterator input, std::vector<std::string> devices, Mode mode,
+                                       WorkerSharding sharding)
+    : state_(std::make_unique<State>(State{std::move(input), std::move(devices), mode, sharding, {}, false, {}})) {
   state_->start_next();
 }
 

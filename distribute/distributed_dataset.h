@@ -13,10 +13,20 @@
 // distribute_datasets_from_function: fn(InputContext) is called once (one input pipeline per
 // process) and returns a dataset of per-replica batches; each step hands consecutive elements to
 // replicas 0..R-1; when the data runs out mid-step the remaining replicas get empty batches.
+// Across workers (MultiWorkerMirroredStrategy, experimental_distribute_dataset), TF's rebatch +
+// auto-shard: every worker reads the same dataset of global batches; each global batch of n rows
+// is split into num_workers × k slices (k local replicas) by the rule above, and worker w's replicas
+// get slices w·k .. w·k+k-1 — so a worker gets about n / num_workers rows per step, split among
+// its replicas. That is AutoShardPolicy::kData (kAuto means kData: chorus has no file-level
+// sharding). kOff: no sharding — every worker reads every slice: the per-replica slices of each
+// global batch (n / (num_workers × k) rows each) go to this worker's replicas k per step, so a
+// worker takes num_workers steps per global batch (TF's OFF: each worker sees the whole data).
+// Every worker must read the same data (same seeds), or the steps of the workers do not match.
 // Both copy each replica's part to its device one step ahead, on a background thread, so the copy
 // overlaps the running step (TF's prefetch to device). Errors of the pipeline surface from next().
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -29,15 +39,29 @@
 
 namespace chorus::distribute {
 
+// tf.data.experimental.AutoShardPolicy (FILE and HINT are not available: kAuto is kData).
+enum class AutoShardPolicy { kAuto, kOff, kData };
+// "auto", "off", "data".
+const char* auto_shard_policy_name(AutoShardPolicy policy);
+
+// Which part of the data this worker reads (experimental_distribute_dataset across workers).
+struct WorkerSharding {
+  int num_workers = 1;
+  int worker_index = 0;
+  AutoShardPolicy policy = AutoShardPolicy::kAuto;
+};
+
 class DistributedDataset {
  public:
   using Batch = PerReplica<data::Element>;
   enum class Mode { kSplitGlobalBatch, kPerReplicaElements };
-  DistributedDataset(data::Dataset dataset, std::vector<std::string> devices, Mode mode);
+  // `sharding` applies to kSplitGlobalBatch only (distribute_datasets_from_function leaves the
+  // sharding to the user's function, as TF).
+  DistributedDataset(data::Dataset dataset, std::vector<std::string> devices, Mode mode, WorkerSharding sharding = {});
 
   class Iterator {
    public:
-    Iterator(data::Iterator input, std::vector<std::string> devices, Mode mode);
+    Iterator(data::Iterator input, std::vector<std::string> devices, Mode mode, WorkerSharding sharding = {});
     ~Iterator();
     Iterator(Iterator&&) noexcept;
     Iterator& operator=(Iterator&&) noexcept;
@@ -50,11 +74,13 @@ class DistributedDataset {
   };
   Iterator make_iterator() const;
   int num_replicas() const { return static_cast<int>(devices_.size()); }
+  const WorkerSharding& sharding() const { return sharding_; }
 
  private:
   data::Dataset dataset_;
   std::vector<std::string> devices_;
   Mode mode_;
+  WorkerSharding sharding_;
 };
 
 }  // namespace chorus::distribute

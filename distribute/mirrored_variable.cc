@@ -24,7 +24,7 @@ MirroredVariable::MirroredVariable(Strategy& strategy, std::vector<Variable> com
 int MirroredVariable::replica_or_cross(const char* what) const {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr) return -1;
-  if (auto* mine = strategy_.current_replica_context()) return mine->replica_id_in_sync_group();
+  if (auto* mine = strategy_.current_replica_context()) return mine->local_replica_id();
   // A replica context that is not ours: the default strategy's (a plain thread) reads the primary
   // like cross-replica code; another strategy's is a mistake.
   CHORUS_REQUIRE(&ctx->strategy() == &chorus::get_strategy() && !has_strategy(), FailedPreconditionError,
@@ -75,7 +75,9 @@ void MirroredVariable::write(const Tensor& value, bool add) {
   const std::size_t n = components_.size();
   if (r >= 0) {
     Variable& mine = components_[static_cast<std::size_t>(r)];
-    if (synchronization_ == VariableSynchronization::kOnRead || n == 1) {
+    // All replicas of all workers (multi-worker: the write is combined across processes too).
+    const int replicas = strategy_.num_replicas_in_sync();
+    if (synchronization_ == VariableSynchronization::kOnRead || replicas == 1) {
       apply(mine, value);
       return;
     }
@@ -84,7 +86,7 @@ void MirroredVariable::write(const Tensor& value, bool add) {
       case VariableAggregation::kNone:
         throw InvalidArgumentError(str_cat(
             "You must specify an aggregation method to update a MirroredVariable in Replica Context (variable '", name_,
-            "', ", n, " replicas). You can do so by passing an explicit value for `aggregation` (kSum, kMean or "
+            "', ", replicas, " replicas). You can do so by passing an explicit value for `aggregation` (kSum, kMean or "
             "kOnlyFirstReplica) in VariableArgs"));
       case VariableAggregation::kSum: apply(mine, ctx->all_reduce(ReduceOp::kSum, value)); return;
       case VariableAggregation::kMean: apply(mine, ctx->all_reduce(ReduceOp::kMean, value)); return;

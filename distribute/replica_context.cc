@@ -24,6 +24,7 @@ StrategyReplicaContext::StrategyReplicaContext(Strategy& strategy, int replica) 
 
 DistributionStrategy& StrategyReplicaContext::strategy() const { return strategy_; }
 int StrategyReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
+int StrategyReplicaContext::replica_id_in_sync_group() const { return strategy_.worker_offset() + replica_; }
 
 collective::Communicator& StrategyReplicaContext::comm() const {
   return *strategy_.comms_[static_cast<std::size_t>(replica_)];
@@ -195,7 +196,7 @@ std::any StrategyReplicaContext::merge(std::any mine, const std::function<std::a
     chorus::internal::ReplicaContextScope cross_replica(nullptr);  // fn runs in cross-replica context
     return fn(all);
   };
-  if (num_replicas_in_sync() == 1) {
+  if (strategy_.num_local_replicas() == 1) {  // merge_call is per process, as in TF
     std::vector<std::any> all{std::move(mine)};
     return cross(all);
   }

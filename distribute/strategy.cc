@@ -53,6 +53,24 @@ std::int64_t InputContext::get_per_replica_batch_size(std::int64_t global_batch_
 Strategy::Strategy(std::string name, std::vector<std::string> devices, CrossDeviceOps requested, bool use_threads,
                    std::chrono::milliseconds timeout)
     : name_(std::move(name)), timeout_(timeout) {
+  resolve_devices(std::move(devices));
+  choice_ = choose_cross_device_ops(logical_, requested);
+  if (use_threads) pool_ = std::make_unique<ReplicaPool>(devices_);
+  make_communicators();
+}
+
+Strategy::Strategy(std::string name, std::vector<std::string> devices, const WorkerGroup& group, bool use_threads,
+                   std::chrono::milliseconds timeout)
+    : name_(std::move(name)), timeout_(timeout), num_workers_(group.num_workers), worker_index_(group.worker_index) {
+  CHORUS_REQUIRE(group.num_workers >= 1 && group.worker_index >= 0 && group.worker_index < group.num_workers,
+                 InvalidArgumentError, name_, ": worker ", group.worker_index, " of ", group.num_workers,
+                 " is out of range");
+  resolve_devices(std::move(devices));
+  choice_ = group.choice;
+  if (use_threads) pool_ = std::make_unique<ReplicaPool>(devices_);
+}
+
+void Strategy::resolve_devices(std::vector<std::string> devices) {
   CHORUS_REQUIRE(!devices.empty(), InvalidArgumentError, name_, ": no devices");
   std::set<std::string> seen;
   for (const std::string& d : devices) {
@@ -62,17 +80,19 @@ Strategy::Strategy(std::string name, std::vector<std::string> devices, CrossDevi
     devices_.push_back(ctx->name());
     logical_.push_back(ctx->device());
   }
-  choice_ = choose_cross_device_ops(logical_, requested);
-  if (use_threads) pool_ = std::make_unique<ReplicaPool>(devices_);
-  make_communicators();
 }
 
 Strategy::~Strategy() = default;
 
+std::vector<std::unique_ptr<collective::Communicator>> Strategy::create_communicators() {
+  if (num_local_replicas() == 1) return {};
+  return make_cross_device_communicators(logical_, choice_);
+}
+
 void Strategy::make_communicators() {
-  const int n = num_replicas_in_sync();
+  const int n = num_local_replicas();
   comms_.clear();
-  if (n > 1) comms_ = make_cross_device_communicators(logical_, choice_);
+  if (num_replicas_in_sync() > 1) comms_ = create_communicators();
   merge_ = std::make_unique<internal::MergeBarrier>(n, timeout_);
   contexts_.clear();
   for (int r = 0; r < n; ++r) contexts_.push_back(std::make_unique<StrategyReplicaContext>(*this, r));
@@ -116,6 +136,12 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
   if (broken_) {
     make_communicators();  // the last step failed: its communicators are aborted for good
     broken_ = false;
+  }
+  try {
+    before_run();
+  } catch (...) {
+    broken_ = true;  // a failed check may have aborted the cross-worker communication
+    throw;
   }
   auto replica = [this, &body](int r) {
     PushStrategy push(this);
@@ -169,6 +195,7 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
     if (r > 0) a.name = str_cat(args.name, "/replica_", r);
     components.push_back(next(a));
   }
+  initialize_components(args, components);
   return Variable(std::make_shared<MirroredVariable>(*this, std::move(components), args, sync));
 }
 
@@ -217,7 +244,7 @@ DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset
 DistributedDataset Strategy::distribute_datasets_from_function(
     const std::function<data::Dataset(const InputContext&)>& fn) const {
   CHORUS_REQUIRE(fn != nullptr, InvalidArgumentError, "distribute_datasets_from_function: fn is empty");
-  InputContext ctx{1, 0, num_replicas_in_sync()};
+  InputContext ctx{num_workers_, worker_index_, num_replicas_in_sync()};
   return DistributedDataset(fn(ctx), devices_, DistributedDataset::Mode::kPerReplicaElements);
 }
 

@@ -71,8 +71,13 @@ class Strategy : public DistributionStrategy {
   Strategy& operator=(const Strategy&) = delete;
 
   std::string name() const override { return name_; }
-  int num_replicas_in_sync() const override { return static_cast<int>(devices_.size()); }
+  // All replicas of all workers (MultiWorkerMirroredStrategy: workers × local devices).
+  int num_replicas_in_sync() const override { return static_cast<int>(devices_.size()) * num_workers_; }
+  // This process's replica devices, in local replica order.
   std::vector<std::string> replica_devices() const override { return devices_; }
+  // Replicas of this process; replica ids in sync group are worker_offset() + 0..num_local_replicas()-1.
+  int num_local_replicas() const { return static_cast<int>(devices_.size()); }
+  int worker_offset() const { return worker_index_ * num_local_replicas(); }
   // Which reduction the replicas use and why (never kAuto).
   const CrossDeviceChoice& cross_device_ops() const { return choice_; }
   // Timeout of every collective and merge_call of this strategy.
@@ -97,7 +102,7 @@ class Strategy : public DistributionStrategy {
   Scope scope() { return Scope(*this); }
 
   // fn(args...) once per replica (PerReplica arguments are split by replica). Returns
-  // PerReplica<result> (nothing for void).
+  // PerReplica<result> (nothing for void). PerReplica values hold this process's replicas only.
   template <typename F, typename... Args>
   auto run(F&& fn, const Args&... args) {
     using R = std::invoke_result_t<F&, const detail::component_t<Args>&...>;
@@ -117,20 +122,22 @@ class Strategy : public DistributionStrategy {
   // replicas (MEAN divides by the replica count). axis set: each component is first summed along
   // `axis`, then over replicas; MEAN divides by the total length of `axis` over all replicas, so
   // uneven batches average per example, as TF. The result lives on replica 0's device.
-  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const;
+  // Multi-worker strategies also reduce across workers: a collective, every worker must call it.
+  virtual Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const;
   // A value that is the same on every replica (e.g. a plain Tensor): SUM → value × replicas.
   Tensor reduce(ReduceOp op, const Tensor& value, std::optional<int> axis = std::nullopt) const;
-  // The components concatenated along `axis` in replica order, on replica 0's device.
-  Tensor gather(const PerReplica<Tensor>& value, int axis) const;
+  // The components concatenated along `axis` in replica order, on replica 0's device (multi-worker:
+  // of all workers' replicas, a collective).
+  virtual Tensor gather(const PerReplica<Tensor>& value, int axis) const;
   template <typename T>
   std::vector<T> experimental_local_results(const PerReplica<T>& value) const {
     return value.values();
   }
 
   // Splits each global batch of `dataset` across the replicas (see distributed_dataset.h).
-  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
+  virtual DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
   // fn(InputContext) builds a dataset of per-replica batches (see distributed_dataset.h).
-  DistributedDataset distribute_datasets_from_function(
+  virtual DistributedDataset distribute_datasets_from_function(
       const std::function<data::Dataset(const InputContext&)>& fn) const;
 
   // --- for distribute/ internals (MirroredVariable, replica contexts) ---
@@ -146,13 +153,35 @@ class Strategy : public DistributionStrategy {
   // the single replica runs on the calling thread (OneDeviceStrategy, default strategy).
   Strategy(std::string name, std::vector<std::string> devices, CrossDeviceOps requested, bool use_threads,
            std::chrono::milliseconds timeout);
+  // For strategies spanning several processes (MultiWorkerMirroredStrategy): `choice` is used as
+  // given and no communicators are made — the derived constructor calls make_communicators() once
+  // it can (create_communicators() is virtual, so the base constructor cannot call it).
+  struct WorkerGroup {
+    int num_workers = 1;
+    int worker_index = 0;
+    CrossDeviceChoice choice;
+  };
+  Strategy(std::string name, std::vector<std::string> devices, const WorkerGroup& group, bool use_threads,
+           std::chrono::milliseconds timeout);
   // Variables of this strategy are MirroredVariables (true) or plain ones on the device (false).
   bool mirrored_variables_ = true;
 
+  // (Re)builds the per-replica communicators, merge barrier and replica contexts.
+  void make_communicators();
+  // One communicator per local replica, spanning all num_replicas_in_sync() replicas (rank =
+  // worker_offset() + local replica). Default: the in-process group of `choice_`.
+  virtual std::vector<std::unique_ptr<collective::Communicator>> create_communicators();
+  // Called once a mirrored variable's components exist (each holding its own initial value), in
+  // cross-replica context; a multi-worker strategy makes them equal across workers here.
+  virtual void initialize_components(const VariableArgs& args, std::vector<Variable>& components) {}
+  // Called on the program's thread at the start of every run(), before any replica starts.
+  virtual void before_run() {}
+  const std::vector<LogicalDevice>& logical_devices() const { return logical_; }
+
  private:
   friend class StrategyReplicaContext;
-  void make_communicators();
   Variable create_mirrored(const VariableArgs& args, const NextCreator& next);
+  void resolve_devices(std::vector<std::string> devices);
 
   std::string name_;
   std::vector<std::string> devices_;   // canonical names, replica order
@@ -163,6 +192,8 @@ class Strategy : public DistributionStrategy {
   std::vector<std::unique_ptr<collective::Communicator>> comms_;
   std::unique_ptr<internal::MergeBarrier> merge_;
   std::vector<std::unique_ptr<StrategyReplicaContext>> contexts_;
+  int num_workers_ = 1;
+  int worker_index_ = 0;
   bool broken_ = false;  // a step failed: rebuild communicators before the next
 };
 

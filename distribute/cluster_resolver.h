@@ -1,0 +1,120 @@
+// Cluster resolution (tf.distribute.cluster_resolver): who the workers of a multi-worker job are
+// and which one this process is. MultiWorkerMirroredStrategy reads it; programs may too (e.g. to
+// let only the chief write logs).
+//
+//   auto r = chorus::distribute::ClusterResolver::from_environment();
+//   std::cout << "worker " << r.worker_index() << " of " << r.num_workers()
+//             << (r.is_chief() ? " (chief)" : "") << ", local rank " << r.local_rank() << "\n";
+//
+// Sources, in the order from_environment() tries them:
+//   1. TF_CONFIG (launchers that are not MPI; TF's TFConfigClusterResolver), a JSON object:
+//        {"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]},
+//         "task": {"type": "worker", "index": 0}}
+//      Jobs other than "chief" and "worker" (ps, evaluator) are kept in cluster_spec() but are not
+//      workers. Worker order: the chief (if any) is worker 0, then "worker" 0..n-1 — so with a
+//      chief, task {"worker", i} is worker_index i + 1 (TF's numbering). local_rank/local_size count
+//      the workers whose address has the same host part as this task's.
+//   2. Open MPI's mpirun: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (MPICH/Slurm PMI:
+//      PMI_RANK/PMI_SIZE with MPI_LOCALRANKID/MPI_LOCALNRANKS). Worker index = rank.
+//   3. MPI itself, when it is initialized (MPI_Comm_rank/size of MPI_COMM_WORLD; local rank from
+//      MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)).
+//   4. Nothing: one worker, index 0 ("single process").
+// The chief is worker 0 (task type "chief", or rank 0 under MPI), as in TF.
+//
+// Errors (InvalidArgumentError, naming the variable and what is valid): TF_CONFIG that is not
+// JSON names the byte position, line and column ("expected ':' at position 17 (line 1, column
+// 18)"); a TF_CONFIG without "cluster", with a task type missing from the cluster, an index out of
+// range, a duplicate address; OMPI_/PMI_ variables that are not integers or are inconsistent
+// (rank >= size, local_rank >= local_size).
+//
+// Thread-safety: a ClusterResolver is a value; the factories only read the environment (through
+// the lookup function, env::get by default) and, for from_mpi(), call MPI under no lock — call them
+// before other threads use MPI.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::distribute {
+
+// Job name → task addresses in task order (TF's ClusterSpec). Under MPI the addresses are
+// "mpi:rank<N>" (MPI does not tell ports); under TF_CONFIG they are the JSON's strings.
+struct ClusterSpec {
+  std::map<std::string, std::vector<std::string>> jobs;
+  int num_tasks(const std::string& job) const;
+  // {"chief": [...], "worker": [...]} as JSON-ish text for messages and logs.
+  std::string to_string() const;
+};
+
+// Reads an environment variable: nullopt when unset. Tests pass fakes.
+using EnvLookup = std::function<std::optional<std::string>(const char*)>;
+
+class ClusterResolver {
+ public:
+  // One worker, index 0, local rank 0 of 1.
+  ClusterResolver();
+
+  // Tries TF_CONFIG, the MPI launcher's variables, initialized MPI, then one worker (see above).
+  static ClusterResolver from_environment(const EnvLookup& env = {});
+  // Parses a TF_CONFIG value. InvalidArgumentError for bad JSON (with the position) or content.
+  static ClusterResolver from_tf_config(std::string_view json);
+  // From OMPI_COMM_WORLD_* (or PMI_*) variables; nullopt when no launcher variables are set.
+  static std::optional<ClusterResolver> from_mpi_launcher(const EnvLookup& env = {});
+  // From MPI_COMM_WORLD. FailedPreconditionError when MPI is not initialized (create an
+  // collective::MpiEnvironment first); UnavailableError in a build without MPI.
+  static ClusterResolver from_mpi();
+
+  // "TF_CONFIG", "Open MPI environment", "PMI environment", "MPI", "single process".
+  const std::string& source() const { return source_; }
+  const ClusterSpec& cluster_spec() const { return spec_; }
+  // TF's task_type / task_id: "worker" or "chief" (other job names are kept as given).
+  const std::string& task_type() const { return task_type_; }
+  int task_id() const { return task_id_; }
+
+  // Workers taking part in the strategy (chief + workers) and this process's position among them
+  // (-1 when this task is not a worker, e.g. an evaluator).
+  int num_workers() const { return num_workers_; }
+  int worker_index() const { return worker_index_; }
+  bool is_chief() const { return worker_index_ == 0; }
+  // Position among the workers on this host, and their count (selects "this process's GPU").
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  // "worker 1 of 2 (task worker:1, local rank 1 of 2, from Open MPI environment)".
+  std::string to_string() const;
+
+ private:
+  std::string source_ = "single process";
+  ClusterSpec spec_;
+  std::string task_type_ = "worker";
+  int task_id_ = 0;
+  int num_workers_ = 1;
+  int worker_index_ = 0;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+};
+
+namespace internal {
+// A parsed JSON value (the subset TF_CONFIG needs: all of JSON, numbers kept as double).
+struct JsonValue {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string string;
+  std::vector<JsonValue> array;
+  std::vector<std::pair<std::string, JsonValue>> object;  // in document order
+  const JsonValue* find(std::string_view key) const;      // nullptr when absent or not an object
+};
+// Parses one JSON document (RFC 8259; \uXXXX escapes incl. surrogate pairs become UTF-8).
+// InvalidArgumentError "<what> is not valid JSON: <problem> at position P (line L, column C)".
+JsonValue parse_json(std::string_view text, std::string_view what = "JSON");
+
+// True when MPI is initialized and not finalized (false in a build without MPI).
+bool mpi_initialized();
+}  // namespace internal
+
+}  // namespace chorus::distribute

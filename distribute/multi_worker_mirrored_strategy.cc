@@ -1,0 +1,465 @@
+#include "distribute/multi_worker_mirrored_strategy.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "collective/hierarchical.h"
+#include "collective/nccl.h"
+#include "collective/nccl_mpi.h"
+#include "core/config.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/runtime.h"
+#include "ops/elementwise.h"
+#include "ops/shape_ops.h"
+
+#if defined(CHORUS_WITH_MPI)
+#include "collective/mpi.h"
+#endif
+
+namespace chorus::distribute {
+
+using chorus::internal::str_cat;
+
+namespace {
+
+constexpr const char* kHost = "/cpu:0";  // staging device of cross-worker control traffic
+
+std::string joined(const std::vector<std::string>& v, const char* quote = "'") {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << quote << v[i] << quote;
+  return os.str();
+}
+
+std::string hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+// Every worker's `mine` (at most 1023 bytes), in rank order, as fixed records of int64 words.
+std::vector<std::string> all_gather_strings(collective::Communicator& comm, const std::string& mine,
+                                            std::chrono::milliseconds timeout) {
+  constexpr std::int64_t kWords = 128;
+  CHORUS_REQUIRE(mine.size() < kWords * 8, InternalError, "all_gather_strings: record of ", mine.size(), " bytes");
+  std::vector<std::int64_t> words(kWords, 0);
+  std::memcpy(words.data(), mine.data(), mine.size());
+  Tensor in = Tensor::from_vector<std::int64_t>(words, {kWords}, kHost);
+  Tensor all = Tensor::empty({kWords * comm.size()}, DType::kInt64, kHost);
+  comm.all_gather(in, all, {.timeout = timeout})->wait(timeout);
+  const std::vector<std::int64_t> got = all.to_vector<std::int64_t>();
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.size(); ++r) out.emplace_back(reinterpret_cast<const char*>(got.data() + r * kWords));
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string hex(std::int64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+std::string physical_pci(const LogicalDevice& d) {
+  for (const auto& p : config::list_physical_devices("GPU"))
+    if (p.name == d.physical_name) return p.pci_bus_id.empty() ? p.name : p.pci_bus_id;
+  return d.physical_name;
+}
+
+}  // namespace
+
+// --- device selection and GPU claims (pure) ----------------------------------------------------
+
+std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>& logical, int local_rank,
+                                               WorkerDevicePolicy policy, int cpu_devices_per_worker) {
+  std::vector<const LogicalDevice*> gpus, cpus;
+  for (const auto& d : logical) (d.device_type == "GPU" ? gpus : cpus).push_back(&d);
+  std::vector<std::string> all;
+  for (const auto& d : logical) all.push_back(d.name);
+  if (policy == WorkerDevicePolicy::kAuto) policy = gpus.empty() ? WorkerDevicePolicy::kCpu : WorkerDevicePolicy::kLocalRankGpu;
+  std::vector<std::string> out;
+  switch (policy) {
+    case WorkerDevicePolicy::kLocalRankGpu: {
+      CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: device policy local_rank_gpu "
+                     "needs a GPU, but this process has none (devices: ", joined(all), ")");
+      CHORUS_REQUIRE(local_rank >= 0, InvalidArgumentError, "MultiWorkerMirroredStrategy: local rank ", local_rank,
+                     " is negative");
+      std::vector<int> physical;  // distinct physical GPU indices, in order
+      for (const auto* g : gpus)
+        if (std::find(physical.begin(), physical.end(), g->physical_index) == physical.end())
+          physical.push_back(g->physical_index);
+      std::sort(physical.begin(), physical.end());
+      const int mine = physical[static_cast<std::size_t>(local_rank) % physical.size()];
+      for (const auto* g : gpus)
+        if (g->physical_index == mine) out.push_back(g->name);
+      return out;
+    }
+    case WorkerDevicePolicy::kAllLocalGpus:
+      CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: device policy all_local_gpus "
+                     "needs a GPU, but this process has none (devices: ", joined(all), ")");
+      for (const auto* g : gpus) out.push_back(g->name);
+      return out;
+    case WorkerDevicePolicy::kCpu:
+      CHORUS_REQUIRE(cpu_devices_per_worker >= 1 && cpu_devices_per_worker <= static_cast<int>(cpus.size()),
+                     InvalidArgumentError, "MultiWorkerMirroredStrategy: cpu_devices_per_worker = ",
+                     cpu_devices_per_worker, " but this process has ", cpus.size(), " logical CPU device(s) (",
+                     joined(all), "); configure them first with config::set_logical_device_configuration");
+      for (int i = 0; i < cpu_devices_per_worker; ++i) out.push_back(cpus[static_cast<std::size_t>(i)]->name);
+      return out;
+    case WorkerDevicePolicy::kAuto: break;
+  }
+  throw InternalError("select_worker_devices: unknown policy");
+}
+
+void check_unique_gpus(const std::vector<GpuClaim>& claims) {
+  std::map<std::pair<std::string, std::string>, int> owner;  // (host, pci) → first rank
+  for (const GpuClaim& c : claims) {
+    for (const std::string& pci : std::set<std::string>(c.pci_bus_ids.begin(), c.pci_bus_ids.end())) {
+      auto [it, fresh] = owner.emplace(std::make_pair(c.host, pci), c.rank);
+      CHORUS_REQUIRE(fresh, InvalidArgumentError, "ranks ", it->second, " and ", c.rank, " both use GPU ", pci,
+                     " on host ", c.host, ": NCCL needs one GPU per rank; give each process its own GPU (e.g. by "
+                     "local rank: WorkerDevicePolicy::kLocalRankGpu, or CUDA_VISIBLE_DEVICES) or use virtual GPUs in "
+                     "one process");
+    }
+  }
+}
+
+// --- the strategy ------------------------------------------------------------------------------
+
+struct MultiWorkerMirroredStrategy::Plan {
+  ClusterResolver resolver;
+  std::vector<std::string> devices;
+  WorkerGroup group;
+  bool gpu = false;
+};
+
+namespace {
+
+std::string_view implementation_name(CommunicationImplementation c) {
+  switch (c) {
+    case CommunicationImplementation::kAuto: return "auto";
+    case CommunicationImplementation::kRing: return "ring (MPI)";
+    case CommunicationImplementation::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const MultiWorkerMirroredStrategyOptions& o) {
+  MultiWorkerMirroredStrategy::Plan plan;
+  plan.resolver = o.cluster_resolver ? *o.cluster_resolver : ClusterResolver::from_environment();
+  const ClusterResolver& r = plan.resolver;
+  CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError, "MultiWorkerMirroredStrategy runs on \"chief\" and "
+                 "\"worker\" tasks; this task is ", r.task_type(), ":", r.task_id(), " (cluster ",
+                 r.cluster_spec().to_string(), ")");
+  plan.devices = o.devices.empty()
+                     ? select_worker_devices(config::list_logical_devices(), r.local_rank(), o.device_policy,
+                                             o.cpu_devices_per_worker)
+                     : o.devices;
+  CHORUS_REQUIRE(!plan.devices.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: no devices");
+  std::vector<LogicalDevice> logical;
+  for (const std::string& name : plan.devices) logical.push_back(runtime::find(name)->device());
+  int gpus = 0;
+  for (const auto& d : logical) gpus += d.device_type == "GPU" ? 1 : 0;
+  CHORUS_REQUIRE(gpus == 0 || gpus == static_cast<int>(logical.size()), InvalidArgumentError,
+                 "MultiWorkerMirroredStrategy: a worker's devices must be all GPUs or all CPUs, got ", joined(plan.devices));
+  plan.gpu = gpus > 0;
+  const int k = static_cast<int>(logical.size());
+  const int workers = r.num_workers();
+  const auto impl = o.implementation;
+  CHORUS_REQUIRE(!(plan.gpu && impl == CommunicationImplementation::kRing), InvalidArgumentError,
+                 "MultiWorkerMirroredStrategy: implementation ring (MPI) was requested but the devices are GPUs; the "
+                 "MPI backend moves host tensors only — use kNccl or kAuto");
+  CHORUS_REQUIRE(!(!plan.gpu && impl == CommunicationImplementation::kNccl), InvalidArgumentError,
+                 "MultiWorkerMirroredStrategy: implementation nccl was requested but the devices are CPUs (",
+                 joined(plan.devices), "); NCCL needs GPUs — use kRing or kAuto");
+  if (plan.gpu && workers > 1)
+    CHORUS_REQUIRE(!collective::nccl_version().empty(), UnavailableError, "MultiWorkerMirroredStrategy: GPU workers "
+                   "reduce across processes with NCCL, but this build has no NCCL");
+  // The local part (k > 1) is chosen as MirroredStrategy would; the cross-process part by device kind.
+  CrossDeviceChoice local = k > 1 ? choose_cross_device_ops(logical) : CrossDeviceChoice{CrossDeviceOps::kSharedMemory, ""};
+  if (k == 1 && plan.gpu) local.ops = CrossDeviceOps::kVirtualGpu;
+  const std::string across = plan.gpu ? "NCCL between processes (unique id over MPI)" : "MPI between processes";
+  std::string reason;
+  if (workers == 1) reason = k > 1 ? local.reason : "one replica: no reduction";
+  else if (k == 1) reason = str_cat(workers, " workers x 1 ", plan.gpu ? "GPU" : "CPU device", ": ", across);
+  else
+    reason = str_cat(workers, " workers x ", k, " devices: hierarchical (", cross_device_ops_name(local.ops),
+                     " in each process, then ", across, " among the processes' first replicas)");
+  if (impl != CommunicationImplementation::kAuto) reason += str_cat("; implementation ", implementation_name(impl), " requested");
+  plan.group = {workers, r.worker_index(), {local.ops, reason}};
+  return plan;
+}
+
+namespace {
+
+// The bytes of `t` on the host.
+std::vector<std::uint8_t> host_bytes(const Tensor& t) {
+  std::vector<std::uint8_t> raw(t.nbytes());
+  if (!raw.empty()) t.copy_to_host(raw.data());
+  return raw;
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategyOptions& options)
+    : MultiWorkerMirroredStrategy(options, make_plan(options)) {}
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategyOptions& options, Plan plan)
+    : Strategy("MultiWorkerMirroredStrategy", plan.devices, plan.group, /*use_threads=*/true, options.timeout),
+      resolver_(std::move(plan.resolver)),
+      options_(options),
+      gpu_(plan.gpu) {
+  const int workers = resolver_.num_workers();
+  if (workers > 1) {
+#if defined(CHORUS_WITH_MPI)
+    CHORUS_REQUIRE(internal::mpi_initialized(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ", workers,
+                   " workers (", resolver_.to_string(), ") need MPI, which is not initialized: create a "
+                   "collective::MpiEnvironment before the strategy (and start the processes with mpirun)");
+    worker_comm_ = collective::make_mpi_communicator({.validate = true, .timeout = options.timeout});
+#else
+    throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", workers, " workers need MPI, which this build "
+                                   "does not have"));
+#endif
+    CHORUS_REQUIRE(worker_comm_->size() == workers, FailedPreconditionError, "MultiWorkerMirroredStrategy: the cluster "
+                   "has ", workers, " workers (", resolver_.source(), ") but MPI_COMM_WORLD has ", worker_comm_->size(),
+                   " processes; start one process per worker");
+    // One exchange tells every worker everything it must agree on, so all reach the same verdict.
+    std::vector<std::string> pcis;
+    if (gpu_)
+      for (const auto& d : logical_devices()) pcis.push_back(physical_pci(d));
+    std::string pci_list;
+    for (const auto& p : pcis) pci_list += (pci_list.empty() ? "" : ",") + p;
+    const std::string mine = str_cat(resolver_.worker_index(), "|", num_local_replicas(), "|", hostname(), "|", pci_list);
+    const std::vector<std::string> all = all_gather_strings(*worker_comm_, mine, options.timeout);
+    std::vector<GpuClaim> claims;
+    std::string counts;
+    bool same_count = true;
+    for (int r = 0; r < workers; ++r) {
+      const std::vector<std::string> f = split(all[static_cast<std::size_t>(r)], '|');
+      CHORUS_REQUIRE(f.size() == 4, InternalError, "MultiWorkerMirroredStrategy: bad worker record '",
+                     all[static_cast<std::size_t>(r)], "' from rank ", r);
+      CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError, "MultiWorkerMirroredStrategy: MPI rank ", r,
+                     " is worker ", f[0], " according to its cluster resolver; the worker index must equal the MPI "
+                     "rank (TF_CONFIG's order: chief, then workers)");
+      same_count = same_count && std::stoi(f[1]) == num_local_replicas();
+      counts += str_cat(r ? ", " : "", "rank ", r, ": ", f[1]);
+      if (!f[3].empty()) claims.push_back({r, f[2], split(f[3], ',')});
+    }
+    CHORUS_REQUIRE(same_count, InvalidArgumentError, "MultiWorkerMirroredStrategy: every worker needs the same number "
+                   "of local devices, got ", counts);
+    if (gpu_) check_unique_gpus(claims);
+  }
+  make_communicators();
+  CHORUS_LOG(INFO) << "Using MultiWorkerMirroredStrategy: " << resolver_.to_string() << ", local devices ("
+                   << joined(replica_devices()) << "), " << num_replicas_in_sync() << " replicas in sync; "
+                   << cross_device_ops().reason;
+}
+
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+
+std::vector<std::unique_ptr<collective::Communicator>> MultiWorkerMirroredStrategy::create_communicators() {
+  const int workers = num_workers();
+  if (workers == 1) return Strategy::create_communicators();
+  const int k = num_local_replicas();
+  const auto timeout = options_.timeout;
+  auto cross = [&]() -> std::unique_ptr<collective::Communicator> {
+    if (gpu_) return collective::make_nccl_communicator(replica_devices()[0], {.validate = true, .timeout = timeout});
+#if defined(CHORUS_WITH_MPI)
+    return collective::make_mpi_communicator({.validate = true, .timeout = timeout});
+#else
+    throw UnavailableError("MultiWorkerMirroredStrategy: no MPI in this build");
+#endif
+  };
+  std::vector<std::unique_ptr<collective::Communicator>> out;
+  if (k == 1) {
+    out.push_back(cross());
+    return out;
+  }
+  auto local = make_cross_device_communicators(logical_devices(), cross_device_ops());
+  std::shared_ptr<collective::Communicator> across(cross());
+  for (int i = 0; i < k; ++i)
+    out.push_back(collective::make_hierarchical(std::move(local[static_cast<std::size_t>(i)]), i == 0 ? across : nullptr,
+                                                worker_index(), workers));
+  return out;
+}
+
+void MultiWorkerMirroredStrategy::initialize_components(const VariableArgs& args, std::vector<Variable>& components) {
+  if (!worker_comm_ || components.empty()) return;
+  // The chief's initial value, as raw bytes (any dtype) in int64 words, to every worker.
+  const Tensor first = components[0].value();
+  std::vector<std::uint8_t> raw = host_bytes(first);
+  if (!raw.empty()) {
+    const std::int64_t words = static_cast<std::int64_t>((raw.size() + 7) / 8);
+    std::vector<std::int64_t> buf(static_cast<std::size_t>(words), 0);
+    std::memcpy(buf.data(), raw.data(), raw.size());
+    Tensor t = Tensor::from_vector<std::int64_t>(buf, {words}, kHost);
+    worker_comm_->broadcast(t, {.root = 0, .timeout = options_.timeout})->wait(options_.timeout);
+    t.copy_to_host(buf.data());
+    std::memcpy(raw.data(), buf.data(), raw.size());
+    Tensor value = Tensor::from_host(raw.data(), first.shape(), first.dtype(), kHost);
+    for (Variable& c : components) c.assign(value.to(c.device()));
+  }
+  VariableSynchronization sync = args.synchronization;
+  if (sync != VariableSynchronization::kOnRead) {  // ON_READ variables (metrics) legitimately differ
+    std::lock_guard<std::mutex> lock(mu_);
+    unchecked_.emplace_back(args.name, std::weak_ptr<VariableBase>(components[0].impl()));
+  }
+}
+
+void MultiWorkerMirroredStrategy::before_run() {
+  if (worker_comm_ && options_.check_variables) check_variables_equal();
+}
+
+void MultiWorkerMirroredStrategy::check_variables_equal() {
+  std::vector<std::pair<std::string, std::weak_ptr<VariableBase>>> todo;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo.swap(unchecked_);
+  }
+  const auto timeout = options_.timeout;
+  std::vector<std::int64_t> crcs;
+  std::uint32_t combined = 0;
+  for (const auto& [name, weak] : todo) {
+    std::uint32_t crc = 0xFFFFFFFFu;  // a variable destroyed before its check
+    if (auto v = weak.lock()) {
+      const std::vector<std::uint8_t> raw = host_bytes(v->value());
+      crc = crc32c(raw.data(), raw.size());
+    }
+    crcs.push_back(crc);
+    combined = crc32c(&crc, sizeof(crc), combined);
+  }
+  const int workers = worker_comm_->size();
+  Tensor head = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(todo.size()), combined}, {2}, kHost);
+  Tensor heads = Tensor::empty({2 * workers}, DType::kInt64, kHost);
+  worker_comm_->all_gather(head, heads, {.timeout = timeout})->wait(timeout);
+  const std::vector<std::int64_t> h = heads.to_vector<std::int64_t>();
+  bool same = true, same_count = true;
+  std::string counts;
+  for (int r = 0; r < workers; ++r) {
+    same = same && h[2 * r] == h[0] && h[2 * r + 1] == h[1];
+    same_count = same_count && h[2 * r] == h[0];
+    counts += str_cat(r ? ", " : "", "rank ", r, ": ", h[2 * r]);
+  }
+  if (same) return;
+  CHORUS_REQUIRE(same_count, FailedPreconditionError, "MultiWorkerMirroredStrategy: the workers created different "
+                 "numbers of variables before this step (", counts, "); every worker must build the same model");
+  if (todo.empty()) return;
+  const auto n = static_cast<std::int64_t>(todo.size());
+  Tensor all = Tensor::empty({n * workers}, DType::kInt64, kHost);
+  worker_comm_->all_gather(Tensor::from_vector<std::int64_t>(crcs, {n}, kHost), all, {.timeout = timeout})->wait(timeout);
+  const std::vector<std::int64_t> c = all.to_vector<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::vector<int> differ;
+    for (int r = 1; r < workers; ++r)
+      if (c[static_cast<std::size_t>(r * n + i)] != c[static_cast<std::size_t>(i)]) differ.push_back(r);
+    if (differ.empty()) continue;
+    std::string ranks;
+    for (int r : differ)
+      ranks += str_cat(ranks.empty() ? "" : ", ", "rank ", r, " has ", hex(c[static_cast<std::size_t>(r * n + i)]));
+    throw FailedPreconditionError(str_cat(
+        "MultiWorkerMirroredStrategy: variable '", todo[static_cast<std::size_t>(i)].first,
+        "' differs across workers before the step: CRC32C ", hex(c[static_cast<std::size_t>(i)]),
+        " on rank 0 (chief) but ", ranks, ". Variables are broadcast from the chief when created, so it was changed "
+        "on some workers only afterwards (an assign outside strategy.run, a restore on one worker)"));
+  }
+}
+
+Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {
+  if (!worker_comm_) return Strategy::reduce(op, value, axis);
+  Tensor local = Strategy::reduce(ReduceOp::kSum, value, axis);
+  std::int64_t count = value.num_replicas();
+  if (axis) {
+    count = 0;
+    for (const Tensor& t : value.values()) {
+      const int a = *axis < 0 ? *axis + t.shape().rank() : *axis;
+      count += t.shape().dims()[static_cast<std::size_t>(a)];
+    }
+  }
+  const auto timeout = options_.timeout;
+  Tensor in = local.to(kHost);
+  Tensor sum = Tensor::empty(in.shape(), in.dtype(), kHost);
+  worker_comm_->all_reduce(in, sum, {.op = collective::ReduceOp::kSum, .timeout = timeout})->wait(timeout);
+  if (op == ReduceOp::kMean) {
+    Tensor n = Tensor::from_vector<std::int64_t>({count}, {1}, kHost);
+    worker_comm_->all_reduce(n, n, {.op = collective::ReduceOp::kSum, .timeout = timeout})->wait(timeout);
+    sum = ops::div(sum, ops::scalar_like(sum, static_cast<double>(std::max<std::int64_t>(n.to_vector<std::int64_t>()[0], 1))));
+  }
+  const std::string& dest = replica_devices()[0];
+  return sum.device_name() == dest ? sum : sum.to(dest);
+}
+
+Tensor MultiWorkerMirroredStrategy::gather(const PerReplica<Tensor>& value, int axis) const {
+  Tensor local = Strategy::gather(value, axis);
+  if (!worker_comm_) return local;
+  const int rank = local.shape().rank();
+  const int a = axis < 0 ? axis + rank : axis;
+  CHORUS_REQUIRE(a >= 0 && a < rank, InvalidArgumentError, "gather: axis ", axis, " is out of range for shape ",
+                 local.shape().to_string());
+  const auto timeout = options_.timeout;
+  const int workers = worker_comm_->size();
+  std::vector<int> perm{a};
+  for (int i = 0; i < rank; ++i)
+    if (i != a) perm.push_back(i);
+  std::vector<int> inverse(static_cast<std::size_t>(rank));
+  for (int i = 0; i < rank; ++i) inverse[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = i;
+  Tensor front = (a == 0 ? local : ops::transpose(local, perm)).to(kHost);
+  const std::int64_t mine = front.shape().dims()[0];
+  Tensor lens = Tensor::empty({workers}, DType::kInt64, kHost);
+  worker_comm_->all_gather(Tensor::from_vector<std::int64_t>({mine}, {1}, kHost), lens, {.timeout = timeout})->wait(timeout);
+  const std::vector<std::int64_t> len = lens.to_vector<std::int64_t>();
+  const std::int64_t longest = *std::max_element(len.begin(), len.end());
+  if (mine < longest) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> pads(static_cast<std::size_t>(rank), {0, 0});
+    pads[0].second = longest - mine;
+    front = ops::pad(front, pads);
+  }
+  std::vector<std::int64_t> dims = front.shape().dims();
+  dims[0] = longest * workers;
+  Tensor all = Tensor::empty(Shape(dims), front.dtype(), kHost);
+  worker_comm_->all_gather(front, all, {.timeout = timeout})->wait(timeout);
+  std::vector<Tensor> parts;
+  for (int r = 0; r < workers; ++r) {
+    std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), size = front.shape().dims();
+    begin[0] = r * longest;
+    size[0] = len[static_cast<std::size_t>(r)];
+    parts.push_back(ops::slice(all, begin, size));
+  }
+  Tensor joined_all = ops::concat(parts, 0);
+  if (a != 0) joined_all = ops::transpose(joined_all, inverse);
+  const std::string& dest = replica_devices()[0];
+  return joined_all.device_name() == dest ? joined_all : joined_all.to(dest);
+}
+
+DistributedDataset MultiWorkerMirroredStrategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
+  return experimental_distribute_dataset(dataset, options_.auto_shard_policy);
+}
+
+DistributedDataset MultiWorkerMirroredStrategy::experimental_distribute_dataset(const data::Dataset& dataset,
+                                                                                AutoShardPolicy policy) const {
+  return DistributedDataset(dataset, replica_devices(), DistributedDataset::Mode::kSplitGlobalBatch,
+                            {num_workers(), worker_index(), policy});
+}
+
+}  // namespace chorus::distribute

@@ -1,0 +1,148 @@
+// MultiWorkerMirroredStrategy (tf.distribute.MultiWorkerMirroredStrategy): synchronous training
+// over several processes ("workers", started by mpirun), each with one or more local devices.
+//
+//   int main() {
+//     chorus::collective::MpiEnvironment mpi;                 // first: MPI outlives the strategy
+//     chorus::distribute::MultiWorkerMirroredStrategy strategy;  // cluster from the environment
+//     // strategy.num_replicas_in_sync() == workers × local devices; same API as MirroredStrategy
+//   }
+//   $ mpirun -np 2 ./train
+//
+// Cluster: options.cluster_resolver, else ClusterResolver::from_environment() (TF_CONFIG, then
+// mpirun's variables, then MPI; distribute/cluster_resolver.h). With more than one worker, MPI must
+// be initialized (an MpiEnvironment created before the strategy, destroyed after it) and the
+// resolver must agree with MPI_COMM_WORLD (num_workers == size, worker_index == rank; checked on
+// every worker) → FailedPreconditionError otherwise. chorus has no TCP transport yet: a TF_CONFIG
+// cluster of several workers must also be one MPI job. One worker works without MPI.
+//
+// Local devices (options.devices, else device_policy):
+//   kAuto           GPUs when the process sees any (kLocalRankGpu), else kCpu
+//   kLocalRankGpu   the logical GPUs carved out of physical GPU (local_rank mod physical GPUs):
+//                   one physical GPU per process, split into virtual GPUs if configured so
+//   kAllLocalGpus   every logical GPU of this process (one process per host)
+//   kCpu            the first cpu_devices_per_worker logical CPU devices (default 1; configure more
+//                   with config::set_logical_device_configuration before the strategy)
+// Every worker must have the same number of local devices (InvalidArgumentError naming the
+// workers). Two workers on one host claiming the same physical GPU (same PCI bus id) are refused
+// on every worker before NCCL sees them: InvalidArgumentError naming both ranks, the GPU, the host.
+//
+// Replicas: replica id in sync group = worker_index × k + local index; PerReplica values hold this
+// worker's k replicas. Reduction (cross_device_ops().reason says which):
+//   CPU devices:  MPI between processes (k = 1), or hierarchical: shared memory in the process,
+//                 MPI between the processes' first replicas (k > 1)
+//   GPU devices:  NCCL between processes (unique id over MPI; k = 1), or hierarchical: the local
+//                 GPU group (NCCL / virtual GPU) + NCCL between processes (k > 1)
+// implementation forces kRing (MPI; CPU devices only) or kNccl (GPU devices only): anything else
+// → InvalidArgumentError; NCCL missing from the build → UnavailableError.
+//
+// Variables: created in scope() or run() as MirroredVariables; right after creation each
+// variable's initial value is broadcast from the chief (worker 0) to every worker, so all start
+// equal even when their initializers were seeded differently. At the start of each run() the
+// variables not checked yet are compared across workers (CRC32C of their bytes, all-gathered): a
+// difference → FailedPreconditionError on every worker naming the first differing variable, its
+// checksum on the chief and on the differing rank(s).
+//
+// reduce() and gather() also combine across workers (collectives: every worker calls them, in
+// the same order); experimental_distribute_dataset() shards across workers (see
+// distributed_dataset.h, AutoShardPolicy); distribute_datasets_from_function passes an
+// InputContext with num_input_pipelines = num_workers, input_pipeline_id = worker_index.
+//
+// Failure: every collective honours options.timeout. A worker that dies or stops calling the
+// collectives makes the others' run() throw DeadlineExceededError naming the missing rank(s)
+// within the timeout (or AbortedError naming the rank that failed and why), never a hang. The
+// strategy is then unusable across workers (its next run() rebuilds the communicators, which
+// times out the same way while a worker is gone): save what you can and exit non-zero; mpirun
+// then ends the job.
+//
+// Thread-safety: as Strategy. worker_communicator(), reduce(), gather() and the variable checks
+// use one process-level communicator: call them from the program's thread, not from replicas.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "distribute/cluster_resolver.h"
+#include "distribute/strategy.h"
+
+namespace chorus::distribute {
+
+// tf.distribute.experimental.CommunicationImplementation: AUTO, RING (here: MPI), NCCL.
+enum class CommunicationImplementation { kAuto, kRing, kNccl };
+
+enum class WorkerDevicePolicy { kAuto, kLocalRankGpu, kAllLocalGpus, kCpu };
+
+struct MultiWorkerMirroredStrategyOptions {
+  std::optional<ClusterResolver> cluster_resolver;  // default: ClusterResolver::from_environment()
+  std::vector<std::string> devices;                 // this worker's devices; empty: device_policy
+  WorkerDevicePolicy device_policy = WorkerDevicePolicy::kAuto;
+  int cpu_devices_per_worker = 1;
+  CommunicationImplementation implementation = CommunicationImplementation::kAuto;
+  AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;  // for experimental_distribute_dataset
+  bool check_variables = true;  // the cross-worker checksum at run(); false skips it
+  std::chrono::milliseconds timeout = collective::kDefaultTimeout;  // every collective / merge_call
+};
+
+class MultiWorkerMirroredStrategy final : public Strategy {
+ public:
+  explicit MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategyOptions& options = {});
+  ~MultiWorkerMirroredStrategy() override;
+
+  const ClusterResolver& cluster_resolver() const { return resolver_; }
+  bool is_chief() const { return resolver_.is_chief(); }
+  int worker_index() const { return resolver_.worker_index(); }
+  int num_workers() const { return resolver_.num_workers(); }
+
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const override;
+  using Strategy::reduce;
+  Tensor gather(const PerReplica<Tensor>& value, int axis) const override;
+  // Shards by options.auto_shard_policy; the overload takes the policy for this dataset.
+  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const override;
+  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset, AutoShardPolicy policy) const;
+
+  // One participant per worker (rank = worker_index), host tensors, options.timeout; nullptr with
+  // one worker. For small control exchanges between runs (PreemptionWatcher uses it).
+  collective::Communicator* worker_communicator() const { return worker_comm_.get(); }
+
+ protected:
+  std::vector<std::unique_ptr<collective::Communicator>> create_communicators() override;
+  void initialize_components(const VariableArgs& args, std::vector<Variable>& components) override;
+  void before_run() override;
+
+ private:
+  struct Plan;
+  static Plan make_plan(const MultiWorkerMirroredStrategyOptions& options);
+  MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategyOptions& options, Plan plan);
+  void check_variables_equal();
+
+  ClusterResolver resolver_;
+  MultiWorkerMirroredStrategyOptions options_;
+  bool gpu_ = false;
+  std::unique_ptr<collective::Communicator> worker_comm_;
+  std::mutex mu_;  // guards unchecked_ (variables may be created on replica threads)
+  std::vector<std::pair<std::string, std::weak_ptr<VariableBase>>> unchecked_;
+};
+
+// --- pieces with no MPI or device dependence, public for tests ---
+
+// This worker's devices under `policy` (see above), from the process's logical devices.
+// InvalidArgumentError when the policy cannot be met (no GPU for kLocalRankGpu, too few CPU
+// devices for cpu_devices_per_worker), naming what exists.
+std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>& logical, int local_rank,
+                                               WorkerDevicePolicy policy, int cpu_devices_per_worker);
+
+// What one worker claims: its host and the PCI bus ids of the physical GPUs its devices live on.
+struct GpuClaim {
+  int rank = 0;
+  std::string host;
+  std::vector<std::string> pci_bus_ids;
+};
+// InvalidArgumentError when two ranks on one host claim the same GPU: "ranks 0 and 1 both use GPU
+// 0000:19:00.0 on host node7: NCCL needs one GPU per rank; ...".
+void check_unique_gpus(const std::vector<GpuClaim>& claims);
+
+}  // namespace chorus::distribute
