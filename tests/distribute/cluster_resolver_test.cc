@@ -1,0 +1,238 @@
+// ClusterResolver (TF_CONFIG, mpirun's variables), the JSON reader, the process-to-device mapping
+// and the GPU-claim check with fake inputs — no MPI, no GPU needed.
+#include "distribute/cluster_resolver.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+
+namespace chorus::distribute {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+template <typename E, typename Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw another type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
+EnvLookup fake_env(std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(JsonTest, ParsesEveryKindAndEscapes) {
+  auto v = internal::parse_json(R"( {"a": [1, -2.5e2, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}} )");
+  ASSERT_EQ(v.kind, internal::JsonValue::Kind::kObject);
+  const auto* a = v.find("a");
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->array.size(), 5u);
+  EXPECT_EQ(a->array[0].number, 1.0);
+  EXPECT_EQ(a->array[1].number, -250.0);
+  EXPECT_TRUE(a->array[2].boolean);
+  EXPECT_EQ(a->array[3].kind, internal::JsonValue::Kind::kBool);
+  EXPECT_EQ(a->array[4].kind, internal::JsonValue::Kind::kNull);
+  EXPECT_EQ(v.find("s")->string, "x\"\\/\n\xC3\xA9\xF0\x9F\x98\x80");  // é and U+1F600 in UTF-8
+  EXPECT_TRUE(v.find("o")->object.empty());
+  EXPECT_EQ(v.find("missing"), nullptr);
+}
+
+TEST(JsonTest, ErrorsNameThePositionLineAndColumn) {
+  // position 6 is the '1' where ':' belongs; line 1, column 7
+  std::string m = message_of<InvalidArgumentError>([] { internal::parse_json(R"({"a"  1})", "TF_CONFIG"); });
+  EXPECT_TRUE(contains(m, "TF_CONFIG is not valid JSON: expected ':' at position 6 (line 1, column 7)")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json("{\"a\": [1,\n 2,,3]}"); });
+  EXPECT_TRUE(contains(m, "expected a value at position 13 (line 2, column 4)")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"({"a": "abc)"); });
+  EXPECT_TRUE(contains(m, "unterminated string")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"({"a": 1} x)"); });
+  EXPECT_TRUE(contains(m, "unexpected text after the JSON value at position 9")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"("\x")"); });
+  EXPECT_TRUE(contains(m, "invalid escape")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"(["\ud83d"])"); });
+  EXPECT_TRUE(contains(m, "surrogate")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json("01"); });
+  EXPECT_TRUE(contains(m, "unexpected text after the JSON value at position 1")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json(""); });
+  EXPECT_TRUE(contains(m, "expected a value but the text ended at position 0")) << m;
+  m = message_of<InvalidArgumentError>([] { internal::parse_json(std::string(100, '[') + std::string(100, ']')); });
+  EXPECT_TRUE(contains(m, "nesting deeper than 64")) << m;
+}
+
+TEST(ClusterResolverTest, TfConfigWorkers) {
+  auto r = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["host0:2222", "host0:2223", "host1:2222"]}, "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(r.source(), "TF_CONFIG");
+  EXPECT_EQ(r.num_workers(), 3);
+  EXPECT_EQ(r.worker_index(), 1);
+  EXPECT_FALSE(r.is_chief());
+  EXPECT_EQ(r.task_type(), "worker");
+  EXPECT_EQ(r.task_id(), 1);
+  EXPECT_EQ(r.local_rank(), 1);  // the second of the two workers on host0
+  EXPECT_EQ(r.local_size(), 2);
+  EXPECT_EQ(r.cluster_spec().num_tasks("worker"), 3);
+  auto w0 = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 0}})");
+  EXPECT_TRUE(w0.is_chief());  // no chief job: worker 0 is the chief
+  EXPECT_EQ(w0.local_rank(), 0);
+  EXPECT_EQ(w0.local_size(), 1);
+}
+
+TEST(ClusterResolverTest, TfConfigChiefIsWorkerZeroAndOtherJobsAreNotWorkers) {
+  const std::string cluster =
+      R"("cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"], "evaluator": ["e:1"], "ps": ["p:1"]})";
+  auto chief = ClusterResolver::from_tf_config("{" + cluster + R"(, "task": {"type": "chief", "index": 0}})");
+  EXPECT_EQ(chief.num_workers(), 3);
+  EXPECT_EQ(chief.worker_index(), 0);
+  EXPECT_TRUE(chief.is_chief());
+  auto w1 = ClusterResolver::from_tf_config("{" + cluster + R"(, "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(w1.worker_index(), 2);  // TF's order: chief, then workers
+  EXPECT_FALSE(w1.is_chief());
+  auto eval = ClusterResolver::from_tf_config("{" + cluster + R"(, "task": {"type": "evaluator", "index": 0}})");
+  EXPECT_EQ(eval.worker_index(), -1);
+  EXPECT_FALSE(eval.is_chief());
+  EXPECT_EQ(eval.cluster_spec().num_tasks("ps"), 1);
+}
+
+TEST(ClusterResolverTest, TfConfigContentErrors) {
+  auto err = [](const std::string& json) {
+    return message_of<InvalidArgumentError>([&] { ClusterResolver::from_tf_config(json); });
+  };
+  EXPECT_TRUE(contains(err("[1]"), "must be a JSON object")) << err("[1]");
+  EXPECT_TRUE(contains(err(R"({"task": {"type": "worker"}})"), "non-empty \"cluster\" object"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": "h:1"}, "task": {"type": "worker"}})"), "must be an array"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["h:1", "h:1"]}, "task": {"type": "worker"}})"),
+                       "address \"h:1\" is listed twice"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["h:1"]}})"), "needs a \"task\" object"));
+  const std::string m = err(R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}})");
+  EXPECT_TRUE(contains(m, "task.index 2 is out of range: job \"worker\" has 2 task(s) (valid: 0..1)")) << m;
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}})"),
+                       "task.type \"chief\" is not a job of the cluster"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})"),
+                       "non-negative integer"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief"}})"),
+                       "at most one is allowed"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})"), "no \"chief\" or \"worker\""));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0})"),
+                       "TF_CONFIG is not valid JSON"));
+}
+
+TEST(ClusterResolverTest, OpenMpiEnvironment) {
+  auto r = ClusterResolver::from_mpi_launcher(fake_env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->source(), "Open MPI environment");
+  EXPECT_EQ(r->num_workers(), 4);
+  EXPECT_EQ(r->worker_index(), 3);
+  EXPECT_EQ(r->local_rank(), 1);
+  EXPECT_EQ(r->local_size(), 2);
+  EXPECT_FALSE(r->is_chief());
+  EXPECT_EQ(r->cluster_spec().jobs.at("worker").at(3), "mpi:rank3");
+  auto chief = ClusterResolver::from_mpi_launcher(fake_env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  ASSERT_TRUE(chief.has_value());
+  EXPECT_TRUE(chief->is_chief());
+  EXPECT_EQ(chief->local_rank(), 0);
+  EXPECT_EQ(chief->local_size(), 1);
+  auto pmi = ClusterResolver::from_mpi_launcher(fake_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"},
+                                                          {"MPI_LOCALNRANKS", "2"}}));
+  ASSERT_TRUE(pmi.has_value());
+  EXPECT_EQ(pmi->source(), "PMI environment");
+  EXPECT_EQ(pmi->local_rank(), 1);
+  EXPECT_FALSE(ClusterResolver::from_mpi_launcher(fake_env({})).has_value());
+}
+
+TEST(ClusterResolverTest, BadLauncherVariables) {
+  auto err = [](std::map<std::string, std::string> vars) {
+    return message_of<InvalidArgumentError>([&] { ClusterResolver::from_mpi_launcher(fake_env(vars)); });
+  };
+  std::string m = err({{"OMPI_COMM_WORLD_RANK", "x1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_TRUE(contains(m, "OMPI_COMM_WORLD_RANK='x1' is not a non-negative integer")) << m;
+  m = err({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_TRUE(contains(m, "OMPI_COMM_WORLD_RANK=2 must be below OMPI_COMM_WORLD_SIZE=2")) << m;
+  m = err({{"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_TRUE(contains(m, "OMPI_COMM_WORLD_RANK is not")) << m;
+  m = err({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  EXPECT_TRUE(contains(m, "are inconsistent")) << m;
+}
+
+TEST(ClusterResolverTest, FromEnvironmentPrefersTfConfigThenLauncherThenOneWorker) {
+  auto tf = ClusterResolver::from_environment(fake_env(
+      {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})"},
+       {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  EXPECT_EQ(tf.source(), "TF_CONFIG");
+  EXPECT_EQ(tf.worker_index(), 1);
+  auto mpi = ClusterResolver::from_environment(fake_env({{"TF_CONFIG", ""}, {"OMPI_COMM_WORLD_RANK", "1"},
+                                                         {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  EXPECT_EQ(mpi.source(), "Open MPI environment");
+  auto none = ClusterResolver::from_environment(fake_env({}));
+  EXPECT_EQ(none.source(), "single process");
+  EXPECT_EQ(none.num_workers(), 1);
+  EXPECT_TRUE(none.is_chief());
+  const std::string m = message_of<InvalidArgumentError>(
+      [] { ClusterResolver::from_environment(fake_env({{"TF_CONFIG", "{\"cluster\": "}})); });
+  EXPECT_TRUE(contains(m, "TF_CONFIG is not valid JSON")) << m;
+}
+
+LogicalDevice dev(const std::string& type, int index, int physical) {
+  LogicalDevice d;
+  d.device_type = type;
+  d.index = index;
+  d.name = "/job:localhost/replica:0/task:0/device:" + type + ":" + std::to_string(index);
+  d.physical_index = physical;
+  d.physical_name = "/physical_device:" + type + ":" + std::to_string(physical);
+  return d;
+}
+
+TEST(WorkerDevicesTest, LocalRankGpuTakesTheVirtualGpusOfItsPhysicalGpu) {
+  // GPU:0 and GPU:1 carved from physical GPU 0, GPU:2 and GPU:3 from physical GPU 1.
+  std::vector<LogicalDevice> devices{dev("CPU", 0, 0), dev("GPU", 0, 0), dev("GPU", 1, 0), dev("GPU", 2, 1),
+                                     dev("GPU", 3, 1)};
+  auto mine = select_worker_devices(devices, 1, WorkerDevicePolicy::kAuto, 1);
+  ASSERT_EQ(mine.size(), 2u);
+  EXPECT_EQ(mine[0], devices[3].name);
+  EXPECT_EQ(mine[1], devices[4].name);
+  EXPECT_EQ(select_worker_devices(devices, 2, WorkerDevicePolicy::kLocalRankGpu, 1)[0], devices[1].name);  // 2 mod 2
+  EXPECT_EQ(select_worker_devices(devices, 0, WorkerDevicePolicy::kAllLocalGpus, 1).size(), 4u);
+  EXPECT_EQ(select_worker_devices(devices, 0, WorkerDevicePolicy::kCpu, 1), std::vector<std::string>{devices[0].name});
+}
+
+TEST(WorkerDevicesTest, CpuDevicesAndErrors) {
+  std::vector<LogicalDevice> cpus{dev("CPU", 0, 0), dev("CPU", 1, 0), dev("CPU", 2, 0)};
+  EXPECT_EQ(select_worker_devices(cpus, 5, WorkerDevicePolicy::kAuto, 1).size(), 1u);
+  auto two = select_worker_devices(cpus, 0, WorkerDevicePolicy::kCpu, 2);
+  EXPECT_EQ(two, (std::vector<std::string>{cpus[0].name, cpus[1].name}));
+  std::string m = message_of<InvalidArgumentError>([&] { select_worker_devices(cpus, 0, WorkerDevicePolicy::kCpu, 4); });
+  EXPECT_TRUE(contains(m, "cpu_devices_per_worker = 4 but this process has 3 logical CPU device(s)")) << m;
+  m = message_of<InvalidArgumentError>([&] { select_worker_devices(cpus, 0, WorkerDevicePolicy::kLocalRankGpu, 1); });
+  EXPECT_TRUE(contains(m, "needs a GPU, but this process has none")) << m;
+}
+
+TEST(GpuClaimsTest, TwoRanksOnOneGpuOfOneHostAreNamed) {
+  check_unique_gpus({{0, "node7", {"0000:19:00.0"}}, {1, "node7", {"0000:3b:00.0"}}, {2, "node8", {"0000:19:00.0"}}});
+  const std::string m = message_of<InvalidArgumentError>([] {
+    check_unique_gpus({{0, "node7", {"0000:19:00.0"}}, {1, "node8", {"0000:19:00.0"}}, {2, "node7", {"0000:19:00.0"}}});
+  });
+  EXPECT_TRUE(contains(m, "ranks 0 and 2 both use GPU 0000:19:00.0 on host node7")) << m;
+  // Virtual GPUs of one process on one physical GPU are one claim, not a conflict.
+  check_unique_gpus({{0, "n", {"0000:19:00.0", "0000:19:00.0"}}});
+}
+
+}  // namespace
+}  // namespace chorus::distribute
