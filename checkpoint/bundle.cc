@@ -325,9 +325,7 @@ BundleReader::BundleReader(std::string prefix) : impl_(std::make_unique<Impl>())
   }
   for (const auto& [key, e] : m.index.entries) {
     const DataShard& s = m.shards[static_cast<std::size_t>(e.shard_id)];
-    if (s.file && static_cast<std::uint64_t>(e.offset) + static_cast<std::uint64_t>(e.size) > s.size)
-      throw DataLossError(str_cat("corrupt checkpoint '", m.prefix, "': tensor '", key, "' needs bytes [", e.offset,
-                                  ", ", e.offset + e.size, ") of '", s.filename, "', which has ", s.size));
+    if (s.file) internal::check_entry_fits(e, s.size, s.filename, key);
   }
 }
 

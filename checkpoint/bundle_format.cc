@@ -80,6 +80,7 @@ std::string encode_bundle_entry(const BundleEntry& entry) {
   ProtoWriter e;
   e.add_varint(kEntryDtype, static_cast<std::uint64_t>(entry.tf_dtype));
   e.add_message(kEntryShape, shape);  // always present, also for a scalar ("12 00")
+  if (entry.shard_id != 0) e.add_int64(kEntryShardId, entry.shard_id);
   if (entry.offset != 0) e.add_int64(kEntryOffset, entry.offset);
   if (entry.size != 0) e.add_int64(kEntrySize, entry.size);
   if (entry.masked_crc32c != 0) {
@@ -344,6 +345,14 @@ std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64
     pos += lengths[i];
   }
   return out;
+}
+
+void check_entry_fits(const BundleEntry& entry, std::uint64_t data_size, const std::string& filename,
+                      const std::string& key) {
+  // offset, size ≥ 0 and offset + size without overflow: decode_bundle_entry checked them.
+  if (static_cast<std::uint64_t>(entry.offset) + static_cast<std::uint64_t>(entry.size) > data_size)
+    throw DataLossError(str_cat("corrupt checkpoint: tensor '", key, "' needs bytes [", entry.offset, ", ",
+                                entry.offset + entry.size, ") of '", filename, "', which has ", data_size));
 }
 
 void check_numeric_data(std::string_view bytes, const BundleEntry& entry, const std::string& filename,

@@ -91,6 +91,11 @@ std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64
                                               std::uint32_t masked_crc32c, const std::string& filename,
                                               const std::string& key);
 
+// DataLossError naming the file and key unless the entry's bytes lie within a data file of
+// `data_size` bytes (checked before anything is allocated for the entry).
+void check_entry_fits(const BundleEntry& entry, std::uint64_t data_size, const std::string& filename,
+                      const std::string& key);
+
 // The bytes of a numeric entry, already read: checks size and crc32c (DataLossError otherwise).
 void check_numeric_data(std::string_view bytes, const BundleEntry& entry, const std::string& filename,
                         const std::string& key);

@@ -3,7 +3,8 @@
 # CUDA is optional and not installed here: with /usr/local/cuda present chorus builds its GPU part.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make libgtest-dev libgmock-dev libbenchmark-dev
-      libdnnl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev)
+      libdnnl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
+      clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

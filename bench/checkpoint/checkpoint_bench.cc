@@ -1,0 +1,269 @@
+// Checkpoint save/restore throughput: BundleWriter/BundleReader against the raw disk, in the same
+// run, on the same bytes.
+//
+//   bench_checkpoint [--dir=/tmp] [--reps=5] [--sizes=64,256] [--with-1g] [--warm] [--quick]
+//
+// Cases: float32 variables of 4 MiB each, 64 MiB / 256 MiB (and 1 GiB with --with-1g) in total.
+//   save:    BundleWriter: construct, add() every tensor, finish() (fsyncs data, index, directory)
+//   restore: BundleReader: open (index parse + checks), read() every tensor (CRC-checked)
+// Yardstick ("raw"): one plain file in the same directory: create, write() the same tensors'
+// bytes one after another, fsync, close; read back with read() into freshly allocated buffers.
+// Nothing a user waits for is left out of either timing (fsyncs count, allocation counts).
+// Before each restore the files' pages are dropped from the page cache (posix_fadvise
+// DONTNEED after fsync; --warm keeps them), so both sides read from the disk.
+// Each number is the median of --reps repetitions. Throughput in GB/s (1e9 bytes/s) of tensor
+// bytes; ratio = chorus / raw (> 1: chorus is faster).
+//
+// Adding a method (e.g. an async save): append a Method to methods() below; it becomes one more
+// row per size in the table and more cases in the JSON line.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/bundle.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace chorus {
+namespace {
+
+constexpr std::int64_t kTensorFloats = (4 << 20) / 4;  // 4 MiB per variable
+
+struct Options {
+  std::string dir = "/tmp";
+  int reps = 5;
+  std::vector<int> sizes_mib = {64, 256};
+  bool warm = false;
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void drop_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+void check_io(bool ok, const char* what, const std::string& path) {
+  if (!ok) throw UnknownError(std::string(what) + " '" + path + "': " + std::strerror(errno));
+}
+
+// One way of saving and restoring the variables; each returns seconds.
+struct Method {
+  std::string name;       // row label
+  std::string yardstick;  // "" for the yardstick itself
+  std::function<double(const std::vector<Tensor>&, const std::string& path)> save;
+  std::function<double(const std::vector<Tensor>&, const std::string& path)> restore;  // checks contents
+  std::function<void(const std::string& path)> drop;  // evict its files from the page cache
+  std::function<void(const std::string& path)> remove;
+};
+
+std::string key_of(std::size_t i) { return "model/layer_with_weights-" + std::to_string(i) + "/kernel/.ATTRIBUTES/VARIABLE_VALUE"; }
+
+std::vector<Method> methods() {
+  std::vector<Method> m;
+  m.push_back(Method{
+      "raw write+fsync / read", "",
+      [](const std::vector<Tensor>& vars, const std::string& path) {
+        const double t0 = now();
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        check_io(fd >= 0, "open", path);
+        for (const Tensor& t : vars) {
+          const char* p = static_cast<const char*>(t.data());
+          std::size_t left = t.nbytes();
+          while (left > 0) {
+            const ssize_t n = ::write(fd, p, left);
+            check_io(n > 0, "write", path);
+            p += n;
+            left -= static_cast<std::size_t>(n);
+          }
+        }
+        check_io(::fsync(fd) == 0, "fsync", path);
+        check_io(::close(fd) == 0, "close", path);
+        return now() - t0;
+      },
+      [](const std::vector<Tensor>& vars, const std::string& path) {
+        const double t0 = now();
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        check_io(fd >= 0, "open", path);
+        std::vector<std::unique_ptr<char[]>> bufs;
+        for (const Tensor& t : vars) {
+          bufs.emplace_back(new char[t.nbytes()]);
+          std::size_t got = 0;
+          while (got < t.nbytes()) {
+            const ssize_t n = ::read(fd, bufs.back().get() + got, t.nbytes() - got);
+            check_io(n > 0, "read", path);
+            got += static_cast<std::size_t>(n);
+          }
+        }
+        ::close(fd);
+        const double dt = now() - t0;
+        if (std::memcmp(bufs.back().get(), vars.back().data(), vars.back().nbytes()) != 0)
+          throw InternalError("raw restore read different bytes");
+        return dt;
+      },
+      [](const std::string& path) { drop_cache(path); },
+      [](const std::string& path) { std::filesystem::remove(path); }});
+  m.push_back(Method{
+      "chorus BundleWriter / BundleReader", "raw write+fsync / read",
+      [](const std::vector<Tensor>& vars, const std::string& prefix) {
+        const double t0 = now();
+        train::BundleWriter w(prefix);
+        for (std::size_t i = 0; i < vars.size(); ++i) w.add(key_of(i), vars[i]);
+        w.finish();
+        return now() - t0;
+      },
+      [](const std::vector<Tensor>& vars, const std::string& prefix) {
+        const double t0 = now();
+        train::BundleReader r(prefix);
+        std::vector<Tensor> out;
+        for (std::size_t i = 0; i < vars.size(); ++i) out.push_back(r.read(key_of(i)));
+        const double dt = now() - t0;
+        if (std::memcmp(out.back().data(), vars.back().data(), vars.back().nbytes()) != 0)
+          throw InternalError("bundle restore read different bytes");
+        return dt;
+      },
+      [](const std::string& prefix) {
+        drop_cache(train::index_filename(prefix));
+        drop_cache(train::data_filename(prefix));
+      },
+      [](const std::string& prefix) { train::delete_bundle(prefix); }});
+  return m;
+}
+
+struct Row {
+  std::string method, yardstick;
+  int size_mib;
+  double save_gbps, restore_gbps;
+};
+
+std::string machine() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
+  return std::string(host) + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cpus";
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--dir=", 0) == 0) {
+      o.dir = a.substr(6);
+    } else if (a.rfind("--reps=", 0) == 0) {
+      o.reps = std::max(1, std::stoi(a.substr(7)));
+    } else if (a.rfind("--sizes=", 0) == 0) {
+      o.sizes_mib.clear();
+      std::string s = a.substr(8);
+      for (std::size_t p = 0; p <= s.size();) {
+        const std::size_t q = std::min(s.find(',', p), s.size());
+        o.sizes_mib.push_back(std::stoi(s.substr(p, q - p)));
+        p = q + 1;
+      }
+    } else if (a == "--with-1g") {
+      o.sizes_mib.push_back(1024);
+    } else if (a == "--warm") {
+      o.warm = true;
+    } else if (a == "--quick") {
+      o.sizes_mib = {8};
+      o.reps = 1;
+    } else {
+      std::fprintf(stderr, "usage: %s [--dir=/tmp] [--reps=5] [--sizes=64,256] [--with-1g] [--warm] [--quick]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  const std::string dir = o.dir + "/chorus_checkpoint_bench_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::printf("checkpoint save/restore, float32 variables of 4 MiB, dir %s, median of %d, %s page cache\n",
+              o.dir.c_str(), o.reps, o.warm ? "warm" : "cold (dropped before restore)");
+  const std::vector<Method> ms = methods();
+  std::vector<Row> rows;
+  for (int mib : o.sizes_mib) {
+    std::vector<Tensor> vars;
+    const std::int64_t floats = std::int64_t{mib} << 18;  // mib × 2^20 / 4
+    for (std::int64_t done = 0; done < floats; done += kTensorFloats) {
+      const std::int64_t n = std::min(kTensorFloats, floats - done);
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (std::int64_t j = 0; j < n; ++j) v[static_cast<std::size_t>(j)] = static_cast<float>((done + j) % 1000) * 0.5f;
+      vars.push_back(Tensor::from_vector<float>(v, "/CPU:0"));
+    }
+    const double bytes = static_cast<double>(floats) * 4;
+    for (const Method& m : ms) {
+      std::vector<double> save, restore;
+      const std::string path = dir + "/ckpt";
+      for (int r = 0; r < o.reps; ++r) {
+        save.push_back(m.save(vars, path));
+        if (!o.warm) m.drop(path);
+        restore.push_back(m.restore(vars, path));
+        m.remove(path);
+      }
+      rows.push_back({m.name, m.yardstick, mib, bytes / median(save) / 1e9, bytes / median(restore) / 1e9});
+    }
+  }
+  std::filesystem::remove_all(dir);
+
+  std::printf("%-38s %8s %12s %12s %10s %10s\n", "method", "size", "save GB/s", "restore GB/s", "save/raw",
+              "restore/raw");
+  auto yard = [&](const Row& r) -> const Row* {
+    for (const Row& y : rows)
+      if (y.method == r.yardstick && y.size_mib == r.size_mib) return &y;
+    return nullptr;
+  };
+  for (const Row& r : rows) {
+    const Row* y = yard(r);
+    std::printf("%-38s %5d MiB %12.3f %12.3f", r.method.c_str(), r.size_mib, r.save_gbps, r.restore_gbps);
+    if (y) std::printf(" %9.0f%% %9.0f%%", 100 * r.save_gbps / y->save_gbps, 100 * r.restore_gbps / y->restore_gbps);
+    std::printf("\n");
+  }
+  std::string json = "{\"bench\": \"checkpoint\", \"machine\": \"" + machine() + "\", \"cases\": [";
+  bool first = true;
+  for (const Row& r : rows) {
+    const Row* y = yard(r);
+    if (!y) continue;
+    for (int which = 0; which < 2; ++which) {
+      const double v = which == 0 ? r.save_gbps : r.restore_gbps;
+      const double yv = which == 0 ? y->save_gbps : y->restore_gbps;
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"case\": \"%s %s %d MiB\", \"value\": %.4f, \"unit\": \"GB/s\", \"yardstick\": \"%s\", "
+                    "\"yardstick_value\": %.4f, \"ratio\": %.3f}",
+                    first ? "" : ", ", r.method.c_str(), which == 0 ? "save" : "restore", r.size_mib, v,
+                    y->method.c_str(), yv, v / yv);
+      json += buf;
+      first = false;
+    }
+  }
+  json += "]}";
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) {
+  try {
+    return chorus::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
+    return 1;
+  }
+}
