@@ -18,8 +18,8 @@
 #include "checkpoint/bundle_format.h"
 #include "core/error.h"
 
-using namespace chorus;
-using namespace chorus::train;
+using chorus::train::BundleEntry;
+namespace internal = chorus::train::internal;
 
 namespace {
 
@@ -54,7 +54,7 @@ void read_entry(const std::string& key, const BundleEntry& e, std::string_view d
     check(static_cast<std::int64_t>(values.size()) == n);
   } else if (internal::dtype_from_tf(e.tf_dtype)) {
     // The tensor BundleReader allocates holds n × dtype_size bytes; it copies e.size into it.
-    check(static_cast<std::uint64_t>(e.size) == static_cast<std::uint64_t>(n) * dtype_size(e.dtype));
+    check(static_cast<std::uint64_t>(e.size) == static_cast<std::uint64_t>(n) * chorus::dtype_size(e.dtype));
     internal::check_numeric_data(bytes, e, "fuzz.data", key);
   }
 }
