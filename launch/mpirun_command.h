@@ -1,0 +1,95 @@
+// The mpirun command line that chorus-run executes (Open MPI 4.x): a pure function from options to
+// an argv vector, so every rule below is unit-tested without starting a process.
+//
+//   chorus::launch::MpirunOptions o;
+//   o.num_processes = 4;
+//   o.hosts = chorus::launch::parse_host_spec("node1:2,node2:2");
+//   o.program = {"./chorus-train", "--strategy", "multi_worker"};
+//   o.environment = {"CUDA_VISIBLE_DEVICES", "HOME", "NCCL_DEBUG"};   // names of set variables
+//   auto argv = chorus::launch::build_mpirun_argv(o);
+//   // mpirun -np 4 -H node1:2,node2:2 --bind-to none -x CUDA_VISIBLE_DEVICES -x NCCL_DEBUG
+//   //        -- ./chorus-train --strategy multi_worker
+//
+// The rules (docs/launch.md explains them to users):
+//   - `-np N`: N > 0.
+//   - `-H host[:slots],...`: a host without ":slots" has one slot (Open MPI's and Horovod's rule
+//     for -H). Hosts are passed on with their slot counts written out ("a,b" → "-H a:1,b:1"). When
+//     hosts are given, N must equal the sum of their slots: fewer would leave slots idle without
+//     saying so, more would oversubscribe remote machines; both are InvalidArgumentError naming N,
+//     the sum and each host's slots.
+//   - Without hosts all processes run on this machine; when N exceeds the cores known
+//     (`local_cores` > 0), `--oversubscribe` is added (Open MPI refuses otherwise: by default a
+//     machine has one slot per core). `oversubscribe = true` adds it unconditionally.
+//   - `--bind-to none` by default: a chorus process runs several threads (one per replica, oneDNN's
+//     OpenMP threads, input pipeline workers); Open MPI's default for -np <= 2 binds each process
+//     to ONE core, so those threads would share it. "none" leaves placement to the OS; "socket"
+//     or "numa" are the choices for a multi-socket GPU server (any value Open MPI takes is passed).
+//   - `-x NAME` for every name in `environment` that is_forwarded_variable (prefixes CHORUS_, TF_,
+//     NCCL_, and the exact names CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, LD_LIBRARY_PATH, PATH):
+//     mpirun gives remote processes a bare environment, and these are the ones chorus, CUDA, NCCL
+//     and OpenMP read. Then `-x E` for every entry of `extra_environment` ("NAME" or "NAME=VALUE";
+//     NAME made of [A-Za-z0-9_], not starting with a digit). Names are sorted and de-duplicated,
+//     so the line is the same whatever the order of environ. (Open MPI forwards OMPI_MCA_* itself.)
+//   - `--allow-run-as-root` when `run_as_root` (Open MPI refuses to start as root without it).
+//   - `--` then the program and its arguments, unchanged: mpirun passes them to each process as
+//     separate argv entries, so no quoting happens here (shell_join quotes for printing only).
+//
+// Errors: InvalidArgumentError (core/error.h) for every rule above, with the value seen and what
+// is valid. Thread-safe: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::launch {
+
+// One entry of a host list: "node1:4" → {"node1", 4, true}; "node1" → {"node1", 1, false}.
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+  bool slots_given = false;  // false: the default of one slot was used
+  bool operator==(const HostSlots&) const = default;
+};
+
+// Parses "host[:slots],host[:slots],...". Host names are non-empty and contain no ':', ',' or
+// whitespace (IPv6 literals are not supported); slots are decimal integers >= 1. A host listed
+// twice is an error (Open MPI would merge them silently; say "a:4" instead). Throws
+// InvalidArgumentError naming the offending entry and its position.
+std::vector<HostSlots> parse_host_spec(std::string_view spec);
+
+// "a:2,b:1" — the -H argument passed to mpirun (slots always written out).
+std::string format_host_spec(const std::vector<HostSlots>& hosts);
+
+// Environment variables forwarded with -x: names starting with one of kForwardedPrefixes, and the
+// names in kForwardedNames.
+inline constexpr std::string_view kForwardedPrefixes[] = {"CHORUS_", "TF_", "NCCL_"};
+inline constexpr std::string_view kForwardedNames[] = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+                                                       "LD_LIBRARY_PATH", "PATH"};
+// True when `name` is forwarded by the rules above.
+bool is_forwarded_variable(std::string_view name);
+
+struct MpirunOptions {
+  std::string mpirun = "mpirun";         // argv[0]: a name or a resolved path
+  int num_processes = 0;                 // -np; must be > 0
+  std::vector<HostSlots> hosts;          // empty: every process on this machine
+  std::string bind_to = "none";          // --bind-to value; must be non-empty
+  int local_cores = 0;                   // cores of this machine (0: unknown); see --oversubscribe
+  bool oversubscribe = false;            // force --oversubscribe
+  bool run_as_root = false;              // add --allow-run-as-root
+  std::vector<std::string> environment;  // names of the variables set in the caller's environment
+  std::vector<std::string> extra_environment;  // passed as -x E unconditionally ("NAME[=VALUE]")
+  std::vector<std::string> program;      // the program and its arguments; must be non-empty
+};
+
+// The full argv, argv[0] = options.mpirun. Throws InvalidArgumentError (see the rules above).
+std::vector<std::string> build_mpirun_argv(const MpirunOptions& options);
+
+// POSIX-shell quoting for printing a command a user can paste: words made only of
+// [A-Za-z0-9_@%+=:,./-] stay as they are; any other word is wrapped in single quotes, with each
+// ' written as '\''. The empty word is ''.
+std::string shell_quote(std::string_view word);
+// The words quoted and joined by single spaces.
+std::string shell_join(const std::vector<std::string>& words);
+
+}  // namespace chorus::launch

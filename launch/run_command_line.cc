@@ -1,0 +1,117 @@
+#include "launch/run_command_line.h"
+
+#include <charconv>
+
+#include "core/error.h"
+#include "launch/mpirun_command.h"
+
+namespace chorus::launch {
+namespace {
+
+int parse_count(const std::string& flag, const std::string& value) {
+  int n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  CHORUS_REQUIRE(!value.empty() && ec == std::errc() && end == value.data() + value.size(), InvalidArgumentError,
+                 flag, " expects a whole number of processes, got '", value, "'");
+  return n;
+}
+
+}  // namespace
+
+RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
+  RunCommandLine out;
+  std::size_t i = 0;
+  // The value of the option at args[i]: the "=value" part of a long option, else the next word.
+  const auto value_of = [&](const std::string& flag, const std::string* inline_value) -> std::string {
+    if (inline_value) return *inline_value;
+    CHORUS_REQUIRE(i + 1 < args.size(), InvalidArgumentError, "option ", flag, " needs a value");
+    return args[++i];
+  };
+  for (; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") {
+      ++i;
+      break;
+    }
+    if (word.empty() || word[0] != '-') break;  // the program starts here, as with mpirun
+
+    std::string flag = word;
+    std::optional<std::string> inline_value;
+    if (word.rfind("--", 0) == 0) {
+      if (const auto eq = word.find('='); eq != std::string::npos) {
+        flag = word.substr(0, eq);
+        inline_value = word.substr(eq + 1);
+      }
+    }
+    const std::string* iv = inline_value ? &*inline_value : nullptr;
+    const auto no_value = [&] {
+      CHORUS_REQUIRE(!inline_value, InvalidArgumentError, "option ", flag, " takes no value, got '", word, "'");
+    };
+    if (flag == "-np" || flag == "-n" || flag == "--np") {
+      out.num_processes = parse_count(flag, value_of(flag, iv));
+    } else if (flag == "-H" || flag == "--host" || flag == "-host") {
+      out.hosts = value_of(flag, iv);
+    } else if (flag == "--bind-to") {
+      out.bind_to = value_of(flag, iv);
+    } else if (flag == "-x") {
+      out.extra_environment.push_back(value_of(flag, iv));
+    } else if (flag == "--oversubscribe") {
+      no_value();
+      out.oversubscribe = true;
+    } else if (flag == "--dry-run") {
+      no_value();
+      out.dry_run = true;
+    } else if (flag == "--check-build") {
+      no_value();
+      out.check_build = true;
+    } else if (flag == "-h" || flag == "--help") {
+      no_value();
+      out.help = true;
+    } else {
+      throw InvalidArgumentError(internal::str_cat(
+          "unknown option '", word, "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, --dry-run, "
+          "--check-build, --help, then the program (after '--' if its name starts with '-')"));
+    }
+  }
+  out.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (out.help || out.check_build) return out;
+
+  CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError,
+                 "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
+  CHORUS_REQUIRE(out.num_processes || out.hosts, InvalidArgumentError,
+                 "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... to start "
+                 "one per slot");
+  return out;
+}
+
+std::string run_usage() {
+  return R"(chorus-run: start a chorus program on several processes with Open MPI's mpirun.
+
+usage: chorus-run [options] [--] program [args...]
+       chorus-run --check-build
+
+options:
+  -np N, -n N          number of processes to start (> 0); with -H it defaults to the sum of the
+                       slots and must equal it
+  -H, --host SPEC      hosts as host[:slots],... (a host without :slots has 1 slot), e.g.
+                       -H node1:4,node2:4; without -H every process runs on this machine
+  --bind-to WHAT       mpirun's process binding (default none: each chorus process runs several
+                       threads, which binding to one core would crowd; socket or numa suit
+                       multi-socket GPU servers)
+  --oversubscribe      allow more processes than slots (added by itself when -np exceeds this
+                       machine's cores and no -H is given)
+  -x NAME[=VALUE]      also forward this environment variable (CHORUS_*, TF_*, NCCL_*,
+                       CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, LD_LIBRARY_PATH and PATH are
+                       forwarded already when set)
+  --dry-run            print the mpirun command line (shell-quoted) instead of running it
+  --check-build        print what this build of chorus contains (CUDA, cuDNN, cuBLAS, NCCL, MPI,
+                       oneDNN) and how many GPUs are visible, then exit
+  -h, --help           this text
+
+chorus-run adds --allow-run-as-root when run as root and returns mpirun's exit status.
+Exit status 2: a bad command line; 127: mpirun not found (apt-get install openmpi-bin).
+Example: chorus-run -np 2 -- chorus-train --strategy multi_worker --epochs 1
+)";
+}
+
+}  // namespace chorus::launch

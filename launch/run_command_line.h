@@ -1,0 +1,49 @@
+// chorus-run's own command line, parsed into a plain struct (the tool in launch/tools/chorus_run.cc
+// turns it into MpirunOptions and executes it).
+//
+//   chorus-run [options] [--] program [args...]
+//
+//   -np N, -n N             number of processes (default with -H: the sum of its slots)
+//   -H SPEC, --host SPEC    host[:slots],... (launch/mpirun_command.h)
+//   --bind-to WHAT          passed to mpirun's --bind-to (default none)
+//   --oversubscribe         always pass --oversubscribe
+//   -x NAME[=VALUE]         forward one more environment variable (repeatable)
+//   --dry-run               print the mpirun line instead of running it
+//   --check-build           print what this build of chorus contains and exit
+//   -h, --help              usage
+//
+// Long options also take the `--name=value` form. The program starts at `--` or at the first word
+// that does not start with '-' (as with mpirun); everything from there on belongs to the program,
+// untouched. Flags are case-sensitive, as mpirun's.
+//
+// Errors: an unknown option, an option without its value, a non-numeric -np, a missing -np without
+// -H, no program (unless --help or --check-build) → InvalidArgumentError whose message names the
+// problem; the tool prints it and exits 2. Range checks (-np > 0, slots vs -np) are
+// build_mpirun_argv's. Thread-safe: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace chorus::launch {
+
+struct RunCommandLine {
+  bool help = false;
+  bool check_build = false;
+  bool dry_run = false;
+  bool oversubscribe = false;
+  std::optional<int> num_processes;  // -np as given (validated later)
+  std::optional<std::string> hosts;  // -H as given (parsed by parse_host_spec)
+  std::string bind_to = "none";
+  std::vector<std::string> extra_environment;
+  std::vector<std::string> program;  // program and arguments
+};
+
+// `args` excludes argv[0].
+RunCommandLine parse_run_command_line(const std::vector<std::string>& args);
+
+// The text of `chorus-run --help`.
+std::string run_usage();
+
+}  // namespace chorus::launch

@@ -1,0 +1,41 @@
+// chorus-train: trains a built-in model (mlp or the seed CNN) on digits under a chosen strategy.
+// Flags: launch/train_options.h (`chorus-train --help`); the job: launch/trainer.h; guide:
+// docs/launch.md. Works alone and under chorus-run/mpirun.
+//
+// Exit status: 0 trained (and reached --min-accuracy), 1 a training error or an accuracy below
+// --min-accuracy, 2 a bad command line.
+#include <iostream>
+
+#include "core/error.h"
+#include "launch/train_options.h"
+#include "launch/trainer.h"
+
+namespace cx = chorus;
+namespace launch = chorus::launch;
+
+int main(int argc, char** argv) {
+  launch::TrainOptions options;
+  try {
+    options = launch::parse_train_options(argc, argv);
+  } catch (const cx::InvalidArgumentError& e) {
+    std::cerr << "chorus-train: " << e.message() << "\nRun 'chorus-train --help' for the flags.\n";
+    return 2;
+  }
+  if (options.help) {
+    std::cout << launch::train_usage();
+    return 0;
+  }
+  std::cout << std::unitbuf;  // progress lines in order with log lines on stderr
+  try {
+    const launch::TrainResult result = launch::train(options, std::cout);
+    if (result.accuracy < options.min_accuracy) {
+      std::cerr << "chorus-train: held-out accuracy " << result.accuracy << " is below --min-accuracy "
+                << options.min_accuracy << "\n";
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "chorus-train: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,186 @@
+#include "launch/trainer.h"
+
+#include <memory>
+#include <ostream>
+
+#include "core/config.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "data/mnist.h"
+#include "data/synthetic_digits.h"
+#include "distribute/cluster_resolver.h"
+#include "distribute/mirrored_strategy.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "launch/tfrecord_digits.h"
+#include "model/callbacks.h"
+#include "model/layers.h"
+#include "model/losses.h"
+#include "model/model.h"
+#include "optimizer/adam.h"
+#include "optimizer/sgd.h"
+#include "ops/random.h"
+#if defined(CHORUS_WITH_MPI)
+#include "collective/mpi.h"
+#endif
+
+namespace chorus::launch {
+namespace {
+
+using internal::str_cat;
+
+constexpr std::int64_t kDefaultVirtualLimitMb = 2048;
+constexpr std::int64_t kSyntheticTrain = 60000;
+constexpr std::int64_t kSyntheticTest = 10000;
+constexpr std::int64_t kTFRecordTest = 1000;
+constexpr std::int64_t kShuffleBuffer = 10000;
+
+// One whole line per write and flush: the processes of an mpirun job share one terminal, and lines
+// written piecewise would interleave.
+void line(std::ostream& out, const std::string& text) { out << (text + "\n") << std::flush; }
+
+// local_rank picks the GPU that virtual devices are carved out of: one physical GPU per process on
+// a multi-GPU host (what MultiWorkerMirroredStrategy's kLocalRankGpu policy then selects).
+void configure_devices(const TrainOptions& o, int local_rank, std::ostream& out) {
+  const auto gpus = config::list_physical_devices("GPU");
+  const auto cpu = config::list_physical_devices("CPU").at(0);
+  if (o.virtual_devices > 0) {
+    const PhysicalDevice& base = gpus.empty() ? cpu : gpus[static_cast<std::size_t>(local_rank) % gpus.size()];
+    std::int64_t limit = o.memory_limit_mb;
+    if (limit == 0) limit = o.virtual_devices > 1 ? kDefaultVirtualLimitMb : -1;
+    config::set_logical_device_configuration(
+        base, std::vector<LogicalDeviceConfiguration>(static_cast<std::size_t>(o.virtual_devices),
+                                                      LogicalDeviceConfiguration{.memory_limit_mb = limit}));
+    line(out, str_cat("Virtual devices: ", o.virtual_devices, " on ", base.name,
+                      limit > 0 ? str_cat(", ", limit, " MiB each") : std::string()));
+  } else if (o.memory_limit_mb > 0) {
+    for (const auto& d : gpus.empty() ? std::vector<PhysicalDevice>{cpu} : gpus)
+      config::set_logical_device_configuration(d, {{.memory_limit_mb = o.memory_limit_mb}});
+    line(out, str_cat("Memory limit: ", o.memory_limit_mb, " MiB per device"));
+  }
+}
+
+std::unique_ptr<distribute::Strategy> make_strategy(const TrainOptions& o,
+                                                   const std::optional<distribute::ClusterResolver>& cluster) {
+  if (o.strategy == "default") return nullptr;
+  if (o.strategy == "multi_worker") {
+    distribute::MultiWorkerMirroredStrategyOptions mw;
+    mw.cluster_resolver = cluster;
+    mw.devices = o.devices;
+    // Without a GPU the policy is kCpu: use every virtual CPU device this process configured.
+    if (config::list_physical_devices("GPU").empty() && o.virtual_devices > 1)
+      mw.cpu_devices_per_worker = o.virtual_devices;
+    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(mw);
+  }
+  if (o.strategy == "one_device") {
+    std::string device = o.devices.empty() ? "" : o.devices[0];
+    if (device.empty()) device = config::list_logical_devices("GPU").empty() ? "/cpu:0" : "/gpu:0";
+    return std::make_unique<distribute::OneDeviceStrategy>(device);
+  }
+  if (o.strategy == "mirrored") return std::make_unique<distribute::MirroredStrategy>(o.devices);
+  throw InternalError(str_cat("make_strategy: unhandled --strategy ", o.strategy));
+}
+
+std::vector<layers::LayerPtr> make_layers(const std::string& model) {
+  namespace L = layers;
+  if (model == "mlp") return {L::Flatten(), L::Dense(128, "relu"), L::Dense(10)};
+  return {L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
+          L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)};
+}
+
+std::shared_ptr<optimizers::Optimizer> make_optimizer(const TrainOptions& o) {
+  if (o.optimizer == "sgd") return std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = o.learning_rate});
+  return std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = o.learning_rate});
+}
+
+// A dataset limited to its first n elements (n = 0: all).
+data::Dataset first(const data::Dataset& ds, std::int64_t n) { return n > 0 ? ds.take(n) : ds; }
+
+struct Data {
+  data::Dataset train, test;
+  std::string description;
+};
+
+Data make_data(const TrainOptions& o) {
+  if (!o.tfrecord.empty()) {
+    const auto files = expand_file_patterns(o.tfrecord);
+    const std::int64_t test = o.test_size > 0 ? o.test_size : kTFRecordTest;
+    const auto all = tfrecord_digits_dataset(files);
+    return {first(all.skip(test), o.train_size), all.take(test),
+            str_cat(files.size(), " TFRecord file(s), first ", test, " records held out")};
+  }
+  if (!o.data_dir.empty()) {
+    return {first(data::load_digits(o.data_dir, true), o.train_size), first(data::load_digits(o.data_dir, false), o.test_size),
+            "MNIST idx files in " + o.data_dir};
+  }
+  const std::int64_t train = o.train_size > 0 ? o.train_size : kSyntheticTrain;
+  const std::int64_t test = o.test_size > 0 ? o.test_size : kSyntheticTest;
+  return {data::synthetic_digits(train, o.seed), data::synthetic_digits(test, o.seed + 1),
+          str_cat("synthetic digits, ", train, " train / ", test, " held out")};
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o, std::ostream& all_out) {
+  // Refuse what this build cannot do before touching devices or data.
+  if (!o.checkpoint_dir.empty())
+    throw UnimplementedError(
+        "--checkpoint-dir is not available in this build yet: CheckpointManager (checkpoint/checkpoint_manager.h) "
+        "has not landed. Train without --checkpoint-dir.");
+  const bool multi_worker = o.strategy == "multi_worker";
+  if (const auto rank = env::launcher_rank(); rank && !multi_worker)
+    line(all_out, str_cat("warning: process ", *rank, " of an mpirun job with --strategy ", o.strategy,
+                          ": every process trains its own copy of the model; --strategy multi_worker trains one model"));
+
+  // Destruction order matters: the model (declared below) before the strategy, the strategy before
+  // MPI (multi_worker_mirrored_strategy.h).
+  std::optional<distribute::ClusterResolver> cluster;
+#if defined(CHORUS_WITH_MPI)
+  std::optional<collective::MpiEnvironment> mpi;
+  if (multi_worker && collective::MpiEnvironment::launched_by_mpirun()) mpi.emplace();
+#endif
+  if (multi_worker) cluster = distribute::ClusterResolver::from_environment();
+  // Only the chief of a multi-worker job prints progress; the other workers print errors only.
+  const bool chief = !cluster || cluster->is_chief();
+  std::ostream silent(nullptr);
+  std::ostream& out = chief ? all_out : silent;
+
+  ops::set_seed(o.seed);
+  configure_devices(o, cluster ? cluster->local_rank() : 0, out);
+  std::unique_ptr<distribute::Strategy> owned = make_strategy(o, cluster);
+  distribute::Strategy& strategy = owned ? *owned : distribute::get_strategy();
+
+  TrainResult result;
+  result.replicas = strategy.num_replicas_in_sync();
+  result.strategy = str_cat(strategy.name(), " on ", result.replicas, " device", result.replicas == 1 ? "" : "s");
+  if (cluster) result.strategy += str_cat(" in ", cluster->num_workers(), " worker(s)");
+  if (result.replicas > 1)
+    result.strategy += str_cat(" (", distribute::cross_device_ops_name(strategy.cross_device_ops().ops), ")");
+  line(out, "Strategy: " + result.strategy);
+
+  std::unique_ptr<model::Sequential> net;
+  {
+    std::optional<distribute::Strategy::Scope> scope;
+    if (owned) scope.emplace(*owned);
+    net = std::make_unique<model::Sequential>(make_layers(o.model), o.model);
+    net->compile(make_optimizer(o), std::make_shared<losses::SparseCategoricalCrossentropy>(/*from_logits=*/true),
+                 {"accuracy"});
+  }
+
+  Data d = make_data(o);
+  line(out, "Data: " + d.description);
+  auto train_ds = d.train.shuffle(kShuffleBuffer, o.seed).batch(o.batch_size).prefetch(data::kAutotune);
+  auto test_ds = d.test.batch(o.batch_size);
+
+  model::FitOptions fit{.epochs = o.epochs, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0};
+  if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
+  net->fit(train_ds, fit);
+
+  const auto metrics = net->evaluate(test_ds);
+  result.accuracy = metrics.at("accuracy");
+  result.loss = metrics.at("loss");
+  line(out, str_cat("held-out accuracy: ", result.accuracy, ", loss: ", result.loss));
+  if (!o.log_dir.empty()) line(out, "TensorBoard logs in " + o.log_dir);
+  return result;
+}
+
+}  // namespace chorus::launch

@@ -1,0 +1,62 @@
+// chorus-run starting real Open MPI jobs on this machine (label mpi): the tiny MPI program
+// mpi_probe, its exit status, and chorus-train under chorus-run.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "tests/launch/tool_runner.h"
+
+extern char** environ;
+
+namespace chorus::launch {
+namespace {
+
+using testing::run_tool;
+using ::testing::HasSubstr;
+
+// The environment of the test plus the variable the probe looks for (forwarded as CHORUS_*).
+std::vector<std::string> probe_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.emplace_back("CHORUS_LAUNCH_PROBE=forwarded");
+  return env;
+}
+
+TEST(ChorusRunMpi, RunsTwoRanksThatCanTalk) {
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", MPI_PROBE_PATH}, probe_environment());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("sum of ranks 1 over 2 processes; CHORUS_LAUNCH_PROBE forwarded to every rank"));
+}
+
+TEST(ChorusRunMpi, OversubscribesThreeRanksOnASmallMachine) {
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "3", "--", MPI_PROBE_PATH}, probe_environment());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("sum of ranks 3 over 3 processes"));
+}
+
+TEST(ChorusRunMpi, ReturnsTheJobsExitStatus) {
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", MPI_PROBE_PATH, "--exit-code", "3"}, probe_environment());
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+}
+
+TEST(ChorusRunMpi, ChorusTrainUnderChorusRun) {
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", CHORUS_TRAIN_PATH, "--model", "mlp", "--strategy",
+                           "default", "--epochs", "1", "--train", "300", "--test", "100", "--batch", "32", "--quiet"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("warning: process 0 of an mpirun job"));
+  EXPECT_THAT(r.out, HasSubstr("warning: process 1 of an mpirun job"));
+}
+
+TEST(ChorusRunMpi, ChorusTrainMultiWorkerTrainsOneModel) {
+  // Two workers with one CPU device each: one model, gradients all-reduced over MPI; the chief prints.
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", CHORUS_TRAIN_PATH, "--model", "mlp", "--strategy",
+                           "multi_worker", "--epochs", "1", "--train", "600", "--test", "200", "--batch", "32",
+                           "--learning-rate", "0.003", "--min-accuracy", "0.6", "--quiet"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Strategy: MultiWorkerMirroredStrategy on 2 devices in 2 worker(s)"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning: process")));
+}
+
+}  // namespace
+}  // namespace chorus::launch

@@ -1,0 +1,104 @@
+// The chorus-run executable: the printed command, exit statuses and messages (no MPI job runs here;
+// chorus_run_mpi_test.cc starts real ones).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "launch/build_info.h"
+#include "launch/process.h"
+#include "tests/launch/tool_runner.h"
+
+namespace chorus::launch {
+namespace {
+
+using testing::run_tool;
+using ::testing::HasSubstr;
+
+const std::string kTool = CHORUS_RUN_PATH;
+
+TEST(ChorusRun, DryRunPrintsOneQuotedLine) {
+  // A controlled environment: exactly one variable chorus forwards besides PATH.
+  const auto r = run_tool({kTool, "--dry-run", "-np", "2", "-H", "a:1,b:1", "--", "./x", "--flag", "a b"},
+                          std::vector<std::string>{"PATH=/usr/bin:/bin", "CHORUS_LAUNCH_TEST=1", "HOME=/root"});
+  const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "mpirun -np 2 -H a:1,b:1 --bind-to none" + root +
+                       " -x CHORUS_LAUNCH_TEST -x PATH -- ./x --flag 'a b'\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(ChorusRun, NpDefaultsToTheSlotsOfTheHosts) {
+  const auto r = run_tool({kTool, "--dry-run", "-H", "a:3", "--bind-to", "socket", "prog"},
+                          std::vector<std::string>{"PATH=/bin"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("mpirun -np 3 -H a:3 --bind-to socket"));
+  EXPECT_THAT(r.out, HasSubstr(" -x PATH -- prog\n"));
+}
+
+TEST(ChorusRun, HelpExitsZero) {
+  const auto r = run_tool({kTool, "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("usage: chorus-run"));
+}
+
+struct BadLine {
+  std::vector<std::string> args;
+  const char* message;
+};
+
+TEST(ChorusRun, BadCommandLinesExitTwoNamingTheProblem) {
+  const BadLine cases[] = {
+      {{"-np", "0", "--", "./x"}, "-np must be a positive number of processes, got 0"},
+      {{"-np", "-2", "--", "./x"}, "-np must be a positive number of processes, got -2"},
+      {{"-np", "4", "-H", "a,b", "--", "./x"}, "-np 4 does not match the 2 slots of -H"},
+      {{"-np", "2", "-H", "a:0,b", "--", "./x"}, "slots must be >= 1, got 0"},
+      {{"-np", "2", "-H", "a,,b", "--", "./x"}, "host entry 2 of -H 'a,,b' is empty"},
+      {{"-np", "2"}, "no program to run"},
+      {{"--", "./x"}, "-np is missing"},
+      {{"--bogus", "./x"}, "unknown option '--bogus'"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv{kTool, "--dry-run"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const auto r = run_tool(argv);
+    EXPECT_EQ(r.exit_code, 2) << c.message;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_THAT(r.err, HasSubstr("chorus-run --help"));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(ChorusRun, MissingMpirunNamesThePackage) {
+  const auto r = run_tool({kTool, "-np", "1", "--", "/bin/true"}, std::vector<std::string>{"PATH=/nonexistent"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(r.err, HasSubstr("mpirun was not found on PATH (/nonexistent)"));
+  EXPECT_THAT(r.err, HasSubstr("apt-get install openmpi-bin"));
+}
+
+TEST(ChorusRun, MissingLocalProgramIsNamed) {
+  const char* path = std::getenv("PATH");
+  if (!find_executable("mpirun", path ? path : "")) GTEST_SKIP() << "mpirun is not installed";
+  const auto r = run_tool({kTool, "-np", "1", "--", "./no-such-program-here"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(r.err, HasSubstr("program ./no-such-program-here was not found"));
+}
+
+TEST(ChorusRun, CheckBuildPrintsOneLinePerComponent) {
+  const auto r = run_tool({kTool, "--check-build"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::vector<std::string> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(line);
+  const char* names[] = {"CUDA: ", "cuDNN: ", "cuBLAS: ", "NCCL: ", "MPI: ", "oneDNN: ", "GPUs visible: "};
+  ASSERT_EQ(got.size(), std::size(names)) << r.out;
+  const auto expected = query_build_info();  // the same queries, made in this process
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].rfind(names[i], 0), 0u) << got[i];
+    EXPECT_EQ(got[i], format_component(expected[i]));
+  }
+}
+
+}  // namespace
+}  // namespace chorus::launch

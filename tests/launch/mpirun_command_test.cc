@@ -1,0 +1,185 @@
+#include "launch/mpirun_command.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace chorus::launch {
+namespace {
+
+using Argv = std::vector<std::string>;
+using ::testing::HasSubstr;
+
+MpirunOptions basic(int np, Argv program = {"./x"}) {
+  MpirunOptions o;
+  o.num_processes = np;
+  o.program = std::move(program);
+  return o;
+}
+
+std::string error_of(const MpirunOptions& o) {
+  try {
+    build_mpirun_argv(o);
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "build_mpirun_argv did not throw";
+  return "";
+}
+
+std::string host_error_of(std::string_view spec) {
+  try {
+    parse_host_spec(spec);
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "parse_host_spec('" << spec << "') did not throw";
+  return "";
+}
+
+TEST(HostSpec, ExplicitSlots) {
+  EXPECT_EQ(parse_host_spec("a:2,b:2"), (std::vector<HostSlots>{{"a", 2, true}, {"b", 2, true}}));
+  EXPECT_EQ(parse_host_spec("node-1.example.com:8"), (std::vector<HostSlots>{{"node-1.example.com", 8, true}}));
+}
+
+TEST(HostSpec, DefaultSlotIsOne) {
+  EXPECT_EQ(parse_host_spec("a,b"), (std::vector<HostSlots>{{"a", 1, false}, {"b", 1, false}}));
+  EXPECT_EQ(parse_host_spec("a,b:3"), (std::vector<HostSlots>{{"a", 1, false}, {"b", 3, true}}));
+}
+
+TEST(HostSpec, FormatWritesEverySlotCount) {
+  EXPECT_EQ(format_host_spec(parse_host_spec("a,b:3")), "a:1,b:3");
+}
+
+TEST(HostSpec, BadSpecsNameTheEntry) {
+  EXPECT_THAT(host_error_of(""), HasSubstr("-H is empty"));
+  EXPECT_THAT(host_error_of("a,,b"), HasSubstr("host entry 2 of -H 'a,,b' is empty"));
+  EXPECT_THAT(host_error_of("a,"), HasSubstr("host entry 2"));
+  EXPECT_THAT(host_error_of(",a"), HasSubstr("host entry 1"));
+  EXPECT_THAT(host_error_of(":2"), HasSubstr("no host name"));
+  EXPECT_THAT(host_error_of("a:0"), HasSubstr("slots must be >= 1, got 0"));
+  EXPECT_THAT(host_error_of("a:-1"), HasSubstr("slots must be >= 1, got -1"));
+  EXPECT_THAT(host_error_of("a:x"), HasSubstr("slots 'x' is not a whole number"));
+  EXPECT_THAT(host_error_of("a:"), HasSubstr("slots '' is not a whole number"));
+  EXPECT_THAT(host_error_of("a:2x"), HasSubstr("slots '2x'"));
+  EXPECT_THAT(host_error_of("a:2:3"), HasSubstr("more than one ':'"));
+  EXPECT_THAT(host_error_of("a b:2"), HasSubstr("whitespace"));
+  EXPECT_THAT(host_error_of("a:2,a:1"), HasSubstr("host 'a' is listed twice"));
+}
+
+TEST(MpirunArgv, LocalProcesses) {
+  EXPECT_EQ(build_mpirun_argv(basic(4)), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--", "./x"}));
+}
+
+TEST(MpirunArgv, OversubscribesOnlyPastTheKnownCores) {
+  MpirunOptions o = basic(4);
+  o.local_cores = 4;
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--", "./x"}));
+  o.local_cores = 2;
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--", "./x"}));
+  o.local_cores = 16;
+  o.oversubscribe = true;  // forced
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--", "./x"}));
+}
+
+TEST(MpirunArgv, HostsWithSlots) {
+  MpirunOptions o = basic(4);
+  o.hosts = parse_host_spec("a:2,b:2");
+  o.local_cores = 1;  // hosts give the slots: the local core count does not matter
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "-H", "a:2,b:2", "--bind-to", "none", "--", "./x"}));
+}
+
+TEST(MpirunArgv, HostsWithDefaultSlots) {
+  MpirunOptions o = basic(2);
+  o.hosts = parse_host_spec("a,b");
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "2", "-H", "a:1,b:1", "--bind-to", "none", "--", "./x"}));
+}
+
+TEST(MpirunArgv, SlotMismatchNamesBothCounts) {
+  MpirunOptions o = basic(4);
+  o.hosts = parse_host_spec("a,b");
+  const std::string msg = error_of(o);
+  EXPECT_THAT(msg, HasSubstr("-np 4 does not match the 2 slots of -H (a:1 (default), b:1 (default)"));
+  EXPECT_THAT(msg, HasSubstr("use -np 2"));
+  o.num_processes = 3;
+  o.hosts = parse_host_spec("a:2,b:2");
+  EXPECT_THAT(error_of(o), HasSubstr("-np 3 does not match the 4 slots of -H (a:2, b:2"));
+}
+
+TEST(MpirunArgv, BadProcessCountsAndPrograms) {
+  EXPECT_THAT(error_of(basic(0)), HasSubstr("-np must be a positive number of processes, got 0"));
+  EXPECT_THAT(error_of(basic(-3)), HasSubstr("got -3"));
+  EXPECT_THAT(error_of(basic(2, {})), HasSubstr("no program to run"));
+  EXPECT_THAT(error_of(basic(2, {""})), HasSubstr("no program to run"));
+  MpirunOptions o = basic(2);
+  o.bind_to = "";
+  EXPECT_THAT(error_of(o), HasSubstr("--bind-to is empty"));
+}
+
+TEST(MpirunArgv, RootAndBinding) {
+  MpirunOptions o = basic(2);
+  o.run_as_root = true;
+  o.bind_to = "socket";
+  EXPECT_EQ(build_mpirun_argv(o),
+            (Argv{"mpirun", "-np", "2", "--bind-to", "socket", "--allow-run-as-root", "--", "./x"}));
+  o.run_as_root = false;
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "2", "--bind-to", "socket", "--", "./x"}));
+}
+
+TEST(MpirunArgv, ForwardsOnlyTheTrainingEnvironmentSorted) {
+  MpirunOptions o = basic(2);
+  o.environment = {"HOME", "PATH", "TF_CPP_MIN_LOG_LEVEL", "NCCL_DEBUG", "CHORUS_LOG_LEVEL", "SSH_AUTH_SOCK",
+                   "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "TF_", "CUDA_HOME",
+                   "CHORUS_LOG_LEVEL", "OMPI_MCA_btl"};
+  EXPECT_EQ(build_mpirun_argv(o),
+            (Argv{"mpirun", "-np", "2", "--bind-to", "none", "-x", "CHORUS_LOG_LEVEL", "-x", "CUDA_VISIBLE_DEVICES",
+                  "-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH", "-x",
+                  "TF_CPP_MIN_LOG_LEVEL", "--", "./x"}));
+}
+
+TEST(MpirunArgv, ExtraEnvironmentAndExplicitValuesWin) {
+  MpirunOptions o = basic(2);
+  o.environment = {"NCCL_DEBUG", "PATH"};
+  o.extra_environment = {"NCCL_DEBUG=INFO", "MY_VAR", "PATH", "A_1=x y"};
+  EXPECT_EQ(build_mpirun_argv(o),
+            (Argv{"mpirun", "-np", "2", "--bind-to", "none", "-x", "A_1=x y", "-x", "MY_VAR", "-x", "NCCL_DEBUG=INFO",
+                  "-x", "PATH", "--", "./x"}));
+  o.extra_environment = {"1X=2"};
+  EXPECT_THAT(error_of(o), HasSubstr("-x '1X=2'"));
+  o.extra_environment = {"A-B"};
+  EXPECT_THAT(error_of(o), HasSubstr("-x 'A-B'"));
+  o.extra_environment = {"=v"};
+  EXPECT_THAT(error_of(o), HasSubstr("-x '=v'"));
+}
+
+TEST(MpirunArgv, ProgramArgumentsPassUnchanged) {
+  MpirunOptions o = basic(2, {"./x", "--flag", "a b", "it's", "", "--"});
+  const Argv argv = build_mpirun_argv(o);
+  EXPECT_EQ(Argv(argv.end() - 6, argv.end()), (Argv{"./x", "--flag", "a b", "it's", "", "--"}));
+  EXPECT_EQ(argv[argv.size() - 7], "--");
+}
+
+TEST(MpirunArgv, ForwardedVariableRules) {
+  EXPECT_TRUE(is_forwarded_variable("CHORUS_LOG_LEVEL"));
+  EXPECT_TRUE(is_forwarded_variable("TF_FORCE_GPU_ALLOW_GROWTH"));
+  EXPECT_TRUE(is_forwarded_variable("NCCL_SOCKET_IFNAME"));
+  EXPECT_TRUE(is_forwarded_variable("CUDA_VISIBLE_DEVICES"));
+  EXPECT_FALSE(is_forwarded_variable("CUDA_VISIBLE_DEVICES_X"));
+  EXPECT_FALSE(is_forwarded_variable("TF_"));
+  EXPECT_FALSE(is_forwarded_variable("chorus_x"));
+  EXPECT_FALSE(is_forwarded_variable("HOME"));
+}
+
+TEST(ShellQuote, QuotesOnlyWhatTheShellWouldSplitOrExpand) {
+  EXPECT_EQ(shell_quote("abc-1.2/x_y:z,w=v@%+"), "abc-1.2/x_y:z,w=v@%+");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+  EXPECT_EQ(shell_quote("*.tfrecord"), "'*.tfrecord'");
+  EXPECT_EQ(shell_join({"mpirun", "-np", "2", "--", "./x", "--flag", "a b"}), "mpirun -np 2 -- ./x --flag 'a b'");
+}
+
+}  // namespace
+}  // namespace chorus::launch

@@ -1,0 +1,81 @@
+#include "launch/run_command_line.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace chorus::launch {
+namespace {
+
+using Args = std::vector<std::string>;
+using ::testing::HasSubstr;
+
+std::string error_of(const Args& args) {
+  try {
+    parse_run_command_line(args);
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "parse_run_command_line did not throw";
+  return "";
+}
+
+TEST(RunCommandLine, ProgramAfterDoubleDash) {
+  const auto cl = parse_run_command_line({"-np", "4", "-H", "a:2,b:2", "--dry-run", "--", "./x", "--flag", "a b"});
+  EXPECT_EQ(cl.num_processes, 4);
+  EXPECT_EQ(cl.hosts, "a:2,b:2");
+  EXPECT_TRUE(cl.dry_run);
+  EXPECT_FALSE(cl.check_build);
+  EXPECT_EQ(cl.bind_to, "none");
+  EXPECT_EQ(cl.program, (Args{"./x", "--flag", "a b"}));
+}
+
+TEST(RunCommandLine, ProgramAtFirstNonOptionAsWithMpirun) {
+  const auto cl = parse_run_command_line({"-n", "2", "prog", "-np", "9", "--", "x"});
+  EXPECT_EQ(cl.num_processes, 2);
+  EXPECT_EQ(cl.program, (Args{"prog", "-np", "9", "--", "x"}));
+}
+
+TEST(RunCommandLine, LongOptionsTakeEqualsForm) {
+  const auto cl = parse_run_command_line(
+      {"--np=3", "--host=a:3", "--bind-to=socket", "-x", "A=1", "-x", "B", "--oversubscribe", "--", "p"});
+  EXPECT_EQ(cl.num_processes, 3);
+  EXPECT_EQ(cl.hosts, "a:3");
+  EXPECT_EQ(cl.bind_to, "socket");
+  EXPECT_EQ(cl.extra_environment, (Args{"A=1", "B"}));
+  EXPECT_TRUE(cl.oversubscribe);
+}
+
+TEST(RunCommandLine, HostsAloneAreEnough) {
+  const auto cl = parse_run_command_line({"-H", "a:2", "--", "p"});
+  EXPECT_FALSE(cl.num_processes.has_value());
+  EXPECT_EQ(cl.hosts, "a:2");
+}
+
+TEST(RunCommandLine, HelpAndCheckBuildNeedNoProgram) {
+  EXPECT_TRUE(parse_run_command_line({"--help"}).help);
+  EXPECT_TRUE(parse_run_command_line({"-h"}).help);
+  EXPECT_TRUE(parse_run_command_line({"--check-build"}).check_build);
+}
+
+TEST(RunCommandLine, Errors) {
+  EXPECT_THAT(error_of({"-np", "2"}), HasSubstr("no program to run"));
+  EXPECT_THAT(error_of({"-np", "2", "--"}), HasSubstr("no program to run"));
+  EXPECT_THAT(error_of({"--", "p"}), HasSubstr("-np is missing"));
+  EXPECT_THAT(error_of({"-np"}), HasSubstr("option -np needs a value"));
+  EXPECT_THAT(error_of({"-np", "two", "p"}), HasSubstr("-np expects a whole number of processes, got 'two'"));
+  EXPECT_THAT(error_of({"-np", "2x", "p"}), HasSubstr("got '2x'"));
+  EXPECT_THAT(error_of({"--frobnicate", "p"}), HasSubstr("unknown option '--frobnicate'"));
+  EXPECT_THAT(error_of({"--dry-run=yes", "p"}), HasSubstr("--dry-run takes no value"));
+}
+
+TEST(RunCommandLine, UsageMentionsEveryOption) {
+  const std::string usage = run_usage();
+  for (const char* flag : {"-np", "-H", "--bind-to", "--oversubscribe", "-x", "--dry-run", "--check-build", "--help",
+                           "openmpi-bin"})
+    EXPECT_THAT(usage, HasSubstr(flag));
+}
+
+}  // namespace
+}  // namespace chorus::launch

@@ -1,0 +1,106 @@
+#include "launch/train_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace chorus::launch {
+namespace {
+
+using Args = std::vector<std::string>;
+using ::testing::HasSubstr;
+
+std::string error_of(const Args& args) {
+  try {
+    parse_train_options(args);
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "parse_train_options did not throw";
+  return "";
+}
+
+TEST(TrainOptions, Defaults) {
+  const TrainOptions o = parse_train_options(Args{});
+  EXPECT_FALSE(o.help);
+  EXPECT_EQ(o.model, "cnn");
+  EXPECT_EQ(o.strategy, "mirrored");
+  EXPECT_TRUE(o.devices.empty());
+  EXPECT_EQ(o.virtual_devices, 0);
+  EXPECT_EQ(o.epochs, 2);
+  EXPECT_EQ(o.batch_size, 128);
+  EXPECT_DOUBLE_EQ(o.learning_rate, 1e-3);
+  EXPECT_EQ(o.optimizer, "adam");
+  EXPECT_TRUE(o.resume);
+  EXPECT_TRUE(o.verbose);
+  EXPECT_DOUBLE_EQ(o.min_accuracy, 0.0);
+}
+
+TEST(TrainOptions, EveryFlag) {
+  const TrainOptions o = parse_train_options(Args{
+      "--model", "mlp", "--strategy=one_device", "--devices", "/cpu:1", "--virtual-devices", "2",
+      "--memory-limit-mb", "512", "--epochs", "3", "--batch", "64", "--learning-rate", "0.05", "--optimizer", "sgd",
+      "--tfrecord", "a.tfrecord", "--tfrecord", "b-*.tfrecord", "--train", "500", "--test", "100", "--seed", "9",
+      "--checkpoint-dir", "/tmp/ck", "--no-resume", "--log-dir", "/tmp/logs", "--min-accuracy", "0.5", "--quiet"});
+  EXPECT_EQ(o.model, "mlp");
+  EXPECT_EQ(o.strategy, "one_device");
+  EXPECT_EQ(o.devices, (Args{"/cpu:1"}));
+  EXPECT_EQ(o.virtual_devices, 2);
+  EXPECT_EQ(o.memory_limit_mb, 512);
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_EQ(o.batch_size, 64);
+  EXPECT_DOUBLE_EQ(o.learning_rate, 0.05);
+  EXPECT_EQ(o.optimizer, "sgd");
+  EXPECT_EQ(o.tfrecord, (Args{"a.tfrecord", "b-*.tfrecord"}));
+  EXPECT_EQ(o.train_size, 500);
+  EXPECT_EQ(o.test_size, 100);
+  EXPECT_EQ(o.seed, 9u);
+  EXPECT_EQ(o.checkpoint_dir, "/tmp/ck");
+  EXPECT_FALSE(o.resume);
+  EXPECT_EQ(o.log_dir, "/tmp/logs");
+  EXPECT_DOUBLE_EQ(o.min_accuracy, 0.5);
+  EXPECT_FALSE(o.verbose);
+}
+
+TEST(TrainOptions, DevicesAreCommaSeparated) {
+  EXPECT_EQ(parse_train_options(Args{"--devices", "/gpu:0,/gpu:1"}).devices, (Args{"/gpu:0", "/gpu:1"}));
+  EXPECT_THAT(error_of({"--devices", ","}), HasSubstr("--devices is empty"));
+}
+
+TEST(TrainOptions, BoostErrorsBecomeInvalidArgument) {
+  EXPECT_THAT(error_of({"--frobnicate"}), HasSubstr("unrecognised option '--frobnicate'"));
+  EXPECT_THAT(error_of({"--epochs"}), HasSubstr("epochs"));
+  EXPECT_THAT(error_of({"--epochs", "two"}), HasSubstr("epochs"));
+  EXPECT_THAT(error_of({"--epo", "2"}), HasSubstr("unrecognised option '--epo'"));  // no guessing
+}
+
+TEST(TrainOptions, ValuesAreValidated) {
+  EXPECT_THAT(error_of({"--model", "resnet"}), HasSubstr("--model 'resnet' is not one of: mlp, cnn"));
+  EXPECT_THAT(error_of({"--strategy", "tpu"}),
+              HasSubstr("--strategy 'tpu' is not one of: default, one_device, mirrored, multi_worker"));
+  EXPECT_THAT(error_of({"--optimizer", "lamb"}), HasSubstr("is not one of: adam, sgd"));
+  EXPECT_THAT(error_of({"--epochs", "0"}), HasSubstr("--epochs must be >= 1, got 0"));
+  EXPECT_THAT(error_of({"--batch", "0"}), HasSubstr("--batch must be >= 1"));
+  EXPECT_THAT(error_of({"--learning-rate", "-1"}), HasSubstr("--learning-rate must be > 0"));
+  EXPECT_THAT(error_of({"--virtual-devices", "-2"}), HasSubstr("--virtual-devices must be >= 0"));
+  EXPECT_THAT(error_of({"--memory-limit-mb", "-1"}), HasSubstr("--memory-limit-mb must be >= 0"));
+  EXPECT_THAT(error_of({"--train", "-1"}), HasSubstr("--train must be >= 0"));
+  EXPECT_THAT(error_of({"--min-accuracy", "1.5"}), HasSubstr("--min-accuracy must be in [0, 1]"));
+  EXPECT_THAT(error_of({"--data-dir", "d", "--tfrecord", "x"}), HasSubstr("choose one source of data"));
+  EXPECT_THAT(error_of({"--strategy", "one_device", "--devices", "/cpu:0,/cpu:1"}), HasSubstr("takes one device"));
+  EXPECT_THAT(error_of({"--strategy", "default", "--devices", "/cpu:0"}), HasSubstr("--strategy default"));
+}
+
+TEST(TrainOptions, HelpListsEveryFlag) {
+  EXPECT_TRUE(parse_train_options(Args{"--help"}).help);
+  const std::string usage = train_usage();
+  for (const char* flag : {"--help", "--model", "--strategy", "--devices", "--virtual-devices", "--memory-limit-mb",
+                           "--epochs", "--batch", "--learning-rate", "--optimizer", "--data-dir", "--tfrecord",
+                           "--train", "--test", "--seed", "--checkpoint-dir", "--no-resume", "--log-dir",
+                           "--min-accuracy", "--quiet"})
+    EXPECT_THAT(usage, HasSubstr(flag));
+}
+
+}  // namespace
+}  // namespace chorus::launch
