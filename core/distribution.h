@@ -84,6 +84,13 @@ class DistributionStrategy {
   virtual int num_replicas_in_sync() const = 0;
   // The device of each replica, in replica order (canonical names).
   virtual std::vector<std::string> replica_devices() const = 0;
+  // Multi-process strategies: whether this process is the chief (the one that writes checkpoints
+  // and summaries). One process: true.
+  virtual bool is_chief() const { return true; }
+  // Multi-process strategies: returns once every worker process has called it with the same
+  // `tag` (checkpoints use it so that no worker runs ahead of the chief's save), or throws like a
+  // collective that timed out. One process: returns at once.
+  virtual void worker_barrier(std::string_view tag) { (void)tag; }
 };
 
 // The calling thread's strategy: the innermost active scope's (or the one whose run() called

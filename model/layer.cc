@@ -84,7 +84,15 @@ Variable Layer::add_weight(const std::string& name, const Shape& shape, const in
                               .synchronization = sync,
                               .aggregation = aggregation});
   weights_.push_back(v);
+  weight_names_.push_back(name);
+  child_created(name, v);  // a restore waiting for this weight assigns it now
   return v;
+}
+
+std::vector<train::TrackableChild> Layer::trackable_children() const {
+  std::vector<train::TrackableChild> out;
+  for (std::size_t i = 0; i < weights_.size(); ++i) out.push_back({weight_names_[i], weights_[i]});
+  return out;
 }
 
 std::vector<Variable> Layer::trainable_weights() const {

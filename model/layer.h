@@ -25,12 +25,13 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "checkpoint/trackable.h"
 #include "core/variable.h"
 #include "model/initializers.h"
 
 namespace chorus::layers {
 
-class Layer {
+class Layer : public train::Trackable {
  public:
   explicit Layer(std::string name = "");
   virtual ~Layer() = default;
@@ -58,6 +59,14 @@ class Layer {
   virtual Shape compute_output_shape(const Shape& input_shape) const { return input_shape; }
   // Parameters (elements of all weights) for summaries.
   std::int64_t count_params() const;
+  // Whether the layer has weights once built (Keras numbers such layers "layer_with_weights-N" in
+  // checkpoints, also before they are built): true unless a layer without weights says otherwise.
+  virtual bool creates_weights() const { return true; }
+  bool has_weights() const { return built() ? !weights_.empty() : creates_weights(); }
+
+  // Checkpointing (checkpoint/trackable.h): the weights by their short names ("kernel", "bias");
+  // restored values wait for the build if the layer is not built yet.
+  std::vector<train::TrackableChild> trackable_children() const override;
 
  protected:
   virtual void build_weights(const Shape& input_shape) {}
@@ -70,6 +79,7 @@ class Layer {
   std::string name_;
   std::string prefix_;
   std::vector<Variable> weights_;
+  std::vector<std::string> weight_names_;  // short names, parallel to weights_
   void build_once(const Shape& input_shape);
   std::vector<std::int64_t> built_shape_;  // input dims without the batch dim
   std::atomic<bool> built_{false};

@@ -87,6 +87,7 @@ class Pooling2DLayer final : public Layer {
   Pooling2DLayer(ops::PoolKind kind, std::array<std::int64_t, 2> pool, std::array<std::int64_t, 2> strides,
                  ops::Padding padding, std::string name);
   std::string class_name() const override { return kind_ == ops::PoolKind::kMax ? "MaxPooling2D" : "AveragePooling2D"; }
+  bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
 
  protected:
@@ -107,6 +108,7 @@ class FlattenLayer final : public Layer {
  public:
   explicit FlattenLayer(std::string name) : Layer(std::move(name)) {}
   std::string class_name() const override { return "Flatten"; }
+  bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
 
  protected:
@@ -118,6 +120,7 @@ class ActivationLayer final : public Layer {
  public:
   ActivationLayer(std::string activation, std::string name);
   std::string class_name() const override { return "Activation"; }
+  bool creates_weights() const override { return false; }
 
  protected:
   Tensor call(const Tensor& x, bool training) override;
@@ -133,6 +136,7 @@ class DropoutLayer final : public Layer {
  public:
   DropoutLayer(double rate, std::optional<std::uint64_t> seed, std::string name);
   std::string class_name() const override { return "Dropout"; }
+  bool creates_weights() const override { return false; }
 
  protected:
   Tensor call(const Tensor& x, bool training) override;

@@ -255,6 +255,25 @@ std::string Model::summary() const {
   return os.str();
 }
 
+std::vector<train::TrackableChild> Model::trackable_children() const {
+  std::vector<train::TrackableChild> out;
+  for (const auto& l : layers_) out.push_back({l->name(), std::shared_ptr<train::Trackable>(l)});
+  if (optimizer_) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_)});
+  return out;
+}
+
+std::vector<train::TrackableChild> Sequential::trackable_children() const {
+  std::vector<train::TrackableChild> out;
+  const auto all = layers();
+  int with_weights = 0;
+  for (const auto& l : all) {
+    if (l->has_weights()) out.push_back({str_cat("layer_with_weights-", with_weights++), std::shared_ptr<train::Trackable>(l)});
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) out.push_back({str_cat("layer-", i), std::shared_ptr<train::Trackable>(all[i])});
+  if (optimizer_ptr()) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_ptr())});
+  return out;
+}
+
 Sequential::Sequential(std::vector<layers::LayerPtr> layers, std::string name) : Model(std::move(name)) {
   for (auto& l : layers) add(std::move(l));
 }

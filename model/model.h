@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/trackable.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "model/callbacks.h"
@@ -55,7 +56,7 @@ struct History {
   std::map<std::string, std::vector<double>> history;  // "loss" → per-epoch values, ...
 };
 
-class Model {
+class Model : public train::Trackable {
  public:
   explicit Model(std::string name = "model");
   virtual ~Model();
@@ -82,9 +83,18 @@ class Model {
   Tensor predict(const data::Dataset& dataset);
 
   optimizers::Optimizer& optimizer() const;
+  // The compiled optimizer, or nullptr before compile.
+  const std::shared_ptr<optimizers::Optimizer>& optimizer_ptr() const { return optimizer_; }
   distribute::Strategy& strategy() const { return *strategy_; }
   // Keras-style table of layers, output shapes and parameter counts.
   std::string summary() const;
+  // Checkpointing (checkpoint/trackable.h): the tracked layers by name, then "optimizer" once
+  // compiled; Sequential numbers its layers as Keras does ("layer_with_weights-0", ...,
+  // "layer-0", ...), so keys read "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE".
+  // A model restored before it is built gets its values when build (or the first call) creates
+  // the weights.
+  std::vector<train::TrackableChild> trackable_children() const override;
+
   // Set by callbacks (EarlyStopping) to end fit after the current epoch.
   bool stop_training = false;
 
@@ -113,6 +123,7 @@ class Sequential final : public Model {
  public:
   explicit Sequential(std::vector<layers::LayerPtr> layers = {}, std::string name = "sequential");
   void add(layers::LayerPtr layer);
+  std::vector<train::TrackableChild> trackable_children() const override;
 
  protected:
   Tensor call(const Tensor& x, bool training) override;

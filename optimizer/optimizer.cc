@@ -200,11 +200,27 @@ void Optimizer::create_slots(const std::vector<Variable>& vars) {
                                            .synchronization = VariableSynchronization::kOnWrite,
                                            .device = v.device()}));
     }
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->index.emplace(v.impl().get(), state_->entries.size());
-    state_->entries.push_back(std::move(entry));
-    state_->built = true;
+    const std::vector<Variable> slots = entry.slots;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->index.emplace(v.impl().get(), state_->entries.size());
+      state_->entries.push_back(std::move(entry));
+      state_->built = true;
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) slot_created(v, names[i], slots[i]);  // restore-on-create
   }
+}
+
+std::vector<train::TrackableChild> Optimizer::trackable_children() const { return {{"iter", iterations_}}; }
+
+std::vector<train::SlotVariableRef> Optimizer::slot_variables() const {
+  const std::vector<std::string> names = slot_names_impl();
+  std::vector<train::SlotVariableRef> out;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (const auto& e : state_->entries) {
+    for (std::size_t i = 0; i < e.slots.size(); ++i) out.push_back({e.variable, names[i], e.slots[i]});
+  }
+  return out;
 }
 
 std::vector<Tensor> Optimizer::clip(std::vector<Tensor> grads) const {

@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "checkpoint/trackable.h"
 #include "core/variable.h"
 #include "ops/tape.h"
 #include "optimizer/learning_rate_schedule.h"
@@ -96,7 +97,7 @@ struct CommonOptions {
   std::optional<double> global_clipnorm;  // all gradients scaled so their joint L2 norm <= this
 };
 
-class Optimizer {
+class Optimizer : public train::Trackable {
  public:
   virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
@@ -143,6 +144,14 @@ class Optimizer {
   void exclude_from_weight_decay(const std::vector<Variable>& vars, const std::vector<std::string>& var_names = {});
 
   const std::string& name() const { return name_; }
+
+  // Checkpointing (checkpoint/trackable.h): the child "iter" is `iterations` (Keras 2's name, so
+  // keys read "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"); every slot is attached to its
+  // variable ("<variable path>/.OPTIMIZER_SLOT/optimizer/m"). Slots restored before they exist
+  // are assigned when apply_gradients/build creates them.
+  std::vector<train::TrackableChild> trackable_children() const override;
+  std::vector<train::SlotVariableRef> slot_variables() const override;
+
   // Keras's get_config() as JSON text: {"name": "Adam", "learning_rate": 0.001, ...}.
   std::string get_config() const;
 

@@ -1,0 +1,240 @@
+#include "checkpoint/checkpoint_manager.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/async_writer.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/bundle.h"
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace chorus::train {
+
+using ::chorus::internal::str_cat;
+
+namespace {
+
+constexpr const char* kLockFile = ".chorus-manager.lock";
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The exclusive, process-held lock of a directory; the file holds the holder's pid for messages.
+int lock_directory(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kLockFile).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw PermissionDeniedError(str_cat("CheckpointManager: cannot open the lock file '", path, "': ",
+                                        std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      throw FailedPreconditionError(str_cat(
+          "CheckpointManager: another CheckpointManager is active in '", dir, "' (lock held by pid ",
+          n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?"),
+          "); only one may manage a directory at a time — destroy the other one first, or use another directory"));
+    }
+    throw UnknownError(str_cat("CheckpointManager: flock('", path, "'): ", std::strerror(err)));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  return fd;
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directory, std::optional<int> max_to_keep,
+                                     CheckpointManagerOptions options)
+    : checkpoint_(checkpoint), directory_(std::move(directory)), max_to_keep_(max_to_keep), options_(std::move(options)) {
+  CHORUS_REQUIRE(!directory_.empty(), InvalidArgumentError, "CheckpointManager: empty directory");
+  CHORUS_REQUIRE(!max_to_keep_ || *max_to_keep_ > 0, InvalidArgumentError,
+                 "CheckpointManager: max_to_keep must be positive or nullopt (keep all), got ", max_to_keep_.value_or(0));
+  CHORUS_REQUIRE(!options_.checkpoint_interval || options_.step_counter.defined(), InvalidArgumentError,
+                 "CheckpointManager: checkpoint_interval needs a step_counter");
+  CHORUS_REQUIRE(!options_.checkpoint_interval || *options_.checkpoint_interval > 0, InvalidArgumentError,
+                 "CheckpointManager: checkpoint_interval must be positive, got ", options_.checkpoint_interval.value_or(0));
+  CHORUS_REQUIRE(!options_.step_counter.defined() || (is_integer(options_.step_counter.dtype()) &&
+                                                      options_.step_counter.shape().rank() == 0),
+                 InvalidArgumentError, "CheckpointManager: step_counter must be an integer scalar variable, got ",
+                 dtype_name(options_.step_counter.dtype()), options_.step_counter.shape().to_string());
+  CHORUS_REQUIRE(!options_.checkpoint_name.empty() && options_.checkpoint_name.find('/') == std::string::npos,
+                 InvalidArgumentError, "CheckpointManager: checkpoint_name must be a plain file name, got '",
+                 options_.checkpoint_name, "'");
+  prefix_ = (std::filesystem::path(directory_) / options_.checkpoint_name).string();
+  chief_ = is_checkpoint_chief();
+  if (chief_) {
+    std::error_code ec;
+    std::filesystem::create_directories(directory_, ec);
+    if (ec) {
+      throw PermissionDeniedError(str_cat("CheckpointManager: cannot create directory '", directory_, "': ", ec.message()));
+    }
+    lock_fd_ = lock_directory(directory_);
+    const int removed = remove_stray_temporaries(directory_);
+    if (removed > 0) {
+      CHORUS_LOG(INFO) << "CheckpointManager: removed " << removed << " temporary file(s) of an interrupted save in '"
+                       << directory_ << "'";
+    }
+  }
+  // Recover the state (TF's constructor).
+  const double clock = now_seconds();
+  std::optional<CheckpointState> state;
+  try {
+    state = read_checkpoint_state(directory_);
+  } catch (...) {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    throw;
+  }
+  if (!state) {
+    last_preserved_timestamp_ = clock - 1;
+    return;
+  }
+  if (!state->model_checkpoint_path.empty()) latest_ = state->model_checkpoint_path;
+  last_preserved_timestamp_ = state->last_preserved_timestamp;
+  if (clock < last_preserved_timestamp_) {
+    CHORUS_LOG(WARNING) << "CheckpointManager: the clock (" << clock << ") is behind the last preserved timestamp ("
+                        << last_preserved_timestamp_ << ") of '" << directory_ << "'; using the clock";
+    last_preserved_timestamp_ = clock;
+  }
+  std::vector<double> stamps = state->all_model_checkpoint_timestamps;
+  if (stamps.size() != state->all_model_checkpoint_paths.size()) {
+    stamps.assign(state->all_model_checkpoint_paths.size(), last_preserved_timestamp_);
+  }
+  for (std::size_t i = 0; i < stamps.size(); ++i) {
+    const double t = std::min(stamps[i], clock);
+    if (t > last_preserved_timestamp_) maybe_delete_.emplace_back(state->all_model_checkpoint_paths[i], t);
+  }
+}
+
+CheckpointManager::~CheckpointManager() {
+  try {
+    checkpoint_.async_->wait();
+  } catch (const std::exception& e) {
+    CHORUS_LOG(ERROR) << "CheckpointManager: the last async save failed: " << e.what();
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+std::int64_t CheckpointManager::current_step() const {
+  return options_.step_counter.read_value().to("/CPU:0").reshape(Shape{1}).to_vector<std::int64_t>()[0];
+}
+
+std::optional<std::string> CheckpointManager::save(std::optional<std::int64_t> checkpoint_number, bool check_interval,
+                                                   const SaveOptions& options) {
+  if (options_.checkpoint_interval) {
+    const std::int64_t step = current_step();
+    if (last_checkpoint_step_) {
+      if (step == *last_checkpoint_step_) return std::nullopt;
+      if (check_interval && step < *last_checkpoint_step_ + *options_.checkpoint_interval) return std::nullopt;
+    }
+    last_checkpoint_step_ = step;
+  }
+  checkpoint_.async_->wait();  // the previous save's error surfaces before the counter moves
+  const Variable& counter = checkpoint_.save_counter();
+  counter.impl()->assign_add(Tensor::scalar<std::int64_t>(1, "/CPU:0"));
+  const std::int64_t n = checkpoint_number ? *checkpoint_number : counter.value().item<std::int64_t>();
+  const std::string path = str_cat(prefix_, "-", n);
+  SaveOptions opts = options;
+  opts.chief = chief_;
+  return checkpoint_.write_impl(path, opts, [this](const std::string& written) { on_written(written); });
+}
+
+void CheckpointManager::on_written(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double timestamp = now_seconds();
+  maybe_delete_.erase(std::remove_if(maybe_delete_.begin(), maybe_delete_.end(),
+                                     [&](const auto& e) { return e.first == path; }),
+                      maybe_delete_.end());
+  maybe_delete_.emplace_back(path, timestamp);
+  latest_ = path;
+  // State first: a crash while deleting then still finds the new checkpoint (TF's order).
+  record_state();
+  sweep();
+  record_state();
+}
+
+void CheckpointManager::record_state() {
+  if (!chief_) return;
+  CheckpointState s;
+  s.model_checkpoint_path = latest_.value_or("");
+  for (const auto& [p, t] : maybe_delete_) {
+    s.all_model_checkpoint_paths.push_back(p);
+    s.all_model_checkpoint_timestamps.push_back(t);
+  }
+  s.last_preserved_timestamp = last_preserved_timestamp_;
+  write_checkpoint_state(directory_, s);
+}
+
+void CheckpointManager::sweep() {
+  if (!max_to_keep_) return;
+  while (maybe_delete_.size() > static_cast<std::size_t>(*max_to_keep_)) {
+    const auto [path, timestamp] = maybe_delete_.front();
+    maybe_delete_.erase(maybe_delete_.begin());
+    if (options_.keep_checkpoint_every_n_hours &&
+        timestamp - *options_.keep_checkpoint_every_n_hours * 3600.0 >= last_preserved_timestamp_) {
+      last_preserved_timestamp_ = timestamp;  // preserved: kept on disk, no longer managed
+      continue;
+    }
+    if (chief_) delete_bundle(path);
+  }
+}
+
+std::optional<std::string> CheckpointManager::restore_or_initialize() {
+  std::vector<std::string> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (latest_) candidates.push_back(*latest_);
+    for (auto it = maybe_delete_.rbegin(); it != maybe_delete_.rend(); ++it) {
+      if (std::find(candidates.begin(), candidates.end(), it->first) == candidates.end()) candidates.push_back(it->first);
+    }
+  }
+  for (const std::string& path : candidates) {
+    try {
+      checkpoint_.restore(path);
+    } catch (const DataLossError& e) {
+      CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is damaged (" << e.what()
+                        << "); trying the previous one";
+      continue;
+    } catch (const NotFoundError& e) {
+      CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is missing (" << e.what()
+                        << "); trying the previous one";
+      continue;
+    }
+    if (options_.checkpoint_interval) last_checkpoint_step_ = current_step();
+    return path;
+  }
+  if (!candidates.empty()) {
+    throw DataLossError(str_cat("CheckpointManager: none of the ", candidates.size(), " checkpoint(s) in '", directory_,
+                                "' could be restored (see the errors logged above); move them away to start afresh"));
+  }
+  if (options_.init_fn) options_.init_fn();
+  return std::nullopt;
+}
+
+void CheckpointManager::sync() { checkpoint_.sync(); }
+
+std::optional<std::string> CheckpointManager::latest_checkpoint() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
+}
+
+std::vector<std::string> CheckpointManager::checkpoints() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [p, t] : maybe_delete_) out.push_back(p);
+  return out;
+}
+
+}  // namespace chorus::train

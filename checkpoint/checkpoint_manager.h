@@ -1,0 +1,102 @@
+// CheckpointManager: TensorFlow's tf.train.CheckpointManager — numbered saves in a directory,
+// the `checkpoint` state file, retention, and resuming (FORMATS.md C).
+//
+//   train::Checkpoint ckpt({{"model", model}, {"optimizer", model.optimizer()}, {"step", step}});
+//   train::CheckpointManager manager(ckpt, "/tmp/run", /*max_to_keep=*/3);
+//   manager.restore_or_initialize();                  // resumes from the latest save, if any
+//   for (...) { train_step(); if (step % 100 == 0) manager.save(); }
+//
+// save(checkpoint_number, check_interval, options): with checkpoint_interval set, returns nullopt
+//   (saves nothing) when the step_counter equals the last saved step or, if check_interval, is
+//   below last + interval. Otherwise increments the checkpoint's save_counter and writes
+//   "<directory>/<checkpoint_name>-<N>" (N = checkpoint_number, else save_counter) through
+//   Checkpoint's crash-safe write. Once the bundle is durable: the path becomes the latest (a
+//   re-saved path moves to the end), the state file is replaced atomically, then checkpoints
+//   beyond max_to_keep are deleted oldest first (unless keep_checkpoint_every_n_hours preserves
+//   one: kept on disk, forgotten by the manager), then the state is recorded again. So a crash at
+//   any moment leaves a state file that names complete checkpoints only, and the newest checkpoint
+//   is never deleted before the new one is committed. With SaveOptions::async the bookkeeping runs
+//   on the writer thread after the write (call sync(), or the next save waits).
+// Constructor: creates the directory, recovers the state file (timestamps clamped to now;
+//   missing timestamps taken as last_preserved_timestamp; a missing file: last preserved = now
+//   − 1 s), removes `*.tempstate*` files left by crashed writers. Only one manager may be active in
+//   a directory (TF's rule): the chief takes an exclusive lock (`flock` on
+//   `<directory>/.chorus-manager.lock`, held until destruction); a second manager — in this or
+//   another process — gets FailedPreconditionError naming the directory and the holder's pid.
+// restore_or_initialize(): restores latest_checkpoint() and returns it; if that checkpoint is
+//   corrupt (DataLossError), logs it and falls back to the next older one in the state (a
+//   checkpoint damaged by a crash of the storage never stops a resume); with none, runs init_fn
+//   and returns nullopt.
+// Multi-process: every worker constructs the manager and calls save at the same steps. Only the
+//   chief (Checkpoint's rule) writes the bundle, the state file and deletes; the others keep the
+//   same bookkeeping in memory.
+// Errors: max_to_keep <= 0 → InvalidArgumentError (pass nullopt to keep all); checkpoint_interval
+//   without step_counter → InvalidArgumentError; OS errors as typed errors naming the path.
+// Thread-safety: call from one thread; the async writer's bookkeeping is synchronized inside.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_state.h"
+
+namespace chorus::train {
+
+struct CheckpointManagerOptions {
+  std::optional<double> keep_checkpoint_every_n_hours;
+  std::string checkpoint_name = "ckpt";
+  Variable step_counter;                           // an integer scalar variable (optional)
+  std::optional<std::int64_t> checkpoint_interval; // in steps of step_counter
+  std::function<void()> init_fn;                   // restore_or_initialize without a checkpoint
+};
+
+class CheckpointManager {
+ public:
+  CheckpointManager(Checkpoint& checkpoint, std::string directory, std::optional<int> max_to_keep,
+                    CheckpointManagerOptions options = {});
+  // Waits for an async save in flight; releases the directory lock.
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  std::optional<std::string> save(std::optional<std::int64_t> checkpoint_number = std::nullopt,
+                                  bool check_interval = true, const SaveOptions& options = {});
+  std::optional<std::string> restore_or_initialize();
+  // Waits for the async save in flight and rethrows its error.
+  void sync();
+
+  std::optional<std::string> latest_checkpoint() const;
+  // The kept checkpoints, oldest first (preserved ones not included).
+  std::vector<std::string> checkpoints() const;
+  const std::string& directory() const { return directory_; }
+  std::optional<std::int64_t> checkpoint_interval() const { return options_.checkpoint_interval; }
+
+ private:
+  void on_written(const std::string& path);
+  void record_state();
+  void sweep();
+  std::int64_t current_step() const;
+
+  Checkpoint& checkpoint_;
+  std::string directory_;
+  std::optional<int> max_to_keep_;
+  CheckpointManagerOptions options_;
+  std::string prefix_;
+  bool chief_;
+  int lock_fd_ = -1;
+
+  mutable std::mutex mu_;  // the bookkeeping below (the async writer's thread updates it)
+  std::vector<std::pair<std::string, double>> maybe_delete_;  // (path, timestamp), oldest first
+  std::optional<std::string> latest_;
+  double last_preserved_timestamp_ = 0;
+  std::optional<std::int64_t> last_checkpoint_step_;
+};
+
+}  // namespace chorus::train

@@ -1,0 +1,128 @@
+#include "checkpoint/saveable.h"
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "distribute/mirrored_variable.h"
+#include "ops/elementwise.h"
+
+namespace chorus::train::internal {
+
+using ::chorus::internal::str_cat;
+
+namespace {
+
+constexpr const char* kHostDevice = "/CPU:0";
+
+const void* identity(const TrackableRef& ref) {
+  if (ref.is_variable()) return ref.variable().impl().get();
+  return ref.object();
+}
+
+std::string child_path(const std::string& parent, const std::string& name) {
+  return parent.empty() ? escape_local_name(name) : parent + "/" + escape_local_name(name);
+}
+
+Tensor to_host(const Tensor& t) { return t.to(kHostDevice); }
+
+}  // namespace
+
+std::string attribute_key(const std::string& path, const std::string& attribute) {
+  return (path.empty() ? std::string() : path + "/") + ".ATTRIBUTES/" + escape_local_name(attribute);
+}
+
+LiveGraph build_live_graph(const Trackable& root, bool with_values) {
+  LiveGraph g;
+  std::unordered_map<const void*, int> ids;
+  // The root is held by reference only for the walk.
+  g.nodes.push_back({TrackableRef(const_cast<Trackable&>(root)), "", {}});
+  g.proto.nodes.emplace_back();
+  ids[&root] = 0;
+  std::deque<int> queue{0};
+  std::vector<int> objects;
+  while (!queue.empty()) {
+    const int id = queue.front();
+    queue.pop_front();
+    const TrackableRef ref = g.nodes[static_cast<std::size_t>(id)].ref;
+    const std::string path = g.nodes[static_cast<std::size_t>(id)].path;
+    if (ref.is_variable()) {
+      g.proto.nodes[static_cast<std::size_t>(id)].attributes.push_back(
+          {kVariableValue, ref.variable().name(), attribute_key(path, kVariableValue)});
+      continue;
+    }
+    objects.push_back(id);
+    Trackable* object = ref.object();
+    if (with_values) {
+      auto attrs = object->serialize_to_tensors();
+      for (const auto& [name, tensor] : attrs) {
+        g.proto.nodes[static_cast<std::size_t>(id)].attributes.push_back({name, name, attribute_key(path, name)});
+      }
+      g.nodes[static_cast<std::size_t>(id)].attributes = std::move(attrs);
+    }
+    for (TrackableChild& child : object->trackable_children()) {
+      CHORUS_REQUIRE(child.ref.is_variable() || child.ref.object() != nullptr, InvalidArgumentError,
+                     "checkpoint: child '", child.name, "' of '", path.empty() ? "(root)" : path, "' is empty");
+      const void* key = identity(child.ref);
+      auto [it, fresh] = ids.emplace(key, static_cast<int>(g.nodes.size()));
+      if (fresh) {
+        g.nodes.push_back({child.ref, child_path(path, child.name), {}});
+        g.proto.nodes.emplace_back();
+        queue.push_back(it->second);
+      }
+      g.proto.nodes[static_cast<std::size_t>(id)].children.push_back({it->second, child.name});
+    }
+  }
+  // Slots hang off the variable they belong to: "<var path>/.OPTIMIZER_SLOT/<optimizer path>/<slot>".
+  for (const int id : objects) {
+    const std::string opt_path = g.nodes[static_cast<std::size_t>(id)].path;
+    for (const SlotVariableRef& s : g.nodes[static_cast<std::size_t>(id)].ref.object()->slot_variables()) {
+      auto orig = ids.find(s.original.impl().get());
+      if (orig == ids.end()) continue;  // the variable is not in this checkpoint: nor is its slot
+      const std::string path = g.nodes[static_cast<std::size_t>(orig->second)].path + "/.OPTIMIZER_SLOT/" + opt_path +
+                               "/" + escape_local_name(s.slot_name);
+      auto [it, fresh] = ids.emplace(s.slot.impl().get(), static_cast<int>(g.nodes.size()));
+      if (fresh) {
+        g.nodes.push_back({TrackableRef(s.slot), path, {}});
+        g.proto.nodes.emplace_back();
+        g.proto.nodes.back().attributes.push_back({kVariableValue, s.slot.name(), attribute_key(path, kVariableValue)});
+      }
+      g.proto.nodes[static_cast<std::size_t>(id)].slot_variables.push_back({orig->second, s.slot_name, it->second});
+    }
+  }
+  return g;
+}
+
+Tensor snapshot_variable(const Variable& variable) {
+  auto mirrored = std::dynamic_pointer_cast<distribute::MirroredVariable>(variable.impl());
+  if (!mirrored) return to_host(variable.impl()->value());
+  const auto& comps = mirrored->components();
+  if (mirrored->synchronization() != VariableSynchronization::kOnRead ||
+      (mirrored->aggregation() != VariableAggregation::kSum && mirrored->aggregation() != VariableAggregation::kMean)) {
+    return to_host(comps[0].value());
+  }
+  Tensor total = to_host(comps[0].value());
+  for (std::size_t r = 1; r < comps.size(); ++r) total = ops::add(total, to_host(comps[r].value()));
+  if (mirrored->aggregation() == VariableAggregation::kMean) {
+    total = ops::div(total, ops::scalar_like(total, static_cast<double>(comps.size())));
+  }
+  return total;
+}
+
+void assign_restored(const Variable& variable, const Tensor& value) {
+  auto mirrored = std::dynamic_pointer_cast<distribute::MirroredVariable>(variable.impl());
+  if (!mirrored) {
+    Variable(variable).impl()->assign(value);
+    return;
+  }
+  const auto& comps = mirrored->components();
+  Tensor each = value;
+  if (mirrored->synchronization() == VariableSynchronization::kOnRead &&
+      mirrored->aggregation() == VariableAggregation::kSum && comps.size() > 1) {
+    each = ops::div(value, ops::scalar_like(value, static_cast<double>(comps.size())));
+  }
+  for (const Variable& c : comps) c.impl()->assign(each);  // host → the component's own device
+}
+
+}  // namespace chorus::train::internal

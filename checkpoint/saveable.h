@@ -1,0 +1,40 @@
+// Internal to checkpoint/: the live object graph (what save() writes and name-based restore
+// matches) and how a variable's value is read for saving and written back on restore.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/object_graph.h"
+#include "checkpoint/trackable.h"
+
+namespace chorus::train::internal {
+
+struct LiveNode {
+  TrackableRef ref;
+  std::string path;                         // escaped object path; "" for the root
+  std::map<std::string, Tensor> attributes; // objects: serialize_to_tensors() (when asked for)
+};
+
+struct LiveGraph {
+  std::vector<LiveNode> nodes;  // breadth first from the root; slot variables last
+  ObjectGraph proto;            // the same nodes, with children, attribute keys and slots
+};
+
+// Walks the objects from `root` breadth first (children in their listed order; an object or
+// variable reached twice is one node, named by the first path), then adds optimizer slots of
+// variables in the graph. `with_values`: objects' serialize_to_tensors() are called and stored.
+LiveGraph build_live_graph(const Trackable& root, bool with_values);
+
+// "<path>/.ATTRIBUTES/<escaped attribute>".
+std::string attribute_key(const std::string& path, const std::string& attribute);
+
+// The value to save, a host copy: a mirrored ON_WRITE variable's primary component, an ON_READ
+// one's aggregate (SUM, MEAN; the first component otherwise); a plain variable's value.
+Tensor snapshot_variable(const Variable& variable);
+// Writes a restored host value into every component on its own device (ON_READ SUM: value /
+// replicas, so the aggregate reads back as `value`). Shape and dtype must already match.
+void assign_restored(const Variable& variable, const Tensor& value);
+
+}  // namespace chorus::train::internal

@@ -1,0 +1,106 @@
+// Crash safety: a child process resumes from the latest checkpoint and saves in a loop; it is
+// killed with SIGKILL at random moments (60 times). After every kill, latest_checkpoint() must
+// name a complete checkpoint that restores, and its values must be exactly one saved state.
+//
+// The child is this same binary (re-executed with a filter), so no fork of a threaded process.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint_manager.h"
+#include "tests/checkpoint/bundle_test_util.h"
+
+extern char** environ;
+
+namespace chorus::train {
+namespace {
+
+constexpr const char* kDirEnv = "CHORUS_CRASH_TEST_DIR";
+constexpr std::int64_t kElements = 1 << 18;  // 1 MiB per variable: saves take a while
+
+struct State {
+  Variable step = make_variable({.initial_value = Tensor::scalar<std::int64_t>(0), .name = "step", .trainable = false});
+  Variable a = make_variable({.initial_value = Tensor::zeros({kElements}), .name = "a"});
+  Variable b = make_variable({.initial_value = Tensor::zeros({kElements}, DType::kFloat64), .name = "b"});
+};
+
+// The child: resume, then save states n = step + 1, + 2, ... where every element of a and b is n.
+TEST(CrashChild, SaveLoop) {
+  const char* dir = std::getenv(kDirEnv);
+  if (dir == nullptr) GTEST_SKIP() << "run by CheckpointCrashTest only";
+  State s;
+  Checkpoint ckpt({{"step", s.step}, {"a", s.a}, {"b", s.b}});
+  CheckpointManager manager(ckpt, dir, 2);
+  manager.restore_or_initialize();
+  for (;;) {
+    const std::int64_t n = s.step.value().item<std::int64_t>() + 1;
+    s.step.assign(Tensor::scalar<std::int64_t>(n));
+    s.a.assign(Tensor::full({kElements}, static_cast<double>(n)));
+    s.b.assign(Tensor::full({kElements}, static_cast<double>(n), DType::kFloat64));
+    manager.save(n);
+  }
+}
+
+TEST(CheckpointCrashTest, SigkillAtRandomMomentsNeverLeavesABrokenLatestCheckpoint) {
+  testing::TempDir dir;
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<int> delay_ms(30, 400);
+  std::string self = "/proc/self/exe";
+  char exe[4096];
+  const ssize_t len = ::readlink(self.c_str(), exe, sizeof(exe) - 1);
+  ASSERT_GT(len, 0);
+  exe[len] = '\0';
+  const std::string env_entry = std::string(kDirEnv) + "=" + dir.path();
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(const_cast<char*>(env_entry.c_str()));
+  envp.push_back(nullptr);
+  std::string filter = "--gtest_filter=CrashChild.SaveLoop";
+  char* argv[] = {exe, filter.data(), nullptr};
+
+  int restored = 0;
+  std::int64_t last = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, exe, nullptr, nullptr, argv, envp.data()), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "trial " << trial << ": the child exited by itself (status " << status << ")";
+
+    const auto latest = latest_checkpoint(dir.path());
+    if (!latest) {
+      ASSERT_EQ(last, 0) << "trial " << trial << ": a checkpoint existed before and none is found now";
+      continue;
+    }
+    State s;
+    Checkpoint ckpt({{"step", s.step}, {"a", s.a}, {"b", s.b}});
+    ASSERT_NO_THROW(ckpt.restore(*latest).assert_consumed()) << "trial " << trial << ": " << *latest;
+    const std::int64_t n = s.step.value().item<std::int64_t>();
+    EXPECT_EQ(*latest, dir / ("ckpt-" + std::to_string(n))) << "trial " << trial;
+    EXPECT_GE(n, last) << "trial " << trial << ": went backwards";
+    const auto a = s.a.read_value().to_vector<float>();
+    const auto b = s.b.read_value().to_vector<double>();
+    for (std::int64_t i = 0; i < kElements; i += 4099) {
+      ASSERT_EQ(a[static_cast<std::size_t>(i)], static_cast<float>(n)) << "trial " << trial << " element " << i;
+      ASSERT_EQ(b[static_cast<std::size_t>(i)], static_cast<double>(n)) << "trial " << trial << " element " << i;
+    }
+    last = n;
+    ++restored;
+  }
+  EXPECT_GE(restored, 40) << "too few trials got as far as a first checkpoint to test anything";
+  RecordProperty("restored_trials", restored);
+  RecordProperty("last_step", static_cast<int>(last));
+}
+
+}  // namespace
+}  // namespace chorus::train
