@@ -338,6 +338,11 @@ void MultiWorkerMirroredStrategy::check_variables_equal() {
     std::lock_guard<std::mutex> lock(mu_);
     todo.swap(unchecked_);
   }
+  // After the first run, only a worker with new variables starts an exchange; since every worker
+  // creates the same variables (SPMD), they all have some or none. (One that created variables the
+  // others did not meets them in a different collective: a timeout naming it, not a hang.)
+  if (todo.empty() && checked_once_) return;
+  checked_once_ = true;
   const auto timeout = options_.timeout;
   std::vector<std::int64_t> crcs;
   std::uint32_t combined = 0;

@@ -37,8 +37,9 @@
 //
 // Variables: created in scope() or run() as MirroredVariables; right after creation each
 // variable's initial value is broadcast from the chief (worker 0) to every worker, so all start
-// equal even when their initializers were seeded differently. At the start of each run() the
-// variables not checked yet are compared across workers (CRC32C of their bytes, all-gathered): a
+// equal even when their initializers were seeded differently. At the start of the first run(), and
+// of later runs when variables were created since, the variables not checked yet are compared
+// across workers (CRC32C of their bytes, all-gathered): a
 // difference → FailedPreconditionError on every worker naming the first differing variable, its
 // checksum on the chief and on the differing rank(s).
 //
@@ -125,6 +126,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   std::unique_ptr<collective::Communicator> worker_comm_;
   std::mutex mu_;  // guards unchecked_ (variables may be created on replica threads)
   std::vector<std::pair<std::string, std::weak_ptr<VariableBase>>> unchecked_;
+  bool checked_once_ = false;
 };
 
 // --- pieces with no MPI or device dependence, public for tests ---

@@ -109,7 +109,7 @@ class Strategy : public DistributionStrategy {
     if constexpr (std::is_void_v<R>) {
       run_replicas([&]([[maybe_unused]] int r) { fn(detail::component(args, r)...); });
     } else {
-      std::vector<std::optional<R>> out(static_cast<std::size_t>(num_replicas_in_sync()));
+      std::vector<std::optional<R>> out(static_cast<std::size_t>(num_local_replicas()));
       run_replicas([&](int r) { out[static_cast<std::size_t>(r)].emplace(fn(detail::component(args, r)...)); });
       std::vector<R> values;
       values.reserve(out.size());

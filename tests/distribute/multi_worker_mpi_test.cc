@@ -1,0 +1,313 @@
+// MultiWorkerMirroredStrategy across processes, run by CTest as `mpirun -n 2` and `-n 3` (label
+// mpi). Every process runs every test in the same order and builds its strategies first, so a rank
+// that fails an assertion still meets the others at the next collective. Expected values are
+// analytic (sums of replica ids) or come from a reference: one process with MirroredStrategy on
+// workers × k logical CPU devices, computed by rank 0 in-process after the multi-worker run.
+// main() configures 6 logical CPU devices per process (enough for 3 workers × 2 devices).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "collective/mpi.h"
+#include "core/config.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "data/synthetic_digits.h"
+#include "distribute/mirrored_strategy.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "model/layers.h"
+#include "model/losses.h"
+#include "model/model.h"
+#include "ops/shape_ops.h"
+#include "optimizer/adam.h"
+
+namespace chorus::distribute {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kTimeout{60000};  // generous: rank 0 computes references while the others wait
+constexpr int kCpuDevices = 6;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+MultiWorkerMirroredStrategyOptions options(int k) {
+  return {.cpu_devices_per_worker = k, .timeout = kTimeout};
+}
+
+// Rows 0..n-1 (one float column) batched into global batches.
+data::Dataset rows(std::int64_t n, std::int64_t batch) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(v, {n, 1}, "/cpu:0")}).batch(batch);
+}
+
+class MultiWorker : public ::testing::TestWithParam<int> {};  // parameter: local devices per worker
+
+TEST_P(MultiWorker, IdentityAndInputContext) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  collective::MpiEnvironment env;  // already initialized by main(): only reads rank and size
+  EXPECT_EQ(s.num_workers(), env.world_size());
+  EXPECT_EQ(s.worker_index(), env.world_rank());
+  EXPECT_EQ(s.is_chief(), env.world_rank() == 0);
+  EXPECT_EQ(s.num_replicas_in_sync(), env.world_size() * k);
+  EXPECT_EQ(s.num_local_replicas(), k);
+  EXPECT_EQ(s.cluster_resolver().source(), "Open MPI environment");
+  EXPECT_TRUE(contains(s.cross_device_ops().reason, k == 1 ? "MPI between processes" : "hierarchical"))
+      << s.cross_device_ops().reason;
+  InputContext seen;
+  s.distribute_datasets_from_function([&](const InputContext& c) {
+    seen = c;
+    return rows(4, 1);
+  });
+  EXPECT_EQ(seen.num_input_pipelines, env.world_size());
+  EXPECT_EQ(seen.input_pipeline_id, env.world_rank());
+  EXPECT_EQ(seen.num_replicas_in_sync, env.world_size() * k);
+  // Replica ids in sync group, and an all-reduce over all of them: 0 + 1 + ... + R-1.
+  const int R = s.num_replicas_in_sync();
+  auto out = s.run([&] {
+    auto* ctx = get_replica_context();
+    Tensor id = Tensor::full({2}, ctx->replica_id_in_sync_group());
+    Tensor sum = ctx->all_reduce(ReduceOp::kSum, id);
+    return ops::concat({id, sum}, 0);
+  });
+  for (int r = 0; r < k; ++r) {
+    const auto v = out[r].to_vector<float>();
+    EXPECT_EQ(v[0], s.worker_index() * k + r);
+    EXPECT_EQ(v[2], R * (R - 1) / 2.0f);
+  }
+}
+
+TEST_P(MultiWorker, ReduceAndGatherSpanAllWorkers) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  const int R = s.num_replicas_in_sync();
+  // Replica g returns g + 1 rows of value g (uneven lengths across workers).
+  auto out = s.run([&] {
+    const int g = get_replica_context()->replica_id_in_sync_group();
+    return Tensor::full({g + 1, 2}, g);
+  });
+  Tensor all = s.gather(out, 0);
+  ASSERT_EQ(all.shape().dims(), (std::vector<std::int64_t>{R * (R + 1) / 2, 2}));
+  std::vector<float> expect;
+  for (int g = 0; g < R; ++g)
+    for (int i = 0; i < 2 * (g + 1); ++i) expect.push_back(static_cast<float>(g));
+  EXPECT_EQ(all.to_vector<float>(), expect);
+  // Along axis 1 too (rows must match: use per-replica [1, g+1] rows).
+  auto wide = s.run([&] {
+    const int g = get_replica_context()->replica_id_in_sync_group();
+    return Tensor::full({1, g + 1}, g);
+  });
+  EXPECT_EQ(s.gather(wide, 1).shape().dims(), (std::vector<std::int64_t>{1, R * (R + 1) / 2}));
+  // SUM over replicas of [g+1 rows of g] summed along axis 0: sum g (g+1); MEAN per example.
+  double sum = 0, count = 0;
+  for (int g = 0; g < R; ++g) {
+    sum += g * (g + 1.0);
+    count += g + 1;
+  }
+  EXPECT_EQ(s.reduce(ReduceOp::kSum, out, 0).to_vector<float>(), (std::vector<float>(2, static_cast<float>(sum))));
+  auto mean = s.reduce(ReduceOp::kMean, out, 0).to_vector<float>();
+  EXPECT_NEAR(mean[0], sum / count, 1e-5);
+  // Without axis: elementwise over the R replicas of one value each.
+  auto ones = s.run([&] { return Tensor::full({3}, get_replica_context()->replica_id_in_sync_group()); });
+  EXPECT_EQ(s.reduce(ReduceOp::kSum, ones).to_vector<float>(), std::vector<float>(3, R * (R - 1) / 2.0f));
+  EXPECT_NEAR(s.reduce(ReduceOp::kMean, ones).to_vector<float>()[0], (R - 1) / 2.0, 1e-6);
+  EXPECT_EQ(s.reduce(ReduceOp::kSum, Tensor::ones({2})).to_vector<float>(), std::vector<float>(2, static_cast<float>(R)));
+}
+
+TEST_P(MultiWorker, DatasetShardsEveryGlobalBatchOverAllReplicas) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  // 23 rows in global batches of 10: uneven over 2×k or 3×k replicas, and a last batch of 3.
+  auto it = s.experimental_distribute_dataset(rows(23, 10)).make_iterator();
+  int steps = 0;
+  std::vector<float> seen;
+  while (auto batch = it.next()) {
+    auto mine = s.run([](const data::Element& e) { return e[0]; }, *batch);
+    auto v = s.gather(mine, 0).to_vector<float>();  // every replica's rows, in replica order
+    seen.insert(seen.end(), v.begin(), v.end());
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+  std::vector<float> all;
+  for (int i = 0; i < 23; ++i) all.push_back(static_cast<float>(i));
+  EXPECT_EQ(seen, all) << "every row once, in order, across all workers' replicas";
+}
+
+TEST_P(MultiWorker, VariablesStartFromTheChiefsValue) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  collective::MpiEnvironment env;
+  const double mine = env.world_rank() + 1.0;  // each worker's "initializer" differs
+  Variable w;
+  {
+    auto scope = s.scope();
+    w = make_variable({.initial_value = Tensor::full({4}, mine), .name = "w"});
+  }
+  EXPECT_EQ(w.value().to_vector<float>(), std::vector<float>(4, 1.0f));  // the chief's
+  // Created inside run (merge_call), int64 as well: raw bytes travel.
+  auto got = s.run([&] {
+    Variable v = make_variable({.initial_value = Tensor::full({3}, mine * 7, DType::kInt64), .name = "v"});
+    return v.value();
+  });
+  for (int r = 0; r < k; ++r) EXPECT_EQ(got[r].to_vector<std::int64_t>(), std::vector<std::int64_t>(3, 7));
+}
+
+TEST_P(MultiWorker, ATamperedVariableIsNamedAtTheNextRun) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  collective::MpiEnvironment env;
+  Variable a, w;
+  {
+    auto scope = s.scope();
+    a = make_variable({.initial_value = Tensor::ones({2}), .name = "a"});
+    w = make_variable({.initial_value = Tensor::zeros({3}), .name = "w"});
+  }
+  if (env.world_rank() == 1) w.assign(Tensor::full({3}, 5.0));  // after the broadcast, on one worker
+  std::string m;
+  try {
+    s.run([] {});
+  } catch (const FailedPreconditionError& e) {
+    m = e.what();
+  }
+  EXPECT_TRUE(contains(m, "variable 'w' differs across workers")) << m;
+  EXPECT_TRUE(contains(m, "on rank 0 (chief) but rank 1 has")) << m;
+  EXPECT_FALSE(contains(m, "rank 2 has")) << m;
+  // Once all agree again, runs go on (the check covers variables not checked yet).
+  w.assign(Tensor::zeros({3}));
+  EXPECT_NO_THROW(s.run([] {}));
+}
+
+// The seed CNN (examples/mnist_mirrored.cc) with Adam, trained with fit.
+std::unique_ptr<model::Sequential> cnn(Strategy& s) {
+  auto scope = s.scope();
+  namespace L = layers;
+  auto m = std::make_unique<model::Sequential>(std::vector<L::LayerPtr>{
+      L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
+      L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)});
+  m->compile(std::make_shared<optimizers::Adam>(1e-3), std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+  m->build(Shape({1, 28, 28, 1}));
+  return m;
+}
+
+std::vector<std::vector<float>> weights(const model::Model& m) {
+  std::vector<std::vector<float>> out;
+  for (const Variable& v : m.trainable_variables()) out.push_back(v.value().to_vector<float>());
+  return out;
+}
+
+TEST_P(MultiWorker, TrainsTheSeedCnnToTheWeightsOfOneProcess) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  const int R = s.num_replicas_in_sync();
+  const std::int64_t global = 4 * R, steps = 3;
+  auto ds = data::synthetic_digits(global * steps, /*seed=*/5).batch(global);
+  auto m = cnn(s);
+  const auto initial = weights(*m);
+  m->fit(ds, {.epochs = 1, .verbose = 0});
+  const auto trained = weights(*m);
+  // Every worker holds the same weights (bitwise: same reduced gradients, same update).
+  std::uint32_t crc = 0;
+  for (const auto& w : trained) crc = crc32c(w.data(), w.size() * sizeof(float), crc);
+  auto* comm = s.worker_communicator();
+  Tensor all = Tensor::empty({comm->size()}, DType::kInt64, "/cpu:0");
+  comm->all_gather(Tensor::from_vector<std::int64_t>({crc}, {1}, "/cpu:0"), all, {.timeout = kTimeout})->wait(kTimeout);
+  for (std::int64_t c : all.to_vector<std::int64_t>()) EXPECT_EQ(c, crc) << "workers' weights differ";
+  // Training moved the weights.
+  double moved = 0;
+  for (std::size_t i = 0; i < trained.size(); ++i)
+    for (std::size_t j = 0; j < trained[i].size(); ++j) moved = std::max(moved, std::abs(double(trained[i][j]) - initial[i][j]));
+  EXPECT_GT(moved, 1e-4);
+  if (!s.is_chief()) return;
+  // Reference: one process, MirroredStrategy on R logical CPU devices, same initial weights, same data.
+  std::vector<std::string> devices;
+  for (int r = 0; r < R; ++r) devices.push_back("/cpu:" + std::to_string(r));
+  MirroredStrategy ref(devices);
+  auto m2 = cnn(ref);
+  auto vars = m2->trainable_variables();
+  ASSERT_EQ(vars.size(), initial.size());
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    vars[i].assign(Tensor::from_vector<float>(initial[i], vars[i].shape(), "/cpu:0"));
+  m2->fit(ds, {.epochs = 1, .verbose = 0});
+  const auto expect = weights(*m2);
+  double diff = 0, norm = 0, worst = 0;
+  for (std::size_t i = 0; i < expect.size(); ++i)
+    for (std::size_t j = 0; j < expect[i].size(); ++j) {
+      const double d = double(trained[i][j]) - expect[i][j];
+      diff += d * d;
+      norm += double(expect[i][j]) * expect[i][j];
+      worst = std::max(worst, std::abs(d));
+    }
+  const double rel = std::sqrt(diff / norm);
+  RecordProperty("relative_difference", std::to_string(rel));
+  EXPECT_LT(rel, 1e-5) << "multi-worker weights vs one process with " << R << " replicas (largest |diff| " << worst << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalDevices, MultiWorker, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& i) { return "k" + std::to_string(i.param); });
+
+TEST(MultiWorkerErrors, ResolverThatDisagreesWithMpiIsRefusedEverywhere) {
+  collective::MpiEnvironment env;
+  // Every worker claims to be worker 0 of the right size: MPI ranks ≠ worker indices.
+  auto wrong = ClusterResolver::from_mpi_launcher([&](const char* n) -> std::optional<std::string> {
+    if (std::string(n) == "OMPI_COMM_WORLD_RANK") return "0";
+    if (std::string(n) == "OMPI_COMM_WORLD_SIZE") return std::to_string(env.world_size());
+    return std::nullopt;
+  });
+  std::string m;
+  try {
+    MultiWorkerMirroredStrategy s({.cluster_resolver = wrong, .timeout = kTimeout});
+  } catch (const FailedPreconditionError& e) {
+    m = e.what();
+  }
+  EXPECT_TRUE(contains(m, "MPI rank 1 is worker 0 according to its cluster resolver")) << m;
+}
+
+// Prints only failures, prefixed with the rank (rank 0 keeps gtest's full output).
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                   r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace chorus::distribute
+
+int main(int argc, char** argv) {
+  using namespace chorus;
+  ::testing::InitGoogleTest(&argc, argv);
+  int status = 1;
+  {
+    collective::MpiEnvironment mpi;
+    config::set_logical_device_configuration(
+        config::list_physical_devices("CPU")[0],
+        std::vector<LogicalDeviceConfiguration>(chorus::distribute::kCpuDevices, {.memory_limit_mb = 512}));
+    if (mpi.world_rank() != 0) {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new chorus::distribute::FailurePrinter(mpi.world_rank()));
+    }
+    const int mine = RUN_ALL_TESTS();
+    try {  // every rank exits with the worst status of all
+      auto comm = collective::make_mpi_communicator({.timeout = std::chrono::seconds(60)});
+      Tensor s = Tensor::scalar<std::int32_t>(mine, "/cpu:0");
+      comm->all_reduce(s, s, {.op = collective::ReduceOp::kMax, .timeout = std::chrono::seconds(60)})->wait();
+      status = s.item<std::int32_t>();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[rank %d] could not agree on the exit status: %s\n", mpi.world_rank(), e.what());
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+  return status;
+}
