@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "checkpoint/checkpoint_manager.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "optimizer/optimizer.h"
@@ -138,6 +139,27 @@ void EarlyStopping::on_epoch_end(model::Model& m, int epoch, const Logs& logs) {
     m.stop_training = true;
   }
 }
+
+ModelCheckpoint::ModelCheckpoint(train::CheckpointManager& manager, Options options)
+    : manager_(manager), options_(options) {
+  CHORUS_REQUIRE(options_.save_freq >= 0, InvalidArgumentError, "ModelCheckpoint: save_freq must be >= 0, got ",
+                 options_.save_freq);
+}
+
+void ModelCheckpoint::save() {
+  auto path = manager_.save(std::nullopt, true, {.async = options_.async});
+  if (path) saved_.push_back(*path);
+}
+
+void ModelCheckpoint::on_train_batch_end(model::Model&, std::int64_t, std::int64_t, const Logs&) {
+  if (options_.save_freq > 0 && ++batches_ % options_.save_freq == 0) save();
+}
+
+void ModelCheckpoint::on_epoch_end(model::Model&, int, const Logs&) {
+  if (options_.save_freq == 0) save();
+}
+
+void ModelCheckpoint::on_train_end(model::Model&) { manager_.sync(); }
 
 LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule) : schedule_(std::move(schedule)) {
   CHORUS_REQUIRE(schedule_ != nullptr, InvalidArgumentError, "LearningRateScheduler: schedule is empty");

@@ -17,12 +17,16 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace chorus::model {
 class Model;
 }
 namespace chorus::summary {
 class SummaryWriter;
+}
+namespace chorus::train {
+class CheckpointManager;
 }
 
 namespace chorus::callbacks {
@@ -96,6 +100,34 @@ class EarlyStopping final : public Callback {
   int wait_ = 0;
   int stopped_epoch_ = -1;
   bool first_ = true;
+};
+
+// Saves through a CheckpointManager (TF's recommended pairing; Keras's ModelCheckpoint in C++):
+// at every epoch's end, or every `save_freq` training batches when > 0 (counted across epochs),
+// and waits for an async save in flight when training ends. The manager's Checkpoint decides
+// what is saved (typically {"model", model}, {"optimizer", model.optimizer()}); only the chief
+// writes files (checkpoint/checkpoint.h). Resume with manager.restore_or_initialize() before fit.
+class ModelCheckpoint final : public Callback {
+ public:
+  struct Options {
+    std::int64_t save_freq = 0;  // 0: each epoch; N > 0: every N batches
+    bool async = false;          // train::SaveOptions::async
+  };
+  // The manager must outlive the callback.
+  explicit ModelCheckpoint(train::CheckpointManager& manager, Options options);
+  explicit ModelCheckpoint(train::CheckpointManager& manager) : ModelCheckpoint(manager, Options{}) {}
+  void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) override;
+  void on_epoch_end(model::Model&, int epoch, const Logs& logs) override;
+  void on_train_end(model::Model&) override;
+  // The paths saved so far, in order.
+  const std::vector<std::string>& saved() const { return saved_; }
+
+ private:
+  void save();
+  train::CheckpointManager& manager_;
+  Options options_;
+  std::int64_t batches_ = 0;
+  std::vector<std::string> saved_;
 };
 
 // Sets the optimizer's learning rate at each epoch's start to schedule(epoch, current lr).
