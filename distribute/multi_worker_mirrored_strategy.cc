@@ -411,7 +411,7 @@ Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>
     worker_comm_->all_reduce(n, n, {.op = collective::ReduceOp::kSum, .timeout = timeout})->wait(timeout);
     sum = ops::div(sum, ops::scalar_like(sum, static_cast<double>(std::max<std::int64_t>(n.to_vector<std::int64_t>()[0], 1))));
   }
-  const std::string& dest = replica_devices()[0];
+  const std::string dest = replica_devices()[0];
   return sum.device_name() == dest ? sum : sum.to(dest);
 }
 
@@ -453,7 +453,7 @@ Tensor MultiWorkerMirroredStrategy::gather(const PerReplica<Tensor>& value, int 
   }
   Tensor joined_all = ops::concat(parts, 0);
   if (a != 0) joined_all = ops::transpose(joined_all, inverse);
-  const std::string& dest = replica_devices()[0];
+  const std::string dest = replica_devices()[0];
   return joined_all.device_name() == dest ? joined_all : joined_all.to(dest);
 }
 
