@@ -8,8 +8,8 @@
 // docs/launch.md. Validation happens here, once: an unknown flag, a missing or malformed value (Boost's
 // own message), an unknown --model/--strategy/--optimizer, an out-of-range number, or --data-dir
 // together with --tfrecord → InvalidArgumentError naming the flag, the value and what is valid.
-// Flags that need more of the build than it has (multi_worker, checkpoints) are checked by the
-// trainer, which knows. Thread-safe: pure functions.
+// Thread-safe: pure functions. Part of chorus-train: the target chorus_launch_cli, which links
+// Boost and is not installed (chorus::chorus users do not need Boost).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,11 @@
 #include "launch/trainer.h"
 
+#include <algorithm>
 #include <memory>
 #include <ostream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manager.h"
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -95,6 +98,16 @@ std::shared_ptr<optimizers::Optimizer> make_optimizer(const TrainOptions& o) {
 // A dataset limited to its first n elements (n = 0: all).
 data::Dataset first(const data::Dataset& ds, std::int64_t n) { return n > 0 ? ds.take(n) : ds; }
 
+// Saves a checkpoint at the end of every epoch (every worker calls save; the chief writes).
+class SaveEveryEpoch final : public callbacks::Callback {
+ public:
+  explicit SaveEveryEpoch(train::CheckpointManager& manager) : manager_(manager) {}
+  void on_epoch_end(model::Model&, int, const callbacks::Logs&) override { manager_.save(); }
+
+ private:
+  train::CheckpointManager& manager_;
+};
+
 struct Data {
   data::Dataset train, test;
   std::string description;
@@ -121,11 +134,6 @@ Data make_data(const TrainOptions& o) {
 }  // namespace
 
 TrainResult train(const TrainOptions& o, std::ostream& all_out) {
-  // Refuse what this build cannot do before touching devices or data.
-  if (!o.checkpoint_dir.empty())
-    throw UnimplementedError(
-        "--checkpoint-dir is not available in this build yet: CheckpointManager (checkpoint/checkpoint_manager.h) "
-        "has not landed. Train without --checkpoint-dir.");
   const bool multi_worker = o.strategy == "multi_worker";
   if (const auto rank = env::launcher_rank(); rank && !multi_worker)
     line(all_out, str_cat("warning: process ", *rank, " of an mpirun job with --strategy ", o.strategy,
@@ -171,9 +179,26 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
   auto train_ds = d.train.shuffle(kShuffleBuffer, o.seed).batch(o.batch_size).prefetch(data::kAutotune);
   auto test_ds = d.test.batch(o.batch_size);
 
-  model::FitOptions fit{.epochs = o.epochs, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0};
+  // Checkpoints: model and optimizer, saved after every epoch, so save_counter = epochs done.
+  std::unique_ptr<train::Checkpoint> ckpt;
+  std::unique_ptr<train::CheckpointManager> manager;
+  int epochs_left = o.epochs;
+  if (!o.checkpoint_dir.empty()) {
+    ckpt.reset(new train::Checkpoint{{"model", *net}, {"optimizer", net->optimizer()}});
+    manager = std::make_unique<train::CheckpointManager>(*ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
+    if (o.resume) {
+      if (const auto restored = manager->restore_or_initialize()) {
+        const auto done = ckpt->save_counter().value().item<std::int64_t>();
+        epochs_left = static_cast<int>(std::max<std::int64_t>(0, o.epochs - done));
+        line(out, str_cat("Resumed from ", *restored, " (", done, " epoch(s) done, ", epochs_left, " to go)"));
+      }
+    }
+  }
+
+  model::FitOptions fit{.epochs = epochs_left, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0};
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
-  net->fit(train_ds, fit);
+  if (manager) fit.callbacks.push_back(std::make_shared<SaveEveryEpoch>(*manager));
+  if (epochs_left > 0) net->fit(train_ds, fit);
 
   const auto metrics = net->evaluate(test_ds);
   result.accuracy = metrics.at("accuracy");

@@ -28,12 +28,17 @@
 //      - --tfrecord: launch/tfrecord_digits.h; the first --test records (1000 when 0) are held out
 //        and the rest (the first --train of them) are trained on.
 //      Training data is shuffled (buffer 10000, seed), batched by --batch and prefetched.
-//   6. fit for --epochs with validation on the held-out set (TensorBoard logs in --log-dir), then
+//   6. fit for --epochs (fewer when resuming, see below) with validation on the held-out set (TensorBoard logs in --log-dir), then
 //      evaluate the held-out set.
 //
 // Under mpirun (env::launcher_rank() set) with a strategy other than multi_worker, every process
-// trains its own copy; a warning says so. --checkpoint-dir needs CheckpointManager, which this
-// build does not have yet: it throws UnimplementedError saying so before any work is done.
+// trains its own copy; a warning says so.
+//
+// --checkpoint-dir: a train::Checkpoint of the model and optimizer, managed by a CheckpointManager
+// (max_to_keep 3) and saved after every epoch, so the checkpoint number is the number of epochs
+// done. With resume (the default) the latest checkpoint is restored before training and only the
+// epochs still missing from --epochs are trained (none: the restored model is just evaluated).
+// --no-resume starts from fresh weights (later saves continue the numbering in the directory).
 //
 // Errors: chorus errors from the layers below propagate (bad devices → InvalidArgumentError, a
 // missing data file → NotFoundError, a corrupt record → DataLossError, out of memory →
