@@ -41,6 +41,12 @@
 
 #include "summary/summary_writer.h"
 
+#include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manager.h"
+#include "checkpoint/checkpoint_state.h"
+#include "checkpoint/trackable.h"
+
 #include "optimizer/optimizers.h"
 
 #include "model/callbacks.h"
