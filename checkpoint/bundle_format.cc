@@ -360,7 +360,11 @@ void check_numeric_data(std::string_view bytes, const BundleEntry& entry, const 
   if (static_cast<std::int64_t>(bytes.size()) != entry.size)
     throw DataLossError(str_cat("corrupt checkpoint data '", filename, "': tensor '", key, "': read ", bytes.size(),
                                 " bytes, the index says ", entry.size));
-  const std::uint32_t crc = crc32c(bytes.data(), bytes.size());
+  check_numeric_crc(crc32c(bytes.data(), bytes.size()), entry, filename, key);
+}
+
+void check_numeric_crc(std::uint32_t crc, const BundleEntry& entry, const std::string& filename,
+                       const std::string& key) {
   if (crc != unmask_crc32c(entry.masked_crc32c))
     throw DataLossError(str_cat("corrupt checkpoint data '", filename, "': tensor '", key,
                                 "': checksum does not match: stored ", unmask_crc32c(entry.masked_crc32c),

@@ -96,7 +96,10 @@ std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64
 void check_entry_fits(const BundleEntry& entry, std::uint64_t data_size, const std::string& filename,
                       const std::string& key);
 
-// The bytes of a numeric entry, already read: checks size and crc32c (DataLossError otherwise).
+// The bytes of a numeric entry, already read: checks size and crc32c (DataLossError otherwise);
+// check_numeric_crc checks a crc computed by the caller (chunk by chunk, as the bytes arrive).
+void check_numeric_crc(std::uint32_t crc32c_of_bytes, const BundleEntry& entry, const std::string& filename,
+                       const std::string& key);
 void check_numeric_data(std::string_view bytes, const BundleEntry& entry, const std::string& filename,
                         const std::string& key);
 
