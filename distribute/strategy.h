@@ -23,6 +23,11 @@
 // initial values. Created inside run(), creation is a merge_call: every replica must create the
 // same variables in the same order, and they all get the same variable (replica 0's initial value).
 //
+// Multi-worker strategies (distribute/multi_worker_mirrored_strategy.h): this process runs
+// num_local_replicas() of the num_replicas_in_sync() replicas, with replica ids in sync group
+// worker_offset() + 0..k-1; PerReplica values, run() results and variable components are this
+// process's; reduce() and gather() also combine across workers (collectives).
+//
 // Errors: entering the scope of a second, different strategy while one is active →
 // FailedPreconditionError naming both; run() from inside a replica → FailedPreconditionError; an
 // exception in any replica aborts the step's collectives (the other replicas return at once) and
