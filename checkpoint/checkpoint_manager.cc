@@ -202,7 +202,7 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
   }
   for (const std::string& path : candidates) {
     try {
-      checkpoint_.restore(path);
+      restore_status_ = checkpoint_.restore(path);
     } catch (const DataLossError& e) {
       CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is damaged (" << e.what()
                         << "); trying the previous one";

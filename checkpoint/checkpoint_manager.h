@@ -71,6 +71,9 @@ class CheckpointManager {
   std::optional<std::string> restore_or_initialize();
   // Waits for the async save in flight and rethrows its error.
   void sync();
+  // The status of the restore restore_or_initialize() did (nullopt before or without one), for
+  // assertions TF's restore_or_initialize cannot offer: manager.restore_status()->assert_consumed().
+  const std::optional<LoadStatus>& restore_status() const { return restore_status_; }
 
   std::optional<std::string> latest_checkpoint() const;
   // The kept checkpoints, oldest first (preserved ones not included).
@@ -97,6 +100,7 @@ class CheckpointManager {
   std::optional<std::string> latest_;
   double last_preserved_timestamp_ = 0;
   std::optional<std::int64_t> last_checkpoint_step_;
+  std::optional<LoadStatus> restore_status_;
 };
 
 }  // namespace chorus::train

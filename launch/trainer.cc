@@ -98,16 +98,6 @@ std::shared_ptr<optimizers::Optimizer> make_optimizer(const TrainOptions& o) {
 // A dataset limited to its first n elements (n = 0: all).
 data::Dataset first(const data::Dataset& ds, std::int64_t n) { return n > 0 ? ds.take(n) : ds; }
 
-// Saves a checkpoint at the end of every epoch (every worker calls save; the chief writes).
-class SaveEveryEpoch final : public callbacks::Callback {
- public:
-  explicit SaveEveryEpoch(train::CheckpointManager& manager) : manager_(manager) {}
-  void on_epoch_end(model::Model&, int, const callbacks::Logs&) override { manager_.save(); }
-
- private:
-  train::CheckpointManager& manager_;
-};
-
 struct Data {
   data::Dataset train, test;
   std::string description;
@@ -188,6 +178,8 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
     manager = std::make_unique<train::CheckpointManager>(*ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
     if (o.resume) {
       if (const auto restored = manager->restore_or_initialize()) {
+        // Slots are created by training: with no epoch left they stay unrestored, which is fine.
+        manager->restore_status()->expect_partial();
         const auto done = ckpt->save_counter().value().item<std::int64_t>();
         epochs_left = static_cast<int>(std::max<std::int64_t>(0, o.epochs - done));
         line(out, str_cat("Resumed from ", *restored, " (", done, " epoch(s) done, ", epochs_left, " to go)"));
@@ -197,7 +189,8 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
 
   model::FitOptions fit{.epochs = epochs_left, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0};
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
-  if (manager) fit.callbacks.push_back(std::make_shared<SaveEveryEpoch>(*manager));
+  // Every worker calls save after each epoch; the chief writes (checkpoint/checkpoint.h).
+  if (manager) fit.callbacks.push_back(std::make_shared<callbacks::ModelCheckpoint>(*manager));
   if (epochs_left > 0) net->fit(train_ds, fit);
 
   const auto metrics = net->evaluate(test_ds);

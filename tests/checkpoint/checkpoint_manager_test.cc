@@ -66,8 +66,10 @@ TEST_F(CheckpointManagerTest, ANewManagerRecoversTheStateAndResumes) {
   Checkpoint ckpt({{"x", x}});
   CheckpointManager m(ckpt, dir.path(), 3);
   EXPECT_EQ(m.checkpoints(), (std::vector<std::string>{dir / "ckpt-1", dir / "ckpt-2"}));
+  EXPECT_FALSE(m.restore_status());
   EXPECT_EQ(m.restore_or_initialize(), dir / "ckpt-2");
   EXPECT_EQ(get(x), 6);
+  m.restore_status()->assert_consumed();
   EXPECT_EQ(m.save(), dir / "ckpt-3");  // the restored save_counter continues the numbering
 }
 
