@@ -55,3 +55,8 @@
 #include "model/losses.h"
 #include "model/metrics.h"
 #include "model/model.h"
+
+#include "launch/build_info.h"
+#include "launch/mpirun_command.h"
+#include "launch/tfrecord_digits.h"
+#include "launch/trainer.h"

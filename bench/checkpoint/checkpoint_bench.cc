@@ -15,8 +15,14 @@
 // Each number is the median of --reps repetitions. Throughput in GB/s (1e9 bytes/s) of tensor
 // bytes; ratio = chorus / raw (> 1: chorus is faster).
 //
-// Adding a method (e.g. an async save): append a Method to methods() below; it becomes one more
-// row per size in the table and more cases in the JSON line.
+// A third row runs the user-level train::Checkpoint (write/read of Variables: object graph,
+// snapshot copies, assignment back into the variables) against the same yardstick.
+// Async save (issue 7's second goal): the time Checkpoint::write(path, {.async = true}) blocks
+// the caller (the snapshot), against a synchronous Checkpoint::write of the same variables in
+// the same run; goal: blocked <= 10% of the synchronous save. sync() is called after each async
+// save, outside the blocked time, and its files are checked.
+// Adding a method: append a Method to methods() below; it becomes one more row per size in the
+// table and more cases in the JSON line.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -31,6 +37,7 @@
 #include <vector>
 
 #include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -76,6 +83,29 @@ struct Method {
   std::function<void(const std::string& path)> drop;  // evict its files from the page cache
   std::function<void(const std::string& path)> remove;
 };
+
+// Variables holding copies of the benchmark's tensors, and a Checkpoint of them (rebuilt per size).
+struct CheckpointOf {
+  const void* source = nullptr;
+  std::vector<Variable> variables;
+  std::unique_ptr<train::Checkpoint> ckpt;
+};
+
+CheckpointOf& checkpoint_of(const std::vector<Tensor>& vars) {
+  static CheckpointOf c;
+  if (c.source != vars.data() || c.variables.size() != vars.size()) {
+    c.ckpt.reset();
+    c.variables.clear();
+    std::vector<train::TrackableChild> children;
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      c.variables.push_back(make_variable({.initial_value = vars[i], .name = "v" + std::to_string(i)}));
+      children.push_back({"v" + std::to_string(i), c.variables.back()});
+    }
+    c.ckpt = std::make_unique<train::Checkpoint>(std::move(children));
+    c.source = vars.data();
+  }
+  return c;
+}
 
 std::string key_of(std::size_t i) { return "model/layer_with_weights-" + std::to_string(i) + "/kernel/.ATTRIBUTES/VARIABLE_VALUE"; }
 
@@ -151,7 +181,49 @@ std::vector<Method> methods() {
         drop_cache(train::data_filename(prefix));
       },
       [](const std::string& prefix) { train::delete_bundle(prefix); }});
+  m.push_back(Method{
+      "chorus Checkpoint write / read", "raw write+fsync / read",
+      [](const std::vector<Tensor>& vars, const std::string& prefix) {
+        CheckpointOf& c = checkpoint_of(vars);
+        const double t0 = now();
+        c.ckpt->write(prefix);
+        return now() - t0;
+      },
+      [](const std::vector<Tensor>& vars, const std::string& prefix) {
+        CheckpointOf& c = checkpoint_of(vars);
+        for (const Variable& v : c.variables) v.impl()->assign(Tensor::zeros(v.shape(), v.dtype(), "/CPU:0"));
+        const double t0 = now();
+        c.ckpt->read(prefix).assert_consumed();
+        const double dt = now() - t0;
+        if (c.variables.back().read_value().to_vector<float>() != vars.back().to_vector<float>())
+          throw InternalError("Checkpoint restore read different values");
+        return dt;
+      },
+      [](const std::string& prefix) {
+        drop_cache(train::index_filename(prefix));
+        drop_cache(train::data_filename(prefix));
+      },
+      [](const std::string& prefix) { train::delete_bundle(prefix); }});
   return m;
+}
+
+// Async save: seconds the caller is blocked, and seconds of a synchronous write, alternating.
+std::pair<double, double> async_blocked_vs_sync(const std::vector<Tensor>& vars, const std::string& prefix, int reps) {
+  CheckpointOf& c = checkpoint_of(vars);
+  std::vector<double> blocked, sync;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now();
+    c.ckpt->write(prefix, {.async = true});
+    blocked.push_back(now() - t0);
+    c.ckpt->sync();
+    if (!train::bundle_exists(prefix)) throw InternalError("async save left no bundle");
+    train::delete_bundle(prefix);
+    t0 = now();
+    c.ckpt->write(prefix);
+    sync.push_back(now() - t0);
+    train::delete_bundle(prefix);
+  }
+  return {median(blocked), median(sync)};
 }
 
 struct Row {
@@ -201,6 +273,11 @@ int run(int argc, char** argv) {
               o.dir.c_str(), o.reps, o.warm ? "warm" : "cold (dropped before restore)");
   const std::vector<Method> ms = methods();
   std::vector<Row> rows;
+  struct Async {
+    int size_mib;
+    double blocked_s, sync_s;
+  };
+  std::vector<Async> asyncs;
   for (int mib : o.sizes_mib) {
     std::vector<Tensor> vars;
     const std::int64_t floats = std::int64_t{mib} << 18;  // mib × 2^20 / 4
@@ -224,6 +301,8 @@ int run(int argc, char** argv) {
     }
     for (std::size_t i = 0; i < ms.size(); ++i)
       rows.push_back({ms[i].name, ms[i].yardstick, mib, bytes / median(save[i]) / 1e9, bytes / median(restore[i]) / 1e9});
+    const auto [blocked, sync] = async_blocked_vs_sync(vars, path, o.reps);
+    asyncs.push_back({mib, blocked, sync});
   }
   std::filesystem::remove_all(dir);
 
@@ -240,8 +319,22 @@ int run(int argc, char** argv) {
     if (y) std::printf(" %9.0f%% %9.0f%%", 100 * r.save_gbps / y->save_gbps, 100 * r.restore_gbps / y->restore_gbps);
     std::printf("\n");
   }
+  std::printf("\n%-38s %8s %12s %12s %10s\n", "async Checkpoint::write", "size", "blocked ms", "sync ms", "blocked/sync");
+  for (const Async& a : asyncs) {
+    std::printf("%-38s %5d MiB %12.2f %12.2f %9.1f%%  (goal <= 10%%)\n", "caller blocked vs synchronous write", a.size_mib,
+                a.blocked_s * 1e3, a.sync_s * 1e3, 100 * a.blocked_s / a.sync_s);
+  }
   std::string json = "{\"bench\": \"checkpoint\", \"machine\": \"" + machine() + "\", \"cases\": [";
   bool first = true;
+  for (const Async& a : asyncs) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"case\": \"async save blocked %d MiB\", \"value\": %.3f, \"unit\": \"ms\", \"yardstick\": "
+                  "\"synchronous Checkpoint::write\", \"yardstick_value\": %.3f, \"ratio\": %.4f}",
+                  first ? "" : ", ", a.size_mib, a.blocked_s * 1e3, a.sync_s * 1e3, a.blocked_s / a.sync_s);
+    json += buf;
+    first = false;
+  }
   for (const Row& r : rows) {
     const Row* y = yard(r);
     if (!y) continue;
