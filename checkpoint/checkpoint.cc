@@ -11,6 +11,8 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "distribute/mirrored_variable.h"
+#include "distribute/strategy.h"
 
 namespace chorus::train {
 
@@ -145,15 +147,28 @@ void Checkpoint::meet_barrier() {
   if (!barrier_pending_.empty()) {
     const std::string tag = std::move(barrier_pending_);
     barrier_pending_.clear();
-    get_strategy().worker_barrier(tag);
+    barrier_strategy_->worker_barrier(tag);
   }
+}
+
+const DistributionStrategy& Checkpoint::owning_strategy() const {
+  // The strategy the variables belong to: saves usually run outside any scope (a callback, the
+  // training loop), where get_strategy() is the default strategy.
+  const internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/false);
+  for (const internal::LiveNode& n : g.nodes) {
+    if (!n.ref.is_variable()) continue;
+    if (auto m = std::dynamic_pointer_cast<distribute::MirroredVariable>(n.ref.variable().impl())) return m->strategy();
+  }
+  return get_strategy();
 }
 
 std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& options,
                                    std::function<void(const std::string&)> written) {
   async_->wait();  // the previous write's error surfaces here
   meet_barrier();
-  const bool chief = options.chief.value_or(is_checkpoint_chief());
+  const DistributionStrategy& strategy = owning_strategy();
+  const auto rank = env::launcher_rank();
+  const bool chief = options.chief.value_or(strategy.is_chief() && (!rank || *rank == 0));
   if (chief) {
     // Snapshot on the caller's thread: host copies of every value, so training may go on.
     internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/true);
@@ -186,6 +201,7 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
     written(path);  // a non-chief's manager keeps its bookkeeping (it writes no files)
   }
   barrier_pending_ = "checkpoint " + path;
+  barrier_strategy_ = &strategy;
   if (!options.async) meet_barrier();
   return path;
 }

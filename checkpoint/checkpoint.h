@@ -32,11 +32,12 @@
 // an ON_READ SUM variable gets value / replicas in each component, so the sum survives. So a
 // checkpoint saved with k replicas restores with m (any k, m, the default strategy included).
 // Save and restore in cross-replica context (inside strategy.scope(), outside run) or outside any
-// scope. Multiple processes: only the chief writes files (SaveOptions::chief, default: the
-// launcher rank is 0 or absent, as SummaryWriter); every process increments its counter and
-// returns the same path; then all processes meet in the strategy's worker barrier
-// (DistributionStrategy::worker_barrier, a no-op in one process), so no worker goes on before the
-// chief's bundle is durable.
+// scope. Multiple processes: only the chief writes files (SaveOptions::chief; default: the
+// chief of the strategy the mirrored variables belong to, and launcher rank 0 or a single
+// process, as SummaryWriter); every process increments its counter and returns the same path;
+// then all processes meet in that strategy's worker barrier (DistributionStrategy::
+// worker_barrier, a no-op in one process), so no worker goes on before the chief's bundle is
+// durable. In a multi-worker run every worker must call save/write at the same points.
 //
 // Async (SaveOptions::async, TF's CheckpointOptions(enable_async=True)): the values are copied to
 // host memory before save() returns (so training may change the variables at once), a background
@@ -59,6 +60,7 @@
 #include <vector>
 
 #include "checkpoint/trackable.h"
+#include "core/distribution.h"
 
 namespace chorus::train {
 
@@ -135,11 +137,13 @@ class Checkpoint final : public Trackable {
   LoadStatus restore_impl(const std::string& path, bool expect_save_counter);
   void ensure_save_counter();
   void meet_barrier();
+  const DistributionStrategy& owning_strategy() const;
 
   std::vector<TrackableChild> children_;
   Variable save_counter_;
   std::unique_ptr<internal::AsyncWriter> async_;
   std::string barrier_pending_;  // the tag of a save whose worker barrier is still to be met
+  const DistributionStrategy* barrier_strategy_ = nullptr;
   std::vector<std::weak_ptr<internal::RestoreCoordinator>> coordinators_;
 };
 

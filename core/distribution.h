@@ -90,7 +90,7 @@ class DistributionStrategy {
   // Multi-process strategies: returns once every worker process has called it with the same
   // `tag` (checkpoints use it so that no worker runs ahead of the chief's save), or throws like a
   // collective that timed out. One process: returns at once.
-  virtual void worker_barrier(std::string_view tag) { (void)tag; }
+  virtual void worker_barrier(std::string_view tag) const { (void)tag; }
 };
 
 // The calling thread's strategy: the innermost active scope's (or the one whose run() called

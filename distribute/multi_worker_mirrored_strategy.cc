@@ -391,6 +391,22 @@ void MultiWorkerMirroredStrategy::check_variables_equal() {
   }
 }
 
+void MultiWorkerMirroredStrategy::worker_barrier(std::string_view tag) const {
+  if (!worker_comm_) return;
+  try {
+    worker_comm_->barrier({.timeout = options_.timeout})->wait(options_.timeout);
+  } catch (const Error& e) {
+    throw_error(e.code(), str_cat(tag, ": ", e.what()));
+  }
+}
+
+std::int64_t MultiWorkerMirroredStrategy::sum_over_workers(std::int64_t local) const {
+  if (!worker_comm_) return local;
+  Tensor n = Tensor::from_vector<std::int64_t>({local}, {1}, kHost);
+  worker_comm_->all_reduce(n, n, {.op = collective::ReduceOp::kSum, .timeout = options_.timeout})->wait(options_.timeout);
+  return n.to_vector<std::int64_t>()[0];
+}
+
 Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {
   if (!worker_comm_) return Strategy::reduce(op, value, axis);
   Tensor local = Strategy::reduce(ReduceOp::kSum, value, axis);

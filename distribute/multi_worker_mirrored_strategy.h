@@ -94,7 +94,11 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   ~MultiWorkerMirroredStrategy() override;
 
   const ClusterResolver& cluster_resolver() const { return resolver_; }
-  bool is_chief() const { return resolver_.is_chief(); }
+  bool is_chief() const override { return resolver_.is_chief(); }
+  // Checkpoints meet here after the chief's save (core/distribution.h): a barrier of all workers
+  // with the strategy's timeout (DeadlineExceededError naming the missing ranks).
+  void worker_barrier(std::string_view tag) const override;
+  std::int64_t sum_over_workers(std::int64_t local) const override;
   int worker_index() const { return resolver_.worker_index(); }
   int num_workers() const { return resolver_.num_workers(); }
 

@@ -139,6 +139,10 @@ class Strategy : public DistributionStrategy {
     return value.values();
   }
 
+  // The sum of `local` over all worker processes (a collective in multi-worker strategies: every
+  // worker must call it; here: `local`). Model::fit uses it for the global batch's row count.
+  virtual std::int64_t sum_over_workers(std::int64_t local) const { return local; }
+
   // Splits each global batch of `dataset` across the replicas (see distributed_dataset.h).
   virtual DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
   // fn(InputContext) builds a dataset of per-replica batches (see distributed_dataset.h).

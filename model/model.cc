@@ -162,7 +162,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
         auto scope = strategy.scope();
         optimizer_->build(trainable_variables());  // slots in cross-replica context, once
       }
-      const std::int64_t rows = global_rows(*batch);
+      const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
       const std::vector<Variable> vars = trainable_variables();
       strategy.run(
           [&](const data::Element& e) {
@@ -201,7 +201,7 @@ std::map<std::string, double> Model::evaluate(const data::Dataset& dataset, int 
   while (auto batch = it.next()) {
     require_xy((*batch)[0], "evaluate");
     if (!built_) build((*batch)[0][0].shape());
-    const std::int64_t rows = global_rows(*batch);
+    const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
     strategy.run([&](const data::Element& e) { forward_step(e, false, rows); }, *batch);
     ++steps;
   }

@@ -5,17 +5,21 @@
 // workers × k logical CPU devices, computed by rank 0 in-process after the multi-worker run.
 // main() configures 6 logical CPU devices per process (enough for 3 workers × 2 devices).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "collective/mpi.h"
 #include "core/config.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "data/synthetic_digits.h"
+#include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint_manager.h"
 #include "distribute/mirrored_strategy.h"
 #include "distribute/multi_worker_mirrored_strategy.h"
 #include "model/layers.h"
@@ -201,8 +205,8 @@ Cnn cnn(Strategy& s) {
 }
 
 // TF's custom training loop: each replica's loss is sum(per-example) / global batch size, the
-// optimizer sums the gradients over all replicas of all workers. (Model::fit is not used here: it
-// divides by the rows of this worker's replicas only — see the report of the MWMS issue.)
+// optimizer sums the gradients over all replicas of all workers. (Model::fit has its own test
+// below.)
 void train(Strategy& s, Cnn& c, const data::Dataset& ds, std::int64_t global_batch) {
   const losses::SparseCategoricalCrossentropy loss(/*from_logits=*/true);
   const std::vector<Variable> vars = c.model->trainable_variables();
@@ -275,6 +279,112 @@ TEST_P(MultiWorker, TrainsTheSeedCnnToTheWeightsOfOneProcess) {
   std::snprintf(text, sizeof(text), "%.3g", rel);
   RecordProperty("relative_difference", text);
   EXPECT_LT(rel, 1e-5) << "multi-worker weights vs one process with " << R << " replicas (largest |diff| " << worst << ")";
+}
+
+// A small compiled model (Model::fit and checkpoints), built in the strategy's scope.
+std::unique_ptr<model::Sequential> mlp(Strategy& s) {
+  auto scope = s.scope();
+  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
+      layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
+  m->compile(std::make_shared<optimizers::Adam>(1e-2), std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+  return m;
+}
+
+void set_weights(model::Model& m, const std::vector<std::vector<float>>& w) {
+  auto vars = m.trainable_variables();
+  ASSERT_EQ(vars.size(), w.size());
+  for (std::size_t i = 0; i < vars.size(); ++i) vars[i].assign(Tensor::from_vector<float>(w[i], vars[i].shape(), "/cpu:0"));
+}
+
+double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < a[i].size(); ++j) {
+      diff += (double(a[i][j]) - b[i][j]) * (double(a[i][j]) - b[i][j]);
+      norm += double(b[i][j]) * b[i][j];
+    }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// Model::fit divides every replica's loss by the rows of the whole global batch — all workers'
+// (Strategy::sum_over_workers) — so workers × k replicas train like one process with as many.
+TEST_P(MultiWorker, FitTrainsLikeOneProcess) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  const int R = s.num_replicas_in_sync();
+  // 5 global batches of 4·R rows and a last, uneven one of 3 rows.
+  auto ds = data::synthetic_digits(4 * R * 5 + 3, /*seed=*/7).batch(4 * R);
+  auto m = mlp(s);
+  m->build(Shape({1, 28, 28, 1}));
+  const auto initial = weights(*m);
+  m->fit(ds, {.epochs = 2, .verbose = 0});
+  const auto trained = weights(*m);
+  if (!s.is_chief()) return;
+  std::vector<std::string> devices;
+  for (int r = 0; r < R; ++r) devices.push_back("/cpu:" + std::to_string(r));
+  MirroredStrategy ref(devices);
+  auto m2 = mlp(ref);
+  m2->build(Shape({1, 28, 28, 1}));
+  set_weights(*m2, initial);
+  m2->fit(ds, {.epochs = 2, .verbose = 0});
+  EXPECT_LT(relative_difference(trained, weights(*m2)), 1e-5) << "fit with " << s.num_workers() << " workers x " << k;
+}
+
+// Only the chief writes; every worker returns from save() after the bundle is durable (the
+// strategy's worker barrier); a checkpoint of W workers restores in one process, and one written
+// by one process restores on every worker.
+TEST_P(MultiWorker, CheckpointsSaveOnceAndRestoreAcrossWorkerCounts) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  auto* comm = s.worker_communicator();
+  // One directory for the job: rank 0's pid.
+  Tensor pid = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(::getpid())}, {1}, "/cpu:0");
+  comm->broadcast(pid, {.root = 0, .timeout = kTimeout})->wait(kTimeout);
+  const std::string dir = "/tmp/chorus_mw_ckpt_" + std::to_string(pid.to_vector<std::int64_t>()[0]) + "_k" + std::to_string(k);
+
+  auto m = mlp(s);
+  m->fit(data::synthetic_digits(8 * s.num_replicas_in_sync(), 3).batch(4 * s.num_replicas_in_sync()),
+         {.epochs = 1, .verbose = 0});
+  const auto trained = weights(*m);
+  std::string saved;
+  {
+    train::Checkpoint ckpt({{"model", *m}, {"optimizer", m->optimizer()}});
+    train::CheckpointManager manager(ckpt, dir, 2);  // the chief locks the directory; others write nothing
+    saved = manager.save().value();
+    EXPECT_TRUE(train::bundle_exists(saved)) << "worker " << s.worker_index() << " returned before the bundle existed";
+  }
+  EXPECT_EQ(saved, dir + "/ckpt-1");
+
+  // W workers → one process (rank 0, default strategy), restored before the model is built.
+  if (s.is_chief()) {
+    auto plain = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
+        layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
+    train::Checkpoint one({{"model", *plain}});
+    auto status = one.read(saved);
+    plain->build(Shape({1, 28, 28, 1}));
+    status.expect_partial().assert_existing_objects_matched();
+    EXPECT_EQ(weights(*plain), trained);
+
+    // One process → W workers: rank 0 writes other weights with the default strategy.
+    auto other = weights(*plain);
+    for (auto& w : other)
+      for (float& x : w) x = x * 0.5f + 0.25f;
+    set_weights(*plain, other);
+    train::Checkpoint({{"model", *plain}}).write(dir + "/single", {.chief = true});
+  }
+  comm->barrier({.timeout = kTimeout})->wait(kTimeout);
+  auto m2 = mlp(s);
+  train::Checkpoint back({{"model", *m2}});
+  auto status = back.read(dir + "/single");
+  m2->build(Shape({1, 28, 28, 1}));
+  EXPECT_TRUE(status.unused_keys().empty());  // every value found its variable (the optimizer had none saved)
+  status.expect_partial();
+  auto expect = trained;
+  for (auto& w : expect)
+    for (float& x : w) x = x * 0.5f + 0.25f;
+  EXPECT_EQ(weights(*m2), expect) << "worker " << s.worker_index();
+  comm->barrier({.timeout = kTimeout})->wait(kTimeout);
+  if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(LocalDevices, MultiWorker, ::testing::Values(1, 2),
