@@ -1,14 +1,19 @@
 // Failure drills for MultiWorkerMirroredStrategy, run under mpirun by run_multi_worker_failure.cmake,
 // which checks the job's exit status and output:
 //
-//   multi_worker_failure_test kill      rank 1 is SIGKILLed at step 3; the survivors must throw an
-//                                       error naming rank 1 within the strategy's timeout (5 s),
-//                                       print it and exit non-zero (never hang)
-//   multi_worker_failure_test sigterm   rank 1 gets SIGTERM from one of its own threads while the
-//                                       loop runs; every rank must stop after the same step and
-//                                       exit 0
+//   multi_worker_failure_test kill DIR     rank 1 is SIGKILLed at step 3; the survivors must throw
+//                                          an error naming rank 1 within the strategy's timeout
+//                                          (5 s), print it and exit non-zero (never hang)
+//   multi_worker_failure_test resume DIR   the same command run again: restore_or_initialize must
+//                                          find the checkpoint of the last completed step (3) and
+//                                          the run finishes its 6 steps, exit 0
+//   multi_worker_failure_test sigterm DIR  rank 1 gets SIGTERM from one of its own threads while the
+//                                          loop runs; every rank must stop after the same step,
+//                                          save a checkpoint of it and exit 0
 //
-// Each step is a strategy.run with an all-reduce across all workers (like a gradient sum).
+// Each step is a strategy.run with an all-reduce across all workers (like a gradient sum), then
+// the step counter (a mirrored int64 variable) is incremented and, in kill/resume, a checkpoint
+// of it is saved through a CheckpointManager in DIR (every worker saves, the chief writes).
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint/checkpoint_manager.h"
 #include "collective/mpi.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -40,9 +46,31 @@ float step(cx::distribute::MultiWorkerMirroredStrategy& s) {
   return out[0].to_vector<float>()[0];
 }
 
-int kill_drill(cx::distribute::MultiWorkerMirroredStrategy& s) {
+// The step counter and the manager that checkpoints it (in the strategy's scope: mirrored).
+struct Progress {
+  cx::Variable step;
+  std::unique_ptr<cx::train::Checkpoint> ckpt;
+  std::unique_ptr<cx::train::CheckpointManager> manager;
+  Progress(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir) {
+    {
+      auto scope = s.scope();
+      step = cx::make_variable({.initial_value = cx::Tensor::scalar<std::int64_t>(0, "/cpu:0"), .name = "step",
+                                .trainable = false, .aggregation = cx::VariableAggregation::kOnlyFirstReplica});
+    }
+    ckpt = std::make_unique<cx::train::Checkpoint>(std::vector<cx::train::TrackableChild>{{"step", step}});
+    manager = std::make_unique<cx::train::CheckpointManager>(*ckpt, dir, 3);
+  }
+  std::int64_t done() const { return step.value().item<std::int64_t>(); }
+  std::string complete_step() {  // after a step: count it and save (every worker; the chief writes)
+    step.assign(cx::Tensor::scalar<std::int64_t>(done() + 1, "/cpu:0"));
+    return *manager->save(done());
+  }
+};
+
+int kill_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir) {
   const int rank = s.worker_index();
   const int n = s.num_workers();
+  Progress progress(s, dir);
   auto died = Clock::now();
   try {
     for (int i = 0; i < 20; ++i) {
@@ -57,6 +85,7 @@ int kill_drill(cx::distribute::MultiWorkerMirroredStrategy& s) {
         std::printf("[rank %d] wrong sum %g at step %d\n", rank, sum, i);
         return 2;
       }
+      progress.complete_step();
       std::printf("[rank %d] step %d done\n", rank, i);
       std::fflush(nullptr);
     }
@@ -76,13 +105,33 @@ int kill_drill(cx::distribute::MultiWorkerMirroredStrategy& s) {
   return 1;
 }
 
-int sigterm_drill(cx::distribute::MultiWorkerMirroredStrategy& s) {
+// The rerun of the kill drill's command: resumes from the latest checkpoint.
+int resume_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir) {
   const int rank = s.worker_index();
+  const int n = s.num_workers();
+  Progress progress(s, dir);
+  const auto restored = progress.manager->restore_or_initialize();
+  const std::int64_t first = progress.done();
+  std::printf("[rank %d] resumed from %s at step %lld\n", rank, restored ? restored->c_str() : "(nothing)",
+              static_cast<long long>(first));
+  for (std::int64_t i = first; i < 6; ++i) {
+    if (step(s) != n * (n + 1) / 2.0f) return 2;
+    progress.complete_step();
+  }
+  std::printf("[rank %d] finished at step %lld\n", rank, static_cast<long long>(progress.done()));
+  std::fflush(nullptr);
+  return restored ? 0 : 6;
+}
+
+int sigterm_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir) {
+  const int rank = s.worker_index();
+  Progress progress(s, dir);
   cx::distribute::PreemptionWatcher watcher(s);
   std::thread killer;
   int rc = 5;
   for (std::int64_t i = 0; i < 400; ++i) {
     step(s);
+    progress.step.assign(cx::Tensor::scalar<std::int64_t>(i + 1, "/cpu:0"));
     if (rank == 1 && i == 3)  // asynchronous: lands at some later step, in whatever the loop is doing
       killer = std::thread([] {
         std::this_thread::sleep_for(std::chrono::milliseconds(150));
@@ -96,9 +145,11 @@ int sigterm_drill(cx::distribute::MultiWorkerMirroredStrategy& s) {
           ->wait(kTimeout);
       bool same = true;
       for (std::int64_t v : all.to_vector<std::int64_t>()) same = same && v == i;
-      std::printf("[rank %d] stopping after step %lld (signal seen by rank %d), all ranks agree: %s\n", rank,
-                  static_cast<long long>(i), watcher.signalled_ranks().empty() ? -1 : watcher.signalled_ranks()[0],
-                  same ? "yes" : "no");
+      // Preemption: every worker saves the agreed step, then all exit cleanly.
+      const std::string saved = *progress.manager->save(i + 1);
+      std::printf("[rank %d] stopping after step %lld (signal seen by rank %d), all ranks agree: %s; checkpoint %s\n",
+                  rank, static_cast<long long>(i), watcher.signalled_ranks().empty() ? -1 : watcher.signalled_ranks()[0],
+                  same ? "yes" : "no", saved.c_str());
       rc = same && i > 3 && watcher.signalled_ranks() == std::vector<int>{1} ? 0 : 4;
       break;
     }
@@ -114,16 +165,17 @@ int sigterm_drill(cx::distribute::MultiWorkerMirroredStrategy& s) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "sigterm") {
-    std::fprintf(stderr, "usage: %s kill|sigterm (under mpirun -np 2 or more)\n", argv[0]);
+  if ((mode != "kill" && mode != "resume" && mode != "sigterm") || argc < 3) {
+    std::fprintf(stderr, "usage: %s kill|resume|sigterm CHECKPOINT_DIR (under mpirun -np 2 or more)\n", argv[0]);
     return 2;
   }
+  const std::string dir = argv[2];
   int rc = 1;
   {
     cx::collective::MpiEnvironment mpi;
     try {
       cx::distribute::MultiWorkerMirroredStrategy s({.timeout = kTimeout});
-      rc = mode == "kill" ? kill_drill(s) : sigterm_drill(s);
+      rc = mode == "kill" ? kill_drill(s, dir) : mode == "resume" ? resume_drill(s, dir) : sigterm_drill(s, dir);
     } catch (const std::exception& e) {
       std::printf("[rank %d] unexpected error: %s\n", mpi.world_rank(), e.what());
       std::fflush(nullptr);

@@ -9,16 +9,25 @@
 #   2. mpirun --enable-recovery: Open MPI lets the survivors run on, so they show what chorus does:
 #      each must print "caught DeadlineExceededError|UnavailableError|AbortedError after T s: ..."
 #      naming rank 1, with T below the strategy's 5 s timeout + 5 s of slack.
-# sigterm: mpirun must exit 0 and every rank must print that all ranks agree on the stop step.
-foreach(v MPIEXEC NP PROGRAM MODE)
+#   3. the same command again (mode resume): every rank must resume from the checkpoint of step 3
+#      (the last step all workers completed) and finish, exit 0.
+# sigterm: mpirun must exit 0, every rank must print that all ranks agree on the stop step and name
+# the checkpoint of that step, whose index must exist.
+# DIR: the checkpoint directory (emptied first).
+foreach(v MPIEXEC NP PROGRAM MODE DIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_multi_worker_failure.cmake: -D${v}=... is required")
   endif()
 endforeach()
 set(deadline 60)
 
+file(REMOVE_RECURSE "${DIR}")
+
 function(run_job out_var rc_var)
-  execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${ARGN} -np ${NP} ${PROGRAM} ${MODE}
+  if(NOT DEFINED RUN_MODE)
+    set(RUN_MODE ${MODE})
+  endif()
+  execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${ARGN} -np ${NP} ${PROGRAM} ${RUN_MODE} ${DIR}
                   OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT ${deadline} RESULT_VARIABLE rc)
   message(STATUS "mpirun ${ARGN} -np ${NP} ${MODE}: exit status '${rc}'\n${out}")
   if(rc MATCHES "timeout|Process terminated due to timeout")
@@ -54,6 +63,16 @@ if(MODE STREQUAL "kill")
     math(EXPR found "${found} + 1")
   endforeach()
   message(STATUS "kill: ${found} survivor(s) named rank 1 within the timeout")
+  set(RUN_MODE resume)
+  run_job(out rc)
+  if(NOT rc STREQUAL "0")
+    message(FATAL_ERROR "resume: mpirun exited '${rc}', expected 0")
+  endif()
+  string(REGEX MATCHALL "\\[rank [0-9]+\\] resumed from [^\n]*/ckpt-3 at step 3" resumed "${out}")
+  list(LENGTH resumed n)
+  if(NOT n EQUAL NP)
+    message(FATAL_ERROR "resume: ${n} of ${NP} ranks resumed from the checkpoint of step 3")
+  endif()
 elseif(MODE STREQUAL "sigterm")
   run_job(out rc)
   if(NOT rc STREQUAL "0")
@@ -63,6 +82,12 @@ elseif(MODE STREQUAL "sigterm")
   list(LENGTH agreed n)
   if(NOT n EQUAL NP)
     message(FATAL_ERROR "sigterm: ${n} of ${NP} ranks reported stopping at an agreed step")
+  endif()
+  if(NOT out MATCHES "all ranks agree: yes; checkpoint ([^\n]*ckpt-[0-9]+)")
+    message(FATAL_ERROR "sigterm: no checkpoint of the stop step was reported")
+  endif()
+  if(NOT EXISTS "${CMAKE_MATCH_1}.index")
+    message(FATAL_ERROR "sigterm: the checkpoint ${CMAKE_MATCH_1} does not exist")
   endif()
 else()
   message(FATAL_ERROR "MODE must be kill or sigterm, got '${MODE}'")
