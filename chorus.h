@@ -33,9 +33,12 @@
 #include "distribute/communication_options.h"
 #include "distribute/cross_device_ops.h"
 #include "distribute/distributed_dataset.h"
+#include "distribute/cluster_resolver.h"
 #include "distribute/mirrored_strategy.h"
 #include "distribute/mirrored_variable.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
 #include "distribute/per_replica.h"
+#include "distribute/preemption.h"
 #include "distribute/replica_context.h"
 #include "distribute/replica_pool.h"
 
