@@ -12,6 +12,8 @@ namespace {
 constexpr std::size_t kHistory = 3;
 // Read once: glibc reads /sys on every call.
 const int kCores = static_cast<int>(std::thread::hardware_concurrency());
+constexpr int kPauseSpins = 16;
+constexpr std::chrono::microseconds kSpin{50};
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -77,16 +79,13 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
                            "shapes and dtypes.");
       }
     }
-    if (validate) work_.store(0, std::memory_order_relaxed);
+    if (validate) {
+      work_.store(0, std::memory_order_relaxed);
+      work_done_.store(0, std::memory_order_relaxed);
+    }
     open_next(gen);
   } else {
-    // Spin (pause when every rank can have a core, else yield so the others run), then sleep.
-    const bool own_core = size_ <= kCores;
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    for (int i = 0; generation() == gen && !failed_flag_.load(std::memory_order_relaxed); ++i) {
-      if (own_core) cpu_relax(); else sched_yield();
-      if ((i & 15) == 15 && std::chrono::steady_clock::now() > spin_until) break;
-    }
+    spin([&] { return generation() != gen || failed_flag_.load(std::memory_order_relaxed); });
     if (generation() == gen) {
       std::unique_lock<std::mutex> lock(mu_);
       sleepers_.fetch_add(1);
@@ -129,11 +128,7 @@ void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::mill
     open_next(gen);
     return;
   }
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-  for (int i = 0; generation() == gen; ++i) {
-    if (size_ <= kCores) cpu_relax(); else sched_yield();
-    if ((i & 15) == 15 && std::chrono::steady_clock::now() > spin_until) break;
-  }
+  spin([&] { return generation() != gen; });
   if (generation() == gen) {
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1);
@@ -145,6 +140,46 @@ void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::mill
     }
     sleepers_.fetch_sub(1);
   }
+}
+
+template <typename Done>
+void Rendezvous::spin(const Done& done) const {
+  // A short pause-spin catches a peer running on the other core; past it the peer is probably not
+  // running (descheduled for another thread, possibly on this core), so yield to let it run.
+  const int pauses = size_ <= kCores ? kPauseSpins : 0;
+  for (int i = 0; i < pauses; ++i) {
+    if (done()) return;
+    cpu_relax();
+  }
+  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0; !done(); ++i) {
+    sched_yield();
+    if ((i & 3) == 3 && std::chrono::steady_clock::now() > spin_until) return;
+  }
+}
+
+void Rendezvous::finish_work(std::size_t count, std::size_t total) {
+  if (count == 0) return;
+  // seq_cst, paired with sleepers_: a waiter either sees the last chunk done or is seen and woken.
+  if (work_done_.fetch_add(count) + count == total && sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+void Rendezvous::wait_work(int rank, const Fingerprint& fp, std::size_t total, std::chrono::milliseconds timeout) {
+  auto done = [&] { return work_done_.load() >= total; };
+  spin(done);
+  if (done()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  sleepers_.fetch_add(1);
+  if (!cv_.wait_for(lock, timeout, done)) {
+    CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count() << " ms for peers to finish "
+                      << "their chunks of " << fp.to_string() << "; waiting on (leaving would let them write into "
+                      << "buffers its caller may free)";
+    cv_.wait(lock, done);
+  }
+  sleepers_.fetch_sub(1);
 }
 
 void Rendezvous::open_next(std::uint32_t gen) {

@@ -50,8 +50,17 @@ class Rendezvous {
   void arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout);
   void sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
   const Slot& slot(int rank) const { return slots_[rank]; }
-  // Work counter shared by the participants of the current collective; reset at each arrive().
+  // Work shared by the participants of the current collective, for backends that split it into
+  // `total` chunks handed out at run time instead of closing with sync(): work() hands out chunk
+  // indices (fetch_add), finish_work(count, total) records `count` chunks done by the caller (a
+  // release), wait_work(...) blocks until all `total` are done (an acquire). Both counters are
+  // reset by the last arriver of arrive(), when every participant has left the previous
+  // collective. Slots may be read by a participant only while it holds an unfinished chunk:
+  // peers leave the collective (and may post new slots) as soon as all chunks are done.
+  // wait_work is never abandoned, like sync(): after `timeout` it logs and keeps waiting.
   std::atomic<std::size_t>& work() { return work_; }
+  void finish_work(std::size_t count, std::size_t total);
+  void wait_work(int rank, const Fingerprint& fp, std::size_t total, std::chrono::milliseconds timeout);
 
   // Records that `rank` completed `fp` (for timeout messages).
   void completed(int rank, const Fingerprint& fp);
@@ -66,6 +75,9 @@ class Rendezvous {
   // Takes back this rank's arrival in generation `gen`; false when the phase completed (or is
   // completing), in which case the caller must go on as if it had succeeded.
   bool withdraw(int rank, std::uint32_t gen);
+  // Waits a little for `done()` before the caller sleeps on the condition variable.
+  template <typename Done>
+  void spin(const Done& done) const;
   void wait_closing(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
   // By the last arriver: reset the arrivals, open generation gen + 1, wake sleepers if any.
   void open_next(std::uint32_t gen);
@@ -81,6 +93,7 @@ class Rendezvous {
   std::atomic<std::uint64_t> state_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<std::size_t> work_{0};
+  std::atomic<std::size_t> work_done_{0};
   std::atomic<bool> failed_flag_{false};
   std::unique_ptr<std::atomic<char>[]> here_;
   struct History {

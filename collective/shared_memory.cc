@@ -28,9 +28,6 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
 
   WorkPtr run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    gather_slots(&in, &out);
     // Chunks taken from a shared counter: ranks that are running do the work of ranks that are not
     // (with more replicas than cores, a fixed split would wait for descheduled threads). Chunks of
     // at most 16384 elements (64 KiB of float32), at least 1024, and about n/k for mid sizes so
@@ -38,12 +35,23 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     const std::size_t n = static_cast<std::size_t>(input.num_elements());
     const std::size_t per_rank = (n / static_cast<std::size_t>(size()) + 15) / 16 * 16;
     const std::size_t chunk = std::max<std::size_t>(1024, std::min<std::size_t>(16384, per_rank));
+    const std::size_t total = (n + chunk - 1) / chunk;
+    // One meeting point per call instead of a closing barrier: a rank leaves once every chunk is
+    // done, without waiting for peers that took none (descheduled ones, with more replicas than
+    // cores). The slots are read only while holding a chunk: once all chunks are done, peers may
+    // already be posting the slots of their next collective (rendezvous.h).
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    std::size_t mine = 0;
     for (;;) {
-      const std::size_t b = rendezvous().work().fetch_add(1, std::memory_order_relaxed) * chunk;
-      if (b >= n) break;
+      const std::size_t i = rendezvous().work().fetch_add(1, std::memory_order_relaxed);
+      if (i >= total) break;
+      if (mine++ == 0) gather_slots(&in, &out);
+      const std::size_t b = i * chunk;
       reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), b, std::min(n, b + chunk), size());
     }
-    rendezvous().sync(rank(), c.fp, c.timeout);  // all chunks of every output are written
+    rendezvous().finish_work(mine, total);
+    rendezvous().wait_work(rank(), c.fp, total, c.timeout);  // all chunks of every output are written
     return nullptr;
   }
 

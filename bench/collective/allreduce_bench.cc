@@ -1,13 +1,14 @@
 // All-reduce benchmark: chorus's shared-memory all_reduce against its yardsticks (issue 4).
 //
-//   bench_allreduce [--quick] [--max-mib N] [--no-mpi]
+//   bench_allreduce [--quick] [--max-mib N] [--sizes LIST] [--no-mpi]
 //
 // Setup. Four logical CPU devices are configured once (the configuration can be set only once per
 // process, before devices are used); a case with k participants uses /cpu:0 .. /cpu:k-1, one
 // replica thread each, as MirroredStrategy's replicas do. Threads are persistent for a case and
 // not pinned. Data: float32, SUM, in place (input == output), k = 2 and 4, message sizes N = 4 KiB,
 // 16 KiB, ..., 256 MiB (x4 steps; --max-mib caps the largest; --quick: 4 KiB, 64 KiB, 1 MiB with
-// short runs, a smoke test under 5 s). Before timing, each backend's result is checked exactly
+// short runs, a smoke test under 5 s; --sizes 1M,4M,... picks the sizes, K/M suffixes, e.g. to rerun the
+// 1-4 MiB cases several times). Before timing, each backend's result is checked exactly
 // (rank r contributes r+1 everywhere; every element of every output must be k(k+1)/2).
 //
 // Contenders, each timed in the same run:
@@ -481,13 +482,14 @@ void print_goal(const std::vector<Row>& rows, int k, const char* what, double go
 // ---------------------------------------------------------------------------------------------
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--quick] [--max-mib N] [--no-mpi]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--quick] [--max-mib N] [--sizes 4K,1M,...] [--no-mpi]\n", argv0);
   return 2;
 }
 
 int run(int argc, char** argv) {
   bool quick = false, no_mpi = false;
   std::size_t max_bytes = 256 * kMiB;
+  std::vector<std::size_t> sizes;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -500,12 +502,29 @@ int run(int argc, char** argv) {
         return usage(argv[0]);
       }
       max_bytes = static_cast<std::size_t>(v) * kMiB;
+    } else if (std::strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+      // Comma-separated sizes with a K or M suffix (KiB, MiB), multiples of 4 bytes.
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(p, &end, 10);
+        std::size_t bytes = v;
+        if (*end == 'K') bytes = v * kKiB, ++end;
+        else if (*end == 'M') bytes = v * kMiB, ++end;
+        if (end == p || v == 0 || bytes % sizeof(float) != 0 || bytes > 4096 * kMiB || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "--sizes: expected a list like 4K,1M,16M, got '%s'\n", argv[i]);
+          return usage(argv[0]);
+        }
+        sizes.push_back(bytes);
+        p = *end == ',' ? end + 1 : end;
+      }
     } else {
       return usage(argv[0]);
     }
   }
-  std::vector<std::size_t> sizes;
-  if (quick) {
+  if (!sizes.empty()) {
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  } else if (quick) {
     for (std::size_t s : {4 * kKiB, 64 * kKiB, kMiB})
       if (s <= max_bytes) sizes.push_back(s);
   } else {

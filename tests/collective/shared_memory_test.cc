@@ -72,6 +72,67 @@ TEST_P(InProcessTest, AllReduceLargeOddSize) {
   }
 }
 
+// Sizes that span several work chunks (16384 elements at most) with a ragged last chunk and a
+// tail shorter than one vector step, for every dtype, op and participant count: the chunked,
+// vectorized path, where the small sizes above take only the first chunk.
+TEST_P(InProcessTest, AllReduceSeveralChunksEveryOpDtypeAndCount) {
+  const std::int64_t n = 3 * 16384 + 1029;
+  for (int k = 2; k <= 5; ++k) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    bool in_place = false;
+    for (DType dt : kDtypes)
+      for (ReduceOp op : kOps) {
+        in_place = !in_place;
+        std::vector<Tensor> outs(k);
+        testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+          Tensor in = make_input(r, n, dt);
+          Tensor out = in_place ? in : Tensor::zeros({n}, dt, "/cpu:" + std::to_string(r));
+          c.all_reduce(in, out, {.op = op})->wait();
+          outs[r] = out;
+        }));
+        for (int r = 0; r < k; ++r) {
+          auto got = outs[r].to_vector<double>();
+          for (std::int64_t i = 0; i < n; i += (i < 64 || i > n - 64) ? 1 : 61) {
+            const double want = expected(op, k, i, dt);
+            ASSERT_NEAR(got[i], want, tolerance(dt, want)) << "k=" << k << " dtype=" << dtype_name(dt) << " op="
+                                                           << reduce_op_name(op) << " rank=" << r << " i=" << i
+                                                           << (in_place ? " in-place" : "");
+          }
+        }
+      }
+  }
+}
+
+// Back-to-back collectives on fresh buffers, each rank freeing its tensors as soon as its call
+// returns: a rank that leaves an all_reduce early (all chunks done) must not be written into or
+// read from afterwards, while slower peers are still inside the same call. Sanitizer builds catch
+// a use after free or a race; the values catch a chunk reduced from the wrong buffers.
+TEST_P(InProcessTest, BackToBackCollectivesOnFreshBuffers) {
+  for (int k : {2, 3, 5}) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+      const std::string dev = "/cpu:" + std::to_string(r);
+      for (int step = 0; step < 60; ++step) {
+        const std::int64_t n = step % 3 == 0 ? 40000 + step : 100 + step;
+        Tensor t = Tensor::full({n}, static_cast<float>(r + step), DType::kFloat32, dev);
+        c.all_reduce(t, t)->wait();
+        const float want = static_cast<float>(k * step + k * (k - 1) / 2);
+        auto got = t.to_vector<float>();
+        for (std::int64_t i = 0; i < n; i += 997) ASSERT_EQ(got[i], want) << "k=" << k << " step=" << step;
+        ASSERT_EQ(got[n - 1], want);
+        if (step % 4 == 1) {
+          Tensor g = Tensor::zeros({k * 8}, DType::kFloat32, dev);
+          c.all_gather(Tensor::full({8}, static_cast<float>(r), DType::kFloat32, dev), g)->wait();
+          auto v = g.to_vector<float>();
+          for (int j = 0; j < k * 8; ++j) ASSERT_EQ(v[j], static_cast<float>(j / 8));
+        }
+      }
+    }));
+  }
+}
+
 TEST_P(InProcessTest, BroadcastAndReduceFromEveryRoot) {
   const int k = 4;
   use_cpu_devices(k);
