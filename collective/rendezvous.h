@@ -8,8 +8,10 @@
 //   sync(rank, fp, timeout)           the closing barrier of a collective: never abandoned (after
 //                                     `timeout` it logs an error and keeps waiting, since peers
 //                                     may still write into this rank's buffers); never throws
+//   work() / finish_work / wait_work  instead of sync(): a closing wait on a chunk counter, for
+//                                     work handed out at run time (the shared-memory all_reduce)
 //
-// Errors (thrown by both):
+// Errors (thrown by arrive; sync and wait_work never throw):
 //   InvalidArgumentError   fingerprints differ: every participant gets the same message naming
 //                          the ranks and both fingerprints (the group stays usable);
 //   DeadlineExceededError  someone did not arrive in time: names the missing ranks, the
@@ -18,7 +20,8 @@
 //   AbortedError           the group failed earlier (timeout, abort()): names who and why.
 //
 // Thread-safety: all methods are thread-safe. slot(r) may be read by any participant between the
-// arrive() that posted it and the next phase that ends the collective.
+// arrive() that posted it and the next phase that ends the collective (with wait_work: only while
+// the reader holds an unfinished chunk).
 #pragma once
 
 #include <atomic>

@@ -5,14 +5,16 @@
 //   comms[r]->all_reduce(grad, grad);                                 // in place, sum
 //
 // Algorithm (bandwidth-optimal, no serial reduce-then-broadcast): after all participants have
-// posted their buffers, the elements are cut into chunks (16384 elements at most, about n/k for
-// mid sizes); participants take chunks from a shared counter, reduce each across all k inputs tile
-// by tile in cache, and write the result straight into that chunk of all k outputs; a closing
-// phase keeps every buffer alive until all writers are done. Every byte is read once and written
-// once per output: 2·k·N bytes of traffic for N-byte tensors, spread over the threads that are
-// running (with more replicas than cores, a running thread takes the chunks of a descheduled
-// one). broadcast, reduce, all_gather and reduce_scatter split the work by rank. The meeting
-// points are lock-free on the fast path (rendezvous.cc). Any size from 0 elements, any count.
+// posted their buffers (the one meeting point, which also compares fingerprints), the elements
+// are cut into chunks (16384 elements at most, about n/k for mid sizes); participants take chunks
+// from a shared counter, reduce each across all k inputs in registers, a cache line at a time, and
+// write the result straight into that chunk of all k outputs. A participant returns as soon as
+// every chunk is done (a counter, not a second barrier: peers that took no chunk, e.g. descheduled
+// ones, are not waited for). Every byte is read once and written once per output: 2·k·N bytes of
+// traffic for N-byte tensors, spread over the threads that are running (with more replicas than
+// cores, a running thread takes the chunks of a descheduled one). broadcast, reduce, all_gather
+// and reduce_scatter split the work by rank and close with a second barrier. The meeting points
+// are lock-free on the fast path (rendezvous.cc). Any size from 0 elements, any count.
 //
 // Contract, errors, thread-safety: see communicator.h and in_process.h.
 #pragma once
