@@ -15,12 +15,16 @@
 #include "analytic.h"
 #include "collective/hierarchical.h"
 #include "collective/mpi.h"
+#include "tests/collective/mpi_test_main.h"
 #include "collective/shared_memory.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "tests/core/test_util.h"
 
 namespace chorus::collective {
 namespace {
+
+using chorus::testing::message_of;
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
@@ -42,19 +46,6 @@ Tensor input(int r, std::int64_t n, DType dt) {
 }
 
 // The message of the exception `fn` throws as E ("" and a test failure if it throws nothing or another type).
-template <typename E, typename Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -364,53 +355,7 @@ TEST(MpiTest, RejectsWhatItCannotDo) {
   EXPECT_THROW(c1->barrier({.timeout = kTimeout}), AbortedError);
 }
 
-// Prints only failures, prefixed with the rank (rank 0 keeps gtest's full output).
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (info.result()->Failed())
-      std::fprintf(stderr, "[rank %d] [  FAILED  ] %s.%s\n", rank_, info.test_suite_name(), info.name());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace chorus::collective
 
-int main(int argc, char** argv) {
-  using namespace chorus::collective;
-  ::testing::InitGoogleTest(&argc, argv);
-  int status = 1;
-  {
-    MpiEnvironment mpi;  // MPI_THREAD_SERIALIZED; MPI_Finalize at the end of this block
-    if (mpi.world_rank() != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new FailurePrinter(mpi.world_rank()));
-    }
-    const int mine = RUN_ALL_TESTS();
-    // Every rank exits with the worst status of all. If even that fails, leave without
-    // MPI_Finalize: mpirun then ends the whole job with an error.
-    try {
-      auto comm = make_mpi_communicator({.timeout = std::chrono::seconds(60)});
-      chorus::Tensor s = chorus::Tensor::scalar<std::int32_t>(mine, "/cpu:0");
-      comm->all_reduce(s, s, {.op = ReduceOp::kMax, .timeout = std::chrono::seconds(60)})->wait();
-      status = s.item<std::int32_t>();
-      if (status != 0 && mine == 0)
-        std::fprintf(stderr, "[rank %d] passed here, but another rank failed\n", mpi.world_rank());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[rank %d] could not agree on the exit status: %s\n", mpi.world_rank(), e.what());
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }
-  }
-  return status;
-}
+int main(int argc, char** argv) { return chorus::testing::run_tests_under_mpi(argc, argv); }

@@ -45,6 +45,22 @@ class LogCapture {
   std::vector<std::string> lines_;
 };
 
+// The what() of the E that fn() throws; a test failure (and "") when it throws nothing or
+// another type.
+template <typename E, typename Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw another type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
 // Expects `stmt` to throw `Exc` whose what() contains every string in `needles`.
 #define EXPECT_THROW_WITH(stmt, Exc, ...)                                            \
   do {                                                                               \

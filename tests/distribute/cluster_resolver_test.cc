@@ -8,25 +8,15 @@
 
 #include "core/error.h"
 #include "distribute/multi_worker_mirrored_strategy.h"
+#include "tests/core/test_util.h"
 
 namespace chorus::distribute {
 namespace {
 
+using chorus::testing::message_of;
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-template <typename E, typename Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
 
 EnvLookup fake_env(std::map<std::string, std::string> vars) {
   return [vars](const char* name) -> std::optional<std::string> {

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "collective/mpi.h"
+#include "tests/collective/mpi_test_main.h"
 #include "core/config.h"
 #include "core/crc32c.h"
 #include "core/error.h"
@@ -407,48 +408,13 @@ TEST(MultiWorkerErrors, ResolverThatDisagreesWithMpiIsRefusedEverywhere) {
   EXPECT_TRUE(contains(m, "MPI rank 1 is worker 0 according to its cluster resolver")) << m;
 }
 
-// Prints only failures, prefixed with the rank (rank 0 keeps gtest's full output).
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace chorus::distribute
 
 int main(int argc, char** argv) {
-  using namespace chorus;
-  ::testing::InitGoogleTest(&argc, argv);
-  int status = 1;
-  {
-    collective::MpiEnvironment mpi;
-    config::set_logical_device_configuration(
-        config::list_physical_devices("CPU")[0],
-        std::vector<LogicalDeviceConfiguration>(chorus::distribute::kCpuDevices, {.memory_limit_mb = 512}));
-    if (mpi.world_rank() != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new chorus::distribute::FailurePrinter(mpi.world_rank()));
-    }
-    const int mine = RUN_ALL_TESTS();
-    try {  // every rank exits with the worst status of all
-      auto comm = collective::make_mpi_communicator({.timeout = std::chrono::seconds(60)});
-      Tensor s = Tensor::scalar<std::int32_t>(mine, "/cpu:0");
-      comm->all_reduce(s, s, {.op = collective::ReduceOp::kMax, .timeout = std::chrono::seconds(60)})->wait();
-      status = s.item<std::int32_t>();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[rank %d] could not agree on the exit status: %s\n", mpi.world_rank(), e.what());
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }
-  }
-  return status;
+  return chorus::testing::run_tests_under_mpi(argc, argv, [] {
+    chorus::config::set_logical_device_configuration(
+        chorus::config::list_physical_devices("CPU")[0],
+        std::vector<chorus::LogicalDeviceConfiguration>(chorus::distribute::kCpuDevices, {.memory_limit_mb = 512}));
+  });
 }
