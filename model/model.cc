@@ -7,6 +7,7 @@
 
 #include "core/distribution.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "distribute/strategy.h"
 #include "ops/ops.h"
 #include "optimizer/optimizer.h"
@@ -166,6 +167,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       const std::vector<Variable> vars = trainable_variables();
       strategy.run(
           [&](const data::Element& e) {
+            profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
             ops::GradientTape tape;
             Tensor loss = forward_step(e, true, rows);
             // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
@@ -177,8 +179,11 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
           },
           *batch);
       ++step;
-      const callbacks::Logs l = logs();
-      for (auto& cb : cbs) cb->on_train_batch_end(*this, step, steps, l);
+      // The running metrics are read (a cross-replica sum and a host sync each) only for callbacks.
+      if (!cbs.empty()) {
+        const callbacks::Logs l = logs();
+        for (auto& cb : cbs) cb->on_train_batch_end(*this, step, steps, l);
+      }
     }
     CHORUS_REQUIRE(step > 0, InvalidArgumentError, "fit: the dataset produced no batches");
     callbacks::Logs epoch_logs = logs();

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch yardstick for bench_train: the seed CNN trained with DistributedDataParallel (gloo).
 
-  python3 bench/train/pytorch_ddp.py [--world-size 2] [--steps 30] [--warmup 3] [--batch 128]
+  python3 bench/train/pytorch_ddp.py [--world-size 2] [--steps 30] [--warmup 3] [--batch 128] [--repeats 5]
 
 Same model as chorus's seed CNN (examples/mnist_mirrored.cc), in NCHW: Conv2D 32 3x3 relu ->
 MaxPool 2 -> Conv2D 64 3x3 relu -> MaxPool 2 -> Conv2D 64 3x3 relu -> Flatten -> Dense 64 relu ->
 Dense 10; Adam 1e-3, cross-entropy on logits, random data of the same shapes. The global batch is
 split over world_size processes of one thread each (torch.set_num_threads(1)) on localhost.
+Timing as bench_train's: `warmup` steps, then `repeats` windows of `steps` steps, each between two
+barriers; samples/s is the median window's (rank 0's clock). The data is one fixed random batch
+per process (no input pipeline: chorus's side cycles 8 cached batches through its dataset).
 Prints a readable line and, last, `RESULT samples_per_s=<x> ms_per_step=<y>` for bench_train.
 Needs PyTorch (Debian: apt-get install python3-torch); exits 3 when it is missing.
 """
@@ -23,7 +26,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, world_size, port, steps, warmup, batch, queue):
+def worker(rank, world_size, port, steps, warmup, batch, repeats, queue):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -52,14 +55,16 @@ def worker(rank, world_size, port, steps, warmup, batch, queue):
 
     for _ in range(warmup):
         step()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    dist.barrier()
-    wall = time.perf_counter() - start
+    walls = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        dist.barrier()
+        walls.append(time.perf_counter() - start)
     if rank == 0:
-        queue.put(wall)
+        queue.put(walls)
     dist.destroy_process_group()
 
 
@@ -69,6 +74,7 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
     try:
         import torch
@@ -78,12 +84,15 @@ def main():
         return 3
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(a.world_size, free_port(), a.steps, a.warmup, a.batch, queue),
+    mp.start_processes(worker, args=(a.world_size, free_port(), a.steps, a.warmup, a.batch, a.repeats, queue),
                        nprocs=a.world_size, join=True, start_method="spawn")
-    wall = queue.get()
+    walls = sorted(queue.get())
+    n = len(walls)
+    wall = walls[n // 2] if n % 2 else 0.5 * (walls[n // 2 - 1] + walls[n // 2])
     sps = a.steps * a.batch / wall
     print(f"pytorch {torch.__version__} DDP gloo, world size {a.world_size}, 1 thread each, "
-          f"global batch {a.batch}: {sps:.1f} samples/s, {wall / a.steps * 1e3:.2f} ms/step")
+          f"global batch {a.batch}, {a.warmup} warm-up + {n} x {a.steps} steps: {sps:.1f} samples/s (median; "
+          f"{a.steps * a.batch / walls[-1]:.0f}-{a.steps * a.batch / walls[0]:.0f}), {wall / a.steps * 1e3:.2f} ms/step")
     print(f"RESULT samples_per_s={sps:.6g} ms_per_step={wall / a.steps * 1e3:.6g}")
     return 0
 

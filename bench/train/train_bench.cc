@@ -19,9 +19,11 @@
 // Last line: one JSON line.
 #include <chorus/chorus.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +44,22 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kGlobalBatch = 128;
 constexpr int kWarmupSteps = 3;
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::int64_t process_cpu_ns() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (static_cast<std::int64_t>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000000 + u.ru_utime.tv_usec +
+          u.ru_stime.tv_usec) *
+         1000;
+}
+
 // One replica count, in this (child) process. Prints `RESULT ...` as its last line.
-int run_child(int replicas, int steps) {
+int run_child(int replicas, int steps, int repeats) {
   const cx::PhysicalDevice cpu = cx::config::list_physical_devices("CPU")[0];
   cx::config::set_logical_device_configuration(
       cpu, std::vector<cx::LogicalDeviceConfiguration>(static_cast<std::size_t>(replicas), {.memory_limit_mb = 1024}));
@@ -66,17 +82,48 @@ int run_child(int replicas, int steps) {
                 .prefetch(cx::data::kAutotune);
   model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
 
-  cx::profile::read_and_reset();
-  cx::profile::enable_profiling(true);
-  const auto start = Clock::now();
-  model->fit(ds, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
-  const double wall_ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  cx::profile::enable_profiling(false);
-  const cx::profile::ProfileCounters c = cx::profile::read_and_reset();
-  const double busy = replicas * wall_ns;
-  std::printf("RESULT replicas=%d samples_per_s=%.6g ms_per_step=%.6g kernels=%.6g collectives=%.6g\n", replicas,
-              static_cast<double>(steps * kGlobalBatch) / (wall_ns * 1e-9), wall_ns * 1e-6 / steps,
-              static_cast<double>(c.library_kernel_ns) / busy, static_cast<double>(c.collective_ns) / busy);
+  // `repeats` timed fit calls of `steps` steps; samples/s is their median, the time split is over
+  // all of them (counters and wall time summed).
+  std::vector<double> sps;
+  cx::profile::ProfileCounters c;
+  double wall_ns = 0, process_cpu = 0;
+  for (int rep = 0; rep < repeats; ++rep) {
+    cx::profile::read_and_reset();
+    cx::profile::enable_profiling(true);
+    const std::int64_t cpu0 = process_cpu_ns();
+    const auto start = Clock::now();
+    model->fit(ds, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
+    const double w =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    process_cpu += static_cast<double>(process_cpu_ns() - cpu0);
+    cx::profile::enable_profiling(false);
+    const cx::profile::ProfileCounters r = cx::profile::read_and_reset();
+    c.library_kernel_ns += r.library_kernel_ns;
+    c.collective_ns += r.collective_ns;
+    c.replica_step_ns += r.replica_step_ns;
+    c.library_kernel_cpu_ns += r.library_kernel_cpu_ns;
+    c.collective_cpu_ns += r.collective_cpu_ns;
+    c.replica_step_cpu_ns += r.replica_step_cpu_ns;
+    wall_ns += w;
+    sps.push_back(static_cast<double>(steps * kGlobalBatch) / (w * 1e-9));
+  }
+  const double busy = replicas * wall_ns;  // summed per-replica time
+  const auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  // Elsewhere, split: between steps (a replica thread outside the step body: the loop thread's
+  // iterator, distribution, logs, and the hand-off to the replica threads); inside the step, CPU
+  // the replica thread spent outside kernels and collectives (framework code); inside the step,
+  // time it was not running outside kernels and collectives (blocked or descheduled).
+  const double between = 1.0 - d(c.replica_step_ns) / busy;
+  const double fw_cpu = (d(c.replica_step_cpu_ns) - d(c.library_kernel_cpu_ns) - d(c.collective_cpu_ns)) / busy;
+  const double off_cpu = (d(c.replica_step_ns) - d(c.library_kernel_ns) - d(c.collective_ns)) / busy - fw_cpu;
+  const double med = median(sps);
+  std::printf(
+      "RESULT replicas=%d samples_per_s=%.6g min_samples_per_s=%.6g max_samples_per_s=%.6g ms_per_step=%.6g "
+      "kernels=%.6g collectives=%.6g between=%.6g fw_cpu=%.6g off_cpu=%.6g kernel_off_cpu=%.6g "
+      "process_cpu_per_wall=%.6g\n",
+      replicas, med, *std::min_element(sps.begin(), sps.end()), *std::max_element(sps.begin(), sps.end()),
+      1e3 * kGlobalBatch / med, d(c.library_kernel_ns) / busy, d(c.collective_ns) / busy, between, fw_cpu, off_cpu,
+      (d(c.library_kernel_ns) - d(c.library_kernel_cpu_ns)) / busy, process_cpu / wall_ns);
   return 0;
 }
 
@@ -107,7 +154,8 @@ std::optional<double> result_field(const std::string& out, const std::string& ke
 
 struct Case {
   int replicas;
-  double samples_per_s, ms_per_step, kernels, collectives;
+  double samples_per_s, min_sps, max_sps, ms_per_step, kernels, collectives, between, fw_cpu, off_cpu, kernel_off_cpu,
+      process_cpu_per_wall;
 };
 
 std::string self_path() {
@@ -117,50 +165,71 @@ std::string self_path() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-int run_parent(int steps) {
+// The first Python that can import torch: `python3` on PATH (may be a pyenv or venv interpreter
+// without system packages), then Debian's /usr/bin/python3 (where python3-torch installs).
+std::optional<std::string> python_with_torch() {
+  for (const char* py : {"python3", "/usr/bin/python3"}) {
+    int status = 0;
+    capture(std::string(py) + " -c 'import torch' >/dev/null 2>&1", &status);
+    if (status == 0) return std::string(py);
+  }
+  return std::nullopt;
+}
+
+int run_parent(int steps, int repeats) {
   const std::string self = self_path();
   std::vector<Case> cases;
   for (int r : {1, 2, 4}) {
     int status = 0;
-    const std::string out =
-        capture("'" + self + "' --replicas " + std::to_string(r) + " --steps " + std::to_string(steps), &status);
+    const std::string out = capture("'" + self + "' --replicas " + std::to_string(r) + " --steps " +
+                                        std::to_string(steps) + " --repeats " + std::to_string(repeats),
+                                    &status);
     const auto sps = result_field(out, "samples_per_s");
     if (status != 0 || !sps) {
       std::fprintf(stderr, "bench_train: the %d-replica run failed (exit %d):\n%s\n", r, status, out.c_str());
       return 1;
     }
-    cases.push_back({r, *sps, *result_field(out, "ms_per_step"), *result_field(out, "kernels"),
-                     *result_field(out, "collectives")});
+    auto f = [&](const char* key) { return result_field(out, key).value_or(0.0); };
+    cases.push_back({r, *sps, f("min_samples_per_s"), f("max_samples_per_s"), f("ms_per_step"), f("kernels"),
+                     f("collectives"), f("between"), f("fw_cpu"), f("off_cpu"), f("kernel_off_cpu"),
+                     f("process_cpu_per_wall")});
   }
 
-  // The PyTorch yardstick, beside the 2-replica case.
+  // The PyTorch yardstick, beside the 2-replica case: same steps, warm-up and repeats (median).
   std::optional<double> torch_sps;
-  std::string skipped;
-  int status = 0;
-  capture("python3 -c 'import torch' >/dev/null 2>&1", &status);
-  if (status != 0) {
+  std::string skipped, torch_line;
+  const std::optional<std::string> py = python_with_torch();
+  if (!py) {
     skipped = "PyTorch not installed (apt-get install python3-torch)";
   } else {
-    const std::string out = capture(std::string("python3 '") + CHORUS_TRAIN_BENCH_DIR +
-                                        "/pytorch_ddp.py' --world-size 2 --steps " + std::to_string(steps) + " 2>&1",
-                                    &status);
+    int status = 0;
+    const std::string out =
+        capture(*py + " '" + CHORUS_TRAIN_BENCH_DIR + "/pytorch_ddp.py' --world-size 2 --steps " +
+                    std::to_string(steps) + " --warmup " + std::to_string(kWarmupSteps) + " --batch " +
+                    std::to_string(kGlobalBatch) + " --repeats " + std::to_string(repeats) + " 2>&1",
+                &status);
     torch_sps = result_field(out, "samples_per_s");
     if (status != 0 || !torch_sps) {
       torch_sps.reset();
       skipped = "PyTorch DDP run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
+    } else {
+      const std::size_t p = out.find("pytorch ");
+      if (p != std::string::npos) torch_line = out.substr(p, out.find('\n', p) - p);
     }
   }
 
   const unsigned cores = std::thread::hardware_concurrency();
-  std::printf("seed CNN, global batch %lld, %d timed steps after %d warm-up, %u cores\n",
-              static_cast<long long>(kGlobalBatch), steps, kWarmupSteps, cores);
-  std::printf("%-9s %12s %10s %9s %12s %10s %14s %7s\n", "replicas", "samples/s", "ms/step", "kernels", "collectives",
-              "elsewhere", "pytorch DDP", "ratio");
+  std::printf("seed CNN, global batch %lld, %d warm-up steps, then %d x %d timed steps (samples/s: median of the %d, "
+              "[min-max]), %u cores\n",
+              static_cast<long long>(kGlobalBatch), kWarmupSteps, repeats, steps, repeats, cores);
+  std::printf("%-8s %9s %15s %8s %8s %8s %9s | %8s %8s %8s | %7s %12s %6s\n", "replicas", "samples/s", "[min-max]",
+              "ms/step", "kernels", "collect", "elsewhere", "between", "fw-cpu", "off-cpu", "cpu/wall", "pytorch DDP",
+              "ratio");
   std::string json = "{\"bench\":\"train\",\"machine\":\"" + std::to_string(cores) + " cores\",\"cases\":[";
   bool first = true;
   auto add = [&](const std::string& name, double value, const char* unit, const std::string& yard,
                  std::optional<double> yard_value, std::optional<double> ratio) {
-    char buf[512];
+    char buf[640];
     char yv[64] = "null", ra[64] = "null";
     if (yard_value) std::snprintf(yv, sizeof yv, "%.6g", *yard_value);
     if (ratio) std::snprintf(ra, sizeof ra, "%.4g", *ratio);
@@ -181,8 +250,12 @@ int run_parent(int steps) {
     } else if (c.replicas == 2) {
       std::snprintf(tcol, sizeof tcol, "skipped");
     }
-    std::printf("%-9d %12.1f %10.2f %8.1f%% %11.1f%% %9.1f%% %14s %7s\n", c.replicas, c.samples_per_s, c.ms_per_step,
-                100 * c.kernels, 100 * c.collectives, 100 * elsewhere, tcol, rcol);
+    char range[48];
+    std::snprintf(range, sizeof range, "[%.0f-%.0f]", c.min_sps, c.max_sps);
+    std::printf("%-8d %9.1f %15s %8.2f %7.1f%% %7.1f%% %8.1f%% | %7.1f%% %7.1f%% %7.1f%% | %7.2f %12s %6s\n",
+                c.replicas, c.samples_per_s, range, c.ms_per_step, 100 * c.kernels, 100 * c.collectives,
+                100 * elsewhere, 100 * c.between, 100 * c.fw_cpu, 100 * c.off_cpu, c.process_cpu_per_wall, tcol,
+                rcol);
     const std::string suffix = std::to_string(c.replicas) + (c.replicas == 1 ? " replica" : " replicas");
     if (c.replicas == 2) {
       add("samples/s " + suffix, c.samples_per_s, "samples/s",
@@ -196,7 +269,22 @@ int run_parent(int steps) {
         elsewhere > 0 ? std::optional<double>(0.10 / elsewhere) : std::nullopt);
     add("kernel fraction " + suffix, c.kernels, "fraction", "none", std::nullopt, std::nullopt);
     add("collective fraction " + suffix, c.collectives, "fraction", "none", std::nullopt, std::nullopt);
+    add("elsewhere between-steps fraction " + suffix, c.between, "fraction", "none", std::nullopt, std::nullopt);
+    add("elsewhere framework-cpu fraction " + suffix, c.fw_cpu, "fraction", "none", std::nullopt, std::nullopt);
+    add("elsewhere off-cpu fraction " + suffix, c.off_cpu, "fraction", "none", std::nullopt, std::nullopt);
   }
+  std::printf(
+      "elsewhere = between + fw-cpu + off-cpu, of the summed replica-thread time (replicas x wall):\n"
+      "  between: a replica thread outside the step body (loop thread: iterator, distribution, logs; hand-off)\n"
+      "  fw-cpu:  CPU time of the replica threads in the step outside kernels and collectives (framework code)\n"
+      "  off-cpu: time in the step outside kernels and collectives with the thread not running (blocked or\n"
+      "           descheduled: more threads than cores, other processes)\n"
+      "  cpu/wall: the process's CPU time over wall time (at most %u on this machine)\n",
+      cores);
+  for (const Case& c : cases)
+    std::printf("  %d replica(s): kernels not running (descheduled inside a kernel) %.1f%% of replica time\n",
+                c.replicas, 100 * c.kernel_off_cpu);
+  if (!torch_line.empty()) std::printf("yardstick: %s\n", torch_line.c_str());
   if (!skipped.empty()) std::printf("skipped: %s\n", skipped.c_str());
   json += "]}";
   std::printf("%s\n", json.c_str());
@@ -207,7 +295,7 @@ int run_parent(int steps) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  int replicas = 0, steps = -1;
+  int replicas = 0, steps = -1, repeats = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quick") {
@@ -216,15 +304,18 @@ int main(int argc, char** argv) {
       replicas = std::atoi(argv[++i]);
     } else if (flag == "--steps" && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
+    } else if (flag == "--repeats" && i + 1 < argc) {
+      repeats = std::atoi(argv[++i]);
     } else {
-      std::cerr << "usage: bench_train [--quick] [--steps N]\n";
+      std::cerr << "usage: bench_train [--quick] [--steps N] [--repeats K]\n";
       return 2;
     }
   }
   if (steps <= 0) steps = quick ? 4 : 30;
+  if (repeats <= 0) repeats = quick ? 1 : 5;
   try {
-    if (replicas > 0) return run_child(replicas, steps);
-    return run_parent(steps);
+    if (replicas > 0) return run_child(replicas, steps, repeats);
+    return run_parent(steps, repeats);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
