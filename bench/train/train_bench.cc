@@ -16,6 +16,11 @@
 // processes of one thread, same model and batch — beside the 2-replica case, when `import torch`
 // works; otherwise listed as skipped and the JSON case has yardstick_value null.
 // Goals (issue): elsewhere ≤ 10% of step time; 2 replicas faster than PyTorch (ratio > 1).
+// Multi-worker mode (issue 8), when the build has MPI and mpirun is found: the same model, batch,
+// steps and repeats trained with MultiWorkerMirroredStrategy by 2 processes × 1 logical CPU device
+// (each process: 1 op thread, as each replica of the 2-device run; `mpirun -np 2 bench_train
+// --worker-child ...`, rank 0 reports), against the 1 process × 2 devices run of the same
+// benchmark run; scaling efficiency = multi-worker samples/s ÷ single-process samples/s.
 // Last line: one JSON line.
 #include <chorus/chorus.h>
 
@@ -126,6 +131,47 @@ int run_child(int replicas, int steps, int repeats) {
       (d(c.library_kernel_ns) - d(c.library_kernel_cpu_ns)) / busy, process_cpu / wall_ns);
   return 0;
 }
+
+#if CHORUS_WITH_MPI
+// One process of the multi-worker run: MultiWorkerMirroredStrategy over mpirun's processes, one
+// logical CPU device each, one op thread each; rank 0 prints the RESULT line.
+int run_worker_child(int steps, int repeats) {
+  cx::collective::MpiEnvironment mpi;
+  cx::config::set_intra_op_parallelism_threads(1);
+  cx::distribute::MultiWorkerMirroredStrategy strategy({.cpu_devices_per_worker = 1});
+  std::unique_ptr<cx::model::Sequential> model;
+  {
+    auto scope = strategy.scope();
+    namespace L = cx::layers;
+    model = std::make_unique<cx::model::Sequential>(std::vector<L::LayerPtr>{
+        L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
+        L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)});
+    model->compile(std::make_shared<cx::optimizers::Adam>(1e-3),
+                   std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
+  }
+  // The same pipeline as run_child; the strategy shards each global batch of 128 over the workers.
+  auto ds = cx::data::synthetic_digits(8 * kGlobalBatch, /*seed=*/1)
+                .batch(kGlobalBatch, /*drop_remainder=*/true)
+                .cache()
+                .repeat()
+                .prefetch(cx::data::kAutotune);
+  model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
+  std::vector<double> sps;
+  for (int rep = 0; rep < repeats; ++rep) {
+    const auto start = Clock::now();
+    model->fit(ds, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
+    const double w = std::chrono::duration<double>(Clock::now() - start).count();
+    sps.push_back(static_cast<double>(steps * kGlobalBatch) / w);
+  }
+  if (strategy.is_chief()) {
+    std::printf("RESULT workers=%d samples_per_s=%.6g min_samples_per_s=%.6g max_samples_per_s=%.6g\n",
+                strategy.num_workers(), median(sps), *std::min_element(sps.begin(), sps.end()),
+                *std::max_element(sps.begin(), sps.end()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+#endif
 
 // Runs `command`, returns its stdout (empty on failure to start) and sets `status` to the exit code.
 std::string capture(const std::string& command, int* status) {
@@ -285,6 +331,40 @@ int run_parent(int steps, int repeats) {
     std::printf("  %d replica(s): kernels not running (descheduled inside a kernel) %.1f%% of replica time\n",
                 c.replicas, 100 * c.kernel_off_cpu);
   if (!torch_line.empty()) std::printf("yardstick: %s\n", torch_line.c_str());
+
+  // Multi-worker mode: 2 processes x 1 device against this run's 1 process x 2 devices.
+  std::optional<double> mw_sps;
+  std::string mw_skipped;
+#if CHORUS_WITH_MPI
+  {
+    const char* root = getuid() == 0 ? " --allow-run-as-root" : "";
+    int status = 0;
+    const std::string out = capture(std::string(CHORUS_MPIEXEC) + root + " --oversubscribe --bind-to none -np 2 '" +
+                                        self + "' --worker-child --steps " + std::to_string(steps) + " --repeats " +
+                                        std::to_string(repeats) + " 2>&1",
+                                    &status);
+    mw_sps = result_field(out, "samples_per_s");
+    if (status != 0 || !mw_sps) {
+      mw_sps.reset();
+      mw_skipped = "multi-worker run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
+    }
+  }
+#else
+  mw_skipped = "this build has no MPI";
+#endif
+  const Case* two = nullptr;
+  for (const Case& c : cases)
+    if (c.replicas == 2) two = &c;
+  if (mw_sps && two) {
+    const double efficiency = *mw_sps / two->samples_per_s;
+    std::printf("multi-worker: 2 processes x 1 device %.1f samples/s vs 1 process x 2 devices %.1f samples/s: "
+                "scaling efficiency %.2f\n",
+                *mw_sps, two->samples_per_s, efficiency);
+    add("samples/s 2 workers x 1 device", *mw_sps, "samples/s", "1 process x 2 devices (same run)", two->samples_per_s,
+        efficiency);
+  } else {
+    std::printf("multi-worker: skipped: %s\n", mw_skipped.c_str());
+  }
   if (!skipped.empty()) std::printf("skipped: %s\n", skipped.c_str());
   json += "]}";
   std::printf("%s\n", json.c_str());
@@ -294,12 +374,14 @@ int run_parent(int steps, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, worker_child = false;
   int replicas = 0, steps = -1, repeats = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quick") {
       quick = true;
+    } else if (flag == "--worker-child") {
+      worker_child = true;
     } else if (flag == "--replicas" && i + 1 < argc) {
       replicas = std::atoi(argv[++i]);
     } else if (flag == "--steps" && i + 1 < argc) {
@@ -314,6 +396,11 @@ int main(int argc, char** argv) {
   if (steps <= 0) steps = quick ? 4 : 30;
   if (repeats <= 0) repeats = quick ? 1 : 5;
   try {
+#if CHORUS_WITH_MPI
+    if (worker_child) return run_worker_child(steps, repeats);
+#else
+    if (worker_child) throw chorus::UnavailableError("--worker-child needs a build with MPI");
+#endif
     if (replicas > 0) return run_child(replicas, steps, repeats);
     return run_parent(steps, repeats);
   } catch (const std::exception& e) {
