@@ -172,18 +172,23 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
   if (chief) {
     // Snapshot on the caller's thread: host copies of every value, so training may go on.
     internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/true);
-    std::vector<std::pair<std::string, Tensor>> values;
+    std::vector<std::string> keys;
+    std::vector<Tensor> sources;
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
       const internal::LiveNode& n = g.nodes[i];
       if (n.ref.is_variable()) {
-        values.emplace_back(internal::attribute_key(n.path, internal::kVariableValue),
-                            internal::snapshot_variable(n.ref.variable()));
+        keys.push_back(internal::attribute_key(n.path, internal::kVariableValue));
+        sources.push_back(internal::snapshot_source(n.ref.variable()));
       } else {
         for (const auto& [name, tensor] : n.attributes) {
-          values.emplace_back(internal::attribute_key(n.path, name), tensor.to("/CPU:0"));
+          keys.push_back(internal::attribute_key(n.path, name));
+          sources.push_back(tensor);
         }
       }
     }
+    const std::vector<Tensor> copies = internal::host_copies(sources);
+    std::vector<std::pair<std::string, Tensor>> values;
+    for (std::size_t i = 0; i < keys.size(); ++i) values.emplace_back(keys[i], copies[i]);
     std::string graph = internal::serialize_object_graph(g.proto);
     auto job = [path, values = std::move(values), graph = std::move(graph), done = std::move(written)] {
       BundleWriter writer(path);

@@ -1,10 +1,16 @@
 #include "checkpoint/saveable.h"
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
+#include <set>
+#include <thread>
+#include <vector>
 #include <memory>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/runtime.h"
 #include "distribute/mirrored_variable.h"
 #include "ops/elementwise.h"
 
@@ -94,13 +100,13 @@ LiveGraph build_live_graph(const Trackable& root, bool with_values) {
   return g;
 }
 
-Tensor snapshot_variable(const Variable& variable) {
+Tensor snapshot_source(const Variable& variable) {
   auto mirrored = std::dynamic_pointer_cast<distribute::MirroredVariable>(variable.impl());
-  if (!mirrored) return to_host(variable.impl()->value());
+  if (!mirrored) return variable.impl()->value();
   const auto& comps = mirrored->components();
   if (mirrored->synchronization() != VariableSynchronization::kOnRead ||
       (mirrored->aggregation() != VariableAggregation::kSum && mirrored->aggregation() != VariableAggregation::kMean)) {
-    return to_host(comps[0].value());
+    return comps[0].value();
   }
   Tensor total = to_host(comps[0].value());
   for (std::size_t r = 1; r < comps.size(); ++r) total = ops::add(total, to_host(comps[r].value()));
@@ -108,6 +114,54 @@ Tensor snapshot_variable(const Variable& variable) {
     total = ops::div(total, ops::scalar_like(total, static_cast<double>(comps.size())));
   }
   return total;
+}
+
+std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
+  std::vector<Tensor> out(sources.size());
+  struct Piece {
+    const char* src;
+    char* dst;
+    std::size_t bytes;
+  };
+  std::vector<Piece> pieces;
+  std::set<Stream*> streams;
+  for (const Tensor& t : sources) streams.insert(&t.device_context().stream());
+  for (Stream* s : streams) s->synchronize();  // pending writes land before anything is copied
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const Tensor& t = sources[i];
+    if (t.device_context().is_gpu()) {
+      out[i] = t.to(kHostDevice);  // device-to-host, synchronized
+      continue;
+    }
+    out[i] = Tensor::empty(t.shape(), t.dtype(), kHostDevice);
+    pieces.push_back({static_cast<const char*>(t.data()), nullptr, t.nbytes()});
+    total += t.nbytes();
+  }
+  Tensor::empty(Shape{0}, DType::kFloat32, kHostDevice).device_context().stream().synchronize();
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].device_context().is_gpu()) pieces[k++].dst = static_cast<char*>(out[i].data());
+  }
+  // The byte range [begin, end) of all pieces laid end to end.
+  auto copy_range = [&pieces](std::size_t begin, std::size_t end) {
+    std::size_t offset = 0;
+    for (const Piece& p : pieces) {
+      const std::size_t lo = std::max(begin, offset), hi = std::min(end, offset + p.bytes);
+      if (lo < hi) std::memcpy(p.dst + (lo - offset), p.src + (lo - offset), hi - lo);
+      offset += p.bytes;
+      if (offset >= end) break;
+    }
+  };
+  constexpr std::size_t kPerThread = 8u << 20;
+  const std::size_t threads = std::min<std::size_t>(
+      {4, std::max(1u, std::thread::hardware_concurrency()), std::max<std::size_t>(1, total / kPerThread)});
+  const std::size_t chunk = (total + threads - 1) / std::max<std::size_t>(threads, 1);
+  std::vector<std::thread> helpers;
+  for (std::size_t i = 1; i < threads; ++i) helpers.emplace_back(copy_range, i * chunk, std::min(total, (i + 1) * chunk));
+  copy_range(0, std::min(total, chunk));
+  for (std::thread& h : helpers) h.join();
+  return out;
 }
 
 void assign_restored(const Variable& variable, const Tensor& value) {
