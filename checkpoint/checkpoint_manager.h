@@ -32,6 +32,7 @@
 //   same bookkeeping in memory.
 // Errors: max_to_keep <= 0 → InvalidArgumentError (pass nullopt to keep all); checkpoint_interval
 //   without step_counter → InvalidArgumentError; OS errors as typed errors naming the path.
+// Lifetime: the Checkpoint must outlive its manager (the manager refers to it).
 // Thread-safety: call from one thread; the async writer's bookkeeping is synchronized inside.
 #pragma once
 
