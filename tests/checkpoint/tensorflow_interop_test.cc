@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
 #include "core/runtime.h"
+#include "model/layers.h"
+#include "model/model.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
 
@@ -78,6 +81,26 @@ TEST_F(TensorFlowInterop, TensorFlowReadsChorusCheckpoints) {
            << "save_counter/.ATTRIBUTES/VARIABLE_VALUE int64 1\n";
   expected.close();
   EXPECT_EQ(run("read '" + prefix + "' '" + dir / "expected.txt" + "'"), 0);
+}
+
+// Keras's own layer_with_weights-N names: a Keras 2 (tf_keras) Sequential of the same layers
+// restores a chorus Sequential's checkpoint by object-based matching.
+TEST_F(TensorFlowInterop, KerasRestoresAChorusSequential) {
+  TempDir dir;
+  model::Sequential m({layers::Dense(3), layers::Dropout(0.1), layers::Dense(2)});
+  m.build(Shape({1, 4}));
+  const std::string prefix = Checkpoint({{"model", m}}).write(dir / "seq");
+  std::ofstream expected(dir / "weights.txt");
+  expected << std::setprecision(9);  // float32 round trip
+  for (const Variable& v : m.variables()) {
+    expected << v.name();
+    for (float x : v.read_value().reshape(Shape{v.shape().num_elements()}).to_vector<float>()) expected << " " << x;
+    expected << "\n";
+  }
+  expected.close();
+  const int rc = run("keras '" + prefix + "' '" + dir / "weights.txt" + "'");
+  if (rc == 77) GTEST_SKIP() << "tf_keras (Keras 2) is not installed next to tensorflow";
+  EXPECT_EQ(rc, 0);
 }
 
 TEST_F(TensorFlowInterop, ChorusRestoresTensorFlowCheckpoints) {

@@ -5,6 +5,11 @@
                                        match; then TF's object-based restore (tf.train.Checkpoint)
                                        into tf.Variables / tf.Module must consume it.
   tf_interop.py write PREFIX           writes a TF checkpoint for chorus to restore.
+  tf_interop.py keras PREFIX EXPECTED  a Keras 2 (tf_keras) Sequential Dense(3) -> Dropout -> Dense(2)
+                                       on inputs of 4 restores chorus's {"model": Sequential} checkpoint
+                                       (layer_with_weights-N keys); its weights must equal EXPECTED
+                                       (lines "name v1 v2 ..." for kernel0 bias0 kernel1 bias1).
+                                       Exit 77 when tf_keras is not installed.
 Exit 0 on success; prints what differs otherwise.
 """
 import os
@@ -50,6 +55,27 @@ def read(prefix, expected_path):
     return 0 if ok else 1
 
 
+def keras(prefix, expected_path):
+    try:
+        import tf_keras
+    except ImportError:
+        print("tf_keras is not installed")
+        return 77
+    m = tf_keras.Sequential([tf_keras.layers.Dense(3, input_shape=(4,)), tf_keras.layers.Dropout(0.1),
+                             tf_keras.layers.Dense(2)])
+    tf.train.Checkpoint(model=m).read(prefix).assert_existing_objects_matched()
+    got = [w.reshape(-1) for w in m.get_weights()]  # kernel0, bias0, kernel1, bias1
+    ok = True
+    with open(expected_path) as f:
+        want = [np.array([float(v) for v in line.split()[1:]], np.float32) for line in f if line.strip()]
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not np.array_equal(g, w):
+            print(f"weight {i}: keras {g[:6]}, chorus {w[:6]}")
+            ok = False
+    print("tf_keras", tf_keras.__version__, "restored the Sequential:", "ok" if ok else "MISMATCH")
+    return 0 if ok and len(got) == len(want) == 4 else 1
+
+
 def write(prefix):
     net = tf.Module()
     net.w = tf.Variable([1.5, -2.5], dtype=tf.float32)
@@ -64,6 +90,8 @@ def write(prefix):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "read":
         sys.exit(read(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) >= 4 and sys.argv[1] == "keras":
+        sys.exit(keras(sys.argv[2], sys.argv[3]))
     if len(sys.argv) >= 3 and sys.argv[1] == "write":
         sys.exit(write(sys.argv[2]))
     print(__doc__)
