@@ -1,5 +1,7 @@
 #include "distribute/multi_worker_mirrored_strategy.h"
 
+#include "distribute/uneven_all_gather.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -438,37 +440,7 @@ Tensor MultiWorkerMirroredStrategy::gather(const PerReplica<Tensor>& value, int 
   const int a = axis < 0 ? axis + rank : axis;
   CHORUS_REQUIRE(a >= 0 && a < rank, InvalidArgumentError, "gather: axis ", axis, " is out of range for shape ",
                  local.shape().to_string());
-  const auto timeout = options_.timeout;
-  const int workers = worker_comm_->size();
-  std::vector<int> perm{a};
-  for (int i = 0; i < rank; ++i)
-    if (i != a) perm.push_back(i);
-  std::vector<int> inverse(static_cast<std::size_t>(rank));
-  for (int i = 0; i < rank; ++i) inverse[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = i;
-  Tensor front = (a == 0 ? local : ops::transpose(local, perm)).to(kHost);
-  const std::int64_t mine = front.shape().dims()[0];
-  Tensor lens = Tensor::empty({workers}, DType::kInt64, kHost);
-  worker_comm_->all_gather(Tensor::from_vector<std::int64_t>({mine}, {1}, kHost), lens, {.timeout = timeout})->wait(timeout);
-  const std::vector<std::int64_t> len = lens.to_vector<std::int64_t>();
-  const std::int64_t longest = *std::max_element(len.begin(), len.end());
-  if (mine < longest) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> pads(static_cast<std::size_t>(rank), {0, 0});
-    pads[0].second = longest - mine;
-    front = ops::pad(front, pads);
-  }
-  std::vector<std::int64_t> dims = front.shape().dims();
-  dims[0] = longest * workers;
-  Tensor all = Tensor::empty(Shape(dims), front.dtype(), kHost);
-  worker_comm_->all_gather(front, all, {.timeout = timeout})->wait(timeout);
-  std::vector<Tensor> parts;
-  for (int r = 0; r < workers; ++r) {
-    std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), size = front.shape().dims();
-    begin[0] = r * longest;
-    size[0] = len[static_cast<std::size_t>(r)];
-    parts.push_back(ops::slice(all, begin, size));
-  }
-  Tensor joined_all = ops::concat(parts, 0);
-  if (a != 0) joined_all = ops::transpose(joined_all, inverse);
+  Tensor joined_all = internal::all_gather_uneven(*worker_comm_, local, a, kHost, options_.timeout);
   const std::string dest = replica_devices()[0];
   return joined_all.device_name() == dest ? joined_all : joined_all.to(dest);
 }

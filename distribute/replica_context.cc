@@ -1,5 +1,7 @@
 #include "distribute/replica_context.h"
 
+#include "distribute/uneven_all_gather.h"
+
 #include <algorithm>
 
 #include "collective/communicator.h"
@@ -135,47 +137,7 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
   CHORUS_REQUIRE(a >= 0 && a < rank, InvalidArgumentError, "all_gather: axis ", axis, " is out of range for shape ",
                  value.shape().to_string());
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
-  const auto timeout = strategy_.timeout();
-  // Move `axis` to the front, pad to the longest replica's length, gather, cut, restore.
-  std::vector<int> perm;
-  perm.push_back(a);
-  for (int i = 0; i < rank; ++i)
-    if (i != a) perm.push_back(i);
-  std::vector<int> inverse(static_cast<std::size_t>(rank));
-  for (int i = 0; i < rank; ++i) inverse[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = i;
-  Tensor front = a == 0 ? local(value, device) : ops::transpose(local(value, device), perm);
-  const std::int64_t mine = front.shape().dims()[0];
-  Tensor my_len = Tensor::from_vector<std::int64_t>({mine}, device);
-  Tensor lens = Tensor::empty({n}, DType::kInt64, device);
-  {
-    drain_if_profiling(my_len);
-    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-    comm().all_gather(my_len, lens, {.timeout = timeout})->wait(timeout);
-  }
-  const std::vector<std::int64_t> len = lens.to_vector<std::int64_t>();
-  const std::int64_t longest = *std::max_element(len.begin(), len.end());
-  if (mine < longest) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> pads(static_cast<std::size_t>(rank), {0, 0});
-    pads[0].second = longest - mine;
-    front = ops::pad(front, pads);
-  }
-  std::vector<std::int64_t> dims = front.shape().dims();
-  dims[0] = longest * n;
-  Tensor all = Tensor::empty(Shape(dims), front.dtype(), device);
-  {
-    drain_if_profiling(front);
-    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-    comm().all_gather(front, all, {.timeout = timeout})->wait(timeout);
-  }
-  std::vector<Tensor> parts;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), size = front.shape().dims();
-    begin[0] = r * longest;
-    size[0] = len[static_cast<std::size_t>(r)];
-    parts.push_back(ops::slice(all, begin, size));
-  }
-  Tensor joined = ops::concat(parts, 0);
-  return a == 0 ? joined : ops::transpose(joined, inverse);
+  return internal::all_gather_uneven(comm(), local(value, device), a, device, strategy_.timeout());
 }
 
 Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {
