@@ -169,23 +169,25 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
   const DistributionStrategy& strategy = owning_strategy();
   const auto rank = env::launcher_rank();
   const bool chief = options.chief.value_or(strategy.is_chief() && (!rank || *rank == 0));
-  if (chief) {
-    // Snapshot on the caller's thread: host copies of every value, so training may go on.
-    internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/true);
-    std::vector<std::string> keys;
-    std::vector<Tensor> sources;
-    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-      const internal::LiveNode& n = g.nodes[i];
-      if (n.ref.is_variable()) {
-        keys.push_back(internal::attribute_key(n.path, internal::kVariableValue));
-        sources.push_back(internal::snapshot_source(n.ref.variable()));
-      } else {
-        for (const auto& [name, tensor] : n.attributes) {
-          keys.push_back(internal::attribute_key(n.path, name));
-          sources.push_back(tensor);
-        }
+  // Every worker walks the graph and takes the sources in the same order: an ON_READ variable's
+  // aggregate is a collective in a multi-worker strategy. Only the chief copies and writes.
+  internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/chief);
+  std::vector<std::string> keys;
+  std::vector<Tensor> sources;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const internal::LiveNode& n = g.nodes[i];
+    if (n.ref.is_variable()) {
+      keys.push_back(internal::attribute_key(n.path, internal::kVariableValue));
+      sources.push_back(internal::snapshot_source(n.ref.variable()));
+    } else {
+      for (const auto& [name, tensor] : n.attributes) {
+        keys.push_back(internal::attribute_key(n.path, name));
+        sources.push_back(tensor);
       }
     }
+  }
+  if (chief) {
+    // Host copies on the caller's thread, so training may go on at once.
     const std::vector<Tensor> copies = internal::host_copies(sources);
     std::vector<std::pair<std::string, Tensor>> values;
     for (std::size_t i = 0; i < keys.size(); ++i) values.emplace_back(keys[i], copies[i]);

@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_variable.h"
+#include "distribute/per_replica.h"
+#include "distribute/strategy.h"
 #include "ops/elementwise.h"
 
 namespace chorus::train::internal {
@@ -108,12 +110,12 @@ Tensor snapshot_source(const Variable& variable) {
       (mirrored->aggregation() != VariableAggregation::kSum && mirrored->aggregation() != VariableAggregation::kMean)) {
     return comps[0].value();
   }
-  Tensor total = to_host(comps[0].value());
-  for (std::size_t r = 1; r < comps.size(); ++r) total = ops::add(total, to_host(comps[r].value()));
-  if (mirrored->aggregation() == VariableAggregation::kMean) {
-    total = ops::div(total, ops::scalar_like(total, static_cast<double>(comps.size())));
-  }
-  return total;
+  // The strategy's reduce: over this process's replicas, and in a multi-worker strategy over every
+  // worker's (a collective: every worker snapshots, in the same order).
+  std::vector<Tensor> values;
+  for (const Variable& c : comps) values.push_back(c.value());
+  return mirrored->strategy().reduce(mirrored->aggregation() == VariableAggregation::kSum ? ReduceOp::kSum : ReduceOp::kMean,
+                                     distribute::PerReplica<Tensor>(std::move(values)));
 }
 
 std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
@@ -172,9 +174,10 @@ void assign_restored(const Variable& variable, const Tensor& value) {
   }
   const auto& comps = mirrored->components();
   Tensor each = value;
+  const int replicas = mirrored->strategy().num_replicas_in_sync();  // of all workers
   if (mirrored->synchronization() == VariableSynchronization::kOnRead &&
-      mirrored->aggregation() == VariableAggregation::kSum && comps.size() > 1) {
-    each = ops::div(value, ops::scalar_like(value, static_cast<double>(comps.size())));
+      mirrored->aggregation() == VariableAggregation::kSum && replicas > 1) {
+    each = ops::div(value, ops::scalar_like(value, static_cast<double>(replicas)));
   }
   for (const Variable& c : comps) c.impl()->assign(each);  // host → the component's own device
 }

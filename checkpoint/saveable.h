@@ -31,7 +31,8 @@ LiveGraph build_live_graph(const Trackable& root, bool with_values);
 std::string attribute_key(const std::string& path, const std::string& attribute);
 
 // The value to save (not yet copied: it may alias the variable): a mirrored ON_WRITE variable's
-// primary component, an ON_READ one's aggregate (SUM, MEAN; the first component otherwise), a
+// primary component, an ON_READ one's aggregate (SUM, MEAN over all replicas of all workers —
+// Strategy::reduce, a collective in multi-worker strategies; the first component otherwise), a
 // plain variable's value.
 Tensor snapshot_source(const Variable& variable);
 // Host copies of `sources`, complete when this returns (so the variables may change at once):
@@ -40,7 +41,7 @@ Tensor snapshot_source(const Variable& variable);
 // memcpy is well below the memory bandwidth); GPU tensors copied device-to-host.
 std::vector<Tensor> host_copies(const std::vector<Tensor>& sources);
 // Writes a restored host value into every component on its own device (ON_READ SUM: value /
-// replicas, so the aggregate reads back as `value`). Shape and dtype must already match.
+// replicas in sync — of all workers — so the aggregate over all replicas reads back as `value`). Shape and dtype must already match.
 void assign_restored(const Variable& variable, const Tensor& value);
 
 }  // namespace chorus::train::internal

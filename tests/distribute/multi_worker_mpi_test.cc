@@ -22,6 +22,7 @@
 #include "checkpoint/bundle.h"
 #include "checkpoint/checkpoint_manager.h"
 #include "distribute/mirrored_strategy.h"
+#include "distribute/mirrored_variable.h"
 #include "distribute/multi_worker_mirrored_strategy.h"
 #include "model/layers.h"
 #include "model/losses.h"
@@ -384,6 +385,51 @@ TEST_P(MultiWorker, CheckpointsSaveOnceAndRestoreAcrossWorkerCounts) {
   for (auto& w : expect)
     for (float& x : w) x = x * 0.5f + 0.25f;
   EXPECT_EQ(weights(*m2), expect) << "worker " << s.worker_index();
+  comm->barrier({.timeout = kTimeout})->wait(kTimeout);
+  if (s.is_chief()) std::filesystem::remove_all(dir);
+}
+
+// ON_READ variables (metric accumulators) are saved as the aggregate over every worker's replicas
+// (TF all-reduces SyncOnRead values at save) and restored as value / all replicas (SUM).
+TEST_P(MultiWorker, OnReadVariablesSaveTheAggregateOfAllWorkers) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  auto* comm = s.worker_communicator();
+  Tensor pid = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(::getpid())}, {1}, "/cpu:0");
+  comm->broadcast(pid, {.root = 0, .timeout = kTimeout})->wait(kTimeout);
+  const std::string dir =
+      "/tmp/chorus_mw_onread_" + std::to_string(pid.to_vector<std::int64_t>()[0]) + "_k" + std::to_string(k);
+  if (s.is_chief()) std::filesystem::create_directories(dir);
+  comm->barrier({.timeout = kTimeout})->wait(kTimeout);
+  Variable total, mean;
+  {
+    auto scope = s.scope();
+    total = make_variable({.initial_value = Tensor::scalar<float>(0, "/cpu:0"), .name = "total", .trainable = false,
+                           .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kSum});
+    mean = make_variable({.initial_value = Tensor::scalar<float>(0, "/cpu:0"), .name = "mean", .trainable = false,
+                          .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kMean});
+  }
+  const int R = s.num_replicas_in_sync();
+  auto t = std::dynamic_pointer_cast<distribute::MirroredVariable>(total.impl());
+  auto m = std::dynamic_pointer_cast<distribute::MirroredVariable>(mean.impl());
+  for (int r = 0; r < k; ++r) {  // global replica id + 1
+    const float v = static_cast<float>(s.worker_index() * k + r + 1);
+    t->components()[static_cast<std::size_t>(r)].impl()->assign(Tensor::scalar<float>(v, "/cpu:0"));
+    m->components()[static_cast<std::size_t>(r)].impl()->assign(Tensor::scalar<float>(v, "/cpu:0"));
+  }
+  train::Checkpoint ckpt({{"total", total}, {"mean", mean}});
+  const std::string path = ckpt.write(dir + "/onread");
+  const float sum = R * (R + 1) / 2.0f;
+  if (s.is_chief()) {
+    train::BundleReader r(path);
+    EXPECT_FLOAT_EQ(r.read("total/.ATTRIBUTES/VARIABLE_VALUE").item<float>(), sum);
+    EXPECT_FLOAT_EQ(r.read("mean/.ATTRIBUTES/VARIABLE_VALUE").item<float>(), sum / static_cast<float>(R));
+  }
+  ckpt.read(path).assert_consumed();
+  for (int r = 0; r < k; ++r) {
+    EXPECT_FLOAT_EQ(t->components()[static_cast<std::size_t>(r)].value().item<float>(), sum / static_cast<float>(R));
+    EXPECT_FLOAT_EQ(m->components()[static_cast<std::size_t>(r)].value().item<float>(), sum / static_cast<float>(R));
+  }
   comm->barrier({.timeout = kTimeout})->wait(kTimeout);
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }
