@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <atomic>
+#include <charconv>
 #include <cstring>
 
 #include "core/cuda/kernels.h"
@@ -13,8 +14,21 @@ namespace {
 
 using internal::str_cat;
 
+// "Tensor float32(2, 3)": dtype_name and Shape::to_string, written without streams (this runs
+// for every op output).
 std::string tag_for(const Shape& shape, DType dtype) {
-  return str_cat("Tensor ", dtype_name(dtype), shape.to_string());
+  std::string tag = "Tensor ";
+  tag += dtype_name(dtype);
+  tag += '(';
+  char buf[24];
+  const auto& dims = shape.dims();
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) tag += ", ";
+    tag.append(buf, std::to_chars(buf, buf + sizeof(buf), dims[i]).ptr);
+  }
+  if (dims.size() == 1) tag += ',';  // "(5,)", as Shape::to_string
+  tag += ')';
+  return tag;
 }
 
 // The bit pattern of `value` converted to `dtype`, in the low bytes of a uint64.
@@ -59,7 +73,10 @@ void copy_buffers(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buff
   if (bytes == 0 || src == dst) return;  // v.assign(v.value()): nothing to move (and memcpy onto itself is UB)
   if (&s == &d) {
     if (!s.is_gpu()) {
-      s.stream().enqueue_host([src, dst, bytes] { std::memcpy(dst->data(), src->data(), bytes); });
+      // In stream order on the calling thread (after the queued work, without a hand-off to the
+      // worker when the stream is idle), as CPU kernels run.
+      auto copy = [&] { std::memcpy(dst->data(), src->data(), bytes); };
+      s.stream().execute_host([&copy] { copy(); });  // one reference: no std::function allocation
     } else {
       gpu::memcpy_async(s.gpu_ordinal(), s.stream().native_handle(), dst->data(), src->data(), bytes,
                         gpu::CopyKind::kDeviceToDevice);
@@ -145,11 +162,10 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, std::string_v
   if (ctx.is_gpu()) {
     gpu::fill_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), t.data(), n, esize, pattern);
   } else {
-    auto buf = t.buffer_;
-    ctx.stream().enqueue_host([buf, n, esize, pattern] {
-      auto* p = static_cast<unsigned char*>(buf->data());
-      for (std::size_t i = 0; i < n; ++i) std::memcpy(p + i * esize, &pattern, esize);  // little-endian low bytes
-    });
+    // Fresh storage: no queued work can touch it (as from_host), so fill it here, without a
+    // hand-off to the stream's worker.
+    auto* p = static_cast<unsigned char*>(t.data());
+    for (std::size_t i = 0; i < n; ++i) std::memcpy(p + i * esize, &pattern, esize);  // little-endian low bytes
   }
   return t;
 }
@@ -231,10 +247,8 @@ void Tensor::add_inplace(const Tensor& src) {
   if (ctx.is_gpu()) {
     gpu::add_inplace_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), dtype_, data(), local.data(), n);
   } else {
-    auto dst = buffer_;
-    auto from = local.buffer_;
-    DType dt = dtype_;
-    ctx.stream().enqueue_host([dst, from, dt, n] { add_host(dt, dst->data(), from->data(), n); });
+    auto add = [&] { add_host(dtype_, buffer_->data(), local.buffer_->data(), n); };
+    ctx.stream().execute_host([&add] { add(); });  // in stream order, on this thread
   }
 }
 

@@ -68,7 +68,9 @@ void require_rank(std::string_view op, const Tensor& t, int rank, std::string_vi
 
 void run_cpu(DeviceContext& dev, std::function<void()> fn) {
   const int threads = dev.device().intra_op_threads;
-  dev.stream().execute_host([threads, fn = std::move(fn)] {
+  // By reference: execute_host runs its function before it returns, so nothing is copied (the
+  // std::function stays within its small-buffer, no allocation per op).
+  dev.stream().execute_host([threads, &fn] {
     cpu::use_threads(threads);
     profile::ScopedTimer timer(profile::TimeCategory::kLibraryKernel);
     fn();

@@ -192,6 +192,14 @@ bool should_record(const std::vector<Tensor>& inputs) {
 
 void record(std::string_view op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward) {
+  // The last tape that records takes `backward` by move (usually the only one): copying it would
+  // copy every tensor its closure captured.
+  GradientTape::Impl* last = nullptr;
+  for (GradientTape::Impl* tape : t_tapes) {
+    if (!tape->recording) continue;
+    for (const Tensor& t : inputs)
+      if (tape->watches(t)) last = tape;
+  }
   for (GradientTape::Impl* tape : t_tapes) {
     if (!tape->recording) continue;
     bool watched = false;
@@ -204,6 +212,9 @@ void record(std::string_view op, const std::vector<Tensor>& inputs, const std::v
     if (!watched) continue;
     GradientTape::Impl::Node node;
     node.op = std::string(op);
+    node.inputs.reserve(inputs.size());
+    node.input_shapes.reserve(inputs.size());
+    node.outputs.reserve(outputs.size());
     for (const Tensor& t : inputs) {
       node.inputs.push_back(t.defined() ? t.id() : 0);
       node.input_shapes.push_back(t.defined() ? t.shape() : Shape{});
@@ -212,7 +223,8 @@ void record(std::string_view op, const std::vector<Tensor>& inputs, const std::v
       node.outputs.push_back(t.id());
       if (is_floating(t.dtype())) tape->watched.insert(t.id());
     }
-    node.backward = backward;
+    if (tape == last) node.backward = std::move(backward);
+    else node.backward = backward;
     tape->nodes.push_back(std::move(node));
   }
 }
