@@ -14,10 +14,12 @@ namespace {
 
 using internal::str_cat;
 
-// "Tensor float32(2, 3)": dtype_name and Shape::to_string, written without streams (this runs
-// for every op output).
-std::string tag_for(const Shape& shape, DType dtype) {
-  std::string tag = "Tensor ";
+// "Tensor float32(2, 3)": dtype_name and Shape::to_string, written without streams into a
+// per-thread string that keeps its capacity (this runs for every op output; the allocator copies
+// the tag before the next call on this thread).
+std::string_view tag_for(const Shape& shape, DType dtype) {
+  thread_local std::string tag;
+  tag = "Tensor ";
   tag += dtype_name(dtype);
   tag += '(';
   char buf[24];

@@ -103,7 +103,7 @@ Tensor launch_unary(UnaryOp op, const Tensor& x) {
     CHORUS_IF_CUDA(if (!cuda::activation_forward(*dev, op, x.dtype(), x.data(), y.data(), n)) cuda::unary(
         dev->gpu_ordinal(), dev->stream().native_handle(), op, x.dtype(), x.data(), y.data(), n));
   } else {
-    internal::run_cpu(*dev, [op, x, y, n] {
+    internal::run_cpu(*dev, [&] {
       if (!cpu::eltwise_forward(op, x.dtype(), x.data(), y.data(), n)) cpu::unary(op, x.dtype(), x.data(), y.data(), n);
     });
   }
@@ -123,7 +123,7 @@ Tensor launch_binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     CHORUS_IF_CUDA(cuda::binary(dev->gpu_ordinal(), dev->stream().native_handle(), op, a.dtype(), layout, a.data(),
                                 b.data(), out.data()));
   } else {
-    internal::run_cpu(*dev, [op, layout, a, b, out] { cpu::binary(op, a.dtype(), layout, a.data(), b.data(), out.data()); });
+    internal::run_cpu(*dev, [&] { cpu::binary(op, a.dtype(), layout, a.data(), b.data(), out.data()); });
   }
   return out;
 }
@@ -221,7 +221,7 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
       CHORUS_IF_CUDA(cuda::where(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), layout, cond.data(),
                                  x.data(), y.data(), out.data()));
     } else {
-      internal::run_cpu(*dev, [layout, cond, x, y, out] {
+      internal::run_cpu(*dev, [&] {
         cpu::where(x.dtype(), layout, cond.data(), x.data(), y.data(), out.data());
       });
     }
@@ -244,7 +244,7 @@ Tensor cast(const Tensor& x, DType dtype) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::cast(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), dtype, x.data(), y.data(), n));
     } else {
-      internal::run_cpu(*dev, [x, y, dtype, n] { cpu::cast(x.dtype(), dtype, x.data(), y.data(), n); });
+      internal::run_cpu(*dev, [&] { cpu::cast(x.dtype(), dtype, x.data(), y.data(), n); });
     }
   }
   if (is_floating(x.dtype()) && is_floating(dtype) && internal::should_record({x})) {

@@ -66,14 +66,13 @@ void require_rank(std::string_view op, const Tensor& t, int rank, std::string_vi
                  ", got shape ", t.shape().to_string());
 }
 
-void run_cpu(DeviceContext& dev, std::function<void()> fn) {
+void run_cpu_ref(DeviceContext& dev, void (*call)(void*), void* fn) {
   const int threads = dev.device().intra_op_threads;
-  // By reference: execute_host runs its function before it returns, so nothing is copied (the
-  // std::function stays within its small-buffer, no allocation per op).
-  dev.stream().execute_host([threads, &fn] {
+  // One reference captured: the std::function stays in its small buffer (no allocation per op).
+  dev.stream().execute_host([&] {
     cpu::use_threads(threads);
     profile::ScopedTimer timer(profile::TimeCategory::kLibraryKernel);
-    fn();
+    call(fn);
   });
 }
 
@@ -102,38 +101,38 @@ Shape broadcast_shape(std::string_view op, const Shape& a, const Shape& b) {
 namespace {
 
 // Merges dims d and d+1 where every operand's stride satisfies s[d] == s[d+1] * dims[d+1], and
-// drops dims of size 1. Operates on vectors, writes the layout.
-void merge_into(std::string_view op, std::vector<std::int64_t> dims, std::vector<std::vector<std::int64_t>> strides,
-                StridedLayout& layout) {
-  const std::size_t nops = strides.size();
-  // Drop size-1 dims (their strides never matter).
-  std::vector<std::int64_t> d2;
-  std::vector<std::vector<std::int64_t>> s2(nops);
-  for (std::size_t d = 0; d < dims.size(); ++d) {
+// drops dims of size 1 (their strides never matter). `strides[o]` has r entries for each of the
+// nops (<= 3) operands. Writes the layout; works in place, without allocating (it runs per op).
+void merge_into(std::string_view op, const std::int64_t* dims, std::size_t r, const std::int64_t* const* strides,
+                std::size_t nops, StridedLayout& layout) {
+  // Merging is greedy: only the last merged dim can still grow, so it is kept apart and written
+  // once it is final; more than kMaxRank merged dims are only counted, for the message.
+  std::size_t count = 0;
+  std::int64_t back_dim = 0;
+  std::int64_t back_strides[3] = {};
+  auto flush = [&] {
+    if (count == 0 || count > static_cast<std::size_t>(kMaxRank)) return;
+    layout.dims[count - 1] = back_dim;
+    for (std::size_t o = 0; o < nops; ++o) layout.strides[o][count - 1] = back_strides[o];
+  };
+  for (std::size_t d = 0; d < r; ++d) {
     if (dims[d] == 1) continue;
-    d2.push_back(dims[d]);
-    for (std::size_t o = 0; o < nops; ++o) s2[o].push_back(strides[o][d]);
-  }
-  std::vector<std::int64_t> md;
-  std::vector<std::vector<std::int64_t>> ms(nops);
-  for (std::size_t d = 0; d < d2.size(); ++d) {
-    bool can = !md.empty();
-    for (std::size_t o = 0; o < nops && can; ++o) can = ms[o].back() == s2[o][d] * d2[d];
+    bool can = count > 0;
+    for (std::size_t o = 0; o < nops && can; ++o) can = back_strides[o] == strides[o][d] * dims[d];
     if (can) {
-      md.back() *= d2[d];
-      for (std::size_t o = 0; o < nops; ++o) ms[o].back() = s2[o][d];
+      back_dim *= dims[d];
+      for (std::size_t o = 0; o < nops; ++o) back_strides[o] = strides[o][d];
     } else {
-      md.push_back(d2[d]);
-      for (std::size_t o = 0; o < nops; ++o) ms[o].push_back(s2[o][d]);
+      flush();
+      ++count;
+      back_dim = dims[d];
+      for (std::size_t o = 0; o < nops; ++o) back_strides[o] = strides[o][d];
     }
   }
-  CHORUS_REQUIRE(md.size() <= static_cast<std::size_t>(kMaxRank), InvalidArgumentError, op,
-                 ": too many non-mergeable dimensions (", md.size(), "); at most ", kMaxRank, " are supported");
-  layout.rank = static_cast<int>(md.size());
-  for (std::size_t d = 0; d < md.size(); ++d) {
-    layout.dims[d] = md[d];
-    for (std::size_t o = 0; o < nops; ++o) layout.strides[o][d] = ms[o][d];
-  }
+  flush();
+  CHORUS_REQUIRE(count <= static_cast<std::size_t>(kMaxRank), InvalidArgumentError, op,
+                 ": too many non-mergeable dimensions (", count, "); at most ", kMaxRank, " are supported");
+  layout.rank = static_cast<int>(count);
 }
 
 }  // namespace
@@ -150,17 +149,25 @@ std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
 
 StridedLayout broadcast_layout(std::string_view op, const Shape& out, std::initializer_list<const Shape*> operands) {
   const std::size_t r = static_cast<std::size_t>(out.rank());
-  std::vector<std::vector<std::int64_t>> strides;
+  CHORUS_ENFORCE(operands.size() <= 3, "broadcast_layout: ", operands.size(), " operands; a layout has room for 3");
+  // Per-thread scratch: no allocation per op once it has grown to the largest rank seen.
+  thread_local std::vector<std::int64_t> scratch;
+  scratch.assign(r * operands.size(), 0);
+  const std::int64_t* strides[3] = {};
+  std::size_t o = 0;
   for (const Shape* s : operands) {
-    std::vector<std::int64_t> cs = contiguous_strides(*s);
-    std::vector<std::int64_t> st(r, 0);
-    const std::size_t shift = r - static_cast<std::size_t>(s->rank());
-    for (std::size_t d = 0; d < static_cast<std::size_t>(s->rank()); ++d)
-      st[d + shift] = s->dims()[d] == 1 ? 0 : cs[d];
-    strides.push_back(std::move(st));
+    std::int64_t* st = scratch.data() + o * r;
+    const std::size_t rank = static_cast<std::size_t>(s->rank());
+    const std::size_t shift = r - rank;
+    std::int64_t acc = 1;  // row-major stride of dim d in the operand
+    for (std::size_t d = rank; d-- > 0;) {
+      st[d + shift] = s->dims()[d] == 1 ? 0 : acc;
+      acc *= s->dims()[d];
+    }
+    strides[o++] = st;
   }
   StridedLayout layout;
-  merge_into(op, out.dims(), std::move(strides), layout);
+  merge_into(op, out.dims().data(), r, strides, o, layout);
   return layout;
 }
 
@@ -168,7 +175,8 @@ CopyLayout copy_layout(std::string_view op, const std::vector<std::int64_t>& dim
                        const std::vector<std::int64_t>& src_strides, std::int64_t src_offset,
                        const std::vector<std::int64_t>& dst_strides, std::int64_t dst_offset) {
   CopyLayout layout;
-  merge_into(op, dims, {src_strides, dst_strides}, layout);
+  const std::int64_t* strides[2] = {src_strides.data(), dst_strides.data()};
+  merge_into(op, dims.data(), dims.size(), strides, 2, layout);
   layout.offsets[0] = src_offset;
   layout.offsets[1] = dst_offset;
   return layout;

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -51,8 +52,13 @@ void require_rank(std::string_view op, const Tensor& t, int rank, std::string_vi
 
 // Runs a CPU kernel in the device's stream order on the calling thread (Stream::execute_host),
 // with the device's intra-op thread share (LogicalDevice::intra_op_threads) as the calling
-// thread's OpenMP thread count.
-void run_cpu(DeviceContext& dev, std::function<void()> fn);
+// thread's OpenMP thread count. `fn` runs before run_cpu returns, so it may capture by reference;
+// it is called through a reference, never copied (no allocation per op).
+void run_cpu_ref(DeviceContext& dev, void (*call)(void*), void* fn);
+template <typename Fn>
+void run_cpu(DeviceContext& dev, Fn&& fn) {
+  run_cpu_ref(dev, [](void* f) { (*static_cast<std::remove_reference_t<Fn>*>(f))(); }, &fn);
+}
 
 // Outputs: uninitialized / zero-filled tensors on `dev`.
 Tensor output(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype);

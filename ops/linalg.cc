@@ -61,7 +61,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::gemm(*dev, a.dtype(), pa.data(), sa, pb.data(), sb, c.data(), nbatch, m, n, k, ta, tb));
     } else {
-      internal::run_cpu(*dev, [pa, pb, c, sa, sb, nbatch, m, n, k, ta, tb] {
+      internal::run_cpu(*dev, [&] {
         cpu::matmul(pa.dtype(), pa.data(), sa, pb.data(), sb, c.data(), nbatch, m, n, k, ta, tb);
       });
     }

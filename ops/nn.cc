@@ -96,7 +96,7 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::pool2d_forward(*dev, kind, x.dtype(), g, x.data(), y.data()));
     } else {
-      internal::run_cpu(*dev, [kind, g, x, y] { cpu::pool2d_forward(kind, x.dtype(), g, x.data(), y.data()); });
+      internal::run_cpu(*dev, [&] { cpu::pool2d_forward(kind, x.dtype(), g, x.data(), y.data()); });
     }
   }
   if (internal::should_record({x})) {
@@ -108,7 +108,7 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
         if (d->is_gpu()) {
           CHORUS_IF_CUDA(cuda::pool2d_backward(*d, kind, x.dtype(), g, x.data(), y.data(), dy.data(), dx.data()));
         } else {
-          internal::run_cpu(*d, [kind, g, x, dy, dx] {
+          internal::run_cpu(*d, [&] {
             cpu::pool2d_backward(kind, x.dtype(), g, x.data(), dy.data(), dx.data());
           });
         }
@@ -132,7 +132,7 @@ Tensor softmax_last(bool log, const Tensor& x) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::softmax_forward(*dev, x.dtype(), log, x.data(), y.data(), rows, cols));
     } else {
-      internal::run_cpu(*dev, [log, x, y, rows, cols] { cpu::softmax_forward(x.dtype(), log, x.data(), y.data(), rows, cols); });
+      internal::run_cpu(*dev, [&] { cpu::softmax_forward(x.dtype(), log, x.data(), y.data(), rows, cols); });
     }
   }
   if (internal::should_record({x})) {
@@ -144,7 +144,7 @@ Tensor softmax_last(bool log, const Tensor& x) {
         if (d->is_gpu()) {
           CHORUS_IF_CUDA(cuda::softmax_backward(*d, y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols));
         } else {
-          internal::run_cpu(*d, [log, y, dy, dx, rows, cols] {
+          internal::run_cpu(*d, [&] {
             cpu::softmax_backward(y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols);
           });
         }
@@ -195,7 +195,7 @@ std::pair<Tensor, Tensor> xent(bool sparse, const Tensor& labels, const Tensor& 
                             : cuda::softmax_xent(dev->gpu_ordinal(), dev->stream().native_handle(), logits.dtype(),
                                                  logits.data(), labels.data(), loss.data(), grad.data(), rows, cols));
     } else {
-      internal::run_cpu(*dev, [sparse, labels, logits, loss, grad, rows, cols] {
+      internal::run_cpu(*dev, [&] {
         if (sparse)
           cpu::sparse_softmax_xent(logits.dtype(), logits.data(), labels.dtype(), labels.data(), loss.data(), grad.data(),
                                    rows, cols);
@@ -232,7 +232,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::conv2d_forward(*dev, x.dtype(), g, x.data(), w.data(), y.data()));
     } else {
-      internal::run_cpu(*dev, [g, x, w, y] { cpu::conv2d_forward(x.dtype(), g, x.data(), w.data(), y.data()); });
+      internal::run_cpu(*dev, [&] { cpu::conv2d_forward(x.dtype(), g, x.data(), w.data(), y.data()); });
     }
   }
   if (internal::should_record({x, w})) {
@@ -256,7 +256,7 @@ Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Te
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::conv2d_backward_data(*dev, dy.dtype(), g, dy.data(), w.data(), dx.data()));
     } else {
-      internal::run_cpu(*dev, [g, dy, w, dx] { cpu::conv2d_backward_data(dy.dtype(), g, dy.data(), w.data(), dx.data()); });
+      internal::run_cpu(*dev, [&] { cpu::conv2d_backward_data(dy.dtype(), g, dy.data(), w.data(), dx.data()); });
     }
   }
   record_no_second_order("Conv2DBackpropInput", {w, dy}, {dx});
@@ -276,7 +276,7 @@ Tensor conv2d_backprop_filter(const Tensor& x, const Shape& filter_shape, const 
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::conv2d_backward_filter(*dev, dy.dtype(), g, x.data(), dy.data(), dw.data()));
     } else {
-      internal::run_cpu(*dev, [g, x, dy, dw] { cpu::conv2d_backward_filter(dy.dtype(), g, x.data(), dy.data(), dw.data()); });
+      internal::run_cpu(*dev, [&] { cpu::conv2d_backward_filter(dy.dtype(), g, x.data(), dy.data(), dw.data()); });
     }
   }
   record_no_second_order("Conv2DBackpropFilter", {x, dy}, {dw});
@@ -332,7 +332,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
       CHORUS_IF_CUDA(cuda::batch_norm_training(*dev, x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(),
                                                bv.data(), rows, c, epsilon));
     } else {
-      internal::run_cpu(*dev, [x, gamma, beta, y, bm, bv, rows, c, epsilon] {
+      internal::run_cpu(*dev, [&] {
         cpu::batch_norm_training(x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(), bv.data(), rows, c,
                                  epsilon);
       });
@@ -352,7 +352,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
                                                                     bm.data(), bv.data(), dx.data(), dg.data(), db.data(),
                                                                     rows, c, epsilon));
                          } else {
-                           internal::run_cpu(*d, [x, dy, gamma, bm, bv, dx, dg, db, rows, c, epsilon] {
+                           internal::run_cpu(*d, [&] {
                              cpu::batch_norm_backward(x.dtype(), x.data(), dy.data(), gamma.data(), bm.data(), bv.data(),
                                                       dx.data(), dg.data(), db.data(), rows, c, epsilon);
                            });
@@ -369,7 +369,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
       CHORUS_IF_CUDA(cuda::batch_norm_inference(*dev, x.dtype(), x.data(), gamma.data(), beta.data(), mean.data(),
                                                 variance.data(), y.data(), rows, c, epsilon));
     } else {
-      internal::run_cpu(*dev, [x, gamma, beta, mean, variance, y, rows, c, epsilon] {
+      internal::run_cpu(*dev, [&] {
         cpu::batch_norm_inference(x.dtype(), x.data(), gamma.data(), beta.data(), mean.data(), variance.data(), y.data(),
                                   rows, c, epsilon);
       });

@@ -122,7 +122,7 @@ void enqueue_fill(const Tensor& out, const Draw& d, PhiloxKey key, PhiloxCounter
                                      d.a, d.b, out.data(), n));
   } else {
     // The lambda holds `out`, so its storage lives until the fill ran.
-    internal::run_cpu(dev, [out, d, key, counter, n] {
+    internal::run_cpu(dev, [&] {
       cpu::fill_random(d.dist, d.dtype, key, counter, d.a, d.b, out.data(), n);
     });
   }

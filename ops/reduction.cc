@@ -109,7 +109,7 @@ Tensor reduce(ReduceKind kind, const Tensor& x, const Axes& axes_in, bool keepdi
                                   p.outer, p.r, p.inner));
     } else {
       const auto outer = p.outer, r = p.r, inner = p.inner;
-      internal::run_cpu(*dev, [kind, in, y, outer, r, inner] {
+      internal::run_cpu(*dev, [&] {
         cpu::reduce(kind, in.dtype(), in.data(), y.data(), outer, r, inner);
       });
     }
@@ -156,7 +156,7 @@ Tensor arg(bool min, const Tensor& x, int axis) {
     CHORUS_IF_CUDA(cuda::argmax(dev->gpu_ordinal(), dev->stream().native_handle(), min, x.dtype(), x.data(),
                                 static_cast<std::int64_t*>(y.data()), outer, r, inner));
   } else {
-    internal::run_cpu(*dev, [min, x, y, outer, r, inner] {
+    internal::run_cpu(*dev, [&] {
       cpu::argmax(min, x.dtype(), x.data(), static_cast<std::int64_t*>(y.data()), outer, r, inner);
     });
   }

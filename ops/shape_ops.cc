@@ -36,7 +36,7 @@ void copy_region(DeviceContext& dev, const char* op, const Tensor& src, const st
   if (dev.is_gpu()) {
     CHORUS_IF_CUDA(cuda::copy_strided(dev.gpu_ordinal(), dev.stream().native_handle(), es, layout, src.data(), dst.data()));
   } else {
-    internal::run_cpu(dev, [es, layout, src, dst] { cpu::copy_strided(es, layout, src.data(), dst.data()); });
+    internal::run_cpu(dev, [&] { cpu::copy_strided(es, layout, src.data(), dst.data()); });
   }
 }
 
@@ -252,7 +252,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::copy_strided(dev->gpu_ordinal(), dev->stream().native_handle(), es, layout, x.data(), y.data()));
     } else {
-      internal::run_cpu(*dev, [es, layout, x, y] { cpu::copy_strided(es, layout, x.data(), y.data()); });
+      internal::run_cpu(*dev, [&] { cpu::copy_strided(es, layout, x.data(), y.data()); });
     }
   }
   if (is_floating(x.dtype()) && internal::should_record({x})) {
@@ -335,7 +335,7 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
       CHORUS_IF_CUDA(cuda::gather(dev->gpu_ordinal(), dev->stream().native_handle(), params.dtype(), params.data(), rows,
                                   inner, indices.dtype(), indices.data(), n, y.data()));
     } else {
-      internal::run_cpu(*dev, [params, indices, y, rows, inner, n] {
+      internal::run_cpu(*dev, [&] {
         cpu::gather(params.dtype(), params.data(), rows, inner, indices.dtype(), indices.data(), n, y.data());
       });
     }
@@ -353,7 +353,7 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
                                                             g.data(), inner, indices.dtype(), indices.data(), n, dp.data(),
                                                             rows, op_determinism_enabled()));
                          } else {
-                           internal::run_cpu(*gdev, [g, indices, dp, inner, n, rows] {
+                           internal::run_cpu(*gdev, [&] {
                              cpu::scatter_add(g.dtype(), g.data(), inner, indices.dtype(), indices.data(), n, dp.data(), rows);
                            });
                          }
@@ -377,7 +377,7 @@ Tensor one_hot(const Tensor& indices, std::int64_t depth, double on_value, doubl
       CHORUS_IF_CUDA(cuda::one_hot(dev->gpu_ordinal(), dev->stream().native_handle(), dtype, indices.dtype(),
                                    indices.data(), n, depth, on_value, off_value, y.data()));
     } else {
-      internal::run_cpu(*dev, [indices, y, n, depth, on_value, off_value, dtype] {
+      internal::run_cpu(*dev, [&] {
         cpu::one_hot(dtype, indices.dtype(), indices.data(), n, depth, on_value, off_value, y.data());
       });
     }
