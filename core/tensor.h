@@ -10,7 +10,9 @@
 // storage (like a tf.Tensor handle); `to()` and `clone()` copy the data.
 //
 // Execution: work on a device is enqueued on its stream (see core/stream.h) and may still be
-// running when a call returns. Everything that hands data to the host (to_vector, item,
+// running when a call returns. On CPU devices, fills (full, zeros, ones), same-device copies
+// (assign) and add_inplace run on the calling thread in stream order (Stream::execute_host, as
+// CPU kernels do), so they have completed when the call returns. Everything that hands data to the host (to_vector, item,
 // copy_to_host, printing) waits for it and rethrows any error the device work raised. Copies
 // between two different devices return after the copy completed. Work on CPU devices keeps the
 // storage it uses alive until it ran; on a GPU, storage freed while kernels are pending is only
