@@ -54,7 +54,7 @@ void Adam::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, c
   Tensor& m = slots[0];
   Tensor& v = slots[1];
   // One fused kernel where there is one (float32/float64 on a CPU device): the op sequence below
-  // is ~16 ops, 4 scalars and 3 copies per variable, and rounds the same way.
+  // is 12 ops, 4 scalars and 3 copies per variable, and rounds the same way.
   if (!amsgrad_ && ops::apply_adam(w, m, v, g, alpha, beta_1_, beta_2_, epsilon_)) return;
   update_in_place(m, ops::add(m, ops::mul(ops::sub(g, m), ops::scalar_like(g, 1.0 - beta_1_))));
   update_in_place(v, ops::add(v, ops::mul(ops::sub(ops::square(g), v), ops::scalar_like(g, 1.0 - beta_2_))));
