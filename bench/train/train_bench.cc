@@ -64,27 +64,34 @@ std::int64_t process_cpu_ns() {
 }
 
 // One replica count, in this (child) process. Prints `RESULT ...` as its last line.
+// The seed CNN (examples/mnist_mirrored.cc), Adam 1e-3, built in `strategy`'s scope.
+std::unique_ptr<cx::model::Sequential> seed_cnn(cx::distribute::Strategy& strategy) {
+  auto scope = strategy.scope();
+  namespace L = cx::layers;
+  auto model = std::make_unique<cx::model::Sequential>(std::vector<L::LayerPtr>{
+      L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
+      L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)});
+  model->compile(std::make_shared<cx::optimizers::Adam>(1e-3),
+                 std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
+  return model;
+}
+
+// 8 distinct global batches, batched once and cached, so the pipeline costs little per step.
+cx::data::Dataset training_data() {
+  return cx::data::synthetic_digits(8 * kGlobalBatch, /*seed=*/1)
+      .batch(kGlobalBatch, /*drop_remainder=*/true)
+      .cache()
+      .repeat()
+      .prefetch(cx::data::kAutotune);
+}
+
 int run_child(int replicas, int steps, int repeats) {
   const cx::PhysicalDevice cpu = cx::config::list_physical_devices("CPU")[0];
   cx::config::set_logical_device_configuration(
       cpu, std::vector<cx::LogicalDeviceConfiguration>(static_cast<std::size_t>(replicas), {.memory_limit_mb = 1024}));
   cx::distribute::MirroredStrategy strategy;
-  std::unique_ptr<cx::model::Sequential> model;
-  {
-    auto scope = strategy.scope();
-    namespace L = cx::layers;
-    model = std::make_unique<cx::model::Sequential>(std::vector<L::LayerPtr>{
-        L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
-        L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)});
-    model->compile(std::make_shared<cx::optimizers::Adam>(1e-3),
-                   std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
-  }
-  // 8 distinct global batches, batched once and cached, so the pipeline costs little per step.
-  auto ds = cx::data::synthetic_digits(8 * kGlobalBatch, /*seed=*/1)
-                .batch(kGlobalBatch, /*drop_remainder=*/true)
-                .cache()
-                .repeat()
-                .prefetch(cx::data::kAutotune);
+  auto model = seed_cnn(strategy);
+  auto ds = training_data();
   model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
 
   // `repeats` timed fit calls of `steps` steps; samples/s is their median, the time split is over
@@ -139,22 +146,8 @@ int run_worker_child(int steps, int repeats) {
   cx::collective::MpiEnvironment mpi;
   cx::config::set_intra_op_parallelism_threads(1);
   cx::distribute::MultiWorkerMirroredStrategy strategy({.cpu_devices_per_worker = 1});
-  std::unique_ptr<cx::model::Sequential> model;
-  {
-    auto scope = strategy.scope();
-    namespace L = cx::layers;
-    model = std::make_unique<cx::model::Sequential>(std::vector<L::LayerPtr>{
-        L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
-        L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)});
-    model->compile(std::make_shared<cx::optimizers::Adam>(1e-3),
-                   std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
-  }
-  // The same pipeline as run_child; the strategy shards each global batch of 128 over the workers.
-  auto ds = cx::data::synthetic_digits(8 * kGlobalBatch, /*seed=*/1)
-                .batch(kGlobalBatch, /*drop_remainder=*/true)
-                .cache()
-                .repeat()
-                .prefetch(cx::data::kAutotune);
+  auto model = seed_cnn(strategy);
+  auto ds = training_data();  // the strategy shards each global batch over the workers
   model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
   std::vector<double> sps;
   for (int rep = 0; rep < repeats; ++rep) {
