@@ -4,7 +4,11 @@
 // functions BundleReader uses (checkpoint/bundle_format.h), from memory.
 //
 // Input: either a bare `.index` file (then the data file is empty), or "CHBF" + uint32 LE n +
-// n index bytes + the data file's bytes (the seed corpus has both kinds).
+// n index bytes + the data file's bytes (the seed corpus has both kinds), or "BLCK" + the raw
+// contents of one data block: the target wraps it in a valid table (block trailer with the right
+// CRC, empty metaindex, an index block whose separator is 64 bytes of 0xff, the footer), so
+// mutations reach the block, entry and BundleEntryProto decoders instead of dying at the CRC
+// check, which is where plain mutation stops (coverage plateaued there).
 //
 // Findings: any crash, sanitizer report, leak or huge allocation (run with -malloc_limit_mb), any
 // exception that is not a chorus::Error (it escapes and aborts), and any accepted entry that
@@ -16,7 +20,9 @@
 #include <string_view>
 
 #include "checkpoint/bundle_format.h"
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "summary/proto_wire.h"
 
 using chorus::train::BundleEntry;
 namespace internal = chorus::train::internal;
@@ -59,12 +65,59 @@ void read_entry(const std::string& key, const BundleEntry& e, std::string_view d
   }
 }
 
+// A block's bytes followed by its trailer: type 0 (no compression) and the masked CRC32C of
+// block || type, as the writer produces.
+void append_block(std::string& out, std::string_view block) {
+  out.append(block);
+  const char type = static_cast<char>(internal::kNoCompression);
+  std::uint32_t crc = chorus::crc32c(block.data(), block.size());
+  crc = chorus::crc32c(&type, 1, crc);
+  out.push_back(type);
+  chorus::summary::wire::append_fixed32(out, chorus::mask_crc32c(crc));
+}
+
+// A one-data-block table around `block` (see the file comment).
+std::string wrap_block(std::string_view block) {
+  std::string table;
+  append_block(table, block);
+  const std::uint64_t meta_offset = table.size();
+  const std::string empty_block("\0\0\0\0\1\0\0\0", 8);  // no entries, restarts {0}, n = 1
+  append_block(table, empty_block);
+  // Index block: one entry (shared 0, non-shared 64, value = handle{0, block size}), restarts {0}.
+  std::string handle;
+  chorus::summary::wire::append_varint(handle, 0);
+  chorus::summary::wire::append_varint(handle, block.size());
+  std::string index;
+  chorus::summary::wire::append_varint(index, 0);
+  chorus::summary::wire::append_varint(index, 64);
+  chorus::summary::wire::append_varint(index, handle.size());
+  index.append(64, '\xff');
+  index.append(handle);
+  chorus::summary::wire::append_fixed32(index, 0);
+  chorus::summary::wire::append_fixed32(index, 1);
+  const std::uint64_t index_offset = table.size();
+  append_block(table, index);
+  std::string footer;
+  chorus::summary::wire::append_varint(footer, meta_offset);
+  chorus::summary::wire::append_varint(footer, empty_block.size());
+  chorus::summary::wire::append_varint(footer, index_offset);
+  chorus::summary::wire::append_varint(footer, index.size());
+  footer.resize(internal::kFooterSize - 8, '\0');
+  chorus::summary::wire::append_fixed64(footer, internal::kTableMagic);
+  table.append(footer);
+  return table;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* raw, std::size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(raw), size);
   std::string_view index = in, data;
-  if (in.size() >= 8 && in.substr(0, 4) == "CHBF") {
+  std::string wrapped;
+  if (in.size() >= 4 && in.substr(0, 4) == "BLCK") {
+    wrapped = wrap_block(in.substr(4));
+    index = wrapped;
+  } else if (in.size() >= 8 && in.substr(0, 4) == "CHBF") {
     std::uint32_t n;
     std::memcpy(&n, in.data() + 4, 4);
     const std::size_t len = std::min<std::size_t>(n, in.size() - 8);
