@@ -9,12 +9,12 @@
 
 #include "checkpoint/bundle.h"
 #include "core/error.h"
-#include "summary/file_io.h"
+#include "core/file_io.h"
 
 namespace chorus::train {
 
-using summary::internal::File;
-using summary::internal::throw_errno;
+using io::File;
+using io::throw_errno;
 
 std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');

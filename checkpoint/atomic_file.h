@@ -1,5 +1,5 @@
 // Whole-file writes that are atomic and durable, and whole-file reads, with the OS's errors as
-// chorus's typed errors (summary/file_io.h's mapping: ENOENT → NotFoundError, ENOSPC →
+// chorus's typed errors (core/file_io.h's mapping: ENOENT → NotFoundError, ENOSPC →
 // ResourceExhaustedError, EACCES → PermissionDeniedError, ...). Used for the CheckpointManager's
 // `checkpoint` state file and the bundle writer's commit.
 //

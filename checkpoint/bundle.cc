@@ -18,13 +18,13 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/runtime.h"
-#include "summary/file_io.h"
+#include "core/file_io.h"
 
 namespace chorus::train {
 
 using chorus::internal::str_cat;
-using summary::internal::File;
-using summary::internal::throw_errno;
+using io::File;
+using io::throw_errno;
 
 namespace {
 

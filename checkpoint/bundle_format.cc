@@ -6,13 +6,13 @@
 #include "checkpoint/table.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::train::internal {
 
 using chorus::internal::str_cat;
-using summary::wire::ProtoReader;
-using summary::wire::ProtoWriter;
+using wire::ProtoReader;
+using wire::ProtoWriter;
 
 int tf_dtype_of(DType dtype) {
   switch (dtype) {
@@ -85,8 +85,8 @@ std::string encode_bundle_entry(const BundleEntry& entry) {
   if (entry.size != 0) e.add_int64(kEntrySize, entry.size);
   if (entry.masked_crc32c != 0) {
     std::string crc;
-    summary::wire::append_varint(crc, (kEntryCrc32c << 3) | 5);
-    summary::wire::append_fixed32(crc, entry.masked_crc32c);
+    wire::append_varint(crc, (kEntryCrc32c << 3) | 5);
+    wire::append_fixed32(crc, entry.masked_crc32c);
     return e.release() + crc;
   }
   return e.release();
@@ -131,7 +131,7 @@ BundleHeader decode_bundle_header(std::string_view bytes, const std::string& fil
             switch (v.field()) {
               case kVersionProducer: producer = static_cast<std::int32_t>(v.read_varint()); break;
               case kVersionMinConsumer: min_consumer = static_cast<std::int32_t>(v.read_varint()); break;
-              case kVersionBadConsumers: summary::wire::read_repeated_int64s(v, bad_consumers); break;
+              case kVersionBadConsumers: wire::read_repeated_int64s(v, bad_consumers); break;
               default: v.skip();
             }
           }
@@ -269,7 +269,7 @@ std::string encode_string_tensor(const std::vector<std::string>& values, std::ui
   std::uint32_t crc = 0;
   std::size_t total = 0;
   for (const std::string& v : values) {
-    summary::wire::append_varint(out, v.size());
+    wire::append_varint(out, v.size());
     if (v.size() <= std::numeric_limits<std::uint32_t>::max()) {
       const auto n = static_cast<std::uint32_t>(v.size());
       crc = crc32c(&n, 4, crc);
@@ -280,7 +280,7 @@ std::string encode_string_tensor(const std::vector<std::string>& values, std::ui
     total += v.size();
   }
   const std::uint32_t lengths_crc = mask_crc32c(crc);
-  summary::wire::append_fixed32(out, lengths_crc);
+  wire::append_fixed32(out, lengths_crc);
   crc = crc32c(&lengths_crc, 4, crc);
   out.reserve(out.size() + total);
   for (const std::string& v : values) {

@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 
 #include "checkpoint/async_writer.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/bundle.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/logging.h"
 
 namespace chorus::train {
@@ -32,10 +32,7 @@ double now_seconds() {
 int lock_directory(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kLockFile).string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw PermissionDeniedError(str_cat("CheckpointManager: cannot open the lock file '", path, "': ",
-                                        std::strerror(errno)));
-  }
+  if (fd < 0) io::throw_errno(errno, "CheckpointManager: cannot open the lock file", path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {};
@@ -47,7 +44,7 @@ int lock_directory(const std::string& dir) {
           n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?"),
           "); only one may manage a directory at a time — destroy the other one first, or use another directory"));
     }
-    throw UnknownError(str_cat("CheckpointManager: flock('", path, "'): ", std::strerror(err)));
+    io::throw_errno(err, "CheckpointManager: cannot lock", path);
   }
   const std::string pid = std::to_string(::getpid());
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
@@ -76,11 +73,7 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
   prefix_ = (std::filesystem::path(directory_) / options_.checkpoint_name).string();
   chief_ = is_checkpoint_chief();
   if (chief_) {
-    std::error_code ec;
-    std::filesystem::create_directories(directory_, ec);
-    if (ec) {
-      throw PermissionDeniedError(str_cat("CheckpointManager: cannot create directory '", directory_, "': ", ec.message()));
-    }
+    io::create_directories(directory_);
     lock_fd_ = lock_directory(directory_);
     const int removed = remove_stray_temporaries(directory_);
     if (removed > 0) {

@@ -1,13 +1,13 @@
 #include "checkpoint/object_graph.h"
 
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::train::internal {
 
 using ::chorus::internal::str_cat;
 
-namespace wire = summary::wire;
+namespace wire = wire;
 
 const ObjectGraphNode::Attribute* ObjectGraphNode::attribute(std::string_view name) const {
   for (const Attribute& a : attributes) {

@@ -6,13 +6,13 @@
 #include "checkpoint/bundle_format.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::train::internal {
 
 using chorus::internal::str_cat;
-using summary::wire::append_fixed32;
-using summary::wire::append_varint;
+using wire::append_fixed32;
+using wire::append_varint;
 
 // ---------------------------------------------------------------------------------------------
 // Writing

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "ops/random.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::train {
 
@@ -14,7 +14,7 @@ using ::chorus::internal::str_cat;
 
 namespace {
 
-namespace wire = summary::wire;
+namespace wire = wire;
 
 constexpr const char* kIteratorState = "ITERATOR_STATE";
 constexpr const char* kIteratorTensorPrefix = "ITERATOR_TENSOR:";

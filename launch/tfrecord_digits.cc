@@ -8,13 +8,13 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "data/tfrecord.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::launch {
 namespace {
 
 using internal::str_cat;
-using summary::wire::ProtoReader;
+using wire::ProtoReader;
 
 // The feature values we care about, as found in one Feature message.
 struct FeatureValue {
@@ -42,9 +42,9 @@ FeatureValue parse_feature(std::string_view data) {
         std::string_view v = list.read_bytes();
         if (!out.bytes) out.bytes = std::string(v);
       } else if (kind == 2) {
-        summary::wire::read_repeated_floats(list, out.floats);
+        wire::read_repeated_floats(list, out.floats);
       } else {
-        summary::wire::read_repeated_int64s(list, out.ints);
+        wire::read_repeated_int64s(list, out.ints);
       }
     }
   }
@@ -109,7 +109,7 @@ DigitExample parse_digit_example(std::string_view record) {
 std::string serialize_digit_example(const std::vector<std::uint8_t>& pixels, std::int64_t label) {
   CHORUS_REQUIRE(pixels.size() == static_cast<std::size_t>(kDigitPixels), InvalidArgumentError,
                  "serialize_digit_example: ", pixels.size(), " pixels; expected ", kDigitPixels);
-  using summary::wire::ProtoWriter;
+  using wire::ProtoWriter;
   const auto entry = [](std::string_view key, const ProtoWriter& feature) {
     ProtoWriter e;
     e.add_bytes(1, key);

@@ -11,7 +11,7 @@
 // (image [28, 28, 1] float32, label int32 scalar), exactly what data::synthetic_digits and
 // data::mnist_dataset yield, so a model trained on one reads the others.
 //
-// The protobuf wire format is read with summary/proto_wire.h (no protobuf library): Example field
+// The protobuf wire format is read with core/proto_wire.h (no protobuf library): Example field
 // 1 = Features; Features field 1 = map<string, Feature> entries (key 1, value 2); Feature field 1 =
 // BytesList, 2 = FloatList, 3 = Int64List; each list's field 1 = the values (packed or not).
 //

@@ -4,7 +4,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::summary {
 

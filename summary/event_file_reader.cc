@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "summary/file_io.h"
+#include "core/file_io.h"
 
 namespace chorus::summary {
 
@@ -39,7 +39,7 @@ bool is_event_file(const std::string& path) {
 std::vector<std::string> list_event_files(const std::string& dir) {
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
-  if (ec) internal::throw_errno(ec.value(), "cannot list event files in", dir);
+  if (ec) io::throw_errno(ec.value(), "cannot list event files in", dir);
   std::vector<std::string> files;
   for (const fs::directory_entry& entry : it) {
     if (entry.is_regular_file(ec) && is_event_file(entry.path().string())) files.push_back(entry.path().string());

@@ -4,7 +4,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 namespace chorus::summary {
 
@@ -18,7 +18,7 @@ void append_record(std::string& out, std::string_view data) {
 }
 
 RecordReader::RecordReader(const std::string& path, std::uint64_t offset)
-    : file_(internal::File::open_for_read(path)), offset_(offset) {
+    : file_(io::File::open_for_read(path)), offset_(offset) {
   if (offset != 0) file_.seek(offset);
 }
 

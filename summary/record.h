@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "summary/file_io.h"
+#include "core/file_io.h"
 
 namespace chorus::summary {
 
@@ -51,7 +51,7 @@ class RecordReader {
   const std::string& path() const { return file_.path(); }
 
  private:
-  internal::File file_;
+  io::File file_;
   std::uint64_t offset_ = 0;
   bool failed_ = false;
   std::string failure_;

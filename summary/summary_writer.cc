@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/tensor.h"
-#include "summary/file_io.h"
+#include "core/file_io.h"
 #include "summary/record.h"
 
 namespace chorus::summary {
@@ -54,7 +54,7 @@ struct SummaryWriter::State {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  internal::File file;
+  io::File file;
   std::string pending;      // framed records not yet written
   int pending_events = 0;
   bool closed = false;
@@ -132,11 +132,11 @@ SummaryWriter::SummaryWriter(const std::string& logdir, const SummaryWriterOptio
     return;
   }
 
-  internal::create_directories(logdir);
+  io::create_directories(logdir);
   const std::int64_t seconds = static_cast<std::int64_t>(std::time(nullptr));
   const std::int64_t n = ++g_writer_count;
   s.path = (std::filesystem::path(logdir) / event_file_name(seconds, hostname(), ::getpid(), n, options.filename_suffix)).string();
-  s.file = internal::File::create_new(s.path);
+  s.file = io::File::create_new(s.path);
 
   // The header, flushed at once (as TF's EventsWriter::Init), with integer-second wall_time.
   Event header;

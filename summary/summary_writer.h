@@ -33,7 +33,7 @@
 //
 // Errors (never an abort): a logdir that cannot be created or written → PermissionDeniedError /
 // NotFoundError / FailedPreconditionError (a path component is a file) naming the path and the OS
-// message (summary/file_io.h). Bad arguments → InvalidArgumentError. A write or flush that fails
+// message (core/file_io.h). Bad arguments → InvalidArgumentError. A write or flush that fails
 // in the background thread is kept and rethrown by the next call on the writer (write, flush or
 // close); the destructor logs it instead (CHORUS_LOG(ERROR)). Writing after close() →
 // FailedPreconditionError.

@@ -10,13 +10,13 @@
 #include "checkpoint/table.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 #include "tests/checkpoint/bundle_test_util.h"
 
 namespace chorus::train {
 namespace {
 
-using summary::wire::ProtoWriter;
+using wire::ProtoWriter;
 using testing::TempDir;
 
 // A small valid bundle: two numeric tensors and a string tensor.
@@ -179,7 +179,7 @@ std::string entry_proto(int dtype, const std::vector<std::int64_t>& dims, std::i
   e.add_int64(5, size);
   std::string out = e.release();
   out += '\x35';
-  summary::wire::append_fixed32(out, crc);
+  wire::append_fixed32(out, crc);
   return out;
 }
 
@@ -249,7 +249,7 @@ TEST(BundleCorruption, AbsurdBlockHandles) {
   const std::size_t footer = good.size() - 48;
   auto with_footer_handles = [&](std::uint64_t mo, std::uint64_t ms, std::uint64_t io, std::uint64_t is) {
     std::string h;
-    for (std::uint64_t v : {mo, ms, io, is}) summary::wire::append_varint(h, v);
+    for (std::uint64_t v : {mo, ms, io, is}) wire::append_varint(h, v);
     h.resize(40, '\0');
     return good.substr(0, footer) + h + good.substr(footer + 40);
   };

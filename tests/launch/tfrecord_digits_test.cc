@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 // Protobuf encoding written out by hand (protobuf.dev/programming-guides/encoding), independent of
-// summary/proto_wire.h, so the parser is checked against the wire format itself: what
+// core/proto_wire.h, so the parser is checked against the wire format itself: what
 // tf.train.Example(...).SerializeToString() produces.
 std::string varint(std::uint64_t v) {
   std::string out;

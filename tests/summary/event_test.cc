@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 #include "summary/record.h"
 #include "summary/summary_values.h"
 

@@ -22,7 +22,7 @@
 #include "checkpoint/bundle_format.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 using chorus::train::BundleEntry;
 namespace internal = chorus::train::internal;
@@ -73,7 +73,7 @@ void append_block(std::string& out, std::string_view block) {
   std::uint32_t crc = chorus::crc32c(block.data(), block.size());
   crc = chorus::crc32c(&type, 1, crc);
   out.push_back(type);
-  chorus::summary::wire::append_fixed32(out, chorus::mask_crc32c(crc));
+  chorus::wire::append_fixed32(out, chorus::mask_crc32c(crc));
 }
 
 // A one-data-block table around `block` (see the file comment).
@@ -85,25 +85,25 @@ std::string wrap_block(std::string_view block) {
   append_block(table, empty_block);
   // Index block: one entry (shared 0, non-shared 64, value = handle{0, block size}), restarts {0}.
   std::string handle;
-  chorus::summary::wire::append_varint(handle, 0);
-  chorus::summary::wire::append_varint(handle, block.size());
+  chorus::wire::append_varint(handle, 0);
+  chorus::wire::append_varint(handle, block.size());
   std::string index;
-  chorus::summary::wire::append_varint(index, 0);
-  chorus::summary::wire::append_varint(index, 64);
-  chorus::summary::wire::append_varint(index, handle.size());
+  chorus::wire::append_varint(index, 0);
+  chorus::wire::append_varint(index, 64);
+  chorus::wire::append_varint(index, handle.size());
   index.append(64, '\xff');
   index.append(handle);
-  chorus::summary::wire::append_fixed32(index, 0);
-  chorus::summary::wire::append_fixed32(index, 1);
+  chorus::wire::append_fixed32(index, 0);
+  chorus::wire::append_fixed32(index, 1);
   const std::uint64_t index_offset = table.size();
   append_block(table, index);
   std::string footer;
-  chorus::summary::wire::append_varint(footer, meta_offset);
-  chorus::summary::wire::append_varint(footer, empty_block.size());
-  chorus::summary::wire::append_varint(footer, index_offset);
-  chorus::summary::wire::append_varint(footer, index.size());
+  chorus::wire::append_varint(footer, meta_offset);
+  chorus::wire::append_varint(footer, empty_block.size());
+  chorus::wire::append_varint(footer, index_offset);
+  chorus::wire::append_varint(footer, index.size());
   footer.resize(internal::kFooterSize - 8, '\0');
-  chorus::summary::wire::append_fixed64(footer, internal::kTableMagic);
+  chorus::wire::append_fixed64(footer, internal::kTableMagic);
   table.append(footer);
   return table;
 }

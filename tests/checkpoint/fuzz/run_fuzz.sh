@@ -17,12 +17,12 @@ if ! "$CXX" -fsanitize=fuzzer "$probe" -o "$OUT/probe" 2>"$OUT/probe.log"; then
   echo "SKIPPED: $CXX cannot link -fsanitize=fuzzer (libFuzzer runtime missing: install libclang-rt-14-dev):"
   cat "$OUT/probe.log"; exit 77
 fi
-srcs=(core/error.cc core/crc32c.cc core/shape.cc core/dtype.cc summary/proto_wire.cc
+srcs=(core/error.cc core/crc32c.cc core/shape.cc core/dtype.cc core/proto_wire.cc
       checkpoint/table.cc checkpoint/bundle_format.cc tests/checkpoint/fuzz/bundle_reader_fuzz.cc)
 bin="$OUT/bundle_reader_fuzz"
 need_build=0
 [ -x "$bin" ] || need_build=1
-for s in "${srcs[@]}" checkpoint/*.h core/*.h summary/proto_wire.h; do
+for s in "${srcs[@]}" checkpoint/*.h core/*.h; do
   [ "$SRC/$s" -nt "$bin" ] && need_build=1
 done
 if [ $need_build = 1 ]; then

@@ -1,5 +1,6 @@
-// Protocol-buffer wire format, by hand: just enough to write and read the handful of messages a
-// TensorBoard event file holds (summary/event.h). No protobuf library.
+// Protocol-buffer wire format, by hand: just enough to write and read the handful of messages
+// chorus exchanges with TensorFlow (TensorBoard events in summary/, checkpoint entries and object
+// graphs in checkpoint/, tf.train.Example in launch/). No protobuf library.
 //
 // The wire format (protobuf.dev/programming-guides/encoding): a message is a sequence of fields,
 // each a key varint (field_number << 3 | wire_type) followed by its payload:
@@ -24,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::summary::wire {
+namespace chorus::wire {
 
 enum class WireType : std::uint8_t { kVarint = 0, kI64 = 1, kLen = 2, kI32 = 5 };
 
@@ -115,4 +116,4 @@ void read_repeated_doubles(ProtoReader& r, std::vector<double>& out);
 void read_repeated_floats(ProtoReader& r, std::vector<float>& out);
 void read_repeated_int64s(ProtoReader& r, std::vector<std::int64_t>& out);
 
-}  // namespace chorus::summary::wire
+}  // namespace chorus::wire

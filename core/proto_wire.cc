@@ -1,11 +1,11 @@
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 #include <bit>
 #include <cstring>
 
 #include "core/error.h"
 
-namespace chorus::summary::wire {
+namespace chorus::wire {
 
 static_assert(std::endian::native == std::endian::little, "the wire helpers assume a little-endian host");
 
@@ -215,4 +215,4 @@ void read_repeated_int64s(ProtoReader& r, std::vector<std::int64_t>& out) {
   }
 }
 
-}  // namespace chorus::summary::wire
+}  // namespace chorus::wire

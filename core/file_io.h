@@ -1,5 +1,5 @@
-// Internal to summary/ and checkpoint/: a POSIX file descriptor with RAII, and the mapping from errno to
-// chorus's TF error classes (the same mapping as TF's tsl/platform/errors.cc ErrnoToCode).
+// POSIX files for the modules that write files (summary/, checkpoint/): a file descriptor with RAII,
+// and the mapping from errno to chorus's TF error classes (TF's tsl/platform/errors.cc ErrnoToCode).
 //
 // Every call into the OS goes through here and, on failure, throws the typed error with the OS's
 // own message, the action and the path: "PermissionDeniedError: cannot create directory
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::summary::internal {
+namespace chorus::io {
 
 // Throws the chorus error class TF uses for `err`:
 //   EACCES, EPERM, EROFS                  → PermissionDeniedError
@@ -62,4 +62,4 @@ class File {
   std::string path_;
 };
 
-}  // namespace chorus::summary::internal
+}  // namespace chorus::io

@@ -1,4 +1,4 @@
-#include "summary/file_io.h"
+#include "core/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 
-namespace chorus::summary::internal {
+namespace chorus::io {
 
 void throw_errno(int err, std::string_view action, const std::string& path) {
   const std::string msg = chorus::internal::str_cat(action, " '", path, "': ", std::strerror(err), " (errno ", err, ")");
@@ -136,4 +136,4 @@ void File::close() {
   if (::close(fd) != 0 && errno != EINTR) throw_errno(errno, "cannot close", path_);
 }
 
-}  // namespace chorus::summary::internal
+}  // namespace chorus::io

@@ -1,6 +1,6 @@
 // Protobuf wire format by hand: the byte examples of the protobuf encoding guide
 // (protobuf.dev/programming-guides/encoding), round trips, and malformed input → DataLossError.
-#include "summary/proto_wire.h"
+#include "core/proto_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 
-namespace chorus::summary::wire {
+namespace chorus::wire {
 namespace {
 
 std::string bytes(std::initializer_list<int> b) {
@@ -169,4 +169,4 @@ TEST(ProtoWire, MalformedInputThrowsDataLossNotUndefinedBehaviour) {
 }
 
 }  // namespace
-}  // namespace chorus::summary::wire
+}  // namespace chorus::wire
