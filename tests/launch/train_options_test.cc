@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/core/test_util.h"
 
 namespace chorus::launch {
 namespace {
@@ -11,14 +12,9 @@ namespace {
 using Args = std::vector<std::string>;
 using ::testing::HasSubstr;
 
+// The message of the InvalidArgumentError the parser throws (a test failure if none).
 std::string error_of(const Args& args) {
-  try {
-    parse_train_options(args);
-  } catch (const InvalidArgumentError& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "parse_train_options did not throw";
-  return "";
+  return chorus::testing::message_of<InvalidArgumentError>([&] { parse_train_options(args); });
 }
 
 TEST(TrainOptions, Defaults) {
