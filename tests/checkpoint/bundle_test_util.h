@@ -11,39 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/core/test_util.h"
+
 namespace chorus::train::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it by the destructor.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/chorus_bundle_test_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ec);
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  // File names in the directory, sorted.
-  std::vector<std::string> list() const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
 
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

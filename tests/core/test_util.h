@@ -3,7 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,6 +48,42 @@ class LogCapture {
   }
   std::mutex mu_;
   std::vector<std::string> lines_;
+};
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it by the destructor.
+//   TempDir dir;  dir.path()  dir / "ckpt"  dir.str("run")  dir.file("x.idx")  dir.list()
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/chorus_test_XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ec);  // a test may have locked it
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // The path of `name` inside the directory (the directory itself for "").
+  std::string str(const std::string& name = "") const { return name.empty() ? path_ : path_ + "/" + name; }
+  std::string file(const std::string& name) const { return str(name); }
+  std::string operator/(const std::string& name) const { return str(name); }
+  // File names in the directory, sorted.
+  std::vector<std::string> list() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  std::string path_;
 };
 
 // The what() of the E that fn() throws; a test failure (and "") when it throws nothing or

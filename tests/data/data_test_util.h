@@ -37,25 +37,7 @@ inline std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
   return v;
 }
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("chorus_data_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
 
 // Two logical CPU devices (CPU:0, CPU:1) and no GPU, so placement is predictable.
 inline void make_two_cpus() {

@@ -12,35 +12,13 @@
 #include <optional>
 #include <string>
 
+#include "tests/core/test_util.h"
+
 namespace chorus::summary::testing {
 
 namespace fs = std::filesystem;
 
-// A directory under the system temp dir, unique to this process and test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "chorus_summary_" + std::to_string(::getpid());
-    if (info != nullptr) name += std::string("_") + info->test_suite_name() + "_" + info->name();
-    for (char& c : name)
-      if (c == '/') c = '_';
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  std::string str(const std::string& sub = "") const { return sub.empty() ? path_.string() : (path_ / sub).string(); }
-
- private:
-  fs::path path_;
-};
+using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
