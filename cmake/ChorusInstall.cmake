@@ -6,4 +6,5 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/chorusConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/chorusConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/chorusConfig.cmake ${PROJECT_BINARY_DIR}/chorusConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindCUDAToolkit.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/chorus)

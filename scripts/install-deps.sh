@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
-# Installs the Debian packages chorus builds with, only those missing (as root; uses sudo if not).
+# Installs what chorus builds with: the Debian packages, only those missing (as root; sudo if not).
 # CUDA is optional and not installed here: with /usr/local/cuda present chorus builds its GPU part.
+#
+#   scripts/install-deps.sh          build dependencies
+#   scripts/install-deps.sh --test   also what the test suite needs: Python with venv, and the
+#                                    pinned TensorFlow/TensorBoard test environment
+#                                    (scripts/test-python-env.sh, reused when already there)
+#
+# Every package is named here, Recommends included: apt runs with --no-install-recommends, so a
+# package that another one only recommends (oneDNN's CMake config needs OpenCL's headers and
+# library) must be listed, or a fresh machine fails where a used one passes.
+# scripts/fresh-machine-check.sh proves this list on a clean Debian root.
 set -euo pipefail
+with_test=0
+for a in "$@"; do
+  case "$a" in
+    --test) with_test=1 ;;
+    *) echo "install-deps: unknown argument '$a' (valid: --test)" >&2; exit 2 ;;
+  esac
+done
 pkgs=(cmake ninja-build g++ make libgtest-dev libgmock-dev libbenchmark-dev
-      libdnnl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
-      clang libclang-rt-14-dev)
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
+      zlib1g-dev clang libclang-rt-14-dev)
+if [ "$with_test" = 1 ]; then
+  pkgs+=(python3 python3-venv ca-certificates)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ "$with_test" = 1 ]; then
+  "$(dirname "$0")/test-python-env.sh"
 fi
