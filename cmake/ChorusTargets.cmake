@@ -31,6 +31,9 @@ function(chorus_add_module name)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/chorus>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(chorus_${name} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
+  # The headers are C++20 (defaulted operator==, requires-clauses, std::span): every user of a module
+  # compiles as C++20 or later, whatever CMAKE_CXX_STANDARD it sets. Exported with the target.
+  target_compile_features(chorus_${name} PUBLIC cxx_std_20)
   set_target_properties(chorus_${name} PROPERTIES EXPORT_NAME ${name})
   install(TARGETS chorus_${name} EXPORT chorusTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
