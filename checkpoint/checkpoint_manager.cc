@@ -29,15 +29,15 @@ double now_seconds() {
 }
 
 // The exclusive, process-held lock of a directory; the file holds the holder's pid for messages.
-int lock_directory(const std::string& dir) {
+// Never follows a link planted at the lock file's path (io::File::open_or_create_owned).
+io::File lock_directory(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kLockFile).string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) io::throw_errno(errno, "CheckpointManager: cannot open the lock file", path);
+  io::File lock = io::File::open_or_create_owned(path);
+  const int fd = lock.fd();
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {};
     const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    ::close(fd);
     if (err == EWOULDBLOCK) {
       throw FailedPreconditionError(str_cat(
           "CheckpointManager: another CheckpointManager is active in '", dir, "' (lock held by pid ",
@@ -48,7 +48,7 @@ int lock_directory(const std::string& dir) {
   }
   const std::string pid = std::to_string(::getpid());
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
-  return fd;
+  return lock;
 }
 
 }  // namespace
@@ -74,7 +74,7 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
   chief_ = is_checkpoint_chief();
   if (chief_) {
     io::create_directories(directory_);
-    lock_fd_ = lock_directory(directory_);
+    lock_ = lock_directory(directory_);
     const int removed = remove_stray_temporaries(directory_);
     if (removed > 0) {
       CHORUS_LOG(INFO) << "CheckpointManager: removed " << removed << " temporary file(s) of an interrupted save in '"
@@ -83,32 +83,111 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
   }
   // Recover the state (TF's constructor).
   const double clock = now_seconds();
-  std::optional<CheckpointState> state;
-  try {
-    state = read_checkpoint_state(directory_);
-  } catch (...) {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
-    throw;
-  }
-  if (!state) {
+  std::optional<CheckpointState> state = read_checkpoint_state(directory_);  // on a throw, lock_ is released
+  if (!state || (state->model_checkpoint_path.empty() && state->all_model_checkpoint_paths.empty())) {
+    // No state (deleted, emptied): recover it from the checkpoints on disk rather than let the
+    // next save start over at <name>-1 on top of them.
     last_preserved_timestamp_ = clock - 1;
+    const auto on_disk = checkpoints_on_disk();
+    if (!on_disk.empty()) {
+      CHORUS_LOG(WARNING) << "CheckpointManager: '" << directory_ << "' has " << on_disk.size() << " checkpoint(s) ("
+                          << on_disk.front().first << " .. " << on_disk.back().first
+                          << ") but " << (state ? "an empty" : "no") << " `checkpoint` state file; recovered the list from the files";
+      for (const auto& [path, n] : on_disk) maybe_delete_.emplace_back(path, clock);
+      latest_ = on_disk.back().first;
+      if (chief_) record_state();
+    }
     return;
   }
-  if (!state->model_checkpoint_path.empty()) latest_ = state->model_checkpoint_path;
   last_preserved_timestamp_ = state->last_preserved_timestamp;
   if (clock < last_preserved_timestamp_) {
     CHORUS_LOG(WARNING) << "CheckpointManager: the clock (" << clock << ") is behind the last preserved timestamp ("
                         << last_preserved_timestamp_ << ") of '" << directory_ << "'; using the clock";
     last_preserved_timestamp_ = clock;
   }
+  // Only checkpoints of this manager's own naming inside its own directory are managed (and so
+  // ever deleted); anything else a state file names is left alone and reported.
+  if (!state->model_checkpoint_path.empty()) {
+    if (owns(state->model_checkpoint_path)) {
+      latest_ = state->model_checkpoint_path;
+    } else {
+      CHORUS_LOG(WARNING) << "CheckpointManager: the state file of '" << directory_ << "' names '"
+                          << state->model_checkpoint_path << "' as the latest checkpoint, which is not a '"
+                          << options_.checkpoint_name << "-<N>' checkpoint in that directory; ignored (not restored, never deleted)";
+    }
+  }
   std::vector<double> stamps = state->all_model_checkpoint_timestamps;
   if (stamps.size() != state->all_model_checkpoint_paths.size()) {
     stamps.assign(state->all_model_checkpoint_paths.size(), last_preserved_timestamp_);
   }
   for (std::size_t i = 0; i < stamps.size(); ++i) {
+    const std::string& path = state->all_model_checkpoint_paths[i];
+    if (!owns(path)) {
+      CHORUS_LOG(WARNING) << "CheckpointManager: the state file of '" << directory_ << "' lists '" << path
+                          << "', which is not a '" << options_.checkpoint_name
+                          << "-<N>' checkpoint in that directory; it is not managed and never deleted";
+      continue;
+    }
     const double t = std::min(stamps[i], clock);
-    if (t > last_preserved_timestamp_) maybe_delete_.emplace_back(state->all_model_checkpoint_paths[i], t);
+    if (t > last_preserved_timestamp_) maybe_delete_.emplace_back(path, t);
   }
+}
+
+bool CheckpointManager::owns(const std::string& path) const {
+  namespace fs = std::filesystem;
+  std::error_code ec1, ec2;
+  const fs::path p = fs::weakly_canonical(fs::path(path), ec1);
+  const fs::path dir = fs::weakly_canonical(fs::path(directory_), ec2);
+  if (ec1 || ec2 || p.parent_path() != dir) return false;
+  return checkpoint_number_of(p.filename().string()).has_value();
+}
+
+std::optional<std::int64_t> CheckpointManager::checkpoint_number_of(const std::string& name) const {
+  const std::string& base = options_.checkpoint_name;
+  if (name.size() <= base.size() + 1 || name.compare(0, base.size(), base) != 0 || name[base.size()] != '-') return std::nullopt;
+  const std::string digits = name.substr(base.size() + 1);
+  if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::vector<std::pair<std::string, std::int64_t>> CheckpointManager::checkpoints_on_disk() const {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_, ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kIndex = ".index";
+    if (name.size() <= kIndex.size() || name.compare(name.size() - kIndex.size(), kIndex.size(), kIndex) != 0) continue;
+    const std::string stem = name.substr(0, name.size() - kIndex.size());
+    if (const auto n = checkpoint_number_of(stem)) out.emplace_back((std::filesystem::path(directory_) / stem).string(), *n);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
+}
+
+void CheckpointManager::move_aside(const std::string& path) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    maybe_delete_.erase(std::remove_if(maybe_delete_.begin(), maybe_delete_.end(),
+                                       [&](const auto& e) { return e.first == path; }),
+                        maybe_delete_.end());
+    if (latest_ == path) latest_ = maybe_delete_.empty() ? std::nullopt : std::optional(maybe_delete_.back().first);
+  }
+  if (!chief_ || !owns(path)) return;
+  const std::string aside = str_cat(path, ".corrupt-", static_cast<std::int64_t>(now_seconds()));
+  const std::string dir = directory_of(path);
+  const std::string base = std::filesystem::path(path).filename().string();
+  const std::string aside_base = std::filesystem::path(aside).filename().string();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == base + ".index" || (name.rfind(base + ".data-", 0) == 0)) {
+      rename_file(entry.path().string(), (std::filesystem::path(dir) / (aside_base + name.substr(base.size()))).string());
+    }
+  }
+  sync_directory(dir);
+  record_state();
+  CHORUS_LOG(WARNING) << "CheckpointManager: moved the damaged checkpoint '" << path << "' aside to '" << aside
+                      << ".*' (kept, never deleted)";
 }
 
 CheckpointManager::~CheckpointManager() {
@@ -117,7 +196,7 @@ CheckpointManager::~CheckpointManager() {
   } catch (const std::exception& e) {
     CHORUS_LOG(ERROR) << "CheckpointManager: the last async save failed: " << e.what();
   }
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  // lock_'s destructor closes the file, which releases the flock.
 }
 
 std::int64_t CheckpointManager::current_step() const {
@@ -136,9 +215,21 @@ std::optional<std::string> CheckpointManager::save(std::optional<std::int64_t> c
   }
   checkpoint_.async_->wait();  // the previous save's error surfaces before the counter moves
   const Variable& counter = checkpoint_.save_counter();
-  counter.impl()->assign_add(Tensor::scalar<std::int64_t>(1, "/CPU:0"));
-  const std::int64_t n = checkpoint_number ? *checkpoint_number : counter.value().item<std::int64_t>();
+  const std::int64_t next = counter.value().item<std::int64_t>() + 1;
+  const std::int64_t n = checkpoint_number ? *checkpoint_number : next;
   const std::string path = str_cat(prefix_, "-", n);
+  if (!checkpoint_number) {
+    // A numbered save below the newest one on disk means this run started from scratch (no
+    // restore) in a directory that already has a history: refuse rather than overwrite it.
+    const auto on_disk = checkpoints_on_disk();
+    if (!on_disk.empty() && n <= on_disk.back().second) {
+      throw FailedPreconditionError(str_cat(
+          "CheckpointManager: '", directory_, "' already holds checkpoints up to '", on_disk.back().first,
+          "', and this save would write '", path, "' over an earlier one: this run did not resume from them. "
+          "Call restore_or_initialize() first to continue, or use a new directory (or move the old one away) to start over"));
+    }
+  }
+  counter.impl()->assign_add(Tensor::scalar<std::int64_t>(1, "/CPU:0"));
   SaveOptions opts = options;
   opts.chief = chief_;
   return checkpoint_.write_impl(path, opts, [this](const std::string& written) { on_written(written); });
@@ -180,7 +271,7 @@ void CheckpointManager::sweep() {
       last_preserved_timestamp_ = timestamp;  // preserved: kept on disk, no longer managed
       continue;
     }
-    if (chief_) delete_bundle(path);
+    if (chief_ && owns(path)) delete_bundle(path);
   }
 }
 
@@ -199,6 +290,7 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
     } catch (const DataLossError& e) {
       CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is damaged (" << e.what()
                         << "); trying the previous one";
+      move_aside(path);
       continue;
     } catch (const NotFoundError& e) {
       CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is missing (" << e.what()

@@ -23,10 +23,20 @@
 //   a directory (TF's rule): the chief takes an exclusive lock (`flock` on
 //   `<directory>/.chorus-manager.lock`, held until destruction); a second manager — in this or
 //   another process — gets FailedPreconditionError naming the directory and the holder's pid.
+//   The state file is not trusted: only "<directory>/<checkpoint_name>-<N>" entries (paths
+//   resolved, `..` and links included) are managed; anything else it names is reported in a
+//   warning, never restored as the latest and never deleted. An empty or missing state file with
+//   "<checkpoint_name>-<N>.index" files on disk: the list is recovered from the files (warning).
+//   The lock file is never followed through a link and must be a regular file of this user
+//   (io::File::open_or_create_owned; FailedPreconditionError naming the path otherwise).
 // restore_or_initialize(): restores latest_checkpoint() and returns it; if that checkpoint is
-//   corrupt (DataLossError), logs it and falls back to the next older one in the state (a
-//   checkpoint damaged by a crash of the storage never stops a resume); with none, runs init_fn
-//   and returns nullopt.
+//   corrupt (DataLossError), logs it, moves its files aside to "<path>.corrupt-<unix time>.*"
+//   (never deleted; the state file no longer lists it) and falls back to the next older one (a
+//   checkpoint damaged by a crash of the storage never stops a resume, nor any later one); with
+//   none good → DataLossError; with none at all, runs init_fn and returns nullopt.
+// save() without a checkpoint_number refuses (FailedPreconditionError, nothing written) to write
+//   "<name>-<N>" when the directory already holds a checkpoint numbered N or higher: the run did
+//   not resume (restore_or_initialize) and would overwrite its history.
 // Multi-process: every worker constructs the manager and calls save at the same steps. Only the
 //   chief (Checkpoint's rule) writes the bundle, the state file and deletes; the others keep the
 //   same bookkeeping in memory.
@@ -47,6 +57,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_state.h"
+#include "core/file_io.h"
 
 namespace chorus::train {
 
@@ -87,6 +98,15 @@ class CheckpointManager {
   void record_state();
   void sweep();
   std::int64_t current_step() const;
+  // Whether `path` is "<directory>/<checkpoint_name>-<N>" once both are resolved: only such
+  // checkpoints are managed, deleted by retention or moved aside.
+  bool owns(const std::string& path) const;
+  std::optional<std::int64_t> checkpoint_number_of(const std::string& file_name) const;
+  // The "<checkpoint_name>-<N>" checkpoints whose .index is in the directory, by N ascending.
+  std::vector<std::pair<std::string, std::int64_t>> checkpoints_on_disk() const;
+  // Renames a damaged checkpoint's files to "<path>.corrupt-<unix time>.*" (chief; never
+  // deletes) and forgets it.
+  void move_aside(const std::string& path);
 
   Checkpoint& checkpoint_;
   std::string directory_;
@@ -94,7 +114,7 @@ class CheckpointManager {
   CheckpointManagerOptions options_;
   std::string prefix_;
   bool chief_;
-  int lock_fd_ = -1;
+  io::File lock_;  // the flock on <directory>/.chorus-manager.lock (chief only)
 
   mutable std::mutex mu_;  // the bookkeeping below (the async writer's thread updates it)
   std::vector<std::pair<std::string, double>> maybe_delete_;  // (path, timestamp), oldest first

@@ -35,22 +35,85 @@ void create_directories(const std::string& dir) {
     throw_errno(ENOTDIR, "cannot use log directory", dir);
 }
 
-File File::create_new(const std::string& path) {
+namespace {
+
+const char* type_name(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+int open_retrying(const std::string& path, int flags, mode_t mode = 0) {
   int fd;
   do {
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    fd = ::open(path.c_str(), flags, mode);
   } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+}  // namespace
+
+std::string describe_file_type(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "missing";
+  return type_name(st.st_mode);
+}
+
+File File::create_new(const std::string& path) {
+  const int fd = open_retrying(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) throw_errno(errno, "cannot create file", path);
   return File(fd, path);
 }
 
 File File::open_for_read(const std::string& path) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
+  const int fd = open_retrying(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw_errno(errno, "cannot open", path);
-  return File(fd, path);
+  File f(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno(errno, "cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    throw InvalidArgumentError(chorus::internal::str_cat("'", path, "' is ", type_name(st.st_mode),
+                                                         ", not a regular file: give the path of a file"));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno(errno, "cannot set blocking mode on", path);
+  return f;
+}
+
+File File::open_or_create_owned(const std::string& path) {
+  const int fd = open_retrying(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    // ELOOP: the last component is a symbolic link, which O_NOFOLLOW refuses to open.
+    if (err == ELOOP || err == ENXIO || err == EISDIR) {
+      throw FailedPreconditionError(chorus::internal::str_cat(
+          "'", path, "' is ", describe_file_type(path),
+          "; chorus creates this file itself and never follows a link or writes into something it did not make: "
+          "remove it, or use another directory"));
+    }
+    throw_errno(err, "cannot open", path);
+  }
+  File f(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno(errno, "cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    throw FailedPreconditionError(chorus::internal::str_cat("'", path, "' is ", type_name(st.st_mode),
+                                                            ", not a regular file chorus made: remove it, or use another directory"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    throw FailedPreconditionError(chorus::internal::str_cat("'", path, "' belongs to user id ", st.st_uid,
+                                                            ", not to this process's user (", ::geteuid(),
+                                                            "): chorus writes only files it owns; remove it, or use another directory"));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno(errno, "cannot set blocking mode on", path);
+  return f;
 }
 
 File::~File() {

@@ -26,12 +26,27 @@ namespace chorus::io {
 // Creates `dir` and its parents (std::filesystem::create_directories); errors as above.
 void create_directories(const std::string& dir);
 
+// What the file system object at `path` is, for messages: "a regular file", "a directory",
+// "a FIFO", "a character device", "a symbolic link", ..., or "missing".
+std::string describe_file_type(const std::string& path);
+
 class File {
  public:
   File() = default;
-  // Creates `path` for writing; fails with AlreadyExistsError if it exists (O_EXCL).
+  // Creates `path` for writing; fails with AlreadyExistsError if anything exists there, a
+  // symbolic link included (O_EXCL | O_NOFOLLOW: a planted link is never followed).
   static File create_new(const std::string& path);
+  // Opens an existing regular file for reading. A link to a regular file is followed (users link
+  // their data sets); anything else — a FIFO, a directory, a device, a socket — is refused with
+  // InvalidArgumentError naming the path and what it is, without blocking (a FIFO is opened
+  // O_NONBLOCK for the check, so that no writer is waited for).
   static File open_for_read(const std::string& path);
+  // Opens `path` for reading and writing, creating it (mode 0644) if missing, for files chorus
+  // keeps in a directory it was given (the checkpoint directory's lock file). Never follows a
+  // symbolic link, and refuses with FailedPreconditionError naming the path anything that is not
+  // a regular file owned by the calling user: a planted link or another user's file is never
+  // truncated or written.
+  static File open_or_create_owned(const std::string& path);
   ~File();
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
@@ -55,6 +70,8 @@ class File {
   void sync();
   // close(2); the destructor closes too, but cannot report an error.
   void close();
+  // The descriptor, for calls File does not wrap (flock); still owned by this File.
+  int fd() const { return fd_; }
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

@@ -51,7 +51,9 @@ po::options_description describe(TrainOptions& o) {
      "seed of the weights, the shuffle order and the synthetic digits")
     ("checkpoint-dir", po::value(&o.checkpoint_dir),
      "save a checkpoint after every epoch here and resume from the latest one")
-    ("no-resume", "with --checkpoint-dir: ignore existing checkpoints and start from scratch")
+    ("no-resume", "with --checkpoint-dir: start from scratch; existing checkpoints are moved to <dir>/replaced-<time>/")
+    ("no-terminate-on-nan", "keep training after a NaN or infinite loss (by default the first one stops training "
+     "with an error, before any checkpoint of non-finite weights is written)")
     ("log-dir", po::value(&o.log_dir), "write TensorBoard event files here (train/ and validation/)")
     ("min-accuracy", po::value(&o.min_accuracy)->default_value(o.min_accuracy),
      "exit with status 1 when the final held-out accuracy is below this (0..1)")
@@ -94,7 +96,13 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
     o.devices = split_commas(vm["devices"].as<std::string>());
     CHORUS_REQUIRE(!o.devices.empty(), InvalidArgumentError, "--devices is empty; give e.g. /gpu:0,/gpu:1");
   }
+  for (const char* flag : {"checkpoint-dir", "log-dir", "data-dir"}) {
+    // An empty path would save or read nothing and still exit 0 (`--checkpoint-dir "$UNSET"`).
+    CHORUS_REQUIRE(!vm.count(flag) || !vm[flag].as<std::string>().empty(), InvalidArgumentError, "--", flag,
+                   " is empty; give a directory path (omit the flag to go without)");
+  }
   o.resume = vm.count("no-resume") == 0;
+  o.terminate_on_nan = vm.count("no-terminate-on-nan") == 0;
   o.verbose = vm.count("quiet") == 0;
 
   check_choice("model", o.model, {"mlp", "cnn"});

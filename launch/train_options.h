@@ -36,6 +36,7 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   std::string checkpoint_dir;         // empty: no checkpoints
   bool resume = true;                 // --no-resume: start fresh even if checkpoint_dir has one
+  bool terminate_on_nan = true;       // --no-terminate-on-nan: keep going after a non-finite loss
   std::string log_dir;                // empty: no TensorBoard logs
   double min_accuracy = 0.0;          // exit status 1 below this held-out accuracy
   bool verbose = true;                // --quiet: no progress bar

@@ -1,6 +1,8 @@
 #include "launch/trainer.h"
 
 #include <algorithm>
+#include <ctime>
+#include <filesystem>
 #include <memory>
 #include <ostream>
 
@@ -9,6 +11,7 @@
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/mnist.h"
 #include "data/synthetic_digits.h"
 #include "distribute/cluster_resolver.h"
@@ -121,6 +124,28 @@ Data make_data(const TrainOptions& o) {
           str_cat("synthetic digits, ", train, " train / ", test, " held out")};
 }
 
+// --no-resume in a directory with checkpoints: they are moved into <dir>/replaced-<unix time>/
+// (never deleted), so that the fresh run neither overwrites them nor is refused by the manager.
+// Returns where they went, or nullopt when there was nothing to move.
+std::optional<std::string> move_old_checkpoints_aside(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  std::vector<fs::path> old;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "checkpoint" || name.rfind("ckpt-", 0) == 0) old.push_back(entry.path());
+  }
+  if (old.empty()) return std::nullopt;
+  const fs::path to = fs::path(dir) / str_cat("replaced-", static_cast<std::int64_t>(std::time(nullptr)));
+  io::create_directories(to.string());
+  for (const fs::path& p : old) {
+    fs::rename(p, to / p.filename(), ec);
+    if (ec) io::throw_errno(ec.value(), "--no-resume: cannot move the old checkpoint file aside", p.string());
+  }
+  return to.string();
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o, std::ostream& all_out) {
@@ -174,20 +199,48 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
   std::unique_ptr<train::CheckpointManager> manager;
   int epochs_left = o.epochs;
   if (!o.checkpoint_dir.empty()) {
+    if (!o.resume) {
+      if (chief) {
+        if (const auto moved = move_old_checkpoints_aside(o.checkpoint_dir))
+          line(out, str_cat("--no-resume: the earlier checkpoints of ", o.checkpoint_dir, " moved to ", *moved));
+      }
+      strategy.worker_barrier("chorus-train --no-resume");
+    }
     ckpt.reset(new train::Checkpoint{{"model", *net}, {"optimizer", net->optimizer()}});
     manager = std::make_unique<train::CheckpointManager>(*ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
     if (o.resume) {
+      // Build the model first, so that the restore can be checked against every model variable:
+      // a checkpoint of another model (other keys, another program's object graph) must not
+      // "resume" into random weights.
+      if (auto first_batch = test_ds.make_iterator().next()) {
+        std::optional<distribute::Strategy::Scope> scope;
+        if (owned) scope.emplace(*owned);
+        net->build((*first_batch)[0].shape());
+      }
       if (const auto restored = manager->restore_or_initialize()) {
-        // Slots are created by training: with no epoch left they stay unrestored, which is fine.
-        manager->restore_status()->expect_partial();
+        const train::LoadStatus& status = *manager->restore_status();
+        // Optimizer slots are created by training and restored then; every model variable (and
+        // the optimizer's iteration count) exists now and must have come from the checkpoint.
+        status.expect_partial();
+        const auto unmatched = status.unmatched_objects();
+        if (!unmatched.empty()) {
+          std::string list;
+          for (const auto& u : unmatched) list += "\n  " + u;
+          throw FailedPreconditionError(str_cat(
+              "cannot resume from ", *restored, ": it is not a checkpoint of this model; ", unmatched.size(),
+              " of its variable(s) got no value:", list,
+              "\nUse another --checkpoint-dir, or --no-resume to start over (the old checkpoints are moved aside)"));
+        }
         const auto done = ckpt->save_counter().value().item<std::int64_t>();
         epochs_left = static_cast<int>(std::max<std::int64_t>(0, o.epochs - done));
-        line(out, str_cat("Resumed from ", *restored, " (", done, " epoch(s) done, ", epochs_left, " to go)"));
+        line(out, str_cat("Resumed from ", *restored, " (", net->variables().size(), " model variables restored, ", done,
+                          " epoch(s) done, ", epochs_left, " to go)"));
       }
     }
   }
 
-  model::FitOptions fit{.epochs = epochs_left, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0};
+  model::FitOptions fit{.epochs = epochs_left, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0,
+                        .terminate_on_nan = o.terminate_on_nan};
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
   // Every worker calls save after each epoch; the chief writes (checkpoint/checkpoint.h).
   if (manager) fit.callbacks.push_back(std::make_shared<callbacks::ModelCheckpoint>(*manager));

@@ -10,6 +10,9 @@
 
 #include "checkpoint/checkpoint_manager.h"
 #include "core/error.h"
+#include "core/logging.h"
+#include "ops/elementwise.h"
+#include "ops/reduction.h"
 #include "model/model.h"
 #include "optimizer/optimizer.h"
 #include "summary/summary_writer.h"
@@ -146,17 +149,47 @@ ModelCheckpoint::ModelCheckpoint(train::CheckpointManager& manager, Options opti
                  options_.save_freq);
 }
 
-void ModelCheckpoint::save() {
+void TerminateOnNaN::on_train_batch_end(model::Model&, std::int64_t step, std::int64_t, const Logs& logs) {
+  const auto it = logs.find("loss");
+  if (it == logs.end() || std::isfinite(it->second)) return;
+  throw InvalidArgumentError(str_cat("TerminateOnNaN: the loss is ", it->second, " at epoch ", epoch_ + 1, ", step ", step,
+                                     "; training stopped (check the input data for NaN/Inf, or lower the learning rate)"));
+}
+
+namespace {
+
+// The names of the model's floating-point variables holding NaN or Inf (x - x is 0 exactly for
+// finite x, NaN otherwise); one small reduction and host read per variable.
+std::vector<std::string> non_finite_variables(model::Model& m) {
+  std::vector<std::string> bad;
+  for (const Variable& v : m.variables()) {
+    if (!is_floating(v.dtype())) continue;
+    const Tensor t = v.read_value();
+    const Tensor probe = ops::cast(ops::reduce_sum(ops::sub(t, t)), DType::kFloat64).to("/CPU:0");
+    if (!std::isfinite(probe.item<double>())) bad.push_back(v.name());
+  }
+  return bad;
+}
+
+}  // namespace
+
+void ModelCheckpoint::save(model::Model& m) {
+  if (const auto bad = non_finite_variables(m); !bad.empty()) {
+    CHORUS_LOG(ERROR) << "ModelCheckpoint: not saved: " << bad.size() << " variable(s) hold NaN or Inf (first: '"
+                      << bad.front() << "'); the latest checkpoint stays "
+                      << manager_.latest_checkpoint().value_or("(none)");
+    return;
+  }
   auto path = manager_.save(std::nullopt, true, {.async = options_.async});
   if (path) saved_.push_back(*path);
 }
 
-void ModelCheckpoint::on_train_batch_end(model::Model&, std::int64_t, std::int64_t, const Logs&) {
-  if (options_.save_freq > 0 && ++batches_ % options_.save_freq == 0) save();
+void ModelCheckpoint::on_train_batch_end(model::Model& m, std::int64_t, std::int64_t, const Logs&) {
+  if (options_.save_freq > 0 && ++batches_ % options_.save_freq == 0) save(m);
 }
 
-void ModelCheckpoint::on_epoch_end(model::Model&, int, const Logs&) {
-  if (options_.save_freq == 0) save();
+void ModelCheckpoint::on_epoch_end(model::Model& m, int, const Logs&) {
+  if (options_.save_freq == 0) save(m);
 }
 
 void ModelCheckpoint::on_train_end(model::Model&) { manager_.sync(); }

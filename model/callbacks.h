@@ -1,5 +1,5 @@
 // Callbacks of Model::fit (tf.keras.callbacks): ProgressBar, TensorBoard, EarlyStopping,
-// LearningRateScheduler. Logs are name → value maps ("loss", "accuracy", "val_loss", ...).
+// TerminateOnNaN, ModelCheckpoint, LearningRateScheduler. Logs are name → value maps ("loss", "accuracy", "val_loss", ...).
 //
 //   model.fit(ds, {.epochs = 5, .callbacks = {callbacks::TensorBoard("./logs"),
 //                                              callbacks::EarlyStopping("val_loss", 2)}});
@@ -102,11 +102,27 @@ class EarlyStopping final : public Callback {
   bool first_ = true;
 };
 
+// Stops training at the first batch whose loss is NaN or infinite (Keras's TerminateOnNaN), by
+// throwing InvalidArgumentError that names the epoch, the step and the value. Throwing, unlike
+// Keras's stop_training, ends fit before any later callback of the batch or the epoch's end runs,
+// so no checkpoint of the non-finite weights is written. Fit adds it first when
+// FitOptions::terminate_on_nan; chorus-train does by default.
+class TerminateOnNaN final : public Callback {
+ public:
+  void on_epoch_begin(model::Model&, int epoch) override { epoch_ = epoch; }
+  void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) override;
+
+ private:
+  int epoch_ = 0;
+};
+
 // Saves through a CheckpointManager (TF's recommended pairing; Keras's ModelCheckpoint in C++):
 // at every epoch's end, or every `save_freq` training batches when > 0 (counted across epochs),
 // and waits for an async save in flight when training ends. The manager's Checkpoint decides
 // what is saved (typically {"model", model}, {"optimizer", model.optimizer()}); only the chief
 // writes files (checkpoint/checkpoint.h). Resume with manager.restore_or_initialize() before fit.
+// A model whose floating-point weights are not all finite is never saved: the save is skipped
+// with an error logged, so the latest checkpoint stays the last finite one.
 class ModelCheckpoint final : public Callback {
  public:
   struct Options {
@@ -123,7 +139,7 @@ class ModelCheckpoint final : public Callback {
   const std::vector<std::string>& saved() const { return saved_; }
 
  private:
-  void save();
+  void save(model::Model& m);
   train::CheckpointManager& manager_;
   Options options_;
   std::int64_t batches_ = 0;

@@ -35,17 +35,31 @@ void Metric::reset_state() {
   count_.assign(Tensor::zeros({}, DType::kFloat64));
 }
 
+namespace {
+
+// Whether each row (all axes but the last) of the predictions is finite: a prediction holding NaN
+// or Inf has no meaningful argmax and counts as wrong. Sum of x - x along the class axis: 0 for
+// finite rows, NaN otherwise.
+Tensor finite_rows(const Tensor& y_pred) {
+  const Tensor probe = ops::reduce_sum(ops::sub(y_pred, y_pred), {-1});
+  return ops::equal(probe, ops::zeros_like(probe));
+}
+
+}  // namespace
+
 void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   CHORUS_REQUIRE(y_pred.shape().rank() >= 1, InvalidArgumentError, name(), ": y_pred needs a class axis");
   if (y_pred.shape().dims()[0] == 0) return accumulate(Tensor::zeros({0}, DType::kFloat64, y_pred.device_name()));
   const Tensor labels = ops::reshape(ops::cast(y_true, DType::kInt64), {y_true.num_elements()});
   const Tensor predicted = ops::reshape(ops::argmax(y_pred, -1), {y_true.num_elements()});
-  accumulate(ops::cast(ops::equal(labels, predicted), DType::kFloat64));
+  const Tensor finite = ops::reshape(finite_rows(y_pred), {y_true.num_elements()});
+  accumulate(ops::cast(ops::logical_and(ops::equal(labels, predicted), finite), DType::kFloat64));
 }
 
 void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   if (y_pred.shape().dims()[0] == 0) return accumulate(Tensor::zeros({0}, DType::kFloat64, y_pred.device_name()));
-  accumulate(ops::cast(ops::equal(ops::argmax(y_true, -1), ops::argmax(y_pred, -1)), DType::kFloat64));
+  accumulate(ops::cast(ops::logical_and(ops::equal(ops::argmax(y_true, -1), ops::argmax(y_pred, -1)), finite_rows(y_pred)),
+                       DType::kFloat64));
 }
 
 void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {

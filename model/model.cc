@@ -141,6 +141,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   CHORUS_REQUIRE(options.epochs >= 1, InvalidArgumentError, "fit: epochs must be >= 1, got ", options.epochs);
   std::vector<callbacks::CallbackPtr> cbs = options.callbacks;
   if (options.verbose) cbs.insert(cbs.begin(), std::make_shared<callbacks::ProgressBar>(options.epochs));
+  if (options.terminate_on_nan) cbs.insert(cbs.begin(), std::make_shared<callbacks::TerminateOnNaN>());
   distribute::Strategy& strategy = *strategy_;
   auto dist = strategy.experimental_distribute_dataset(dataset);
   History history;

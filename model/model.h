@@ -50,6 +50,9 @@ struct FitOptions {
   std::optional<data::Dataset> validation_data;
   std::vector<callbacks::CallbackPtr> callbacks;
   int verbose = 1;  // 1: progress bar (ProgressBar callback added); 0: silent
+  // Adds callbacks::TerminateOnNaN first: the first non-finite loss ends fit with
+  // InvalidArgumentError naming the step, before any callback could save the weights.
+  bool terminate_on_nan = false;
 };
 
 struct History {

@@ -31,7 +31,7 @@ TEST(ChorusTrain, HelpListsEveryFlag) {
   for (const char* flag : {"--help", "--model", "--strategy", "--devices", "--virtual-devices", "--memory-limit-mb",
                            "--epochs", "--batch", "--learning-rate", "--optimizer", "--data-dir", "--tfrecord",
                            "--train", "--test", "--seed", "--checkpoint-dir", "--no-resume", "--log-dir",
-                           "--min-accuracy", "--quiet"})
+                           "--min-accuracy", "--quiet", "--no-terminate-on-nan"})
     EXPECT_THAT(r.out, HasSubstr(flag));
   for (const char* choice : {"mlp", "cnn", "one_device", "mirrored", "multi_worker", "adam", "sgd"})
     EXPECT_THAT(r.out, HasSubstr(choice));
@@ -96,16 +96,25 @@ TEST(ChorusTrain, CheckpointsResumeWhereTheyStopped) {
   EXPECT_TRUE(fs::exists(dir / "ckpt-1.index"));
   r = run("2", true);  // one more epoch
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("ckpt-1 (1 epoch(s) done, 1 to go)"));
+  EXPECT_THAT(r.out, HasSubstr("ckpt-1 (4 model variables restored, 1 epoch(s) done, 1 to go)"));
   EXPECT_TRUE(fs::exists(dir / "ckpt-2.index"));
   const std::string trained = r.out.substr(r.out.find("held-out accuracy"));
   r = run("2", true);  // nothing left: the restored model evaluates exactly as it did when saved
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("ckpt-2 (2 epoch(s) done, 0 to go)"));
+  EXPECT_THAT(r.out, HasSubstr("ckpt-2 (4 model variables restored, 2 epoch(s) done, 0 to go)"));
   EXPECT_EQ(r.out.substr(r.out.find("held-out accuracy")), trained);
-  r = run("1", false);
+  r = run("1", false);  // --no-resume: starts over, the old checkpoints moved aside, not overwritten
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Resumed")));
+  EXPECT_THAT(r.out, HasSubstr("earlier checkpoints of"));
+  int replaced = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("replaced-", 0) == 0) {
+      ++replaced;
+      EXPECT_TRUE(fs::exists(e.path() / "ckpt-2.index"));
+    }
+  EXPECT_EQ(replaced, 1);
+  EXPECT_TRUE(fs::exists(dir / "ckpt-1.index"));
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,110 @@
+// chorus-train against a hostile or unlucky world (issue 22): a checkpoint of another model is
+// refused instead of "resumed" into random weights, empty paths are refused, a diverging run
+// stops at the first non-finite loss with the step named, and never saves its NaN weights over
+// the last good checkpoint. Label: hostile. Each test failed on the code before.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "checkpoint/checkpoint.h"
+#include "core/runtime.h"
+#include "core/variable.h"
+#include "tests/launch/tool_runner.h"
+
+namespace chorus::launch {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_tool;
+using ::testing::HasSubstr;
+
+const std::string kTool = CHORUS_TRAIN_PATH;
+
+struct ScratchDir {
+  fs::path path = fs::temp_directory_path() / ("chorus_train_hostile_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  ScratchDir() { fs::remove_all(path); }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+std::vector<std::string> train_args(const fs::path& ckpt, const char* model, const char* epochs) {
+  return {kTool, "--model", model, "--strategy", "mirrored", "--virtual-devices", "2", "--train", "256", "--test", "64",
+          "--batch", "32", "--quiet", "--checkpoint-dir", ckpt.string(), "--epochs", epochs};
+}
+
+TEST(ChorusTrainHostile, ACheckpointOfAnotherModelIsNotResumed) {
+  ScratchDir dir;
+  auto r = run_tool(train_args(dir.path, "mlp", "1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_tool(train_args(dir.path, "cnn", "2"));  // the same directory, another model
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  // The shapes differ: refused by the restore itself (this already worked; kept as a regression test).
+  EXPECT_THAT(r.err, HasSubstr("nothing was restored"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Resumed")));
+  EXPECT_TRUE(fs::exists(dir.path / "ckpt-1.index")) << "the other model's checkpoint is left alone";
+  EXPECT_FALSE(fs::exists(dir.path / "ckpt-2.index"));
+}
+
+TEST(ChorusTrainHostile, ACheckpointWithForeignKeysIsNotResumed) {
+  ScratchDir dir;
+  {
+    // Another program's object graph: one variable under keys chorus-train's model never uses.
+    internal::reset_runtime_for_testing();
+    Variable v = make_variable({.initial_value = Tensor::ones({3, 3}), .name = "w"});
+    Variable step = make_variable({.initial_value = Tensor::scalar<std::int64_t>(5), .name = "step", .trainable = false});
+    train::Checkpoint other({{"net", v}, {"step", step}});
+    fs::create_directories(dir.path);
+    other.save((dir.path / "ckpt").string());
+    std::ofstream(dir.path / "checkpoint") << "model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n";
+  }
+  const auto r = run_tool(train_args(dir.path, "mlp", "1"));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(r.err, HasSubstr("not a checkpoint of this model"));
+  EXPECT_THAT(r.err, HasSubstr("model/layer_with_weights-0/kernel"));  // the unmatched variables are listed
+  EXPECT_THAT(r.err, HasSubstr("--no-resume"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Resumed")));
+}
+
+TEST(ChorusTrainHostile, EmptyPathsAreRefused) {
+  for (const char* flag : {"--checkpoint-dir", "--log-dir", "--data-dir"}) {
+    const auto r = run_tool({kTool, "--model", "mlp", "--train", "64", "--test", "32", flag, ""});
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(std::string(flag) + " is empty")) << r.err;
+  }
+}
+
+TEST(ChorusTrainHostile, ADivergingRunStopsAtTheFirstNonFiniteLossAndKeepsTheGoodCheckpoint) {
+  ScratchDir dir;
+  auto r = run_tool(train_args(dir.path, "mlp", "1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string good = [&] {
+    std::ifstream f(dir.path / "ckpt-1.data-00000-of-00001", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  // A learning rate of 1e30 makes the weights and the loss overflow within a few steps.
+  auto args = train_args(dir.path, "mlp", "3");
+  args.insert(args.end(), {"--learning-rate", "1e30", "--optimizer", "sgd"});
+  r = run_tool(args);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("TerminateOnNaN: the loss is"));
+  EXPECT_THAT(r.err, HasSubstr("at epoch 1, step"));  // the epochs of this run
+  EXPECT_FALSE(fs::exists(dir.path / "ckpt-2.index")) << "no checkpoint of the diverged weights";
+  std::ifstream f(dir.path / "ckpt-1.data-00000-of-00001", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), good);
+
+  // With the guard off, training goes on, but ModelCheckpoint still never saves NaN weights.
+  args.push_back("--no-terminate-on-nan");
+  r = run_tool(args);
+  EXPECT_FALSE(fs::exists(dir.path / "ckpt-2.index")) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(dir.path / "ckpt-3.index"));
+  EXPECT_THAT(r.err, HasSubstr("not saved"));
+  EXPECT_THAT(r.out, HasSubstr("held-out accuracy: 0,")) << "NaN predictions count as wrong, not as argmax 0";
+}
+
+}  // namespace
+}  // namespace chorus::launch
