@@ -106,6 +106,8 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
                    "' is invalid: a host needs a name and slots >= 1");
   }
 
+  CHORUS_REQUIRE(o.num_processes <= kMaxProcesses, InvalidArgumentError, "-np ", o.num_processes, " is more than ",
+                 kMaxProcesses, " processes, the most chorus-run starts in one job");
   std::vector<std::string> argv{o.mpirun, "-np", std::to_string(o.num_processes)};
   bool oversubscribe = o.oversubscribe;
   if (!o.hosts.empty()) {
@@ -117,7 +119,15 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
                    " slots in all, e.g. -H ", o.hosts[0].host, ":", o.num_processes);
     argv.insert(argv.end(), {"-H", format_host_spec(o.hosts)});
   } else if (o.local_cores > 0 && o.num_processes > o.local_cores) {
-    oversubscribe = true;  // Open MPI gives this machine one slot per core
+    // Open MPI gives this machine one slot per core. More processes only when asked, and never
+    // so many that the machine drowns (-np 100000 would fork until it dies).
+    CHORUS_REQUIRE(oversubscribe, InvalidArgumentError, "-np ", o.num_processes, " is more than this machine's ",
+                   o.local_cores, " cores (mpirun's slots); add --oversubscribe to start them anyway, or give -H");
+    const long long cap = std::max<long long>(kMaxLocalProcessesPerCore * static_cast<long long>(o.local_cores),
+                                              kMaxLocalProcessesPerCore);
+    CHORUS_REQUIRE(o.num_processes <= cap, InvalidArgumentError, "-np ", o.num_processes, " is more than ", cap,
+                   " processes on this machine's ", o.local_cores, " cores (", kMaxLocalProcessesPerCore,
+                   " per core at most, even with --oversubscribe)");
   }
   argv.insert(argv.end(), {"--bind-to", o.bind_to});
   if (oversubscribe) argv.push_back("--oversubscribe");

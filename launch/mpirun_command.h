@@ -17,9 +17,11 @@
 //     hosts are given, N must equal the sum of their slots: fewer would leave slots idle without
 //     saying so, more would oversubscribe remote machines; both are InvalidArgumentError naming N,
 //     the sum and each host's slots.
-//   - Without hosts all processes run on this machine; when N exceeds the cores known
-//     (`local_cores` > 0), `--oversubscribe` is added (Open MPI refuses otherwise: by default a
-//     machine has one slot per core). `oversubscribe = true` adds it unconditionally.
+//   - Without hosts all processes run on this machine. When N exceeds the cores known
+//     (`local_cores` > 0; Open MPI gives a machine one slot per core) it is InvalidArgumentError
+//     unless `oversubscribe` (--oversubscribe) is set, and even then N may be at most
+//     kMaxLocalProcessesPerCore per core. `oversubscribe = true` adds `--oversubscribe`.
+//   - N is at most kMaxProcesses in any case.
 //   - `--bind-to none` by default: a chorus process runs several threads (one per replica, oneDNN's
 //     OpenMP threads, input pipeline workers); Open MPI's default for -np <= 2 binds each process
 //     to ONE core, so those threads would share it. "none" leaves placement to the OS; "socket"
@@ -43,6 +45,10 @@
 #include <vector>
 
 namespace chorus::launch {
+
+// Bounds on -np (a typo like -np 100000 must not fork the machine to death).
+inline constexpr long long kMaxProcesses = 4096;
+inline constexpr long long kMaxLocalProcessesPerCore = 8;
 
 // One entry of a host list: "node1:4" → {"node1", 4, true}; "node1" → {"node1", 1, false}.
 struct HostSlots {

@@ -98,8 +98,8 @@ options:
   --bind-to WHAT       mpirun's process binding (default none: each chorus process runs several
                        threads, which binding to one core would crowd; socket or numa suit
                        multi-socket GPU servers)
-  --oversubscribe      allow more processes than slots (added by itself when -np exceeds this
-                       machine's cores and no -H is given)
+  --oversubscribe      allow more processes than this machine's cores (without -H, -np above the
+                       core count is refused unless given; at most 8 per core either way)
   -x NAME[=VALUE]      also forward this environment variable (CHORUS_*, TF_*, NCCL_*,
                        CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, LD_LIBRARY_PATH and PATH are
                        forwarded already when set)

@@ -30,7 +30,7 @@ TEST(ChorusRunMpi, RunsTwoRanksThatCanTalk) {
 }
 
 TEST(ChorusRunMpi, OversubscribesThreeRanksOnASmallMachine) {
-  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "3", "--", MPI_PROBE_PATH}, probe_environment());
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "3", "--oversubscribe", "--", MPI_PROBE_PATH}, probe_environment());
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("sum of ranks 3 over 3 processes"));
 }

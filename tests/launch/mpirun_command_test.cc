@@ -72,12 +72,26 @@ TEST(MpirunArgv, LocalProcesses) {
   EXPECT_EQ(build_mpirun_argv(basic(4)), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--", "./x"}));
 }
 
-TEST(MpirunArgv, OversubscribesOnlyPastTheKnownCores) {
+TEST(MpirunArgv, OversubscribesOnlyWhenAskedAndBounded) {
   MpirunOptions o = basic(4);
   o.local_cores = 4;
   EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--", "./x"}));
-  o.local_cores = 2;
+  o.local_cores = 2;  // more processes than cores: refused unless asked for (issue 22)
+  try {
+    build_mpirun_argv(o);
+    ADD_FAILURE() << "-np 4 on 2 cores was accepted without --oversubscribe";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("add --oversubscribe"));
+  }
+  o.oversubscribe = true;
   EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--", "./x"}));
+  o.num_processes = 17;  // 8 per core at most, even oversubscribed
+  EXPECT_THROW(build_mpirun_argv(o), InvalidArgumentError);
+  o.num_processes = 100000;
+  o.hosts = parse_host_spec("a:50000,b:50000");
+  EXPECT_THROW(build_mpirun_argv(o), InvalidArgumentError);
+  o.hosts.clear();
+  o.num_processes = 4;
   o.local_cores = 16;
   o.oversubscribe = true;  // forced
   EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--", "./x"}));
