@@ -84,29 +84,50 @@ TensorBoard::TensorBoard(std::string log_dir, std::int64_t update_freq)
 }
 TensorBoard::~TensorBoard() = default;
 
+// A failing summary write (a full or read-only log volume, ...) must not end training: the first
+// error is logged once, summaries stop, training and checkpoints go on.
+template <typename F>
+void TensorBoard::guarded(F&& write) {
+  if (disabled_) return;
+  try {
+    write();
+  } catch (const Error& e) {
+    disabled_ = true;
+    CHORUS_LOG(WARNING) << "TensorBoard: cannot write summaries to '" << log_dir_ << "' (" << e.what()
+                        << "); no more summaries in this run, training and checkpoints go on";
+  }
+}
+
 void TensorBoard::on_train_begin(model::Model&) {
-  if (!train_) train_ = std::make_unique<summary::SummaryWriter>(log_dir_ + "/train");
-  if (!validation_) validation_ = std::make_unique<summary::SummaryWriter>(log_dir_ + "/validation");
+  guarded([&] {
+    if (!train_) train_ = std::make_unique<summary::SummaryWriter>(log_dir_ + "/train");
+    if (!validation_) validation_ = std::make_unique<summary::SummaryWriter>(log_dir_ + "/validation");
+  });
 }
 
 void TensorBoard::on_train_end(model::Model&) {
-  if (train_) train_->flush();
-  if (validation_) validation_->flush();
+  guarded([&] {
+    if (train_) train_->flush();
+    if (validation_) validation_->flush();
+  });
 }
 
 void TensorBoard::on_train_batch_end(model::Model&, std::int64_t, std::int64_t, const Logs& logs) {
   ++global_step_;
   if (update_freq_ > 0 && global_step_ % update_freq_ == 0)
-    if (auto it = logs.find("loss"); it != logs.end()) train_->scalar("batch_loss", it->second, global_step_);
+    if (auto it = logs.find("loss"); it != logs.end())
+      guarded([&] { train_->scalar("batch_loss", it->second, global_step_); });
 }
 
 void TensorBoard::on_epoch_end(model::Model&, int epoch, const Logs& logs) {
-  for (const auto& [k, v] : logs) {
-    if (k.rfind("val_", 0) == 0) validation_->scalar("epoch_" + k.substr(4), v, epoch);
-    else train_->scalar("epoch_" + k, v, epoch);
-  }
-  train_->flush();
-  validation_->flush();
+  guarded([&] {
+    for (const auto& [k, v] : logs) {
+      if (k.rfind("val_", 0) == 0) validation_->scalar("epoch_" + k.substr(4), v, epoch);
+      else train_->scalar("epoch_" + k, v, epoch);
+    }
+    train_->flush();
+    validation_->flush();
+  });
 }
 
 EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta)
@@ -152,7 +173,8 @@ ModelCheckpoint::ModelCheckpoint(train::CheckpointManager& manager, Options opti
 void TerminateOnNaN::on_train_batch_end(model::Model&, std::int64_t step, std::int64_t, const Logs& logs) {
   const auto it = logs.find("loss");
   if (it == logs.end() || std::isfinite(it->second)) return;
-  throw InvalidArgumentError(str_cat("TerminateOnNaN: the loss is ", it->second, " at epoch ", epoch_ + 1, ", step ", step,
+  const double v = it->second;
+  throw InvalidArgumentError(str_cat("TerminateOnNaN: the loss is ", std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf", " at epoch ", epoch_ + 1, ", step ", step,
                                      "; training stopped (check the input data for NaN/Inf, or lower the learning rate)"));
 }
 

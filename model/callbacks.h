@@ -64,7 +64,9 @@ class ProgressBar final : public Callback {
 
 // Scalars per epoch ("epoch_loss", "epoch_accuracy", ...) into <log_dir>/train and
 // <log_dir>/validation, and per batch every `update_freq` steps ("batch_loss") when > 0, as
-// Keras's TensorBoard callback. Only the chief writes (summary/summary_writer.h).
+// Keras's TensorBoard callback. Only the chief writes (summary/summary_writer.h). A write that
+// fails (a full log volume: ENOSPC, EFBIG, EDQUOT; permissions) is logged once as a warning and
+// ends the summaries of this run, never the training or its checkpoints.
 class TensorBoard final : public Callback {
  public:
   explicit TensorBoard(std::string log_dir, std::int64_t update_freq = 0);
@@ -77,7 +79,10 @@ class TensorBoard final : public Callback {
  private:
   std::string log_dir_;
   std::int64_t update_freq_;
+  template <typename F>
+  void guarded(F&& write);
   std::int64_t global_step_ = 0;
+  bool disabled_ = false;
   std::unique_ptr<summary::SummaryWriter> train_, validation_;
 };
 
