@@ -59,15 +59,20 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   sync_directory(directory_of(path));
 }
 
-std::string read_file(const std::string& path) {
-  File f = File::open_for_read(path);
-  // Read to the end rather than trusting the size: the file may be growing or special.
+std::string read_file(const std::string& path, std::uint64_t max_bytes) {
+  File f = File::open_for_read(path);  // a regular file: FIFOs, directories, devices refused
+  const std::uint64_t size = f.size();
+  CHORUS_REQUIRE(size <= max_bytes, DataLossError, "'", path, "' is ", size, " bytes, more than the ", max_bytes,
+                 " such a file can reasonably be; not read (a damaged or foreign file?)");
   std::string out;
-  out.resize(static_cast<std::size_t>(f.size()));
-  std::size_t got = f.read(out.data(), out.size());
-  out.resize(got);
+  out.resize(static_cast<std::size_t>(size));
+  out.resize(f.read(out.data(), out.size()));
+  // A file that grew meanwhile: read on, but never past the ceiling.
   char buf[65536];
-  while (const std::size_t n = f.read(buf, sizeof buf)) out.append(buf, n);
+  while (const std::size_t n = f.read(buf, sizeof buf)) {
+    CHORUS_REQUIRE(out.size() + n <= max_bytes, DataLossError, "'", path, "' grew past ", max_bytes, " bytes while read");
+    out.append(buf, n);
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 // each commit a complete file, the later rename wins.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,7 +20,11 @@ namespace chorus::train {
 void write_file_atomically(const std::string& path, std::string_view contents);
 
 // The whole contents of `path`. NotFoundError when it does not exist.
-std::string read_file(const std::string& path);
+// The whole of a regular file, at most `max_bytes` (DataLossError naming the file and its size
+// past that, checked before anything is allocated). The default suits a bundle's .index: entries
+// are ~100 bytes, so 1 GiB is millions of tensors.
+inline constexpr std::uint64_t kMaxMetadataFileBytes = std::uint64_t{1} << 30;
+std::string read_file(const std::string& path, std::uint64_t max_bytes = kMaxMetadataFileBytes);
 
 // A fresh temporary name for `final_path` in its directory: `<final_path>.tempstate<16 hex>`
 // (TF's pattern; remove_stray_temporaries in checkpoint/bundle.h recognizes it).

@@ -136,11 +136,14 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
   return s;
 }
 
+// TF's state files list a few paths; even 100,000 checkpoints stay far below this.
+constexpr std::uint64_t kMaxStateFileBytes = 16 << 20;
+
 std::optional<CheckpointState> read_checkpoint_state(const std::string& directory) {
   const std::string file = (std::filesystem::path(directory) / kStateFile).string();
   std::string text;
   try {
-    text = read_file(file);
+    text = read_file(file, kMaxStateFileBytes);
   } catch (const NotFoundError&) {
     return std::nullopt;
   }

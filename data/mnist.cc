@@ -3,6 +3,7 @@
 #include <cerrno>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/internal.h"
 #include "data/synthetic_digits.h"
 
@@ -22,9 +23,34 @@ std::string hex(std::uint32_t v) {
   return buf;
 }
 
+
+// Checks the header's promise (4 + 4·rank bytes + the product of the dims) against the file's real
+// size before anything of that size is allocated: a hostile header cannot make the reader
+// allocate more than the file holds.
+void check_idx_size(const std::string& path) {
+  io::File f = io::File::open_for_read(path);
+  const std::uint64_t size = f.size();
+  std::uint8_t head[4] = {};
+  if (f.read(head, 4) < 4 || head[0] != 0 || head[1] != 0 || head[2] != 0x08) return;  // read_idx reports these
+  const int rank = head[3];
+  std::vector<std::uint8_t> dims(4 * static_cast<std::size_t>(rank));
+  if (f.read(dims.data(), dims.size()) < dims.size()) return;
+  std::uint64_t count = 1;
+  for (int d = 0; d < rank; ++d) {
+    const std::uint64_t n = be32(dims.data() + 4 * d);
+    CHORUS_REQUIRE(n == 0 || count <= size / n, DataLossError, "IDX file ", path, ": its header promises more elements than the file's ",
+                   size, " bytes hold (dimension ", d, " is ", n, ")");
+    count *= n;
+  }
+  const std::uint64_t want = 4 + dims.size() + count;
+  CHORUS_REQUIRE(want == size, DataLossError, "IDX file ", path, " has ", size, " bytes but its header says ", want,
+                 size < want ? " (truncated)" : " (trailing bytes)");
+}
+
 }  // namespace
 
 Tensor read_idx(const std::string& path) {
+  check_idx_size(path);
   const std::vector<std::uint8_t> bytes = internal::read_file(path, "cannot open IDX file");
   CHORUS_REQUIRE(!(bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b), InvalidArgumentError, "IDX file ", path,
                  " is gzip-compressed; decompress it first (gunzip)");

@@ -1,10 +1,13 @@
 #include "data/tfrecord.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "data/internal.h"
 
@@ -26,6 +29,20 @@ void throw_file_error(int err, const std::string& what, const std::string& path)
 }
 
 File open_file(const std::string& path, const char* mode, const std::string& what) {
+  if (mode[0] == 'r') {
+    // Through io::File: a FIFO, directory or device given as a data file is refused with
+    // InvalidArgumentError naming it, instead of blocking or reading forever.
+    io::File checked = io::File::open_for_read(path);
+    const int fd = ::dup(checked.fd());
+    if (fd < 0) throw_file_error(errno, what, path);
+    std::FILE* f = ::fdopen(fd, mode);
+    if (f == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      throw_file_error(err, what, path);
+    }
+    return File(f);
+  }
   std::FILE* f = std::fopen(path.c_str(), mode);
   if (f == nullptr) throw_file_error(errno, what, path);
   return File(f);

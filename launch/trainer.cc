@@ -148,7 +148,7 @@ std::optional<std::string> move_old_checkpoints_aside(const std::string& dir) {
 
 }  // namespace
 
-TrainResult train(const TrainOptions& o, std::ostream& all_out) {
+TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string& phase) {
   const bool multi_worker = o.strategy == "multi_worker";
   if (const auto rank = env::launcher_rank(); rank && !multi_worker)
     line(all_out, str_cat("warning: process ", *rank, " of an mpirun job with --strategy ", o.strategy,
@@ -189,6 +189,7 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
                  {"accuracy"});
   }
 
+  phase = str_cat("making the data set (--train ", o.train_size, ", --test ", o.test_size, ")");
   Data d = make_data(o);
   line(out, "Data: " + d.description);
   auto train_ds = d.train.shuffle(kShuffleBuffer, o.seed).batch(o.batch_size).prefetch(data::kAutotune);
@@ -198,6 +199,7 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
   std::unique_ptr<train::Checkpoint> ckpt;
   std::unique_ptr<train::CheckpointManager> manager;
   int epochs_left = o.epochs;
+  phase = "restoring the checkpoint";
   if (!o.checkpoint_dir.empty()) {
     if (!o.resume) {
       if (chief) {
@@ -244,7 +246,9 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
   // Every worker calls save after each epoch; the chief writes (checkpoint/checkpoint.h).
   if (manager) fit.callbacks.push_back(std::make_shared<callbacks::ModelCheckpoint>(*manager));
+  phase = str_cat("training (--batch ", o.batch_size, ")");
   if (epochs_left > 0) net->fit(train_ds, fit);
+  phase = "evaluating";
 
   const auto metrics = net->evaluate(test_ds);
   result.accuracy = metrics.at("accuracy");
@@ -252,6 +256,18 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
   line(out, str_cat("held-out accuracy: ", result.accuracy, ", loss: ", result.loss));
   if (!o.log_dir.empty()) line(out, "TensorBoard logs in " + o.log_dir);
   return result;
+}
+
+TrainResult train(const TrainOptions& o, std::ostream& all_out) {
+  // std::bad_alloc from anywhere below (a huge --train, --batch or a shape) becomes a typed error
+  // that says what was being done, rather than a bare "std::bad_alloc".
+  std::string phase = "setting up";
+  try {
+    return train_impl(o, all_out, phase);
+  } catch (const std::bad_alloc&) {
+    throw ResourceExhaustedError(str_cat("out of host memory while ", phase,
+                                         "; lower the sizes, or give the process more memory"));
+  }
 }
 
 }  // namespace chorus::launch

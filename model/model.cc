@@ -166,19 +166,25 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       }
       const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
       const std::vector<Variable> vars = trainable_variables();
-      strategy.run(
-          [&](const data::Element& e) {
-            profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
-            ops::GradientTape tape;
-            Tensor loss = forward_step(e, true, rows);
-            // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
-            // the same list.
-            std::vector<Tensor> grads = tape.gradient(loss, vars, Tensor(), ops::UnconnectedGradients::kZero);
-            std::vector<std::pair<Tensor, Variable>> gv;
-            for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-            optimizer_->apply_gradients(gv);
-          },
-          *batch);
+      try {
+        strategy.run(
+            [&](const data::Element& e) {
+              profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
+              ops::GradientTape tape;
+              Tensor loss = forward_step(e, true, rows);
+              // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
+              // the same list.
+              std::vector<Tensor> grads = tape.gradient(loss, vars, Tensor(), ops::UnconnectedGradients::kZero);
+              std::vector<std::pair<Tensor, Variable>> gv;
+              for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+              optimizer_->apply_gradients(gv);
+            },
+            *batch);
+      } catch (const std::bad_alloc&) {
+        throw ResourceExhaustedError(str_cat("fit: out of host memory in the step of epoch ", epoch + 1, ", step ",
+                                             step + 1, " (a global batch of ", rows,
+                                             " rows): lower the batch size or the model's size"));
+      }
       ++step;
       // The running metrics are read (a cross-replica sum and a host sync each) only for callbacks.
       if (!cbs.empty()) {

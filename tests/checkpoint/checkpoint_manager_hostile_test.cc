@@ -220,5 +220,23 @@ TEST_F(CheckpointManagerHostileTest, ReadersRefuseWhatIsNotARegularFile) {
   EXPECT_NE(msg.find("checkpoint"), std::string::npos) << msg;
 }
 
+
+TEST_F(CheckpointManagerHostileTest, ReadsAreBoundedBeforeAnythingIsAllocated) {
+  TempDir dir;
+  // A sparse 8 GiB .index (no disk used) once made restore allocate 8.5 GB.
+  Variable x = scalar_var("x", 1);
+  Checkpoint ckpt({{"x", x}});
+  const std::string prefix = ckpt.write(dir / "big");
+  ASSERT_EQ(::truncate((prefix + ".index").c_str(), std::int64_t{8} << 30), 0);
+  std::string msg = message_of<DataLossError>([&] { ckpt.restore(prefix); });
+  EXPECT_NE(msg.find("big.index' is 8589934592 bytes"), std::string::npos) << msg;
+  // A 20 MiB `checkpoint` state file.
+  fs::create_directory(dir / "run");
+  testing::spit(dir / "run/checkpoint", "");
+  ASSERT_EQ(::truncate((dir / "run/checkpoint").c_str(), 20 << 20), 0);
+  msg = message_of<DataLossError>([&] { CheckpointManager m(ckpt, dir / "run", 2); });
+  EXPECT_NE(msg.find("run/checkpoint' is 20971520 bytes"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace chorus::train
