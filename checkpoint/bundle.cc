@@ -43,6 +43,8 @@ std::string shard_filename(const std::string& prefix, std::int64_t shard, std::i
 
 }  // namespace
 
+bool BundleEntry::supported() const { return internal::dtype_from_tf(tf_dtype).has_value(); }
+
 std::string index_filename(const std::string& prefix) { return prefix + ".index"; }
 std::string data_filename(const std::string& prefix) { return shard_filename(prefix, 0, 1); }
 
@@ -300,6 +302,76 @@ struct BundleReader::Impl {
     return s;
   }
 
+  // Reads a numeric entry's bytes into dst (exactly e.size bytes) and checks their crc32c, chunk
+  // by chunk, so the CRC runs over bytes still in the cache.
+  void read_checked(const std::string& key, const BundleEntry& e, char* dst) const {
+    const DataShard& s = open_shard(key, e);
+    std::uint32_t crc = 0;
+    for (std::int64_t done = 0; done < e.size;) {
+      const auto n = static_cast<std::size_t>(std::min<std::int64_t>(e.size - done, kReadChunk));
+      const std::size_t got = s.file->read_at(static_cast<std::uint64_t>(e.offset + done), dst + done, n);
+      if (got != n)
+        throw DataLossError(str_cat("corrupt checkpoint data '", s.filename, "': tensor '", key, "' needs bytes [",
+                                    e.offset, ", ", e.offset + e.size, ") but the file ends at ",
+                                    e.offset + done + got));
+      crc = crc32c(dst + done, n, crc);
+      done += static_cast<std::int64_t>(n);
+    }
+    internal::check_numeric_crc(crc, e, s.filename, key);
+  }
+
+  // A partitioned tensor (TF's BundleReader::GetSliceValue): each slice's data entry is read,
+  // checked, and copied into its box of the full tensor `dst` (row-major, full.shape). Slices may
+  // overlap, as in TF; together they must cover every element (DataLossError otherwise).
+  void read_slices(const std::string& key, const BundleEntry& full, const internal::BundleIndex::Sliced& sliced,
+                   char* dst) const {
+    const std::vector<std::int64_t>& dims = full.shape.dims();
+    const std::size_t rank = dims.size();
+    const std::int64_t esize = static_cast<std::int64_t>(dtype_size(full.dtype));
+    const std::int64_t total = full.shape.num_elements();
+    std::vector<std::int64_t> stride(rank, 1);  // in elements
+    for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * dims[d];
+    std::vector<bool> covered(static_cast<std::size_t>(total), false);
+    std::int64_t covered_count = 0;
+    std::vector<char> buffer;
+    for (std::size_t i = 0; i < sliced.slices.size(); ++i) {
+      const internal::TensorSliceSpec& spec = sliced.slices[i];
+      const BundleEntry& piece = sliced.pieces[i];
+      std::vector<std::int64_t> start(rank), length(rank);
+      for (std::size_t d = 0; d < rank; ++d) {
+        const bool whole_dim = spec[d].length == internal::kFullExtent;
+        start[d] = whole_dim ? 0 : spec[d].start;
+        length[d] = whole_dim ? dims[d] : spec[d].length;
+      }
+      const std::int64_t count = piece.shape.num_elements();
+      if (count == 0) continue;
+      buffer.resize(static_cast<std::size_t>(piece.size));
+      read_checked(key, piece, buffer.data());
+      // Copy runs along the last dimension; an odometer walks the others.
+      const std::int64_t run = rank == 0 ? 1 : length[rank - 1];
+      std::vector<std::int64_t> at(rank, 0);
+      for (std::int64_t src = 0; src < count; src += run) {
+        std::int64_t off = 0;
+        for (std::size_t d = 0; d < rank; ++d) off += (start[d] + at[d]) * stride[d];
+        std::memcpy(dst + off * esize, buffer.data() + src * esize, static_cast<std::size_t>(run * esize));
+        for (std::int64_t j = 0; j < run; ++j) {
+          if (!covered[static_cast<std::size_t>(off + j)]) {
+            covered[static_cast<std::size_t>(off + j)] = true;
+            ++covered_count;
+          }
+        }
+        for (std::size_t d = rank < 2 ? 0 : rank - 1; d-- > 0;) {  // next index over dimensions 0 .. rank-2
+          if (++at[d] < length[d]) break;
+          at[d] = 0;
+        }
+      }
+    }
+    if (covered_count != total)
+      throw DataLossError(str_cat("corrupt checkpoint '", prefix, "': the ", sliced.slices.size(),
+                                  " slices of partitioned tensor '", key, "' ", full.shape.to_string(), " cover ",
+                                  covered_count, " of its ", total, " elements"));
+  }
+
   // Reads entry's bytes into dst (exactly e.size bytes).
   void read_bytes(const std::string& key, const BundleEntry& e, void* dst) const {
     const DataShard& s = open_shard(key, e);
@@ -329,6 +401,12 @@ BundleReader::BundleReader(std::string prefix) : impl_(std::make_unique<Impl>())
   for (const auto& [key, e] : m.index.entries) {
     const DataShard& s = m.shards[static_cast<std::size_t>(e.shard_id)];
     if (s.file) internal::check_entry_fits(e, s.size, s.filename, key);
+  }
+  for (const auto& [key, sliced] : m.index.sliced) {
+    for (const BundleEntry& e : sliced.pieces) {
+      const DataShard& s = m.shards[static_cast<std::size_t>(e.shard_id)];
+      if (s.file) internal::check_entry_fits(e, s.size, s.filename, key);
+    }
   }
 }
 
@@ -371,27 +449,18 @@ Tensor BundleReader::read(const std::string& key) const {
   const Impl& m = *impl_;
   CHORUS_REQUIRE(!e.is_string, InvalidArgumentError, "BundleReader::read('", key,
                  "'): a DT_STRING entry; use read_strings");
-  if (m.index.sliced.count(key))
-    throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix,
-                                     "' is partitioned into slices, which chorus does not read"));
   if (!internal::dtype_from_tf(e.tf_dtype))
     throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix, "' has TF dtype ",
-                                     internal::tf_dtype_name(e.tf_dtype), ", which chorus has no DType for"));
-  const DataShard& s = m.open_shard(key, e);
+                                     internal::tf_dtype_name(e.tf_dtype), ", which chorus has no DType for (chorus reads ",
+                                     internal::supported_dtype_names(), ", and strings with read_strings)"));
   Tensor t = Tensor::empty(e.shape, e.dtype, "/CPU:0");  // e.size == its nbytes (checked at open)
-  // Read and checksum chunk by chunk, so the CRC runs over bytes still in the cache.
   char* dst = static_cast<char*>(t.data());
-  std::uint32_t crc = 0;
-  for (std::int64_t done = 0; done < e.size;) {
-    const auto n = static_cast<std::size_t>(std::min<std::int64_t>(e.size - done, kReadChunk));
-    const std::size_t got = s.file->read_at(static_cast<std::uint64_t>(e.offset + done), dst + done, n);
-    if (got != n)
-      throw DataLossError(str_cat("corrupt checkpoint data '", s.filename, "': tensor '", key, "' needs bytes [",
-                                  e.offset, ", ", e.offset + e.size, ") but the file ends at ", e.offset + done + got));
-    crc = crc32c(dst + done, n, crc);
-    done += static_cast<std::int64_t>(n);
+  const auto sliced = m.index.sliced.find(key);
+  if (sliced == m.index.sliced.end()) {
+    m.read_checked(key, e, dst);
+    return t;
   }
-  internal::check_numeric_crc(crc, e, s.filename, key);
+  m.read_slices(key, e, sliced->second, dst);
   return t;
 }
 
@@ -401,8 +470,8 @@ std::vector<std::string> BundleReader::read_strings(const std::string& key) cons
   CHORUS_REQUIRE(e.is_string, InvalidArgumentError, "BundleReader::read_strings('", key, "'): a ",
                  internal::tf_dtype_name(e.tf_dtype), " entry; use read");
   if (m.index.sliced.count(key))
-    throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix,
-                                     "' is partitioned into slices, which chorus does not read"));
+    throw UnimplementedError(str_cat("DT_STRING tensor '", key, "' of checkpoint '", m.prefix,
+                                     "' is partitioned into slices, which chorus (like TensorFlow) does not read"));
   const DataShard& s = m.open_shard(key, e);
   std::string bytes(static_cast<std::size_t>(e.size), '\0');  // e.size ≤ the file's size (checked)
   m.read_bytes(key, e, bytes.data());

@@ -2,8 +2,10 @@
 // `<prefix>.index` (a LevelDB-style table: key → BundleEntryProto, plus the header entry "") and
 // `<prefix>.data-00000-of-00001` (raw little-endian tensor bytes, one after another). Byte-level
 // layout: checkpoint/bundle_format.h and ../shared/FORMATS.md section B. `tf.train.load_checkpoint`
-// lists and reads what BundleWriter writes; BundleReader reads what TensorFlow writes (one shard,
-// uncompressed or Snappy-free tables, numeric and DT_STRING tensors).
+// lists and reads what BundleWriter writes; BundleReader reads what TensorFlow writes (any number
+// of `.data-<i>-of-<n>` shards, partitioned tensors whose slices lie in several shards — what
+// tf.train.CheckpointOptions(experimental_sharding_callback=MaxShardSizePolicy(...)) writes —,
+// uncompressed tables, numeric and DT_STRING tensors).
 //
 //   train::BundleWriter w("/ckpt/ckpt-1");
 //   w.add("model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE", host_tensor);
@@ -25,8 +27,9 @@
 // Untrusted input (BundleReader): every size, offset, varint, block handle and CRC is checked
 // before it is used; nothing is allocated from an unchecked size. Corruption, truncation, a bad
 // magic number or absurd sizes → DataLossError naming the file and, where known, the tensor key.
-// A missing `.index` → NotFoundError. A tensor of a TF dtype chorus has no DType for →
-// UnimplementedError naming the key and the TF dtype.
+// A missing `.index` → NotFoundError. A tensor of a TF dtype chorus has no DType for (int8, int16,
+// uint16, uint32, uint64, complex64, complex128, ...) → UnimplementedError naming the key and the
+// dtype as TF and its Python API call it ("DT_INT8 (int8)"); such tensors are still listed.
 //
 // Thread-safety: a BundleWriter is used by one thread. A BundleReader is immutable after
 // construction: read/read_strings may be called concurrently.
@@ -44,9 +47,11 @@
 
 namespace chorus::train {
 
-// One tensor's index entry (TF's BundleEntryProto, single shard, no slices).
+// One tensor's index entry (TF's BundleEntryProto without its slices; a partitioned tensor's
+// entry has its full shape and no data of its own).
 struct BundleEntry {
   bool is_string = false;  // DT_STRING (then `dtype` is meaningless)
+  // Meaningful only when `supported()`: a TF dtype chorus lacks leaves the default here.
   DType dtype = DType::kFloat32;
   int tf_dtype = 0;        // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
   Shape shape;
@@ -54,6 +59,8 @@ struct BundleEntry {
   std::int64_t offset = 0;  // into the data file
   std::int64_t size = 0;    // bytes in the data file
   std::uint32_t masked_crc32c = 0;
+  // Whether tf_dtype is one of chorus's DTypes (then `dtype` is it); false for DT_STRING too.
+  bool supported() const;
 };
 
 class BundleWriter {
@@ -98,17 +105,21 @@ class BundleReader {
   BundleReader(BundleReader&&) noexcept;
   BundleReader& operator=(BundleReader&&) noexcept;
 
-  // Every tensor key, sorted bytewise (the header entry "" excluded).
+  // Every tensor key, sorted bytewise (the header entry "" excluded). A partitioned tensor is one
+  // key with its full shape; the entries holding its slices are not listed (as in TF's
+  // tf.train.list_variables).
   std::vector<std::string> keys() const;
   bool contains(const std::string& key) const;
   // NotFoundError naming the key (and the nearest existing keys) when absent.
   const BundleEntry& entry(const std::string& key) const;
   // A host tensor (on "/CPU:0") with the entry's dtype and shape; the data's CRC32C is checked
-  // (DataLossError "checksum does not match" naming file and key). A DT_STRING entry →
-  // InvalidArgumentError; a sliced (partitioned) entry or a TF dtype chorus lacks →
-  // UnimplementedError.
+  // (DataLossError "checksum does not match" naming file and key). A partitioned tensor is
+  // assembled from its slices (each CRC-checked; slices that leave elements uncovered →
+  // DataLossError). A DT_STRING entry → InvalidArgumentError; a TF dtype chorus lacks →
+  // UnimplementedError (see above).
   Tensor read(const std::string& key) const;
-  // The values of a DT_STRING entry (CRC-checked); a numeric entry → InvalidArgumentError.
+  // The values of a DT_STRING entry (CRC-checked); a numeric entry → InvalidArgumentError; a
+  // partitioned DT_STRING tensor (TF cannot read one either) → UnimplementedError.
   std::vector<std::string> read_strings(const std::string& key) const;
 
   const std::string& prefix() const;

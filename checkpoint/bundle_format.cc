@@ -44,18 +44,113 @@ std::optional<DType> dtype_from_tf(int tf_dtype) {
 }
 
 std::string tf_dtype_name(int tf_dtype) {
+  // tensorflow/core/framework/types.proto, with the names tf.as_dtype(n).name gives in Python.
   switch (tf_dtype) {
-    case kTfFloat: return "DT_FLOAT";
-    case kTfDouble: return "DT_DOUBLE";
-    case kTfInt32: return "DT_INT32";
-    case kTfUInt8: return "DT_UINT8";
-    case kTfString: return "DT_STRING";
-    case kTfInt64: return "DT_INT64";
-    case kTfBool: return "DT_BOOL";
-    case kTfBFloat16: return "DT_BFLOAT16";
-    case kTfHalf: return "DT_HALF";
+    case 1: return "DT_FLOAT (float32)";
+    case 2: return "DT_DOUBLE (float64)";
+    case 3: return "DT_INT32 (int32)";
+    case 4: return "DT_UINT8 (uint8)";
+    case 5: return "DT_INT16 (int16)";
+    case 6: return "DT_INT8 (int8)";
+    case 7: return "DT_STRING (string)";
+    case 8: return "DT_COMPLEX64 (complex64)";
+    case 9: return "DT_INT64 (int64)";
+    case 10: return "DT_BOOL (bool)";
+    case 11: return "DT_QINT8 (qint8)";
+    case 12: return "DT_QUINT8 (quint8)";
+    case 13: return "DT_QINT32 (qint32)";
+    case 14: return "DT_BFLOAT16 (bfloat16)";
+    case 15: return "DT_QINT16 (qint16)";
+    case 16: return "DT_QUINT16 (quint16)";
+    case 17: return "DT_UINT16 (uint16)";
+    case 18: return "DT_COMPLEX128 (complex128)";
+    case 19: return "DT_HALF (float16)";
+    case 20: return "DT_RESOURCE (resource)";
+    case 21: return "DT_VARIANT (variant)";
+    case 22: return "DT_UINT32 (uint32)";
+    case 23: return "DT_UINT64 (uint64)";
+    case 24: return "DT_FLOAT8_E5M2 (float8_e5m2)";
+    case 25: return "DT_FLOAT8_E4M3FN (float8_e4m3fn)";
+    case 26: return "DT_FLOAT8_E4M3FNUZ (float8_e4m3fnuz)";
+    case 27: return "DT_FLOAT8_E4M3B11FNUZ (float8_e4m3b11fnuz)";
+    case 28: return "DT_FLOAT8_E5M2FNUZ (float8_e5m2fnuz)";
+    case 29: return "DT_INT4 (int4)";
+    case 30: return "DT_UINT4 (uint4)";
+    case 31: return "DT_INT2 (int2)";
+    case 32: return "DT_UINT2 (uint2)";
     default: return str_cat("DT_", tf_dtype);
   }
+}
+
+std::string supported_dtype_names() {
+  std::string out;
+  for (int i = 0; i < kNumDTypes; ++i) out += str_cat(i ? ", " : "", dtype_name(static_cast<DType>(i)));
+  return out;
+}
+
+// ---- slices ----
+
+namespace {
+
+// OrderedCode (tensorflow/core/lib/strings/ordered_code.cc), the three writers the slice keys use.
+void ordered_num_increasing(std::string& out, std::uint64_t v) {
+  // One length byte, then the value big-endian without leading zero bytes (0 → just "\0").
+  char digits[8];
+  int n = 0;
+  for (; v > 0; v >>= 8) digits[7 - n++] = static_cast<char>(v & 0xff);
+  out.push_back(static_cast<char>(n));
+  out.append(digits + 8 - n, static_cast<std::size_t>(n));
+}
+
+void ordered_string(std::string& out, std::string_view s) {
+  // '\0' → "\0\xff", '\xff' → "\xff\0", then the separator "\0\1".
+  for (char c : s) {
+    if (c == '\0') {
+      out.append("\0\xff", 2);
+    } else if (c == '\xff') {
+      out.append("\xff\0", 2);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.append("\0\1", 2);
+}
+
+void ordered_signed_num_increasing(std::string& out, std::int64_t v) {
+  // Sign bit (1: v ≥ 0), then as many further copies of it as there are bytes after the first,
+  // a delimiter bit, then the value in two's complement, big-endian: n bytes hold
+  // [-2^(7n-1), 2^(7n-1)), 1 ≤ n ≤ 10.
+  const std::uint64_t magnitude = v < 0 ? ~static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  int bits = 0;  // significant bits of the magnitude
+  while (bits < 64 && (magnitude >> bits) != 0) ++bits;
+  const int len = bits / 7 + 1;  // payload bits available in n bytes: 7n - 1 ≥ bits
+  unsigned char buf[10];
+  const unsigned char sign = v < 0 ? 0xff : 0x00;
+  for (int i = 0; i < 10; ++i) {
+    const int shift = 8 * (9 - i);  // buf is v sign-extended to 80 bits, big-endian
+    buf[i] = shift >= 64 ? sign : static_cast<unsigned char>(static_cast<std::uint64_t>(v) >> shift);
+  }
+  unsigned char* first = buf + 10 - len;
+  // Header: `len` one-bits (the sign bit and len − 1 size bits) then a zero, over the first two
+  // bytes; XOR-ing flips the sign-extension bits of a negative number into the same pattern.
+  std::uint16_t header = static_cast<std::uint16_t>(0xffff0000u >> len);
+  first[0] ^= static_cast<unsigned char>(header >> 8);
+  if (len >= 2) first[1] ^= static_cast<unsigned char>(header & 0xff);
+  out.append(reinterpret_cast<const char*>(first), static_cast<std::size_t>(len));
+}
+
+}  // namespace
+
+std::string encode_tensor_name_slice(std::string_view name, const TensorSliceSpec& slice) {
+  std::string out;
+  ordered_num_increasing(out, 0);
+  ordered_string(out, name);
+  ordered_num_increasing(out, slice.size());
+  for (const SliceExtent& e : slice) {
+    ordered_signed_num_increasing(out, e.start);
+    ordered_signed_num_increasing(out, e.length);
+  }
+  return out;
 }
 
 // ---- encoding ----
@@ -163,12 +258,13 @@ BundleHeader decode_bundle_header(std::string_view bytes, const std::string& fil
 }
 
 BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filename, const std::string& key,
-                                std::int64_t num_shards, int* num_slices) {
+                                std::int64_t num_shards, int* num_slices, std::vector<TensorSliceSpec>* slice_specs) {
   BundleEntry e;
   std::int64_t shard = 0;
   std::vector<std::int64_t> dims;
   bool unknown_rank = false;
   int slices = 0;
+  std::vector<TensorSliceSpec> specs;
   with_context(filename, key, [&] {
     ProtoReader r(bytes, "BundleEntryProto");
     while (r.next()) {
@@ -202,7 +298,32 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
           std::memcpy(&e.masked_crc32c, &f, 4);
           break;
         }
-        case kEntrySlices: r.skip(); ++slices; break;
+        case kEntrySlices: {
+          ++slices;
+          if (!slice_specs) {
+            r.skip();
+            break;
+          }
+          TensorSliceSpec spec;
+          ProtoReader t(r.read_bytes(), "TensorSliceProto");
+          while (t.next()) {
+            if (t.field() != kSliceExtent) {
+              t.skip();
+              continue;
+            }
+            if (spec.size() >= 254) fail(filename, key, "a slice has more than 254 extents");
+            SliceExtent extent;
+            ProtoReader x(t.read_bytes(), "TensorSliceProto.Extent");
+            while (x.next()) {
+              if (x.field() == kExtentStart) extent.start = x.read_int64();
+              else if (x.field() == kExtentLength) extent.length = x.read_int64();
+              else x.skip();
+            }
+            spec.push_back(extent);
+          }
+          specs.push_back(std::move(spec));
+          break;
+        }
         default: r.skip();
       }
     }
@@ -218,6 +339,20 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
       fail(filename, key, "shape's element count overflows int64");
     elements *= d;
   }
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const TensorSliceSpec& spec = specs[i];
+    if (spec.size() != dims.size())
+      fail(filename, key, str_cat("slice ", i, " has ", spec.size(), " extents for a tensor of rank ", dims.size()));
+    for (std::size_t d = 0; d < spec.size(); ++d) {
+      const SliceExtent& x = spec[d];
+      const bool full = x.length == kFullExtent;
+      if (x.start < 0 || (!full && (x.length < 0 || x.length > dims[d] || x.start > dims[d] - x.length)) ||
+          (full && x.start != 0))
+        fail(filename, key, str_cat("slice ", i, ", dimension ", d, ": start ", x.start, " length ", x.length,
+                                    " is not within [0, ", dims[d], ")"));
+    }
+  }
+  if (slice_specs) *slice_specs = std::move(specs);
   e.shape = Shape(std::move(dims));
   if (shard < 0 || shard >= num_shards)
     fail(filename, key, str_cat("shard_id ", shard, " (the header says ", num_shards, " shards)"));
@@ -252,13 +387,55 @@ BundleIndex parse_bundle_index(std::string_view contents, const std::string& fil
       return;
     }
     std::string k(key);
-    int slices = 0;
-    BundleEntry e = decode_bundle_entry(value, filename, k, index.header.num_shards, &slices);
-    if (slices > 0) index.sliced.emplace(k, slices);
+    int num_slices = 0;
+    std::vector<TensorSliceSpec> slices;
+    BundleEntry e = decode_bundle_entry(value, filename, k, index.header.num_shards, &num_slices, &slices);
+    if (num_slices > 0) index.sliced[k].slices = std::move(slices);
     index.entries.emplace_hint(index.entries.end(), std::move(k), std::move(e));
   });
   if (!have_header)
     throw DataLossError(str_cat("corrupt checkpoint index '", filename, "': no header entry (the table is empty)"));
+  // Each slice of a partitioned tensor: its data entry (TF's BundleReader::GetSliceValue), which
+  // is not a tensor of its own (TF's CheckpointReader leaves it out of the variable list too).
+  std::vector<std::string> pieces;
+  for (auto& [key, sliced] : index.sliced) {
+    const BundleEntry& full = index.entries.at(key);
+    for (const TensorSliceSpec& spec : sliced.slices) {
+      std::vector<std::int64_t> dims(spec.size());
+      bool whole = true;
+      std::string where = "[";
+      for (std::size_t d = 0; d < spec.size(); ++d) {
+        const bool full_dim = spec[d].length == kFullExtent;
+        dims[d] = full_dim ? full.shape.dims()[d] : spec[d].length;
+        whole = whole && full_dim;
+        where += str_cat(d ? ", " : "", spec[d].start, ":", spec[d].start + dims[d]);
+      }
+      where += "]";
+      if (whole) {
+        // A stored slice covering everything keeps its data in the full entry itself.
+        BundleEntry piece = full;
+        if (const auto dt = dtype_from_tf(full.tf_dtype)) {
+          if (piece.size != full.shape.num_elements() * static_cast<std::int64_t>(dtype_size(*dt)))
+            fail(filename, key, str_cat("whole-tensor slice: size ", piece.size, " bytes does not match ",
+                                        full.shape.to_string()));
+        }
+        sliced.pieces.push_back(piece);
+        continue;
+      }
+      const std::string piece_key = encode_tensor_name_slice(key, spec);
+      const auto it = index.entries.find(piece_key);
+      if (it == index.entries.end() || index.sliced.count(piece_key))
+        fail(filename, key, str_cat("the data of slice ", where, " is missing"));
+      const BundleEntry& piece = it->second;
+      if (piece.tf_dtype != full.tf_dtype || !(piece.shape == Shape(dims)))
+        fail(filename, key, str_cat("slice ", where, " is stored as ", tf_dtype_name(piece.tf_dtype), " ",
+                                    piece.shape.to_string(), ", expected ", tf_dtype_name(full.tf_dtype), " ",
+                                    Shape(dims).to_string()));
+      sliced.pieces.push_back(piece);
+      pieces.push_back(piece_key);
+    }
+  }
+  for (const std::string& k : pieces) index.entries.erase(k);
   return index;
 }
 

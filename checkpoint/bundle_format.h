@@ -37,6 +37,9 @@ inline constexpr int kEntryDtype = 1, kEntryShape = 2, kEntryShardId = 3, kEntry
                      kEntrySize = 5, kEntryCrc32c = 6, kEntrySlices = 7;
 inline constexpr int kShapeDim = 2, kShapeUnknownRank = 3;
 inline constexpr int kDimSize = 1;
+// TensorSliceProto{repeated Extent extent = 1}, Extent{int64 start = 1; oneof {int64 length = 2}}.
+inline constexpr int kSliceExtent = 1;
+inline constexpr int kExtentStart = 1, kExtentLength = 2;
 // tensor_bundle.h: kTensorBundleVersion = 1 (what we write as producer), kTensorBundleMinProducer
 // = 0, kTensorBundleMinConsumer = 0.
 inline constexpr int kTensorBundleVersion = 1;
@@ -51,8 +54,26 @@ inline constexpr int kTfFloat = 1, kTfDouble = 2, kTfInt32 = 3, kTfUInt8 = 4, kT
 int tf_dtype_of(DType dtype);
 // The chorus DType of a TF DataType number; nullopt for DT_STRING and types chorus lacks.
 std::optional<DType> dtype_from_tf(int tf_dtype);
-// "DT_FLOAT", ..., "DT_<number>" for the rest (for messages).
+// TF's enum name and, where TF has one, its Python name: "DT_FLOAT (float32)", "DT_INT8 (int8)",
+// "DT_HALF (float16)", "DT_STRING (string)", "DT_RESOURCE"; "DT_<number>" for a number TF does
+// not define (for messages).
 std::string tf_dtype_name(int tf_dtype);
+// The DTypes chorus reads and writes, for messages: "float32, float64, ..., bool".
+std::string supported_dtype_names();
+
+// ---- Partitioned (sliced) tensors: TensorSliceProto and the keys of their pieces ----
+// One dimension of a slice: [start, start + length); length kFullExtent: the whole dimension.
+inline constexpr std::int64_t kFullExtent = -1;
+struct SliceExtent {
+  std::int64_t start = 0;
+  std::int64_t length = kFullExtent;
+};
+using TensorSliceSpec = std::vector<SliceExtent>;  // one extent per dimension
+// TF's checkpoint::EncodeTensorNameSlice (tensorflow/core/util/saved_tensor_slice_util.cc): the
+// key of one slice's data entry — OrderedCode NumIncreasing(0), String(name),
+// NumIncreasing(rank), then SignedNumIncreasing(start) and SignedNumIncreasing(length) per
+// dimension (length −1 for a full one). Such keys start with '\0', below every variable key.
+std::string encode_tensor_name_slice(std::string_view name, const TensorSliceSpec& slice);
 
 // ---- Encoding (writer side) ----
 // The serialized BundleHeaderProto we write: num_shards=1, LITTLE endian, version{producer=1}
@@ -68,18 +89,31 @@ struct BundleHeader {
 BundleHeader decode_bundle_header(std::string_view bytes, const std::string& filename);
 // Decodes and validates one entry (dtype known or not, shape dims ≥ 0 without overflow, offset
 // and size ≥ 0 without overflow, shard in range, size == elements × dtype size for chorus's
-// numeric types). `num_slices` receives the count of TensorSliceProto fields (partitioned
-// variables, which read() does not support).
+// numeric types). `num_slices` receives the count of TensorSliceProto fields (a partitioned
+// tensor: its data lies in one entry per slice, under encode_tensor_name_slice keys); `slices`,
+// when given, the slices themselves, each checked against the shape (one extent per dimension,
+// start ≥ 0, length ≥ 0 or full, within the dimension).
 BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filename, const std::string& key,
-                                std::int64_t num_shards, int* num_slices);
+                                std::int64_t num_shards, int* num_slices,
+                                std::vector<TensorSliceSpec>* slices = nullptr);
 
 // The parsed `.index` file: header plus every entry, keys sorted.
 struct BundleIndex {
   BundleHeader header;
+  // Every tensor a reader lists (TF's CheckpointReader does the same): plain entries and the
+  // full-tensor entries of partitioned tensors, not the entries of their slices.
   std::map<std::string, BundleEntry, std::less<>> entries;
-  std::map<std::string, int, std::less<>> sliced;  // keys with slices → slice count
+  // Partitioned tensors: key → its slices, and, for each slice, the entry holding its data
+  // (the same order; a slice covering the whole tensor keeps its data in the key's own entry).
+  struct Sliced {
+    std::vector<TensorSliceSpec> slices;
+    std::vector<BundleEntry> pieces;
+  };
+  std::map<std::string, Sliced, std::less<>> sliced;
 };
-// Parses a whole `.index` file held in `contents` (table, CRCs, header first, every entry).
+// Parses a whole `.index` file held in `contents` (table, CRCs, header first, every entry). A
+// partitioned tensor's slice entries must exist, with its dtype and the slice's shape
+// (DataLossError naming the key and the slice otherwise); they leave `entries`.
 BundleIndex parse_bundle_index(std::string_view contents, const std::string& filename);
 
 // DT_STRING payload: [varint64 len_i]* [masked crc32c of the lengths (as uint32 or uint64)]

@@ -21,7 +21,10 @@
 //   child name from the root (TF's object-based restore); without an object graph, by key
 //   (name-based). All values are read and checked first; if any variable's shape or dtype differs,
 //   InvalidArgumentError lists *every* mismatch (with the missing and unexpected values) and
-//   nothing is assigned. Otherwise every matched value is assigned at once. Values whose object
+//   nothing is assigned; if a variable's value has a TF dtype no chorus DType matches (int8,
+//   int16, uint16, uint32, uint64, complex64, complex128, string, ...), UnimplementedError names
+//   each such key and dtype ("'v/.ATTRIBUTES/VARIABLE_VALUE' has TF dtype DT_INT8 (int8) [3]")
+//   and nothing is assigned. Otherwise every matched value is assigned at once. Values whose object
 //   does not exist yet (a model not built, slots not created) wait and are assigned when it is
 //   created (TF's restore-on-create). A missing index → NotFoundError; corruption → DataLossError
 //   naming the file and tensor (nothing assigned).

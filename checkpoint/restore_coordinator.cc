@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "checkpoint/bundle_format.h"
 #include "checkpoint/saveable.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -17,7 +18,7 @@ std::string child_path(const std::string& parent, const std::string& name) {
 }
 
 std::string describe_entry(const BundleEntry& e) {
-  if (e.is_string) return "string" + e.shape.to_string();
+  if (!e.supported()) return tf_dtype_name(e.tf_dtype) + " " + e.shape.to_string();
   return std::string(dtype_name(e.dtype)) + e.shape.to_string();
 }
 
@@ -74,7 +75,14 @@ void RestoreCoordinator::check_variable(const Variable& v, const std::string& ke
     return;
   }
   const BundleEntry& e = reader_.entry(key);
-  if (e.is_string || e.dtype != v.dtype() || !(e.shape == v.shape())) {
+  if (!e.supported()) {
+    plan.unsupported.push_back(str_cat("'", key, "' has TF dtype ", tf_dtype_name(e.tf_dtype), " ",
+                                       e.shape.to_string(), ", which chorus has no DType for (variable '", v.name(),
+                                       "' is ", dtype_name(v.dtype()), v.shape().to_string(), ")"));
+    plan.mismatched_keys.insert(key);
+    return;
+  }
+  if (e.dtype != v.dtype() || !(e.shape == v.shape())) {
     plan.mismatches.push_back(str_cat(key, ": checkpoint ", describe_entry(e), ", variable '", v.name(), "' ",
                                       dtype_name(v.dtype()), v.shape().to_string()));
     plan.mismatched_keys.insert(key);
@@ -189,8 +197,13 @@ void RestoreCoordinator::match_by_name(Plan& plan) {
 }
 
 std::string RestoreCoordinator::describe_problems(const Plan& plan) const {
-  std::string msg = str_cat("restore from '", path_, "': ", plan.mismatches.size(),
-                            " value(s) do not fit the program, nothing was restored:");
+  std::string msg = plan.unsupported.empty()
+                        ? str_cat("restore from '", path_, "': ", plan.mismatches.size(),
+                                  " value(s) do not fit the program, nothing was restored:")
+                        : str_cat("restore from '", path_, "': ", plan.unsupported.size(),
+                                  " value(s) have a TF dtype chorus has no DType for (chorus has ",
+                                  supported_dtype_names(), "), nothing was restored:");
+  for (const std::string& u : plan.unsupported) msg += "\n  unsupported dtype: " + u;
   for (const std::string& m : plan.mismatches) msg += "\n  mismatch: " + m;
   std::set<std::string> planned = plan.mismatched_keys;
   for (const auto& [v, key] : plan.variables) planned.insert(key);
@@ -209,6 +222,10 @@ std::string RestoreCoordinator::describe_problems(const Plan& plan) const {
 }
 
 void RestoreCoordinator::execute(Plan& plan) {
+  if (!plan.unsupported.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    throw UnimplementedError(describe_problems(plan));
+  }
   if (!plan.mismatches.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     throw InvalidArgumentError(describe_problems(plan));

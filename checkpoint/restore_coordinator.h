@@ -67,6 +67,7 @@ class RestoreCoordinator : public std::enable_shared_from_this<RestoreCoordinato
     std::vector<std::pair<int, Variable>> matched_variables;                             // (node, variable)
     std::vector<std::pair<int, Trackable*>> optimizers;                                  // nodes with slots
     std::vector<std::string> mismatches;
+    std::vector<std::string> unsupported;  // values of a TF dtype no chorus Variable can hold
     std::set<std::string> mismatched_keys;
   };
 
