@@ -56,6 +56,12 @@ int open_retrying(const std::string& path, int flags, mode_t mode = 0) {
   return fd;
 }
 
+// Files are opened O_NONBLOCK only so that a FIFO cannot block the open; reads and writes block.
+void make_blocking(int fd, const std::string& path) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno(errno, "cannot set blocking mode on", path);
+}
+
 }  // namespace
 
 std::string describe_file_type(const std::string& path) {
@@ -81,8 +87,7 @@ File File::open_for_read(const std::string& path) {
     throw InvalidArgumentError(chorus::internal::str_cat("'", path, "' is ", type_name(st.st_mode),
                                                          ", not a regular file: give the path of a file"));
   }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno(errno, "cannot set blocking mode on", path);
+  make_blocking(fd, path);
   return f;
 }
 
@@ -111,8 +116,7 @@ File File::open_or_create_owned(const std::string& path) {
                                                             ", not to this process's user (", ::geteuid(),
                                                             "): chorus writes only files it owns; remove it, or use another directory"));
   }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno(errno, "cannot set blocking mode on", path);
+  make_blocking(fd, path);
   return f;
 }
 

@@ -20,6 +20,7 @@ namespace chorus::train {
 namespace {
 
 namespace fs = std::filesystem;
+using chorus::testing::message_of;
 using testing::TempDir;
 
 class CheckpointManagerHostileTest : public chorus::testing::CoreTest {};
@@ -28,17 +29,6 @@ Variable scalar_var(const std::string& name, std::int64_t v) {
   return make_variable({.initial_value = Tensor::scalar<std::int64_t>(v), .name = name, .trainable = false});
 }
 std::int64_t get(const Variable& v) { return v.value().item<std::int64_t>(); }
-
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no " << typeid(E).name() << " was thrown";
-  return "";
-}
 
 TEST_F(CheckpointManagerHostileTest, APlantedLockFileSymlinkIsNeverFollowed) {
   TempDir dir;

@@ -35,17 +35,7 @@ inline std::string tf_interop_script() {
 // Runs `python tf_interop.py <args>`, echoing its output ("  [tf] ...", without TensorFlow's
 // start-up chatter); returns its exit status (-1 when it did not exit normally).
 inline int run_tf_interop(const std::string& python, const std::string& args) {
-  const std::string cmd = "'" + python + "' '" + tf_interop_script() + "' " + args + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[1024];
-  while (std::fgets(buf, sizeof buf, p)) {
-    const std::string line = buf;
-    if (line.rfind("I0000 ", 0) == 0 || line.rfind("WARNING: All log messages before absl", 0) == 0) continue;
-    std::cout << "  [tf] " << line << std::flush;
-  }
-  const int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return chorus::testing::run_interop_command("'" + python + "' '" + tf_interop_script() + "' " + args, "tf");
 }
 
 inline std::string quoted(const std::string& s) { return "'" + s + "'"; }

@@ -16,7 +16,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 
 namespace chorus::testing {
@@ -41,6 +45,22 @@ inline InteropPython find_interop_python(const std::string& modules) {
   const std::string cmd = "TF_CPP_MIN_LOG_LEVEL=3 '" + py + "' -c 'import " + modules + "' >/dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0) return {"", "'" + py + "' cannot import " + modules};
   return {py, ""};
+}
+
+// Runs `command` (a shell command line, typically "'<python>' '<script>' args"), echoing its
+// output prefixed by "  [<tag>] " without TensorFlow's start-up chatter; returns its exit status
+// (-1 when it did not exit normally).
+inline int run_interop_command(const std::string& command, const std::string& tag) {
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[1024];
+  while (std::fgets(buf, sizeof buf, p)) {
+    const std::string line = buf;
+    if (line.rfind("I0000 ", 0) == 0 || line.rfind("WARNING: All log messages before absl", 0) == 0) continue;
+    std::cout << "  [" << tag << "] " << line << std::flush;
+  }
+  const int status = ::pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 inline bool running_under_ci() {

@@ -117,18 +117,9 @@ void write_run(const std::string& logdir, const std::string& expected_dir) {
 }
 
 int run_check(const std::string& python, const std::string& run, const std::string& expected, bool no_tf) {
-  const std::string cmd = "'" + python + "' '" + check_script() + "' '" + run + "' '" + expected + "'" +
-                          (no_tf ? " --no-tf" : "") + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[1024];
-  while (std::fgets(buf, sizeof buf, p)) {
-    const std::string line = buf;
-    if (line.rfind("I0000 ", 0) == 0 || line.rfind("WARNING: All log messages before absl", 0) == 0) continue;
-    std::cout << "  [tensorboard] " << line << std::flush;
-  }
-  const int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return chorus::testing::run_interop_command("'" + python + "' '" + check_script() + "' '" + run + "' '" + expected +
+                                                  "'" + (no_tf ? " --no-tf" : ""),
+                                              "tensorboard");
 }
 
 TEST(TensorBoardCompat, EventAccumulatorReadsEveryValue) {
