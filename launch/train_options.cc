@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -71,6 +72,16 @@ void check_choice(const std::string& flag, const std::string& value, std::initia
   throw InvalidArgumentError(str_cat("--", flag, " '", value, "' is not one of: ", list));
 }
 
+// True when `arg` holds "%name%" (name made of [a-z_]), the form of Boost's message placeholders.
+bool holds_placeholder(const char* arg) {
+  for (const char* p = std::strchr(arg, '%'); p != nullptr; p = std::strchr(p + 1, '%')) {
+    const char* q = p + 1;
+    while ((*q >= 'a' && *q <= 'z') || *q == '_') ++q;
+    if (*q == '%' && q > p + 1) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream ss(text);
@@ -88,6 +99,15 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
   try {
     po::store(po::command_line_parser(argc, argv).options(d).style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing).run(), vm);
     po::notify(vm);
+  } catch (const po::error_with_option_name& e) {
+    // Boost (1.74) formats this message by replacing its %name% placeholders with the option and
+    // value as typed until none is left: an argument that holds a placeholder ("--epochs=%value%")
+    // makes what() loop forever, growing the string (found by tests/fuzz/train_options_fuzz.cc).
+    // Then the message is built here instead.
+    if (std::none_of(argv + 1, argv + argc, holds_placeholder)) throw InvalidArgumentError(e.what());
+    throw InvalidArgumentError(str_cat("option '", e.get_option_name(),
+                                       "' is unknown, repeated or has a malformed value (an argument holds a "
+                                       "'%name%' placeholder, which Boost.Program_options' messages cannot quote)"));
   } catch (const po::error& e) {
     throw InvalidArgumentError(e.what());
   }

@@ -348,10 +348,19 @@ Event decode_event(std::string_view bytes) {
     switch (f) {
       case 1: e.wall_time = r.read_double(); break;
       case 2: e.step = r.read_int64(); break;
-      case 3: e.file_version = std::string(r.read_bytes()); e.what = f; break;
-      case 5: e.summary = decode_summary(r.read_bytes()); e.what = f; break;
-      case 7: e.session_log = decode_session_log(r.read_bytes()); e.what = f; break;
-      case 4: case 6: case 8: case 9: r.skip(); e.what = f; break;
+      case 3: case 4: case 5: case 6: case 7: case 8: case 9:
+        // `what` is a oneof: a later member replaces an earlier one, as in protobuf, so a decoded
+        // Event holds at most one and re-encodes (encode_event refuses two; found by
+        // tests/fuzz/event_file_fuzz.cc, regressions/event_file_fuzz/).
+        e.file_version.reset();
+        e.summary.reset();
+        e.session_log.reset();
+        e.what = f;
+        if (f == 3) e.file_version = std::string(r.read_bytes());
+        else if (f == 5) e.summary = decode_summary(r.read_bytes());
+        else if (f == 7) e.session_log = decode_session_log(r.read_bytes());
+        else r.skip();
+        break;
       default: r.skip();
     }
   }

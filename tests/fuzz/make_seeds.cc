@@ -1,0 +1,258 @@
+// Writes the seed corpora of tests/fuzz/corpus/<target>/ with chorus's own writers (the object
+// graph serializer, checkpoint_state_to_text, the event encoder and record framing,
+// serialize_digit_example) and by hand where chorus has no writer (IDX headers, TF_CONFIG, argv).
+// Seeds are small valid inputs (a few KB at most) that reach every branch a valid file takes;
+// libFuzzer mutates them into the invalid ones. Rebuild and rerun after a format change:
+//   scripts/fuzz.sh --seeds        (runs: make -f tests/fuzz/Makefile ... seeds; bin/make_seeds tests/fuzz/corpus)
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_state.h"
+#include "checkpoint/object_graph.h"
+#include "core/proto_wire.h"
+#include "launch/tfrecord_digits.h"
+#include "summary/event.h"
+#include "summary/record.h"
+
+namespace fs = std::filesystem;
+namespace summary = chorus::summary;
+namespace internal = chorus::train::internal;
+
+namespace {
+
+fs::path g_root;
+
+void put(const std::string& target, const std::string& name, const std::string& bytes) {
+  const fs::path dir = g_root / target;
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::printf("%-24s %-28s %6zu bytes\n", target.c_str(), name.c_str(), bytes.size());
+}
+
+std::string argv_bytes(const std::vector<std::string>& args) {
+  std::string out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (i) out.push_back('\0');
+    out += args[i];
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> digit_pixels(int seed) {
+  std::vector<std::uint8_t> p(chorus::launch::kDigitPixels);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint8_t>((i * 7 + static_cast<std::size_t>(seed) * 31) % 256);
+  return p;
+}
+
+void object_graphs() {
+  internal::ObjectGraph root_only;
+  root_only.nodes.resize(1);
+  put("object_graph_fuzz", "root_only", internal::serialize_object_graph(root_only));
+
+  // A Keras-style model + Adam: root → model, optimizer; model → dense → kernel, bias (variables
+  // with VARIABLE_VALUE); optimizer → iter, and m/v slots of each variable.
+  internal::ObjectGraph g;
+  g.nodes.resize(8);
+  g.nodes[0].children = {{1, "model"}, {2, "optimizer"}};
+  g.nodes[1].children = {{3, "layer_with_weights-0"}};
+  g.nodes[3].children = {{4, "kernel"}, {5, "bias"}};
+  g.nodes[4].attributes = {{"VARIABLE_VALUE", "dense/kernel", "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"}};
+  g.nodes[5].attributes = {{"VARIABLE_VALUE", "dense/bias", "model/layer_with_weights-0/bias/.ATTRIBUTES/VARIABLE_VALUE"}};
+  g.nodes[2].children = {{6, "iter"}};
+  g.nodes[6].attributes = {{"VARIABLE_VALUE", "iter", "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"}};
+  g.nodes[2].slot_variables = {{4, "m", 7}, {5, "m", 7}};
+  g.nodes[7].attributes = {{"VARIABLE_VALUE", "m", "model/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE"}};
+  put("object_graph_fuzz", "model_and_adam", internal::serialize_object_graph(g));
+
+  // Fields chorus does not model (TrackableObject's registered_saver, has_checkpoint_values, ...)
+  // are skipped: a node with unknown fields of every wire type.
+  chorus::wire::ProtoWriter node, top;
+  chorus::wire::ProtoWriter child;
+  child.add_int64(1, 0);
+  child.add_bytes(2, "self");
+  node.add_message(1, child);
+  node.add_varint(7, 1);
+  node.add_double(8, 2.5);
+  node.add_float(9, 1.5f);
+  node.add_bytes(10, "registered_saver");
+  top.add_message(1, node);
+  top.add_varint(2, 99);
+  put("object_graph_fuzz", "unknown_fields", top.release());
+}
+
+void checkpoint_states() {
+  chorus::train::CheckpointState s;
+  s.model_checkpoint_path = "ckpt-3";
+  s.all_model_checkpoint_paths = {"ckpt-1", "ckpt-2", "ckpt-3"};
+  s.all_model_checkpoint_timestamps = {1763712000.5, 1763712060.25, 1763712120.125};
+  s.last_preserved_timestamp = 1763711999.0;
+  put("checkpoint_state_fuzz", "manager", chorus::train::checkpoint_state_to_text(s));
+
+  chorus::train::CheckpointState odd;
+  odd.model_checkpoint_path = "/abs/dir with \"quotes\"/ckpt-\\1\n\x01\xff";
+  odd.all_model_checkpoint_paths = {odd.model_checkpoint_path};
+  put("checkpoint_state_fuzz", "escapes", chorus::train::checkpoint_state_to_text(odd));
+
+  // As TF's text format may have it: comments, single quotes, blank lines, CRLF, an unknown field.
+  put("checkpoint_state_fuzz", "tf_text_format",
+      "# written by TF\r\nmodel_checkpoint_path: 'model.ckpt-100'\r\n\r\n"
+      "all_model_checkpoint_paths: \"model.ckpt-100\"\n  all_model_checkpoint_timestamps: 1.5e9\n"
+      "last_preserved_timestamp: -0.0\nsome_future_field: 3\n");
+}
+
+void tfrecords() {
+  put("tfrecord_fuzz", "empty", "");
+  put("tfrecord_fuzz", "one_record", summary::frame_record("hello"));
+  std::string three = summary::frame_record("");
+  three += summary::frame_record(chorus::launch::serialize_digit_example(digit_pixels(1), 4));
+  three += summary::frame_record(std::string(40, '\x5a'));
+  put("tfrecord_fuzz", "three_records", three);
+}
+
+void tf_examples() {
+  put("tf_example_fuzz", "bytes_image", chorus::launch::serialize_digit_example(digit_pixels(0), 7));
+
+  // "image" as a float_list (packed), "label" as an unpacked int64, and an extra feature first.
+  using chorus::wire::ProtoWriter;
+  std::vector<float> floats(chorus::launch::kDigitPixels);
+  for (std::size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i % 256) / 255.0f;
+  ProtoWriter float_list, image;
+  float_list.add_packed_floats(1, floats);
+  image.add_message(2, float_list);
+  ProtoWriter int64_list, label;
+  int64_list.add_int64(1, 3);
+  label.add_message(3, int64_list);
+  ProtoWriter extra_list, extra;
+  extra_list.add_bytes(1, "train");
+  extra.add_message(1, extra_list);
+  const auto entry = [](const char* key, const ProtoWriter& value) {
+    ProtoWriter e;
+    e.add_bytes(1, key);
+    e.add_message(2, value);
+    return e;
+  };
+  ProtoWriter features;
+  features.add_message(1, entry("split", extra));
+  features.add_message(1, entry("image", image));
+  features.add_message(1, entry("label", label));
+  ProtoWriter example;
+  example.add_message(1, features);
+  put("tf_example_fuzz", "float_image", example.release());
+}
+
+void idx_files() {
+  put("idx_fuzz", "labels", std::string("\0\0\x08\x01\0\0\0\x05", 8) + std::string("\x07\x02\x01\x00\x04", 5));
+  std::string images("\0\0\x08\x03\0\0\0\x02\0\0\0\x04\0\0\0\x04", 16);
+  for (int i = 0; i < 32; ++i) images.push_back(static_cast<char>(i * 8));
+  put("idx_fuzz", "images", images);
+  put("idx_fuzz", "scalar", std::string("\0\0\x08\x00\x2a", 5));
+}
+
+void event_files() {
+  summary::Event version;
+  version.wall_time = 1763712000.25;
+  version.file_version = std::string(summary::kFileVersion);
+
+  summary::Event scalar;
+  scalar.wall_time = 1763712001.5;
+  scalar.step = 3;
+  summary::SummaryValue simple;
+  simple.tag = "loss";
+  simple.simple_value = 0.25f;
+  summary::SummaryValue tensor;
+  tensor.tag = "accuracy";
+  tensor.metadata = summary::SummaryMetadata{{"scalars", ""}, "", "", summary::DataClass::kScalar};
+  tensor.tensor = summary::TensorProto{};
+  tensor.tensor->dtype = summary::tf_dtype::kFloat;
+  tensor.tensor->shape = std::vector<std::int64_t>{};
+  tensor.tensor->float_val = {0.875f};
+  scalar.summary = summary::Summary{{simple, tensor}};
+
+  summary::Event rich;
+  rich.wall_time = 1763712002.0;
+  rich.step = 1000000;
+  summary::SummaryValue histo;
+  histo.tag = "weights";
+  histo.histo = summary::HistogramProto{-1, 2, 4, 3, 6, {-0.5, 0.5, 2}, {1, 2, 1}};
+  summary::SummaryValue image;
+  image.tag = "digit";
+  image.image = summary::SummaryImage{2, 2, 1, std::string("\x89PNG\r\n\x1a\n", 8)};
+  summary::SummaryValue content;
+  content.tag = "matrix";
+  content.metadata = summary::SummaryMetadata{{"histograms", "\x08\x01"}, "matrix", "a 2x3 int32", summary::DataClass::kTensor};
+  content.tensor = summary::TensorProto{};
+  content.tensor->dtype = summary::tf_dtype::kInt32;
+  content.tensor->shape = std::vector<std::int64_t>{2, 3};
+  for (std::int32_t v : {1, -2, 3, -4, 5, -6}) content.tensor->tensor_content.append(reinterpret_cast<const char*>(&v), 4);
+  summary::SummaryValue text;
+  text.tag = "note";
+  text.tensor = summary::TensorProto{};
+  text.tensor->dtype = summary::tf_dtype::kString;
+  text.tensor->shape = std::vector<std::int64_t>{1};
+  text.tensor->string_val = {"hello"};
+  rich.summary = summary::Summary{{histo, image, content, text}};
+
+  summary::Event session;
+  session.wall_time = 1763712003.0;
+  session.session_log = summary::SessionLog{summary::SessionStatus::kCheckpoint, "/tmp/ckpt-1", "saved"};
+
+  std::string file;
+  for (const summary::Event* e : {&version, &scalar, &rich, &session}) summary::append_record(file, summary::encode_event(*e));
+  put("event_file_fuzz", "events.tfevents", file);
+  put("event_file_fuzz", "EVNT_scalar", "EVNT" + summary::encode_event(scalar));
+  put("event_file_fuzz", "EVNT_rich", "EVNT" + summary::encode_event(rich));
+  put("event_file_fuzz", "EVNT_session_log", "EVNT" + summary::encode_event(session));
+}
+
+void tf_configs() {
+  put("tf_config_fuzz", "workers",
+      R"({"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 1}})");
+  put("tf_config_fuzz", "chief_ps_evaluator",
+      "{\n  \"cluster\": {\n    \"chief\": [\"h0:1\"],\n    \"worker\": [\"h0:2\", \"h1:2\"],\n    \"ps\": [\"h2:3\"],\n"
+      "    \"evaluator\": [\"h3:4\"]\n  },\n  \"task\": {\"type\": \"evaluator\", \"index\": 0.0},\n"
+      "  \"environment\": \"cloud\", \"rpc_layer\": null, \"x\": [true, false, -1.5e3, {}]\n}");
+  put("tf_config_fuzz", "escapes",
+      R"({"cluster": {"chief": ["h\u00e9\ud83d\ude00:1"], "worker": ["a\/b\"c\\d\b\f\n\r\t:2"]}, "task": {"type": "chief"}})");
+}
+
+void command_lines() {
+  put("run_command_line_fuzz", "np", argv_bytes({"-np", "2", "--", "./chorus-train", "--epochs", "1"}));
+  put("run_command_line_fuzz", "hosts",
+      argv_bytes({"-H", "node1:2,node2", "--bind-to=socket", "--oversubscribe", "-x", "NCCL_DEBUG=INFO", "-x", "FOO",
+                  "--dry-run", "prog", "-np", "9"}));
+  put("run_command_line_fuzz", "help", argv_bytes({"--np=4", "--host=a:4", "-n", "4", "-host", "a:4", "-h"}));
+  put("run_command_line_fuzz", "check_build", argv_bytes({"--check-build"}));
+
+  put("train_options_fuzz", "defaults", "");
+  put("train_options_fuzz", "all_flags",
+      argv_bytes({"--model", "mlp", "--strategy=one_device", "--devices", "/cpu:0", "--virtual-devices", "2",
+                  "--memory-limit-mb", "512", "--epochs", "3", "--batch", "64", "--learning-rate", "0.05",
+                  "--optimizer", "sgd", "--tfrecord", "a-*.tfrecord,b.tfrecord", "--tfrecord", "c", "--train", "100",
+                  "--test", "10", "--seed", "7", "--checkpoint-dir", "/tmp/c", "--no-resume", "--no-terminate-on-nan",
+                  "--log-dir", "/tmp/l", "--min-accuracy", "0.5", "--quiet"}));
+  put("train_options_fuzz", "mirrored", argv_bytes({"--strategy", "mirrored", "--devices=/gpu:0,/gpu:1", "--data-dir",
+                                                    "/data/mnist", "-h"}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus root, e.g. tests/fuzz/corpus>\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+  object_graphs();
+  checkpoint_states();
+  tfrecords();
+  tf_examples();
+  idx_files();
+  event_files();
+  tf_configs();
+  command_lines();
+  return 0;
+}
