@@ -10,7 +10,8 @@
 # Every package is named here, Recommends included: apt runs with --no-install-recommends, so a
 # package that another one only recommends (oneDNN's CMake config needs OpenCL's headers and
 # library) must be listed, or a fresh machine fails where a used one passes.
-# scripts/fresh-machine-check.sh proves this list on a clean Debian root.
+# scripts/fresh-machine-check.sh proves this list on a clean Debian root. clang, libclang-rt-14-dev
+# and lld build the libFuzzer targets (tests/fuzz/; lld links four of them).
 set -euo pipefail
 with_test=0
 for a in "$@"; do
@@ -21,7 +22,7 @@ for a in "$@"; do
 done
 pkgs=(cmake ninja-build g++ make libgtest-dev libgmock-dev libbenchmark-dev
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
-      zlib1g-dev clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev lld)
 if [ "$with_test" = 1 ]; then
   pkgs+=(python3 python3-venv ca-certificates)
 fi
