@@ -32,7 +32,9 @@
 // its sequence number and the last collectives each rank completed. A participant that fails (or
 // calls abort()) wakes all others with AbortedError naming it and its reason. After a timeout or
 // abort the communicator is unusable: every later call raises AbortedError at once (create a new
-// one), so a late participant never waits for partners that are gone.
+// one), so a late participant never waits for partners that are gone. Backends that span
+// processes may also notice a dead process without waiting for the clock (the MPI backend: an
+// UnavailableError naming the lost rank and its host, collective/mpi.h).
 //
 // Thread-safety: each Communicator object is used by one thread at a time (its participant);
 // abort() may be called from any thread.
@@ -50,32 +52,39 @@ namespace chorus::collective {
 enum class ReduceOp { kSum, kMean, kMin, kMax, kProd };
 std::string_view reduce_op_name(ReduceOp op);  // "sum", "mean", ...
 
-// Default for every options struct: 5 minutes (long first steps, slow checkpoint saves); lower it
-// in tests and when a hang must be noticed fast.
+// The built-in default timeout: 5 minutes (long first steps, slow checkpoint saves); lower it in
+// tests and when a hang must be noticed fast.
 inline constexpr std::chrono::milliseconds kDefaultTimeout{5 * 60 * 1000};
+
+// The default of every options struct below (and of Work::wait): CHORUS_COLLECTIVE_TIMEOUT in
+// seconds when set (core/env.h; chorus-run --collective-timeout sets it on every rank), else
+// kDefaultTimeout. Read when an options struct is made. A badly set variable ("0", "abc", "-5")
+// throws InvalidArgumentError naming the variable — from the first options struct made.
+// Thread-safe (the environment is only read).
+std::chrono::milliseconds default_timeout();
 
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 struct BroadcastOptions {
   int root = 0;
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 struct ReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 struct AllGatherOptions {
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 struct BarrierOptions {
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 
 // The handle of one collective call (PyTorch c10d's Work).
@@ -84,7 +93,7 @@ class Work {
   virtual ~Work() = default;
   // Blocks until the collective completed, at most `timeout` (DeadlineExceededError naming the
   // collective when it passes), then rethrows the collective's error if it had one.
-  virtual void wait(std::chrono::milliseconds timeout = kDefaultTimeout) = 0;
+  virtual void wait(std::chrono::milliseconds timeout = default_timeout()) = 0;
   // True once the collective completed (successfully or not). Non-blocking.
   virtual bool is_completed() const = 0;
   // "all_reduce #3 (float32(1024,), sum)"

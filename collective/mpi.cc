@@ -19,8 +19,11 @@
 #include <type_traits>
 #include <vector>
 
+#include <unistd.h>
+
 #include "collective/fingerprint.h"
 #include "collective/host_reduce.h"
+#include "collective/peer_monitor.h"
 #include "collective/work.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -47,6 +50,9 @@ constexpr auto kSpin = std::chrono::microseconds(500);
 constexpr auto kSleep = std::chrono::microseconds(20);
 // After a timeout, how long a rank listens for the others' notices to learn who was waiting too.
 constexpr milliseconds kGrace{200};
+// After the peer monitor reported a lost peer, how long a pending request may still complete (its
+// data may be in flight) before the collective fails.
+constexpr milliseconds kLossGrace{250};
 // MPI counts are ints: elementwise collectives go in chunks of at most this many elements.
 constexpr std::size_t kMaxCount = std::size_t{1} << 30;
 constexpr int kNoticeTag = 25448;  // any tag works: chorus owns the duplicated communicator
@@ -132,7 +138,7 @@ std::string describe(const WireFingerprint& w) {
 }
 
 // What a failing rank tells the others, point-to-point on kNoticeTag.
-enum NoticeKind : std::int32_t { kTimeoutNotice = 1, kAbortNotice = 2 };
+enum NoticeKind : std::int32_t { kTimeoutNotice = 1, kAbortNotice = 2, kLostNotice = 3 };
 struct Notice {
   std::uint64_t comm_id;   // which communicator (guards against a message meant for a freed one)
   std::uint64_t sequence;  // the collective the sender gave up in (timeouts)
@@ -296,6 +302,98 @@ void check_root(int root, int size, const char* op) {
                  "-process communicator (valid: 0..", size - 1, ")");
 }
 
+// --- the peer monitor (collective/peer_monitor.h): one per process, shared by its MPI communicators ---
+
+// Set once this process knows that a peer process died: MPI_Finalize would wait for it forever.
+std::atomic<bool> g_peer_lost{false};
+
+struct MonitorSlot {
+  std::mutex mu;
+  std::weak_ptr<PeerMonitor> current;
+};
+MonitorSlot& monitor_slot() {
+  static auto* slot = new MonitorSlot;  // never destroyed: the exit hook may run after static destructors
+  return *slot;
+}
+
+// exit() (not _Exit, abort or a signal) is a graceful end: tell the peers, so they do not take it
+// for a death while communicators are still alive (a program that never destroys them).
+void goodbye_at_exit() {
+  std::shared_ptr<PeerMonitor> monitor;
+  {
+    std::lock_guard<std::mutex> lock(monitor_slot().mu);
+    monitor = monitor_slot().current.lock();
+  }
+  if (monitor) monitor->say_goodbye();
+}
+
+// The process's monitor, started on first use; nullptr when turned off (CHORUS_PEER_MONITOR=false)
+// or when it cannot start (a warning; deaths are then noticed by the timeout only).
+std::shared_ptr<PeerMonitor> acquire_peer_monitor(int rank) {
+  if (!env::peer_monitor_enabled()) return nullptr;
+  MonitorSlot& slot = monitor_slot();
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if (auto monitor = slot.current.lock()) return monitor;
+  try {
+    auto monitor = std::make_shared<PeerMonitor>(rank);
+    slot.current = monitor;
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit(goodbye_at_exit); });
+    return monitor;
+  } catch (const Error& e) {
+    CHORUS_LOG(WARNING) << "rank " << rank << ": no peer monitor (" << e.what() << "); a dead process is noticed by "
+                        << "the collective timeout only";
+    return nullptr;
+  }
+}
+
+// One process's PeerAddress as fixed-size bytes for MPI_Iallgather (port 0: no monitor there).
+constexpr int kWireIps = 4;
+struct WireAddress {
+  std::int32_t rank, port;
+  std::int64_t pid;
+  std::uint64_t token;
+  char host[64];
+  char ips[kWireIps][16];
+};
+static_assert(std::is_trivially_copyable_v<WireAddress> && sizeof(WireAddress) == 152);
+
+template <std::size_t N>
+void copy_text(char (&to)[N], const std::string& from) {
+  std::memset(to, 0, N);
+  std::memcpy(to, from.data(), std::min(from.size(), N - 1));
+}
+template <std::size_t N>
+std::string read_text(const char (&from)[N]) {
+  return std::string(from, strnlen(from, N));
+}
+
+WireAddress to_wire(const PeerMonitor* monitor, int rank) {
+  WireAddress w;
+  std::memset(&w, 0, sizeof w);
+  w.rank = rank;
+  w.pid = static_cast<std::int64_t>(::getpid());
+  copy_text(w.host, local_host_name());
+  if (!monitor) return w;
+  const PeerAddress& a = monitor->address();
+  w.port = a.port;
+  w.token = a.token;
+  for (std::size_t i = 0; i < a.ips.size() && i < kWireIps; ++i) copy_text(w.ips[i], a.ips[i]);
+  return w;
+}
+
+PeerAddress from_wire(const WireAddress& w) {
+  PeerAddress a;
+  a.rank = w.rank;
+  a.port = w.port;
+  a.pid = w.pid;
+  a.token = w.token;
+  a.host = read_text(w.host);
+  for (const auto& ip : w.ips)
+    if (ip[0] != '\0') a.ips.push_back(read_text(ip));
+  return a;
+}
+
 struct Call {
   OpKind kind;
   Fingerprint fp;
@@ -305,14 +403,17 @@ struct Call {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(std::unique_ptr<Channel> channel, std::uint64_t id, bool validate)
-      : ch_(std::move(channel)), id_(id), validate_(validate) {
+  MpiCommunicator(std::unique_ptr<Channel> channel, std::uint64_t id, bool validate,
+                  std::shared_ptr<PeerMonitor> monitor, std::vector<PeerAddress> peers)
+      : ch_(std::move(channel)), id_(id), validate_(validate), monitor_(std::move(monitor)), peers_(std::move(peers)) {
     CHORUS_MPI_CHECK(MPI_Comm_rank(ch_->comm, &rank_));
     CHORUS_MPI_CHECK(MPI_Comm_size(ch_->comm, &size_));
     post_notice_receive();
   }
 
   ~MpiCommunicator() override {
+    // A loss seen after this rank's last collective still makes MPI_Finalize wait for the dead.
+    if (monitor_ && monitor_->any_lost()) g_peer_lost = true;
     int finalized = 1;
     MPI_Finalized(&finalized);  // thread-safe, also after MPI_Finalize
     if (finalized && !failed_) CHORUS_LOG(WARNING) << prefix() << "destroyed after MPI_Finalize; its handle is leaked";
@@ -535,15 +636,23 @@ class MpiCommunicator final : public Communicator {
   void wait(MPI_Request* request, const Call& call, Keep keep) {
     const auto spin_until = Clock::now() + kSpin;
     try {
+      std::optional<Clock::time_point> loss_seen;  // when the peer monitor first reported a loss
       for (;;) {
         if (test_or_back_off(request, spin_until)) return;
         if (failed_) {  // abort() from another thread
+          if (lost_) throw UnavailableError(str_cat(prefix(), call.fp.to_string(), " on rank ", rank_, ": ", failure()));
           throw AbortedError(str_cat(prefix(), call.fp.to_string(), " on rank ", rank_, " aborted: ", failure()));
         }
         if (std::optional<Notice> n = poll_notice()) {
           if (n->kind == kTimeoutNotice) time_out(call, n);
+          if (n->kind == kLostNotice) lost_elsewhere(call.fp, *n);
           fail(n->text);
           throw AbortedError(str_cat(prefix(), call.fp.to_string(), " on rank ", rank_, " aborted: ", n->text));
+        }
+        if (monitor_ && monitor_->any_lost()) {
+          const auto now = Clock::now();
+          if (!loss_seen) loss_seen = now;
+          else if (now - *loss_seen >= kLossGrace) lose_peer(call.fp, now - call.start);
         }
         if (Clock::now() >= call.deadline) time_out(call, std::nullopt);
       }
@@ -606,11 +715,77 @@ class MpiCommunicator final : public Communicator {
   }
 
   void check_usable(const Fingerprint& fp) {
-    if (!failed_)
-      if (std::optional<Notice> n = poll_notice()) fail(n->text);
-    if (failed_)
-      throw AbortedError(str_cat(prefix(), fp.to_string(), " on rank ", rank_,
-                                 " cannot run: the communicator is unusable: ", failure()));
+    if (!failed_) {
+      if (std::optional<Notice> n = poll_notice()) {
+        if (n->kind == kLostNotice) lost_elsewhere(fp, *n);
+        fail(n->text);
+      }
+    }
+    // A peer known dead cannot join this call: fail now, and tell the others.
+    if (!failed_ && monitor_ && monitor_->any_lost()) lose_peer(fp, std::nullopt);
+    if (failed_) {
+      const std::string text = str_cat(prefix(), fp.to_string(), " on rank ", rank_,
+                                       " cannot run: the communicator is unusable: ", failure());
+      if (lost_) throw UnavailableError(text);
+      throw AbortedError(text);
+    }
+  }
+
+  // The host of `rank` as the address exchange told it, for messages.
+  std::string host_of(int rank) const {
+    const auto r = static_cast<std::size_t>(rank);
+    if (rank >= 0 && r < peers_.size() && !peers_[r].host.empty()) return peers_[r].host;
+    return "unknown";
+  }
+
+  // This rank's peer monitor saw a peer die: fail the communicator, tell every other rank (they may
+  // not watch that peer themselves), throw UnavailableError naming the lost rank(s) and host(s).
+  // `waited`: how long the call had been waiting; nullopt when it had not started.
+  [[noreturn]] void lose_peer(const Fingerprint& fp, std::optional<Clock::duration> waited) {
+    std::string who;
+    for (PeerLoss loss : monitor_->losses()) {
+      if (loss.host.empty()) loss.host = host_of(loss.rank);
+      who += (who.empty() ? "" : "; ") + loss.to_string();
+    }
+    const std::string notice = str_cat(who, " (seen by rank ", rank_, " on host ", host_of(rank_), ")");
+    const std::string when =
+        waited ? str_cat(" after waiting ", std::chrono::duration_cast<milliseconds>(*waited).count(), " ms")
+               : std::string(" before it started");
+    const std::string message = str_cat(
+        fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is lost: ", notice, when,
+        ". The other ranks are told. This communicator is unusable now; a job that lost a process cannot go on: "
+        "exit non-zero and restart it (from the last checkpoint).");
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      if (!failed_) {
+        failed_ = true;
+        lost_ = true;
+        failure_ = message;
+        send_notices_locked(kLostNotice, fp.sequence, notice);
+      }
+    }
+    g_peer_lost = true;
+    CHORUS_LOG(ERROR) << prefix() << message;
+    throw UnavailableError(prefix() + message);
+  }
+
+  // Another rank told us that it saw a peer die.
+  [[noreturn]] void lost_elsewhere(const Fingerprint& fp, const Notice& n) {
+    const std::string message = str_cat(
+        fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is lost: ", n.text,
+        ". This communicator is unusable now; a job that lost a process cannot go on: exit non-zero and restart it "
+        "(from the last checkpoint).");
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      if (!failed_) {
+        failed_ = true;
+        lost_ = true;
+        failure_ = message;
+      }
+    }
+    g_peer_lost = true;
+    CHORUS_LOG(ERROR) << prefix() << message;
+    throw UnavailableError(prefix() + message);
   }
 
   void post_notice_receive() {
@@ -676,12 +851,15 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Channel> ch_;
   const std::uint64_t id_;
   const bool validate_;
+  const std::shared_ptr<PeerMonitor> monitor_;  // nullptr: no monitor (deaths noticed by the timeout)
+  const std::vector<PeerAddress> peers_;        // every rank's address as exchanged (hosts for messages)
   int rank_ = 0;
   int size_ = 1;
   std::uint64_t sequence_ = 0;
   std::deque<std::string> history_;  // this rank's last completed collectives
   mutable std::mutex state_mu_;      // failure_ and sending notices (abort() may come from any thread)
   std::atomic<bool> failed_{false};
+  std::atomic<bool> lost_{false};  // failed because a peer process was lost (UnavailableError)
   std::string failure_;
 };
 
@@ -726,6 +904,11 @@ MpiEnvironment::~MpiEnvironment() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (g_peer_lost) {
+    CHORUS_LOG(WARNING) << "MPI_Finalize skipped: a peer process of this job was lost, and MPI_Finalize would wait "
+                        << "for it forever";
+    return;
+  }
   if (const int rc = MPI_Finalize(); rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;
 }
 
@@ -766,24 +949,44 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
   const std::uint64_t id = ++created;
   auto ch = std::make_unique<Channel>();
   MPI_Request req = MPI_REQUEST_NULL;
+  std::shared_ptr<PeerMonitor> monitor;
+  std::vector<PeerAddress> peers;
   try {
     CHORUS_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &ch->comm, &req));
     const auto deadline = deadline_after(Clock::now(), options.timeout);
-    const auto spin_until = Clock::now() + kSpin;
-    while (!test_or_back_off(&req, spin_until)) {
-      if (Clock::now() < deadline) continue;
-      throw DeadlineExceededError(str_cat(
-          "make_mpi_communicator: mpi#", id, " (a duplicate of MPI_COMM_WORLD) was not created by every process within ",
-          options.timeout.count(), " ms. Every process must create its MPI communicators in the same order; one is "
-          "stuck, died, or created fewer."));
-    }
+    const auto wait_for = [&](const char* what) {
+      const auto spin_until = Clock::now() + kSpin;
+      while (!test_or_back_off(&req, spin_until)) {
+        if (Clock::now() < deadline) continue;
+        throw DeadlineExceededError(str_cat(
+            "make_mpi_communicator: mpi#", id, " (a duplicate of MPI_COMM_WORLD): ", what, " did not complete on every "
+            "process within ", options.timeout.count(), " ms. Every process must create its MPI communicators in the "
+            "same order; one is stuck, died, or created fewer."));
+      }
+    };
+    wait_for("the duplication");
     CHORUS_MPI_CHECK(MPI_Comm_set_errhandler(ch->comm, MPI_ERRORS_RETURN));
+    int rank = 0, size = 1;
+    CHORUS_MPI_CHECK(MPI_Comm_rank(ch->comm, &rank));
+    CHORUS_MPI_CHECK(MPI_Comm_size(ch->comm, &size));
+    // Every process publishes where its peer monitor listens (port 0: none), so that the monitors
+    // can connect; done at every creation, so it stays collective whatever each process has.
+    if (size > 1) monitor = acquire_peer_monitor(rank);
+    auto mine = std::make_shared<WireAddress>(to_wire(monitor.get(), rank));
+    auto all = std::make_shared<std::vector<WireAddress>>(static_cast<std::size_t>(size));
+    ch->keep.push_back(mine);  // MPI may use them until the exchange completes; tiny, kept for the
+    ch->keep.push_back(all);   // communicator's life
+    CHORUS_MPI_CHECK(MPI_Iallgather(mine.get(), sizeof(WireAddress), MPI_BYTE, all->data(), sizeof(WireAddress),
+                                    MPI_BYTE, ch->comm, &req));
+    wait_for("the exchange of peer-monitor addresses");
+    for (const WireAddress& w : *all) peers.push_back(from_wire(w));
+    if (monitor) monitor->watch(peers);
   } catch (...) {
     ch->abandoned.push_back(req);
     bury(std::move(ch));
     throw;
   }
-  return std::make_unique<MpiCommunicator>(std::move(ch), id, options.validate);
+  return std::make_unique<MpiCommunicator>(std::move(ch), id, options.validate, std::move(monitor), std::move(peers));
 }
 
 }  // namespace chorus::collective

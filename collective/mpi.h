@@ -12,8 +12,9 @@
 // Communicator. make_mpi_communicator() duplicates MPI_COMM_WORLD (MPI_Comm_idup, with the options'
 // timeout), so chorus traffic never matches the program's own MPI messages, and sets
 // MPI_ERRORS_RETURN on the duplicate: an MPI error becomes InternalError carrying MPI's error
-// string, file and line, instead of killing the job. Creating one is itself collective over
-// MPI_COMM_WORLD: every process must create its communicators in the same order.
+// string, file and line, instead of killing the job. It then all-gathers the processes' peer-monitor
+// addresses (see "Failure"). Creating one is itself collective over MPI_COMM_WORLD: every process
+// must create its communicators in the same order.
 //
 // Execution. A call checks its arguments, drains the tensors' device streams, then (validation
 // on) exchanges fingerprints with MPI_Iallgather and moves data with the non-blocking collective
@@ -46,8 +47,22 @@
 //     not arrive (those that never answered: busy elsewhere, stuck or dead) and this rank's last
 //     completed collectives;
 //   - abort(reason), or a bad argument on one rank, tells every other rank: those waiting raise
-//     AbortedError naming the rank and reason at once, the others at their next call.
-//   After either the communicator is unusable: every later call raises AbortedError at once.
+//     AbortedError naming the rank and reason at once, the others at their next call;
+//   - a process that dies (SIGKILL, a crash, a lost host) is noticed by the transport, not the
+//     clock: every process runs one PeerMonitor (collective/peer_monitor.h), whose address
+//     (host, port, pid, token) make_mpi_communicator all-gathers over the new communicator; the
+//     monitors keep a TCP connection to each other, and a connection that closes without a
+//     goodbye (or stays silent for 30 s) marks that rank lost. A wait that sees a loss gives the
+//     pending request 250 ms to complete (its data may be in flight), then raises UnavailableError
+//     naming the lost rank, its host and pid ("rank 1 (host node7, pid 4242): its connection closed
+//     without a goodbye ..."), and tells every other rank, which raise UnavailableError with the same
+//     text — within a second of the death on a healthy network, whatever the timeout. A call made
+//     after a loss fails at once the same way. A process that ends normally (its communicators
+//     destroyed, or exit()) says goodbye: never reported as a death. Where the monitor cannot run
+//     (no socket, CHORUS_PEER_MONITOR=false, a peer not reachable over TCP) a warning says so and the
+//     timeout is what notices a death.
+//   After any of these the communicator is unusable: every later call raises AbortedError at once
+//   (UnavailableError after a loss).
 //   chorus never calls MPI_Abort (it would kill the job at once, also processes that could save
 //   a checkpoint). A process that cannot go on should exit non-zero: mpirun then ends the job.
 //
@@ -87,7 +102,9 @@ enum class MpiThreadLevel { kSerialized, kMultiple };
 // initialized twice in one process).
 //
 // MPI_Finalize waits for every process of the job to reach it. Destroy every MPI communicator
-// before the MpiEnvironment (a communicator outliving MPI only logs and leaks its handle).
+// before the MpiEnvironment (a communicator outliving MPI only logs and leaks its handle). Once a
+// communicator of this process reported a lost peer (UnavailableError, see "Failure" above), the
+// destructor skips MPI_Finalize (with a warning): it would wait for the dead process forever.
 // Not thread-safe: construct and destroy it on the main thread, as MPI requires.
 class MpiEnvironment {
  public:
@@ -128,7 +145,7 @@ struct MpiCommunicatorOptions {
   bool validate = true;
   // For creating the communicator (MPI_Comm_idup over MPI_COMM_WORLD): a process that does not
   // create its communicator in time → DeadlineExceededError. Collectives take their own timeouts.
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 
 // A communicator of all processes of MPI_COMM_WORLD (rank = world rank), over a duplicate of it.

@@ -83,7 +83,7 @@ struct NcclMpiOptions {
   bool validate = true;
   // For creation (each MPI step and the NCCL initialization) and for the flush at destruction.
   // Collectives take their own timeouts.
-  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::chrono::milliseconds timeout = default_timeout();
 };
 
 // The communicator of this process's GPU `device` (a logical GPU: "/gpu:0", "GPU:1", ...) among all

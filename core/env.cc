@@ -1,7 +1,9 @@
 #include "core/env.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -46,5 +48,33 @@ std::optional<int> launcher_rank() {
   }();
   return rank;
 }
+
+std::chrono::milliseconds parse_timeout_seconds(std::string_view text, std::string_view source) {
+  const std::string t(text);
+  const auto bad = [&](const char* why) {
+    return InvalidArgumentError(internal::str_cat(source, "='", t, "' is not a valid timeout: ", why,
+                                                  "; give seconds as a number > 0 and at most ", kMaxTimeoutSeconds,
+                                                  " (e.g. 60 or 2.5)"));
+  };
+  // strtod alone would accept leading spaces, "inf", "nan" and hexadecimal: allow digits, one
+  // point and an exponent only.
+  const bool plain = !t.empty() && t.find_first_not_of("0123456789.eE+-") == std::string::npos &&
+                     (std::isdigit(static_cast<unsigned char>(t[0])) || t[0] == '.' || t[0] == '-');
+  if (!plain) throw bad("not a number of seconds");
+  char* end = nullptr;
+  const double seconds = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size() || !std::isfinite(seconds)) throw bad("not a number of seconds");
+  if (seconds <= 0) throw bad("it must be more than 0");
+  if (seconds > kMaxTimeoutSeconds) throw bad("it is too long");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+std::optional<std::chrono::milliseconds> collective_timeout() {
+  const auto v = get(kCollectiveTimeoutVariable);
+  if (!v) return std::nullopt;
+  return parse_timeout_seconds(*v, kCollectiveTimeoutVariable);
+}
+
+bool peer_monitor_enabled() { return get_bool("CHORUS_PEER_MONITOR").value_or(true); }
 
 }  // namespace chorus::env

@@ -6,12 +6,20 @@
 //   CUDA_VISIBLE_DEVICES        honoured by the CUDA runtime (chorus-devices prints it).
 //   OMPI_COMM_WORLD_RANK/SIZE   set by Open MPI's mpirun (PMI_RANK/PMI_SIZE by MPICH/Slurm): the
 //                               process rank, shown in log lines of multi-process runs.
+//   CHORUS_COLLECTIVE_TIMEOUT   seconds (a number > 0, e.g. 60 or 2.5): the default timeout of every
+//                               collective (collective::default_timeout()); unset: 300.
+//                               chorus-run's --collective-timeout sets it on every rank.
+//   CHORUS_PEER_MONITOR         true/false (default true): MPI communicators watch the other
+//                               processes over TCP and fail within seconds when one dies
+//                               (collective/peer_monitor.h); false leaves it to the timeout.
 //
 // Thread-safe: getenv is only read, never written, by chorus.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace chorus::env {
 
@@ -26,5 +34,25 @@ std::optional<bool> get_bool(const char* name);
 // OMPI_COMM_WORLD_SIZE > 1, else PMI_RANK with PMI_SIZE > 1); nullopt for a single process or
 // unparsable values. Read once.
 std::optional<int> launcher_rank();
+
+// The variable behind collective::default_timeout().
+inline constexpr const char* kCollectiveTimeoutVariable = "CHORUS_COLLECTIVE_TIMEOUT";
+// The longest timeout accepted, in seconds (30 days): longer is a typo, not a plan.
+inline constexpr double kMaxTimeoutSeconds = 30.0 * 24 * 3600;
+
+// A timeout written in seconds ("300", "2.5", "1e3") as milliseconds, rounded up to a whole
+// millisecond. Valid: a finite decimal number > 0 and <= kMaxTimeoutSeconds, nothing else around it
+// (no unit, no spaces). Otherwise InvalidArgumentError naming `source` (the variable or flag the text
+// came from), the text and what is valid. Shared by the variable and the chorus-train/chorus-run flags.
+std::chrono::milliseconds parse_timeout_seconds(std::string_view text, std::string_view source);
+
+// CHORUS_COLLECTIVE_TIMEOUT parsed by parse_timeout_seconds; nullopt when unset. Read at every call
+// (cheap: one getenv), so a program that sets it before its first collective is honoured.
+// InvalidArgumentError naming the variable when it is set to anything else than a valid timeout
+// (an empty value included).
+std::optional<std::chrono::milliseconds> collective_timeout();
+
+// CHORUS_PEER_MONITOR as a boolean (get_bool), true when unset.
+bool peer_monitor_enabled();
 
 }  // namespace chorus::env

@@ -24,7 +24,7 @@ namespace chorus::distribute {
 
 struct MirroredStrategyOptions {
   CrossDeviceOps cross_device_ops = CrossDeviceOps::kAuto;
-  std::chrono::milliseconds timeout = collective::kDefaultTimeout;  // every collective / merge_call
+  std::chrono::milliseconds timeout = collective::default_timeout();  // every collective / merge_call
 };
 
 class MirroredStrategy final : public Strategy {
@@ -36,7 +36,7 @@ class MirroredStrategy final : public Strategy {
 class OneDeviceStrategy final : public Strategy {
  public:
   explicit OneDeviceStrategy(const std::string& device,
-                             std::chrono::milliseconds timeout = collective::kDefaultTimeout);
+                             std::chrono::milliseconds timeout = collective::default_timeout());
 };
 
 }  // namespace chorus::distribute

@@ -449,8 +449,47 @@ DistributedDataset MultiWorkerMirroredStrategy::experimental_distribute_dataset(
   return experimental_distribute_dataset(dataset, options_.auto_shard_policy);
 }
 
+void MultiWorkerMirroredStrategy::check_counts_agree(std::string_view what,
+                                                     const std::vector<WorkerCount>& counts) const {
+  if (!worker_comm_ || counts.empty()) return;
+  const auto n = static_cast<std::int64_t>(counts.size());
+  const int workers = worker_comm_->size();
+  std::vector<std::int64_t> mine;
+  for (const auto& c : counts) mine.push_back(c.value);
+  Tensor all = Tensor::empty({n * workers}, DType::kInt64, kHost);
+  worker_comm_->all_gather(Tensor::from_vector<std::int64_t>(mine, {n}, kHost), all, {.timeout = options_.timeout})
+      ->wait(options_.timeout);
+  const std::vector<std::int64_t> got = all.to_vector<std::int64_t>();
+  const auto at = [&](int w, std::int64_t i) { return got[static_cast<std::size_t>(w * n + i)]; };
+  bool differ = false;
+  for (std::int64_t i = 0; i < n && !differ; ++i) {
+    bool known = true;
+    for (int w = 0; w < workers; ++w) known = known && at(w, i) != data::kUnknownCardinality;
+    for (int w = 1; w < workers && known; ++w) differ = differ || at(w, i) != at(0, i);
+  }
+  if (!differ) return;
+  std::string list;
+  for (int w = 0; w < workers; ++w) {
+    list += str_cat(w ? "; " : "", "worker ", w, ":");
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t v = at(w, i);
+      const std::string value = v == data::kUnknownCardinality  ? std::string("unknown")
+                                : v == data::kInfiniteCardinality ? std::string("infinitely many")
+                                                                  : std::to_string(v);
+      list += str_cat(i ? ", " : " ", value, " ", counts[static_cast<std::size_t>(i)].name);
+    }
+  }
+  throw InvalidArgumentError(str_cat(
+      what, " differ across workers: ", list, ". Every worker must read the same data (same sizes, files and seeds): "
+      "otherwise the workers take different numbers of steps and the ones with more wait for the others until the "
+      "collective timeout. Nothing was trained."));
+}
+
 DistributedDataset MultiWorkerMirroredStrategy::experimental_distribute_dataset(const data::Dataset& dataset,
                                                                                 AutoShardPolicy policy) const {
+  if (policy != AutoShardPolicy::kOff)
+    check_counts_agree("MultiWorkerMirroredStrategy.experimental_distribute_dataset: the datasets",
+                       {{"global batches", dataset.cardinality()}});
   return DistributedDataset(dataset, replica_devices(), DistributedDataset::Mode::kSplitGlobalBatch,
                             {num_workers(), worker_index(), policy});
 }

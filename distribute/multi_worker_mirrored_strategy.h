@@ -48,8 +48,11 @@
 // distributed_dataset.h, AutoShardPolicy); distribute_datasets_from_function passes an
 // InputContext with num_input_pipelines = num_workers, input_pipeline_id = worker_index.
 //
-// Failure: every collective honours options.timeout. A worker that dies or stops calling the
-// collectives makes the others' run() throw DeadlineExceededError naming the missing rank(s)
+// Failure: every collective honours options.timeout (default: collective::default_timeout(), i.e.
+// CHORUS_COLLECTIVE_TIMEOUT or 300 s). A worker that dies (killed, crashed, host lost) makes the
+// others' run() throw UnavailableError naming its rank and host within about a second — the MPI
+// backend's peer monitor sees its connection close (collective/mpi.h, "Failure"). A worker that
+// stops calling the collectives makes them throw DeadlineExceededError naming the missing rank(s)
 // within the timeout (or AbortedError naming the rank that failed and why), never a hang. The
 // strategy is then unusable across workers (its next run() rebuilds the communicators, which
 // times out the same way while a worker is gone): save what you can and exit non-zero; mpirun
@@ -64,6 +67,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collective/communicator.h"
@@ -85,7 +89,7 @@ struct MultiWorkerMirroredStrategyOptions {
   CommunicationImplementation implementation = CommunicationImplementation::kAuto;
   AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;  // for experimental_distribute_dataset
   bool check_variables = true;  // the cross-worker checksum at run(); false skips it
-  std::chrono::milliseconds timeout = collective::kDefaultTimeout;  // every collective / merge_call
+  std::chrono::milliseconds timeout = collective::default_timeout();  // every collective / merge_call
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {
@@ -99,13 +103,29 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   // with the strategy's timeout (DeadlineExceededError naming the missing ranks).
   void worker_barrier(std::string_view tag) const override;
   std::int64_t sum_over_workers(std::int64_t local) const override;
+  // One named count of this worker (e.g. {"training examples", 600}).
+  struct WorkerCount {
+    std::string name;
+    std::int64_t value;  // data::kUnknownCardinality (-2): unknown here, not compared
+  };
+  // Collective (one small all-gather; every worker passes the same names, in the same order):
+  // checks that every worker reports the same counts, so that every worker reaches the same verdict
+  // before the first step instead of waiting for a collective to time out. A difference →
+  // InvalidArgumentError on every worker: "<what> differ across workers: worker 0: 600 training
+  // examples, ...; worker 1: 1000 training examples, ...". A count unknown on some worker is not
+  // compared. One worker: nothing happens.
+  void check_counts_agree(std::string_view what, const std::vector<WorkerCount>& counts) const;
   int worker_index() const { return resolver_.worker_index(); }
   int num_workers() const { return resolver_.num_workers(); }
 
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const override;
   using Strategy::reduce;
   Tensor gather(const PerReplica<Tensor>& value, int axis) const override;
-  // Shards by options.auto_shard_policy; the overload takes the policy for this dataset.
+  // Shards by options.auto_shard_policy; the overload takes the policy for this dataset. With
+  // several workers and kData/kAuto it is collective: the workers compare their datasets'
+  // cardinality (number of global batches, check_counts_agree) and a difference is an
+  // InvalidArgumentError on every worker (their steps could not match: fit would wait for the
+  // worker with fewer batches until the timeout). Unknown cardinalities are not compared.
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const override;
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset, AutoShardPolicy policy) const;
 

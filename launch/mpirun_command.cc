@@ -132,6 +132,7 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
   argv.insert(argv.end(), {"--bind-to", o.bind_to});
   if (oversubscribe) argv.push_back("--oversubscribe");
   if (o.run_as_root) argv.push_back("--allow-run-as-root");
+  if (o.enable_recovery) argv.push_back("--enable-recovery");
 
   // name → the -x argument; an explicit NAME=VALUE wins over forwarding NAME from the environment.
   std::map<std::string, std::string> exported;
@@ -146,6 +147,7 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
   for (const auto& [name, arg] : exported) argv.insert(argv.end(), {"-x", arg});
 
   argv.push_back("--");
+  argv.insert(argv.end(), o.rank_wrapper.begin(), o.rank_wrapper.end());
   argv.insert(argv.end(), o.program.begin(), o.program.end());
   return argv;
 }

@@ -33,7 +33,9 @@
 //     NAME made of [A-Za-z0-9_], not starting with a digit). Names are sorted and de-duplicated,
 //     so the line is the same whatever the order of environ. (Open MPI forwards OMPI_MCA_* itself.)
 //   - `--allow-run-as-root` when `run_as_root` (Open MPI refuses to start as root without it).
-//   - `--` then the program and its arguments, unchanged: mpirun passes them to each process as
+//   - `--enable-recovery` when `enable_recovery`: Open MPI then lets the other processes run on
+//     when one dies (they report the loss, chorus-run's wrapper records it).
+//   - `--`, the `rank_wrapper` words, then the program and its arguments, unchanged: mpirun passes them to each process as
 //     separate argv entries, so no quoting happens here (shell_join quotes for printing only).
 //
 // Errors: InvalidArgumentError (core/error.h) for every rule above, with the value seen and what
@@ -86,6 +88,10 @@ struct MpirunOptions {
   std::vector<std::string> environment;  // names of the variables set in the caller's environment
   std::vector<std::string> extra_environment;  // passed as -x E unconditionally ("NAME[=VALUE]")
   std::vector<std::string> program;      // the program and its arguments; must be non-empty
+  bool enable_recovery = false;          // add --enable-recovery (survivors keep running)
+  // Words put between "--" and the program: the per-rank wrapper (launch/rank_status.h), e.g.
+  // {"/usr/bin/chorus-run", "--record-exit-status", DIR, "--"}. Empty: none.
+  std::vector<std::string> rank_wrapper;
 };
 
 // The full argv, argv[0] = options.mpirun. Throws InvalidArgumentError (see the rules above).

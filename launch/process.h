@@ -1,9 +1,10 @@
 // The operating-system side of chorus-run: finding executables on PATH, reading the environment,
-// and replacing this process with mpirun. Kept apart from mpirun_command.h so that the command
+// running mpirun (and, on each rank, the program) as a child and forwarding signals to it. Kept apart from mpirun_command.h so that the command
 // builder stays a pure, testable function.
 //
 // Thread-safety: environment_names() reads `environ`; do not call it while another thread calls
-// setenv. exec_program() replaces the whole process (every thread) when it succeeds.
+// setenv. exec_program() replaces the whole process (every thread) when it succeeds. run_child()
+// installs process-wide signal handlers while it waits: call it from one thread.
 #pragma once
 
 #include <optional>
@@ -28,5 +29,38 @@ bool running_as_root();
 // environment. Returns only on failure, by throwing: a missing file → NotFoundError, no permission
 // → PermissionDeniedError, anything else → UnknownError, each naming the path and strerror.
 [[noreturn]] void exec_program(const std::vector<std::string>& argv);
+
+// How a child process ended.
+struct ChildExit {
+  bool signaled = false;
+  int code = 0;  // the exit status, or the signal number when signaled
+  // The shell's convention: the exit status, or 128 + signal.
+  int status() const { return signaled ? 128 + code : code; }
+};
+
+struct ChildOptions {
+  bool search_path = false;     // look argv[0] up in PATH (execvp) instead of taking it as a path
+  int parent_death_signal = 0;  // Linux: the child gets this signal if this process dies first (0: none)
+  // The child runs in this process's terminal process group, so SIGINT and SIGQUIT typed at the
+  // terminal reach it directly: those (si_code SI_KERNEL) are not forwarded a second time.
+  bool shares_terminal = false;
+};
+
+// Runs `argv` as a child process with this environment and waits for it. While waiting, SIGTERM,
+// SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGCONT sent to this process are forwarded to the
+// child (this process does not die of them); the previous handlers are restored afterwards. A
+// child that cannot execute argv[0] prints why on stderr and exits 127 (126: not executable).
+// Throws UnknownError when fork fails. Not reentrant: one child at a time per process.
+ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& options = {});
+
+// The absolute path of the running executable (/proc/self/exe). Throws UnknownError without /proc.
+std::string self_executable();
+
+// Where temporary files go: $TMPDIR when set and not empty, else /tmp (not checked).
+std::string temp_directory();
+
+// A new directory, mode 0700, made by mkdtemp in temp_directory(): "<tmp>/<prefix>XXXXXX".
+// Throws UnknownError naming the path and strerror.
+std::string make_temp_directory(std::string_view prefix);
 
 }  // namespace chorus::launch

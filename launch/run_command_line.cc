@@ -2,8 +2,10 @@
 
 #include <charconv>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "launch/mpirun_command.h"
+#include "launch/rank_status.h"
 
 namespace chorus::launch {
 namespace {
@@ -58,6 +60,18 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
     } else if (flag == "--oversubscribe") {
       no_value();
       out.oversubscribe = true;
+    } else if (flag == "--enable-recovery") {
+      no_value();
+      out.enable_recovery = true;
+    } else if (flag == "--collective-timeout") {
+      out.collective_timeout = value_of(flag, iv);
+      env::parse_timeout_seconds(*out.collective_timeout, "--collective-timeout");  // throws when invalid
+    } else if (flag == "--status-dir") {
+      out.status_dir = value_of(flag, iv);
+      CHORUS_REQUIRE(!out.status_dir->empty(), InvalidArgumentError,
+                     "--status-dir is empty; give a directory every rank can write (or omit it)");
+    } else if (flag == kRecordExitStatusFlag) {
+      out.record_exit_status = value_of(flag, iv);
     } else if (flag == "--dry-run") {
       no_value();
       out.dry_run = true;
@@ -69,12 +83,17 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       out.help = true;
     } else {
       throw InvalidArgumentError(internal::str_cat(
-          "unknown option '", word, "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, --dry-run, "
-          "--check-build, --help, then the program (after '--' if its name starts with '-')"));
+          "unknown option '", word, "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, "
+          "--collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --help, then the program "
+          "(after '--' if its name starts with '-')"));
     }
   }
   out.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (out.help || out.check_build) return out;
+  if (out.record_exit_status) {
+    CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError, kRecordExitStatusFlag, " needs a program after '--'");
+    return out;
+  }
 
   CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError,
                  "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
@@ -103,13 +122,25 @@ options:
   -x NAME[=VALUE]      also forward this environment variable (CHORUS_*, TF_*, NCCL_*,
                        CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, LD_LIBRARY_PATH and PATH are
                        forwarded already when set)
+  --collective-timeout SECONDS
+                       how long a collective waits for the other ranks before it fails (every
+                       rank; default 300, or CHORUS_COLLECTIVE_TIMEOUT). A killed rank is noticed
+                       within seconds regardless (the ranks watch each other over TCP)
+  --enable-recovery    passed to mpirun: when a rank dies the others keep running, so that they
+                       report the loss themselves (mpirun then exits 0; chorus-run does not)
+  --status-dir DIR     where each rank records how it ended; with -H give a directory every host
+                       sees (shared file system), else chorus-run makes a temporary one
   --dry-run            print the mpirun command line (shell-quoted) instead of running it
   --check-build        print what this build of chorus contains (CUDA, cuDNN, cuBLAS, NCCL, MPI,
                        oneDNN) and how many GPUs are visible, then exit
   -h, --help           this text
 
-chorus-run adds --allow-run-as-root when run as root and returns mpirun's exit status.
-Exit status 2: a bad command line; 127: mpirun not found (apt-get install openmpi-bin).
+chorus-run adds --allow-run-as-root when run as root. Each rank runs under chorus-run itself
+(--record-exit-status), which records how it ended: chorus-run exits non-zero when any rank did,
+even where mpirun exits 0, and names each rank that failed. (With -H and no --status-dir the ranks
+are not wrapped, and mpirun's exit status is returned.)
+Exit status: mpirun's when non-zero, else the first failed rank's (128 + signal for a killed one),
+else 0; 2: a bad command line; 127: mpirun not found (apt-get install openmpi-bin).
 Example: chorus-run -np 2 -- chorus-train --strategy multi_worker --epochs 1
 )";
 }

@@ -8,6 +8,14 @@
 //   --bind-to WHAT          passed to mpirun's --bind-to (default none)
 //   --oversubscribe         always pass --oversubscribe
 //   -x NAME[=VALUE]         forward one more environment variable (repeatable)
+//   --collective-timeout S  every rank's default collective timeout, in seconds (forwarded as
+//                           -x CHORUS_COLLECTIVE_TIMEOUT=S; validated here)
+//   --enable-recovery       mpirun keeps the other ranks running when one dies, so that they can
+//                           report it (and save); chorus-run still exits non-zero
+//   --status-dir DIR        where each rank records how it ended (a directory every rank can see,
+//                           e.g. on a shared file system; default: a new temporary directory when
+//                           every rank runs on this machine — launch/rank_status.h)
+//   --record-exit-status DIR  internal: chorus-run as the per-rank wrapper (launch/rank_status.h)
 //   --dry-run               print the mpirun line instead of running it
 //   --check-build           print what this build of chorus contains and exit
 //   -h, --help              usage
@@ -17,7 +25,8 @@
 // untouched. Flags are case-sensitive, as mpirun's.
 //
 // Errors: an unknown option, an option without its value, a non-numeric -np, a missing -np without
-// -H, no program (unless --help or --check-build) → InvalidArgumentError whose message names the
+// -H, a --collective-timeout that is not a number of seconds > 0 (core/env.h), an empty
+// --status-dir, no program (unless --help or --check-build) → InvalidArgumentError whose message names the
 // problem; the tool prints it and exits 2. Range checks (-np > 0, slots vs -np) are
 // build_mpirun_argv's. Thread-safe: pure functions.
 #pragma once
@@ -33,6 +42,10 @@ struct RunCommandLine {
   bool check_build = false;
   bool dry_run = false;
   bool oversubscribe = false;
+  bool enable_recovery = false;
+  std::optional<std::string> collective_timeout;  // as given (validated: seconds > 0)
+  std::optional<std::string> status_dir;          // --status-dir
+  std::optional<std::string> record_exit_status;  // the wrapper mode: its DIR
   std::optional<int> num_processes;  // -np as given (validated later)
   std::optional<std::string> hosts;  // -H as given (parsed by parse_host_spec)
   std::string bind_to = "none";

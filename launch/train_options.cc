@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace chorus::launch {
@@ -58,6 +59,10 @@ po::options_description describe(TrainOptions& o) {
     ("log-dir", po::value(&o.log_dir), "write TensorBoard event files here (train/ and validation/)")
     ("min-accuracy", po::value(&o.min_accuracy)->default_value(o.min_accuracy),
      "exit with status 1 when the final held-out accuracy is below this (0..1)")
+    ("collective-timeout", po::value<std::string>(),
+     "seconds every collective may wait for the other replicas and workers before it fails, naming "
+     "who did not arrive (default: CHORUS_COLLECTIVE_TIMEOUT, else 300); a killed worker is noticed "
+     "within seconds either way")
     ("quiet", "no progress bar or per-epoch lines from fit (the summary lines are still printed)");
   // clang-format on
   return d;
@@ -121,6 +126,9 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
     CHORUS_REQUIRE(!vm.count(flag) || !vm[flag].as<std::string>().empty(), InvalidArgumentError, "--", flag,
                    " is empty; give a directory path (omit the flag to go without)");
   }
+  if (vm.count("collective-timeout"))
+    o.collective_timeout = env::parse_timeout_seconds(vm["collective-timeout"].as<std::string>(), "--collective-timeout");
+  env::collective_timeout();  // a bad CHORUS_COLLECTIVE_TIMEOUT is a usage error, found before anything starts
   o.resume = vm.count("no-resume") == 0;
   o.terminate_on_nan = vm.count("no-terminate-on-nan") == 0;
   o.verbose = vm.count("quiet") == 0;

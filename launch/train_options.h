@@ -6,12 +6,15 @@
 //
 // Every flag, its default and meaning is in train_usage() (the text of `chorus-train --help`) and
 // docs/launch.md. Validation happens here, once: an unknown flag, a missing or malformed value (Boost's
-// own message), an unknown --model/--strategy/--optimizer, an out-of-range number, or --data-dir
-// together with --tfrecord → InvalidArgumentError naming the flag, the value and what is valid.
+// own message), an unknown --model/--strategy/--optimizer, an out-of-range number, --data-dir
+// together with --tfrecord, a --collective-timeout that is not a number of seconds > 0, or a badly
+// set CHORUS_COLLECTIVE_TIMEOUT → InvalidArgumentError naming the flag (or variable), the value and
+// what is valid.
 // Thread-safe: pure functions. Part of chorus-train: the target chorus_launch_cli, which links
 // Boost and is not installed (chorus::chorus users do not need Boost).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +42,9 @@ struct TrainOptions {
   bool terminate_on_nan = true;       // --no-terminate-on-nan: keep going after a non-finite loss
   std::string log_dir;                // empty: no TensorBoard logs
   double min_accuracy = 0.0;          // exit status 1 below this held-out accuracy
+  // --collective-timeout SECONDS: the strategy's timeout for every collective; 0: the default
+  // (CHORUS_COLLECTIVE_TIMEOUT, else 300 s: collective::default_timeout()).
+  std::chrono::milliseconds collective_timeout{0};
   bool verbose = true;                // --quiet: no progress bar
 };
 

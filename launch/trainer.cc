@@ -68,10 +68,13 @@ void configure_devices(const TrainOptions& o, int local_rank, std::ostream& out)
 std::unique_ptr<distribute::Strategy> make_strategy(const TrainOptions& o,
                                                    const std::optional<distribute::ClusterResolver>& cluster) {
   if (o.strategy == "default") return nullptr;
+  const std::chrono::milliseconds timeout =
+      o.collective_timeout.count() > 0 ? o.collective_timeout : collective::default_timeout();
   if (o.strategy == "multi_worker") {
     distribute::MultiWorkerMirroredStrategyOptions mw;
     mw.cluster_resolver = cluster;
     mw.devices = o.devices;
+    mw.timeout = timeout;
     // Without a GPU the policy is kCpu: use every virtual CPU device this process configured.
     if (config::list_physical_devices("GPU").empty() && o.virtual_devices > 1)
       mw.cpu_devices_per_worker = o.virtual_devices;
@@ -80,9 +83,10 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainOptions& o,
   if (o.strategy == "one_device") {
     std::string device = o.devices.empty() ? "" : o.devices[0];
     if (device.empty()) device = config::list_logical_devices("GPU").empty() ? "/cpu:0" : "/gpu:0";
-    return std::make_unique<distribute::OneDeviceStrategy>(device);
+    return std::make_unique<distribute::OneDeviceStrategy>(device, timeout);
   }
-  if (o.strategy == "mirrored") return std::make_unique<distribute::MirroredStrategy>(o.devices);
+  if (o.strategy == "mirrored")
+    return std::make_unique<distribute::MirroredStrategy>(o.devices, distribute::MirroredStrategyOptions{.timeout = timeout});
   throw InternalError(str_cat("make_strategy: unhandled --strategy ", o.strategy));
 }
 
@@ -192,6 +196,15 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   phase = str_cat("making the data set (--train ", o.train_size, ", --test ", o.test_size, ")");
   Data d = make_data(o);
   line(out, "Data: " + d.description);
+  if (multi_worker) {
+    // Workers with different data would take different numbers of steps, and the one with more
+    // would wait for the others until the collective timeout: compare the sizes first, so that
+    // every worker fails at once with the same message.
+    phase = "comparing the data set sizes of the workers";
+    static_cast<const distribute::MultiWorkerMirroredStrategy&>(strategy).check_counts_agree(
+        "the data sets (--train, --test, --data-dir, --tfrecord)",
+        {{"training examples", d.train.cardinality()}, {"held-out examples", d.test.cardinality()}});
+  }
   auto train_ds = d.train.shuffle(kShuffleBuffer, o.seed).batch(o.batch_size).prefetch(data::kAutotune);
   auto test_ds = d.test.batch(o.batch_size);
 

@@ -10,7 +10,8 @@
 //      when there is no GPU, each limited to --memory-limit-mb (2048 MiB when 0 and N > 1).
 //      --virtual-devices 0 with a memory limit: one logical device per physical GPU (or the CPU)
 //      with that limit. Otherwise the default: one logical device per physical device.
-//   3. Strategy. default: the default strategy (one replica on the default device). one_device:
+//   3. Strategy (timeout of every collective: --collective-timeout, else
+//      collective::default_timeout()). default: the default strategy (one replica on the default device). one_device:
 //      OneDeviceStrategy on --devices[0], else /gpu:0 when a GPU is visible, else /cpu:0.
 //      mirrored: MirroredStrategy(--devices) (empty: all logical GPUs, else all logical CPUs).
 //      multi_worker: MultiWorkerMirroredStrategy over the processes of the mpirun job (cluster from
@@ -28,6 +29,9 @@
 //      - --tfrecord: launch/tfrecord_digits.h; the first --test records (1000 when 0) are held out
 //        and the rest (the first --train of them) are trained on.
 //      Training data is shuffled (buffer 10000, seed), batched by --batch and prefetched.
+//      Under multi_worker the workers then compare their numbers of training and held-out examples
+//      (MultiWorkerMirroredStrategy::check_counts_agree): a difference is an InvalidArgumentError
+//      on every worker naming each worker's sizes, before anything is trained.
 //   6. fit for --epochs (fewer when resuming, see below) with validation on the held-out set (TensorBoard logs in --log-dir), then
 //      evaluate the held-out set.
 //

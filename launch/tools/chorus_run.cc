@@ -3,10 +3,14 @@
 // `--dry-run` prints the command, `--check-build` prints what this build contains.
 // Usage: launch/run_command_line.cc (run_usage); guide: docs/launch.md.
 //
-// Exit status: mpirun's when it runs (chorus-run replaces itself with mpirun); 0 for --dry-run,
-// --check-build and --help; 2 for a bad command line; 127 when mpirun (or a local program given
-// with a path) is not found.
+// Exit status: mpirun's when it is non-zero, else the first failed rank's (each rank runs under
+// `chorus-run --record-exit-status DIR`, launch/rank_status.h, so a rank that failed is known even
+// when mpirun --enable-recovery exits 0), else 0; 0 for --dry-run, --check-build and --help; 2 for a
+// bad command line; 127 when mpirun (or a local program given with a path) is not found.
+#include <signal.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -14,6 +18,7 @@
 #include "launch/build_info.h"
 #include "launch/mpirun_command.h"
 #include "launch/process.h"
+#include "launch/rank_status.h"
 #include "launch/run_command_line.h"
 
 namespace cx = chorus;
@@ -27,8 +32,12 @@ constexpr int kNotFound = 127;
 int run(const std::vector<std::string>& args) {
   launch::RunCommandLine cl;
   launch::MpirunOptions o;
+  // The ranks are wrapped (their exits recorded) where the record directory is visible to all.
+  bool wrap = false;
+  std::string status_dir;
   try {
     cl = launch::parse_run_command_line(args);
+    if (cl.record_exit_status) return launch::run_rank_and_record(*cl.record_exit_status, cl.program);
     if (cl.help) {
       std::cout << launch::run_usage();
       return 0;
@@ -49,7 +58,13 @@ int run(const std::vector<std::string>& args) {
     o.run_as_root = launch::running_as_root();
     o.environment = launch::environment_names();
     o.extra_environment = cl.extra_environment;
+    if (cl.collective_timeout) o.extra_environment.push_back("CHORUS_COLLECTIVE_TIMEOUT=" + *cl.collective_timeout);
+    o.enable_recovery = cl.enable_recovery;
     o.program = cl.program;
+    wrap = !cl.hosts || cl.status_dir;
+    // The directory is made only for a real run; --dry-run shows where it would be.
+    status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
+    if (wrap) o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
     const auto argv = launch::build_mpirun_argv(o);  // validates with the name "mpirun"
     if (cl.dry_run) {
       std::cout << launch::shell_join(argv) << "\n";
@@ -74,7 +89,31 @@ int run(const std::vector<std::string>& args) {
     return kNotFound;
   }
   o.mpirun = *mpirun;
-  launch::exec_program(launch::build_mpirun_argv(o));  // returns only by throwing
+  if (!wrap) {
+    const launch::ChildExit job = launch::run_child(launch::build_mpirun_argv(o),
+                                                    {.parent_death_signal = SIGTERM, .shares_terminal = true});
+    return job.status();
+  }
+  if (cl.status_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(status_dir, ec);
+    for (const auto& r : launch::read_exit_records(status_dir))  // records of an earlier job would count
+      std::filesystem::remove(std::filesystem::path(status_dir) / ("rank-" + r.rank), ec);
+  } else {
+    status_dir = launch::make_temp_directory("chorus-run-");
+  }
+  o.rank_wrapper[2] = status_dir;
+  // mpirun gets SIGTERM (and ends its job) if chorus-run is killed.
+  const launch::ChildExit job = launch::run_child(launch::build_mpirun_argv(o),
+                                                  {.parent_death_signal = SIGTERM, .shares_terminal = true});
+  const auto verdict = launch::judge_job(job.status(), launch::read_exit_records(status_dir), o.num_processes,
+                                         /*expect_every_rank=*/true);
+  for (const auto& line : verdict.lines) std::cerr << line << "\n";
+  if (!cl.status_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(status_dir, ec);
+  }
+  return verdict.exit_status;
 }
 
 }  // namespace
@@ -82,7 +121,7 @@ int run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const cx::Error& e) {
+  } catch (const std::exception& e) {
     std::cerr << "chorus-run: " << e.what() << "\n";
     return 1;
   }

@@ -3,6 +3,7 @@
 // closed form. Every backend, dtype, op, participant count 1-5, sizes 0 to ~1M (odd ones too),
 // in-place and out-of-place; then mismatch, timeout, abort and bad-argument propagation.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <cmath>
@@ -254,6 +255,34 @@ TEST_P(InProcessTest, MissingRankTimesOutNamingItThenTheGroupIsUnusable) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(comms[2]->all_reduce(t, t), AbortedError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_P(InProcessTest, TheDefaultTimeoutComesFromChorusCollectiveTimeout) {
+  setenv("CHORUS_COLLECTIVE_TIMEOUT", "0.3", 1);  // seconds
+  EXPECT_EQ(AllReduceOptions{}.timeout, std::chrono::milliseconds(300));
+  EXPECT_EQ(BarrierOptions{}.timeout, std::chrono::milliseconds(300));
+  const int k = 2;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    if (r == 1) return;  // never arrives
+    Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:0");
+    c.all_reduce(t, t)->wait();  // default options: 0.3 s, not 300 s
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  setenv("CHORUS_COLLECTIVE_TIMEOUT", "-1", 1);
+  try {
+    AllReduceOptions bad;
+    ADD_FAILURE() << "CHORUS_COLLECTIVE_TIMEOUT=-1 was accepted: " << bad.timeout.count() << " ms";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("CHORUS_COLLECTIVE_TIMEOUT='-1'"), std::string::npos) << e.what();
+  }
+  unsetenv("CHORUS_COLLECTIVE_TIMEOUT");
+  EXPECT_EQ(AllReduceOptions{}.timeout, kDefaultTimeout);
+  EXPECT_LT(took, std::chrono::seconds(10));
+  ASSERT_TRUE(errors[0]);
+  EXPECT_THROW(std::rethrow_exception(errors[0]), DeadlineExceededError);
 }
 
 TEST_P(InProcessTest, AbortWakesEveryoneWithTheReason) {

@@ -33,5 +33,48 @@ TEST(EnvTest, BadBoolNamesVariableAndValue) {
   unsetenv("CHORUS_TEST_FLAG");
 }
 
+TEST(EnvTest, TimeoutsAreSecondsAboveZero) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(env::parse_timeout_seconds("300", "X"), milliseconds(300000));
+  EXPECT_EQ(env::parse_timeout_seconds("2.5", "X"), milliseconds(2500));
+  EXPECT_EQ(env::parse_timeout_seconds("1e3", "X"), milliseconds(1000000));
+  EXPECT_EQ(env::parse_timeout_seconds(".0001", "X"), milliseconds(1)) << "rounded up to a whole millisecond";
+  for (const char* bad : {"0", "-3", "", "abc", "5s", " 5", "5 ", "inf", "nan", "0x10", "1e99", "--1"}) {
+    try {
+      env::parse_timeout_seconds(bad, "--flag");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--flag='") + bad + "' is not a valid timeout"),
+                std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(EnvTest, CollectiveTimeoutVariable) {
+  unsetenv("CHORUS_COLLECTIVE_TIMEOUT");
+  EXPECT_FALSE(env::collective_timeout().has_value());
+  setenv("CHORUS_COLLECTIVE_TIMEOUT", "12", 1);
+  EXPECT_EQ(env::collective_timeout(), std::chrono::milliseconds(12000));
+  setenv("CHORUS_COLLECTIVE_TIMEOUT", "0", 1);
+  try {
+    env::collective_timeout();
+    ADD_FAILURE() << "0 accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("CHORUS_COLLECTIVE_TIMEOUT='0'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than 0"), std::string::npos) << e.what();
+  }
+  unsetenv("CHORUS_COLLECTIVE_TIMEOUT");
+}
+
+TEST(EnvTest, PeerMonitorSwitch) {
+  unsetenv("CHORUS_PEER_MONITOR");
+  EXPECT_TRUE(env::peer_monitor_enabled());
+  setenv("CHORUS_PEER_MONITOR", "off", 1);
+  EXPECT_FALSE(env::peer_monitor_enabled());
+  setenv("CHORUS_PEER_MONITOR", "sometimes", 1);
+  EXPECT_THROW(env::peer_monitor_enabled(), InvalidArgumentError);
+  unsetenv("CHORUS_PEER_MONITOR");
+}
+
 }  // namespace
 }  // namespace chorus

@@ -454,6 +454,28 @@ TEST(MultiWorkerErrors, ResolverThatDisagreesWithMpiIsRefusedEverywhere) {
   EXPECT_TRUE(contains(m, "MPI rank 1 is worker 0 according to its cluster resolver")) << m;
 }
 
+TEST(MultiWorkerErrors, DatasetsOfDifferentSizesAreRefusedOnEveryWorkerBeforeTheFirstStep) {
+  collective::MpiEnvironment env;
+  MultiWorkerMirroredStrategy s({.timeout = kTimeout});
+  // Worker w reads 10 + w global batches: the steps could never match (before, fit waited for the
+  // worker with fewer batches until the timeout).
+  const std::int64_t batches = 10 + env.world_rank();
+  const auto start = std::chrono::steady_clock::now();
+  std::string m;
+  try {
+    s.experimental_distribute_dataset(rows(batches * 4, 4));
+  } catch (const InvalidArgumentError& e) {
+    m = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "not a timed-out collective";
+  EXPECT_TRUE(contains(m, "the datasets differ across workers")) << m;
+  for (int w = 0; w < env.world_size(); ++w)
+    EXPECT_TRUE(contains(m, "worker " + std::to_string(w) + ": " + std::to_string(10 + w) + " global batches")) << m;
+  // Equal sizes pass; kOff (each worker reads its own data) is not compared.
+  EXPECT_NO_THROW(s.experimental_distribute_dataset(rows(40, 4)));
+  EXPECT_NO_THROW(s.experimental_distribute_dataset(rows(batches * 4, 4), AutoShardPolicy::kOff));
+}
+
 }  // namespace
 }  // namespace chorus::distribute
 

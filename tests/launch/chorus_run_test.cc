@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "launch/build_info.h"
@@ -18,6 +19,9 @@ using ::testing::HasSubstr;
 
 const std::string kTool = CHORUS_RUN_PATH;
 
+// chorus-run's own absolute path, as it writes it into the rank wrapper.
+std::string self_path() { return std::filesystem::canonical(kTool).string(); }
+
 TEST(ChorusRun, DryRunPrintsOneQuotedLine) {
   // A controlled environment: exactly one variable chorus forwards besides PATH.
   const auto r = run_tool({kTool, "--dry-run", "-np", "2", "-H", "a:1,b:1", "--", "./x", "--flag", "a b"},
@@ -27,6 +31,23 @@ TEST(ChorusRun, DryRunPrintsOneQuotedLine) {
   EXPECT_EQ(r.out, "mpirun -np 2 -H a:1,b:1 --bind-to none" + root +
                        " -x CHORUS_LAUNCH_TEST -x PATH -- ./x --flag 'a b'\n");
   EXPECT_EQ(r.err, "");
+}
+
+TEST(ChorusRun, DryRunOnThisMachineShowsTheRankWrapperAndTheTimeout) {
+  // Without -H every rank runs here: each is wrapped to record how it ended (launch/rank_status.h).
+  const auto r = run_tool({kTool, "--dry-run", "-np", "2", "--enable-recovery", "--collective-timeout", "20", "--",
+                           "./x", "a b"},
+                          std::vector<std::string>{"PATH=/usr/bin:/bin", "TMPDIR=/scratch"});
+  const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "mpirun -np 2 --bind-to none" + root + " --enable-recovery -x CHORUS_COLLECTIVE_TIMEOUT=20 -x PATH -- " +
+                       self_path() + " --record-exit-status /scratch/chorus-run-XXXXXX -- ./x 'a b'\n");
+  const auto shared = run_tool({kTool, "--dry-run", "-np", "2", "-H", "a,b", "--status-dir", "/nfs/s", "--", "./x"},
+                               std::vector<std::string>{"PATH=/bin"});
+  EXPECT_THAT(shared.out, HasSubstr(" -- " + self_path() + " --record-exit-status /nfs/s -- ./x\n"));
+  const auto bad = run_tool({kTool, "--dry-run", "-np", "2", "--collective-timeout", "never", "--", "./x"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--collective-timeout='never' is not a valid timeout"));
 }
 
 TEST(ChorusRun, NpDefaultsToTheSlotsOfTheHosts) {

@@ -97,6 +97,14 @@ TEST(MpirunArgv, OversubscribesOnlyWhenAskedAndBounded) {
   EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--", "./x"}));
 }
 
+TEST(MpirunArgv, RecoveryAndTheRankWrapper) {
+  MpirunOptions o = basic(2);
+  o.enable_recovery = true;
+  o.rank_wrapper = {"/opt/bin/chorus-run", "--record-exit-status", "/tmp/s", "--"};
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "2", "--bind-to", "none", "--enable-recovery", "--",
+                                        "/opt/bin/chorus-run", "--record-exit-status", "/tmp/s", "--", "./x"}));
+}
+
 TEST(MpirunArgv, HostsWithSlots) {
   MpirunOptions o = basic(4);
   o.hosts = parse_host_spec("a:2,b:2");

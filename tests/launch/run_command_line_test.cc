@@ -66,10 +66,31 @@ TEST(RunCommandLine, Errors) {
   EXPECT_THAT(error_of({"--dry-run=yes", "p"}), HasSubstr("--dry-run takes no value"));
 }
 
+TEST(RunCommandLine, RecoveryTimeoutAndStatusDirectory) {
+  const auto cl = parse_run_command_line(
+      {"-np", "2", "--enable-recovery", "--collective-timeout", "7.5", "--status-dir=/shared/s", "--", "./x"});
+  EXPECT_TRUE(cl.enable_recovery);
+  EXPECT_EQ(cl.collective_timeout, "7.5");
+  EXPECT_EQ(cl.status_dir, "/shared/s");
+  EXPECT_FALSE(cl.record_exit_status);
+  EXPECT_THAT(error_of({"-np", "2", "--collective-timeout", "0", "p"}),
+              HasSubstr("--collective-timeout='0' is not a valid timeout"));
+  EXPECT_THAT(error_of({"-np", "2", "--collective-timeout", "ten", "p"}), HasSubstr("not a number of seconds"));
+  EXPECT_THAT(error_of({"-np", "2", "--status-dir", "", "p"}), HasSubstr("--status-dir is empty"));
+  EXPECT_THAT(error_of({"-np", "2", "--enable-recovery=1", "p"}), HasSubstr("--enable-recovery takes no value"));
+}
+
+TEST(RunCommandLine, TheRankWrapperNeedsOnlyItsDirectoryAndAProgram) {
+  const auto cl = parse_run_command_line({"--record-exit-status", "/tmp/d", "--", "prog", "-np", "3"});
+  EXPECT_EQ(cl.record_exit_status, "/tmp/d");
+  EXPECT_EQ(cl.program, (Args{"prog", "-np", "3"}));
+  EXPECT_THAT(error_of({"--record-exit-status", "/tmp/d"}), HasSubstr("needs a program"));
+}
+
 TEST(RunCommandLine, UsageMentionsEveryOption) {
   const std::string usage = run_usage();
   for (const char* flag : {"-np", "-H", "--bind-to", "--oversubscribe", "-x", "--dry-run", "--check-build", "--help",
-                           "openmpi-bin"})
+                           "--collective-timeout", "--enable-recovery", "--status-dir", "openmpi-bin"})
     EXPECT_THAT(usage, HasSubstr(flag));
 }
 

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "tests/core/test_util.h"
@@ -88,13 +89,29 @@ TEST(TrainOptions, ValuesAreValidated) {
   EXPECT_THAT(error_of({"--strategy", "default", "--devices", "/cpu:0"}), HasSubstr("--strategy default"));
 }
 
+TEST(TrainOptions, CollectiveTimeoutIsSecondsAboveZero) {
+  EXPECT_EQ(parse_train_options(Args{}).collective_timeout.count(), 0) << "0: the default";
+  EXPECT_EQ(parse_train_options(Args{"--collective-timeout", "30"}).collective_timeout.count(), 30000);
+  EXPECT_EQ(parse_train_options(Args{"--collective-timeout=2.5"}).collective_timeout.count(), 2500);
+  for (const char* bad : {"0", "-5", "abc", "5s", "", " 5", "inf", "nan", "1e9"})
+    EXPECT_THAT(error_of({"--collective-timeout", bad}), HasSubstr(std::string("--collective-timeout='") + bad + "'"))
+        << bad;
+}
+
+TEST(TrainOptions, ABadCollectiveTimeoutVariableIsAUsageError) {
+  setenv("CHORUS_COLLECTIVE_TIMEOUT", "soon", 1);
+  const std::string m = error_of({"--collective-timeout", "10"});
+  unsetenv("CHORUS_COLLECTIVE_TIMEOUT");
+  EXPECT_THAT(m, HasSubstr("CHORUS_COLLECTIVE_TIMEOUT='soon' is not a valid timeout"));
+}
+
 TEST(TrainOptions, HelpListsEveryFlag) {
   EXPECT_TRUE(parse_train_options(Args{"--help"}).help);
   const std::string usage = train_usage();
   for (const char* flag : {"--help", "--model", "--strategy", "--devices", "--virtual-devices", "--memory-limit-mb",
                            "--epochs", "--batch", "--learning-rate", "--optimizer", "--data-dir", "--tfrecord",
                            "--train", "--test", "--seed", "--checkpoint-dir", "--no-resume", "--log-dir",
-                           "--min-accuracy", "--quiet"})
+                           "--min-accuracy", "--quiet", "--collective-timeout"})
     EXPECT_THAT(usage, HasSubstr(flag));
 }
 

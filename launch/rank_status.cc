@@ -1,0 +1,170 @@
+#include "launch/rank_status.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "launch/process.h"
+
+namespace chorus::launch {
+namespace {
+
+using internal::str_cat;
+namespace fs = std::filesystem;
+
+constexpr std::string_view kPrefix = "rank-";
+
+std::optional<int> parse_int(std::string_view text) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+// The rank's name: mpirun's variables, else this process's id.
+std::string rank_name() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    const char* v = std::getenv(var);
+    if (v && parse_int(v) && *parse_int(v) >= 0) return v;
+  }
+  return str_cat("pid-", ::getpid());
+}
+
+// Numbers first (numerically), then the rest by name.
+bool rank_less(const RankExit& a, const RankExit& b) {
+  const auto x = parse_int(a.rank), y = parse_int(b.rank);
+  if (x && y) return *x < *y;
+  if (x || y) return x.has_value();
+  return a.rank < b.rank;
+}
+
+}  // namespace
+
+std::string RankExit::describe() const {
+  if (!signaled) return str_cat("rank ", rank, " exited with status ", code);
+  const char* name = sigabbrev_np(code);
+  return str_cat("rank ", rank, " was killed by signal ", code, name ? str_cat(" (SIG", name, ")") : std::string());
+}
+
+std::string format_exit_record(const RankExit& exit) {
+  return str_cat(exit.signaled ? "signal " : "exit ", exit.code, "\n");
+}
+
+std::optional<RankExit> parse_exit_record(std::string_view rank, std::string_view text) {
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  RankExit out;
+  out.rank = std::string(rank);
+  std::string_view number;
+  if (text.rfind("exit ", 0) == 0) {
+    number = text.substr(5);
+  } else if (text.rfind("signal ", 0) == 0) {
+    out.signaled = true;
+    number = text.substr(7);
+  } else {
+    return std::nullopt;
+  }
+  const auto n = parse_int(number);
+  if (!n || *n < 0 || *n > 255) return std::nullopt;
+  out.code = *n;
+  return out;
+}
+
+std::vector<RankExit> read_exit_records(const std::string& dir) {
+  std::vector<RankExit> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0) continue;  // the wrapper's temporary files start with '.'
+    const std::string rank = name.substr(kPrefix.size());
+    std::ifstream in(entry.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (auto record = parse_exit_record(rank, text)) out.push_back(*record);
+    else out.push_back({rank, false, 255});
+  }
+  std::sort(out.begin(), out.end(), rank_less);
+  return out;
+}
+
+int run_rank_and_record(const std::string& dir, const std::vector<std::string>& program) {
+  CHORUS_REQUIRE(!program.empty() && !program[0].empty(), InvalidArgumentError, kRecordExitStatusFlag, " ", dir,
+                 ": no program to run after '--'");
+  RankExit exit;
+  exit.rank = rank_name();
+  // The child dies with this wrapper: if mpirun kills the wrapper, the program must not live on.
+  const ChildExit child = run_child(program, {.search_path = true, .parent_death_signal = SIGKILL});
+  exit.signaled = child.signaled;
+  exit.code = child.code;
+
+  // Written whole under a temporary name, then renamed: a record is complete or absent.
+  const std::string path = str_cat(dir, "/", kPrefix, exit.rank);
+  const std::string temp = str_cat(dir, "/.", kPrefix, exit.rank, ".", ::getpid());
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << format_exit_record(exit);
+    out.close();
+    std::error_code ec;
+    if (out) fs::rename(temp, path, ec);
+    if (!out || ec) {
+      std::cerr << "chorus-run: cannot record how rank " << exit.rank << " ended in " << dir << ": "
+                << (ec ? ec.message() : std::string(std::strerror(errno))) << "\n";
+      fs::remove(temp, ec);
+    }
+  }
+  if (exit.signaled) {
+    // End like the program: the same signal, so mpirun reports what really happened. No core
+    // file of the wrapper (the program wrote its own, if any).
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::signal(exit.code, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, exit.code);
+    ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    ::raise(exit.code);
+  }
+  return exit.status();  // an exit code, or a signal that does not end a process (e.g. SIGCONT)
+}
+
+JobVerdict judge_job(int mpirun_status, const std::vector<RankExit>& records, int num_processes,
+                     bool expect_every_rank) {
+  JobVerdict v;
+  std::vector<const RankExit*> failed;
+  std::map<int, bool> seen;
+  for (const auto& r : records) {
+    if (!r.ok()) failed.push_back(&r);
+    if (const auto n = parse_int(r.rank)) seen[*n] = true;
+  }
+  for (const RankExit* r : failed) v.lines.push_back("chorus-run: " + r->describe());
+  std::string missing;
+  int missing_count = 0;
+  if (expect_every_rank) {
+    for (int r = 0; r < num_processes; ++r) {
+      if (seen.count(r)) continue;
+      missing += str_cat(missing.empty() ? "" : ", ", r);
+      ++missing_count;
+    }
+    if (missing_count > 0)
+      v.lines.push_back(str_cat("chorus-run: rank", missing_count == 1 ? " " : "s ", missing,
+                                " left no exit status (killed together with its chorus-run wrapper, or never started)"));
+  }
+  if (mpirun_status != 0) v.exit_status = mpirun_status;
+  else if (!failed.empty()) v.exit_status = failed.front()->status();
+  else if (missing_count > 0) v.exit_status = 1;
+  if (mpirun_status == 0 && v.exit_status != 0)
+    v.lines.push_back(str_cat("chorus-run: mpirun exited with status 0 although the job failed (as mpirun "
+                              "--enable-recovery does); exiting with status ", v.exit_status));
+  return v;
+}
+
+}  // namespace chorus::launch

@@ -1,0 +1,184 @@
+// The operator's bad nights, with real Open MPI jobs started by chorus-run (labels mpi, hostile):
+//   - rank 1 of a chorus-train job is SIGKILLed mid-training under --enable-recovery: rank 0 must
+//     exit non-zero within 10 s naming rank 1 and its host, and chorus-run must exit non-zero
+//     (before: the survivor waited out the 300 s collective timeout and mpirun exited 0);
+//   - workers given different --train sizes fail before the first step naming both sizes
+//     (before: the worker with more batches waited ~300 s);
+//   - a rank that exits non-zero under --enable-recovery (or OMPI_MCA_orte_enable_recovery=1)
+//     makes chorus-run exit with its status (before: 0, mpirun's).
+// Each job runs with its output in a file and a deadline, so a hang fails the test, never CTest.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/peer_monitor.h"
+#include "launch/process.h"
+
+extern char** environ;
+
+namespace chorus::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A command started in its own process group with stdout and stderr going to one file.
+class Job {
+ public:
+  Job(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
+    char name[] = "/tmp/chorus-hostile-XXXXXX";
+    const int fd = ::mkstemp(name);
+    output_ = name;
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> args, envp;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execve(args[0], args.data(), envp.data());
+      ::_exit(126);
+    }
+    ::close(fd);
+  }
+  ~Job() {
+    if (pid_ > 0) {  // still running: the test failed; end the whole job
+      ::kill(-pid_, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      ::kill(-pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::unlink(output_.c_str());
+  }
+  std::string output() const { return read_file(output_); }
+  // The exit status (128 + signal), or nullopt when it is still running after `limit`.
+  std::optional<int> wait_for(std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    while (Clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string output_;
+};
+
+// The pid of the process whose argv[0] is `program` and whose environment holds every entry of
+// `marks` ("NAME=VALUE"); -1 when there is none.
+pid_t find_process(const std::string& program, const std::vector<std::string>& marks) {
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return -1;
+  pid_t found = -1;
+  while (dirent* d = ::readdir(proc)) {
+    const pid_t pid = std::atoi(d->d_name);
+    if (pid <= 0) continue;
+    const std::string dir = "/proc/" + std::string(d->d_name);
+    const std::string cmdline = read_file(dir + "/cmdline");
+    if (cmdline.substr(0, cmdline.find('\0')) != program) continue;
+    const std::string env = read_file(dir + "/environ");
+    bool all = true;
+    for (const auto& m : marks) all = all && env.find(std::string(1, '\0') + m + '\0') != std::string::npos;
+    if (all) found = pid;
+  }
+  ::closedir(proc);
+  return found;
+}
+
+TEST(ChorusRunHostile, AKilledWorkerEndsTheJobWithinSecondsNamingIt) {
+  const std::string mark = "CHORUS_TEST_KILL_DRILL=" + std::to_string(::getpid());
+  // Long enough to be mid-training at the kill: 50 epochs of 20000 examples.
+  Job job({CHORUS_RUN_PATH, "--enable-recovery", "-np", "2", "--", CHORUS_TRAIN_PATH, "--strategy", "multi_worker",
+           "--model", "mlp", "--epochs", "50", "--train", "20000", "--test", "200", "--batch", "32", "--quiet"},
+          {mark});
+  // Training has begun once the chief printed its data line; then let it run a little.
+  const auto started = Clock::now();
+  while (job.output().find("Data: synthetic digits") == std::string::npos) {
+    ASSERT_LT(Clock::now() - started, std::chrono::seconds(60)) << job.output();
+    ASSERT_FALSE(job.wait_for(std::chrono::milliseconds(50))) << "the job ended before the kill:\n" << job.output();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const pid_t victim = find_process(CHORUS_TRAIN_PATH, {mark, "OMPI_COMM_WORLD_RANK=1"});
+  ASSERT_GT(victim, 0) << "rank 1 of the job not found";
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto killed = Clock::now();
+  const auto status = job.wait_for(std::chrono::seconds(60));
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  const std::string out = job.output();
+  ASSERT_TRUE(status) << "chorus-run still runs 60 s after the kill (the survivor waits for the timeout)\n" << out;
+  EXPECT_LT(took, 10.0) << out;
+  EXPECT_NE(*status, 0) << out;
+  const std::string host = collective::local_host_name();
+  // Rank 0's own error: UNAVAILABLE, naming rank 1, its host and its pid.
+  EXPECT_THAT(out, HasSubstr("chorus-train: UNAVAILABLE"));
+  EXPECT_THAT(out, HasSubstr("rank 1 (host " + host + ", pid " + std::to_string(victim) + ")"));
+  EXPECT_THAT(out, HasSubstr("chorus-run: rank 0 exited with status 1"));
+  EXPECT_THAT(out, HasSubstr("chorus-run: rank 1 was killed by signal 9 (SIGKILL)"));
+  std::printf("kill to chorus-run's exit: %.2f s\n", took);
+}
+
+TEST(ChorusRunHostile, WorkersWithDifferentTrainSizesFailBeforeTheFirstStep) {
+  // Rank 0 trains on 600 examples, rank 1 on 1000: one model cannot be trained on both.
+  const std::string script = std::string("if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then n=600; else n=1000; fi; exec ") +
+                             CHORUS_TRAIN_PATH + " --strategy multi_worker --model mlp --epochs 1 --train $n --test 200"
+                             " --batch 32 --quiet";
+  const auto start = Clock::now();
+  Job job({CHORUS_RUN_PATH, "-np", "2", "--", "/bin/sh", "-c", script}, {});
+  const auto status = job.wait_for(std::chrono::seconds(60));
+  const std::string out = job.output();
+  ASSERT_TRUE(status) << "still running after 60 s: the workers wait for each other\n" << out;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30)) << out;
+  EXPECT_NE(*status, 0) << out;
+  EXPECT_THAT(out, HasSubstr("INVALID_ARGUMENT: the data sets (--train, --test, --data-dir, --tfrecord) differ across "
+                             "workers: worker 0: 600 training examples, 200 held-out examples; worker 1: 1000 "
+                             "training examples, 200 held-out examples"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("held-out accuracy"))) << "it trained";
+}
+
+TEST(ChorusRunHostile, AFailedRankFailsTheJobUnderRecoveryWhateverMpirunSays) {
+  // mpirun --enable-recovery exits 0 when a rank exits 3: chorus-run must exit 3.
+  Job flag({CHORUS_RUN_PATH, "--enable-recovery", "-np", "2", "--", MPI_PROBE_PATH, "--exit-code", "3"},
+           {"CHORUS_LAUNCH_PROBE=forwarded"});
+  const auto a = flag.wait_for(std::chrono::seconds(60));
+  ASSERT_TRUE(a) << flag.output();
+  EXPECT_EQ(*a, 3) << flag.output();
+  EXPECT_THAT(flag.output(), HasSubstr("chorus-run: rank 1 exited with status 3"));
+  // The same through Open MPI's own variable, which chorus-run does not parse.
+  Job mca({CHORUS_RUN_PATH, "-np", "2", "--", MPI_PROBE_PATH, "--exit-code", "3"},
+          {"CHORUS_LAUNCH_PROBE=forwarded", "OMPI_MCA_orte_enable_recovery=1"});
+  const auto b = mca.wait_for(std::chrono::seconds(60));
+  ASSERT_TRUE(b) << mca.output();
+  EXPECT_EQ(*b, 3) << mca.output();
+}
+
+}  // namespace
+}  // namespace chorus::launch
