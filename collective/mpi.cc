@@ -743,9 +743,11 @@ class MpiCommunicator final : public Communicator {
   // `waited`: how long the call had been waiting; nullopt when it had not started.
   [[noreturn]] void lose_peer(const Fingerprint& fp, std::optional<Clock::duration> waited) {
     std::string who;
+    std::vector<int> dead;
     for (PeerLoss loss : monitor_->losses()) {
       if (loss.host.empty()) loss.host = host_of(loss.rank);
       who += (who.empty() ? "" : "; ") + loss.to_string();
+      dead.push_back(loss.rank);
     }
     const std::string notice = str_cat(who, " (seen by rank ", rank_, " on host ", host_of(rank_), ")");
     const std::string when =
@@ -761,7 +763,7 @@ class MpiCommunicator final : public Communicator {
         failed_ = true;
         lost_ = true;
         failure_ = message;
-        send_notices_locked(kLostNotice, fp.sequence, notice);
+        send_notices_locked(kLostNotice, fp.sequence, notice, dead);
       }
     }
     g_peer_lost = true;
@@ -809,11 +811,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   // One small Isend to every other rank; never waited for (the Channel keeps buffer and request).
-  void send_notices_locked(std::int32_t kind, std::uint64_t sequence, const std::string& text) {
+  // `skip`: ranks known to be dead (nothing to tell them, and MPI may not like sending to them).
+  void send_notices_locked(std::int32_t kind, std::uint64_t sequence, const std::string& text,
+                           const std::vector<int>& skip = {}) {
     int finalized = 1;
     MPI_Finalized(&finalized);
     for (int r = 0; r < size_ && !finalized; ++r) {
-      if (r == rank_) continue;
+      if (r == rank_ || std::find(skip.begin(), skip.end(), r) != skip.end()) continue;
       Notice& n = ch_->outgoing.emplace_back();
       n.comm_id = id_;
       n.sequence = sequence;

@@ -1,12 +1,12 @@
 #include "launch/process.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -20,20 +20,6 @@ namespace chorus::launch {
 namespace {
 
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
-
-// The child that signals go to, and whether terminal-generated SIGINT/SIGQUIT reach it directly.
-std::atomic<pid_t> g_forward_to{0};
-std::atomic<bool> g_shares_terminal{false};
-static_assert(std::atomic<pid_t>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
-
-void forward_signal(int sig, siginfo_t* info, void*) {
-  const pid_t child = g_forward_to.load();
-  if (child <= 0) return;  // also in a child between fork and exec: never kill(0, ...)
-  if ((sig == SIGINT || sig == SIGQUIT) && g_shares_terminal.load() && info && info->si_code == SI_KERNEL) return;
-  const int saved = errno;
-  ::kill(child, sig);
-  errno = saved;
-}
 
 bool is_executable_file(const std::string& path) {
   struct stat st {};
@@ -92,36 +78,36 @@ ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& op
   for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
   raw.push_back(nullptr);
 
-  g_forward_to.store(0);
-  g_shares_terminal.store(options.shares_terminal);
-  struct sigaction action {};
-  action.sa_sigaction = forward_signal;
-  action.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  struct sigaction saved[std::size(kForwarded)];
-  for (std::size_t i = 0; i < std::size(kForwarded); ++i) ::sigaction(kForwarded[i], &action, &saved[i]);
+  // Signals are taken synchronously (blocked, then sigtimedwait), not by handlers: nothing runs in
+  // signal context, no signal is lost between fork and the pid being known, and a sanitizer that
+  // defers handlers cannot leave one waiting. SIGCHLD (default disposition, so it is generated)
+  // wakes the loop when the child ends.
+  sigset_t set, old_mask;
+  sigemptyset(&set);
+  for (int sig : kForwarded) sigaddset(&set, sig);
+  sigaddset(&set, SIGCHLD);
+  struct sigaction dfl {}, old_chld {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGCHLD, &dfl, &old_chld);
+  ::pthread_sigmask(SIG_BLOCK, &set, &old_mask);
   const auto restore = [&] {
-    g_forward_to.store(0);
-    for (std::size_t i = 0; i < std::size(kForwarded); ++i) ::sigaction(kForwarded[i], &saved[i], nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    ::sigaction(SIGCHLD, &old_chld, nullptr);
   };
 
-  // Signals that come before the child's pid is known wait (blocked) instead of being lost.
-  sigset_t block, old_mask;
-  sigemptyset(&block);
-  for (int sig : kForwarded) sigaddset(&block, sig);
-  ::sigprocmask(SIG_BLOCK, &block, &old_mask);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     restore();
     throw UnknownError(internal::str_cat("cannot start ", argv[0], ": fork failed: ", std::strerror(err)));
   }
   if (pid == 0) {
-    // Handlers become the defaults at exec; the mask is inherited, so restore it. Only
-    // async-signal-safe calls here.
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    // The mask and SIGCHLD's disposition survive exec: give the program what this process had.
+    // Only async-signal-safe calls here.
+    ::sigaction(SIGCHLD, &old_chld, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     if (options.parent_death_signal != 0) {
       ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
       if (::getppid() != parent) ::_exit(128 + options.parent_death_signal);  // the parent is already gone
@@ -135,10 +121,17 @@ ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& op
     }
     ::_exit(err == EACCES || err == EPERM ? 126 : 127);
   }
-  g_forward_to.store(pid);
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid || (done < 0 && errno != EINTR)) break;
+    siginfo_t info{};
+    const timespec tick{1, 0};  // a missed SIGCHLD costs at most this
+    const int sig = ::sigtimedwait(&set, &info, &tick);
+    if (sig <= 0 || sig == SIGCHLD) continue;
+    // Typed at the terminal: the child, in the same process group, got it from the kernel too.
+    if ((sig == SIGINT || sig == SIGQUIT) && options.shares_terminal && info.si_code == SI_KERNEL) continue;
+    ::kill(pid, sig);
   }
   restore();
   if (WIFSIGNALED(status)) return {true, WTERMSIG(status)};

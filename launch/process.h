@@ -4,7 +4,7 @@
 //
 // Thread-safety: environment_names() reads `environ`; do not call it while another thread calls
 // setenv. exec_program() replaces the whole process (every thread) when it succeeds. run_child()
-// installs process-wide signal handlers while it waits: call it from one thread.
+// takes signals while it waits: see there.
 #pragma once
 
 #include <optional>
@@ -48,9 +48,12 @@ struct ChildOptions {
 
 // Runs `argv` as a child process with this environment and waits for it. While waiting, SIGTERM,
 // SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGCONT sent to this process are forwarded to the
-// child (this process does not die of them); the previous handlers are restored afterwards. A
-// child that cannot execute argv[0] prints why on stderr and exits 127 (126: not executable).
-// Throws UnknownError when fork fails. Not reentrant: one child at a time per process.
+// child (this process does not die of them): they are blocked in the calling thread and taken
+// with sigtimedwait, so call it from a single-threaded program (chorus-run is one) or with those
+// signals blocked in every other thread. The signal mask and SIGCHLD's disposition are restored
+// afterwards (a signal still pending then is delivered as usual). A child that cannot execute
+// argv[0] prints why on stderr and exits 127 (126: not executable). Throws UnknownError when fork
+// fails. Not reentrant: one child at a time per process.
 ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& options = {});
 
 // The absolute path of the running executable (/proc/self/exe). Throws UnknownError without /proc.

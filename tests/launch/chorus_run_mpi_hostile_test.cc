@@ -46,9 +46,18 @@ class Job {
     char name[] = "/tmp/chorus-hostile-XXXXXX";
     const int fd = ::mkstemp(name);
     output_ = name;
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    // `extra_env` first and alone: it replaces variables of the same name in ours.
+    std::vector<std::string> env = extra_env;
+#if defined(CHORUS_JOB_TSAN_OPTIONS)
+    env.push_back("TSAN_OPTIONS=" CHORUS_JOB_TSAN_OPTIONS);  // the ranks need Open MPI's suppressions too
+#endif
+    const auto name_of = [](const std::string& e) { return e.substr(0, e.find('=')); };
+    for (char** e = environ; *e; ++e) {
+      const std::string entry = *e;
+      bool replaced = false;
+      for (const auto& x : env) replaced = replaced || name_of(x) == name_of(entry);
+      if (!replaced) env.push_back(entry);
+    }
     std::vector<char*> args, envp;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
