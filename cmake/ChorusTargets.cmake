@@ -41,3 +41,18 @@ function(chorus_add_module name)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chorus/${name}
           FILES_MATCHING PATTERN "*.h")
 endfunction()
+
+# chorus_hide_gpus_from_cpu_tests(): every test of the calling folder added with add_test whose
+# LABELS lack gpu runs with CUDA_VISIBLE_DEVICES set empty, so that it tests the CPU paths on any
+# machine: on a GPU machine chorus would otherwise place its work on GPU:0 (a cpu test then checks
+# a GPU kernel against a CPU formula, several reserve the whole GPU at once, MPI ranks share one
+# GPU). gtest-discovered tests get the same from chorus_add_test. Call it at the end of the file.
+function(chorus_hide_gpus_from_cpu_tests)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t ${tests})
+    get_test_property(${t} LABELS labels)
+    if(NOT "gpu" IN_LIST labels)
+      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "CUDA_VISIBLE_DEVICES=")
+    endif()
+  endforeach()
+endfunction()

@@ -108,9 +108,7 @@ std::vector<std::unique_ptr<collective::Communicator>> make_cross_device_communi
     case CrossDeviceOps::kVirtualGpu: return collective::make_virtual_gpu_group(names);
     case CrossDeviceOps::kNccl: return collective::make_nccl_group(names);
     case CrossDeviceOps::kReductionToOneDevice:
-      CHORUS_REQUIRE(count(devices).gpus == 0, UnavailableError, "reduction to one device of GPU tensors is not "
-                     "available yet (", choice.reason, "); use logical devices of one kind: all CPUs, one GPU split "
-                     "into virtual GPUs, or distinct GPUs with NCCL");
+      // Any devices, mixed too: GPU tensors travel through host copies (collective/reference.h).
       return collective::make_reference_group(k);
     case CrossDeviceOps::kAuto: break;
   }

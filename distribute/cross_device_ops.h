@@ -43,7 +43,7 @@ CrossDeviceChoice choose_cross_device_ops(const std::vector<LogicalDevice>& devi
                                           CrossDeviceOps requested = CrossDeviceOps::kAuto);
 
 // One communicator per device (element r for the replica on devices[r]) implementing `choice`.
-// reduction_to_one_device over GPU devices is not available yet → UnavailableError.
+// reduction_to_one_device works on any devices (GPU tensors through host copies).
 std::vector<std::unique_ptr<collective::Communicator>> make_cross_device_communicators(
     const std::vector<LogicalDevice>& devices, const CrossDeviceChoice& choice);
 

@@ -318,7 +318,9 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   for (const Layout layout : layouts) {
     // x side (input of forward / backward filter, output of backward data).
     const auto cx = strides_of(layout, in.h, in.w, g.in_c);
-    const std::int64_t x_off = g.pad_top * cx[1] + g.pad_left * cx[2];
+    // Only an explicitly padded workspace holds x at an offset; with symmetric padding cuDNN pads
+    // and x fills the workspace from its first element.
+    const std::int64_t x_off = in.padded_copy ? g.pad_top * cx[1] + g.pad_left * cx[2] : 0;
     const bool x_direct = layout == Layout::kNHWC && !in.padded_copy;
     Scratch x_buf;
     void* xp = nullptr;
