@@ -61,6 +61,12 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 namespace {
 
+// Tearing communicators down happens on failure paths and in destructors, where throwing would
+// hide the first error or terminate: a failing NCCL call there is logged instead.
+void warn_if_failed(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) CHORUS_LOG(WARNING) << "nccl: " << call << " failed: " << ncclGetErrorString(r);
+}
+
 // The NCCL communicators of a group, aborted once when the group fails.
 struct Comms {
   std::mutex mu;
@@ -71,11 +77,11 @@ struct Comms {
     std::lock_guard<std::mutex> lock(mu);
     if (aborted) return;
     aborted = true;
-    for (ncclComm_t c : comms) ncclCommAbort(c);
+    for (ncclComm_t c : comms) warn_if_failed(ncclCommAbort(c), "ncclCommAbort");
   }
   ~Comms() {
     if (aborted) return;
-    for (ncclComm_t c : comms) ncclCommDestroy(c);
+    for (ncclComm_t c : comms) warn_if_failed(ncclCommDestroy(c), "ncclCommDestroy");
   }
 };
 
