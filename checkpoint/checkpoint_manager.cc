@@ -218,9 +218,13 @@ std::optional<std::string> CheckpointManager::save(std::optional<std::int64_t> c
   const std::int64_t next = counter.value().item<std::int64_t>() + 1;
   const std::int64_t n = checkpoint_number ? *checkpoint_number : next;
   const std::string path = str_cat(prefix_, "-", n);
-  if (!checkpoint_number) {
+  if (!checkpoint_number && chief_) {
     // A numbered save below the newest one on disk means this run started from scratch (no
-    // restore) in a directory that already has a history: refuse rather than overwrite it.
+    // restore) in a directory that already has a history: refuse rather than overwrite it. Only
+    // the chief writes the directory, so only the chief judges it: another worker on the same
+    // host may already see the chief's save of this very step (seen with 16 cores, 2026-11-25:
+    // worker 1 refused ckpt-1 that worker 0 had just written). A refusing chief fails its
+    // process, and the peer monitor releases the other workers.
     const auto on_disk = checkpoints_on_disk();
     if (!on_disk.empty() && n <= on_disk.back().second) {
       throw FailedPreconditionError(str_cat(

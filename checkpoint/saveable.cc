@@ -33,8 +33,6 @@ std::string child_path(const std::string& parent, const std::string& name) {
   return parent.empty() ? escape_local_name(name) : parent + "/" + escape_local_name(name);
 }
 
-Tensor to_host(const Tensor& t) { return t.to(kHostDevice); }
-
 }  // namespace
 
 std::string attribute_key(const std::string& path, const std::string& attribute) {

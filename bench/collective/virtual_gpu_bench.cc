@@ -76,13 +76,25 @@ int run(bool quick) {
       std::vector<Tensor> bufs;
       for (int r = 0; r < k; ++r) bufs.push_back(Tensor::full({n}, r + 1, DType::kFloat32, devices[r]));
       const int iters = bytes <= (std::size_t{1} << 20) ? 200 : std::max(5, static_cast<int>((std::size_t{256} << 20) / bytes));
-      // One call = every replica thread issues the all-reduce and waits for it.
-      const double t_ar = time_per_call(iters, [&] {
+      // One call = every replica thread issues the all-reduce and waits for it. The replica
+      // threads persist through a batch of `iters` calls, as a strategy's replica threads do:
+      // starting threads per call would time thread creation, not the collective.
+      const auto batch = [&](int calls) {
         std::vector<std::thread> threads;
         for (int r = 0; r < k; ++r)
-          threads.emplace_back([&, r] { comms[r]->all_reduce(bufs[r], bufs[r])->wait(std::chrono::seconds(60)); });
+          threads.emplace_back([&, r] {
+            for (int i = 0; i < calls; ++i) comms[r]->all_reduce(bufs[r], bufs[r])->wait(std::chrono::seconds(60));
+          });
         for (auto& t : threads) t.join();
-      });
+      };
+      batch(3);  // warm-up
+      std::vector<double> per_call;
+      for (int b = 0; b < 5; ++b) {
+        const auto t0 = Clock::now();
+        batch(iters);
+        per_call.push_back(seconds_since(t0) / iters);
+      }
+      const double t_ar = median(per_call);
       // Yardstick: k device-to-device copies of N bytes on one stream.
       DeviceContext& ctx = bufs[0].device_context();
       Tensor dst = Tensor::empty({n}, DType::kFloat32, devices[0]);

@@ -51,11 +51,63 @@ __global__ void fused_reduce_kernel(Pointers p, int k, int m, std::size_t n, int
   }
 }
 
+// The same over 16-byte vectors (4 floats, 8 halves, ...): a quarter of the memory instructions
+// of the scalar kernel and more bytes in flight per thread, which is what a bandwidth-bound pass
+// needs to approach the copy engine's rate. Every pointer must be 16-byte aligned; `nv` counts
+// vectors. Each thread still reads a vector from every input before writing it to any output.
+template <typename T>
+__global__ void fused_reduce_vec_kernel(Pointers p, int k, int m, std::size_t nv, int op, int divisor) {
+  using A = typename Acc<T>::type;
+  constexpr int E = 16 / sizeof(T);
+  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < nv; i += stride) {
+    A acc[E];
+    uint4 v = static_cast<const uint4*>(p.in[0])[i];
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int q = 0; q < E; ++q) acc[q] = to_acc<T>(e[q]);
+    for (int j = 1; j < k; ++j) {
+      v = static_cast<const uint4*>(p.in[j])[i];
+#pragma unroll
+      for (int q = 0; q < E; ++q) acc[q] = combine<A>(op, acc[q], to_acc<T>(e[q]));
+    }
+    uint4 r;
+    T* re = reinterpret_cast<T*>(&r);
+#pragma unroll
+    for (int q = 0; q < E; ++q) {
+      if (op == 1 && divisor > 1) acc[q] = acc[q] / static_cast<A>(divisor);
+      re[q] = from_acc<T>(acc[q]);
+    }
+    for (int o = 0; o < m; ++o) static_cast<uint4*>(p.out[o])[i] = r;
+  }
+}
+
+unsigned grid_for(std::size_t items, int sms) {
+  const std::size_t blocks = (items + 255) / 256;
+  const std::size_t cap = static_cast<std::size_t>(sms) * 8;
+  return static_cast<unsigned>(blocks == 0 ? 1 : blocks < cap ? blocks : cap);
+}
+
+bool aligned16(const Pointers& p, int k, int m) {
+  for (int j = 0; j < k; ++j)
+    if (reinterpret_cast<std::uintptr_t>(p.in[j]) % 16 != 0) return false;
+  for (int o = 0; o < m; ++o)
+    if (reinterpret_cast<std::uintptr_t>(p.out[o]) % 16 != 0) return false;
+  return true;
+}
+
 template <typename T>
 void launch(cudaStream_t s, const Pointers& p, int k, int m, std::size_t n, int op, int divisor, int sms) {
-  const std::size_t blocks = (n + 255) / 256;
-  const unsigned grid = static_cast<unsigned>(blocks < static_cast<std::size_t>(sms) * 8 ? blocks : sms * 8);
-  fused_reduce_kernel<T><<<grid == 0 ? 1 : grid, 256, 0, s>>>(p, k, m, n, op, divisor);
+  constexpr std::size_t E = 16 / sizeof(T);
+  const std::size_t nv = aligned16(p, k, m) ? n / E : 0;
+  if (nv > 0) fused_reduce_vec_kernel<T><<<grid_for(nv, sms), 256, 0, s>>>(p, k, m, nv, op, divisor);
+  const std::size_t done = nv * E;
+  if (done == n) return;
+  // The tail (or everything, for unaligned pointers) element by element.
+  Pointers tail = p;
+  for (int j = 0; j < k; ++j) tail.in[j] = static_cast<const T*>(p.in[j]) + done;
+  for (int o = 0; o < m; ++o) tail.out[o] = static_cast<T*>(p.out[o]) + done;
+  fused_reduce_kernel<T><<<grid_for(n - done, sms), 256, 0, s>>>(tail, k, m, n - done, op, divisor);
 }
 
 }  // namespace
