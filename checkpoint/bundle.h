@@ -1,7 +1,7 @@
 // TensorFlow's tensor bundle ("V2" checkpoint) files, read and written without TensorFlow:
 // `<prefix>.index` (a LevelDB-style table: key → BundleEntryProto, plus the header entry "") and
 // `<prefix>.data-00000-of-00001` (raw little-endian tensor bytes, one after another). Byte-level
-// layout: checkpoint/bundle_format.h and ../shared/FORMATS.md section B. `tf.train.load_checkpoint`
+// layout: checkpoint/bundle_format.h and docs/formats.md section B. `tf.train.load_checkpoint`
 // lists and reads what BundleWriter writes; BundleReader reads what TensorFlow writes (any number
 // of `.data-<i>-of-<n>` shards, partitioned tensors whose slices lie in several shards — what
 // tf.train.CheckpointOptions(experimental_sharding_callback=MaxShardSizePolicy(...)) writes —,

@@ -1,5 +1,5 @@
 // Internal to checkpoint/: the byte layout of TF's tensor bundles, in one place for the writer and
-// the reader (../shared/FORMATS.md section B; TF's tensorflow/core/lib/io/format.h,
+// the reader (docs/formats.md section B; TF's tensorflow/core/lib/io/format.h,
 // tensorflow/core/protobuf/tensor_bundle.proto, tensorflow/core/util/tensor_bundle/).
 //
 // The pure functions here take bytes and return bytes — no files, no Tensors — so the libFuzzer
@@ -117,7 +117,7 @@ struct BundleIndex {
 BundleIndex parse_bundle_index(std::string_view contents, const std::string& filename);
 
 // DT_STRING payload: [varint64 len_i]* [masked crc32c of the lengths (as uint32 or uint64)]
-// [bytes]*; the returned crc is the unmasked running crc over all of it (FORMATS.md B4).
+// [bytes]*; the returned crc is the unmasked running crc over all of it (docs/formats.md B4).
 std::string encode_string_tensor(const std::vector<std::string>& values, std::uint32_t* crc);
 // Decodes `num_elements` strings from exactly `bytes` (the entry's data) and checks the lengths'
 // checksum and the entry's crc32c.

@@ -11,11 +11,13 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/strings.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy.h"
 
 namespace chorus::train {
 
+using ::chorus::internal::join;
 using ::chorus::internal::str_cat;
 
 namespace {
@@ -23,13 +25,9 @@ namespace {
 constexpr const char* kSaveCounter = "save_counter";
 const std::string kSaveCounterKey = std::string(kSaveCounter) + "/.ATTRIBUTES/VARIABLE_VALUE";
 
-
-std::string join(const std::vector<std::string>& items, std::size_t limit = 20) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size() && i < limit; ++i) out += "\n  " + items[i];
-  if (items.size() > limit) out += str_cat("\n  ... and ", items.size() - limit, " more");
-  return out;
-}
+// Keys and object paths in messages: one a line, indented, at most 20 (the caller writes the
+// first "\n  ").
+constexpr chorus::internal::JoinOptions kOnePerLine{.separator = "\n  ", .max_items = 20};
 
 }  // namespace
 
@@ -48,9 +46,10 @@ const LoadStatus& LoadStatus::assert_consumed() const {
   const auto unmatched = unmatched_objects();
   if (!unused.empty() || !unmatched.empty()) {
     std::string msg = str_cat("checkpoint '", coordinator_->path(), "' was not consumed:");
-    if (!unused.empty()) msg += str_cat("\n", unused.size(), " value(s) in the checkpoint were not restored:", join(unused));
+    if (!unused.empty())
+      msg += str_cat("\n", unused.size(), " value(s) in the checkpoint were not restored:\n  ", join(unused, kOnePerLine));
     if (!unmatched.empty())
-      msg += str_cat("\n", unmatched.size(), " object(s) of the program got no value:", join(unmatched));
+      msg += str_cat("\n", unmatched.size(), " object(s) of the program got no value:\n  ", join(unmatched, kOnePerLine));
     throw FailedPreconditionError(msg);
   }
   return *this;
@@ -60,7 +59,7 @@ const LoadStatus& LoadStatus::assert_existing_objects_matched() const {
   const auto unmatched = unmatched_objects();
   if (!unmatched.empty()) {
     throw FailedPreconditionError(str_cat("checkpoint '", coordinator_->path(), "': ", unmatched.size(),
-                                          " existing object(s) got no value:", join(unmatched)));
+                                          " existing object(s) got no value:\n  ", join(unmatched, kOnePerLine)));
   }
   return *this;
 }

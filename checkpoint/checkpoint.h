@@ -30,7 +30,7 @@
 //   naming the file and tensor (nothing assigned).
 // read(path): restore() for a write() (save_counter neither expected nor restored).
 //
-// Distribution (FORMATS.md C5): a mirrored variable is saved once — its primary component for
+// Distribution (docs/formats.md C5): a mirrored variable is saved once — its primary component for
 // ON_WRITE, the aggregate for ON_READ — and restored into every component directly on its device;
 // an ON_READ SUM variable gets value / replicas in each component, so the sum survives. So a
 // checkpoint saved with k replicas restores with m (any k, m, the default strategy included).

@@ -1,5 +1,5 @@
 // CheckpointManager: TensorFlow's tf.train.CheckpointManager — numbered saves in a directory,
-// the `checkpoint` state file, retention, and resuming (FORMATS.md C).
+// the `checkpoint` state file, retention, and resuming (docs/formats.md C).
 //
 //   train::Checkpoint ckpt({{"model", model}, {"optimizer", model.optimizer()}, {"step", step}});
 //   train::CheckpointManager manager(ckpt, "/tmp/run", /*max_to_keep=*/3);

@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_state.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -94,11 +95,18 @@ std::string unquote(const std::string& v, const std::string& file, int line) {
   return out;
 }
 
+// A decimal number as the text format writes it. Hexadecimal floats (which strtod would take) are
+// refused, as protobuf's text parser refuses them. Underflow is not an error: strtod reports
+// ERANGE for subnormals such as 4.9406564584124654e-324, which the writer itself produces
+// (a state with a subnormal timestamp was written but could not be read back; libFuzzer found it).
+// Overflow (±HUGE_VAL with ERANGE) is.
 double parse_number(const std::string& v, const std::string& file, int line) {
   errno = 0;
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE) malformed(file, line, "expected a number, got " + v);
+  const bool hex = v.find_first_of("xX") != std::string::npos;
+  const bool overflow = errno == ERANGE && std::isinf(d);
+  if (v.empty() || hex || end != v.c_str() + v.size() || overflow) malformed(file, line, "expected a number, got " + v);
   return d;
 }
 

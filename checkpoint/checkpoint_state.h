@@ -1,5 +1,5 @@
 // The `checkpoint` state file of a checkpoint directory: TF's CheckpointState proto in protobuf
-// text format (tensorflow/python/training/checkpoint_state.proto; FORMATS.md B1):
+// text format (tensorflow/python/training/checkpoint_state.proto; docs/formats.md B1):
 //
 //   model_checkpoint_path: "ckpt-3"
 //   all_model_checkpoint_paths: "ckpt-2"

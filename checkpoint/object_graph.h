@@ -1,7 +1,7 @@
 // TF's TrackableObjectGraph proto (tensorflow/core/protobuf/trackable_object_graph.proto), the
 // `_CHECKPOINTABLE_OBJECT_GRAPH` entry of an object-based checkpoint: which object is whose
 // child, which checkpoint keys hold each object's attributes, and where optimizer slots hang.
-// Internal to checkpoint/. Field numbers: FORMATS.md B5.
+// Internal to checkpoint/. Field numbers: docs/formats.md B5.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // Internal to checkpoint/: the LevelDB-style sorted table ("SSTable") that a bundle's `.index`
-// file is (FORMATS.md B2; TF's tensorflow/core/lib/io/{table_builder,block_builder,table,format}.cc).
+// file is (docs/formats.md B2; TF's tensorflow/core/lib/io/{table_builder,block_builder,table,format}.cc).
 //
 //   [data block]* [metaindex block (empty)] [index block] [footer, 48 bytes]
 //

@@ -27,6 +27,7 @@
 #include "collective/work.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/logging.h"
 #include "core/tensor.h"
 
@@ -373,7 +374,7 @@ WireAddress to_wire(const PeerMonitor* monitor, int rank) {
   std::memset(&w, 0, sizeof w);
   w.rank = rank;
   w.pid = static_cast<std::int64_t>(::getpid());
-  copy_text(w.host, local_host_name());
+  copy_text(w.host, host_name_or("unknown-host"));
   if (!monitor) return w;
   const PeerAddress& a = monitor->address();
   w.port = a.port;

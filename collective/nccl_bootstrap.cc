@@ -8,10 +8,12 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace chorus::collective {
 namespace {
 
+using internal::join;
 using internal::str_cat;
 
 constexpr std::size_t kHostBytes = 256, kBusBytes = 32, kDeviceBytes = 96;
@@ -26,14 +28,6 @@ std::string get(const char* field, std::size_t size) { return std::string(field,
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// "0 and 1", "0, 2 and 3".
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
   return s;
 }
 
@@ -76,8 +70,8 @@ void check_distinct_gpus(const std::vector<GpuClaim>& claims) {
     if (ranks.size() < 2) continue;
     std::sort(ranks.begin(), ranks.end());
     const auto first = std::find_if(claims.begin(), claims.end(), [&](const GpuClaim& c) { return c.rank == ranks[0]; });
-    conflicts += str_cat(conflicts.empty() ? "" : "; ", "ranks ", rank_list(ranks), ranks.size() == 2 ? " both" : " all",
-                         " use GPU ", first->pci_bus_id, " on host ", key.first);
+    conflicts += str_cat(conflicts.empty() ? "" : "; ", "ranks ", join(ranks, {.last_separator = " and "}),
+                         ranks.size() == 2 ? " both" : " all", " use GPU ", first->pci_bus_id, " on host ", key.first);
   }
   CHORUS_REQUIRE(conflicts.empty(), InvalidArgumentError, conflicts,
                  ": NCCL needs one GPU per rank; give each process its own GPU (e.g. by local rank) or use virtual "

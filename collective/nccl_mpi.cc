@@ -3,8 +3,6 @@
 #include "core/error.h"
 
 #if defined(CHORUS_WITH_NCCL) && defined(CHORUS_WITH_MPI)
-#include <unistd.h>  // gethostname
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -25,9 +23,11 @@
 #include "collective/work.h"
 #include "core/cuda/check.h"
 #include "core/gpu.h"
+#include "core/host.h"
 #include "core/logging.h"
 #include "core/runtime.h"
 #include "core/shape.h"
+#include "core/strings.h"
 #include "core/tensor.h"
 #endif
 
@@ -36,6 +36,7 @@ namespace chorus::collective {
 using internal::str_cat;
 
 #if defined(CHORUS_WITH_NCCL) && defined(CHORUS_WITH_MPI)
+using internal::join;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -455,13 +456,6 @@ class NcclMpiCommunicator final : public Communicator {
 
 // ---- creation ----------------------------------------------------------------------------------
 
-std::string host_name() {
-  char name[256] = {};
-  CHORUS_REQUIRE(gethostname(name, sizeof(name) - 1) == 0, UnavailableError, "gethostname failed: ",
-                 std::strerror(errno));
-  return name;
-}
-
 // All-gathers `words` (the same count on every process) over MPI; rank r's words land in block r.
 std::vector<std::int64_t> all_gather_words(Communicator& mpi, const std::vector<std::int64_t>& words,
                                            milliseconds timeout) {
@@ -470,12 +464,6 @@ std::vector<std::int64_t> all_gather_words(Communicator& mpi, const std::vector<
   Tensor out = Tensor::zeros({n * mpi.size()}, DType::kInt64, kHostDevice);
   mpi.all_gather(in, out, {.timeout = timeout})->wait(timeout);
   return out.to_vector<std::int64_t>();
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
 }
 
 // Rethrows `e` (from an MPI step of the bootstrap) with the step named.
@@ -529,7 +517,10 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
     ctx = runtime::find(device);
     CHORUS_REQUIRE(ctx->is_gpu(), InvalidArgumentError, "make_nccl_communicator: ", ctx->name(),
                    " is not a GPU; NCCL moves GPU memory (host tensors across processes: make_mpi_communicator)");
-    mine = {.rank = rank, .host = host_name(), .pci_bus_id = gpu::device_properties(ctx->gpu_ordinal()).pci_bus_id,
+    // No fallback name: two hosts that both read "unknown-host" would pass the one-GPU check below.
+    const std::optional<std::string> host = host_name();
+    CHORUS_REQUIRE(host, UnavailableError, "gethostname failed: ", errno ? std::strerror(errno) : "empty host name");
+    mine = {.rank = rank, .host = *host, .pci_bus_id = gpu::device_properties(ctx->gpu_ordinal()).pci_bus_id,
             .device = ctx->name()};
   } catch (const Error& e) {
     mpi->abort(str_cat("make_nccl_communicator(\"", device, "\") failed on rank ", rank, ": ", e.message()));
@@ -603,9 +594,9 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
     return std::make_unique<NcclMpiCommunicator>(std::move(shared), std::move(ctx), options.validate, timeout);
   }
   abort_nccl(comm, ctx->gpu_ordinal());  // this one may have come up; it is useless without the others
-  const std::string others = fine.empty() ? "" : str_cat(" (rank(s) [", rank_list(fine), "] completed it)");
+  const std::string others = fine.empty() ? "" : str_cat(" (rank(s) [", join(fine), "] completed it)");
   const std::string slow = late.empty() ? "" : str_cat("; it did not complete within ", timeout.count(),
-                                                       " ms on rank(s) [", rank_list(late), "]");
+                                                       " ms on rank(s) [", join(late), "]");
   if (!failed.empty()) {  // the error class of the first failing rank's NCCL result (nccl_check.h)
     const std::int64_t* first = outcomes.data() + static_cast<std::size_t>(failed[0]) * kStride;
     const char* text = reinterpret_cast<const char*>(first + 2);
@@ -617,12 +608,12 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
       code = e.code();
     }
     throw_error(code, str_cat("make_nccl_communicator on rank ", rank, ": NCCL initialization failed on rank(s) [",
-                              rank_list(failed), "] of ", size, others, slow, "; rank ", failed[0], ": ", peer,
+                              join(failed), "] of ", size, others, slow, "; rank ", failed[0], ": ", peer,
                               ". The NCCL communicators were aborted."));
   }
   throw DeadlineExceededError(str_cat(
       "make_nccl_communicator on rank ", rank, ": NCCL initialization (ncclCommInitRankConfig) did not complete within ",
-      timeout.count(), " ms on rank(s) [", rank_list(late), "] of ", size, others,
+      timeout.count(), " ms on rank(s) [", join(late), "] of ", size, others,
       ". Every process must reach it and be able to connect to the others: check that no process is stuck or died, "
       "and the network NCCL picked (NCCL_SOCKET_IFNAME, firewalls; NCCL_DEBUG=INFO shows where it stopped). The NCCL "
       "communicators were aborted."));

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/logging.h"
 
 namespace chorus::collective {
@@ -145,12 +146,6 @@ std::vector<std::string> local_ipv4_addresses() {
 }
 
 }  // namespace
-
-std::string local_host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "unknown-host";
-  return name;
-}
 
 std::string PeerLoss::to_string() const {
   return str_cat("rank ", rank, " (host ", host.empty() ? "unknown" : host, ", pid ", pid, "): ", how);
@@ -726,7 +721,7 @@ PeerMonitor::PeerMonitor(int rank, const PeerMonitorOptions& options) : state_(s
   s.options = options;
   s.owner = ::getpid();
   s.self.rank = rank;
-  s.self.host = local_host_name();
+  s.self.host = host_name_or("unknown-host");
   s.self.ips = local_ipv4_addresses();
   s.self.pid = s.owner;
   s.self.token = random_token();

@@ -50,7 +50,7 @@ namespace chorus::collective {
 // Where one process's monitor listens, and how it is named in messages.
 struct PeerAddress {
   int rank = -1;
-  std::string host;               // its host name (gethostname), for messages
+  std::string host;               // its host name ("unknown-host" if none), for messages
   std::vector<std::string> ips;   // its IPv4 addresses, dotted; same-host peers try 127.0.0.1 first
   int port = 0;                   // 0: that process has no monitor (nothing to connect to)
   std::int64_t pid = 0;
@@ -112,8 +112,5 @@ class PeerMonitor {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-// This machine's host name (gethostname), "unknown-host" if it has none.
-std::string local_host_name();
 
 }  // namespace chorus::collective

@@ -1,5 +1,5 @@
 // CRC-32C (Castagnoli), the checksum of TFRecord framing, TensorBoard event files and TensorFlow
-// checkpoints (see ../shared/FORMATS.md), and TF's "masked" form of it.
+// checkpoints (see docs/formats.md), and TF's "masked" form of it.
 //
 // Computed with the SSE4.2 crc32 instruction, 8 bytes at a time, when the CPU has it (checked once
 // at run time), else with a slicing-by-8 table. Thread-safe, no allocation.

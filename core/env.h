@@ -1,4 +1,4 @@
-// Environment knobs, read in one place (STYLE.md habit 12). Every variable chorus reads is
+// Environment knobs, read in one place (docs/style.md habit 12). Every variable chorus reads is
 // listed here with its meaning; docs/errors.md ("Environment variables") is the user-facing copy of this list.
 //
 //   CHORUS_LOG_LEVEL            DEBUG | INFO | WARNING | ERROR (or 0-3). Default INFO.

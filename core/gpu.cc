@@ -1,5 +1,5 @@
 // Host-side CUDA runtime calls. One file with both builds in it (rather than a stub .cc picked by
-// the linker, which STYLE.md warns against): without CHORUS_WITH_CUDA every call but the queries
+// the linker, which docs/style.md warns against): without CHORUS_WITH_CUDA every call but the queries
 // throws UnavailableError.
 #include "core/gpu.h"
 

@@ -1,5 +1,5 @@
 // TFRecord files (tf.io.TFRecordWriter, tf.data.TFRecordDataset): the record framing TensorFlow
-// uses for tf.Example files and TensorBoard event files (FORMATS.md A2). Uncompressed only.
+// uses for tf.Example files and TensorBoard event files (docs/formats.md A2). Uncompressed only.
 //
 //   {
 //     chorus::data::TFRecordWriter w("/tmp/x.tfrecord");   // truncates
@@ -37,7 +37,7 @@
 
 namespace chorus::data {
 
-// The framing sizes (FORMATS.md A2).
+// The framing sizes (docs/formats.md A2).
 inline constexpr std::size_t kTFRecordHeaderBytes = 12;  // length + its masked CRC
 inline constexpr std::size_t kTFRecordFooterBytes = 4;   // masked CRC of the data
 

@@ -1,7 +1,5 @@
 #include "distribute/cluster_resolver.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +9,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/tensor.h"
 
 #if defined(CHORUS_WITH_MPI)
@@ -466,12 +465,11 @@ ClusterResolver ClusterResolver::from_mpi() {
   r.num_workers_ = comm->size();
   r.worker_index_ = comm->rank();
   r.task_id_ = comm->rank();
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) std::strcpy(name, "unknown-host");
+  const std::string name = host_name_or("unknown-host");
   // Host names, all-gathered as fixed 256-byte records (int64 words: a dtype every backend has).
   constexpr std::int64_t kWords = 32;
   std::vector<std::int64_t> mine(kWords, 0);
-  std::memcpy(mine.data(), name, std::min<std::size_t>(std::strlen(name), kWords * 8 - 1));
+  std::memcpy(mine.data(), name.data(), std::min<std::size_t>(name.size(), kWords * 8 - 1));
   Tensor in = Tensor::from_vector<std::int64_t>(mine, {kWords}, "/cpu:0");
   Tensor all = Tensor::empty({kWords * comm->size()}, DType::kInt64, "/cpu:0");
   comm->all_gather(in, all, {.timeout = std::chrono::seconds(60)})->wait(std::chrono::seconds(60));

@@ -1,10 +1,9 @@
 #include "distribute/mirrored_strategy.h"
 
-#include <sstream>
-
 #include "core/config.h"
 #include "core/logging.h"
 #include "core/runtime.h"
+#include "core/strings.h"
 
 namespace chorus::distribute {
 namespace {
@@ -16,17 +15,12 @@ std::vector<std::string> default_devices(std::vector<std::string> devices) {
   return gpus.empty() ? cpus : gpus;
 }
 
-std::string joined(const std::vector<std::string>& v) {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << "'" << v[i] << "'";
-  return os.str();
-}
-
 }  // namespace
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const MirroredStrategyOptions& options)
     : Strategy("MirroredStrategy", default_devices(std::move(devices)), options.cross_device_ops, true, options.timeout) {
-  CHORUS_LOG(INFO) << "Using MirroredStrategy with devices (" << joined(replica_devices()) << "); cross-device ops: "
+  CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("
+                   << chorus::internal::join(replica_devices(), {.quote = "'"}) << "); cross-device ops: "
                    << cross_device_ops_name(cross_device_ops().ops) << " (" << cross_device_ops().reason << ")";
 }
 

@@ -2,8 +2,6 @@
 
 #include "distribute/uneven_all_gather.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -16,8 +14,10 @@
 #include "core/config.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/logging.h"
 #include "core/runtime.h"
+#include "core/strings.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
 
@@ -27,23 +27,13 @@
 
 namespace chorus::distribute {
 
+using chorus::internal::join;
 using chorus::internal::str_cat;
 
 namespace {
 
 constexpr const char* kHost = "/cpu:0";  // staging device of cross-worker control traffic
-
-std::string joined(const std::vector<std::string>& v, const char* quote = "'") {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << quote << v[i] << quote;
-  return os.str();
-}
-
-std::string hostname() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
+constexpr chorus::internal::JoinOptions kQuoted{.quote = "'"};  // device lists: 'CPU:0', 'CPU:1'
 
 // Every worker's `mine` (at most 1023 bytes), in rank order, as fixed records of int64 words.
 std::vector<std::string> all_gather_strings(collective::Communicator& comm, const std::string& mine,
@@ -103,7 +93,7 @@ std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>&
   switch (policy) {
     case WorkerDevicePolicy::kLocalRankGpu: {
       CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: device policy local_rank_gpu "
-                     "needs a GPU, but this process has none (devices: ", joined(all), ")");
+                     "needs a GPU, but this process has none (devices: ", join(all, kQuoted), ")");
       CHORUS_REQUIRE(local_rank >= 0, InvalidArgumentError, "MultiWorkerMirroredStrategy: local rank ", local_rank,
                      " is negative");
       std::vector<int> physical;  // distinct physical GPU indices, in order
@@ -118,14 +108,14 @@ std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>&
     }
     case WorkerDevicePolicy::kAllLocalGpus:
       CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: device policy all_local_gpus "
-                     "needs a GPU, but this process has none (devices: ", joined(all), ")");
+                     "needs a GPU, but this process has none (devices: ", join(all, kQuoted), ")");
       for (const auto* g : gpus) out.push_back(g->name);
       return out;
     case WorkerDevicePolicy::kCpu:
       CHORUS_REQUIRE(cpu_devices_per_worker >= 1 && cpu_devices_per_worker <= static_cast<int>(cpus.size()),
                      InvalidArgumentError, "MultiWorkerMirroredStrategy: cpu_devices_per_worker = ",
                      cpu_devices_per_worker, " but this process has ", cpus.size(), " logical CPU device(s) (",
-                     joined(all), "); configure them first with config::set_logical_device_configuration");
+                     join(all, kQuoted), "); configure them first with config::set_logical_device_configuration");
       for (int i = 0; i < cpu_devices_per_worker; ++i) out.push_back(cpus[static_cast<std::size_t>(i)]->name);
       return out;
     case WorkerDevicePolicy::kAuto: break;
@@ -185,7 +175,8 @@ MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const M
   int gpus = 0;
   for (const auto& d : logical) gpus += d.device_type == "GPU" ? 1 : 0;
   CHORUS_REQUIRE(gpus == 0 || gpus == static_cast<int>(logical.size()), InvalidArgumentError,
-                 "MultiWorkerMirroredStrategy: a worker's devices must be all GPUs or all CPUs, got ", joined(plan.devices));
+                 "MultiWorkerMirroredStrategy: a worker's devices must be all GPUs or all CPUs, got ",
+                 join(plan.devices, kQuoted));
   plan.gpu = gpus > 0;
   const int k = static_cast<int>(logical.size());
   const int workers = r.num_workers();
@@ -195,7 +186,7 @@ MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const M
                  "MPI backend moves host tensors only — use kNccl or kAuto");
   CHORUS_REQUIRE(!(!plan.gpu && impl == CommunicationImplementation::kNccl), InvalidArgumentError,
                  "MultiWorkerMirroredStrategy: implementation nccl was requested but the devices are CPUs (",
-                 joined(plan.devices), "); NCCL needs GPUs — use kRing or kAuto");
+                 join(plan.devices, kQuoted), "); NCCL needs GPUs — use kRing or kAuto");
   if (plan.gpu && workers > 1)
     CHORUS_REQUIRE(!collective::nccl_version().empty(), UnavailableError, "MultiWorkerMirroredStrategy: GPU workers "
                    "reduce across processes with NCCL, but this build has no NCCL");
@@ -251,9 +242,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
     std::vector<std::string> pcis;
     if (gpu_)
       for (const auto& d : logical_devices()) pcis.push_back(physical_pci(d));
-    std::string pci_list;
-    for (const auto& p : pcis) pci_list += (pci_list.empty() ? "" : ",") + p;
-    const std::string mine = str_cat(resolver_.worker_index(), "|", num_local_replicas(), "|", hostname(), "|", pci_list);
+    const std::string mine = str_cat(resolver_.worker_index(), "|", num_local_replicas(), "|",
+                                     host_name_or("unknown-host"), "|", join(pcis, {.separator = ","}));
     const std::vector<std::string> all = all_gather_strings(*worker_comm_, mine, options.timeout);
     std::vector<GpuClaim> claims;
     std::string counts;
@@ -275,7 +265,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   }
   make_communicators();
   CHORUS_LOG(INFO) << "Using MultiWorkerMirroredStrategy: " << resolver_.to_string() << ", local devices ("
-                   << joined(replica_devices()) << "), " << num_replicas_in_sync() << " replicas in sync; "
+                   << join(replica_devices(), kQuoted) << "), " << num_replicas_in_sync() << " replicas in sync; "
                    << cross_device_ops().reason;
 }
 

@@ -1,5 +1,6 @@
 #include "distribute/strategy.h"
 
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -106,6 +107,10 @@ Strategy::Scope::Scope(Strategy& strategy) : strategy_(&strategy) {
                  strategy_->num_replicas_in_sync(), " replicas) while the scope of ", current ? current->name() : "",
                  " is active; leave that scope first (variables belong to the strategy whose scope created them)");
   chorus::internal::push_strategy(strategy_);
+  // Re-entered (a nested scope(), or Model::build/compile/fit inside the user's scope): the
+  // outermost entry on this thread — a scope or run()'s replica — already put this strategy's
+  // creator on the chain; a second one would mirror each component again (TF: a no-op).
+  if (current == strategy_) return;
   Strategy* s = strategy_;
   creator_ = std::make_unique<VariableCreatorScope>(
       [s](const VariableArgs& args, const NextCreator& next) { return s->create_variable(args, next); });
@@ -144,9 +149,15 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     throw;
   }
   auto replica = [this, &body](int r) {
+    // Without a pool the replica runs on the calling thread, which may be inside this strategy's
+    // scope: its creator is then on the chain already (see Scope::Scope).
+    const bool has_creator = chorus::internal::current_strategy() == this;
     PushStrategy push(this);
     chorus::internal::ReplicaContextScope ctx(contexts_[static_cast<std::size_t>(r)].get());
-    VariableCreatorScope creator([this](const VariableArgs& args, const NextCreator& next) { return create_variable(args, next); });
+    std::optional<VariableCreatorScope> creator;
+    if (!has_creator) {
+      creator.emplace([this](const VariableArgs& args, const NextCreator& next) { return create_variable(args, next); });
+    }
     body(r);
   };
   try {

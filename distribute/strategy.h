@@ -1,5 +1,6 @@
 // Strategy: the tf.distribute.Strategy API, shared by MirroredStrategy, OneDeviceStrategy and the
-// default strategy (distribute/mirrored_strategy.h, one_device_strategy.h).
+// default strategy (the first two in distribute/mirrored_strategy.h; the default one is get_strategy()
+// below, defined in strategy.cc).
 //
 //   chorus::distribute::MirroredStrategy strategy;               // all logical GPUs, else CPUs
 //   chorus::Variable w;
@@ -89,8 +90,12 @@ class Strategy : public DistributionStrategy {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // RAII: the calling thread is in this strategy's scope (cross-replica context) until the
-  // returned object dies. Re-entering the same strategy's scope nests; another strategy's →
-  // FailedPreconditionError.
+  // returned object dies. Re-entering the same strategy's scope (a nested scope(), or
+  // Model::build/compile/fit called inside the user's scope) is allowed and changes nothing, as in
+  // TF: variables are mirrored once, never a MirroredVariable of MirroredVariables. Entering
+  // another strategy's scope while this one is active on the thread → FailedPreconditionError
+  // "Mixing different tf.distribute.Strategy objects" (TF: RuntimeError). The default strategy's
+  // scope changes nothing, even inside another strategy's (where TF raises the same error).
   class Scope {
    public:
     explicit Scope(Strategy& strategy);

@@ -171,8 +171,12 @@ LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim,
 // Batch normalization over the last axis. Training: normalizes with the batch statistics and
 // updates the moving ones (moving = momentum·moving + (1 − momentum)·batch); inference: the
 // moving statistics. Under a strategy each replica uses its own batch's statistics (Keras's
-// default) unless `synchronized`, which all-reduces sums and counts over all replicas (Keras's
-// synchronized=True, SyncBatchNorm) — differentiably: the backward pass all-reduces too.
+// default) unless `synchronized`, which computes the global batch's statistics over all replicas
+// (Keras's synchronized=True, SyncBatchNorm) — differentiably: the backward pass all-reduces too.
+// Synchronized, two small all-reduces per call: count and sum (a shift K = the global mean), then
+// the shifted sums Σ(x − K), Σ(x − K)² — so the variance stays accurate (and ≥ 0) in float32
+// even when |mean| >> std, where Keras's E[x²] − mean² cancels to noise or NaN; no host sync.
+// Every replica's batch empty: an empty output, the moving statistics unchanged.
 // moving_mean / moving_variance are ON_READ MEAN variables (TF's choice): each replica updates
 // its own, reading in cross-replica context averages them. An empty per-replica batch passes
 // through unchanged (no statistics from nothing).

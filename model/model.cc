@@ -47,7 +47,13 @@ void Model::build(const Shape& input_shape) {
   // In cross-replica context of the model's strategy, so weights are created once, mirrored.
   std::vector<std::int64_t> one = input_shape.dims();
   one[0] = 1;
-  auto run = [&] { call(Tensor::zeros(Shape(one), DType::kFloat32, strategy_->replica_devices()[0]), false); };
+  // built_ and built_input_ are written once, by the thread that builds: under several replicas
+  // the others wait in the merge_call meanwhile (and all read built_ == false before it).
+  auto run = [&] {
+    call(Tensor::zeros(Shape(one), DType::kFloat32, strategy_->replica_devices()[0]), false);
+    built_input_ = input_shape;
+    built_ = true;
+  };
   if (get_replica_context() != nullptr && get_replica_context()->num_replicas_in_sync() > 1) {
     get_replica_context()->merge_call<int, int>(
         [&](const std::vector<int>&) {
@@ -59,8 +65,6 @@ void Model::build(const Shape& input_shape) {
     auto scope = strategy_->scope();
     run();
   }
-  built_input_ = input_shape;
-  built_ = true;
 }
 
 std::vector<Variable> Model::trainable_variables() const {

@@ -19,6 +19,22 @@
 //
 // Errors: fit/evaluate before compile → FailedPreconditionError; an element without (x, y) →
 // InvalidArgumentError; a layer or variable of another strategy → FailedPreconditionError.
+//
+// The strategy's lifetime: the constructor keeps a plain, non-owning pointer to
+// distribute::get_strategy() — the strategy of the innermost scope (or run), else the default
+// strategy. That strategy must outlive the model: build (so the first call), compile, fit,
+// evaluate, predict and strategy() use it, and nothing checks that it is still alive (a model
+// used after its strategy is destroyed is undefined behaviour). The scope itself need not stay
+// open: build and compile enter the strategy's scope, fit/evaluate/predict run through it. The
+// default strategy lives until the process ends; it is remade only when the device runtime is
+// reset (tests do), and a model made before such a reset must not be used after it.
+//
+// Thread-safety: a Model is not thread-safe. Call compile, build, fit, evaluate, predict,
+// summary, add and the variable lists from one thread at a time, never while another of them
+// runs. The exception is operator(), which every replica of one Strategy::run may call at once
+// (as fit's step does); an unbuilt model is then built once, by one replica inside a merge_call,
+// while the others wait. fit runs the callbacks on its calling thread, between steps, so they
+// may read the model and set stop_training.
 #pragma once
 
 #include <map>

@@ -67,22 +67,39 @@ Tensor BatchNormalizationLayer::synchronized_call(const Tensor& x) {
   std::vector<int> axes;
   for (int i = 0; i < rank - 1; ++i) axes.push_back(i);
   const double rows = c == 0 ? 0.0 : static_cast<double>(x.num_elements() / c);
-  // One collective for sum, sum of squares and count.
-  Tensor local = ops::concat({ops::reduce_sum(x, ops::Axes(axes)), ops::reduce_sum(ops::square(x), ops::Axes(axes)),
-                              Tensor::full({1}, rows, x.dtype(), x.device_name())},
-                             0);
-  Tensor total = all_reduce_sum(local);
-  std::vector<Tensor> parts = ops::split(total, std::vector<std::int64_t>{c, c, 1}, 0);
-  const Tensor count = parts[2];
-  CHORUS_REQUIRE(count.item<double>() > 0, InvalidArgumentError, "BatchNormalization '", name(),
-                 "' (synchronized): every replica's batch is empty");
-  const Tensor mean = ops::div(parts[0], count);
-  const Tensor var = ops::sub(ops::div(parts[1], count), ops::square(mean));
-  Tensor y = ops::mul(ops::sub(x, mean), ops::rsqrt(var + epsilon_));
+  // Not E[x²] − mean², which cancels catastrophically in float32 once |mean| >> std (mean 1e4,
+  // std 1: E[x²] ≈ 1e8 has an ulp of 8, the variance comes out as noise, even negative → NaN).
+  // Two rounds instead, each one small all-reduce:
+  //   1. the global count and sum → a shift K, the global mean rounded to x's dtype;
+  //   2. the shifted sums S1 = Σ(x − K), S2 = Σ(x − K)²: mean = K + S1/N and
+  //      var = S2/N − (S1/N)² (the corrected two-pass formula: the cancellation is now of order
+  //      (mean − K)², i.e. of the rounding of K, not of mean²).
+  // mean and var do not depend on K mathematically (∂/∂K = 0), so K is a constant for the tape:
+  // only round 2 is differentiated, one all-reduce in the backward pass, as before.
+  const Tensor first = all_reduce_sum(ops::concat(
+      {ops::stop_gradient(ops::reduce_sum(x, ops::Axes(axes))), Tensor::full({1}, rows, x.dtype(), x.device_name())},
+      0));
+  std::vector<Tensor> p1 = ops::split(first, std::vector<std::int64_t>{c, 1}, 0);
+  // No host read of the count (it would sync the device every call): every replica's batch empty
+  // → N is clamped to 1, the statistics are 0 and the moving statistics keep their values.
+  const Tensor has_rows = ops::greater(p1[1], ops::scalar_like(p1[1], 0.0));
+  const Tensor count = ops::maximum(p1[1], ops::scalar_like(p1[1], 1.0));
+  const Tensor shift = ops::div(p1[0], count);
+  const Tensor d = ops::sub(x, shift);
+  const Tensor second =
+      all_reduce_sum(ops::concat({ops::reduce_sum(d, ops::Axes(axes)), ops::reduce_sum(ops::square(d), ops::Axes(axes))}, 0));
+  std::vector<Tensor> p2 = ops::split(second, std::vector<std::int64_t>{c, c}, 0);
+  const Tensor centered_mean = ops::div(p2[0], count);  // mean − K
+  const Tensor mean = ops::add(shift, centered_mean);
+  // ≥ 0 in exact arithmetic (Cauchy–Schwarz); rounding may leave −tiny for constant channels.
+  const Tensor var = ops::maximum(ops::sub(ops::div(p2[1], count), ops::square(centered_mean)), ops::zeros_like(p2[1]));
+  // x − mean as (x − K) − (mean − K): both small, no rounding of a large mean in the output.
+  Tensor y = ops::mul(ops::sub(d, centered_mean), ops::rsqrt(var + epsilon_));
   if (scale_) y = ops::mul(y, gamma_.value());
   if (center_) y = ops::add(y, beta_.value());
-  moving_mean_.assign(moving_mean_.value() * momentum_ + ops::stop_gradient(mean) * (1.0 - momentum_));
-  moving_var_.assign(moving_var_.value() * momentum_ + ops::stop_gradient(var) * (1.0 - momentum_));
+  const Tensor old_mean = moving_mean_.value(), old_var = moving_var_.value();
+  moving_mean_.assign(ops::where(has_rows, old_mean * momentum_ + ops::stop_gradient(mean) * (1.0 - momentum_), old_mean));
+  moving_var_.assign(ops::where(has_rows, old_var * momentum_ + ops::stop_gradient(var) * (1.0 - momentum_), old_var));
   return y;
 }
 

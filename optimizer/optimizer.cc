@@ -11,6 +11,7 @@
 #include "core/distribution.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/strings.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy.h"
 #include "ops/elementwise.h"
@@ -19,6 +20,7 @@
 
 namespace chorus::optimizers {
 
+using chorus::internal::join;
 using chorus::internal::str_cat;
 
 struct Optimizer::State {
@@ -44,11 +46,7 @@ struct Optimizer::State {
 
 namespace {
 
-std::string names_list(const std::vector<std::string>& names) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < names.size(); ++i) s += str_cat(i ? ", " : "", "'", names[i], "'");
-  return s + "]";
-}
+constexpr chorus::internal::JoinOptions kQuoted{.quote = "'"};  // names in messages: ['a', 'b']
 
 void require_positive(const std::optional<double>& v, const char* what) {
   if (v) CHORUS_REQUIRE(std::isfinite(*v) && *v > 0.0, InvalidArgumentError, "`", what, "` must be a number > 0, got ", *v);
@@ -134,8 +132,8 @@ Variable Optimizer::get_slot(const Variable& var, std::string_view slot_name) co
   CHORUS_REQUIRE(var.defined(), InvalidArgumentError, "get_slot: undefined variable");
   const std::vector<std::string> names = slot_names_impl();
   const auto pos = std::find(names.begin(), names.end(), slot_name);
-  CHORUS_REQUIRE(pos != names.end(), NotFoundError, name_, " has no slot '", slot_name, "'; its slots are ",
-                 names_list(names));
+  CHORUS_REQUIRE(pos != names.end(), NotFoundError, name_, " has no slot '", slot_name, "'; its slots are [",
+                 join(names, kQuoted), "]");
   const State::Entry* e = state_->find(var);
   CHORUS_REQUIRE(e != nullptr, NotFoundError, name_, " has no slots for variable '", var.name(),
                  "' yet: they are created by build() or the first apply_gradients");
@@ -272,12 +270,12 @@ void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
     vars.push_back(v);
   }
   if (vars.empty()) {
-    throw InvalidArgumentError(str_cat("No gradients provided for any variable: ", names_list(missing), " (",
+    throw InvalidArgumentError(str_cat("No gradients provided for any variable: [", join(missing, kQuoted), "] (",
                                        name_, ".apply_gradients got ", grads_and_vars.size(), " pairs)"));
   }
   check_replicated(iterations_, ctx, "the optimizer's iterations variable");
   if (!missing.empty() && !state_->warned_missing.exchange(true)) {
-    CHORUS_LOG(WARNING) << "Gradients do not exist for variables " << names_list(missing)
+    CHORUS_LOG(WARNING) << "Gradients do not exist for variables [" << join(missing, kQuoted) << "]"
                         << " when minimizing the loss. If using `model.compile()`, did you forget to provide a "
                            "`loss` argument?";
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Finds CUDA runtime, cuBLAS, cuDNN and NCCL calls whose status is thrown away (STYLE.md habit 5).
+"""Finds CUDA runtime, cuBLAS, cuDNN and NCCL calls whose status is thrown away (docs/style.md habit 5).
 
     scripts/check-unchecked-calls.py [--root DIR] [PATH...]   PATHs (files or folders) default: the repo
     scripts/check-unchecked-calls.py --self-test              runs the checker on built-in snippets

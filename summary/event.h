@@ -1,6 +1,6 @@
 // The messages of a TensorBoard event file, as plain structs, with an encoder and a decoder:
 // tensorflow.Event, Summary, Summary.Value, SummaryMetadata, TensorProto, HistogramProto,
-// Summary.Image, SessionLog (field numbers in ../shared/FORMATS.md A3–A6; the .proto files are
+// Summary.Image, SessionLog (field numbers in docs/formats.md A3–A6; the .proto files are
 // tensorboard/compat/proto/{event,summary,tensor,tensor_shape,types}.proto).
 //
 // Only the fields chorus writes or a reader of TF-written files needs are modelled; the decoder
@@ -9,7 +9,7 @@
 //
 // encode_event writes proto3 canonical bytes in field-number order and omits zero / empty
 // scalars (step 0, no metadata content), so our events are byte-for-byte what TF2 writes for the
-// same content (checked against FORMATS.md A8's record in tests/summary/event_test.cc).
+// same content (checked against docs/formats.md A8's record in tests/summary/event_test.cc).
 // decode_event accepts any valid encoding (packed or unpacked repeated fields, any field order)
 // and throws DataLossError on malformed bytes. Both are pure functions: thread-safe.
 #pragma once

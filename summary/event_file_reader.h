@@ -40,7 +40,7 @@ class EventFileReader {
 std::vector<Event> read_events(const std::string& path);
 
 // True when TensorBoard treats `path` as an event file: its base name contains "tfevents" and it
-// does not end in ".profile-empty" (FORMATS.md A1).
+// does not end in ".profile-empty" (docs/formats.md A1).
 bool is_event_file(const std::string& path);
 
 // The event files directly inside `dir`, sorted by name — the order TensorBoard reads them in,

@@ -5,11 +5,11 @@
 //   byte    data[length]
 //   uint32  masked_crc32c(data)
 //
-// CRC-32C and TF's mask come from core/crc32c.h (../shared/FORMATS.md A2). A record is
+// CRC-32C and TF's mask come from core/crc32c.h (docs/formats.md A2). A record is
 // kRecordOverhead + length bytes.
 //
 // RecordReader walks a file record by record and verifies both CRCs of every record, as
-// TensorBoard's Python reader does (FORMATS.md A7): a mismatch or a record cut short throws
+// TensorBoard's Python reader does (docs/formats.md A7): a mismatch or a record cut short throws
 // DataLossError naming the file, the byte offset of the record and what failed; the reader stays
 // at that record's start (offset()), so a caller tailing a file that is still being written may
 // catch DataLossError for a truncated tail and retry later with a new reader skipping to offset().

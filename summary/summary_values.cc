@@ -122,7 +122,7 @@ SummaryValue scalar_value(std::string_view tag, float value) {
   t.tensor_content.resize(4);
   std::memcpy(t.tensor_content.data(), &value, 4);
   v.tensor = std::move(t);
-  // No data class: byte-for-byte what TF2 writes (FORMATS.md A8); readers map "scalars" to SCALAR.
+  // No data class: byte-for-byte what TF2 writes (docs/formats.md A8); readers map "scalars" to SCALAR.
   v.metadata = plugin_metadata("scalars");
   return v;
 }

@@ -1,5 +1,5 @@
 // The Summary.Values TF2's tf.summary.scalar / histogram / image / text write (the recipes of
-// ../shared/FORMATS.md A8), as pure functions — SummaryWriter uses them, tests check them byte by
+// docs/formats.md A8), as pure functions — SummaryWriter uses them, tests check them byte by
 // byte, and anyone writing events by other means can reuse them.
 //
 //   scalar     tensor{DT_FLOAT, shape [], tensor_content 4 bytes} + plugin "scalars"

@@ -18,6 +18,7 @@
 #include "core/logging.h"
 #include "core/tensor.h"
 #include "core/file_io.h"
+#include "core/host.h"
 #include "summary/record.h"
 
 namespace chorus::summary {
@@ -25,12 +26,6 @@ namespace chorus::summary {
 namespace {
 
 std::atomic<std::int64_t> g_writer_count{0};
-
-std::string hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
-}
 
 double now_seconds() {
   using namespace std::chrono;
@@ -135,7 +130,9 @@ SummaryWriter::SummaryWriter(const std::string& logdir, const SummaryWriterOptio
   io::create_directories(logdir);
   const std::int64_t seconds = static_cast<std::int64_t>(std::time(nullptr));
   const std::int64_t n = ++g_writer_count;
-  s.path = (std::filesystem::path(logdir) / event_file_name(seconds, hostname(), ::getpid(), n, options.filename_suffix)).string();
+  // "localhost" when the machine has no name, so that the file name keeps its five fields.
+  const std::string host = host_name_or("localhost");
+  s.path = (std::filesystem::path(logdir) / event_file_name(seconds, host, ::getpid(), n, options.filename_suffix)).string();
   s.file = io::File::create_new(s.path);
 
   // The header, flushed at once (as TF's EventsWriter::Init), with integer-second wall_time.

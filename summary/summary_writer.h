@@ -13,7 +13,7 @@
 // writers of this process from 1, as TF2's uid; the suffix is options.filename_suffix), writes
 // the header Event{wall_time, file_version "brain.Event:2"} and flushes it. Each write appends
 // one Event{wall_time = now, step, summary{value}} framed as a TFRecord (summary/record.h).
-// Formats: ../shared/FORMATS.md A1–A8 and summary/summary_values.h.
+// Formats: docs/formats.md A1–A8 and summary/summary_values.h.
 //
 // Buffering and flushing (TF2's max_queue = 10 and flush_millis = 120000 are the defaults):
 // events are buffered in memory; the buffer is written and fsync'ed when it holds
@@ -21,7 +21,7 @@
 // flush(), on close() and on destruction. A process killed between flushes loses the buffered
 // events; a half-written last record is read as "truncated" and ignored by TensorBoard.
 //
-// Who writes — the chief-only rule (FORMATS.md A9):
+// Who writes — the chief-only rule (docs/formats.md A9):
 //   - Within a process, a write called from a replica thread of a strategy (inside
 //     strategy.run) writes only when replica_id_in_sync_group() == 0; on other replicas it is a
 //     no-op returning false, as TF records summaries only on replica 0. Writes from the program's
@@ -101,7 +101,7 @@ class SummaryWriter {
   // Any prepared value (summary_values.h), same gating.
   bool write(const SummaryValue& value, std::int64_t step);
   // A whole Event (wall_time 0 → now), e.g. Event{step, session_log{kStart}} after a restart
-  // (FORMATS.md A8.5). Same gating.
+  // (docs/formats.md A8.5). Same gating.
   bool write_event(Event event);
 
   // tf.summary.should_record_summaries(): true when a write from this thread would record.

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "checkpoint/bundle.h"
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
@@ -45,6 +46,9 @@
 
 namespace chorus {
 namespace {
+
+using bench::machine;
+using bench::median;
 
 constexpr std::int64_t kTensorFloats = (4 << 20) / 4;  // 4 MiB per variable
 
@@ -57,11 +61,6 @@ struct Options {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 void drop_cache(const std::string& path) {
@@ -238,12 +237,6 @@ struct Row {
   double save_gbps, restore_gbps;
 };
 
-std::string machine() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
-  return std::string(host) + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cpus";
-}
-
 int run(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -330,35 +323,22 @@ int run(int argc, char** argv) {
     std::printf("%-38s %5d MiB %12.2f %12.2f %9.1f%%  (goal <= 10%%)\n", "caller blocked vs synchronous write", a.size_mib,
                 a.blocked_s * 1e3, a.sync_s * 1e3, 100 * a.blocked_s / a.sync_s);
   }
-  std::string json = "{\"bench\": \"checkpoint\", \"machine\": \"" + machine() + "\", \"cases\": [";
-  bool first = true;
-  for (const Async& a : asyncs) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"case\": \"async save blocked %d MiB\", \"value\": %.3f, \"unit\": \"ms\", \"yardstick\": "
-                  "\"synchronous Checkpoint::write\", \"yardstick_value\": %.3f, \"ratio\": %.4f}",
-                  first ? "" : ", ", a.size_mib, a.blocked_s * 1e3, a.sync_s * 1e3, a.blocked_s / a.sync_s);
-    json += buf;
-    first = false;
-  }
+  std::vector<std::string> cases;
+  for (const Async& a : asyncs)
+    cases.push_back(bench::json_case("async save blocked " + std::to_string(a.size_mib) + " MiB", a.blocked_s * 1e3,
+                                     "ms", "synchronous Checkpoint::write", a.sync_s * 1e3, a.blocked_s / a.sync_s,
+                                     "%.3f", "%.4f"));
   for (const Row& r : rows) {
     const Row* y = yard(r);
     if (!y) continue;
     for (int which = 0; which < 2; ++which) {
       const double v = which == 0 ? r.save_gbps : r.restore_gbps;
       const double yv = which == 0 ? y->save_gbps : y->restore_gbps;
-      char buf[512];
-      std::snprintf(buf, sizeof buf,
-                    "%s{\"case\": \"%s %s %d MiB\", \"value\": %.4f, \"unit\": \"GB/s\", \"yardstick\": \"%s\", "
-                    "\"yardstick_value\": %.4f, \"ratio\": %.3f}",
-                    first ? "" : ", ", r.method.c_str(), which == 0 ? "save" : "restore", r.size_mib, v,
-                    y->method.c_str(), yv, v / yv);
-      json += buf;
-      first = false;
+      const std::string name = r.method + (which == 0 ? " save " : " restore ") + std::to_string(r.size_mib) + " MiB";
+      cases.push_back(bench::json_case(name, v, "GB/s", y->method, yv, v / yv, "%.4f"));
     }
   }
-  json += "]}";
-  std::printf("%s\n", json.c_str());
+  bench::print_json_line("checkpoint", machine(), cases);
   return 0;
 }
 
@@ -366,10 +346,5 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
-  try {
-    return chorus::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
-    return 1;
-  }
+  return chorus::bench::run_main("bench_checkpoint", [&] { return chorus::run(argc, argv); });
 }

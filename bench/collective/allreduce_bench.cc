@@ -51,7 +51,7 @@
 // unless something broke (a wrong result, a chorus error), so noisy machines do not fail CI.
 //
 // Output: the table (rows as they are measured), the latency table, the goals, and last the JSON
-// line of STYLE.md habit 11.
+// line of docs/style.md habit 11.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -65,7 +65,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,16 +75,21 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "collective/communicator.h"
 #include "collective/reference.h"
 #include "collective/shared_memory.h"
 #include "core/config.h"
+#include "core/strings.h"
 #include "core/tensor.h"
 
 namespace chorus {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using bench::json_escape;
+using bench::machine;
+using bench::median;
 using collective::Communicator;
 
 constexpr int kMaxK = 4;
@@ -110,11 +114,6 @@ struct Policy {
 
 // Keeps the compiler from treating a buffer as dead and dropping the copies into it.
 inline void escape(void* p) { asm volatile("" : : "g"(p) : "memory"); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // k persistent threads running `op(rank)` B times back to back per batch, started together.
 class Team {
@@ -398,28 +397,6 @@ std::string size_name(std::size_t bytes) {
   return std::to_string(bytes) + "B";
 }
 
-std::string machine() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
-  std::string model;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; model.empty() && std::getline(cpuinfo, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
-      model = line.substr(line.find(':') + 2);
-  std::string s = std::string(host) + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cpus";
-  if (!model.empty()) s += ", " + model;
-  return s;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
-
 struct Row {  // one (k, size)
   int k;
   std::size_t bytes;
@@ -567,7 +544,7 @@ int run(int argc, char** argv) {
               "limit each), sizes %s..%s, median of %d repetitions (3 when a call takes > 100 ms), ~%.2g s per case%s\n",
               static_cast<long long>(limit_mb), size_name(sizes.front()).c_str(), size_name(largest).c_str(),
               policy.reps, policy.target_s, quick ? " (--quick)" : "");
-  std::printf("machine: %s\n", machine().c_str());
+  std::printf("machine: %s\n", machine(/*cpu_model=*/true).c_str());
   std::printf("ratios = yardstick time / shared_memory time (> 1: chorus faster); 2kN bw = 2*k*N/t; "
               "memcpy = 1 thread, k copies of N bytes (ring: rank j's buffer into rank j+1's); vs memcpy uses the faster "
               "of the two\n\n");
@@ -637,19 +614,11 @@ int run(int argc, char** argv) {
                 l.shared_4k_s * 1e6, x, l.barrier_name(), l.barrier_s() * 1e6);
   }
 
-  // The JSON line (STYLE.md habit 11), last.
-  std::string json = "{\"bench\": \"allreduce\", \"machine\": \"" + json_escape(machine()) + "\", \"cases\": [";
-  bool first = true;
+  // The JSON line (docs/style.md habit 11), last.
+  std::vector<std::string> cases;
   auto add = [&](const std::string& name, double value, const char* unit, const std::string& yardstick,
                  double yardstick_value, double ratio) {
-    char entry[512];
-    std::snprintf(entry, sizeof entry,
-                  "%s{\"case\": \"%s\", \"value\": %.4g, \"unit\": \"%s\", \"yardstick\": \"%s\", "
-                  "\"yardstick_value\": %.4g, \"ratio\": %.3f}",
-                  first ? "" : ", ", json_escape(name).c_str(), value, unit, json_escape(yardstick).c_str(),
-                  yardstick_value, ratio);
-    json += entry;
-    first = false;
+    cases.push_back(bench::json_case(name, value, unit, yardstick, yardstick_value, ratio));
   };
   for (const Row& r : rows) {
     const std::string name = "shared_memory k=" + std::to_string(r.k) + " " + size_name(r.bytes);
@@ -666,18 +635,14 @@ int run(int argc, char** argv) {
     add(name, l.shared_4k_s * 1e6, "us", "thread barrier (condvar)", l.condvar_barrier_s * 1e6,
         l.condvar_barrier_s / l.shared_4k_s);
   }
-  json += "]";
+  std::string skipped;
   if (!mpi_skipped.empty()) {
-    json += ", \"skipped\": {";
-    bool f = true;
-    for (const auto& [k, why] : mpi_skipped) {
-      json += (f ? "" : ", ") + std::string("\"MPI_Allreduce k=") + std::to_string(k) + "\": \"" + json_escape(why) + "\"";
-      f = false;
-    }
-    json += "}";
+    std::vector<std::string> entries;
+    for (const auto& [k, why] : mpi_skipped)
+      entries.push_back("\"MPI_Allreduce k=" + std::to_string(k) + "\": \"" + json_escape(why) + "\"");
+    skipped = ", \"skipped\": {" + internal::join(entries) + "}";
   }
-  json += "}";
-  std::printf("%s\n", json.c_str());
+  bench::print_json_line("allreduce", machine(/*cpu_model=*/true), cases, skipped);
   return 0;
 }
 
@@ -685,11 +650,5 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
-  try {
-    return chorus::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "allreduce bench failed: %s\n", e.what());
-    return 1;
-  }
+  return chorus::bench::run_main("allreduce bench failed", [&] { return chorus::run(argc, argv); });
 }

@@ -43,7 +43,7 @@ constexpr double kCalibrateSeconds = 5e-3;
 constexpr double kSlowCallSeconds = 0.1;
 constexpr int kMaxBatch = 1 << 20;
 
-// MPI_Init/MPI_Finalize as a scope (STYLE.md habit 6).
+// MPI_Init/MPI_Finalize as a scope (docs/style.md habit 6).
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv) { BENCH_MPI_CHECK(MPI_Init(argc, argv)); }

@@ -5,7 +5,7 @@
 //
 //   bench_virtual_gpu_allreduce [--quick]
 //
-// Without a GPU it prints why and an empty JSON case list (last line, STYLE.md habit 11).
+// Without a GPU it prints why and an empty JSON case list (last line, docs/style.md habit 11).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "collective/virtual_gpu.h"
 #include "core/config.h"
 #include "core/gpu.h"
@@ -24,13 +25,9 @@ namespace chorus {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using bench::median;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Median seconds per call of `fn` over 5 batches of `iters` calls.
 template <typename Fn>
@@ -53,7 +50,7 @@ struct Case {
 int run(bool quick) {
   if (gpu::device_count() == 0) {
     std::printf("virtual-GPU all-reduce bench skipped: no GPU (%s)\n", gpu::unavailable_reason().c_str());
-    std::printf("{\"bench\": \"virtual_gpu_allreduce\", \"machine\": \"no GPU\", \"cases\": []}\n");
+    bench::print_json_line("virtual_gpu_allreduce", "no GPU", {});
     return 0;
   }
   const std::size_t max_bytes = quick ? (std::size_t{1} << 20) : (std::size_t{256} << 20);
@@ -112,17 +109,11 @@ int run(bool quick) {
       cases.push_back({"virtual_gpu k=" + std::to_string(k) + " " + label, bw, bw_copy});
     }
   }
-  std::string json = "{\"bench\": \"virtual_gpu_allreduce\", \"machine\": \"" + props.name + "\", \"cases\": [";
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    char entry[384];
-    std::snprintf(entry, sizeof entry,
-                  "%s{\"case\": \"%s\", \"value\": %.3f, \"unit\": \"GB/s\", \"yardstick\": \"D2D copy 2kN\", "
-                  "\"yardstick_value\": %.3f, \"ratio\": %.3f}",
-                  i ? ", " : "", cases[i].name.c_str(), cases[i].value, cases[i].yardstick_value,
-                  cases[i].value / cases[i].yardstick_value);
-    json += entry;
-  }
-  std::printf("%s]}\n", json.c_str());
+  std::vector<std::string> json_cases;
+  for (const Case& c : cases)
+    json_cases.push_back(
+        bench::json_case(c.name, c.value, "GB/s", "D2D copy 2kN", c.yardstick_value, c.value / c.yardstick_value, "%.3f"));
+  bench::print_json_line("virtual_gpu_allreduce", props.name, json_cases);
   return 0;
 }
 
@@ -131,11 +122,5 @@ int run(bool quick) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  try {
-    return chorus::run(quick);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "virtual-GPU all-reduce bench failed: %s\n", e.what());
-    return 1;
-  }
+  return chorus::bench::run_main("virtual-GPU all-reduce bench failed", [&] { return chorus::run(quick); });
 }

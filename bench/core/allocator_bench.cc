@@ -10,9 +10,7 @@
 // Cases: BFC over host memory vs malloc/free; with CHORUS_WITH_CUDA and a visible GPU, also BFC
 // over cudaMalloc vs cudaMalloc/cudaFree directly. Memory is not touched: this measures the
 // allocators' bookkeeping, not page faults. The last line printed is the JSON line of
-// STYLE.md habit 11; ratio = yardstick / chorus, so > 1 means chorus is faster.
-#include <unistd.h>
-
+// docs/style.md habit 11; ratio = yardstick / chorus, so > 1 means chorus is faster.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/allocator.h"
 
 #ifdef CHORUS_WITH_CUDA
@@ -37,6 +36,9 @@
 
 namespace chorus {
 namespace {
+
+using bench::machine;
+using bench::median;
 
 constexpr std::size_t kMinSize = 256;
 constexpr std::size_t kMaxSize = std::size_t{4} << 20;
@@ -99,11 +101,6 @@ double run_once(const Workload& w, const AllocFn& alloc, const FreeFn& free) {
   return std::chrono::duration<double, std::nano>(stop - start).count() / double(ops);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // BFC: a fresh arena per repetition, its region reserved (by a first allocation) before the
 // clock starts, as it would be after a training job's first step.
 double bench_bfc(const Workload& w, const std::function<std::unique_ptr<SubAllocator>()>& make_sub,
@@ -135,21 +132,6 @@ struct Case {
   std::string yardstick;
   double yardstick_value;
 };
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
-
-std::string machine() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
-  return std::string(host) + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cpus";
-}
 
 #ifdef CHORUS_WITH_CUDA
 // The bench talks to CUDA directly for its yardstick; each call is checked and named.
@@ -230,20 +212,11 @@ int run(int argc, char** argv) {
   }
   if (!gpu_skipped.empty()) std::printf("GPU case skipped: %s\n", gpu_skipped.c_str());
 
-  std::string json = "{\"bench\": \"allocator\", \"machine\": \"" + json_escape(machine()) +
-                     "\", \"cases\": [";
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    char entry[512];
-    std::snprintf(entry, sizeof entry,
-                  "%s{\"case\": \"%s\", \"value\": %.1f, \"unit\": \"ns/op\", \"yardstick\": "
-                  "\"%s\", \"yardstick_value\": %.1f, \"ratio\": %.3f}",
-                  i == 0 ? "" : ", ", c.name.c_str(), c.value, c.yardstick.c_str(),
-                  c.yardstick_value, c.yardstick_value / c.value);
-    json += entry;
-  }
-  json += "]}";
-  std::printf("%s\n", json.c_str());
+  std::vector<std::string> json_cases;
+  for (const Case& c : cases)
+    json_cases.push_back(bench::json_case(c.name, c.value, "ns/op", c.yardstick, c.yardstick_value,
+                                          c.yardstick_value / c.value, "%.1f"));
+  bench::print_json_line("allocator", machine(), json_cases);
   return 0;
 }
 
@@ -251,10 +224,5 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
-  try {
-    return chorus::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "allocator bench failed: %s\n", e.what());
-    return 1;
-  }
+  return chorus::bench::run_main("allocator bench failed", [&] { return chorus::run(argc, argv); });
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/config.h"
 #include "core/runtime.h"
 #include "core/tensor.h"
@@ -52,8 +53,7 @@ double median_seconds(const std::function<void()>& fn, int warmup = 2, int runs 
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return bench::median(t);
 }
 
 struct Row {
@@ -205,7 +205,7 @@ int run(bool quick) {
   if (gpu::device_count() > 0) {
     // matmul on /gpu:0: ops::matmul (cuBLAS through the op layer) vs cublasSgemm on its own handle
     // and stream. Row-major C = A·B is column-major C^T = B^T·A^T: pass B first.
-    // The yardstick calls CUDA and cuBLAS itself: every status is checked (STYLE.md habit 5).
+    // The yardstick calls CUDA and cuBLAS itself: every status is checked (docs/style.md habit 5).
     const auto cuda_check = [](cudaError_t err, const char* call) {
       if (err != cudaSuccess)
         throw InternalError(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +

@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/profile.h"
 
 namespace cx = chorus;
@@ -49,11 +50,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kGlobalBatch = 128;
 constexpr int kWarmupSteps = 3;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using cx::bench::median;
 
 std::int64_t process_cpu_ns() {
   rusage u{};

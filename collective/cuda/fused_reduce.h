@@ -1,5 +1,5 @@
 // Launchers of the virtual-GPU backend's kernels (collective/cuda/fused_reduce.cu). Host code
-// includes this header; it never includes kernel code (STYLE.md habit 7).
+// includes this header; it never includes kernel code (docs/style.md habit 7).
 #pragma once
 
 #include <cstddef>

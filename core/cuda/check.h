@@ -1,4 +1,4 @@
-// CHORUS_CUDA_CHECK(call): every CUDA runtime call in core/ goes through it (STYLE.md habit 5).
+// CHORUS_CUDA_CHECK(call): every CUDA runtime call in core/ goes through it (docs/style.md habit 5).
 // A failing call throws the matching chorus error naming the call, file, line and CUDA's own
 // error name and string. Only included by .cc/.cu files built with CUDA.
 #pragma once

@@ -1,5 +1,5 @@
 // Launchers of core/'s own device kernels beyond gpu.h's fill (kernels in core/cuda/fill.cu).
-// Host code includes this header; it never includes kernel code (STYLE.md habit 7).
+// Host code includes this header; it never includes kernel code (docs/style.md habit 7).
 #pragma once
 
 #include <cstddef>

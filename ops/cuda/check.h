@@ -1,5 +1,5 @@
 // CHORUS_CUBLAS_CHECK(call) and CHORUS_CUDNN_CHECK(call): the cuBLAS and cuDNN twins of
-// core/cuda/check.h's CHORUS_CUDA_CHECK (STYLE.md habit 5). A failing call throws the chorus error
+// core/cuda/check.h's CHORUS_CUDA_CHECK (docs/style.md habit 5). A failing call throws the chorus error
 // that matches the library status, naming the call, file, line and the library's own status
 // string:
 //   allocation failures                     → ResourceExhaustedError

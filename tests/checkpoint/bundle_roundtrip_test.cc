@@ -1,5 +1,5 @@
 // BundleWriter → BundleReader round trips: every chorus dtype (incl. 0-element and rank-0),
-// DT_STRING, many keys over several table blocks, the FORMATS.md B6 byte-exact test vector, the
+// DT_STRING, many keys over several table blocks, the docs/formats.md B6 byte-exact test vector, the
 // real TF-written index, and the API's error cases.
 #include "checkpoint/bundle.h"
 
@@ -118,7 +118,7 @@ TEST(BundleRoundTrip, Strings) {
   EXPECT_EQ(r.entry("matrix").shape, (Shape{2, 3}));
   EXPECT_TRUE(r.read_strings("none").empty());
   EXPECT_EQ(r.read("after").to_vector<float>(), std::vector<float>{9});
-  // The layout of FORMATS.md B4: [varint lengths][masked crc of the lengths as uint32][bytes].
+  // The layout of docs/formats.md B4: [varint lengths][masked crc of the lengths as uint32][bytes].
   const BundleEntry& g = r.entry("graph");
   const std::string data = testing::slurp(data_filename(prefix));
   const std::string payload = data.substr(static_cast<std::size_t>(g.offset), static_cast<std::size_t>(g.size));
@@ -208,7 +208,7 @@ TEST(BundleRoundTrip, ConcurrentReads) {
   EXPECT_EQ(bad.load(), 0);
 }
 
-// FORMATS.md B6: one float32 [2] tensor {1, 2} gives this 148-byte index and 8-byte data file.
+// docs/formats.md B6: one float32 [2] tensor {1, 2} gives this 148-byte index and 8-byte data file.
 TEST(BundleFormat, TestVectorOfFormatsB6ByteForByte) {
   const std::string expected_index = testing::unhex(
       "00000608011a020801001c0f762f2e415454524942555445532f5641524941424c455f56414c55450801120412020802280835593ce535"
@@ -269,7 +269,7 @@ TEST(BundleFormat, ReadsTheIndexTensorFlowWrote) {
     }
   }
   EXPECT_GT(floats, 100);
-  EXPECT_TRUE(saw_1280);  // FORMATS.md B3's observed entry: DT_FLOAT [1280], 5120 bytes
+  EXPECT_TRUE(saw_1280);  // docs/formats.md B3's observed entry: DT_FLOAT [1280], 5120 bytes
   // Reading needs the data file, which is not there.
   try {
     r.read_strings("_CHECKPOINTABLE_OBJECT_GRAPH");

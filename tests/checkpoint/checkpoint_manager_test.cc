@@ -183,7 +183,7 @@ TEST_F(CheckpointManagerTest, BadArgumentsAreRefused) {
 }
 
 TEST(CheckpointStateTest, TextFormatRoundTripAndTensorFlowsFiles) {
-  // What TF 2 wrote (FORMATS.md B1), with an escaped quote added.
+  // What TF 2 wrote (docs/formats.md B1), with an escaped quote added.
   const CheckpointState tf = parse_checkpoint_state(
       "model_checkpoint_path: \"ckpt-2\"\nall_model_checkpoint_paths: \"ckpt-2\"\n"
       "all_model_checkpoint_paths: \"we\\\"ird\\\\name\"\n",
@@ -203,6 +203,17 @@ TEST(CheckpointStateTest, TextFormatRoundTripAndTensorFlowsFiles) {
                     "dir/checkpoint", "line 1");
   EXPECT_THROW_WITH(parse_checkpoint_state("last_preserved_timestamp: soon\n", "c"), DataLossError, "expected a number");
   EXPECT_THROW_WITH(parse_checkpoint_state("model_checkpoint_path: \"open\n", "c"), DataLossError, "quoted string");
+
+  // What the writer writes, the parser reads: a subnormal timestamp (strtod says ERANGE) round-trips
+  // (libFuzzer, 2026-11-25); hexadecimal floats and overflow are refused.
+  CheckpointState tiny{"ckpt-1", {"ckpt-1"}, {4.9406564584124654e-324}, 2.2250738585072014e-308 / 4};
+  const CheckpointState tiny_back = parse_checkpoint_state(checkpoint_state_to_text(tiny), "x");
+  EXPECT_EQ(tiny_back.all_model_checkpoint_timestamps, tiny.all_model_checkpoint_timestamps);
+  EXPECT_EQ(tiny_back.last_preserved_timestamp, tiny.last_preserved_timestamp);
+  EXPECT_THROW_WITH(parse_checkpoint_state("last_preserved_timestamp: 0x1p-1074\n", "c"), DataLossError,
+                    "expected a number");
+  EXPECT_THROW_WITH(parse_checkpoint_state("last_preserved_timestamp: 1e999\n", "c"), DataLossError,
+                    "expected a number");
 }
 
 TEST(CheckpointStateTest, LatestCheckpointNeedsTheIndex) {

@@ -26,6 +26,7 @@
 #include "collective/mpi.h"
 #include "collective/peer_monitor.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/tensor.h"
 
 namespace cx = chorus;
@@ -47,7 +48,7 @@ int survivor(int rank, cx::collective::Communicator& comm, Clock::time_point aft
     const double after = std::chrono::duration<double>(Clock::now() - after_barrier).count();
     const double kill_at = std::chrono::duration<double>(kKillAfter).count();
     const std::string what = e.what();
-    const std::string host = cx::collective::local_host_name();
+    const std::string host = cx::host_name_or("unknown-host");
     std::string why;
     if (what.find("rank 1 (host " + host) == std::string::npos) why += " the error does not name rank 1 and its host;";
     if (what.find("rank 2 (host") != std::string::npos) why += " rank 2's graceful exit was reported as a loss;";

@@ -1,4 +1,4 @@
-// data/tfrecord.cc: framing bytes against FORMATS.md's vectors, write → read round trips, every
+// data/tfrecord.cc: framing bytes against docs/formats.md's vectors, write → read round trips, every
 // single-byte corruption and every truncation detected as DataLossError (never a crash), missing
 // files, TFRecordDataset across files and its iterator state, and a file written by TensorFlow.
 #include <gtest/gtest.h>
@@ -37,7 +37,7 @@ std::vector<std::string> sample_records() {
 
 TEST(TFRecord, FramingMatchesTheFormat) {
   TempDir dir;
-  // FORMATS.md A2: a 24-byte record's length header is 18 00 .. 00 followed by masked CRC a3 7f 4b 22;
+  // docs/formats.md A2: a 24-byte record's length header is 18 00 .. 00 followed by masked CRC a3 7f 4b 22;
   // masked_crc32c("\x1a\x11CRC test, one two") = 0x5794D08A (from a real TFRecord).
   const std::string payload("\x1a\x11" "CRC test, one two", 19);
   write_tfrecord_file(dir.file("a"), {std::string(24, 'x'), payload});

@@ -350,6 +350,110 @@ TEST(StrategyErrors, TwoStrategiesScopesDoNotMix) {
   auto again = a.scope();  // the same strategy nests
 }
 
+// A component of a mirrored variable must be a plain variable on its replica's device (a
+// MirroredVariable there means a second creator mirrored each component again).
+void expect_mirrored_once(const Variable& v, const Strategy& s) {
+  auto mv = std::dynamic_pointer_cast<MirroredVariable>(v.impl());
+  ASSERT_NE(mv, nullptr) << v.name();
+  EXPECT_EQ(&mv->strategy(), &s);
+  ASSERT_EQ(mv->components().size(), s.replica_devices().size()) << v.name();
+  for (std::size_t r = 0; r < mv->components().size(); ++r) {
+    const Variable& c = mv->components()[r];
+    EXPECT_TRUE(std::dynamic_pointer_cast<MirroredVariable>(c.impl()) == nullptr)
+        << v.name() << " component " << r << " is itself a MirroredVariable";
+    EXPECT_EQ(c.device(), s.replica_devices()[r]) << v.name() << " component " << r;
+  }
+}
+
+TEST(StrategyScope, ReenteringTheSameStrategysScopeMirrorsOnce) {
+  make_cpus(2);
+  MirroredStrategy s(cpus(2));
+  Variable inner, outer, in_run;
+  {
+    auto s1 = s.scope();
+    {
+      auto s2 = s.scope();
+      auto s3 = s.scope();
+      EXPECT_EQ(&get_strategy(), &s);
+      EXPECT_TRUE(in_cross_replica_context());
+      inner = make_variable({.initial_value = Tensor::full({3}, 2.0), .name = "inner"});
+    }
+    // Leaving the nested scopes leaves the outer one (and its creator) in place.
+    EXPECT_EQ(&get_strategy(), &s);
+    outer = make_variable({.initial_value = Tensor::full({3}, 3.0), .name = "outer"});
+    // run() inside the scope: its replicas create the variable once, mirrored once.
+    s.run([&] {
+      auto again = s.scope();  // the same strategy's scope in a replica: no second creator either
+      Variable v = make_variable({.initial_value = Tensor::full({3}, 4.0), .name = "in_run"});
+      if (get_replica_context()->replica_id_in_sync_group() == 0) in_run = v;
+    });
+  }
+  EXPECT_FALSE(has_strategy());
+  for (const Variable* v : {&inner, &outer, &in_run}) expect_mirrored_once(*v, s);
+  EXPECT_EQ(inner.name(), "inner");
+  EXPECT_EQ(inner.read_value().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  auto mv = std::dynamic_pointer_cast<MirroredVariable>(inner.impl());
+  EXPECT_EQ(mv->components()[1].name(), "inner/replica_1");
+  EXPECT_EQ(mv->components()[1].read_value().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  // Out of every scope: plain variables again.
+  Variable plain = make_variable({.initial_value = Tensor::zeros({1}), .name = "plain"});
+  EXPECT_EQ(std::dynamic_pointer_cast<MirroredVariable>(plain.impl()), nullptr);
+}
+
+TEST(StrategyScope, AUserCreatorInsideTheScopeRunsOncePerVariable) {
+  make_cpus(2);
+  MirroredStrategy s(cpus(2));
+  int calls = 0;
+  Variable v;
+  {
+    auto s1 = s.scope();
+    VariableCreatorScope counting([&](const VariableArgs& args, const NextCreator& next) {
+      ++calls;
+      return next(args);
+    });
+    auto s2 = s.scope();  // must not put a second mirrored creator inside the user's
+    v = make_variable({.initial_value = Tensor::ones({2}), .name = "counted"});
+  }
+  EXPECT_EQ(calls, 1);  // the user's creator wraps the strategy's, as TF's variable_creator_scope
+  expect_mirrored_once(v, s);
+}
+
+TEST(StrategyScope, OneDeviceStrategyRunInsideItsScopeCreatesOnItsDevice) {
+  make_cpus(2);
+  OneDeviceStrategy s("/cpu:1");
+  int calls = 0;
+  Variable v;
+  {
+    auto scope = s.scope();
+    VariableCreatorScope counting([&](const VariableArgs& args, const NextCreator& next) {
+      ++calls;
+      return next(args);
+    });
+    s.run([&] { v = make_variable({.initial_value = Tensor::zeros({1}, DType::kFloat32, "/cpu:0"), .name = "v"}); });
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(std::dynamic_pointer_cast<MirroredVariable>(v.impl()), nullptr);
+  EXPECT_EQ(v.device(), runtime::find("/cpu:1")->name());
+}
+
+TEST(StrategyErrors, AnotherStrategysScopeInsideANestedScopeIsRefused) {
+  make_cpus(2);
+  MirroredStrategy a(cpus(2)), b(cpus(2));
+  OneDeviceStrategy one("/cpu:1");
+  auto s1 = a.scope();
+  auto s2 = a.scope();
+  // TF raises RuntimeError here (a wrong-time error: FailedPreconditionError, docs/errors.md).
+  EXPECT_THROW_WITH(b.scope(), FailedPreconditionError, "Mixing different tf.distribute.Strategy objects",
+                    "MirroredStrategy");
+  EXPECT_THROW_WITH(one.scope(), FailedPreconditionError, "Mixing different tf.distribute.Strategy objects",
+                    "OneDeviceStrategy");
+  // The failed attempts changed nothing: still a's scope, variables still mirrored once.
+  EXPECT_EQ(&get_strategy(), &a);
+  expect_mirrored_once(make_variable({.initial_value = Tensor::zeros({1}), .name = "after"}), a);
+  // b's scope inside one of b's replicas is the same strategy; a's is not.
+  EXPECT_THROW_WITH(b.run([&] { auto inner = a.scope(); }), FailedPreconditionError, "Mixing different");
+}
+
 TEST(StrategyErrors, AVariableBelongsToItsStrategy) {
   make_cpus(2);
   MirroredStrategy a(cpus(2)), b(cpus(2));

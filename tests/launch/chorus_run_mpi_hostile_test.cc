@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "collective/peer_monitor.h"
+#include "core/host.h"
 #include "launch/process.h"
 
 extern char** environ;
@@ -146,7 +146,7 @@ TEST(ChorusRunHostile, AKilledWorkerEndsTheJobWithinSecondsNamingIt) {
   ASSERT_TRUE(status) << "chorus-run still runs 60 s after the kill (the survivor waits for the timeout)\n" << out;
   EXPECT_LT(took, 10.0) << out;
   EXPECT_NE(*status, 0) << out;
-  const std::string host = collective::local_host_name();
+  const std::string host = host_name_or("unknown-host");
   // Rank 0's own error: UNAVAILABLE, naming rank 1, its host and its pid.
   EXPECT_THAT(out, HasSubstr("chorus-train: UNAVAILABLE"));
   EXPECT_THAT(out, HasSubstr("rank 1 (host " + host + ", pid " + std::to_string(victim) + ")"));

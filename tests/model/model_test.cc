@@ -198,6 +198,78 @@ TEST_P(Fit, LearnsUnderTheStrategy) {
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Fit, ::testing::Values(1, 2, 3));
 
+// TF's pattern: model, compile and fit all inside `strategy.scope()`. build() and fit() open the
+// scope again themselves; that must not mirror the variables twice.
+std::unique_ptr<model::Sequential> make_bn_model(distribute::Strategy& s) {
+  auto scope = s.scope();
+  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
+      layers::Dense(8, "relu", true, initializers::glorot_uniform(1)), layers::BatchNormalization(0.9),
+      layers::Dense(2, "", true, initializers::glorot_uniform(2))});
+  m->compile(std::make_shared<optimizers::Adam>(0.05), std::make_shared<losses::SparseCategoricalCrossentropy>(true),
+             {"accuracy"});
+  return m;
+}
+
+// Every variable of the model and its optimizer: mirrored once (plain components, one per replica
+// device, in replica order); returns their values (ON_READ ones aggregated, as a checkpoint reads).
+std::vector<std::vector<float>> expect_mirrored_once(const model::Model& m) {
+  const distribute::Strategy& s = m.strategy();
+  std::vector<Variable> all = m.variables();
+  for (const Variable& v : m.optimizer().variables()) all.push_back(v);
+  std::vector<std::vector<float>> out;
+  auto scope = m.strategy().scope();
+  for (const Variable& v : all) {
+    auto mv = std::dynamic_pointer_cast<distribute::MirroredVariable>(v.impl());
+    EXPECT_NE(mv, nullptr) << v.name();
+    if (mv == nullptr) continue;
+    EXPECT_EQ(mv->components().size(), s.replica_devices().size()) << v.name();
+    for (std::size_t r = 0; r < mv->components().size(); ++r) {
+      const Variable& c = mv->components()[r];
+      EXPECT_TRUE(std::dynamic_pointer_cast<distribute::MirroredVariable>(c.impl()) == nullptr)
+          << v.name() << " component " << r << " is itself a MirroredVariable";
+      EXPECT_EQ(c.device(), s.replica_devices()[r]) << v.name() << " " << r;
+    }
+    out.push_back(ops::cast(v.read_value(), DType::kFloat32).to_vector<float>());
+  }
+  return out;
+}
+
+TEST(FitInsideScope, MirrorsOnceAndTrainsAsFitOutsideTheScope) {
+  make_cpus(2);
+  distribute::MirroredStrategy strategy({"/cpu:0", "/cpu:1"});
+  const auto train = blobs(96, 5).batch(16);
+  std::unique_ptr<model::Sequential> inside;
+  model::History h_inside;
+  {
+    auto scope = strategy.scope();
+    inside = make_bn_model(strategy);
+    h_inside = inside->fit(train, {.epochs = 2, .verbose = 0});  // builds the model and optimizer here
+  }
+  auto outside = make_bn_model(strategy);
+  const auto h_outside = outside->fit(train, {.epochs = 2, .verbose = 0});
+  std::map<std::string, double> eval_inside;
+  {
+    auto scope = strategy.scope();
+    eval_inside = inside->evaluate(blobs(40, 9).batch(16));
+  }
+  const auto eval_outside = outside->evaluate(blobs(40, 9).batch(16));
+  for (const auto& [k, v] : eval_outside) EXPECT_NEAR(eval_inside.at(k), v, 1e-6) << k;
+
+  const auto a = expect_mirrored_once(*inside), b = expect_mirrored_once(*outside);
+  // 2 dense kernels and biases, gamma, beta, moving mean and variance; iterations + Adam's 2 slots each.
+  ASSERT_EQ(a.size(), 8u + 1u + 2u * 6u);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size()) << i;
+    for (std::size_t k = 0; k < a[i].size(); ++k) EXPECT_NEAR(a[i][k], b[i][k], 1e-6 * (1 + std::abs(b[i][k]))) << i;
+  }
+  for (const char* key : {"loss", "accuracy"}) {
+    ASSERT_EQ(h_inside.history.at(key).size(), 2u) << key;
+    for (std::size_t e = 0; e < 2; ++e) EXPECT_NEAR(h_inside.history.at(key)[e], h_outside.history.at(key)[e], 1e-6) << key;
+  }
+  EXPECT_LT(h_inside.history.at("loss").back(), h_inside.history.at("loss").front());
+}
+
 TEST(Callbacks, EarlyStoppingSchedulerTensorBoardProgress) {
   make_cpus(1);
   model::Sequential m({layers::Dense(2, "", true, initializers::glorot_uniform(3))});

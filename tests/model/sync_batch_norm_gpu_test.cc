@@ -180,7 +180,8 @@ TEST_P(SyncBatchNormSplit, StatisticsOutputsAndGradientsAreTheGlobalBatchs) {
     ASSERT_EQ(mv->components().size(), 2u);
     for (std::size_t r = 0; r < 2; ++r) {
       EXPECT_EQ(mv->components()[r].device(), strategy.replica_devices()[r]) << v->name();
-      // float32 sums of x and x² over the global batch (E[x²] up to ~25 here), then E[x²] − mean².
+      // float32 count and sum (a shift K), then the shifted sums Σ(x − K), Σ(x − K)² of the global
+      // batch (model/normalization.cc); the large-mean case is normalization_test.cc's.
       expect_close(host(mv->components()[r].read_value()), v == &bn->moving_mean() ? global.mean : global.var, 1e-5,
                    1e-4, v->name() + " replica " + std::to_string(r));
     }

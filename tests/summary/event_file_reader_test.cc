@@ -100,7 +100,7 @@ TEST(EventFileReader, ValidationFileHoldsKerasScalarsAsRank0FloatTensors) {
     ASSERT_EQ(e.summary->value.size(), 1u);
     const SummaryValue& v = e.summary->value[0];
     EXPECT_EQ(v.tag, want.tag);
-    // The TF2 scalar form (FORMATS.md A8.2): no simple_value; a rank-0 DT_FLOAT tensor with
+    // The TF2 scalar form (docs/formats.md A8.2): no simple_value; a rank-0 DT_FLOAT tensor with
     // 4 bytes of tensor_content; metadata with plugin "scalars", no content, no data class.
     EXPECT_FALSE(v.simple_value.has_value());
     ASSERT_TRUE(v.tensor.has_value());

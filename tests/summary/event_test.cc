@@ -1,4 +1,4 @@
-// Event / Summary / TensorProto encoding: byte-identical to the TF2 record of FORMATS.md A8, and
+// Event / Summary / TensorProto encoding: byte-identical to the TF2 record of docs/formats.md A8, and
 // round trips of every modelled field.
 #include "summary/event.h"
 
@@ -26,7 +26,7 @@ std::string hex(const std::string& s) {
 }
 
 TEST(Event, ScalarRecordIsByteIdenticalToTf2) {
-  // FORMATS.md A8.2: the full record for Event{wall_time=1700000001.25, step=1, loss=0.5}, built
+  // docs/formats.md A8.2: the full record for Event{wall_time=1700000001.25, step=1, loss=0.5}, built
   // from the bytes observed in real TF2 files (tensor{DT_FLOAT, shape {}, 4 content bytes} and
   // metadata{plugin_data{plugin_name "scalars"}}).
   const std::string expected =
@@ -40,7 +40,7 @@ TEST(Event, ScalarRecordIsByteIdenticalToTf2) {
 }
 
 TEST(Event, HeaderEventMatchesTheObservedLayout) {
-  // FORMATS.md A3: "09 <8-byte double> 1a 0d brain.Event:2", 24 bytes.
+  // docs/formats.md A3: "09 <8-byte double> 1a 0d brain.Event:2", 24 bytes.
   Event e;
   e.wall_time = 1700677134.0;
   e.file_version = std::string(kFileVersion);

@@ -1,4 +1,4 @@
-// TFRecord framing: the masked-CRC vectors of FORMATS.md A2, round trips, and files corrupted on
+// TFRecord framing: the masked-CRC vectors of docs/formats.md A2, round trips, and files corrupted on
 // purpose (every flipped byte and every truncation is caught, with the record's offset).
 #include "summary/record.h"
 
@@ -28,14 +28,14 @@ std::vector<std::string> read_all(const std::string& path) {
 
 TEST(Record, FramingMatchesTheFormatsVectors) {
   // A 24-byte payload: length header 18 00 00 00 00 00 00 00, masked CRC bytes a3 7f 4b 22
-  // (observed in a real TF2 file, FORMATS.md A2).
+  // (observed in a real TF2 file, docs/formats.md A2).
   const std::string framed = frame_record(std::string(24, 'x'));
   ASSERT_EQ(framed.size(), 24 + kRecordOverhead);
   EXPECT_EQ(framed.substr(0, 12), std::string("\x18\0\0\0\0\0\0\0\xa3\x7f\x4b\x22", 12));
   // The data CRC is the masked CRC-32C of the payload, little-endian.
   const std::uint32_t crc = masked_crc32c(framed.data() + 12, 24);
   EXPECT_EQ(framed.substr(36), std::string(reinterpret_cast<const char*>(&crc), 4));
-  // FORMATS.md A2: masked_crc32c(b"\x1a\x11CRC test, one two") == 0x5794D08A.
+  // docs/formats.md A2: masked_crc32c(b"\x1a\x11CRC test, one two") == 0x5794D08A.
   const std::string v = "\x1a\x11" "CRC test, one two";
   EXPECT_EQ(masked_crc32c(v.data(), v.size()), 0x5794D08Au);
 }

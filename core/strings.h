@@ -1,0 +1,49 @@
+// Joining a list into the text of a message or a log line, one way for the whole library:
+// device lists ("'/cpu:0', '/cpu:1'"), rank lists ("0, 2 and 3"), names one per line.
+//
+//   join(devices)                                   "CPU:0, CPU:1"
+//   join(devices, {.quote = "'"})                   "'CPU:0', 'CPU:1'"
+//   join(ranks, {.last_separator = " and "})        "0, 2 and 3"
+//   join(keys, {.separator = "\n  ", .max_items = 2})  "a\n  b\n  ... and 3 more"
+//
+// Items are anything `operator<<` writes (strings, numbers). Pure functions: thread-safe, no state.
+// Nothing throws but std::bad_alloc.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace chorus::internal {
+
+struct JoinOptions {
+  std::string_view separator = ", ";  // between two items
+  // Between the last two items, where it differs from `separator` ("0, 2 and 3"); empty: `separator`.
+  std::string_view last_separator = {};
+  std::string_view quote = {};  // written before and after each item ("'a', 'b'")
+  // At most this many items; the rest become `separator` + "... and <n> more".
+  std::size_t max_items = std::numeric_limits<std::size_t>::max();
+};
+
+// The items of `range` (anything with begin/end and size()) as one string; see the top of the file.
+// An empty range gives "".
+template <typename Range>
+std::string join(const Range& range, const JoinOptions& options = {}) {
+  const std::size_t n = static_cast<std::size_t>(std::size(range));
+  const std::size_t shown = n < options.max_items ? n : options.max_items;
+  const std::string_view last = options.last_separator.empty() ? options.separator : options.last_separator;
+  std::ostringstream os;
+  std::size_t i = 0;
+  for (const auto& item : range) {
+    if (i == shown) break;
+    if (i > 0) os << (i + 1 == n ? last : options.separator);
+    os << options.quote << item << options.quote;
+    ++i;
+  }
+  if (shown < n) os << options.separator << "... and " << n - shown << " more";
+  return os.str();
+}
+
+}  // namespace chorus::internal

@@ -1,0 +1,44 @@
+// core/strings.h's join, in every form chorus's messages use it.
+#include "core/strings.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace chorus {
+namespace {
+
+using internal::join;
+
+TEST(Join, SeparatorOnlyBetweenItems) {
+  EXPECT_EQ(join(std::vector<std::string>{}), "");
+  EXPECT_EQ(join(std::vector<std::string>{"CPU:0"}), "CPU:0");
+  EXPECT_EQ(join(std::vector<std::string>{"CPU:0", "CPU:1"}), "CPU:0, CPU:1");
+  EXPECT_EQ(join(std::vector<std::string>{"a", "b", "c"}, {.separator = ","}), "a,b,c");
+}
+
+TEST(Join, QuotesEachItem) {  // distribute/'s device lists, optimizer/'s variable names
+  EXPECT_EQ(join(std::vector<std::string>{"/cpu:0", "/cpu:1"}, {.quote = "'"}), "'/cpu:0', '/cpu:1'");
+  EXPECT_EQ(join(std::vector<std::string>{"x"}, {.quote = "'"}), "'x'");
+}
+
+TEST(Join, NumbersAndALastSeparator) {  // collective/'s rank lists
+  EXPECT_EQ(join(std::vector<int>{0, 1}), "0, 1");
+  EXPECT_EQ(join(std::vector<int>{0, 1}, {.last_separator = " and "}), "0 and 1");
+  EXPECT_EQ(join(std::vector<int>{0, 2, 3}, {.last_separator = " and "}), "0, 2 and 3");
+  EXPECT_EQ(join(std::vector<int>{7}, {.last_separator = " and "}), "7");
+  EXPECT_EQ(join(std::set<int>{3, 1}), "1, 3");  // any range
+}
+
+TEST(Join, AtMostMaxItems) {  // checkpoint/'s unmatched keys, one a line
+  const std::vector<std::string> keys = {"a", "b", "c", "d", "e"};
+  EXPECT_EQ(join(keys, {.separator = "\n  ", .max_items = 2}), "a\n  b\n  ... and 3 more");
+  EXPECT_EQ(join(keys, {.separator = "\n  ", .max_items = 5}), "a\n  b\n  c\n  d\n  e");
+  // Cut short, the last shown item is not the last item: no last separator.
+  EXPECT_EQ(join(std::vector<int>{1, 2, 3}, {.last_separator = " and ", .max_items = 2}), "1, 2, ... and 1 more");
+}
+
+}  // namespace
+}  // namespace chorus
