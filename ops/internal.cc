@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "core/distribution.h"
 #include "core/logging.h"
 #include "core/profile.h"
 #include "ops/cpu/dnn.h"
@@ -13,6 +14,17 @@ namespace chorus::ops::internal {
 using chorus::internal::str_cat;
 
 void no_cuda() { throw UnavailableError("chorus was built without CUDA: GPU kernels are not available"); }
+
+namespace {
+
+// The canonical name of the device the replica runs on.
+std::string replica_device_name(const ReplicaContext& replica) {
+  const auto devices = replica.strategy().replica_devices();
+  const auto id = static_cast<std::size_t>(replica.replica_id_in_sync_group());
+  return id < devices.size() ? devices[id] : std::string("?");
+}
+
+}  // namespace
 
 std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs) {
   std::shared_ptr<DeviceContext> dev;
@@ -32,6 +44,24 @@ std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs)
     for (const Tensor& t : inputs) {
       os << (i ? ", " : "") << "input " << i << " on " << t.device_name();
       ++i;
+    }
+    // Inside strategy.run with several replicas, the usual cause is a variable created outside
+    // strategy.scope(): it lives on one device and is not mirrored (issue 19, item 7).
+    const ReplicaContext* replica = get_replica_context();
+    if (replica != nullptr && replica->num_replicas_in_sync() > 1) {
+      const std::string here = replica_device_name(*replica);
+      i = 0;
+      for (const Tensor& t : inputs) {
+        if (t.is_trainable_variable() && t.device_name() != here) {
+          throw InvalidArgumentError(str_cat(
+              op, ": input ", i, " is a variable on ", t.device_name(), " but replica ",
+              replica->replica_id_in_sync_group(), " of ", replica->num_replicas_in_sync(), " runs on ", here,
+              ": the variable was created outside strategy.scope(), so it is not mirrored on every replica's "
+              "device. Create the model and its optimizer inside the scope (auto scope = strategy.scope(); as "
+              "TF's `with strategy.scope():`), or build and compile the model with the strategy"));
+        }
+        ++i;
+      }
     }
     throw InvalidArgumentError(str_cat(op, ": inputs must be on one device, got ", os.str(),
                                        ". Move them first, e.g. x.to(\"", dev->name(), "\")"));

@@ -465,6 +465,20 @@ TEST(StrategyErrors, AVariableBelongsToItsStrategy) {
   EXPECT_THROW_WITH(b.run([&] { (void)v.value(); }), FailedPreconditionError, "owned_by_a");
 }
 
+TEST(StrategyErrors, AVariableCreatedOutsideTheScopeIsNamedWhenAReplicaUsesIt) {
+  // TF users' most common mistake: the model built before (outside) strategy.scope(). The op's
+  // device mismatch says so instead of only "inputs must be on one device".
+  make_cpus(2);
+  MirroredStrategy strategy(cpus(2));
+  Variable w = make_variable({.initial_value = Tensor::ones({2, 2}), .name = "kernel"});  // on /cpu:0 only
+  EXPECT_THROW_WITH(strategy.run([&] { (void)ops::matmul(Tensor::ones({1, 2}), w.value()); }), InvalidArgumentError,
+                    "is a variable on", "replica 1 of 2", "created outside strategy.scope()", "strategy.scope()");
+  // A plain tensor on another device keeps the general message.
+  Tensor elsewhere = Tensor::ones({2, 2}, DType::kFloat32, "/cpu:0");
+  EXPECT_THROW_WITH(strategy.run([&] { (void)ops::matmul(Tensor::ones({1, 2}), elsewhere); }), InvalidArgumentError,
+                    "inputs must be on one device");
+}
+
 TEST(StrategyErrors, NoneSynchronizationAndBadDevicesAreRefused) {
   make_cpus(2);
   MirroredStrategy s(cpus(2));
