@@ -3,6 +3,7 @@
 
 #include "core/config.h"
 #include "core/device_spec.h"
+#include "core/distributed_variable.h"
 #include "core/distribution.h"
 #include "core/dtype.h"
 #include "core/error.h"

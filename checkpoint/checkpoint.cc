@@ -7,13 +7,12 @@
 #include "checkpoint/bundle.h"
 #include "checkpoint/restore_coordinator.h"
 #include "checkpoint/saveable.h"
+#include "core/distributed_variable.h"
 #include "core/distribution.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/strings.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/strategy.h"
 
 namespace chorus::train {
 
@@ -156,7 +155,7 @@ const DistributionStrategy& Checkpoint::owning_strategy() const {
   const internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/false);
   for (const internal::LiveNode& n : g.nodes) {
     if (!n.ref.is_variable()) continue;
-    if (auto m = std::dynamic_pointer_cast<distribute::MirroredVariable>(n.ref.variable().impl())) return m->strategy();
+    if (const DistributedVariable* d = as_distributed(n.ref.variable())) return d->strategy();
   }
   return get_strategy();
 }

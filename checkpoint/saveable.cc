@@ -9,12 +9,9 @@
 #include <memory>
 #include <unordered_map>
 
+#include "core/distributed_variable.h"
 #include "core/error.h"
 #include "core/runtime.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/per_replica.h"
-#include "distribute/strategy.h"
-#include "ops/elementwise.h"
 
 namespace chorus::train::internal {
 
@@ -101,19 +98,8 @@ LiveGraph build_live_graph(const Trackable& root, bool with_values) {
 }
 
 Tensor snapshot_source(const Variable& variable) {
-  auto mirrored = std::dynamic_pointer_cast<distribute::MirroredVariable>(variable.impl());
-  if (!mirrored) return variable.impl()->value();
-  const auto& comps = mirrored->components();
-  if (mirrored->synchronization() != VariableSynchronization::kOnRead ||
-      (mirrored->aggregation() != VariableAggregation::kSum && mirrored->aggregation() != VariableAggregation::kMean)) {
-    return comps[0].value();
-  }
-  // The strategy's reduce: over this process's replicas, and in a multi-worker strategy over every
-  // worker's (a collective: every worker snapshots, in the same order).
-  std::vector<Tensor> values;
-  for (const Variable& c : comps) values.push_back(c.value());
-  return mirrored->strategy().reduce(mirrored->aggregation() == VariableAggregation::kSum ? ReduceOp::kSum : ReduceOp::kMean,
-                                     distribute::PerReplica<Tensor>(std::move(values)));
+  if (const DistributedVariable* distributed = as_distributed(variable)) return distributed->checkpoint_value();
+  return variable.impl()->value();
 }
 
 std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
@@ -165,19 +151,11 @@ std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
 }
 
 void assign_restored(const Variable& variable, const Tensor& value) {
-  auto mirrored = std::dynamic_pointer_cast<distribute::MirroredVariable>(variable.impl());
-  if (!mirrored) {
-    Variable(variable).impl()->assign(value);
+  if (DistributedVariable* distributed = as_distributed(variable)) {
+    distributed->restore(value);  // every component, on its own device
     return;
   }
-  const auto& comps = mirrored->components();
-  Tensor each = value;
-  const int replicas = mirrored->strategy().num_replicas_in_sync();  // of all workers
-  if (mirrored->synchronization() == VariableSynchronization::kOnRead &&
-      mirrored->aggregation() == VariableAggregation::kSum && replicas > 1) {
-    each = ops::div(value, ops::scalar_like(value, static_cast<double>(replicas)));
-  }
-  for (const Variable& c : comps) c.impl()->assign(each);  // host → the component's own device
+  Variable(variable).impl()->assign(value);
 }
 
 }  // namespace chorus::train::internal

@@ -30,18 +30,21 @@ LiveGraph build_live_graph(const Trackable& root, bool with_values);
 // "<path>/.ATTRIBUTES/<escaped attribute>".
 std::string attribute_key(const std::string& path, const std::string& attribute);
 
-// The value to save (not yet copied: it may alias the variable): a mirrored ON_WRITE variable's
-// primary component, an ON_READ one's aggregate (SUM, MEAN over all replicas of all workers —
-// Strategy::reduce, a collective in multi-worker strategies; the first component otherwise), a
-// plain variable's value.
+// The value to save (not yet copied: it may alias the variable): a distributed variable's
+// checkpoint_value() (core/distributed_variable.h; mirrored: ON_WRITE → the primary component,
+// ON_READ → the aggregate, SUM or MEAN over all replicas of all workers — the strategy's reduce,
+// a collective in multi-worker strategies; the first component otherwise), a plain variable's
+// value.
 Tensor snapshot_source(const Variable& variable);
 // Host copies of `sources`, complete when this returns (so the variables may change at once):
 // after the work queued on each source's stream; host memory copied by up to 4 threads when
 // large (an async save's snapshot is the time the training thread is blocked, and one core's
 // memcpy is well below the memory bandwidth); GPU tensors copied device-to-host.
 std::vector<Tensor> host_copies(const std::vector<Tensor>& sources);
-// Writes a restored host value into every component on its own device (ON_READ SUM: value /
-// replicas in sync — of all workers — so the aggregate over all replicas reads back as `value`). Shape and dtype must already match.
+// Writes a restored host value into the variable: a distributed one's restore() (every component
+// on its own device; mirrored ON_READ SUM: value / replicas in sync — of all workers — so the
+// aggregate over all replicas reads back as `value`), a plain one's assign. Shape and dtype must
+// already match.
 void assign_restored(const Variable& variable, const Tensor& value);
 
 }  // namespace chorus::train::internal

@@ -2,6 +2,7 @@
 
 #include "core/distribution.h"
 #include "core/error.h"
+#include "distribute/per_replica.h"
 #include "distribute/replica_context.h"
 #include "distribute/strategy.h"
 #include "ops/elementwise.h"
@@ -102,5 +103,27 @@ void MirroredVariable::write(const Tensor& value, bool add) {
 
 void MirroredVariable::assign(const Tensor& value) { write(value, false); }
 void MirroredVariable::assign_add(const Tensor& delta) { write(delta, true); }
+
+Tensor MirroredVariable::checkpoint_value() const {
+  if (synchronization_ != VariableSynchronization::kOnRead ||
+      (aggregation_ != VariableAggregation::kSum && aggregation_ != VariableAggregation::kMean)) {
+    return components_[0].value();
+  }
+  // The strategy's reduce: over this process's replicas, and in a multi-worker strategy over every
+  // worker's (a collective: every worker snapshots, in the same order).
+  std::vector<Tensor> values;
+  values.reserve(components_.size());
+  for (const Variable& c : components_) values.push_back(c.value());
+  return strategy_.reduce(aggregation_ == VariableAggregation::kSum ? ReduceOp::kSum : ReduceOp::kMean,
+                          PerReplica<Tensor>(std::move(values)));
+}
+
+void MirroredVariable::restore(const Tensor& value) {
+  Tensor each = value;
+  const int replicas = strategy_.num_replicas_in_sync();  // of all workers
+  if (synchronization_ == VariableSynchronization::kOnRead && aggregation_ == VariableAggregation::kSum && replicas > 1)
+    each = ops::div(value, ops::scalar_like(value, static_cast<double>(replicas)));
+  for (const Variable& c : components_) c.impl()->assign(each);  // → the component's own device
+}
 
 }  // namespace chorus::distribute

@@ -19,17 +19,19 @@
 //     aggregate reads back as `value`), value otherwise.
 // ON_READ variables are not trainable (TF makes them non-trainable by default); NONE
 // synchronization is refused at creation (InvalidArgumentError), as in TF.
+// Code above distribute/ sees it through core's DistributedVariable (core/distributed_variable.h:
+// components, strategy, checkpoint_value, restore), never as this class.
 #pragma once
 
 #include <vector>
 
+#include "core/distributed_variable.h"
 #include "core/variable.h"
+#include "distribute/strategy.h"
 
 namespace chorus::distribute {
 
-class Strategy;
-
-class MirroredVariable final : public VariableBase {
+class MirroredVariable final : public DistributedVariable {
  public:
   MirroredVariable(Strategy& strategy, std::vector<Variable> components, const VariableArgs& args,
                    VariableSynchronization synchronization);
@@ -47,9 +49,12 @@ class MirroredVariable final : public VariableBase {
   void assign(const Tensor& value) override;
   void assign_add(const Tensor& delta) override;
 
-  // The per-device components, in replica order (checkpoints write one, restore all).
-  const std::vector<Variable>& components() const { return components_; }
-  const Strategy& strategy() const { return strategy_; }
+  // DistributedVariable: the per-device components, in replica order (checkpoints write one,
+  // restore all); the strategy whose scope created it; the checkpoint's value and its restore.
+  const std::vector<Variable>& components() const override { return components_; }
+  const Strategy& strategy() const override { return strategy_; }
+  Tensor checkpoint_value() const override;
+  void restore(const Tensor& value) override;
 
  private:
   // This strategy's replica id on the calling thread, -1 in cross-replica context; throws for a

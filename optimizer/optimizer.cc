@@ -8,12 +8,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/distributed_variable.h"
 #include "core/distribution.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/strings.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/strategy.h"
 #include "ops/elementwise.h"
 #include "optimizer/clipping.h"
 #include "optimizer/detail.h"
@@ -55,13 +54,13 @@ void require_positive(const std::optional<double>& v, const char* what) {
 std::string describe(const Tensor& t) { return str_cat("shape ", t.shape().to_string(), " and dtype ", dtype_name(t.dtype())); }
 
 // Under a strategy with more than one replica, each replica updates its own component: that only
-// makes sense for ON_WRITE MirroredVariables of the strategy this replica belongs to. A plain
-// variable would be updated by every replica (a race, and the update applied n times); a mirrored
-// one of n > 1 replicas outside its run would have only its primary updated.
+// makes sense for ON_WRITE distributed (mirrored) variables of the strategy this replica belongs
+// to. A plain variable would be updated by every replica (a race, and the update applied n times);
+// a mirrored one of n > 1 replicas outside its run would have only its primary updated.
 void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) {
-  const auto* mv = dynamic_cast<const distribute::MirroredVariable*>(v.impl().get());
+  const DistributedVariable* dv = as_distributed(v);
   const int replicas = ctx != nullptr ? ctx->num_replicas_in_sync() : 1;
-  if (mv == nullptr) {
+  if (dv == nullptr) {
     CHORUS_REQUIRE(replicas == 1, InvalidArgumentError, "apply_gradients: ", what, " '", v.name(),
                    "' is not mirrored, but the update runs in replica ", ctx->replica_id_in_sync_group(), " of ",
                    replicas, " of ", ctx->strategy().name(),
@@ -69,13 +68,13 @@ void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) 
                    "its own copy");
     return;
   }
-  if (mv->components().size() == 1 && replicas == 1) return;
-  const bool same = ctx != nullptr && static_cast<const DistributionStrategy*>(&mv->strategy()) == &ctx->strategy();
+  if (dv->components().size() == 1 && replicas == 1) return;
+  const bool same = ctx != nullptr && &dv->strategy() == &ctx->strategy();
   CHORUS_REQUIRE(same, InvalidArgumentError, "apply_gradients: ", what, " '", v.name(), "' is mirrored over ",
-                 mv->components().size(), " replicas of ", mv->strategy().name(),
+                 dv->components().size(), " replicas of ", dv->strategy().name(),
                  ", but the update does not run in a replica of that strategy: call apply_gradients inside its "
                  "strategy.run");
-  CHORUS_REQUIRE(mv->synchronization() == VariableSynchronization::kOnWrite, InvalidArgumentError,
+  CHORUS_REQUIRE(dv->synchronization() == VariableSynchronization::kOnWrite, InvalidArgumentError,
                  "apply_gradients: ", what, " '", v.name(),
                  "' is an ON_READ variable; optimizers update ON_WRITE (mirrored) variables only");
 }

@@ -61,8 +61,9 @@
 //   - a variable that is undefined, not floating-point, or listed twice;
 //   - no gradient for any variable ("No gradients provided for any variable", as Keras);
 //   - in replica context of an n > 1 strategy, a variable, slot or `iterations` that is not a
-//     MirroredVariable (ON_WRITE) of that strategy (create them inside strategy.scope());
-//     a MirroredVariable of several replicas used outside its strategy's run;
+//     distributed ON_WRITE variable of that strategy (a MirroredVariable; the optimizer sees it
+//     through core/distributed_variable.h) — create them inside strategy.scope(); a distributed
+//     variable of several replicas used outside its strategy's run;
 //   - options: more than one of clipnorm / clipvalue / global_clipnorm (Keras's message), a
 //     non-positive clip value, a negative weight_decay, an out-of-range hyperparameter.
 // Thread-safety: apply_gradients, build, variables and get_slot may be called concurrently by the
