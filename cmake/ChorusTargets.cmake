@@ -38,8 +38,10 @@ function(chorus_add_module name)
   install(TARGETS chorus_${name} EXPORT chorusTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # Public headers only: a module's internal.h / detail.h are for its own .cc files (data/internal.h
+  # stays public while data/tfrecord.h holds an internal::File member).
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chorus/${name}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h" REGEX "/(ops/internal|optimizer/detail)\\.h$" EXCLUDE)
 endfunction()
 
 # chorus_hide_gpus_from_cpu_tests(): every test of the calling folder added with add_test whose
