@@ -13,6 +13,7 @@
 #include "checkpoint/bundle.h"
 #include "checkpoint/checkpoint.h"
 #include "core/config.h"
+#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -33,19 +34,15 @@ using testing::TempDir;
 const std::vector<std::string> kGpus{"/gpu:0", "/gpu:1"};
 const std::vector<std::string> kCpus{"/cpu:0", "/cpu:1"};
 
-class CheckpointGpu : public ::testing::Test {
+class CheckpointGpu : public chorus::testing::TwoVirtualGpusTest<256> {
  protected:
   void SetUp() override {
-    if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
-    chorus::internal::reset_runtime_for_testing();
-    auto gpus = config::list_physical_devices("GPU");
-    ASSERT_FALSE(gpus.empty());
-    config::set_logical_device_configuration(gpus[0], {{.memory_limit_mb = 256}, {.memory_limit_mb = 256}});
+    TwoVirtualGpusTest::SetUp();
+    if (IsSkipped()) return;
     // Two logical CPU devices as well, for the CPU-only strategies.
     config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
                                              {{.memory_limit_mb = 256}, {.memory_limit_mb = 256}});
   }
-  void TearDown() override { chorus::internal::reset_runtime_for_testing(); }
 };
 
 // The raw bytes of a tensor (any device, any dtype): bitwise comparisons.

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/config.h"
+#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "data/synthetic_digits.h"
@@ -26,17 +27,7 @@ namespace {
 
 using distribute::MirroredVariable;
 
-class CnnFitGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
-    chorus::internal::reset_runtime_for_testing();
-    auto gpus = config::list_physical_devices("GPU");
-    ASSERT_FALSE(gpus.empty());
-    config::set_logical_device_configuration(gpus[0], {{.memory_limit_mb = 1024}, {.memory_limit_mb = 1024}});
-  }
-  void TearDown() override { chorus::internal::reset_runtime_for_testing(); }
-};
+class CnnFitGpu : public chorus::testing::TwoVirtualGpusTest<1024> {};
 
 // conv 3x3x8 → pool 2 → conv 3x3x16 → pool 2 → dense 10, seeded so that two builds start equal.
 // The optimizer is made inside the scope too (its `iterations` must be mirrored).

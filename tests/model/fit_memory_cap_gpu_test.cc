@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/config.h"
+#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -23,16 +24,7 @@ namespace {
 
 using distribute::MirroredVariable;
 
-class FitMemoryCapGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
-    chorus::internal::reset_runtime_for_testing();
-    config::set_logical_device_configuration(config::list_physical_devices("GPU")[0],
-                                             {{.memory_limit_mb = 32}, {.memory_limit_mb = 32}});
-  }
-  void TearDown() override { chorus::internal::reset_runtime_for_testing(); }
-};
+class FitMemoryCapGpu : public chorus::testing::TwoVirtualGpusTest<32> {};
 
 // x [n, 256] uniform in [-1, 1); y = argmax of the first 4 features (learnable by a linear layer).
 data::Dataset dataset(std::int64_t n, unsigned seed) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/config.h"
+#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -25,17 +26,7 @@ namespace {
 using distribute::MirroredVariable;
 using distribute::PerReplica;
 
-class SyncBatchNormGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
-    chorus::internal::reset_runtime_for_testing();
-    auto gpus = config::list_physical_devices("GPU");
-    ASSERT_FALSE(gpus.empty());
-    config::set_logical_device_configuration(gpus[0], {{.memory_limit_mb = 512}, {.memory_limit_mb = 512}});
-  }
-  void TearDown() override { chorus::internal::reset_runtime_for_testing(); }
-};
+class SyncBatchNormGpu : public chorus::testing::TwoVirtualGpusTest<512> {};
 
 std::vector<double> host(const Tensor& t) { return ops::cast(t.to("/cpu:0"), DType::kFloat64).to_vector<double>(); }
 
