@@ -10,6 +10,7 @@
 #include <random>
 #include <tuple>
 
+#include "tests/model/batch_norm_reference.h"
 #include "core/config.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -46,33 +47,9 @@ std::vector<float> draw(std::int64_t rows, const std::vector<double>& offset, co
   return v;
 }
 
-struct Moments {
-  std::vector<double> mean, var;  // biased variance, as batch normalization uses
-};
-// Two-pass, in float64, of the float32 values actually fed to the layer.
-Moments moments(const std::vector<double>& x, std::int64_t c) {
-  const auto rows = static_cast<std::int64_t>(x.size()) / c;
-  Moments m{std::vector<double>(static_cast<std::size_t>(c), 0.0), std::vector<double>(static_cast<std::size_t>(c), 0.0)};
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < c; ++j) m.mean[static_cast<std::size_t>(j)] += x[static_cast<std::size_t>(i * c + j)];
-  for (auto& v : m.mean) v /= static_cast<double>(rows);
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < c; ++j) {
-      const double d = x[static_cast<std::size_t>(i * c + j)] - m.mean[static_cast<std::size_t>(j)];
-      m.var[static_cast<std::size_t>(j)] += d * d;
-    }
-  for (auto& v : m.var) v /= static_cast<double>(rows);
-  return m;
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << " at " << i << ": " << got[i];
-    ASSERT_NEAR(got[i], want[i], abs + rel * std::abs(want[i])) << what << " at " << i;
-  }
-}
+using chorus::testing::expect_close;
+using chorus::testing::moments;
+using chorus::testing::Moments;
 
 // A synchronized layer built in `strategy`'s scope with momentum 0 (the moving statistics become
 // the step's batch statistics exactly) and the given gamma/beta.
