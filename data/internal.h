@@ -16,6 +16,9 @@ namespace chorus::data::internal {
 // a device type (index 0 when it names none), else "/CPU:0".
 std::string pipeline_device();
 
+// Where a one-input transformation saves its input iterator's state: "<prefix>input/".
+inline std::string input_prefix(const std::string& prefix) { return prefix + "input/"; }
+
 // SplitMix64 (Steele, Lea, Flood 2014): the state advances by a constant and the output is a
 // bijective mix of it, so the whole generator state is one uint64 (saved as an int64) and the
 // numbers are the same on every machine. Used by shuffle and synthetic_digits.

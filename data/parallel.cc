@@ -18,9 +18,9 @@ namespace chorus::data {
 
 using chorus::internal::str_cat;
 
-namespace {
+using internal::input_prefix;
 
-std::string input_prefix(const std::string& prefix) { return prefix + "input/"; }
+namespace {
 
 class MapDataset final : public DatasetBase {
  public:
