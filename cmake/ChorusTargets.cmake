@@ -7,9 +7,19 @@ if(CHORUS_SANITIZE STREQUAL "address")
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>)
   add_link_options(-fsanitize=address,undefined)
+  set(CHORUS_SANITIZE_LINK_OPTIONS -fsanitize=address,undefined)
+  # Every test and the processes it starts: the first report fails it. LeakSanitizer: Open MPI,
+  # hwloc and PMIx keep allocations to process exit (not ours to fix: tests/sanitizers/lsan.supp).
+  set(CHORUS_SANITIZER_TEST_ENV "ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0"
+      "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
+      "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp")
 elseif(CHORUS_SANITIZE STREQUAL "thread")
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread> $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
   add_link_options(-fsanitize=thread)
+  set(CHORUS_SANITIZE_LINK_OPTIONS -fsanitize=thread)
+  # The first report fails the test; uninstrumented oneDNN and libgomp: tests/sanitizers/tsan.supp.
+  set(CHORUS_SANITIZER_TEST_ENV
+      "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan.supp")
 elseif(NOT CHORUS_SANITIZE STREQUAL "")
   message(FATAL_ERROR "CHORUS_SANITIZE='${CHORUS_SANITIZE}': valid values are '', 'address', 'thread'")
 endif()
@@ -31,6 +41,11 @@ function(chorus_add_module name)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/chorus>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(chorus_${name} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
+  # A sanitized static library links only with the sanitizer's runtime: an installed sanitized
+  # package brings the flag to its users (inside this build add_link_options does it).
+  if(CHORUS_SANITIZE_LINK_OPTIONS)
+    target_link_options(chorus_${name} INTERFACE $<INSTALL_INTERFACE:${CHORUS_SANITIZE_LINK_OPTIONS}>)
+  endif()
   # The headers are C++20 (defaulted operator==, requires-clauses, std::span): every user of a module
   # compiles as C++20 or later, whatever CMAKE_CXX_STANDARD it sets. Exported with the target.
   target_compile_features(chorus_${name} PUBLIC cxx_std_20)
@@ -44,17 +59,23 @@ function(chorus_add_module name)
           FILES_MATCHING PATTERN "*.h" REGEX "/(ops/internal|optimizer/detail)\\.h$" EXCLUDE)
 endfunction()
 
-# chorus_hide_gpus_from_cpu_tests(): every test of the calling folder added with add_test whose
-# LABELS lack gpu runs with CUDA_VISIBLE_DEVICES set empty, so that it tests the CPU paths on any
-# machine: on a GPU machine chorus would otherwise place its work on GPU:0 (a cpu test then checks
-# a GPU kernel against a CPU formula, several reserve the whole GPU at once, MPI ranks share one
-# GPU). gtest-discovered tests get the same from chorus_add_test. Call it at the end of the file.
-function(chorus_hide_gpus_from_cpu_tests)
+# chorus_set_test_environment(): the environment of every test of the calling folder added with
+# add_test (gtest-discovered tests get the same from chorus_add_test). Call it at the end of the file.
+# - Tests whose LABELS lack gpu run with CUDA_VISIBLE_DEVICES set empty, so that they test the CPU
+#   paths on any machine: on a GPU machine chorus would otherwise place its work on GPU:0 (a cpu
+#   test then checks a GPU kernel against a CPU formula, several reserve the whole GPU at once,
+#   MPI ranks share one GPU for NCCL).
+# - In a sanitizer build, CHORUS_SANITIZER_TEST_ENV (the options, with the suppression files in
+#   tests/sanitizers/); processes started by the test (mpirun's ranks) inherit it.
+function(chorus_set_test_environment)
   get_property(tests DIRECTORY PROPERTY TESTS)
   foreach(t ${tests})
     get_test_property(${t} LABELS labels)
     if(NOT "gpu" IN_LIST labels)
       set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "CUDA_VISIBLE_DEVICES=")
     endif()
+    foreach(var IN LISTS CHORUS_SANITIZER_TEST_ENV)
+      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "${var}")
+    endforeach()
   endforeach()
 endfunction()
