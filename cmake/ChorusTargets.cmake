@@ -53,10 +53,10 @@ function(chorus_add_module name)
   install(TARGETS chorus_${name} EXPORT chorusTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  # Public headers only: a module's internal.h / detail.h are for its own .cc files (data/internal.h
-  # stays public while data/tfrecord.h holds an internal::File member).
+  # Public headers only: a module's internal.h / detail.h (and collective's *_internal.h) are for
+  # its own .cc files; tests/install checks that no installed header includes one.
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chorus/${name}
-          FILES_MATCHING PATTERN "*.h" REGEX "/(ops/internal|optimizer/detail)\\.h$" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" REGEX "/(internal|detail|[a-z_]+_internal)\\.h$" EXCLUDE)
 endfunction()
 
 # chorus_set_test_environment(): the environment of every test of the calling folder added with

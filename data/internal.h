@@ -1,4 +1,4 @@
-// Shared by the data module's .cc files; not part of the public API.
+// Shared by the data module's .cc files; not part of the public API (not installed).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/stdio_file.h"
 
 namespace chorus::data::internal {
 
@@ -51,12 +52,9 @@ Element load_element(const IteratorState& state, const std::string& key);
 void save_error(IteratorState& state, const std::string& key, const std::exception_ptr& error);
 std::exception_ptr load_error(const IteratorState& state, const std::string& key);
 
-// Files: RAII for FILE*, and OS errors as typed exceptions naming the path (ENOENT/ENOTDIR →
+// Files (data/stdio_file.h), and OS errors as typed exceptions naming the path (ENOENT/ENOTDIR →
 // NotFoundError, EACCES/EPERM/EROFS → PermissionDeniedError, else UnknownError with strerror).
-struct FileCloser {
-  void operator()(std::FILE* f) const;
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
+using File = StdioFile;
 [[noreturn]] void throw_file_error(int err, const std::string& what, const std::string& path);
 // fopen that throws as above; `what` starts the message ("cannot open IDX file").
 File open_file(const std::string& path, const char* mode, const std::string& what);

@@ -17,10 +17,6 @@ using chorus::internal::str_cat;
 
 namespace internal {
 
-void FileCloser::operator()(std::FILE* f) const {
-  if (f != nullptr) std::fclose(f);
-}
-
 void throw_file_error(int err, const std::string& what, const std::string& path) {
   const std::string msg = str_cat(what, " ", path, ": ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) throw NotFoundError(msg);

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/internal.h"
+#include "data/stdio_file.h"
 
 namespace chorus::data {
 
@@ -58,7 +58,7 @@ class TFRecordWriter {
 
  private:
   std::string path_;
-  internal::File file_;
+  StdioFile file_;
 };
 
 class TFRecordReader {
@@ -79,7 +79,7 @@ class TFRecordReader {
 
  private:
   std::string path_;
-  internal::File file_;
+  StdioFile file_;
   std::uint64_t size_ = 0;
   std::uint64_t offset_ = 0;
 };
