@@ -1,9 +1,166 @@
+// The front door of every collective (communicator.h, call.h): number, validate once, hand over.
 #include "collective/communicator.h"
 
+#include "collective/call.h"
+#include "collective/host_reduce.h"
 #include "core/env.h"
+#include "core/error.h"
+#include "core/shape.h"
 
 namespace chorus::collective {
+namespace {
+
+using internal::str_cat;
+
+void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  CHORUS_REQUIRE(a.dtype() == b.dtype() && a.shape() == b.shape(), InvalidArgumentError, op, ": output ",
+                 dtype_name(b.dtype()), b.shape().to_string(), " does not match input ", dtype_name(a.dtype()),
+                 a.shape().to_string());
+}
+
+void check_root(int root, int size, const char* op) {
+  CHORUS_REQUIRE(root >= 0 && root < size, InvalidArgumentError, op, ": root ", root, " is not a rank of this ",
+                 size, "-participant communicator (valid: 0..", size - 1, ")");
+}
+
+// all_gather: output = `size` inputs stacked on axis 0.
+void check_gathered(const Tensor& input, const Tensor& output, int size) {
+  CHORUS_REQUIRE(input.shape().rank() >= 1, InvalidArgumentError, "all_gather: the input must have rank >= 1, got "
+                 "shape ", input.shape().to_string());
+  std::vector<std::int64_t> want = input.shape().dims();
+  want[0] *= size;
+  CHORUS_REQUIRE(output.dtype() == input.dtype() && output.shape() == Shape(want), InvalidArgumentError,
+                 "all_gather: output must be ", dtype_name(input.dtype()), Shape(want).to_string(), " (", size,
+                 " inputs of ", input.shape().to_string(), " stacked on axis 0), got ", dtype_name(output.dtype()),
+                 output.shape().to_string());
+}
+
+// reduce_scatter: input = `size` outputs stacked on axis 0.
+void check_scattered(const Tensor& input, const Tensor& output, int size) {
+  const auto& d = input.shape().dims();
+  CHORUS_REQUIRE(!d.empty() && d[0] % size == 0, InvalidArgumentError, "reduce_scatter: the input's first dimension "
+                 "must be a multiple of the communicator size ", size, ", got shape ", input.shape().to_string());
+  std::vector<std::int64_t> want = d;
+  want[0] /= size;
+  CHORUS_REQUIRE(output.dtype() == input.dtype() && output.shape() == Shape(want), InvalidArgumentError,
+                 "reduce_scatter: output must be ", dtype_name(input.dtype()), Shape(want).to_string(), ", got ",
+                 dtype_name(output.dtype()), output.shape().to_string());
+}
+
+// The call's record; the sequence number is taken whether or not the call turns out valid, so
+// every participant numbers the same calls alike.
+CollectiveCall numbered(CollectiveOp kind, std::uint64_t sequence, const Tensor* input, std::optional<ReduceOp> op,
+                        int root, std::chrono::milliseconds timeout) {
+  CollectiveCall call;
+  call.kind = kind;
+  call.fp.op = collective_op_name(kind);
+  call.fp.sequence = sequence;
+  if (input != nullptr && input->defined()) {
+    call.fp.dtype = input->dtype();
+    call.fp.shape = input->shape().dims();
+  }
+  call.fp.root = root;
+  call.fp.reduce_op = op ? static_cast<int>(*op) : -1;
+  call.timeout = timeout;
+  call.op = op.value_or(ReduceOp::kSum);
+  call.root = root;
+  return call;
+}
+
+}  // namespace
 
 std::chrono::milliseconds default_timeout() { return env::collective_timeout().value_or(kDefaultTimeout); }
+
+void Communicator::check_device(const Tensor&, const CollectiveCall&, const char*) const {}
+
+void Communicator::check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const {
+  const char* op = call.fp.op.c_str();
+  CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, *role ? " " : "", "tensor is undefined");
+  check_device(t, call, role);
+  check_collective_dtype(t.dtype(), op);
+}
+
+void Communicator::validate(const CollectiveCall& call, const Tensor* input, const Tensor* output) {
+  const char* op = call.fp.op.c_str();
+  try {
+    switch (call.kind) {
+      case CollectiveOp::kAllReduce:
+        check_tensor(*input, call, "input");
+        check_tensor(*output, call, "output");
+        check_same(*input, *output, op);
+        break;
+      case CollectiveOp::kBroadcast:
+        check_tensor(*input, call, "");
+        check_root(call.root, size(), op);
+        break;
+      case CollectiveOp::kReduce:
+        check_tensor(*input, call, "input");
+        check_root(call.root, size(), op);
+        if (rank() == call.root) {  // a non-root's output is not used
+          check_tensor(*output, call, "output");
+          check_same(*input, *output, op);
+        }
+        break;
+      case CollectiveOp::kAllGather:
+        check_tensor(*input, call, "input");
+        check_tensor(*output, call, "output");
+        check_gathered(*input, *output, size());
+        break;
+      case CollectiveOp::kReduceScatter:
+        check_tensor(*input, call, "input");
+        check_tensor(*output, call, "output");
+        check_scattered(*input, *output, size());
+        break;
+      case CollectiveOp::kBarrier: break;
+    }
+  } catch (const Error& e) {
+    // The others are (or will be) waiting for this participant: fail the communicator so they do
+    // not wait for a timeout.
+    abort(str_cat(call.fp.to_string(), " had a bad argument: ", e.message()));
+    throw;
+  }
+}
+
+std::shared_ptr<Work> Communicator::all_reduce(const Tensor& input, const Tensor& output,
+                                               const AllReduceOptions& options) {
+  const CollectiveCall call = numbered(CollectiveOp::kAllReduce, sequence_++, &input, options.op, -1, options.timeout);
+  validate(call, &input, &output);
+  return do_all_reduce(call, input, output);
+}
+
+std::shared_ptr<Work> Communicator::broadcast(const Tensor& tensor, const BroadcastOptions& options) {
+  const CollectiveCall call =
+      numbered(CollectiveOp::kBroadcast, sequence_++, &tensor, std::nullopt, options.root, options.timeout);
+  validate(call, &tensor, nullptr);
+  return do_broadcast(call, tensor);
+}
+
+std::shared_ptr<Work> Communicator::reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) {
+  const CollectiveCall call =
+      numbered(CollectiveOp::kReduce, sequence_++, &input, options.op, options.root, options.timeout);
+  validate(call, &input, &output);
+  return do_reduce(call, input, output);
+}
+
+std::shared_ptr<Work> Communicator::all_gather(const Tensor& input, const Tensor& output,
+                                               const AllGatherOptions& options) {
+  const CollectiveCall call =
+      numbered(CollectiveOp::kAllGather, sequence_++, &input, std::nullopt, -1, options.timeout);
+  validate(call, &input, &output);
+  return do_all_gather(call, input, output);
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
+                                                   const ReduceScatterOptions& options) {
+  const CollectiveCall call =
+      numbered(CollectiveOp::kReduceScatter, sequence_++, &input, options.op, -1, options.timeout);
+  validate(call, &input, &output);
+  return do_reduce_scatter(call, input, output);
+}
+
+std::shared_ptr<Work> Communicator::barrier(const BarrierOptions& options) {
+  const CollectiveCall call = numbered(CollectiveOp::kBarrier, sequence_++, nullptr, std::nullopt, -1, options.timeout);
+  return do_barrier(call);
+}
 
 }  // namespace chorus::collective

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -100,6 +101,13 @@ class Work {
   virtual const std::string& description() const = 0;
 };
 
+struct CollectiveCall;  // collective/call.h
+
+// The front door and the backends' side of it. The six collectives are non-virtual: each numbers
+// the call, validates every argument once (collective/call.h says what and in which order; a bad
+// argument aborts the communicator and throws InvalidArgumentError) and then calls the backend's
+// protected do_* method, which only moves bytes and meets its peers. A backend adds its own device
+// rule through check_device (host memory only, this rank's GPU only, ...).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -108,17 +116,41 @@ class Communicator {
   // "shared_memory", "reference", ...
   virtual std::string_view backend() const = 0;
 
-  virtual std::shared_ptr<Work> all_reduce(const Tensor& input, const Tensor& output, const AllReduceOptions& options = {}) = 0;
-  virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, const BroadcastOptions& options = {}) = 0;
-  virtual std::shared_ptr<Work> reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options = {}) = 0;
-  virtual std::shared_ptr<Work> all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options = {}) = 0;
-  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output,
-                                               const ReduceScatterOptions& options = {}) = 0;
-  virtual std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) = 0;
+  std::shared_ptr<Work> all_reduce(const Tensor& input, const Tensor& output, const AllReduceOptions& options = {});
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, const BroadcastOptions& options = {});
+  std::shared_ptr<Work> reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options = {});
+  std::shared_ptr<Work> all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options = {});
+  std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output,
+                                       const ReduceScatterOptions& options = {});
+  std::shared_ptr<Work> barrier(const BarrierOptions& options = {});
 
   // Marks the communicator failed for every participant: those waiting in a collective, and every
   // later call, raise AbortedError naming this rank and `reason`. Idempotent; the first reason wins.
   virtual void abort(const std::string& reason) = 0;
+
+ protected:
+  // The backend's device rule for one tensor argument, called by the front door after it found
+  // `t` defined and before it checks the dtype. Throws InvalidArgumentError (call.h has the
+  // helpers check_on_host and check_on_device). The default accepts any device.
+  virtual void check_device(const Tensor& t, const CollectiveCall& call, const char* role) const;
+
+  // Data movement of a validated call (shapes, dtypes and root already checked; for reduce,
+  // `output` is only meaningful on the root). Each returns the call's Work, never nullptr.
+  virtual std::shared_ptr<Work> do_all_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> do_broadcast(const CollectiveCall& call, const Tensor& tensor) = 0;
+  virtual std::shared_ptr<Work> do_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> do_all_gather(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> do_reduce_scatter(const CollectiveCall& call, const Tensor& input,
+                                                  const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> do_barrier(const CollectiveCall& call) = 0;
+
+ private:
+  // Validates (kind-specific shape and root checks; every tensor through check_tensor), aborting
+  // the communicator on a bad argument.
+  void validate(const CollectiveCall& call, const Tensor* input, const Tensor* output);
+  void check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const;
+
+  std::uint64_t sequence_ = 0;  // the next call's sequence number
 };
 
 }  // namespace chorus::collective

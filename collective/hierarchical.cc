@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "collective/call.h"
 #include "collective/work.h"
 #include "core/error.h"
 
@@ -34,26 +35,34 @@ class HierarchicalCommunicator final : public Communicator {
   int size() const override { return processes_ * local_->size(); }
   std::string_view backend() const override { return "hierarchical"; }
 
-  WorkPtr all_reduce(const Tensor& in, const Tensor& out, const AllReduceOptions& o) override {
+  void abort(const std::string& reason) override {
+    local_->abort(reason);
+    if (cross_) cross_->abort(reason);
+  }
+
+ private:
+  // The front door has validated the call against the global size (shapes, root, dtype); each
+  // step below validates again in its own group. Any device: the local group has its own rule.
+  void check_device(const Tensor&, const CollectiveCall&, const char*) const override {}
+
+  WorkPtr do_all_reduce(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
     local_->reduce(in, out, {.op = o.op, .root = 0, .timeout = o.timeout})->wait(o.timeout);
     cross_step([&] { cross_->all_reduce(out, out, {.op = o.op, .timeout = o.timeout})->wait(o.timeout); });
     local_->broadcast(out, {.root = 0, .timeout = o.timeout})->wait(o.timeout);
-    return done("all_reduce");
+    return done(o);
   }
 
-  WorkPtr broadcast(const Tensor& t, const BroadcastOptions& o) override {
-    check_root(o.root, "broadcast");
+  WorkPtr do_broadcast(const CollectiveCall& o, const Tensor& t) override {
     const int root_process = o.root / local_->size();
     const int root_local = o.root % local_->size();
     if (process_ == root_process && root_local != 0)
       local_->broadcast(t, {.root = root_local, .timeout = o.timeout})->wait(o.timeout);
     cross_step([&] { cross_->broadcast(t, {.root = root_process, .timeout = o.timeout})->wait(o.timeout); });
     local_->broadcast(t, {.root = 0, .timeout = o.timeout})->wait(o.timeout);
-    return done("broadcast");
+    return done(o);
   }
 
-  WorkPtr reduce(const Tensor& in, const Tensor& out, const ReduceOptions& o) override {
-    check_root(o.root, "reduce");
+  WorkPtr do_reduce(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
     Tensor tmp = Tensor::empty(in.shape(), in.dtype(), in.device_name());
     local_->reduce(in, tmp, {.op = o.op, .root = 0, .timeout = o.timeout})->wait(o.timeout);
     cross_step([&] { cross_->all_reduce(tmp, tmp, {.op = o.op, .timeout = o.timeout})->wait(o.timeout); });
@@ -62,24 +71,21 @@ class HierarchicalCommunicator final : public Communicator {
       Tensor target = out;  // a handle to the same storage
       target.copy_from(tmp);
     }
-    return done("reduce");
+    return done(o);
   }
 
-  WorkPtr all_gather(const Tensor& in, const Tensor& out, const AllGatherOptions& o) override {
+  WorkPtr do_all_gather(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
     std::vector<std::int64_t> dims = in.shape().dims();
-    CHORUS_REQUIRE(!dims.empty(), InvalidArgumentError, "all_gather: the input must have rank >= 1");
     dims[0] *= local_->size();
     Tensor local_block = Tensor::empty(Shape(dims), in.dtype(), in.device_name());
     local_->all_gather(in, local_block, {.timeout = o.timeout})->wait(o.timeout);
     cross_step([&] { cross_->all_gather(local_block, out, {.timeout = o.timeout})->wait(o.timeout); });
     local_->broadcast(out, {.root = 0, .timeout = o.timeout})->wait(o.timeout);
-    return done("all_gather");
+    return done(o);
   }
 
-  WorkPtr reduce_scatter(const Tensor& in, const Tensor& out, const ReduceScatterOptions& o) override {
+  WorkPtr do_reduce_scatter(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
     std::vector<std::int64_t> dims = in.shape().dims();
-    CHORUS_REQUIRE(!dims.empty() && dims[0] % size() == 0, InvalidArgumentError, "reduce_scatter: the input's first "
-                   "dimension must be a multiple of ", size(), ", got shape ", in.shape().to_string());
     Tensor reduced = Tensor::empty(in.shape(), in.dtype(), in.device_name());
     local_->reduce(in, reduced, {.op = o.op, .root = 0, .timeout = o.timeout})->wait(o.timeout);
     dims[0] /= processes_;  // this process's k blocks
@@ -87,22 +93,16 @@ class HierarchicalCommunicator final : public Communicator {
                                       : Tensor::zeros(Shape(dims), in.dtype(), in.device_name());
     cross_step([&] { cross_->reduce_scatter(reduced, mine, {.op = o.op, .timeout = o.timeout})->wait(o.timeout); });
     local_->reduce_scatter(mine, out, {.op = ReduceOp::kSum, .timeout = o.timeout})->wait(o.timeout);
-    return done("reduce_scatter");
+    return done(o);
   }
 
-  WorkPtr barrier(const BarrierOptions& o) override {
+  WorkPtr do_barrier(const CollectiveCall& o) override {
     local_->barrier({.timeout = o.timeout})->wait(o.timeout);
     cross_step([&] { cross_->barrier({.timeout = o.timeout})->wait(o.timeout); });
     local_->barrier({.timeout = o.timeout})->wait(o.timeout);
-    return done("barrier");
+    return done(o);
   }
 
-  void abort(const std::string& reason) override {
-    local_->abort(reason);
-    if (cross_) cross_->abort(reason);
-  }
-
- private:
   // Runs the cross-process step on local rank 0; a failure there releases the local participants
   // (waiting in the following local step) at once.
   void cross_step(const std::function<void()>& step) {
@@ -114,17 +114,12 @@ class HierarchicalCommunicator final : public Communicator {
       throw;
     }
   }
-  void check_root(int root, const char* op) const {
-    CHORUS_REQUIRE(root >= 0 && root < size(), InvalidArgumentError, op, ": root ", root, " is not a rank of this ",
-                   size(), "-participant communicator");
-  }
-  WorkPtr done(const char* op) { return std::make_shared<CompletedWork>(str_cat("hierarchical ", op, " #", calls_++)); }
+  static WorkPtr done(const CollectiveCall& c) { return std::make_shared<CompletedWork>("hierarchical " + c.fp.to_string()); }
 
   std::unique_ptr<Communicator> local_;
   std::shared_ptr<Communicator> cross_;
   int process_;
   int processes_;
-  std::uint64_t calls_ = 0;
 };
 
 }  // namespace

@@ -1,11 +1,12 @@
-// The common part of communicators whose participants are threads of one process working on
-// host memory (logical CPU devices): argument checks, sequence numbers and fingerprints, the
-// rendezvous, error policy. Backends (shared_memory.h, reference.h) supply only data movement.
+// The common part of communicators whose participants are threads of one process: the
+// rendezvous, draining device streams, error policy. Argument checks, sequence numbers and
+// fingerprints come from the front door (communicator.h, call.h). Backends (shared_memory.h,
+// reference.h, virtual_gpu.h, nccl.h) supply only data movement and their device rule.
 //
 // Error policy of every call:
-//   - a bad argument of this participant (wrong device, dtype, shape, root) is detected before it
-//     meets the others: the group is aborted (so nobody waits for it) and InvalidArgumentError is
-//     thrown here;
+//   - a bad argument of this participant (wrong device, dtype, shape, root) is detected by the
+//     front door before it meets the others: the group is aborted (so nobody waits for it) and
+//     InvalidArgumentError is thrown here;
 //   - a fingerprint mismatch, a timeout or an abort come from the Rendezvous (see rendezvous.h).
 // Buffers after a failure: a rank that gives up in the opening phase withdraws before anyone
 // moves data, so no peer touches its buffers; the closing phase is never abandoned (peers only
@@ -15,9 +16,11 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
+#include "collective/call.h"
 #include "collective/communicator.h"
 #include "collective/rendezvous.h"
 
@@ -29,26 +32,13 @@ class InProcessCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return rendezvous_->size(); }
-
-  std::shared_ptr<Work> all_reduce(const Tensor& input, const Tensor& output, const AllReduceOptions& options) override;
-  std::shared_ptr<Work> broadcast(const Tensor& tensor, const BroadcastOptions& options) override;
-  std::shared_ptr<Work> reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) override;
-  std::shared_ptr<Work> all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options) override;
-  std::shared_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& output,
-                                       const ReduceScatterOptions& options) override;
-  std::shared_ptr<Work> barrier(const BarrierOptions& options) override;
   void abort(const std::string& reason) override;
 
  protected:
-  // Data movement, called after the arguments were checked and the device streams drained; each
-  // starts with rendezvous().arrive(...) and ends with a phase that keeps every participant's
-  // buffers alive until all are done with them.
-  struct Call {
-    const Fingerprint& fp;
-    std::chrono::milliseconds timeout;
-    ReduceOp op;
-    int root;
-  };
+  // Data movement, called after the front door validated the call (communicator.h) and the
+  // device streams were drained; each starts with rendezvous().arrive(...) and ends with a phase
+  // that keeps every participant's buffers alive until all are done with them.
+  using Call = CollectiveCall;
   // Each returns the Work of the call, or nullptr when it completed before returning.
   using WorkPtr = std::shared_ptr<Work>;
   virtual WorkPtr run_all_reduce(const Call& call, const Tensor& input, const Tensor& output) = 0;
@@ -57,11 +47,9 @@ class InProcessCommunicator : public Communicator {
   virtual WorkPtr run_all_gather(const Call& call, const Tensor& input, const Tensor& output) = 0;
   virtual WorkPtr run_reduce_scatter(const Call& call, const Tensor& input, const Tensor& output) = 0;
 
-  // Per-tensor argument check (defined, device kind, dtype). The default accepts host tensors of
-  // logical CPU devices; device backends override it.
-  virtual void check_tensor(const Tensor& t, const char* op, const char* role) const;
-  // For device backends: defined, on `device` (this rank's), supported dtype.
-  void check_on_device(const Tensor& t, const DeviceContext& device, const char* op, const char* role) const;
+  // The default device rule: host tensors of logical CPU devices. Device backends override it
+  // (call.h's check_on_device), the reference backend accepts any device.
+  void check_device(const Tensor& t, const CollectiveCall& call, const char* role) const override;
   // Makes the tensor's pending device work visible before the collective touches it. The default
   // synchronizes the device stream (host backends read memory directly); device backends order
   // streams with events instead and override it with a no-op.
@@ -70,13 +58,19 @@ class InProcessCommunicator : public Communicator {
   Rendezvous& rendezvous() const { return *rendezvous_; }
 
  private:
-  Fingerprint fingerprint(const char* op, const Tensor* input, int reduce_op, int root);
-  std::shared_ptr<Work> execute(const Fingerprint& fp, const std::function<void()>& check,
-                                const std::function<std::shared_ptr<Work>()>& body);
+  WorkPtr do_all_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) final;
+  WorkPtr do_broadcast(const CollectiveCall& call, const Tensor& tensor) final;
+  WorkPtr do_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) final;
+  WorkPtr do_all_gather(const CollectiveCall& call, const Tensor& input, const Tensor& output) final;
+  WorkPtr do_reduce_scatter(const CollectiveCall& call, const Tensor& input, const Tensor& output) final;
+  WorkPtr do_barrier(const CollectiveCall& call) final;
+
+  // check_usable, drain `tensors` (null entries skipped), run `body`, record completion.
+  WorkPtr execute(const CollectiveCall& call, std::initializer_list<const Tensor*> tensors,
+                  const std::function<WorkPtr()>& body);
 
   std::shared_ptr<Rendezvous> rendezvous_;
   int rank_;
-  std::uint64_t sequence_ = 0;
 };
 
 // The element range [begin, end) of `n` elements that `rank` of `size` works on: contiguous,

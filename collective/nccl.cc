@@ -99,8 +99,8 @@ class NcclCommunicator final : public InProcessCommunicator {
   }
 
  protected:
-  void check_tensor(const Tensor& t, const char* op, const char* role) const override {
-    check_on_device(t, *device_, op, role);
+  void check_device(const Tensor& t, const CollectiveCall& call, const char* role) const override {
+    check_on_device(t, *device_, rank(), call, role, "this rank's device");
   }
   void drain(const Tensor&) const override {}  // NCCL runs on the device stream: stream order suffices
 

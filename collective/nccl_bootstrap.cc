@@ -1,19 +1,15 @@
 #include "collective/nccl_bootstrap.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
-#include <iterator>
-#include <map>
-#include <utility>
 
+#include "collective/call.h"
 #include "core/error.h"
 #include "core/strings.h"
 
 namespace chorus::collective {
 namespace {
 
-using internal::join;
 using internal::str_cat;
 
 constexpr std::size_t kHostBytes = 256, kBusBytes = 32, kDeviceBytes = 96;
@@ -26,25 +22,19 @@ void put(const std::string& s, char* field, std::size_t size) {
 
 std::string get(const char* field, std::size_t size) { return std::string(field, strnlen(field, size)); }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-constexpr const char* kOps[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"};
 constexpr int kWireDims = 8;
 // Word positions in a packed fingerprint.
 enum : int { kOp, kSequence, kDType, kRoot, kReduceOp, kRank, kNdim, kDims, kTailHash = kDims + kWireDims };
 static_assert(kTailHash + 1 == kFingerprintWords);
 
 std::string describe(const std::int64_t* w) {
-  const bool known = w[kOp] >= 0 && w[kOp] < static_cast<std::int64_t>(std::size(kOps)) && w[kDType] >= 0 &&
+  const bool known = w[kOp] >= 0 && w[kOp] < kNumCollectiveOps && w[kDType] >= 0 &&
                      w[kDType] < kNumDTypes && w[kReduceOp] >= -1 && w[kReduceOp] <= static_cast<int>(ReduceOp::kProd) &&
                      w[kNdim] >= 0;
   if (!known)
     return str_cat("an unrecognised call (op ", w[kOp], ", dtype ", w[kDType], ", sequence ", w[kSequence], ")");
   Fingerprint fp;
-  fp.op = kOps[w[kOp]];
+  fp.op = collective_op_name(static_cast<CollectiveOp>(w[kOp]));
   fp.sequence = static_cast<std::uint64_t>(w[kSequence]);
   fp.dtype = static_cast<DType>(w[kDType]);
   fp.shape.assign(w + kDims, w + kDims + std::min<std::int64_t>(w[kNdim], kWireDims));
@@ -60,23 +50,6 @@ bool same_call(const std::int64_t* a, const std::int64_t* b) {
 }
 
 }  // namespace
-
-void check_distinct_gpus(const std::vector<GpuClaim>& claims) {
-  std::map<std::pair<std::string, std::string>, std::vector<int>> users;  // (host, bus id) → ranks, sorted
-  for (const auto& c : claims)
-    if (!c.pci_bus_id.empty()) users[{c.host, lower(c.pci_bus_id)}].push_back(c.rank);
-  std::string conflicts;
-  for (auto& [key, ranks] : users) {
-    if (ranks.size() < 2) continue;
-    std::sort(ranks.begin(), ranks.end());
-    const auto first = std::find_if(claims.begin(), claims.end(), [&](const GpuClaim& c) { return c.rank == ranks[0]; });
-    conflicts += str_cat(conflicts.empty() ? "" : "; ", "ranks ", join(ranks, {.last_separator = " and "}),
-                         ranks.size() == 2 ? " both" : " all", " use GPU ", first->pci_bus_id, " on host ", key.first);
-  }
-  CHORUS_REQUIRE(conflicts.empty(), InvalidArgumentError, conflicts,
-                 ": NCCL needs one GPU per rank; give each process its own GPU (e.g. by local rank) or use virtual "
-                 "GPUs in one process");
-}
 
 std::vector<std::int64_t> pack_claim(const GpuClaim& claim) {
   std::vector<std::int64_t> words(kGpuClaimWords);
@@ -95,8 +68,8 @@ GpuClaim unpack_claim(const std::int64_t* words, int rank) {
 
 std::vector<std::int64_t> pack_fingerprint(const Fingerprint& fp, int rank) {
   std::vector<std::int64_t> w(kFingerprintWords, 0);
-  const auto op = std::find(std::begin(kOps), std::end(kOps), fp.op);
-  w[kOp] = op == std::end(kOps) ? -1 : op - std::begin(kOps);
+  const std::optional<CollectiveOp> op = collective_op_from_name(fp.op);
+  w[kOp] = op ? static_cast<std::int64_t>(*op) : -1;
   w[kSequence] = static_cast<std::int64_t>(fp.sequence);
   w[kDType] = static_cast<std::int64_t>(fp.dtype);
   w[kRoot] = fp.root;

@@ -1,5 +1,6 @@
 // Internal to collective/: the host-side logic of the multi-process NCCL backend (nccl_mpi.h) —
-// what its processes tell each other over MPI, and the checks made on it. Pure logic without MPI,
+// what its processes tell each other over MPI, and the checks made on it (the one-GPU-per-rank
+// check itself is gpu_claim.h's). Pure logic without MPI,
 // NCCL or a GPU, so it is unit-tested on any machine (tests/collective/nccl_bootstrap_test.cc).
 //
 // Everything travels as int64 words because that is the narrowest dtype the MPI communicator's
@@ -13,23 +14,9 @@
 #include <vector>
 
 #include "collective/fingerprint.h"
+#include "collective/gpu_claim.h"  // GpuClaim, check_distinct_gpus
 
 namespace chorus::collective {
-
-// One process's claim on a physical GPU, all-gathered before NCCL is touched.
-struct GpuClaim {
-  int rank = 0;
-  std::string host;        // gethostname()
-  std::string pci_bus_id;  // "0000:19:00.0" (core/gpu.h); "" when unknown (never conflicts)
-  std::string device;      // the logical device, for messages: "/job:localhost/.../device:GPU:0"
-};
-
-// Throws InvalidArgumentError when two claims name the same PCI bus id (case-insensitive) on the
-// same host: "ranks 0 and 1 both use GPU 0000:19:00.0 on host node7: NCCL needs one GPU per rank;
-// give each process its own GPU (e.g. by local rank) or use virtual GPUs in one process". Every
-// such group is listed (three or more ranks: "ranks 0, 2 and 3 all use ..."). Every process checks
-// the same gathered claims, so all of them throw the same error, or none does.
-void check_distinct_gpus(const std::vector<GpuClaim>& claims);
 
 // The fixed-size wire form of a GpuClaim (host 256 bytes, bus id 32, device 96).
 inline constexpr int kGpuClaimWords = 48;

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "collective/fingerprint.h"
+#include "collective/call.h"
 #include "collective/host_reduce.h"
 #include "collective/mpi.h"
 #include "collective/nccl.h"
@@ -193,65 +193,6 @@ class NcclMpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string_view backend() const override { return "nccl_mpi"; }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& in, const Tensor& out, const AllReduceOptions& o) override {
-    return run("all_reduce", &in, static_cast<int>(o.op), -1, o.timeout, [&] { check_pair(in, out, "all_reduce", 0); },
-               [&](ncclComm_t c, cudaStream_t s) {
-                 return ncclAllReduce(in.data(), out.data(), count(in), nccl_type(in.dtype()), nccl_op(o.op), c, s);
-               });
-  }
-
-  std::shared_ptr<Work> broadcast(const Tensor& t, const BroadcastOptions& o) override {
-    auto check = [&] {
-      check_tensor(t, "broadcast", "");
-      check_root(o.root, "broadcast");
-    };
-    return run("broadcast", &t, -1, o.root, o.timeout, check, [&](ncclComm_t c, cudaStream_t s) {
-      return ncclBroadcast(t.data(), t.data(), count(t), nccl_type(t.dtype()), o.root, c, s);
-    });
-  }
-
-  std::shared_ptr<Work> reduce(const Tensor& in, const Tensor& out, const ReduceOptions& o) override {
-    const bool is_root = rank_ == o.root;
-    auto check = [&] {
-      check_root(o.root, "reduce");
-      if (is_root) check_pair(in, out, "reduce", 0);
-      else check_tensor(in, "reduce", "input");  // a non-root's output is not used
-    };
-    return run("reduce", &in, static_cast<int>(o.op), o.root, o.timeout, check, [&](ncclComm_t c, cudaStream_t s) {
-      return ncclReduce(in.data(), is_root ? out.data() : nullptr, count(in), nccl_type(in.dtype()), nccl_op(o.op),
-                        o.root, c, s);
-    });
-  }
-
-  std::shared_ptr<Work> all_gather(const Tensor& in, const Tensor& out, const AllGatherOptions& o) override {
-    return run("all_gather", &in, -1, -1, o.timeout, [&] { check_pair(in, out, "all_gather", size_); },
-               [&](ncclComm_t c, cudaStream_t s) {
-                 return ncclAllGather(in.data(), out.data(), count(in), nccl_type(in.dtype()), c, s);
-               });
-  }
-
-  std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, const ReduceScatterOptions& o) override {
-    return run("reduce_scatter", &in, static_cast<int>(o.op), -1, o.timeout,
-               [&] { check_pair(out, in, "reduce_scatter", size_); }, [&](ncclComm_t c, cudaStream_t s) {
-                 return ncclReduceScatter(in.data(), out.data(), count(out), nccl_type(in.dtype()), nccl_op(o.op), c, s);
-               });
-  }
-
-  std::shared_ptr<Work> barrier(const BarrierOptions& o) override {
-    const Fingerprint fp = fingerprint("barrier", nullptr, -1, -1);
-    check_usable(fp);
-    if (validate_) {
-      exchange(fp, o.timeout);  // every process has arrived once it completes
-    } else {
-      try {
-        shared_->mpi->barrier({.timeout = o.timeout})->wait(o.timeout);
-      } catch (const Error& e) {
-        failed_over_mpi(fp, e);
-      }
-    }
-    return std::make_shared<CompletedWork>(fp.to_string());
-  }
-
   void abort(const std::string& reason) override {
     shared_->fail(str_cat("rank ", rank_, " aborted the communicator: ", reason), reason);
   }
@@ -261,56 +202,53 @@ class NcclMpiCommunicator final : public Communicator {
 
   static std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.num_elements()); }
 
-  Fingerprint fingerprint(const char* op, const Tensor* input, int reduce_op, int root) {
-    Fingerprint fp;
-    fp.op = op;
-    fp.sequence = sequence_++;
-    if (input != nullptr && input->defined()) {
-      fp.dtype = input->dtype();
-      fp.shape = input->shape().dims();
+  void check_device(const Tensor& t, const CollectiveCall& call, const char* role) const override {
+    check_on_device(t, *device_, rank_, call, role, "this process's NCCL device");
+  }
+
+  std::shared_ptr<Work> do_all_reduce(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
+    return run(o, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllReduce(in.data(), out.data(), count(in), nccl_type(in.dtype()), nccl_op(o.op), c, s);
+    });
+  }
+
+  std::shared_ptr<Work> do_broadcast(const CollectiveCall& o, const Tensor& t) override {
+    return run(o, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclBroadcast(t.data(), t.data(), count(t), nccl_type(t.dtype()), o.root, c, s);
+    });
+  }
+
+  std::shared_ptr<Work> do_reduce(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
+    return run(o, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclReduce(in.data(), rank_ == o.root ? out.data() : nullptr, count(in), nccl_type(in.dtype()),
+                        nccl_op(o.op), o.root, c, s);
+    });
+  }
+
+  std::shared_ptr<Work> do_all_gather(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
+    return run(o, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllGather(in.data(), out.data(), count(in), nccl_type(in.dtype()), c, s);
+    });
+  }
+
+  std::shared_ptr<Work> do_reduce_scatter(const CollectiveCall& o, const Tensor& in, const Tensor& out) override {
+    return run(o, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclReduceScatter(in.data(), out.data(), count(out), nccl_type(in.dtype()), nccl_op(o.op), c, s);
+    });
+  }
+
+  std::shared_ptr<Work> do_barrier(const CollectiveCall& o) override {
+    check_usable(o.fp);
+    if (validate_) {
+      exchange(o.fp, o.timeout);  // every process has arrived once it completes
+    } else {
+      try {
+        shared_->mpi->barrier({.timeout = o.timeout})->wait(o.timeout);
+      } catch (const Error& e) {
+        failed_over_mpi(o.fp, e);
+      }
     }
-    fp.reduce_op = reduce_op;
-    fp.root = root;
-    return fp;
-  }
-
-  void check_tensor(const Tensor& t, const char* op, const char* role) const {
-    const char* space = *role ? " " : "";
-    CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, space, "tensor is undefined");
-    CHORUS_REQUIRE(&t.device_context() == device_.get(), InvalidArgumentError, op, ": rank ", rank_, "'s ", role, space,
-                   "tensor is on ", t.device_name(), " but this process's NCCL device is ", device_->name());
-    check_collective_dtype(t.dtype(), op);
-  }
-
-  void check_root(int root, const char* op) const {
-    CHORUS_REQUIRE(root >= 0 && root < size_, InvalidArgumentError, op, ": root ", root, " is not a rank of this ",
-                   size_, "-process communicator (valid: 0..", size_ - 1, ")");
-  }
-
-  // stacked == 0: same dtype and shape. Otherwise `big` is `stacked` blocks of `small` on axis 0
-  // (all_gather: input, output; reduce_scatter: output, input).
-  void check_pair(const Tensor& small, const Tensor& big, const char* op, int stacked) const {
-    const bool flipped = std::string_view(op) == "reduce_scatter";  // `small` is the output
-    const char* small_role = flipped ? "output" : "input";
-    const char* big_role = flipped ? "input" : "output";
-    check_tensor(small, op, small_role);
-    check_tensor(big, op, big_role);
-    if (stacked == 0) {
-      CHORUS_REQUIRE(small.dtype() == big.dtype() && small.shape() == big.shape(), InvalidArgumentError, op,
-                     ": output ", dtype_name(big.dtype()), big.shape().to_string(), " does not match input ",
-                     dtype_name(small.dtype()), small.shape().to_string());
-      return;
-    }
-    const auto& d = big.shape().dims();
-    CHORUS_REQUIRE(!d.empty() && d[0] % stacked == 0, InvalidArgumentError, op, ": the ", big_role,
-                   "'s first dimension must be a multiple of the communicator size ", stacked, ", got shape ",
-                   big.shape().to_string());
-    std::vector<std::int64_t> want = d;
-    want[0] /= stacked;
-    CHORUS_REQUIRE(small.dtype() == big.dtype() && small.shape() == Shape(want), InvalidArgumentError, op, ": the ",
-                   small_role, " must be ", dtype_name(big.dtype()), Shape(want).to_string(), " (", stacked,
-                   " blocks of it make ", big.shape().to_string(), "), got ", dtype_name(small.dtype()),
-                   small.shape().to_string());
+    return std::make_shared<CompletedWork>(o.fp.to_string());
   }
 
   void check_usable(const Fingerprint& fp) const {
@@ -320,21 +258,12 @@ class NcclMpiCommunicator final : public Communicator {
                                  " cannot run: the communicator is unusable: ", shared_->failure));
   }
 
-  // Check, compare fingerprints over MPI, enqueue the NCCL call on this device's stream.
-  std::shared_ptr<Work> run(const char* op, const Tensor* input, int reduce_op, int root, milliseconds timeout,
-                            const std::function<void()>& check, const Launch& launch) {
-    const Fingerprint fp = fingerprint(op, input, reduce_op, root);
-    try {
-      check();  // first: this caller's own mistake is the most useful error, even if the others failed
-    } catch (const Error& e) {
-      // The others are (or will be) waiting for us: fail the communicator so they do not wait for a timeout.
-      abort(str_cat(fp.to_string(), " had a bad argument: ", e.message()));
-      throw;
-    }
-    check_usable(fp);
-    const auto deadline = deadline_after(Clock::now(), timeout);
-    if (validate_) exchange(fp, timeout);
-    return enqueue(fp, deadline, timeout, launch);
+  // Compare fingerprints over MPI, enqueue the NCCL call on this device's stream.
+  std::shared_ptr<Work> run(const CollectiveCall& call, const Launch& launch) {
+    check_usable(call.fp);
+    const auto deadline = deadline_after(Clock::now(), call.timeout);
+    if (validate_) exchange(call.fp, call.timeout);
+    return enqueue(call.fp, deadline, call.timeout, launch);
   }
 
   // All-gathers the fingerprints over MPI; a mismatch throws InvalidArgumentError on every process
@@ -450,7 +379,6 @@ class NcclMpiCommunicator final : public Communicator {
   const int size_;
   const bool validate_;
   const milliseconds close_timeout_;
-  std::uint64_t sequence_ = 0;
   Tensor send_, recv_;  // the fingerprint exchange's host buffers, reused
 };
 

@@ -40,8 +40,8 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
   std::string_view backend() const override { return "virtual_gpu"; }
 
  protected:
-  void check_tensor(const Tensor& t, const char* op, const char* role) const override {
-    check_on_device(t, *device_, op, role);
+  void check_device(const Tensor& t, const CollectiveCall& call, const char* role) const override {
+    check_on_device(t, *device_, rank(), call, role, "this rank's device");
   }
   void drain(const Tensor&) const override {}  // ordered by events, never by blocking the host
 

@@ -4,10 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <set>
 #include <sstream>
 
+#include "collective/gpu_claim.h"
 #include "collective/hierarchical.h"
 #include "collective/nccl.h"
 #include "collective/nccl_mpi.h"
@@ -123,17 +122,11 @@ std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>&
   throw InternalError("select_worker_devices: unknown policy");
 }
 
-void check_unique_gpus(const std::vector<GpuClaim>& claims) {
-  std::map<std::pair<std::string, std::string>, int> owner;  // (host, pci) → first rank
-  for (const GpuClaim& c : claims) {
-    for (const std::string& pci : std::set<std::string>(c.pci_bus_ids.begin(), c.pci_bus_ids.end())) {
-      auto [it, fresh] = owner.emplace(std::make_pair(c.host, pci), c.rank);
-      CHORUS_REQUIRE(fresh, InvalidArgumentError, "ranks ", it->second, " and ", c.rank, " both use GPU ", pci,
-                     " on host ", c.host, ": NCCL needs one GPU per rank; give each process its own GPU (e.g. by "
-                     "local rank: WorkerDevicePolicy::kLocalRankGpu, or CUDA_VISIBLE_DEVICES) or use virtual GPUs in "
-                     "one process");
-    }
-  }
+void check_unique_gpus(const std::vector<WorkerGpus>& workers) {
+  std::vector<collective::GpuClaim> claims;
+  for (const WorkerGpus& w : workers)
+    for (const std::string& pci : w.pci_bus_ids) claims.push_back({.rank = w.rank, .host = w.host, .pci_bus_id = pci});
+  collective::check_distinct_gpus(claims, "by local rank: WorkerDevicePolicy::kLocalRankGpu, or CUDA_VISIBLE_DEVICES");
 }
 
 // --- the strategy ------------------------------------------------------------------------------
@@ -245,7 +238,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
     const std::string mine = str_cat(resolver_.worker_index(), "|", num_local_replicas(), "|",
                                      host_name_or("unknown-host"), "|", join(pcis, {.separator = ","}));
     const std::vector<std::string> all = all_gather_strings(*worker_comm_, mine, options.timeout);
-    std::vector<GpuClaim> claims;
+    std::vector<WorkerGpus> claims;
     std::string counts;
     bool same_count = true;
     for (int r = 0; r < workers; ++r) {

@@ -161,14 +161,16 @@ class MultiWorkerMirroredStrategy final : public Strategy {
 std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>& logical, int local_rank,
                                                WorkerDevicePolicy policy, int cpu_devices_per_worker);
 
-// What one worker claims: its host and the PCI bus ids of the physical GPUs its devices live on.
-struct GpuClaim {
+// What one worker reported in the creation exchange: its host and the PCI bus ids of the physical
+// GPUs its devices live on (one per device; virtual GPUs of one physical GPU repeat it).
+struct WorkerGpus {
   int rank = 0;
   std::string host;
   std::vector<std::string> pci_bus_ids;
 };
-// InvalidArgumentError when two ranks on one host claim the same GPU: "ranks 0 and 1 both use GPU
-// 0000:19:00.0 on host node7: NCCL needs one GPU per rank; ...".
-void check_unique_gpus(const std::vector<GpuClaim>& claims);
+// collective::check_distinct_gpus (collective/gpu_claim.h) over every worker's GPUs, one claim per
+// distinct GPU: InvalidArgumentError when two workers on one host use the same GPU: "ranks 0 and 1
+// both use GPU 0000:19:00.0 on host node7: NCCL needs one GPU per rank; ...".
+void check_unique_gpus(const std::vector<WorkerGpus>& workers);
 
 }  // namespace chorus::distribute

@@ -1,0 +1,121 @@
+// What the processes of an MPI communicator send each other, and the MPI state that carries it:
+// the wire forms of fingerprints (compared before every collective) and of peer-monitor addresses
+// (exchanged once at creation), the Channel of a communicator and the graveyard of failed ones,
+// and the polling every wait uses. Internal to the MPI backend (mpi_internal.h).
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <unistd.h>
+
+#include "collective/mpi_internal.h"
+#include "core/error.h"
+#include "core/host.h"
+
+namespace chorus::collective::mpi_detail {
+
+using internal::str_cat;
+
+// --- fingerprints ---
+
+WireFingerprint to_wire(const CollectiveCall& call, int rank) {
+  const Fingerprint& fp = call.fp;
+  WireFingerprint w;
+  std::memset(&w, 0, sizeof w);
+  w.sequence = fp.sequence;
+  w.op = static_cast<std::int32_t>(call.kind);
+  w.dtype = static_cast<std::int32_t>(fp.dtype);
+  w.root = fp.root;
+  w.reduce_op = fp.reduce_op;
+  w.rank = rank;
+  w.ndim = static_cast<std::int32_t>(fp.shape.size());
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the dims that do not fit
+  for (std::size_t i = 0; i < fp.shape.size(); ++i) {
+    if (i < kWireDims) w.dims[i] = fp.shape[i];
+    else h = (h ^ static_cast<std::uint64_t>(fp.shape[i])) * 1099511628211ull;
+  }
+  w.tail_hash = fp.shape.size() > kWireDims ? h : 0;
+  return w;
+}
+
+bool same_call(const WireFingerprint& a, const WireFingerprint& b) {
+  return a.sequence == b.sequence && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
+         a.reduce_op == b.reduce_op && a.ndim == b.ndim && a.tail_hash == b.tail_hash &&
+         std::equal(a.dims, a.dims + kWireDims, b.dims);
+}
+
+std::string describe(const WireFingerprint& w) {
+  const bool known = w.op >= 0 && w.op < kNumCollectiveOps && w.dtype >= 0 &&
+                     w.dtype < kNumDTypes && w.reduce_op >= -1 && w.reduce_op <= static_cast<int>(ReduceOp::kProd);
+  if (!known)
+    return str_cat("an unrecognised call (op ", w.op, ", dtype ", w.dtype, ", sequence ", w.sequence, ")");
+  Fingerprint fp;
+  fp.op = collective_op_name(static_cast<CollectiveOp>(w.op));
+  fp.sequence = w.sequence;
+  fp.dtype = static_cast<DType>(w.dtype);
+  fp.shape.assign(w.dims, w.dims + std::clamp(w.ndim, 0, kWireDims));
+  fp.root = w.root;
+  fp.reduce_op = w.reduce_op;
+  return fp.to_string() + (w.ndim > kWireDims ? " (first 8 dims shown)" : "");
+}
+
+// --- peer-monitor addresses ---
+
+template <std::size_t N>
+void copy_text(char (&to)[N], const std::string& from) {
+  std::memset(to, 0, N);
+  std::memcpy(to, from.data(), std::min(from.size(), N - 1));
+}
+template <std::size_t N>
+std::string read_text(const char (&from)[N]) {
+  return std::string(from, strnlen(from, N));
+}
+
+WireAddress to_wire(const PeerMonitor* monitor, int rank) {
+  WireAddress w;
+  std::memset(&w, 0, sizeof w);
+  w.rank = rank;
+  w.pid = static_cast<std::int64_t>(::getpid());
+  copy_text(w.host, host_name_or("unknown-host"));
+  if (!monitor) return w;
+  const PeerAddress& a = monitor->address();
+  w.port = a.port;
+  w.token = a.token;
+  for (std::size_t i = 0; i < a.ips.size() && i < kWireIps; ++i) copy_text(w.ips[i], a.ips[i]);
+  return w;
+}
+
+PeerAddress from_wire(const WireAddress& w) {
+  PeerAddress a;
+  a.rank = w.rank;
+  a.port = w.port;
+  a.pid = w.pid;
+  a.token = w.token;
+  a.host = read_text(w.host);
+  for (const auto& ip : w.ips)
+    if (ip[0] != '\0') a.ips.push_back(read_text(ip));
+  return a;
+}
+
+// --- the Channel and polling ---
+
+void bury(std::unique_ptr<Channel> channel) {
+  static std::mutex mu;
+  static auto* graveyard = new std::vector<std::unique_ptr<Channel>>;
+  std::lock_guard<std::mutex> lock(mu);
+  graveyard->push_back(std::move(channel));
+}
+
+Clock::time_point deadline_after(Clock::time_point start, milliseconds timeout) {
+  const auto room = std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - start);
+  return timeout >= room ? Clock::time_point::max() : start + timeout;
+}
+
+bool test_or_back_off(MPI_Request* request, Clock::time_point spin_until) {
+  int done = 0;
+  CHORUS_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+  if (!done && Clock::now() >= spin_until) std::this_thread::sleep_for(kSleep);
+  return done != 0;
+}
+
+}  // namespace chorus::collective::mpi_detail
