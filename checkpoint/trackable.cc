@@ -121,7 +121,7 @@ TrackableRef::TrackableRef(data::Iterator& iterator)
 TrackableRef::TrackableRef(ops::Generator& generator)
     : owned_(std::make_shared<GeneratorTrackable>(generator)), object_(owned_.get()) {}
 
-Trackable::Trackable() : pending_(std::make_unique<internal::PendingRestores>()) {}
+Trackable::Trackable() : pending_(std::make_shared<internal::PendingRestores>()) {}
 Trackable::~Trackable() = default;
 Trackable::Trackable(Trackable&&) noexcept = default;
 Trackable& Trackable::operator=(Trackable&&) noexcept = default;

@@ -109,9 +109,13 @@ class Trackable {
   void child_created(const std::string& name, const TrackableRef& child) const;
   // The same for an optimizer's new slot variable.
   void slot_created(const Variable& original, const std::string& slot_name, const Variable& slot) const;
+  // For a wrapper that stands for `inner` in the checkpoint graph (TF's DelegatingTrackableMixin:
+  // LossScaleOptimizer lists the inner optimizer's children and slots as its own): restores that
+  // wait for children or slots are kept with `inner`, which creates them. Call in the constructor.
+  void delegate_restores_to(const Trackable& inner) { pending_ = inner.pending_; }
 
  private:
-  std::unique_ptr<internal::PendingRestores> pending_;
+  std::shared_ptr<internal::PendingRestores> pending_;
 };
 
 // TF's escape_local_name: "." → "..", "/" → ".S".

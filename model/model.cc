@@ -178,7 +178,9 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
               Tensor loss = forward_step(e, true, rows);
               // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
               // the same list.
-              std::vector<Tensor> grads = tape.gradient(loss, vars, Tensor(), ops::UnconnectedGradients::kZero);
+              // get_scaled_loss/get_unscaled_gradients: the identity, or a LossScaleOptimizer's scaling.
+              std::vector<Tensor> grads = optimizer_->get_unscaled_gradients(tape.gradient(
+                  optimizer_->get_scaled_loss(loss), vars, Tensor(), ops::UnconnectedGradients::kZero));
               std::vector<std::pair<Tensor, Variable>> gv;
               for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
               optimizer_->apply_gradients(gv);

@@ -105,6 +105,9 @@ Optimizer::Optimizer(std::string name, LearningRate learning_rate, const CommonO
                                .aggregation = VariableAggregation::kOnlyFirstReplica});
 }
 
+Optimizer::Optimizer(std::string name, WrapperTag)
+    : name_(std::move(name)), learning_rate_(0.0), state_(std::make_unique<State>()) {}
+
 Optimizer::~Optimizer() = default;
 Optimizer::Optimizer(Optimizer&&) noexcept = default;
 Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
@@ -231,7 +234,9 @@ std::vector<Tensor> Optimizer::clip(std::vector<Tensor> grads) const {
   return grads;
 }
 
-void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
+void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) { apply_gradients_with(grads_and_vars, {}); }
+
+void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const AfterAggregation& after_aggregation) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr) {
     const DistributionStrategy& s = get_strategy();
@@ -281,6 +286,11 @@ void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
 
   // 3. One packed all-reduce of every gradient (the default replica context returns its input).
   if (ctx != nullptr) grads = ctx->all_reduce(ReduceOp::kSum, grads);
+  if (after_aggregation && !after_aggregation(grads)) {  // a skipped step still counts
+    Tensor counter = iterations_.value();
+    counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+    return;
+  }
 
   // 4. Slots of new variables (a merge_call in replica context).
   build(vars);
@@ -325,7 +335,7 @@ Tensor Optimizer::minimize(const std::function<Tensor()>& loss_fn, const std::ve
   {
     ops::GradientTape tape;
     loss = loss_fn();
-    grads = tape.gradient(loss, vars);
+    grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
   }
   GradsAndVars gv;
   for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
@@ -334,7 +344,7 @@ Tensor Optimizer::minimize(const std::function<Tensor()>& loss_fn, const std::ve
 }
 
 void Optimizer::minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape) {
-  const std::vector<Tensor> grads = tape.gradient(loss, vars);
+  const std::vector<Tensor> grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
   GradsAndVars gv;
   for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
   apply_gradients(gv);

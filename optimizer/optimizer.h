@@ -98,6 +98,8 @@ struct CommonOptions {
   std::optional<double> global_clipnorm;  // all gradients scaled so their joint L2 norm <= this
 };
 
+class LossScaleOptimizer;
+
 class Optimizer : public train::Trackable {
  public:
   virtual ~Optimizer();
@@ -108,10 +110,18 @@ class Optimizer : public train::Trackable {
 
   // The update described above. Blocks until the update is enqueued (it may still run on the
   // devices' streams; reads of the variables wait for it).
-  void apply_gradients(const GradsAndVars& grads_and_vars);
+  virtual void apply_gradients(const GradsAndVars& grads_and_vars);
+
+  // Loss scaling (Keras 2's LossScaleOptimizer API, here on every optimizer so that fit and
+  // minimize need not know which one they hold): the loss to differentiate, and the gradients of
+  // that loss brought back to the loss's scale. The identity here; LossScaleOptimizer
+  // (optimizer/loss_scale_optimizer.h) multiplies by its loss scale and divides by it.
+  virtual Tensor get_scaled_loss(const Tensor& loss) const { return loss; }
+  virtual std::vector<Tensor> get_unscaled_gradients(std::vector<Tensor> grads) const { return grads; }
 
   // Keras 2's minimize with a callable: records loss_fn() on a fresh GradientTape, differentiates
-  // it with respect to `vars` and applies the gradients. Returns the loss.
+  // it (get_scaled_loss) with respect to `vars` and applies the (unscaled) gradients. Returns the
+  // loss.
   Tensor minimize(const std::function<Tensor()>& loss_fn, const std::vector<Variable>& vars);
   // Keras 2's minimize(loss, var_list, tape=tape): `tape` recorded `loss`.
   void minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape);
@@ -121,28 +131,29 @@ class Optimizer : public train::Trackable {
   // context: created once for all replicas through merge_call (every replica must call it with
   // the same variables). apply_gradients calls it for you; calling it early makes variables()
   // complete before the first step (for a checkpoint restore). Idempotent.
-  void build(const std::vector<Variable>& vars);
+  virtual void build(const std::vector<Variable>& vars);
 
   // The learning rate the next apply_gradients uses (the schedule at iterations()).
-  double learning_rate() const;
-  const LearningRate& learning_rate_spec() const;
+  virtual double learning_rate() const;
+  virtual const LearningRate& learning_rate_spec() const;
   // Keras's `optimizer.learning_rate = ...`: takes effect at the next apply_gradients.
-  void set_learning_rate(LearningRate learning_rate);
+  virtual void set_learning_rate(LearningRate learning_rate);
 
   // The number of apply_gradients calls completed (int64 scalar variable; read its value).
-  const Variable& iterations() const;
+  virtual const Variable& iterations() const;
   // iterations() first, then every slot in creation order (for checkpoints: stable names).
-  std::vector<Variable> variables() const;
+  virtual std::vector<Variable> variables() const;
   // The slot `slot_name` ("m", "v", "momentum", ...) of `var`; NotFoundError when `var` has no
   // slots yet or the optimizer has no such slot (the message lists the slot names).
-  Variable get_slot(const Variable& var, std::string_view slot_name) const;
+  virtual Variable get_slot(const Variable& var, std::string_view slot_name) const;
   // The slot names this optimizer gives each variable, in creation order.
   std::vector<std::string> slot_names() const { return slot_names_impl(); }
 
   // Keras 3's exclude_from_weight_decay: no weight decay for these variables and for variables
   // whose name contains one of `var_names`. Only before the first build (FailedPreconditionError
   // after it, as Keras).
-  void exclude_from_weight_decay(const std::vector<Variable>& vars, const std::vector<std::string>& var_names = {});
+  virtual void exclude_from_weight_decay(const std::vector<Variable>& vars,
+                                         const std::vector<std::string>& var_names = {});
 
   const std::string& name() const { return name_; }
 
@@ -154,10 +165,21 @@ class Optimizer : public train::Trackable {
   std::vector<train::SlotVariableRef> slot_variables() const override;
 
   // Keras's get_config() as JSON text: {"name": "Adam", "learning_rate": 0.001, ...}.
-  std::string get_config() const;
+  virtual std::string get_config() const;
 
  protected:
   Optimizer(std::string name, LearningRate learning_rate, const CommonOptions& common);
+  // A wrapper around another optimizer (LossScaleOptimizer): no iterations variable, no slots and
+  // no update of its own; it must override every public virtual above to delegate.
+  struct WrapperTag {};
+  Optimizer(std::string name, WrapperTag);
+
+  // What a wrapper may do between the all-reduce and the update: apply_gradients, except that
+  // `after_aggregation` gets the summed gradients (the same bits on every replica) right after
+  // step 3. When it returns false the step is skipped — nothing is updated except `iterations`,
+  // which still counts the step (Keras's LossScaleOptimizer). Same validation, errors, contexts.
+  using AfterAggregation = std::function<bool(std::vector<Tensor>& summed_gradients)>;
+  void apply_gradients_with(const GradsAndVars& grads_and_vars, const AfterAggregation& after_aggregation);
 
   // What update_step gets besides the tensors: host scalars, identical on every replica.
   struct Step {
@@ -183,6 +205,7 @@ class Optimizer : public train::Trackable {
   static void update_in_place(Tensor& component, const Tensor& value);
 
  private:
+  friend class LossScaleOptimizer;  // calls apply_gradients_with on the optimizer it wraps
   struct State;
   void create_slots(const std::vector<Variable>& vars);
   std::vector<Tensor> clip(std::vector<Tensor> grads) const;

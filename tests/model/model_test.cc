@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optimizer/adam.h"
+#include "optimizer/loss_scale_optimizer.h"
 #include "optimizer/sgd.h"
 #include "tests/core/test_util.h"
 
@@ -145,7 +146,7 @@ TEST(Metrics, AccuracyAndMeanAccumulateAndReset) {
 }
 
 // A learnable two-blob problem: x ~ class center ± noise, 2 features, 2 classes.
-data::Dataset blobs(int n, std::uint64_t seed) {
+data::Dataset blobs(int n, std::uint64_t seed, float magnitude = 1.0f, bool swap_labels = false) {
   std::vector<float> x(static_cast<std::size_t>(2 * n));
   std::vector<std::int32_t> y(static_cast<std::size_t>(n));
   std::uint64_t s = seed;
@@ -155,9 +156,9 @@ data::Dataset blobs(int n, std::uint64_t seed) {
   };
   for (int i = 0; i < n; ++i) {
     const int c = i % 2;
-    y[static_cast<std::size_t>(i)] = c;
-    x[static_cast<std::size_t>(2 * i)] = (c ? 1.5f : -1.5f) + rnd();
-    x[static_cast<std::size_t>(2 * i + 1)] = (c ? -1.0f : 1.0f) + rnd();
+    y[static_cast<std::size_t>(i)] = swap_labels ? 1 - c : c;
+    x[static_cast<std::size_t>(2 * i)] = magnitude * ((c ? 1.5f : -1.5f) + rnd());
+    x[static_cast<std::size_t>(2 * i + 1)] = magnitude * ((c ? -1.0f : 1.0f) + rnd());
   }
   return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
 }
@@ -197,6 +198,56 @@ TEST_P(Fit, LearnsUnderTheStrategy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Fit, ::testing::Values(1, 2, 3));
+
+// fit with a LossScaleOptimizer: the loss is scaled by 2^15 before the gradient and the gradients
+// unscaled after it. A power of two commutes with float32 rounding (no overflow here), so the
+// weights are bit for bit those of the inner optimizer alone; the scale's counter counts the steps.
+TEST(FitWithLossScaling, TrainsBitwiseAsTheInnerOptimizer) {
+  make_cpus(2);
+  distribute::MirroredStrategy strategy({"/cpu:0", "/cpu:1"});
+  const auto train = [&](bool scaled) {
+    auto scope = strategy.scope();
+    auto m = std::make_unique<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Dense(8, "relu", true, initializers::glorot_uniform(1)),
+                                      layers::Dense(2, "", true, initializers::glorot_uniform(2))});
+    std::shared_ptr<optimizers::Optimizer> opt = std::make_shared<optimizers::SGD>(0.1);
+    if (scaled) opt = std::make_shared<optimizers::LossScaleOptimizer>(opt);
+    m->compile(opt, std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+    m->fit(blobs(96, 5).batch(16), {.epochs = 2, .verbose = 0});
+    std::vector<std::vector<float>> weights;
+    for (const auto& v : m->trainable_variables()) weights.push_back(vals(v.read_value()));
+    if (scaled) {
+      auto& lso = dynamic_cast<optimizers::LossScaleOptimizer&>(m->optimizer());
+      EXPECT_EQ(lso.loss_scale(), 32768.0);
+      EXPECT_EQ(lso.dynamic_counter(), 12);  // 2 epochs of 6 finite steps
+    }
+    EXPECT_EQ(m->optimizer().iterations().read_value().item<std::int64_t>(), 12);
+    return weights;
+  };
+  EXPECT_EQ(train(true), train(false));
+}
+
+// The loss really is scaled inside fit: with a scale of 2^127, inputs of magnitude ~20 and labels
+// the initial weights get confidently wrong, the scaled gradients overflow float32; those steps are
+// skipped and the scale halved until they are finite, and training goes on.
+TEST(FitWithLossScaling, AnOverflowingScaleIsHalvedUntilTheGradientsAreFinite) {
+  make_cpus(2);
+  distribute::MirroredStrategy strategy({"/cpu:0", "/cpu:1"});
+  auto scope = strategy.scope();
+  model::Sequential m(std::vector<layers::LayerPtr>{layers::Dense(8, "relu", true, initializers::glorot_uniform(1)),
+                                                    layers::Dense(2, "", true, initializers::glorot_uniform(2))});
+  const double huge = std::ldexp(1.0, 127);
+  auto lso = std::make_shared<optimizers::LossScaleOptimizer>(std::make_shared<optimizers::SGD>(0.1),
+                                                              optimizers::LossScaleOptions{.initial_scale = huge});
+  m.compile(lso, std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+  auto history = m.fit(blobs(96, 5, 20.0f, true).batch(16), {.epochs = 2, .verbose = 0});
+  EXPECT_LT(lso->loss_scale(), huge);
+  EXPECT_GT(lso->dynamic_counter(), 0);  // finite steps since the last halving were applied
+  EXPECT_LT(lso->dynamic_counter(), 12);
+  EXPECT_TRUE(std::isfinite(history.history["loss"].back()));
+  for (const auto& v : m.trainable_variables())
+    for (float x : vals(v.read_value())) EXPECT_TRUE(std::isfinite(x)) << v.name();
+}
 
 // TF's pattern: model, compile and fit all inside `strategy.scope()`. build() and fit() open the
 // scope again themselves; that must not mirror the variables twice.
