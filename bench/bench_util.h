@@ -75,8 +75,8 @@ inline std::string json_case(const std::string& name, double value, const std::s
 //   {"bench": "<bench>", "machine": "<machine>", "cases": [<case>, <case>, ...]<extra>}
 // `cases` come from json_case; `machine` is escaped here; `extra` follows the case list as it is
 // (", \"skipped\": {...}", or nothing).
-inline void print_json_line(const std::string& bench, const std::string& machine,
-                            const std::vector<std::string>& cases, const std::string& extra = "") {
+inline void print_json_line(const std::string& bench, const std::string& machine, const std::vector<std::string>& cases,
+                            const std::string& extra = "") {
   const std::string line = "{\"bench\": \"" + json_escape(bench) + "\", \"machine\": \"" + json_escape(machine) +
                            "\", \"cases\": [" + internal::join(cases) + "]" + extra + "}";
   std::printf("%s\n", line.c_str());

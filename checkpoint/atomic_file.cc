@@ -70,7 +70,8 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes) {
   // A file that grew meanwhile: read on, but never past the ceiling.
   char buf[65536];
   while (const std::size_t n = f.read(buf, sizeof buf)) {
-    CHORUS_REQUIRE(out.size() + n <= max_bytes, DataLossError, "'", path, "' grew past ", max_bytes, " bytes while read");
+    CHORUS_REQUIRE(out.size() + n <= max_bytes, DataLossError, "'", path, "' grew past ", max_bytes,
+                   " bytes while read");
     out.append(buf, n);
   }
   return out;

@@ -4,9 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -17,8 +17,8 @@
 #include "checkpoint/table.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "core/runtime.h"
 #include "core/file_io.h"
+#include "core/runtime.h"
 
 namespace chorus::train {
 
@@ -375,7 +375,8 @@ struct BundleReader::Impl {
   // Reads entry's bytes into dst (exactly e.size bytes).
   void read_bytes(const std::string& key, const BundleEntry& e, void* dst) const {
     const DataShard& s = open_shard(key, e);
-    const std::size_t got = s.file->read_at(static_cast<std::uint64_t>(e.offset), dst, static_cast<std::size_t>(e.size));
+    const std::size_t got =
+        s.file->read_at(static_cast<std::uint64_t>(e.offset), dst, static_cast<std::size_t>(e.size));
     if (got != static_cast<std::size_t>(e.size))
       throw DataLossError(str_cat("corrupt checkpoint data '", s.filename, "': tensor '", key, "' needs bytes [",
                                   e.offset, ", ", e.offset + e.size, ") but the file ends at ", e.offset + got));
@@ -451,7 +452,8 @@ Tensor BundleReader::read(const std::string& key) const {
                  "'): a DT_STRING entry; use read_strings");
   if (!internal::dtype_from_tf(e.tf_dtype))
     throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix, "' has TF dtype ",
-                                     internal::tf_dtype_name(e.tf_dtype), ", which chorus has no DType for (chorus reads ",
+                                     internal::tf_dtype_name(e.tf_dtype),
+                                     ", which chorus has no DType for (chorus reads ",
                                      internal::supported_dtype_names(), ", and strings with read_strings)"));
   Tensor t = Tensor::empty(e.shape, e.dtype, "/CPU:0");  // e.size == its nbytes (checked at open)
   char* dst = static_cast<char*>(t.data());

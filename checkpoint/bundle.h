@@ -53,7 +53,7 @@ struct BundleEntry {
   bool is_string = false;  // DT_STRING (then `dtype` is meaningless)
   // Meaningful only when `supported()`: a TF dtype chorus lacks leaves the default here.
   DType dtype = DType::kFloat32;
-  int tf_dtype = 0;        // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
+  int tf_dtype = 0;  // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
   Shape shape;
   int shard_id = 0;         // which `.data-<shard>-of-<num_shards>` file (BundleWriter: always 0)
   std::int64_t offset = 0;  // into the data file

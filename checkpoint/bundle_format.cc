@@ -240,7 +240,8 @@ BundleHeader decode_bundle_header(std::string_view bytes, const std::string& fil
   if (h.num_shards < 1 || h.num_shards > kMaxShards)
     fail(filename, "", str_cat("header: num_shards ", h.num_shards, " (valid: 1 to ", kMaxShards, ")"));
   if (endianness == 1)
-    throw UnimplementedError(str_cat("checkpoint '", filename, "' was written on a big-endian machine; chorus reads "
+    throw UnimplementedError(str_cat("checkpoint '", filename,
+                                     "' was written on a big-endian machine; chorus reads "
                                      "little-endian bundles only"));
   if (endianness != 0) fail(filename, "", str_cat("header: endianness ", endianness, " (valid: 0 little, 1 big)"));
   // TF's CheckVersions(version, kTensorBundleVersion, kTensorBundleMinProducer, "Checkpoint", ...).
@@ -277,8 +278,10 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
               ProtoReader d(s.read_bytes(), "TensorShapeProto.Dim");
               std::int64_t size = 0;
               while (d.next()) {
-                if (d.field() == kDimSize) size = d.read_int64();
-                else d.skip();
+                if (d.field() == kDimSize)
+                  size = d.read_int64();
+                else
+                  d.skip();
               }
               if (dims.size() >= 254) fail(filename, key, "shape has more than 254 dimensions");
               dims.push_back(size);
@@ -315,9 +318,12 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
             SliceExtent extent;
             ProtoReader x(t.read_bytes(), "TensorSliceProto.Extent");
             while (x.next()) {
-              if (x.field() == kExtentStart) extent.start = x.read_int64();
-              else if (x.field() == kExtentLength) extent.length = x.read_int64();
-              else x.skip();
+              if (x.field() == kExtentStart)
+                extent.start = x.read_int64();
+              else if (x.field() == kExtentLength)
+                extent.length = x.read_int64();
+              else
+                x.skip();
             }
             spec.push_back(extent);
           }
@@ -348,8 +354,9 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
       const bool full = x.length == kFullExtent;
       if (x.start < 0 || (!full && (x.length < 0 || x.length > dims[d] || x.start > dims[d] - x.length)) ||
           (full && x.start != 0))
-        fail(filename, key, str_cat("slice ", i, ", dimension ", d, ": start ", x.start, " length ", x.length,
-                                    " is not within [0, ", dims[d], ")"));
+        fail(filename, key,
+             str_cat("slice ", i, ", dimension ", d, ": start ", x.start, " length ", x.length, " is not within [0, ",
+                     dims[d], ")"));
     }
   }
   if (slice_specs) *slice_specs = std::move(specs);
@@ -364,8 +371,9 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
     e.dtype = *dt;
     const auto esize = static_cast<std::int64_t>(dtype_size(*dt));
     if (slices == 0 && (elements > std::numeric_limits<std::int64_t>::max() / esize || elements * esize != e.size))
-      fail(filename, key, str_cat("size ", e.size, " bytes does not match ", e.shape.to_string(), " × ",
-                                  tf_dtype_name(e.tf_dtype), " (", esize, " bytes each)"));
+      fail(filename, key,
+           str_cat("size ", e.size, " bytes does not match ", e.shape.to_string(), " × ", tf_dtype_name(e.tf_dtype),
+                   " (", esize, " bytes each)"));
   } else if (e.is_string && slices == 0) {
     // Every element needs at least one length byte, plus the 4-byte checksum of the lengths.
     if (e.size < 4 || elements > e.size - 4)
@@ -416,8 +424,8 @@ BundleIndex parse_bundle_index(std::string_view contents, const std::string& fil
         BundleEntry piece = full;
         if (const auto dt = dtype_from_tf(full.tf_dtype)) {
           if (piece.size != full.shape.num_elements() * static_cast<std::int64_t>(dtype_size(*dt)))
-            fail(filename, key, str_cat("whole-tensor slice: size ", piece.size, " bytes does not match ",
-                                        full.shape.to_string()));
+            fail(filename, key,
+                 str_cat("whole-tensor slice: size ", piece.size, " bytes does not match ", full.shape.to_string()));
         }
         sliced.pieces.push_back(piece);
         continue;
@@ -428,9 +436,9 @@ BundleIndex parse_bundle_index(std::string_view contents, const std::string& fil
         fail(filename, key, str_cat("the data of slice ", where, " is missing"));
       const BundleEntry& piece = it->second;
       if (piece.tf_dtype != full.tf_dtype || !(piece.shape == Shape(dims)))
-        fail(filename, key, str_cat("slice ", where, " is stored as ", tf_dtype_name(piece.tf_dtype), " ",
-                                    piece.shape.to_string(), ", expected ", tf_dtype_name(full.tf_dtype), " ",
-                                    Shape(dims).to_string()));
+        fail(filename, key,
+             str_cat("slice ", where, " is stored as ", tf_dtype_name(piece.tf_dtype), " ", piece.shape.to_string(),
+                     ", expected ", tf_dtype_name(full.tf_dtype), " ", Shape(dims).to_string()));
       sliced.pieces.push_back(piece);
       pieces.push_back(piece_key);
     }
@@ -494,7 +502,8 @@ std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64
     if (v > bytes.size()) throw bad(str_cat("element ", i, " claims ", v, " bytes; the tensor has ", bytes.size()));
     lengths[i] = v;
     total += v;
-    if (total > bytes.size()) throw bad(str_cat("the lengths of elements 0..", i, " add up to more than the ", bytes.size(), " bytes"));
+    if (total > bytes.size())
+      throw bad(str_cat("the lengths of elements 0..", i, " add up to more than the ", bytes.size(), " bytes"));
     if (v <= std::numeric_limits<std::uint32_t>::max()) {
       const auto w = static_cast<std::uint32_t>(v);
       crc = crc32c(&w, 4, crc);
@@ -506,8 +515,8 @@ std::vector<std::string> decode_string_tensor(std::string_view bytes, std::int64
   std::uint32_t stored;
   std::memcpy(&stored, bytes.data() + pos, 4);
   if (unmask_crc32c(stored) != crc)
-    throw bad(str_cat("the checksum of the lengths does not match (stored ", stored, ", calculated ",
-                      mask_crc32c(crc), ")"));
+    throw bad(
+        str_cat("the checksum of the lengths does not match (stored ", stored, ", calculated ", mask_crc32c(crc), ")"));
   crc = crc32c(bytes.data() + pos, 4, crc);
   pos += 4;
   if (total != bytes.size() - pos)

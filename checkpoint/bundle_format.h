@@ -22,19 +22,19 @@ namespace chorus::train::internal {
 
 // ---- SSTable (LevelDB table format without filter blocks) ----
 inline constexpr std::uint64_t kTableMagic = 0xdb4775248b80fb57ull;
-inline constexpr std::size_t kFooterSize = 48;           // two BlockHandles padded to 40, magic
-inline constexpr std::size_t kMaxBlockHandleSize = 20;   // two varint64s
-inline constexpr std::size_t kBlockTrailerSize = 5;      // type byte + masked crc32c
+inline constexpr std::size_t kFooterSize = 48;          // two BlockHandles padded to 40, magic
+inline constexpr std::size_t kMaxBlockHandleSize = 20;  // two varint64s
+inline constexpr std::size_t kBlockTrailerSize = 5;     // type byte + masked crc32c
 inline constexpr std::uint8_t kNoCompression = 0;
 inline constexpr std::uint8_t kSnappyCompression = 1;
-inline constexpr int kBlockRestartInterval = 16;         // data blocks (the index block uses 1)
-inline constexpr std::size_t kBlockSize = 262144;        // a data block is flushed at this size
+inline constexpr int kBlockRestartInterval = 16;   // data blocks (the index block uses 1)
+inline constexpr std::size_t kBlockSize = 262144;  // a data block is flushed at this size
 
 // ---- BundleHeaderProto / BundleEntryProto / TensorShapeProto / VersionDef field numbers ----
 inline constexpr int kHeaderNumShards = 1, kHeaderEndianness = 2, kHeaderVersion = 3;
 inline constexpr int kVersionProducer = 1, kVersionMinConsumer = 2, kVersionBadConsumers = 3;
-inline constexpr int kEntryDtype = 1, kEntryShape = 2, kEntryShardId = 3, kEntryOffset = 4,
-                     kEntrySize = 5, kEntryCrc32c = 6, kEntrySlices = 7;
+inline constexpr int kEntryDtype = 1, kEntryShape = 2, kEntryShardId = 3, kEntryOffset = 4, kEntrySize = 5,
+                     kEntryCrc32c = 6, kEntrySlices = 7;
 inline constexpr int kShapeDim = 2, kShapeUnknownRank = 3;
 inline constexpr int kDimSize = 1;
 // TensorSliceProto{repeated Extent extent = 1}, Extent{int64 start = 1; oneof {int64 length = 2}}.
@@ -48,8 +48,8 @@ inline constexpr int kTensorBundleMinProducer = 0;
 inline constexpr std::int64_t kMaxShards = 99999;
 
 // ---- TF's DataType enum (tensorflow/core/framework/types.proto) ----
-inline constexpr int kTfFloat = 1, kTfDouble = 2, kTfInt32 = 3, kTfUInt8 = 4, kTfString = 7,
-                     kTfInt64 = 9, kTfBool = 10, kTfBFloat16 = 14, kTfHalf = 19;
+inline constexpr int kTfFloat = 1, kTfDouble = 2, kTfInt32 = 3, kTfUInt8 = 4, kTfString = 7, kTfInt64 = 9, kTfBool = 10,
+                     kTfBFloat16 = 14, kTfHalf = 19;
 
 int tf_dtype_of(DType dtype);
 // The chorus DType of a TF DataType number; nullopt for DT_STRING and types chorus lacks.

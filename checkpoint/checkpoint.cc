@@ -46,9 +46,11 @@ const LoadStatus& LoadStatus::assert_consumed() const {
   if (!unused.empty() || !unmatched.empty()) {
     std::string msg = str_cat("checkpoint '", coordinator_->path(), "' was not consumed:");
     if (!unused.empty())
-      msg += str_cat("\n", unused.size(), " value(s) in the checkpoint were not restored:\n  ", join(unused, kOnePerLine));
+      msg +=
+          str_cat("\n", unused.size(), " value(s) in the checkpoint were not restored:\n  ", join(unused, kOnePerLine));
     if (!unmatched.empty())
-      msg += str_cat("\n", unmatched.size(), " object(s) of the program got no value:\n  ", join(unmatched, kOnePerLine));
+      msg +=
+          str_cat("\n", unmatched.size(), " object(s) of the program got no value:\n  ", join(unmatched, kOnePerLine));
     throw FailedPreconditionError(msg);
   }
   return *this;
@@ -65,8 +67,9 @@ const LoadStatus& LoadStatus::assert_existing_objects_matched() const {
 
 const LoadStatus& LoadStatus::assert_nontrivial_match() const {
   if (!coordinator_->nontrivial_match()) {
-    throw FailedPreconditionError(str_cat("checkpoint '", coordinator_->path(),
-                                          "': nothing besides the root was matched (a checkpoint of another program?)"));
+    throw FailedPreconditionError(
+        str_cat("checkpoint '", coordinator_->path(),
+                "': nothing besides the root was matched (a checkpoint of another program?)"));
   }
   return *this;
 }
@@ -231,9 +234,9 @@ LoadStatus Checkpoint::restore_impl(const std::string& path, bool expect_save_co
   auto coordinator = std::make_shared<internal::RestoreCoordinator>(path, *this, std::move(ignored));
   if (expect_save_counter && coordinator->has_key(kSaveCounterKey)) ensure_save_counter();
   coordinator->restore_root();
-  coordinators_.erase(std::remove_if(coordinators_.begin(), coordinators_.end(),
-                                     [](const auto& w) { return w.expired(); }),
-                      coordinators_.end());
+  coordinators_.erase(
+      std::remove_if(coordinators_.begin(), coordinators_.end(), [](const auto& w) { return w.expired(); }),
+      coordinators_.end());
   coordinators_.push_back(coordinator);
   return LoadStatus(coordinator);
 }

@@ -76,7 +76,7 @@ struct SaveOptions {
 namespace internal {
 class RestoreCoordinator;
 class AsyncWriter;
-}
+}  // namespace internal
 
 // What restore() matched (TF's CheckpointLoadStatus). Copies share the state, which changes as
 // deferred values are assigned. The assertions throw FailedPreconditionError listing every

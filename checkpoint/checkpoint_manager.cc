@@ -55,16 +55,21 @@ io::File lock_directory(const std::string& dir) {
 
 CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directory, std::optional<int> max_to_keep,
                                      CheckpointManagerOptions options)
-    : checkpoint_(checkpoint), directory_(std::move(directory)), max_to_keep_(max_to_keep), options_(std::move(options)) {
+    : checkpoint_(checkpoint),
+      directory_(std::move(directory)),
+      max_to_keep_(max_to_keep),
+      options_(std::move(options)) {
   CHORUS_REQUIRE(!directory_.empty(), InvalidArgumentError, "CheckpointManager: empty directory");
   CHORUS_REQUIRE(!max_to_keep_ || *max_to_keep_ > 0, InvalidArgumentError,
-                 "CheckpointManager: max_to_keep must be positive or nullopt (keep all), got ", max_to_keep_.value_or(0));
+                 "CheckpointManager: max_to_keep must be positive or nullopt (keep all), got ",
+                 max_to_keep_.value_or(0));
   CHORUS_REQUIRE(!options_.checkpoint_interval || options_.step_counter.defined(), InvalidArgumentError,
                  "CheckpointManager: checkpoint_interval needs a step_counter");
   CHORUS_REQUIRE(!options_.checkpoint_interval || *options_.checkpoint_interval > 0, InvalidArgumentError,
-                 "CheckpointManager: checkpoint_interval must be positive, got ", options_.checkpoint_interval.value_or(0));
-  CHORUS_REQUIRE(!options_.step_counter.defined() || (is_integer(options_.step_counter.dtype()) &&
-                                                      options_.step_counter.shape().rank() == 0),
+                 "CheckpointManager: checkpoint_interval must be positive, got ",
+                 options_.checkpoint_interval.value_or(0));
+  CHORUS_REQUIRE(!options_.step_counter.defined() ||
+                     (is_integer(options_.step_counter.dtype()) && options_.step_counter.shape().rank() == 0),
                  InvalidArgumentError, "CheckpointManager: step_counter must be an integer scalar variable, got ",
                  dtype_name(options_.step_counter.dtype()), options_.step_counter.shape().to_string());
   CHORUS_REQUIRE(!options_.checkpoint_name.empty() && options_.checkpoint_name.find('/') == std::string::npos,
@@ -91,8 +96,9 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
     const auto on_disk = checkpoints_on_disk();
     if (!on_disk.empty()) {
       CHORUS_LOG(WARNING) << "CheckpointManager: '" << directory_ << "' has " << on_disk.size() << " checkpoint(s) ("
-                          << on_disk.front().first << " .. " << on_disk.back().first
-                          << ") but " << (state ? "an empty" : "no") << " `checkpoint` state file; recovered the list from the files";
+                          << on_disk.front().first << " .. " << on_disk.back().first << ") but "
+                          << (state ? "an empty" : "no")
+                          << " `checkpoint` state file; recovered the list from the files";
       for (const auto& [path, n] : on_disk) maybe_delete_.emplace_back(path, clock);
       latest_ = on_disk.back().first;
       if (chief_) record_state();
@@ -113,7 +119,8 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
     } else {
       CHORUS_LOG(WARNING) << "CheckpointManager: the state file of '" << directory_ << "' names '"
                           << state->model_checkpoint_path << "' as the latest checkpoint, which is not a '"
-                          << options_.checkpoint_name << "-<N>' checkpoint in that directory; ignored (not restored, never deleted)";
+                          << options_.checkpoint_name
+                          << "-<N>' checkpoint in that directory; ignored (not restored, never deleted)";
     }
   }
   std::vector<double> stamps = state->all_model_checkpoint_timestamps;
@@ -144,7 +151,8 @@ bool CheckpointManager::owns(const std::string& path) const {
 
 std::optional<std::int64_t> CheckpointManager::checkpoint_number_of(const std::string& name) const {
   const std::string& base = options_.checkpoint_name;
-  if (name.size() <= base.size() + 1 || name.compare(0, base.size(), base) != 0 || name[base.size()] != '-') return std::nullopt;
+  if (name.size() <= base.size() + 1 || name.compare(0, base.size(), base) != 0 || name[base.size()] != '-')
+    return std::nullopt;
   const std::string digits = name.substr(base.size() + 1);
   if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
   return std::stoll(digits);
@@ -158,7 +166,8 @@ std::vector<std::pair<std::string, std::int64_t>> CheckpointManager::checkpoints
     constexpr std::string_view kIndex = ".index";
     if (name.size() <= kIndex.size() || name.compare(name.size() - kIndex.size(), kIndex.size(), kIndex) != 0) continue;
     const std::string stem = name.substr(0, name.size() - kIndex.size());
-    if (const auto n = checkpoint_number_of(stem)) out.emplace_back((std::filesystem::path(directory_) / stem).string(), *n);
+    if (const auto n = checkpoint_number_of(stem))
+      out.emplace_back((std::filesystem::path(directory_) / stem).string(), *n);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return out;
@@ -167,9 +176,9 @@ std::vector<std::pair<std::string, std::int64_t>> CheckpointManager::checkpoints
 void CheckpointManager::move_aside(const std::string& path) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    maybe_delete_.erase(std::remove_if(maybe_delete_.begin(), maybe_delete_.end(),
-                                       [&](const auto& e) { return e.first == path; }),
-                        maybe_delete_.end());
+    maybe_delete_.erase(
+        std::remove_if(maybe_delete_.begin(), maybe_delete_.end(), [&](const auto& e) { return e.first == path; }),
+        maybe_delete_.end());
     if (latest_ == path) latest_ = maybe_delete_.empty() ? std::nullopt : std::optional(maybe_delete_.back().first);
   }
   if (!chief_ || !owns(path)) return;
@@ -181,7 +190,8 @@ void CheckpointManager::move_aside(const std::string& path) {
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name == base + ".index" || (name.rfind(base + ".data-", 0) == 0)) {
-      rename_file(entry.path().string(), (std::filesystem::path(dir) / (aside_base + name.substr(base.size()))).string());
+      rename_file(entry.path().string(),
+                  (std::filesystem::path(dir) / (aside_base + name.substr(base.size()))).string());
     }
   }
   sync_directory(dir);
@@ -227,10 +237,11 @@ std::optional<std::string> CheckpointManager::save(std::optional<std::int64_t> c
     // process, and the peer monitor releases the other workers.
     const auto on_disk = checkpoints_on_disk();
     if (!on_disk.empty() && n <= on_disk.back().second) {
-      throw FailedPreconditionError(str_cat(
-          "CheckpointManager: '", directory_, "' already holds checkpoints up to '", on_disk.back().first,
-          "', and this save would write '", path, "' over an earlier one: this run did not resume from them. "
-          "Call restore_or_initialize() first to continue, or use a new directory (or move the old one away) to start over"));
+      throw FailedPreconditionError(str_cat("CheckpointManager: '", directory_, "' already holds checkpoints up to '",
+                                            on_disk.back().first, "', and this save would write '", path,
+                                            "' over an earlier one: this run did not resume from them. "
+                                            "Call restore_or_initialize() first to continue, or use a new directory "
+                                            "(or move the old one away) to start over"));
     }
   }
   counter.impl()->assign_add(Tensor::scalar<std::int64_t>(1, "/CPU:0"));
@@ -242,9 +253,9 @@ std::optional<std::string> CheckpointManager::save(std::optional<std::int64_t> c
 void CheckpointManager::on_written(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   const double timestamp = now_seconds();
-  maybe_delete_.erase(std::remove_if(maybe_delete_.begin(), maybe_delete_.end(),
-                                     [&](const auto& e) { return e.first == path; }),
-                      maybe_delete_.end());
+  maybe_delete_.erase(
+      std::remove_if(maybe_delete_.begin(), maybe_delete_.end(), [&](const auto& e) { return e.first == path; }),
+      maybe_delete_.end());
   maybe_delete_.emplace_back(path, timestamp);
   latest_ = path;
   // State first: a crash while deleting then still finds the new checkpoint (TF's order).
@@ -285,7 +296,8 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
     std::lock_guard<std::mutex> lock(mu_);
     if (latest_) candidates.push_back(*latest_);
     for (auto it = maybe_delete_.rbegin(); it != maybe_delete_.rend(); ++it) {
-      if (std::find(candidates.begin(), candidates.end(), it->first) == candidates.end()) candidates.push_back(it->first);
+      if (std::find(candidates.begin(), candidates.end(), it->first) == candidates.end())
+        candidates.push_back(it->first);
     }
   }
   for (const std::string& path : candidates) {

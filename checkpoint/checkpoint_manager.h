@@ -64,9 +64,9 @@ namespace chorus::train {
 struct CheckpointManagerOptions {
   std::optional<double> keep_checkpoint_every_n_hours;
   std::string checkpoint_name = "ckpt";
-  Variable step_counter;                           // an integer scalar variable (optional)
-  std::optional<std::int64_t> checkpoint_interval; // in steps of step_counter
-  std::function<void()> init_fn;                   // restore_or_initialize without a checkpoint
+  Variable step_counter;                            // an integer scalar variable (optional)
+  std::optional<std::int64_t> checkpoint_interval;  // in steps of step_counter
+  std::function<void()> init_fn;                    // restore_or_initialize without a checkpoint
 };
 
 class CheckpointManager {

@@ -23,9 +23,12 @@ constexpr const char* kStateFile = "checkpoint";
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
     else if (c < 0x20 || c >= 0x7f) {
       char buf[5];
       std::snprintf(buf, sizeof(buf), "\\%03o", c);
@@ -76,7 +79,9 @@ std::string unquote(const std::string& v, const std::string& file, int line) {
       case 'n': out += '\n'; break;
       case 't': out += '\t'; break;
       case 'r': out += '\r'; break;
-      case '"': case '\'': case '\\': out += c; break;
+      case '"':
+      case '\'':
+      case '\\': out += c; break;
       default:
         if (c >= '0' && c <= '7') {
           int value = 0, digits = 0;
@@ -115,7 +120,8 @@ double parse_number(const std::string& v, const std::string& file, int line) {
 std::string checkpoint_state_to_text(const CheckpointState& s) {
   std::string out = "model_checkpoint_path: " + quote(s.model_checkpoint_path) + "\n";
   for (const auto& p : s.all_model_checkpoint_paths) out += "all_model_checkpoint_paths: " + quote(p) + "\n";
-  for (double t : s.all_model_checkpoint_timestamps) out += "all_model_checkpoint_timestamps: " + format_double(t) + "\n";
+  for (double t : s.all_model_checkpoint_timestamps)
+    out += "all_model_checkpoint_timestamps: " + format_double(t) + "\n";
   out += "last_preserved_timestamp: " + format_double(s.last_preserved_timestamp) + "\n";
   return out;
 }
@@ -135,11 +141,17 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
     const auto vstart = raw.find_first_not_of(" \t", colon + 1);
     const auto vend = raw.find_last_not_of(" \t\r");
     const std::string value = vstart == std::string::npos ? "" : raw.substr(vstart, vend - vstart + 1);
-    if (field == "model_checkpoint_path") s.model_checkpoint_path = unquote(value, file, line);
-    else if (field == "all_model_checkpoint_paths") s.all_model_checkpoint_paths.push_back(unquote(value, file, line));
-    else if (field == "all_model_checkpoint_timestamps") s.all_model_checkpoint_timestamps.push_back(parse_number(value, file, line));
-    else if (field == "last_preserved_timestamp") s.last_preserved_timestamp = parse_number(value, file, line);
-    else CHORUS_LOG(WARNING) << "checkpoint state file '" << file << "' line " << line << ": unknown field '" << field << "' ignored";
+    if (field == "model_checkpoint_path")
+      s.model_checkpoint_path = unquote(value, file, line);
+    else if (field == "all_model_checkpoint_paths")
+      s.all_model_checkpoint_paths.push_back(unquote(value, file, line));
+    else if (field == "all_model_checkpoint_timestamps")
+      s.all_model_checkpoint_timestamps.push_back(parse_number(value, file, line));
+    else if (field == "last_preserved_timestamp")
+      s.last_preserved_timestamp = parse_number(value, file, line);
+    else
+      CHORUS_LOG(WARNING) << "checkpoint state file '" << file << "' line " << line << ": unknown field '" << field
+                          << "' ignored";
   }
   return s;
 }

@@ -72,9 +72,12 @@ ObjectGraph parse_object_graph(std::string_view bytes, const std::string& file) 
           ObjectGraphNode::Child c;
           wire::ProtoReader r(n.read_bytes(), "ObjectReference");
           while (r.next()) {
-            if (r.field() == 1) c.node_id = node_id(r, file);
-            else if (r.field() == 2) c.local_name = std::string(r.read_bytes());
-            else r.skip();
+            if (r.field() == 1)
+              c.node_id = node_id(r, file);
+            else if (r.field() == 2)
+              c.local_name = std::string(r.read_bytes());
+            else
+              r.skip();
           }
           node.children.push_back(std::move(c));
           break;
@@ -83,10 +86,14 @@ ObjectGraph parse_object_graph(std::string_view bytes, const std::string& file) 
           ObjectGraphNode::Attribute a;
           wire::ProtoReader r(n.read_bytes(), "SerializedTensor");
           while (r.next()) {
-            if (r.field() == 1) a.name = std::string(r.read_bytes());
-            else if (r.field() == 2) a.full_name = std::string(r.read_bytes());
-            else if (r.field() == 3) a.checkpoint_key = std::string(r.read_bytes());
-            else r.skip();
+            if (r.field() == 1)
+              a.name = std::string(r.read_bytes());
+            else if (r.field() == 2)
+              a.full_name = std::string(r.read_bytes());
+            else if (r.field() == 3)
+              a.checkpoint_key = std::string(r.read_bytes());
+            else
+              r.skip();
           }
           node.attributes.push_back(std::move(a));
           break;
@@ -95,16 +102,19 @@ ObjectGraph parse_object_graph(std::string_view bytes, const std::string& file) 
           ObjectGraphNode::Slot s;
           wire::ProtoReader r(n.read_bytes(), "SlotVariableReference");
           while (r.next()) {
-            if (r.field() == 1) s.original_variable_node_id = node_id(r, file);
-            else if (r.field() == 2) s.slot_name = std::string(r.read_bytes());
-            else if (r.field() == 3) s.slot_variable_node_id = node_id(r, file);
-            else r.skip();
+            if (r.field() == 1)
+              s.original_variable_node_id = node_id(r, file);
+            else if (r.field() == 2)
+              s.slot_name = std::string(r.read_bytes());
+            else if (r.field() == 3)
+              s.slot_variable_node_id = node_id(r, file);
+            else
+              r.skip();
           }
           node.slot_variables.push_back(std::move(s));
           break;
         }
-        default:
-          n.skip();
+        default: n.skip();
       }
     }
     graph.nodes.push_back(std::move(node));

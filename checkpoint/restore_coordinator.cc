@@ -76,9 +76,9 @@ void RestoreCoordinator::check_variable(const Variable& v, const std::string& ke
   }
   const BundleEntry& e = reader_.entry(key);
   if (!e.supported()) {
-    plan.unsupported.push_back(str_cat("'", key, "' has TF dtype ", tf_dtype_name(e.tf_dtype), " ",
-                                       e.shape.to_string(), ", which chorus has no DType for (variable '", v.name(),
-                                       "' is ", dtype_name(v.dtype()), v.shape().to_string(), ")"));
+    plan.unsupported.push_back(str_cat("'", key, "' has TF dtype ", tf_dtype_name(e.tf_dtype), " ", e.shape.to_string(),
+                                       ", which chorus has no DType for (variable '", v.name(), "' is ",
+                                       dtype_name(v.dtype()), v.shape().to_string(), ")"));
     plan.mismatched_keys.insert(key);
     return;
   }
@@ -110,16 +110,16 @@ void RestoreCoordinator::match(int node_id, const TrackableRef& live, const std:
   }
   Trackable* object = live.object();
   if (value) {
-    plan.mismatches.push_back(str_cat(where, ": the checkpoint has a variable here (", value->checkpoint_key,
-                                      "), the program an object"));
+    plan.mismatches.push_back(
+        str_cat(where, ": the checkpoint has a variable here (", value->checkpoint_key, "), the program an object"));
     return;
   }
   if (!node.attributes.empty()) {
     std::map<std::string, std::string> attrs;
     for (const auto& a : node.attributes) {
       if (!reader_.contains(a.checkpoint_key)) {
-        plan.mismatches.push_back(str_cat(where, ": the object graph names key '", a.checkpoint_key,
-                                          "', which the bundle lacks"));
+        plan.mismatches.push_back(
+            str_cat(where, ": the object graph names key '", a.checkpoint_key, "', which the bundle lacks"));
         continue;
       }
       attrs[a.name] = a.checkpoint_key;
@@ -143,8 +143,8 @@ void RestoreCoordinator::match_slots(Plan& plan) {
   std::vector<std::pair<int, Trackable*>> optimizers(optimizers_.begin(), optimizers_.end());
   for (const auto& o : plan.optimizers) optimizers.push_back(o);
   for (const auto& [opt_node, optimizer] : optimizers) {
-    const bool opt_new = std::find(plan.optimizers.begin(), plan.optimizers.end(), std::make_pair(opt_node, optimizer)) !=
-                         plan.optimizers.end();
+    const bool opt_new = std::find(plan.optimizers.begin(), plan.optimizers.end(),
+                                   std::make_pair(opt_node, optimizer)) != plan.optimizers.end();
     std::vector<SlotVariableRef> live_slots;
     bool listed = false;
     for (const auto& s : graph_->nodes[static_cast<std::size_t>(opt_node)].slot_variables) {
@@ -162,8 +162,8 @@ void RestoreCoordinator::match_slots(Plan& plan) {
       const ObjectGraphNode& slot_node = graph_->nodes[static_cast<std::size_t>(s.slot_variable_node_id)];
       const ObjectGraphNode::Attribute* value = slot_node.attribute(kVariableValue);
       if (!value) {
-        plan.mismatches.push_back(str_cat("slot '", s.slot_name, "' of '", original->name(),
-                                          "': the checkpoint's slot node has no value"));
+        plan.mismatches.push_back(
+            str_cat("slot '", s.slot_name, "' of '", original->name(), "': the checkpoint's slot node has no value"));
         continue;
       }
       auto live = std::find_if(live_slots.begin(), live_slots.end(), [&](const SlotVariableRef& r) {
@@ -197,12 +197,11 @@ void RestoreCoordinator::match_by_name(Plan& plan) {
 }
 
 std::string RestoreCoordinator::describe_problems(const Plan& plan) const {
-  std::string msg = plan.unsupported.empty()
-                        ? str_cat("restore from '", path_, "': ", plan.mismatches.size(),
-                                  " value(s) do not fit the program, nothing was restored:")
-                        : str_cat("restore from '", path_, "': ", plan.unsupported.size(),
-                                  " value(s) have a TF dtype chorus has no DType for (chorus has ",
-                                  supported_dtype_names(), "), nothing was restored:");
+  std::string msg = plan.unsupported.empty() ? str_cat("restore from '", path_, "': ", plan.mismatches.size(),
+                                                       " value(s) do not fit the program, nothing was restored:")
+                                             : str_cat("restore from '", path_, "': ", plan.unsupported.size(),
+                                                       " value(s) have a TF dtype chorus has no DType for (chorus has ",
+                                                       supported_dtype_names(), "), nothing was restored:");
   for (const std::string& u : plan.unsupported) msg += "\n  unsupported dtype: " + u;
   for (const std::string& m : plan.mismatches) msg += "\n  mismatch: " + m;
   std::set<std::string> planned = plan.mismatched_keys;

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,8 +29,8 @@ struct PendingRestores {
     int node_id = 0;
   };
   std::mutex mu;
-  std::map<std::string, Entry> children;                                 // by local name
-  std::map<std::pair<const VariableBase*, std::string>, Entry> slots;    // by (variable, slot name)
+  std::map<std::string, Entry> children;                               // by local name
+  std::map<std::pair<const VariableBase*, std::string>, Entry> slots;  // by (variable, slot name)
 };
 
 class RestoreCoordinator : public std::enable_shared_from_this<RestoreCoordinator> {
@@ -60,12 +60,12 @@ class RestoreCoordinator : public std::enable_shared_from_this<RestoreCoordinato
 
  private:
   struct Plan {
-    std::vector<std::pair<Variable, std::string>> variables;                              // (variable, key)
-    std::vector<std::pair<Trackable*, std::map<std::string, std::string>>> objects;       // attr → key
-    std::vector<std::tuple<Trackable*, std::string, int>> pending_children;              // (object, name, node)
-    std::vector<std::tuple<Trackable*, Variable, std::string, int>> pending_slots;       // (optimizer, var, slot, node)
-    std::vector<std::pair<int, Variable>> matched_variables;                             // (node, variable)
-    std::vector<std::pair<int, Trackable*>> optimizers;                                  // nodes with slots
+    std::vector<std::pair<Variable, std::string>> variables;                         // (variable, key)
+    std::vector<std::pair<Trackable*, std::map<std::string, std::string>>> objects;  // attr → key
+    std::vector<std::tuple<Trackable*, std::string, int>> pending_children;          // (object, name, node)
+    std::vector<std::tuple<Trackable*, Variable, std::string, int>> pending_slots;   // (optimizer, var, slot, node)
+    std::vector<std::pair<int, Variable>> matched_variables;                         // (node, variable)
+    std::vector<std::pair<int, Trackable*>> optimizers;                              // nodes with slots
     std::vector<std::string> mismatches;
     std::vector<std::string> unsupported;  // values of a TF dtype no chorus Variable can hold
     std::set<std::string> mismatched_keys;
@@ -87,9 +87,9 @@ class RestoreCoordinator : public std::enable_shared_from_this<RestoreCoordinato
 
   mutable std::mutex mu_;
   std::set<std::string> consumed_;
-  std::set<const void*> matched_live_;             // VariableBase* and Trackable* that got values
-  std::map<int, Variable> matched_variables_;      // saved node → live variable
-  std::map<int, Trackable*> optimizers_;           // saved optimizer node → live optimizer
+  std::set<const void*> matched_live_;         // VariableBase* and Trackable* that got values
+  std::map<int, Variable> matched_variables_;  // saved node → live variable
+  std::map<int, Trackable*> optimizers_;       // saved optimizer node → live optimizer
   bool nontrivial_ = false;
   std::atomic<bool> expect_partial_{false};
 };

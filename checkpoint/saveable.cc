@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <set>
 #include <thread>
-#include <vector>
-#include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "core/distributed_variable.h"
 #include "core/error.h"
@@ -144,7 +144,8 @@ std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
       {4, std::max(1u, std::thread::hardware_concurrency()), std::max<std::size_t>(1, total / kPerThread)});
   const std::size_t chunk = (total + threads - 1) / std::max<std::size_t>(threads, 1);
   std::vector<std::thread> helpers;
-  for (std::size_t i = 1; i < threads; ++i) helpers.emplace_back(copy_range, i * chunk, std::min(total, (i + 1) * chunk));
+  for (std::size_t i = 1; i < threads; ++i)
+    helpers.emplace_back(copy_range, i * chunk, std::min(total, (i + 1) * chunk));
   copy_range(0, std::min(total, chunk));
   for (std::thread& h : helpers) h.join();
   return out;

@@ -13,8 +13,8 @@ namespace chorus::train::internal {
 
 struct LiveNode {
   TrackableRef ref;
-  std::string path;                         // escaped object path; "" for the root
-  std::map<std::string, Tensor> attributes; // objects: serialize_to_tensors() (when asked for)
+  std::string path;                          // escaped object path; "" for the root
+  std::map<std::string, Tensor> attributes;  // objects: serialize_to_tensors() (when asked for)
 };
 
 struct LiveGraph {

@@ -86,8 +86,8 @@ std::string TableBuilder::write_block(Block& block) {
 void TableBuilder::add(std::string_view key, std::string_view value) {
   CHORUS_ENFORCE(!finished_, "TableBuilder::add after finish");
   if (num_entries_ > 0)
-    CHORUS_ENFORCE(key > std::string_view(last_key_), "table keys must be strictly increasing: '", key,
-                   "' after '", last_key_, "'");
+    CHORUS_ENFORCE(key > std::string_view(last_key_), "table keys must be strictly increasing: '", key, "' after '",
+                   last_key_, "'");
   if (pending_index_entry_) {
     find_shortest_separator(last_key_, key);
     index_block_.add(last_key_, pending_handle_);
@@ -200,7 +200,8 @@ class TableParser {
     for (std::uint32_t i = 0; i < num_restarts; ++i) {
       std::uint32_t r;
       std::memcpy(&r, b.data() + restarts_at + 4 * i, 4);
-      if (r > restarts_at) fail(str_cat(what, " block: restart offset ", r, " past the entries (", restarts_at, " bytes)"));
+      if (r > restarts_at)
+        fail(str_cat(what, " block: restart offset ", r, " past the entries (", restarts_at, " bytes)"));
     }
     const std::string_view data = b.substr(0, restarts_at);
     std::size_t pos = 0;
@@ -213,8 +214,8 @@ class TableParser {
       if (shared > key_.size())
         fail(str_cat(what, " block: entry shares ", shared, " key bytes with a previous key of ", key_.size()));
       if (non_shared > data.size() - pos || value_len > data.size() - pos - non_shared)
-        fail(str_cat(what, " block: entry of ", non_shared, " key and ", value_len, " value bytes runs past the block (",
-                     data.size() - pos, " bytes left)"));
+        fail(str_cat(what, " block: entry of ", non_shared, " key and ", value_len,
+                     " value bytes runs past the block (", data.size() - pos, " bytes left)"));
       prev_.assign(key_);
       key_.resize(shared);
       key_.append(data.substr(pos, non_shared));
@@ -239,8 +240,8 @@ void read_table(std::string_view contents, const std::string& filename,
                 const std::function<void(std::string_view key, std::string_view value)>& visit) {
   TableParser p(contents, filename);
   if (contents.size() < kFooterSize)
-    p.fail(str_cat("file is too short to be an sstable (", contents.size(), " bytes, the footer alone is ",
-                   kFooterSize, ")"));
+    p.fail(str_cat("file is too short to be an sstable (", contents.size(), " bytes, the footer alone is ", kFooterSize,
+                   ")"));
   const std::string_view footer = contents.substr(contents.size() - kFooterSize);
   std::uint32_t lo, hi;
   std::memcpy(&lo, footer.data() + 40, 4);
@@ -275,12 +276,12 @@ void read_table(std::string_view contents, const std::string& filename,
     bool block_empty = true;
     p.entries(b, "data", [&](std::string_view key, std::string_view value) {
       if (any && !(key > std::string_view(last_key)))
-        p.fail(str_cat("data block ", i, ": key '", key, "' does not follow the previous block's last key '", last_key, "'"));
+        p.fail(str_cat("data block ", i, ": key '", key, "' does not follow the previous block's last key '", last_key,
+                       "'"));
       if (block_empty && i > 0 && !(key > std::string_view(blocks[i - 1].separator)))
         p.fail(str_cat("data block ", i, ": first key '", key, "' is not above the index separator '",
                        blocks[i - 1].separator, "'"));
-      if (key > sep)
-        p.fail(str_cat("data block ", i, ": key '", key, "' is above its index separator '", sep, "'"));
+      if (key > sep) p.fail(str_cat("data block ", i, ": key '", key, "' is above its index separator '", sep, "'"));
       block_empty = false;
       any = true;
       last_key.assign(key);

@@ -4,9 +4,9 @@
 
 #include "checkpoint/restore_coordinator.h"
 #include "core/error.h"
+#include "core/proto_wire.h"
 #include "data/dataset.h"
 #include "ops/random.h"
-#include "core/proto_wire.h"
 
 namespace chorus::train {
 
@@ -37,7 +37,8 @@ class IteratorTrackable final : public Trackable {
     }
     const std::string& bytes = w.data();
     std::map<std::string, Tensor> out;
-    out[kIteratorState] = Tensor::from_host(bytes.data(), Shape{static_cast<std::int64_t>(bytes.size())}, DType::kUInt8, "/CPU:0");
+    out[kIteratorState] =
+        Tensor::from_host(bytes.data(), Shape{static_cast<std::int64_t>(bytes.size())}, DType::kUInt8, "/CPU:0");
     for (const auto& [key, tensor] : state.tensors()) out[kIteratorTensorPrefix + key] = tensor;
     return out;
   }
@@ -60,9 +61,12 @@ class IteratorTrackable final : public Trackable {
       std::int64_t value = 0;
       wire::ProtoReader e(r.read_bytes(), "iterator state entry");
       while (e.next()) {
-        if (e.field() == 1) key = std::string(e.read_bytes());
-        else if (e.field() == 2) value = e.read_int64();
-        else e.skip();
+        if (e.field() == 1)
+          key = std::string(e.read_bytes());
+        else if (e.field() == 2)
+          value = e.read_int64();
+        else
+          e.skip();
       }
       state.set_int(key, value);
     }
@@ -87,7 +91,8 @@ class GeneratorTrackable final : public Trackable {
   std::map<std::string, Tensor> serialize_to_tensors() const override {
     const ops::GeneratorState s = generator_.state();
     const std::vector<std::int64_t> words = {static_cast<std::int64_t>(s.counter_low),
-                                             static_cast<std::int64_t>(s.counter_high), static_cast<std::int64_t>(s.key)};
+                                             static_cast<std::int64_t>(s.counter_high),
+                                             static_cast<std::int64_t>(s.key)};
     return {{"state", Tensor::from_vector<std::int64_t>(words, Shape{3}, "/CPU:0")}};
   }
 
@@ -154,9 +159,12 @@ std::string escape_local_name(const std::string& name) {
   std::string out;
   out.reserve(name.size());
   for (char c : name) {
-    if (c == '.') out += "..";
-    else if (c == '/') out += ".S";
-    else out += c;
+    if (c == '.')
+      out += "..";
+    else if (c == '/')
+      out += ".S";
+    else
+      out += c;
   }
   return out;
 }

@@ -57,8 +57,8 @@ class TrackableRef {
   template <typename T, typename = std::enable_if_t<std::is_base_of_v<Trackable, T>>>
   TrackableRef(std::shared_ptr<T> object) : TrackableRef(std::shared_ptr<Trackable>(std::move(object))) {}
   TrackableRef(Variable variable);
-  TrackableRef(data::Iterator& iterator);           // position (data::Iterator::save/restore)
-  TrackableRef(ops::Generator& generator);          // Philox state
+  TrackableRef(data::Iterator& iterator);   // position (data::Iterator::save/restore)
+  TrackableRef(ops::Generator& generator);  // Philox state
 
   bool is_variable() const { return variable_.defined(); }
   const Variable& variable() const { return variable_; }

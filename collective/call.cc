@@ -5,8 +5,8 @@
 namespace chorus::collective {
 namespace {
 
-constexpr const char* kNames[kNumCollectiveOps] = {"all_reduce", "broadcast", "reduce", "all_gather",
-                                                   "reduce_scatter", "barrier"};
+constexpr const char* kNames[kNumCollectiveOps] = {"all_reduce", "broadcast",      "reduce",
+                                                   "all_gather", "reduce_scatter", "barrier"};
 
 }  // namespace
 

@@ -19,14 +19,16 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 void check_root(int root, int size, const char* op) {
-  CHORUS_REQUIRE(root >= 0 && root < size, InvalidArgumentError, op, ": root ", root, " is not a rank of this ",
-                 size, "-participant communicator (valid: 0..", size - 1, ")");
+  CHORUS_REQUIRE(root >= 0 && root < size, InvalidArgumentError, op, ": root ", root, " is not a rank of this ", size,
+                 "-participant communicator (valid: 0..", size - 1, ")");
 }
 
 // all_gather: output = `size` inputs stacked on axis 0.
 void check_gathered(const Tensor& input, const Tensor& output, int size) {
-  CHORUS_REQUIRE(input.shape().rank() >= 1, InvalidArgumentError, "all_gather: the input must have rank >= 1, got "
-                 "shape ", input.shape().to_string());
+  CHORUS_REQUIRE(input.shape().rank() >= 1, InvalidArgumentError,
+                 "all_gather: the input must have rank >= 1, got "
+                 "shape ",
+                 input.shape().to_string());
   std::vector<std::int64_t> want = input.shape().dims();
   want[0] *= size;
   CHORUS_REQUIRE(output.dtype() == input.dtype() && output.shape() == Shape(want), InvalidArgumentError,
@@ -38,8 +40,10 @@ void check_gathered(const Tensor& input, const Tensor& output, int size) {
 // reduce_scatter: input = `size` outputs stacked on axis 0.
 void check_scattered(const Tensor& input, const Tensor& output, int size) {
   const auto& d = input.shape().dims();
-  CHORUS_REQUIRE(!d.empty() && d[0] % size == 0, InvalidArgumentError, "reduce_scatter: the input's first dimension "
-                 "must be a multiple of the communicator size ", size, ", got shape ", input.shape().to_string());
+  CHORUS_REQUIRE(!d.empty() && d[0] % size == 0, InvalidArgumentError,
+                 "reduce_scatter: the input's first dimension "
+                 "must be a multiple of the communicator size ",
+                 size, ", got shape ", input.shape().to_string());
   std::vector<std::int64_t> want = d;
   want[0] /= size;
   CHORUS_REQUIRE(output.dtype() == input.dtype() && output.shape() == Shape(want), InvalidArgumentError,

@@ -136,10 +136,12 @@ class Communicator {
 
   // Data movement of a validated call (shapes, dtypes and root already checked; for reduce,
   // `output` is only meaningful on the root). Each returns the call's Work, never nullptr.
-  virtual std::shared_ptr<Work> do_all_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> do_all_reduce(const CollectiveCall& call, const Tensor& input,
+                                              const Tensor& output) = 0;
   virtual std::shared_ptr<Work> do_broadcast(const CollectiveCall& call, const Tensor& tensor) = 0;
   virtual std::shared_ptr<Work> do_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
-  virtual std::shared_ptr<Work> do_all_gather(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> do_all_gather(const CollectiveCall& call, const Tensor& input,
+                                              const Tensor& output) = 0;
   virtual std::shared_ptr<Work> do_reduce_scatter(const CollectiveCall& call, const Tensor& input,
                                                   const Tensor& output) = 0;
   virtual std::shared_ptr<Work> do_barrier(const CollectiveCall& call) = 0;

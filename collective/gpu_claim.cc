@@ -33,13 +33,14 @@ void check_distinct_gpus(const std::vector<GpuClaim>& claims, std::string_view h
     const auto first = std::find_if(claims.begin(), claims.end(), [&](const GpuClaim& c) {
       return c.rank == ranks[0] && c.host == key.first && lower(c.pci_bus_id) == key.second;
     });
-    conflicts += internal::str_cat(conflicts.empty() ? "" : "; ", "ranks ",
-                                   internal::join(ranks, {.last_separator = " and "}),
-                                   ranks.size() == 2 ? " both" : " all", " use GPU ", first->pci_bus_id, " on host ",
-                                   key.first);
+    conflicts +=
+        internal::str_cat(conflicts.empty() ? "" : "; ", "ranks ", internal::join(ranks, {.last_separator = " and "}),
+                          ranks.size() == 2 ? " both" : " all", " use GPU ", first->pci_bus_id, " on host ", key.first);
   }
-  CHORUS_REQUIRE(conflicts.empty(), InvalidArgumentError, conflicts, ": NCCL needs one GPU per rank; give each "
-                 "process its own GPU (e.g. ", how, ") or use virtual GPUs in one process");
+  CHORUS_REQUIRE(conflicts.empty(), InvalidArgumentError, conflicts,
+                 ": NCCL needs one GPU per rank; give each "
+                 "process its own GPU (e.g. ",
+                 how, ") or use virtual GPUs in one process");
 }
 
 }  // namespace chorus::collective

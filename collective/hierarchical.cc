@@ -22,7 +22,8 @@ class HierarchicalCommunicator final : public Communicator {
     CHORUS_REQUIRE(processes >= 1 && process >= 0 && process < processes, InvalidArgumentError,
                    "make_hierarchical: process ", process, " of ", processes, " is not valid");
     const bool leader = local_->rank() == 0;
-    CHORUS_REQUIRE(leader == (cross_ != nullptr), InvalidArgumentError, "make_hierarchical: local rank ", local_->rank(),
+    CHORUS_REQUIRE(leader == (cross_ != nullptr), InvalidArgumentError, "make_hierarchical: local rank ",
+                   local_->rank(),
                    leader ? " is its process's leader and needs the cross-process communicator"
                           : " must not hold the cross-process communicator (only local rank 0 does)");
     if (cross_)
@@ -114,7 +115,9 @@ class HierarchicalCommunicator final : public Communicator {
       throw;
     }
   }
-  static WorkPtr done(const CollectiveCall& c) { return std::make_shared<CompletedWork>("hierarchical " + c.fp.to_string()); }
+  static WorkPtr done(const CollectiveCall& c) {
+    return std::make_shared<CompletedWork>("hierarchical " + c.fp.to_string());
+  }
 
   std::unique_ptr<Communicator> local_;
   std::shared_ptr<Communicator> cross_;
@@ -124,8 +127,9 @@ class HierarchicalCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_hierarchical(std::unique_ptr<Communicator> local, std::shared_ptr<Communicator> cross,
-                                                int process_index, int num_processes) {
+std::unique_ptr<Communicator> make_hierarchical(std::unique_ptr<Communicator> local,
+                                                std::shared_ptr<Communicator> cross, int process_index,
+                                                int num_processes) {
   return std::make_unique<HierarchicalCommunicator>(std::move(local), std::move(cross), process_index, num_processes);
 }
 

@@ -33,7 +33,8 @@ namespace chorus::collective {
 
 // `local`: this participant's communicator in its process's local group. `cross`: for local rank
 // 0, its communicator among the processes' local rank 0s; nullptr for the other local ranks.
-std::unique_ptr<Communicator> make_hierarchical(std::unique_ptr<Communicator> local, std::shared_ptr<Communicator> cross,
-                                                int process_index, int num_processes);
+std::unique_ptr<Communicator> make_hierarchical(std::unique_ptr<Communicator> local,
+                                                std::shared_ptr<Communicator> cross, int process_index,
+                                                int num_processes);
 
 }  // namespace chorus::collective

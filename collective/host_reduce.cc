@@ -12,19 +12,32 @@ namespace {
 // Elements per tile: 2048 accumulators of up to 8 bytes = 16 KiB, well inside L1+L2.
 constexpr std::size_t kTile = 2048;
 
-template <typename T> struct Acc { using type = T; };
-template <> struct Acc<float16> { using type = float; };
-template <> struct Acc<bfloat16> { using type = float; };
+template <typename T>
+struct Acc {
+  using type = T;
+};
+template <>
+struct Acc<float16> {
+  using type = float;
+};
+template <>
+struct Acc<bfloat16> {
+  using type = float;
+};
 
 template <typename T, typename A>
 inline A load(const T& v) {
-  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) return static_cast<float>(v);
-  else return v;
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)
+    return static_cast<float>(v);
+  else
+    return v;
 }
 template <typename T, typename A>
 inline T store(A v) {
-  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) return T(v);
-  else return v;
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)
+    return T(v);
+  else
+    return v;
 }
 
 // One combine loop per op so the compiler vectorizes each without a branch in the loop.
@@ -77,11 +90,24 @@ void reduce_typed(ReduceOp op, const void* const* inputs, int k, void* const* ou
 // auto-vectorizer: outputs alias inputs, so an auto-vectorized loop would take its scalar fallback
 // after the runtime overlap check. 16-byte vectors are what every x86-64 has (SSE2); wider ones
 // without -mavx get spilled to the stack.
-template <typename T> struct VecOf;
-template <> struct VecOf<float> { typedef float type __attribute__((vector_size(16))); };
-template <> struct VecOf<double> { typedef double type __attribute__((vector_size(16))); };
-template <> struct VecOf<std::int32_t> { typedef std::int32_t type __attribute__((vector_size(16))); };
-template <> struct VecOf<std::int64_t> { typedef std::int64_t type __attribute__((vector_size(16))); };
+template <typename T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(16)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(16)));
+};
+template <>
+struct VecOf<std::int32_t> {
+  typedef std::int32_t type __attribute__((vector_size(16)));
+};
+template <>
+struct VecOf<std::int64_t> {
+  typedef std::int64_t type __attribute__((vector_size(16)));
+};
 template <typename T>
 using Vec = typename VecOf<T>::type;
 
@@ -94,10 +120,14 @@ inline Vec<T> vload(const T* p) {
 
 template <ReduceOp Op, typename V>
 inline V vcombine(V a, V b) {
-  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kMean) return a + b;
-  else if constexpr (Op == ReduceOp::kProd) return a * b;
-  else if constexpr (Op == ReduceOp::kMin) return b < a ? b : a;  // std::min(a, b), NaNs included
-  else return a < b ? b : a;                                      // std::max(a, b)
+  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kMean)
+    return a + b;
+  else if constexpr (Op == ReduceOp::kProd)
+    return a * b;
+  else if constexpr (Op == ReduceOp::kMin)
+    return b < a ? b : a;  // std::min(a, b), NaNs included
+  else
+    return a < b ? b : a;  // std::max(a, b)
 }
 
 template <typename T, ReduceOp Op>
@@ -133,10 +163,14 @@ void reduce_direct_op(const void* const* inputs, int k, void* const* outputs, in
     T v = in[0][i];
     for (int j = 1; j < k; ++j) {
       const T x = in[j][i];
-      if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kMean) v = v + x;
-      else if constexpr (Op == ReduceOp::kProd) v = v * x;
-      else if constexpr (Op == ReduceOp::kMin) v = std::min(v, x);
-      else v = std::max(v, x);
+      if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kMean)
+        v = v + x;
+      else if constexpr (Op == ReduceOp::kProd)
+        v = v * x;
+      else if constexpr (Op == ReduceOp::kMin)
+        v = std::min(v, x);
+      else
+        v = std::max(v, x);
     }
     if (divide) v = static_cast<T>(v / d);
     for (int o = 0; o < num_out; ++o) out[o][i] = v;
@@ -159,7 +193,8 @@ void reduce_direct(ReduceOp op, const void* const* inputs, int k, void* const* o
 
 void check_collective_dtype(DType dtype, const char* what) {
   CHORUS_REQUIRE(dtype != DType::kUInt8 && dtype != DType::kBool, InvalidArgumentError, what, ": dtype ",
-                 dtype_name(dtype), " is not supported by collectives; use float32, float64, float16, bfloat16, "
+                 dtype_name(dtype),
+                 " is not supported by collectives; use float32, float64, float16, bfloat16, "
                  "int32 or int64");
 }
 

@@ -8,7 +8,8 @@ namespace chorus::collective {
 using internal::str_cat;
 
 void InProcessCommunicator::check_device(const Tensor& t, const CollectiveCall& call, const char* role) const {
-  check_on_host(t, call, role, "this communicator moves host memory of logical CPU devices (GPU tensors go through "
+  check_on_host(t, call, role,
+                "this communicator moves host memory of logical CPU devices (GPU tensors go through "
                 "the virtual-GPU or NCCL backend)");
 }
 
@@ -71,8 +72,8 @@ InProcessCommunicator::WorkPtr InProcessCommunicator::do_all_gather(const Collec
   return execute(call, {&input, &output}, [&] { return run_all_gather(call, input, output); });
 }
 
-InProcessCommunicator::WorkPtr InProcessCommunicator::do_reduce_scatter(const CollectiveCall& call,
-                                                                        const Tensor& input, const Tensor& output) {
+InProcessCommunicator::WorkPtr InProcessCommunicator::do_reduce_scatter(const CollectiveCall& call, const Tensor& input,
+                                                                        const Tensor& output) {
   return execute(call, {&input, &output}, [&] { return run_reduce_scatter(call, input, output); });
 }
 

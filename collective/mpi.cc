@@ -31,8 +31,8 @@ void check_mpi(int code, const char* expr, const char* file, int line) {
   int len = 0;
   MPI_Error_string(code, text, &len);
   const char* base = std::strrchr(file, '/');
-  throw InternalError(internal::str_cat(base ? base + 1 : file, ":", line, ": ", expr, " failed: ", text, " (MPI error code ",
-                              code, ")"));
+  throw InternalError(internal::str_cat(base ? base + 1 : file, ":", line, ": ", expr, " failed: ", text,
+                                        " (MPI error code ", code, ")"));
 }
 
 }  // namespace mpi_detail
@@ -74,7 +74,8 @@ MpiEnvironment::MpiEnvironment(MpiThreadLevel required) {
     throw UnavailableError(str_cat("MPI provides ", thread_level_name(provided_), " but ", thread_level_name(want),
                                    " is required: chorus calls MPI from replica threads (serialized by a mutex)",
                                    required == MpiThreadLevel::kMultiple ? ", and this program asked for concurrent "
-                                   "MPI calls from its own threads" : "",
+                                                                           "MPI calls from its own threads"
+                                                                         : "",
                                    ". Use an MPI built with thread support (Open MPI: --enable-mpi-thread-multiple)."));
   }
   CHORUS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
@@ -128,8 +129,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
                  ": create a chorus::collective::MpiEnvironment first, and keep it alive longer than every MPI "
                  "communicator");
   CHORUS_MPI_CHECK(MPI_Query_thread(&provided));
-  CHORUS_REQUIRE(provided >= MPI_THREAD_SERIALIZED, UnavailableError, "make_mpi_communicator: MPI was initialized "
-                 "with ", thread_level_name(provided), "; chorus needs at least MPI_THREAD_SERIALIZED (it calls MPI "
+  CHORUS_REQUIRE(provided >= MPI_THREAD_SERIALIZED, UnavailableError,
+                 "make_mpi_communicator: MPI was initialized "
+                 "with ",
+                 thread_level_name(provided),
+                 "; chorus needs at least MPI_THREAD_SERIALIZED (it calls MPI "
                  "from replica threads): initialize MPI through chorus::collective::MpiEnvironment");
   // Every process creates its communicators in the same order, so this numbering agrees across
   // processes; notices carry it (a message for a freed communicator must not hit a new one).
@@ -146,10 +150,13 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
       const auto spin_until = Clock::now() + kSpin;
       while (!test_or_back_off(&req, spin_until)) {
         if (Clock::now() < deadline) continue;
-        throw DeadlineExceededError(str_cat(
-            "make_mpi_communicator: mpi#", id, " (a duplicate of MPI_COMM_WORLD): ", what, " did not complete on every "
-            "process within ", options.timeout.count(), " ms. Every process must create its MPI communicators in the "
-            "same order; one is stuck, died, or created fewer."));
+        throw DeadlineExceededError(str_cat("make_mpi_communicator: mpi#", id,
+                                            " (a duplicate of MPI_COMM_WORLD): ", what,
+                                            " did not complete on every "
+                                            "process within ",
+                                            options.timeout.count(),
+                                            " ms. Every process must create its MPI communicators in the "
+                                            "same order; one is stuck, died, or created fewer."));
       }
     };
     wait_for("the duplication");
@@ -178,4 +185,3 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
 }
 
 }  // namespace chorus::collective
-

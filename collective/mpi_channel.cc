@@ -31,8 +31,10 @@ WireFingerprint to_wire(const CollectiveCall& call, int rank) {
   w.ndim = static_cast<std::int32_t>(fp.shape.size());
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the dims that do not fit
   for (std::size_t i = 0; i < fp.shape.size(); ++i) {
-    if (i < kWireDims) w.dims[i] = fp.shape[i];
-    else h = (h ^ static_cast<std::uint64_t>(fp.shape[i])) * 1099511628211ull;
+    if (i < kWireDims)
+      w.dims[i] = fp.shape[i];
+    else
+      h = (h ^ static_cast<std::uint64_t>(fp.shape[i])) * 1099511628211ull;
   }
   w.tail_hash = fp.shape.size() > kWireDims ? h : 0;
   return w;
@@ -45,10 +47,9 @@ bool same_call(const WireFingerprint& a, const WireFingerprint& b) {
 }
 
 std::string describe(const WireFingerprint& w) {
-  const bool known = w.op >= 0 && w.op < kNumCollectiveOps && w.dtype >= 0 &&
-                     w.dtype < kNumDTypes && w.reduce_op >= -1 && w.reduce_op <= static_cast<int>(ReduceOp::kProd);
-  if (!known)
-    return str_cat("an unrecognised call (op ", w.op, ", dtype ", w.dtype, ", sequence ", w.sequence, ")");
+  const bool known = w.op >= 0 && w.op < kNumCollectiveOps && w.dtype >= 0 && w.dtype < kNumDTypes &&
+                     w.reduce_op >= -1 && w.reduce_op <= static_cast<int>(ReduceOp::kProd);
+  if (!known) return str_cat("an unrecognised call (op ", w.op, ", dtype ", w.dtype, ", sequence ", w.sequence, ")");
   Fingerprint fp;
   fp.op = collective_op_name(static_cast<CollectiveOp>(w.op));
   fp.sequence = w.sequence;

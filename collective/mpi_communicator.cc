@@ -132,7 +132,7 @@ void finish(const Reduction& b, ReduceOp op, const Tensor& output, std::size_t n
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Channel> channel, std::uint64_t id, bool validate,
-                std::shared_ptr<PeerMonitor> monitor, std::vector<PeerAddress> peers)
+                                 std::shared_ptr<PeerMonitor> monitor, std::vector<PeerAddress> peers)
     : ch_(std::move(channel)), id_(id), validate_(validate), monitor_(std::move(monitor)), peers_(std::move(peers)) {
   CHORUS_MPI_CHECK(MPI_Comm_rank(ch_->comm, &rank_));
   CHORUS_MPI_CHECK(MPI_Comm_size(ch_->comm, &size_));
@@ -162,7 +162,8 @@ MpiCommunicator::~MpiCommunicator() {
 std::string MpiCommunicator::prefix() const { return str_cat("mpi#", id_, ": "); }
 
 void MpiCommunicator::check_device(const Tensor& t, const CollectiveCall& call, const char* role) const {
-  check_on_host(t, call, role, "the MPI backend moves host memory of CPU devices (GPU tensors go through the NCCL "
+  check_on_host(t, call, role,
+                "the MPI backend moves host memory of CPU devices (GPU tensors go through the NCCL "
                 "backend)");
   // all_gather's input and reduce_scatter's output are one block: MPI moves it with one int count.
   const bool block = (call.kind == CollectiveOp::kAllGather && std::string_view(role) == "input") ||
@@ -171,7 +172,8 @@ void MpiCommunicator::check_device(const Tensor& t, const CollectiveCall& call, 
                  t.num_elements(), " elements is more than MPI moves in one call (", INT_MAX, "); split the tensor");
 }
 
-std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const CollectiveCall& c, const Tensor& input, const Tensor& output) {
+std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const CollectiveCall& c, const Tensor& input,
+                                                     const Tensor& output) {
   return run(c, {&input, &output}, [&](const Call& call) {
     const auto n = static_cast<std::size_t>(input.num_elements());
     Keep keep;
@@ -192,8 +194,8 @@ std::shared_ptr<Work> MpiCommunicator::do_broadcast(const CollectiveCall& c, con
     const std::size_t esize = dtype_size(tensor.dtype());
     for_chunks(static_cast<std::size_t>(tensor.num_elements()), [&](std::size_t off, int count) {
       MPI_Request req = MPI_REQUEST_NULL;
-      CHORUS_MPI_CHECK(MPI_Ibcast(at(tensor.data(), off * esize), count, wire_type(tensor.dtype()), call.root,
-                                  ch_->comm, &req));
+      CHORUS_MPI_CHECK(
+          MPI_Ibcast(at(tensor.data(), off * esize), count, wire_type(tensor.dtype()), call.root, ch_->comm, &req));
       wait(&req, call, {tensor.buffer()});
     });
   });
@@ -216,12 +218,15 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce(const CollectiveCall& c, const 
   });
 }
 
-std::shared_ptr<Work> MpiCommunicator::do_all_gather(const CollectiveCall& c, const Tensor& input, const Tensor& output) {
+std::shared_ptr<Work> MpiCommunicator::do_all_gather(const CollectiveCall& c, const Tensor& input,
+                                                     const Tensor& output) {
   return run(c, {&input, &output}, [&](const Call& call) {
     Keep keep{input.buffer(), output.buffer()};
     const void* send = input.data();
-    if (send == at(output.data(), input.nbytes() * static_cast<std::size_t>(rank_))) send = MPI_IN_PLACE;
-    else if (overlaps(send, input.nbytes(), output.data(), output.nbytes())) send = copy_of(input, &keep);
+    if (send == at(output.data(), input.nbytes() * static_cast<std::size_t>(rank_)))
+      send = MPI_IN_PLACE;
+    else if (overlaps(send, input.nbytes(), output.data(), output.nbytes()))
+      send = copy_of(input, &keep);
     const int count = static_cast<int>(input.num_elements());
     const MPI_Datatype type = wire_type(input.dtype());
     MPI_Request req = MPI_REQUEST_NULL;
@@ -237,8 +242,8 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const CollectiveCall& c
     Keep keep;
     const Reduction b = prepare(input, &output, &keep);
     MPI_Request req = MPI_REQUEST_NULL;
-    CHORUS_MPI_CHECK(MPI_Ireduce_scatter_block(b.send, b.recv, static_cast<int>(m), wire_type(b.wire),
-                                               mpi_op(call.op), ch_->comm, &req));
+    CHORUS_MPI_CHECK(MPI_Ireduce_scatter_block(b.send, b.recv, static_cast<int>(m), wire_type(b.wire), mpi_op(call.op),
+                                               ch_->comm, &req));
     wait(&req, call, keep);
     finish(b, call.op, output, m, size_);
   });
@@ -288,14 +293,15 @@ std::string MpiCommunicator::exchange_fingerprints(const Call& call) {
   auto mine = std::make_shared<WireFingerprint>(to_wire(call, rank_));
   auto all = std::make_shared<std::vector<WireFingerprint>>(static_cast<std::size_t>(size_));
   MPI_Request req = MPI_REQUEST_NULL;
-  CHORUS_MPI_CHECK(MPI_Iallgather(mine.get(), sizeof(WireFingerprint), MPI_BYTE, all->data(),
-                                  sizeof(WireFingerprint), MPI_BYTE, ch_->comm, &req));
+  CHORUS_MPI_CHECK(MPI_Iallgather(mine.get(), sizeof(WireFingerprint), MPI_BYTE, all->data(), sizeof(WireFingerprint),
+                                  MPI_BYTE, ch_->comm, &req));
   wait(&req, call, {mine, all});
   const auto& fps = *all;
   for (int r = 1; r < size_; ++r) {
     if (same_call(fps[0], fps[r])) continue;
     return str_cat(prefix(), "participants called different collectives: rank 0 called ", describe(fps[0]),
-                   " but rank ", r, " called ", describe(fps[r]), ". Every process must call the same collectives "
+                   " but rank ", r, " called ", describe(fps[r]),
+                   ". Every process must call the same collectives "
                    "in the same order with the same shapes and dtypes.");
   }
   return "";
@@ -321,8 +327,10 @@ void MpiCommunicator::wait(MPI_Request* request, const Call& call, Keep keep) {
       }
       if (monitor_ && monitor_->any_lost()) {
         const auto now = Clock::now();
-        if (!loss_seen) loss_seen = now;
-        else if (now - *loss_seen >= kLossGrace) lose_peer(call.fp, now - call.start);
+        if (!loss_seen)
+          loss_seen = now;
+        else if (now - *loss_seen >= kLossGrace)
+          lose_peer(call.fp, now - call.start);
       }
       if (Clock::now() >= call.deadline) time_out(call, std::nullopt);
     }

@@ -83,8 +83,7 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
   if (cause && cause->sequence == seq) waiting[cause->rank] = 1;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
-    if (failed_)
-      throw AbortedError(str_cat(prefix(), call.fp.to_string(), " on rank ", rank_, " aborted: ", failure_));
+    if (failed_) throw AbortedError(str_cat(prefix(), call.fp.to_string(), " on rank ", rank_, " aborted: ", failure_));
     failed_ = true;
     failure_ = str_cat("rank ", rank_, " timed out after ", waited, " ms in ", call.fp.to_string());
     send_notices_locked(kTimeoutNotice, seq, failure_);
@@ -98,18 +97,22 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
     } catch (const Error&) {
       break;
     }
-    if (!n) std::this_thread::sleep_for(milliseconds(1));
-    else if (n->kind == kTimeoutNotice && n->sequence == seq) waiting[n->rank] = 1;
+    if (!n)
+      std::this_thread::sleep_for(milliseconds(1));
+    else if (n->kind == kTimeoutNotice && n->sequence == seq)
+      waiting[n->rank] = 1;
   }
   std::string missing, present;
   for (int r = 0; r < size_; ++r) {
     std::string& list = waiting[r] ? present : missing;
     list += (list.empty() ? "" : ", ") + std::to_string(r);
   }
-  std::string what = missing.empty()
-      ? str_cat(" although every rank was waiting in it (with validate=false the ranks may have called different "
+  std::string what =
+      missing.empty()
+          ? str_cat(
+                " although every rank was waiting in it (with validate=false the ranks may have called different "
                 "collectives; or MPI itself is stuck)")
-      : str_cat(" waiting for rank(s) [", missing, "] of ", size_, " (rank(s) [", present, "] were waiting in it)");
+          : str_cat(" waiting for rank(s) [", missing, "] of ", size_, " (rank(s) [", present, "] were waiting in it)");
   std::string message = str_cat(call.fp.to_string(), " timed out after ", waited, " ms", what,
                                 cause ? str_cat("; first to give up: ", cause->text) : std::string(),
                                 ". Last completed collectives on rank ", rank_, ": ", history(),
@@ -134,8 +137,8 @@ void MpiCommunicator::check_usable(const Fingerprint& fp) {
   // A peer known dead cannot join this call: fail now, and tell the others.
   if (!failed_ && monitor_ && monitor_->any_lost()) lose_peer(fp, std::nullopt);
   if (failed_) {
-    const std::string text = str_cat(prefix(), fp.to_string(), " on rank ", rank_,
-                                     " cannot run: the communicator is unusable: ", failure());
+    const std::string text =
+        str_cat(prefix(), fp.to_string(), " on rank ", rank_, " cannot run: the communicator is unusable: ", failure());
     if (lost_) throw UnavailableError(text);
     throw AbortedError(text);
   }
@@ -163,10 +166,10 @@ void MpiCommunicator::lose_peer(const Fingerprint& fp, std::optional<Clock::dura
   const std::string when =
       waited ? str_cat(" after waiting ", std::chrono::duration_cast<milliseconds>(*waited).count(), " ms")
              : std::string(" before it started");
-  const std::string message = str_cat(
-      fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is lost: ", notice, when,
-      ". The other ranks are told. This communicator is unusable now; a job that lost a process cannot go on: "
-      "exit non-zero and restart it (from the last checkpoint).");
+  const std::string message =
+      str_cat(fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is lost: ", notice, when,
+              ". The other ranks are told. This communicator is unusable now; a job that lost a process cannot go on: "
+              "exit non-zero and restart it (from the last checkpoint).");
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (!failed_) {
@@ -215,7 +218,8 @@ std::optional<Notice> MpiCommunicator::poll_notice() {
   Notice n = ch_->incoming;
   post_notice_receive();
   if (n.comm_id != id_ || n.rank < 0 || n.rank >= size_ || n.rank == rank_) {
-    CHORUS_LOG(WARNING) << prefix() << "ignoring a notice meant for communicator " << n.comm_id << " from rank " << n.rank;
+    CHORUS_LOG(WARNING) << prefix() << "ignoring a notice meant for communicator " << n.comm_id << " from rank "
+                        << n.rank;
     return std::nullopt;
   }
   n.text[sizeof(n.text) - 1] = '\0';
@@ -225,7 +229,7 @@ std::optional<Notice> MpiCommunicator::poll_notice() {
 // One small Isend to every other rank; never waited for (the Channel keeps buffer and request).
 // `skip`: ranks known to be dead (nothing to tell them, and MPI may not like sending to them).
 void MpiCommunicator::send_notices_locked(std::int32_t kind, std::uint64_t sequence, const std::string& text,
-                         const std::vector<int>& skip) {
+                                          const std::vector<int>& skip) {
   int finalized = 1;
   MPI_Finalized(&finalized);
   for (int r = 0; r < size_ && !finalized; ++r) {

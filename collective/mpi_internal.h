@@ -31,10 +31,10 @@
 #include "collective/peer_monitor.h"
 
 // Calls MPI under the process-wide mutex; an error code becomes InternalError with MPI's text.
-#define CHORUS_MPI_CHECK(call)                                                               \
-  do {                                                                                       \
+#define CHORUS_MPI_CHECK(call)                                                                   \
+  do {                                                                                           \
     std::lock_guard<std::mutex> chorus_mpi_lock_(::chorus::collective::mpi_detail::mpi_mutex()); \
-    ::chorus::collective::mpi_detail::check_mpi((call), #call, __FILE__, __LINE__);          \
+    ::chorus::collective::mpi_detail::check_mpi((call), #call, __FILE__, __LINE__);              \
   } while (0)
 
 namespace chorus::collective::mpi_detail {

@@ -22,8 +22,8 @@ using internal::str_cat;
 
 // The mapping nccl_check.h declares, shared with the multi-process backend (nccl_mpi.cc).
 [[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
-  std::string msg = str_cat(call, " failed: ", ncclGetErrorString(r), " (", ncclGetLastError(nullptr), ") at ", file,
-                            ":", line);
+  std::string msg =
+      str_cat(call, " failed: ", ncclGetErrorString(r), " (", ncclGetLastError(nullptr), ") at ", file, ":", line);
   switch (r) {
     case ncclInvalidArgument:
     case ncclInvalidUsage: throw InvalidArgumentError(msg);
@@ -173,8 +173,9 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<std
     CHORUS_REQUIRE(ctx->is_gpu(), InvalidArgumentError, "make_nccl_group: ", ctx->name(),
                    " is not a GPU; logical CPU devices use make_shared_memory_group");
     for (const auto& other : contexts)
-      CHORUS_REQUIRE(other->gpu_ordinal() != ctx->gpu_ordinal(), InvalidArgumentError, "make_nccl_group: ",
-                     other->name(), " and ", ctx->name(), " are both on ", ctx->device().physical_name,
+      CHORUS_REQUIRE(other->gpu_ordinal() != ctx->gpu_ordinal(), InvalidArgumentError,
+                     "make_nccl_group: ", other->name(), " and ", ctx->name(), " are both on ",
+                     ctx->device().physical_name,
                      "; NCCL refuses two ranks on one GPU — virtual GPUs use make_virtual_gpu_group");
     ordinals.push_back(ctx->gpu_ordinal());
     contexts.push_back(std::move(ctx));

@@ -28,9 +28,8 @@ enum : int { kOp, kSequence, kDType, kRoot, kReduceOp, kRank, kNdim, kDims, kTai
 static_assert(kTailHash + 1 == kFingerprintWords);
 
 std::string describe(const std::int64_t* w) {
-  const bool known = w[kOp] >= 0 && w[kOp] < kNumCollectiveOps && w[kDType] >= 0 &&
-                     w[kDType] < kNumDTypes && w[kReduceOp] >= -1 && w[kReduceOp] <= static_cast<int>(ReduceOp::kProd) &&
-                     w[kNdim] >= 0;
+  const bool known = w[kOp] >= 0 && w[kOp] < kNumCollectiveOps && w[kDType] >= 0 && w[kDType] < kNumDTypes &&
+                     w[kReduceOp] >= -1 && w[kReduceOp] <= static_cast<int>(ReduceOp::kProd) && w[kNdim] >= 0;
   if (!known)
     return str_cat("an unrecognised call (op ", w[kOp], ", dtype ", w[kDType], ", sequence ", w[kSequence], ")");
   Fingerprint fp;
@@ -62,7 +61,9 @@ std::vector<std::int64_t> pack_claim(const GpuClaim& claim) {
 
 GpuClaim unpack_claim(const std::int64_t* words, int rank) {
   const char* bytes = reinterpret_cast<const char*>(words);
-  return {.rank = rank, .host = get(bytes, kHostBytes), .pci_bus_id = get(bytes + kHostBytes, kBusBytes),
+  return {.rank = rank,
+          .host = get(bytes, kHostBytes),
+          .pci_bus_id = get(bytes + kHostBytes, kBusBytes),
           .device = get(bytes + kHostBytes + kBusBytes, kDeviceBytes)};
 }
 
@@ -78,8 +79,10 @@ std::vector<std::int64_t> pack_fingerprint(const Fingerprint& fp, int rank) {
   w[kNdim] = static_cast<std::int64_t>(fp.shape.size());
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the dims that do not fit, as mpi.cc does
   for (std::size_t i = 0; i < fp.shape.size(); ++i) {
-    if (i < kWireDims) w[kDims + i] = fp.shape[i];
-    else h = (h ^ static_cast<std::uint64_t>(fp.shape[i])) * 1099511628211ull;
+    if (i < kWireDims)
+      w[kDims + i] = fp.shape[i];
+    else
+      h = (h ^ static_cast<std::uint64_t>(fp.shape[i])) * 1099511628211ull;
   }
   w[kTailHash] = fp.shape.size() > kWireDims ? static_cast<std::int64_t>(h) : 0;
   return w;
@@ -92,7 +95,8 @@ std::string compare_fingerprints(const std::vector<std::int64_t>& all, int size)
     const std::int64_t* other = first + static_cast<std::size_t>(r) * kFingerprintWords;
     if (same_call(first, other)) continue;
     return str_cat("participants called different collectives: rank 0 called ", describe(first), " but rank ", r,
-                   " called ", describe(other), ". Every process must call the same collectives in the same order "
+                   " called ", describe(other),
+                   ". Every process must call the same collectives in the same order "
                    "with the same shapes and dtypes.");
   }
   return "";

@@ -25,8 +25,8 @@ ncclRedOp_t nccl_op(ReduceOp op);
 
 // Calls NCCL; anything but ncclSuccess throws as above. (Non-blocking communicators may also
 // return ncclInProgress: callers that use them check the result themselves.)
-#define CHORUS_NCCL_CHECK(call)                                                                             \
-  do {                                                                                                      \
-    ncclResult_t chorus_r_ = (call);                                                                        \
+#define CHORUS_NCCL_CHECK(call)                                                                                 \
+  do {                                                                                                          \
+    ncclResult_t chorus_r_ = (call);                                                                            \
     if (chorus_r_ != ncclSuccess) ::chorus::collective::throw_nccl_error(chorus_r_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -134,7 +134,8 @@ class NcclWork final : public Work {
                                          timeout.count(), " ms");
         shared_->fail(what + "; the NCCL communicator was aborted", what);
         throw DeadlineExceededError(str_cat(
-            kPrefix, what, ": a process did not join it (stuck, died, or — without validation — called a different "
+            kPrefix, what,
+            ": a process did not join it (stuck, died, or — without validation — called a different "
             "collective), or the device is overloaded. The NCCL communicator was aborted (ncclCommAbort) and the other "
             "processes were told; this communicator is unusable now."));
       }
@@ -182,8 +183,12 @@ class NcclMpiCommunicator final : public Communicator {
  public:
   NcclMpiCommunicator(std::shared_ptr<Shared> shared, std::shared_ptr<DeviceContext> device, bool validate,
                       milliseconds close_timeout)
-      : shared_(std::move(shared)), device_(std::move(device)), rank_(shared_->mpi->rank()),
-        size_(shared_->mpi->size()), validate_(validate), close_timeout_(close_timeout),
+      : shared_(std::move(shared)),
+        device_(std::move(device)),
+        rank_(shared_->mpi->rank()),
+        size_(shared_->mpi->size()),
+        validate_(validate),
+        close_timeout_(close_timeout),
         send_(Tensor::zeros({kFingerprintWords}, DType::kInt64, kHostDevice)),
         recv_(Tensor::zeros({size_ * kFingerprintWords}, DType::kInt64, kHostDevice)) {}
 
@@ -285,8 +290,8 @@ class NcclMpiCommunicator final : public Communicator {
   // The MPI step of `fp` failed (timeout: the MPI message names the missing ranks; abort notice;
   // MPI error): abort NCCL here too, and throw the same kind of error with the collective named.
   [[noreturn]] void failed_over_mpi(const Fingerprint& fp, const Error& e) {
-    const std::string what = str_cat(fp.to_string(), " on rank ", rank_, ": before NCCL was called, MPI reported: ",
-                                     e.message());
+    const std::string what =
+        str_cat(fp.to_string(), " on rank ", rank_, ": before NCCL was called, MPI reported: ", e.message());
     shared_->fail(what, what);  // the MPI communicator has already told the others, or does now
     throw_error(e.code(), kPrefix + what);
   }
@@ -307,8 +312,9 @@ class NcclMpiCommunicator final : public Communicator {
     // communicator may not be used before. Poll without holding the lock, so abort() gets through.
     while (r == ncclInProgress) {
       if (Clock::now() >= deadline) {
-        const std::string what = str_cat(fp.to_string(), " on rank ", rank_, ": NCCL did not finish enqueueing it within ",
-                                         timeout.count(), " ms (connection setup to a peer that does not answer?)");
+        const std::string what =
+            str_cat(fp.to_string(), " on rank ", rank_, ": NCCL did not finish enqueueing it within ", timeout.count(),
+                    " ms (connection setup to a peer that does not answer?)");
         shared_->fail(what, what);
         throw DeadlineExceededError(str_cat(kPrefix, what, "; the NCCL communicator was aborted"));
       }
@@ -319,7 +325,8 @@ class NcclMpiCommunicator final : public Communicator {
       r = nccl_state(shared_->comm);
     }
     if (r != ncclSuccess) {
-      const std::exception_ptr error = nccl_error(r, str_cat(fp.to_string(), " (NCCL call)").c_str(), __FILE__, __LINE__);
+      const std::exception_ptr error =
+          nccl_error(r, str_cat(fp.to_string(), " (NCCL call)").c_str(), __FILE__, __LINE__);
       const std::string what = str_cat(fp.to_string(), " failed on rank ", rank_, ": ", message_of(error));
       shared_->fail(what, what);
       std::rethrow_exception(error);
@@ -396,7 +403,8 @@ std::vector<std::int64_t> all_gather_words(Communicator& mpi, const std::vector<
 
 // Rethrows `e` (from an MPI step of the bootstrap) with the step named.
 [[noreturn]] void rethrow_step(const Error& e, int rank, const char* step) {
-  throw_error(e.code(), str_cat("make_nccl_communicator on rank ", rank, ": ", step, " over MPI failed: ", e.message()));
+  throw_error(e.code(),
+              str_cat("make_nccl_communicator on rank ", rank, ": ", step, " over MPI failed: ", e.message()));
 }
 
 // Step 4 of nccl_mpi.h: non-blocking ncclCommInitRankConfig, polled until `timeout`. Returns the
@@ -448,7 +456,9 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
     // No fallback name: two hosts that both read "unknown-host" would pass the one-GPU check below.
     const std::optional<std::string> host = host_name();
     CHORUS_REQUIRE(host, UnavailableError, "gethostname failed: ", errno ? std::strerror(errno) : "empty host name");
-    mine = {.rank = rank, .host = *host, .pci_bus_id = gpu::device_properties(ctx->gpu_ordinal()).pci_bus_id,
+    mine = {.rank = rank,
+            .host = *host,
+            .pci_bus_id = gpu::device_properties(ctx->gpu_ordinal()).pci_bus_id,
             .device = ctx->name()};
   } catch (const Error& e) {
     mpi->abort(str_cat("make_nccl_communicator(\"", device, "\") failed on rank ", rank, ": ", e.message()));
@@ -503,8 +513,10 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
     outcomes = all_gather_words(*mpi, pack_outcome(outcome, took, error ? message_of(error) : ""), timeout);
   } catch (const Error& e) {
     abort_nccl(comm, ctx->gpu_ordinal());
-    rethrow_step(e, rank, str_cat("after NCCL initialization (", outcome == ncclSuccess ? "done" : "failed",
-                                  " here in ", took, " ms), the exchange of how it went").c_str());
+    rethrow_step(e, rank,
+                 str_cat("after NCCL initialization (", outcome == ncclSuccess ? "done" : "failed", " here in ", took,
+                         " ms), the exchange of how it went")
+                     .c_str());
   }
   std::vector<int> late, failed, fine;
   for (int r = 0; r < size; ++r) {
@@ -523,8 +535,9 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
   }
   abort_nccl(comm, ctx->gpu_ordinal());  // this one may have come up; it is useless without the others
   const std::string others = fine.empty() ? "" : str_cat(" (rank(s) [", join(fine), "] completed it)");
-  const std::string slow = late.empty() ? "" : str_cat("; it did not complete within ", timeout.count(),
-                                                       " ms on rank(s) [", join(late), "]");
+  const std::string slow =
+      late.empty() ? ""
+                   : str_cat("; it did not complete within ", timeout.count(), " ms on rank(s) [", join(late), "]");
   if (!failed.empty()) {  // the error class of the first failing rank's NCCL result (nccl_check.h)
     const std::int64_t* first = outcomes.data() + static_cast<std::size_t>(failed[0]) * kStride;
     const char* text = reinterpret_cast<const char*>(first + 2);
@@ -540,8 +553,9 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
                               ". The NCCL communicators were aborted."));
   }
   throw DeadlineExceededError(str_cat(
-      "make_nccl_communicator on rank ", rank, ": NCCL initialization (ncclCommInitRankConfig) did not complete within ",
-      timeout.count(), " ms on rank(s) [", join(late), "] of ", size, others,
+      "make_nccl_communicator on rank ", rank,
+      ": NCCL initialization (ncclCommInitRankConfig) did not complete within ", timeout.count(), " ms on rank(s) [",
+      join(late), "] of ", size, others,
       ". Every process must reach it and be able to connect to the others: check that no process is stuck or died, "
       "and the network NCCL picked (NCCL_SOCKET_IFNAME, firewalls; NCCL_DEBUG=INFO shows where it stopped). The NCCL "
       "communicators were aborted."));

@@ -31,21 +31,21 @@ namespace chorus::collective {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 using internal::str_cat;
+using std::chrono::milliseconds;
 
 // The wire: fixed 32-byte frames, big-endian: magic, kind, rank, pid, token, echo.
 constexpr std::uint32_t kMagic = 0x43484d31;  // "CHM1"
 constexpr std::size_t kFrameBytes = 32;
 enum FrameKind : std::uint32_t { kHello = 1, kHelloAck = 2, kHeartbeat = 3, kGoodbye = 4 };
 
-constexpr milliseconds kTick{100};              // the thread wakes at least this often
-constexpr milliseconds kAttemptTimeout{5000};   // one connect + handshake to one address
-constexpr milliseconds kRetryPause{250};        // after every address of a peer failed once
-constexpr milliseconds kIdentifyTimeout{10000}; // an accepted connection must say hello by then
-constexpr milliseconds kGoodbyeLinger{1000};    // how long the goodbye waits for peers to close
-constexpr std::size_t kMaxUnidentified = 64;    // accepted connections that have not said hello
-constexpr std::size_t kMaxOutBytes = 4096;      // a peer that reads nothing gets no more heartbeats
+constexpr milliseconds kTick{100};               // the thread wakes at least this often
+constexpr milliseconds kAttemptTimeout{5000};    // one connect + handshake to one address
+constexpr milliseconds kRetryPause{250};         // after every address of a peer failed once
+constexpr milliseconds kIdentifyTimeout{10000};  // an accepted connection must say hello by then
+constexpr milliseconds kGoodbyeLinger{1000};     // how long the goodbye waits for peers to close
+constexpr std::size_t kMaxUnidentified = 64;     // accepted connections that have not said hello
+constexpr std::size_t kMaxOutBytes = 4096;       // a peer that reads nothing gets no more heartbeats
 constexpr std::size_t kMaxAddresses = 8;
 
 struct Frame {
@@ -172,18 +172,18 @@ std::vector<int> PeerMonitor::ranks_to_watch(int rank, int size, int max_watched
 struct PeerMonitor::State {
   struct Conn {
     int fd = -1;
-    int rank = -1;             // the peer's rank; -1 until an accepted connection said hello
+    int rank = -1;  // the peer's rank; -1 until an accepted connection said hello
     std::uint32_t pid = 0;
     std::uint64_t peer_token = 0;
     bool outgoing = false;
-    bool connecting = false;   // outgoing: connect() in progress
-    bool open = false;         // hello and acknowledgement done
+    bool connecting = false;  // outgoing: connect() in progress
+    bool open = false;        // hello and acknowledgement done
     // Both ends know the connection is open: the connector got the acknowledgement (and says so
     // with a first heartbeat), the acceptor got a frame after the hello. Only the end of a
     // confirmed connection can be a death; an unconfirmed one is a handshake that did not finish
     // (the connector gave up on a slow acknowledgement, or its monitor closed meanwhile).
     bool confirmed = false;
-    bool goodbye = false;      // the peer said goodbye
+    bool goodbye = false;  // the peer said goodbye
     Clock::time_point since, last_heard, last_sent;
     std::vector<unsigned char> in;
     std::vector<unsigned char> out;
@@ -192,7 +192,7 @@ struct PeerMonitor::State {
   struct Peer {
     PeerAddress addr;
     Status status = Status::kPending;
-    std::uint64_t conn = 0;    // the current connection's id, 0: none
+    std::uint64_t conn = 0;  // the current connection's id, 0: none
     std::size_t next_ip = 0;
     Clock::time_point first_try, next_try;
     std::string last_error;
@@ -374,7 +374,10 @@ struct PeerMonitor::State {
   }
 
   void send_hello(Conn& c) {
-    queue(c, {.kind = kHello, .rank = self.rank, .pid = static_cast<std::uint32_t>(self.pid), .token = c.peer_token,
+    queue(c, {.kind = kHello,
+              .rank = self.rank,
+              .pid = static_cast<std::uint32_t>(self.pid),
+              .token = c.peer_token,
               .echo = self.token});
   }
 
@@ -497,7 +500,9 @@ struct PeerMonitor::State {
       }
       c.open = true;
       c.confirmed = true;
-      queue(c, {.kind = kHeartbeat, .rank = self.rank, .pid = static_cast<std::uint32_t>(self.pid),
+      queue(c, {.kind = kHeartbeat,
+                .rank = self.rank,
+                .pid = static_cast<std::uint32_t>(self.pid),
                 .token = c.peer_token});  // tells the acceptor that the handshake completed
       Peer& p = peers[c.rank];
       p.status = Status::kOpen;
@@ -544,7 +549,8 @@ struct PeerMonitor::State {
     }
     lose(p, why.empty() ? "its connection closed without a goodbye (the process was killed, crashed or exited "
                           "without closing chorus)"
-                        : str_cat("its connection failed (", why, ") without a goodbye (the process was killed or "
+                        : str_cat("its connection failed (", why,
+                                  ") without a goodbye (the process was killed or "
                                   "crashed, or its host went away)"));
   }
 
@@ -559,8 +565,10 @@ struct PeerMonitor::State {
       auto pit = peers.find(rank);
       if (pit != peers.end() && pit->second.conn == id) {
         pit->second.conn = 0;
-        if (it->second.open) unreachable(pit->second);  // never a death: we cannot tell
-        else pit->second.last_error = what;
+        if (it->second.open)
+          unreachable(pit->second);  // never a death: we cannot tell
+        else
+          pit->second.last_error = what;
       }
     }
     drop(id);
@@ -598,7 +606,9 @@ struct PeerMonitor::State {
     for (auto& [id, c] : conns) {
       if (!c.open || now - c.last_sent < options.heartbeat_interval) continue;
       if (c.out.size() < kMaxOutBytes)
-        queue(c, {.kind = kHeartbeat, .rank = self.rank, .pid = static_cast<std::uint32_t>(self.pid),
+        queue(c, {.kind = kHeartbeat,
+                  .rank = self.rank,
+                  .pid = static_cast<std::uint32_t>(self.pid),
                   .token = c.peer_token});
       c.last_sent = now;
     }
@@ -625,8 +635,10 @@ struct PeerMonitor::State {
     for (const auto& [id, why] : ended) {
       auto it = conns.find(id);
       if (it == conns.end()) continue;
-      if (it->second.rank < 0 || !it->second.open) closed(id, why.empty() ? "timed out" : why);
-      else drop(id);
+      if (it->second.rank < 0 || !it->second.open)
+        closed(id, why.empty() ? "timed out" : why);
+      else
+        drop(id);
     }
   }
 
@@ -669,8 +681,9 @@ struct PeerMonitor::State {
     for (auto it = conns.begin(); it != conns.end();) {
       Conn& c = it->second;
       if (c.rank >= 0 && !c.connecting && !c.goodbye) {  // open, or a handshake the peer may have opened
-        queue(c, {.kind = kGoodbye, .rank = self.rank, .pid = static_cast<std::uint32_t>(self.pid),
-                  .token = c.peer_token});
+        queue(
+            c,
+            {.kind = kGoodbye, .rank = self.rank, .pid = static_cast<std::uint32_t>(self.pid), .token = c.peer_token});
         flush(c);
         ::shutdown(c.fd, SHUT_WR);
         lingering.push_back(it->first);
@@ -695,8 +708,10 @@ struct PeerMonitor::State {
           }
           done = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
         }
-        if (done) drop(lingering[i]);
-        else still.push_back(lingering[i]);
+        if (done)
+          drop(lingering[i]);
+        else
+          still.push_back(lingering[i]);
       }
       lingering.swap(still);
     }
@@ -714,9 +729,11 @@ PeerMonitor::PeerMonitor(int rank, const PeerMonitorOptions& options) : state_(s
   CHORUS_REQUIRE(rank >= 0, InvalidArgumentError, "PeerMonitor: rank must be >= 0, got ", rank);
   CHORUS_REQUIRE(options.heartbeat_interval.count() > 0 && options.silence_limit > options.heartbeat_interval &&
                      options.connect_timeout.count() > 0 && options.max_watched >= 2,
-                 InvalidArgumentError, "PeerMonitor: need heartbeat_interval > 0, silence_limit > heartbeat_interval, "
-                 "connect_timeout > 0 and max_watched >= 2; got ", options.heartbeat_interval.count(), " ms, ",
-                 options.silence_limit.count(), " ms, ", options.connect_timeout.count(), " ms, ", options.max_watched);
+                 InvalidArgumentError,
+                 "PeerMonitor: need heartbeat_interval > 0, silence_limit > heartbeat_interval, "
+                 "connect_timeout > 0 and max_watched >= 2; got ",
+                 options.heartbeat_interval.count(), " ms, ", options.silence_limit.count(), " ms, ",
+                 options.connect_timeout.count(), " ms, ", options.max_watched);
   State& s = *state_;
   s.options = options;
   s.owner = ::getpid();

@@ -50,25 +50,25 @@ namespace chorus::collective {
 // Where one process's monitor listens, and how it is named in messages.
 struct PeerAddress {
   int rank = -1;
-  std::string host;               // its host name ("unknown-host" if none), for messages
-  std::vector<std::string> ips;   // its IPv4 addresses, dotted; same-host peers try 127.0.0.1 first
-  int port = 0;                   // 0: that process has no monitor (nothing to connect to)
+  std::string host;              // its host name ("unknown-host" if none), for messages
+  std::vector<std::string> ips;  // its IPv4 addresses, dotted; same-host peers try 127.0.0.1 first
+  int port = 0;                  // 0: that process has no monitor (nothing to connect to)
   std::int64_t pid = 0;
-  std::uint64_t token = 0;        // a connection to it must present this (random per monitor)
+  std::uint64_t token = 0;  // a connection to it must present this (random per monitor)
 };
 
 struct PeerMonitorOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds silence_limit{30000};    // no frame for this long on an open connection: lost
   std::chrono::milliseconds connect_timeout{10000};  // to reach a peer at all; then it is unreachable
-  int max_watched = 64;                               // peers watched at most (ring neighbours beyond)
+  int max_watched = 64;                              // peers watched at most (ring neighbours beyond)
 };
 
 struct PeerLoss {
   int rank = -1;
   std::string host;  // "" when its address was not known (yet)
   std::int64_t pid = 0;
-  std::string how;   // "its connection closed without a goodbye (killed or crashed)", ...
+  std::string how;  // "its connection closed without a goodbye (killed or crashed)", ...
   // "rank 1 (host node7, pid 4242): its connection closed without a goodbye (...)"
   std::string to_string() const;
 };

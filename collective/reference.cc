@@ -77,8 +77,8 @@ class ReferenceCommunicator final : public InProcessCommunicator {
   WorkPtr run(const Call& c, const Tensor* input, const Tensor* output,
               const std::function<void(const HostViews&)>& move) {
     const Endpoint e{input, output};
-    rendezvous().arrive(rank(), c.fp,
-                        Slot{input ? input->data() : nullptr, output ? output->data() : nullptr, &e}, c.timeout);
+    rendezvous().arrive(rank(), c.fp, Slot{input ? input->data() : nullptr, output ? output->data() : nullptr, &e},
+                        c.timeout);
     if (rank() == 0) {
       try {
         HostViews v = host_views();

@@ -37,8 +37,7 @@ inline void cpu_relax() {
 // pauses. sched_yield with nothing else runnable returns at once, so an idle machine loses little.
 using internal::str_cat;
 
-Rendezvous::Rendezvous(int size, std::string name)
-    : size_(size), name_(std::move(name)), posted_(size), slots_(size) {
+Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::move(name)), posted_(size), slots_(size) {
   CHORUS_REQUIRE(size >= 1, InvalidArgumentError, "a communicator needs at least 1 participant, got ", size);
   here_.reset(new std::atomic<char>[size]);
   for (int r = 0; r < size; ++r) here_[r] = 0;
@@ -106,8 +105,8 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
             failed_ = true;
             failed_flag_ = true;
             failed_by_timeout_ = true;
-            failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [", missing,
-                               "] of ", size_, ". Last completed collectives: ", history_locked(),
+            failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [",
+                               missing, "] of ", size_, ". Last completed collectives: ", history_locked(),
                                ". A replica is stuck, died, or called a different sequence of collectives.");
             cv_.notify_all();
             CHORUS_LOG(ERROR) << name_ << ": " << failure_;
@@ -138,8 +137,9 @@ void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::mill
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1);
     if (!cv_.wait_for(lock, timeout, [&] { return generation() != gen; })) {
-      CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count() << " ms in the closing phase of "
-                        << fp.to_string() << " for peers still moving data; waiting on (leaving would let them write "
+      CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count()
+                        << " ms in the closing phase of " << fp.to_string()
+                        << " for peers still moving data; waiting on (leaving would let them write "
                         << "into buffers its caller may free)";
       cv_.wait(lock, [&] { return generation() != gen; });
     }
@@ -199,8 +199,8 @@ void Rendezvous::open_next(std::uint32_t gen) {
 bool Rendezvous::withdraw(int rank, std::uint32_t gen) {
   std::uint64_t s = state_.load();
   for (;;) {
-    if (static_cast<std::uint32_t>(s >> 32) != gen) return false;                       // completed
-    if ((s & 0xffffffffu) == static_cast<std::uint64_t>(size_)) return false;          // completing
+    if (static_cast<std::uint32_t>(s >> 32) != gen) return false;              // completed
+    if ((s & 0xffffffffu) == static_cast<std::uint64_t>(size_)) return false;  // completing
     if (state_.compare_exchange_weak(s, s - 1)) {
       here_[rank].store(0);
       return true;

@@ -28,6 +28,7 @@
 namespace chorus::collective {
 
 // `size` communicators sharing one group; element r is rank r's, to be used by one thread.
-std::vector<std::unique_ptr<Communicator>> make_shared_memory_group(int size, const std::string& name = "shared_memory");
+std::vector<std::unique_ptr<Communicator>> make_shared_memory_group(int size,
+                                                                    const std::string& name = "shared_memory");
 
 }  // namespace chorus::collective

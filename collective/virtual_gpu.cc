@@ -1,8 +1,8 @@
 #include "collective/virtual_gpu.h"
 
-#include "collective/work.h"
 #include "collective/host_reduce.h"
 #include "collective/in_process.h"
+#include "collective/work.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
@@ -57,7 +57,8 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
         for (int j = 1; j < size(); ++j) s0.wait_event(static_cast<const Post*>(rendezvous().slot(j).context)->ready);
         device_work(s0);
       } catch (const std::exception& e) {
-        rendezvous().abort(rank(), std::string("the device work failed: ") + e.what());  // peers must not report success
+        rendezvous().abort(rank(),
+                           std::string("the device work failed: ") + e.what());  // peers must not report success
       }
       shared_->done = s0.record_event();  // after whatever was enqueued: buffers stay ordered
     }
@@ -84,8 +85,8 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
     return collective(c, input.data(), output.data(), [&](Stream& s) {
       auto in = inputs();
       auto out = outputs();
-      cuda::fused_reduce_async(ordinal(), s.native_handle(), input.dtype(), static_cast<int>(c.op), in.data(), size(), out.data(), size(),
-                               static_cast<std::size_t>(input.num_elements()), size());
+      cuda::fused_reduce_async(ordinal(), s.native_handle(), input.dtype(), static_cast<int>(c.op), in.data(), size(),
+                               out.data(), size(), static_cast<std::size_t>(input.num_elements()), size());
     });
   }
 
@@ -93,8 +94,8 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
     return collective(c, input.data(), rank() == c.root ? output.data() : nullptr, [&](Stream& s) {
       auto in = inputs();
       void* out = rendezvous().slot(c.root).output;
-      cuda::fused_reduce_async(ordinal(), s.native_handle(), input.dtype(), static_cast<int>(c.op), in.data(), size(), &out, 1,
-                               static_cast<std::size_t>(input.num_elements()), size());
+      cuda::fused_reduce_async(ordinal(), s.native_handle(), input.dtype(), static_cast<int>(c.op), in.data(), size(),
+                               &out, 1, static_cast<std::size_t>(input.num_elements()), size());
     });
   }
 
@@ -124,7 +125,8 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
       for (int b = 0; b < size(); ++b) {
         auto in = inputs(m * dtype_size(input.dtype()) * static_cast<std::size_t>(b));
         void* out = rendezvous().slot(b).output;
-        cuda::fused_reduce_async(ordinal(), s.native_handle(), input.dtype(), static_cast<int>(c.op), in.data(), size(), &out, 1, m, size());
+        cuda::fused_reduce_async(ordinal(), s.native_handle(), input.dtype(), static_cast<int>(c.op), in.data(), size(),
+                                 &out, 1, m, size());
       }
     });
   }
@@ -147,9 +149,10 @@ std::vector<std::unique_ptr<Communicator>> make_virtual_gpu_group(const std::vec
     for (const auto& other : contexts) {
       CHORUS_REQUIRE(other.get() != ctx.get(), InvalidArgumentError, "make_virtual_gpu_group: ", ctx->name(),
                      " is listed twice");
-      CHORUS_REQUIRE(other->gpu_ordinal() == ctx->gpu_ordinal(), InvalidArgumentError, "make_virtual_gpu_group: ",
-                     other->name(), " is on ", other->device().physical_name, " but ", ctx->name(), " is on ",
-                     ctx->device().physical_name, "; distinct physical GPUs are connected by NCCL");
+      CHORUS_REQUIRE(other->gpu_ordinal() == ctx->gpu_ordinal(), InvalidArgumentError,
+                     "make_virtual_gpu_group: ", other->name(), " is on ", other->device().physical_name, " but ",
+                     ctx->name(), " is on ", ctx->device().physical_name,
+                     "; distinct physical GPUs are connected by NCCL");
     }
     contexts.push_back(std::move(ctx));
   }

@@ -16,7 +16,8 @@ void EventWork::wait(std::chrono::milliseconds timeout) {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline)
       throw DeadlineExceededError(internal::str_cat(description_, ": the device did not finish within ",
-                                                    timeout.count(), " ms (a kernel is stuck or the device is "
+                                                    timeout.count(),
+                                                    " ms (a kernel is stuck or the device is "
                                                     "overloaded)"));
     if (now - start < std::chrono::milliseconds(2)) {
       std::this_thread::yield();

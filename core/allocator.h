@@ -70,9 +70,9 @@ class Allocator {
 };
 
 struct BFCOptions {
-  std::string logical_device;   // canonical name, e.g. "/job:localhost/replica:0/task:0/device:GPU:1"
-  std::string physical_device;  // e.g. "/physical_device:GPU:0"
-  std::size_t memory_limit = 0; // bytes; allocations beyond it throw ResourceExhaustedError
+  std::string logical_device;    // canonical name, e.g. "/job:localhost/replica:0/task:0/device:GPU:1"
+  std::string physical_device;   // e.g. "/physical_device:GPU:0"
+  std::size_t memory_limit = 0;  // bytes; allocations beyond it throw ResourceExhaustedError
   // false: the whole limit is reserved from the SubAllocator in one region at the first
   //        allocation (TensorFlow's default for GPUs: no fragmentation across regions).
   // true:  regions are reserved on demand, each at least double the previous, never past the

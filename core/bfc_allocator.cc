@@ -119,19 +119,18 @@ class BFCAllocator final : public Allocator {
 
   ~BFCAllocator() override {
     if (num_live_ > 0) {
-      CHORUS_LOG(WARNING) << "the allocator of " << device_description() << " is destroyed with "
-                          << num_live_ << " live allocation(s) of " << format_bytes(current_)
-                          << " (" << current_ << " bytes) in total; their memory goes back to "
-                          << sub_->describe() << " now, so any pointer to it dangles";
+      CHORUS_LOG(WARNING) << "the allocator of " << device_description() << " is destroyed with " << num_live_
+                          << " live allocation(s) of " << format_bytes(current_) << " (" << current_
+                          << " bytes) in total; their memory goes back to " << sub_->describe()
+                          << " now, so any pointer to it dangles";
     }
     for (const auto& [base, size] : regions_) {
       // A destructor must not throw; a failing free (e.g. a CUDA error) is reported instead.
       try {
         sub_->free(reinterpret_cast<void*>(base), size);
       } catch (const std::exception& e) {
-        CHORUS_LOG(ERROR) << "returning a region of " << format_bytes(size) << " of "
-                          << device_description() << " to " << sub_->describe()
-                          << " failed: " << e.what();
+        CHORUS_LOG(ERROR) << "returning a region of " << format_bytes(size) << " of " << device_description() << " to "
+                          << sub_->describe() << " failed: " << e.what();
       }
     }
   }
@@ -165,10 +164,9 @@ class BFCAllocator final : public Allocator {
     if (it == chunks_.end()) throw_bad_pointer(ptr);
     Chunk* chunk = it->second;
     if (!chunk->in_use) {
-      throw InvalidArgumentError(str_cat(
-          "double free of pointer ", format_pointer(ptr), " on ", device_description(),
-          ": it is not allocated (already passed to deallocate(), or never returned by "
-          "allocate())"));
+      throw InvalidArgumentError(str_cat("double free of pointer ", format_pointer(ptr), " on ", device_description(),
+                                         ": it is not allocated (already passed to deallocate(), or never returned by "
+                                         "allocate())"));
     }
     chunk->in_use = false;
     chunk->tag.clear();  // keeps its capacity for the chunk's next user
@@ -315,14 +313,14 @@ class BFCAllocator final : public Allocator {
       if (!regions_.empty()) throw_oom(bytes, rounded, tag, OomReason::kNoFit, 0);
       void* base = sub_->alloc(limit_);
       if (base == nullptr) {
-        throw ResourceExhaustedError(str_cat(
-            "OOM reserving the memory limit: ", device_description(), context_suffix(),
-            " could not get its configured limit of ", format_bytes(limit_), " (", limit_,
-            " bytes) from ", sub_->describe(), " at its first allocation (", format_bytes(bytes),
-            tag.empty() ? "" : " for ", tag, "). The device has less free memory than the limit "
-            "(other processes or libraries may hold some): lower the limit with "
-            "set_logical_device_configuration(memory_limit_mb=...), or turn on "
-            "set_memory_growth to reserve memory on demand."));
+        throw ResourceExhaustedError(str_cat("OOM reserving the memory limit: ", device_description(), context_suffix(),
+                                             " could not get its configured limit of ", format_bytes(limit_), " (",
+                                             limit_, " bytes) from ", sub_->describe(), " at its first allocation (",
+                                             format_bytes(bytes), tag.empty() ? "" : " for ", tag,
+                                             "). The device has less free memory than the limit "
+                                             "(other processes or libraries may hold some): lower the limit with "
+                                             "set_logical_device_configuration(memory_limit_mb=...), or turn on "
+                                             "set_memory_growth to reserve memory on demand."));
       }
       return add_region(base, limit_);
     }
@@ -330,8 +328,7 @@ class BFCAllocator final : public Allocator {
     if (rounded > remaining) throw_oom(bytes, rounded, tag, OomReason::kNoFit, 0);
     // Doubling keeps the number of regions logarithmic in the memory used, so a long-lived
     // workload is not scattered over many small regions it cannot merge across.
-    const std::size_t doubled =
-        last_region_size_ > remaining / 2 ? remaining : 2 * last_region_size_;
+    const std::size_t doubled = last_region_size_ > remaining / 2 ? remaining : 2 * last_region_size_;
     std::size_t size = std::min(remaining, std::max({rounded, kInitialRegion, doubled}));
     void* base = sub_->alloc(size);
     if (base == nullptr && size > rounded) {
@@ -359,8 +356,7 @@ class BFCAllocator final : public Allocator {
   // "<logical> (physical <physical>[, <extra>])", leaving out what is empty.
   std::string device_description(const std::string& extra = "") const {
     std::string s = options_.logical_device.empty() ? "an unnamed device" : options_.logical_device;
-    std::string details =
-        options_.physical_device.empty() ? "" : "physical " + options_.physical_device;
+    std::string details = options_.physical_device.empty() ? "" : "physical " + options_.physical_device;
     if (!extra.empty()) details += (details.empty() ? "" : ", ") + extra;
     if (!details.empty()) s += " (" + details + ")";
     return s;
@@ -394,8 +390,8 @@ class BFCAllocator final : public Allocator {
 
   // The message says what was asked, where, the state of the arena, what holds the memory and
   // what to do, so that a user can act on it without rerunning under a debugger.
-  [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, std::string_view tag,
-                              OomReason reason, std::size_t region_request) const {
+  [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, std::string_view tag, OomReason reason,
+                              std::size_t region_request) const {
     std::string m = str_cat("OOM when allocating ", format_bytes(bytes), " (", bytes, " bytes");
     if (reason != OomReason::kExceedsLimit && rounded != bytes) {
       m += str_cat(", ", rounded, " after rounding to ", kGranule);
@@ -406,11 +402,9 @@ class BFCAllocator final : public Allocator {
 
     const std::size_t free_in_chunks = reserved_ - current_;
     const std::size_t not_reserved = unreserved();
-    const bool fragmented =
-        reason == OomReason::kNoFit && free_in_chunks + not_reserved >= rounded;
-    m += str_cat(": limit ", format_bytes(limit_), ", in use ", format_bytes(current_), ", peak ",
-                 format_bytes(peak_), ", reserved ", format_bytes(reserved_),
-                 ", largest free block ", format_bytes(largest_free_block()));
+    const bool fragmented = reason == OomReason::kNoFit && free_in_chunks + not_reserved >= rounded;
+    m += str_cat(": limit ", format_bytes(limit_), ", in use ", format_bytes(current_), ", peak ", format_bytes(peak_),
+                 ", reserved ", format_bytes(reserved_), ", largest free block ", format_bytes(largest_free_block()));
     if (num_free_chunks_ > 0 || not_reserved > 0) {
       m += fragmented ? " (fragmented: " : " (";
       if (num_free_chunks_ > 0) {
@@ -418,8 +412,7 @@ class BFCAllocator final : public Allocator {
                      num_free_chunks_ == 1 ? " block" : " blocks");
       }
       if (not_reserved > 0) {
-        m += str_cat(num_free_chunks_ > 0 ? " + " : "", format_bytes(not_reserved),
-                     " not yet reserved");
+        m += str_cat(num_free_chunks_ > 0 ? " + " : "", format_bytes(not_reserved), " not yet reserved");
       }
       m += ")";
     }
@@ -433,8 +426,7 @@ class BFCAllocator final : public Allocator {
       // Runs of equal size and tag (a layer's identical weights) are written once with a count.
       for (std::size_t i = 0; i < live.size();) {
         std::size_t run = 1;
-        while (i + run < live.size() && live[i + run].bytes == live[i].bytes &&
-               live[i + run].tag == live[i].tag) {
+        while (i + run < live.size() && live[i + run].bytes == live[i].bytes && live[i + run].tag == live[i].tag) {
           ++run;
         }
         m += str_cat(i == 0 ? "" : ", ", format_bytes(live[i].bytes), " (",
@@ -447,16 +439,14 @@ class BFCAllocator final : public Allocator {
       m += ". ";
     }
 
-    const char* raise_limit =
-        "raise the limit with set_logical_device_configuration(memory_limit_mb=...)";
+    const char* raise_limit = "raise the limit with set_logical_device_configuration(memory_limit_mb=...)";
     switch (reason) {
       case OomReason::kExceedsLimit:
         m += str_cat("The request alone is larger than the limit: ", raise_limit,
                      ", or make the tensor smaller (e.g. a smaller batch).");
         break;
       case OomReason::kNoFit:
-        m += str_cat("Free tensors you no longer need, use a smaller batch, or ", raise_limit,
-                     ".");
+        m += str_cat("Free tensors you no longer need, use a smaller batch, or ", raise_limit, ".");
         if (fragmented) {
           m += " Enough memory is free, but no single block is large enough: allocating large, "
                "long-lived tensors first reduces fragmentation";
@@ -466,9 +456,9 @@ class BFCAllocator final : public Allocator {
         }
         break;
       case OomReason::kSubAllocatorFailed:
-        m += str_cat("The limit allows it, but ", sub_->describe(),
-                     " could not provide a region of ",
-                     format_bytes(region_request), ": the device itself is out of memory (other "
+        m += str_cat("The limit allows it, but ", sub_->describe(), " could not provide a region of ",
+                     format_bytes(region_request),
+                     ": the device itself is out of memory (other "
                      "processes or libraries may hold it). Free that memory, or lower the limit "
                      "with set_logical_device_configuration(memory_limit_mb=...) to what the "
                      "device really has.");
@@ -487,22 +477,21 @@ class BFCAllocator final : public Allocator {
         const Chunk* chunk = chunks_.at(region->first);  // a region always starts with a chunk
         while (p >= address(chunk->ptr) + chunk->size) chunk = chunk->next;
         if (!chunk->in_use) {
-          throw InvalidArgumentError(str_cat(
-              "pointer ", format_pointer(ptr), " is not allocated: it lies ",
-              p - address(chunk->ptr), " bytes into a free block of ", device_description(),
-              " (a double free, or a pointer that allocate() never returned)"));
+          throw InvalidArgumentError(str_cat("pointer ", format_pointer(ptr), " is not allocated: it lies ",
+                                             p - address(chunk->ptr), " bytes into a free block of ",
+                                             device_description(),
+                                             " (a double free, or a pointer that allocate() never returned)"));
         }
         throw InvalidArgumentError(str_cat(
-            "pointer ", format_pointer(ptr), " points ", p - address(chunk->ptr),
-            " bytes into the allocation at ", format_pointer(chunk->ptr), " (",
-            format_bytes(chunk->size), chunk->tag.empty() ? "" : ", ", chunk->tag, ") on ",
-            device_description(), "; deallocate() takes exactly the pointer allocate() returned"));
+            "pointer ", format_pointer(ptr), " points ", p - address(chunk->ptr), " bytes into the allocation at ",
+            format_pointer(chunk->ptr), " (", format_bytes(chunk->size), chunk->tag.empty() ? "" : ", ", chunk->tag,
+            ") on ", device_description(), "; deallocate() takes exactly the pointer allocate() returned"));
       }
     }
-    throw InvalidArgumentError(str_cat(
-        "pointer ", format_pointer(ptr), " was not allocated by the allocator of ",
-        device_description(sub_->describe()),
-        "; it may belong to another device's allocator or to another allocator altogether"));
+    throw InvalidArgumentError(
+        str_cat("pointer ", format_pointer(ptr), " was not allocated by the allocator of ",
+                device_description(sub_->describe()),
+                "; it may belong to another device's allocator or to another allocator altogether"));
   }
 
   const std::unique_ptr<SubAllocator> sub_;
@@ -529,15 +518,12 @@ class BFCAllocator final : public Allocator {
 
 }  // namespace
 
-std::unique_ptr<Allocator> make_bfc_allocator(std::unique_ptr<SubAllocator> sub,
-                                              BFCOptions options) {
+std::unique_ptr<Allocator> make_bfc_allocator(std::unique_ptr<SubAllocator> sub, BFCOptions options) {
   const std::string& device =
       options.logical_device.empty() ? std::string("an unnamed device") : options.logical_device;
-  CHORUS_REQUIRE(sub != nullptr, InvalidArgumentError,
-                 "make_bfc_allocator: the SubAllocator for ", device, " is null");
-  CHORUS_REQUIRE(options.memory_limit >= kGranule, InvalidArgumentError,
-                 "make_bfc_allocator: the memory limit of ", device, " is ", options.memory_limit,
-                 " bytes; it must be at least ", kGranule, " bytes");
+  CHORUS_REQUIRE(sub != nullptr, InvalidArgumentError, "make_bfc_allocator: the SubAllocator for ", device, " is null");
+  CHORUS_REQUIRE(options.memory_limit >= kGranule, InvalidArgumentError, "make_bfc_allocator: the memory limit of ",
+                 device, " is ", options.memory_limit, " bytes; it must be at least ", kGranule, " bytes");
   return std::make_unique<BFCAllocator>(std::move(sub), std::move(options));
 }
 

@@ -61,8 +61,8 @@ const std::vector<PhysicalDevice>& all_physical() {
     cpu.name = canonical_physical_name("CPU", 0);
     cpu.device_type = "CPU";
     cpu.memory_bytes = host_memory_bytes();
-    cpu.description = str_cat(u.machine, ", ", std::thread::hardware_concurrency(), " cores, ",
-                               cpu.memory_bytes >> 20, " MiB");
+    cpu.description =
+        str_cat(u.machine, ", ", std::thread::hardware_concurrency(), " cores, ", cpu.memory_bytes >> 20, " MiB");
     out.push_back(cpu);
     for (int i = 0; i < gpu::device_count(); ++i) {
       gpu::DeviceProperties p = gpu::device_properties(i);
@@ -72,9 +72,9 @@ const std::vector<PhysicalDevice>& all_physical() {
       g.index = i;
       g.memory_bytes = p.total_memory;
       g.pci_bus_id = p.pci_bus_id;
-      g.description = str_cat(p.name, ", pci bus id ", p.pci_bus_id, ", compute capability ",
-                              p.compute_capability_major, ".", p.compute_capability_minor, ", ",
-                              p.total_memory >> 20, " MiB");
+      g.description =
+          str_cat(p.name, ", pci bus id ", p.pci_bus_id, ", compute capability ", p.compute_capability_major, ".",
+                  p.compute_capability_minor, ", ", p.total_memory >> 20, " MiB");
       out.push_back(g);
     }
     return out;
@@ -91,16 +91,16 @@ std::string physical_list() {
 const PhysicalDevice& lookup(const PhysicalDevice& device) {
   for (const auto& d : all_physical())
     if (d.name == device.name) return d;
-  throw InvalidArgumentError(str_cat("unknown physical device '", device.name,
-                                     "': this process has ", physical_list()));
+  throw InvalidArgumentError(
+      str_cat("unknown physical device '", device.name, "': this process has ", physical_list()));
 }
 
 void require_not_frozen(const State& s, std::string_view what) {
   if (s.frozen)
-    throw FailedPreconditionError(str_cat(
-        what, " must be set before devices are initialized; they were initialized by ", s.frozen_by,
-        ". Configure devices at the start of the program, before any tensor, strategy or "
-        "list_logical_devices()."));
+    throw FailedPreconditionError(
+        str_cat(what, " must be set before devices are initialized; they were initialized by ", s.frozen_by,
+                ". Configure devices at the start of the program, before any tensor, strategy or "
+                "list_logical_devices()."));
 }
 
 }  // namespace
@@ -131,8 +131,8 @@ void set_visible_devices(const std::vector<PhysicalDevice>& devices, std::string
   std::string t = normalize_type(device_type);
   for (const auto& d : devices) {
     const PhysicalDevice& known = lookup(d);
-    CHORUS_REQUIRE(t.empty() || known.device_type == t, InvalidArgumentError, "set_visible_devices: ",
-                   known.name, " is not of the requested type ", t);
+    CHORUS_REQUIRE(t.empty() || known.device_type == t, InvalidArgumentError, "set_visible_devices: ", known.name,
+                   " is not of the requested type ", t);
   }
   if (t == "CPU" || (t.empty() && devices.empty()))
     CHORUS_REQUIRE(false, InvalidArgumentError,
@@ -160,8 +160,8 @@ void set_logical_device_configuration(const PhysicalDevice& device,
   for (std::size_t i = 0; i < configs.size(); ++i) {
     std::int64_t mb = configs[i].memory_limit_mb;
     CHORUS_REQUIRE(mb > 0 || (mb == -1 && configs.size() == 1), InvalidArgumentError,
-                   "set_logical_device_configuration(", d.name, "): logical device ", i,
-                   " has memory_limit_mb=", mb, "; each limit must be > 0 (or -1, no limit, for a "
+                   "set_logical_device_configuration(", d.name, "): logical device ", i, " has memory_limit_mb=", mb,
+                   "; each limit must be > 0 (or -1, no limit, for a "
                    "single logical device)");
     if (mb > 0) sum_mb += mb;
     CHORUS_REQUIRE(configs[i].intra_op_threads >= 0, InvalidArgumentError, "set_logical_device_configuration(", d.name,
@@ -174,12 +174,15 @@ void set_logical_device_configuration(const PhysicalDevice& device,
   const auto budget_mb = static_cast<std::int64_t>(static_cast<double>(d.memory_bytes >> 20) * fraction);
   CHORUS_REQUIRE(sum_mb <= budget_mb, InvalidArgumentError, "set_logical_device_configuration(", d.name,
                  "): the memory limits add up to ", sum_mb, " MiB but the device has ", budget_mb, " MiB",
-                 fraction < 1.0 ? str_cat(" (", fraction, " of ", d.memory_bytes >> 20, " MiB by per_process_gpu_memory_fraction)") : std::string(),
+                 fraction < 1.0
+                     ? str_cat(" (", fraction, " of ", d.memory_bytes >> 20, " MiB by per_process_gpu_memory_fraction)")
+                     : std::string(),
                  "; lower the limits or use fewer logical devices");
   if (d.device_type == "GPU" && configs.size() > 1) {
     auto it = s.growth.find(d.name);
-    CHORUS_REQUIRE(it == s.growth.end() || !it->second, InvalidArgumentError,
-                   "set_logical_device_configuration(", d.name, "): memory growth is enabled on this "
+    CHORUS_REQUIRE(it == s.growth.end() || !it->second, InvalidArgumentError, "set_logical_device_configuration(",
+                   d.name,
+                   "): memory growth is enabled on this "
                    "GPU; virtual devices need fixed limits. Call set_memory_growth(device, false) or "
                    "configure a single logical device");
   }
@@ -210,8 +213,8 @@ void set_memory_growth(const PhysicalDevice& device, bool enable) {
   std::lock_guard<std::mutex> lock(s.mu);
   require_not_frozen(s, str_cat("Memory growth of ", d.name));
   auto it = s.logical.find(d.name);
-  CHORUS_REQUIRE(!enable || it == s.logical.end() || it->second.size() <= 1, InvalidArgumentError,
-                 "set_memory_growth(", d.name, ", true): this GPU has ", it->second.size(),
+  CHORUS_REQUIRE(!enable || it == s.logical.end() || it->second.size() <= 1, InvalidArgumentError, "set_memory_growth(",
+                 d.name, ", true): this GPU has ", it->second.size(),
                  " virtual devices with fixed memory limits; memory growth and virtual devices "
                  "exclude each other");
   s.growth[d.name] = enable;
@@ -235,8 +238,8 @@ bool get_memory_growth(const PhysicalDevice& device) {
 }
 
 void set_per_process_gpu_memory_fraction(double fraction) {
-  CHORUS_REQUIRE(fraction > 0.0 && fraction <= 1.0, InvalidArgumentError,
-                 "per_process_gpu_memory_fraction=", fraction, " is not valid: use 0 < fraction <= 1");
+  CHORUS_REQUIRE(fraction > 0.0 && fraction <= 1.0, InvalidArgumentError, "per_process_gpu_memory_fraction=", fraction,
+                 " is not valid: use 0 < fraction <= 1");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   require_not_frozen(s, "per_process_gpu_memory_fraction");

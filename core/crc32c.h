@@ -15,9 +15,7 @@ namespace chorus {
 std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc = 0);
 
 // TF's masking (tensorflow/core/lib/hash/crc32c.h): ((crc >> 15) | (crc << 17)) + 0xa282ead8.
-inline std::uint32_t mask_crc32c(std::uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+inline std::uint32_t mask_crc32c(std::uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 inline std::uint32_t unmask_crc32c(std::uint32_t masked) {
   const std::uint32_t rot = masked - 0xa282ead8u;
   return (rot >> 17) | (rot << 15);

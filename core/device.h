@@ -15,14 +15,14 @@
 namespace chorus {
 
 struct PhysicalDevice {
-  std::string name;         // "/physical_device:GPU:0"
-  std::string device_type;  // "CPU" or "GPU"
-  int index = 0;            // position among physical devices of this type
+  std::string name;              // "/physical_device:GPU:0"
+  std::string device_type;       // "CPU" or "GPU"
+  int index = 0;                 // position among physical devices of this type
   std::size_t memory_bytes = 0;  // host RAM for the CPU, global memory for a GPU
   // Details for people and for telling devices apart: "NVIDIA H200, pci bus id 0000:19:00.0,
   // compute capability 9.0" or "x86_64, 2 cores".
   std::string description;
-  std::string pci_bus_id;   // GPUs only; the same physical GPU has the same id in every process
+  std::string pci_bus_id;  // GPUs only; the same physical GPU has the same id in every process
   bool operator==(const PhysicalDevice& o) const { return name == o.name; }
 };
 
@@ -39,9 +39,9 @@ struct LogicalDeviceConfiguration {
 };
 
 struct LogicalDevice {
-  std::string name;         // "/job:localhost/replica:0/task:0/device:GPU:1"
-  std::string device_type;  // "CPU" or "GPU"
-  int index = 0;            // the N in device:GPU:N
+  std::string name;           // "/job:localhost/replica:0/task:0/device:GPU:1"
+  std::string device_type;    // "CPU" or "GPU"
+  int index = 0;              // the N in device:GPU:N
   std::string physical_name;  // "/physical_device:GPU:0": the device it is carved from
   int physical_index = 0;
   std::size_t memory_limit = 0;  // bytes enforced by its allocator

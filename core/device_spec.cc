@@ -56,8 +56,7 @@ class PartParser {
     if (field == "*") return std::nullopt;
     if (field.empty()) fail(str_cat(what, " is empty; give an integer >= 0 or \"*\""));
     for (char c : field)
-      if (!std::isdigit(static_cast<unsigned char>(c)))
-        fail(str_cat(what, " '", field, "' is not an integer >= 0"));
+      if (!std::isdigit(static_cast<unsigned char>(c))) fail(str_cat(what, " '", field, "' is not an integer >= 0"));
     int value = 0;
     const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
     if (ec != std::errc() || end != field.data() + field.size())
@@ -164,8 +163,8 @@ bool DeviceSpec::matches(const DeviceSpec& other) const {
   auto ok = [](const auto& mine, const auto& theirs) { return !mine.has_value() || mine == theirs; };
   // Logical and physical names are separate namespaces, so `physical` must agree even when every
   // other field is unset.
-  return physical == other.physical && ok(job, other.job) && ok(replica, other.replica) &&
-         ok(task, other.task) && ok(type, other.type) && ok(index, other.index);
+  return physical == other.physical && ok(job, other.job) && ok(replica, other.replica) && ok(task, other.task) &&
+         ok(type, other.type) && ok(index, other.index);
 }
 
 DeviceSpec DeviceSpec::merged_with(const DeviceSpec& defaults) const {

@@ -20,12 +20,12 @@
 namespace chorus {
 
 struct DeviceSpec {
-  std::optional<std::string> job;      // "localhost", "worker"
+  std::optional<std::string> job;  // "localhost", "worker"
   std::optional<int> replica;
   std::optional<int> task;
-  std::optional<std::string> type;     // upper case: "CPU", "GPU"
+  std::optional<std::string> type;  // upper case: "CPU", "GPU"
   std::optional<int> index;
-  bool physical = false;               // "/physical_device:..." form
+  bool physical = false;  // "/physical_device:..." form
 
   static DeviceSpec parse(std::string_view text);
 

@@ -18,8 +18,8 @@ constexpr std::string_view kValidNames =
     "float32, float64, float16, bfloat16, int32, int64, uint8, bool (aliases: float, double, half)";
 
 [[noreturn]] void throw_bad_dtype(DType dtype) {
-  throw InvalidArgumentError(str_cat("invalid DType value ", static_cast<int>(dtype),
-                                     "; valid dtypes are ", kValidNames));
+  throw InvalidArgumentError(
+      str_cat("invalid DType value ", static_cast<int>(dtype), "; valid dtypes are ", kValidNames));
 }
 
 // ---- Rounding an exact value to a narrow binary float ----------------------------------------
@@ -119,26 +119,55 @@ constexpr bool is_nan_bits16(std::uint16_t bits, std::uint16_t exp_mask) {
 // destination's rules. That gives all 64 pairs from 8 loaders and 8 storers. Loads and stores use
 // memcpy: buffers come in as void* and may be unaligned (element_as_double on a byte offset).
 
-template <DType D> struct Storage;
-template <> struct Storage<DType::kFloat32> { using type = float; };
-template <> struct Storage<DType::kFloat64> { using type = double; };
-template <> struct Storage<DType::kFloat16> { using type = std::uint16_t; };
-template <> struct Storage<DType::kBFloat16> { using type = std::uint16_t; };
-template <> struct Storage<DType::kInt32> { using type = std::int32_t; };
-template <> struct Storage<DType::kInt64> { using type = std::int64_t; };
-template <> struct Storage<DType::kUInt8> { using type = std::uint8_t; };
+template <DType D>
+struct Storage;
+template <>
+struct Storage<DType::kFloat32> {
+  using type = float;
+};
+template <>
+struct Storage<DType::kFloat64> {
+  using type = double;
+};
+template <>
+struct Storage<DType::kFloat16> {
+  using type = std::uint16_t;
+};
+template <>
+struct Storage<DType::kBFloat16> {
+  using type = std::uint16_t;
+};
+template <>
+struct Storage<DType::kInt32> {
+  using type = std::int32_t;
+};
+template <>
+struct Storage<DType::kInt64> {
+  using type = std::int64_t;
+};
+template <>
+struct Storage<DType::kUInt8> {
+  using type = std::uint8_t;
+};
 // bool is stored as one byte read as "nonzero is true": reading a byte that is not 0/1 through a
 // C++ bool would be UB, and tensors may come from foreign memory.
-template <> struct Storage<DType::kBool> { using type = std::uint8_t; };
+template <>
+struct Storage<DType::kBool> {
+  using type = std::uint8_t;
+};
 
 template <DType D>
 auto load(const void* base, std::size_t i) {
   typename Storage<D>::type raw;
   std::memcpy(&raw, static_cast<const unsigned char*>(base) + i * sizeof raw, sizeof raw);
-  if constexpr (D == DType::kFloat16) return float16_to_float(raw);
-  else if constexpr (D == DType::kBFloat16) return bfloat16_to_float(raw);
-  else if constexpr (D == DType::kBool) return static_cast<std::uint8_t>(raw != 0);
-  else return raw;
+  if constexpr (D == DType::kFloat16)
+    return float16_to_float(raw);
+  else if constexpr (D == DType::kBFloat16)
+    return bfloat16_to_float(raw);
+  else if constexpr (D == DType::kBool)
+    return static_cast<std::uint8_t>(raw != 0);
+  else
+    return raw;
 }
 
 // Floating -> integer. static_cast is UB for NaN and out-of-range values, so those are handled
@@ -174,18 +203,26 @@ void store(void* base, std::size_t i, V v) {
     // NaN != 0, so NaN -> true, as a C++ conversion of NaN to bool gives.
     out = static_cast<std::uint8_t>(v != 0 ? 1 : 0);
   } else if constexpr (D == DType::kFloat32) {
-    if constexpr (std::is_same_v<V, double>) out = double_to_float(v);
-    else out = static_cast<float>(v);  // ints: round to nearest by the hardware
+    if constexpr (std::is_same_v<V, double>)
+      out = double_to_float(v);
+    else
+      out = static_cast<float>(v);  // ints: round to nearest by the hardware
   } else if constexpr (D == DType::kFloat64) {
     out = static_cast<double>(v);
   } else if constexpr (D == DType::kFloat16) {
-    if constexpr (std::is_same_v<V, float>) out = float_to_float16(v);
-    else if constexpr (std::is_same_v<V, double>) out = double_to_narrow<5, 10>(v);
-    else out = integer_to_narrow<5, 10>(v);
+    if constexpr (std::is_same_v<V, float>)
+      out = float_to_float16(v);
+    else if constexpr (std::is_same_v<V, double>)
+      out = double_to_narrow<5, 10>(v);
+    else
+      out = integer_to_narrow<5, 10>(v);
   } else if constexpr (D == DType::kBFloat16) {
-    if constexpr (std::is_same_v<V, float>) out = float_to_bfloat16(v);
-    else if constexpr (std::is_same_v<V, double>) out = double_to_narrow<8, 7>(v);
-    else out = integer_to_narrow<8, 7>(v);
+    if constexpr (std::is_same_v<V, float>)
+      out = float_to_bfloat16(v);
+    else if constexpr (std::is_same_v<V, double>)
+      out = double_to_narrow<8, 7>(v);
+    else
+      out = integer_to_narrow<8, 7>(v);
   } else if constexpr (std::is_floating_point_v<V>) {
     out = float_to_integer<S>(v);
   } else {
@@ -261,13 +298,10 @@ DType parse_dtype(std::string_view name) {
 }
 
 bool is_floating(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
-         dtype == DType::kBFloat16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
 
-bool is_integer(DType dtype) {
-  return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8;
-}
+bool is_integer(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8; }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) {
   // Printing must not throw (it is used inside error messages), so bad values print raw.
@@ -351,8 +385,7 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, std::si
 
 double element_as_double(const void* data, DType dtype, std::size_t index) {
   double out;
-  convert(static_cast<const unsigned char*>(data) + index * dtype_size(dtype), dtype, &out,
-          DType::kFloat64, 1);
+  convert(static_cast<const unsigned char*>(data) + index * dtype_size(dtype), dtype, &out, DType::kFloat64, 1);
   return out;
 }
 

@@ -44,7 +44,11 @@ struct float16 {
   float16() = default;
   explicit float16(float f);
   explicit operator float() const;
-  static float16 from_bits(std::uint16_t b) { float16 h; h.bits = b; return h; }
+  static float16 from_bits(std::uint16_t b) {
+    float16 h;
+    h.bits = b;
+    return h;
+  }
 };
 
 // bfloat16 stored as bits.
@@ -53,7 +57,11 @@ struct bfloat16 {
   bfloat16() = default;
   explicit bfloat16(float f);
   explicit operator float() const;
-  static bfloat16 from_bits(std::uint16_t b) { bfloat16 h; h.bits = b; return h; }
+  static bfloat16 from_bits(std::uint16_t b) {
+    bfloat16 h;
+    h.bits = b;
+    return h;
+  }
 };
 
 float float16_to_float(std::uint16_t bits);
@@ -62,15 +70,40 @@ float bfloat16_to_float(std::uint16_t bits);
 std::uint16_t float_to_bfloat16(float f);
 
 // The dtype of a C++ element type: dtype_of<float>() == DType::kFloat32.
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
-template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
-template <> constexpr DType dtype_of<float16>() { return DType::kFloat16; }
-template <> constexpr DType dtype_of<bfloat16>() { return DType::kBFloat16; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::kUInt8; }
-template <> constexpr DType dtype_of<bool>() { return DType::kBool; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType dtype_of<float16>() {
+  return DType::kFloat16;
+}
+template <>
+constexpr DType dtype_of<bfloat16>() {
+  return DType::kBFloat16;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::kUInt8;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::kBool;
+}
 
 // Converts `count` elements from host buffer `src` of `src_type` to host buffer `dst` of
 // `dst_type` (buffers must not overlap unless identical with equal types). Rules above.

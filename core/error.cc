@@ -24,9 +24,7 @@ std::string_view error_code_name(ErrorCode code) {
 }
 
 Error::Error(ErrorCode code, const std::string& message)
-    : std::runtime_error(std::string(error_code_name(code)) + ": " + message),
-      code_(code),
-      message_(message) {}
+    : std::runtime_error(std::string(error_code_name(code)) + ": " + message), code_(code), message_(message) {}
 
 void throw_error(ErrorCode code, const std::string& message) {
   switch (code) {
@@ -51,8 +49,7 @@ void throw_error(ErrorCode code, const std::string& message) {
 
 namespace internal {
 void throw_enforce(const char* file, int line, const std::string& message) {
-  throw InternalError(str_cat(message, " at ", file, ":", line,
-                              " (a chorus bug: please report it with this message)"));
+  throw InternalError(str_cat(message, " at ", file, ":", line, " (a chorus bug: please report it with this message)"));
 }
 }  // namespace internal
 }  // namespace chorus

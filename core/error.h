@@ -51,9 +51,9 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
-#define CHORUS_DECLARE_ERROR(Name, Code) \
-  class Name : public Error {            \
-   public:                               \
+#define CHORUS_DECLARE_ERROR(Name, Code)                                           \
+  class Name : public Error {                                                      \
+   public:                                                                         \
     explicit Name(const std::string& message) : Error(ErrorCode::Code, message) {} \
   }
 
@@ -95,27 +95,27 @@ std::string str_cat(const Args&... args) {
 
 // Throws ErrorClass(str_cat(args...)) when cond is false. For argument validation at API
 // boundaries: CHORUS_REQUIRE(n > 0, InvalidArgumentError, "n must be > 0, got ", n).
-#define CHORUS_REQUIRE(cond, ErrorClass, ...)                              \
-  do {                                                                     \
+#define CHORUS_REQUIRE(cond, ErrorClass, ...)                                          \
+  do {                                                                                 \
     if (!(cond)) throw ::chorus::ErrorClass(::chorus::internal::str_cat(__VA_ARGS__)); \
   } while (0)
 
 // Internal invariants: throw InternalError naming file, line and both values.
-#define CHORUS_ENFORCE(cond, ...)                                                         \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
-      ::chorus::internal::throw_enforce(__FILE__, __LINE__,                               \
-          ::chorus::internal::str_cat("check failed: " #cond " ", ##__VA_ARGS__));       \
+#define CHORUS_ENFORCE(cond, ...)                                                                                \
+  do {                                                                                                           \
+    if (!(cond))                                                                                                 \
+      ::chorus::internal::throw_enforce(__FILE__, __LINE__,                                                      \
+                                        ::chorus::internal::str_cat("check failed: " #cond " ", ##__VA_ARGS__)); \
   } while (0)
 
-#define CHORUS_ENFORCE_OP(a, b, op)                                                       \
-  do {                                                                                    \
-    const auto& chorus_a_ = (a);                                                          \
-    const auto& chorus_b_ = (b);                                                          \
-    if (!(chorus_a_ op chorus_b_))                                                        \
-      ::chorus::internal::throw_enforce(__FILE__, __LINE__,                               \
-          ::chorus::internal::str_cat("check failed: " #a " " #op " " #b " (", chorus_a_, \
-                                      " vs ", chorus_b_, ")"));                           \
+#define CHORUS_ENFORCE_OP(a, b, op)                                                                                 \
+  do {                                                                                                              \
+    const auto& chorus_a_ = (a);                                                                                    \
+    const auto& chorus_b_ = (b);                                                                                    \
+    if (!(chorus_a_ op chorus_b_))                                                                                  \
+      ::chorus::internal::throw_enforce(                                                                            \
+          __FILE__, __LINE__,                                                                                       \
+          ::chorus::internal::str_cat("check failed: " #a " " #op " " #b " (", chorus_a_, " vs ", chorus_b_, ")")); \
   } while (0)
 #define CHORUS_ENFORCE_EQ(a, b) CHORUS_ENFORCE_OP(a, b, ==)
 #define CHORUS_ENFORCE_NE(a, b) CHORUS_ENFORCE_OP(a, b, !=)

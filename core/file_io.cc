@@ -14,14 +14,29 @@
 namespace chorus::io {
 
 void throw_errno(int err, std::string_view action, const std::string& path) {
-  const std::string msg = chorus::internal::str_cat(action, " '", path, "': ", std::strerror(err), " (errno ", err, ")");
+  const std::string msg =
+      chorus::internal::str_cat(action, " '", path, "': ", std::strerror(err), " (errno ", err, ")");
   switch (err) {
-    case EACCES: case EPERM: case EROFS: throw PermissionDeniedError(msg);
-    case ENOENT: case ENODEV: case ENXIO: throw NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+    case EROFS: throw PermissionDeniedError(msg);
+    case ENOENT:
+    case ENODEV:
+    case ENXIO: throw NotFoundError(msg);
     case EEXIST: throw AlreadyExistsError(msg);
-    case ENOTDIR: case EISDIR: case EBUSY: case ENOTEMPTY: throw FailedPreconditionError(msg);
-    case ENOSPC: case EDQUOT: case EMFILE: case ENFILE: case ENOMEM: case EFBIG: throw ResourceExhaustedError(msg);
-    case ENAMETOOLONG: case EINVAL: case ELOOP: throw InvalidArgumentError(msg);
+    case ENOTDIR:
+    case EISDIR:
+    case EBUSY:
+    case ENOTEMPTY: throw FailedPreconditionError(msg);
+    case ENOSPC:
+    case EDQUOT:
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EFBIG: throw ResourceExhaustedError(msg);
+    case ENAMETOOLONG:
+    case EINVAL:
+    case ELOOP: throw InvalidArgumentError(msg);
     default: throw UnknownError(msg);
   }
 }
@@ -31,8 +46,7 @@ void create_directories(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw_errno(ec.value(), "cannot create log directory", dir);
   // create_directories succeeds silently when `dir` exists; it must also be a directory.
-  if (!std::filesystem::is_directory(dir, ec))
-    throw_errno(ENOTDIR, "cannot use log directory", dir);
+  if (!std::filesystem::is_directory(dir, ec)) throw_errno(ENOTDIR, "cannot use log directory", dir);
 }
 
 namespace {
@@ -59,7 +73,8 @@ int open_retrying(const std::string& path, int flags, mode_t mode = 0) {
 // Files are opened O_NONBLOCK only so that a FIFO cannot block the open; reads and writes block.
 void make_blocking(int fd, const std::string& path) {
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno(errno, "cannot set blocking mode on", path);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw_errno(errno, "cannot set blocking mode on", path);
 }
 
 }  // namespace
@@ -108,13 +123,14 @@ File File::open_or_create_owned(const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw_errno(errno, "cannot stat", path);
   if (!S_ISREG(st.st_mode)) {
-    throw FailedPreconditionError(chorus::internal::str_cat("'", path, "' is ", type_name(st.st_mode),
-                                                            ", not a regular file chorus made: remove it, or use another directory"));
+    throw FailedPreconditionError(
+        chorus::internal::str_cat("'", path, "' is ", type_name(st.st_mode),
+                                  ", not a regular file chorus made: remove it, or use another directory"));
   }
   if (st.st_uid != ::geteuid()) {
-    throw FailedPreconditionError(chorus::internal::str_cat("'", path, "' belongs to user id ", st.st_uid,
-                                                            ", not to this process's user (", ::geteuid(),
-                                                            "): chorus writes only files it owns; remove it, or use another directory"));
+    throw FailedPreconditionError(chorus::internal::str_cat(
+        "'", path, "' belongs to user id ", st.st_uid, ", not to this process's user (", ::geteuid(),
+        "): chorus writes only files it owns; remove it, or use another directory"));
   }
   make_blocking(fd, path);
   return f;

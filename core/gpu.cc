@@ -50,8 +50,8 @@ int device_count() { return probe().count; }
 std::string unavailable_reason() { return probe().reason; }
 
 DeviceProperties device_properties(int ordinal) {
-  CHORUS_REQUIRE(ordinal >= 0 && ordinal < device_count(), InvalidArgumentError, "GPU ordinal ",
-                 ordinal, " is out of range: this process sees ", device_count(), " GPU(s)");
+  CHORUS_REQUIRE(ordinal >= 0 && ordinal < device_count(), InvalidArgumentError, "GPU ordinal ", ordinal,
+                 " is out of range: this process sees ", device_count(), " GPU(s)");
   cudaDeviceProp prop{};
   CHORUS_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   DeviceProperties out;
@@ -61,8 +61,8 @@ DeviceProperties device_properties(int ordinal) {
   out.pci_bus_id = bus;
   char uuid[64];
   const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   out.uuid = uuid;
   out.total_memory = prop.totalGlobalMem;
   out.compute_capability_major = prop.major;
@@ -133,18 +133,14 @@ bool event_done(int ordinal, EventHandle event) {
   return true;
 }
 
-void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, std::size_t bytes,
-                  CopyKind kind, int src_ordinal) {
+void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                  int src_ordinal) {
   if (bytes == 0) return;
   DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
   switch (kind) {
-    case CopyKind::kHostToDevice:
-      CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
-      break;
-    case CopyKind::kDeviceToHost:
-      CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-      break;
+    case CopyKind::kHostToDevice: CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s)); break;
+    case CopyKind::kDeviceToHost: CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s)); break;
     case CopyKind::kDeviceToDevice:
       if (src_ordinal >= 0 && src_ordinal != ordinal) {
         CHORUS_CUDA_CHECK(cudaMemcpyPeerAsync(dst, ordinal, src, src_ordinal, bytes, s));

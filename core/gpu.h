@@ -30,10 +30,10 @@ int device_count();
 std::string unavailable_reason();
 
 struct DeviceProperties {
-  std::string name;             // "NVIDIA H200"
-  std::string pci_bus_id;       // "0000:19:00.0": identifies the physical GPU across processes
-  std::string uuid;             // "GPU-8f6c..." 
-  std::size_t total_memory = 0; // bytes
+  std::string name;              // "NVIDIA H200"
+  std::string pci_bus_id;        // "0000:19:00.0": identifies the physical GPU across processes
+  std::string uuid;              // "GPU-8f6c..."
+  std::size_t total_memory = 0;  // bytes
   int compute_capability_major = 0;
   int compute_capability_minor = 0;
   int multiprocessor_count = 0;
@@ -61,12 +61,12 @@ bool event_done(int ordinal, EventHandle event);
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 // Asynchronous copy on `stream` of `ordinal` (for kDeviceToDevice across GPUs, cudaMemcpyPeerAsync
 // is used when src_ordinal != ordinal). Host memory may be pageable; the call then may block.
-void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, std::size_t bytes,
-                  CopyKind kind, int src_ordinal = -1);
+void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                  int src_ordinal = -1);
 
 // Fills `count` elements of `element_size` bytes (1, 2, 4 or 8) at `dst` with the bit pattern
 // of `value` (low bytes used), on `stream`. Kernel in core/cuda/fill.cu.
-void fill_async(int ordinal, StreamHandle stream, void* dst, std::size_t count,
-                std::size_t element_size, std::uint64_t value);
+void fill_async(int ordinal, StreamHandle stream, void* dst, std::size_t count, std::size_t element_size,
+                std::uint64_t value);
 
 }  // namespace chorus::gpu

@@ -31,8 +31,6 @@ class HostSubAllocator final : public SubAllocator {
 
 }  // namespace
 
-std::unique_ptr<SubAllocator> make_host_sub_allocator() {
-  return std::make_unique<HostSubAllocator>();
-}
+std::unique_ptr<SubAllocator> make_host_sub_allocator() { return std::make_unique<HostSubAllocator>(); }
 
 }  // namespace chorus

@@ -40,8 +40,7 @@ LogLevel parse_log_level(const std::string& text) {
   if (t == "INFO" || t == "1") return LogLevel::kInfo;
   if (t == "WARNING" || t == "WARN" || t == "2") return LogLevel::kWarning;
   if (t == "ERROR" || t == "3") return LogLevel::kError;
-  throw InvalidArgumentError("log level '" + text +
-                             "' is not valid: use DEBUG, INFO, WARNING, ERROR or 0-3");
+  throw InvalidArgumentError("log level '" + text + "' is not valid: use DEBUG, INFO, WARNING, ERROR or 0-3");
 }
 
 LogLevel log_level() {
@@ -101,8 +100,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   char frac[16];
   std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(micros));
   const char* base = std::strrchr(file, '/');
-  stream_ << stamp << frac << ' ' << level_letter(level) << ' ' << log_context_prefix()
-          << (base ? base + 1 : file) << ':' << line << "] ";
+  stream_ << stamp << frac << ' ' << level_letter(level) << ' ' << log_context_prefix() << (base ? base + 1 : file)
+          << ':' << line << "] ";
 }
 
 LogMessage::~LogMessage() {

@@ -73,8 +73,8 @@ struct LogVoidify {
 #define CHORUS_LOG_LEVEL_ERROR ::chorus::LogLevel::kError
 
 // The message is only formatted when its level is enabled.
-#define CHORUS_LOG(severity)                                                   \
-  (CHORUS_LOG_LEVEL_##severity < ::chorus::log_level())                        \
-      ? (void)0                                                                \
-      : ::chorus::internal::LogVoidify() &                                     \
+#define CHORUS_LOG(severity)                            \
+  (CHORUS_LOG_LEVEL_##severity < ::chorus::log_level()) \
+      ? (void)0                                         \
+      : ::chorus::internal::LogVoidify() &              \
             ::chorus::internal::LogMessage(CHORUS_LOG_LEVEL_##severity, __FILE__, __LINE__).stream()

@@ -69,18 +69,19 @@ std::shared_ptr<DeviceContext> place_op(std::string_view op_name, std::string_vi
     if (found && kernel_ok) {
       chosen = found;
     } else {
-      const std::string why = !found ? "does not exist" : "has no " + found->device().device_type + " kernel for this op";
+      const std::string why =
+          !found ? "does not exist" : "has no " + found->device().device_type + " kernel for this op";
       if (!config::get_soft_device_placement()) {
-        throw InvalidArgumentError(internal::str_cat(
-            "Could not satisfy device specification '", want.to_string(), "' for op ", op_name, ": the device ",
-            why, ". The devices are ", runtime::device_list(),
-            ". Enable set_soft_device_placement(true) to fall back to an existing device."));
+        throw InvalidArgumentError(
+            internal::str_cat("Could not satisfy device specification '", want.to_string(), "' for op ", op_name,
+                              ": the device ", why, ". The devices are ", runtime::device_list(),
+                              ". Enable set_soft_device_placement(true) to fall back to an existing device."));
       }
       chosen = (found && !kernel_ok) ? nullptr : first_of_type(*want.type);
       if (!chosen || (chosen->is_gpu() && !has_gpu_kernel)) chosen = first_of_type("CPU");
       warn_once(std::string(op_name) + "|" + want.to_string() + "|" + chosen->name(),
-                internal::str_cat("soft placement: op ", op_name, " requested '", want.to_string(), "', which ",
-                                  why, "; running it on ", chosen->name(), " instead"));
+                internal::str_cat("soft placement: op ", op_name, " requested '", want.to_string(), "', which ", why,
+                                  "; running it on ", chosen->name(), " instead"));
     }
   }
   if (config::get_log_device_placement())

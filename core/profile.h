@@ -29,8 +29,8 @@
 // per-replica time, i.e. divide by R × W, not by W.
 //
 // Cost: a disabled ScopedTimer is one relaxed atomic load; an enabled one is two steady_clock reads,
-// two thread-CPU-clock reads (a system call each, ~0.2 µs) and two relaxed fetch_adds. Enabling or disabling while timers are live is safe: a timer decides at
-// construction whether it records.
+// two thread-CPU-clock reads (a system call each, ~0.2 µs) and two relaxed fetch_adds. Enabling or disabling while
+// timers are live is safe: a timer decides at construction whether it records.
 #pragma once
 
 #include <atomic>
@@ -82,10 +82,9 @@ class ScopedTimer {
   ~ScopedTimer() {
     if (active_) {
       const std::int64_t cpu = internal::thread_cpu_ns() - start_cpu_ns_;
-      internal::add(category_,
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_)
-                        .count(),
-                    cpu);
+      internal::add(
+          category_,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count(), cpu);
     }
   }
   ScopedTimer(const ScopedTimer&) = delete;

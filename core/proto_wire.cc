@@ -80,9 +80,9 @@ void ProtoWriter::add_packed_varints(int field, std::span<const std::int64_t> va
 // ---- ProtoReader ----
 
 void ProtoReader::fail(const std::string& why) const {
-  throw DataLossError(internal::str_cat("malformed ", what_, " (", data_.size(), " bytes): ", why,
-                                       " at byte offset ", pos_, field_ > 0 ? " in field " : "",
-                                       field_ > 0 ? std::to_string(field_) : std::string()));
+  throw DataLossError(internal::str_cat("malformed ", what_, " (", data_.size(), " bytes): ", why, " at byte offset ",
+                                        pos_, field_ > 0 ? " in field " : "",
+                                        field_ > 0 ? std::to_string(field_) : std::string()));
 }
 
 std::uint64_t ProtoReader::parse_varint() {
@@ -106,7 +106,8 @@ bool ProtoReader::next() {
   if (field == 0 || field > 0x1fffffff) fail(internal::str_cat("invalid field number ", field));
   field_ = static_cast<int>(field);
   if (type != 0 && type != 1 && type != 2 && type != 5)
-    fail(internal::str_cat("unsupported wire type ", type, " (valid: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32)"));
+    fail(internal::str_cat("unsupported wire type ", type,
+                           " (valid: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32)"));
   type_ = static_cast<WireType>(type);
   pending_ = true;
   return true;
@@ -173,7 +174,7 @@ void read_fixed_repeated(ProtoReader& r, std::vector<T>& out) {
   const std::string_view packed = r.read_bytes();
   if (packed.size() % sizeof(T) != 0)
     throw DataLossError(internal::str_cat("malformed packed repeated field ", field, ": ", packed.size(),
-                                         " bytes is not a multiple of the element size ", sizeof(T)));
+                                          " bytes is not a multiple of the element size ", sizeof(T)));
   const std::size_t n = packed.size() / sizeof(T);
   const std::size_t old = out.size();
   out.resize(old + n);
@@ -206,7 +207,7 @@ void read_repeated_int64s(ProtoReader& r, std::vector<std::int64_t>& out) {
     for (;; shift += 7) {
       if (pos >= packed.size() || shift >= 64)
         throw DataLossError(internal::str_cat("malformed packed repeated field ", r.field(),
-                                             ": truncated or overlong varint at byte ", pos, " of ", packed.size()));
+                                              ": truncated or overlong varint at byte ", pos, " of ", packed.size()));
       const auto byte = static_cast<std::uint8_t>(packed[pos++]);
       value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) break;

@@ -89,8 +89,8 @@ class ProtoReader {
   std::uint64_t read_varint();
   std::int64_t read_int64() { return static_cast<std::int64_t>(read_varint()); }
   bool read_bool() { return read_varint() != 0; }
-  double read_double();  // wire type I64
-  float read_float();    // wire type I32
+  double read_double();           // wire type I64
+  float read_float();             // wire type I32
   std::string_view read_bytes();  // wire type LEN
   void skip();
 

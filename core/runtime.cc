@@ -14,8 +14,8 @@ namespace chorus {
 
 using internal::str_cat;
 
-DeviceContext::DeviceContext(LogicalDevice device, std::unique_ptr<Allocator> allocator,
-                             std::unique_ptr<Stream> stream, int gpu_ordinal)
+DeviceContext::DeviceContext(LogicalDevice device, std::unique_ptr<Allocator> allocator, std::unique_ptr<Stream> stream,
+                             int gpu_ordinal)
     : device_(std::move(device)),
       allocator_(std::move(allocator)),
       stream_(std::move(stream)),
@@ -27,9 +27,7 @@ namespace {
 // Headroom left on a GPU without an explicit limit, for the CUDA context's own needs and
 // libraries' workspaces (cuBLAS, cuDNN, NCCL) that do not allocate through chorus: the larger of
 // 512 MiB and 5% of what is free (TensorFlow keeps max(300 MiB, 5%)).
-std::size_t gpu_reserve_bytes(std::size_t free_bytes) {
-  return std::max(std::size_t{512} << 20, free_bytes / 20);
-}
+std::size_t gpu_reserve_bytes(std::size_t free_bytes) { return std::max(std::size_t{512} << 20, free_bytes / 20); }
 
 struct Runtime {
   std::mutex mu;
@@ -73,8 +71,8 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
       auto g = cfg.memory_growth.find(phys.name);
       growth = g != cfg.memory_growth.end() ? g->second : env_growth;
       if (growth && configs.size() > 1) {
-        CHORUS_LOG(WARNING) << "TF_FORCE_GPU_ALLOW_GROWTH is ignored for " << phys.name << ": it has "
-                            << configs.size() << " virtual devices with fixed memory limits";
+        CHORUS_LOG(WARNING) << "TF_FORCE_GPU_ALLOW_GROWTH is ignored for " << phys.name << ": it has " << configs.size()
+                            << " virtual devices with fixed memory limits";
         growth = false;
       }
       std::size_t free_bytes = 0, total_bytes = 0;
@@ -84,8 +82,11 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
       default_limit = std::min(by_fraction, free_bytes > reserve ? free_bytes - reserve : 0);
       const bool explicit_limits = it != cfg.logical.end() && configs.front().memory_limit_mb > 0;
       CHORUS_REQUIRE(explicit_limits || default_limit >= (std::size_t{1} << 20), ResourceExhaustedError, phys.name,
-                     " has only ", free_bytes >> 20, " MiB free of ", total_bytes >> 20, " MiB (other processes hold the "
-                     "rest; chorus keeps ", reserve >> 20, " MiB for the CUDA context and libraries): free the GPU, hide it "
+                     " has only ", free_bytes >> 20, " MiB free of ", total_bytes >> 20,
+                     " MiB (other processes hold the "
+                     "rest; chorus keeps ",
+                     reserve >> 20,
+                     " MiB for the CUDA context and libraries): free the GPU, hide it "
                      "with set_visible_devices, or give it an explicit memory_limit_mb");
     }
     for (const LogicalDeviceConfiguration& c : configs) {
@@ -104,10 +105,11 @@ std::vector<std::shared_ptr<DeviceContext>> build(std::string_view first_use) {
       opts.memory_limit = ld.memory_limit;
       opts.allow_growth = growth;
       auto sub = is_gpu ? gpu::make_cuda_sub_allocator(phys.index) : make_host_sub_allocator();
-      auto stream = is_gpu ? make_gpu_stream(phys.index, "stream of " + ld.name) : make_cpu_stream("stream of " + ld.name);
-      CHORUS_LOG(DEBUG) << "Created device " << ld.name << " with " << (ld.memory_limit >> 20)
-                        << " MB memory" << (growth && is_gpu ? " (growth)" : "") << ": -> " << phys.name
-                        << " (" << phys.description << ")";
+      auto stream =
+          is_gpu ? make_gpu_stream(phys.index, "stream of " + ld.name) : make_cpu_stream("stream of " + ld.name);
+      CHORUS_LOG(DEBUG) << "Created device " << ld.name << " with " << (ld.memory_limit >> 20) << " MB memory"
+                        << (growth && is_gpu ? " (growth)" : "") << ": -> " << phys.name << " (" << phys.description
+                        << ")";
       out.push_back(std::make_shared<DeviceContext>(ld, make_bfc_allocator(std::move(sub), std::move(opts)),
                                                     std::move(stream), is_gpu ? phys.index : -1));
     }
@@ -161,15 +163,12 @@ std::string device_list() {
 std::shared_ptr<DeviceContext> find(std::string_view text) {
   DeviceSpec spec = DeviceSpec::parse(text);
   CHORUS_REQUIRE(!spec.physical, InvalidArgumentError, "'", text,
-                 "' names a physical device; give a logical device such as \"GPU:0\" (devices: ",
-                 device_list(), ")");
+                 "' names a physical device; give a logical device such as \"GPU:0\" (devices: ", device_list(), ")");
   CHORUS_REQUIRE(spec.type.has_value(), InvalidArgumentError, "'", text,
-                 "' names no device type; give one such as \"CPU:0\" or \"GPU:1\" (devices: ",
-                 device_list(), ")");
+                 "' names no device type; give one such as \"CPU:0\" or \"GPU:1\" (devices: ", device_list(), ")");
   if (!spec.index) spec.index = 0;
   auto d = match(spec);
-  CHORUS_REQUIRE(d != nullptr, InvalidArgumentError, "unknown device '", text, "': the devices are ",
-                 device_list());
+  CHORUS_REQUIRE(d != nullptr, InvalidArgumentError, "unknown device '", text, "': the devices are ", device_list());
   return d;
 }
 

@@ -22,8 +22,8 @@ std::string dims_to_string(const std::vector<std::int64_t>& dims) {
 
 void check_dims(const std::vector<std::int64_t>& dims) {
   for (std::size_t i = 0; i < dims.size(); ++i) {
-    CHORUS_REQUIRE(dims[i] >= 0, InvalidArgumentError, "shape ", dims_to_string(dims), ": dimension ", i,
-                   " is ", dims[i], "; dimensions must be >= 0");
+    CHORUS_REQUIRE(dims[i] >= 0, InvalidArgumentError, "shape ", dims_to_string(dims), ": dimension ", i, " is ",
+                   dims[i], "; dimensions must be >= 0");
   }
 }
 
@@ -48,8 +48,8 @@ std::int64_t Shape::num_elements() const {
     if (d == 0) return 0;
   std::int64_t n = 1;
   for (std::int64_t d : dims_) {
-    CHORUS_REQUIRE(!__builtin_mul_overflow(n, d, &n), InvalidArgumentError, "shape ", to_string(),
-                   " has more than ", std::numeric_limits<std::int64_t>::max(), " elements (int64 overflow)");
+    CHORUS_REQUIRE(!__builtin_mul_overflow(n, d, &n), InvalidArgumentError, "shape ", to_string(), " has more than ",
+                   std::numeric_limits<std::int64_t>::max(), " elements (int64 overflow)");
   }
   return n;
 }

@@ -1,9 +1,9 @@
 #include "core/stream.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -21,7 +21,8 @@ struct WorkerIdentity {
 
 [[noreturn]] void throw_self_wait(const WorkerIdentity& w) {
   throw FailedPreconditionError(
-      w.stream_name + ": work running on this stream waits for the stream itself (e.g. reads a tensor of the same "
+      w.stream_name +
+      ": work running on this stream waits for the stream itself (e.g. reads a tensor of the same "
       "device inside enqueue_host); that can never finish. Read the data before enqueueing, or enqueue the "
       "follow-up work instead of waiting.");
 }

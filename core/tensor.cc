@@ -172,8 +172,12 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, std::string_v
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, std::string_view device) { return full(shape, 0.0, dtype, device); }
-Tensor Tensor::ones(const Shape& shape, DType dtype, std::string_view device) { return full(shape, 1.0, dtype, device); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype, std::string_view device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor Tensor::ones(const Shape& shape, DType dtype, std::string_view device) {
+  return full(shape, 1.0, dtype, device);
+}
 
 Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, std::string_view device) {
   Tensor t = allocate(place_op("Const", device), shape, dtype);
@@ -218,9 +222,9 @@ Tensor Tensor::to(std::string_view device) const {
 
 Tensor Tensor::reshape(const Shape& shape) const {
   require_defined("reshape");
-  CHORUS_REQUIRE(shape.num_elements() == num_elements(), InvalidArgumentError, "reshape: cannot reshape a tensor of shape ",
-                 shape_.to_string(), " (", num_elements(), " elements) to ", shape.to_string(), " (",
-                 shape.num_elements(), " elements)");
+  CHORUS_REQUIRE(shape.num_elements() == num_elements(), InvalidArgumentError,
+                 "reshape: cannot reshape a tensor of shape ", shape_.to_string(), " (", num_elements(),
+                 " elements) to ", shape.to_string(), " (", shape.num_elements(), " elements)");
   return Tensor(buffer_, shape, dtype_);
 }
 
@@ -240,7 +244,8 @@ void Tensor::add_inplace(const Tensor& src) {
   CHORUS_REQUIRE(src.shape_ == shape_ && src.dtype_ == dtype_, InvalidArgumentError, "assign_add: value of ",
                  dtype_name(src.dtype_), src.shape_.to_string(), " does not match the target's ", dtype_name(dtype_),
                  shape_.to_string());
-  CHORUS_REQUIRE(dtype_ != DType::kBool, InvalidArgumentError, "assign_add is not defined for bool tensors: use assign");
+  CHORUS_REQUIRE(dtype_ != DType::kBool, InvalidArgumentError,
+                 "assign_add is not defined for bool tensors: use assign");
   place_op("AssignAdd", device_name());
   // Bring the addend to this device first (a no-op share when it already lives here).
   Tensor local = &src.device_context() == &device_context() ? src : src.to(device_name());
@@ -260,7 +265,8 @@ void Tensor::copy_to_host(void* dst) const {
   const std::size_t bytes = nbytes();
   if (ctx.is_gpu()) {
     if (bytes > 0)
-      gpu::memcpy_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), dst, data(), bytes, gpu::CopyKind::kDeviceToHost);
+      gpu::memcpy_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), dst, data(), bytes,
+                        gpu::CopyKind::kDeviceToHost);
     ctx.stream().synchronize();
   } else {
     ctx.stream().synchronize();  // rethrows errors of pending work

@@ -12,11 +12,11 @@
 // Execution: work on a device is enqueued on its stream (see core/stream.h) and may still be
 // running when a call returns. On CPU devices, fills (full, zeros, ones), same-device copies
 // (assign) and add_inplace run on the calling thread in stream order (Stream::execute_host, as
-// CPU kernels do), so they have completed when the call returns. Everything that hands data to the host (to_vector, item,
-// copy_to_host, printing) waits for it and rethrows any error the device work raised. Copies
-// between two different devices return after the copy completed. Work on CPU devices keeps the
-// storage it uses alive until it ran; on a GPU, storage freed while kernels are pending is only
-// reused by later work on the same stream (each device has one stream), so order is preserved.
+// CPU kernels do), so they have completed when the call returns. Everything that hands data to the host (to_vector,
+// item, copy_to_host, printing) waits for it and rethrows any error the device work raised. Copies between two
+// different devices return after the copy completed. Work on CPU devices keeps the storage it uses alive until it ran;
+// on a GPU, storage freed while kernels are pending is only reused by later work on the same stream (each device has
+// one stream), so order is preserved.
 //
 // Placement: creators take an optional device string; without one the op is placed by
 // core/placement.h's rules (DeviceScope, then GPU if the op has a GPU kernel, then CPU).
@@ -183,8 +183,9 @@ std::vector<T> Tensor::to_vector() const {
 template <typename T>
 T Tensor::item() const {
   require_defined("item");
-  CHORUS_REQUIRE(num_elements() == 1, InvalidArgumentError, "item() needs a tensor of exactly one element; this one has shape ",
-                 shape_.to_string(), " (", num_elements(), " elements)");
+  CHORUS_REQUIRE(num_elements() == 1, InvalidArgumentError,
+                 "item() needs a tensor of exactly one element; this one has shape ", shape_.to_string(), " (",
+                 num_elements(), " elements)");
   return to_vector<T>()[0];
 }
 

@@ -41,8 +41,8 @@ class ResourceVariable final : public VariableBase {
   void check(const Tensor& t, const char* what) const {
     CHORUS_REQUIRE(t.defined(), InvalidArgumentError, "variable '", name_, "': ", what, " of an undefined tensor");
     CHORUS_REQUIRE(t.shape() == value_.shape() && t.dtype() == value_.dtype(), InvalidArgumentError, "variable '",
-                   name_, "': ", what, " of a ", dtype_name(t.dtype()), t.shape().to_string(), " tensor; the variable is ",
-                   dtype_name(value_.dtype()), value_.shape().to_string());
+                   name_, "': ", what, " of a ", dtype_name(t.dtype()), t.shape().to_string(),
+                   " tensor; the variable is ", dtype_name(value_.dtype()), value_.shape().to_string());
   }
 
   std::string name_;

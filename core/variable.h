@@ -32,12 +32,12 @@ enum class VariableSynchronization { kAuto, kNone, kOnWrite, kOnRead };
 enum class VariableAggregation { kNone, kSum, kMean, kOnlyFirstReplica };
 
 struct VariableArgs {
-  Tensor initial_value;         // required (its shape and dtype become the variable's)
+  Tensor initial_value;  // required (its shape and dtype become the variable's)
   std::string name = "Variable";
-  bool trainable = true;        // trainable variables are watched by GradientTape automatically
+  bool trainable = true;  // trainable variables are watched by GradientTape automatically
   VariableSynchronization synchronization = VariableSynchronization::kAuto;
   VariableAggregation aggregation = VariableAggregation::kNone;
-  std::string device;           // "" = placement rules (DeviceScope, else the initial value's device)
+  std::string device;  // "" = placement rules (DeviceScope, else the initial value's device)
 };
 
 class VariableBase {

@@ -17,19 +17,22 @@ using chorus::internal::str_cat;
 std::int64_t IteratorState::get_int(const std::string& key) const {
   auto it = ints_.find(key);
   CHORUS_REQUIRE(it != ints_.end(), NotFoundError, "iterator state has no integer '", key,
-                 "': it was saved by a different pipeline (", ints_.size(), " integers, ", tensors_.size(), " tensors)");
+                 "': it was saved by a different pipeline (", ints_.size(), " integers, ", tensors_.size(),
+                 " tensors)");
   return it->second;
 }
 
 const Tensor& IteratorState::get_tensor(const std::string& key) const {
   auto it = tensors_.find(key);
   CHORUS_REQUIRE(it != tensors_.end(), NotFoundError, "iterator state has no tensor '", key,
-                 "': it was saved by a different pipeline (", ints_.size(), " integers, ", tensors_.size(), " tensors)");
+                 "': it was saved by a different pipeline (", ints_.size(), " integers, ", tensors_.size(),
+                 " tensors)");
   return it->second;
 }
 
 void IteratorBase::save(IteratorState&, const std::string& prefix) {
-  throw UnimplementedError(str_cat("this iterator (at '", prefix, "') does not support save(); override save() and "
+  throw UnimplementedError(str_cat("this iterator (at '", prefix,
+                                   "') does not support save(); override save() and "
                                    "restore() in a user-defined IteratorBase to checkpoint it"));
 }
 void IteratorBase::restore(const IteratorState&, const std::string& prefix) {

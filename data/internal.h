@@ -36,7 +36,8 @@ class SplitMix64 {
   std::uint64_t uniform(std::uint64_t n) {
     const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
     std::uint64_t x;
-    do x = next(); while (x >= limit);
+    do x = next();
+    while (x >= limit);
     return x % n;
   }
   std::uint64_t state() const { return state_; }

@@ -23,7 +23,6 @@ std::string hex(std::uint32_t v) {
   return buf;
 }
 
-
 // Checks the header's promise (4 + 4·rank bytes + the product of the dims) against the file's real
 // size before anything of that size is allocated: a hostile header cannot make the reader
 // allocate more than the file holds.
@@ -38,8 +37,9 @@ void check_idx_size(const std::string& path) {
   std::uint64_t count = 1;
   for (int d = 0; d < rank; ++d) {
     const std::uint64_t n = be32(dims.data() + 4 * d);
-    CHORUS_REQUIRE(n == 0 || count <= size / n, DataLossError, "IDX file ", path, ": its header promises more elements than the file's ",
-                   size, " bytes hold (dimension ", d, " is ", n, ")");
+    CHORUS_REQUIRE(n == 0 || count <= size / n, DataLossError, "IDX file ", path,
+                   ": its header promises more elements than the file's ", size, " bytes hold (dimension ", d, " is ",
+                   n, ")");
     count *= n;
   }
   const std::uint64_t want = 4 + dims.size() + count;
@@ -70,8 +70,8 @@ Tensor read_idx(const std::string& path) {
   for (int d = 0; d < rank; ++d) {
     dims.push_back(be32(bytes.data() + 4 + 4 * d));
     count *= static_cast<std::uint64_t>(dims.back());
-    CHORUS_REQUIRE(count <= bytes.size(), DataLossError, "IDX file ", path, " is truncated: its header promises more than ",
-                   bytes.size(), " elements");
+    CHORUS_REQUIRE(count <= bytes.size(), DataLossError, "IDX file ", path,
+                   " is truncated: its header promises more than ", bytes.size(), " elements");
   }
   CHORUS_REQUIRE(bytes.size() == header + count, DataLossError, "IDX file ", path, " has ", bytes.size(),
                  " bytes but its header (shape ", Shape(dims).to_string(), ") says ", header + count,

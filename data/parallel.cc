@@ -53,7 +53,9 @@ class MapDataset::SequentialIterator final : public IteratorBase {
     return ds_->fn_(*e);
   }
   void save(IteratorState& state, const std::string& prefix) override { in_->save(state, input_prefix(prefix)); }
-  void restore(const IteratorState& state, const std::string& prefix) override { in_->restore(state, input_prefix(prefix)); }
+  void restore(const IteratorState& state, const std::string& prefix) override {
+    in_->restore(state, input_prefix(prefix));
+  }
 
  private:
   std::shared_ptr<const MapDataset> ds_;
@@ -229,7 +231,8 @@ class MapDataset::ParallelIterator final : public IteratorBase {
 std::unique_ptr<IteratorBase> MapDataset::make_iterator() const {
   auto self = std::static_pointer_cast<const MapDataset>(shared_from_this());
   if (parallel_ == 1) return std::make_unique<SequentialIterator>(std::move(self));
-  std::size_t width = parallel_ == kAutotune ? std::thread::hardware_concurrency() : static_cast<std::size_t>(parallel_);
+  std::size_t width =
+      parallel_ == kAutotune ? std::thread::hardware_concurrency() : static_cast<std::size_t>(parallel_);
   return std::make_unique<ParallelIterator>(std::move(self), std::max<std::size_t>(width, 1));
 }
 
@@ -237,7 +240,8 @@ class PrefetchDataset final : public DatasetBase {
  public:
   PrefetchDataset(std::shared_ptr<const DatasetBase> input, std::int64_t buffer)
       : input_(std::move(input)), buffer_(buffer == kAutotune ? kAutotunePrefetch : buffer) {
-    CHORUS_REQUIRE(buffer >= -1, InvalidArgumentError, "prefetch: buffer_size must be >= 0 or kAutotune (-1), got ", buffer);
+    CHORUS_REQUIRE(buffer >= -1, InvalidArgumentError, "prefetch: buffer_size must be >= 0 or kAutotune (-1), got ",
+                   buffer);
   }
   std::string name() const override { return "PrefetchDataset"; }
   std::int64_t cardinality() const override { return input_->cardinality(); }

@@ -47,8 +47,8 @@ class SliceDataset final : public DatasetBase {
       void save(IteratorState& state, const std::string& prefix) override { state.set_int(prefix + "slices.next", i_); }
       void restore(const IteratorState& state, const std::string& prefix) override {
         const std::int64_t i = state.get_int(prefix + "slices.next");
-        CHORUS_REQUIRE(i >= 0 && i <= ds_.cardinality(), InvalidArgumentError, "iterator state: from_tensor_slices position ",
-                       i, " is outside [0, ", ds_.cardinality(), "]");
+        CHORUS_REQUIRE(i >= 0 && i <= ds_.cardinality(), InvalidArgumentError,
+                       "iterator state: from_tensor_slices position ", i, " is outside [0, ", ds_.cardinality(), "]");
         i_ = i;
       }
 
@@ -81,7 +81,9 @@ class TensorsDataset final : public DatasetBase {
         done_ = true;
         return e_;
       }
-      void save(IteratorState& state, const std::string& prefix) override { state.set_int(prefix + "tensors.done", done_); }
+      void save(IteratorState& state, const std::string& prefix) override {
+        state.set_int(prefix + "tensors.done", done_);
+      }
       void restore(const IteratorState& state, const std::string& prefix) override {
         done_ = state.get_int(prefix + "tensors.done") != 0;
       }

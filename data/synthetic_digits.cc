@@ -41,8 +41,7 @@ std::array<Padded, 10> padded_font() {
   std::array<Padded, 10> out{};
   for (int d = 0; d < 10; ++d)
     for (int r = 0; r < kGlyphH; ++r)
-      for (int c = 0; c < kGlyphW; ++c)
-        out[d][(r + kPad) * kPW + (c + kPad)] = (kFont[d][r] >> (kGlyphW - 1 - c)) & 1;
+      for (int c = 0; c < kGlyphW; ++c) out[d][(r + kPad) * kPW + (c + kPad)] = (kFont[d][r] >> (kGlyphW - 1 - c)) & 1;
   return out;
 }
 
@@ -78,16 +77,16 @@ std::int64_t sample(const Padded& g, std::int64_t u, std::int64_t v) {
 
 void render(const std::array<Padded, 10>& font, std::uint64_t seed, std::int64_t i, int label, float* out) {
   internal::SplitMix64 rng(stream_key(seed, 2, static_cast<std::uint64_t>(i)));
-  const std::int64_t cell = uniform_in(rng, 589, 768);                     // 2.3–3.0 px per cell, Q8
-  const std::int64_t sx = cell * uniform_in(rng, 236, 276) >> 8;           // ±8% per axis
+  const std::int64_t cell = uniform_in(rng, 589, 768);            // 2.3–3.0 px per cell, Q8
+  const std::int64_t sx = cell * uniform_in(rng, 236, 276) >> 8;  // ±8% per axis
   const std::int64_t sy = cell * uniform_in(rng, 236, 276) >> 8;
-  const std::int64_t inv_sx = (std::int64_t{1} << 24) / sx;                // glyph cells per px, Q16
+  const std::int64_t inv_sx = (std::int64_t{1} << 24) / sx;  // glyph cells per px, Q16
   const std::int64_t inv_sy = (std::int64_t{1} << 24) / sy;
-  const std::int64_t shear = uniform_in(rng, -64, 64);                     // ±0.25, Q8
+  const std::int64_t shear = uniform_in(rng, -64, 64);                                  // ±0.25, Q8
   const std::int64_t dx = uniform_in(rng, -512, 512), dy = uniform_in(rng, -512, 512);  // ±2 px, Q8
-  const std::int64_t threshold = uniform_in(rng, 16384, 29491);           // 0.25–0.45, Q16
-  const std::int64_t peak = uniform_in(rng, 49152, 65536);                // 0.75–1, Q16
-  const std::int64_t sigma = uniform_in(rng, 1966, 6554);                 // 0.03–0.10, Q16
+  const std::int64_t threshold = uniform_in(rng, 16384, 29491);                         // 0.25–0.45, Q16
+  const std::int64_t peak = uniform_in(rng, 49152, 65536);                              // 0.75–1, Q16
+  const std::int64_t sigma = uniform_in(rng, 1966, 6554);                               // 0.03–0.10, Q16
   // Irwin–Hall of four 16-bit uniforms: mean 0, standard deviation 65536 / sqrt(3) ≈ 37837; scaled
   // to sigma by a Q32 factor (a multiply per pixel instead of a division).
   const std::int64_t noise_scale = (sigma << 32) / 37837;
@@ -104,7 +103,8 @@ void render(const std::array<Padded, 10>& font, std::uint64_t seed, std::int64_t
       const std::int64_t ink = std::clamp<std::int64_t>((b - threshold) * 4, 0, 65536) * peak >> 16;
       const std::uint64_t w = rng.next();
       const std::int64_t n4 = static_cast<std::int64_t>(w & 0xFFFF) + static_cast<std::int64_t>(w >> 16 & 0xFFFF) +
-                              static_cast<std::int64_t>(w >> 32 & 0xFFFF) + static_cast<std::int64_t>(w >> 48) - 2 * 65535;
+                              static_cast<std::int64_t>(w >> 32 & 0xFFFF) + static_cast<std::int64_t>(w >> 48) -
+                              2 * 65535;
       const std::int64_t noise = (n4 * noise_scale) >> 32;
       const std::int64_t value = std::clamp<std::int64_t>(ink + noise, 0, 65536);
       out[y * kSize + x] = static_cast<float>(value) * (1.0f / 65536.0f);
@@ -127,7 +127,8 @@ DigitArrays synthetic_digits_arrays(std::int64_t n, std::uint64_t seed) {
       render(font, seed, static_cast<std::int64_t>(i), labels[i], images.data() + i * pixels);
     }
   };
-  const std::size_t threads = std::clamp<std::size_t>(std::min<std::size_t>(std::thread::hardware_concurrency(), count / 1000), 1, 8);
+  const std::size_t threads =
+      std::clamp<std::size_t>(std::min<std::size_t>(std::thread::hardware_concurrency(), count / 1000), 1, 8);
   if (threads == 1) {
     work(0, count);
   } else {

@@ -192,8 +192,8 @@ void write_tfrecord_file(const std::string& path, const std::vector<std::string>
 }
 
 std::string record_string(const Tensor& record) {
-  CHORUS_REQUIRE(record.defined() && record.dtype() == DType::kUInt8 && record.shape().rank() == 1, InvalidArgumentError,
-                 "record_string: needs a rank-1 uint8 tensor, got ",
+  CHORUS_REQUIRE(record.defined() && record.dtype() == DType::kUInt8 && record.shape().rank() == 1,
+                 InvalidArgumentError, "record_string: needs a rank-1 uint8 tensor, got ",
                  record.defined() ? str_cat(record.shape().to_string(), " ", dtype_name(record.dtype())) : "undefined");
   std::string out(static_cast<std::size_t>(record.num_elements()), '\0');
   if (!out.empty()) record.copy_to_host(out.data());
@@ -213,7 +213,8 @@ class TFRecordDataset final : public DatasetBase {
   std::unique_ptr<IteratorBase> make_iterator() const override {
     class It final : public IteratorBase {
      public:
-      explicit It(std::shared_ptr<const TFRecordDataset> ds) : ds_(std::move(ds)), device_(internal::pipeline_device()) {}
+      explicit It(std::shared_ptr<const TFRecordDataset> ds)
+          : ds_(std::move(ds)), device_(internal::pipeline_device()) {}
       std::optional<Element> next() override {
         while (file_ < ds_->files_.size()) {
           if (!reader_) {
@@ -238,7 +239,8 @@ class TFRecordDataset final : public DatasetBase {
       }
       void save(IteratorState& state, const std::string& prefix) override {
         state.set_int(prefix + "tfrecord.file", static_cast<std::int64_t>(file_));
-        state.set_int(prefix + "tfrecord.offset", static_cast<std::int64_t>(reader_ ? reader_->offset() : resume_offset_));
+        state.set_int(prefix + "tfrecord.offset",
+                      static_cast<std::int64_t>(reader_ ? reader_->offset() : resume_offset_));
       }
       void restore(const IteratorState& state, const std::string& prefix) override {
         const std::int64_t file = state.get_int(prefix + "tfrecord.file");

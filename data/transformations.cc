@@ -42,7 +42,8 @@ class BatchDataset final : public UnaryDataset {
   std::unique_ptr<IteratorBase> make_iterator() const override {
     class It final : public IteratorBase {
      public:
-      It(std::unique_ptr<IteratorBase> in, std::int64_t batch, bool drop) : in_(std::move(in)), batch_(batch), drop_(drop) {}
+      It(std::unique_ptr<IteratorBase> in, std::int64_t batch, bool drop)
+          : in_(std::move(in)), batch_(batch), drop_(drop) {}
       std::optional<Element> next() override {
         std::vector<Element> rows;
         while (static_cast<std::int64_t>(rows.size()) < batch_) {
@@ -56,11 +57,11 @@ class BatchDataset final : public UnaryDataset {
           std::vector<Tensor> parts;
           parts.reserve(rows.size());
           for (auto& r : rows) {
-            CHORUS_REQUIRE(r.size() == rows[0].size() && r[c].shape() == rows[0][c].shape() &&
-                               r[c].dtype() == rows[0][c].dtype(),
-                           InvalidArgumentError, "batch: elements differ in structure, shape or dtype (component ", c,
-                           ": ", rows[0][c].shape().to_string(), " ", dtype_name(rows[0][c].dtype()), " vs ",
-                           r.size() > c ? str_cat(r[c].shape().to_string(), " ", dtype_name(r[c].dtype())) : "missing", ")");
+            CHORUS_REQUIRE(
+                r.size() == rows[0].size() && r[c].shape() == rows[0][c].shape() && r[c].dtype() == rows[0][c].dtype(),
+                InvalidArgumentError, "batch: elements differ in structure, shape or dtype (component ", c, ": ",
+                rows[0][c].shape().to_string(), " ", dtype_name(rows[0][c].dtype()), " vs ",
+                r.size() > c ? str_cat(r[c].shape().to_string(), " ", dtype_name(r[c].dtype())) : "missing", ")");
             parts.push_back(r[c]);
           }
           out.push_back(ops::stack(parts, 0));
@@ -96,7 +97,9 @@ class ShuffleDataset final : public UnaryDataset {
     class It final : public IteratorBase {
      public:
       explicit It(std::shared_ptr<const ShuffleDataset> ds)
-          : ds_(std::move(ds)), in_(ds_->input_->make_iterator()), pass_(ds_->passes_.fetch_add(1)),
+          : ds_(std::move(ds)),
+            in_(ds_->input_->make_iterator()),
+            pass_(ds_->passes_.fetch_add(1)),
             rng_(pass_seed(*ds_, pass_)) {}
       std::optional<Element> next() override {
         // Fill (the first call) or top up (later calls: the slot freed by the last pick).
@@ -119,7 +122,8 @@ class ShuffleDataset final : public UnaryDataset {
         state.set_int(prefix + "shuffle.pass", pass_);
         state.set_int(prefix + "shuffle.rng", static_cast<std::int64_t>(rng_.state()));
         state.set_int(prefix + "shuffle.buffer_size", static_cast<std::int64_t>(buffer_.size()));
-        for (std::size_t i = 0; i < buffer_.size(); ++i) internal::save_element(state, str_cat(prefix, "shuffle.buffer[", i, "]"), buffer_[i]);
+        for (std::size_t i = 0; i < buffer_.size(); ++i)
+          internal::save_element(state, str_cat(prefix, "shuffle.buffer[", i, "]"), buffer_[i]);
         state.set_int(prefix + "shuffle.input_ended", in_ == nullptr);
         if (in_) in_->save(state, input_prefix(prefix));
       }
@@ -131,7 +135,8 @@ class ShuffleDataset final : public UnaryDataset {
         pass_ = pass;
         rng_ = internal::SplitMix64(static_cast<std::uint64_t>(state.get_int(prefix + "shuffle.rng")));
         buffer_.clear();
-        for (std::int64_t i = 0; i < n; ++i) buffer_.push_back(internal::load_element(state, str_cat(prefix, "shuffle.buffer[", i, "]")));
+        for (std::int64_t i = 0; i < n; ++i)
+          buffer_.push_back(internal::load_element(state, str_cat(prefix, "shuffle.buffer[", i, "]")));
         if (state.get_int(prefix + "shuffle.input_ended") != 0) {
           in_.reset();
         } else {
@@ -167,7 +172,8 @@ class ShuffleDataset final : public UnaryDataset {
 
 class RepeatDataset final : public UnaryDataset {
  public:
-  RepeatDataset(std::shared_ptr<const DatasetBase> input, std::int64_t count) : UnaryDataset(std::move(input)), count_(count) {
+  RepeatDataset(std::shared_ptr<const DatasetBase> input, std::int64_t count)
+      : UnaryDataset(std::move(input)), count_(count) {
     CHORUS_REQUIRE(count >= -1, InvalidArgumentError, "repeat: count must be >= -1 (-1 repeats forever), got ", count);
   }
   std::string name() const override { return "RepeatDataset"; }
@@ -233,7 +239,8 @@ class RepeatDataset final : public UnaryDataset {
 
 class TakeDataset final : public UnaryDataset {
  public:
-  TakeDataset(std::shared_ptr<const DatasetBase> input, std::int64_t count) : UnaryDataset(std::move(input)), count_(count) {
+  TakeDataset(std::shared_ptr<const DatasetBase> input, std::int64_t count)
+      : UnaryDataset(std::move(input)), count_(count) {
     CHORUS_REQUIRE(count >= -1, InvalidArgumentError, "take: count must be >= -1 (-1 takes all), got ", count);
   }
   std::string name() const override { return "TakeDataset"; }
@@ -277,7 +284,8 @@ class TakeDataset final : public UnaryDataset {
 
 class SkipDataset final : public UnaryDataset {
  public:
-  SkipDataset(std::shared_ptr<const DatasetBase> input, std::int64_t count) : UnaryDataset(std::move(input)), count_(count) {
+  SkipDataset(std::shared_ptr<const DatasetBase> input, std::int64_t count)
+      : UnaryDataset(std::move(input)), count_(count) {
     CHORUS_REQUIRE(count >= -1, InvalidArgumentError, "skip: count must be >= -1 (-1 skips all), got ", count);
   }
   std::string name() const override { return "SkipDataset"; }
@@ -362,7 +370,8 @@ class CacheDataset final : public UnaryDataset {
         state.set_int(prefix + "cache.reading", reading_ != nullptr);
         const Store& elements = reading_ ? *reading_ : filling_;
         state.set_int(prefix + "cache.size", static_cast<std::int64_t>(elements.size()));
-        for (std::size_t i = 0; i < elements.size(); ++i) internal::save_element(state, str_cat(prefix, "cache[", i, "]"), elements[i]);
+        for (std::size_t i = 0; i < elements.size(); ++i)
+          internal::save_element(state, str_cat(prefix, "cache[", i, "]"), elements[i]);
         if (reading_) {
           state.set_int(prefix + "cache.pos", static_cast<std::int64_t>(pos_));
         } else {
@@ -374,7 +383,8 @@ class CacheDataset final : public UnaryDataset {
         const std::int64_t n = state.get_int(prefix + "cache.size");
         CHORUS_REQUIRE(n >= 0, InvalidArgumentError, "iterator state: cache size ", n, " is negative");
         Store elements;
-        for (std::int64_t i = 0; i < n; ++i) elements.push_back(internal::load_element(state, str_cat(prefix, "cache[", i, "]")));
+        for (std::int64_t i = 0; i < n; ++i)
+          elements.push_back(internal::load_element(state, str_cat(prefix, "cache[", i, "]")));
         if (state.get_int(prefix + "cache.reading") != 0) {
           const std::int64_t pos = state.get_int(prefix + "cache.pos");
           CHORUS_REQUIRE(pos >= 0 && pos <= n, InvalidArgumentError, "iterator state: cache position ", pos,
@@ -414,7 +424,8 @@ class CacheDataset final : public UnaryDataset {
 
 }  // namespace
 
-Dataset Dataset::shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed, bool reshuffle_each_iteration) const {
+Dataset Dataset::shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed,
+                         bool reshuffle_each_iteration) const {
   get();
   CHORUS_REQUIRE(buffer_size > 0, InvalidArgumentError, "shuffle: buffer_size must be > 0, got ", buffer_size);
   std::uint64_t s = 0;
@@ -422,8 +433,9 @@ Dataset Dataset::shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> 
     s = *seed;
   } else {
     // From the global generator: reproducible after ops::set_seed, fresh otherwise.
-    const auto words = ops::random_uniform({2}, {.minval = 0, .maxval = 2147483647.0, .dtype = DType::kInt32,
-                                                 .device = "/CPU:0"}).to_vector<std::int64_t>();
+    const auto words =
+        ops::random_uniform({2}, {.minval = 0, .maxval = 2147483647.0, .dtype = DType::kInt32, .device = "/CPU:0"})
+            .to_vector<std::int64_t>();
     s = static_cast<std::uint64_t>(words[0]) << 32 ^ static_cast<std::uint64_t>(words[1]);
   }
   return Dataset(std::make_shared<ShuffleDataset>(impl_, buffer_size, s, reshuffle_each_iteration));

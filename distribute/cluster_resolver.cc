@@ -152,10 +152,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       const char c = peek();
       u <<= 4;
-      if (c >= '0' && c <= '9') u |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') u |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') u |= static_cast<unsigned>(c - 'A' + 10);
-      else fail("expected 4 hex digits after \\u");
+      if (c >= '0' && c <= '9')
+        u |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        u |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        u |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        fail("expected 4 hex digits after \\u");
       ++pos_;
     }
     return u;
@@ -221,9 +225,7 @@ class JsonParser {
           append_utf8(out, cp);
           break;
         }
-        default:
-          --pos_;
-          fail("invalid escape in a string");
+        default: --pos_; fail("invalid escape in a string");
       }
     }
   }
@@ -350,10 +352,12 @@ ClusterResolver ClusterResolver::from_tf_config(std::string_view json) {
   const JsonValue root = internal::parse_json(json, "TF_CONFIG");
   CHORUS_REQUIRE(root.kind == JsonValue::Kind::kObject, InvalidArgumentError,
                  "TF_CONFIG must be a JSON object like {\"cluster\": {\"worker\": [\"host:port\", ...]}, \"task\": "
-                 "{\"type\": \"worker\", \"index\": 0}}, got ", kind_name(root.kind));
+                 "{\"type\": \"worker\", \"index\": 0}}, got ",
+                 kind_name(root.kind));
   const JsonValue* cluster = root.find("cluster");
   CHORUS_REQUIRE(cluster != nullptr && cluster->kind == JsonValue::Kind::kObject && !cluster->object.empty(),
-                 InvalidArgumentError, "TF_CONFIG needs a non-empty \"cluster\" object mapping job names to address "
+                 InvalidArgumentError,
+                 "TF_CONFIG needs a non-empty \"cluster\" object mapping job names to address "
                  "lists, e.g. {\"worker\": [\"host0:2222\", \"host1:2222\"]}");
   ClusterResolver r;
   r.source_ = "TF_CONFIG";
@@ -362,7 +366,8 @@ ClusterResolver ClusterResolver::from_tf_config(std::string_view json) {
   for (const auto& [job, tasks] : cluster->object) {
     CHORUS_REQUIRE(tasks.kind == JsonValue::Kind::kArray, InvalidArgumentError, "TF_CONFIG: cluster job \"", job,
                    "\" must be an array of \"host:port\" strings, got ", kind_name(tasks.kind));
-    CHORUS_REQUIRE(!r.spec_.jobs.count(job), InvalidArgumentError, "TF_CONFIG: cluster job \"", job, "\" appears twice");
+    CHORUS_REQUIRE(!r.spec_.jobs.count(job), InvalidArgumentError, "TF_CONFIG: cluster job \"", job,
+                   "\" appears twice");
     auto& list = r.spec_.jobs[job];
     for (const JsonValue& t : tasks.array) {
       CHORUS_REQUIRE(t.kind == JsonValue::Kind::kString && !t.string.empty(), InvalidArgumentError,
@@ -403,9 +408,12 @@ ClusterResolver ClusterResolver::from_tf_config(std::string_view json) {
   for (const char* job : {"chief", "worker"})
     if (r.spec_.jobs.count(job))
       for (const auto& a : r.spec_.jobs.at(job)) order.push_back(a);
-  if (r.task_type_ == "chief") r.worker_index_ = 0;
-  else if (r.task_type_ == "worker") r.worker_index_ = chiefs + r.task_id_;
-  else r.worker_index_ = -1;
+  if (r.task_type_ == "chief")
+    r.worker_index_ = 0;
+  else if (r.task_type_ == "worker")
+    r.worker_index_ = chiefs + r.task_id_;
+  else
+    r.worker_index_ = -1;
   const std::string my_host = host_of(r.spec_.jobs.at(r.task_type_)[static_cast<std::size_t>(r.task_id_)]);
   r.local_rank_ = 0;
   r.local_size_ = 0;
@@ -475,8 +483,7 @@ ClusterResolver ClusterResolver::from_mpi() {
   comm->all_gather(in, all, {.timeout = std::chrono::seconds(60)})->wait(std::chrono::seconds(60));
   const std::vector<std::int64_t> words = all.to_vector<std::int64_t>();
   std::vector<std::string> hosts;
-  for (int i = 0; i < comm->size(); ++i)
-    hosts.emplace_back(reinterpret_cast<const char*>(words.data() + i * kWords));
+  for (int i = 0; i < comm->size(); ++i) hosts.emplace_back(reinterpret_cast<const char*>(words.data() + i * kWords));
   r.local_rank_ = 0;
   r.local_size_ = 0;
   for (int i = 0; i < comm->size(); ++i) {
@@ -489,8 +496,9 @@ ClusterResolver ClusterResolver::from_mpi() {
   for (int i = 0; i < comm->size(); ++i) workers.push_back(str_cat("mpi:rank", i));
   return r;
 #else
-  throw UnavailableError("ClusterResolver::from_mpi: this build has no MPI (configure with MPI found, "
-                         "CHORUS_ENABLE_MPI=ON)");
+  throw UnavailableError(
+      "ClusterResolver::from_mpi: this build has no MPI (configure with MPI found, "
+      "CHORUS_ENABLE_MPI=ON)");
 #endif
 }
 

@@ -35,25 +35,31 @@ Census count(const std::vector<LogicalDevice>& devices) {
 }
 
 CrossDeviceChoice automatic(const Census& c, std::size_t k) {
-  if (c.gpus == 0) return {CrossDeviceOps::kSharedMemory, str_cat(k, " logical CPU device(s): shared-memory all-reduce between replica threads")};
+  if (c.gpus == 0)
+    return {CrossDeviceOps::kSharedMemory,
+            str_cat(k, " logical CPU device(s): shared-memory all-reduce between replica threads")};
   if (c.cpus > 0)
-    return {CrossDeviceOps::kReductionToOneDevice, str_cat("CPU and GPU devices mixed (", c.cpus, " CPU, ", c.gpus, " GPU): reduction to one device")};
+    return {CrossDeviceOps::kReductionToOneDevice,
+            str_cat("CPU and GPU devices mixed (", c.cpus, " CPU, ", c.gpus, " GPU): reduction to one device")};
   if (c.physical_gpus.size() == static_cast<std::size_t>(c.gpus)) {
-    if (c.gpus == 1) return {CrossDeviceOps::kVirtualGpu, "a single GPU replica: the virtual-GPU backend (no NCCL needed)"};
+    if (c.gpus == 1)
+      return {CrossDeviceOps::kVirtualGpu, "a single GPU replica: the virtual-GPU backend (no NCCL needed)"};
     if (!collective::nccl_version().empty())
       return {CrossDeviceOps::kNccl, str_cat(c.gpus, " logical GPUs on ", c.gpus, " distinct physical GPUs: NCCL")};
-    return {CrossDeviceOps::kReductionToOneDevice, str_cat(c.gpus, " distinct physical GPUs but this build has no NCCL: reduction to one device")};
+    return {CrossDeviceOps::kReductionToOneDevice,
+            str_cat(c.gpus, " distinct physical GPUs but this build has no NCCL: reduction to one device")};
   }
   if (c.physical_gpus.size() == 1) {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))
       CHORUS_LOG(WARNING) << "NCCL is not supported when using virtual GPUs; using chorus's fused virtual-GPU "
                              "all-reduce instead (TensorFlow would fall back to reduction to one device)";
-    return {CrossDeviceOps::kVirtualGpu, str_cat(c.gpus, " logical GPUs on one physical GPU (", *c.physical_gpus.begin(),
-                                                 "): NCCL refuses two ranks on one GPU, so the fused virtual-GPU all-reduce")};
+    return {CrossDeviceOps::kVirtualGpu,
+            str_cat(c.gpus, " logical GPUs on one physical GPU (", *c.physical_gpus.begin(),
+                    "): NCCL refuses two ranks on one GPU, so the fused virtual-GPU all-reduce")};
   }
-  return {CrossDeviceOps::kReductionToOneDevice,
-          str_cat(c.gpus, " logical GPUs on ", c.physical_gpus.size(), " physical GPUs, some shared: reduction to one device")};
+  return {CrossDeviceOps::kReductionToOneDevice, str_cat(c.gpus, " logical GPUs on ", c.physical_gpus.size(),
+                                                         " physical GPUs, some shared: reduction to one device")};
 }
 
 }  // namespace
@@ -74,26 +80,26 @@ CrossDeviceChoice choose_cross_device_ops(const std::vector<LogicalDevice>& devi
   const Census c = count(devices);
   const std::string forced = str_cat("cross_device_ops=", cross_device_ops_name(requested), " was requested");
   switch (requested) {
-    case CrossDeviceOps::kAuto:
-      return automatic(c, devices.size());
+    case CrossDeviceOps::kAuto: return automatic(c, devices.size());
     case CrossDeviceOps::kSharedMemory:
-      CHORUS_REQUIRE(c.gpus == 0, InvalidArgumentError, forced, " but ", c.gpus, " of the devices are GPUs; shared "
+      CHORUS_REQUIRE(c.gpus == 0, InvalidArgumentError, forced, " but ", c.gpus,
+                     " of the devices are GPUs; shared "
                      "memory reduces host memory of logical CPU devices");
       return {requested, forced};
     case CrossDeviceOps::kVirtualGpu:
       CHORUS_REQUIRE(c.cpus == 0 && c.physical_gpus.size() == 1, InvalidArgumentError, forced, " but the devices are ",
-                     c.cpus, " CPU(s) and GPUs on ", c.physical_gpus.size(), " physical GPU(s); the virtual-GPU "
+                     c.cpus, " CPU(s) and GPUs on ", c.physical_gpus.size(),
+                     " physical GPU(s); the virtual-GPU "
                      "backend needs logical GPUs of one physical GPU");
       return {requested, forced};
     case CrossDeviceOps::kNccl:
       CHORUS_REQUIRE(!collective::nccl_version().empty(), UnavailableError, forced, " but this build has no NCCL");
       CHORUS_REQUIRE(c.cpus == 0, InvalidArgumentError, forced, " but ", c.cpus, " of the devices are CPUs");
-      CHORUS_REQUIRE(c.physical_gpus.size() == static_cast<std::size_t>(c.gpus), InvalidArgumentError, forced,
-                     " but ", c.gpus, " logical GPUs share ", c.physical_gpus.size(),
+      CHORUS_REQUIRE(c.physical_gpus.size() == static_cast<std::size_t>(c.gpus), InvalidArgumentError, forced, " but ",
+                     c.gpus, " logical GPUs share ", c.physical_gpus.size(),
                      " physical GPU(s): NCCL refuses two ranks on one GPU (it would fail or hang); use virtual_gpu");
       return {requested, forced};
-    case CrossDeviceOps::kReductionToOneDevice:
-      return {requested, forced};
+    case CrossDeviceOps::kReductionToOneDevice: return {requested, forced};
   }
   throw InternalError("unknown CrossDeviceOps");
 }
@@ -112,7 +118,8 @@ std::vector<std::unique_ptr<collective::Communicator>> make_cross_device_communi
       return collective::make_reference_group(k);
     case CrossDeviceOps::kAuto: break;
   }
-  throw InvalidArgumentError("make_cross_device_communicators: the choice is still 'auto'; call choose_cross_device_ops first");
+  throw InvalidArgumentError(
+      "make_cross_device_communicators: the choice is still 'auto'; call choose_cross_device_ops first");
 }
 
 }  // namespace chorus::distribute

@@ -21,10 +21,10 @@ DistributedDataset::DistributedDataset(data::Dataset dataset, std::vector<std::s
     : dataset_(std::move(dataset)), devices_(std::move(devices)), mode_(mode), sharding_(sharding) {
   CHORUS_REQUIRE(dataset_.defined(), InvalidArgumentError, "distribute dataset: the dataset is undefined");
   CHORUS_REQUIRE(!devices_.empty(), InvalidArgumentError, "distribute dataset: no replicas");
-  CHORUS_REQUIRE(sharding_.num_workers >= 1 && sharding_.worker_index >= 0 &&
-                     sharding_.worker_index < sharding_.num_workers,
-                 InvalidArgumentError, "distribute dataset: worker ", sharding_.worker_index, " of ",
-                 sharding_.num_workers, " is out of range");
+  CHORUS_REQUIRE(
+      sharding_.num_workers >= 1 && sharding_.worker_index >= 0 && sharding_.worker_index < sharding_.num_workers,
+      InvalidArgumentError, "distribute dataset: worker ", sharding_.worker_index, " of ", sharding_.num_workers,
+      " is out of range");
 }
 
 DistributedDataset::Iterator DistributedDataset::make_iterator() const {
@@ -48,7 +48,8 @@ struct DistributedDataset::Iterator::State {
       const Tensor& t = element[c];
       CHORUS_REQUIRE(t.shape().rank() >= 1 && t.shape().dims()[0] == rows, InvalidArgumentError,
                      "experimental_distribute_dataset: every component of a global batch needs the batch on axis 0; "
-                     "component ", c, " has shape ", t.shape().to_string(), ", component 0 has ", rows, " rows");
+                     "component ",
+                     c, " has shape ", t.shape().to_string(), ", component 0 has ", rows, " rows");
     }
     std::vector<data::Element> out(static_cast<std::size_t>(parts));
     const std::int64_t base = rows / parts, extra = rows % parts;
@@ -77,7 +78,8 @@ struct DistributedDataset::Iterator::State {
     data::Element e;
     for (const Tensor& t : like) {
       std::vector<std::int64_t> dims = t.shape().dims();
-      CHORUS_REQUIRE(!dims.empty(), InvalidArgumentError, "distributed dataset: a component is a scalar; batches need "
+      CHORUS_REQUIRE(!dims.empty(), InvalidArgumentError,
+                     "distributed dataset: a component is a scalar; batches need "
                      "a batch dimension to split");
       dims[0] = 0;
       e.push_back(Tensor::empty(Shape(dims), t.dtype(), device));
@@ -112,17 +114,20 @@ struct DistributedDataset::Iterator::State {
         parts[static_cast<std::size_t>(got)] = to_device(pending.front(), devices[static_cast<std::size_t>(got)]);
         pending.pop_front();
       }
-      for (int r = got; r < n; ++r) parts[static_cast<std::size_t>(r)] = empty_like(parts[0], devices[static_cast<std::size_t>(r)]);
+      for (int r = got; r < n; ++r)
+        parts[static_cast<std::size_t>(r)] = empty_like(parts[0], devices[static_cast<std::size_t>(r)]);
     } else {
       int got = 0;
       for (int r = 0; r < n; ++r) {
         auto element = input.next();
         if (!element) break;
-        for (const Tensor& t : *element) parts[static_cast<std::size_t>(r)].push_back(t.to(devices[static_cast<std::size_t>(r)]));
+        for (const Tensor& t : *element)
+          parts[static_cast<std::size_t>(r)].push_back(t.to(devices[static_cast<std::size_t>(r)]));
         ++got;
       }
       if (got == 0) return std::nullopt;
-      for (int r = got; r < n; ++r) parts[static_cast<std::size_t>(r)] = empty_like(parts[0], devices[static_cast<std::size_t>(r)]);
+      for (int r = got; r < n; ++r)
+        parts[static_cast<std::size_t>(r)] = empty_like(parts[0], devices[static_cast<std::size_t>(r)]);
     }
     return Batch(std::move(parts));
   }

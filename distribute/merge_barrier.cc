@@ -9,7 +9,10 @@ namespace chorus::distribute::internal {
 using chorus::internal::str_cat;
 
 MergeBarrier::MergeBarrier(int size, std::chrono::milliseconds timeout)
-    : size_(size), timeout_(timeout), slots_(static_cast<std::size_t>(size)), arrived_(static_cast<std::size_t>(size)) {}
+    : size_(size),
+      timeout_(timeout),
+      slots_(static_cast<std::size_t>(size)),
+      arrived_(static_cast<std::size_t>(size)) {}
 
 std::any MergeBarrier::arrive(int replica, std::any mine, const std::function<std::any(std::vector<std::any>&)>& fn) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -59,7 +62,8 @@ std::any MergeBarrier::arrive(int replica, std::any mine, const std::function<st
   abort_reason_ = str_cat("replica(s) ", missing.str(), " did not reach merge_call within ", timeout_.count(), " ms");
   cv_.notify_all();
   throw DeadlineExceededError(str_cat("merge_call: replica(s) ", missing.str(), " did not arrive within ",
-                                      timeout_.count(), " ms (every replica must make the same merge_call / variable "
+                                      timeout_.count(),
+                                      " ms (every replica must make the same merge_call / variable "
                                       "creations in the same order)"));
 }
 

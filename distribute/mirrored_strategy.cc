@@ -18,10 +18,12 @@ std::vector<std::string> default_devices(std::vector<std::string> devices) {
 }  // namespace
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const MirroredStrategyOptions& options)
-    : Strategy("MirroredStrategy", default_devices(std::move(devices)), options.cross_device_ops, true, options.timeout) {
+    : Strategy("MirroredStrategy", default_devices(std::move(devices)), options.cross_device_ops, true,
+               options.timeout) {
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("
-                   << chorus::internal::join(replica_devices(), {.quote = "'"}) << "); cross-device ops: "
-                   << cross_device_ops_name(cross_device_ops().ops) << " (" << cross_device_ops().reason << ")";
+                   << chorus::internal::join(replica_devices(), {.quote = "'"})
+                   << "); cross-device ops: " << cross_device_ops_name(cross_device_ops().ops) << " ("
+                   << cross_device_ops().reason << ")";
 }
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device, std::chrono::milliseconds timeout)

@@ -28,8 +28,8 @@ int MirroredVariable::replica_or_cross(const char* what) const {
   if (auto* mine = strategy_.current_replica_context()) return mine->local_replica_id();
   // A replica context that is not ours: the default strategy's (a plain thread) reads the primary
   // like cross-replica code; another strategy's is a mistake.
-  CHORUS_REQUIRE(&ctx->strategy() == &chorus::get_strategy() && !has_strategy(), FailedPreconditionError,
-                 "variable '", name_, "' was created in the scope of ", strategy_.name(), " (", components_.size(),
+  CHORUS_REQUIRE(&ctx->strategy() == &chorus::get_strategy() && !has_strategy(), FailedPreconditionError, "variable '",
+                 name_, "' was created in the scope of ", strategy_.name(), " (", components_.size(),
                  " replicas) and cannot be ", what, " in a replica of ", ctx->strategy().name(),
                  " (a variable belongs to the strategy whose scope created it)");
   return -1;
@@ -42,7 +42,8 @@ Tensor MirroredVariable::aggregate() const {
     case VariableAggregation::kSum:
     case VariableAggregation::kMean: {
       Tensor total = components_[0].read_value();
-      for (std::size_t r = 1; r < components_.size(); ++r) total = ops::add(total, components_[r].value().to(total.device_name()));
+      for (std::size_t r = 1; r < components_.size(); ++r)
+        total = ops::add(total, components_[r].value().to(total.device_name()));
       if (aggregation_ == VariableAggregation::kMean)
         total = ops::div(total, ops::scalar_like(total, static_cast<double>(components_.size())));
       return total;
@@ -70,8 +71,10 @@ void MirroredVariable::write(const Tensor& value, bool add) {
                  " of an undefined tensor");
   const int r = replica_or_cross("written");
   auto apply = [add](Variable& v, const Tensor& t) {
-    if (add) v.assign_add(t);
-    else v.assign(t);
+    if (add)
+      v.assign_add(t);
+    else
+      v.assign(t);
   };
   const std::size_t n = components_.size();
   if (r >= 0) {
@@ -87,7 +90,8 @@ void MirroredVariable::write(const Tensor& value, bool add) {
       case VariableAggregation::kNone:
         throw InvalidArgumentError(str_cat(
             "You must specify an aggregation method to update a MirroredVariable in Replica Context (variable '", name_,
-            "', ", replicas, " replicas). You can do so by passing an explicit value for `aggregation` (kSum, kMean or "
+            "', ", replicas,
+            " replicas). You can do so by passing an explicit value for `aggregation` (kSum, kMean or "
             "kOnlyFirstReplica) in VariableArgs"));
       case VariableAggregation::kSum: apply(mine, ctx->all_reduce(ReduceOp::kSum, value)); return;
       case VariableAggregation::kMean: apply(mine, ctx->all_reduce(ReduceOp::kMean, value)); return;

@@ -31,7 +31,7 @@ using chorus::internal::str_cat;
 
 namespace {
 
-constexpr const char* kHost = "/cpu:0";  // staging device of cross-worker control traffic
+constexpr const char* kHost = "/cpu:0";                         // staging device of cross-worker control traffic
 constexpr chorus::internal::JoinOptions kQuoted{.quote = "'"};  // device lists: 'CPU:0', 'CPU:1'
 
 // Every worker's `mine` (at most 1023 bytes), in rank order, as fixed records of int64 words.
@@ -87,12 +87,15 @@ std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>&
   for (const auto& d : logical) (d.device_type == "GPU" ? gpus : cpus).push_back(&d);
   std::vector<std::string> all;
   for (const auto& d : logical) all.push_back(d.name);
-  if (policy == WorkerDevicePolicy::kAuto) policy = gpus.empty() ? WorkerDevicePolicy::kCpu : WorkerDevicePolicy::kLocalRankGpu;
+  if (policy == WorkerDevicePolicy::kAuto)
+    policy = gpus.empty() ? WorkerDevicePolicy::kCpu : WorkerDevicePolicy::kLocalRankGpu;
   std::vector<std::string> out;
   switch (policy) {
     case WorkerDevicePolicy::kLocalRankGpu: {
-      CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: device policy local_rank_gpu "
-                     "needs a GPU, but this process has none (devices: ", join(all, kQuoted), ")");
+      CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError,
+                     "MultiWorkerMirroredStrategy: device policy local_rank_gpu "
+                     "needs a GPU, but this process has none (devices: ",
+                     join(all, kQuoted), ")");
       CHORUS_REQUIRE(local_rank >= 0, InvalidArgumentError, "MultiWorkerMirroredStrategy: local rank ", local_rank,
                      " is negative");
       std::vector<int> physical;  // distinct physical GPU indices, in order
@@ -106,15 +109,18 @@ std::vector<std::string> select_worker_devices(const std::vector<LogicalDevice>&
       return out;
     }
     case WorkerDevicePolicy::kAllLocalGpus:
-      CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: device policy all_local_gpus "
-                     "needs a GPU, but this process has none (devices: ", join(all, kQuoted), ")");
+      CHORUS_REQUIRE(!gpus.empty(), InvalidArgumentError,
+                     "MultiWorkerMirroredStrategy: device policy all_local_gpus "
+                     "needs a GPU, but this process has none (devices: ",
+                     join(all, kQuoted), ")");
       for (const auto* g : gpus) out.push_back(g->name);
       return out;
     case WorkerDevicePolicy::kCpu:
       CHORUS_REQUIRE(cpu_devices_per_worker >= 1 && cpu_devices_per_worker <= static_cast<int>(cpus.size()),
-                     InvalidArgumentError, "MultiWorkerMirroredStrategy: cpu_devices_per_worker = ",
-                     cpu_devices_per_worker, " but this process has ", cpus.size(), " logical CPU device(s) (",
-                     join(all, kQuoted), "); configure them first with config::set_logical_device_configuration");
+                     InvalidArgumentError,
+                     "MultiWorkerMirroredStrategy: cpu_devices_per_worker = ", cpu_devices_per_worker,
+                     " but this process has ", cpus.size(), " logical CPU device(s) (", join(all, kQuoted),
+                     "); configure them first with config::set_logical_device_configuration");
       for (int i = 0; i < cpu_devices_per_worker; ++i) out.push_back(cpus[static_cast<std::size_t>(i)]->name);
       return out;
     case WorkerDevicePolicy::kAuto: break;
@@ -155,13 +161,13 @@ MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const M
   MultiWorkerMirroredStrategy::Plan plan;
   plan.resolver = o.cluster_resolver ? *o.cluster_resolver : ClusterResolver::from_environment();
   const ClusterResolver& r = plan.resolver;
-  CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError, "MultiWorkerMirroredStrategy runs on \"chief\" and "
-                 "\"worker\" tasks; this task is ", r.task_type(), ":", r.task_id(), " (cluster ",
-                 r.cluster_spec().to_string(), ")");
-  plan.devices = o.devices.empty()
-                     ? select_worker_devices(config::list_logical_devices(), r.local_rank(), o.device_policy,
-                                             o.cpu_devices_per_worker)
-                     : o.devices;
+  CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError,
+                 "MultiWorkerMirroredStrategy runs on \"chief\" and "
+                 "\"worker\" tasks; this task is ",
+                 r.task_type(), ":", r.task_id(), " (cluster ", r.cluster_spec().to_string(), ")");
+  plan.devices = o.devices.empty() ? select_worker_devices(config::list_logical_devices(), r.local_rank(),
+                                                           o.device_policy, o.cpu_devices_per_worker)
+                                   : o.devices;
   CHORUS_REQUIRE(!plan.devices.empty(), InvalidArgumentError, "MultiWorkerMirroredStrategy: no devices");
   std::vector<LogicalDevice> logical;
   for (const std::string& name : plan.devices) logical.push_back(runtime::find(name)->device());
@@ -181,19 +187,24 @@ MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const M
                  "MultiWorkerMirroredStrategy: implementation nccl was requested but the devices are CPUs (",
                  join(plan.devices, kQuoted), "); NCCL needs GPUs — use kRing or kAuto");
   if (plan.gpu && workers > 1)
-    CHORUS_REQUIRE(!collective::nccl_version().empty(), UnavailableError, "MultiWorkerMirroredStrategy: GPU workers "
+    CHORUS_REQUIRE(!collective::nccl_version().empty(), UnavailableError,
+                   "MultiWorkerMirroredStrategy: GPU workers "
                    "reduce across processes with NCCL, but this build has no NCCL");
   // The local part (k > 1) is chosen as MirroredStrategy would; the cross-process part by device kind.
-  CrossDeviceChoice local = k > 1 ? choose_cross_device_ops(logical) : CrossDeviceChoice{CrossDeviceOps::kSharedMemory, ""};
+  CrossDeviceChoice local =
+      k > 1 ? choose_cross_device_ops(logical) : CrossDeviceChoice{CrossDeviceOps::kSharedMemory, ""};
   if (k == 1 && plan.gpu) local.ops = CrossDeviceOps::kVirtualGpu;
   const std::string across = plan.gpu ? "NCCL between processes (unique id over MPI)" : "MPI between processes";
   std::string reason;
-  if (workers == 1) reason = k > 1 ? local.reason : "one replica: no reduction";
-  else if (k == 1) reason = str_cat(workers, " workers x 1 ", plan.gpu ? "GPU" : "CPU device", ": ", across);
+  if (workers == 1)
+    reason = k > 1 ? local.reason : "one replica: no reduction";
+  else if (k == 1)
+    reason = str_cat(workers, " workers x 1 ", plan.gpu ? "GPU" : "CPU device", ": ", across);
   else
     reason = str_cat(workers, " workers x ", k, " devices: hierarchical (", cross_device_ops_name(local.ops),
                      " in each process, then ", across, " among the processes' first replicas)");
-  if (impl != CommunicationImplementation::kAuto) reason += str_cat("; implementation ", implementation_name(impl), " requested");
+  if (impl != CommunicationImplementation::kAuto)
+    reason += str_cat("; implementation ", implementation_name(impl), " requested");
   plan.group = {workers, r.worker_index(), {local.ops, reason}};
   return plan;
 }
@@ -221,15 +232,19 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   if (workers > 1) {
 #if defined(CHORUS_WITH_MPI)
     CHORUS_REQUIRE(internal::mpi_initialized(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ", workers,
-                   " workers (", resolver_.to_string(), ") need MPI, which is not initialized: create a "
+                   " workers (", resolver_.to_string(),
+                   ") need MPI, which is not initialized: create a "
                    "collective::MpiEnvironment before the strategy (and start the processes with mpirun)");
     worker_comm_ = collective::make_mpi_communicator({.validate = true, .timeout = options.timeout});
 #else
-    throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", workers, " workers need MPI, which this build "
+    throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", workers,
+                                   " workers need MPI, which this build "
                                    "does not have"));
 #endif
-    CHORUS_REQUIRE(worker_comm_->size() == workers, FailedPreconditionError, "MultiWorkerMirroredStrategy: the cluster "
-                   "has ", workers, " workers (", resolver_.source(), ") but MPI_COMM_WORLD has ", worker_comm_->size(),
+    CHORUS_REQUIRE(worker_comm_->size() == workers, FailedPreconditionError,
+                   "MultiWorkerMirroredStrategy: the cluster "
+                   "has ",
+                   workers, " workers (", resolver_.source(), ") but MPI_COMM_WORLD has ", worker_comm_->size(),
                    " processes; start one process per worker");
     // One exchange tells every worker everything it must agree on, so all reach the same verdict.
     std::vector<std::string> pcis;
@@ -246,14 +261,17 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       CHORUS_REQUIRE(f.size() == 4, InternalError, "MultiWorkerMirroredStrategy: bad worker record '",
                      all[static_cast<std::size_t>(r)], "' from rank ", r);
       CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError, "MultiWorkerMirroredStrategy: MPI rank ", r,
-                     " is worker ", f[0], " according to its cluster resolver; the worker index must equal the MPI "
+                     " is worker ", f[0],
+                     " according to its cluster resolver; the worker index must equal the MPI "
                      "rank (TF_CONFIG's order: chief, then workers)");
       same_count = same_count && std::stoi(f[1]) == num_local_replicas();
       counts += str_cat(r ? ", " : "", "rank ", r, ": ", f[1]);
       if (!f[3].empty()) claims.push_back({r, f[2], split(f[3], ',')});
     }
-    CHORUS_REQUIRE(same_count, InvalidArgumentError, "MultiWorkerMirroredStrategy: every worker needs the same number "
-                   "of local devices, got ", counts);
+    CHORUS_REQUIRE(same_count, InvalidArgumentError,
+                   "MultiWorkerMirroredStrategy: every worker needs the same number "
+                   "of local devices, got ",
+                   counts);
     if (gpu_) check_unique_gpus(claims);
   }
   make_communicators();
@@ -285,8 +303,8 @@ std::vector<std::unique_ptr<collective::Communicator>> MultiWorkerMirroredStrate
   auto local = make_cross_device_communicators(logical_devices(), cross_device_ops());
   std::shared_ptr<collective::Communicator> across(cross());
   for (int i = 0; i < k; ++i)
-    out.push_back(collective::make_hierarchical(std::move(local[static_cast<std::size_t>(i)]), i == 0 ? across : nullptr,
-                                                worker_index(), workers));
+    out.push_back(collective::make_hierarchical(std::move(local[static_cast<std::size_t>(i)]),
+                                                i == 0 ? across : nullptr, worker_index(), workers));
   return out;
 }
 
@@ -353,12 +371,15 @@ void MultiWorkerMirroredStrategy::check_variables_equal() {
     counts += str_cat(r ? ", " : "", "rank ", r, ": ", h[2 * r]);
   }
   if (same) return;
-  CHORUS_REQUIRE(same_count, FailedPreconditionError, "MultiWorkerMirroredStrategy: the workers created different "
-                 "numbers of variables before this step (", counts, "); every worker must build the same model");
+  CHORUS_REQUIRE(same_count, FailedPreconditionError,
+                 "MultiWorkerMirroredStrategy: the workers created different "
+                 "numbers of variables before this step (",
+                 counts, "); every worker must build the same model");
   if (todo.empty()) return;
   const auto n = static_cast<std::int64_t>(todo.size());
   Tensor all = Tensor::empty({n * workers}, DType::kInt64, kHost);
-  worker_comm_->all_gather(Tensor::from_vector<std::int64_t>(crcs, {n}, kHost), all, {.timeout = timeout})->wait(timeout);
+  worker_comm_->all_gather(Tensor::from_vector<std::int64_t>(crcs, {n}, kHost), all, {.timeout = timeout})
+      ->wait(timeout);
   const std::vector<std::int64_t> c = all.to_vector<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) {
     std::vector<int> differ;
@@ -368,11 +389,12 @@ void MultiWorkerMirroredStrategy::check_variables_equal() {
     std::string ranks;
     for (int r : differ)
       ranks += str_cat(ranks.empty() ? "" : ", ", "rank ", r, " has ", hex(c[static_cast<std::size_t>(r * n + i)]));
-    throw FailedPreconditionError(str_cat(
-        "MultiWorkerMirroredStrategy: variable '", todo[static_cast<std::size_t>(i)].first,
-        "' differs across workers before the step: CRC32C ", hex(c[static_cast<std::size_t>(i)]),
-        " on rank 0 (chief) but ", ranks, ". Variables are broadcast from the chief when created, so it was changed "
-        "on some workers only afterwards (an assign outside strategy.run, a restore on one worker)"));
+    throw FailedPreconditionError(
+        str_cat("MultiWorkerMirroredStrategy: variable '", todo[static_cast<std::size_t>(i)].first,
+                "' differs across workers before the step: CRC32C ", hex(c[static_cast<std::size_t>(i)]),
+                " on rank 0 (chief) but ", ranks,
+                ". Variables are broadcast from the chief when created, so it was changed "
+                "on some workers only afterwards (an assign outside strategy.run, a restore on one worker)"));
   }
 }
 
@@ -388,11 +410,13 @@ void MultiWorkerMirroredStrategy::worker_barrier(std::string_view tag) const {
 std::int64_t MultiWorkerMirroredStrategy::sum_over_workers(std::int64_t local) const {
   if (!worker_comm_) return local;
   Tensor n = Tensor::from_vector<std::int64_t>({local}, {1}, kHost);
-  worker_comm_->all_reduce(n, n, {.op = collective::ReduceOp::kSum, .timeout = options_.timeout})->wait(options_.timeout);
+  worker_comm_->all_reduce(n, n, {.op = collective::ReduceOp::kSum, .timeout = options_.timeout})
+      ->wait(options_.timeout);
   return n.to_vector<std::int64_t>()[0];
 }
 
-Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {
+Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
+                                           std::optional<int> axis) const {
   if (!worker_comm_) return Strategy::reduce(op, value, axis);
   Tensor local = Strategy::reduce(ReduceOp::kSum, value, axis);
   std::int64_t count = value.num_replicas();
@@ -410,7 +434,8 @@ Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>
   if (op == ReduceOp::kMean) {
     Tensor n = Tensor::from_vector<std::int64_t>({count}, {1}, kHost);
     worker_comm_->all_reduce(n, n, {.op = collective::ReduceOp::kSum, .timeout = timeout})->wait(timeout);
-    sum = ops::div(sum, ops::scalar_like(sum, static_cast<double>(std::max<std::int64_t>(n.to_vector<std::int64_t>()[0], 1))));
+    sum = ops::div(
+        sum, ops::scalar_like(sum, static_cast<double>(std::max<std::int64_t>(n.to_vector<std::int64_t>()[0], 1))));
   }
   const std::string dest = replica_devices()[0];
   return sum.device_name() == dest ? sum : sum.to(dest);
@@ -456,14 +481,15 @@ void MultiWorkerMirroredStrategy::check_counts_agree(std::string_view what,
     list += str_cat(w ? "; " : "", "worker ", w, ":");
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t v = at(w, i);
-      const std::string value = v == data::kUnknownCardinality  ? std::string("unknown")
+      const std::string value = v == data::kUnknownCardinality    ? std::string("unknown")
                                 : v == data::kInfiniteCardinality ? std::string("infinitely many")
                                                                   : std::to_string(v);
       list += str_cat(i ? ", " : " ", value, " ", counts[static_cast<std::size_t>(i)].name);
     }
   }
   throw InvalidArgumentError(str_cat(
-      what, " differ across workers: ", list, ". Every worker must read the same data (same sizes, files and seeds): "
+      what, " differ across workers: ", list,
+      ". Every worker must read the same data (same sizes, files and seeds): "
       "otherwise the workers take different numbers of steps and the ones with more wait for the others until the "
       "collective timeout. Nothing was trained."));
 }

@@ -88,7 +88,7 @@ struct MultiWorkerMirroredStrategyOptions {
   int cpu_devices_per_worker = 1;
   CommunicationImplementation implementation = CommunicationImplementation::kAuto;
   AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;  // for experimental_distribute_dataset
-  bool check_variables = true;  // the cross-worker checksum at run(); false skips it
+  bool check_variables = true;                                 // the cross-worker checksum at run(); false skips it
   std::chrono::milliseconds timeout = collective::default_timeout();  // every collective / merge_call
 };
 

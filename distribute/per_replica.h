@@ -36,8 +36,10 @@ struct is_per_replica<PerReplica<T>> : std::true_type {};
 // Replica r's view of a run() argument.
 template <typename A>
 decltype(auto) component(const A& arg, int r) {
-  if constexpr (is_per_replica<A>::value) return arg[r];
-  else return (arg);
+  if constexpr (is_per_replica<A>::value)
+    return arg[r];
+  else
+    return (arg);
 }
 template <typename A>
 using component_t = std::remove_cvref_t<decltype(component(std::declval<const A&>(), 0))>;

@@ -22,7 +22,8 @@ collective::ReduceOp to_collective(ReduceOp op) {
 }
 }  // namespace
 
-StrategyReplicaContext::StrategyReplicaContext(Strategy& strategy, int replica) : strategy_(strategy), replica_(replica) {}
+StrategyReplicaContext::StrategyReplicaContext(Strategy& strategy, int replica)
+    : strategy_(strategy), replica_(replica) {}
 
 DistributionStrategy& StrategyReplicaContext::strategy() const { return strategy_; }
 int StrategyReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
@@ -69,9 +70,9 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
                  " and ", options.timeout_seconds);
   const CrossDeviceChoice& choice = strategy_.cross_device_ops();
   CHORUS_REQUIRE(options.implementation == CrossDeviceOps::kAuto || options.implementation == choice.ops,
-                 InvalidArgumentError, "CommunicationOptions: implementation ", cross_device_ops_name(options.implementation),
-                 " differs from the strategy's ", cross_device_ops_name(choice.ops), " (", choice.reason,
-                 "); choose it when building the strategy");
+                 InvalidArgumentError, "CommunicationOptions: implementation ",
+                 cross_device_ops_name(options.implementation), " differs from the strategy's ",
+                 cross_device_ops_name(choice.ops), " (", choice.reason, "); choose it when building the strategy");
   std::vector<Tensor> out(values.size());
   if (num_replicas_in_sync() == 1) return values;
   const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;

@@ -83,14 +83,16 @@ void ReplicaPool::worker(int replica) {
   }
 }
 
-void ReplicaPool::run(const std::function<void(int)>& fn, const std::function<void(int, const std::string&)>& on_failure) {
+void ReplicaPool::run(const std::function<void(int)>& fn,
+                      const std::function<void(int, const std::string&)>& on_failure) {
   CHORUS_REQUIRE(t_pool != this, FailedPreconditionError,
                  "ReplicaPool::run called from inside one of its replicas: it would wait for itself");
   CHORUS_REQUIRE(fn != nullptr, InvalidArgumentError, "ReplicaPool::run: fn is empty");
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    CHORUS_REQUIRE(remaining_ == 0, FailedPreconditionError, "ReplicaPool::run called while another run is in progress");
+    CHORUS_REQUIRE(remaining_ == 0, FailedPreconditionError,
+                   "ReplicaPool::run called while another run is in progress");
     fn_ = &fn;
     on_failure_ = &on_failure;
     first_error_ = nullptr;

@@ -156,7 +156,8 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     chorus::internal::ReplicaContextScope ctx(contexts_[static_cast<std::size_t>(r)].get());
     std::optional<VariableCreatorScope> creator;
     if (!has_creator) {
-      creator.emplace([this](const VariableArgs& args, const NextCreator& next) { return create_variable(args, next); });
+      creator.emplace(
+          [this](const VariableArgs& args, const NextCreator& next) { return create_variable(args, next); });
     }
     body(r);
   };
@@ -196,7 +197,8 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
   if (sync == VariableSynchronization::kAuto) sync = VariableSynchronization::kOnWrite;
   CHORUS_REQUIRE(sync != VariableSynchronization::kNone, InvalidArgumentError,
                  "`NONE` variable synchronization mode is not supported with tf.distribute strategy. Please change the "
-                 "`synchronization` for variable: ", args.name);
+                 "`synchronization` for variable: ",
+                 args.name);
   std::vector<Variable> components;
   for (std::size_t r = 0; r < devices_.size(); ++r) {
     VariableArgs a = args;

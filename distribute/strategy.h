@@ -198,7 +198,7 @@ class Strategy : public DistributionStrategy {
   void resolve_devices(std::vector<std::string> devices);
 
   std::string name_;
-  std::vector<std::string> devices_;   // canonical names, replica order
+  std::vector<std::string> devices_;  // canonical names, replica order
   std::vector<LogicalDevice> logical_;
   CrossDeviceChoice choice_;
   std::chrono::milliseconds timeout_;

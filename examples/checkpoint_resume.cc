@@ -20,10 +20,14 @@ int main(int argc, char** argv) {
   bool fresh = false, expect_resume = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--dir" && i + 1 < argc) dir = argv[++i];
-    else if (flag == "--epochs" && i + 1 < argc) epochs = std::stoi(argv[++i]);
-    else if (flag == "--fresh") fresh = true;
-    else if (flag == "--expect-resume") expect_resume = true;
+    if (flag == "--dir" && i + 1 < argc)
+      dir = argv[++i];
+    else if (flag == "--epochs" && i + 1 < argc)
+      epochs = std::stoi(argv[++i]);
+    else if (flag == "--fresh")
+      fresh = true;
+    else if (flag == "--expect-resume")
+      expect_resume = true;
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
@@ -54,7 +58,8 @@ int main(int argc, char** argv) {
     auto save = std::make_shared<cx::callbacks::ModelCheckpoint>(manager);
     model->fit(train_ds, {.epochs = epochs, .callbacks = {save}, .verbose = 0});
     const auto steps = model->optimizer().iterations().value().item<std::int64_t>();
-    std::cout << "optimizer steps so far: " << steps << "; latest checkpoint: " << manager.latest_checkpoint().value_or("-")
+    std::cout << "optimizer steps so far: " << steps
+              << "; latest checkpoint: " << manager.latest_checkpoint().value_or("-")
               << "; kept: " << manager.checkpoints().size() << "\n";
     if (expect_resume && (!resumed || steps <= 20)) {
       std::cerr << "expected to resume from an earlier run's checkpoint\n";

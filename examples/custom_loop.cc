@@ -24,8 +24,8 @@ int main() {
     ys.push_back(a - 2 * b + 0.5f * c + 0.25f);
   }
   constexpr int kGlobalBatch = 16;
-  auto ds = cx::data::Dataset::from_tensor_slices({cx::Tensor::from_vector<float>(xs, {64, 3}),
-                                                   cx::Tensor::from_vector<float>(ys, {64, 1})})
+  auto ds = cx::data::Dataset::from_tensor_slices(
+                {cx::Tensor::from_vector<float>(xs, {64, 3}), cx::Tensor::from_vector<float>(ys, {64, 1})})
                 .batch(kGlobalBatch);
 
   cx::Variable w, b;

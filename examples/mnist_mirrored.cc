@@ -23,12 +23,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* v = argv[i + 1];
-    if (flag == "--epochs") epochs = std::atoi(v);
-    else if (flag == "--train") train = std::atoll(v);
-    else if (flag == "--test") test = std::atoll(v);
-    else if (flag == "--batch") batch = std::atoll(v);
-    else if (flag == "--logdir") logdir = v;
-    else if (flag == "--min-accuracy") min_accuracy = std::atof(v);
+    if (flag == "--epochs")
+      epochs = std::atoi(v);
+    else if (flag == "--train")
+      train = std::atoll(v);
+    else if (flag == "--test")
+      test = std::atoll(v);
+    else if (flag == "--batch")
+      batch = std::atoll(v);
+    else if (flag == "--logdir")
+      logdir = v;
+    else if (flag == "--min-accuracy")
+      min_accuracy = std::atof(v);
     else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
@@ -54,9 +60,11 @@ int main(int argc, char** argv) {
       model->compile(std::make_shared<cx::optimizers::Adam>(1e-3),
                      std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true), {"accuracy"});
     }
-    auto train_ds = cx::data::synthetic_digits(train, /*seed=*/1).shuffle(10000, 42).batch(batch).prefetch(cx::data::kAutotune);
+    auto train_ds =
+        cx::data::synthetic_digits(train, /*seed=*/1).shuffle(10000, 42).batch(batch).prefetch(cx::data::kAutotune);
     auto test_ds = cx::data::synthetic_digits(test, /*seed=*/2).batch(batch);
-    model->fit(train_ds, {.epochs = epochs, .validation_data = test_ds,
+    model->fit(train_ds, {.epochs = epochs,
+                          .validation_data = test_ds,
                           .callbacks = {std::make_shared<cx::callbacks::TensorBoard>(logdir)}});
     std::cout << model->summary();
     const double accuracy = model->evaluate(test_ds)["accuracy"];

@@ -34,12 +34,16 @@ ComponentInfo query_cuda() {
 #if defined(CHORUS_WITH_CUDA)
   ComponentInfo c{"CUDA", true, "", ""};
   int runtime = 0;
-  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) c.version = "runtime " + cuda_version_string(runtime);
-  else c.version = "runtime unknown";
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+    c.version = "runtime " + cuda_version_string(runtime);
+  else
+    c.version = "runtime unknown";
   int driver = 0;
   const cudaError_t rc = cudaDriverGetVersion(&driver);
-  if (rc == cudaSuccess && driver > 0) c.version += ", driver " + cuda_version_string(driver);
-  else c.version += ", driver none";
+  if (rc == cudaSuccess && driver > 0)
+    c.version += ", driver " + cuda_version_string(driver);
+  else
+    c.version += ", driver none";
   c.detail = str_cat("compiled against ", CUDART_VERSION / 1000, ".", (CUDART_VERSION % 1000) / 10);
   return c;
 #else
@@ -90,7 +94,8 @@ ComponentInfo query_mpi() {
 #if defined(CHORUS_WITH_MPI)
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
-  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return {"MPI", true, "unknown", "MPI_Get_library_version failed"};
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS)
+    return {"MPI", true, "unknown", "MPI_Get_library_version failed"};
   std::string library(text, static_cast<std::size_t>(length > 0 ? length : 0));
   // Open MPI's string is one line ending in '\0' or '\n'; MPICH's spans several: keep the first.
   library = library.substr(0, library.find_first_of("\n\r"));
@@ -114,7 +119,8 @@ ComponentInfo query_dnnl() {
 
 ComponentInfo query_gpus() {
   const int count = gpu::device_count();
-  return {"GPUs visible", gpu::compiled_with_cuda(), std::to_string(count), count == 0 ? gpu::unavailable_reason() : ""};
+  return {"GPUs visible", gpu::compiled_with_cuda(), std::to_string(count),
+          count == 0 ? gpu::unavailable_reason() : ""};
 }
 
 }  // namespace
@@ -137,8 +143,10 @@ std::vector<ComponentInfo> query_build_info() {
 
 std::string format_component(const ComponentInfo& c) {
   std::string line = c.name + ": ";
-  if (c.name == "GPUs visible" || c.compiled_in) line += c.version;
-  else line += "not built";
+  if (c.name == "GPUs visible" || c.compiled_in)
+    line += c.version;
+  else
+    line += "not built";
   if (!c.detail.empty()) line += " (" + c.detail + ")";
   return line;
 }

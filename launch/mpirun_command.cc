@@ -32,9 +32,9 @@ HostSlots parse_one_host(std::string_view entry, std::size_t index, std::string_
                  "') has more than one ':'; expected host[:slots] (IPv6 literals are not supported)");
   int value = 0;
   const auto [end, ec] = std::from_chars(slots.data(), slots.data() + slots.size(), value);
-  CHORUS_REQUIRE(!slots.empty() && ec == std::errc() && end == slots.data() + slots.size(), InvalidArgumentError,
-                 where, " ('", entry, "'): slots '", slots, "' is not a whole number; expected host[:slots], e.g. ",
-                 host, ":4");
+  CHORUS_REQUIRE(!slots.empty() && ec == std::errc() && end == slots.data() + slots.size(), InvalidArgumentError, where,
+                 " ('", entry, "'): slots '", slots, "' is not a whole number; expected host[:slots], e.g. ", host,
+                 ":4");
   CHORUS_REQUIRE(value >= 1, InvalidArgumentError, where, " ('", entry, "'): slots must be >= 1, got ", value);
   out.slots = value;
   out.slots_given = true;
@@ -67,7 +67,8 @@ std::vector<HostSlots> parse_host_spec(std::string_view spec) {
   std::size_t start = 0;
   for (std::size_t index = 0;; ++index) {
     const std::size_t comma = spec.find(',', start);
-    const std::string_view entry = spec.substr(start, comma == std::string_view::npos ? spec.size() - start : comma - start);
+    const std::string_view entry =
+        spec.substr(start, comma == std::string_view::npos ? spec.size() - start : comma - start);
     HostSlots h = parse_one_host(entry, index, spec);
     CHORUS_REQUIRE(seen.insert(h.host).second, InvalidArgumentError, "host '", h.host, "' is listed twice in -H '",
                    spec, "'; list each host once with its total slots (host:N)");
@@ -97,8 +98,9 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
   CHORUS_REQUIRE(!o.mpirun.empty(), InvalidArgumentError, "the mpirun executable name is empty");
   CHORUS_REQUIRE(o.num_processes > 0, InvalidArgumentError, "-np must be a positive number of processes, got ",
                  o.num_processes);
-  CHORUS_REQUIRE(!o.program.empty() && !o.program[0].empty(), InvalidArgumentError,
-                 "no program to run: put it after '--', e.g. chorus-run -np 2 -- ./chorus-train --strategy multi_worker");
+  CHORUS_REQUIRE(
+      !o.program.empty() && !o.program[0].empty(), InvalidArgumentError,
+      "no program to run: put it after '--', e.g. chorus-run -np 2 -- ./chorus-train --strategy multi_worker");
   CHORUS_REQUIRE(!o.bind_to.empty(), InvalidArgumentError,
                  "--bind-to is empty; use none (the default), socket, numa, core, ...");
   for (const auto& h : o.hosts) {
@@ -140,8 +142,9 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
     if (is_forwarded_variable(name)) exported[name] = name;
   for (const auto& entry : o.extra_environment) {
     const std::string name = entry.substr(0, entry.find('='));
-    CHORUS_REQUIRE(valid_variable_name(name), InvalidArgumentError, "-x '", entry,
-                   "': expected NAME or NAME=VALUE with NAME made of letters, digits and '_' (not starting with a digit)");
+    CHORUS_REQUIRE(
+        valid_variable_name(name), InvalidArgumentError, "-x '", entry,
+        "': expected NAME or NAME=VALUE with NAME made of letters, digits and '_' (not starting with a digit)");
     if (entry.find('=') != std::string::npos || !exported.count(name)) exported[name] = entry;
   }
   for (const auto& [name, arg] : exported) argv.insert(argv.end(), {"-x", arg});
@@ -160,8 +163,10 @@ std::string shell_quote(std::string_view word) {
   if (!word.empty() && std::all_of(word.begin(), word.end(), plain)) return std::string(word);
   std::string out = "'";
   for (char c : word) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   out += '\'';
   return out;

@@ -35,7 +35,8 @@
 //   - `--allow-run-as-root` when `run_as_root` (Open MPI refuses to start as root without it).
 //   - `--enable-recovery` when `enable_recovery`: Open MPI then lets the other processes run on
 //     when one dies (they report the loss, chorus-run's wrapper records it).
-//   - `--`, the `rank_wrapper` words, then the program and its arguments, unchanged: mpirun passes them to each process as
+//   - `--`, the `rank_wrapper` words, then the program and its arguments, unchanged: mpirun passes them to each process
+//   as
 //     separate argv entries, so no quoting happens here (shell_join quotes for printing only).
 //
 // Errors: InvalidArgumentError (core/error.h) for every rule above, with the value seen and what
@@ -72,23 +73,23 @@ std::string format_host_spec(const std::vector<HostSlots>& hosts);
 // Environment variables forwarded with -x: names starting with one of kForwardedPrefixes, and the
 // names in kForwardedNames.
 inline constexpr std::string_view kForwardedPrefixes[] = {"CHORUS_", "TF_", "NCCL_"};
-inline constexpr std::string_view kForwardedNames[] = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-                                                       "LD_LIBRARY_PATH", "PATH"};
+inline constexpr std::string_view kForwardedNames[] = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH",
+                                                       "PATH"};
 // True when `name` is forwarded by the rules above.
 bool is_forwarded_variable(std::string_view name);
 
 struct MpirunOptions {
-  std::string mpirun = "mpirun";         // argv[0]: a name or a resolved path
-  int num_processes = 0;                 // -np; must be > 0
-  std::vector<HostSlots> hosts;          // empty: every process on this machine
-  std::string bind_to = "none";          // --bind-to value; must be non-empty
-  int local_cores = 0;                   // cores of this machine (0: unknown); see --oversubscribe
-  bool oversubscribe = false;            // force --oversubscribe
-  bool run_as_root = false;              // add --allow-run-as-root
-  std::vector<std::string> environment;  // names of the variables set in the caller's environment
+  std::string mpirun = "mpirun";               // argv[0]: a name or a resolved path
+  int num_processes = 0;                       // -np; must be > 0
+  std::vector<HostSlots> hosts;                // empty: every process on this machine
+  std::string bind_to = "none";                // --bind-to value; must be non-empty
+  int local_cores = 0;                         // cores of this machine (0: unknown); see --oversubscribe
+  bool oversubscribe = false;                  // force --oversubscribe
+  bool run_as_root = false;                    // add --allow-run-as-root
+  std::vector<std::string> environment;        // names of the variables set in the caller's environment
   std::vector<std::string> extra_environment;  // passed as -x E unconditionally ("NAME[=VALUE]")
-  std::vector<std::string> program;      // the program and its arguments; must be non-empty
-  bool enable_recovery = false;          // add --enable-recovery (survivors keep running)
+  std::vector<std::string> program;            // the program and its arguments; must be non-empty
+  bool enable_recovery = false;                // add --enable-recovery (survivors keep running)
   // Words put between "--" and the program: the per-rank wrapper (launch/rank_status.h), e.g.
   // {"/usr/bin/chorus-run", "--record-exit-status", DIR, "--"}. Empty: none.
   std::vector<std::string> rank_wrapper;

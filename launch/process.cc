@@ -86,7 +86,8 @@ ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& op
   sigemptyset(&set);
   for (int sig : kForwarded) sigaddset(&set, sig);
   sigaddset(&set, SIGCHLD);
-  struct sigaction dfl {}, old_chld {};
+  struct sigaction dfl {
+  }, old_chld{};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   ::sigaction(SIGCHLD, &dfl, &old_chld);
@@ -112,8 +113,10 @@ ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& op
       ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
       if (::getppid() != parent) ::_exit(128 + options.parent_death_signal);  // the parent is already gone
     }
-    if (options.search_path) ::execvp(raw[0], raw.data());
-    else ::execv(raw[0], raw.data());
+    if (options.search_path)
+      ::execvp(raw[0], raw.data());
+    else
+      ::execv(raw[0], raw.data());
     const int err = errno;
     const char* parts[] = {"chorus-run: cannot execute ", raw[0], ": ", std::strerror(err), "\n"};
     for (const char* part : parts) {

@@ -1,6 +1,6 @@
 // The operating-system side of chorus-run: finding executables on PATH, reading the environment,
-// running mpirun (and, on each rank, the program) as a child and forwarding signals to it. Kept apart from mpirun_command.h so that the command
-// builder stays a pure, testable function.
+// running mpirun (and, on each rank, the program) as a child and forwarding signals to it. Kept apart from
+// mpirun_command.h so that the command builder stays a pure, testable function.
 //
 // Thread-safety: environment_names() reads `environ`; do not call it while another thread calls
 // setenv. exec_program() replaces the whole process (every thread) when it succeeds. run_child()

@@ -89,8 +89,10 @@ std::vector<RankExit> read_exit_records(const std::string& dir) {
     const std::string rank = name.substr(kPrefix.size());
     std::ifstream in(entry.path());
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (auto record = parse_exit_record(rank, text)) out.push_back(*record);
-    else out.push_back({rank, false, 255});
+    if (auto record = parse_exit_record(rank, text))
+      out.push_back(*record);
+    else
+      out.push_back({rank, false, 255});
   }
   std::sort(out.begin(), out.end(), rank_less);
   return out;
@@ -155,15 +157,21 @@ JobVerdict judge_job(int mpirun_status, const std::vector<RankExit>& records, in
       ++missing_count;
     }
     if (missing_count > 0)
-      v.lines.push_back(str_cat("chorus-run: rank", missing_count == 1 ? " " : "s ", missing,
-                                " left no exit status (killed together with its chorus-run wrapper, or never started)"));
+      v.lines.push_back(
+          str_cat("chorus-run: rank", missing_count == 1 ? " " : "s ", missing,
+                  " left no exit status (killed together with its chorus-run wrapper, or never started)"));
   }
-  if (mpirun_status != 0) v.exit_status = mpirun_status;
-  else if (!failed.empty()) v.exit_status = failed.front()->status();
-  else if (missing_count > 0) v.exit_status = 1;
+  if (mpirun_status != 0)
+    v.exit_status = mpirun_status;
+  else if (!failed.empty())
+    v.exit_status = failed.front()->status();
+  else if (missing_count > 0)
+    v.exit_status = 1;
   if (mpirun_status == 0 && v.exit_status != 0)
-    v.lines.push_back(str_cat("chorus-run: mpirun exited with status 0 although the job failed (as mpirun "
-                              "--enable-recovery does); exiting with status ", v.exit_status));
+    v.lines.push_back(
+        str_cat("chorus-run: mpirun exited with status 0 although the job failed (as mpirun "
+                "--enable-recovery does); exiting with status ",
+                v.exit_status));
   return v;
 }
 

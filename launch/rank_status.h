@@ -32,9 +32,9 @@ inline constexpr std::string_view kRecordExitStatusFlag = "--record-exit-status"
 
 // How one rank ended.
 struct RankExit {
-  std::string rank;       // "0", "1", ... or "pid-<pid>" when no launcher variable named it
+  std::string rank;  // "0", "1", ... or "pid-<pid>" when no launcher variable named it
   bool signaled = false;
-  int code = 0;           // the exit status, or the signal number when signaled
+  int code = 0;  // the exit status, or the signal number when signaled
   bool ok() const { return !signaled && code == 0; }
   int status() const { return signaled ? 128 + code : code; }
   // "rank 1 was killed by signal 9 (SIGKILL)", "rank 0 exited with status 1"

@@ -13,8 +13,8 @@ namespace {
 int parse_count(const std::string& flag, const std::string& value) {
   int n = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  CHORUS_REQUIRE(!value.empty() && ec == std::errc() && end == value.data() + value.size(), InvalidArgumentError,
-                 flag, " expects a whole number of processes, got '", value, "'");
+  CHORUS_REQUIRE(!value.empty() && ec == std::errc() && end == value.data() + value.size(), InvalidArgumentError, flag,
+                 " expects a whole number of processes, got '", value, "'");
   return n;
 }
 
@@ -83,7 +83,8 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       out.help = true;
     } else {
       throw InvalidArgumentError(internal::str_cat(
-          "unknown option '", word, "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, "
+          "unknown option '", word,
+          "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, "
           "--collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --help, then the program "
           "(after '--' if its name starts with '-')"));
     }

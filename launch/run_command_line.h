@@ -46,8 +46,8 @@ struct RunCommandLine {
   std::optional<std::string> collective_timeout;  // as given (validated: seconds > 0)
   std::optional<std::string> status_dir;          // --status-dir
   std::optional<std::string> record_exit_status;  // the wrapper mode: its DIR
-  std::optional<int> num_processes;  // -np as given (validated later)
-  std::optional<std::string> hosts;  // -H as given (parsed by parse_host_spec)
+  std::optional<int> num_processes;               // -np as given (validated later)
+  std::optional<std::string> hosts;               // -H as given (parsed by parse_host_spec)
   std::string bind_to = "none";
   std::vector<std::string> extra_environment;
   std::vector<std::string> program;  // program and arguments

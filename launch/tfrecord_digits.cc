@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/proto_wire.h"
 #include "core/tensor.h"
 #include "data/tfrecord.h"
-#include "core/proto_wire.h"
 
 namespace chorus::launch {
 namespace {
@@ -71,22 +71,28 @@ DigitExample parse_digit_example(std::string_view record) {
       std::string key;
       std::string_view value;
       while (entry.next()) {
-        if (entry.field() == 1) key = std::string(entry.read_bytes());
-        else if (entry.field() == 2) value = entry.read_bytes();
-        else entry.skip();
+        if (entry.field() == 1)
+          key = std::string(entry.read_bytes());
+        else if (entry.field() == 2)
+          value = entry.read_bytes();
+        else
+          entry.skip();
       }
-      if (key == "image") image = parse_feature(value);
-      else if (key == "label") label = parse_feature(value);
+      if (key == "image")
+        image = parse_feature(value);
+      else if (key == "label")
+        label = parse_feature(value);
     }
   }
-  CHORUS_REQUIRE(image.has_value(), DataLossError,
-                 "tf.train.Example has no \"image\" feature; expected \"image\" (bytes, 784 uint8) and \"label\" (int64)");
+  CHORUS_REQUIRE(
+      image.has_value(), DataLossError,
+      "tf.train.Example has no \"image\" feature; expected \"image\" (bytes, 784 uint8) and \"label\" (int64)");
   CHORUS_REQUIRE(label.has_value(), DataLossError, "tf.train.Example has no \"label\" feature; expected an int64_list");
 
   DigitExample out;
   if (image->kind == 1 && image->bytes) {
-    CHORUS_REQUIRE(image->bytes->size() == static_cast<std::size_t>(kDigitPixels), DataLossError,
-                   "\"image\" has ", image->bytes->size(), " bytes; expected ", kDigitPixels, " (28x28 uint8)");
+    CHORUS_REQUIRE(image->bytes->size() == static_cast<std::size_t>(kDigitPixels), DataLossError, "\"image\" has ",
+                   image->bytes->size(), " bytes; expected ", kDigitPixels, " (28x28 uint8)");
     out.pixels.reserve(kDigitPixels);
     for (unsigned char c : *image->bytes) out.pixels.push_back(static_cast<float>(c) / 255.0f);
   } else if (image->kind == 2) {

@@ -102,7 +102,11 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
   po::options_description d = describe(o);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(d).style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing).run(), vm);
+    po::store(po::command_line_parser(argc, argv)
+                  .options(d)
+                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
     po::notify(vm);
   } catch (const po::error_with_option_name& e) {
     // Boost (1.74) formats this message by replacing its %name% placeholders with the option and
@@ -127,7 +131,8 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
                    " is empty; give a directory path (omit the flag to go without)");
   }
   if (vm.count("collective-timeout"))
-    o.collective_timeout = env::parse_timeout_seconds(vm["collective-timeout"].as<std::string>(), "--collective-timeout");
+    o.collective_timeout =
+        env::parse_timeout_seconds(vm["collective-timeout"].as<std::string>(), "--collective-timeout");
   env::collective_timeout();  // a bad CHORUS_COLLECTIVE_TIMEOUT is a usage error, found before anything starts
   o.resume = vm.count("no-resume") == 0;
   o.terminate_on_nan = vm.count("no-terminate-on-nan") == 0;

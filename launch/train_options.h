@@ -29,7 +29,7 @@ struct TrainOptions {
   int virtual_devices = 0;            // > 0: carve this many logical devices out of the first GPU (else the CPU)
   std::int64_t memory_limit_mb = 0;   // per logical device; 0: 2048 when virtual_devices > 1, else none
   int epochs = 2;
-  std::int64_t batch_size = 128;      // global batch, split over the replicas
+  std::int64_t batch_size = 128;  // global batch, split over the replicas
   double learning_rate = 1e-3;
   std::string optimizer = "adam";     // adam | sgd
   std::string data_dir;               // MNIST idx files; empty with no tfrecord: synthetic digits
@@ -37,15 +37,15 @@ struct TrainOptions {
   std::int64_t train_size = 0;        // 0: all (synthetic: 60000)
   std::int64_t test_size = 0;         // 0: all (synthetic: 10000; TFRecord: 10% of the records, see trainer.h)
   std::uint64_t seed = 1;
-  std::string checkpoint_dir;         // empty: no checkpoints
-  bool resume = true;                 // --no-resume: start fresh even if checkpoint_dir has one
-  bool terminate_on_nan = true;       // --no-terminate-on-nan: keep going after a non-finite loss
-  std::string log_dir;                // empty: no TensorBoard logs
-  double min_accuracy = 0.0;          // exit status 1 below this held-out accuracy
+  std::string checkpoint_dir;    // empty: no checkpoints
+  bool resume = true;            // --no-resume: start fresh even if checkpoint_dir has one
+  bool terminate_on_nan = true;  // --no-terminate-on-nan: keep going after a non-finite loss
+  std::string log_dir;           // empty: no TensorBoard logs
+  double min_accuracy = 0.0;     // exit status 1 below this held-out accuracy
   // --collective-timeout SECONDS: the strategy's timeout for every collective; 0: the default
   // (CHORUS_COLLECTIVE_TIMEOUT, else 300 s: collective::default_timeout()).
   std::chrono::milliseconds collective_timeout{0};
-  bool verbose = true;                // --quiet: no progress bar
+  bool verbose = true;  // --quiet: no progress bar
 };
 
 // `argv[0]` is the program name (skipped). Throws InvalidArgumentError.

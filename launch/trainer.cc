@@ -22,9 +22,9 @@
 #include "model/layers.h"
 #include "model/losses.h"
 #include "model/model.h"
+#include "ops/random.h"
 #include "optimizer/adam.h"
 #include "optimizer/sgd.h"
-#include "ops/random.h"
 #if defined(CHORUS_WITH_MPI)
 #include "collective/mpi.h"
 #endif
@@ -66,7 +66,7 @@ void configure_devices(const TrainOptions& o, int local_rank, std::ostream& out)
 }
 
 std::unique_ptr<distribute::Strategy> make_strategy(const TrainOptions& o,
-                                                   const std::optional<distribute::ClusterResolver>& cluster) {
+                                                    const std::optional<distribute::ClusterResolver>& cluster) {
   if (o.strategy == "default") return nullptr;
   const std::chrono::milliseconds timeout =
       o.collective_timeout.count() > 0 ? o.collective_timeout : collective::default_timeout();
@@ -86,7 +86,8 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainOptions& o,
     return std::make_unique<distribute::OneDeviceStrategy>(device, timeout);
   }
   if (o.strategy == "mirrored")
-    return std::make_unique<distribute::MirroredStrategy>(o.devices, distribute::MirroredStrategyOptions{.timeout = timeout});
+    return std::make_unique<distribute::MirroredStrategy>(o.devices,
+                                                          distribute::MirroredStrategyOptions{.timeout = timeout});
   throw InternalError(str_cat("make_strategy: unhandled --strategy ", o.strategy));
 }
 
@@ -94,11 +95,12 @@ std::vector<layers::LayerPtr> make_layers(const std::string& model) {
   namespace L = layers;
   if (model == "mlp") return {L::Flatten(), L::Dense(128, "relu"), L::Dense(10)};
   return {L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
-          L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)};
+          L::Conv2D(64, 3, "relu"), L::Flatten(),       L::Dense(64, "relu"),     L::Dense(10)};
 }
 
 std::shared_ptr<optimizers::Optimizer> make_optimizer(const TrainOptions& o) {
-  if (o.optimizer == "sgd") return std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = o.learning_rate});
+  if (o.optimizer == "sgd")
+    return std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = o.learning_rate});
   return std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = o.learning_rate});
 }
 
@@ -119,8 +121,8 @@ Data make_data(const TrainOptions& o) {
             str_cat(files.size(), " TFRecord file(s), first ", test, " records held out")};
   }
   if (!o.data_dir.empty()) {
-    return {first(data::load_digits(o.data_dir, true), o.train_size), first(data::load_digits(o.data_dir, false), o.test_size),
-            "MNIST idx files in " + o.data_dir};
+    return {first(data::load_digits(o.data_dir, true), o.train_size),
+            first(data::load_digits(o.data_dir, false), o.test_size), "MNIST idx files in " + o.data_dir};
   }
   const std::int64_t train = o.train_size > 0 ? o.train_size : kSyntheticTrain;
   const std::int64_t test = o.test_size > 0 ? o.test_size : kSyntheticTest;
@@ -155,8 +157,9 @@ std::optional<std::string> move_old_checkpoints_aside(const std::string& dir) {
 TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string& phase) {
   const bool multi_worker = o.strategy == "multi_worker";
   if (const auto rank = env::launcher_rank(); rank && !multi_worker)
-    line(all_out, str_cat("warning: process ", *rank, " of an mpirun job with --strategy ", o.strategy,
-                          ": every process trains its own copy of the model; --strategy multi_worker trains one model"));
+    line(all_out,
+         str_cat("warning: process ", *rank, " of an mpirun job with --strategy ", o.strategy,
+                 ": every process trains its own copy of the model; --strategy multi_worker trains one model"));
 
   // Destruction order matters: the model (declared below) before the strategy, the strategy before
   // MPI (multi_worker_mirrored_strategy.h).
@@ -248,13 +251,15 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
         }
         const auto done = ckpt->save_counter().value().item<std::int64_t>();
         epochs_left = static_cast<int>(std::max<std::int64_t>(0, o.epochs - done));
-        line(out, str_cat("Resumed from ", *restored, " (", net->variables().size(), " model variables restored, ", done,
-                          " epoch(s) done, ", epochs_left, " to go)"));
+        line(out, str_cat("Resumed from ", *restored, " (", net->variables().size(), " model variables restored, ",
+                          done, " epoch(s) done, ", epochs_left, " to go)"));
       }
     }
   }
 
-  model::FitOptions fit{.epochs = epochs_left, .validation_data = test_ds, .verbose = o.verbose && chief ? 1 : 0,
+  model::FitOptions fit{.epochs = epochs_left,
+                        .validation_data = test_ds,
+                        .verbose = o.verbose && chief ? 1 : 0,
                         .terminate_on_nan = o.terminate_on_nan};
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
   // Every worker calls save after each epoch; the chief writes (checkpoint/checkpoint.h).
@@ -278,8 +283,8 @@ TrainResult train(const TrainOptions& o, std::ostream& all_out) {
   try {
     return train_impl(o, all_out, phase);
   } catch (const std::bad_alloc&) {
-    throw ResourceExhaustedError(str_cat("out of host memory while ", phase,
-                                         "; lower the sizes, or give the process more memory"));
+    throw ResourceExhaustedError(
+        str_cat("out of host memory while ", phase, "; lower the sizes, or give the process more memory"));
   }
 }
 

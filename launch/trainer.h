@@ -32,7 +32,8 @@
 //      Under multi_worker the workers then compare their numbers of training and held-out examples
 //      (MultiWorkerMirroredStrategy::check_counts_agree): a difference is an InvalidArgumentError
 //      on every worker naming each worker's sizes, before anything is trained.
-//   6. fit for --epochs (fewer when resuming, see below) with validation on the held-out set (TensorBoard logs in --log-dir), then
+//   6. fit for --epochs (fewer when resuming, see below) with validation on the held-out set (TensorBoard logs in
+//   --log-dir), then
 //      evaluate the held-out set.
 //
 // Under mpirun (env::launcher_rank() set) with a strategy other than multi_worker, every process
@@ -58,10 +59,10 @@
 namespace chorus::launch {
 
 struct TrainResult {
-  double accuracy = 0;  // held-out accuracy after the last epoch
-  double loss = 0;      // held-out mean loss
-  int replicas = 0;     // num_replicas_in_sync of the strategy used
-  std::string strategy; // e.g. "MirroredStrategy on 2 devices (shared memory: ...)"
+  double accuracy = 0;   // held-out accuracy after the last epoch
+  double loss = 0;       // held-out mean loss
+  int replicas = 0;      // num_replicas_in_sync of the strategy used
+  std::string strategy;  // e.g. "MirroredStrategy on 2 devices (shared memory: ...)"
 };
 
 // Runs the job described above, writing progress and a summary to `out`.

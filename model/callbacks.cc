@@ -11,9 +11,9 @@
 #include "checkpoint/checkpoint_manager.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "model/model.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
-#include "model/model.h"
 #include "optimizer/optimizer.h"
 #include "summary/summary_writer.h"
 
@@ -25,7 +25,9 @@ namespace {
 std::string format_logs(const Logs& logs) {
   std::ostringstream os;
   // "loss" first, then the rest in name order (Keras prints loss, then metrics).
-  auto put = [&os](const std::string& k, double v) { os << " - " << k << ": " << std::fixed << std::setprecision(4) << v; };
+  auto put = [&os](const std::string& k, double v) {
+    os << " - " << k << ": " << std::fixed << std::setprecision(4) << v;
+  };
   if (auto it = logs.find("loss"); it != logs.end()) put(it->first, it->second);
   for (const auto& [k, v] : logs)
     if (k != "loss") put(k, v);
@@ -49,9 +51,10 @@ std::string ProgressBar::line(std::int64_t step, std::int64_t steps, const Logs&
     const int width = 30;
     const int done = static_cast<int>(width * std::min<std::int64_t>(step, steps) / steps);
     const int digits = static_cast<int>(std::to_string(steps).size());
-    os << std::setw(digits) << step << "/" << steps << " [" << std::string(static_cast<std::size_t>(std::max(0, done - 1)), '=')
-       << (done >= width ? "=" : (done > 0 ? ">" : "")) << std::string(static_cast<std::size_t>(width - std::max(done, 0)), '.')
-       << "]";
+    os << std::setw(digits) << step << "/" << steps << " ["
+       << std::string(static_cast<std::size_t>(std::max(0, done - 1)), '=')
+       << (done >= width ? "=" : (done > 0 ? ">" : ""))
+       << std::string(static_cast<std::size_t>(width - std::max(done, 0)), '.') << "]";
   } else {
     os << step << "/Unknown";
   }
@@ -122,8 +125,10 @@ void TensorBoard::on_train_batch_end(model::Model&, std::int64_t, std::int64_t, 
 void TensorBoard::on_epoch_end(model::Model&, int epoch, const Logs& logs) {
   guarded([&] {
     for (const auto& [k, v] : logs) {
-      if (k.rfind("val_", 0) == 0) validation_->scalar("epoch_" + k.substr(4), v, epoch);
-      else train_->scalar("epoch_" + k, v, epoch);
+      if (k.rfind("val_", 0) == 0)
+        validation_->scalar("epoch_" + k.substr(4), v, epoch);
+      else
+        train_->scalar("epoch_" + k, v, epoch);
     }
     train_->flush();
     validation_->flush();
@@ -131,7 +136,9 @@ void TensorBoard::on_epoch_end(model::Model&, int epoch, const Logs& logs) {
 }
 
 EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta)
-    : monitor_(std::move(monitor)), patience_(patience), min_delta_(std::abs(min_delta)),
+    : monitor_(std::move(monitor)),
+      patience_(patience),
+      min_delta_(std::abs(min_delta)),
       minimize_(monitor_.find("acc") == std::string::npos) {
   CHORUS_REQUIRE(patience_ >= 0, InvalidArgumentError, "EarlyStopping: patience must be >= 0");
 }
@@ -174,8 +181,13 @@ void TerminateOnNaN::on_train_batch_end(model::Model&, std::int64_t step, std::i
   const auto it = logs.find("loss");
   if (it == logs.end() || std::isfinite(it->second)) return;
   const double v = it->second;
-  throw InvalidArgumentError(str_cat("TerminateOnNaN: the loss is ", std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf", " at epoch ", epoch_ + 1, ", step ", step,
-                                     "; training stopped (check the input data for NaN/Inf, or lower the learning rate)"));
+  throw InvalidArgumentError(
+      str_cat("TerminateOnNaN: the loss is ",
+              std::isnan(v) ? "NaN"
+              : v > 0       ? "inf"
+                            : "-inf",
+              " at epoch ", epoch_ + 1, ", step ", step,
+              "; training stopped (check the input data for NaN/Inf, or lower the learning rate)"));
 }
 
 namespace {
@@ -216,7 +228,8 @@ void ModelCheckpoint::on_epoch_end(model::Model& m, int, const Logs&) {
 
 void ModelCheckpoint::on_train_end(model::Model&) { manager_.sync(); }
 
-LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule) : schedule_(std::move(schedule)) {
+LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule)
+    : schedule_(std::move(schedule)) {
   CHORUS_REQUIRE(schedule_ != nullptr, InvalidArgumentError, "LearningRateScheduler: schedule is empty");
 }
 

@@ -1,5 +1,6 @@
 // Callbacks of Model::fit (tf.keras.callbacks): ProgressBar, TensorBoard, EarlyStopping,
-// TerminateOnNaN, ModelCheckpoint, LearningRateScheduler. Logs are name → value maps ("loss", "accuracy", "val_loss", ...).
+// TerminateOnNaN, ModelCheckpoint, LearningRateScheduler. Logs are name → value maps ("loss", "accuracy", "val_loss",
+// ...).
 //
 //   model.fit(ds, {.epochs = 5, .callbacks = {callbacks::TensorBoard("./logs"),
 //                                              callbacks::EarlyStopping("val_loss", 2)}});

@@ -26,7 +26,8 @@ Initializer glorot_uniform(std::optional<std::uint64_t> seed = std::nullopt);
 // Truncated normal (±2σ), stddev = sqrt(2 / fan_in) / 0.87962566103423978 (Keras's correction
 // for the truncation), for ReLU networks.
 Initializer he_normal(std::optional<std::uint64_t> seed = std::nullopt);
-Initializer random_uniform(double minval = -0.05, double maxval = 0.05, std::optional<std::uint64_t> seed = std::nullopt);
+Initializer random_uniform(double minval = -0.05, double maxval = 0.05,
+                           std::optional<std::uint64_t> seed = std::nullopt);
 Initializer zeros();
 Initializer ones();
 Initializer constant(double value);

@@ -38,15 +38,15 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
                  "': called with an undefined tensor");
   if (!built_) build(x.shape());
   const auto& d = x.shape().dims();
-  CHORUS_REQUIRE(d.size() == built_shape_.size() + 1 &&
-                     std::equal(built_shape_.begin(), built_shape_.end(), d.begin() + 1),
-                 InvalidArgumentError, "layer '", name_, "' (", class_name(), ") was built for inputs (None",
-                 [&] {
-                   std::string s;
-                   for (auto v : built_shape_) s += str_cat(", ", v);
-                   return s;
-                 }(),
-                 ") and is called with ", x.shape().to_string());
+  CHORUS_REQUIRE(
+      d.size() == built_shape_.size() + 1 && std::equal(built_shape_.begin(), built_shape_.end(), d.begin() + 1),
+      InvalidArgumentError, "layer '", name_, "' (", class_name(), ") was built for inputs (None",
+      [&] {
+        std::string s;
+        for (auto v : built_shape_) s += str_cat(", ", v);
+        return s;
+      }(),
+      ") and is called with ", x.shape().to_string());
   return call(x, training);
 }
 

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "checkpoint/trackable.h"
+#include "core/tensor.h"
 #include "core/variable.h"
 #include "model/initializers.h"
 

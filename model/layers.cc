@@ -14,10 +14,10 @@ namespace chorus::layers {
 using chorus::internal::str_cat;
 
 void check_activation(const std::string& a) {
-  CHORUS_REQUIRE(a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" ||
-                     a == "softmax",
-                 InvalidArgumentError, "unknown activation '", a,
-                 "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax");
+  CHORUS_REQUIRE(
+      a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" || a == "softmax",
+      InvalidArgumentError, "unknown activation '", a,
+      "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax");
 }
 
 Tensor activate(const std::string& a, const Tensor& x) {
@@ -58,8 +58,8 @@ Shape DenseLayer::compute_output_shape(const Shape& in) const {
 }
 
 void DenseLayer::build_weights(const Shape& in) {
-  CHORUS_REQUIRE(in.rank() >= 2, InvalidArgumentError, "Dense '", name(), "': input must be [batch, ..., features], got ",
-                 in.to_string());
+  CHORUS_REQUIRE(in.rank() >= 2, InvalidArgumentError, "Dense '", name(),
+                 "': input must be [batch, ..., features], got ", in.to_string());
   kernel_ = add_weight("kernel", Shape{in.dims().back(), units_}, kernel_init_);
   if (use_bias_) bias_ = add_weight("bias", Shape{units_}, bias_init_);
 }
@@ -82,8 +82,9 @@ LayerPtr Dense(std::int64_t units, std::string activation, bool use_bias, initia
 // ---- Conv2D ----
 
 Conv2DLayer::Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kernel, std::array<std::int64_t, 2> strides,
-                         ops::Padding padding, std::string activation, bool use_bias, std::array<std::int64_t, 2> dilation,
-                         initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name)
+                         ops::Padding padding, std::string activation, bool use_bias,
+                         std::array<std::int64_t, 2> dilation, initializers::Initializer kernel_init,
+                         initializers::Initializer bias_init, std::string name)
     : Layer(std::move(name)),
       filters_(filters),
       kernel_size_(kernel),
@@ -94,22 +95,23 @@ Conv2DLayer::Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kerne
       use_bias_(use_bias),
       kernel_init_(std::move(kernel_init)),
       bias_init_(std::move(bias_init)) {
-  CHORUS_REQUIRE(filters_ > 0 && kernel[0] > 0 && kernel[1] > 0 && strides[0] > 0 && strides[1] > 0 && dilation[0] > 0 &&
-                     dilation[1] > 0,
+  CHORUS_REQUIRE(filters_ > 0 && kernel[0] > 0 && kernel[1] > 0 && strides[0] > 0 && strides[1] > 0 &&
+                     dilation[0] > 0 && dilation[1] > 0,
                  InvalidArgumentError, "Conv2D: filters, kernel_size, strides and dilation must be > 0");
   check_activation(activation_);
 }
 
 Shape Conv2DLayer::compute_output_shape(const Shape& in) const {
-  ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], kernel_size_[0], kernel_size_[1], filters_,
-                        strides_[0], strides_[1], dilation_[0], dilation_[1]};
+  ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], kernel_size_[0], kernel_size_[1],
+                        filters_,     strides_[0],  strides_[1],  dilation_[0], dilation_[1]};
   CHORUS_REQUIRE(ops::compute_output_size(g, padding_), InvalidArgumentError, "Conv2D '", name(), "': kernel ",
                  kernel_size_[0], "x", kernel_size_[1], " does not fit input ", in.to_string());
   return Shape{in.dims()[0], g.out_h, g.out_w, filters_};
 }
 
 void Conv2DLayer::build_weights(const Shape& in) {
-  CHORUS_REQUIRE(in.rank() == 4, InvalidArgumentError, "Conv2D '", name(), "': input must be NHWC, got ", in.to_string());
+  CHORUS_REQUIRE(in.rank() == 4, InvalidArgumentError, "Conv2D '", name(), "': input must be NHWC, got ",
+                 in.to_string());
   compute_output_shape(in);  // validates the geometry now
   kernel_ = add_weight("kernel", Shape{kernel_size_[0], kernel_size_[1], in.dims()[3], filters_}, kernel_init_);
   if (use_bias_) bias_ = add_weight("bias", Shape{filters_}, bias_init_);
@@ -132,7 +134,8 @@ LayerPtr Conv2D(std::int64_t filters, std::int64_t kernel_size, std::string acti
 
 LayerPtr Conv2D(std::int64_t filters, std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> strides,
                 std::string padding, std::string activation, std::array<std::int64_t, 2> dilation, bool use_bias,
-                initializers::Initializer kernel_initializer, initializers::Initializer bias_initializer, std::string name) {
+                initializers::Initializer kernel_initializer, initializers::Initializer bias_initializer,
+                std::string name) {
   return std::make_shared<Conv2DLayer>(filters, kernel_size, strides, parse_padding(padding), std::move(activation),
                                        use_bias, dilation, std::move(kernel_initializer), std::move(bias_initializer),
                                        std::move(name));
@@ -140,16 +143,16 @@ LayerPtr Conv2D(std::int64_t filters, std::array<std::int64_t, 2> kernel_size, s
 
 // ---- pooling ----
 
-Pooling2DLayer::Pooling2DLayer(ops::PoolKind kind, std::array<std::int64_t, 2> pool, std::array<std::int64_t, 2> strides,
-                               ops::Padding padding, std::string name)
+Pooling2DLayer::Pooling2DLayer(ops::PoolKind kind, std::array<std::int64_t, 2> pool,
+                               std::array<std::int64_t, 2> strides, ops::Padding padding, std::string name)
     : Layer(std::move(name)), kind_(kind), pool_(pool), strides_(strides), padding_(padding) {
-  CHORUS_REQUIRE(pool[0] > 0 && pool[1] > 0 && strides[0] > 0 && strides[1] > 0, InvalidArgumentError,
-                 class_name(), ": pool_size and strides must be > 0");
+  CHORUS_REQUIRE(pool[0] > 0 && pool[1] > 0 && strides[0] > 0 && strides[1] > 0, InvalidArgumentError, class_name(),
+                 ": pool_size and strides must be > 0");
 }
 
 Shape Pooling2DLayer::compute_output_shape(const Shape& in) const {
-  ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], pool_[0], pool_[1], in.dims()[3],
-                        strides_[0], strides_[1]};
+  ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], pool_[0],
+                        pool_[1],     in.dims()[3], strides_[0],  strides_[1]};
   CHORUS_REQUIRE(ops::compute_output_size(g, padding_), InvalidArgumentError, class_name(), " '", name(),
                  "': the window does not fit input ", in.to_string());
   return Shape{in.dims()[0], g.out_h, g.out_w, in.dims()[3]};
@@ -218,7 +221,9 @@ Tensor DropoutLayer::call(const Tensor& x, bool training) {
   const std::int64_t n = calls[this]++;
   const auto key = static_cast<std::int64_t>(generator_->state().key);
   lock.unlock();
-  return ops::dropout(x, rate_, std::array<std::int64_t, 2>{key, (static_cast<std::int64_t>(ctx->replica_id_in_sync_group()) << 40) + n});
+  return ops::dropout(
+      x, rate_,
+      std::array<std::int64_t, 2>{key, (static_cast<std::int64_t>(ctx->replica_id_in_sync_group()) << 40) + n});
 }
 
 LayerPtr Dropout(double rate, std::optional<std::uint64_t> seed, std::string name) {
@@ -230,7 +235,8 @@ LayerPtr Dropout(double rate, std::optional<std::uint64_t> seed, std::string nam
 EmbeddingLayer::EmbeddingLayer(std::int64_t input_dim, std::int64_t output_dim, initializers::Initializer init,
                                std::string name)
     : Layer(std::move(name)), input_dim_(input_dim), output_dim_(output_dim), init_(std::move(init)) {
-  CHORUS_REQUIRE(input_dim > 0 && output_dim > 0, InvalidArgumentError, "Embedding: input_dim and output_dim must be > 0");
+  CHORUS_REQUIRE(input_dim > 0 && output_dim > 0, InvalidArgumentError,
+                 "Embedding: input_dim and output_dim must be > 0");
 }
 
 Shape EmbeddingLayer::compute_output_shape(const Shape& in) const {

@@ -73,13 +73,14 @@ class Conv2DLayer final : public Layer {
   Variable kernel_, bias_;
 };
 // kernel_size and strides as one number (square) or two; padding "valid" or "same".
-LayerPtr Conv2D(std::int64_t filters, std::int64_t kernel_size, std::string activation = "",
-                std::int64_t strides = 1, std::string padding = "valid", bool use_bias = true,
+LayerPtr Conv2D(std::int64_t filters, std::int64_t kernel_size, std::string activation = "", std::int64_t strides = 1,
+                std::string padding = "valid", bool use_bias = true,
                 initializers::Initializer kernel_initializer = initializers::glorot_uniform(),
                 initializers::Initializer bias_initializer = initializers::zeros(), std::string name = "");
 LayerPtr Conv2D(std::int64_t filters, std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> strides,
-                std::string padding = "valid", std::string activation = "", std::array<std::int64_t, 2> dilation = {1, 1},
-                bool use_bias = true, initializers::Initializer kernel_initializer = initializers::glorot_uniform(),
+                std::string padding = "valid", std::string activation = "",
+                std::array<std::int64_t, 2> dilation = {1, 1}, bool use_bias = true,
+                initializers::Initializer kernel_initializer = initializers::glorot_uniform(),
                 initializers::Initializer bias_initializer = initializers::zeros(), std::string name = "");
 
 class Pooling2DLayer final : public Layer {
@@ -166,7 +167,8 @@ class EmbeddingLayer final : public Layer {
   Variable table_;
 };
 LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim,
-                   initializers::Initializer embeddings_initializer = initializers::random_uniform(), std::string name = "");
+                   initializers::Initializer embeddings_initializer = initializers::random_uniform(),
+                   std::string name = "");
 
 // Batch normalization over the last axis. Training: normalizes with the batch statistics and
 // updates the moving ones (moving = momentum·moving + (1 − momentum)·batch); inference: the
@@ -182,7 +184,8 @@ LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim,
 // through unchanged (no statistics from nothing).
 class BatchNormalizationLayer final : public Layer {
  public:
-  BatchNormalizationLayer(double momentum, double epsilon, bool center, bool scale, bool synchronized, std::string name);
+  BatchNormalizationLayer(double momentum, double epsilon, bool center, bool scale, bool synchronized,
+                          std::string name);
   std::string class_name() const override { return "BatchNormalization"; }
   const Variable& moving_mean() const { return moving_mean_; }
   const Variable& moving_variance() const { return moving_var_; }

@@ -13,10 +13,10 @@ constexpr double kEpsilon = 1e-7;
 
 void require_same_rows(const std::string& loss, const Tensor& y_true, const Tensor& y_pred) {
   CHORUS_REQUIRE(y_true.defined() && y_pred.defined(), InvalidArgumentError, loss, ": undefined input");
-  CHORUS_REQUIRE(y_true.shape().rank() >= 1 && y_pred.shape().rank() >= 1 &&
-                     y_true.shape().dims()[0] == y_pred.shape().dims()[0],
-                 InvalidArgumentError, loss, ": y_true ", y_true.shape().to_string(), " and y_pred ",
-                 y_pred.shape().to_string(), " differ in batch size");
+  CHORUS_REQUIRE(
+      y_true.shape().rank() >= 1 && y_pred.shape().rank() >= 1 && y_true.shape().dims()[0] == y_pred.shape().dims()[0],
+      InvalidArgumentError, loss, ": y_true ", y_true.shape().to_string(), " and y_pred ", y_pred.shape().to_string(),
+      " differ in batch size");
 }
 
 Tensor clipped_log(const Tensor& p) {
@@ -30,7 +30,8 @@ Tensor mean_last_axis(const Tensor& t) { return t.shape().rank() <= 1 ? t : ops:
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   // Sum / max(count, 1): an empty batch gives 0 and stays connected to the weights (zero gradients).
   const Tensor pe = per_example(y_true, y_pred);
-  return ops::div(ops::reduce_sum(pe), ops::scalar_like(pe, static_cast<double>(std::max<std::int64_t>(pe.num_elements(), 1))));
+  return ops::div(ops::reduce_sum(pe),
+                  ops::scalar_like(pe, static_cast<double>(std::max<std::int64_t>(pe.num_elements(), 1))));
 }
 
 Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
@@ -57,7 +58,8 @@ Tensor BinaryCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pre
   if (from_logits_) {
     // max(x, 0) - x z + log(1 + exp(-|x|)): stable for any x (TF's sigmoid_cross_entropy_with_logits).
     const Tensor& x = y_pred;
-    elementwise = ops::add(ops::sub(ops::relu(x), ops::mul(x, y_true)), ops::log(1.0 + ops::exp(ops::neg(ops::abs(x)))));
+    elementwise =
+        ops::add(ops::sub(ops::relu(x), ops::mul(x, y_true)), ops::log(1.0 + ops::exp(ops::neg(ops::abs(x)))));
   } else {
     const Tensor one = ops::scalar_like(y_pred, 1.0);
     elementwise = ops::neg(ops::add(ops::mul(y_true, clipped_log(y_pred)),
@@ -72,10 +74,10 @@ Tensor MeanSquaredError::per_example(const Tensor& y_true, const Tensor& y_pred)
 }
 
 Tensor compute_average_loss(const Tensor& per_example_loss, std::int64_t global_batch_size) {
-  CHORUS_REQUIRE(per_example_loss.defined() && is_floating(per_example_loss.dtype()) &&
-                     per_example_loss.shape().rank() == 1,
-                 InvalidArgumentError, "compute_average_loss: needs a 1-D floating tensor of per-example losses, got ",
-                 per_example_loss.defined() ? per_example_loss.shape().to_string() : std::string("undefined"));
+  CHORUS_REQUIRE(
+      per_example_loss.defined() && is_floating(per_example_loss.dtype()) && per_example_loss.shape().rank() == 1,
+      InvalidArgumentError, "compute_average_loss: needs a 1-D floating tensor of per-example losses, got ",
+      per_example_loss.defined() ? per_example_loss.shape().to_string() : std::string("undefined"));
   std::int64_t n = global_batch_size;
   if (n <= 0) {
     ReplicaContext* ctx = get_replica_context();

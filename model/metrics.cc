@@ -58,8 +58,9 @@ void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor&
 
 void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   if (y_pred.shape().dims()[0] == 0) return accumulate(Tensor::zeros({0}, DType::kFloat64, y_pred.device_name()));
-  accumulate(ops::cast(ops::logical_and(ops::equal(ops::argmax(y_true, -1), ops::argmax(y_pred, -1)), finite_rows(y_pred)),
-                       DType::kFloat64));
+  accumulate(
+      ops::cast(ops::logical_and(ops::equal(ops::argmax(y_true, -1), ops::argmax(y_pred, -1)), finite_rows(y_pred)),
+                DType::kFloat64));
 }
 
 void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {

@@ -88,7 +88,8 @@ std::vector<Variable> Model::variables() const {
 
 void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::LossPtr loss,
                     const std::vector<std::string>& metric_names) {
-  CHORUS_REQUIRE(optimizer != nullptr && loss != nullptr, InvalidArgumentError, "compile: optimizer and loss are required");
+  CHORUS_REQUIRE(optimizer != nullptr && loss != nullptr, InvalidArgumentError,
+                 "compile: optimizer and loss are required");
   auto scope = strategy_->scope();  // metric variables belong to the model's strategy
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
@@ -99,7 +100,8 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::Lo
 }
 
 optimizers::Optimizer& Model::optimizer() const {
-  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_, "' is not compiled: call compile() first");
+  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_,
+                 "' is not compiled: call compile() first");
   return *optimizer_;
 }
 
@@ -156,9 +158,9 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     reset_metrics();
     auto it = dist.make_iterator();
     std::int64_t step = 0;
-    const std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : dataset.cardinality() >= 0
-                                                                                          ? dataset.cardinality()
-                                                                                          : -1;
+    const std::int64_t steps = options.steps_per_epoch > 0  ? options.steps_per_epoch
+                               : dataset.cardinality() >= 0 ? dataset.cardinality()
+                                                            : -1;
     while (options.steps_per_epoch < 0 || step < options.steps_per_epoch) {
       auto batch = it.next();
       if (!batch) break;
@@ -179,8 +181,8 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
               // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
               // the same list.
               // get_scaled_loss/get_unscaled_gradients: the identity, or a LossScaleOptimizer's scaling.
-              std::vector<Tensor> grads = optimizer_->get_unscaled_gradients(tape.gradient(
-                  optimizer_->get_scaled_loss(loss), vars, Tensor(), ops::UnconnectedGradients::kZero));
+              std::vector<Tensor> grads = optimizer_->get_unscaled_gradients(
+                  tape.gradient(optimizer_->get_scaled_loss(loss), vars, Tensor(), ops::UnconnectedGradients::kZero));
               std::vector<std::pair<Tensor, Variable>> gv;
               for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
               optimizer_->apply_gradients(gv);
@@ -250,7 +252,8 @@ Tensor Model::predict(const data::Dataset& dataset) {
 std::string Model::summary() const {
   std::ostringstream os;
   os << "Model: \"" << name_ << "\"\n";
-  os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape" << "Param #\n";
+  os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape"
+     << "Param #\n";
   std::int64_t total = 0, trainable = 0;
   Shape shape = built_input_;
   for (const auto& l : layers_) {
@@ -264,12 +267,13 @@ std::string Model::summary() const {
       s << ")";
       out = s.str();
     }
-    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << out << l->count_params() << "\n";
+    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << out << l->count_params()
+       << "\n";
     total += l->count_params();
     for (const auto& w : l->trainable_weights()) trainable += w.shape().num_elements();
   }
-  os << "Total params: " << total << "\nTrainable params: " << trainable << "\nNon-trainable params: " << total - trainable
-     << "\n";
+  os << "Total params: " << total << "\nTrainable params: " << trainable
+     << "\nNon-trainable params: " << total - trainable << "\n";
   return os.str();
 }
 
@@ -285,9 +289,11 @@ std::vector<train::TrackableChild> Sequential::trackable_children() const {
   const auto all = layers();
   int with_weights = 0;
   for (const auto& l : all) {
-    if (l->has_weights()) out.push_back({str_cat("layer_with_weights-", with_weights++), std::shared_ptr<train::Trackable>(l)});
+    if (l->has_weights())
+      out.push_back({str_cat("layer_with_weights-", with_weights++), std::shared_ptr<train::Trackable>(l)});
   }
-  for (std::size_t i = 0; i < all.size(); ++i) out.push_back({str_cat("layer-", i), std::shared_ptr<train::Trackable>(all[i])});
+  for (std::size_t i = 0; i < all.size(); ++i)
+    out.push_back({str_cat("layer-", i), std::shared_ptr<train::Trackable>(all[i])});
   if (optimizer_ptr()) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_ptr())});
   return out;
 }

@@ -26,14 +26,19 @@ Tensor all_reduce_sum(const Tensor& x) {
 
 BatchNormalizationLayer::BatchNormalizationLayer(double momentum, double epsilon, bool center, bool scale,
                                                  bool synchronized, std::string name)
-    : Layer(std::move(name)), momentum_(momentum), epsilon_(epsilon), center_(center), scale_(scale),
+    : Layer(std::move(name)),
+      momentum_(momentum),
+      epsilon_(epsilon),
+      center_(center),
+      scale_(scale),
       synchronized_(synchronized) {
   CHORUS_REQUIRE(momentum >= 0 && momentum <= 1 && epsilon > 0, InvalidArgumentError,
                  "BatchNormalization: momentum must be in [0, 1] and epsilon > 0, got ", momentum, " and ", epsilon);
 }
 
 void BatchNormalizationLayer::build_weights(const Shape& in) {
-  CHORUS_REQUIRE(in.rank() >= 2, InvalidArgumentError, "BatchNormalization '", name(), "': input must be [batch, ..., channels]");
+  CHORUS_REQUIRE(in.rank() >= 2, InvalidArgumentError, "BatchNormalization '", name(),
+                 "': input must be [batch, ..., channels]");
   const Shape c{in.dims().back()};
   if (scale_) gamma_ = add_weight("gamma", c, initializers::ones());
   if (center_) beta_ = add_weight("beta", c, initializers::zeros());
@@ -86,8 +91,8 @@ Tensor BatchNormalizationLayer::synchronized_call(const Tensor& x) {
   const Tensor count = ops::maximum(p1[1], ops::scalar_like(p1[1], 1.0));
   const Tensor shift = ops::div(p1[0], count);
   const Tensor d = ops::sub(x, shift);
-  const Tensor second =
-      all_reduce_sum(ops::concat({ops::reduce_sum(d, ops::Axes(axes)), ops::reduce_sum(ops::square(d), ops::Axes(axes))}, 0));
+  const Tensor second = all_reduce_sum(
+      ops::concat({ops::reduce_sum(d, ops::Axes(axes)), ops::reduce_sum(ops::square(d), ops::Axes(axes))}, 0));
   std::vector<Tensor> p2 = ops::split(second, std::vector<std::int64_t>{c, c}, 0);
   const Tensor centered_mean = ops::div(p2[0], count);  // mean − K
   const Tensor mean = ops::add(shift, centered_mean);
@@ -98,12 +103,14 @@ Tensor BatchNormalizationLayer::synchronized_call(const Tensor& x) {
   if (scale_) y = ops::mul(y, gamma_.value());
   if (center_) y = ops::add(y, beta_.value());
   const Tensor old_mean = moving_mean_.value(), old_var = moving_var_.value();
-  moving_mean_.assign(ops::where(has_rows, old_mean * momentum_ + ops::stop_gradient(mean) * (1.0 - momentum_), old_mean));
+  moving_mean_.assign(
+      ops::where(has_rows, old_mean * momentum_ + ops::stop_gradient(mean) * (1.0 - momentum_), old_mean));
   moving_var_.assign(ops::where(has_rows, old_var * momentum_ + ops::stop_gradient(var) * (1.0 - momentum_), old_var));
   return y;
 }
 
-LayerPtr BatchNormalization(double momentum, double epsilon, bool center, bool scale, bool synchronized, std::string name) {
+LayerPtr BatchNormalization(double momentum, double epsilon, bool center, bool scale, bool synchronized,
+                            std::string name) {
   return std::make_shared<BatchNormalizationLayer>(momentum, epsilon, center, scale, synchronized, std::move(name));
 }
 

@@ -77,8 +77,9 @@ void check_unary_dtype(UnaryOp op, const Tensor& x) {
   const char* name = unary_name(op);
   if (op == UnaryOp::kLogicalNot) return internal::require_dtype(name, x, {DType::kBool});
   if (unary_needs_float(op)) return internal::require_float(name, x);
-  internal::require_dtype(name, x, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                                    DType::kInt64, DType::kUInt8});
+  internal::require_dtype(name, x,
+                          {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                           DType::kInt64, DType::kUInt8});
 }
 
 void check_binary_dtype(BinaryOp op, const Tensor& a) {
@@ -88,8 +89,9 @@ void check_binary_dtype(BinaryOp op, const Tensor& a) {
   if (is_comparison(op) || op == BinaryOp::kAdd || op == BinaryOp::kSub || op == BinaryOp::kMul ||
       op == BinaryOp::kDiv || op == BinaryOp::kPow || op == BinaryOp::kMaximum || op == BinaryOp::kMinimum ||
       op == BinaryOp::kReluGrad)
-    return internal::require_dtype(name, a, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                                             DType::kInt32, DType::kInt64, DType::kUInt8});
+    return internal::require_dtype(name, a,
+                                   {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                                    DType::kInt64, DType::kUInt8});
   internal::require_float(name, a);
 }
 
@@ -138,7 +140,8 @@ std::vector<Tensor> binary_grad(BinaryOp op, const Tensor& a, const Tensor& b, c
     case BinaryOp::kPow: {
       // d/da = b * a^(b-1); d/db = log(a) * a^b where a > 0, else 0 (TF).
       Tensor ga = mul(g, mul(b, pow(a, sub(b, scalar_like(b, 1.0)))));
-      Tensor safe_log = where(greater(a, zeros_like(a)), log(where(greater(a, zeros_like(a)), a, ones_like(a))), zeros_like(a));
+      Tensor safe_log =
+          where(greater(a, zeros_like(a)), log(where(greater(a, zeros_like(a)), a, ones_like(a))), zeros_like(a));
       Tensor gb = mul(g, mul(y, safe_log));
       return {red(ga, a), red(gb, b)};
     }
@@ -212,8 +215,8 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
   auto dev = common_device("SelectV2", {cond, x, y});
   internal::require_dtype("SelectV2", cond, {DType::kBool}, "cond");
   internal::require_same_dtype("SelectV2", x, y);
-  const Shape shape = internal::broadcast_shape("SelectV2", internal::broadcast_shape("SelectV2", cond.shape(), x.shape()),
-                                                y.shape());
+  const Shape shape =
+      internal::broadcast_shape("SelectV2", internal::broadcast_shape("SelectV2", cond.shape(), x.shape()), y.shape());
   Tensor out = output(dev, shape, x.dtype());
   if (out.num_elements() > 0) {
     const StridedLayout layout = internal::broadcast_layout("SelectV2", shape, {&cond.shape(), &x.shape(), &y.shape()});
@@ -221,17 +224,16 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
       CHORUS_IF_CUDA(cuda::where(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), layout, cond.data(),
                                  x.data(), y.data(), out.data()));
     } else {
-      internal::run_cpu(*dev, [&] {
-        cpu::where(x.dtype(), layout, cond.data(), x.data(), y.data(), out.data());
-      });
+      internal::run_cpu(*dev, [&] { cpu::where(x.dtype(), layout, cond.data(), x.data(), y.data(), out.data()); });
     }
   }
   if (is_floating(x.dtype()) && internal::should_record({x, y})) {
-    internal::record("SelectV2", {cond, x, y}, {out}, [cond, x, y](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-      Tensor zero = zeros_like(gs[0]);
-      return {Tensor(), sum_to_shape(where(cond, gs[0], zero), x.shape()),
-              sum_to_shape(where(cond, zero, gs[0]), y.shape())};
-    });
+    internal::record("SelectV2", {cond, x, y}, {out},
+                     [cond, x, y](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+                       Tensor zero = zeros_like(gs[0]);
+                       return {Tensor(), sum_to_shape(where(cond, gs[0], zero), x.shape()),
+                               sum_to_shape(where(cond, zero, gs[0]), y.shape())};
+                     });
   }
   return out;
 }
@@ -242,16 +244,16 @@ Tensor cast(const Tensor& x, DType dtype) {
   const std::int64_t n = x.num_elements();
   if (n > 0) {
     if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::cast(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), dtype, x.data(), y.data(), n));
+      CHORUS_IF_CUDA(
+          cuda::cast(dev->gpu_ordinal(), dev->stream().native_handle(), x.dtype(), dtype, x.data(), y.data(), n));
     } else {
       internal::run_cpu(*dev, [&] { cpu::cast(x.dtype(), dtype, x.data(), y.data(), n); });
     }
   }
   if (is_floating(x.dtype()) && is_floating(dtype) && internal::should_record({x})) {
     const DType from = x.dtype();
-    internal::record("Cast", {x}, {y}, [from](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-      return {cast(gs[0], from)};
-    });
+    internal::record("Cast", {x}, {y},
+                     [from](const std::vector<Tensor>& gs) -> std::vector<Tensor> { return {cast(gs[0], from)}; });
   }
   return y;
 }

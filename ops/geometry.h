@@ -16,9 +16,9 @@ struct Conv2dGeometry {
   std::int64_t n = 0, in_h = 0, in_w = 0, in_c = 0;  // input  [n, in_h, in_w, in_c]
   std::int64_t k_h = 0, k_w = 0, out_c = 0;          // filter [k_h, k_w, in_c, out_c] (pooling: out_c = in_c)
   std::int64_t stride_h = 1, stride_w = 1;
-  std::int64_t dilation_h = 1, dilation_w = 1;       // pooling: 1
+  std::int64_t dilation_h = 1, dilation_w = 1;  // pooling: 1
   std::int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
-  std::int64_t out_h = 0, out_w = 0;                 // output [n, out_h, out_w, out_c]
+  std::int64_t out_h = 0, out_w = 0;  // output [n, out_h, out_w, out_c]
 
   std::int64_t input_elements() const { return n * in_h * in_w * in_c; }
   std::int64_t filter_elements() const { return k_h * k_w * in_c * out_c; }

@@ -33,8 +33,10 @@ std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs)
   for (const Tensor& t : inputs) {
     CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": input ", i, " is an undefined tensor");
     const auto& d = t.buffer()->device_ptr();
-    if (!dev) dev = d;
-    else if (d.get() != dev.get()) mismatch = true;
+    if (!dev)
+      dev = d;
+    else if (d.get() != dev.get())
+      mismatch = true;
     ++i;
   }
   CHORUS_REQUIRE(dev != nullptr, InvalidArgumentError, op, ": no inputs");
@@ -53,12 +55,12 @@ std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs)
       i = 0;
       for (const Tensor& t : inputs) {
         if (t.is_trainable_variable() && t.device_name() != here) {
-          throw InvalidArgumentError(str_cat(
-              op, ": input ", i, " is a variable on ", t.device_name(), " but replica ",
-              replica->replica_id_in_sync_group(), " of ", replica->num_replicas_in_sync(), " runs on ", here,
-              ": the variable was created outside strategy.scope(), so it is not mirrored on every replica's "
-              "device. Create the model and its optimizer inside the scope (auto scope = strategy.scope(); as "
-              "TF's `with strategy.scope():`), or build and compile the model with the strategy"));
+          throw InvalidArgumentError(
+              str_cat(op, ": input ", i, " is a variable on ", t.device_name(), " but replica ",
+                      replica->replica_id_in_sync_group(), " of ", replica->num_replicas_in_sync(), " runs on ", here,
+                      ": the variable was created outside strategy.scope(), so it is not mirrored on every replica's "
+                      "device. Create the model and its optimizer inside the scope (auto scope = strategy.scope(); as "
+                      "TF's `with strategy.scope():`), or build and compile the model with the strategy"));
         }
         ++i;
       }

@@ -45,7 +45,8 @@ std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs)
 inline std::shared_ptr<DeviceContext> device_of(std::string_view op, const Tensor& t) { return common_device(op, {t}); }
 
 // InvalidArgumentError unless t.dtype() is one of `allowed`: "<op>: <what> has dtype int32; allowed: float32, float64".
-void require_dtype(std::string_view op, const Tensor& t, std::initializer_list<DType> allowed, std::string_view what = "x");
+void require_dtype(std::string_view op, const Tensor& t, std::initializer_list<DType> allowed,
+                   std::string_view what = "x");
 void require_float(std::string_view op, const Tensor& t, std::string_view what = "x");
 void require_same_dtype(std::string_view op, const Tensor& a, const Tensor& b);
 void require_rank(std::string_view op, const Tensor& t, int rank, std::string_view what = "x");
@@ -57,7 +58,8 @@ void require_rank(std::string_view op, const Tensor& t, int rank, std::string_vi
 void run_cpu_ref(DeviceContext& dev, void (*call)(void*), void* fn);
 template <typename Fn>
 void run_cpu(DeviceContext& dev, Fn&& fn) {
-  run_cpu_ref(dev, [](void* f) { (*static_cast<std::remove_reference_t<Fn>*>(f))(); }, &fn);
+  run_cpu_ref(
+      dev, [](void* f) { (*static_cast<std::remove_reference_t<Fn>*>(f))(); }, &fn);
 }
 
 // Outputs: uninitialized / zero-filled tensors on `dev`.

@@ -15,15 +15,42 @@
 namespace chorus::ops {
 
 enum class UnaryOp : std::uint8_t {
-  kNeg, kExp, kLog, kSqrt, kRsqrt, kSquare, kAbs, kSign, kReciprocal,
-  kRelu, kSigmoid, kTanh, kGelu, kLogicalNot,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kSquare,
+  kAbs,
+  kSign,
+  kReciprocal,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kLogicalNot,
 };
 
 enum class BinaryOp : std::uint8_t {
-  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
-  kEqual, kNotEqual, kLess, kLessEqual, kGreater, kGreaterEqual,  // → bool
-  kLogicalAnd, kLogicalOr,                                       // bool × bool → bool
-  kReluGrad, kSigmoidGrad, kTanhGrad, kGeluGrad,                 // (dy, x or y) → dx
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEqual,
+  kNotEqual,
+  kLess,
+  kLessEqual,
+  kGreater,
+  kGreaterEqual,  // → bool
+  kLogicalAnd,
+  kLogicalOr,  // bool × bool → bool
+  kReluGrad,
+  kSigmoidGrad,
+  kTanhGrad,
+  kGeluGrad,  // (dy, x or y) → dx
 };
 
 enum class ReduceKind : std::uint8_t { kSum, kMean, kMax, kMin, kProd };
@@ -33,9 +60,7 @@ enum class PoolKind : std::uint8_t { kMax, kAvg };
 // TF's padding strings: 'SAME' pads so that out = ceil(in / stride); 'VALID' does not pad.
 enum class Padding : std::uint8_t { kSame, kValid };
 
-inline bool is_comparison(BinaryOp op) {
-  return op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual;
-}
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual; }
 inline bool is_logical(BinaryOp op) { return op == BinaryOp::kLogicalAnd || op == BinaryOp::kLogicalOr; }
 
 }  // namespace chorus::ops

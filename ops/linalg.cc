@@ -14,8 +14,10 @@ namespace chorus::ops {
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   auto dev = internal::common_device("BatchMatMulV2", {a, b});
   internal::require_same_dtype("BatchMatMulV2", a, b);
-  if (dev->is_gpu()) internal::require_float("BatchMatMulV2", a, "a");
-  else internal::require_dtype("BatchMatMulV2", a, {DType::kFloat32, DType::kFloat64}, "a");
+  if (dev->is_gpu())
+    internal::require_float("BatchMatMulV2", a, "a");
+  else
+    internal::require_dtype("BatchMatMulV2", a, {DType::kFloat32, DType::kFloat64}, "a");
   const int ra = a.shape().rank(), rb = b.shape().rank();
   CHORUS_REQUIRE(ra >= 2 && rb >= 2, InvalidArgumentError, "BatchMatMulV2: both operands need rank >= 2, got ",
                  a.shape().to_string(), " and ", b.shape().to_string());
@@ -61,30 +63,30 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::gemm(*dev, a.dtype(), pa.data(), sa, pb.data(), sb, c.data(), nbatch, m, n, k, ta, tb));
     } else {
-      internal::run_cpu(*dev, [&] {
-        cpu::matmul(pa.dtype(), pa.data(), sa, pb.data(), sb, c.data(), nbatch, m, n, k, ta, tb);
-      });
+      internal::run_cpu(
+          *dev, [&] { cpu::matmul(pa.dtype(), pa.data(), sa, pb.data(), sb, c.data(), nbatch, m, n, k, ta, tb); });
     }
   }
   if (internal::should_record({a, b})) {
-    internal::record("BatchMatMulV2", {a, b}, {c}, [a, b, ta, tb](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-      const Tensor& g = gs[0];
-      Tensor ga, gb;
-      if (!ta && !tb) {
-        ga = matmul(g, b, false, true);
-        gb = matmul(a, g, true, false);
-      } else if (!ta && tb) {
-        ga = matmul(g, b, false, false);
-        gb = matmul(g, a, true, false);
-      } else if (ta && !tb) {
-        ga = matmul(b, g, false, true);
-        gb = matmul(a, g, false, false);
-      } else {
-        ga = matmul(b, g, true, true);
-        gb = matmul(g, a, true, true);
-      }
-      return {sum_to_shape(ga, a.shape()), sum_to_shape(gb, b.shape())};
-    });
+    internal::record("BatchMatMulV2", {a, b}, {c},
+                     [a, b, ta, tb](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+                       const Tensor& g = gs[0];
+                       Tensor ga, gb;
+                       if (!ta && !tb) {
+                         ga = matmul(g, b, false, true);
+                         gb = matmul(a, g, true, false);
+                       } else if (!ta && tb) {
+                         ga = matmul(g, b, false, false);
+                         gb = matmul(g, a, true, false);
+                       } else if (ta && !tb) {
+                         ga = matmul(b, g, false, true);
+                         gb = matmul(a, g, false, false);
+                       } else {
+                         ga = matmul(b, g, true, true);
+                         gb = matmul(g, a, true, true);
+                       }
+                       return {sum_to_shape(ga, a.shape()), sum_to_shape(gb, b.shape())};
+                     });
   }
   return c;
 }

@@ -19,8 +19,10 @@ namespace {
 using internal::output;
 
 void require_cpu_dnn_dtype(const char* op, const DeviceContext& dev, const Tensor& x) {
-  if (dev.is_gpu()) internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
-  else internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
+  if (dev.is_gpu())
+    internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
+  else
+    internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
 }
 
 Conv2dGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dOptions& o) {
@@ -50,8 +52,8 @@ Conv2dGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, con
   return g;
 }
 
-Conv2dGeometry pool_geometry(const char* op, const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> s,
-                             Padding padding) {
+Conv2dGeometry pool_geometry(const char* op, const Shape& x, std::array<std::int64_t, 2> k,
+                             std::array<std::int64_t, 2> s, Padding padding) {
   CHORUS_REQUIRE(x.rank() == 4, InvalidArgumentError, op, ": input must be NHWC (rank 4), got ", x.to_string());
   CHORUS_REQUIRE(k[0] > 0 && k[1] > 0 && s[0] > 0 && s[1] > 0, InvalidArgumentError, op,
                  ": ksize and strides must be > 0");
@@ -77,7 +79,8 @@ void record_no_second_order(const char* op, const std::vector<Tensor>& inputs, c
   const std::string name = op;
   internal::record(name, inputs, outputs, [name](const std::vector<Tensor>&) -> std::vector<Tensor> {
     throw UnimplementedError(chorus::internal::str_cat(
-        "the gradient of ", name, " is not implemented: second derivatives through conv2d, pooling, softmax, "
+        "the gradient of ", name,
+        " is not implemented: second derivatives through conv2d, pooling, softmax, "
         "batch_norm and the fused cross-entropy losses are not supported (elementwise ops, reductions, matmul and "
         "shape ops support them)"));
   });
@@ -108,9 +111,7 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
         if (d->is_gpu()) {
           CHORUS_IF_CUDA(cuda::pool2d_backward(*d, kind, x.dtype(), g, x.data(), y.data(), dy.data(), dx.data()));
         } else {
-          internal::run_cpu(*d, [&] {
-            cpu::pool2d_backward(kind, x.dtype(), g, x.data(), dy.data(), dx.data());
-          });
+          internal::run_cpu(*d, [&] { cpu::pool2d_backward(kind, x.dtype(), g, x.data(), dy.data(), dx.data()); });
         }
       }
       record_no_second_order(kind == PoolKind::kMax ? "MaxPoolGrad" : "AvgPoolGrad", {x, dy}, {dx});
@@ -144,9 +145,8 @@ Tensor softmax_last(bool log, const Tensor& x) {
         if (d->is_gpu()) {
           CHORUS_IF_CUDA(cuda::softmax_backward(*d, y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols));
         } else {
-          internal::run_cpu(*d, [&] {
-            cpu::softmax_backward(y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols);
-          });
+          internal::run_cpu(*d,
+                            [&] { cpu::softmax_backward(y.dtype(), log, y.data(), dy.data(), dx.data(), rows, cols); });
         }
       }
       record_no_second_order(log ? "LogSoftmaxGrad" : "SoftmaxGrad", {y, dy}, {dx});
@@ -189,16 +189,16 @@ std::pair<Tensor, Tensor> xent(bool sparse, const Tensor& labels, const Tensor& 
   if (rows > 0) {
     CHORUS_REQUIRE(cols > 0, InvalidArgumentError, name, ": logits have 0 classes");
     if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(sparse ? cuda::sparse_softmax_xent(dev->gpu_ordinal(), dev->stream().native_handle(), logits.dtype(),
-                                                        logits.data(), labels.dtype(), labels.data(), loss.data(),
-                                                        grad.data(), rows, cols)
+      CHORUS_IF_CUDA(sparse ? cuda::sparse_softmax_xent(dev->gpu_ordinal(), dev->stream().native_handle(),
+                                                        logits.dtype(), logits.data(), labels.dtype(), labels.data(),
+                                                        loss.data(), grad.data(), rows, cols)
                             : cuda::softmax_xent(dev->gpu_ordinal(), dev->stream().native_handle(), logits.dtype(),
                                                  logits.data(), labels.data(), loss.data(), grad.data(), rows, cols));
     } else {
       internal::run_cpu(*dev, [&] {
         if (sparse)
-          cpu::sparse_softmax_xent(logits.dtype(), logits.data(), labels.dtype(), labels.data(), loss.data(), grad.data(),
-                                   rows, cols);
+          cpu::sparse_softmax_xent(logits.dtype(), logits.data(), labels.dtype(), labels.data(), loss.data(),
+                                   grad.data(), rows, cols);
         else
           cpu::softmax_xent(logits.dtype(), logits.data(), labels.data(), loss.data(), grad.data(), rows, cols);
       });
@@ -248,8 +248,8 @@ Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Te
   require_cpu_dnn_dtype("Conv2DBackpropInput", *dev, dy);
   internal::require_same_dtype("Conv2DBackpropInput", w, dy);
   const Conv2dGeometry g = conv_geometry("Conv2DBackpropInput", input_shape, w.shape(), o);
-  CHORUS_REQUIRE(dy.shape() == nhwc(g), InvalidArgumentError, "Conv2DBackpropInput: dy has shape ", dy.shape().to_string(),
-                 ", the convolution's output is ", nhwc(g).to_string());
+  CHORUS_REQUIRE(dy.shape() == nhwc(g), InvalidArgumentError, "Conv2DBackpropInput: dy has shape ",
+                 dy.shape().to_string(), ", the convolution's output is ", nhwc(g).to_string());
   Tensor dx = g.input_elements() > 0 && g.output_elements() > 0 ? output(dev, input_shape, dy.dtype())
                                                                 : Tensor::zeros(input_shape, dy.dtype(), dev->name());
   if (g.input_elements() > 0 && g.output_elements() > 0) {
@@ -329,37 +329,37 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
     r.batch_variance = output(dev, Shape{c}, x.dtype());
     Tensor y = r.y, bm = r.batch_mean, bv = r.batch_variance;
     if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::batch_norm_training(*dev, x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(),
-                                               bv.data(), rows, c, epsilon));
+      CHORUS_IF_CUDA(cuda::batch_norm_training(*dev, x.dtype(), x.data(), gamma.data(), beta.data(), y.data(),
+                                               bm.data(), bv.data(), rows, c, epsilon));
     } else {
       internal::run_cpu(*dev, [&] {
-        cpu::batch_norm_training(x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(), bv.data(), rows, c,
-                                 epsilon);
+        cpu::batch_norm_training(x.dtype(), x.data(), gamma.data(), beta.data(), y.data(), bm.data(), bv.data(), rows,
+                                 c, epsilon);
       });
     }
     if (internal::should_record({x, gamma, beta})) {
-      internal::record(name, {x, gamma, beta}, {r.y, r.batch_mean, r.batch_variance},
-                       [x, gamma, bm, bv, rows, c, epsilon](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-                         // Gradients reaching batch_mean / batch_variance are ignored (as TF's fused op).
-                         if (!gs[0].defined()) return {Tensor(), Tensor(), Tensor()};
-                         const Tensor& dy = gs[0];
-                         auto d = dy.buffer()->device_ptr();
-                         Tensor dx = output(d, x.shape(), x.dtype());
-                         Tensor dg = output(d, gamma.shape(), x.dtype());
-                         Tensor db = output(d, gamma.shape(), x.dtype());
-                         if (d->is_gpu()) {
-                           CHORUS_IF_CUDA(cuda::batch_norm_backward(*d, x.dtype(), x.data(), dy.data(), gamma.data(),
-                                                                    bm.data(), bv.data(), dx.data(), dg.data(), db.data(),
-                                                                    rows, c, epsilon));
-                         } else {
-                           internal::run_cpu(*d, [&] {
-                             cpu::batch_norm_backward(x.dtype(), x.data(), dy.data(), gamma.data(), bm.data(), bv.data(),
-                                                      dx.data(), dg.data(), db.data(), rows, c, epsilon);
-                           });
-                         }
-                         record_no_second_order("FusedBatchNormGradV3", {x, dy, gamma}, {dx, dg, db});
-                         return {dx, dg, db};
-                       });
+      internal::record(
+          name, {x, gamma, beta}, {r.y, r.batch_mean, r.batch_variance},
+          [x, gamma, bm, bv, rows, c, epsilon](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+            // Gradients reaching batch_mean / batch_variance are ignored (as TF's fused op).
+            if (!gs[0].defined()) return {Tensor(), Tensor(), Tensor()};
+            const Tensor& dy = gs[0];
+            auto d = dy.buffer()->device_ptr();
+            Tensor dx = output(d, x.shape(), x.dtype());
+            Tensor dg = output(d, gamma.shape(), x.dtype());
+            Tensor db = output(d, gamma.shape(), x.dtype());
+            if (d->is_gpu()) {
+              CHORUS_IF_CUDA(cuda::batch_norm_backward(*d, x.dtype(), x.data(), dy.data(), gamma.data(), bm.data(),
+                                                       bv.data(), dx.data(), dg.data(), db.data(), rows, c, epsilon));
+            } else {
+              internal::run_cpu(*d, [&] {
+                cpu::batch_norm_backward(x.dtype(), x.data(), dy.data(), gamma.data(), bm.data(), bv.data(), dx.data(),
+                                         dg.data(), db.data(), rows, c, epsilon);
+              });
+            }
+            record_no_second_order("FusedBatchNormGradV3", {x, dy, gamma}, {dx, dg, db});
+            return {dx, dg, db};
+          });
     }
     return r;
   }
@@ -370,8 +370,8 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
                                                 variance.data(), y.data(), rows, c, epsilon));
     } else {
       internal::run_cpu(*dev, [&] {
-        cpu::batch_norm_inference(x.dtype(), x.data(), gamma.data(), beta.data(), mean.data(), variance.data(), y.data(),
-                                  rows, c, epsilon);
+        cpu::batch_norm_inference(x.dtype(), x.data(), gamma.data(), beta.data(), mean.data(), variance.data(),
+                                  y.data(), rows, c, epsilon);
       });
     }
   }

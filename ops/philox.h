@@ -327,18 +327,18 @@ CHORUS_PHILOX_HD inline void sample_block_f64(Distribution dist, PhiloxKey key, 
 
 // Integer uniform (TF's rule, with its modulo bias of at most range / 2^32 resp. range / 2^64).
 // Arithmetic in uint64 so that no signed overflow can happen; the result lies in [lo, lo + range).
-CHORUS_PHILOX_HD inline void sample_block_i32(PhiloxKey key, PhiloxCounter base, std::uint64_t g,
-                                              const SampleParams& p, std::int32_t out[4]) {
+CHORUS_PHILOX_HD inline void sample_block_i32(PhiloxKey key, PhiloxCounter base, std::uint64_t g, const SampleParams& p,
+                                              std::int32_t out[4]) {
   const PhiloxCounter w = philox4x32_10(philox_skip(base, g), key);
   const std::uint32_t range = static_cast<std::uint32_t>(p.range_u);
-  for (int j = 0; j < 4; ++j)
-    out[j] = static_cast<std::int32_t>(static_cast<std::uint32_t>(p.lo_i) + w.v[j] % range);
+  for (int j = 0; j < 4; ++j) out[j] = static_cast<std::int32_t>(static_cast<std::uint32_t>(p.lo_i) + w.v[j] % range);
 }
-CHORUS_PHILOX_HD inline void sample_block_i64(PhiloxKey key, PhiloxCounter base, std::uint64_t g,
-                                              const SampleParams& p, std::int64_t out[2]) {
+CHORUS_PHILOX_HD inline void sample_block_i64(PhiloxKey key, PhiloxCounter base, std::uint64_t g, const SampleParams& p,
+                                              std::int64_t out[2]) {
   const PhiloxCounter w = philox4x32_10(philox_skip(base, g), key);
   for (int j = 0; j < 2; ++j) {
-    const std::uint64_t bits = static_cast<std::uint64_t>(w.v[2 * j]) | static_cast<std::uint64_t>(w.v[2 * j + 1]) << 32;
+    const std::uint64_t bits = static_cast<std::uint64_t>(w.v[2 * j]) | static_cast<std::uint64_t>(w.v[2 * j + 1])
+                                                                            << 32;
     out[j] = static_cast<std::int64_t>(static_cast<std::uint64_t>(p.lo_i) + bits % p.range_u);
   }
 }

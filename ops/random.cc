@@ -4,8 +4,8 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -89,8 +89,8 @@ Draw check_uniform(std::string_view op, const UniformOptions& o) {
                  ", got minval = ", num(lo), ", maxval = ", num(hi),
                  (lo < hi ? str_cat(" (both round to ", num(lo_t), ")") : std::string()));
   // The range is computed in the compute type: float32 for all but float64.
-  const double range = dt == DType::kFloat64 ? hi_t - lo_t
-                                             : static_cast<double>(static_cast<float>(hi_t) - static_cast<float>(lo_t));
+  const double range =
+      dt == DType::kFloat64 ? hi_t - lo_t : static_cast<double>(static_cast<float>(hi_t) - static_cast<float>(lo_t));
   CHORUS_REQUIRE(std::isfinite(range), InvalidArgumentError, op, ": maxval - minval = ", num(hi), " - ", num(lo),
                  " overflows ", dt == DType::kFloat64 ? "float64" : "float32");
   return {Distribution::kUniform, dt, lo, hi};
@@ -122,9 +122,7 @@ void enqueue_fill(const Tensor& out, const Draw& d, PhiloxKey key, PhiloxCounter
                                      d.a, d.b, out.data(), n));
   } else {
     // The lambda holds `out`, so its storage lives until the fill ran.
-    internal::run_cpu(dev, [&] {
-      cpu::fill_random(d.dist, d.dtype, key, counter, d.a, d.b, out.data(), n);
-    });
+    internal::run_cpu(dev, [&] { cpu::fill_random(d.dist, d.dtype, key, counter, d.a, d.b, out.data(), n); });
   }
 }
 
@@ -200,8 +198,7 @@ SampleParams make_sample_params(Distribution dist, DType dtype, double a, double
       p.max_f = bfloat16_to_float(below_16(hi));
       break;
     }
-    default:
-      break;
+    default: break;
   }
   return p;
 }
@@ -228,8 +225,8 @@ void for_each_block(std::int64_t n, Sample sample, Store store) {
 
 void fill_random(Distribution dist, DType dtype, PhiloxKey key, PhiloxCounter counter, double a, double b, void* out,
                  std::int64_t n) {
-  CHORUS_REQUIRE(is_float_dtype(dtype) || (is_int_dtype(dtype) && dist == Distribution::kUniform),
-                 InvalidArgumentError, "fill_random: dtype ", dtype_name(dtype),
+  CHORUS_REQUIRE(is_float_dtype(dtype) || (is_int_dtype(dtype) && dist == Distribution::kUniform), InvalidArgumentError,
+                 "fill_random: dtype ", dtype_name(dtype),
                  " is not supported for this distribution: use float32, float64, float16 or bfloat16 (and "
                  "int32/int64 for uniform)");
   if (n <= 0) return;
@@ -272,8 +269,7 @@ void fill_random(Distribution dist, DType dtype, PhiloxKey key, PhiloxCounter co
           [y](std::int64_t i, std::int64_t v) { y[i] = v; });
       break;
     }
-    default:
-      break;  // rejected above
+    default: break;  // rejected above
   }
 }
 
@@ -374,7 +370,8 @@ PhiloxCounter Generator::reserve(std::uint64_t blocks, PhiloxKey* key) {
 
 Tensor Generator::uniform(const Shape& shape, const UniformOptions& options) {
   const Draw d = check_uniform("Generator::uniform", options);
-  Tensor out = allocate(is_int_dtype(d.dtype) ? "StatefulUniformInt" : "StatefulUniform", shape, d.dtype, options.device);
+  Tensor out =
+      allocate(is_int_dtype(d.dtype) ? "StatefulUniformInt" : "StatefulUniform", shape, d.dtype, options.device);
   if (out.num_elements() == 0) return out;
   PhiloxKey key;
   const PhiloxCounter counter = reserve(philox_blocks(d.dtype, out.num_elements()), &key);
@@ -410,7 +407,8 @@ std::vector<Generator> Generator::split(int count) {
   children.reserve(static_cast<std::size_t>(count));
   for (int j = 0; j < count; ++j) {
     const PhiloxCounter w = philox4x32_10(philox_skip(at, static_cast<std::uint64_t>(j)), key);
-    children.emplace_back(GeneratorState::from_philox(PhiloxKey{{w.v[0], w.v[1]}}, PhiloxCounter{{0, 0, w.v[2], w.v[3]}}));
+    children.emplace_back(
+        GeneratorState::from_philox(PhiloxKey{{w.v[0], w.v[1]}}, PhiloxCounter{{0, 0, w.v[2], w.v[3]}}));
   }
   return children;
 }
@@ -424,8 +422,12 @@ Generator& global_generator() {
 
 void set_seed(std::uint64_t seed) { global_generator().reset_from_seed(seed); }
 
-Tensor random_uniform(const Shape& shape, const UniformOptions& options) { return global_generator().uniform(shape, options); }
-Tensor random_normal(const Shape& shape, const NormalOptions& options) { return global_generator().normal(shape, options); }
+Tensor random_uniform(const Shape& shape, const UniformOptions& options) {
+  return global_generator().uniform(shape, options);
+}
+Tensor random_normal(const Shape& shape, const NormalOptions& options) {
+  return global_generator().normal(shape, options);
+}
 Tensor truncated_normal(const Shape& shape, const NormalOptions& options) {
   return global_generator().truncated_normal(shape, options);
 }

@@ -58,7 +58,7 @@ struct UniformOptions {
   double minval = 0;
   std::optional<double> maxval;  // unset: 1 for floats, an error for integers
   DType dtype = DType::kFloat32;
-  std::string device = "";       // "" → placement rules (DeviceScope, GPU if any, CPU)
+  std::string device = "";  // "" → placement rules (DeviceScope, GPU if any, CPU)
 };
 
 // Options of the normal and truncated normal ops: value = mean + stddev * z. Truncated normal
@@ -74,9 +74,11 @@ struct NormalOptions {
 // ---- stateless ops: tf.random.stateless_* ----
 // The seed is TF's shape-[2] seed; it is scrambled into a Philox key and counter as TF does.
 // The same seed and arguments give the same tensor, every time, everywhere.
-Tensor stateless_random_uniform(const Shape& shape, std::array<std::int64_t, 2> seed, const UniformOptions& options = {});
+Tensor stateless_random_uniform(const Shape& shape, std::array<std::int64_t, 2> seed,
+                                const UniformOptions& options = {});
 Tensor stateless_random_normal(const Shape& shape, std::array<std::int64_t, 2> seed, const NormalOptions& options = {});
-Tensor stateless_truncated_normal(const Shape& shape, std::array<std::int64_t, 2> seed, const NormalOptions& options = {});
+Tensor stateless_truncated_normal(const Shape& shape, std::array<std::int64_t, 2> seed,
+                                  const NormalOptions& options = {});
 
 // ---- tf.random.Generator ----
 

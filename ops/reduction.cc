@@ -35,8 +35,10 @@ Shape reduced_shape(const Shape& s, const std::vector<int>& axes, bool keepdims)
   std::vector<std::int64_t> dims;
   for (int d = 0; d < s.rank(); ++d) {
     const bool reduced = std::binary_search(axes.begin(), axes.end(), d);
-    if (!reduced) dims.push_back(s.dims()[static_cast<std::size_t>(d)]);
-    else if (keepdims) dims.push_back(1);
+    if (!reduced)
+      dims.push_back(s.dims()[static_cast<std::size_t>(d)]);
+    else if (keepdims)
+      dims.push_back(1);
   }
   return Shape(std::move(dims));
 }
@@ -94,8 +96,9 @@ const char* kind_name(ReduceKind k) {
 Tensor reduce(ReduceKind kind, const Tensor& x, const Axes& axes_in, bool keepdims) {
   const char* name = kind_name(kind);
   auto dev = internal::device_of(name, x);
-  internal::require_dtype(name, x, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                                    DType::kInt64, DType::kUInt8});
+  internal::require_dtype(name, x,
+                          {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                           DType::kInt64, DType::kUInt8});
   const std::vector<int> axes = resolve_axes(name, axes_in, x.shape().rank());
   const Shape out_shape = reduced_shape(x.shape(), axes, keepdims);
   Tensor y = output(dev, out_shape, x.dtype());
@@ -105,13 +108,11 @@ Tensor reduce(ReduceKind kind, const Tensor& x, const Axes& axes_in, bool keepdi
     if (kind == ReduceKind::kMean && p.r == 0) {
       y = Tensor::full(out_shape, std::nan(""), x.dtype(), dev->name());
     } else if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::reduce(dev->gpu_ordinal(), dev->stream().native_handle(), kind, x.dtype(), in.data(), y.data(),
-                                  p.outer, p.r, p.inner));
+      CHORUS_IF_CUDA(cuda::reduce(dev->gpu_ordinal(), dev->stream().native_handle(), kind, x.dtype(), in.data(),
+                                  y.data(), p.outer, p.r, p.inner));
     } else {
       const auto outer = p.outer, r = p.r, inner = p.inner;
-      internal::run_cpu(*dev, [&] {
-        cpu::reduce(kind, in.dtype(), in.data(), y.data(), outer, r, inner);
-      });
+      internal::run_cpu(*dev, [&] { cpu::reduce(kind, in.dtype(), in.data(), y.data(), outer, r, inner); });
     }
   }
   if (is_floating(x.dtype()) && internal::should_record({x})) {
@@ -139,8 +140,9 @@ Tensor reduce(ReduceKind kind, const Tensor& x, const Axes& axes_in, bool keepdi
 Tensor arg(bool min, const Tensor& x, int axis) {
   const char* name = min ? "ArgMin" : "ArgMax";
   auto dev = internal::device_of(name, x);
-  internal::require_dtype(name, x, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                                    DType::kInt64, DType::kUInt8});
+  internal::require_dtype(name, x,
+                          {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                           DType::kInt64, DType::kUInt8});
   const int a = internal::normalize_axis(name, axis, x.shape().rank());
   const auto& d = x.shape().dims();
   const std::int64_t r = d[static_cast<std::size_t>(a)];
@@ -156,19 +158,26 @@ Tensor arg(bool min, const Tensor& x, int axis) {
     CHORUS_IF_CUDA(cuda::argmax(dev->gpu_ordinal(), dev->stream().native_handle(), min, x.dtype(), x.data(),
                                 static_cast<std::int64_t*>(y.data()), outer, r, inner));
   } else {
-    internal::run_cpu(*dev, [&] {
-      cpu::argmax(min, x.dtype(), x.data(), static_cast<std::int64_t*>(y.data()), outer, r, inner);
-    });
+    internal::run_cpu(
+        *dev, [&] { cpu::argmax(min, x.dtype(), x.data(), static_cast<std::int64_t*>(y.data()), outer, r, inner); });
   }
   return y;
 }
 
 }  // namespace
 
-Tensor reduce_sum(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(ReduceKind::kSum, x, axes, keepdims); }
-Tensor reduce_mean(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(ReduceKind::kMean, x, axes, keepdims); }
-Tensor reduce_max(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(ReduceKind::kMax, x, axes, keepdims); }
-Tensor reduce_min(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(ReduceKind::kMin, x, axes, keepdims); }
+Tensor reduce_sum(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce(ReduceKind::kSum, x, axes, keepdims);
+}
+Tensor reduce_mean(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce(ReduceKind::kMean, x, axes, keepdims);
+}
+Tensor reduce_max(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce(ReduceKind::kMax, x, axes, keepdims);
+}
+Tensor reduce_min(const Tensor& x, const Axes& axes, bool keepdims) {
+  return reduce(ReduceKind::kMin, x, axes, keepdims);
+}
 Tensor argmax(const Tensor& x, int axis) { return arg(false, x, axis); }
 Tensor argmin(const Tensor& x, int axis) { return arg(true, x, axis); }
 
@@ -180,7 +189,8 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   std::vector<int> axes;
   for (int d = 0; d < gr; ++d) {
     const int sd = d - (gr - sr);
-    if (sd < 0 || (shape.dims()[static_cast<std::size_t>(sd)] == 1 && g.shape().dims()[static_cast<std::size_t>(d)] != 1))
+    if (sd < 0 ||
+        (shape.dims()[static_cast<std::size_t>(sd)] == 1 && g.shape().dims()[static_cast<std::size_t>(d)] != 1))
       axes.push_back(d);
   }
   Tensor s = axes.empty() ? g : reduce_sum(g, Axes(axes), true);

@@ -16,8 +16,8 @@
 namespace chorus::ops {
 namespace {
 
-using internal::output;
 using chorus::internal::str_cat;
+using internal::output;
 
 // "(4, -1)": the user's numbers as given (not through Shape, which rejects negative dims).
 std::string dims_str(const std::vector<std::int64_t>& v) {
@@ -34,7 +34,8 @@ void copy_region(DeviceContext& dev, const char* op, const Tensor& src, const st
   const CopyLayout layout = internal::copy_layout(op, dims, src_strides, src_off, dst_strides, dst_off);
   const std::size_t es = dtype_size(src.dtype());
   if (dev.is_gpu()) {
-    CHORUS_IF_CUDA(cuda::copy_strided(dev.gpu_ordinal(), dev.stream().native_handle(), es, layout, src.data(), dst.data()));
+    CHORUS_IF_CUDA(
+        cuda::copy_strided(dev.gpu_ordinal(), dev.stream().native_handle(), es, layout, src.data(), dst.data()));
   } else {
     internal::run_cpu(dev, [&] { cpu::copy_strided(es, layout, src.data(), dst.data()); });
   }
@@ -52,13 +53,15 @@ Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
       CHORUS_REQUIRE(infer < 0, InvalidArgumentError, "Reshape: only one dimension may be -1, got ", dims_str(shape));
       infer = static_cast<int>(i);
     } else {
-      CHORUS_REQUIRE(dims[i] >= 0, InvalidArgumentError, "Reshape: invalid dimension ", dims[i], " in ", dims_str(shape));
+      CHORUS_REQUIRE(dims[i] >= 0, InvalidArgumentError, "Reshape: invalid dimension ", dims[i], " in ",
+                     dims_str(shape));
       known *= dims[i];
     }
   }
   if (infer >= 0) {
-    CHORUS_REQUIRE(known > 0 && x.num_elements() % known == 0, InvalidArgumentError, "Reshape: cannot reshape a tensor of ",
-                   x.num_elements(), " elements (shape ", x.shape().to_string(), ") to ", dims_str(shape));
+    CHORUS_REQUIRE(known > 0 && x.num_elements() % known == 0, InvalidArgumentError,
+                   "Reshape: cannot reshape a tensor of ", x.num_elements(), " elements (shape ", x.shape().to_string(),
+                   ") to ", dims_str(shape));
     dims[static_cast<std::size_t>(infer)] = x.num_elements() / known;
   }
   Tensor y = x.reshape(Shape(dims));  // checks the element count
@@ -115,9 +118,9 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std:
   const auto& d = x.shape().dims();
   for (std::size_t i = 0; i < size.size(); ++i) {
     if (size[i] == -1) size[i] = d[i] - begin[i];
-    CHORUS_REQUIRE(begin[i] >= 0 && size[i] >= 0 && begin[i] + size[i] <= d[i], InvalidArgumentError,
-                   "Slice: begin ", dims_str(begin), " size ", dims_str(size_in), " is out of bounds for shape ",
-                   x.shape().to_string(), " (dimension ", i, ")");
+    CHORUS_REQUIRE(begin[i] >= 0 && size[i] >= 0 && begin[i] + size[i] <= d[i], InvalidArgumentError, "Slice: begin ",
+                   dims_str(begin), " size ", dims_str(size_in), " is out of bounds for shape ", x.shape().to_string(),
+                   " (dimension ", i, ")");
   }
   const auto strides = internal::contiguous_strides(x.shape());
   std::int64_t off = 0;
@@ -128,8 +131,7 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& begin, const std:
     const Shape in = x.shape();
     internal::record("Slice", {x}, {y}, [in, begin, size](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
       std::vector<std::pair<std::int64_t, std::int64_t>> pads;
-      for (std::size_t i = 0; i < begin.size(); ++i)
-        pads.emplace_back(begin[i], in.dims()[i] - begin[i] - size[i]);
+      for (std::size_t i = 0; i < begin.size(); ++i) pads.emplace_back(begin[i], in.dims()[i] - begin[i] - size[i]);
       return {pad(gs[0], pads)};
     });
   }
@@ -144,7 +146,8 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64
   std::vector<std::int64_t> dims = x.shape().dims();
   for (std::size_t i = 0; i < dims.size(); ++i) {
     CHORUS_REQUIRE(paddings[i].first >= 0 && paddings[i].second >= 0, InvalidArgumentError,
-                   "PadV2: paddings must be >= 0, dimension ", i, " has {", paddings[i].first, ", ", paddings[i].second, "}");
+                   "PadV2: paddings must be >= 0, dimension ", i, " has {", paddings[i].first, ", ", paddings[i].second,
+                   "}");
     dims[i] += paddings[i].first + paddings[i].second;
   }
   Tensor y = Tensor::full(Shape(dims), constant, x.dtype(), dev->name());
@@ -207,7 +210,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
   std::int64_t known = 0;
   int infer = -1;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == -1 && infer < 0) infer = static_cast<int>(i);
+    if (sizes[i] == -1 && infer < 0)
+      infer = static_cast<int>(i);
     else {
       CHORUS_REQUIRE(sizes[i] >= 0, InvalidArgumentError, "SplitV: invalid size ", sizes[i]);
       known += sizes[i];
@@ -250,16 +254,16 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
     CopyLayout layout = bl;
     const std::size_t es = dtype_size(x.dtype());
     if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::copy_strided(dev->gpu_ordinal(), dev->stream().native_handle(), es, layout, x.data(), y.data()));
+      CHORUS_IF_CUDA(
+          cuda::copy_strided(dev->gpu_ordinal(), dev->stream().native_handle(), es, layout, x.data(), y.data()));
     } else {
       internal::run_cpu(*dev, [&] { cpu::copy_strided(es, layout, x.data(), y.data()); });
     }
   }
   if (is_floating(x.dtype()) && internal::should_record({x})) {
     const Shape in = x.shape();
-    internal::record("BroadcastTo", {x}, {y}, [in](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-      return {sum_to_shape(gs[0], in)};
-    });
+    internal::record("BroadcastTo", {x}, {y},
+                     [in](const std::vector<Tensor>& gs) -> std::vector<Tensor> { return {sum_to_shape(gs[0], in)}; });
   }
   return y;
 }
@@ -332,8 +336,8 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
   const std::int64_t n = indices.num_elements();
   if (y.num_elements() > 0 || (n > 0 && inner == 0)) {
     if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::gather(dev->gpu_ordinal(), dev->stream().native_handle(), params.dtype(), params.data(), rows,
-                                  inner, indices.dtype(), indices.data(), n, y.data()));
+      CHORUS_IF_CUDA(cuda::gather(dev->gpu_ordinal(), dev->stream().native_handle(), params.dtype(), params.data(),
+                                  rows, inner, indices.dtype(), indices.data(), n, y.data()));
     } else {
       internal::run_cpu(*dev, [&] {
         cpu::gather(params.dtype(), params.data(), rows, inner, indices.dtype(), indices.data(), n, y.data());
@@ -349,12 +353,13 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis) {
                        Tensor dp = Tensor::zeros(pshape, g.dtype(), gdev->name());
                        if (n > 0 && inner > 0) {
                          if (gdev->is_gpu()) {
-                           CHORUS_IF_CUDA(cuda::scatter_add(gdev->gpu_ordinal(), gdev->stream().native_handle(), g.dtype(),
-                                                            g.data(), inner, indices.dtype(), indices.data(), n, dp.data(),
-                                                            rows, op_determinism_enabled()));
+                           CHORUS_IF_CUDA(cuda::scatter_add(gdev->gpu_ordinal(), gdev->stream().native_handle(),
+                                                            g.dtype(), g.data(), inner, indices.dtype(), indices.data(),
+                                                            n, dp.data(), rows, op_determinism_enabled()));
                          } else {
                            internal::run_cpu(*gdev, [&] {
-                             cpu::scatter_add(g.dtype(), g.data(), inner, indices.dtype(), indices.data(), n, dp.data(), rows);
+                             cpu::scatter_add(g.dtype(), g.data(), inner, indices.dtype(), indices.data(), n, dp.data(),
+                                              rows);
                            });
                          }
                        }
@@ -377,9 +382,8 @@ Tensor one_hot(const Tensor& indices, std::int64_t depth, double on_value, doubl
       CHORUS_IF_CUDA(cuda::one_hot(dev->gpu_ordinal(), dev->stream().native_handle(), dtype, indices.dtype(),
                                    indices.data(), n, depth, on_value, off_value, y.data()));
     } else {
-      internal::run_cpu(*dev, [&] {
-        cpu::one_hot(dtype, indices.dtype(), indices.data(), n, depth, on_value, off_value, y.data());
-      });
+      internal::run_cpu(
+          *dev, [&] { cpu::one_hot(dtype, indices.dtype(), indices.data(), n, depth, on_value, off_value, y.data()); });
     }
   }
   return y;

@@ -33,8 +33,7 @@ Tensor gather(const Tensor& params, const Tensor& indices, int axis = 0);
 Tensor one_hot(const Tensor& indices, std::int64_t depth, double on_value = 1.0, double off_value = 0.0,
                DType dtype = DType::kFloat32);
 // paddings: one {before, after} pair per dim, >= 0 (tf.pad, mode CONSTANT).
-Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings,
-           double constant = 0.0);
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& paddings, double constant = 0.0);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Tensor expand_dims(const Tensor& x, int axis);
 // Removes the given size-1 axes (all size-1 axes when empty).

@@ -223,8 +223,10 @@ void record(std::string_view op, const std::vector<Tensor>& inputs, const std::v
       node.outputs.push_back(t.id());
       if (is_floating(t.dtype())) tape->watched.insert(t.id());
     }
-    if (tape == last) node.backward = std::move(backward);
-    else node.backward = backward;
+    if (tape == last)
+      node.backward = std::move(backward);
+    else
+      node.backward = backward;
     tape->nodes.push_back(std::move(node));
   }
 }

@@ -52,8 +52,10 @@ bool apply_adam(Tensor& w, Tensor& m, Tensor& v, const Tensor& g, double alpha, 
   if (dev.is_gpu() || &m.device_context() != &dev || &v.device_context() != &dev || &g.device_context() != &dev)
     return false;
   if (w.num_elements() == 0) return true;
-  if (dt == DType::kFloat32) run_adam<float>(dev, w, m, v, g, alpha, beta_1, beta_2, epsilon);
-  else run_adam<double>(dev, w, m, v, g, alpha, beta_1, beta_2, epsilon);
+  if (dt == DType::kFloat32)
+    run_adam<float>(dev, w, m, v, g, alpha, beta_1, beta_2, epsilon);
+  else
+    run_adam<double>(dev, w, m, v, g, alpha, beta_1, beta_2, epsilon);
   return true;
 }
 

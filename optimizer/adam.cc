@@ -23,16 +23,25 @@ void check_adam(const char* who, double beta_1, double beta_2, double epsilon) {
 AdamOptions from_adamw(const AdamWOptions& o) {
   CHORUS_REQUIRE(std::isfinite(o.weight_decay), InvalidArgumentError,
                  "AdamW: Argument `weight_decay` must be a float. Received: weight_decay=", o.weight_decay);
-  return {.learning_rate = o.learning_rate, .beta_1 = o.beta_1, .beta_2 = o.beta_2, .epsilon = o.epsilon,
-          .amsgrad = o.amsgrad, .weight_decay = o.weight_decay, .clipnorm = o.clipnorm, .clipvalue = o.clipvalue,
-          .global_clipnorm = o.global_clipnorm, .name = o.name};
+  return {.learning_rate = o.learning_rate,
+          .beta_1 = o.beta_1,
+          .beta_2 = o.beta_2,
+          .epsilon = o.epsilon,
+          .amsgrad = o.amsgrad,
+          .weight_decay = o.weight_decay,
+          .clipnorm = o.clipnorm,
+          .clipvalue = o.clipvalue,
+          .global_clipnorm = o.global_clipnorm,
+          .name = o.name};
 }
 
 }  // namespace
 
 Adam::Adam(const AdamOptions& o)
     : Optimizer(o.name, o.learning_rate,
-                {.weight_decay = o.weight_decay, .clipnorm = o.clipnorm, .clipvalue = o.clipvalue,
+                {.weight_decay = o.weight_decay,
+                 .clipnorm = o.clipnorm,
+                 .clipvalue = o.clipvalue,
                  .global_clipnorm = o.global_clipnorm}),
       beta_1_(o.beta_1),
       beta_2_(o.beta_2),
@@ -64,16 +73,15 @@ void Adam::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, c
     update_in_place(v_hat, ops::maximum(v_hat, v));
     denom_v = v_hat;
   }
-  const Tensor delta = ops::div(ops::mul(m, ops::scalar_like(m, alpha)),
-                                ops::add(ops::sqrt(denom_v), ops::scalar_like(m, epsilon_)));
+  const Tensor delta =
+      ops::div(ops::mul(m, ops::scalar_like(m, alpha)), ops::add(ops::sqrt(denom_v), ops::scalar_like(m, epsilon_)));
   update_in_place(w, ops::sub(w, delta));
 }
 
 std::string Adam::config_fields() const {
-  return chorus::internal::str_cat("\"beta_1\": ", detail::format_number(beta_1_),
-                                   ", \"beta_2\": ", detail::format_number(beta_2_),
-                                   ", \"epsilon\": ", detail::format_number(epsilon_),
-                                   ", \"amsgrad\": ", detail::format_bool(amsgrad_));
+  return chorus::internal::str_cat(
+      "\"beta_1\": ", detail::format_number(beta_1_), ", \"beta_2\": ", detail::format_number(beta_2_),
+      ", \"epsilon\": ", detail::format_number(epsilon_), ", \"amsgrad\": ", detail::format_bool(amsgrad_));
 }
 
 }  // namespace chorus::optimizers

@@ -25,7 +25,8 @@ Tensor clip_by_norm(const Tensor& gradient, double clip_norm) {
   if (!gradient.defined()) return gradient;
   const Tensor norm = ops::sqrt(sum_of_squares(gradient));
   // c / max(‖g‖, c): exactly 1 when ‖g‖ <= c (a zero gradient included).
-  const Tensor factor = ops::div(ops::scalar_like(norm, clip_norm), ops::maximum(norm, ops::scalar_like(norm, clip_norm)));
+  const Tensor factor =
+      ops::div(ops::scalar_like(norm, clip_norm), ops::maximum(norm, ops::scalar_like(norm, clip_norm)));
   return ops::mul(gradient, ops::cast(factor, gradient.dtype()));
 }
 
@@ -67,9 +68,8 @@ std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& gradients, do
 }
 
 Tensor clip_by_value(const Tensor& gradient, double clip_value_min, double clip_value_max) {
-  CHORUS_REQUIRE(clip_value_min <= clip_value_max, InvalidArgumentError,
-                 "clip_by_value: clip_value_min (", clip_value_min, ") must be <= clip_value_max (", clip_value_max,
-                 ")");
+  CHORUS_REQUIRE(clip_value_min <= clip_value_max, InvalidArgumentError, "clip_by_value: clip_value_min (",
+                 clip_value_min, ") must be <= clip_value_max (", clip_value_max, ")");
   if (!gradient.defined()) return gradient;
   return ops::minimum(ops::maximum(gradient, ops::scalar_like(gradient, clip_value_min)),
                       ops::scalar_like(gradient, clip_value_max));

@@ -36,10 +36,10 @@ double ExponentialDecay::operator()(std::int64_t step) const {
 }
 
 std::string ExponentialDecay::get_config() const {
-  return chorus::internal::str_cat("{\"class_name\": \"ExponentialDecay\", \"config\": {\"initial_learning_rate\": ",
-                                   format_number(initial_), ", \"decay_steps\": ", decay_steps_,
-                                   ", \"decay_rate\": ", format_number(decay_rate_),
-                                   ", \"staircase\": ", detail::format_bool(staircase_), "}}");
+  return chorus::internal::str_cat(
+      "{\"class_name\": \"ExponentialDecay\", \"config\": {\"initial_learning_rate\": ", format_number(initial_),
+      ", \"decay_steps\": ", decay_steps_, ", \"decay_rate\": ", format_number(decay_rate_),
+      ", \"staircase\": ", detail::format_bool(staircase_), "}}");
 }
 
 CosineDecay::CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha,
@@ -51,9 +51,9 @@ CosineDecay::CosineDecay(double initial_learning_rate, std::int64_t decay_steps,
       warmup_steps_(warmup_steps) {
   CHORUS_REQUIRE(decay_steps > 0, InvalidArgumentError,
                  "CosineDecay: Argument `decay_steps` must be > 0. Received: decay_steps=", decay_steps);
-  CHORUS_REQUIRE(alpha >= 0.0 && alpha <= 1.0, InvalidArgumentError,
-                 "CosineDecay: `alpha` (the final rate as a fraction of the initial one) must be in [0, 1]. Received: ",
-                 alpha);
+  CHORUS_REQUIRE(
+      alpha >= 0.0 && alpha <= 1.0, InvalidArgumentError,
+      "CosineDecay: `alpha` (the final rate as a fraction of the initial one) must be in [0, 1]. Received: ", alpha);
   CHORUS_REQUIRE(warmup_steps >= 0, InvalidArgumentError,
                  "CosineDecay: `warmup_steps` must be >= 0. Received: warmup_steps=", warmup_steps);
   CHORUS_REQUIRE(warmup_target.has_value() || warmup_steps == 0, InvalidArgumentError,
@@ -76,18 +76,18 @@ double CosineDecay::operator()(std::int64_t step) const {
 }
 
 std::string CosineDecay::get_config() const {
-  return chorus::internal::str_cat("{\"class_name\": \"CosineDecay\", \"config\": {\"initial_learning_rate\": ",
-                                   format_number(initial_), ", \"decay_steps\": ", decay_steps_,
-                                   ", \"alpha\": ", format_number(alpha_),
-                                   ", \"warmup_target\": ", format_number(warmup_target_),
-                                   ", \"warmup_steps\": ", warmup_steps_, "}}");
+  return chorus::internal::str_cat(
+      "{\"class_name\": \"CosineDecay\", \"config\": {\"initial_learning_rate\": ", format_number(initial_),
+      ", \"decay_steps\": ", decay_steps_, ", \"alpha\": ", format_number(alpha_),
+      ", \"warmup_target\": ", format_number(warmup_target_), ", \"warmup_steps\": ", warmup_steps_, "}}");
 }
 
 PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::int64_t> boundaries, std::vector<double> values)
     : boundaries_(std::move(boundaries)), values_(std::move(values)) {
   CHORUS_REQUIRE(values_.size() == boundaries_.size() + 1, InvalidArgumentError,
                  "PiecewiseConstantDecay: The length of boundaries should be 1 less than the length of values. "
-                 "Received: boundaries=", detail::format_int_list(boundaries_), " of length ", boundaries_.size(),
+                 "Received: boundaries=",
+                 detail::format_int_list(boundaries_), " of length ", boundaries_.size(),
                  ", and values=", detail::format_list(values_), " of length ", values_.size());
   for (std::size_t i = 1; i < boundaries_.size(); ++i)
     CHORUS_REQUIRE(boundaries_[i - 1] < boundaries_[i], InvalidArgumentError,
@@ -104,8 +104,8 @@ double PiecewiseConstantDecay::operator()(std::int64_t step) const {
 
 std::string PiecewiseConstantDecay::get_config() const {
   return chorus::internal::str_cat("{\"class_name\": \"PiecewiseConstantDecay\", \"config\": {\"boundaries\": ",
-                                   detail::format_int_list(boundaries_), ", \"values\": ",
-                                   detail::format_list(values_), "}}");
+                                   detail::format_int_list(boundaries_), ", \"values\": ", detail::format_list(values_),
+                                   "}}");
 }
 
 }  // namespace schedules

@@ -94,8 +94,8 @@ class LearningRate {
   LearningRate(double value);  // NOLINT: implicit, as `learning_rate=1e-3` in Keras
   LearningRate(std::shared_ptr<const LearningRateSchedule> schedule);  // NOLINT
   template <typename S>
-    requires std::is_base_of_v<LearningRateSchedule, std::remove_cvref_t<S>>
-  LearningRate(S&& schedule)  // NOLINT: `.learning_rate = schedules::CosineDecay(...)`
+  requires std::is_base_of_v<LearningRateSchedule, std::remove_cvref_t<S>> LearningRate(
+      S&& schedule)  // NOLINT: `.learning_rate = schedules::CosineDecay(...)`
       : LearningRate(std::shared_ptr<const LearningRateSchedule>(
             std::make_shared<std::remove_cvref_t<S>>(std::forward<S>(schedule)))) {}
 

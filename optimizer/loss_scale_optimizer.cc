@@ -58,11 +58,12 @@ LossScaleOptimizer::LossScaleOptimizer(std::shared_ptr<Optimizer> inner_optimize
                  "LossScaleOptimizer: dynamic_growth_steps must be a positive integer, got ",
                  options.dynamic_growth_steps);
   // Like `iterations`: every replica updates its own component with the same host values.
-  current_loss_scale_ = make_variable({.initial_value = Tensor::scalar<float>(static_cast<float>(options.initial_scale), "/cpu:0"),
-                                       .name = "current_loss_scale",
-                                       .trainable = false,
-                                       .synchronization = VariableSynchronization::kOnWrite,
-                                       .aggregation = VariableAggregation::kOnlyFirstReplica});
+  current_loss_scale_ =
+      make_variable({.initial_value = Tensor::scalar<float>(static_cast<float>(options.initial_scale), "/cpu:0"),
+                     .name = "current_loss_scale",
+                     .trainable = false,
+                     .synchronization = VariableSynchronization::kOnWrite,
+                     .aggregation = VariableAggregation::kOnlyFirstReplica});
   good_steps_ = make_variable({.initial_value = Tensor::zeros({}, DType::kInt64, "/cpu:0"),
                                .name = "good_steps",
                                .trainable = false,

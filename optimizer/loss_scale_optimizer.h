@@ -56,7 +56,7 @@ namespace chorus::optimizers {
 
 struct LossScaleOptions {
   bool dynamic = true;
-  double initial_scale = 32768.0;          // 2^15, Keras's default
+  double initial_scale = 32768.0;            // 2^15, Keras's default
   std::int64_t dynamic_growth_steps = 2000;  // Keras's default
 };
 

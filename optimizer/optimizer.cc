@@ -24,8 +24,8 @@ using chorus::internal::str_cat;
 
 struct Optimizer::State {
   struct Entry {
-    Variable variable;           // keeps the key alive
-    std::vector<Variable> slots; // in slot_names() order
+    Variable variable;            // keeps the key alive
+    std::vector<Variable> slots;  // in slot_names() order
   };
   // Guards entries/index: replicas look slots up concurrently while a merge_call creates them.
   mutable std::mutex mu;
@@ -48,10 +48,13 @@ namespace {
 constexpr chorus::internal::JoinOptions kQuoted{.quote = "'"};  // names in messages: ['a', 'b']
 
 void require_positive(const std::optional<double>& v, const char* what) {
-  if (v) CHORUS_REQUIRE(std::isfinite(*v) && *v > 0.0, InvalidArgumentError, "`", what, "` must be a number > 0, got ", *v);
+  if (v)
+    CHORUS_REQUIRE(std::isfinite(*v) && *v > 0.0, InvalidArgumentError, "`", what, "` must be a number > 0, got ", *v);
 }
 
-std::string describe(const Tensor& t) { return str_cat("shape ", t.shape().to_string(), " and dtype ", dtype_name(t.dtype())); }
+std::string describe(const Tensor& t) {
+  return str_cat("shape ", t.shape().to_string(), " and dtype ", dtype_name(t.dtype()));
+}
 
 // Under a strategy with more than one replica, each replica updates its own component: that only
 // makes sense for ON_WRITE distributed (mirrored) variables of the strategy this replica belongs
@@ -82,9 +85,12 @@ void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) 
 }  // namespace
 
 Optimizer::Optimizer(std::string name, LearningRate learning_rate, const CommonOptions& common)
-    : name_(std::move(name)), learning_rate_(std::move(learning_rate)), common_(common), state_(std::make_unique<State>()) {
-  const int set = int(common.clipnorm.has_value()) + int(common.clipvalue.has_value()) +
-                  int(common.global_clipnorm.has_value());
+    : name_(std::move(name)),
+      learning_rate_(std::move(learning_rate)),
+      common_(common),
+      state_(std::make_unique<State>()) {
+  const int set =
+      int(common.clipnorm.has_value()) + int(common.clipvalue.has_value()) + int(common.global_clipnorm.has_value());
   CHORUS_REQUIRE(set <= 1, InvalidArgumentError,
                  "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: clipnorm=",
                  detail::format_number(common.clipnorm), ", clipvalue=", detail::format_number(common.clipvalue),
@@ -142,7 +148,8 @@ Variable Optimizer::get_slot(const Variable& var, std::string_view slot_name) co
   return e->slots[static_cast<std::size_t>(pos - names.begin())];
 }
 
-void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& vars, const std::vector<std::string>& var_names) {
+void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& vars,
+                                          const std::vector<std::string>& var_names) {
   std::lock_guard<std::mutex> lock(state_->mu);
   CHORUS_REQUIRE(!state_->built, FailedPreconditionError,
                  "`exclude_from_weight_decay()` can only be configured before the optimizer is built (", name_,

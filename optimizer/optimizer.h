@@ -80,8 +80,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
 #include "checkpoint/trackable.h"
+#include "core/tensor.h"
 #include "core/variable.h"
 #include "ops/tape.h"
 #include "optimizer/learning_rate_schedule.h"
@@ -183,16 +183,15 @@ class Optimizer : public train::Trackable {
 
   // What update_step gets besides the tensors: host scalars, identical on every replica.
   struct Step {
-    double learning_rate;    // at `iterations`
-    std::int64_t iterations; // steps completed before this one (Keras's self.iterations)
+    double learning_rate;     // at `iterations`
+    std::int64_t iterations;  // steps completed before this one (Keras's self.iterations)
   };
   // The slot names, in creation order (fixed by the constructor's options).
   virtual std::vector<std::string> slot_names_impl() const = 0;
   // One variable's update. `variable` and `slots` are this replica's components (tensors aliasing
   // their storage, cut off from gradient tapes); write them with update_in_place only. `gradient`
   // is the summed, clipped gradient with the variable's shape, dtype and device.
-  virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
-                           const Step& step) = 0;
+  virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots, const Step& step) = 0;
   // Whether update_step needs Step::iterations (else a constant learning rate saves the read of
   // the counter, which waits for the replica's device stream).
   virtual bool needs_iterations() const { return false; }

@@ -10,7 +10,9 @@ namespace chorus::optimizers {
 
 RMSprop::RMSprop(const RMSpropOptions& o)
     : Optimizer(o.name, o.learning_rate,
-                {.weight_decay = o.weight_decay, .clipnorm = o.clipnorm, .clipvalue = o.clipvalue,
+                {.weight_decay = o.weight_decay,
+                 .clipnorm = o.clipnorm,
+                 .clipvalue = o.clipvalue,
                  .global_clipnorm = o.global_clipnorm}),
       rho_(o.rho),
       momentum_(o.momentum),
@@ -55,10 +57,9 @@ void RMSprop::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots
 }
 
 std::string RMSprop::config_fields() const {
-  return chorus::internal::str_cat("\"rho\": ", detail::format_number(rho_),
-                                   ", \"momentum\": ", detail::format_number(momentum_),
-                                   ", \"epsilon\": ", detail::format_number(epsilon_),
-                                   ", \"centered\": ", detail::format_bool(centered_));
+  return chorus::internal::str_cat(
+      "\"rho\": ", detail::format_number(rho_), ", \"momentum\": ", detail::format_number(momentum_),
+      ", \"epsilon\": ", detail::format_number(epsilon_), ", \"centered\": ", detail::format_bool(centered_));
 }
 
 }  // namespace chorus::optimizers

@@ -8,7 +8,9 @@ namespace chorus::optimizers {
 
 SGD::SGD(const SGDOptions& o)
     : Optimizer(o.name, o.learning_rate,
-                {.weight_decay = o.weight_decay, .clipnorm = o.clipnorm, .clipvalue = o.clipvalue,
+                {.weight_decay = o.weight_decay,
+                 .clipnorm = o.clipnorm,
+                 .clipvalue = o.clipvalue,
                  .global_clipnorm = o.global_clipnorm}),
       momentum_(o.momentum),
       nesterov_(o.nesterov) {
@@ -30,8 +32,10 @@ void SGD::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, co
   Tensor& m = slots[0];
   const Tensor mu = ops::scalar_like(m, momentum_);
   update_in_place(m, ops::sub(ops::mul(m, mu), lr_g));
-  if (nesterov_) update_in_place(w, ops::add(w, ops::sub(ops::mul(m, mu), lr_g)));
-  else update_in_place(w, ops::add(w, m));
+  if (nesterov_)
+    update_in_place(w, ops::add(w, ops::sub(ops::mul(m, mu), lr_g)));
+  else
+    update_in_place(w, ops::add(w, m));
 }
 
 std::string SGD::config_fields() const {

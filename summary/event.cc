@@ -42,8 +42,8 @@ void decode_content(const std::string& content, std::vector<double>& out) {
 template <typename T>
 void fill_from_field(const std::vector<T>& field, std::vector<double>& out, const char* name) {
   if (field.size() > out.size())
-    throw DataLossError(internal::str_cat("tensor has ", field.size(), " values in ", name, " but its shape holds ",
-                                          out.size()));
+    throw DataLossError(
+        internal::str_cat("tensor has ", field.size(), " values in ", name, " but its shape holds ", out.size()));
   // As TF's Tensor::FromProto: fewer values than elements repeat the last one; none gives zeros.
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = field.empty() ? 0.0 : static_cast<double>(field[std::min(i, field.size() - 1)]);
@@ -51,10 +51,15 @@ void fill_from_field(const std::vector<T>& field, std::vector<double>& out, cons
 
 std::size_t numeric_size(int dtype) {
   switch (dtype) {
-    case tf_dtype::kFloat: case tf_dtype::kInt32: return 4;
-    case tf_dtype::kDouble: case tf_dtype::kInt64: return 8;
-    case tf_dtype::kHalf: case tf_dtype::kInt16: return 2;
-    case tf_dtype::kUInt8: case tf_dtype::kInt8: case tf_dtype::kBool: return 1;
+    case tf_dtype::kFloat:
+    case tf_dtype::kInt32: return 4;
+    case tf_dtype::kDouble:
+    case tf_dtype::kInt64: return 8;
+    case tf_dtype::kHalf:
+    case tf_dtype::kInt16: return 2;
+    case tf_dtype::kUInt8:
+    case tf_dtype::kInt8:
+    case tf_dtype::kBool: return 1;
     default: return 0;
   }
 }
@@ -64,7 +69,8 @@ std::size_t numeric_size(int dtype) {
 std::vector<double> TensorProto::to_doubles() const {
   const std::size_t elem = numeric_size(dtype);
   CHORUS_REQUIRE(elem != 0, InvalidArgumentError, "TensorProto::to_doubles: DataType ", dtype,
-                 " has no numeric reading (valid: FLOAT 1, DOUBLE 2, INT32 3, UINT8 4, INT16 5, INT8 6, INT64 9, BOOL 10, HALF 19)");
+                 " has no numeric reading (valid: FLOAT 1, DOUBLE 2, INT32 3, UINT8 4, INT16 5, INT8 6, INT64 9, BOOL "
+                 "10, HALF 19)");
   std::vector<double> out(static_cast<std::size_t>(num_elements()));
   if (!tensor_content.empty()) {
     if (tensor_content.size() != out.size() * elem)
@@ -78,7 +84,8 @@ std::vector<double> TensorProto::to_doubles() const {
       case tf_dtype::kInt64: decode_content<std::int64_t>(tensor_content, out); break;
       case tf_dtype::kInt16: decode_content<std::int16_t>(tensor_content, out); break;
       case tf_dtype::kInt8: decode_content<std::int8_t>(tensor_content, out); break;
-      case tf_dtype::kUInt8: case tf_dtype::kBool: decode_content<std::uint8_t>(tensor_content, out); break;
+      case tf_dtype::kUInt8:
+      case tf_dtype::kBool: decode_content<std::uint8_t>(tensor_content, out); break;
     }
     return out;
   }
@@ -88,7 +95,8 @@ std::vector<double> TensorProto::to_doubles() const {
     case tf_dtype::kInt64: fill_from_field(int64_val, out, "int64_val"); break;
     case tf_dtype::kBool: fill_from_field(bool_val, out, "bool_val"); break;
     case tf_dtype::kHalf:
-      throw InvalidArgumentError("TensorProto::to_doubles: HALF values in half_val are not decoded (only tensor_content)");
+      throw InvalidArgumentError(
+          "TensorProto::to_doubles: HALF values in half_val are not decoded (only tensor_content)");
     default: fill_from_field(int_val, out, "int_val"); break;  // INT32, UINT8, INT16, INT8
   }
   return out;
@@ -161,10 +169,10 @@ std::string encode_tensor(const TensorProto& t) {
 }
 
 std::string encode_summary_value(const SummaryValue& v) {
-  const int set = int(v.simple_value.has_value()) + int(v.image.has_value()) + int(v.histo.has_value()) +
-                  int(v.tensor.has_value());
-  CHORUS_REQUIRE(set <= 1, InvalidArgumentError, "Summary.Value '", v.tag,
-                 "' sets ", set, " of simple_value/image/histo/tensor; the oneof allows at most one");
+  const int set =
+      int(v.simple_value.has_value()) + int(v.image.has_value()) + int(v.histo.has_value()) + int(v.tensor.has_value());
+  CHORUS_REQUIRE(set <= 1, InvalidArgumentError, "Summary.Value '", v.tag, "' sets ", set,
+                 " of simple_value/image/histo/tensor; the oneof allows at most one");
   ProtoWriter w;
   if (!v.tag.empty()) w.add_bytes(1, v.tag);
   if (v.simple_value) w.add_float(2, *v.simple_value);
@@ -211,7 +219,10 @@ std::vector<std::int64_t> decode_shape(std::string_view bytes) {
       std::int64_t size = 0;
       ProtoReader d(r.read_bytes(), "TensorShapeProto.Dim");
       while (d.next()) {
-        if (d.field() == 1) size = d.read_int64(); else d.skip();
+        if (d.field() == 1)
+          size = d.read_int64();
+        else
+          d.skip();
       }
       dims.push_back(size);
     } else {
@@ -229,9 +240,12 @@ SummaryMetadata decode_metadata(std::string_view bytes) {
       case 1: {
         ProtoReader p(r.read_bytes(), "SummaryMetadata.PluginData");
         while (p.next()) {
-          if (p.field() == 1) m.plugin_data.plugin_name = std::string(p.read_bytes());
-          else if (p.field() == 2) m.plugin_data.content = std::string(p.read_bytes());
-          else p.skip();
+          if (p.field() == 1)
+            m.plugin_data.plugin_name = std::string(p.read_bytes());
+          else if (p.field() == 2)
+            m.plugin_data.content = std::string(p.read_bytes());
+          else
+            p.skip();
         }
         break;
       }
@@ -281,8 +295,10 @@ Summary decode_summary(std::string_view bytes) {
   Summary s;
   ProtoReader r(bytes, "Summary");
   while (r.next()) {
-    if (r.field() == 1) s.value.push_back(decode_summary_value(r.read_bytes()));
-    else r.skip();
+    if (r.field() == 1)
+      s.value.push_back(decode_summary_value(r.read_bytes()));
+    else
+      r.skip();
   }
   return s;
 }
@@ -348,7 +364,13 @@ Event decode_event(std::string_view bytes) {
     switch (f) {
       case 1: e.wall_time = r.read_double(); break;
       case 2: e.step = r.read_int64(); break;
-      case 3: case 4: case 5: case 6: case 7: case 8: case 9:
+      case 3:
+      case 4:
+      case 5:
+      case 6:
+      case 7:
+      case 8:
+      case 9:
         // `what` is a oneof: a later member replaces an earlier one, as in protobuf, so a decoded
         // Event holds at most one and re-encodes (encode_event refuses two; found by
         // tests/fuzz/event_file_fuzz.cc, regressions/event_file_fuzz/).
@@ -356,10 +378,14 @@ Event decode_event(std::string_view bytes) {
         e.summary.reset();
         e.session_log.reset();
         e.what = f;
-        if (f == 3) e.file_version = std::string(r.read_bytes());
-        else if (f == 5) e.summary = decode_summary(r.read_bytes());
-        else if (f == 7) e.session_log = decode_session_log(r.read_bytes());
-        else r.skip();
+        if (f == 3)
+          e.file_version = std::string(r.read_bytes());
+        else if (f == 5)
+          e.summary = decode_summary(r.read_bytes());
+        else if (f == 7)
+          e.session_log = decode_session_log(r.read_bytes());
+        else
+          r.skip();
         break;
       default: r.skip();
     }

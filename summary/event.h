@@ -24,8 +24,8 @@ namespace chorus::summary {
 
 // tensorflow.DataType numbers (types.proto); the ones chorus writes or converts.
 namespace tf_dtype {
-inline constexpr int kInvalid = 0, kFloat = 1, kDouble = 2, kInt32 = 3, kUInt8 = 4, kInt16 = 5, kInt8 = 6,
-                     kString = 7, kInt64 = 9, kBool = 10, kHalf = 19;
+inline constexpr int kInvalid = 0, kFloat = 1, kDouble = 2, kInt32 = 3, kUInt8 = 4, kInt16 = 5, kInt8 = 6, kString = 7,
+                     kInt64 = 9, kBool = 10, kHalf = 19;
 }
 
 // SummaryMetadata.data_class.
@@ -37,13 +37,13 @@ struct TensorProto {
   // Encoded as an empty-but-present tensor_shape when the vector is empty (what TF writes for a
   // scalar: `12 00`).
   std::optional<std::vector<std::int64_t>> shape;
-  std::string tensor_content;  // raw little-endian elements, row-major (numeric tensors)
-  std::vector<float> float_val;          // 5
-  std::vector<double> double_val;        // 6
-  std::vector<std::int64_t> int_val;     // 7 (int32, uint8, int16, int8 values)
-  std::vector<std::string> string_val;   // 8
-  std::vector<std::int64_t> int64_val;   // 10
-  std::vector<std::int64_t> bool_val;    // 11
+  std::string tensor_content;           // raw little-endian elements, row-major (numeric tensors)
+  std::vector<float> float_val;         // 5
+  std::vector<double> double_val;       // 6
+  std::vector<std::int64_t> int_val;    // 7 (int32, uint8, int16, int8 values)
+  std::vector<std::string> string_val;  // 8
+  std::vector<std::int64_t> int64_val;  // 10
+  std::vector<std::int64_t> bool_val;   // 11
 
   // Product of the shape's dims (1 for rank 0 or no shape).
   std::int64_t num_elements() const;
@@ -61,9 +61,9 @@ struct PluginData {
 };
 
 struct SummaryMetadata {
-  PluginData plugin_data;           // 1
-  std::string display_name;         // 2
-  std::string summary_description;  // 3
+  PluginData plugin_data;                      // 1
+  std::string display_name;                    // 2
+  std::string summary_description;             // 3
   DataClass data_class = DataClass::kUnknown;  // 4 (omitted when unknown, as TF2's writers do)
 };
 
@@ -85,10 +85,10 @@ struct SummaryValue {
   std::string tag;                          // 1
   std::optional<SummaryMetadata> metadata;  // 9
   // oneof value: at most one is set.
-  std::optional<float> simple_value;        // 2
-  std::optional<SummaryImage> image;        // 4
-  std::optional<HistogramProto> histo;      // 5
-  std::optional<TensorProto> tensor;        // 8
+  std::optional<float> simple_value;    // 2
+  std::optional<SummaryImage> image;    // 4
+  std::optional<HistogramProto> histo;  // 5
+  std::optional<TensorProto> tensor;    // 8
 
   // The metadata's plugin name, "" without metadata.
   const std::string& plugin_name() const;
@@ -116,8 +116,8 @@ inline constexpr int kNone = 0, kFileVersion = 3, kGraphDef = 4, kSummary = 5, k
 inline constexpr std::string_view kFileVersion = "brain.Event:2";
 
 struct Event {
-  double wall_time = 0;  // 1, seconds since the epoch
-  std::int64_t step = 0; // 2
+  double wall_time = 0;   // 1, seconds since the epoch
+  std::int64_t step = 0;  // 2
   // oneof what: set at most one of these when encoding.
   std::optional<std::string> file_version;  // 3
   std::optional<Summary> summary;           // 5

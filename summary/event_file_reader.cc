@@ -31,8 +31,8 @@ std::vector<Event> read_events(const std::string& path) {
 bool is_event_file(const std::string& path) {
   const std::string base = fs::path(path).filename().string();
   constexpr std::string_view kExcluded = ".profile-empty";
-  const bool excluded = base.size() >= kExcluded.size() &&
-                        base.compare(base.size() - kExcluded.size(), kExcluded.size(), kExcluded) == 0;
+  const bool excluded =
+      base.size() >= kExcluded.size() && base.compare(base.size() - kExcluded.size(), kExcluded.size(), kExcluded) == 0;
   return base.find("tfevents") != std::string::npos && !excluded;
 }
 

@@ -73,7 +73,8 @@ int png_color_type(int channels) {
     case 3: return 2;
     case 4: return 6;
     default:
-      throw InvalidArgumentError(chorus::internal::str_cat("PNG images have 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA) channels, got ", channels));
+      throw InvalidArgumentError(chorus::internal::str_cat(
+          "PNG images have 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA) channels, got ", channels));
   }
 }
 
@@ -116,9 +117,9 @@ std::string encode_png(const std::uint8_t* pixels, std::int64_t height, std::int
   std::string ihdr;
   put_be32(ihdr, static_cast<std::uint32_t>(width));
   put_be32(ihdr, static_cast<std::uint32_t>(height));
-  ihdr.push_back(8);                                   // bit depth
+  ihdr.push_back(8);  // bit depth
   ihdr.push_back(static_cast<char>(color_type));
-  ihdr.append(3, '\0');                                // compression 0, filter 0, interlace 0
+  ihdr.append(3, '\0');  // compression 0, filter 0, interlace 0
 
   std::string png("\x89PNG\r\n\x1a\n", 8);
   put_chunk(png, "IHDR", ihdr);

@@ -55,7 +55,8 @@ bool RecordReader::read(std::string& record) {
   // The length's CRC passed, but do not trust it with an allocation larger than the file.
   const std::uint64_t left = file_.size() - std::min<std::uint64_t>(file_.size(), offset_ + kRecordHeaderSize);
   if (length > left)
-    fail(chorus::internal::str_cat("truncated record in data (length ", length, ", ", left, " bytes left in the file)"));
+    fail(
+        chorus::internal::str_cat("truncated record in data (length ", length, ", ", left, " bytes left in the file)"));
   record.resize(static_cast<std::size_t>(length));
   if (file_.read(record.data(), record.size()) != record.size()) fail("truncated record in data");
   char crc[4];

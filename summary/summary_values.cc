@@ -27,8 +27,8 @@ std::vector<std::array<double, 3>> histogram_buckets(std::span<const double> dat
     lo = std::min(lo, x);
     hi = std::max(hi, x);
   }
-  CHORUS_REQUIRE(non_finite == 0, InvalidArgumentError, "histogram data has ", non_finite, " non-finite value(s) (NaN or inf) among ",
-                 data.size(), "; only finite values can be bucketed");
+  CHORUS_REQUIRE(non_finite == 0, InvalidArgumentError, "histogram data has ", non_finite,
+                 " non-finite value(s) (NaN or inf) among ", data.size(), "; only finite values can be bucketed");
 
   const double range = hi - lo;
   if (range == 0) {
@@ -71,10 +71,12 @@ std::vector<std::uint8_t> to_uint8(const std::vector<F>& v, std::size_t count) {
 void validate_images(const Tensor& images, int max_outputs) {
   CHORUS_REQUIRE(images.defined(), InvalidArgumentError, "image summary: the images tensor is undefined");
   CHORUS_REQUIRE(images.shape().rank() == 4, InvalidArgumentError,
-                 "image summary: images must have rank 4 [k, height, width, channels], got shape ", images.shape().to_string());
+                 "image summary: images must have rank 4 [k, height, width, channels], got shape ",
+                 images.shape().to_string());
   const std::int64_t c = images.shape().dim(3);
   CHORUS_REQUIRE(c == 1 || c == 3 || c == 4, InvalidArgumentError,
-                 "image summary: channels must be 1 (gray), 3 (RGB) or 4 (RGBA), got ", c, " in shape ", images.shape().to_string());
+                 "image summary: channels must be 1 (gray), 3 (RGB) or 4 (RGBA), got ", c, " in shape ",
+                 images.shape().to_string());
   CHORUS_REQUIRE(images.shape().dim(1) > 0 && images.shape().dim(2) > 0, InvalidArgumentError,
                  "image summary: height and width must be > 0, got shape ", images.shape().to_string());
   CHORUS_REQUIRE(images.dtype() == DType::kUInt8 || is_floating(images.dtype()), InvalidArgumentError,

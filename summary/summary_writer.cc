@@ -15,10 +15,10 @@
 #include "core/distribution.h"
 #include "core/env.h"
 #include "core/error.h"
-#include "core/logging.h"
-#include "core/tensor.h"
 #include "core/file_io.h"
 #include "core/host.h"
+#include "core/logging.h"
+#include "core/tensor.h"
 #include "summary/record.h"
 
 namespace chorus::summary {
@@ -50,7 +50,7 @@ struct SummaryWriter::State {
   mutable std::mutex mu;
   std::condition_variable cv;
   io::File file;
-  std::string pending;      // framed records not yet written
+  std::string pending;  // framed records not yet written
   int pending_events = 0;
   bool closed = false;
   bool stop = false;
@@ -132,7 +132,8 @@ SummaryWriter::SummaryWriter(const std::string& logdir, const SummaryWriterOptio
   const std::int64_t n = ++g_writer_count;
   // "localhost" when the machine has no name, so that the file name keeps its five fields.
   const std::string host = host_name_or("localhost");
-  s.path = (std::filesystem::path(logdir) / event_file_name(seconds, host, ::getpid(), n, options.filename_suffix)).string();
+  s.path =
+      (std::filesystem::path(logdir) / event_file_name(seconds, host, ::getpid(), n, options.filename_suffix)).string();
   s.file = io::File::create_new(s.path);
 
   // The header, flushed at once (as TF's EventsWriter::Init), with integer-second wall_time.
@@ -213,7 +214,8 @@ bool SummaryWriter::scalar(std::string_view name, double value, std::int64_t ste
   return write(scalar_value(name, static_cast<float>(value)), step);
 }
 
-bool SummaryWriter::histogram(std::string_view name, const std::vector<double>& values, std::int64_t step, int buckets) {
+bool SummaryWriter::histogram(std::string_view name, const std::vector<double>& values, std::int64_t step,
+                              int buckets) {
   require_tag(name);
   CHORUS_REQUIRE(buckets >= 0, InvalidArgumentError, "histogram '", name, "': buckets must be >= 0, got ", buckets);
   if (!should_record()) return false;

@@ -90,7 +90,8 @@ class SummaryWriter {
   bool scalar(std::string_view name, double value, std::int64_t step);
   // tf.summary.histogram: `buckets` equal-width buckets over [min, max] of all elements
   // (summary_values.h histogram_buckets; non-finite values → InvalidArgumentError).
-  bool histogram(std::string_view name, const Tensor& values, std::int64_t step, int buckets = kDefaultHistogramBuckets);
+  bool histogram(std::string_view name, const Tensor& values, std::int64_t step,
+                 int buckets = kDefaultHistogramBuckets);
   bool histogram(std::string_view name, const std::vector<double>& values, std::int64_t step,
                  int buckets = kDefaultHistogramBuckets);
   // tf.summary.image: images [k, h, w, c] uint8, or floating in [0, 1]; c ∈ {1, 3, 4}; the first

@@ -82,7 +82,8 @@ int run(int argc, char** argv) {
 
   std::cout << "\nMemory per logical device:\n";
   std::cout << "  " << std::left << std::setw(48) << "device" << std::setw(14) << "current" << std::setw(14) << "peak"
-            << std::setw(14) << "limit" << "reserved\n";
+            << std::setw(14) << "limit"
+            << "reserved\n";
   for (const auto& d : logical) {
     cx::MemoryInfo m = cx::config::get_memory_info(d.name);
     std::cout << "  " << std::setw(48) << d.name << std::setw(14) << mib(m.current) << std::setw(14) << mib(m.peak)

@@ -59,9 +59,7 @@ struct Options {
   bool warm = false;
 };
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void drop_cache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -108,103 +106,103 @@ CheckpointOf& checkpoint_of(const std::vector<Tensor>& vars) {
   return c;
 }
 
-std::string key_of(std::size_t i) { return "model/layer_with_weights-" + std::to_string(i) + "/kernel/.ATTRIBUTES/VARIABLE_VALUE"; }
+std::string key_of(std::size_t i) {
+  return "model/layer_with_weights-" + std::to_string(i) + "/kernel/.ATTRIBUTES/VARIABLE_VALUE";
+}
 
 std::vector<Method> methods() {
   std::vector<Method> m;
-  m.push_back(Method{
-      "raw write+fsync / read", "",
-      [](const std::vector<Tensor>& vars, const std::string& path) {
-        const double t0 = now();
-        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        check_io(fd >= 0, "open", path);
-        for (const Tensor& t : vars) {
-          const char* p = static_cast<const char*>(t.data());
-          std::size_t left = t.nbytes();
-          while (left > 0) {
-            const ssize_t n = ::write(fd, p, left);
-            check_io(n > 0, "write", path);
-            p += n;
-            left -= static_cast<std::size_t>(n);
-          }
-        }
-        check_io(::fsync(fd) == 0, "fsync", path);
-        check_io(::close(fd) == 0, "close", path);
-        return now() - t0;
-      },
-      [bufs = std::make_shared<std::vector<std::vector<char>>>()](const std::vector<Tensor>& vars,
-                                                                  const std::string& path) {
-        // Destination buffers allocated and touched outside the timing: the yardstick is the
-        // disk and the kernel's copy alone (chorus's side allocates its tensors inside).
-        bufs->resize(vars.size());
-        for (std::size_t i = 0; i < vars.size(); ++i) (*bufs)[i].assign(vars[i].nbytes(), 1);
-        const double t0 = now();
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        check_io(fd >= 0, "open", path);
-        for (std::size_t i = 0; i < vars.size(); ++i) {
-          const Tensor& t = vars[i];
-          std::size_t got = 0;
-          while (got < t.nbytes()) {
-            const ssize_t n = ::read(fd, (*bufs)[i].data() + got, t.nbytes() - got);
-            check_io(n > 0, "read", path);
-            got += static_cast<std::size_t>(n);
-          }
-        }
-        ::close(fd);
-        const double dt = now() - t0;
-        if (std::memcmp(bufs->back().data(), vars.back().data(), vars.back().nbytes()) != 0)
-          throw InternalError("raw restore read different bytes");
-        return dt;
-      },
-      [](const std::string& path) { drop_cache(path); },
-      [](const std::string& path) { std::filesystem::remove(path); }});
-  m.push_back(Method{
-      "chorus BundleWriter / BundleReader", "raw write+fsync / read",
-      [](const std::vector<Tensor>& vars, const std::string& prefix) {
-        const double t0 = now();
-        train::BundleWriter w(prefix);
-        for (std::size_t i = 0; i < vars.size(); ++i) w.add(key_of(i), vars[i]);
-        w.finish();
-        return now() - t0;
-      },
-      [](const std::vector<Tensor>& vars, const std::string& prefix) {
-        const double t0 = now();
-        train::BundleReader r(prefix);
-        std::vector<Tensor> out;
-        for (std::size_t i = 0; i < vars.size(); ++i) out.push_back(r.read(key_of(i)));
-        const double dt = now() - t0;
-        if (std::memcmp(out.back().data(), vars.back().data(), vars.back().nbytes()) != 0)
-          throw InternalError("bundle restore read different bytes");
-        return dt;
-      },
-      [](const std::string& prefix) {
-        drop_cache(train::index_filename(prefix));
-        drop_cache(train::data_filename(prefix));
-      },
-      [](const std::string& prefix) { train::delete_bundle(prefix); }});
-  m.push_back(Method{
-      "chorus Checkpoint write / read", "raw write+fsync / read",
-      [](const std::vector<Tensor>& vars, const std::string& prefix) {
-        CheckpointOf& c = checkpoint_of(vars);
-        const double t0 = now();
-        c.ckpt->write(prefix);
-        return now() - t0;
-      },
-      [](const std::vector<Tensor>& vars, const std::string& prefix) {
-        CheckpointOf& c = checkpoint_of(vars);
-        for (const Variable& v : c.variables) v.impl()->assign(Tensor::zeros(v.shape(), v.dtype(), "/CPU:0"));
-        const double t0 = now();
-        c.ckpt->read(prefix).assert_consumed();
-        const double dt = now() - t0;
-        if (c.variables.back().read_value().to_vector<float>() != vars.back().to_vector<float>())
-          throw InternalError("Checkpoint restore read different values");
-        return dt;
-      },
-      [](const std::string& prefix) {
-        drop_cache(train::index_filename(prefix));
-        drop_cache(train::data_filename(prefix));
-      },
-      [](const std::string& prefix) { train::delete_bundle(prefix); }});
+  m.push_back(Method{"raw write+fsync / read", "",
+                     [](const std::vector<Tensor>& vars, const std::string& path) {
+                       const double t0 = now();
+                       const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                       check_io(fd >= 0, "open", path);
+                       for (const Tensor& t : vars) {
+                         const char* p = static_cast<const char*>(t.data());
+                         std::size_t left = t.nbytes();
+                         while (left > 0) {
+                           const ssize_t n = ::write(fd, p, left);
+                           check_io(n > 0, "write", path);
+                           p += n;
+                           left -= static_cast<std::size_t>(n);
+                         }
+                       }
+                       check_io(::fsync(fd) == 0, "fsync", path);
+                       check_io(::close(fd) == 0, "close", path);
+                       return now() - t0;
+                     },
+                     [bufs = std::make_shared<std::vector<std::vector<char>>>()](const std::vector<Tensor>& vars,
+                                                                                 const std::string& path) {
+                       // Destination buffers allocated and touched outside the timing: the yardstick is the
+                       // disk and the kernel's copy alone (chorus's side allocates its tensors inside).
+                       bufs->resize(vars.size());
+                       for (std::size_t i = 0; i < vars.size(); ++i) (*bufs)[i].assign(vars[i].nbytes(), 1);
+                       const double t0 = now();
+                       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+                       check_io(fd >= 0, "open", path);
+                       for (std::size_t i = 0; i < vars.size(); ++i) {
+                         const Tensor& t = vars[i];
+                         std::size_t got = 0;
+                         while (got < t.nbytes()) {
+                           const ssize_t n = ::read(fd, (*bufs)[i].data() + got, t.nbytes() - got);
+                           check_io(n > 0, "read", path);
+                           got += static_cast<std::size_t>(n);
+                         }
+                       }
+                       ::close(fd);
+                       const double dt = now() - t0;
+                       if (std::memcmp(bufs->back().data(), vars.back().data(), vars.back().nbytes()) != 0)
+                         throw InternalError("raw restore read different bytes");
+                       return dt;
+                     },
+                     [](const std::string& path) { drop_cache(path); },
+                     [](const std::string& path) { std::filesystem::remove(path); }});
+  m.push_back(Method{"chorus BundleWriter / BundleReader", "raw write+fsync / read",
+                     [](const std::vector<Tensor>& vars, const std::string& prefix) {
+                       const double t0 = now();
+                       train::BundleWriter w(prefix);
+                       for (std::size_t i = 0; i < vars.size(); ++i) w.add(key_of(i), vars[i]);
+                       w.finish();
+                       return now() - t0;
+                     },
+                     [](const std::vector<Tensor>& vars, const std::string& prefix) {
+                       const double t0 = now();
+                       train::BundleReader r(prefix);
+                       std::vector<Tensor> out;
+                       for (std::size_t i = 0; i < vars.size(); ++i) out.push_back(r.read(key_of(i)));
+                       const double dt = now() - t0;
+                       if (std::memcmp(out.back().data(), vars.back().data(), vars.back().nbytes()) != 0)
+                         throw InternalError("bundle restore read different bytes");
+                       return dt;
+                     },
+                     [](const std::string& prefix) {
+                       drop_cache(train::index_filename(prefix));
+                       drop_cache(train::data_filename(prefix));
+                     },
+                     [](const std::string& prefix) { train::delete_bundle(prefix); }});
+  m.push_back(Method{"chorus Checkpoint write / read", "raw write+fsync / read",
+                     [](const std::vector<Tensor>& vars, const std::string& prefix) {
+                       CheckpointOf& c = checkpoint_of(vars);
+                       const double t0 = now();
+                       c.ckpt->write(prefix);
+                       return now() - t0;
+                     },
+                     [](const std::vector<Tensor>& vars, const std::string& prefix) {
+                       CheckpointOf& c = checkpoint_of(vars);
+                       for (const Variable& v : c.variables)
+                         v.impl()->assign(Tensor::zeros(v.shape(), v.dtype(), "/CPU:0"));
+                       const double t0 = now();
+                       c.ckpt->read(prefix).assert_consumed();
+                       const double dt = now() - t0;
+                       if (c.variables.back().read_value().to_vector<float>() != vars.back().to_vector<float>())
+                         throw InternalError("Checkpoint restore read different values");
+                       return dt;
+                     },
+                     [](const std::string& prefix) {
+                       drop_cache(train::index_filename(prefix));
+                       drop_cache(train::data_filename(prefix));
+                     },
+                     [](const std::string& prefix) { train::delete_bundle(prefix); }});
   return m;
 }
 
@@ -283,7 +281,8 @@ int run(int argc, char** argv) {
     for (std::int64_t done = 0; done < floats; done += kTensorFloats) {
       const std::int64_t n = std::min(kTensorFloats, floats - done);
       std::vector<float> v(static_cast<std::size_t>(n));
-      for (std::int64_t j = 0; j < n; ++j) v[static_cast<std::size_t>(j)] = static_cast<float>((done + j) % 1000) * 0.5f;
+      for (std::int64_t j = 0; j < n; ++j)
+        v[static_cast<std::size_t>(j)] = static_cast<float>((done + j) % 1000) * 0.5f;
       vars.push_back(Tensor::from_vector<float>(v, "/CPU:0"));
     }
     const double bytes = static_cast<double>(floats) * 4;
@@ -299,7 +298,8 @@ int run(int argc, char** argv) {
       }
     }
     for (std::size_t i = 0; i < ms.size(); ++i)
-      rows.push_back({ms[i].name, ms[i].yardstick, mib, bytes / median(save[i]) / 1e9, bytes / median(restore[i]) / 1e9});
+      rows.push_back(
+          {ms[i].name, ms[i].yardstick, mib, bytes / median(save[i]) / 1e9, bytes / median(restore[i]) / 1e9});
     const auto [blocked, sync] = async_blocked_vs_sync(vars, path, o.reps);
     asyncs.push_back({mib, blocked, sync});
   }
@@ -318,10 +318,11 @@ int run(int argc, char** argv) {
     if (y) std::printf(" %9.0f%% %9.0f%%", 100 * r.save_gbps / y->save_gbps, 100 * r.restore_gbps / y->restore_gbps);
     std::printf("\n");
   }
-  std::printf("\n%-38s %8s %12s %12s %10s\n", "async Checkpoint::write", "size", "blocked ms", "sync ms", "blocked/sync");
+  std::printf("\n%-38s %8s %12s %12s %10s\n", "async Checkpoint::write", "size", "blocked ms", "sync ms",
+              "blocked/sync");
   for (const Async& a : asyncs) {
-    std::printf("%-38s %5d MiB %12.2f %12.2f %9.1f%%  (goal <= 10%%)\n", "caller blocked vs synchronous write", a.size_mib,
-                a.blocked_s * 1e3, a.sync_s * 1e3, 100 * a.blocked_s / a.sync_s);
+    std::printf("%-38s %5d MiB %12.2f %12.2f %9.1f%%  (goal <= 10%%)\n", "caller blocked vs synchronous write",
+                a.size_mib, a.blocked_s * 1e3, a.sync_s * 1e3, 100 * a.blocked_s / a.sync_s);
   }
   std::vector<std::string> cases;
   for (const Async& a : asyncs)

@@ -420,8 +420,8 @@ struct Latency {  // one k, measured with the 4 KiB case
 double gbps(double bytes, double s) { return bytes / s / 1e9; }
 
 void print_header() {
-  std::printf("%-2s %-7s %-24s %11s %7s %8s %8s %8s | %9s %10s %8s\n", "k", "size", "backend", "time (us)",
-              "spread", "algbw", "busbw", "2kN bw", "vs memcpy", "vs reduce1", "vs MPI");
+  std::printf("%-2s %-7s %-24s %11s %7s %8s %8s %8s | %9s %10s %8s\n", "k", "size", "backend", "time (us)", "spread",
+              "algbw", "busbw", "2kN bw", "vs memcpy", "vs reduce1", "vs MPI");
   std::printf("%-2s %-7s %-24s %11s %7s %8s %8s %8s | %9s %10s %8s\n", "", "", "", "", "(%)", "(GB/s)", "(GB/s)",
               "(GB/s)", "(x)", "(x)", "(x)");
 }
@@ -440,7 +440,8 @@ void print_row(const Row& row) {
   char ratios[96];
   char mpi[16] = "skipped";
   if (row.mpi_s) std::snprintf(mpi, sizeof mpi, "%8.2f", *row.mpi_s / sm);
-  std::snprintf(ratios, sizeof ratios, "%9.2f %10.2f %8s", row.yardstick().seconds / sm, row.reference.seconds / sm, mpi);
+  std::snprintf(ratios, sizeof ratios, "%9.2f %10.2f %8s", row.yardstick().seconds / sm, row.reference.seconds / sm,
+                mpi);
   print_line(row.k, row.bytes, "shared_memory", sm, row.shared.spread, ratios);
   print_line(row.k, row.bytes, "reduction_to_one_device", row.reference.seconds, row.reference.spread, "");
   print_line(row.k, row.bytes, "memcpy k*N (1 thread)", row.memcpy.seconds, row.memcpy.spread, "");
@@ -460,11 +461,15 @@ void print_goal(const std::vector<Row>& rows, int k, const char* what, double go
     if (row.k != k || row.bytes < kGoalMinBytes) continue;
     const std::optional<double> r = ratio(row);
     char item[48];
-    if (r) std::snprintf(item, sizeof item, "%s %.2f", size_name(row.bytes).c_str(), *r);
-    else std::snprintf(item, sizeof item, "%s n/a", size_name(row.bytes).c_str());
+    if (r)
+      std::snprintf(item, sizeof item, "%s %.2f", size_name(row.bytes).c_str(), *r);
+    else
+      std::snprintf(item, sizeof item, "%s n/a", size_name(row.bytes).c_str());
     detail += (detail.empty() ? "" : ", ") + std::string(item);
-    if (!r) any_missing = true;
-    else if (!worst || *r < *worst) worst = r, worst_bytes = row.bytes;
+    if (!r)
+      any_missing = true;
+    else if (!worst || *r < *worst)
+      worst = r, worst_bytes = row.bytes;
   }
   if (detail.empty()) {
     std::printf("  [SKIP] k=%d %s: no size >= %s was measured\n", k, what, size_name(kGoalMinBytes).c_str());
@@ -505,8 +510,10 @@ int run(int argc, char** argv) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(p, &end, 10);
         std::size_t bytes = v;
-        if (*end == 'K') bytes = v * kKiB, ++end;
-        else if (*end == 'M') bytes = v * kMiB, ++end;
+        if (*end == 'K')
+          bytes = v * kKiB, ++end;
+        else if (*end == 'M')
+          bytes = v * kMiB, ++end;
         if (end == p || v == 0 || bytes % sizeof(float) != 0 || bytes > 4096 * kMiB || (*end != ',' && *end != '\0')) {
           std::fprintf(stderr, "--sizes: expected a list like 4K,1M,16M, got '%s'\n", argv[i]);
           return usage(argv[0]);
@@ -540,14 +547,16 @@ int run(int argc, char** argv) {
   config::set_logical_device_configuration(
       cpu, std::vector<LogicalDeviceConfiguration>(kMaxK, LogicalDeviceConfiguration{.memory_limit_mb = limit_mb}));
 
-  std::printf("allreduce bench: float32 sum in place, one thread per logical CPU device (/cpu:0..k-1, %lld MiB "
-              "limit each), sizes %s..%s, median of %d repetitions (3 when a call takes > 100 ms), ~%.2g s per case%s\n",
-              static_cast<long long>(limit_mb), size_name(sizes.front()).c_str(), size_name(largest).c_str(),
-              policy.reps, policy.target_s, quick ? " (--quick)" : "");
+  std::printf(
+      "allreduce bench: float32 sum in place, one thread per logical CPU device (/cpu:0..k-1, %lld MiB "
+      "limit each), sizes %s..%s, median of %d repetitions (3 when a call takes > 100 ms), ~%.2g s per case%s\n",
+      static_cast<long long>(limit_mb), size_name(sizes.front()).c_str(), size_name(largest).c_str(), policy.reps,
+      policy.target_s, quick ? " (--quick)" : "");
   std::printf("machine: %s\n", machine(/*cpu_model=*/true).c_str());
-  std::printf("ratios = yardstick time / shared_memory time (> 1: chorus faster); 2kN bw = 2*k*N/t; "
-              "memcpy = 1 thread, k copies of N bytes (ring: rank j's buffer into rank j+1's); vs memcpy uses the faster "
-              "of the two\n\n");
+  std::printf(
+      "ratios = yardstick time / shared_memory time (> 1: chorus faster); 2kN bw = 2*k*N/t; "
+      "memcpy = 1 thread, k copies of N bytes (ring: rank j's buffer into rank j+1's); vs memcpy uses the faster "
+      "of the two\n\n");
 
   std::vector<Row> rows;
   std::vector<Latency> latencies;
@@ -566,7 +575,8 @@ int run(int argc, char** argv) {
         bufs.push_back(Tensor::zeros({static_cast<std::int64_t>(bytes / sizeof(float))}, DType::kFloat32, device(r)));
       std::vector<HostBuffer> memcpy_dst;
       std::vector<Contender> contenders = {all_reduce_contender(shared, bufs), all_reduce_contender(reference, bufs),
-                                           memcpy_contender(bufs, bytes, &memcpy_dst), memcpy_ring_contender(bufs, bytes)};
+                                           memcpy_contender(bufs, bytes, &memcpy_dst),
+                                           memcpy_ring_contender(bufs, bytes)};
       // The latency yardsticks run interleaved with the 4 KiB case they are compared with.
       std::barrier<> bar(k);
       CondvarBarrier cbar(k);
@@ -582,7 +592,8 @@ int run(int argc, char** argv) {
       rows.push_back(row);
     }
   }
-  for (const auto& [k, why] : mpi_skipped) std::printf("MPI_Allreduce yardstick skipped for k=%d: %s\n", k, why.c_str());
+  for (const auto& [k, why] : mpi_skipped)
+    std::printf("MPI_Allreduce yardstick skipped for k=%d: %s\n", k, why.c_str());
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     std::printf("peak resident memory of this process: %ld MiB\n", usage.ru_maxrss / 1024);
@@ -608,10 +619,11 @@ int run(int argc, char** argv) {
   }
   for (const Latency& l : latencies) {
     const double x = l.shared_4k_s / l.barrier_s();
-    std::printf("  [%s] k=%d %s latency within %.0fx of a bare barrier: %.2f us = %.2fx the faster barrier "
-                "(%s, %.2f us)\n",
-                x <= kGoalLatency ? "PASS" : "FAIL", l.k, size_name(kLatencyBytes).c_str(), kGoalLatency,
-                l.shared_4k_s * 1e6, x, l.barrier_name(), l.barrier_s() * 1e6);
+    std::printf(
+        "  [%s] k=%d %s latency within %.0fx of a bare barrier: %.2f us = %.2fx the faster barrier "
+        "(%s, %.2f us)\n",
+        x <= kGoalLatency ? "PASS" : "FAIL", l.k, size_name(kLatencyBytes).c_str(), kGoalLatency, l.shared_4k_s * 1e6,
+        x, l.barrier_name(), l.barrier_s() * 1e6);
   }
 
   // The JSON line (docs/style.md habit 11), last.

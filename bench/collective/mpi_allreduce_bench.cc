@@ -27,16 +27,16 @@
 namespace {
 
 // Every MPI call is checked; a failure names the call, the place and MPI's own message.
-#define BENCH_MPI_CHECK(call)                                                                    \
-  do {                                                                                           \
-    const int bench_rc_ = (call);                                                                \
-    if (bench_rc_ != MPI_SUCCESS) {                                                              \
-      char bench_msg_[MPI_MAX_ERROR_STRING] = {};                                                \
-      int bench_len_ = 0;                                                                        \
-      MPI_Error_string(bench_rc_, bench_msg_, &bench_len_);                                      \
-      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, bench_msg_);   \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                              \
-    }                                                                                            \
+#define BENCH_MPI_CHECK(call)                                                                  \
+  do {                                                                                         \
+    const int bench_rc_ = (call);                                                              \
+    if (bench_rc_ != MPI_SUCCESS) {                                                            \
+      char bench_msg_[MPI_MAX_ERROR_STRING] = {};                                              \
+      int bench_len_ = 0;                                                                      \
+      MPI_Error_string(bench_rc_, bench_msg_, &bench_len_);                                    \
+      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, bench_msg_); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                            \
+    }                                                                                          \
   } while (0)
 
 constexpr double kCalibrateSeconds = 5e-3;
@@ -58,8 +58,8 @@ double run_batch(std::vector<float>& buf, int batch) {
   BENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   const double t0 = MPI_Wtime();
   for (int i = 0; i < batch; ++i)
-    BENCH_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM,
-                                  MPI_COMM_WORLD));
+    BENCH_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   double local = MPI_Wtime() - t0;
   double slowest = 0;
   BENCH_MPI_CHECK(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -84,7 +84,8 @@ Result measure(std::size_t bytes, double target_s, int reps) {
   }
   const double per_call = t / batch;
   if (per_call > kSlowCallSeconds) reps = std::min(reps, 3);
-  batch = static_cast<int>(std::clamp(std::llround(target_s / (reps * per_call)), 1LL, static_cast<long long>(kMaxBatch)));
+  batch =
+      static_cast<int>(std::clamp(std::llround(target_s / (reps * per_call)), 1LL, static_cast<long long>(kMaxBatch)));
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) times.push_back(run_batch(buf, batch) / batch);
   std::sort(times.begin(), times.end());

@@ -72,7 +72,8 @@ int run(bool quick) {
       const auto n = static_cast<std::int64_t>(bytes / 4);
       std::vector<Tensor> bufs;
       for (int r = 0; r < k; ++r) bufs.push_back(Tensor::full({n}, r + 1, DType::kFloat32, devices[r]));
-      const int iters = bytes <= (std::size_t{1} << 20) ? 200 : std::max(5, static_cast<int>((std::size_t{256} << 20) / bytes));
+      const int iters =
+          bytes <= (std::size_t{1} << 20) ? 200 : std::max(5, static_cast<int>((std::size_t{256} << 20) / bytes));
       // One call = every replica thread issues the all-reduce and waits for it. The replica
       // threads persist through a batch of `iters` calls, as a strategy's replica threads do:
       // starting threads per call would time thread creation, not the collective.
@@ -104,15 +105,16 @@ int run(bool quick) {
       const double moved = 2.0 * k * static_cast<double>(bytes);
       const double bw = moved / t_ar / 1e9, bw_copy = moved / t_copy / 1e9;
       char label[32];
-      std::snprintf(label, sizeof label, bytes >= (1 << 20) ? "%zuMiB" : "%zuKiB", bytes >= (1 << 20) ? bytes >> 20 : bytes >> 10);
+      std::snprintf(label, sizeof label, bytes >= (1 << 20) ? "%zuMiB" : "%zuKiB",
+                    bytes >= (1 << 20) ? bytes >> 20 : bytes >> 10);
       std::printf("%-3d %-9s %14.2f %14.2f %14.2f %8.2f\n", k, label, t_ar * 1e6, bw, bw_copy, bw / bw_copy);
       cases.push_back({"virtual_gpu k=" + std::to_string(k) + " " + label, bw, bw_copy});
     }
   }
   std::vector<std::string> json_cases;
   for (const Case& c : cases)
-    json_cases.push_back(
-        bench::json_case(c.name, c.value, "GB/s", "D2D copy 2kN", c.yardstick_value, c.value / c.yardstick_value, "%.3f"));
+    json_cases.push_back(bench::json_case(c.name, c.value, "GB/s", "D2D copy 2kN", c.yardstick_value,
+                                          c.value / c.yardstick_value, "%.3f"));
   bench::print_json_line("virtual_gpu_allreduce", props.name, json_cases);
   return 0;
 }

@@ -48,22 +48,20 @@ constexpr int kRepetitions = 5;
 constexpr std::uint64_t kSeed = 42;
 
 struct Workload {
-  std::vector<std::size_t> sizes;   // one per step
-  std::vector<std::uint32_t> slots; // the window slot each step frees and refills
+  std::vector<std::size_t> sizes;    // one per step
+  std::vector<std::uint32_t> slots;  // the window slot each step frees and refills
 };
 
 Workload make_workload(std::size_t steps) {
   std::mt19937_64 rng(kSeed);
-  std::uniform_real_distribution<double> log_size(std::log(double(kMinSize)),
-                                                  std::log(double(kMaxSize)));
+  std::uniform_real_distribution<double> log_size(std::log(double(kMinSize)), std::log(double(kMaxSize)));
   std::uniform_int_distribution<std::uint32_t> slot(0, kWindow - 1);
   Workload w;
   w.sizes.reserve(steps);
   w.slots.reserve(steps);
   for (std::size_t i = 0; i < steps; ++i) {
     // Not rounded: real tensor sizes rarely are multiples of 256.
-    w.sizes.push_back(std::clamp<std::size_t>(std::size_t(std::exp(log_size(rng))), kMinSize,
-                                              kMaxSize));
+    w.sizes.push_back(std::clamp<std::size_t>(std::size_t(std::exp(log_size(rng))), kMinSize, kMaxSize));
     w.slots.push_back(slot(rng));
   }
   return w;
@@ -114,8 +112,7 @@ double bench_bfc(const Workload& w, const std::function<std::unique_ptr<SubAlloc
     auto allocator = make_bfc_allocator(make_sub(), options);
     allocator->deallocate(allocator->allocate(1));
     runs.push_back(run_once(
-        w, [&](std::size_t n) { return allocator->allocate(n); },
-        [&](void* p) { allocator->deallocate(p); }));
+        w, [&](std::size_t n) { return allocator->allocate(n); }, [&](void* p) { allocator->deallocate(p); }));
   }
   return median(runs);
 }
@@ -135,13 +132,12 @@ struct Case {
 
 #ifdef CHORUS_WITH_CUDA
 // The bench talks to CUDA directly for its yardstick; each call is checked and named.
-#define BENCH_CUDA_CHECK(call)                                                             \
-  do {                                                                                     \
-    cudaError_t bench_err_ = (call);                                                       \
-    if (bench_err_ != cudaSuccess)                                                         \
-      throw std::runtime_error(std::string(#call) + " failed at " __FILE__ ":" +          \
-                               std::to_string(__LINE__) + ": " +                           \
-                               cudaGetErrorString(bench_err_));                            \
+#define BENCH_CUDA_CHECK(call)                                                                                     \
+  do {                                                                                                             \
+    cudaError_t bench_err_ = (call);                                                                               \
+    if (bench_err_ != cudaSuccess)                                                                                 \
+      throw std::runtime_error(std::string(#call) + " failed at " __FILE__ ":" + std::to_string(__LINE__) + ": " + \
+                               cudaGetErrorString(bench_err_));                                                    \
   } while (0)
 
 // Returns "" and appends the case, or the reason the GPU case was skipped.
@@ -154,8 +150,8 @@ std::string bench_gpu(std::size_t steps, std::vector<Case>& cases) {
     BENCH_CUDA_CHECK(cudaSetDevice(0));
     BENCH_CUDA_CHECK(cudaFree(nullptr));  // create the context outside the timed runs
     const Workload w = make_workload(steps);
-    const double bfc = bench_bfc(w, [] { return gpu::make_cuda_sub_allocator(0); },
-                                 "/job:localhost/replica:0/task:0/device:GPU:0");
+    const double bfc = bench_bfc(
+        w, [] { return gpu::make_cuda_sub_allocator(0); }, "/job:localhost/replica:0/task:0/device:GPU:0");
     const double raw = bench_raw(
         w,
         [](std::size_t n) {
@@ -187,8 +183,8 @@ int run(int argc, char** argv) {
 
   std::vector<Case> cases;
   const Workload host = make_workload(host_steps);
-  const double bfc = bench_bfc(host, [] { return make_host_sub_allocator(); },
-                               "/job:localhost/replica:0/task:0/device:CPU:0");
+  const double bfc = bench_bfc(
+      host, [] { return make_host_sub_allocator(); }, "/job:localhost/replica:0/task:0/device:CPU:0");
   const double raw = bench_raw(
       host, [](std::size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
   cases.push_back({"bfc_host_mixed_256B_4MiB", bfc, "malloc/free", raw});
@@ -200,15 +196,14 @@ int run(int argc, char** argv) {
   (void)gpu_steps;
 #endif
 
-  std::printf("allocator bench: sizes 256 B..4 MiB log-uniform (seed %llu), %zu live slots, "
-              "median of %d runs; host %zu steps, gpu %zu steps%s\n",
-              static_cast<unsigned long long>(kSeed), kWindow, kRepetitions, host_steps,
-              gpu_steps, quick ? " (--quick)" : "");
-  std::printf("%-28s %14s   %-22s %16s %8s\n", "case", "chorus ns/op", "yardstick",
-              "yardstick ns/op", "ratio");
+  std::printf(
+      "allocator bench: sizes 256 B..4 MiB log-uniform (seed %llu), %zu live slots, "
+      "median of %d runs; host %zu steps, gpu %zu steps%s\n",
+      static_cast<unsigned long long>(kSeed), kWindow, kRepetitions, host_steps, gpu_steps, quick ? " (--quick)" : "");
+  std::printf("%-28s %14s   %-22s %16s %8s\n", "case", "chorus ns/op", "yardstick", "yardstick ns/op", "ratio");
   for (const Case& c : cases) {
-    std::printf("%-28s %14.1f   %-22s %16.1f %8.2f\n", c.name.c_str(), c.value,
-                c.yardstick.c_str(), c.yardstick_value, c.yardstick_value / c.value);
+    std::printf("%-28s %14.1f   %-22s %16.1f %8.2f\n", c.name.c_str(), c.value, c.yardstick.c_str(), c.yardstick_value,
+                c.yardstick_value / c.value);
   }
   if (!gpu_skipped.empty()) std::printf("GPU case skipped: %s\n", gpu_skipped.c_str());
 

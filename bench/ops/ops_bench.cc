@@ -124,7 +124,8 @@ double raw_conv(ConvPass pass, const ops::Conv2dGeometry& g, const Tensor& x, co
     });
   }
   if (pass == ConvPass::kBackwardData) {
-    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src, wany, dst, strides, dil, pad, pad);
+    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src, wany, dst, strides, dil, pad,
+                                             pad);
     dnnl::convolution_backward_data::primitive_desc bpd(bd, eng(), fpd);
     memory wk(bpd.weights_desc(), eng());
     dnnl::reorder(user_w, wk).execute(s, user_w, wk);
@@ -135,7 +136,8 @@ double raw_conv(ConvPass pass, const ops::Conv2dGeometry& g, const Tensor& x, co
       s.wait();
     });
   }
-  dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, wany, dst, strides, dil, pad, pad);
+  dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, wany, dst, strides, dil, pad,
+                                              pad);
   dnnl::convolution_backward_weights::primitive_desc bpd(bd, eng(), fpd);
   memory wk(bpd.diff_weights_desc(), eng());
   dnnl::convolution_backward_weights prim(bpd);
@@ -150,8 +152,8 @@ int run(bool quick) {
   std::vector<Row> rows;
   std::vector<std::string> skipped;
 #ifdef CHORUS_WITH_DNNL
-  const std::vector<std::int64_t> sizes = quick ? std::vector<std::int64_t>{256, 512}
-                                                : std::vector<std::int64_t>{512, 1024, 2048, 4096};
+  const std::vector<std::int64_t> sizes =
+      quick ? std::vector<std::int64_t>{256, 512} : std::vector<std::int64_t>{512, 1024, 2048, 4096};
   for (std::int64_t n : sizes) {
     Tensor a = random_tensor({n, n}, 1), b = random_tensor({n, n}, 2);
     Tensor c_raw = Tensor::empty({n, n}, DType::kFloat32, "/cpu:0");
@@ -165,21 +167,25 @@ int run(bool quick) {
     std::int64_t n, h, w, ci, co;
   };
   const std::int64_t batch = quick ? 8 : 64;
-  for (ConvCase cc : {ConvCase{"conv1 28x28x1->32", batch, 28, 28, 1, 32}, ConvCase{"conv2 13x13x32->64", batch, 13, 13, 32, 64}}) {
+  for (ConvCase cc :
+       {ConvCase{"conv1 28x28x1->32", batch, 28, 28, 1, 32}, ConvCase{"conv2 13x13x32->64", batch, 13, 13, 32, 64}}) {
     Tensor x = random_tensor({cc.n, cc.h, cc.w, cc.ci}, 3), w = random_tensor({3, 3, cc.ci, cc.co}, 4);
     ops::Conv2dGeometry g{cc.n, cc.h, cc.w, cc.ci, 3, 3, cc.co};
     ops::compute_output_size(g, ops::Padding::kValid);
     Tensor dy = random_tensor({cc.n, g.out_h, g.out_w, cc.co}, 5);
     const double flops = 2.0 * g.output_elements() * 9 * cc.ci;
     ops::Conv2dOptions o{{1, 1}, ops::Padding::kValid, {1, 1}};
-    Tensor xs = Tensor::empty(x.shape(), DType::kFloat32, "/cpu:0"), ys = Tensor::empty(dy.shape(), DType::kFloat32, "/cpu:0");
+    Tensor xs = Tensor::empty(x.shape(), DType::kFloat32, "/cpu:0"),
+           ys = Tensor::empty(dy.shape(), DType::kFloat32, "/cpu:0");
     std::memcpy(xs.data(), x.to_vector<float>().data(), x.nbytes());
     std::memcpy(ys.data(), dy.to_vector<float>().data(), dy.nbytes());
     Row f{std::string(cc.name) + " fwd", median_seconds([&] { sync(ops::conv2d(x, w, o)); }),
           raw_conv(ConvPass::kForward, g, xs, w, ys), "ms", flops};
-    Row bd{std::string(cc.name) + " bwd data", median_seconds([&] { sync(ops::conv2d_backprop_input(x.shape(), w, dy, o)); }),
+    Row bd{std::string(cc.name) + " bwd data",
+           median_seconds([&] { sync(ops::conv2d_backprop_input(x.shape(), w, dy, o)); }),
            raw_conv(ConvPass::kBackwardData, g, xs, w, ys), "ms", flops};
-    Row bf{std::string(cc.name) + " bwd filter", median_seconds([&] { sync(ops::conv2d_backprop_filter(x, w.shape(), dy, o)); }),
+    Row bf{std::string(cc.name) + " bwd filter",
+           median_seconds([&] { sync(ops::conv2d_backprop_filter(x, w.shape(), dy, o)); }),
            raw_conv(ConvPass::kBackwardFilter, g, xs, w, ys), "ms", flops};
     rows.push_back(f);
     rows.push_back(bd);
@@ -193,11 +199,13 @@ int run(bool quick) {
     volatile float x = 1, y = 2, z = 0;
     Row r{"add 1 element (overhead)", 0, 0, "us", 0};
     r.chorus = median_seconds([&] {
-      for (int i = 0; i < 100; ++i) sync(ops::add(a, b));
-    }) / 100;
+                 for (int i = 0; i < 100; ++i) sync(ops::add(a, b));
+               }) /
+               100;
     r.yard = median_seconds([&] {
-      for (int i = 0; i < 100; ++i) z = x + y;
-    }) / 100;
+               for (int i = 0; i < 100; ++i) z = x + y;
+             }) /
+             100;
     (void)z;
     rows.push_back(r);
   }
@@ -230,9 +238,10 @@ int run(bool quick) {
       const float one = 1, zero = 0;
       const int ni = static_cast<int>(n);
       r.yard = median_seconds([&] {
-        cublas_check(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(b.data()),
-                                 ni, static_cast<const float*>(a.data()), ni, &zero, static_cast<float*>(c.data()), ni),
-                     "cublasSgemm");
+        cublas_check(
+            cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(b.data()), ni,
+                        static_cast<const float*>(a.data()), ni, &zero, static_cast<float*>(c.data()), ni),
+            "cublasSgemm");
         cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       });
       rows.push_back(r);
@@ -255,14 +264,14 @@ int run(bool quick) {
     const double ratio = r.yard / r.chorus;
     char gf[32] = "-";
     if (r.flops > 0) std::snprintf(gf, sizeof gf, "%.1f", r.flops / r.chorus / 1e9);
-    std::printf("%-28s %11.3f %s %11.3f %s %8.2f %12s\n", r.name.c_str(), r.chorus * scale, r.unit.c_str(), r.yard * scale,
-                r.unit.c_str(), ratio, gf);
+    std::printf("%-28s %11.3f %s %11.3f %s %8.2f %12s\n", r.name.c_str(), r.chorus * scale, r.unit.c_str(),
+                r.yard * scale, r.unit.c_str(), ratio, gf);
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "%s{\"case\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"yardstick\":\"%s\",\"yardstick_value\":%.6g,"
                   "\"ratio\":%.4g}",
                   i ? "," : "", r.name.c_str(), r.chorus * scale, r.unit.c_str(),
-                  r.unit == "us"                  ? "plain C++ statement"
+                  r.unit == "us"                 ? "plain C++ statement"
                   : r.name.rfind("gpu ", 0) == 0 ? "cublasSgemm on its own stream"
                                                  : "raw oneDNN primitive",
                   r.yard * scale, ratio);

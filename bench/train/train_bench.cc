@@ -255,9 +255,10 @@ int run_parent(int steps, int repeats) {
   }
 
   const unsigned cores = std::thread::hardware_concurrency();
-  std::printf("seed CNN, global batch %lld, %d warm-up steps, then %d x %d timed steps (samples/s: median of the %d, "
-              "[min-max]), %u cores\n",
-              static_cast<long long>(kGlobalBatch), kWarmupSteps, repeats, steps, repeats, cores);
+  std::printf(
+      "seed CNN, global batch %lld, %d warm-up steps, then %d x %d timed steps (samples/s: median of the %d, "
+      "[min-max]), %u cores\n",
+      static_cast<long long>(kGlobalBatch), kWarmupSteps, repeats, steps, repeats, cores);
   std::printf("%-8s %9s %15s %8s %8s %8s %9s | %8s %8s %8s | %7s %12s %6s\n", "replicas", "samples/s", "[min-max]",
               "ms/step", "kernels", "collect", "elsewhere", "between", "fw-cpu", "off-cpu", "cpu/wall", "pytorch DDP",
               "ratio");
@@ -290,12 +291,10 @@ int run_parent(int steps, int repeats) {
     std::snprintf(range, sizeof range, "[%.0f-%.0f]", c.min_sps, c.max_sps);
     std::printf("%-8d %9.1f %15s %8.2f %7.1f%% %7.1f%% %8.1f%% | %7.1f%% %7.1f%% %7.1f%% | %7.2f %12s %6s\n",
                 c.replicas, c.samples_per_s, range, c.ms_per_step, 100 * c.kernels, 100 * c.collectives,
-                100 * elsewhere, 100 * c.between, 100 * c.fw_cpu, 100 * c.off_cpu, c.process_cpu_per_wall, tcol,
-                rcol);
+                100 * elsewhere, 100 * c.between, 100 * c.fw_cpu, 100 * c.off_cpu, c.process_cpu_per_wall, tcol, rcol);
     const std::string suffix = std::to_string(c.replicas) + (c.replicas == 1 ? " replica" : " replicas");
     if (c.replicas == 2) {
-      add("samples/s " + suffix, c.samples_per_s, "samples/s",
-          "PyTorch DDP gloo, 2 processes x 1 thread", torch_sps,
+      add("samples/s " + suffix, c.samples_per_s, "samples/s", "PyTorch DDP gloo, 2 processes x 1 thread", torch_sps,
           torch_sps ? std::optional<double>(c.samples_per_s / *torch_sps) : std::nullopt);
     } else {
       add("samples/s " + suffix, c.samples_per_s, "samples/s", "none", std::nullopt, std::nullopt);
@@ -347,9 +346,10 @@ int run_parent(int steps, int repeats) {
     if (c.replicas == 2) two = &c;
   if (mw_sps && two) {
     const double efficiency = *mw_sps / two->samples_per_s;
-    std::printf("multi-worker: 2 processes x 1 device %.1f samples/s vs 1 process x 2 devices %.1f samples/s: "
-                "scaling efficiency %.2f\n",
-                *mw_sps, two->samples_per_s, efficiency);
+    std::printf(
+        "multi-worker: 2 processes x 1 device %.1f samples/s vs 1 process x 2 devices %.1f samples/s: "
+        "scaling efficiency %.2f\n",
+        *mw_sps, two->samples_per_s, efficiency);
     add("samples/s 2 workers x 1 device", *mw_sps, "samples/s", "1 process x 2 devices (same run)", two->samples_per_s,
         efficiency);
   } else {

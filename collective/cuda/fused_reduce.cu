@@ -16,23 +16,51 @@ struct Pointers {
   void* out[kMaxFused];
 };
 
-template <typename T> struct Acc { using type = T; };
-template <> struct Acc<__half> { using type = float; };
-template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <typename T>
+struct Acc {
+  using type = T;
+};
+template <>
+struct Acc<__half> {
+  using type = float;
+};
+template <>
+struct Acc<__nv_bfloat16> {
+  using type = float;
+};
 
-template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return v; }
-template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return v; }
-template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ typename Acc<T>::type to_acc(T v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float to_acc<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T>
+__device__ __forceinline__ T from_acc(typename Acc<T>::type v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_acc<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
-template <typename A> __device__ __forceinline__ A combine(int op, A a, A b) {
+template <typename A>
+__device__ __forceinline__ A combine(int op, A a, A b) {
   switch (op) {
-    case 2: return a < b ? a : b;   // min
-    case 3: return a > b ? a : b;   // max
-    case 4: return a * b;           // prod
-    default: return a + b;          // sum, mean
+    case 2: return a < b ? a : b;  // min
+    case 3: return a > b ? a : b;  // max
+    case 4: return a * b;          // prod
+    default: return a + b;         // sum, mean
   }
 }
 

@@ -12,8 +12,8 @@
 namespace chorus::gpu::internal {
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
-  std::string msg = ::chorus::internal::str_cat(call, " failed: ", cudaGetErrorName(err), " (",
-                                                cudaGetErrorString(err), ") at ", file, ":", line);
+  std::string msg = ::chorus::internal::str_cat(call, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                                                ") at ", file, ":", line);
   switch (err) {
     case cudaErrorMemoryAllocation: throw ResourceExhaustedError(msg);
     case cudaErrorInvalidValue:
@@ -27,11 +27,10 @@ namespace chorus::gpu::internal {
 
 }  // namespace chorus::gpu::internal
 
-#define CHORUS_CUDA_CHECK(call)                                                         \
-  do {                                                                                  \
-    cudaError_t chorus_err_ = (call);                                                   \
-    if (chorus_err_ != cudaSuccess)                                                     \
-      ::chorus::gpu::internal::throw_cuda_error(chorus_err_, #call, __FILE__, __LINE__); \
+#define CHORUS_CUDA_CHECK(call)                                                                                        \
+  do {                                                                                                                 \
+    cudaError_t chorus_err_ = (call);                                                                                  \
+    if (chorus_err_ != cudaSuccess) ::chorus::gpu::internal::throw_cuda_error(chorus_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 namespace chorus::gpu::internal {

@@ -11,7 +11,6 @@ namespace chorus::gpu {
 
 // dst[i] += src[i] for `count` elements of `dtype` on `stream` of GPU `ordinal`. 16-bit floats
 // are added in float32 and rounded once. bool → InvalidArgumentError.
-void add_inplace_async(int ordinal, StreamHandle stream, DType dtype, void* dst, const void* src,
-                       std::size_t count);
+void add_inplace_async(int ordinal, StreamHandle stream, DType dtype, void* dst, const void* src, std::size_t count);
 
 }  // namespace chorus::gpu

@@ -64,7 +64,8 @@ int run(const std::vector<std::string>& args) {
     wrap = !cl.hosts || cl.status_dir;
     // The directory is made only for a real run; --dry-run shows where it would be.
     status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
-    if (wrap) o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
+    if (wrap)
+      o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
     const auto argv = launch::build_mpirun_argv(o);  // validates with the name "mpirun"
     if (cl.dry_run) {
       std::cout << launch::shell_join(argv) << "\n";
@@ -90,8 +91,8 @@ int run(const std::vector<std::string>& args) {
   }
   o.mpirun = *mpirun;
   if (!wrap) {
-    const launch::ChildExit job = launch::run_child(launch::build_mpirun_argv(o),
-                                                    {.parent_death_signal = SIGTERM, .shares_terminal = true});
+    const launch::ChildExit job =
+        launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});
     return job.status();
   }
   if (cl.status_dir) {
@@ -104,8 +105,8 @@ int run(const std::vector<std::string>& args) {
   }
   o.rank_wrapper[2] = status_dir;
   // mpirun gets SIGTERM (and ends its job) if chorus-run is killed.
-  const launch::ChildExit job = launch::run_child(launch::build_mpirun_argv(o),
-                                                  {.parent_death_signal = SIGTERM, .shares_terminal = true});
+  const launch::ChildExit job =
+      launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});
   const auto verdict = launch::judge_job(job.status(), launch::read_exit_records(status_dir), o.num_processes,
                                          /*expect_every_rank=*/true);
   for (const auto& line : verdict.lines) std::cerr << line << "\n";

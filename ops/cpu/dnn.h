@@ -60,8 +60,8 @@ void batch_norm_inference(DType dtype, const void* x, const void* gamma, const v
                           const void* var, void* y, std::int64_t rows, std::int64_t channels, double epsilon);
 // Backward of batch_norm_training (mean/var are the batch statistics it produced): dx, dgamma, dbeta.
 void batch_norm_backward(DType dtype, const void* x, const void* dy, const void* gamma, const void* mean,
-                         const void* var, void* dx, void* dgamma, void* dbeta, std::int64_t rows,
-                         std::int64_t channels, double epsilon);
+                         const void* var, void* dx, void* dgamma, void* dbeta, std::int64_t rows, std::int64_t channels,
+                         double epsilon);
 
 // Elementwise activation y = f(x) over n contiguous float32 elements with oneDNN's eltwise
 // primitive for kRelu, kSigmoid, kTanh, kGelu (erf), kExp, kLog, kSqrt, kSquare, kAbs. Returns

@@ -32,14 +32,13 @@ void require_non_negative(const char* what, const char* name, std::int64_t v) {
 // (floor), the rule oneDNN and the reference loops share; compute_output_size() produces it.
 void require_axis(const char* what, const char* axis, std::int64_t in, std::int64_t k, std::int64_t stride,
                   std::int64_t dilation, std::int64_t lo, std::int64_t hi, std::int64_t out) {
-  CHORUS_REQUIRE(in > 0 && k > 0 && stride > 0 && dilation > 0 && lo >= 0 && hi >= 0, InvalidArgumentError, what,
-                 ": ", axis, " geometry must have in, k, stride, dilation > 0 and pads >= 0, got in=", in, " k=", k,
+  CHORUS_REQUIRE(in > 0 && k > 0 && stride > 0 && dilation > 0 && lo >= 0 && hi >= 0, InvalidArgumentError, what, ": ",
+                 axis, " geometry must have in, k, stride, dilation > 0 and pads >= 0, got in=", in, " k=", k,
                  " stride=", stride, " dilation=", dilation, " pads=", lo, "/", hi);
   const std::int64_t span = in + lo + hi - ((k - 1) * dilation + 1);
-  CHORUS_REQUIRE(span >= 0 && out == span / stride + 1, InvalidArgumentError, what, ": ", axis,
-                 " output size ", out, " does not match in=", in, " k=", k, " stride=", stride,
-                 " dilation=", dilation, " pads=", lo, "/", hi, " (expected ",
-                 span >= 0 ? span / stride + 1 : 0, ")");
+  CHORUS_REQUIRE(span >= 0 && out == span / stride + 1, InvalidArgumentError, what, ": ", axis, " output size ", out,
+                 " does not match in=", in, " k=", k, " stride=", stride, " dilation=", dilation, " pads=", lo, "/", hi,
+                 " (expected ", span >= 0 ? span / stride + 1 : 0, ")");
 }
 
 void require_geometry(const Conv2dGeometry& g, const char* what, bool pooling) {
@@ -110,11 +109,9 @@ void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void*
 
 // Expands to the float64 reference call, or the float32 oneDNN / reference one.
 #ifdef CHORUS_WITH_DNNL
-#define CHORUS_DNN_CALL(fn, f64args, f32args) \
-  (dtype == DType::kFloat64 ? reference::fn f64args : onednn::fn f32args)
+#define CHORUS_DNN_CALL(fn, f64args, f32args) (dtype == DType::kFloat64 ? reference::fn f64args : onednn::fn f32args)
 #else
-#define CHORUS_DNN_CALL(fn, f64args, f32args) \
-  (dtype == DType::kFloat64 ? reference::fn f64args : reference::fn f32args)
+#define CHORUS_DNN_CALL(fn, f64args, f32args) (dtype == DType::kFloat64 ? reference::fn f64args : reference::fn f32args)
 #endif
 
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
@@ -194,8 +191,8 @@ void batch_norm_training(DType dtype, const void* x, const void* gamma, const vo
   require_batch_norm("batch_norm_training", rows, channels, epsilon);
   if (channels == 0) return;
   if (rows == 0 && dtype == DType::kFloat32) {
-    reference::batch_norm_training(cp<float>(x), cp<float>(gamma), cp<float>(beta), mp<float>(y),
-                                   mp<float>(batch_mean), mp<float>(batch_var), rows, channels, epsilon);
+    reference::batch_norm_training(cp<float>(x), cp<float>(gamma), cp<float>(beta), mp<float>(y), mp<float>(batch_mean),
+                                   mp<float>(batch_var), rows, channels, epsilon);
     return;
   }
   CHORUS_DNN_CALL(batch_norm_training,
@@ -211,15 +208,15 @@ void batch_norm_inference(DType dtype, const void* x, const void* gamma, const v
   require_batch_norm("batch_norm_inference", rows, channels, epsilon);
   if (rows == 0 || channels == 0) return;
   CHORUS_DNN_CALL(batch_norm_inference,
-                  (cp<double>(x), cp<double>(gamma), cp<double>(beta), cp<double>(mean), cp<double>(var),
-                   mp<double>(y), rows, channels, epsilon),
-                  (cp<float>(x), cp<float>(gamma), cp<float>(beta), cp<float>(mean), cp<float>(var), mp<float>(y),
-                   rows, channels, epsilon));
+                  (cp<double>(x), cp<double>(gamma), cp<double>(beta), cp<double>(mean), cp<double>(var), mp<double>(y),
+                   rows, channels, epsilon),
+                  (cp<float>(x), cp<float>(gamma), cp<float>(beta), cp<float>(mean), cp<float>(var), mp<float>(y), rows,
+                   channels, epsilon));
 }
 
 void batch_norm_backward(DType dtype, const void* x, const void* dy, const void* gamma, const void* mean,
-                         const void* var, void* dx, void* dgamma, void* dbeta, std::int64_t rows,
-                         std::int64_t channels, double epsilon) {
+                         const void* var, void* dx, void* dgamma, void* dbeta, std::int64_t rows, std::int64_t channels,
+                         double epsilon) {
   require_float(dtype, "batch_norm_backward");
   require_batch_norm("batch_norm_backward", rows, channels, epsilon);
   if (channels == 0) return;
@@ -229,8 +226,8 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
     return;
   }
   CHORUS_DNN_CALL(batch_norm_backward,
-                  (cp<double>(x), cp<double>(dy), cp<double>(gamma), cp<double>(mean), cp<double>(var),
-                   mp<double>(dx), mp<double>(dgamma), mp<double>(dbeta), rows, channels, epsilon),
+                  (cp<double>(x), cp<double>(dy), cp<double>(gamma), cp<double>(mean), cp<double>(var), mp<double>(dx),
+                   mp<double>(dgamma), mp<double>(dbeta), rows, channels, epsilon),
                   (cp<float>(x), cp<float>(dy), cp<float>(gamma), cp<float>(mean), cp<float>(var), mp<float>(dx),
                    mp<float>(dgamma), mp<float>(dbeta), rows, channels, epsilon));
 }
@@ -242,11 +239,16 @@ bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64
   require_non_negative("eltwise_forward", "n", n);
 #ifdef CHORUS_WITH_DNNL
   switch (op) {
-    case UnaryOp::kRelu: case UnaryOp::kSigmoid: case UnaryOp::kTanh: case UnaryOp::kGelu: case UnaryOp::kExp:
-    case UnaryOp::kLog: case UnaryOp::kSqrt: case UnaryOp::kSquare: case UnaryOp::kAbs:
-      break;
-    default:
-      return false;
+    case UnaryOp::kRelu:
+    case UnaryOp::kSigmoid:
+    case UnaryOp::kTanh:
+    case UnaryOp::kGelu:
+    case UnaryOp::kExp:
+    case UnaryOp::kLog:
+    case UnaryOp::kSqrt:
+    case UnaryOp::kSquare:
+    case UnaryOp::kAbs: break;
+    default: return false;
   }
   if (n == 0) return true;
   return onednn::eltwise_forward(op, cp<float>(x), mp<float>(y), n);

@@ -1,6 +1,6 @@
 // Elementwise CPU loops: unary, binary with broadcasting, where, cast, strided copy.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>

@@ -26,7 +26,9 @@ void gather(DType dtype, const void* params, std::int64_t rows, std::int64_t inn
     const auto* idx = static_cast<const I*>(indices);
     for (std::int64_t j = 0; j < num_indices; ++j) {
       const std::int64_t row = checked(idx, j, rows);
-      if (row_bytes) std::memcpy(o + static_cast<std::size_t>(j) * row_bytes, p + static_cast<std::size_t>(row) * row_bytes, row_bytes);
+      if (row_bytes)
+        std::memcpy(o + static_cast<std::size_t>(j) * row_bytes, p + static_cast<std::size_t>(row) * row_bytes,
+                    row_bytes);
     }
   });
 }

@@ -33,8 +33,8 @@ void argmax(bool min, DType dtype, const void* x, std::int64_t* y, std::int64_t 
 
 // Labels out of [0, cols) → InvalidArgumentError ("Received a label value of 12 which is outside
 // the valid range of [0, 10)", TF's CPU message). grad may be nullptr.
-void sparse_softmax_xent(DType dtype, const void* logits, DType label_dtype, const void* labels, void* loss,
-                         void* grad, std::int64_t rows, std::int64_t cols);
+void sparse_softmax_xent(DType dtype, const void* logits, DType label_dtype, const void* labels, void* loss, void* grad,
+                         std::int64_t rows, std::int64_t cols);
 void softmax_xent(DType dtype, const void* logits, const void* labels, void* loss, void* grad, std::int64_t rows,
                   std::int64_t cols);
 

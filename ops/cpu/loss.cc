@@ -22,8 +22,8 @@ void log_softmax_row(const T* x, std::int64_t cols, std::vector<double>& lsm) {
 }
 }  // namespace
 
-void sparse_softmax_xent(DType dtype, const void* logits, DType label_dtype, const void* labels, void* loss,
-                         void* grad, std::int64_t rows, std::int64_t cols) {
+void sparse_softmax_xent(DType dtype, const void* logits, DType label_dtype, const void* labels, void* loss, void* grad,
+                         std::int64_t rows, std::int64_t cols) {
   dispatch_float(dtype, "sparse_softmax_cross_entropy_with_logits", [&](auto t) {
     using T = decltype(t);
     using N = Num<T>;
@@ -38,13 +38,14 @@ void sparse_softmax_xent(DType dtype, const void* logits, DType label_dtype, con
       for (std::int64_t r = 0; r < rows; ++r) {
         const auto label = static_cast<std::int64_t>(lab[r]);
         if (label < 0 || label >= cols)
-          throw InvalidArgumentError(str_cat("Received a label value of ", label,
-                                             " which is outside the valid range of [0, ", cols, ")"));
+          throw InvalidArgumentError(
+              str_cat("Received a label value of ", label, " which is outside the valid range of [0, ", cols, ")"));
         log_softmax_row(x + r * cols, cols, lsm);
         l[r] = N::store(static_cast<C>(-lsm[static_cast<std::size_t>(label)]));
         if (g)
           for (std::int64_t c = 0; c < cols; ++c)
-            g[r * cols + c] = N::store(static_cast<C>(std::exp(lsm[static_cast<std::size_t>(c)]) - (c == label ? 1.0 : 0.0)));
+            g[r * cols + c] =
+                N::store(static_cast<C>(std::exp(lsm[static_cast<std::size_t>(c)]) - (c == label ? 1.0 : 0.0)));
       }
     });
   });

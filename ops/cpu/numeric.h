@@ -62,7 +62,8 @@ template <typename F>
 decltype(auto) dispatch_index(DType dtype, const char* what, F&& f) {
   if (dtype == DType::kInt32) return f(std::int32_t{});
   if (dtype == DType::kInt64) return f(std::int64_t{});
-  throw InvalidArgumentError(chorus::internal::str_cat(what, ": indices must be int32 or int64, got ", dtype_name(dtype)));
+  throw InvalidArgumentError(
+      chorus::internal::str_cat(what, ": indices must be int32 or int64, got ", dtype_name(dtype)));
 }
 
 }  // namespace chorus::ops::cpu

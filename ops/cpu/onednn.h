@@ -138,8 +138,8 @@ decltype(auto) guarded(const char* primitive, F&& f) {
   try {
     return f();
   } catch (const dnnl::error& e) {
-    throw InternalError(internal::str_cat("oneDNN ", primitive, " failed: ", e.what(), " (status ",
-                                          static_cast<int>(e.status), ")"));
+    throw InternalError(
+        internal::str_cat("oneDNN ", primitive, " failed: ", e.what(), " (status ", static_cast<int>(e.status), ")"));
   }
 }
 
@@ -155,8 +155,8 @@ void softmax_forward(bool log, const float* x, float* y, std::int64_t rows, std:
 void softmax_backward(bool log, const float* y, const float* dy, float* dx, std::int64_t rows, std::int64_t cols);
 void batch_norm_training(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* var,
                          std::int64_t rows, std::int64_t channels, double epsilon);
-void batch_norm_inference(const float* x, const float* gamma, const float* beta, const float* mean,
-                          const float* var, float* y, std::int64_t rows, std::int64_t channels, double epsilon);
+void batch_norm_inference(const float* x, const float* gamma, const float* beta, const float* mean, const float* var,
+                          float* y, std::int64_t rows, std::int64_t channels, double epsilon);
 void batch_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean, const float* var,
                          float* dx, float* dgamma, float* dbeta, std::int64_t rows, std::int64_t channels,
                          double epsilon);

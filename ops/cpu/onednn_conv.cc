@@ -35,16 +35,15 @@ ConvDescs conv_descs(const Conv2dGeometry& g) {
 }
 
 CacheKey conv_key(const Conv2dGeometry& g) {
-  return {g.n,        g.in_h,       g.in_w,       g.in_c,    g.k_h,      g.k_w,     g.out_c,
-          g.stride_h, g.stride_w,   g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, g.pad_bottom,
-          g.pad_right, g.out_h,     g.out_w};
+  return {g.n,          g.in_h,       g.in_w,    g.in_c,     g.k_h,        g.k_w,       g.out_c, g.stride_h, g.stride_w,
+          g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.out_h, g.out_w};
 }
 
 // The forward primitive descriptor; also the hint the backward ones need.
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, dnnl::prop_kind prop) {
   return dnnl::convolution_forward::primitive_desc(
-      dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst,
-                                      d.strides, d.dilates, d.pad_l, d.pad_r),
+      dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst, d.strides,
+                                      d.dilates, d.pad_l, d.pad_r),
       default_attr(), engine());
 }
 
@@ -68,7 +67,8 @@ struct WeightsReorder {
     return r;
   }
   void run(const void* src, void* dst) const {
-    execute(prim, {{DNNL_ARG_FROM, wrap(from, src)}, {DNNL_ARG_TO, wrap(to, dst)}, {DNNL_ARG_SCRATCHPAD, scratchpad(pd)}});
+    execute(prim,
+            {{DNNL_ARG_FROM, wrap(from, src)}, {DNNL_ARG_TO, wrap(to, dst)}, {DNNL_ARG_SCRATCHPAD, scratchpad(pd)}});
   }
   // The convolution's weights memory: the caller's pointer, or the per-thread buffer.
   void* buffer(const void* user) const {

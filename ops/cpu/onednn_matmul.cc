@@ -45,9 +45,9 @@ void matmul(const float* a, std::int64_t a_batch_stride, const float* b, std::in
       return MatmulEntry{pd, dnnl::matmul(pd)};
     });
     execute(e.prim, {{DNNL_ARG_SRC, wrap(a_md, a)},
-                              {DNNL_ARG_WEIGHTS, wrap(b_md, b)},
-                              {DNNL_ARG_DST, wrap(c_md, c)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+                     {DNNL_ARG_WEIGHTS, wrap(b_md, b)},
+                     {DNNL_ARG_DST, wrap(c_md, c)},
+                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
   for (std::int64_t i = 1; i < batch && run_batch == 1; ++i)
     std::memcpy(c + i * m * n, c, static_cast<std::size_t>(m * n) * sizeof(float));

@@ -41,8 +41,8 @@ void run_softmax_forward(const char* name, const float* x, float* y, std::int64_
                                       engine());
       return FwdEntry{pd, Fwd(pd)};
     });
-    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    execute(e.prim,
+            {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
 }
 
@@ -52,13 +52,15 @@ void run_softmax_backward(const char* name, const float* y, const float* dy, flo
   guarded(name, [&] {
     const memory::desc md({rows, cols}, kF32, tag::ab);
     BwdEntry e = cache<BwdEntry>().get({rows, cols}, [&] {
-      typename Fwd::primitive_desc hint(typename Fwd::desc(dnnl::prop_kind::forward_training, md, 1),
-                                        default_attr(), engine());
+      typename Fwd::primitive_desc hint(typename Fwd::desc(dnnl::prop_kind::forward_training, md, 1), default_attr(),
+                                        engine());
       typename Bwd::primitive_desc pd(typename Bwd::desc(md, md, 1), default_attr(), engine(), hint);
       return BwdEntry{pd, Bwd(pd)};
     });
-    execute(e.prim, {{DNNL_ARG_DST, wrap(md, y)}, {DNNL_ARG_DIFF_DST, wrap(md, dy)},
-                              {DNNL_ARG_DIFF_SRC, wrap(md, dx)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    execute(e.prim, {{DNNL_ARG_DST, wrap(md, y)},
+                     {DNNL_ARG_DIFF_DST, wrap(md, dy)},
+                     {DNNL_ARG_DIFF_SRC, wrap(md, dx)},
+                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
 }
 
@@ -126,8 +128,8 @@ void softmax_backward(bool log, const float* y, const float* dy, float* dx, std:
     run_softmax_backward<dnnl::logsoftmax_forward, dnnl::logsoftmax_backward, LogSoftmaxBwd>("logsoftmax_backward", y,
                                                                                              dy, dx, rows, cols);
   } else {
-    run_softmax_backward<dnnl::softmax_forward, dnnl::softmax_backward, SoftmaxBwd>("softmax_backward", y, dy, dx,
-                                                                                    rows, cols);
+    run_softmax_backward<dnnl::softmax_forward, dnnl::softmax_backward, SoftmaxBwd>("softmax_backward", y, dy, dx, rows,
+                                                                                    cols);
   }
 }
 
@@ -138,28 +140,28 @@ void batch_norm_training(const float* x, const float* gamma, const float* beta, 
     const memory::desc c_md({channels}, kF32, tag::a);
     BnFwd e = bn_forward(true, rows, channels, static_cast<float>(epsilon));
     execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
-                              {DNNL_ARG_SCALE, wrap(c_md, gamma)},
-                              {DNNL_ARG_SHIFT, wrap(c_md, beta)},
-                              {DNNL_ARG_DST, wrap(md, y)},
-                              {DNNL_ARG_MEAN, wrap(c_md, mean)},
-                              {DNNL_ARG_VARIANCE, wrap(c_md, var)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+                     {DNNL_ARG_SCALE, wrap(c_md, gamma)},
+                     {DNNL_ARG_SHIFT, wrap(c_md, beta)},
+                     {DNNL_ARG_DST, wrap(md, y)},
+                     {DNNL_ARG_MEAN, wrap(c_md, mean)},
+                     {DNNL_ARG_VARIANCE, wrap(c_md, var)},
+                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
 }
 
-void batch_norm_inference(const float* x, const float* gamma, const float* beta, const float* mean,
-                          const float* var, float* y, std::int64_t rows, std::int64_t channels, double epsilon) {
+void batch_norm_inference(const float* x, const float* gamma, const float* beta, const float* mean, const float* var,
+                          float* y, std::int64_t rows, std::int64_t channels, double epsilon) {
   guarded("batch_normalization_forward (inference)", [&] {
     const memory::desc md = bn_data_desc(rows, channels);
     const memory::desc c_md({channels}, kF32, tag::a);
     BnFwd e = bn_forward(false, rows, channels, static_cast<float>(epsilon));
     execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
-                              {DNNL_ARG_SCALE, wrap(c_md, gamma)},
-                              {DNNL_ARG_SHIFT, wrap(c_md, beta)},
-                              {DNNL_ARG_MEAN, wrap(c_md, mean)},
-                              {DNNL_ARG_VARIANCE, wrap(c_md, var)},
-                              {DNNL_ARG_DST, wrap(md, y)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+                     {DNNL_ARG_SCALE, wrap(c_md, gamma)},
+                     {DNNL_ARG_SHIFT, wrap(c_md, beta)},
+                     {DNNL_ARG_MEAN, wrap(c_md, mean)},
+                     {DNNL_ARG_VARIANCE, wrap(c_md, var)},
+                     {DNNL_ARG_DST, wrap(md, y)},
+                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
 }
 
@@ -173,22 +175,22 @@ void batch_norm_backward(const float* x, const float* dy, const float* gamma, co
     BnBwd e = cache<BnBwd>().get({rows, channels, epsilon_bits(eps)}, [&] {
       const BnFwd hint = bn_forward(true, rows, channels, eps);
       dnnl::batch_normalization_backward::primitive_desc pd(
-          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, md, md, eps, kScaleShift),
-          default_attr(), engine(), hint.pd);
+          dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, md, md, eps, kScaleShift), default_attr(),
+          engine(), hint.pd);
       return BnBwd{pd, dnnl::batch_normalization_backward(pd)};
     });
     execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
-                              {DNNL_ARG_DIFF_DST, wrap(md, dy)},
-                              {DNNL_ARG_SCALE, wrap(c_md, gamma)},
-                              // oneDNN 2.6 insists on a SHIFT argument under use_shift although no
-                              // gradient depends on beta's values; any channels-sized buffer does.
-                              {DNNL_ARG_SHIFT, wrap(c_md, gamma)},
-                              {DNNL_ARG_MEAN, wrap(c_md, mean)},
-                              {DNNL_ARG_VARIANCE, wrap(c_md, var)},
-                              {DNNL_ARG_DIFF_SRC, wrap(md, dx)},
-                              {DNNL_ARG_DIFF_SCALE, wrap(c_md, dgamma)},
-                              {DNNL_ARG_DIFF_SHIFT, wrap(c_md, dbeta)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+                     {DNNL_ARG_DIFF_DST, wrap(md, dy)},
+                     {DNNL_ARG_SCALE, wrap(c_md, gamma)},
+                     // oneDNN 2.6 insists on a SHIFT argument under use_shift although no
+                     // gradient depends on beta's values; any channels-sized buffer does.
+                     {DNNL_ARG_SHIFT, wrap(c_md, gamma)},
+                     {DNNL_ARG_MEAN, wrap(c_md, mean)},
+                     {DNNL_ARG_VARIANCE, wrap(c_md, var)},
+                     {DNNL_ARG_DIFF_SRC, wrap(md, dx)},
+                     {DNNL_ARG_DIFF_SCALE, wrap(c_md, dgamma)},
+                     {DNNL_ARG_DIFF_SHIFT, wrap(c_md, dbeta)},
+                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
 }
 
@@ -199,12 +201,11 @@ bool eltwise_forward(UnaryOp op, const float* x, float* y, std::int64_t n) {
     const memory::desc md({n}, kF32, tag::a);
     EltwiseFwd e = cache<EltwiseFwd>().get({static_cast<std::int64_t>(op), n}, [&] {
       dnnl::eltwise_forward::primitive_desc pd(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f), default_attr(),
-          engine());
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f), default_attr(), engine());
       return EltwiseFwd{pd, dnnl::eltwise_forward(pd)};
     });
-    execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    execute(e.prim,
+            {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
   return true;
 }

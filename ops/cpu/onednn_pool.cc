@@ -32,8 +32,21 @@ PoolDescs pool_descs(PoolKind kind, const Conv2dGeometry& g) {
 }
 
 CacheKey pool_key(PoolKind kind, const Conv2dGeometry& g) {
-  return {static_cast<std::int64_t>(kind), g.n, g.in_h, g.in_w, g.in_c, g.k_h, g.k_w, g.stride_h, g.stride_w,
-          g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.out_h, g.out_w};
+  return {static_cast<std::int64_t>(kind),
+          g.n,
+          g.in_h,
+          g.in_w,
+          g.in_c,
+          g.k_h,
+          g.k_w,
+          g.stride_h,
+          g.stride_w,
+          g.pad_top,
+          g.pad_left,
+          g.pad_bottom,
+          g.pad_right,
+          g.out_h,
+          g.out_w};
 }
 
 dnnl::pooling_forward::primitive_desc forward_pd(const PoolDescs& d, dnnl::prop_kind prop) {
@@ -69,9 +82,8 @@ void pool2d_forward(PoolKind kind, const Conv2dGeometry& g, const float* x, floa
       auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
       return ForwardEntry{pd, dnnl::pooling_forward(pd)};
     });
-    execute(e.prim, {{DNNL_ARG_SRC, wrap(d.src, x)},
-                              {DNNL_ARG_DST, wrap(d.dst, y)},
-                              {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    execute(e.prim,
+            {{DNNL_ARG_SRC, wrap(d.src, x)}, {DNNL_ARG_DST, wrap(d.dst, y)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
 }
 
@@ -92,17 +104,17 @@ void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const float* x, con
       std::vector<std::byte> ws(ws_md.get_size());
       const memory ws_mem = wrap(ws_md, ws.data());
       execute(e.fwd, {{DNNL_ARG_SRC, wrap(d.src, x)},
-                               {DNNL_ARG_DST, wrap(d.dst, y.data())},
-                               {DNNL_ARG_WORKSPACE, ws_mem},
-                               {DNNL_ARG_SCRATCHPAD, scratchpad(e.fwd_pd)}});
+                      {DNNL_ARG_DST, wrap(d.dst, y.data())},
+                      {DNNL_ARG_WORKSPACE, ws_mem},
+                      {DNNL_ARG_SCRATCHPAD, scratchpad(e.fwd_pd)}});
       execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
-                                {DNNL_ARG_WORKSPACE, ws_mem},
-                                {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
-                                {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+                       {DNNL_ARG_WORKSPACE, ws_mem},
+                       {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
+                       {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     } else {
       execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
-                                {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
-                                {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+                       {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
+                       {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     }
   });
 }

@@ -11,16 +11,15 @@ namespace chorus::ops::cpu::reference {
 namespace {
 
 // Input coordinate of output position `o`, tap `t` along one axis.
-inline std::int64_t tap(std::int64_t o, std::int64_t t, std::int64_t stride, std::int64_t dilation,
-                        std::int64_t pad) {
+inline std::int64_t tap(std::int64_t o, std::int64_t t, std::int64_t stride, std::int64_t dilation, std::int64_t pad) {
   return o * stride - pad + t * dilation;
 }
 
 }  // namespace
 
 template <typename T>
-void matmul(const T* a, std::int64_t a_batch_stride, const T* b, std::int64_t b_batch_stride, T* c,
-            std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b) {
+void matmul(const T* a, std::int64_t a_batch_stride, const T* b, std::int64_t b_batch_stride, T* c, std::int64_t batch,
+            std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b) {
 #pragma omp parallel
   {
     std::vector<double> acc(static_cast<std::size_t>(n));
@@ -274,7 +273,8 @@ void softmax_backward(bool log, const T* y, const T* dy, T* dx, std::int64_t row
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
     double s = 0;
-    for (std::int64_t j = 0; j < cols; ++j) s += log ? static_cast<double>(dyr[j]) : static_cast<double>(dyr[j]) * yr[j];
+    for (std::int64_t j = 0; j < cols; ++j)
+      s += log ? static_cast<double>(dyr[j]) : static_cast<double>(dyr[j]) * yr[j];
     for (std::int64_t j = 0; j < cols; ++j) {
       const double yv = yr[j], dyv = dyr[j];
       dxr[j] = static_cast<T>(log ? dyv - std::exp(yv) * s : yv * (dyv - s));
@@ -368,22 +368,21 @@ void batch_norm_backward(const T* x, const T* dy, const T* gamma, const T* mean,
   }
 }
 
-#define CHORUS_INSTANTIATE(T)                                                                                   \
-  template void matmul<T>(const T*, std::int64_t, const T*, std::int64_t, T*, std::int64_t, std::int64_t,      \
-                          std::int64_t, std::int64_t, bool, bool);                                             \
-  template void conv2d_forward<T>(const Conv2dGeometry&, const T*, const T*, T*);                              \
-  template void conv2d_backward_data<T>(const Conv2dGeometry&, const T*, const T*, T*);                        \
-  template void conv2d_backward_filter<T>(const Conv2dGeometry&, const T*, const T*, T*);                      \
-  template void pool2d_forward<T>(PoolKind, const Conv2dGeometry&, const T*, T*);                              \
-  template void pool2d_backward<T>(PoolKind, const Conv2dGeometry&, const T*, const T*, T*);                   \
-  template void softmax_forward<T>(bool, const T*, T*, std::int64_t, std::int64_t);                            \
-  template void softmax_backward<T>(bool, const T*, const T*, T*, std::int64_t, std::int64_t);                 \
-  template void batch_norm_training<T>(const T*, const T*, const T*, T*, T*, T*, std::int64_t, std::int64_t,   \
-                                       double);                                                                \
-  template void batch_norm_inference<T>(const T*, const T*, const T*, const T*, const T*, T*, std::int64_t,    \
-                                        std::int64_t, double);                                                 \
-  template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,           \
-                                       std::int64_t, std::int64_t, double);
+#define CHORUS_INSTANTIATE(T)                                                                                         \
+  template void matmul<T>(const T*, std::int64_t, const T*, std::int64_t, T*, std::int64_t, std::int64_t,             \
+                          std::int64_t, std::int64_t, bool, bool);                                                    \
+  template void conv2d_forward<T>(const Conv2dGeometry&, const T*, const T*, T*);                                     \
+  template void conv2d_backward_data<T>(const Conv2dGeometry&, const T*, const T*, T*);                               \
+  template void conv2d_backward_filter<T>(const Conv2dGeometry&, const T*, const T*, T*);                             \
+  template void pool2d_forward<T>(PoolKind, const Conv2dGeometry&, const T*, T*);                                     \
+  template void pool2d_backward<T>(PoolKind, const Conv2dGeometry&, const T*, const T*, T*);                          \
+  template void softmax_forward<T>(bool, const T*, T*, std::int64_t, std::int64_t);                                   \
+  template void softmax_backward<T>(bool, const T*, const T*, T*, std::int64_t, std::int64_t);                        \
+  template void batch_norm_training<T>(const T*, const T*, const T*, T*, T*, T*, std::int64_t, std::int64_t, double); \
+  template void batch_norm_inference<T>(const T*, const T*, const T*, const T*, const T*, T*, std::int64_t,           \
+                                        std::int64_t, double);                                                        \
+  template void batch_norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, std::int64_t,    \
+                                       std::int64_t, double);
 
 CHORUS_INSTANTIATE(float)
 CHORUS_INSTANTIATE(double)

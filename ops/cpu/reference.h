@@ -18,8 +18,8 @@
 namespace chorus::ops::cpu::reference {
 
 template <typename T>
-void matmul(const T* a, std::int64_t a_batch_stride, const T* b, std::int64_t b_batch_stride, T* c,
-            std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
+void matmul(const T* a, std::int64_t a_batch_stride, const T* b, std::int64_t b_batch_stride, T* c, std::int64_t batch,
+            std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
 
 // Windows may reach into the padding; taps there read zeros (convolution) or are skipped (pooling).
 template <typename T>

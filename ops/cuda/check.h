@@ -48,18 +48,18 @@ namespace chorus::ops::cuda::internal {
 
 }  // namespace chorus::ops::cuda::internal
 
-#define CHORUS_CUBLAS_CHECK(call)                                                               \
-  do {                                                                                          \
-    cublasStatus_t chorus_status_ = (call);                                                     \
-    if (chorus_status_ != CUBLAS_STATUS_SUCCESS)                                                \
+#define CHORUS_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                              \
+    cublasStatus_t chorus_status_ = (call);                                                         \
+    if (chorus_status_ != CUBLAS_STATUS_SUCCESS)                                                    \
       ::chorus::ops::cuda::internal::throw_cublas_error(chorus_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #ifdef CHORUS_WITH_CUDNN
-#define CHORUS_CUDNN_CHECK(call)                                                               \
-  do {                                                                                         \
-    cudnnStatus_t chorus_status_ = (call);                                                     \
-    if (chorus_status_ != CUDNN_STATUS_SUCCESS)                                                \
+#define CHORUS_CUDNN_CHECK(call)                                                                   \
+  do {                                                                                             \
+    cudnnStatus_t chorus_status_ = (call);                                                         \
+    if (chorus_status_ != CUDNN_STATUS_SUCCESS)                                                    \
       ::chorus::ops::cuda::internal::throw_cudnn_error(chorus_status_, #call, __FILE__, __LINE__); \
   } while (0)
 #endif

@@ -35,29 +35,66 @@ inline unsigned grid_for(std::int64_t n, std::int64_t per_block = kThreads) {
 }
 
 // Arithmetic type: 16-bit floats compute in float and round once on store.
-template <typename T> struct Acc { using type = T; };
-template <> struct Acc<__half> { using type = float; };
-template <> struct Acc<__nv_bfloat16> { using type = float; };
-template <typename T> using acc_t = typename Acc<T>::type;
+template <typename T>
+struct Acc {
+  using type = T;
+};
+template <>
+struct Acc<__half> {
+  using type = float;
+};
+template <>
+struct Acc<__nv_bfloat16> {
+  using type = float;
+};
+template <typename T>
+using acc_t = typename Acc<T>::type;
 
-template <typename T> __device__ __forceinline__ acc_t<T> load(T v) { return v; }
-template <> __device__ __forceinline__ float load<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float load<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ acc_t<T> load(T v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float load<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float load<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
-template <typename T> __device__ __forceinline__ T store(acc_t<T> v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __half store<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ T store(acc_t<T> v) {
+  return static_cast<T>(v);
+}
+template <>
+__device__ __forceinline__ __half store<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // Integer limits usable in device code (std::numeric_limits is host-only without
 // --expt-relaxed-constexpr).
-template <typename T> struct Limits;
-template <> struct Limits<int> { static constexpr int lowest = -2147483647 - 1, max = 2147483647; };
-template <> struct Limits<i64> {
+template <typename T>
+struct Limits;
+template <>
+struct Limits<int> {
+  static constexpr int lowest = -2147483647 - 1, max = 2147483647;
+};
+template <>
+struct Limits<i64> {
   static constexpr i64 lowest = -9223372036854775807LL - 1, max = 9223372036854775807LL;
 };
-template <> struct Limits<std::uint8_t> { static constexpr std::uint8_t lowest = 0, max = 255; };
+template <>
+struct Limits<std::uint8_t> {
+  static constexpr std::uint8_t lowest = 0, max = 255;
+};
 
-template <typename T> constexpr bool is_float_v =
+template <typename T>
+constexpr bool is_float_v =
     std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
 // Float math with the precision of the argument type.
@@ -75,7 +112,10 @@ __device__ __forceinline__ float d_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double d_pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float d_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double d_abs(double x) { return fabs(x); }
-template <typename A> __device__ __forceinline__ bool d_isnan(A x) { return x != x; }
+template <typename A>
+__device__ __forceinline__ bool d_isnan(A x) {
+  return x != x;
+}
 
 // Calls f(T{}) with T the device storage type of `dtype`; bool is passed as bool_tag (stored as
 // one byte, read as nonzero = true). Unsupported → InvalidArgumentError naming `what`.
@@ -104,9 +144,8 @@ void dispatch_float(DType dtype, const char* what, F&& f) {
     case DType::kBFloat16: return f(__nv_bfloat16{});
     default: break;
   }
-  throw InvalidArgumentError(
-      ::chorus::internal::str_cat(what, ": needs a floating dtype (float32, float64, float16, bfloat16), got ",
-                                  dtype_name(dtype)));
+  throw InvalidArgumentError(::chorus::internal::str_cat(
+      what, ": needs a floating dtype (float32, float64, float16, bfloat16), got ", dtype_name(dtype)));
 }
 
 template <typename F>
@@ -126,8 +165,7 @@ void dispatch_bytes(std::size_t bytes, const char* what, F&& f) {
     case 4: return f(std::uint32_t{});
     case 8: return f(std::uint64_t{});
   }
-  throw InvalidArgumentError(
-      ::chorus::internal::str_cat(what, ": element size ", bytes, " is not 1, 2, 4 or 8"));
+  throw InvalidArgumentError(::chorus::internal::str_cat(what, ": element size ", bytes, " is not 1, 2, 4 or 8"));
 }
 
 // ---- Fixed-order reductions ------------------------------------------------------------------
@@ -136,21 +174,25 @@ void dispatch_bytes(std::size_t bytes, const char* what, F&& f) {
 // offsets 16, 8, 4, 2, 1 inside a warp, then 4, 2, 1 across the 8 warps) depends on nothing but
 // the block size. Same inputs and shapes → bitwise-same outputs.
 
-template <typename A> __device__ __forceinline__ A shfl_down(A v, int offset) {
+template <typename A>
+__device__ __forceinline__ A shfl_down(A v, int offset) {
   return __shfl_down_sync(0xffffffffu, v, offset);
 }
 
 // Value and index, for arg-max/arg-min.
-template <typename A> struct ValIdx {
+template <typename A>
+struct ValIdx {
   A v;
   i64 i;
 };
-template <typename A> __device__ __forceinline__ ValIdx<A> shfl_down(ValIdx<A> p, int offset) {
+template <typename A>
+__device__ __forceinline__ ValIdx<A> shfl_down(ValIdx<A> p, int offset) {
   return ValIdx<A>{__shfl_down_sync(0xffffffffu, p.v, offset), __shfl_down_sync(0xffffffffu, p.i, offset)};
 }
 
 // Lane 0 of each warp ends with op over the warp's 32 values. All 32 lanes must call it.
-template <typename A, typename Op> __device__ __forceinline__ A warp_reduce(A v, Op op) {
+template <typename A, typename Op>
+__device__ __forceinline__ A warp_reduce(A v, Op op) {
   for (int offset = 16; offset > 0; offset >>= 1) v = op(v, shfl_down(v, offset));
   return v;
 }
@@ -158,7 +200,8 @@ template <typename A, typename Op> __device__ __forceinline__ A warp_reduce(A v,
 // op over the kThreads values of the block; every thread gets the result. Every thread of the
 // block must call it (it synchronizes); `smem` holds at least kWarps + 1 values and may be reused
 // by the next call (the leading barrier protects it).
-template <typename A, typename Op> __device__ A block_reduce(A v, Op op, A* smem) {
+template <typename A, typename Op>
+__device__ A block_reduce(A v, Op op, A* smem) {
   v = warp_reduce(v, op);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;

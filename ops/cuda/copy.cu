@@ -43,10 +43,10 @@ __global__ void copy_dense_kernel(const E* src, E* dst, i64 n) {
 
 }  // namespace
 
-void copy_strided(int ordinal, StreamHandle stream, std::size_t elem_bytes, const CopyLayout& layout,
-                  const void* src, void* dst) {
-  CHORUS_REQUIRE(layout.rank >= 0 && layout.rank <= kMaxRank, InvalidArgumentError, "copy_strided: rank ",
-                 layout.rank, " is not in [0, ", kMaxRank, "]");
+void copy_strided(int ordinal, StreamHandle stream, std::size_t elem_bytes, const CopyLayout& layout, const void* src,
+                  void* dst) {
+  CHORUS_REQUIRE(layout.rank >= 0 && layout.rank <= kMaxRank, InvalidArgumentError, "copy_strided: rank ", layout.rank,
+                 " is not in [0, ", kMaxRank, "]");
   dispatch_bytes(elem_bytes, "copy_strided", [](auto) {});
   const std::int64_t n = layout.num_elements();
   if (n <= 0) return;

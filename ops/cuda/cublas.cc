@@ -68,16 +68,28 @@ void gemm(DeviceContext& dev, DType dtype, const void* a, std::int64_t a_batch_s
   cudaDataType_t type;
   cublasComputeType_t compute;
   switch (dtype) {
-    case DType::kFloat32: type = CUDA_R_32F; compute = CUBLAS_COMPUTE_32F; break;
-    case DType::kFloat64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
-    case DType::kFloat16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
-    case DType::kBFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
+    case DType::kFloat32:
+      type = CUDA_R_32F;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::kFloat64:
+      type = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::kFloat16:
+      type = CUDA_R_16F;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::kBFloat16:
+      type = CUDA_R_16BF;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
     default:
-      throw InvalidArgumentError(
-          str_cat("matmul on GPU: dtype ", dtype_name(dtype), " is not supported (float32, float64, float16, bfloat16)"));
+      throw InvalidArgumentError(str_cat("matmul on GPU: dtype ", dtype_name(dtype),
+                                         " is not supported (float32, float64, float16, bfloat16)"));
   }
-  CHORUS_REQUIRE(a_batch_stride >= 0 && b_batch_stride >= 0, InvalidArgumentError,
-                 "matmul: negative batch stride (", a_batch_stride, ", ", b_batch_stride, ")");
+  CHORUS_REQUIRE(a_batch_stride >= 0 && b_batch_stride >= 0, InvalidArgumentError, "matmul: negative batch stride (",
+                 a_batch_stride, ", ", b_batch_stride, ")");
   const int ib = to_int(batch, "batch"), im = to_int(m, "m"), in = to_int(n, "n"), ik = to_int(k, "k");
   if (ib == 0 || im == 0 || in == 0) return;
   const int ordinal = dev.gpu_ordinal();

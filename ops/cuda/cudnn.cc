@@ -93,9 +93,9 @@ void fill(DeviceContext& dev, DType dtype, void* dst, std::int64_t count, std::u
 
 void set_tensor(const TensorDesc& desc, Layout layout, cudnnDataType_t type, std::int64_t n, std::int64_t c,
                 std::int64_t h, std::int64_t w, const char* op) {
-  CHORUS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                                type, to_int(n, op, "n"), to_int(c, op, "channels"),
-                                                to_int(h, op, "height"), to_int(w, op, "width")));
+  CHORUS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+      desc.get(), layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, type, to_int(n, op, "n"),
+      to_int(c, op, "channels"), to_int(h, op, "height"), to_int(w, op, "width")));
 }
 
 }  // namespace cudnn
@@ -139,9 +139,9 @@ PoolPlan plan_pool(const Conv2dGeometry& g) {
 // Sets up descriptors for max/avg pooling and checks cuDNN's output size against the geometry.
 void describe_pool(PoolKind kind, cudnnDataType_t type, const Conv2dGeometry& g, const PoolPlan& p,
                    const PoolDesc& pool, const TensorDesc& x_desc, const TensorDesc& y_desc, const char* op) {
-  const cudnnPoolingMode_t mode =
-      kind == PoolKind::kMax ? (op_determinism_enabled() ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_MAX)
-                             : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  const cudnnPoolingMode_t mode = kind == PoolKind::kMax
+                                      ? (op_determinism_enabled() ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_MAX)
+                                      : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
   CHORUS_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool.get(), mode, CUDNN_NOT_PROPAGATE_NAN, to_int(g.k_h, op, "k_h"),
                                                  to_int(g.k_w, op, "k_w"), to_int(p.pad_h, op, "pad"),
                                                  to_int(p.pad_w, op, "pad"), to_int(g.stride_h, op, "stride"),
@@ -273,8 +273,7 @@ void describe_bn(BnDescs& d, cudnnDataType_t type, std::int64_t rows, std::int64
 
 void check_bn(const DeviceContext& dev, std::int64_t rows, std::int64_t channels, double epsilon, const char* op) {
   require_gpu(dev, op);
-  CHORUS_REQUIRE(rows >= 0 && channels >= 0, InvalidArgumentError, op, ": negative shape [", rows, ", ", channels,
-                 "]");
+  CHORUS_REQUIRE(rows >= 0 && channels >= 0, InvalidArgumentError, op, ": negative shape [", rows, ", ", channels, "]");
   CHORUS_REQUIRE(epsilon >= CUDNN_BN_MIN_EPSILON, InvalidArgumentError, op, ": epsilon ", epsilon,
                  " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
 }
@@ -282,8 +281,7 @@ void check_bn(const DeviceContext& dev, std::int64_t rows, std::int64_t channels
 }  // namespace
 
 void batch_norm_training(DeviceContext& dev, DType dtype, const void* x, const void* gamma, const void* beta, void* y,
-                         void* batch_mean, void* batch_var, std::int64_t rows, std::int64_t channels,
-                         double epsilon) {
+                         void* batch_mean, void* batch_var, std::int64_t rows, std::int64_t channels, double epsilon) {
   const char* op = "batch_norm";
   const cudnnDataType_t type = data_type(dtype, op);
   check_bn(dev, rows, channels, epsilon, op);
@@ -343,10 +341,9 @@ void batch_norm_backward(DeviceContext& dev, DType dtype, const void* x, const v
   Scratch inv_std(dev, static_cast<std::size_t>(channels) * dtype_size(dtype), "batch_norm_grad inverse std");
   batch_norm_inv_std(dev.gpu_ordinal(), dev.stream().native_handle(), dtype, var, epsilon, inv_std.get(), channels);
   const Blend blend(dtype);
-  CHORUS_CUDNN_CHECK(cudnnBatchNormalizationBackward(h.get(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(),
-                                                     blend.one(), blend.zero(), d.x.get(), x, d.x.get(), dy,
-                                                     d.x.get(), dx, d.param.get(), gamma, dgamma, dbeta, epsilon,
-                                                     mean, inv_std.get()));
+  CHORUS_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      h.get(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), blend.one(), blend.zero(), d.x.get(), x, d.x.get(),
+      dy, d.x.get(), dx, d.param.get(), gamma, dgamma, dbeta, epsilon, mean, inv_std.get()));
 }
 
 bool activation_forward(DeviceContext& dev, UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
@@ -384,8 +381,8 @@ namespace {
 void pool2d_forward(DeviceContext&, PoolKind kind, DType, const Conv2dGeometry&, const void*, void*) {
   no_cudnn(kind == PoolKind::kMax ? "max_pool2d" : "avg_pool2d");
 }
-void pool2d_backward(DeviceContext&, PoolKind kind, DType, const Conv2dGeometry&, const void*, const void*,
-                     const void*, void*) {
+void pool2d_backward(DeviceContext&, PoolKind kind, DType, const Conv2dGeometry&, const void*, const void*, const void*,
+                     void*) {
   no_cudnn(kind == PoolKind::kMax ? "max_pool2d_grad" : "avg_pool2d_grad");
 }
 void softmax_forward(DeviceContext&, DType, bool log, const void*, void*, std::int64_t, std::int64_t) {
@@ -398,12 +395,12 @@ void batch_norm_training(DeviceContext&, DType, const void*, const void*, const 
                          std::int64_t, std::int64_t, double) {
   no_cudnn("batch_norm");
 }
-void batch_norm_inference(DeviceContext&, DType, const void*, const void*, const void*, const void*, const void*,
-                          void*, std::int64_t, std::int64_t, double) {
+void batch_norm_inference(DeviceContext&, DType, const void*, const void*, const void*, const void*, const void*, void*,
+                          std::int64_t, std::int64_t, double) {
   no_cudnn("batch_norm (inference)");
 }
-void batch_norm_backward(DeviceContext&, DType, const void*, const void*, const void*, const void*, const void*,
-                         void*, void*, void*, std::int64_t, std::int64_t, double) {
+void batch_norm_backward(DeviceContext&, DType, const void*, const void*, const void*, const void*, const void*, void*,
+                         void*, void*, std::int64_t, std::int64_t, double) {
   no_cudnn("batch_norm_grad");
 }
 // Without cuDNN the fast path simply is not there: the caller launches its own kernel.

@@ -67,9 +67,30 @@ struct Choice {
 using Key = std::array<std::int64_t, 24>;
 
 Key make_key(Dir dir, DType dtype, const Conv2dGeometry& g, bool det, int ordinal) {
-  return {static_cast<std::int64_t>(dir), static_cast<std::int64_t>(dtype), det ? 1 : 0, ordinal, g.n, g.in_h,
-          g.in_w, g.in_c, g.k_h, g.k_w, g.out_c, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
-          g.pad_left, g.pad_bottom, g.pad_right, g.out_h, g.out_w, 0, 0, 0};
+  return {static_cast<std::int64_t>(dir),
+          static_cast<std::int64_t>(dtype),
+          det ? 1 : 0,
+          ordinal,
+          g.n,
+          g.in_h,
+          g.in_w,
+          g.in_c,
+          g.k_h,
+          g.k_w,
+          g.out_c,
+          g.stride_h,
+          g.stride_w,
+          g.dilation_h,
+          g.dilation_w,
+          g.pad_top,
+          g.pad_left,
+          g.pad_bottom,
+          g.pad_right,
+          g.out_h,
+          g.out_w,
+          0,
+          0,
+          0};
 }
 
 std::mutex& cache_mu() {
@@ -94,10 +115,10 @@ void remember(const Key& key, const Choice& c) {
 }
 
 std::string describe(const Conv2dGeometry& g) {
-  return str_cat("input ", g.n, "x", g.in_h, "x", g.in_w, "x", g.in_c, ", filter ", g.k_h, "x", g.k_w, "x", g.in_c,
-                 "x", g.out_c, ", strides ", g.stride_h, "x", g.stride_w, ", dilations ", g.dilation_h, "x",
-                 g.dilation_w, ", pads (top ", g.pad_top, ", left ", g.pad_left, ", bottom ", g.pad_bottom, ", right ",
-                 g.pad_right, "), output ", g.out_h, "x", g.out_w);
+  return str_cat("input ", g.n, "x", g.in_h, "x", g.in_w, "x", g.in_c, ", filter ", g.k_h, "x", g.k_w, "x", g.in_c, "x",
+                 g.out_c, ", strides ", g.stride_h, "x", g.stride_w, ", dilations ", g.dilation_h, "x", g.dilation_w,
+                 ", pads (top ", g.pad_top, ", left ", g.pad_left, ", bottom ", g.pad_bottom, ", right ", g.pad_right,
+                 "), output ", g.out_h, "x", g.out_w);
 }
 
 void check_geometry(const Conv2dGeometry& g, const char* op) {
@@ -206,8 +227,8 @@ std::optional<Choice> select(DeviceContext& dev, cudnnHandle_t h, Dir dir, const
         CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
         int n = 0;
-        if (!supported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(),
-                                                                     d.w.get(), max_count, &n, perf.data()),
+        if (!supported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                                     max_count, &n, perf.data()),
                        "cudnnGetConvolutionBackwardFilterAlgorithm_v7"))
           return std::nullopt;
         return first_acceptable(perf.data(), n, det, SIZE_MAX, layout);
@@ -223,9 +244,8 @@ std::optional<Choice> select(DeviceContext& dev, cudnnHandle_t h, Dir dir, const
       CHORUS_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
       int n = 0;
-      if (!supported(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), b.x, d.w.get(), b.w, d.conv.get(),
-                                                            d.y.get(), b.y, max_count, &n, perf.data(), ws.get(),
-                                                            ws.size()),
+      if (!supported(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.get(), b.x, d.w.get(), b.w, d.conv.get(), d.y.get(),
+                                                            b.y, max_count, &n, perf.data(), ws.get(), ws.size()),
                      "cudnnFindConvolutionForwardAlgorithmEx"))
         return std::nullopt;
       return first_acceptable(perf.data(), n, det, ws.size(), layout);
@@ -234,10 +254,10 @@ std::optional<Choice> select(DeviceContext& dev, cudnnHandle_t h, Dir dir, const
       CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
       int n = 0;
-      if (!supported(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), b.w, d.y.get(), b.y, d.conv.get(),
-                                                                 d.x.get(), b.x, max_count, &n, perf.data(), ws.get(),
-                                                                 ws.size()),
-                     "cudnnFindConvolutionBackwardDataAlgorithmEx"))
+      if (!supported(
+              cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.get(), b.w, d.y.get(), b.y, d.conv.get(), d.x.get(),
+                                                          b.x, max_count, &n, perf.data(), ws.get(), ws.size()),
+              "cudnnFindConvolutionBackwardDataAlgorithmEx"))
         return std::nullopt;
       return first_acceptable(perf.data(), n, det, ws.size(), layout);
     }
@@ -245,10 +265,10 @@ std::optional<Choice> select(DeviceContext& dev, cudnnHandle_t h, Dir dir, const
       CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
       int n = 0;
-      if (!supported(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), b.x, d.y.get(), b.y, d.conv.get(),
-                                                                   d.w.get(), b.w, max_count, &n, perf.data(),
-                                                                   ws.get(), ws.size()),
-                     "cudnnFindConvolutionBackwardFilterAlgorithmEx"))
+      if (!supported(
+              cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.get(), b.x, d.y.get(), b.y, d.conv.get(), d.w.get(),
+                                                            b.w, max_count, &n, perf.data(), ws.get(), ws.size()),
+              "cudnnFindConvolutionBackwardFilterAlgorithmEx"))
         return std::nullopt;
       return first_acceptable(perf.data(), n, det, ws.size(), layout);
     }
@@ -268,9 +288,9 @@ std::size_t workspace_size(cudnnHandle_t h, Dir dir, const Descs& d, int algo) {
           h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes));
       break;
     case Dir::kBackwardFilter:
-      CHORUS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
-          &bytes));
+      CHORUS_CUDNN_CHECK(
+          cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes));
       break;
   }
   return bytes;
@@ -301,9 +321,12 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   const Key key = make_key(dir, dtype, g, det, dev.gpu_ordinal());
   const std::optional<Choice> known = cached(key);
   std::vector<Layout> layouts;
-  if (known) layouts = {known->layout};
-  else if (dtype == DType::kFloat64) layouts = {Layout::kNCHW};
-  else layouts = {Layout::kNHWC, Layout::kNCHW};
+  if (known)
+    layouts = {known->layout};
+  else if (dtype == DType::kFloat64)
+    layouts = {Layout::kNCHW};
+  else
+    layouts = {Layout::kNHWC, Layout::kNCHW};
 
   const InputPlan in = plan_input(g);
   const std::size_t es = dtype_size(dtype);
@@ -364,9 +387,9 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
         CUDNN_CROSS_CORRELATION, type));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CHORUS_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow));
-    CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h,
-                   "x", g.out_w, " does not match the input, filter, strides and padding (cuDNN computes ", oh, "x",
-                   ow, "): ", describe(g));
+    CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h, "x",
+                   g.out_w, " does not match the input, filter, strides and padding (cuDNN computes ", oh, "x", ow,
+                   "): ", describe(g));
 
     std::optional<Choice> choice = known;
     if (!choice) {
@@ -397,10 +420,10 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
         if (!x_direct) copy4(dev, dtype, x_dims, cx, x_off, xp, nhwc_x, 0, out);
         break;
       case Dir::kBackwardFilter:
-        CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-            h.get(), blend.one(), d.x.get(), xp, d.y.get(), yp, d.conv.get(),
-            static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), ws.get(), ws_bytes, blend.zero(), d.w.get(),
-            w_buf.get()));
+        CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h.get(), blend.one(), d.x.get(), xp, d.y.get(), yp,
+                                                          d.conv.get(),
+                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo),
+                                                          ws.get(), ws_bytes, blend.zero(), d.w.get(), w_buf.get()));
         copy4(dev, dtype, w_dims, cw, 0, w_buf.get(), hwio_strides(g), 0, out);
         break;
     }

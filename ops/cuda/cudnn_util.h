@@ -114,8 +114,8 @@ class Scratch {
 inline cudnnDataType_t data_type(DType dtype, const char* op) {
   if (dtype == DType::kFloat32) return CUDNN_DATA_FLOAT;
   if (dtype == DType::kFloat64) return CUDNN_DATA_DOUBLE;
-  throw InvalidArgumentError(::chorus::internal::str_cat(op, " on GPU: dtype ", dtype_name(dtype),
-                                                         " is not supported by chorus's cuDNN path (float32, float64)"));
+  throw InvalidArgumentError(::chorus::internal::str_cat(
+      op, " on GPU: dtype ", dtype_name(dtype), " is not supported by chorus's cuDNN path (float32, float64)"));
 }
 
 // alpha = 1, beta = 0 in the type cuDNN wants for `dtype` (double for double data, else float).

@@ -19,8 +19,8 @@ struct PoolDims {
 };
 
 PoolDims dims_of(const Conv2dGeometry& g) {
-  return PoolDims{g.n, g.in_h, g.in_w, g.in_c, g.k_h, g.k_w, g.stride_h, g.stride_w, g.pad_top, g.pad_left,
-                  g.out_h, g.out_w};
+  return PoolDims{g.n,        g.in_h,     g.in_w,    g.in_c,     g.k_h,   g.k_w,
+                  g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.out_h, g.out_w};
 }
 
 // In-bounds extent [lo, hi) of window `o` along one axis.
@@ -100,8 +100,7 @@ template <typename F>
 void dispatch_f32_f64(DType dtype, const char* what, F&& f) {
   if (dtype == DType::kFloat32) return f(float{});
   if (dtype == DType::kFloat64) return f(double{});
-  throw InvalidArgumentError(
-      ::chorus::internal::str_cat(what, ": needs float32 or float64, got ", dtype_name(dtype)));
+  throw InvalidArgumentError(::chorus::internal::str_cat(what, ": needs float32 or float64, got ", dtype_name(dtype)));
 }
 
 }  // namespace
@@ -115,8 +114,8 @@ void avg_pool_forward(int ordinal, gpu::StreamHandle stream, DType dtype, const 
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_f32_f64(dtype, "avg_pool", [&](auto t) {
     using T = decltype(t);
-    avg_pool_forward_kernel<T><<<grid_for(total), kThreads, 0, s>>>(dims_of(g), static_cast<const T*>(x),
-                                                                    static_cast<T*>(y), total);
+    avg_pool_forward_kernel<T>
+        <<<grid_for(total), kThreads, 0, s>>>(dims_of(g), static_cast<const T*>(x), static_cast<T*>(y), total);
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }
@@ -130,8 +129,8 @@ void avg_pool_backward(int ordinal, gpu::StreamHandle stream, DType dtype, const
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_f32_f64(dtype, "avg_pool_grad", [&](auto t) {
     using T = decltype(t);
-    avg_pool_backward_kernel<T><<<grid_for(total), kThreads, 0, s>>>(dims_of(g), static_cast<const T*>(dy),
-                                                                     static_cast<T*>(dx), total);
+    avg_pool_backward_kernel<T>
+        <<<grid_for(total), kThreads, 0, s>>>(dims_of(g), static_cast<const T*>(dy), static_cast<T*>(dx), total);
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }

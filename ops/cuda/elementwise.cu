@@ -54,35 +54,46 @@ bool dense(const StridedLayout& L, int n) {
 
 // ---- Wrapping integer arithmetic -------------------------------------------------------------
 
-template <typename T> using unsigned_t = std::make_unsigned_t<T>;
-template <typename T> __device__ __forceinline__ T wrap_add(T a, T b) {
+template <typename T>
+using unsigned_t = std::make_unsigned_t<T>;
+template <typename T>
+__device__ __forceinline__ T wrap_add(T a, T b) {
   return static_cast<T>(static_cast<unsigned_t<T>>(a) + static_cast<unsigned_t<T>>(b));
 }
-template <typename T> __device__ __forceinline__ T wrap_sub(T a, T b) {
+template <typename T>
+__device__ __forceinline__ T wrap_sub(T a, T b) {
   return static_cast<T>(static_cast<unsigned_t<T>>(a) - static_cast<unsigned_t<T>>(b));
 }
-template <typename T> __device__ __forceinline__ T wrap_mul(T a, T b) {
+template <typename T>
+__device__ __forceinline__ T wrap_mul(T a, T b) {
   return static_cast<T>(static_cast<unsigned_t<T>>(a) * static_cast<unsigned_t<T>>(b));
 }
-template <typename T> __device__ __forceinline__ T wrap_neg(T v) { return wrap_sub<T>(T(0), v); }
+template <typename T>
+__device__ __forceinline__ T wrap_neg(T v) {
+  return wrap_sub<T>(T(0), v);
+}
 
 // ---- Unary -----------------------------------------------------------------------------------
 
-template <typename A> __device__ __forceinline__ A sigmoid(A x) {
+template <typename A>
+__device__ __forceinline__ A sigmoid(A x) {
   if (x >= A(0)) return A(1) / (A(1) + d_exp(-x));
   const A e = d_exp(x);
   return e / (A(1) + e);
 }
-template <typename A> __device__ __forceinline__ A gelu(A x) {
+template <typename A>
+__device__ __forceinline__ A gelu(A x) {
   return A(0.5) * x * (A(1) + d_erf(x * A(0.70710678118654752440)));
 }
-template <typename A> __device__ __forceinline__ A gelu_grad(A x) {
+template <typename A>
+__device__ __forceinline__ A gelu_grad(A x) {
   const A cdf = A(0.5) * (A(1) + d_erf(x * A(0.70710678118654752440)));
   const A pdf = d_exp(A(-0.5) * x * x) * A(0.39894228040143267794);
   return cdf + x * pdf;
 }
 
-template <typename A> __device__ __forceinline__ A unary_float(UnaryOp op, A v) {
+template <typename A>
+__device__ __forceinline__ A unary_float(UnaryOp op, A v) {
   switch (op) {
     case UnaryOp::kNeg: return -v;
     case UnaryOp::kExp: return d_exp(v);
@@ -102,7 +113,8 @@ template <typename A> __device__ __forceinline__ A unary_float(UnaryOp op, A v) 
   return v;
 }
 
-template <typename T> __device__ __forceinline__ T unary_int(UnaryOp op, T v) {
+template <typename T>
+__device__ __forceinline__ T unary_int(UnaryOp op, T v) {
   switch (op) {
     case UnaryOp::kNeg: return wrap_neg(v);
     case UnaryOp::kSquare: return wrap_mul(v, v);
@@ -142,7 +154,8 @@ bool int_unary_ok(UnaryOp op) {
 
 // ---- Binary ----------------------------------------------------------------------------------
 
-template <typename A> __device__ __forceinline__ A binary_float(BinaryOp op, A x, A y) {
+template <typename A>
+__device__ __forceinline__ A binary_float(BinaryOp op, A x, A y) {
   switch (op) {
     case BinaryOp::kAdd: return x + y;
     case BinaryOp::kSub: return x - y;
@@ -151,16 +164,17 @@ template <typename A> __device__ __forceinline__ A binary_float(BinaryOp op, A x
     case BinaryOp::kPow: return d_pow(x, y);
     case BinaryOp::kMaximum: return (x > y || d_isnan(x)) ? x : y;
     case BinaryOp::kMinimum: return (x < y || d_isnan(x)) ? x : y;
-    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);            // (dy, x)
-    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);          // (dy, y)
-    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);             // (dy, y)
-    case BinaryOp::kGeluGrad: return x * gelu_grad(y);               // (dy, x)
-    default: break;  // comparisons and logical ops take the bool path
+    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);    // (dy, x)
+    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);  // (dy, y)
+    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);     // (dy, y)
+    case BinaryOp::kGeluGrad: return x * gelu_grad(y);       // (dy, x)
+    default: break;                                          // comparisons and logical ops take the bool path
   }
   return x;
 }
 
-template <typename T> __device__ __forceinline__ T int_pow(T x, T y) {
+template <typename T>
+__device__ __forceinline__ T int_pow(T x, T y) {
   if constexpr (std::is_signed_v<T>) {
     if (y < 0) {
       // Truncated real result of x^y with y < 0 (the CPU kernel raises instead).
@@ -178,7 +192,8 @@ template <typename T> __device__ __forceinline__ T int_pow(T x, T y) {
   return r;
 }
 
-template <typename T> __device__ __forceinline__ T binary_int(BinaryOp op, T x, T y) {
+template <typename T>
+__device__ __forceinline__ T binary_int(BinaryOp op, T x, T y) {
   switch (op) {
     case BinaryOp::kAdd: return wrap_add(x, y);
     case BinaryOp::kSub: return wrap_sub(x, y);
@@ -199,7 +214,8 @@ template <typename T> __device__ __forceinline__ T binary_int(BinaryOp op, T x, 
 }
 
 // Comparisons and logical ops on the arithmetic values (bool elements are read as 0/1).
-template <typename A> __device__ __forceinline__ std::uint8_t binary_bool(BinaryOp op, A x, A y) {
+template <typename A>
+__device__ __forceinline__ std::uint8_t binary_bool(BinaryOp op, A x, A y) {
   switch (op) {
     case BinaryOp::kEqual: return x == y;
     case BinaryOp::kNotEqual: return x != y;
@@ -215,7 +231,10 @@ template <typename A> __device__ __forceinline__ std::uint8_t binary_bool(Binary
 }
 
 // Storage type S of the operands; bool is stored as uint8 and read as 0/1.
-template <typename S> __device__ __forceinline__ acc_t<S> value(S v) { return load(v); }
+template <typename S>
+__device__ __forceinline__ acc_t<S> value(S v) {
+  return load(v);
+}
 
 template <typename S, bool kDense>
 __global__ void binary_kernel(BinaryOp op, StridedLayout L, const S* a, const S* b, void* out_raw, i64 n,
@@ -282,10 +301,14 @@ __global__ void where_kernel(StridedLayout L, const std::uint8_t* cond, const E*
 // core/dtype.h's rules: every element is read into an exact value type (float, double, int,
 // long long, uint8 with bool as 0/1) and stored with the destination's rules, rounding once.
 
-template <typename S> __device__ __forceinline__ auto cast_load(S v) { return load(v); }
+template <typename S>
+__device__ __forceinline__ auto cast_load(S v) {
+  return load(v);
+}
 __device__ __forceinline__ std::uint8_t cast_load_bool(std::uint8_t v) { return v != 0 ? 1 : 0; }
 
-template <typename I, typename V> __device__ __forceinline__ I float_to_int(V f) {
+template <typename I, typename V>
+__device__ __forceinline__ I float_to_int(V f) {
   const double v = static_cast<double>(f);  // exact for float
   if (v != v) return I(0);
   // max + 1 is a power of two, exact in double; min - 1 rounds to -2^63 for int64, where
@@ -297,19 +320,30 @@ template <typename I, typename V> __device__ __forceinline__ I float_to_int(V f)
   return static_cast<I>(v);  // in range: truncates toward zero
 }
 
-template <typename D, typename V> __device__ __forceinline__ D cast_store(V v) {
+template <typename D, typename V>
+__device__ __forceinline__ D cast_store(V v) {
   if constexpr (std::is_same_v<D, __half>) {
-    if constexpr (std::is_same_v<V, float>) return __float2half_rn(v);
-    else if constexpr (std::is_same_v<V, double>) return __double2half(v);
-    else if constexpr (std::is_same_v<V, i64>) return __ll2half_rn(v);
-    else if constexpr (std::is_same_v<V, int>) return __int2half_rn(v);
-    else return __uint2half_rn(static_cast<unsigned>(v));
+    if constexpr (std::is_same_v<V, float>)
+      return __float2half_rn(v);
+    else if constexpr (std::is_same_v<V, double>)
+      return __double2half(v);
+    else if constexpr (std::is_same_v<V, i64>)
+      return __ll2half_rn(v);
+    else if constexpr (std::is_same_v<V, int>)
+      return __int2half_rn(v);
+    else
+      return __uint2half_rn(static_cast<unsigned>(v));
   } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
-    if constexpr (std::is_same_v<V, float>) return __float2bfloat16_rn(v);
-    else if constexpr (std::is_same_v<V, double>) return __double2bfloat16(v);
-    else if constexpr (std::is_same_v<V, i64>) return __ll2bfloat16_rn(v);
-    else if constexpr (std::is_same_v<V, int>) return __int2bfloat16_rn(v);
-    else return __uint2bfloat16_rn(static_cast<unsigned>(v));
+    if constexpr (std::is_same_v<V, float>)
+      return __float2bfloat16_rn(v);
+    else if constexpr (std::is_same_v<V, double>)
+      return __double2bfloat16(v);
+    else if constexpr (std::is_same_v<V, i64>)
+      return __ll2bfloat16_rn(v);
+    else if constexpr (std::is_same_v<V, int>)
+      return __int2bfloat16_rn(v);
+    else
+      return __uint2bfloat16_rn(static_cast<unsigned>(v));
   } else if constexpr (std::is_floating_point_v<D>) {
     return static_cast<D>(v);  // round to nearest; double → float overflows to ±inf (IEEE)
   } else if constexpr (std::is_floating_point_v<V>) {
@@ -320,15 +354,18 @@ template <typename D, typename V> __device__ __forceinline__ D cast_store(V v) {
 }
 
 // S, D: device storage types; bool (bool_tag) is stored as uint8.
-template <typename S> using storage_t = std::conditional_t<std::is_same_v<S, bool_tag>, std::uint8_t, S>;
+template <typename S>
+using storage_t = std::conditional_t<std::is_same_v<S, bool_tag>, std::uint8_t, S>;
 
 template <typename S, typename D>
 __global__ void cast_kernel(const storage_t<S>* x, storage_t<D>* y, i64 n) {
   const i64 stride = static_cast<i64>(blockDim.x) * gridDim.x;
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     auto v = [&] {
-      if constexpr (std::is_same_v<S, bool_tag>) return cast_load_bool(x[i]);
-      else return cast_load(x[i]);
+      if constexpr (std::is_same_v<S, bool_tag>)
+        return cast_load_bool(x[i]);
+      else
+        return cast_load(x[i]);
     }();
     if constexpr (std::is_same_v<D, bool_tag>) {
       y[i] = (v != decltype(v)(0)) ? 1 : 0;  // NaN != 0: true
@@ -344,8 +381,7 @@ void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void
   dispatch_all(dtype, "unary", [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool_tag>) {
-      CHORUS_REQUIRE(op == UnaryOp::kLogicalNot, InvalidArgumentError,
-                     "unary op on bool: only logical_not is defined");
+      CHORUS_REQUIRE(op == UnaryOp::kLogicalNot, InvalidArgumentError, "unary op on bool: only logical_not is defined");
     } else if constexpr (is_float_v<T>) {
       CHORUS_REQUIRE(op != UnaryOp::kLogicalNot, InvalidArgumentError, "logical_not needs a bool tensor, got ",
                      dtype_name(dtype));
@@ -392,20 +428,24 @@ void binary(int ordinal, StreamHandle stream, BinaryOp op, DType dtype, const St
       const auto* pa = static_cast<const std::uint8_t*>(a);
       const auto* pb = static_cast<const std::uint8_t*>(b);
       auto* po = static_cast<std::uint8_t*>(out);
-      if (is_dense) binary_bool_kernel<true><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, po, n);
-      else binary_bool_kernel<false><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, po, n);
+      if (is_dense)
+        binary_bool_kernel<true><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, po, n);
+      else
+        binary_bool_kernel<false><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, po, n);
     } else {
       const auto* pa = static_cast<const T*>(a);
       const auto* pb = static_cast<const T*>(b);
-      if (is_dense) binary_kernel<T, true><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool);
-      else binary_kernel<T, false><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool);
+      if (is_dense)
+        binary_kernel<T, true><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool);
+      else
+        binary_kernel<T, false><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool);
     }
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }
 
-void where(int ordinal, StreamHandle stream, DType dtype, const StridedLayout& layout, const void* cond,
-           const void* x, const void* y, void* out) {
+void where(int ordinal, StreamHandle stream, DType dtype, const StridedLayout& layout, const void* cond, const void* x,
+           const void* y, void* out) {
   CHORUS_REQUIRE(layout.rank >= 0 && layout.rank <= kMaxRank, InvalidArgumentError, "where: rank ", layout.rank,
                  " is not in [0, ", kMaxRank, "]");
   const std::int64_t n = layout.num_elements();
@@ -421,8 +461,10 @@ void where(int ordinal, StreamHandle stream, DType dtype, const StridedLayout& l
     const auto* px = static_cast<const E*>(x);
     const auto* py = static_cast<const E*>(y);
     auto* po = static_cast<E*>(out);
-    if (is_dense) where_kernel<E, true><<<grid_for(n), kThreads, 0, s>>>(layout, c, px, py, po, n);
-    else where_kernel<E, false><<<grid_for(n), kThreads, 0, s>>>(layout, c, px, py, po, n);
+    if (is_dense)
+      where_kernel<E, true><<<grid_for(n), kThreads, 0, s>>>(layout, c, px, py, po, n);
+    else
+      where_kernel<E, false><<<grid_for(n), kThreads, 0, s>>>(layout, c, px, py, po, n);
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }
@@ -437,8 +479,8 @@ void cast(int ordinal, StreamHandle stream, DType from, DType to, const void* x,
     using S = decltype(sf);
     dispatch_all(to, "cast", [&](auto df) {
       using D = decltype(df);
-      cast_kernel<S, D><<<grid_for(n), kThreads, 0, s>>>(static_cast<const storage_t<S>*>(x),
-                                                         static_cast<storage_t<D>*>(y), n);
+      cast_kernel<S, D>
+          <<<grid_for(n), kThreads, 0, s>>>(static_cast<const storage_t<S>*>(x), static_cast<storage_t<D>*>(y), n);
     });
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());

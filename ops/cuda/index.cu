@@ -43,7 +43,8 @@ __global__ void gather_kernel(const E* params, i64 rows, i64 inner, const I* idx
 // ---- Scatter-add -----------------------------------------------------------------------------
 
 // a + b with the element type's rules: 16-bit floats add in float and round, integers wrap.
-template <typename T> __device__ __forceinline__ T add_elem(T a, T b) {
+template <typename T>
+__device__ __forceinline__ T add_elem(T a, T b) {
   if constexpr (is_float_v<T>) {
     return store<T>(load(a) + load(b));
   } else {
@@ -69,7 +70,8 @@ __device__ __forceinline__ void atomic_add_u8(std::uint8_t* p, std::uint8_t v) {
   } while (assumed != old);
 }
 
-template <typename T> __device__ __forceinline__ void atomic_add(T* p, T v) {
+template <typename T>
+__device__ __forceinline__ void atomic_add(T* p, T v) {
   if constexpr (std::is_same_v<T, i64>) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));  // wraps
   } else if constexpr (std::is_same_v<T, std::uint8_t>) {
@@ -185,11 +187,11 @@ void scatter_add(int ordinal, StreamHandle stream, DType dtype, const void* upda
         const auto* ix = static_cast<const I*>(indices);
         auto* o = static_cast<T*>(out);
         if (deterministic) {
-          scatter_deterministic_kernel<T, I><<<grid_for(num_indices, 1), kThreads, 0, s>>>(u, inner, ix, num_indices,
-                                                                                          o, rows);
+          scatter_deterministic_kernel<T, I>
+              <<<grid_for(num_indices, 1), kThreads, 0, s>>>(u, inner, ix, num_indices, o, rows);
         } else {
-          scatter_atomic_kernel<T, I><<<grid_for(num_indices * inner), kThreads, 0, s>>>(u, inner, ix, num_indices, o,
-                                                                                        rows);
+          scatter_atomic_kernel<T, I>
+              <<<grid_for(num_indices * inner), kThreads, 0, s>>>(u, inner, ix, num_indices, o, rows);
         }
       });
     }

@@ -34,21 +34,21 @@ void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void
 void binary(int ordinal, StreamHandle stream, BinaryOp op, DType dtype, const StridedLayout& layout, const void* a,
             const void* b, void* out);
 // out = cond ? x : y over `layout` (operands 0 = cond (bool), 1 = x, 2 = y; out dense, `dtype`).
-void where(int ordinal, StreamHandle stream, DType dtype, const StridedLayout& layout, const void* cond,
-           const void* x, const void* y, void* out);
+void where(int ordinal, StreamHandle stream, DType dtype, const StridedLayout& layout, const void* cond, const void* x,
+           const void* y, void* out);
 // y = cast(x) with core/dtype.h's conversion rules, n contiguous elements.
 void cast(int ordinal, StreamHandle stream, DType from, DType to, const void* x, void* y, std::int64_t n);
 // Copies elements of `elem_bytes` (1, 2, 4, 8) from operand 0 to operand 1 of `layout`.
-void copy_strided(int ordinal, StreamHandle stream, std::size_t elem_bytes, const CopyLayout& layout,
-                  const void* src, void* dst);
+void copy_strided(int ordinal, StreamHandle stream, std::size_t elem_bytes, const CopyLayout& layout, const void* src,
+                  void* dst);
 
 // x viewed as [outer, r, inner]; y[o, i] = reduce over r (kMean divides by r; r == 0 gives the
 // identity: 0 for sum/mean, 1 for prod, -inf/+inf (lowest/max for integers) for max/min).
-void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, const void* x, void* y,
-            std::int64_t outer, std::int64_t r, std::int64_t inner);
+void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, const void* x, void* y, std::int64_t outer,
+            std::int64_t r, std::int64_t inner);
 // y[o, i] = index (int64) of the first maximum over r (argmin when `min`). r must be > 0.
-void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void* x, std::int64_t* y,
-            std::int64_t outer, std::int64_t r, std::int64_t inner);
+void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void* x, std::int64_t* y, std::int64_t outer,
+            std::int64_t r, std::int64_t inner);
 
 // Softmax cross-entropy over [rows, cols] logits (float types), fused and numerically stable
 // (max-subtracted log-sum-exp). loss[row] = -log softmax(logits)[label];

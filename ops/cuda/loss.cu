@@ -16,23 +16,33 @@ namespace {
 
 using namespace detail;  // NOLINT: the .cu files' shared vocabulary
 
-template <typename A> __device__ __forceinline__ A quiet_nan() {
-  if constexpr (std::is_same_v<A, float>) return __int_as_float(0x7fc00000);
-  else return __longlong_as_double(0x7ff8000000000000LL);
+template <typename A>
+__device__ __forceinline__ A quiet_nan() {
+  if constexpr (std::is_same_v<A, float>)
+    return __int_as_float(0x7fc00000);
+  else
+    return __longlong_as_double(0x7ff8000000000000LL);
 }
-template <typename A> __device__ __forceinline__ A infinity() {
-  if constexpr (std::is_same_v<A, float>) return __int_as_float(0x7f800000);
-  else return __longlong_as_double(0x7ff0000000000000LL);
+template <typename A>
+__device__ __forceinline__ A infinity() {
+  if constexpr (std::is_same_v<A, float>)
+    return __int_as_float(0x7f800000);
+  else
+    return __longlong_as_double(0x7ff0000000000000LL);
 }
 
 // NaN-propagating max and plain sum, for block_reduce.
 struct MaxOp {
-  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const {
+  template <typename A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
     return (b > a || d_isnan(b)) ? b : a;
   }
 };
 struct AddOp {
-  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+  template <typename A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a + b;
+  }
 };
 
 // Row max and sum of exp(x - max) over the block; every thread gets both.
@@ -115,9 +125,9 @@ void sparse_softmax_xent(int ordinal, StreamHandle stream, DType dtype, const vo
     using T = decltype(t);
     dispatch_index(label_dtype, what, [&](auto it) {
       using I = decltype(it);
-      sparse_xent_kernel<T, I><<<grid_for(rows, 1), kThreads, 0, s>>>(
-          static_cast<const T*>(logits), static_cast<const I*>(labels), static_cast<T*>(loss), static_cast<T*>(grad),
-          rows, cols);
+      sparse_xent_kernel<T, I>
+          <<<grid_for(rows, 1), kThreads, 0, s>>>(static_cast<const T*>(logits), static_cast<const I*>(labels),
+                                                  static_cast<T*>(loss), static_cast<T*>(grad), rows, cols);
     });
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());

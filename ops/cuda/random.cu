@@ -25,10 +25,20 @@ unsigned grid_for(std::uint64_t items) {
 }
 
 // Store of a float32 result; 16-bit types round to nearest even, as core/dtype.h does on the CPU.
-template <typename T> __device__ __forceinline__ T store_f32(float v);
-template <> __device__ __forceinline__ float store_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half store_f32<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 store_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ T store_f32(float v);
+template <>
+__device__ __forceinline__ float store_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half store_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 store_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // float32, float16, bfloat16 outputs: 4 elements per Philox block.
 template <typename T>
@@ -85,8 +95,8 @@ __global__ void random_i64_kernel(PhiloxKey key, PhiloxCounter base, SampleParam
 void fill_random(int ordinal, gpu::StreamHandle stream, Distribution dist, DType dtype, PhiloxKey key,
                  PhiloxCounter counter, double a, double b, void* out, std::int64_t n) {
   const bool is_int = dtype == DType::kInt32 || dtype == DType::kInt64;
-  const bool is_float = dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
-                        dtype == DType::kBFloat16;
+  const bool is_float =
+      dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   if (!(is_float || (is_int && dist == Distribution::kUniform)))
     throw InvalidArgumentError(::chorus::internal::str_cat(
         "fill_random: dtype ", dtype_name(dtype), " is not supported for this distribution: use float32, float64, ",
@@ -118,8 +128,7 @@ void fill_random(int ordinal, gpu::StreamHandle stream, Distribution dist, DType
     case DType::kInt64:
       random_i64_kernel<<<grid, kThreads, 0, s>>>(key, counter, p, static_cast<std::int64_t*>(out), count, blocks);
       break;
-    default:
-      break;  // rejected above
+    default: break;  // rejected above
   }
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }

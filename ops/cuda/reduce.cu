@@ -25,14 +25,15 @@ namespace {
 
 using namespace detail;  // NOLINT: the .cu files' shared vocabulary
 
-constexpr std::int64_t kWarpMaxR = 4096;       // longest row one warp reduces
-constexpr std::int64_t kFewOutputs = 1024;     // below this many outputs ...
-constexpr std::int64_t kLongR = 2048;          // ... and from this r on, one block per output
-constexpr int kTileX = 32;                     // outputs per tile (along inner)
-constexpr int kTileY = kThreads / kTileX;      // threads down r per output
+constexpr std::int64_t kWarpMaxR = 4096;    // longest row one warp reduces
+constexpr std::int64_t kFewOutputs = 1024;  // below this many outputs ...
+constexpr std::int64_t kLongR = 2048;       // ... and from this r on, one block per output
+constexpr int kTileX = 32;                  // outputs per tile (along inner)
+constexpr int kTileY = kThreads / kTileX;   // threads down r per output
 static_assert(kTileY == 8, "the column tree below is written for 8 rows");
 
-template <typename T> using reduce_acc_t = std::conditional_t<is_float_v<T>, double, i64>;
+template <typename T>
+using reduce_acc_t = std::conditional_t<is_float_v<T>, double, i64>;
 
 // ---- Reducers: what the kernels fold --------------------------------------------------------
 
@@ -109,8 +110,7 @@ __global__ void reduce_warp_kernel(R red, const T* x, typename R::Out* y, i64 ou
   using A = typename R::A;
   const int lane = threadIdx.x & 31;
   const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
-  for (i64 out = blockIdx.x * static_cast<i64>(blockDim.x / 32) + (threadIdx.x >> 5); out < outputs;
-       out += warps) {
+  for (i64 out = blockIdx.x * static_cast<i64>(blockDim.x / 32) + (threadIdx.x >> 5); out < outputs; out += warps) {
     const i64 o = out / inner, i = out % inner;
     const T* base = x + o * r * inner + i;
     A acc = red.init();
@@ -130,7 +130,8 @@ __global__ void reduce_block_kernel(R red, const T* x, typename R::Out* y, i64 o
     const T* base = x + o * r * inner + i;
     A acc = red.init();
     for (i64 j = threadIdx.x; j < r; j += blockDim.x) acc = red.combine(acc, red.make(base[j * inner], j));
-    acc = block_reduce(acc, [&red](A a, A b) { return red.combine(a, b); }, smem);
+    acc = block_reduce(
+        acc, [&red](A a, A b) { return red.combine(a, b); }, smem);
     if (threadIdx.x == 0) y[out] = red.finalize(acc);
   }
 }
@@ -196,10 +197,10 @@ void reduce_typed(cudaStream_t s, const void* x, void* y, i64 outer, i64 r, i64 
 
 }  // namespace
 
-void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, const void* x, void* y,
-            std::int64_t outer, std::int64_t r, std::int64_t inner) {
-  CHORUS_REQUIRE(outer >= 0 && r >= 0 && inner >= 0, InvalidArgumentError, "reduce: negative extent in [", outer,
-                 ", ", r, ", ", inner, "]");
+void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, const void* x, void* y, std::int64_t outer,
+            std::int64_t r, std::int64_t inner) {
+  CHORUS_REQUIRE(outer >= 0 && r >= 0 && inner >= 0, InvalidArgumentError, "reduce: negative extent in [", outer, ", ",
+                 r, ", ", inner, "]");
   CHORUS_REQUIRE(dtype != DType::kBool, InvalidArgumentError,
                  "reductions of bool tensors are not defined (use reduce_any/all or cast)");
   dispatch_all(dtype, "reduce", [](auto) {});
@@ -222,11 +223,11 @@ void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, cons
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }
 
-void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void* x, std::int64_t* y,
-            std::int64_t outer, std::int64_t r, std::int64_t inner) {
+void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void* x, std::int64_t* y, std::int64_t outer,
+            std::int64_t r, std::int64_t inner) {
   CHORUS_REQUIRE(r > 0, InvalidArgumentError, "argmax: the reduced axis is empty");
-  CHORUS_REQUIRE(outer >= 0 && inner >= 0, InvalidArgumentError, "argmax: negative extent in [", outer, ", ", r,
-                 ", ", inner, "]");
+  CHORUS_REQUIRE(outer >= 0 && inner >= 0, InvalidArgumentError, "argmax: negative extent in [", outer, ", ", r, ", ",
+                 inner, "]");
   // bool is stored as one byte 0/1: its arg-max is the uint8 one, as on the CPU (false < true).
   const DType as = dtype == DType::kBool ? DType::kUInt8 : dtype;
   dispatch_all(as, "argmax", [](auto) {});
@@ -238,8 +239,10 @@ void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void*
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool_tag>) {
       const auto* in = static_cast<const T*>(x);
-      if (min) launch<T>(s, ArgReducer<T, true>{}, in, out, outer, r, inner);
-      else launch<T>(s, ArgReducer<T, false>{}, in, out, outer, r, inner);
+      if (min)
+        launch<T>(s, ArgReducer<T, true>{}, in, out, outer, r, inner);
+      else
+        launch<T>(s, ArgReducer<T, false>{}, in, out, outer, r, inner);
     }
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());

@@ -16,8 +16,8 @@
 namespace chorus::train {
 namespace {
 
-using wire::ProtoWriter;
 using testing::TempDir;
+using wire::ProtoWriter;
 
 // A small valid bundle: two numeric tensors and a string tensor.
 std::string write_sample(const TempDir& dir, const std::string& name = "ckpt-1") {
@@ -231,9 +231,9 @@ TEST(BundleCorruption, AbsurdEntries) {
 TEST(BundleCorruption, BadHeaders) {
   TempDir dir;
   const std::string value = entry_proto(1, {1}, 0, 4);
-  EXPECT_THROW(read_everything(craft(dir, value, 64, "\x08\x00")), DataLossError);           // num_shards 0
+  EXPECT_THROW(read_everything(craft(dir, value, 64, "\x08\x00")), DataLossError);                  // num_shards 0
   EXPECT_THROW(read_everything(craft(dir, value, 64, "\x08\xff\xff\xff\xff\x07")), DataLossError);  // huge
-  EXPECT_THROW(read_everything(craft(dir, value, 64, "\x08\x01\x10\x01")), UnimplementedError);  // big endian
+  EXPECT_THROW(read_everything(craft(dir, value, 64, "\x08\x01\x10\x01")), UnimplementedError);     // big endian
   EXPECT_THROW(read_everything(craft(dir, value, 64, "\x08\x01\x1a\x02\x10\x05")), FailedPreconditionError);
   // No header entry at all: the first key is "k".
   internal::TableBuilder t;
@@ -255,11 +255,10 @@ TEST(BundleCorruption, AbsurdBlockHandles) {
   };
   const Layout l = layout_of(good);
   const std::uint64_t huge = std::uint64_t{1} << 63;
-  for (const std::string& bad : {with_footer_handles(l.metaindex_off, 8, huge, 16),
-                                 with_footer_handles(l.metaindex_off, 8, l.index_off, huge),
-                                 with_footer_handles(huge, huge, l.index_off, l.index_size),
-                                 with_footer_handles(l.metaindex_off, 8, footer - 3, 16),
-                                 with_footer_handles(~0ull, ~0ull, ~0ull, ~0ull)}) {
+  for (const std::string& bad :
+       {with_footer_handles(l.metaindex_off, 8, huge, 16), with_footer_handles(l.metaindex_off, 8, l.index_off, huge),
+        with_footer_handles(huge, huge, l.index_off, l.index_size),
+        with_footer_handles(l.metaindex_off, 8, footer - 3, 16), with_footer_handles(~0ull, ~0ull, ~0ull, ~0ull)}) {
     testing::spit(index_filename(prefix), bad);
     expect_data_loss(prefix, index_filename(prefix));
   }

@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,10 +30,10 @@
 namespace chorus::train {
 namespace {
 
+using chorus::testing::message_of;
 using internal::kFullExtent;
 using internal::SliceExtent;
 using internal::TensorSliceSpec;
-using chorus::testing::message_of;
 using testing::TempDir;
 using testing::unhex;
 using wire::ProtoWriter;
@@ -69,7 +69,10 @@ TEST(BundleSlices, SliceKeysAreTensorFlows) {
   EXPECT_EQ(signed_part(std::numeric_limits<std::int64_t>::min()), "003f8000000000000000");
   // Names are escaped: \0 → 00 ff, \xff → ff 00, then the separator 00 01.
   EXPECT_EQ(testing::hex(internal::encode_tensor_name_slice(std::string("a\0b\xff", 4), {})),
-            "00" "6100ff62ff00" "0001" "00");
+            "00"
+            "6100ff62ff00"
+            "0001"
+            "00");
 }
 
 // Every value of a TF-written case, read bit for bit and restored by Checkpoint.
@@ -101,7 +104,8 @@ void check_case(const std::string& name, std::size_t want_files, bool want_slice
     EXPECT_EQ(dtype_name(t.dtype()), d.dtype) << key;
     const std::string child = key.substr(0, key.find('/'));
     vars.emplace(key, make_variable({.initial_value = Tensor::zeros(d.shape, parse_dtype(d.dtype), "/CPU:0"),
-                                     .name = child, .trainable = false}));
+                                     .name = child,
+                                     .trainable = false}));
     children.push_back({child, vars.at(key)});
   }
   Checkpoint(std::move(children)).read(prefix).assert_consumed();
@@ -178,9 +182,9 @@ std::string write_sliced(const TempDir& dir, const std::vector<TensorSliceSpec>&
 TEST(BundleSlices, HandMadeSlicesAssembleAcrossRowsAndColumns) {
   TempDir dir;
   // [[0 1 2] [3 4 5]] as: column 2 (both rows), row 0 columns 0..1, row 1 columns 0..1.
-  const std::string prefix = write_sliced(
-      dir, {{{0, kFullExtent}, {2, 1}}, {{0, 1}, {0, 2}}, {{1, 1}, {0, 2}}},
-      {{{2, 1}, floats({2, 5})}, {{1, 2}, floats({0, 1})}, {{1, 2}, floats({3, 4})}});
+  const std::string prefix =
+      write_sliced(dir, {{{0, kFullExtent}, {2, 1}}, {{0, 1}, {0, 2}}, {{1, 1}, {0, 2}}},
+                   {{{2, 1}, floats({2, 5})}, {{1, 2}, floats({0, 1})}, {{1, 2}, floats({3, 4})}});
   BundleReader r(prefix);
   EXPECT_EQ(r.keys(), std::vector<std::string>{kW});
   EXPECT_EQ(r.entry(kW).shape, (Shape{2, 3}));
@@ -219,8 +223,8 @@ TEST(BundleSlices, BrokenSlicesAreDataLoss) {
   {
     SCOPED_TRACE("slice out of range");
     TempDir dir;
-    const std::string prefix =
-        write_sliced(dir, {top, {{1, 2}, {0, kFullExtent}}}, {{{1, 3}, floats({0, 1, 2})}, {{2, 3}, floats({1, 2, 3, 4, 5, 6})}});
+    const std::string prefix = write_sliced(dir, {top, {{1, 2}, {0, kFullExtent}}},
+                                            {{{1, 3}, floats({0, 1, 2})}, {{2, 3}, floats({1, 2, 3, 4, 5, 6})}});
     const std::string m = message_of<DataLossError>([&] { BundleReader r(prefix); });
     EXPECT_NE(m.find("slice 1, dimension 0: start 1 length 2 is not within [0, 2)"), std::string::npos) << m;
   }

@@ -35,7 +35,8 @@ inline std::string unhex(const std::string& hex) {
   for (char c : hex)
     if (std::isxdigit(static_cast<unsigned char>(c))) digits.push_back(c);
   std::string out;
-  for (std::size_t i = 0; i + 1 < digits.size(); i += 2) out.push_back(static_cast<char>(std::stoi(digits.substr(i, 2), nullptr, 16)));
+  for (std::size_t i = 0; i + 1 < digits.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(digits.substr(i, 2), nullptr, 16)));
   return out;
 }
 

@@ -13,7 +13,6 @@
 #include "checkpoint/bundle.h"
 #include "checkpoint/checkpoint.h"
 #include "core/config.h"
-#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -23,6 +22,7 @@
 #include "ops/ops.h"
 #include "optimizer/adam.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include "tests/core/virtual_gpus.h"
 
 namespace chorus::train {
 namespace {
@@ -67,11 +67,11 @@ std::shared_ptr<MirroredVariable> mirrored(const Variable& v) {
 
 // Host values a set of variables is made from (and must come back as).
 struct Values {
-  std::vector<float> w;              // float32 [37, 5], ON_WRITE
-  std::vector<double> d;             // float64 [11], ON_WRITE
-  std::vector<std::int64_t> step;    // int64 [3], ON_WRITE
-  std::vector<float> bf;             // [64] stored as bfloat16 (the float32 values rounded through it)
-  std::vector<float> total0, total1; // ON_READ SUM float32 [4]: replica 0's and 1's components
+  std::vector<float> w;               // float32 [37, 5], ON_WRITE
+  std::vector<double> d;              // float64 [11], ON_WRITE
+  std::vector<std::int64_t> step;     // int64 [3], ON_WRITE
+  std::vector<float> bf;              // [64] stored as bfloat16 (the float32 values rounded through it)
+  std::vector<float> total0, total1;  // ON_READ SUM float32 [4]: replica 0's and 1's components
 };
 
 Values draw_values(std::uint32_t seed) {
@@ -95,14 +95,19 @@ struct Vars {
 // total0 / total1 when it is mirrored over two replicas.
 Vars make_vars(const Values& v) {
   Vars out;
-  out.w = make_variable({.initial_value = Tensor::from_vector<float>(v.w, {37, 5}), .name = "w",
+  out.w = make_variable({.initial_value = Tensor::from_vector<float>(v.w, {37, 5}),
+                         .name = "w",
                          .aggregation = VariableAggregation::kMean});
   out.d = make_variable({.initial_value = Tensor::from_vector<double>(v.d, {11}), .name = "d"});
-  out.step = make_variable({.initial_value = Tensor::from_vector<std::int64_t>(v.step, {3}), .name = "step",
-                            .trainable = false, .aggregation = VariableAggregation::kOnlyFirstReplica});
-  out.bf = make_variable({.initial_value = ops::cast(Tensor::from_vector<float>(v.bf, {64}), DType::kBFloat16),
-                          .name = "bf"});
-  out.total = make_variable({.initial_value = Tensor::zeros({4}), .name = "total", .trainable = false,
+  out.step = make_variable({.initial_value = Tensor::from_vector<std::int64_t>(v.step, {3}),
+                            .name = "step",
+                            .trainable = false,
+                            .aggregation = VariableAggregation::kOnlyFirstReplica});
+  out.bf = make_variable(
+      {.initial_value = ops::cast(Tensor::from_vector<float>(v.bf, {64}), DType::kBFloat16), .name = "bf"});
+  out.total = make_variable({.initial_value = Tensor::zeros({4}),
+                             .name = "total",
+                             .trainable = false,
                              .synchronization = VariableSynchronization::kOnRead,
                              .aggregation = VariableAggregation::kSum});
   if (auto m = std::dynamic_pointer_cast<MirroredVariable>(out.total.impl()); m && m->components().size() == 2) {
@@ -246,7 +251,8 @@ TEST_F(CheckpointGpu, AsyncSaveSnapshotsGpuValuesBeforeTrainingGoesOn) {
   // Training goes on at once: each update is queued on the GPUs' streams behind the snapshot.
   for (int i = 0; i < 20; ++i) w.assign_add(Tensor::full({n}, 1.0, DType::kFloat32, "/gpu:0"));
   ckpt.sync();
-  EXPECT_EQ(bytes(BundleReader(path).read("w/.ATTRIBUTES/VARIABLE_VALUE")), bytes(Tensor::from_vector<float>(first, {n})));
+  EXPECT_EQ(bytes(BundleReader(path).read("w/.ATTRIBUTES/VARIABLE_VALUE")),
+            bytes(Tensor::from_vector<float>(first, {n})));
   // The variables went on: both components hold first + 1 + ... + 1 (twenty float32 additions).
   for (const Variable& c : mirrored(w)->components()) {
     const auto got = c.read_value().to_vector<float>();
@@ -276,7 +282,8 @@ data::Dataset blobs(int n, std::uint32_t seed) {
     y[static_cast<std::size_t>(i)] = i % 3;
     for (int k = 0; k < 3; ++k) x[static_cast<std::size_t>(3 * i + k)] = (k == i % 3 ? 1.0f : 0.0f) + nd(rng);
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 3}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {n, 3}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 std::vector<Variable> state(const model::Model& m) {
@@ -298,9 +305,9 @@ TEST_F(CheckpointGpu, ModelAndAdamStateResumeExactly) {
   std::unique_ptr<model::Sequential> m;
   {
     auto scope = strategy.scope();
-    m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-        layers::Dense(16, "relu", true, initializers::glorot_uniform(1)),
-        layers::Dense(3, "", true, initializers::glorot_uniform(2))});
+    m = std::make_unique<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Dense(16, "relu", true, initializers::glorot_uniform(1)),
+                                      layers::Dense(3, "", true, initializers::glorot_uniform(2))});
     m->compile(std::make_shared<optimizers::Adam>(1e-2), std::make_shared<losses::SparseCategoricalCrossentropy>(true));
   }
   const auto ds = blobs(96, 9).batch(32);

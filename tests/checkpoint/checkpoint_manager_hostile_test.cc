@@ -159,7 +159,10 @@ TEST_F(CheckpointManagerHostileTest, ALostStateFileIsRecoveredFromTheFilesOnDisk
         m.save();
       }
     }
-    if (empty) testing::spit(dir / "checkpoint", ""); else fs::remove(dir / "checkpoint");
+    if (empty)
+      testing::spit(dir / "checkpoint", "");
+    else
+      fs::remove(dir / "checkpoint");
     Variable y = scalar_var("x", 0);
     Checkpoint ckpt({{"x", y}});
     CheckpointManager m(ckpt, dir.path(), 5);
@@ -209,7 +212,6 @@ TEST_F(CheckpointManagerHostileTest, ReadersRefuseWhatIsNotARegularFile) {
   msg = message_of<InvalidArgumentError>([&] { CheckpointManager m(ckpt, dir / "run", 2); });
   EXPECT_NE(msg.find("checkpoint"), std::string::npos) << msg;
 }
-
 
 TEST_F(CheckpointManagerHostileTest, ReadsAreBoundedBeforeAnythingIsAllocated) {
   TempDir dir;

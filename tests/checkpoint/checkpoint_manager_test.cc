@@ -43,7 +43,8 @@ TEST_F(CheckpointManagerTest, KeepsTheNewestAndWritesTheStateFile) {
   const std::string text = testing::slurp(dir / "checkpoint");
   EXPECT_NE(text.find("model_checkpoint_path: \"ckpt-3\"\n"), std::string::npos) << text;
   EXPECT_NE(text.find("all_model_checkpoint_paths: \"ckpt-2\"\nall_model_checkpoint_paths: \"ckpt-3\"\n"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("all_model_checkpoint_timestamps: "), std::string::npos);
   EXPECT_NE(text.find("last_preserved_timestamp: "), std::string::npos);
   EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt-3");
@@ -123,13 +124,13 @@ TEST_F(CheckpointManagerTest, IntervalsFollowTheStepCounter) {
   Variable step = scalar_var("step", 0);
   Checkpoint ckpt({{"step", step}});
   CheckpointManager m(ckpt, dir.path(), std::nullopt, {.step_counter = step, .checkpoint_interval = 10});
-  EXPECT_TRUE(m.save());     // step 0: the first save
-  EXPECT_FALSE(m.save());    // same step
+  EXPECT_TRUE(m.save());   // step 0: the first save
+  EXPECT_FALSE(m.save());  // same step
   step.assign(Tensor::scalar<std::int64_t>(9));
-  EXPECT_FALSE(m.save());    // below 0 + 10
+  EXPECT_FALSE(m.save());                                       // below 0 + 10
   EXPECT_TRUE(m.save(std::nullopt, /*check_interval=*/false));  // forced (a new step)
   step.assign(Tensor::scalar<std::int64_t>(19));
-  EXPECT_TRUE(m.save());     // 9 + 10
+  EXPECT_TRUE(m.save());                  // 9 + 10
   EXPECT_EQ(m.checkpoints().size(), 3u);  // max_to_keep nullopt: all kept
 }
 
@@ -201,7 +202,8 @@ TEST(CheckpointStateTest, TextFormatRoundTripAndTensorFlowsFiles) {
 
   EXPECT_THROW_WITH(parse_checkpoint_state("model_checkpoint_path ckpt\n", "dir/checkpoint"), DataLossError,
                     "dir/checkpoint", "line 1");
-  EXPECT_THROW_WITH(parse_checkpoint_state("last_preserved_timestamp: soon\n", "c"), DataLossError, "expected a number");
+  EXPECT_THROW_WITH(parse_checkpoint_state("last_preserved_timestamp: soon\n", "c"), DataLossError,
+                    "expected a number");
   EXPECT_THROW_WITH(parse_checkpoint_state("model_checkpoint_path: \"open\n", "c"), DataLossError, "quoted string");
 
   // What the writer writes, the parser reads: a subnormal timestamp (strtod says ERANGE) round-trips

@@ -19,7 +19,8 @@ using testing::TempDir;
 void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 64});
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = 64});
   config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
 }
 
@@ -37,10 +38,16 @@ struct Vars {
 
 Vars make_vars(float w) {
   return {make_variable({.initial_value = Tensor::from_vector<float>({w, w + 1, w + 2}, {3}), .name = "w"}),
-          make_variable({.initial_value = Tensor::scalar<float>(0), .name = "total", .trainable = false,
-                         .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kSum}),
-          make_variable({.initial_value = Tensor::scalar<float>(0), .name = "mean", .trainable = false,
-                         .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kMean})};
+          make_variable({.initial_value = Tensor::scalar<float>(0),
+                         .name = "total",
+                         .trainable = false,
+                         .synchronization = VariableSynchronization::kOnRead,
+                         .aggregation = VariableAggregation::kSum}),
+          make_variable({.initial_value = Tensor::scalar<float>(0),
+                         .name = "mean",
+                         .trainable = false,
+                         .synchronization = VariableSynchronization::kOnRead,
+                         .aggregation = VariableAggregation::kMean})};
 }
 
 std::vector<float> component(const Variable& v, std::size_t r) {

@@ -26,7 +26,9 @@ Variable var(const std::string& name, std::vector<float> values, Shape shape) {
   return make_variable({.initial_value = Tensor::from_vector<float>(values, shape), .name = name});
 }
 
-std::vector<float> values(const Variable& v) { return v.read_value().reshape(Shape{v.shape().num_elements()}).to_vector<float>(); }
+std::vector<float> values(const Variable& v) {
+  return v.read_value().reshape(Shape{v.shape().num_elements()}).to_vector<float>();
+}
 
 // A custom object: a child variable created late (as a layer's weights) and a plain attribute.
 class Counter final : public Trackable {
@@ -38,7 +40,9 @@ class Counter final : public Trackable {
   std::map<std::string, Tensor> serialize_to_tensors() const override {
     return {{"count", Tensor::scalar<std::int64_t>(count)}};
   }
-  void restore_from_tensors(const std::map<std::string, Tensor>& t) override { count = t.at("count").item<std::int64_t>(); }
+  void restore_from_tensors(const std::map<std::string, Tensor>& t) override {
+    count = t.at("count").item<std::int64_t>();
+  }
   void create_weight(const std::vector<float>& init) {
     weight_ = var("w", init, Shape{static_cast<std::int64_t>(init.size())});
     child_created("weight", weight_);
@@ -101,9 +105,9 @@ TEST_F(CheckpointTest, MismatchesAreAllListedAndNothingIsAssigned) {
   Variable c = var("c", {9}, Shape{1});
   const std::string path = Checkpoint({{"a", a}, {"b", b}, {"c", c}}).write(dir / "x");
 
-  Variable a2 = var("a2", std::vector<float>(9, 0), Shape{3, 3});  // shape differs
+  Variable a2 = var("a2", std::vector<float>(9, 0), Shape{3, 3});                                   // shape differs
   Variable b2 = make_variable({.initial_value = Tensor::zeros({4}, DType::kInt32), .name = "b2"});  // dtype differs
-  Variable c2 = var("c2", {0}, Shape{1});                          // fits
+  Variable c2 = var("c2", {0}, Shape{1});                                                           // fits
   Checkpoint other({{"a", a2}, {"b", b2}, {"c", c2}});
   EXPECT_THROW_WITH(other.read(path), InvalidArgumentError, "2 value(s) do not fit", "nothing was restored",
                     "a/.ATTRIBUTES/VARIABLE_VALUE: checkpoint float32(2, 3), variable 'a2' float32(3, 3)",
@@ -222,7 +226,8 @@ TEST_F(CheckpointTest, IteratorAndGeneratorResumeExactly) {
   ops::Generator gen2 = ops::Generator::from_seed(99);
   Checkpoint ckpt2({{"data", it2}, {"rng", gen2}});
   ckpt2.restore(path).assert_consumed();
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(it2.next()->at(0).to_vector<std::int64_t>(), expected[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(it2.next()->at(0).to_vector<std::int64_t>(), expected[static_cast<std::size_t>(i)]);
   EXPECT_EQ(gen2.uniform({8}).to_vector<float>(), draws);
 }
 

@@ -47,15 +47,23 @@ TEST(Table, ShortestSeparatorAndSuccessorAsInLevelDB) {
   s = "ab";
   find_shortest_separator(s, "abc");  // a prefix: unchanged
   EXPECT_EQ(s, "ab");
-  s = "a\xff" "b";
-  find_shortest_separator(s, "a\xff" "z");
-  EXPECT_EQ(s, "a\xff" "c");
+  s = "a\xff"
+      "b";
+  find_shortest_separator(s,
+                          "a\xff"
+                          "z");
+  EXPECT_EQ(s,
+            "a\xff"
+            "c");
   s = "v/.ATTRIBUTES/VARIABLE_VALUE";
   find_short_successor(s);
   EXPECT_EQ(s, "w");
-  s = "\xff\xff" "a";
+  s = "\xff\xff"
+      "a";
   find_short_successor(s);
-  EXPECT_EQ(s, "\xff\xff" "b");
+  EXPECT_EQ(s,
+            "\xff\xff"
+            "b");
   s = "\xff\xff";
   find_short_successor(s);
   EXPECT_EQ(s, "\xff\xff");
@@ -85,7 +93,9 @@ TEST(Table, PrefixCompressionAndRestarts) {
   const std::string t = b.finish();
   // Entry 0: shared 0, non_shared 6 "key100", value 2 "v0"; entry 1 shares "key10": 5, 1 "1", 2 "v1".
   EXPECT_EQ(t.substr(0, 11), std::string("\x00\x06\x02key100v0", 11));
-  EXPECT_EQ(t.substr(11, 6), std::string("\x05\x01\x02" "1v1", 6));
+  EXPECT_EQ(t.substr(11, 6), std::string("\x05\x01\x02"
+                                         "1v1",
+                                         6));
   const auto all = read_all(t);
   ASSERT_EQ(all.size(), 40u);
   for (int i = 0; i < 40; ++i) {

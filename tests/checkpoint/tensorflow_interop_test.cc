@@ -138,12 +138,15 @@ TEST_F(TensorFlowInterop, ChorusWritesTensorFlowReads) {
     const std::string prefix = ckpt.save(dir / "nested" + "/ckpt");
     EXPECT_EQ(prefix, dir / "nested" + "/ckpt-1");
     write_text(dir / "nested/prefix", prefix);
-    write_dump(dir / "nested/expected",
-               {{key_of("v"), v.read_value()}, {key_of("step"), step.read_value()}, {key_of("net/w"), w.read_value()},
-                {key_of("outer/inner/deep/w"), deep.read_value()}, {key_of("outer/table/a.Sb"), ab.read_value()},
-                {key_of("outer/table/x..y"), xy.read_value()}, {key_of("outer/items/0"), item0.read_value()},
-                {key_of("outer/items/1/bias"), bias.read_value()},
-                {key_of("save_counter"), ckpt.save_counter().read_value()}});
+    write_dump(dir / "nested/expected", {{key_of("v"), v.read_value()},
+                                         {key_of("step"), step.read_value()},
+                                         {key_of("net/w"), w.read_value()},
+                                         {key_of("outer/inner/deep/w"), deep.read_value()},
+                                         {key_of("outer/table/a.Sb"), ab.read_value()},
+                                         {key_of("outer/table/x..y"), xy.read_value()},
+                                         {key_of("outer/items/0"), item0.read_value()},
+                                         {key_of("outer/items/1/bias"), bias.read_value()},
+                                         {key_of("save_counter"), ckpt.save_counter().read_value()}});
   }
   // dtypes: one variable per chorus dtype, with each type's edge values; Checkpoint.write.
   {
@@ -161,18 +164,18 @@ TEST_F(TensorFlowInterop, ChorusWritesTensorFlowReads) {
     brain.push_back(1e-40f);  // a bfloat16 subnormal
     std::vector<std::pair<std::string, Tensor>> values = {
         {"float32", Tensor::from_vector(f32, {2, 5}, "/CPU:0")},
-        {"float64", Tensor::from_vector<double>({0.0, -0.0, 1.5, -2.25, dinf, -dinf, std::nan(""), 1e-3,
-                                                 std::numeric_limits<double>::max(),
-                                                 std::numeric_limits<double>::denorm_min()},
-                                                {2, 5}, "/CPU:0")},
+        {"float64",
+         Tensor::from_vector<double>({0.0, -0.0, 1.5, -2.25, dinf, -dinf, std::nan(""), 1e-3,
+                                      std::numeric_limits<double>::max(), std::numeric_limits<double>::denorm_min()},
+                                     {2, 5}, "/CPU:0")},
         {"float16", f16(half, {2, 5})},
         {"bfloat16", bf16(brain, {2, 5})},
-        {"int32", Tensor::from_vector<std::int32_t>({std::numeric_limits<std::int32_t>::min(), -1, 0, 1,
-                                                     std::numeric_limits<std::int32_t>::max()},
-                                                    {5}, "/CPU:0")},
-        {"int64", Tensor::from_vector<std::int64_t>({std::numeric_limits<std::int64_t>::min(), -1, 0, 1,
-                                                     std::numeric_limits<std::int64_t>::max()},
-                                                    {5}, "/CPU:0")},
+        {"int32", Tensor::from_vector<std::int32_t>(
+                      {std::numeric_limits<std::int32_t>::min(), -1, 0, 1, std::numeric_limits<std::int32_t>::max()},
+                      {5}, "/CPU:0")},
+        {"int64", Tensor::from_vector<std::int64_t>(
+                      {std::numeric_limits<std::int64_t>::min(), -1, 0, 1, std::numeric_limits<std::int64_t>::max()},
+                      {5}, "/CPU:0")},
         {"uint8", Tensor::from_vector<std::uint8_t>({0, 1, 127, 128, 255}, {5}, "/CPU:0")},
         {"bool", Tensor::from_vector<bool>({true, false, true, true, false, false}, {3, 2}, "/CPU:0")},
     };
@@ -214,14 +217,20 @@ struct UnsupportedDType {
 // Every dtype tf.train.Checkpoint saves that chorus has no DType for. Spelled out here (not taken
 // from checkpoint/bundle_format.cc) so that a wrong table there fails.
 const UnsupportedDType kUnsupported[] = {
-    {"int8", 6, "DT_INT8 (int8)"},          {"int16", 5, "DT_INT16 (int16)"},
-    {"uint16", 17, "DT_UINT16 (uint16)"},   {"uint32", 22, "DT_UINT32 (uint32)"},
-    {"uint64", 23, "DT_UINT64 (uint64)"},   {"complex64", 8, "DT_COMPLEX64 (complex64)"},
-    {"complex128", 18, "DT_COMPLEX128 (complex128)"}, {"string", 7, "DT_STRING (string)"},
+    {"int8", 6, "DT_INT8 (int8)"},
+    {"int16", 5, "DT_INT16 (int16)"},
+    {"uint16", 17, "DT_UINT16 (uint16)"},
+    {"uint32", 22, "DT_UINT32 (uint32)"},
+    {"uint64", 23, "DT_UINT64 (uint64)"},
+    {"complex64", 8, "DT_COMPLEX64 (complex64)"},
+    {"complex128", 18, "DT_COMPLEX128 (complex128)"},
+    {"string", 7, "DT_STRING (string)"},
 };
 const char* const kSupported[] = {"float16", "bfloat16", "float32", "float64", "bool", "int32", "int64", "uint8"};
 // tf_interop.py STRINGS.
-const std::vector<std::string> kStrings = {"alpha", "", std::string("with\0nul", 8), "\xc3\xbc" "ber"};
+const std::vector<std::string> kStrings = {"alpha", "", std::string("with\0nul", 8),
+                                           "\xc3\xbc"
+                                           "ber"};
 
 void check_nested(const std::string& case_dir) {
   SCOPED_TRACE("nested tf.Module");
@@ -234,8 +243,8 @@ void check_nested(const std::string& case_dir) {
   auto outer = node({{"inner", node({{"deep", node({{"w", v("outer/inner/deep/w")}})}})},
                      {"table", node({{"a/b", v("outer/table/a.Sb")}, {"x.y", v("outer/table/x..y")}})},
                      {"items", node({{"0", v("outer/items/0")}, {"1", node({{"bias", v("outer/items/1/bias")}})}})}});
-  Checkpoint ckpt({{"v", v("v")}, {"step", v("step")}, {"ids", v("ids")}, {"net", node({{"w", v("net/w")}})},
-                   {"outer", outer}});
+  Checkpoint ckpt(
+      {{"v", v("v")}, {"step", v("step")}, {"ids", v("ids")}, {"net", node({{"w", v("net/w")}})}, {"outer", outer}});
   ckpt.read(prefix).assert_consumed();
   for (const auto& [key, d] : want) expect_bits(vars.at(key).read_value(), d, key);
   EXPECT_EQ(v("step").read_value().item<std::int64_t>(), 7);
@@ -529,7 +538,8 @@ TEST_F(TensorFlowInterop, ChorusRestoresKerasSeedCnnWithAdam) {
     cnn.adam->build(cnn.model->trainable_variables());
     status.assert_existing_objects_matched();
     std::vector<std::string> hyper;
-    for (const char* h : {"beta_1", "beta_2", "decay", "learning_rate"}) hyper.push_back(key_of(std::string("optimizer/") + h));
+    for (const char* h : {"beta_1", "beta_2", "decay", "learning_rate"})
+      hyper.push_back(key_of(std::string("optimizer/") + h));
     EXPECT_EQ(status.unused_keys(), hyper) << "Keras 2's hyperparameters are not variables in chorus";
     status.expect_partial();
     const auto restored = legacy_keys(*cnn.model, cnn.adam.get());

@@ -130,7 +130,8 @@ inline std::shared_ptr<Node> node(std::vector<TrackableChild> children) {
 // element i = ((i · 2654435761) mod 65536 − 32768) / 8, exact in float32.
 inline constexpr std::int64_t kBigRows = 6400, kBigCols = 4096;
 inline float big_value(std::int64_t i) {
-  return static_cast<float>(static_cast<std::int64_t>((static_cast<std::uint64_t>(i) * 2654435761ull) % 65536) - 32768) *
+  return static_cast<float>(static_cast<std::int64_t>((static_cast<std::uint64_t>(i) * 2654435761ull) % 65536) -
+                            32768) *
          0.125f;
 }
 

@@ -11,7 +11,8 @@
 
 namespace chorus::collective {
 
-inline const DType kDtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64};
+inline const DType kDtypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                DType::kBFloat16, DType::kInt32,   DType::kInt64};
 inline const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
 
 inline double x(int r, std::int64_t i) { return (r + 1) + static_cast<double>(i % 7); }

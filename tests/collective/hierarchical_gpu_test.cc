@@ -121,8 +121,8 @@ void check_all_reduce(std::vector<std::unique_ptr<Communicator>>& comms, int pro
     for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
       double scale = 0;
       const double want = reference(op, x, i, &scale);
-      ASSERT_NEAR(first[i], want, 1e-6 * scale + 1e-6) << "P=" << processes << " k=" << k << " "
-                                                          << reduce_op_name(op) << " i=" << i;
+      ASSERT_NEAR(first[i], want, 1e-6 * scale + 1e-6)
+          << "P=" << processes << " k=" << k << " " << reduce_op_name(op) << " i=" << i;
     }
   }
 }
@@ -151,7 +151,8 @@ TEST_F(HierarchicalGpuTest, BroadcastReduceAllGatherReduceScatterOnVirtualGpus) 
              {.op = ReduceOp::kSum, .root = root})
         ->wait();
     ag[g] = Tensor::zeros({n_ranks * m}, DType::kFloat32, dev);
-    c.all_gather(Tensor::from_vector<float>(std::vector<float>(mine.begin(), mine.begin() + m), {m}, dev), ag[g])->wait();
+    c.all_gather(Tensor::from_vector<float>(std::vector<float>(mine.begin(), mine.begin() + m), {m}, dev), ag[g])
+        ->wait();
     rs[g] = Tensor::zeros({m}, DType::kFloat32, dev);
     c.reduce_scatter(Tensor::from_vector<float>(mine, {n_ranks * m}, dev), rs[g], {.op = ReduceOp::kSum})->wait();
     c.barrier()->wait();
@@ -163,8 +164,10 @@ TEST_F(HierarchicalGpuTest, BroadcastReduceAllGatherReduceScatterOnVirtualGpus) 
     for (std::int64_t i = 0; i < m; ++i) {
       double scale = 0;
       const double sum = reference(ReduceOp::kSum, x, static_cast<std::size_t>(i), &scale);
-      if (g == root) ASSERT_NEAR(r[i], sum, 1e-6 * scale) << "reduce at " << i;
-      else ASSERT_EQ(r[i], -1.0f) << "reduce wrote rank " << g << " (root " << root << ")";
+      if (g == root)
+        ASSERT_NEAR(r[i], sum, 1e-6 * scale) << "reduce at " << i;
+      else
+        ASSERT_EQ(r[i], -1.0f) << "reduce wrote rank " << g << " (root " << root << ")";
       // reduce_scatter: rank g gets block g of the sum.
       const double block = reference(ReduceOp::kSum, x, static_cast<std::size_t>(g * m + i), &scale);
       ASSERT_NEAR(s[i], block, 1e-6 * scale) << "reduce_scatter rank " << g << " at " << i;

@@ -3,10 +3,10 @@
 // in for the cross-process (MPI) group. Global rank g = p*k + r contributes x_g.
 #include <gtest/gtest.h>
 
+#include "analytic.h"
 #include "collective/hierarchical.h"
 #include "collective/shared_memory.h"
 #include "core/error.h"
-#include "analytic.h"
 #include "group_harness.h"
 
 namespace chorus::collective {
@@ -58,7 +58,7 @@ TEST(HierarchicalTest, AllCollectivesMatchTheClosedForms) {
           for (int i = 0; i < 37; ++i) {
             const double want = expected(op, n, i, dt);
             ASSERT_NEAR(a[i], want, tolerance(dt, want)) << "P=" << P << " k=" << k << " " << dtype_name(dt) << " "
-                                                        << reduce_op_name(op) << " rank " << g << " i=" << i;
+                                                         << reduce_op_name(op) << " rank " << g << " i=" << i;
             ASSERT_NEAR(rd[i], g == root ? want : -1.0, tolerance(dt, want));
             ASSERT_EQ(b[i], x(root, i));
           }
@@ -91,7 +91,7 @@ TEST(HierarchicalTest, RejectsInconsistentWiring) {
   auto local = make_shared_memory_group(2);
   auto cross = make_shared_memory_group(2);
   std::shared_ptr<Communicator> c0(std::move(cross[0]));
-  EXPECT_THROW(make_hierarchical(std::move(local[1]), c0, 0, 2), InvalidArgumentError);  // non-leader with cross
+  EXPECT_THROW(make_hierarchical(std::move(local[1]), c0, 0, 2), InvalidArgumentError);       // non-leader with cross
   EXPECT_THROW(make_hierarchical(std::move(local[0]), nullptr, 0, 2), InvalidArgumentError);  // leader without
 }
 

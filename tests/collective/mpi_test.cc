@@ -15,10 +15,10 @@
 #include "analytic.h"
 #include "collective/hierarchical.h"
 #include "collective/mpi.h"
-#include "tests/collective/mpi_test_main.h"
 #include "collective/shared_memory.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "tests/collective/mpi_test_main.h"
 #include "tests/core/test_util.h"
 
 namespace chorus::collective {
@@ -82,8 +82,8 @@ TEST(MpiTest, AllReduceEveryOpDtypeAndSize) {
         auto got = out.to_vector<double>();
         for (std::int64_t i = 0; i < n; ++i) {
           const double want = expected(op, k, i, dt);
-          ASSERT_NEAR(got[i], want, tolerance(dt, want)) << dtype_name(dt) << " n=" << n << " op="
-                                                         << reduce_op_name(op) << " i=" << i << (in_place ? " in-place" : "");
+          ASSERT_NEAR(got[i], want, tolerance(dt, want)) << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op)
+                                                         << " i=" << i << (in_place ? " in-place" : "");
         }
         if (!in_place && n > 0) {
           ASSERT_EQ(in.to_vector<double>()[n - 1], x(comm->rank(), n - 1)) << "input untouched";
@@ -149,7 +149,8 @@ TEST(MpiTest, AllGatherAndReduceScatter) {
   Tensor empty_out = Tensor::zeros({0}, DType::kFloat32, kCpu);
   comm->all_gather(Tensor::zeros({0}, DType::kFloat32, kCpu), empty_out, {.timeout = kTimeout})->wait();
   comm->reduce_scatter(Tensor::zeros({0}, DType::kInt64, kCpu), Tensor::zeros({0}, DType::kInt64, kCpu),
-                       {.timeout = kTimeout})->wait();
+                       {.timeout = kTimeout})
+      ->wait();
   for (int i = 0; i < 5; ++i) comm->barrier({.timeout = kTimeout})->wait();
 }
 
@@ -197,8 +198,10 @@ TEST(MpiTest, MismatchedCallsRaiseOnEveryRankAndTheCommunicatorRecovers) {
   // Different collectives at the same step.
   Tensor u = Tensor::zeros({4}, DType::kFloat32, kCpu);
   m = message_of<InvalidArgumentError>([&] {
-    if (me == 1) comm->broadcast(u, {.root = 0, .timeout = kTimeout});
-    else comm->all_reduce(u, u, {.timeout = kTimeout});
+    if (me == 1)
+      comm->broadcast(u, {.root = 0, .timeout = kTimeout});
+    else
+      comm->all_reduce(u, u, {.timeout = kTimeout});
   });
   EXPECT_TRUE(contains(m, "rank 1 called broadcast #1 float32(4,) root=0")) << m;
   // Everybody threw symmetrically: the next collectives work.
@@ -219,8 +222,8 @@ void missing_rank_times_out(bool validate) {
   comm->all_reduce(t, t, {.timeout = kTimeout})->wait();  // #0 completes everywhere
   if (me != last) {
     const auto start = Clock::now();
-    const std::string m = message_of<DeadlineExceededError>(
-        [&] { comm->all_reduce(t, t, {.timeout = milliseconds(300)}); });
+    const std::string m =
+        message_of<DeadlineExceededError>([&] { comm->all_reduce(t, t, {.timeout = milliseconds(300)}); });
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
     EXPECT_TRUE(contains(m, "all_reduce #1 float32(8,) op=sum timed out")) << m;
     EXPECT_TRUE(contains(m, "rank(s) [" + std::to_string(last) + "] of " + std::to_string(k))) << m;
@@ -348,8 +351,9 @@ TEST(MpiTest, RejectsWhatItCannotDo) {
   Tensor f = Tensor::zeros({4}, DType::kFloat32, kCpu);
   EXPECT_THROW(c2->broadcast(f, {.root = k}), InvalidArgumentError);
   EXPECT_THROW(c3->all_gather(f, Tensor::zeros({4 * k + 1}, DType::kFloat32, kCpu)), InvalidArgumentError);
-  EXPECT_THROW(c4->reduce_scatter(Tensor::zeros({k + 1}, DType::kFloat32, kCpu), Tensor::zeros({1}, DType::kFloat32, kCpu)),
-               InvalidArgumentError);
+  EXPECT_THROW(
+      c4->reduce_scatter(Tensor::zeros({k + 1}, DType::kFloat32, kCpu), Tensor::zeros({1}, DType::kFloat32, kCpu)),
+      InvalidArgumentError);
   EXPECT_THROW(c5->all_reduce(Tensor(), f), InvalidArgumentError);
   // A failed communicator stays failed.
   EXPECT_THROW(c1->barrier({.timeout = kTimeout}), AbortedError);

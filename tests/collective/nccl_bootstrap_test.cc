@@ -28,8 +28,8 @@ std::string error_of(const std::vector<GpuClaim>& claims) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(NcclBootstrapTest, DistinctGpusOnOneHostPass) {
-  EXPECT_NO_THROW(check_distinct_gpus({claim(0, "node7", "0000:19:00.0"), claim(1, "node7", "0000:3B:00.0"),
-                                       claim(2, "node7", "0000:4C:00.0")}));
+  EXPECT_NO_THROW(check_distinct_gpus(
+      {claim(0, "node7", "0000:19:00.0"), claim(1, "node7", "0000:3B:00.0"), claim(2, "node7", "0000:4C:00.0")}));
   EXPECT_NO_THROW(check_distinct_gpus({}));
   EXPECT_NO_THROW(check_distinct_gpus({claim(0, "node7", "0000:19:00.0")}));
 }
@@ -41,9 +41,11 @@ TEST(NcclBootstrapTest, SameBusIdOnDifferentHostsPasses) {
 
 TEST(NcclBootstrapTest, SameGpuOnOneHostNamesBothRanksTheGpuAndTheRemedy) {
   const std::string m = error_of({claim(0, "node7", "0000:19:00.0"), claim(1, "node7", "0000:19:00.0")});
-  EXPECT_TRUE(contains(m, "INVALID_ARGUMENT: ranks 0 and 1 both use GPU 0000:19:00.0 on host node7: NCCL needs one "
-                          "GPU per rank; give each process its own GPU (e.g. by local rank) or use virtual GPUs in "
-                          "one process")) << m;
+  EXPECT_TRUE(contains(m,
+                       "INVALID_ARGUMENT: ranks 0 and 1 both use GPU 0000:19:00.0 on host node7: NCCL needs one "
+                       "GPU per rank; give each process its own GPU (e.g. by local rank) or use virtual GPUs in "
+                       "one process"))
+      << m;
 }
 
 TEST(NcclBootstrapTest, BusIdsCompareCaseInsensitively) {
@@ -53,9 +55,9 @@ TEST(NcclBootstrapTest, BusIdsCompareCaseInsensitively) {
 
 TEST(NcclBootstrapTest, EveryConflictIsListedWithAllItsRanks) {
   // Claims arrive in rank order from MPI, but the check does not rely on it.
-  const std::string m = error_of({claim(3, "a", "0000:19:00.0"), claim(0, "a", "0000:19:00.0"),
-                                  claim(1, "b", "0000:19:00.0"), claim(2, "a", "0000:19:00.0"),
-                                  claim(4, "b", "0000:3B:00.0"), claim(5, "b", "0000:3B:00.0")});
+  const std::string m =
+      error_of({claim(3, "a", "0000:19:00.0"), claim(0, "a", "0000:19:00.0"), claim(1, "b", "0000:19:00.0"),
+                claim(2, "a", "0000:19:00.0"), claim(4, "b", "0000:3B:00.0"), claim(5, "b", "0000:3B:00.0")});
   EXPECT_TRUE(contains(m, "ranks 0, 2 and 3 all use GPU 0000:19:00.0 on host a")) << m;
   EXPECT_TRUE(contains(m, "; ranks 4 and 5 both use GPU 0000:3B:00.0 on host b")) << m;
   EXPECT_FALSE(contains(m, " 1 ") || contains(m, "ranks 1")) << m;  // rank 1 is alone on its GPU of host b
@@ -111,9 +113,12 @@ TEST(NcclBootstrapTest, SameFingerprintsMatchWhateverTheRank) {
 }
 
 TEST(NcclBootstrapTest, MismatchesAreDescribedAsTheMpiBackendDoes) {
-  std::string m = compare_fingerprints(gather({fp("all_reduce", {4}), fp("all_reduce", {4}), fp("all_reduce", {5})}), 3);
-  EXPECT_TRUE(contains(m, "participants called different collectives: rank 0 called all_reduce #0 float32(4,) op=sum "
-                          "but rank 2 called all_reduce #0 float32(5,) op=sum")) << m;
+  std::string m =
+      compare_fingerprints(gather({fp("all_reduce", {4}), fp("all_reduce", {4}), fp("all_reduce", {5})}), 3);
+  EXPECT_TRUE(contains(m,
+                       "participants called different collectives: rank 0 called all_reduce #0 float32(4,) op=sum "
+                       "but rank 2 called all_reduce #0 float32(5,) op=sum"))
+      << m;
   m = compare_fingerprints(gather({fp("all_reduce", {4}), fp("broadcast", {4}, -1, 0)}), 2);
   EXPECT_TRUE(contains(m, "rank 1 called broadcast #0 float32(4,) root=0")) << m;
   m = compare_fingerprints(gather({fp("all_reduce", {4}, 0), fp("all_reduce", {4}, 1)}), 2);

@@ -18,12 +18,12 @@
 
 #include "analytic.h"
 #include "collective/mpi.h"
-#include "tests/collective/mpi_test_main.h"
 #include "collective/nccl.h"
 #include "collective/nccl_mpi.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/tensor.h"
+#include "tests/collective/mpi_test_main.h"
 #include "tests/core/test_util.h"
 
 namespace chorus::collective {
@@ -38,7 +38,6 @@ constexpr milliseconds kTimeout{30000};  // for calls expected to succeed (NCCL'
 
 std::string gpu_of(int rank) { return "/gpu:" + std::to_string(rank); }
 
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 int world_size() { return make_mpi_communicator({.timeout = kTimeout})->size(); }
@@ -50,10 +49,10 @@ int world_rank() { return make_mpi_communicator({.timeout = kTimeout})->rank(); 
   if (nccl_version().empty()) GTEST_SKIP() << "built without NCCL"
 
 // Skips unless every rank can have a GPU of its own on this host.
-#define SKIP_WITHOUT_DISTINCT_GPUS(k)                                                                              \
-  SKIP_WITHOUT_NCCL();                                                                                             \
-  if (gpu::device_count() < (k))                                                                                   \
-  GTEST_SKIP() << "needs " << (k) << " distinct GPUs on this host (NCCL needs one GPU per rank), it has "          \
+#define SKIP_WITHOUT_DISTINCT_GPUS(k)                                                                     \
+  SKIP_WITHOUT_NCCL();                                                                                    \
+  if (gpu::device_count() < (k))                                                                          \
+  GTEST_SKIP() << "needs " << (k) << " distinct GPUs on this host (NCCL needs one GPU per rank), it has " \
                << gpu::device_count() << (gpu::device_count() == 0 ? ": " + gpu::unavailable_reason() : "")
 
 std::unique_ptr<Communicator> make_comm(bool validate = true) {
@@ -69,8 +68,8 @@ TEST(NcclMpiTest, FailsCleanlyAndAtOnceWithoutAGpu) {
     return;
   }
   if (gpu::device_count() > 0) GTEST_SKIP() << "this host has a GPU";
-  const std::string m = message_of<InvalidArgumentError>(
-      [] { make_nccl_communicator("/gpu:0", {.timeout = kTimeout}); });
+  const std::string m =
+      message_of<InvalidArgumentError>([] { make_nccl_communicator("/gpu:0", {.timeout = kTimeout}); });
   EXPECT_TRUE(contains(m, "unknown device '/gpu:0'")) << m;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));  // no rank waited for a timeout
   // MPI is unharmed: a fresh communicator works.
@@ -80,8 +79,8 @@ TEST(NcclMpiTest, FailsCleanlyAndAtOnceWithoutAGpu) {
 
 TEST(NcclMpiTest, HostDevicesAreRefusedOnEveryRank) {
   SKIP_WITHOUT_NCCL();
-  const std::string m = message_of<InvalidArgumentError>(
-      [] { make_nccl_communicator("/cpu:0", {.timeout = kTimeout}); });
+  const std::string m =
+      message_of<InvalidArgumentError>([] { make_nccl_communicator("/cpu:0", {.timeout = kTimeout}); });
   EXPECT_TRUE(contains(m, "is not a GPU")) << m;
 }
 
@@ -91,8 +90,8 @@ TEST(NcclMpiTest, RanksSharingAGpuAreRefusedNamingThemAndTheGpu) {
   const int k = world_size();
   if (k < 2) GTEST_SKIP() << "needs 2 processes";
   const auto start = Clock::now();
-  const std::string m = message_of<InvalidArgumentError>(
-      [] { make_nccl_communicator("/gpu:0", {.timeout = kTimeout}); });
+  const std::string m =
+      message_of<InvalidArgumentError>([] { make_nccl_communicator("/gpu:0", {.timeout = kTimeout}); });
   const std::string bus = gpu::device_properties(0).pci_bus_id;
   EXPECT_TRUE(contains(m, k == 2 ? "ranks 0 and 1 both use GPU " + bus : "ranks 0, 1 and 2 all use GPU " + bus)) << m;
   EXPECT_TRUE(contains(m, "NCCL needs one GPU per rank")) << m;
@@ -176,7 +175,8 @@ TEST(NcclMpiTest, MismatchRaisesOnEveryRankAndTheCommunicatorRecovers) {
   Tensor t = Tensor::zeros({me == last ? 5 : 4}, DType::kFloat32, gpu_of(me));
   const std::string m = message_of<InvalidArgumentError>([&] { comm->all_reduce(t, t, {.timeout = kTimeout}); });
   EXPECT_TRUE(contains(m, "rank 0 called all_reduce #0 float32(4,) op=sum but rank " + std::to_string(last) +
-                              " called all_reduce #0 float32(5,) op=sum")) << m;
+                              " called all_reduce #0 float32(5,) op=sum"))
+      << m;
   Tensor v = Tensor::ones({4}, DType::kInt32, gpu_of(me));
   comm->all_reduce(v, v, {.timeout = kTimeout})->wait(kTimeout);
   EXPECT_EQ(v.to_vector<int>()[3], k);
@@ -192,8 +192,8 @@ TEST(NcclMpiTest, MissingRankTimesOutNamingItAndNcclIsAborted) {
   comm->all_reduce(t, t, {.timeout = kTimeout})->wait(kTimeout);  // #0 everywhere
   if (me != last) {
     const auto start = Clock::now();
-    const std::string m = message_of<DeadlineExceededError>(
-        [&] { comm->all_reduce(t, t, {.timeout = milliseconds(300)}); });
+    const std::string m =
+        message_of<DeadlineExceededError>([&] { comm->all_reduce(t, t, {.timeout = milliseconds(300)}); });
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
     EXPECT_TRUE(contains(m, "all_reduce #1 float32(8,) op=sum on rank " + std::to_string(me))) << m;
     EXPECT_TRUE(contains(m, "rank(s) [" + std::to_string(last) + "] of " + std::to_string(k))) << m;
@@ -262,7 +262,8 @@ TEST(NcclMpiTest, HungKernelWithoutValidationIsEndedByTheWorkTimeout) {
     const std::string m = message_of<DeadlineExceededError>([&] { work->wait(milliseconds(500)); });
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
     EXPECT_TRUE(contains(m, "all_reduce #1 float32(1024,) op=sum on rank " + std::to_string(me) +
-                                " did not complete on the device within 500 ms")) << m;
+                                " did not complete on the device within 500 ms"))
+        << m;
     EXPECT_TRUE(work->is_completed());
     EXPECT_THROW(work->wait(kTimeout), AbortedError);
     EXPECT_THROW(comm->all_reduce(t, t, {.timeout = kTimeout}), AbortedError);

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
+#include "analytic.h"
 #include "collective/nccl.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/gpu.h"
-#include "analytic.h"
 #include "group_harness.h"
 
 namespace chorus::collective {
@@ -45,7 +45,8 @@ TEST(NcclTest, AllReduceAcrossPhysicalGpus) {
       }));
       for (int r = 0; r < k; ++r) {
         auto got = outs[r].to_vector<double>();
-        for (int i = 0; i < 1001; ++i) ASSERT_NEAR(got[i], expected(op, k, i, dt), tolerance(dt, expected(op, k, i, dt)));
+        for (int i = 0; i < 1001; ++i)
+          ASSERT_NEAR(got[i], expected(op, k, i, dt), tolerance(dt, expected(op, k, i, dt)));
       }
     }
 }

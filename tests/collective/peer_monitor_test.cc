@@ -10,9 +10,9 @@
 //   - no sockets (descriptor limit) is an UnavailableError, not a crash or a hang.
 #include "collective/peer_monitor.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -70,12 +70,13 @@ std::string read_line(int fd) {
 
 // What the child does after it is connected, on the parent's command.
 enum class ChildPlan {
-  kWaitToBeKilled,      // sleeps until killed
-  kGoodbyeThenExit,     // destroys its monitor (goodbye), reports, exits 0
-  kForkThenWait,        // forks a grandchild that sleeps 60 s (reports its pid), then waits to be killed
+  kWaitToBeKilled,   // sleeps until killed
+  kGoodbyeThenExit,  // destroys its monitor (goodbye), reports, exits 0
+  kForkThenWait,     // forks a grandchild that sleeps 60 s (reports its pid), then waits to be killed
 };
 
-constexpr PeerMonitorOptions kFast{.heartbeat_interval = milliseconds(200), .silence_limit = milliseconds(1500),
+constexpr PeerMonitorOptions kFast{.heartbeat_interval = milliseconds(200),
+                                   .silence_limit = milliseconds(1500),
                                    .connect_timeout = milliseconds(5000)};
 
 struct Child {
@@ -267,7 +268,8 @@ TEST(PeerMonitor, NoSocketsIsAnUnavailableErrorNotACrash) {
     // runtime artifact, not a chorus bug. The error path's types are checked once here, with
     // descriptors, so that the check below is answered from UBSan's cache.
     try {
-      throw UnavailableError(chorus::internal::str_cat("PeerMonitor: ", std::string("warm-up"), ": ", std::string("up")));
+      throw UnavailableError(
+          chorus::internal::str_cat("PeerMonitor: ", std::string("warm-up"), ": ", std::string("up")));
     } catch (const UnavailableError& e) {
       code = std::string(e.what()).empty() ? 5 : 1;
     }

@@ -4,11 +4,11 @@
 // the CUDA runtime's reason without a GPU.
 #include <gtest/gtest.h>
 
+#include "analytic.h"
 #include "collective/reference.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/gpu.h"
-#include "analytic.h"
 #include "group_harness.h"
 
 namespace chorus::collective {

@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cmath>
 
+#include "analytic.h"
 #include "collective/reference.h"
 #include "collective/shared_memory.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "analytic.h"
 #include "group_harness.h"
 
 namespace chorus::collective {
@@ -96,9 +96,9 @@ TEST_P(InProcessTest, AllReduceSeveralChunksEveryOpDtypeAndCount) {
           auto got = outs[r].to_vector<double>();
           for (std::int64_t i = 0; i < n; i += (i < 64 || i > n - 64) ? 1 : 61) {
             const double want = expected(op, k, i, dt);
-            ASSERT_NEAR(got[i], want, tolerance(dt, want)) << "k=" << k << " dtype=" << dtype_name(dt) << " op="
-                                                           << reduce_op_name(op) << " rank=" << r << " i=" << i
-                                                           << (in_place ? " in-place" : "");
+            ASSERT_NEAR(got[i], want, tolerance(dt, want))
+                << "k=" << k << " dtype=" << dtype_name(dt) << " op=" << reduce_op_name(op) << " rank=" << r
+                << " i=" << i << (in_place ? " in-place" : "");
           }
         }
       }
@@ -220,8 +220,10 @@ TEST_P(InProcessTest, MismatchedCallsRaiseInEveryRankAndTheGroupRecovers) {
   // Different collectives at the same step.
   errors = run_ranks(comms, [&](int r, Communicator& c) {
     Tensor t = Tensor::zeros({4}, DType::kFloat32, "/cpu:" + std::to_string(r));
-    if (r == 1) c.broadcast(t, {.root = 0});
-    else c.all_reduce(t, t);
+    if (r == 1)
+      c.broadcast(t, {.root = 0});
+    else
+      c.all_reduce(t, t);
   });
   for (int r = 0; r < k; ++r) EXPECT_TRUE(errors[r]);
   // Everybody threw symmetrically: the next collective works.
@@ -305,7 +307,8 @@ TEST_P(InProcessTest, AbortWakesEveryoneWithTheReason) {
     try {
       std::rethrow_exception(errors[r]);
     } catch (const AbortedError& e) {
-      EXPECT_NE(std::string(e.what()).find("rank 3 aborted the communicator: replica 3 hit a NaN loss"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("rank 3 aborted the communicator: replica 3 hit a NaN loss"),
+                std::string::npos)
           << e.what();
     }
   }
@@ -343,11 +346,10 @@ TEST_P(InProcessTest, RejectsWhatCollectivesCannotDo) {
   EXPECT_THROW(comms[0]->reduce_scatter(Tensor::zeros({3}), Tensor::zeros({1})), InvalidArgumentError);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, InProcessTest,
-                         ::testing::Values(&make_shared_memory_group, &make_reference_group),
+INSTANTIATE_TEST_SUITE_P(Backends, InProcessTest, ::testing::Values(&make_shared_memory_group, &make_reference_group),
                          [](const ::testing::TestParamInfo<Factory>& info) {
                            return info.param == &make_shared_memory_group ? std::string("SharedMemory")
-                                                                           : std::string("Reference");
+                                                                          : std::string("Reference");
                          });
 
 }  // namespace

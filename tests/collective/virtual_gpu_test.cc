@@ -2,11 +2,11 @@
 // shared-memory backend, and against it. Skips with the CUDA runtime's reason without a GPU.
 #include <gtest/gtest.h>
 
+#include "analytic.h"
 #include "collective/virtual_gpu.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/gpu.h"
-#include "analytic.h"
 #include "group_harness.h"
 
 namespace chorus::collective {
@@ -49,8 +49,9 @@ TEST_F(VirtualGpuTest, AllReduceEveryOpDtypeCountAndSize) {
             auto got = outs[r].to_vector<double>();
             for (std::int64_t i = 0; i < n; i += (n > 5000 ? 997 : 1)) {
               const double want = expected(op, k, i, dt);
-              ASSERT_NEAR(got[i], want, tolerance(dt, want)) << "k=" << k << " " << dtype_name(dt) << " n=" << n
-                                                            << " op=" << reduce_op_name(op) << " rank " << r << " i=" << i;
+              ASSERT_NEAR(got[i], want, tolerance(dt, want))
+                  << "k=" << k << " " << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op) << " rank " << r
+                  << " i=" << i;
             }
           }
         }
@@ -132,7 +133,8 @@ TEST_F(VirtualGpuTest, RejectsWrongDevices) {
 TEST(VirtualGpuAvailabilityTest, WithoutAGpuTheErrorSaysWhy) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
   internal::reset_runtime_for_testing();
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], {{.memory_limit_mb = 64}, {.memory_limit_mb = 64}});
+  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
+                                           {{.memory_limit_mb = 64}, {.memory_limit_mb = 64}});
   if (gpu::compiled_with_cuda()) {
     EXPECT_THROW(make_virtual_gpu_group({"/cpu:0", "/cpu:1"}), InvalidArgumentError);  // not GPUs
     EXPECT_THROW(make_virtual_gpu_group({"/gpu:0", "/gpu:1"}), InvalidArgumentError);  // no such devices

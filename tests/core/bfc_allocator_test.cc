@@ -35,9 +35,9 @@ struct SubStats {
   int allocs = 0;
   int frees = 0;
   int failures = 0;
-  std::size_t outstanding = 0;      // bytes handed out and not yet freed
+  std::size_t outstanding = 0;  // bytes handed out and not yet freed
   std::size_t max_outstanding = 0;
-  std::vector<std::size_t> sizes;   // of successful allocs, in order
+  std::vector<std::size_t> sizes;  // of successful allocs, in order
   bool fail_all = false;
   std::size_t fail_above = std::numeric_limits<std::size_t>::max();
 };
@@ -76,8 +76,7 @@ struct Arena {
   Arena(Arena&&) = default;
   ~Arena() {
     if (allocator == nullptr) return;
-    for (const LiveAllocation& live :
-         allocator->largest_live_allocations(std::numeric_limits<std::size_t>::max())) {
+    for (const LiveAllocation& live : allocator->largest_live_allocations(std::numeric_limits<std::size_t>::max())) {
       allocator->deallocate(live.ptr);
     }
   }
@@ -95,8 +94,7 @@ Arena make_arena(std::size_t limit, bool allow_growth) {
   options.physical_device = kPhysical;
   options.memory_limit = limit;
   options.allow_growth = allow_growth;
-  arena.allocator =
-      make_bfc_allocator(std::make_unique<CountingSubAllocator>(arena.stats), options);
+  arena.allocator = make_bfc_allocator(std::make_unique<CountingSubAllocator>(arena.stats), options);
   return arena;
 }
 
@@ -138,8 +136,8 @@ void expect_same_info(const MemoryInfo& a, const MemoryInfo& b) {
 TEST(BFCAllocatorTest, HostSubAllocatorAlignsAndDescribesItself) {
   auto sub = make_host_sub_allocator();
   EXPECT_EQ(sub->describe(), "host memory");
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{1000},
-                            std::size_t{3 * kMiB + 7}}) {
+  for (std::size_t bytes :
+       {std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{1000}, std::size_t{3 * kMiB + 7}}) {
     void* p = sub->alloc(bytes);
     ASSERT_NE(p, nullptr) << bytes;
     EXPECT_TRUE(aligned_256(p)) << bytes;
@@ -171,8 +169,8 @@ TEST(BFCAllocatorTest, ReturnsPointersAlignedTo256) {
   for (bool growth : {false, true}) {
     Arena arena = make_arena(16 * kMiB, growth);
     std::vector<void*> ptrs;
-    for (std::size_t bytes : {std::size_t{1}, std::size_t{255}, std::size_t{257},
-                              std::size_t{1000}, std::size_t{4097}, kMiB + 3, std::size_t{0}}) {
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{255}, std::size_t{257}, std::size_t{1000}, std::size_t{4097},
+                              kMiB + 3, std::size_t{0}}) {
       void* p = arena->allocate(bytes);
       EXPECT_TRUE(aligned_256(p)) << bytes << " growth=" << growth;
       if (bytes > 0) std::memset(p, 0x5a, bytes);
@@ -184,8 +182,8 @@ TEST(BFCAllocatorTest, ReturnsPointersAlignedTo256) {
 
 TEST(BFCAllocatorTest, RoundsSizesUpTo256) {
   Arena arena = make_arena(kMiB, false);
-  const std::pair<std::size_t, std::size_t> cases[] = {
-      {1, 256}, {256, 256}, {257, 512}, {1000, 1024}, {1024, 1024}, {1025, 1280}};
+  const std::pair<std::size_t, std::size_t> cases[] = {{1, 256},     {256, 256},   {257, 512},
+                                                       {1000, 1024}, {1024, 1024}, {1025, 1280}};
   std::size_t expected = 0;
   for (auto [bytes, rounded] : cases) {
     arena->allocate(bytes);
@@ -238,7 +236,7 @@ TEST(BFCAllocatorTest, CoalescesFreeNeighbours) {
     const MemoryInfo info = arena->memory_info();
     EXPECT_EQ(info.current, 0u);
     EXPECT_EQ(info.largest_free_block, growth ? 14 * kMiB : kMiB);  // growth: 16 - 2 unreserved
-    EXPECT_EQ(arena->allocate(reserved), a);  // the whole first region in one piece
+    EXPECT_EQ(arena->allocate(reserved), a);                        // the whole first region in one piece
   }
 }
 
@@ -273,12 +271,10 @@ TEST(BFCAllocatorTest, OomMessageIsActionableAndArenaRecovers) {
     // 300000 bytes round to 300032; only 1 MiB - 769 KiB = 255 KiB is free.
     message = resource_exhausted_message([&] { arena->allocate(300000, "Tensor float32[75000]"); });
   }
-  for (const char* part :
-       {"OOM when allocating", "300000 bytes", "300032", "Tensor float32[75000]", kLogical,
-        kPhysical, "[rank 0 replica 1]", "limit 1.00 MiB", "in use 769.00 KiB",
-        "peak 769.00 KiB", "reserved 1.00 MiB", "largest free block 255.00 KiB",
-        "768.00 KiB (Tensor float32[196608])", "1.00 KiB (Tensor int32[250])",
-        "memory_limit_mb"}) {
+  for (const char* part : {"OOM when allocating", "300000 bytes", "300032", "Tensor float32[75000]", kLogical,
+                           kPhysical, "[rank 0 replica 1]", "limit 1.00 MiB", "in use 769.00 KiB", "peak 769.00 KiB",
+                           "reserved 1.00 MiB", "largest free block 255.00 KiB", "768.00 KiB (Tensor float32[196608])",
+                           "1.00 KiB (Tensor int32[250])", "memory_limit_mb"}) {
     EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
   }
   // Biggest live allocation first; not fragmented, since free memory is below the request.
@@ -301,8 +297,7 @@ TEST(BFCAllocatorTest, RequestLargerThanTheLimitIsOomWithoutOverflow) {
   std::string message = resource_exhausted_message([&] { arena->allocate(kMiB + 1); });
   EXPECT_NE(message.find("larger than the limit"), std::string::npos) << message;
   EXPECT_NE(message.find("1048577 bytes"), std::string::npos) << message;
-  message = resource_exhausted_message(
-      [&] { arena->allocate(std::numeric_limits<std::size_t>::max()); });
+  message = resource_exhausted_message([&] { arena->allocate(std::numeric_limits<std::size_t>::max()); });
   EXPECT_NE(message.find("larger than the limit"), std::string::npos) << message;
   EXPECT_EQ(arena.stats->allocs, 0);  // no region was reserved for a request that cannot fit
   EXPECT_NE(arena->allocate(kMiB), nullptr);
@@ -318,9 +313,8 @@ TEST(BFCAllocatorTest, FragmentationIsOomAndSaidSo) {
   arena->deallocate(c);
   // 512 KiB free, but as two 256 KiB blocks that are not neighbours.
   const std::string message = resource_exhausted_message([&] { arena->allocate(384 * kKiB); });
-  for (const char* part :
-       {"largest free block 256.00 KiB", "fragmented: 512.00 KiB free in 2 blocks",
-        "in use 512.00 KiB", "256.00 KiB (untagged) x2"}) {
+  for (const char* part : {"largest free block 256.00 KiB", "fragmented: 512.00 KiB free in 2 blocks",
+                           "in use 512.00 KiB", "256.00 KiB (untagged) x2"}) {
     EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
   }
   EXPECT_EQ(arena->allocate(256 * kKiB), a);  // equal sizes: the lower address first
@@ -360,7 +354,7 @@ TEST(BFCAllocatorTest, GrowthReservesIncrementallyAndNeverPastTheLimit) {
 
 TEST(BFCAllocatorTest, GrowthOomWhenTheRemainderIsTooSmall) {
   Arena arena = make_arena(3 * kMiB, true);
-  arena->allocate(2 * kMiB);  // first region exactly 2 MiB, full
+  arena->allocate(2 * kMiB);                                 // first region exactly 2 MiB, full
   EXPECT_EQ(arena->memory_info().largest_free_block, kMiB);  // what is left to reserve
   const std::string message = resource_exhausted_message([&] { arena->allocate(kMiB + kMiB / 2); });
   EXPECT_NE(message.find("1.00 MiB not yet reserved"), std::string::npos) << message;
@@ -388,10 +382,9 @@ TEST(BFCAllocatorTest, SubAllocatorWithoutMemoryIsResourceExhausted) {
     Arena arena = make_arena(4 * kMiB, false);
     arena.stats->fail_all = true;
     const std::string message = resource_exhausted_message([&] { arena->allocate(kKiB); });
-    for (const char* part : {"could not get its configured limit", "4.00 MiB", kLogical,
-                             "counting fake host memory", "set_memory_growth"}) {
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "missing '" << part << "' in: " << message;
+    for (const char* part : {"could not get its configured limit", "4.00 MiB", kLogical, "counting fake host memory",
+                             "set_memory_growth"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
     }
     EXPECT_EQ(arena->memory_info().reserved, 0u);
     EXPECT_EQ(arena->memory_info().num_allocs, 0);
@@ -410,8 +403,8 @@ TEST(BFCAllocatorTest, SubAllocatorWithoutMemoryIsResourceExhausted) {
     Arena arena = make_arena(16 * kMiB, true);
     arena.stats->fail_all = true;
     const std::string message = resource_exhausted_message([&] { arena->allocate(kKiB); });
-    EXPECT_NE(message.find("counting fake host memory could not provide a region of 1.00 KiB"),
-              std::string::npos) << message;
+    EXPECT_NE(message.find("counting fake host memory could not provide a region of 1.00 KiB"), std::string::npos)
+        << message;
     EXPECT_EQ(arena->memory_info().reserved, 0u);
     arena.stats->fail_all = false;
     EXPECT_NE(arena->allocate(kKiB), nullptr);
@@ -427,8 +420,8 @@ TEST(BFCAllocatorTest, BadPointersAreInvalidArgumentAndChangeNothing) {
 
   int local = 0;
   std::string message = invalid_argument_message([&] { arena->deallocate(&local); });
-  EXPECT_NE(message.find(std::string("was not allocated by the allocator of ") + kLogical),
-            std::string::npos) << message;
+  EXPECT_NE(message.find(std::string("was not allocated by the allocator of ") + kLogical), std::string::npos)
+      << message;
   EXPECT_NE(message.find("pointer 0x"), std::string::npos) << message;
   void* foreign = other->allocate(256);
   EXPECT_THROW(arena->deallocate(foreign), InvalidArgumentError);
@@ -460,8 +453,7 @@ TEST(BFCAllocatorTest, DoubleFreeOfAChunkMergedIntoItsNeighbourIsCaught) {
   arena->deallocate(b);  // b merges into a's free block, so b is no chunk's start any more
   const MemoryInfo before = arena->memory_info();
   const std::string message = invalid_argument_message([&] { arena->deallocate(b); });
-  EXPECT_NE(message.find("is not allocated: it lies 1024 bytes into a free block"),
-            std::string::npos) << message;
+  EXPECT_NE(message.find("is not allocated: it lies 1024 bytes into a free block"), std::string::npos) << message;
   expect_same_info(arena->memory_info(), before);
   EXPECT_EQ(arena->allocate(kMiB), a);
 }
@@ -568,8 +560,7 @@ TEST(BFCAllocatorTest, DestructionWithLiveAllocationsWarnsAndReturnsRegions) {
 
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("2 live allocation"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find(std::to_string(kKiB + 3 * kMiB) + " bytes"), std::string::npos)
-      << lines[0];
+  EXPECT_NE(lines[0].find(std::to_string(kKiB + 3 * kMiB) + " bytes"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find(kLogical), std::string::npos) << lines[0];
   EXPECT_EQ(stats->allocs, 2);
   EXPECT_EQ(stats->frees, 2);
@@ -578,8 +569,7 @@ TEST(BFCAllocatorTest, DestructionWithLiveAllocationsWarnsAndReturnsRegions) {
 
 // Random allocate/free from several threads. Each allocation is stamped at both ends with its
 // owner and checked before it is freed, so two live allocations that overlapped would show.
-void stress(Allocator& allocator, int thread_id, int ops, bool tolerate_oom,
-            std::atomic<std::int64_t>& successes) {
+void stress(Allocator& allocator, int thread_id, int ops, bool tolerate_oom, std::atomic<std::int64_t>& successes) {
   std::mt19937 rng(1234u + static_cast<unsigned>(thread_id));
   std::uniform_int_distribution<std::size_t> size_dist(1, 64 * kKiB);
   struct Live {

@@ -36,7 +36,8 @@ TEST_F(CoreTest, DefaultIsOneLogicalDevicePerVisiblePhysicalDevice) {
 }
 
 TEST_F(CoreTest, CarvesLogicalCpuDevicesWithTheirOwnLimits) {
-  cfg::set_logical_device_configuration(cpu(), {{.memory_limit_mb = 100}, {.memory_limit_mb = 200}, {.memory_limit_mb = 50}});
+  cfg::set_logical_device_configuration(cpu(),
+                                        {{.memory_limit_mb = 100}, {.memory_limit_mb = 200}, {.memory_limit_mb = 50}});
   ASSERT_EQ(cfg::get_logical_device_configuration(cpu()).size(), 3u);
   auto logical = cfg::list_logical_devices("CPU");
   ASSERT_EQ(logical.size(), 3u);

@@ -185,8 +185,7 @@ TEST(DeviceSpecTest, MergedWithFillsOnlyUnsetFields) {
   EXPECT_EQ(DeviceSpec::parse("/task:7").merged_with(defaults),
             DeviceSpec::parse("/job:worker/replica:0/task:7/device:CPU:1"));
   // Field by field as TF's make_merged_spec: the unset index comes from the defaults.
-  EXPECT_EQ(DeviceSpec::parse("gpu").merged_with(defaults).to_string(),
-            "/job:worker/replica:0/task:1/device:GPU:1");
+  EXPECT_EQ(DeviceSpec::parse("gpu").merged_with(defaults).to_string(), "/job:worker/replica:0/task:1/device:GPU:1");
   EXPECT_EQ(DeviceSpec::parse("gpu").merged_with(DeviceSpec{}), DeviceSpec::parse("gpu"));
   EXPECT_TRUE(DeviceSpec::parse("gpu").merged_with(DeviceSpec::parse("/physical_device:GPU:0")).physical);
 }

@@ -47,12 +47,18 @@ std::uint16_t double_to_bf16(double d) { return convert_one<std::uint16_t>(d, DT
 // ---- names, sizes, categories ----
 
 TEST(DTypeTest, SizesNamesAndCategories) {
-  struct Row { DType d; std::size_t size; const char* name; bool floating; bool integer; };
+  struct Row {
+    DType d;
+    std::size_t size;
+    const char* name;
+    bool floating;
+    bool integer;
+  };
   const Row rows[] = {
-      {DType::kFloat32, 4, "float32", true, false},  {DType::kFloat64, 8, "float64", true, false},
-      {DType::kFloat16, 2, "float16", true, false},  {DType::kBFloat16, 2, "bfloat16", true, false},
-      {DType::kInt32, 4, "int32", false, true},      {DType::kInt64, 8, "int64", false, true},
-      {DType::kUInt8, 1, "uint8", false, true},      {DType::kBool, 1, "bool", false, false},
+      {DType::kFloat32, 4, "float32", true, false}, {DType::kFloat64, 8, "float64", true, false},
+      {DType::kFloat16, 2, "float16", true, false}, {DType::kBFloat16, 2, "bfloat16", true, false},
+      {DType::kInt32, 4, "int32", false, true},     {DType::kInt64, 8, "int64", false, true},
+      {DType::kUInt8, 1, "uint8", false, true},     {DType::kBool, 1, "bool", false, false},
   };
   ASSERT_EQ(std::size(rows), static_cast<std::size_t>(kNumDTypes));
   for (const Row& r : rows) {
@@ -100,8 +106,8 @@ TEST(DTypeTest, ParseErrorQuotesTheNameAndListsValidOnes) {
     } catch (const InvalidArgumentError& e) {
       const std::string m = e.message();
       EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
-      for (const char* name : {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool",
-                               "float", "double", "half"})
+      for (const char* name :
+           {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool", "float", "double", "half"})
         EXPECT_NE(m.find(name), std::string::npos) << m;
     }
   }
@@ -122,16 +128,27 @@ TEST(DTypeTest, InvalidEnumValuesThrowButPrintSafely) {
 // ---- float16 ----
 
 TEST(Float16Test, KnownEncodingsBothWays) {
-  struct Row { float value; std::uint16_t bits; };
+  struct Row {
+    float value;
+    std::uint16_t bits;
+  };
   const Row rows[] = {
-      {0.0f, 0x0000},   {-0.0f, 0x8000},  {1.0f, 0x3C00},  {-2.0f, 0xC000}, {0.5f, 0x3800},
-      {1.5f, 0x3E00},   {2.0f, 0x4000},   {100.0f, 0x5640},  // 1.5625 * 2^6: exp 21, frac 576
-      {65504.0f, 0x7BFF}, {-65504.0f, 0xFBFF},                // largest finite: (2 - 2^-10) * 2^15
-      {0x1p-14f, 0x0400},                                     // smallest normal
-      {0x1p-24f, 0x0001},                                     // smallest subnormal
-      {1023 * 0x1p-24f, 0x03FF},                              // largest subnormal
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+      {1.0f, 0x3C00},
+      {-2.0f, 0xC000},
+      {0.5f, 0x3800},
+      {1.5f, 0x3E00},
+      {2.0f, 0x4000},
+      {100.0f, 0x5640},  // 1.5625 * 2^6: exp 21, frac 576
+      {65504.0f, 0x7BFF},
+      {-65504.0f, 0xFBFF},        // largest finite: (2 - 2^-10) * 2^15
+      {0x1p-14f, 0x0400},         // smallest normal
+      {0x1p-24f, 0x0001},         // smallest subnormal
+      {1023 * 0x1p-24f, 0x03FF},  // largest subnormal
       {0x1p-14f * (1 + 0x1p-10f), 0x0401},
-      {kInf, 0x7C00},   {-kInf, 0xFC00},
+      {kInf, 0x7C00},
+      {-kInf, 0xFC00},
   };
   for (const Row& r : rows) {
     EXPECT_EQ(float_to_float16(r.value), r.bits) << r.value;
@@ -145,11 +162,11 @@ TEST(Float16Test, KnownEncodingsBothWays) {
 
 TEST(Float16Test, RoundsToNearestEven) {
   // Near 1 the float16 ulp is 2^-10, so 1 + 2^-11 is a tie.
-  EXPECT_EQ(float_to_float16(1 + 0x1p-11f), 0x3C00);              // tie, 0x3C00 is even
-  EXPECT_EQ(float_to_float16(1 + 3 * 0x1p-11f), 0x3C02);          // tie between 0x3C01 and 0x3C02
-  EXPECT_EQ(float_to_float16(1 + 0x1p-11f + 0x1p-23f), 0x3C01);   // just above the tie
-  EXPECT_EQ(float_to_float16(1 + 0x1p-11f - 0x1p-23f), 0x3C00);   // just below
-  EXPECT_EQ(float_to_float16(1 - 0x1p-12f), 0x3C00);              // tie between 0x3BFF (odd) and 1.0
+  EXPECT_EQ(float_to_float16(1 + 0x1p-11f), 0x3C00);             // tie, 0x3C00 is even
+  EXPECT_EQ(float_to_float16(1 + 3 * 0x1p-11f), 0x3C02);         // tie between 0x3C01 and 0x3C02
+  EXPECT_EQ(float_to_float16(1 + 0x1p-11f + 0x1p-23f), 0x3C01);  // just above the tie
+  EXPECT_EQ(float_to_float16(1 + 0x1p-11f - 0x1p-23f), 0x3C00);  // just below
+  EXPECT_EQ(float_to_float16(1 - 0x1p-12f), 0x3C00);             // tie between 0x3BFF (odd) and 1.0
   EXPECT_EQ(float_to_float16(-(1 + 3 * 0x1p-11f)), 0xBC02);
   // 2049 lies halfway between 2048 (0x6800) and 2050 (0x6801): even wins.
   EXPECT_EQ(float_to_float16(2049.0f), 0x6800);
@@ -157,8 +174,8 @@ TEST(Float16Test, RoundsToNearestEven) {
 }
 
 TEST(Float16Test, OverflowGoesToInfinity) {
-  EXPECT_EQ(float_to_float16(65519.0f), 0x7BFF);   // below the tie 65520 between 65504 and 2^16
-  EXPECT_EQ(float_to_float16(65520.0f), 0x7C00);   // tie; 0x7BFF is odd so it rounds up to inf
+  EXPECT_EQ(float_to_float16(65519.0f), 0x7BFF);  // below the tie 65520 between 65504 and 2^16
+  EXPECT_EQ(float_to_float16(65520.0f), 0x7C00);  // tie; 0x7BFF is odd so it rounds up to inf
   EXPECT_EQ(float_to_float16(-65520.0f), 0xFC00);
   EXPECT_EQ(float_to_float16(65536.0f), 0x7C00);
   EXPECT_EQ(float_to_float16(1e30f), 0x7C00);
@@ -167,15 +184,15 @@ TEST(Float16Test, OverflowGoesToInfinity) {
 }
 
 TEST(Float16Test, SubnormalsRoundCorrectly) {
-  EXPECT_EQ(float_to_float16(0x1p-25f), 0x0000);                   // half the smallest: tie to 0
-  EXPECT_EQ(float_to_float16(0x1p-25f + 0x1p-48f), 0x0001);        // just above it
-  EXPECT_EQ(float_to_float16(-0x1p-25f), 0x8000);                  // keeps the sign of zero
-  EXPECT_EQ(float_to_float16(3 * 0x1p-25f), 0x0002);               // 1.5 units: tie, 2 is even
-  EXPECT_EQ(float_to_float16(5 * 0x1p-25f), 0x0002);               // 2.5 units: tie, 2 is even
+  EXPECT_EQ(float_to_float16(0x1p-25f), 0x0000);             // half the smallest: tie to 0
+  EXPECT_EQ(float_to_float16(0x1p-25f + 0x1p-48f), 0x0001);  // just above it
+  EXPECT_EQ(float_to_float16(-0x1p-25f), 0x8000);            // keeps the sign of zero
+  EXPECT_EQ(float_to_float16(3 * 0x1p-25f), 0x0002);         // 1.5 units: tie, 2 is even
+  EXPECT_EQ(float_to_float16(5 * 0x1p-25f), 0x0002);         // 2.5 units: tie, 2 is even
   EXPECT_EQ(float_to_float16(0x1p-26f), 0x0000);
   EXPECT_EQ(float_to_float16(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(float_to_float16(1023.5f * 0x1p-24f), 0x0400);         // tie up into the smallest normal
-  EXPECT_EQ(float_to_float16(1022.5f * 0x1p-24f), 0x03FE);         // tie, 0x3FE even
+  EXPECT_EQ(float_to_float16(1023.5f * 0x1p-24f), 0x0400);  // tie up into the smallest normal
+  EXPECT_EQ(float_to_float16(1022.5f * 0x1p-24f), 0x03FE);  // tie, 0x3FE even
   EXPECT_EQ(float_to_float16(0x1p-14f - 0x1p-30f), 0x0400);
 }
 
@@ -184,9 +201,9 @@ TEST(Float16Test, NaNStaysQuietNaN) {
   EXPECT_TRUE(half_is_nan(h));
   EXPECT_NE(h & 0x0200, 0) << "quiet bit";
   EXPECT_EQ(float_to_float16(float_from_bits(0x7FC00000u)), 0x7E00);
-  EXPECT_EQ(float_to_float16(float_from_bits(0xFFC00000u)), 0xFE00);   // sign kept
-  EXPECT_EQ(float_to_float16(float_from_bits(0x7F800001u)), 0x7E00);   // signalling, low payload
-  EXPECT_EQ(float_to_float16(float_from_bits(0x7FFFFFFFu)), 0x7FFF);   // top payload bits kept
+  EXPECT_EQ(float_to_float16(float_from_bits(0xFFC00000u)), 0xFE00);  // sign kept
+  EXPECT_EQ(float_to_float16(float_from_bits(0x7F800001u)), 0x7E00);  // signalling, low payload
+  EXPECT_EQ(float_to_float16(float_from_bits(0x7FFFFFFFu)), 0x7FFF);  // top payload bits kept
   // half -> float: payload moves up 13 bits and the float quiet bit is set.
   EXPECT_EQ(float_bits(float16_to_float(0x7C01)), 0x7FC02000u);
   EXPECT_EQ(float_bits(float16_to_float(0x7E00)), 0x7FC00000u);
@@ -227,14 +244,17 @@ TEST(Float16Test, EveryMidpointRoundsToEvenAndItsNeighboursDoNot) {
 // ---- bfloat16 ----
 
 TEST(BFloat16Test, KnownEncodingsBothWays) {
-  struct Row { float value; std::uint16_t bits; };
+  struct Row {
+    float value;
+    std::uint16_t bits;
+  };
   const Row rows[] = {
-      {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3F80}, {-2.0f, 0xC000}, {0.5f, 0x3F00},
-      {3.0f, 0x4040}, {100.0f, 0x42C8},           // 1.5625 * 2^6: exp 133, fraction 0b1001000
-      {0x1.fep127f, 0x7F7F},                      // largest finite: (2 - 2^-7) * 2^127
-      {0x1p-126f, 0x0080},                        // smallest normal
-      {0x1p-133f, 0x0001},                        // smallest subnormal
-      {kInf, 0x7F80}, {-kInf, 0xFF80},
+      {0.0f, 0x0000},        {-0.0f, 0x8000}, {1.0f, 0x3F80},   {-2.0f, 0xC000},
+      {0.5f, 0x3F00},        {3.0f, 0x4040},  {100.0f, 0x42C8},  // 1.5625 * 2^6: exp 133, fraction 0b1001000
+      {0x1.fep127f, 0x7F7F},                                     // largest finite: (2 - 2^-7) * 2^127
+      {0x1p-126f, 0x0080},                                       // smallest normal
+      {0x1p-133f, 0x0001},                                       // smallest subnormal
+      {kInf, 0x7F80},        {-kInf, 0xFF80},
   };
   for (const Row& r : rows) {
     EXPECT_EQ(float_to_bfloat16(r.value), r.bits) << r.value;
@@ -245,17 +265,17 @@ TEST(BFloat16Test, KnownEncodingsBothWays) {
 }
 
 TEST(BFloat16Test, RoundsToNearestEvenAndOverflows) {
-  EXPECT_EQ(float_to_bfloat16(1 + 0x1p-8f), 0x3F80);              // tie, even
-  EXPECT_EQ(float_to_bfloat16(1 + 3 * 0x1p-8f), 0x3F82);          // tie, up to even
-  EXPECT_EQ(float_to_bfloat16(1 + 0x1p-8f + 0x1p-23f), 0x3F81);   // above the tie
+  EXPECT_EQ(float_to_bfloat16(1 + 0x1p-8f), 0x3F80);             // tie, even
+  EXPECT_EQ(float_to_bfloat16(1 + 3 * 0x1p-8f), 0x3F82);         // tie, up to even
+  EXPECT_EQ(float_to_bfloat16(1 + 0x1p-8f + 0x1p-23f), 0x3F81);  // above the tie
   EXPECT_EQ(float_to_bfloat16(-(1 + 3 * 0x1p-8f)), 0xBF82);
   // The tie above the largest finite value is (2 - 2^-8) * 2^127; 0x7F7F is odd so it goes to inf.
   EXPECT_EQ(float_to_bfloat16(0x1.ffp127f), 0x7F80);
   EXPECT_EQ(float_to_bfloat16(std::nextafter(0x1.ffp127f, 0.0f)), 0x7F7F);
   EXPECT_EQ(float_to_bfloat16(std::numeric_limits<float>::max()), 0x7F80);
   EXPECT_EQ(float_to_bfloat16(-std::numeric_limits<float>::max()), 0xFF80);
-  EXPECT_EQ(float_to_bfloat16(0x1p-134f), 0x0000);        // half the smallest subnormal: tie to 0
-  EXPECT_EQ(float_to_bfloat16(3 * 0x1p-134f), 0x0002);    // tie, 2 is even
+  EXPECT_EQ(float_to_bfloat16(0x1p-134f), 0x0000);              // half the smallest subnormal: tie to 0
+  EXPECT_EQ(float_to_bfloat16(3 * 0x1p-134f), 0x0002);          // tie, 2 is even
   EXPECT_EQ(float_to_bfloat16(0x1p-126f - 0x1p-149f), 0x0080);  // largest float subnormal rounds up
 }
 
@@ -306,7 +326,7 @@ TEST(ConvertTest, DoubleToNarrowRoundsOnceNotTwice) {
   EXPECT_EQ(double_to_half(1 + 0x1p-11), 0x3C00);
   EXPECT_EQ(double_to_bf16(1 + 0x1p-8 + 0x1p-40), 0x3F81);
   EXPECT_EQ(double_to_bf16(1 + 0x1p-8), 0x3F80);
-  EXPECT_EQ(double_to_half(0x1p-25 + 0x1p-70), 0x0001);   // subnormal: above the tie at 2^-25
+  EXPECT_EQ(double_to_half(0x1p-25 + 0x1p-70), 0x0001);  // subnormal: above the tie at 2^-25
   EXPECT_EQ(double_to_bf16(0x1p-134 + 0x1p-170), 0x0001);
   EXPECT_EQ(double_to_bf16(0x1p-134), 0x0000);
   EXPECT_EQ(double_to_half(65504.0), 0x7BFF);
@@ -356,8 +376,8 @@ TEST(ConvertTest, IntegersToNarrowFloatsRoundExactly) {
   EXPECT_EQ(i32_to_half(65504), 0x7BFF);
   EXPECT_EQ(i32_to_half(65520), 0x7C00);
   EXPECT_EQ(i32_to_half(-65519), 0xFBFF);
-  EXPECT_EQ(i32_to_half(2049), 0x6800);   // tie between 2048 and 2050
-  EXPECT_EQ(i32_to_half(2051), 0x6802);   // tie between 2050 and 2052
+  EXPECT_EQ(i32_to_half(2049), 0x6800);  // tie between 2048 and 2050
+  EXPECT_EQ(i32_to_half(2051), 0x6802);  // tie between 2050 and 2052
   EXPECT_EQ(i32_to_half(0), 0x0000);
   EXPECT_EQ(i32_to_half(std::numeric_limits<std::int32_t>::min()), 0xFC00);
   EXPECT_EQ(convert_one<std::uint16_t>(std::uint8_t{255}, DType::kUInt8, DType::kFloat16), 0x5BF8);
@@ -370,10 +390,10 @@ TEST(ConvertTest, WideFloatConversions) {
   auto d2f = [](double d) { return convert_one<float>(d, DType::kFloat64, DType::kFloat32); };
   EXPECT_EQ(d2f(1e300), kInf);
   EXPECT_EQ(d2f(-1e300), -kInf);
-  EXPECT_EQ(d2f(0x1.ffffffp127), kInf);                           // tie above FLT_MAX: to inf
+  EXPECT_EQ(d2f(0x1.ffffffp127), kInf);  // tie above FLT_MAX: to inf
   EXPECT_EQ(d2f(0x1.fffffefffffffp127), std::numeric_limits<float>::max());
-  EXPECT_EQ(d2f(1 + 0x1p-24), 1.0f);                              // tie, even
-  EXPECT_EQ(d2f(1 + 3 * 0x1p-24), 1 + 0x1p-22f);                  // tie, up to even
+  EXPECT_EQ(d2f(1 + 0x1p-24), 1.0f);              // tie, even
+  EXPECT_EQ(d2f(1 + 3 * 0x1p-24), 1 + 0x1p-22f);  // tie, up to even
   EXPECT_EQ(d2f(1e-50), 0.0f);
   EXPECT_TRUE(std::isnan(d2f(std::numeric_limits<double>::quiet_NaN())));
   EXPECT_EQ(convert_one<float>(std::int64_t{(1 << 24) + 1}, DType::kInt64, DType::kFloat32), 0x1p24f);
@@ -382,9 +402,12 @@ TEST(ConvertTest, WideFloatConversions) {
   EXPECT_EQ(convert_one<double>(std::uint16_t{0x7BFF}, DType::kFloat16, DType::kFloat64), 65504.0);
   EXPECT_EQ(convert_one<double>(std::uint16_t{0x0001}, DType::kBFloat16, DType::kFloat64), 0x1p-133);
   // float16 <-> bfloat16 goes through float exactly, then rounds once.
-  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x7BFF}, DType::kFloat16, DType::kBFloat16), 0x4780);  // 65504 -> 65536
-  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x3F81}, DType::kBFloat16, DType::kFloat16), 0x3C08);  // 1+2^-7 exact
-  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x4780}, DType::kBFloat16, DType::kFloat16), 0x7C00);  // 65536 -> inf
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x7BFF}, DType::kFloat16, DType::kBFloat16),
+            0x4780);  // 65504 -> 65536
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x3F81}, DType::kBFloat16, DType::kFloat16),
+            0x3C08);  // 1+2^-7 exact
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x4780}, DType::kBFloat16, DType::kFloat16),
+            0x7C00);  // 65536 -> inf
 }
 
 // ---- convert: to integers and bool ----
@@ -405,12 +428,12 @@ TEST(ConvertTest, FloatToIntegerTruncatesAndSaturates) {
   EXPECT_EQ(f2i32(-kInf), i32min);
   EXPECT_EQ(f2i32(1e10f), i32max);
   EXPECT_EQ(f2i32(-1e10f), i32min);
-  EXPECT_EQ(f2i32(0x1p31f), i32max);                  // 2^31 is one past the max
-  EXPECT_EQ(f2i32(0x1p31f - 128), 2147483520);        // largest float below 2^31
-  EXPECT_EQ(f2i32(-0x1p31f), i32min);                 // exactly the min
-  EXPECT_EQ(d2i32(2147483647.9), i32max);             // truncates into range
+  EXPECT_EQ(f2i32(0x1p31f), i32max);            // 2^31 is one past the max
+  EXPECT_EQ(f2i32(0x1p31f - 128), 2147483520);  // largest float below 2^31
+  EXPECT_EQ(f2i32(-0x1p31f), i32min);           // exactly the min
+  EXPECT_EQ(d2i32(2147483647.9), i32max);       // truncates into range
   EXPECT_EQ(d2i32(-2147483648.9), i32min);
-  EXPECT_EQ(d2i32(-2147483649.0), i32min);            // saturates
+  EXPECT_EQ(d2i32(-2147483649.0), i32min);  // saturates
   EXPECT_EQ(d2i64(0x1p63), i64max);
   EXPECT_EQ(d2i64(-0x1p63), i64min);
   EXPECT_EQ(d2i64(0x1.fffffffffffffp62), 9223372036854774784);  // 2^63 - 2^10
@@ -429,7 +452,7 @@ TEST(ConvertTest, FloatToIntegerTruncatesAndSaturates) {
   EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{0x7C00}, DType::kFloat16, DType::kUInt8), 255);
   EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{0xFF80}, DType::kBFloat16, DType::kUInt8), 0);
   EXPECT_EQ(convert_one<std::int32_t>(std::uint16_t{0x7BFF}, DType::kFloat16, DType::kInt32), 65504);
-  EXPECT_EQ(convert_one<std::int32_t>(std::uint16_t{0x7E00}, DType::kFloat16, DType::kInt32), 0);   // NaN
+  EXPECT_EQ(convert_one<std::int32_t>(std::uint16_t{0x7E00}, DType::kFloat16, DType::kInt32), 0);  // NaN
   EXPECT_EQ(convert_one<std::int64_t>(std::uint16_t{0x7F80}, DType::kBFloat16, DType::kInt64), i64max);
 }
 
@@ -451,7 +474,7 @@ TEST(ConvertTest, BoolIsNonzeroAndNaNIsTrue) {
   EXPECT_EQ(to_bool(-0.0f, DType::kFloat32), 0);
   EXPECT_EQ(to_bool(0.5, DType::kFloat64), 1);
   EXPECT_EQ(to_bool(1e-300, DType::kFloat64), 1);
-  EXPECT_EQ(to_bool(std::int32_t{256}, DType::kInt32), 1);    // uint8 would wrap to 0; bool does not
+  EXPECT_EQ(to_bool(std::int32_t{256}, DType::kInt32), 1);  // uint8 would wrap to 0; bool does not
   EXPECT_EQ(to_bool(std::numeric_limits<std::int64_t>::min(), DType::kInt64), 1);
   EXPECT_EQ(to_bool(std::uint16_t{0x8000}, DType::kFloat16), 0);   // -0
   EXPECT_EQ(to_bool(std::uint16_t{0x0001}, DType::kFloat16), 1);   // smallest subnormal
@@ -493,11 +516,16 @@ std::vector<unsigned char> encode(DType dtype, const std::vector<double>& values
         // 0, 1, 3, 100 and -2.5 worked out by hand; see KnownEncodingsBothWays.
         const bool h = dtype == DType::kFloat16;
         std::uint16_t b = 0;
-        if (v == 1) b = h ? 0x3C00 : 0x3F80;
-        else if (v == 3) b = h ? 0x4200 : 0x4040;
-        else if (v == 100) b = h ? 0x5640 : 0x42C8;
-        else if (v == -2.5) b = h ? 0xC100 : 0xC020;
-        else if (v != 0) ADD_FAILURE() << "no encoding for " << v;
+        if (v == 1)
+          b = h ? 0x3C00 : 0x3F80;
+        else if (v == 3)
+          b = h ? 0x4200 : 0x4040;
+        else if (v == 100)
+          b = h ? 0x5640 : 0x42C8;
+        else if (v == -2.5)
+          b = h ? 0xC100 : 0xC020;
+        else if (v != 0)
+          ADD_FAILURE() << "no encoding for " << v;
         put(i, b);
         break;
       }

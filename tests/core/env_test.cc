@@ -45,7 +45,8 @@ TEST(EnvTest, TimeoutsAreSecondsAboveZero) {
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const InvalidArgumentError& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("--flag='") + bad + "' is not a valid timeout"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
   }
 }

@@ -41,7 +41,8 @@ inline InteropPython find_interop_python(const std::string& modules) {
     py = CHORUS_TEST_PYTHON;
 #endif
   }
-  if (py.empty()) return {"", "no interop Python configured (CHORUS_TEST_PYTHON not compiled in, CHORUS_TF_PYTHON unset)"};
+  if (py.empty())
+    return {"", "no interop Python configured (CHORUS_TEST_PYTHON not compiled in, CHORUS_TF_PYTHON unset)"};
   const std::string cmd = "TF_CPP_MIN_LOG_LEVEL=3 '" + py + "' -c 'import " + modules + "' >/dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0) return {"", "'" + py + "' cannot import " + modules};
   return {py, ""};
@@ -72,14 +73,14 @@ inline bool running_under_ci() {
 
 // Sets `var` (a std::string) to the interop Python's path, or skips the test (outside CI) or
 // fails it (CI=true) with the reason. Use in a TEST body or a fixture's SetUp.
-#define CHORUS_REQUIRE_INTEROP_PYTHON(var, modules)                                               \
-  do {                                                                                             \
+#define CHORUS_REQUIRE_INTEROP_PYTHON(var, modules)                                                  \
+  do {                                                                                               \
     const ::chorus::testing::InteropPython found_ = ::chorus::testing::find_interop_python(modules); \
-    if (found_.path.empty()) {                                                                     \
-      if (::chorus::testing::running_under_ci())                                                   \
-        FAIL() << "interop test cannot run under CI=true: " << found_.why                          \
-               << " (scripts/install-deps.sh --test makes the environment)";                       \
-      GTEST_SKIP() << found_.why << "; enable with: scripts/install-deps.sh --test";              \
-    }                                                                                              \
-    var = found_.path;                                                                             \
+    if (found_.path.empty()) {                                                                       \
+      if (::chorus::testing::running_under_ci())                                                     \
+        FAIL() << "interop test cannot run under CI=true: " << found_.why                            \
+               << " (scripts/install-deps.sh --test makes the environment)";                         \
+      GTEST_SKIP() << found_.why << "; enable with: scripts/install-deps.sh --test";                 \
+    }                                                                                                \
+    var = found_.path;                                                                               \
   } while (0)

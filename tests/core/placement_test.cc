@@ -73,8 +73,8 @@ TEST_F(PlacementTest, BadStringsAreRejectedAtTheScope) {
 TEST_F(PlacementTest, UnknownDeviceWithoutSoftPlacementListsTheDevices) {
   cfg::set_soft_device_placement(false);
   DeviceScope scope("/cpu:5");
-  EXPECT_THROW_WITH(Tensor::zeros({1}), InvalidArgumentError, "Could not satisfy device specification",
-                    "CPU:5", "Fill", kCpu0, kCpu1);
+  EXPECT_THROW_WITH(Tensor::zeros({1}), InvalidArgumentError, "Could not satisfy device specification", "CPU:5", "Fill",
+                    kCpu0, kCpu1);
   DeviceScope gpu("/gpu:0");
   EXPECT_THROW_WITH(Tensor::zeros({1}), InvalidArgumentError, "GPU:0", "does not exist");
 }

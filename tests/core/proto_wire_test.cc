@@ -122,8 +122,10 @@ TEST(ProtoWire, RepeatedFieldsAlsoAcceptTheUnpackedEncoding) {
   std::vector<double> d;
   std::vector<std::int64_t> i;
   while (r.next()) {
-    if (r.field() == 6) read_repeated_doubles(r, d);
-    else read_repeated_int64s(r, i);
+    if (r.field() == 6)
+      read_repeated_doubles(r, d);
+    else
+      read_repeated_int64s(r, i);
   }
   EXPECT_EQ(d, (std::vector<double>{1.0, 2.0}));
   EXPECT_EQ(i, (std::vector<std::int64_t>{5, -3}));
@@ -133,8 +135,10 @@ void expect_data_loss(const std::string& data, const std::string& needle) {
   try {
     ProtoReader r(data, "test message");
     while (r.next()) {
-      if (r.wire_type() == WireType::kLen) r.read_bytes();
-      else r.skip();
+      if (r.wire_type() == WireType::kLen)
+        r.read_bytes();
+      else
+        r.skip();
     }
     FAIL() << "no DataLossError for " << needle;
   } catch (const DataLossError& e) {
@@ -144,11 +148,11 @@ void expect_data_loss(const std::string& data, const std::string& needle) {
 }
 
 TEST(ProtoWire, MalformedInputThrowsDataLossNotUndefinedBehaviour) {
-  expect_data_loss(bytes({0x08, 0x96}), "truncated varint");               // varint cut short
-  expect_data_loss(bytes({0x12, 0x05, 'a', 'b'}), "runs past the end");     // length past end
+  expect_data_loss(bytes({0x08, 0x96}), "truncated varint");             // varint cut short
+  expect_data_loss(bytes({0x12, 0x05, 'a', 'b'}), "runs past the end");  // length past end
   expect_data_loss(bytes({0x09, 1, 2, 3}), "truncated fixed64");
   expect_data_loss(bytes({0x15, 1, 2}), "truncated fixed32");
-  expect_data_loss(bytes({0x0b}), "unsupported wire type 3");               // start group
+  expect_data_loss(bytes({0x0b}), "unsupported wire type 3");  // start group
   expect_data_loss(bytes({0x00, 0x01}), "invalid field number 0");
   expect_data_loss(std::string(11, '\xff'), "varint longer than 10 bytes");
 

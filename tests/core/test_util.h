@@ -103,18 +103,17 @@ std::string message_of(Fn&& fn) {
 }
 
 // Expects `stmt` to throw `Exc` whose what() contains every string in `needles`.
-#define EXPECT_THROW_WITH(stmt, Exc, ...)                                            \
-  do {                                                                               \
-    bool chorus_thrown_ = false;                                                     \
-    try {                                                                            \
-      stmt;                                                                          \
-    } catch (const Exc& e) {                                                         \
-      chorus_thrown_ = true;                                                         \
-      for (const std::string& n : std::vector<std::string>{__VA_ARGS__})             \
-        EXPECT_NE(std::string(e.what()).find(n), std::string::npos)                 \
-            << "message lacks '" << n << "': " << e.what();                          \
-    }                                                                                \
-    EXPECT_TRUE(chorus_thrown_) << #stmt " did not throw " #Exc;                     \
+#define EXPECT_THROW_WITH(stmt, Exc, ...)                                                                           \
+  do {                                                                                                              \
+    bool chorus_thrown_ = false;                                                                                    \
+    try {                                                                                                           \
+      stmt;                                                                                                         \
+    } catch (const Exc& e) {                                                                                        \
+      chorus_thrown_ = true;                                                                                        \
+      for (const std::string& n : std::vector<std::string>{__VA_ARGS__})                                            \
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message lacks '" << n << "': " << e.what(); \
+    }                                                                                                               \
+    EXPECT_TRUE(chorus_thrown_) << #stmt " did not throw " #Exc;                                                    \
   } while (0)
 
 }  // namespace chorus::testing

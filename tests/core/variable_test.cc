@@ -109,7 +109,8 @@ TEST_F(VariableTest, CreatorMayOpenAnotherScopeWhileRunning) {
       ++inner_calls;
       return n(a);
     });
-    for (int i = 0; i < 8; ++i) VariableCreatorScope more([](const VariableArgs& a, const NextCreator& n) { return n(a); });
+    for (int i = 0; i < 8; ++i)
+      VariableCreatorScope more([](const VariableArgs& a, const NextCreator& n) { return n(a); });
     return next(args);
   });
   Variable v = make_variable({.initial_value = Tensor::zeros({1}), .name = "x"});

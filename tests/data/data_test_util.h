@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdint>
 #include <filesystem>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -43,9 +43,9 @@ using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
 inline void make_two_cpus() {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
-                                           {LogicalDeviceConfiguration{.memory_limit_mb = 512},
-                                            LogicalDeviceConfiguration{.memory_limit_mb = 512}});
+  config::set_logical_device_configuration(
+      config::list_physical_devices("CPU")[0],
+      {LogicalDeviceConfiguration{.memory_limit_mb = 512}, LogicalDeviceConfiguration{.memory_limit_mb = 512}});
 }
 
 }  // namespace chorus::data::testing

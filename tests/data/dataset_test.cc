@@ -36,8 +36,8 @@ class UnknownSizeDataset final : public DatasetBase {
 };
 
 TEST(Sources, FromTensorSlicesSlicesEveryComponent) {
-  auto ds = Dataset::from_tensor_slices({Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2}),
-                                         Tensor::from_vector<std::int32_t>({7, 8, 9})});
+  auto ds = Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2}), Tensor::from_vector<std::int32_t>({7, 8, 9})});
   EXPECT_EQ(ds.cardinality(), 3);
   auto it = ds.make_iterator();
   for (int i = 0; i < 3; ++i) {
@@ -103,9 +103,8 @@ TEST(Batch, ErrorsNameTheNumbers) {
   EXPECT_THROW_WITH(Dataset::range(3).batch(0), InvalidArgumentError, "batch_size must be > 0, got 0");
   EXPECT_THROW_WITH(Dataset::range(3).batch(-4), InvalidArgumentError, "got -4");
   // Elements of different shapes cannot be stacked: the error comes from next().
-  auto ragged = Dataset::range(1, 4).map([](const Element& e) {
-    return Element{Tensor::zeros(Shape{e[0].item<std::int64_t>()})};
-  });
+  auto ragged = Dataset::range(1, 4).map(
+      [](const Element& e) { return Element{Tensor::zeros(Shape{e[0].item<std::int64_t>()})}; });
   auto it = ragged.batch(2).make_iterator();
   EXPECT_THROW_WITH(it.next(), InvalidArgumentError, "(1,) float32 vs (2,) float32");
 }
@@ -128,7 +127,8 @@ TEST(Shuffle, BufferSemantics) {
   const std::int64_t buffer = 5;
   for (std::uint64_t seed = 0; seed < 20; ++seed) {
     auto out = values(Dataset::range(50).shuffle(buffer, seed));
-    for (std::size_t j = 0; j < out.size(); ++j) EXPECT_LT(out[j], static_cast<std::int64_t>(j) + buffer) << "seed " << seed;
+    for (std::size_t j = 0; j < out.size(); ++j)
+      EXPECT_LT(out[j], static_cast<std::int64_t>(j) + buffer) << "seed " << seed;
   }
   // With the whole input in the buffer, the first element is uniform over it: 4000 seeds over 4
   // values give 1000 each, standard deviation sqrt(4000 * 1/4 * 3/4) ≈ 27; allow 6 sigma.
@@ -270,7 +270,15 @@ TEST(Cache, FreezesAShuffledOrder) {
 }
 
 TEST(EmptyDataset, EveryTransformationPassesTheEnd) {
-  auto ds = Dataset::range(0).shuffle(4, 1).map([](const Element& e) { return e; }, 2).batch(2).repeat(2).skip(1).take(3).cache().prefetch(2);
+  auto ds = Dataset::range(0)
+                .shuffle(4, 1)
+                .map([](const Element& e) { return e; }, 2)
+                .batch(2)
+                .repeat(2)
+                .skip(1)
+                .take(3)
+                .cache()
+                .prefetch(2);
   EXPECT_EQ(values(ds), V{});
   EXPECT_EQ(ds.cardinality(), 0);
 }
@@ -314,8 +322,7 @@ void expect_resumes(const std::function<Dataset()>& build, std::int64_t before) 
 }
 
 TEST(IteratorState, SourcesAndTransformationsResumeExactly) {
-  for (std::int64_t k : {0, 1, 5, 9, 10, 11, 17})
-    expect_resumes([] { return Dataset::range(10).repeat(2); }, k);
+  for (std::int64_t k : {0, 1, 5, 9, 10, 11, 17}) expect_resumes([] { return Dataset::range(10).repeat(2); }, k);
   for (std::int64_t k : {0, 3, 12, 24})
     expect_resumes([] { return slices(13).shuffle(5, 99).repeat(2).skip(1).take(24); }, k);
   for (std::int64_t k : {0, 2, 6, 13})

@@ -172,7 +172,11 @@ TEST(Prefetch, EarlyDestructionNeverHangs) {
 
 TEST(Prefetch, ManyIteratorsOnManyThreads) {
   auto ds = Dataset::range(200)
-                .map([](const Element& e) { return Element{e[0], Tensor::zeros({4})}; }, 3)
+                .map(
+                    [](const Element& e) {
+                      return Element{e[0], Tensor::zeros({4})};
+                    },
+                    3)
                 .prefetch(2)
                 .batch(7)
                 .prefetch(kAutotune);

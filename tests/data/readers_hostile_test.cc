@@ -67,7 +67,8 @@ TEST(ReadersHostile, AnIdxHeaderCannotPromiseMoreThanTheFile) {
     read_idx(img);
     ADD_FAILURE() << "accepted";
   } catch (const DataLossError& e) {
-    EXPECT_NE(std::string(e.what()).find("promises more elements than the file's 8 bytes hold"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("promises more elements than the file's 8 bytes hold"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -21,16 +21,17 @@ namespace chorus::data {
 namespace {
 
 Variable he_normal(const Shape& shape, std::int64_t fan_in, std::int64_t seed, const std::string& name) {
-  return make_variable({.initial_value = ops::stateless_random_normal(
-                            shape, {seed, 7}, {.stddev = std::sqrt(2.0 / static_cast<double>(fan_in)), .device = "/CPU:0"}),
-                        .name = name});
+  return make_variable(
+      {.initial_value = ops::stateless_random_normal(
+           shape, {seed, 7}, {.stddev = std::sqrt(2.0 / static_cast<double>(fan_in)), .device = "/CPU:0"}),
+       .name = name});
 }
 
 TEST(SyntheticDigitsCnn, DISABLED_SmallCnnReaches97Percent) {
   // conv 5x5x16 → relu → pool 2 → conv 5x5x32 → relu → pool 2 → dense 10.
   std::vector<Variable> vars = {
-      he_normal({5, 5, 1, 16}, 25, 1, "c1"), make_variable({.initial_value = Tensor::zeros({16}), .name = "b1"}),
-      he_normal({5, 5, 16, 32}, 400, 2, "c2"), make_variable({.initial_value = Tensor::zeros({32}), .name = "b2"}),
+      he_normal({5, 5, 1, 16}, 25, 1, "c1"),     make_variable({.initial_value = Tensor::zeros({16}), .name = "b1"}),
+      he_normal({5, 5, 16, 32}, 400, 2, "c2"),   make_variable({.initial_value = Tensor::zeros({32}), .name = "b2"}),
       he_normal({7 * 7 * 32, 10}, 1568, 3, "d"), make_variable({.initial_value = Tensor::zeros({10}), .name = "bd"})};
   auto logits_of = [&](const Tensor& x) {
     Tensor h = ops::relu(ops::add(ops::conv2d(x, vars[0].value(), {1, 1}, ops::Padding::kSame), vars[1].value()));

@@ -114,7 +114,8 @@ TEST(SyntheticDigits, NearestClassMeanLearnsIt) {
   std::vector<int> counts(10, 0);
   for (std::size_t k = 0; k < ty.size(); ++k) {
     counts[static_cast<std::size_t>(ty[k])]++;
-    for (std::size_t i = 0; i < kPixels; ++i) means[static_cast<std::size_t>(ty[k]) * kPixels + i] += tx[k * kPixels + i];
+    for (std::size_t i = 0; i < kPixels; ++i)
+      means[static_cast<std::size_t>(ty[k]) * kPixels + i] += tx[k * kPixels + i];
   }
   for (std::size_t c = 0; c < 10; ++c)
     for (std::size_t i = 0; i < kPixels; ++i) means[c * kPixels + i] /= counts[c];

@@ -39,7 +39,10 @@ TEST(TFRecord, FramingMatchesTheFormat) {
   TempDir dir;
   // docs/formats.md A2: a 24-byte record's length header is 18 00 .. 00 followed by masked CRC a3 7f 4b 22;
   // masked_crc32c("\x1a\x11CRC test, one two") = 0x5794D08A (from a real TFRecord).
-  const std::string payload("\x1a\x11" "CRC test, one two", 19);
+  const std::string payload(
+      "\x1a\x11"
+      "CRC test, one two",
+      19);
   write_tfrecord_file(dir.file("a"), {std::string(24, 'x'), payload});
   const std::string bytes = slurp(dir.file("a"));
   ASSERT_EQ(bytes.size(), (12 + 24 + 4) + (12 + payload.size() + 4));
@@ -129,7 +132,8 @@ TEST(TFRecord, EveryTruncationIsDataLossUnlessAtABoundary) {
       if (len > second) {
         EXPECT_EQ(reader.read(), "abcdefgh");
       }
-      EXPECT_THROW_WITH(reader.read(), DataLossError, "truncated record at offset " + std::to_string(len > second ? second : 0));
+      EXPECT_THROW_WITH(reader.read(), DataLossError,
+                        "truncated record at offset " + std::to_string(len > second ? second : 0));
     }
   }
   // A length whose CRC is right but which points past the end: truncated, nothing allocated.

@@ -17,7 +17,6 @@ using chorus::testing::message_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-
 EnvLookup fake_env(std::map<std::string, std::string> vars) {
   return [vars](const char* name) -> std::optional<std::string> {
     auto it = vars.find(name);
@@ -27,7 +26,8 @@ EnvLookup fake_env(std::map<std::string, std::string> vars) {
 }
 
 TEST(JsonTest, ParsesEveryKindAndEscapes) {
-  auto v = internal::parse_json(R"( {"a": [1, -2.5e2, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}} )");
+  auto v =
+      internal::parse_json(R"( {"a": [1, -2.5e2, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}} )");
   ASSERT_EQ(v.kind, internal::JsonValue::Kind::kObject);
   const auto* a = v.find("a");
   ASSERT_NE(a, nullptr);
@@ -115,15 +115,16 @@ TEST(ClusterResolverTest, TfConfigContentErrors) {
                        "task.type \"chief\" is not a job of the cluster"));
   EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})"),
                        "non-negative integer"));
-  EXPECT_TRUE(contains(err(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief"}})"),
-                       "at most one is allowed"));
+  EXPECT_TRUE(
+      contains(err(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief"}})"), "at most one is allowed"));
   EXPECT_TRUE(contains(err(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})"), "no \"chief\" or \"worker\""));
   EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0})"),
                        "TF_CONFIG is not valid JSON"));
 }
 
 TEST(ClusterResolverTest, OpenMpiEnvironment) {
-  auto r = ClusterResolver::from_mpi_launcher(fake_env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+  auto r = ClusterResolver::from_mpi_launcher(fake_env({{"OMPI_COMM_WORLD_RANK", "3"},
+                                                        {"OMPI_COMM_WORLD_SIZE", "4"},
                                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                                                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   ASSERT_TRUE(r.has_value());
@@ -134,13 +135,14 @@ TEST(ClusterResolverTest, OpenMpiEnvironment) {
   EXPECT_EQ(r->local_size(), 2);
   EXPECT_FALSE(r->is_chief());
   EXPECT_EQ(r->cluster_spec().jobs.at("worker").at(3), "mpi:rank3");
-  auto chief = ClusterResolver::from_mpi_launcher(fake_env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  auto chief =
+      ClusterResolver::from_mpi_launcher(fake_env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
   ASSERT_TRUE(chief.has_value());
   EXPECT_TRUE(chief->is_chief());
   EXPECT_EQ(chief->local_rank(), 0);
   EXPECT_EQ(chief->local_size(), 1);
-  auto pmi = ClusterResolver::from_mpi_launcher(fake_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"},
-                                                          {"MPI_LOCALNRANKS", "2"}}));
+  auto pmi = ClusterResolver::from_mpi_launcher(
+      fake_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}}));
   ASSERT_TRUE(pmi.has_value());
   EXPECT_EQ(pmi->source(), "PMI environment");
   EXPECT_EQ(pmi->local_rank(), 1);
@@ -157,26 +159,30 @@ TEST(ClusterResolverTest, BadLauncherVariables) {
   EXPECT_TRUE(contains(m, "OMPI_COMM_WORLD_RANK=2 must be below OMPI_COMM_WORLD_SIZE=2")) << m;
   m = err({{"OMPI_COMM_WORLD_SIZE", "2"}});
   EXPECT_TRUE(contains(m, "OMPI_COMM_WORLD_RANK is not")) << m;
-  m = err({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+  m = err({{"OMPI_COMM_WORLD_RANK", "0"},
+           {"OMPI_COMM_WORLD_SIZE", "2"},
+           {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_TRUE(contains(m, "are inconsistent")) << m;
 }
 
 TEST(ClusterResolverTest, FromEnvironmentPrefersTfConfigThenLauncherThenOneWorker) {
-  auto tf = ClusterResolver::from_environment(fake_env(
-      {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})"},
-       {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  auto tf = ClusterResolver::from_environment(
+      fake_env({{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})"},
+                {"OMPI_COMM_WORLD_RANK", "0"},
+                {"OMPI_COMM_WORLD_SIZE", "2"}}));
   EXPECT_EQ(tf.source(), "TF_CONFIG");
   EXPECT_EQ(tf.worker_index(), 1);
-  auto mpi = ClusterResolver::from_environment(fake_env({{"TF_CONFIG", ""}, {"OMPI_COMM_WORLD_RANK", "1"},
-                                                         {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  auto mpi = ClusterResolver::from_environment(
+      fake_env({{"TF_CONFIG", ""}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
   EXPECT_EQ(mpi.source(), "Open MPI environment");
   auto none = ClusterResolver::from_environment(fake_env({}));
   EXPECT_EQ(none.source(), "single process");
   EXPECT_EQ(none.num_workers(), 1);
   EXPECT_TRUE(none.is_chief());
-  const std::string m = message_of<InvalidArgumentError>(
-      [] { ClusterResolver::from_environment(fake_env({{"TF_CONFIG", "{\"cluster\": "}})); });
+  const std::string m = message_of<InvalidArgumentError>([] {
+    ClusterResolver::from_environment(fake_env({{"TF_CONFIG", "{\"cluster\": "}}));
+  });
   EXPECT_TRUE(contains(m, "TF_CONFIG is not valid JSON")) << m;
 }
 
@@ -208,7 +214,8 @@ TEST(WorkerDevicesTest, CpuDevicesAndErrors) {
   EXPECT_EQ(select_worker_devices(cpus, 5, WorkerDevicePolicy::kAuto, 1).size(), 1u);
   auto two = select_worker_devices(cpus, 0, WorkerDevicePolicy::kCpu, 2);
   EXPECT_EQ(two, (std::vector<std::string>{cpus[0].name, cpus[1].name}));
-  std::string m = message_of<InvalidArgumentError>([&] { select_worker_devices(cpus, 0, WorkerDevicePolicy::kCpu, 4); });
+  std::string m =
+      message_of<InvalidArgumentError>([&] { select_worker_devices(cpus, 0, WorkerDevicePolicy::kCpu, 4); });
   EXPECT_TRUE(contains(m, "cpu_devices_per_worker = 4 but this process has 3 logical CPU device(s)")) << m;
   m = message_of<InvalidArgumentError>([&] { select_worker_devices(cpus, 0, WorkerDevicePolicy::kLocalRankGpu, 1); });
   EXPECT_TRUE(contains(m, "needs a GPU, but this process has none")) << m;

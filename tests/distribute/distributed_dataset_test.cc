@@ -15,7 +15,8 @@ namespace {
 void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 128});
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = 128});
   config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
 }
 
@@ -33,7 +34,8 @@ data::Dataset numbers(int count) {
     x[static_cast<std::size_t>(2 * i + 1)] = static_cast<float>(-i);
     y[static_cast<std::size_t>(i)] = i;
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {count, 2}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {count, 2}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 TEST(Dataset, SlicesAndBatches) {

@@ -58,7 +58,8 @@ std::vector<std::vector<float>> all_reduce(MirroredStrategy& strategy, const std
 void expect_sum(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& v) {
   for (std::size_t r = 0; r < got.size(); ++r) {
     ASSERT_EQ(got[r].size(), v[0].size());
-    for (std::size_t i = 0; i < v[0].size(); ++i) ASSERT_EQ(got[r][i], v[0][i] + v[1][i]) << "replica " << r << " at " << i;
+    for (std::size_t i = 0; i < v[0].size(); ++i)
+      ASSERT_EQ(got[r][i], v[0][i] + v[1][i]) << "replica " << r << " at " << i;
   }
 }
 
@@ -89,7 +90,7 @@ TEST_F(ReplicaOomGpu, OomBeforeACollectiveIsRaisedAndTheStrategyGoesOn) {
       const int r = get_replica_context()->replica_id_in_sync_group();
       Tensor x = Tensor::from_vector<float>(v[static_cast<std::size_t>(r)], gpu_name(r));
       if (r == 1) (void)Tensor::zeros({80 * kMiB}, DType::kUInt8, gpu_name(1));  // past 64 MiB
-      get_replica_context()->all_reduce(ReduceOp::kSum, x);  // replica 0 waits here
+      get_replica_context()->all_reduce(ReduceOp::kSum, x);                      // replica 0 waits here
     });
   });
   const auto w = draw(4099, 2);
@@ -102,7 +103,8 @@ TEST_F(ReplicaOomGpu, OomForTheCollectivesOutputIsRaisedAndTheStrategyGoesOn) {
   Variable mean;
   {
     auto scope = strategy.scope();
-    mean = make_variable({.initial_value = Tensor::zeros({4}), .name = "mean", .aggregation = VariableAggregation::kMean});
+    mean =
+        make_variable({.initial_value = Tensor::zeros({4}), .name = "mean", .aggregation = VariableAggregation::kMean});
   }
   const std::int64_t n = kMiB;  // 4 MiB of float32 per replica
   const auto v = draw(n, 3);

@@ -54,8 +54,10 @@ struct Progress {
   Progress(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir) {
     {
       auto scope = s.scope();
-      step = cx::make_variable({.initial_value = cx::Tensor::scalar<std::int64_t>(0, "/cpu:0"), .name = "step",
-                                .trainable = false, .aggregation = cx::VariableAggregation::kOnlyFirstReplica});
+      step = cx::make_variable({.initial_value = cx::Tensor::scalar<std::int64_t>(0, "/cpu:0"),
+                                .name = "step",
+                                .trainable = false,
+                                .aggregation = cx::VariableAggregation::kOnlyFirstReplica});
     }
     ckpt = std::make_unique<cx::train::Checkpoint>(std::vector<cx::train::TrackableChild>{{"step", step}});
     manager = std::make_unique<cx::train::CheckpointManager>(*ckpt, dir, 3);
@@ -148,8 +150,9 @@ int sigterm_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::str
       // Preemption: every worker saves the agreed step, then all exit cleanly.
       const std::string saved = *progress.manager->save(i + 1);
       std::printf("[rank %d] stopping after step %lld (signal seen by rank %d), all ranks agree: %s; checkpoint %s\n",
-                  rank, static_cast<long long>(i), watcher.signalled_ranks().empty() ? -1 : watcher.signalled_ranks()[0],
-                  same ? "yes" : "no", saved.c_str());
+                  rank, static_cast<long long>(i),
+                  watcher.signalled_ranks().empty() ? -1 : watcher.signalled_ranks()[0], same ? "yes" : "no",
+                  saved.c_str());
       rc = same && i > 3 && watcher.signalled_ranks() == std::vector<int>{1} ? 0 : 4;
       break;
     }

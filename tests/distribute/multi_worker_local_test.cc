@@ -16,8 +16,9 @@ namespace chorus::distribute {
 namespace {
 
 void configure_cpus(int n) {
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
-                                           std::vector<LogicalDeviceConfiguration>(static_cast<std::size_t>(n), {.memory_limit_mb = 256}));
+  config::set_logical_device_configuration(
+      config::list_physical_devices("CPU")[0],
+      std::vector<LogicalDeviceConfiguration>(static_cast<std::size_t>(n), {.memory_limit_mb = 256}));
 }
 
 // Rows 0..n-1 as a dataset of global batches of `batch` rows (one float column).
@@ -126,8 +127,8 @@ TEST(MultiWorkerLocalTest, RefusesWhatCannotWork) {
   configure_cpus(1);
   std::string m;
   try {
-    MultiWorkerMirroredStrategy s({.cluster_resolver = ClusterResolver(),
-                                   .implementation = CommunicationImplementation::kNccl});
+    MultiWorkerMirroredStrategy s(
+        {.cluster_resolver = ClusterResolver(), .implementation = CommunicationImplementation::kNccl});
   } catch (const InvalidArgumentError& e) {
     m = e.what();
   }

@@ -13,14 +13,13 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint_manager.h"
 #include "collective/mpi.h"
-#include "tests/collective/mpi_test_main.h"
 #include "core/config.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "data/synthetic_digits.h"
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_manager.h"
 #include "distribute/mirrored_strategy.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/multi_worker_mirrored_strategy.h"
@@ -30,6 +29,7 @@
 #include "ops/shape_ops.h"
 #include "ops/tape.h"
 #include "optimizer/adam.h"
+#include "tests/collective/mpi_test_main.h"
 
 namespace chorus::distribute {
 namespace {
@@ -40,9 +40,7 @@ constexpr int kCpuDevices = 6;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-MultiWorkerMirroredStrategyOptions options(int k) {
-  return {.cpu_devices_per_worker = k, .timeout = kTimeout};
-}
+MultiWorkerMirroredStrategyOptions options(int k) { return {.cpu_devices_per_worker = k, .timeout = kTimeout}; }
 
 // Rows 0..n-1 (one float column) batched into global batches.
 data::Dataset rows(std::int64_t n, std::int64_t batch) {
@@ -122,7 +120,8 @@ TEST_P(MultiWorker, ReduceAndGatherSpanAllWorkers) {
   auto ones = s.run([&] { return Tensor::full({3}, get_replica_context()->replica_id_in_sync_group()); });
   EXPECT_EQ(s.reduce(ReduceOp::kSum, ones).to_vector<float>(), std::vector<float>(3, R * (R - 1) / 2.0f));
   EXPECT_NEAR(s.reduce(ReduceOp::kMean, ones).to_vector<float>()[0], (R - 1) / 2.0, 1e-6);
-  EXPECT_EQ(s.reduce(ReduceOp::kSum, Tensor::ones({2})).to_vector<float>(), std::vector<float>(2, static_cast<float>(R)));
+  EXPECT_EQ(s.reduce(ReduceOp::kSum, Tensor::ones({2})).to_vector<float>(),
+            std::vector<float>(2, static_cast<float>(R)));
 }
 
 TEST_P(MultiWorker, DatasetShardsEveryGlobalBatchOverAllReplicas) {
@@ -254,7 +253,8 @@ TEST_P(MultiWorker, TrainsTheSeedCnnToTheWeightsOfOneProcess) {
   // Training moved the weights.
   double moved = 0;
   for (std::size_t i = 0; i < trained.size(); ++i)
-    for (std::size_t j = 0; j < trained[i].size(); ++j) moved = std::max(moved, std::abs(double(trained[i][j]) - initial[i][j]));
+    for (std::size_t j = 0; j < trained[i].size(); ++j)
+      moved = std::max(moved, std::abs(double(trained[i][j]) - initial[i][j]));
   EXPECT_GT(moved, 1e-4);
   if (!s.is_chief()) return;
   // Reference: one process, MirroredStrategy on R logical CPU devices, same initial weights, same data.
@@ -280,14 +280,15 @@ TEST_P(MultiWorker, TrainsTheSeedCnnToTheWeightsOfOneProcess) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.3g", rel);
   RecordProperty("relative_difference", text);
-  EXPECT_LT(rel, 1e-5) << "multi-worker weights vs one process with " << R << " replicas (largest |diff| " << worst << ")";
+  EXPECT_LT(rel, 1e-5) << "multi-worker weights vs one process with " << R << " replicas (largest |diff| " << worst
+                       << ")";
 }
 
 // A small compiled model (Model::fit and checkpoints), built in the strategy's scope.
 std::unique_ptr<model::Sequential> mlp(Strategy& s) {
   auto scope = s.scope();
-  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-      layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
+  auto m = std::make_unique<model::Sequential>(
+      std::vector<layers::LayerPtr>{layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
   m->compile(std::make_shared<optimizers::Adam>(1e-2), std::make_shared<losses::SparseCategoricalCrossentropy>(true));
   return m;
 }
@@ -295,7 +296,8 @@ std::unique_ptr<model::Sequential> mlp(Strategy& s) {
 void set_weights(model::Model& m, const std::vector<std::vector<float>>& w) {
   auto vars = m.trainable_variables();
   ASSERT_EQ(vars.size(), w.size());
-  for (std::size_t i = 0; i < vars.size(); ++i) vars[i].assign(Tensor::from_vector<float>(w[i], vars[i].shape(), "/cpu:0"));
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    vars[i].assign(Tensor::from_vector<float>(w[i], vars[i].shape(), "/cpu:0"));
 }
 
 double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
@@ -342,7 +344,8 @@ TEST_P(MultiWorker, CheckpointsSaveOnceAndRestoreAcrossWorkerCounts) {
   // One directory for the job: rank 0's pid.
   Tensor pid = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(::getpid())}, {1}, "/cpu:0");
   comm->broadcast(pid, {.root = 0, .timeout = kTimeout})->wait(kTimeout);
-  const std::string dir = "/tmp/chorus_mw_ckpt_" + std::to_string(pid.to_vector<std::int64_t>()[0]) + "_k" + std::to_string(k);
+  const std::string dir =
+      "/tmp/chorus_mw_ckpt_" + std::to_string(pid.to_vector<std::int64_t>()[0]) + "_k" + std::to_string(k);
 
   auto m = mlp(s);
   m->fit(data::synthetic_digits(8 * s.num_replicas_in_sync(), 3).batch(4 * s.num_replicas_in_sync()),
@@ -359,8 +362,8 @@ TEST_P(MultiWorker, CheckpointsSaveOnceAndRestoreAcrossWorkerCounts) {
 
   // W workers → one process (rank 0, default strategy), restored before the model is built.
   if (s.is_chief()) {
-    auto plain = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-        layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
+    auto plain = std::make_unique<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
     train::Checkpoint one({{"model", *plain}});
     auto status = one.read(saved);
     plain->build(Shape({1, 28, 28, 1}));
@@ -404,10 +407,16 @@ TEST_P(MultiWorker, OnReadVariablesSaveTheAggregateOfAllWorkers) {
   Variable total, mean;
   {
     auto scope = s.scope();
-    total = make_variable({.initial_value = Tensor::scalar<float>(0, "/cpu:0"), .name = "total", .trainable = false,
-                           .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kSum});
-    mean = make_variable({.initial_value = Tensor::scalar<float>(0, "/cpu:0"), .name = "mean", .trainable = false,
-                          .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kMean});
+    total = make_variable({.initial_value = Tensor::scalar<float>(0, "/cpu:0"),
+                           .name = "total",
+                           .trainable = false,
+                           .synchronization = VariableSynchronization::kOnRead,
+                           .aggregation = VariableAggregation::kSum});
+    mean = make_variable({.initial_value = Tensor::scalar<float>(0, "/cpu:0"),
+                          .name = "mean",
+                          .trainable = false,
+                          .synchronization = VariableSynchronization::kOnRead,
+                          .aggregation = VariableAggregation::kMean});
   }
   const int R = s.num_replicas_in_sync();
   auto t = std::dynamic_pointer_cast<distribute::MirroredVariable>(total.impl());

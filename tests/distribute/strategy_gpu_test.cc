@@ -28,7 +28,8 @@ TEST_F(VirtualGpus, MirroredStrategyUsesTheVirtualGpuReduction) {
   Variable w;
   {
     auto scope = strategy.scope();
-    w = make_variable({.initial_value = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}), .name = "w",
+    w = make_variable({.initial_value = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}),
+                       .name = "w",
                        .aggregation = VariableAggregation::kMean});
   }
   auto out = strategy.run([&] {

@@ -23,7 +23,8 @@ void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
   if (n > 1) {
-    std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 128});
+    std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                                 LogicalDeviceConfiguration{.memory_limit_mb = 128});
     config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
   }
 }
@@ -159,9 +160,12 @@ TEST_P(Replicas, OnWriteAggregationFollowsTensorFlow) {
   Variable mean, sum, first, none;
   {
     auto scope = strategy.scope();
-    mean = make_variable({.initial_value = Tensor::scalar(5.0f), .name = "mean", .aggregation = VariableAggregation::kMean});
-    sum = make_variable({.initial_value = Tensor::scalar(5.0f), .name = "sum", .aggregation = VariableAggregation::kSum});
-    first = make_variable({.initial_value = Tensor::scalar(0.0f), .name = "first",
+    mean = make_variable(
+        {.initial_value = Tensor::scalar(5.0f), .name = "mean", .aggregation = VariableAggregation::kMean});
+    sum =
+        make_variable({.initial_value = Tensor::scalar(5.0f), .name = "sum", .aggregation = VariableAggregation::kSum});
+    first = make_variable({.initial_value = Tensor::scalar(0.0f),
+                           .name = "first",
                            .aggregation = VariableAggregation::kOnlyFirstReplica});
     none = make_variable({.initial_value = Tensor::scalar(0.0f), .name = "none"});
   }
@@ -190,10 +194,14 @@ TEST_P(Replicas, OnReadVariablesAreLocalAndAggregateOnRead) {
   Variable total, avg;
   {
     auto scope = strategy.scope();
-    total = make_variable({.initial_value = Tensor::scalar(0.0), .name = "total",
-                           .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kSum});
-    avg = make_variable({.initial_value = Tensor::scalar(0.0), .name = "avg",
-                         .synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kMean});
+    total = make_variable({.initial_value = Tensor::scalar(0.0),
+                           .name = "total",
+                           .synchronization = VariableSynchronization::kOnRead,
+                           .aggregation = VariableAggregation::kSum});
+    avg = make_variable({.initial_value = Tensor::scalar(0.0),
+                         .name = "avg",
+                         .synchronization = VariableSynchronization::kOnRead,
+                         .aggregation = VariableAggregation::kMean});
   }
   EXPECT_FALSE(total.trainable());
   auto local = strategy.run([&] {
@@ -284,9 +292,11 @@ TEST_P(Replicas, AnExceptionInOneReplicaReleasesTheOthersAndTheNextRunWorks) {
   EXPECT_THROW_WITH(strategy.run([last] {
     if (get_replica_context()->replica_id_in_sync_group() == last) throw InvalidArgumentError("bad batch");
     get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::ones({4}));
-  }), InvalidArgumentError, "bad batch");
+  }),
+                    InvalidArgumentError, "bad batch");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);  // released by the abort, not the timeout
-  auto ok = strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::ones({1})).item<double>(); });
+  auto ok =
+      strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::ones({1})).item<double>(); });
   for (int r = 0; r < n(); ++r) EXPECT_EQ(ok[r], n());
 }
 
@@ -296,7 +306,8 @@ TEST_P(Replicas, MismatchedCollectivesRaiseInsteadOfHanging) {
   EXPECT_THROW_WITH(strategy.run([] {
     const int r = get_replica_context()->replica_id_in_sync_group();
     get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::ones({r == 0 ? 2 : 3}));
-  }), InvalidArgumentError, "");
+  }),
+                    InvalidArgumentError, "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpus, Replicas, ::testing::Values(1, 2, 3, 4),
@@ -471,24 +482,31 @@ TEST(StrategyErrors, AVariableCreatedOutsideTheScopeIsNamedWhenAReplicaUsesIt) {
   make_cpus(2);
   MirroredStrategy strategy(cpus(2));
   Variable w = make_variable({.initial_value = Tensor::ones({2, 2}), .name = "kernel"});  // on /cpu:0 only
-  EXPECT_THROW_WITH(strategy.run([&] { (void)ops::matmul(Tensor::ones({1, 2}), w.value()); }), InvalidArgumentError,
-                    "is a variable on", "replica 1 of 2", "created outside strategy.scope()", "strategy.scope()");
+  EXPECT_THROW_WITH(strategy.run([&] {
+    (void)ops::matmul(Tensor::ones({1, 2}), w.value());
+  }),
+                    InvalidArgumentError, "is a variable on", "replica 1 of 2", "created outside strategy.scope()",
+                    "strategy.scope()");
   // A plain tensor on another device keeps the general message.
   Tensor elsewhere = Tensor::ones({2, 2}, DType::kFloat32, "/cpu:0");
-  EXPECT_THROW_WITH(strategy.run([&] { (void)ops::matmul(Tensor::ones({1, 2}), elsewhere); }), InvalidArgumentError,
-                    "inputs must be on one device");
+  EXPECT_THROW_WITH(strategy.run([&] {
+    (void)ops::matmul(Tensor::ones({1, 2}), elsewhere);
+  }),
+                    InvalidArgumentError, "inputs must be on one device");
 }
 
 TEST(StrategyErrors, NoneSynchronizationAndBadDevicesAreRefused) {
   make_cpus(2);
   MirroredStrategy s(cpus(2));
   auto scope = s.scope();
-  EXPECT_THROW_WITH(make_variable({.initial_value = Tensor::zeros({1}), .name = "nosync",
-                                   .synchronization = VariableSynchronization::kNone}),
-                    InvalidArgumentError, "`NONE` variable synchronization mode is not supported");
+  EXPECT_THROW_WITH(
+      make_variable(
+          {.initial_value = Tensor::zeros({1}), .name = "nosync", .synchronization = VariableSynchronization::kNone}),
+      InvalidArgumentError, "`NONE` variable synchronization mode is not supported");
   EXPECT_THROW_WITH(MirroredStrategy({"/cpu:0", "/cpu:0"}), InvalidArgumentError, "listed twice");
   EXPECT_THROW_WITH(MirroredStrategy({"/cpu:7"}), InvalidArgumentError, "");
-  EXPECT_THROW_WITH(MirroredStrategy(cpus(2), {.cross_device_ops = CrossDeviceOps::kVirtualGpu}), InvalidArgumentError, "");
+  EXPECT_THROW_WITH(MirroredStrategy(cpus(2), {.cross_device_ops = CrossDeviceOps::kVirtualGpu}), InvalidArgumentError,
+                    "");
 }
 
 TEST(StrategyErrors, RunInsideRunIsRefused) {
@@ -502,7 +520,8 @@ TEST(StrategyErrors, CommunicationOptionsMustMatchTheStrategy) {
   MirroredStrategy s(cpus(2));
   EXPECT_THROW_WITH(s.run([] {
     ctx().all_reduce(ReduceOp::kSum, std::vector<Tensor>{Tensor::ones({1})}, {.implementation = CrossDeviceOps::kNccl});
-  }), InvalidArgumentError, "differs from the strategy's shared_memory");
+  }),
+                    InvalidArgumentError, "differs from the strategy's shared_memory");
 }
 
 TEST(MirroredStrategyDefaults, AllLogicalCpusWithoutGpus) {

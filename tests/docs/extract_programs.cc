@@ -33,8 +33,8 @@ struct Program {
 // What the program needs beyond a default build: "mpi" or "-".
 std::string needs(const std::string& code) {
   // Every name collective/mpi.h declares.
-  for (const char* mpi_api : {"MpiThreadLevel", "MpiEnvironment", "mpi_cuda_aware", "MpiCommunicatorOptions",
-                              "make_mpi_communicator"})
+  for (const char* mpi_api :
+       {"MpiThreadLevel", "MpiEnvironment", "mpi_cuda_aware", "MpiCommunicatorOptions", "make_mpi_communicator"})
     if (code.find(mpi_api) != std::string::npos) return "mpi";
   return "-";
 }

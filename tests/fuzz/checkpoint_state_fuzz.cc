@@ -20,7 +20,8 @@ namespace {
 bool same_number(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 bool same(const CheckpointState& a, const CheckpointState& b) {
-  if (a.model_checkpoint_path != b.model_checkpoint_path || a.all_model_checkpoint_paths != b.all_model_checkpoint_paths ||
+  if (a.model_checkpoint_path != b.model_checkpoint_path ||
+      a.all_model_checkpoint_paths != b.all_model_checkpoint_paths ||
       a.all_model_checkpoint_timestamps.size() != b.all_model_checkpoint_timestamps.size() ||
       !same_number(a.last_preserved_timestamp, b.last_preserved_timestamp))
     return false;

@@ -44,7 +44,8 @@ std::string argv_bytes(const std::vector<std::string>& args) {
 
 std::vector<std::uint8_t> digit_pixels(int seed) {
   std::vector<std::uint8_t> p(chorus::launch::kDigitPixels);
-  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::uint8_t>((i * 7 + static_cast<std::size_t>(seed) * 31) % 256);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    p[i] = static_cast<std::uint8_t>((i * 7 + static_cast<std::size_t>(seed) * 31) % 256);
   return p;
 }
 
@@ -60,12 +61,16 @@ void object_graphs() {
   g.nodes[0].children = {{1, "model"}, {2, "optimizer"}};
   g.nodes[1].children = {{3, "layer_with_weights-0"}};
   g.nodes[3].children = {{4, "kernel"}, {5, "bias"}};
-  g.nodes[4].attributes = {{"VARIABLE_VALUE", "dense/kernel", "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"}};
-  g.nodes[5].attributes = {{"VARIABLE_VALUE", "dense/bias", "model/layer_with_weights-0/bias/.ATTRIBUTES/VARIABLE_VALUE"}};
+  g.nodes[4].attributes = {
+      {"VARIABLE_VALUE", "dense/kernel", "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"}};
+  g.nodes[5].attributes = {
+      {"VARIABLE_VALUE", "dense/bias", "model/layer_with_weights-0/bias/.ATTRIBUTES/VARIABLE_VALUE"}};
   g.nodes[2].children = {{6, "iter"}};
   g.nodes[6].attributes = {{"VARIABLE_VALUE", "iter", "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"}};
   g.nodes[2].slot_variables = {{4, "m", 7}, {5, "m", 7}};
-  g.nodes[7].attributes = {{"VARIABLE_VALUE", "m", "model/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE"}};
+  g.nodes[7].attributes = {
+      {"VARIABLE_VALUE", "m",
+       "model/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE"}};
   put("object_graph_fuzz", "model_and_adam", internal::serialize_object_graph(g));
 
   // Fields chorus does not model (TrackableObject's registered_saver, has_checkpoint_values, ...)
@@ -183,11 +188,13 @@ void event_files() {
   image.image = summary::SummaryImage{2, 2, 1, std::string("\x89PNG\r\n\x1a\n", 8)};
   summary::SummaryValue content;
   content.tag = "matrix";
-  content.metadata = summary::SummaryMetadata{{"histograms", "\x08\x01"}, "matrix", "a 2x3 int32", summary::DataClass::kTensor};
+  content.metadata =
+      summary::SummaryMetadata{{"histograms", "\x08\x01"}, "matrix", "a 2x3 int32", summary::DataClass::kTensor};
   content.tensor = summary::TensorProto{};
   content.tensor->dtype = summary::tf_dtype::kInt32;
   content.tensor->shape = std::vector<std::int64_t>{2, 3};
-  for (std::int32_t v : {1, -2, 3, -4, 5, -6}) content.tensor->tensor_content.append(reinterpret_cast<const char*>(&v), 4);
+  for (std::int32_t v : {1, -2, 3, -4, 5, -6})
+    content.tensor->tensor_content.append(reinterpret_cast<const char*>(&v), 4);
   summary::SummaryValue text;
   text.tag = "note";
   text.tensor = summary::TensorProto{};
@@ -201,7 +208,8 @@ void event_files() {
   session.session_log = summary::SessionLog{summary::SessionStatus::kCheckpoint, "/tmp/ckpt-1", "saved"};
 
   std::string file;
-  for (const summary::Event* e : {&version, &scalar, &rich, &session}) summary::append_record(file, summary::encode_event(*e));
+  for (const summary::Event* e : {&version, &scalar, &rich, &session})
+    summary::append_record(file, summary::encode_event(*e));
   put("event_file_fuzz", "events.tfevents", file);
   put("event_file_fuzz", "EVNT_scalar", "EVNT" + summary::encode_event(scalar));
   put("event_file_fuzz", "EVNT_rich", "EVNT" + summary::encode_event(rich));
@@ -212,7 +220,8 @@ void tf_configs() {
   put("tf_config_fuzz", "workers",
       R"({"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 1}})");
   put("tf_config_fuzz", "chief_ps_evaluator",
-      "{\n  \"cluster\": {\n    \"chief\": [\"h0:1\"],\n    \"worker\": [\"h0:2\", \"h1:2\"],\n    \"ps\": [\"h2:3\"],\n"
+      "{\n  \"cluster\": {\n    \"chief\": [\"h0:1\"],\n    \"worker\": [\"h0:2\", \"h1:2\"],\n    \"ps\": "
+      "[\"h2:3\"],\n"
       "    \"evaluator\": [\"h3:4\"]\n  },\n  \"task\": {\"type\": \"evaluator\", \"index\": 0.0},\n"
       "  \"environment\": \"cloud\", \"rpc_layer\": null, \"x\": [true, false, -1.5e3, {}]\n}");
   put("tf_config_fuzz", "escapes",
@@ -229,13 +238,44 @@ void command_lines() {
 
   put("train_options_fuzz", "defaults", "");
   put("train_options_fuzz", "all_flags",
-      argv_bytes({"--model", "mlp", "--strategy=one_device", "--devices", "/cpu:0", "--virtual-devices", "2",
-                  "--memory-limit-mb", "512", "--epochs", "3", "--batch", "64", "--learning-rate", "0.05",
-                  "--optimizer", "sgd", "--tfrecord", "a-*.tfrecord,b.tfrecord", "--tfrecord", "c", "--train", "100",
-                  "--test", "10", "--seed", "7", "--checkpoint-dir", "/tmp/c", "--no-resume", "--no-terminate-on-nan",
-                  "--log-dir", "/tmp/l", "--min-accuracy", "0.5", "--quiet"}));
-  put("train_options_fuzz", "mirrored", argv_bytes({"--strategy", "mirrored", "--devices=/gpu:0,/gpu:1", "--data-dir",
-                                                    "/data/mnist", "-h"}));
+      argv_bytes({"--model",
+                  "mlp",
+                  "--strategy=one_device",
+                  "--devices",
+                  "/cpu:0",
+                  "--virtual-devices",
+                  "2",
+                  "--memory-limit-mb",
+                  "512",
+                  "--epochs",
+                  "3",
+                  "--batch",
+                  "64",
+                  "--learning-rate",
+                  "0.05",
+                  "--optimizer",
+                  "sgd",
+                  "--tfrecord",
+                  "a-*.tfrecord,b.tfrecord",
+                  "--tfrecord",
+                  "c",
+                  "--train",
+                  "100",
+                  "--test",
+                  "10",
+                  "--seed",
+                  "7",
+                  "--checkpoint-dir",
+                  "/tmp/c",
+                  "--no-resume",
+                  "--no-terminate-on-nan",
+                  "--log-dir",
+                  "/tmp/l",
+                  "--min-accuracy",
+                  "0.5",
+                  "--quiet"}));
+  put("train_options_fuzz", "mirrored",
+      argv_bytes({"--strategy", "mirrored", "--devices=/gpu:0,/gpu:1", "--data-dir", "/data/mnist", "-h"}));
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check(s.original_variable_node_id >= 0 && s.original_variable_node_id < n && s.slot_variable_node_id >= 0 &&
                 s.slot_variable_node_id < n,
             "slot ids in range");
-    if (const auto* a = node.attribute(internal::kVariableValue)) check(a->name == internal::kVariableValue, "attribute()");
+    if (const auto* a = node.attribute(internal::kVariableValue))
+      check(a->name == internal::kVariableValue, "attribute()");
   }
   // What BundleReader's restore does with it next is walk it; a round trip must be lossless.
   check(same(internal::parse_object_graph(internal::serialize_object_graph(graph), "re.index"), graph),

@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::vector<std::string> argv = launch::build_mpirun_argv(o);
     check(!argv.empty() && argv[0] == "mpirun", "argv[0] is mpirun");
     check(argv.size() > cl.program.size() &&
-              std::equal(cl.program.begin(), cl.program.end(), argv.end() - static_cast<std::ptrdiff_t>(cl.program.size())) &&
+              std::equal(cl.program.begin(), cl.program.end(),
+                         argv.end() - static_cast<std::ptrdiff_t>(cl.program.size())) &&
               argv[argv.size() - cl.program.size() - 1] == "--",
           "the program follows --, unchanged");
     check(o.num_processes >= 1 && o.num_processes <= launch::kMaxProcesses, "-np in range");

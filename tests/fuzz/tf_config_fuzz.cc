@@ -34,11 +34,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)r.to_string();
   (void)r.cluster_spec().to_string();
   if (!json.empty()) {
-    const ClusterResolver env = ClusterResolver::from_environment(
-        [&](const char* name) -> std::optional<std::string> {
-          if (std::string_view(name) == "TF_CONFIG") return json;
-          return std::nullopt;
-        });
+    const ClusterResolver env = ClusterResolver::from_environment([&](const char* name) -> std::optional<std::string> {
+      if (std::string_view(name) == "TF_CONFIG") return json;
+      return std::nullopt;
+    });
     check(env.to_string() == r.to_string(), "from_environment(TF_CONFIG) == from_tf_config");
   }
   return 0;

@@ -38,9 +38,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           check(at == size, "a clean end is at the end of the file");
           break;
         }
-        check(reader.offset() == at + chorus::data::kTFRecordHeaderBytes + r->size() + chorus::data::kTFRecordFooterBytes,
-              "offset advances by one framed record");
-        check(chorus::summary::frame_record(*r) == in.substr(at, reader.offset() - at), "record re-frames to its bytes");
+        check(
+            reader.offset() == at + chorus::data::kTFRecordHeaderBytes + r->size() + chorus::data::kTFRecordFooterBytes,
+            "offset advances by one framed record");
+        check(chorus::summary::frame_record(*r) == in.substr(at, reader.offset() - at),
+              "record re-frames to its bytes");
         offsets.push_back(at);
         records.push_back(std::move(*r));
       }

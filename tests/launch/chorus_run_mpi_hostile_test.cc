@@ -7,10 +7,10 @@
 //   - a rank that exits non-zero under --enable-recovery (or OMPI_MCA_orte_enable_recovery=1)
 //     makes chorus-run exit with its status (before: 0, mpirun's).
 // Each job runs with its output in a file and a deadline, so a hang fails the test, never CTest.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,7 +158,8 @@ TEST(ChorusRunHostile, AKilledWorkerEndsTheJobWithinSecondsNamingIt) {
 TEST(ChorusRunHostile, WorkersWithDifferentTrainSizesFailBeforeTheFirstStep) {
   // Rank 0 trains on 600 examples, rank 1 on 1000: one model cannot be trained on both.
   const std::string script = std::string("if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then n=600; else n=1000; fi; exec ") +
-                             CHORUS_TRAIN_PATH + " --strategy multi_worker --model mlp --epochs 1 --train $n --test 200"
+                             CHORUS_TRAIN_PATH +
+                             " --strategy multi_worker --model mlp --epochs 1 --train $n --test 200"
                              " --batch 32 --quiet";
   const auto start = Clock::now();
   Job job({CHORUS_RUN_PATH, "-np", "2", "--", "/bin/sh", "-c", script}, {});

@@ -12,8 +12,8 @@ extern char** environ;
 namespace chorus::launch {
 namespace {
 
-using testing::run_tool;
 using ::testing::HasSubstr;
+using testing::run_tool;
 
 // The environment of the test plus the variable the probe looks for (forwarded as CHORUS_*).
 std::vector<std::string> probe_environment() {
@@ -50,9 +50,28 @@ TEST(ChorusRunMpi, ChorusTrainUnderChorusRun) {
 
 TEST(ChorusRunMpi, ChorusTrainMultiWorkerTrainsOneModel) {
   // Two workers with one CPU device each: one model, gradients all-reduced over MPI; the chief prints.
-  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", CHORUS_TRAIN_PATH, "--model", "mlp", "--strategy",
-                           "multi_worker", "--epochs", "1", "--train", "600", "--test", "200", "--batch", "32",
-                           "--learning-rate", "0.003", "--min-accuracy", "0.6", "--quiet"});
+  const auto r = run_tool({CHORUS_RUN_PATH,
+                           "-np",
+                           "2",
+                           "--",
+                           CHORUS_TRAIN_PATH,
+                           "--model",
+                           "mlp",
+                           "--strategy",
+                           "multi_worker",
+                           "--epochs",
+                           "1",
+                           "--train",
+                           "600",
+                           "--test",
+                           "200",
+                           "--batch",
+                           "32",
+                           "--learning-rate",
+                           "0.003",
+                           "--min-accuracy",
+                           "0.6",
+                           "--quiet"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("Strategy: MultiWorkerMirroredStrategy on 2 devices in 2 worker(s)"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning: process")));

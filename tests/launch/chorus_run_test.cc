@@ -14,8 +14,8 @@
 namespace chorus::launch {
 namespace {
 
-using testing::run_tool;
 using ::testing::HasSubstr;
+using testing::run_tool;
 
 const std::string kTool = CHORUS_RUN_PATH;
 
@@ -28,20 +28,21 @@ TEST(ChorusRun, DryRunPrintsOneQuotedLine) {
                           std::vector<std::string>{"PATH=/usr/bin:/bin", "CHORUS_LAUNCH_TEST=1", "HOME=/root"});
   const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "mpirun -np 2 -H a:1,b:1 --bind-to none" + root +
-                       " -x CHORUS_LAUNCH_TEST -x PATH -- ./x --flag 'a b'\n");
+  EXPECT_EQ(r.out,
+            "mpirun -np 2 -H a:1,b:1 --bind-to none" + root + " -x CHORUS_LAUNCH_TEST -x PATH -- ./x --flag 'a b'\n");
   EXPECT_EQ(r.err, "");
 }
 
 TEST(ChorusRun, DryRunOnThisMachineShowsTheRankWrapperAndTheTimeout) {
   // Without -H every rank runs here: each is wrapped to record how it ended (launch/rank_status.h).
-  const auto r = run_tool({kTool, "--dry-run", "-np", "2", "--enable-recovery", "--collective-timeout", "20", "--",
-                           "./x", "a b"},
-                          std::vector<std::string>{"PATH=/usr/bin:/bin", "TMPDIR=/scratch"});
+  const auto r =
+      run_tool({kTool, "--dry-run", "-np", "2", "--enable-recovery", "--collective-timeout", "20", "--", "./x", "a b"},
+               std::vector<std::string>{"PATH=/usr/bin:/bin", "TMPDIR=/scratch"});
   const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "mpirun -np 2 --bind-to none" + root + " --enable-recovery -x CHORUS_COLLECTIVE_TIMEOUT=20 -x PATH -- " +
-                       self_path() + " --record-exit-status /scratch/chorus-run-XXXXXX -- ./x 'a b'\n");
+  EXPECT_EQ(r.out, "mpirun -np 2 --bind-to none" + root +
+                       " --enable-recovery -x CHORUS_COLLECTIVE_TIMEOUT=20 -x PATH -- " + self_path() +
+                       " --record-exit-status /scratch/chorus-run-XXXXXX -- ./x 'a b'\n");
   const auto shared = run_tool({kTool, "--dry-run", "-np", "2", "-H", "a,b", "--status-dir", "/nfs/s", "--", "./x"},
                                std::vector<std::string>{"PATH=/bin"});
   EXPECT_THAT(shared.out, HasSubstr(" -- " + self_path() + " --record-exit-status /nfs/s -- ./x\n"));
@@ -51,8 +52,8 @@ TEST(ChorusRun, DryRunOnThisMachineShowsTheRankWrapperAndTheTimeout) {
 }
 
 TEST(ChorusRun, NpDefaultsToTheSlotsOfTheHosts) {
-  const auto r = run_tool({kTool, "--dry-run", "-H", "a:3", "--bind-to", "socket", "prog"},
-                          std::vector<std::string>{"PATH=/bin"});
+  const auto r =
+      run_tool({kTool, "--dry-run", "-H", "a:3", "--bind-to", "socket", "prog"}, std::vector<std::string>{"PATH=/bin"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("mpirun -np 3 -H a:3 --bind-to socket"));
   EXPECT_THAT(r.out, HasSubstr(" -x PATH -- prog\n"));

@@ -19,8 +19,8 @@ namespace chorus::launch {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::run_tool;
 using ::testing::HasSubstr;
+using testing::run_tool;
 
 const std::string kTool = CHORUS_TRAIN_PATH;
 
@@ -32,8 +32,9 @@ struct ScratchDir {
 };
 
 std::vector<std::string> train_args(const fs::path& ckpt, const char* model, const char* epochs) {
-  return {kTool, "--model", model, "--strategy", "mirrored", "--virtual-devices", "2", "--train", "256", "--test", "64",
-          "--batch", "32", "--quiet", "--checkpoint-dir", ckpt.string(), "--epochs", epochs};
+  return {
+      kTool,    "--model", model,     "--strategy", "mirrored", "--virtual-devices", "2",           "--train",  "256",
+      "--test", "64",      "--batch", "32",         "--quiet",  "--checkpoint-dir",  ckpt.string(), "--epochs", epochs};
 }
 
 TEST(ChorusTrainHostile, ACheckpointOfAnotherModelIsNotResumed) {
@@ -55,11 +56,13 @@ TEST(ChorusTrainHostile, ACheckpointWithForeignKeysIsNotResumed) {
     // Another program's object graph: one variable under keys chorus-train's model never uses.
     internal::reset_runtime_for_testing();
     Variable v = make_variable({.initial_value = Tensor::ones({3, 3}), .name = "w"});
-    Variable step = make_variable({.initial_value = Tensor::scalar<std::int64_t>(5), .name = "step", .trainable = false});
+    Variable step =
+        make_variable({.initial_value = Tensor::scalar<std::int64_t>(5), .name = "step", .trainable = false});
     train::Checkpoint other({{"net", v}, {"step", step}});
     fs::create_directories(dir.path);
     other.save((dir.path / "ckpt").string());
-    std::ofstream(dir.path / "checkpoint") << "model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n";
+    std::ofstream(dir.path / "checkpoint")
+        << "model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n";
   }
   const auto r = run_tool(train_args(dir.path, "mlp", "1"));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;

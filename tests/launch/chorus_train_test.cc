@@ -15,8 +15,8 @@ namespace chorus::launch {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::run_tool;
 using ::testing::HasSubstr;
+using testing::run_tool;
 
 const std::string kTool = CHORUS_TRAIN_PATH;
 
@@ -28,10 +28,27 @@ std::vector<std::string> with_tool(std::vector<std::string> args) {
 TEST(ChorusTrain, HelpListsEveryFlag) {
   const auto r = run_tool(with_tool({"--help"}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* flag : {"--help", "--model", "--strategy", "--devices", "--virtual-devices", "--memory-limit-mb",
-                           "--epochs", "--batch", "--learning-rate", "--optimizer", "--data-dir", "--tfrecord",
-                           "--train", "--test", "--seed", "--checkpoint-dir", "--no-resume", "--log-dir",
-                           "--min-accuracy", "--quiet", "--no-terminate-on-nan"})
+  for (const char* flag : {"--help",
+                           "--model",
+                           "--strategy",
+                           "--devices",
+                           "--virtual-devices",
+                           "--memory-limit-mb",
+                           "--epochs",
+                           "--batch",
+                           "--learning-rate",
+                           "--optimizer",
+                           "--data-dir",
+                           "--tfrecord",
+                           "--train",
+                           "--test",
+                           "--seed",
+                           "--checkpoint-dir",
+                           "--no-resume",
+                           "--log-dir",
+                           "--min-accuracy",
+                           "--quiet",
+                           "--no-terminate-on-nan"})
     EXPECT_THAT(r.out, HasSubstr(flag));
   for (const char* choice : {"mlp", "cnn", "one_device", "mirrored", "multi_worker", "adam", "sgd"})
     EXPECT_THAT(r.out, HasSubstr(choice));
@@ -84,9 +101,10 @@ TEST(ChorusTrain, CheckpointsResumeWhereTheyStopped) {
   const fs::path dir = fs::temp_directory_path() / ("chorus_train_ckpt_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const auto run = [&](const char* epochs, bool resume) {
-    std::vector<std::string> args{"--model", "mlp", "--strategy", "mirrored", "--virtual-devices", "2", "--train",
-                                  "300", "--test", "100", "--batch", "32", "--learning-rate", "0.003", "--quiet",
-                                  "--checkpoint-dir", dir.string(), "--epochs", epochs};
+    std::vector<std::string> args{
+        "--model",    "mlp",      "--strategy", "mirrored", "--virtual-devices", "2",     "--train", "300",
+        "--test",     "100",      "--batch",    "32",       "--learning-rate",   "0.003", "--quiet", "--checkpoint-dir",
+        dir.string(), "--epochs", epochs};
     if (!resume) args.push_back("--no-resume");
     return run_tool(with_tool(args));
   };

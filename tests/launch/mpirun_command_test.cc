@@ -48,9 +48,7 @@ TEST(HostSpec, DefaultSlotIsOne) {
   EXPECT_EQ(parse_host_spec("a,b:3"), (std::vector<HostSlots>{{"a", 1, false}, {"b", 3, true}}));
 }
 
-TEST(HostSpec, FormatWritesEverySlotCount) {
-  EXPECT_EQ(format_host_spec(parse_host_spec("a,b:3")), "a:1,b:3");
-}
+TEST(HostSpec, FormatWritesEverySlotCount) { EXPECT_EQ(format_host_spec(parse_host_spec("a,b:3")), "a:1,b:3"); }
 
 TEST(HostSpec, BadSpecsNameTheEntry) {
   EXPECT_THAT(host_error_of(""), HasSubstr("-H is empty"));
@@ -151,22 +149,48 @@ TEST(MpirunArgv, RootAndBinding) {
 
 TEST(MpirunArgv, ForwardsOnlyTheTrainingEnvironmentSorted) {
   MpirunOptions o = basic(2);
-  o.environment = {"HOME", "PATH", "TF_CPP_MIN_LOG_LEVEL", "NCCL_DEBUG", "CHORUS_LOG_LEVEL", "SSH_AUTH_SOCK",
-                   "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "TF_", "CUDA_HOME",
-                   "CHORUS_LOG_LEVEL", "OMPI_MCA_btl"};
-  EXPECT_EQ(build_mpirun_argv(o),
-            (Argv{"mpirun", "-np", "2", "--bind-to", "none", "-x", "CHORUS_LOG_LEVEL", "-x", "CUDA_VISIBLE_DEVICES",
-                  "-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH", "-x",
-                  "TF_CPP_MIN_LOG_LEVEL", "--", "./x"}));
+  o.environment = {"HOME",
+                   "PATH",
+                   "TF_CPP_MIN_LOG_LEVEL",
+                   "NCCL_DEBUG",
+                   "CHORUS_LOG_LEVEL",
+                   "SSH_AUTH_SOCK",
+                   "CUDA_VISIBLE_DEVICES",
+                   "OMP_NUM_THREADS",
+                   "LD_LIBRARY_PATH",
+                   "TF_",
+                   "CUDA_HOME",
+                   "CHORUS_LOG_LEVEL",
+                   "OMPI_MCA_btl"};
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun",
+                                        "-np",
+                                        "2",
+                                        "--bind-to",
+                                        "none",
+                                        "-x",
+                                        "CHORUS_LOG_LEVEL",
+                                        "-x",
+                                        "CUDA_VISIBLE_DEVICES",
+                                        "-x",
+                                        "LD_LIBRARY_PATH",
+                                        "-x",
+                                        "NCCL_DEBUG",
+                                        "-x",
+                                        "OMP_NUM_THREADS",
+                                        "-x",
+                                        "PATH",
+                                        "-x",
+                                        "TF_CPP_MIN_LOG_LEVEL",
+                                        "--",
+                                        "./x"}));
 }
 
 TEST(MpirunArgv, ExtraEnvironmentAndExplicitValuesWin) {
   MpirunOptions o = basic(2);
   o.environment = {"NCCL_DEBUG", "PATH"};
   o.extra_environment = {"NCCL_DEBUG=INFO", "MY_VAR", "PATH", "A_1=x y"};
-  EXPECT_EQ(build_mpirun_argv(o),
-            (Argv{"mpirun", "-np", "2", "--bind-to", "none", "-x", "A_1=x y", "-x", "MY_VAR", "-x", "NCCL_DEBUG=INFO",
-                  "-x", "PATH", "--", "./x"}));
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun", "-np", "2", "--bind-to", "none", "-x", "A_1=x y", "-x", "MY_VAR",
+                                        "-x", "NCCL_DEBUG=INFO", "-x", "PATH", "--", "./x"}));
   o.extra_environment = {"1X=2"};
   EXPECT_THAT(error_of(o), HasSubstr("-x '1X=2'"));
   o.extra_environment = {"A-B"};

@@ -80,7 +80,8 @@ TEST(TFRecordDigits, AcceptsAFloatImage) {
     const float v = static_cast<float>(i) / kDigitPixels;
     floats.append(reinterpret_cast<const char*>(&v), 4);  // little-endian fixed32, as packed floats are
   }
-  const std::string record = example(map_entry("image", len_field(2, len_field(1, floats))) + map_entry("label", int64_feature(9)));
+  const std::string record =
+      example(map_entry("image", len_field(2, len_field(1, floats))) + map_entry("label", int64_feature(9)));
   const DigitExample d = parse_digit_example(record);
   EXPECT_EQ(d.label, 9);
   EXPECT_FLOAT_EQ(d.pixels[392], 0.5f);
@@ -88,9 +89,9 @@ TEST(TFRecordDigits, AcceptsAFloatImage) {
 
 TEST(TFRecordDigits, IgnoresOtherFeatures) {
   const auto pixels = ramp();
-  const std::string record =
-      example(map_entry("height", int64_feature(28)) + map_entry("image", bytes_feature(std::string(pixels.begin(), pixels.end()))) +
-              map_entry("label", int64_feature(0)));
+  const std::string record = example(map_entry("height", int64_feature(28)) +
+                                     map_entry("image", bytes_feature(std::string(pixels.begin(), pixels.end()))) +
+                                     map_entry("label", int64_feature(0)));
   EXPECT_EQ(parse_digit_example(record).label, 0);
 }
 

@@ -42,8 +42,10 @@ inline ToolResult run_tool(const std::vector<std::string>& argv,
     ::close(err_pipe[0]);
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
-    if (env) ::execve(args[0], args.data(), envp.data());
-    else ::execv(args[0], args.data());
+    if (env)
+      ::execve(args[0], args.data(), envp.data());
+    else
+      ::execv(args[0], args.data());
     ::_exit(126);
   }
   ::close(out_pipe[1]);

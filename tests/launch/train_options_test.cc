@@ -35,11 +35,41 @@ TEST(TrainOptions, Defaults) {
 }
 
 TEST(TrainOptions, EveryFlag) {
-  const TrainOptions o = parse_train_options(Args{
-      "--model", "mlp", "--strategy=one_device", "--devices", "/cpu:1", "--virtual-devices", "2",
-      "--memory-limit-mb", "512", "--epochs", "3", "--batch", "64", "--learning-rate", "0.05", "--optimizer", "sgd",
-      "--tfrecord", "a.tfrecord", "--tfrecord", "b-*.tfrecord", "--train", "500", "--test", "100", "--seed", "9",
-      "--checkpoint-dir", "/tmp/ck", "--no-resume", "--log-dir", "/tmp/logs", "--min-accuracy", "0.5", "--quiet"});
+  const TrainOptions o = parse_train_options(Args{"--model",
+                                                  "mlp",
+                                                  "--strategy=one_device",
+                                                  "--devices",
+                                                  "/cpu:1",
+                                                  "--virtual-devices",
+                                                  "2",
+                                                  "--memory-limit-mb",
+                                                  "512",
+                                                  "--epochs",
+                                                  "3",
+                                                  "--batch",
+                                                  "64",
+                                                  "--learning-rate",
+                                                  "0.05",
+                                                  "--optimizer",
+                                                  "sgd",
+                                                  "--tfrecord",
+                                                  "a.tfrecord",
+                                                  "--tfrecord",
+                                                  "b-*.tfrecord",
+                                                  "--train",
+                                                  "500",
+                                                  "--test",
+                                                  "100",
+                                                  "--seed",
+                                                  "9",
+                                                  "--checkpoint-dir",
+                                                  "/tmp/ck",
+                                                  "--no-resume",
+                                                  "--log-dir",
+                                                  "/tmp/logs",
+                                                  "--min-accuracy",
+                                                  "0.5",
+                                                  "--quiet"});
   EXPECT_EQ(o.model, "mlp");
   EXPECT_EQ(o.strategy, "one_device");
   EXPECT_EQ(o.devices, (Args{"/cpu:1"}));
@@ -108,10 +138,27 @@ TEST(TrainOptions, ABadCollectiveTimeoutVariableIsAUsageError) {
 TEST(TrainOptions, HelpListsEveryFlag) {
   EXPECT_TRUE(parse_train_options(Args{"--help"}).help);
   const std::string usage = train_usage();
-  for (const char* flag : {"--help", "--model", "--strategy", "--devices", "--virtual-devices", "--memory-limit-mb",
-                           "--epochs", "--batch", "--learning-rate", "--optimizer", "--data-dir", "--tfrecord",
-                           "--train", "--test", "--seed", "--checkpoint-dir", "--no-resume", "--log-dir",
-                           "--min-accuracy", "--quiet", "--collective-timeout"})
+  for (const char* flag : {"--help",
+                           "--model",
+                           "--strategy",
+                           "--devices",
+                           "--virtual-devices",
+                           "--memory-limit-mb",
+                           "--epochs",
+                           "--batch",
+                           "--learning-rate",
+                           "--optimizer",
+                           "--data-dir",
+                           "--tfrecord",
+                           "--train",
+                           "--test",
+                           "--seed",
+                           "--checkpoint-dir",
+                           "--no-resume",
+                           "--log-dir",
+                           "--min-accuracy",
+                           "--quiet",
+                           "--collective-timeout"})
     EXPECT_THAT(usage, HasSubstr(flag));
 }
 

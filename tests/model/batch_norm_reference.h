@@ -18,7 +18,8 @@ struct Moments {
 // Two-pass, in float64, of the float32 values actually fed to the layer.
 inline Moments moments(const std::vector<double>& x, std::int64_t c) {
   const auto rows = static_cast<std::int64_t>(x.size()) / c;
-  Moments m{std::vector<double>(static_cast<std::size_t>(c), 0.0), std::vector<double>(static_cast<std::size_t>(c), 0.0)};
+  Moments m{std::vector<double>(static_cast<std::size_t>(c), 0.0),
+            std::vector<double>(static_cast<std::size_t>(c), 0.0)};
   for (std::int64_t i = 0; i < rows; ++i)
     for (std::int64_t j = 0; j < c; ++j) m.mean[static_cast<std::size_t>(j)] += x[static_cast<std::size_t>(i * c + j)];
   for (auto& v : m.mean) v /= static_cast<double>(rows);

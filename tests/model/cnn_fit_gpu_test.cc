@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "core/config.h"
-#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "data/synthetic_digits.h"
@@ -21,6 +20,7 @@
 #include "optimizer/adam.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/sgd.h"
+#include "tests/core/virtual_gpus.h"
 
 namespace chorus {
 namespace {

@@ -48,14 +48,16 @@ data::Dataset blobs(int n, int nan_from) {
     x[static_cast<std::size_t>(2 * i)] = i % 2 ? 1.0f : -1.0f;
     x[static_cast<std::size_t>(2 * i + 1)] = i >= nan_from ? std::numeric_limits<float>::quiet_NaN() : 0.1f * (i % 5);
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 // Linear layers: a ReLU would turn a NaN activation into 0 (max(0, NaN)) and hide it from the loss,
 // though not from the weights its gradient reaches.
 std::unique_ptr<model::Sequential> make_model() {
-  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-      layers::Dense(4, "", true, initializers::glorot_uniform(1)), layers::Dense(2, "", true, initializers::glorot_uniform(2))});
+  auto m = std::make_unique<model::Sequential>(
+      std::vector<layers::LayerPtr>{layers::Dense(4, "", true, initializers::glorot_uniform(1)),
+                                    layers::Dense(2, "", true, initializers::glorot_uniform(2))});
   m->compile(std::make_shared<optimizers::SGD>(0.1), std::make_shared<losses::SparseCategoricalCrossentropy>(true),
              {"accuracy"});
   return m;
@@ -110,7 +112,8 @@ TEST_F(FitHostileTest, ANaNPredictionCountsAsWrong) {
     EXPECT_DOUBLE_EQ(acc->result(), 0.25) << name;  // row 1 right; rows 0 and 2 NaN; row 3 wrong
   }
   auto cat = metrics::get("categorical_accuracy", false);
-  cat->update_state(Tensor::from_vector<float>({1, 0, 1, 0}, {2, 2}), Tensor::from_vector<float>({nan, 0.f, 2.f, 1.f}, {2, 2}));
+  cat->update_state(Tensor::from_vector<float>({1, 0, 1, 0}, {2, 2}),
+                    Tensor::from_vector<float>({nan, 0.f, 2.f, 1.f}, {2, 2}));
   EXPECT_DOUBLE_EQ(cat->result(), 0.5);
 }
 

@@ -9,7 +9,6 @@
 #include <random>
 
 #include "core/config.h"
-#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -18,6 +17,7 @@
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optimizer/adam.h"
+#include "tests/core/virtual_gpus.h"
 
 namespace chorus {
 namespace {
@@ -41,16 +41,17 @@ data::Dataset dataset(std::int64_t n, unsigned seed) {
     }
     y[static_cast<std::size_t>(i)] = best;
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 256}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {n, 256}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 // A 2048-unit hidden layer: a global batch of 4096 (2048 rows per replica) needs 16 MiB per
 // activation of it, more than a 32 MiB device holds with the rest; a batch of 64 needs 256 KiB.
 std::unique_ptr<model::Sequential> make_model(distribute::Strategy& s) {
   auto scope = s.scope();
-  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-      layers::Dense(2048, "relu", true, initializers::glorot_uniform(1)),
-      layers::Dense(4, "", true, initializers::glorot_uniform(2))});
+  auto m = std::make_unique<model::Sequential>(
+      std::vector<layers::LayerPtr>{layers::Dense(2048, "relu", true, initializers::glorot_uniform(1)),
+                                    layers::Dense(4, "", true, initializers::glorot_uniform(2))});
   m->compile(std::make_shared<optimizers::Adam>(1e-3), std::make_shared<losses::SparseCategoricalCrossentropy>(true));
   return m;
 }
@@ -108,14 +109,15 @@ TEST_F(FitMemoryCapGpu, TooLargeABatchRaisesAndChangesNothing) {
   ref->fit(ds.take(256).batch(64), {.epochs = 1, .verbose = 0});
   const auto h_ref = ref->fit(ds.take(512).batch(64), {.epochs = 2, .verbose = 0});
   for (int e = 0; e < 2; ++e)
-    EXPECT_NEAR(h.history.at("loss")[static_cast<std::size_t>(e)], h_ref.history.at("loss")[static_cast<std::size_t>(e)],
-                1e-4);
+    EXPECT_NEAR(h.history.at("loss")[static_cast<std::size_t>(e)],
+                h_ref.history.at("loss")[static_cast<std::size_t>(e)], 1e-4);
   const auto a = state(*m), b = state(*ref);
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     auto ma = std::dynamic_pointer_cast<MirroredVariable>(a[i].impl());
     if (a[i].dtype() != DType::kFloat32) {  // the iteration count
-      EXPECT_EQ(ma->components()[1].read_value().to_vector<std::int64_t>(), std::vector<std::int64_t>{20}) << a[i].name();
+      EXPECT_EQ(ma->components()[1].read_value().to_vector<std::int64_t>(), std::vector<std::int64_t>{20})
+          << a[i].name();
       EXPECT_EQ(b[i].read_value().to_vector<std::int64_t>(), std::vector<std::int64_t>{20}) << b[i].name();
       continue;
     }

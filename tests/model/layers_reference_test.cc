@@ -18,23 +18,27 @@ namespace {
 void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 128});
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = 128});
   config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
 }
 
 std::vector<double> f64(const Tensor& t) { return ops::cast(t, DType::kFloat64).to_vector<double>(); }
 
-Tensor random(const Shape& s, std::uint64_t seed) { return initializers::random_uniform(-1, 1, seed)(s, DType::kFloat32); }
+Tensor random(const Shape& s, std::uint64_t seed) {
+  return initializers::random_uniform(-1, 1, seed)(s, DType::kFloat32);
+}
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << i;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << i;
 }
 
 // NHWC input, HWIO kernel, TF's SAME/VALID padding.
 std::vector<double> conv_reference(const std::vector<double>& x, const Shape& xs, const std::vector<double>& k,
-                                   const Shape& ks, const std::vector<double>& bias, int stride, int dilation, bool same,
-                                   bool relu, Shape* out_shape) {
+                                   const Shape& ks, const std::vector<double>& bias, int stride, int dilation,
+                                   bool same, bool relu, Shape* out_shape) {
   const auto n = xs.dims()[0], h = xs.dims()[1], w = xs.dims()[2], c = xs.dims()[3];
   const auto kh = ks.dims()[0], kw = ks.dims()[1], f = ks.dims()[3];
   const auto ekh = (kh - 1) * dilation + 1, ekw = (kw - 1) * dilation + 1;
@@ -73,8 +77,9 @@ class Conv2DReference : public ::testing::TestWithParam<ConvCase> {};
 TEST_P(Conv2DReference, MatchesFloat64) {
   make_cpus(1);
   const ConvCase c = GetParam();
-  auto layer = layers::Conv2D(4, {3, 3}, {c.stride, c.stride}, c.same ? "same" : "valid", "relu", {c.dilation, c.dilation},
-                              true, initializers::glorot_uniform(7), initializers::random_uniform(-0.5, 0.5, 8));
+  auto layer =
+      layers::Conv2D(4, {3, 3}, {c.stride, c.stride}, c.same ? "same" : "valid", "relu", {c.dilation, c.dilation}, true,
+                     initializers::glorot_uniform(7), initializers::random_uniform(-0.5, 0.5, 8));
   const Shape xs({2, 9, 8, 3});
   Tensor x = random(xs, 1);
   Tensor y = (*layer)(x);
@@ -163,7 +168,8 @@ TEST(LayersReference, SynchronizedBatchNormalizationSeesTheGlobalBatch) {
   expect_close(got, want, 1e-5);
   {
     auto scope = strategy.scope();
-    expect_close(f64(dynamic_cast<layers::BatchNormalizationLayer*>(sync.get())->moving_mean().value()), want_mean, 1e-6);
+    expect_close(f64(dynamic_cast<layers::BatchNormalizationLayer*>(sync.get())->moving_mean().value()), want_mean,
+                 1e-6);
   }
 }
 

@@ -26,7 +26,8 @@ using train::testing::TempDir;
 void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 256});
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = 256});
   config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
 }
 
@@ -38,7 +39,8 @@ data::Dataset blobs(int n) {
     x[static_cast<std::size_t>(2 * i)] = (i % 2 ? 1.0f : -1.0f) + 0.01f * static_cast<float>(i % 7);
     x[static_cast<std::size_t>(2 * i + 1)] = 0.1f * static_cast<float>(i % 5);
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 std::unique_ptr<model::Sequential> make_model(std::uint64_t seed) {
@@ -53,7 +55,8 @@ std::vector<std::vector<float>> weights(const model::Model& m) {
   std::vector<std::vector<float>> out;
   for (const auto& v : m.variables()) {
     auto mv = std::dynamic_pointer_cast<distribute::MirroredVariable>(v.impl());
-    for (const auto& c : mv->components()) out.push_back(c.read_value().reshape(Shape{v.shape().num_elements()}).to_vector<float>());
+    for (const auto& c : mv->components())
+      out.push_back(c.read_value().reshape(Shape{v.shape().num_elements()}).to_vector<float>());
   }
   return out;
 }
@@ -67,13 +70,14 @@ TEST(ModelCheckpoint, KerasKeyNames) {
   m->fit(blobs(16).batch(8), {.epochs = 1, .verbose = 0});
   train::Checkpoint ckpt({{"model", *m}, {"optimizer", m->optimizer()}});
   const auto keys = train::BundleReader(ckpt.save(dir / "ckpt")).keys();
-  for (const std::string k : {"model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE",
-                              "model/layer_with_weights-0/bias/.ATTRIBUTES/VARIABLE_VALUE",
-                              "model/layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE",
-                              "model/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE",
-                              "model/layer_with_weights-1/bias/.OPTIMIZER_SLOT/optimizer/v/.ATTRIBUTES/VARIABLE_VALUE",
-                              "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE", "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
-                              "_CHECKPOINTABLE_OBJECT_GRAPH"}) {
+  for (const std::string k :
+       {"model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/layer_with_weights-0/bias/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/layer_with_weights-1/bias/.OPTIMIZER_SLOT/optimizer/v/.ATTRIBUTES/VARIABLE_VALUE",
+        "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE", "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+        "_CHECKPOINTABLE_OBJECT_GRAPH"}) {
     EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
   }
   EXPECT_EQ(keys.size(), 4u + 8u + 3u);  // 4 weights, 2 slots each, iter, save_counter, graph
@@ -128,7 +132,8 @@ TEST(ModelCheckpoint, CallbackSavesEachEpochAndResumes) {
   m->fit(blobs(32).batch(8), {.epochs = 3, .callbacks = {cb}, .verbose = 0});
   EXPECT_EQ(cb->saved(), (std::vector<std::string>{dir / "ckpt-1", dir / "ckpt-2", dir / "ckpt-3"}));
   EXPECT_EQ(manager.checkpoints(), (std::vector<std::string>{dir / "ckpt-2", dir / "ckpt-3"}));
-  auto by_batch = std::make_shared<callbacks::ModelCheckpoint>(manager, callbacks::ModelCheckpoint::Options{.save_freq = 3, .async = true});
+  auto by_batch = std::make_shared<callbacks::ModelCheckpoint>(
+      manager, callbacks::ModelCheckpoint::Options{.save_freq = 3, .async = true});
   m->fit(blobs(32).batch(8), {.epochs = 2, .callbacks = {by_batch}, .verbose = 0});  // 8 batches → 2 saves
   EXPECT_EQ(by_batch->saved().size(), 2u);
   EXPECT_EQ(train::latest_checkpoint(dir.path()), dir / "ckpt-5");

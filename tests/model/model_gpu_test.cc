@@ -25,13 +25,15 @@ data::Dataset blobs(int n) {
     x[static_cast<std::size_t>(2 * i)] = (i % 2 ? 1.0f : -1.0f) + 0.05f * static_cast<float>(i % 7);
     x[static_cast<std::size_t>(2 * i + 1)] = 0.1f * static_cast<float>(i % 5) - 0.2f;
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 std::unique_ptr<model::Sequential> make_model(distribute::Strategy& s) {
   auto scope = s.scope();
-  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-      layers::Dense(8, "relu", true, initializers::glorot_uniform(1)), layers::Dense(2, "", true, initializers::glorot_uniform(2))});
+  auto m = std::make_unique<model::Sequential>(
+      std::vector<layers::LayerPtr>{layers::Dense(8, "relu", true, initializers::glorot_uniform(1)),
+                                    layers::Dense(2, "", true, initializers::glorot_uniform(2))});
   m->compile(std::make_shared<optimizers::SGD>(0.1), std::make_shared<losses::SparseCategoricalCrossentropy>(true),
              {"accuracy"});
   return m;
@@ -63,7 +65,8 @@ TEST(ModelGpu, FitEvaluatePredictAndCheckpointOnTwoVirtualGpus) {
     ASSERT_NE(mv, nullptr);
     EXPECT_EQ(mv->components()[0].device(), on_gpus.replica_devices()[0]);
     EXPECT_EQ(mv->components()[1].read_value().to("/cpu:0").to_vector<float>(),
-              mv->components()[0].read_value().to("/cpu:0").to_vector<float>()) << v.name();
+              mv->components()[0].read_value().to("/cpu:0").to_vector<float>())
+        << v.name();
   }
   EXPECT_GT(m->evaluate(blobs(64).batch(32)).at("accuracy"), 0.9);
   EXPECT_EQ(m->predict(blobs(10).batch(4)).shape(), Shape({10, 2}));

@@ -25,7 +25,8 @@ void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
   if (n > 1) {
-    std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 256});
+    std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                                 LogicalDeviceConfiguration{.memory_limit_mb = 256});
     config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
   }
 }
@@ -63,8 +64,8 @@ TEST(Layers, DenseComputesXWPlusBAndNamesItsWeights) {
 TEST(Layers, UniqueNamesAndSeedCnnShapes) {
   make_cpus(1);
   model::Sequential m({layers::Conv2D(32, 3, "relu"), layers::MaxPooling2D(2), layers::Conv2D(64, 3, "relu"),
-                       layers::MaxPooling2D(2), layers::Conv2D(64, 3, "relu"), layers::Flatten(), layers::Dense(64, "relu"),
-                       layers::Dense(10)});
+                       layers::MaxPooling2D(2), layers::Conv2D(64, 3, "relu"), layers::Flatten(),
+                       layers::Dense(64, "relu"), layers::Dense(10)});
   Tensor y = m(Tensor::zeros({5, 28, 28, 1}));
   EXPECT_EQ(y.shape(), Shape({5, 10}));
   std::vector<std::string> names;
@@ -82,7 +83,8 @@ TEST(Layers, PoolingFlattenActivationEmbeddingDropout) {
   EXPECT_EQ(vals((*layers::MaxPooling2D(2))(x)), std::vector<float>{4});
   EXPECT_EQ(vals((*layers::AveragePooling2D(2))(x)), std::vector<float>{2.5f});
   EXPECT_EQ((*layers::Flatten())(x).shape(), Shape({1, 4}));
-  EXPECT_EQ(vals((*layers::Activation("relu"))(Tensor::from_vector<float>({-1, 2}, {1, 2}))), (std::vector<float>{0, 2}));
+  EXPECT_EQ(vals((*layers::Activation("relu"))(Tensor::from_vector<float>({-1, 2}, {1, 2}))),
+            (std::vector<float>{0, 2}));
   EXPECT_THROW_WITH(layers::Activation("swishy"), InvalidArgumentError, "unknown activation");
   auto emb = layers::Embedding(5, 3, initializers::constant(0.25));
   EXPECT_EQ((*emb)(Tensor::from_vector<std::int32_t>({1, 4}, {2})).shape(), Shape({2, 3}));
@@ -103,8 +105,8 @@ TEST(Layers, BatchNormalizationTrainsAndTracksMovingStatistics) {
   auto v = vals(y);
   EXPECT_NEAR(v[0], -1.0f, 1e-3f);
   EXPECT_NEAR(v[2], 1.0f, 1e-3f);
-  EXPECT_EQ(vals(bn->moving_mean().value()), (std::vector<float>{1.0f, 7.5f}));        // 0.5*0 + 0.5*(2, 15)
-  EXPECT_EQ(vals(bn->moving_variance().value()), (std::vector<float>{1.0f, 13.0f}));   // 0.5*1 + 0.5*(1, 25)
+  EXPECT_EQ(vals(bn->moving_mean().value()), (std::vector<float>{1.0f, 7.5f}));       // 0.5*0 + 0.5*(2, 15)
+  EXPECT_EQ(vals(bn->moving_variance().value()), (std::vector<float>{1.0f, 13.0f}));  // 0.5*1 + 0.5*(1, 25)
   EXPECT_FALSE(bn->moving_mean().trainable());
 }
 
@@ -134,7 +136,8 @@ TEST(Losses, MatchHandComputedValues) {
 TEST(Metrics, AccuracyAndMeanAccumulateAndReset) {
   make_cpus(1);
   metrics::SparseCategoricalAccuracy acc;
-  acc.update_state(Tensor::from_vector<std::int32_t>({0, 1}), Tensor::from_vector<float>({0.9f, 0.1f, 0.8f, 0.2f}, {2, 2}));
+  acc.update_state(Tensor::from_vector<std::int32_t>({0, 1}),
+                   Tensor::from_vector<float>({0.9f, 0.1f, 0.8f, 0.2f}, {2, 2}));
   acc.update_state(Tensor::from_vector<std::int32_t>({1}), Tensor::from_vector<float>({0.1f, 0.9f}, {1, 2}));
   EXPECT_NEAR(acc.result(), 2.0 / 3, 1e-12);
   acc.reset_state();
@@ -160,7 +163,8 @@ data::Dataset blobs(int n, std::uint64_t seed, float magnitude = 1.0f, bool swap
     x[static_cast<std::size_t>(2 * i)] = magnitude * ((c ? 1.5f : -1.5f) + rnd());
     x[static_cast<std::size_t>(2 * i + 1)] = magnitude * ((c ? -1.0f : 1.0f) + rnd());
   }
-  return data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
+  return data::Dataset::from_tensor_slices(
+      {Tensor::from_vector<float>(x, {n, 2}), Tensor::from_vector<std::int32_t>(y)});
 }
 
 class Fit : public ::testing::TestWithParam<int> {};
@@ -181,7 +185,8 @@ TEST_P(Fit, LearnsUnderTheStrategy) {
                {"accuracy"});
   }
   // 203 examples in batches of 16: the last global batch (11 rows) is uneven over the replicas.
-  auto history = m->fit(blobs(203, 5).batch(16), {.epochs = 4, .validation_data = blobs(64, 9).batch(32), .verbose = 0});
+  auto history =
+      m->fit(blobs(203, 5).batch(16), {.epochs = 4, .validation_data = blobs(64, 9).batch(32), .verbose = 0});
   ASSERT_EQ(history.history["loss"].size(), 4u);
   EXPECT_LT(history.history["loss"].back(), history.history["loss"].front());
   EXPECT_GT(history.history["val_accuracy"].back(), 0.95);
@@ -316,7 +321,8 @@ TEST(FitInsideScope, MirrorsOnceAndTrainsAsFitOutsideTheScope) {
   }
   for (const char* key : {"loss", "accuracy"}) {
     ASSERT_EQ(h_inside.history.at(key).size(), 2u) << key;
-    for (std::size_t e = 0; e < 2; ++e) EXPECT_NEAR(h_inside.history.at(key)[e], h_outside.history.at(key)[e], 1e-6) << key;
+    for (std::size_t e = 0; e < 2; ++e)
+      EXPECT_NEAR(h_inside.history.at(key)[e], h_outside.history.at(key)[e], 1e-6) << key;
   }
   EXPECT_LT(h_inside.history.at("loss").back(), h_inside.history.at("loss").front());
 }
@@ -333,9 +339,9 @@ TEST(Callbacks, EarlyStoppingSchedulerTensorBoardProgress) {
     seen.push_back(epoch);
     return lr / 2;
   });
-  auto h = m.fit(blobs(32, 1).batch(8), {.epochs = 5,
-                                         .callbacks = {early, sched, std::make_shared<callbacks::TensorBoard>(dir.string())},
-                                         .verbose = 0});
+  auto h = m.fit(
+      blobs(32, 1).batch(8),
+      {.epochs = 5, .callbacks = {early, sched, std::make_shared<callbacks::TensorBoard>(dir.string())}, .verbose = 0});
   EXPECT_EQ(h.history["loss"].size(), 2u);  // stopped after patience 0 was exceeded at epoch 1
   EXPECT_EQ(early->stopped_epoch(), 1);
   EXPECT_EQ(seen, (std::vector<int>{0, 1}));

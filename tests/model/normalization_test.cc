@@ -10,13 +10,13 @@
 #include <random>
 #include <tuple>
 
-#include "tests/model/batch_norm_reference.h"
 #include "core/config.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
 #include "distribute/mirrored_variable.h"
 #include "model/layers.h"
 #include "ops/ops.h"
+#include "tests/model/batch_norm_reference.h"
 
 namespace chorus {
 namespace {
@@ -27,7 +27,8 @@ using distribute::PerReplica;
 void make_cpus(int n) {
   chorus::internal::reset_runtime_for_testing();
   config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n), LogicalDeviceConfiguration{.memory_limit_mb = 128});
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = 128});
   config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
 }
 
@@ -91,7 +92,8 @@ TEST(SyncBatchNormalization, LargeMeanSmallStdVarianceStaysAccurateInFloat32) {
   distribute::MirroredStrategy strategy({"/cpu:0", "/cpu:1"});
   auto layer = make_sync_bn(strategy, Shape({1, c}), eps, gamma, beta);
   auto* bn = dynamic_cast<layers::BatchNormalizationLayer*>(layer.get());
-  const PerReplica<Tensor> xs({Tensor::from_vector<float>(x0, {n0, c}, "/cpu:0"), Tensor::from_vector<float>(x1, {n1, c}, "/cpu:1")});
+  const PerReplica<Tensor> xs(
+      {Tensor::from_vector<float>(x0, {n0, c}, "/cpu:0"), Tensor::from_vector<float>(x1, {n1, c}, "/cpu:1")});
   auto ys = strategy.run([&](const Tensor& x) { return (*layer)(x, /*training=*/true); }, xs);
 
   std::vector<double> x(x0.begin(), x0.end());
@@ -167,7 +169,8 @@ TEST_P(SyncBatchNormGradients, AreTheGlobalBatchs) {
     beta[j] = static_cast<float>(u(rng));
   }
   // Replica 1's rows are shifted: its own statistics differ clearly from the global ones.
-  const std::vector<float> x0 = draw(n0 * h * w, offset, scale, 0.0, rng), x1 = draw(n1 * h * w, offset, scale, 1.5, rng);
+  const std::vector<float> x0 = draw(n0 * h * w, offset, scale, 0.0, rng),
+                           x1 = draw(n1 * h * w, offset, scale, 1.5, rng);
   std::normal_distribution<double> nd(0.0, 1.0);
   std::vector<float> dy0(x0.size()), dy1(x1.size());
   for (auto& v : dy0) v = static_cast<float>(nd(rng));

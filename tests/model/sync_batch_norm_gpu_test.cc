@@ -9,9 +9,7 @@
 #include <cmath>
 #include <random>
 
-#include "tests/model/batch_norm_reference.h"
 #include "core/config.h"
-#include "tests/core/virtual_gpus.h"
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "distribute/mirrored_strategy.h"
@@ -20,6 +18,8 @@
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optimizer/sgd.h"
+#include "tests/core/virtual_gpus.h"
+#include "tests/model/batch_norm_reference.h"
 
 namespace chorus {
 namespace {
@@ -39,8 +39,8 @@ std::vector<float> draw(std::int64_t rows, std::int64_t c, const std::vector<dou
   std::vector<float> v(static_cast<std::size_t>(rows * c));
   for (std::int64_t i = 0; i < rows; ++i)
     for (std::int64_t j = 0; j < c; ++j)
-      v[static_cast<std::size_t>(i * c + j)] = static_cast<float>(
-          offset[static_cast<std::size_t>(j)] + shift + scale[static_cast<std::size_t>(j)] * n(rng));
+      v[static_cast<std::size_t>(i * c + j)] =
+          static_cast<float>(offset[static_cast<std::size_t>(j)] + shift + scale[static_cast<std::size_t>(j)] * n(rng));
   return v;
 }
 
@@ -216,8 +216,8 @@ TEST_F(SyncBatchNormGpu, FitMatchesOneCpuReplicaOnTheWholeBatch) {
     const double shift = (i % 32) >= 16 ? 1.0 : -0.5;
     for (std::int64_t k = 0; k < 72; ++k) x[static_cast<std::size_t>(i * 72 + k)] = static_cast<float>(shift + nd(rng));
   }
-  const auto ds = data::Dataset::from_tensor_slices({Tensor::from_vector<float>(x, {n, 6, 6, 2}),
-                                                     Tensor::from_vector<std::int32_t>(labels)})
+  const auto ds = data::Dataset::from_tensor_slices(
+                      {Tensor::from_vector<float>(x, {n, 6, 6, 2}), Tensor::from_vector<std::int32_t>(labels)})
                       .batch(32);
 
   distribute::MirroredStrategy on_gpus({"/gpu:0", "/gpu:1"});
@@ -236,8 +236,7 @@ TEST_F(SyncBatchNormGpu, FitMatchesOneCpuReplicaOnTheWholeBatch) {
   const auto a = values(*m), b = values(*ref);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_EQ(a.size(), 8u);  // conv kernel, bias; gamma, beta, moving mean, moving variance; dense kernel, bias
-  for (std::size_t i = 0; i < a.size(); ++i)
-    expect_close(a[i], b[i], 1e-4, 1e-4, m->variables()[i].name());
+  for (std::size_t i = 0; i < a.size(); ++i) expect_close(a[i], b[i], 1e-4, 1e-4, m->variables()[i].name());
   // The epoch losses too (each replica's loss is over the global batch, then summed).
   expect_close(h.history.at("loss"), h_ref.history.at("loss"), 1e-4, 1e-5, "loss per epoch");
   EXPECT_LT(h.history.at("loss").back(), h.history.at("loss").front());

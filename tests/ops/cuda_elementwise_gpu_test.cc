@@ -1,5 +1,6 @@
-// The elementwise CUDA kernels (unary, binary with broadcasting, where, cast, strided copy) against CPU results on seeded random inputs (see tests/ops/cuda_test_util.h). Every
-// test skips with the CUDA runtime's reason on a machine without a usable GPU.
+// The elementwise CUDA kernels (unary, binary with broadcasting, where, cast, strided copy) against CPU results on
+// seeded random inputs (see tests/ops/cuda_test_util.h). Every test skips with the CUDA runtime's reason on a machine
+// without a usable GPU.
 #include "tests/ops/cuda_test_util.h"
 
 namespace chorus::ops::cuda {
@@ -15,13 +16,14 @@ using namespace test;  // NOLINT
 
 // ---- Elementwise -----------------------------------------------------------------------------
 
-
 TEST_F(CudaKernelsTest, UnaryFloatOpsMatchCpu) {
-  const UnaryOp ops[] = {UnaryOp::kNeg,   UnaryOp::kExp,        UnaryOp::kLog,  UnaryOp::kSqrt,
-                         UnaryOp::kRsqrt, UnaryOp::kSquare,     UnaryOp::kAbs,  UnaryOp::kSign,
-                         UnaryOp::kReciprocal, UnaryOp::kRelu, UnaryOp::kSigmoid, UnaryOp::kTanh, UnaryOp::kGelu};
-  const struct { DType dtype; double tol; } types[] = {
-      {DType::kFloat32, 1e-5}, {DType::kFloat64, 1e-12}, {DType::kFloat16, 2e-3}, {DType::kBFloat16, 1.6e-2}};
+  const UnaryOp ops[] = {UnaryOp::kNeg,     UnaryOp::kExp,  UnaryOp::kLog,  UnaryOp::kSqrt,       UnaryOp::kRsqrt,
+                         UnaryOp::kSquare,  UnaryOp::kAbs,  UnaryOp::kSign, UnaryOp::kReciprocal, UnaryOp::kRelu,
+                         UnaryOp::kSigmoid, UnaryOp::kTanh, UnaryOp::kGelu};
+  const struct {
+    DType dtype;
+    double tol;
+  } types[] = {{DType::kFloat32, 1e-5}, {DType::kFloat64, 1e-12}, {DType::kFloat16, 2e-3}, {DType::kBFloat16, 1.6e-2}};
   const i64 n = 3001;
   for (const auto& t : types) {
     for (UnaryOp op : ops) {
@@ -86,11 +88,11 @@ TEST_F(CudaKernelsTest, BinaryBroadcastAndStridedMatchCpu) {
   // broadcast along dim 0. Output [3, 4, 5].
   const StridedLayout l = layout_of({3, 4, 5}, {{5, 0, 1}, {0, 1, 4}}, {0, 2});
   const i64 n = l.num_elements();
-  const BinaryOp ops[] = {BinaryOp::kAdd,     BinaryOp::kSub,       BinaryOp::kMul,      BinaryOp::kDiv,
-                          BinaryOp::kPow,     BinaryOp::kMaximum,   BinaryOp::kMinimum,  BinaryOp::kEqual,
-                          BinaryOp::kNotEqual, BinaryOp::kLess,     BinaryOp::kLessEqual, BinaryOp::kGreater,
-                          BinaryOp::kGreaterEqual, BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr,
-                          BinaryOp::kReluGrad, BinaryOp::kSigmoidGrad, BinaryOp::kTanhGrad, BinaryOp::kGeluGrad};
+  const BinaryOp ops[] = {BinaryOp::kAdd,          BinaryOp::kSub,        BinaryOp::kMul,       BinaryOp::kDiv,
+                          BinaryOp::kPow,          BinaryOp::kMaximum,    BinaryOp::kMinimum,   BinaryOp::kEqual,
+                          BinaryOp::kNotEqual,     BinaryOp::kLess,       BinaryOp::kLessEqual, BinaryOp::kGreater,
+                          BinaryOp::kGreaterEqual, BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr, BinaryOp::kReluGrad,
+                          BinaryOp::kSigmoidGrad,  BinaryOp::kTanhGrad,   BinaryOp::kGeluGrad};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
     const double tol = dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 1e-5 : 2e-3;
     auto ha = rounded(uniform(15, 0.5, 2, 5), dtype);
@@ -103,8 +105,8 @@ TEST_F(CudaKernelsTest, BinaryBroadcastAndStridedMatchCpu) {
       binary(ord(a), st(a), op, dtype, l, a.data(), b.data(), out.data());
       std::vector<double> want(static_cast<std::size_t>(n));
       for (i64 i = 0; i < n; ++i)
-        want[static_cast<std::size_t>(i)] =
-            binary_ref(op, ha[static_cast<std::size_t>(offset_of(l, 0, i))], hb[static_cast<std::size_t>(offset_of(l, 1, i))]);
+        want[static_cast<std::size_t>(i)] = binary_ref(op, ha[static_cast<std::size_t>(offset_of(l, 0, i))],
+                                                       hb[static_cast<std::size_t>(offset_of(l, 1, i))]);
       expect_close(get(out), to_bool ? want : rounded(want, dtype), to_bool ? 0 : tol,
                    std::string(dtype_name(dtype)) + " binary op " + std::to_string(static_cast<int>(op)));
     }
@@ -142,13 +144,15 @@ TEST_F(CudaKernelsTest, WhereBroadcastsTheCondition) {
   Tensor out = zeros(12, DType::kFloat64);
   where(ord(x), st(x), DType::kFloat64, l, c.data(), x.data(), y.data(), out.data());
   std::vector<double> want(12);
-  for (int i = 0; i < 12; ++i) want[static_cast<std::size_t>(i)] = (i % 2 == 0) ? hx[static_cast<std::size_t>(i)] : 42.0;
+  for (int i = 0; i < 12; ++i)
+    want[static_cast<std::size_t>(i)] = (i % 2 == 0) ? hx[static_cast<std::size_t>(i)] : 42.0;
   EXPECT_EQ(get(out), want);
 }
 
 TEST_F(CudaKernelsTest, CastFollowsCoreConversionRules) {
-  const std::vector<double> src{0.0, -0.0, 1.5, -1.5, 2.5, 300.7, -300.7, 1e10, -1e10, kNaN,
-                                std::numeric_limits<double>::infinity(), 65504.0, 65520.0, 1e-8, 3.999999, 255.9};
+  const std::vector<double> src{
+      0.0,     -0.0,    1.5,  -1.5,     2.5,  300.7, -300.7, 1e10, -1e10, kNaN, std::numeric_limits<double>::infinity(),
+      65504.0, 65520.0, 1e-8, 3.999999, 255.9};
   const DType all[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                        DType::kInt32,   DType::kInt64,   DType::kUInt8,   DType::kBool};
   const std::size_t n = src.size();
@@ -171,7 +175,8 @@ TEST_F(CudaKernelsTest, CastFollowsCoreConversionRules) {
       std::vector<double> gv(n), wv(n);
       convert(got.data(), to, gv.data(), DType::kFloat64, n);
       convert(want.data(), to, wv.data(), DType::kFloat64, n);
-      expect_close(gv, wv, 0, std::string("cast ") + std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
+      expect_close(gv, wv, 0,
+                   std::string("cast ") + std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
     }
   }
 }

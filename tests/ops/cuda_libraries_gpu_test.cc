@@ -1,5 +1,6 @@
-// The cuBLAS and cuDNN wrappers (ops/cuda/libraries.h), against ops/cpu/dnn.h in float64, against CPU results on seeded random inputs (see tests/ops/cuda_test_util.h). Every
-// test skips with the CUDA runtime's reason on a machine without a usable GPU.
+// The cuBLAS and cuDNN wrappers (ops/cuda/libraries.h), against ops/cpu/dnn.h in float64, against CPU results on seeded
+// random inputs (see tests/ops/cuda_test_util.h). Every test skips with the CUDA runtime's reason on a machine without
+// a usable GPU.
 #include "tests/ops/cuda_test_util.h"
 
 namespace chorus::ops::cuda {
@@ -28,12 +29,15 @@ TEST_F(CudaKernelsTest, GemmMatchesCpuForEveryTransposeAndBroadcast) {
         gemm(c.device_context(), dtype, a.data(), m * k, b.data(), broadcast_b ? 0 : k * n, c.data(), batch, m, n, k,
              ta, tb);
         std::vector<double> want(static_cast<std::size_t>(batch * m * n));
-        cpu::matmul(DType::kFloat64, ha.data(), m * k, hb.data(), broadcast_b ? 0 : k * n, want.data(), batch, m, n,
-                    k, ta, tb);
-        const double tol = dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 1e-5 :
-                           dtype == DType::kFloat16 ? 5e-3 : 3e-2;
-        expect_close(get(c), want, tol,
-                     std::string(dtype_name(dtype)) + " gemm trans " + std::to_string(t) + (broadcast_b ? " bcast" : ""));
+        cpu::matmul(DType::kFloat64, ha.data(), m * k, hb.data(), broadcast_b ? 0 : k * n, want.data(), batch, m, n, k,
+                    ta, tb);
+        const double tol = dtype == DType::kFloat64   ? 1e-12
+                           : dtype == DType::kFloat32 ? 1e-5
+                           : dtype == DType::kFloat16 ? 5e-3
+                                                      : 3e-2;
+        expect_close(
+            get(c), want, tol,
+            std::string(dtype_name(dtype)) + " gemm trans " + std::to_string(t) + (broadcast_b ? " bcast" : ""));
       }
     }
   }
@@ -46,16 +50,22 @@ TEST_F(CudaKernelsTest, GemmMatchesCpuForEveryTransposeAndBroadcast) {
 // ---- cuDNN -----------------------------------------------------------------------------------
 
 // Runs `body`, skipping the test if this build has no cuDNN (UnimplementedError by contract).
-#define SKIP_WITHOUT_CUDNN(body)                                                  \
-  try {                                                                           \
-    body;                                                                         \
-  } catch (const UnimplementedError& e) {                                         \
-    GTEST_SKIP() << "no cuDNN in this build: " << e.what();                       \
+#define SKIP_WITHOUT_CUDNN(body)                            \
+  try {                                                     \
+    body;                                                   \
+  } catch (const UnimplementedError& e) {                   \
+    GTEST_SKIP() << "no cuDNN in this build: " << e.what(); \
   }
 
 Conv2dGeometry conv_geometry(i64 n, i64 h, i64 w, i64 c, i64 kh, i64 kw, i64 oc, i64 s, i64 d, Padding p) {
   Conv2dGeometry g;
-  g.n = n; g.in_h = h; g.in_w = w; g.in_c = c; g.k_h = kh; g.k_w = kw; g.out_c = oc;
+  g.n = n;
+  g.in_h = h;
+  g.in_w = w;
+  g.in_c = c;
+  g.k_h = kh;
+  g.k_w = kw;
+  g.out_c = oc;
   g.stride_h = g.stride_w = s;
   g.dilation_h = g.dilation_w = d;
   EXPECT_TRUE(compute_output_size(g, p));
@@ -83,8 +93,8 @@ TEST_F(CudaKernelsTest, ConvolutionsMatchCpu) {
       SKIP_WITHOUT_CUDNN(conv2d_forward(x.device_context(), dtype, g, x.data(), w.data(), y.data()));
       conv2d_backward_data(x.device_context(), dtype, g, dy.data(), w.data(), dx.data());
       conv2d_backward_filter(x.device_context(), dtype, g, x.data(), dy.data(), dw.data());
-      std::vector<double> wy(static_cast<std::size_t>(g.output_elements())), wdx(static_cast<std::size_t>(g.input_elements())),
-          wdw(static_cast<std::size_t>(g.filter_elements()));
+      std::vector<double> wy(static_cast<std::size_t>(g.output_elements())),
+          wdx(static_cast<std::size_t>(g.input_elements())), wdw(static_cast<std::size_t>(g.filter_elements()));
       cpu::conv2d_forward(DType::kFloat64, g, hx.data(), hw.data(), wy.data());
       cpu::conv2d_backward_data(DType::kFloat64, g, hdy.data(), hw.data(), wdx.data());
       cpu::conv2d_backward_filter(DType::kFloat64, g, hx.data(), hdy.data(), wdw.data());
@@ -115,16 +125,21 @@ TEST_F(CudaKernelsTest, DeterministicConvolutionBackwardFilterIsBitwiseReproduci
 TEST_F(CudaKernelsTest, PoolingMatchesCpu) {
   auto pool_geometry = [](i64 h, i64 w, i64 k, i64 s, Padding p) {
     Conv2dGeometry g;
-    g.n = 2; g.in_h = h; g.in_w = w; g.in_c = 3; g.out_c = 3; g.k_h = k; g.k_w = k;
+    g.n = 2;
+    g.in_h = h;
+    g.in_w = w;
+    g.in_c = 3;
+    g.out_c = 3;
+    g.k_h = k;
+    g.k_w = k;
     g.stride_h = g.stride_w = s;
     EXPECT_TRUE(compute_output_size(g, p));
     return g;
   };
   const Conv2dGeometry cases[] = {
-      pool_geometry(8, 8, 2, 2, Padding::kValid),
-      pool_geometry(8, 10, 3, 2, Padding::kSame),   // asymmetric
-      pool_geometry(7, 7, 3, 1, Padding::kSame),    // symmetric
-      pool_geometry(9, 6, 2, 2, Padding::kSame),    // asymmetric in h only
+      pool_geometry(8, 8, 2, 2, Padding::kValid), pool_geometry(8, 10, 3, 2, Padding::kSame),  // asymmetric
+      pool_geometry(7, 7, 3, 1, Padding::kSame),                                               // symmetric
+      pool_geometry(9, 6, 2, 2, Padding::kSame),                                               // asymmetric in h only
   };
   for (const Conv2dGeometry& g : cases) {
     for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
@@ -135,7 +150,8 @@ TEST_F(CudaKernelsTest, PoolingMatchesCpu) {
         Tensor y = zeros(g.output_elements(), dtype), dx = zeros(g.input_elements(), dtype);
         SKIP_WITHOUT_CUDNN(pool2d_forward(x.device_context(), kind, dtype, g, x.data(), y.data()));
         pool2d_backward(x.device_context(), kind, dtype, g, x.data(), y.data(), dy.data(), dx.data());
-        std::vector<double> wy(static_cast<std::size_t>(g.output_elements())), wdx(static_cast<std::size_t>(g.input_elements()));
+        std::vector<double> wy(static_cast<std::size_t>(g.output_elements())),
+            wdx(static_cast<std::size_t>(g.input_elements()));
         cpu::pool2d_forward(kind, DType::kFloat64, g, hx.data(), wy.data());
         cpu::pool2d_backward(kind, DType::kFloat64, g, hx.data(), hdy.data(), wdx.data());
         const double tol = dtype == DType::kFloat32 ? 1e-6 : 1e-12;
@@ -185,7 +201,8 @@ TEST_F(CudaKernelsTest, BatchNormMatchesCpu) {
     Tensor y = zeros(rows * channels, dtype), mean = zeros(channels, dtype), var = zeros(channels, dtype);
     SKIP_WITHOUT_CUDNN(batch_norm_training(x.device_context(), dtype, x.data(), gamma.data(), beta.data(), y.data(),
                                            mean.data(), var.data(), rows, channels, eps));
-    std::vector<double> wy(static_cast<std::size_t>(rows * channels)), wm(static_cast<std::size_t>(channels)), wv(wm.size());
+    std::vector<double> wy(static_cast<std::size_t>(rows * channels)), wm(static_cast<std::size_t>(channels)),
+        wv(wm.size());
     cpu::batch_norm_training(DType::kFloat64, hx.data(), hg.data(), hb.data(), wy.data(), wm.data(), wv.data(), rows,
                              channels, eps);
     const double tol = dtype == DType::kFloat32 ? 2e-5 : 1e-10;
@@ -237,8 +254,6 @@ TEST_F(CudaKernelsTest, ActivationForward) {
   Tensor h = put_as(std::vector<double>(8, 1.0), DType::kFloat16);
   EXPECT_FALSE(activation_forward(h.device_context(), UnaryOp::kRelu, DType::kFloat16, h.data(), h.data(), 8));
 }
-
-
 
 #endif  // CHORUS_WITH_CUDA
 

@@ -1,5 +1,6 @@
-// The CUDA reductions, arg-max, fused cross-entropy losses and index kernels (gather, scatter-add, one-hot) against CPU results on seeded random inputs (see tests/ops/cuda_test_util.h). Every
-// test skips with the CUDA runtime's reason on a machine without a usable GPU.
+// The CUDA reductions, arg-max, fused cross-entropy losses and index kernels (gather, scatter-add, one-hot) against CPU
+// results on seeded random inputs (see tests/ops/cuda_test_util.h). Every test skips with the CUDA runtime's reason on
+// a machine without a usable GPU.
 #include "tests/ops/cuda_test_util.h"
 
 namespace chorus::ops::cuda {
@@ -19,7 +20,10 @@ std::vector<double> reduce_ref(ReduceKind kind, const std::vector<double>& x, i6
   std::vector<double> y(static_cast<std::size_t>(outer * inner));
   for (i64 o = 0; o < outer; ++o)
     for (i64 i = 0; i < inner; ++i) {
-      double a = kind == ReduceKind::kProd ? 1 : kind == ReduceKind::kMax ? -INFINITY : kind == ReduceKind::kMin ? INFINITY : 0;
+      double a = kind == ReduceKind::kProd  ? 1
+                 : kind == ReduceKind::kMax ? -INFINITY
+                 : kind == ReduceKind::kMin ? INFINITY
+                                            : 0;
       for (i64 j = 0; j < r; ++j) {
         const double v = x[static_cast<std::size_t>((o * r + j) * inner + i)];
         switch (kind) {
@@ -37,7 +41,9 @@ std::vector<double> reduce_ref(ReduceKind kind, const std::vector<double>& x, i6
 }
 
 TEST_F(CudaKernelsTest, ReduceMatchesCpuOnEveryKernelShape) {
-  struct Case { i64 outer, r, inner; };
+  struct Case {
+    i64 outer, r, inner;
+  };
   // warp per row; block per row; tiles along inner; few outputs with a long r; r == 0.
   const Case cases[] = {{7, 1000, 1}, {3, 5000, 1}, {4, 300, 70}, {2, 3000, 3}, {3, 0, 5}, {1, 1, 1}};
   const ReduceKind kinds[] = {ReduceKind::kSum, ReduceKind::kMean, ReduceKind::kMax, ReduceKind::kMin,
@@ -57,8 +63,10 @@ TEST_F(CudaKernelsTest, ReduceMatchesCpuOnEveryKernelShape) {
         auto want = reduce_ref(kind, host, c.outer, c.r, c.inner);
         if (is_int && kind == ReduceKind::kMean)
           for (auto& w : want) w = std::trunc(w);
-        if (is_int && c.r == 0 && kind == ReduceKind::kMax) for (auto& w : want) w = std::numeric_limits<std::int32_t>::lowest();
-        if (is_int && c.r == 0 && kind == ReduceKind::kMin) for (auto& w : want) w = std::numeric_limits<std::int32_t>::max();
+        if (is_int && c.r == 0 && kind == ReduceKind::kMax)
+          for (auto& w : want) w = std::numeric_limits<std::int32_t>::lowest();
+        if (is_int && c.r == 0 && kind == ReduceKind::kMin)
+          for (auto& w : want) w = std::numeric_limits<std::int32_t>::max();
         const double tol = dtype == DType::kFloat16 ? 1e-3 : dtype == DType::kFloat32 ? 1e-6 : is_int ? 0 : 1e-12;
         expect_close(get(y), rounded(want, dtype), tol,
                      std::string(dtype_name(dtype)) + " reduce " + std::to_string(static_cast<int>(kind)) + " [" +
@@ -79,7 +87,9 @@ TEST_F(CudaKernelsTest, ReduceIsBitwiseReproducible) {
 
 TEST_F(CudaKernelsTest, ArgmaxTakesTheFirstExtreme) {
   // Ties (integers in a small range) make "first" matter; shapes cover the three kernels.
-  struct Case { i64 outer, r, inner; };
+  struct Case {
+    i64 outer, r, inner;
+  };
   for (const Case& c : {Case{5, 700, 1}, Case{2, 9000, 1}, Case{3, 50, 40}, Case{1, 4000, 2}}) {
     const auto host = integers(c.outer * c.r * c.inner, 0, 20, 21);
     for (DType dtype : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
@@ -176,7 +186,8 @@ TEST_F(CudaKernelsTest, DenseSoftmaxCrossEntropyMatchesCpu) {
         psum += pr[c];
       }
       wl[static_cast<std::size_t>(r)] = total;
-      for (i64 c = 0; c < cols; ++c) wg[static_cast<std::size_t>(r * cols + c)] = std::exp(row[c] - mx) / sum * psum - pr[c];
+      for (i64 c = 0; c < cols; ++c)
+        wg[static_cast<std::size_t>(r * cols + c)] = std::exp(row[c] - mx) / sum * psum - pr[c];
     }
     const double tol = dtype == DType::kFloat32 ? 2e-5 : 1e-12;
     expect_close(get(loss), rounded(wl, dtype), tol, "dense xent loss");
@@ -217,16 +228,19 @@ std::vector<double> scatter_ref(const std::vector<double>& out0, const std::vect
     for (i64 c = 0; c < inner; ++c) {
       auto& o = out[static_cast<std::size_t>(r * inner + c)];
       const double sum = o + upd[j * static_cast<std::size_t>(inner) + static_cast<std::size_t>(c)];
-      if (dtype == DType::kUInt8) o = std::fmod(sum, 256.0);
-      else if (is_integer(dtype)) o = sum;
-      else o = rounded({sum}, dtype)[0];
+      if (dtype == DType::kUInt8)
+        o = std::fmod(sum, 256.0);
+      else if (is_integer(dtype))
+        o = sum;
+      else
+        o = rounded({sum}, dtype)[0];
     }
   }
   return out;
 }
 
 TEST_F(CudaKernelsTest, ScatterAddAtomicAndDeterministicMatchCpu) {
-  const i64 rows = 40, inner = 300, num = 1000;  // many duplicates per row
+  const i64 rows = 40, inner = 300, num = 1000;                  // many duplicates per row
   auto idx = integers(num, -2, static_cast<int>(rows + 1), 61);  // a few out of range: skipped
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt64, DType::kUInt8}) {
     const bool is_int = dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8;

@@ -80,12 +80,11 @@ inline std::vector<double> rounded(const std::vector<double>& v, DType dtype) {
 
 // |got - want| <= tol · max(1, |want|) elementwise; NaN must match NaN.
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what) {
+                         const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int reported = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const bool ok = (std::isnan(want[i]) && std::isnan(got[i])) ||
-                    (std::isinf(want[i]) && got[i] == want[i]) ||
+    const bool ok = (std::isnan(want[i]) && std::isnan(got[i])) || (std::isinf(want[i]) && got[i] == want[i]) ||
                     std::fabs(got[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]));
     if (!ok && reported++ < 5) ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
   }
@@ -114,7 +113,8 @@ inline i64 offset_of(const StridedLayout& l, int o, i64 i) {
 inline double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 inline double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 inline double gelu_grad(double x) {
-  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) * 0.39894228040143267794;  // 1/sqrt(2 pi)
+  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-0.5 * x * x) * 0.39894228040143267794;  // 1/sqrt(2 pi)
 }
 
 // The CPU value of a unary kind (reference of the unary kernel and of cuDNN's activations).

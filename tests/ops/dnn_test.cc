@@ -107,9 +107,10 @@ struct MatmulCase {
 };
 
 TEST(DnnMatmul, Float32MatchesReferenceForAllTransposesAndBroadcasts) {
-  const MatmulCase cases[] = {{1, 1, 1, 1, false, false},   {3, 5, 7, 9, false, false},  {2, 17, 13, 33, false, false},
-                              {4, 64, 65, 1, false, false}, {3, 6, 5, 4, true, false},   {3, 6, 5, 4, false, true},
-                              {4, 7, 3, 11, true, true},    {1, 128, 100, 300, false, false}};
+  const MatmulCase cases[] = {{1, 1, 1, 1, false, false},    {3, 5, 7, 9, false, false},
+                              {2, 17, 13, 33, false, false}, {4, 64, 65, 1, false, false},
+                              {3, 6, 5, 4, true, false},     {3, 6, 5, 4, false, true},
+                              {4, 7, 3, 11, true, true},     {1, 128, 100, 300, false, false}};
   std::uint32_t seed = 1;
   for (const auto& c : cases) {
     for (int t = 0; t < 4; ++t) {
@@ -123,9 +124,9 @@ TEST(DnnMatmul, Float32MatchesReferenceForAllTransposesAndBroadcasts) {
       F64 ref(out.size());
       matmul(DType::kFloat64, a64.data(), sa, b64.data(), sb, ref.data(), c.batch, c.m, c.n, c.k, ta, tb);
       const std::string what = "matmul b=" + std::to_string(c.batch) + " m=" + std::to_string(c.m) +
-                               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " ta=" +
-                               std::to_string(ta) + " tb=" + std::to_string(tb) + " bcast=" +
-                               std::to_string(c.broadcast_a) + std::to_string(c.broadcast_b);
+                               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " ta=" + std::to_string(ta) +
+                               " tb=" + std::to_string(tb) + " bcast=" + std::to_string(c.broadcast_a) +
+                               std::to_string(c.broadcast_b);
       expect_close(ref, naive_matmul(a64, sa, b64, sb, c.batch, c.m, c.n, c.k, ta, tb), 1e-12, what + " (ref)");
       expect_close(out, ref, 1e-4, what);
     }
@@ -160,10 +161,10 @@ Conv2dGeometry make_geometry(const ConvCase& c, std::int64_t stride_w = -1) {
 
 std::string describe(const Conv2dGeometry& g) {
   return "n=" + std::to_string(g.n) + " in=" + std::to_string(g.in_h) + "x" + std::to_string(g.in_w) + "x" +
-         std::to_string(g.in_c) + " k=" + std::to_string(g.k_h) + "x" + std::to_string(g.k_w) + " oc=" +
-         std::to_string(g.out_c) + " s=" + std::to_string(g.stride_h) + "/" + std::to_string(g.stride_w) +
-         " d=" + std::to_string(g.dilation_h) + " pad=" + std::to_string(g.pad_top) + "," +
-         std::to_string(g.pad_left) + "," + std::to_string(g.pad_bottom) + "," + std::to_string(g.pad_right);
+         std::to_string(g.in_c) + " k=" + std::to_string(g.k_h) + "x" + std::to_string(g.k_w) +
+         " oc=" + std::to_string(g.out_c) + " s=" + std::to_string(g.stride_h) + "/" + std::to_string(g.stride_w) +
+         " d=" + std::to_string(g.dilation_h) + " pad=" + std::to_string(g.pad_top) + "," + std::to_string(g.pad_left) +
+         "," + std::to_string(g.pad_bottom) + "," + std::to_string(g.pad_right);
 }
 
 // Runs forward, backward data and backward filter in float32 and float64 on the same inputs.
@@ -195,13 +196,13 @@ void check_conv(const Conv2dGeometry& g, std::uint32_t seed) {
 
 TEST(DnnConv, Float32MatchesReferenceOverGeometries) {
   const ConvCase cases[] = {
-      {2, 7, 7, 1, 1, 1, 3, 1, 1, Padding::kValid},  {2, 7, 7, 3, 3, 3, 5, 1, 1, Padding::kValid},
-      {2, 7, 7, 3, 3, 3, 5, 1, 1, Padding::kSame},   {2, 8, 9, 3, 3, 3, 4, 2, 1, Padding::kSame},
-      {2, 9, 8, 5, 3, 3, 7, 2, 1, Padding::kValid},  {1, 11, 10, 3, 3, 3, 4, 1, 2, Padding::kSame},
+      {2, 7, 7, 1, 1, 1, 3, 1, 1, Padding::kValid},   {2, 7, 7, 3, 3, 3, 5, 1, 1, Padding::kValid},
+      {2, 7, 7, 3, 3, 3, 5, 1, 1, Padding::kSame},    {2, 8, 9, 3, 3, 3, 4, 2, 1, Padding::kSame},
+      {2, 9, 8, 5, 3, 3, 7, 2, 1, Padding::kValid},   {1, 11, 10, 3, 3, 3, 4, 1, 2, Padding::kSame},
       {1, 11, 12, 2, 3, 3, 3, 1, 2, Padding::kValid}, {3, 10, 10, 1, 5, 5, 8, 1, 1, Padding::kSame},
-      {2, 12, 11, 3, 5, 5, 6, 2, 1, Padding::kSame}, {2, 13, 13, 7, 5, 5, 9, 2, 2, Padding::kSame},
-      {2, 6, 6, 16, 1, 1, 32, 2, 1, Padding::kSame}, {1, 10, 10, 17, 3, 3, 33, 1, 1, Padding::kSame},
-      {4, 5, 5, 3, 3, 1, 2, 1, 1, Padding::kSame},   {2, 4, 4, 1, 3, 3, 1, 3, 1, Padding::kSame},
+      {2, 12, 11, 3, 5, 5, 6, 2, 1, Padding::kSame},  {2, 13, 13, 7, 5, 5, 9, 2, 2, Padding::kSame},
+      {2, 6, 6, 16, 1, 1, 32, 2, 1, Padding::kSame},  {1, 10, 10, 17, 3, 3, 33, 1, 1, Padding::kSame},
+      {4, 5, 5, 3, 3, 1, 2, 1, 1, Padding::kSame},    {2, 4, 4, 1, 3, 3, 1, 3, 1, Padding::kSame},
   };
   std::uint32_t seed = 100;
   for (const auto& c : cases) {
@@ -218,7 +219,8 @@ TEST(DnnConv, Float32MatchesReferenceOverGeometries) {
 }
 
 TEST(DnnConv, ReferenceBackwardMatchesFiniteDifferences) {
-  const ConvCase cases[] = {{2, 5, 6, 2, 3, 2, 3, 2, 1, Padding::kSame}, {1, 7, 7, 2, 3, 3, 2, 1, 2, Padding::kSame},
+  const ConvCase cases[] = {{2, 5, 6, 2, 3, 2, 3, 2, 1, Padding::kSame},
+                            {1, 7, 7, 2, 3, 3, 2, 1, 2, Padding::kSame},
                             {2, 6, 5, 1, 2, 3, 2, 2, 1, Padding::kValid}};
   std::uint32_t seed = 300;
   for (const auto& c : cases) {
@@ -265,8 +267,8 @@ void check_pool(PoolKind kind, const Conv2dGeometry& g, const F32& x, std::uint3
 
 TEST(DnnPool, Float32MatchesReference) {
   const Conv2dGeometry geoms[] = {
-      pool_geometry(2, 8, 8, 3, 2, 2, Padding::kValid), pool_geometry(2, 7, 9, 5, 2, 2, Padding::kSame),
-      pool_geometry(2, 7, 7, 4, 3, 2, Padding::kSame),  pool_geometry(1, 9, 8, 1, 3, 1, Padding::kSame),
+      pool_geometry(2, 8, 8, 3, 2, 2, Padding::kValid),  pool_geometry(2, 7, 9, 5, 2, 2, Padding::kSame),
+      pool_geometry(2, 7, 7, 4, 3, 2, Padding::kSame),   pool_geometry(1, 9, 8, 1, 3, 1, Padding::kSame),
       pool_geometry(3, 9, 9, 17, 3, 2, Padding::kValid), pool_geometry(1, 5, 6, 2, 5, 3, Padding::kSame)};
   std::uint32_t seed = 500;
   for (const auto& g : geoms) {
@@ -324,8 +326,8 @@ TEST(DnnPool, SameAverageDividesByInBoundsCount) {
 
 TEST(DnnPool, ReferenceBackwardMatchesFiniteDifferences) {
   for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
-    for (const Conv2dGeometry& g : {pool_geometry(2, 5, 6, 2, 3, 2, Padding::kSame),
-                                    pool_geometry(1, 6, 6, 3, 2, 2, Padding::kValid)}) {
+    for (const Conv2dGeometry& g :
+         {pool_geometry(2, 5, 6, 2, 3, 2, Padding::kSame), pool_geometry(1, 6, 6, 3, 2, 2, Padding::kValid)}) {
       F64 x = random_f64(static_cast<std::size_t>(g.input_elements()), 700);  // distinct values
       const F64 r = random_f64(static_cast<std::size_t>(g.output_elements()), 701);
       F64 y(r.size()), dx(x.size());
@@ -356,7 +358,8 @@ struct SoftmaxBounds {
 
 // x: the float32 logits (widened); y: the float32 kernel's output (widened), which the backward
 // reads; dy: the incoming gradient.
-SoftmaxBounds softmax_bounds(bool log, const F64& x, const F64& y, const F64& dy, std::int64_t rows, std::int64_t cols) {
+SoftmaxBounds softmax_bounds(bool log, const F64& x, const F64& y, const F64& dy, std::int64_t rows,
+                             std::int64_t cols) {
   SoftmaxBounds b{F64(x.size()), F64(x.size())};
   const double n = static_cast<double>(cols);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -390,8 +393,10 @@ SoftmaxBounds softmax_bounds(bool log, const F64& x, const F64& y, const F64& dy
     }
     for (std::int64_t c = 0; c < cols; ++c) {
       const std::size_t i = o + static_cast<std::size_t>(c);
-      b.backward[i] = log ? kUlps * kEps32 * (std::abs(dy[i]) + std::exp(y[i]) * ((1 + std::abs(y[i])) * std::abs(t_sum) + n * abs_t))
-                          : kUlps * kEps32 * std::abs(y[i]) * (std::abs(dy[i]) + std::abs(s_sum) + n * abs_s);
+      b.backward[i] =
+          log ? kUlps * kEps32 *
+                    (std::abs(dy[i]) + std::exp(y[i]) * ((1 + std::abs(y[i])) * std::abs(t_sum) + n * abs_t))
+              : kUlps * kEps32 * std::abs(y[i]) * (std::abs(dy[i]) + std::abs(s_sum) + n * abs_s);
     }
   }
   return b;
@@ -423,8 +428,8 @@ TEST(DnnSoftmax, Float32MatchesReferenceOnLargeLogits) {
       for (std::size_t i = 0; i < size; ++i) x[i] += (i / s.cols % 2 ? 1000.f : -800.f);
       const F32 dy = random_f32(size, seed++);
       const F64 x64 = widen(x), dy64 = widen(dy);
-      const std::string what = std::string(log ? "logsoftmax" : "softmax") + " " + std::to_string(s.rows) + "x" +
-                               std::to_string(s.cols);
+      const std::string what =
+          std::string(log ? "logsoftmax" : "softmax") + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols);
       F32 y(size);
       F64 y64(size);
       softmax_forward(DType::kFloat32, log, x.data(), y.data(), s.rows, s.cols);
@@ -592,9 +597,10 @@ TEST(DnnSeedCnn, ForwardAndBackwardMatchReference) {
   const double bwd_data = time_ms([&] { conv2d_backward_data(DType::kFloat32, conv2, y.data(), w.data(), dx.data()); });
   const double bwd_filter =
       time_ms([&] { conv2d_backward_filter(DType::kFloat32, conv2, x.data(), y.data(), dw.data()); });
-  std::printf("seed CNN conv2 (64x13x13x32 -> 64x11x11x64, %s, %d threads): forward %.3f ms, backward data %.3f ms, "
-              "backward filter %.3f ms\n",
-              have_onednn() ? "oneDNN" : "reference", omp_get_max_threads(), fwd, bwd_data, bwd_filter);
+  std::printf(
+      "seed CNN conv2 (64x13x13x32 -> 64x11x11x64, %s, %d threads): forward %.3f ms, backward data %.3f ms, "
+      "backward filter %.3f ms\n",
+      have_onednn() ? "oneDNN" : "reference", omp_get_max_threads(), fwd, bwd_data, bwd_filter);
 }
 
 // ---- cache, threads, errors ---------------------------------------------------------------------

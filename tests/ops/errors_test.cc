@@ -61,13 +61,13 @@ TEST_F(ErrorsTest, InputsOnTwoDevices) {
                                            {{.memory_limit_mb = 256}, {.memory_limit_mb = 256}});
   const Tensor a = F({1, 2}, {2}, "/CPU:0"), b = F({3, 4}, {2}, "/CPU:1");
   EXPECT_THROW_WITH(ops::add(a, b), InvalidArgumentError, "one device", "device:CPU:0", "device:CPU:1", ".to(");
-  EXPECT_THROW_WITH(ops::matmul(ops::reshape(a, {1, 2}), ops::reshape(b, {2, 1})), InvalidArgumentError,
-                    "device:CPU:0", "device:CPU:1");
+  EXPECT_THROW_WITH(ops::matmul(ops::reshape(a, {1, 2}), ops::reshape(b, {2, 1})), InvalidArgumentError, "device:CPU:0",
+                    "device:CPU:1");
   EXPECT_THROW_WITH(ops::concat({a, b}, 0), InvalidArgumentError, "device:CPU:0", "device:CPU:1");
   EXPECT_THROW_WITH(ops::gather(a, Tensor::from_vector<std::int32_t>({0}, "/CPU:1")), InvalidArgumentError,
                     "device:CPU:0", "device:CPU:1");
-  EXPECT_THROW_WITH(ops::where(Tensor::zeros({2}, DType::kBool, "/CPU:1"), a, a), InvalidArgumentError,
-                    "device:CPU:0", "device:CPU:1");
+  EXPECT_THROW_WITH(ops::where(Tensor::zeros({2}, DType::kBool, "/CPU:1"), a, a), InvalidArgumentError, "device:CPU:0",
+                    "device:CPU:1");
   // Moving one operand fixes it; the result lives on the inputs' device.
   const Tensor c = ops::add(a, b.to("/CPU:0"));
   EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{4, 6}));
@@ -90,7 +90,8 @@ TEST_F(ErrorsTest, UndefinedInputs) {
   EXPECT_THROW_WITH(ops::matmul(x, u), InvalidArgumentError, "undefined");
   EXPECT_THROW_WITH(ops::concat({x, u}, 0), InvalidArgumentError, "undefined");
   EXPECT_THROW_WITH(ops::stack({x, u}), InvalidArgumentError, "Pack");
-  EXPECT_THROW_WITH(ops::gather(u, Tensor::from_vector<std::int32_t>({0}, "/CPU:0")), InvalidArgumentError, "undefined");
+  EXPECT_THROW_WITH(ops::gather(u, Tensor::from_vector<std::int32_t>({0}, "/CPU:0")), InvalidArgumentError,
+                    "undefined");
   EXPECT_THROW_WITH(ops::where(u, x, x), InvalidArgumentError, "undefined");
   EXPECT_THROW_WITH(ops::conv2d(u, x), InvalidArgumentError, "undefined");
   EXPECT_THROW_WITH(ops::softmax(u), InvalidArgumentError, "undefined");
@@ -120,7 +121,8 @@ TEST_F(ErrorsTest, BadAxes) {
   EXPECT_THROW_WITH(ops::softmax(x, 2), InvalidArgumentError, "axis 2");
   EXPECT_THROW_WITH(ops::expand_dims(x, 3), InvalidArgumentError, "axis 3");
   EXPECT_THROW_WITH(ops::squeeze(x, {0}), InvalidArgumentError, "is not 1");
-  EXPECT_THROW_WITH(ops::gather(x, Tensor::from_vector<std::int32_t>({0}, "/CPU:0"), 2), InvalidArgumentError, "axis 2");
+  EXPECT_THROW_WITH(ops::gather(x, Tensor::from_vector<std::int32_t>({0}, "/CPU:0"), 2), InvalidArgumentError,
+                    "axis 2");
   EXPECT_THROW_WITH(ops::gather(zeros({}), Tensor::from_vector<std::int32_t>({0}, "/CPU:0")), InvalidArgumentError,
                     "rank >= 1");
   EXPECT_THROW_WITH(ops::stack({x, zeros({3, 2})}), InvalidArgumentError, "(2, 3)");
@@ -163,8 +165,9 @@ TEST_F(ErrorsTest, ConvAndPoolShapes) {
   EXPECT_THROW_WITH(ops::conv2d(zeros({1, 4, 4, 3}), zeros({3, 3, 3})), InvalidArgumentError, "HWIO");
   EXPECT_THROW_WITH(ops::conv2d(zeros({1, 2, 2, 1}), zeros({3, 3, 1, 1})), InvalidArgumentError, "does not fit",
                     "VALID");
-  EXPECT_THROW_WITH(ops::conv2d(zeros({1, 4, 4, 1}), zeros({2, 2, 1, 1}), ops::Conv2dOptions{{1, 1}, ops::Padding::kValid, {4, 4}}),
-                    InvalidArgumentError, "does not fit");
+  EXPECT_THROW_WITH(
+      ops::conv2d(zeros({1, 4, 4, 1}), zeros({2, 2, 1, 1}), ops::Conv2dOptions{{1, 1}, ops::Padding::kValid, {4, 4}}),
+      InvalidArgumentError, "does not fit");
   EXPECT_THROW_WITH(ops::conv2d(zeros({1, 4, 4, 1}), zeros({1, 1, 1, 1}), {0, 1}, ops::Padding::kSame),
                     InvalidArgumentError, "strides");
   EXPECT_THROW_WITH(ops::max_pool2d(zeros({1, 2, 2, 1}), {3, 3}, {1, 1}), InvalidArgumentError, "does not fit");
@@ -175,17 +178,17 @@ TEST_F(ErrorsTest, ConvAndPoolShapes) {
 }
 
 TEST_F(ErrorsTest, LossAndBatchNormShapes) {
-  EXPECT_THROW_WITH(ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({0, 1, 2}, "/CPU:0"),
-                                                                 zeros({2, 3})),
+  EXPECT_THROW_WITH(ops::sparse_softmax_cross_entropy_with_logits(
+                        Tensor::from_vector<std::int32_t>({0, 1, 2}, "/CPU:0"), zeros({2, 3})),
                     InvalidArgumentError, "labels must have shape (2,)");
-  EXPECT_THROW_WITH(ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({0}, "/CPU:0"),
-                                                                 zeros({3})),
-                    InvalidArgumentError, "[batch, classes]");
+  EXPECT_THROW_WITH(
+      ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({0}, "/CPU:0"), zeros({3})),
+      InvalidArgumentError, "[batch, classes]");
   EXPECT_THROW_WITH(ops::softmax_cross_entropy_with_logits(zeros({2, 4}), zeros({2, 3})), InvalidArgumentError,
                     "labels must match");
-  EXPECT_THROW_WITH(ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({0, 0}, "/CPU:0"),
-                                                                 zeros({2, 0})),
-                    InvalidArgumentError, "0 classes");
+  EXPECT_THROW_WITH(
+      ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({0, 0}, "/CPU:0"), zeros({2, 0})),
+      InvalidArgumentError, "0 classes");
   const Tensor x = zeros({4, 3}), c = zeros({3});
   EXPECT_THROW_WITH(ops::batch_norm(x, zeros({2}), c, Tensor(), Tensor(), 1e-3, true), InvalidArgumentError, "(2,)",
                     "(3,)");
@@ -203,7 +206,7 @@ TEST_F(ErrorsTest, LossAndBatchNormShapes) {
 TEST_F(ErrorsTest, TransposedAndSlicedResultsFeedOtherOps) {
   std::vector<float> v(12);
   for (int i = 0; i < 12; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
-  const Tensor a = F(v, {3, 4});  // [[1..4],[5..8],[9..12]]
+  const Tensor a = F(v, {3, 4});        // [[1..4],[5..8],[9..12]]
   const Tensor at = ops::transpose(a);  // [4,3]
   const Tensor b = F({1, 0, -1, 2, 1, 0, 0, 1, 1, -1, 0, 2}, {3, 4});
   // matmul(a^T materialized, b) == matmul(a, b, transpose_a).
@@ -217,14 +220,14 @@ TEST_F(ErrorsTest, TransposedAndSlicedResultsFeedOtherOps) {
   EXPECT_EQ(ops::gather(at, Tensor::from_vector<std::int32_t>({3, 0}, "/CPU:0")).to_vector<float>(),
             (std::vector<float>{4, 8, 12, 1, 5, 9}));
   EXPECT_EQ(ops::transpose(at).to_vector<float>(), v);
-  EXPECT_EQ(ops::reshape(at, {-1}).to_vector<float>(),
-            (std::vector<float>{1, 5, 9, 2, 6, 10, 3, 7, 11, 4, 8, 12}));
+  EXPECT_EQ(ops::reshape(at, {-1}).to_vector<float>(), (std::vector<float>{1, 5, 9, 2, 6, 10, 3, 7, 11, 4, 8, 12}));
   // A column slice (strided in the source) into softmax and a loss.
   const Tensor col = ops::slice(a, {0, 1}, {3, 2});  // [[2,3],[6,7],[10,11]]
   const auto sm = ops::softmax(col).to_vector<float>();
   for (int r = 0; r < 3; ++r) EXPECT_NEAR(sm[static_cast<std::size_t>(2 * r + 1)], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
-  const auto loss = ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({1, 1, 1}, "/CPU:0"), col)
-                        .to_vector<float>();
+  const auto loss =
+      ops::sparse_softmax_cross_entropy_with_logits(Tensor::from_vector<std::int32_t>({1, 1, 1}, "/CPU:0"), col)
+          .to_vector<float>();
   for (float l : loss) EXPECT_NEAR(l, std::log(1.0 + std::exp(-1.0)), 1e-6);
   // NHWC conv on a transposed NCHW tensor: [1,1,3,4] → [1,3,4,1].
   const Tensor nhwc = ops::transpose(ops::reshape(a, {1, 1, 3, 4}), {0, 2, 3, 1});

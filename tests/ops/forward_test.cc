@@ -54,7 +54,8 @@ TEST_F(ForwardTest, BroadcastRankMismatch) {
   for (int j = 0; j < 4; ++j) bv[static_cast<std::size_t>(j)] = 100.0 * j;
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 4; ++j)
-      for (int k = 0; k < 3; ++k) want.push_back(av[static_cast<std::size_t>(i * 3 + k)] + bv[static_cast<std::size_t>(j)]);
+      for (int k = 0; k < 3; ++k)
+        want.push_back(av[static_cast<std::size_t>(i * 3 + k)] + bv[static_cast<std::size_t>(j)]);
   expect_values(ops::add(D(av, {2, 1, 3}), D(bv, {4, 1})), {2, 4, 3}, want);
   // Operand order does not matter.
   expect_values(ops::add(D(bv, {4, 1}), D(av, {2, 1, 3})), {2, 4, 3}, want);
@@ -63,8 +64,7 @@ TEST_F(ForwardTest, BroadcastRankMismatch) {
   for (std::size_t i = 0; i < cv.size(); ++i) cv[i] = static_cast<double>(i);
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
-      for (int k = 0; k < 4; ++k)
-        want2.push_back(cv[static_cast<std::size_t>((i * 3 + j) * 4 + k)] * (i * 4 + k + 1));
+      for (int k = 0; k < 4; ++k) want2.push_back(cv[static_cast<std::size_t>((i * 3 + j) * 4 + k)] * (i * 4 + k + 1));
   std::vector<double> dv(8);
   for (int i = 0; i < 8; ++i) dv[static_cast<std::size_t>(i)] = i + 1;
   expect_values(ops::mul(D(cv, {2, 3, 4}), D(dv, {2, 1, 4})), {2, 3, 4}, want2);
@@ -232,7 +232,8 @@ TEST_F(ForwardTest, WhereBroadcasts) {
 TEST_F(ForwardTest, Cast) {
   EXPECT_EQ(ops::cast(F({1.7f, -1.7f, 0.0f, 300.5f}, {4}), DType::kInt32).to_vector<std::int32_t>(),
             (std::vector<std::int32_t>{1, -1, 0, 300}));
-  EXPECT_EQ(ops::cast(F({0.0f, 0.5f, -2.0f}, {3}), DType::kBool).to_vector<bool>(), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(ops::cast(F({0.0f, 0.5f, -2.0f}, {3}), DType::kBool).to_vector<bool>(),
+            (std::vector<bool>{false, true, true}));
   expect_values(ops::cast(B({true, false}, {2}), DType::kFloat64), {2}, {1, 0});
   expect_values(ops::cast(L({-3, 1LL << 40}, {2}), DType::kFloat64), {2}, {-3, static_cast<double>(1LL << 40)});
   // float16: 0.1 rounds to 0.0999755859375; 2049 is a tie between 2048 and 2050 → even 2048;
@@ -253,7 +254,8 @@ TEST_F(ForwardTest, Cast) {
 // ---- reductions ----
 
 TEST_F(ForwardTest, Reductions) {
-  const Tensor x = D({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}, {2, 3, 4});
+  const Tensor x =
+      D({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}, {2, 3, 4});
   expect_values(ops::reduce_sum(x), {}, {300});
   expect_values(ops::reduce_sum(x, 1), {2, 4}, {15, 18, 21, 24, 51, 54, 57, 60});
   expect_values(ops::reduce_sum(x, {0, 2}), {3}, {68, 100, 132});
@@ -261,7 +263,8 @@ TEST_F(ForwardTest, Reductions) {
   expect_values(ops::reduce_mean(x, {-1}), {2, 3}, {2.5, 6.5, 10.5, 14.5, 18.5, 22.5});
   expect_values(ops::reduce_max(x, {0, 1}), {4}, {21, 22, 23, 24});
   expect_values(ops::reduce_min(x, 2, true), {2, 3, 1}, {1, 5, 9, 13, 17, 21});
-  expect_values(ops::reduce_sum(F({1, 2, 3}, {3}), ops::Axes(std::vector<int>{})), {3}, {1, 2, 3});  // no axes: identity
+  expect_values(ops::reduce_sum(F({1, 2, 3}, {3}), ops::Axes(std::vector<int>{})), {3},
+                {1, 2, 3});  // no axes: identity
   expect_values(ops::reduce_sum(F({5}, {})), {}, {5});
   EXPECT_THROW_WITH(ops::reduce_sum(x, {1, -2}), InvalidArgumentError, "twice");
   EXPECT_THROW_WITH(ops::reduce_sum(x, 3), InvalidArgumentError, "axis 3", "rank 3");
@@ -404,7 +407,8 @@ TEST_F(ForwardTest, CrossEntropyMatchesLogSoftmax) {
   const auto l = lsm.to_vector<double>();
   const std::vector<std::int64_t> labels{2, 0, 3};
   std::vector<double> want_sparse;
-  for (int r = 0; r < 3; ++r) want_sparse.push_back(-l[static_cast<std::size_t>(r * 4 + labels[static_cast<std::size_t>(r)])]);
+  for (int r = 0; r < 3; ++r)
+    want_sparse.push_back(-l[static_cast<std::size_t>(r * 4 + labels[static_cast<std::size_t>(r)])]);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
     const Tensor lg = ops::cast(D(logits, {3, 4}), dt);
     expect_values(ops::sparse_softmax_cross_entropy_with_logits(L(labels, {3}), lg), {3}, want_sparse, 1e-5);
@@ -415,14 +419,15 @@ TEST_F(ForwardTest, CrossEntropyMatchesLogSoftmax) {
   std::vector<double> want_dense(3, 0.0);
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 4; ++c)
-      want_dense[static_cast<std::size_t>(r)] -= p[static_cast<std::size_t>(r * 4 + c)] * l[static_cast<std::size_t>(r * 4 + c)];
+      want_dense[static_cast<std::size_t>(r)] -=
+          p[static_cast<std::size_t>(r * 4 + c)] * l[static_cast<std::size_t>(r * 4 + c)];
   expect_values(ops::softmax_cross_entropy_with_logits(D(p, {3, 4}), D(logits, {3, 4})), {3}, want_dense, 1e-12);
 }
 
 TEST_F(ForwardTest, SparseLabelOutOfRange) {
-  EXPECT_THROW_WITH(
-      ops::sparse_softmax_cross_entropy_with_logits(I({1, 4}, {2}), F(std::vector<float>(8, 0.f), {2, 4})).to_vector<float>(),
-      InvalidArgumentError, "Received a label value of 4 which is outside the valid range of [0, 4)");
+  EXPECT_THROW_WITH(ops::sparse_softmax_cross_entropy_with_logits(I({1, 4}, {2}), F(std::vector<float>(8, 0.f), {2, 4}))
+                        .to_vector<float>(),
+                    InvalidArgumentError, "Received a label value of 4 which is outside the valid range of [0, 4)");
   EXPECT_THROW_WITH(ops::sparse_softmax_cross_entropy_with_logits(L({-1}, {1}), D({0, 0}, {1, 2})).to_vector<double>(),
                     InvalidArgumentError, "label value of -1", "[0, 2)");
 }
@@ -444,8 +449,8 @@ TEST_F(ForwardTest, BatchNormStatistics) {
     }
     expect_values(r.y, {4, 2}, want, 1e-5);
     // Inference with given statistics.
-    const auto ri = ops::batch_norm(x, gamma, beta, ops::cast(D({1, 2}, {2}), dt), ops::cast(D({4, 0.25}, {2}), dt), eps,
-                                    false);
+    const auto ri =
+        ops::batch_norm(x, gamma, beta, ops::cast(D({1, 2}, {2}), dt), ops::cast(D({4, 0.25}, {2}), dt), eps, false);
     std::vector<double> want_i;
     for (int i = 0; i < 4; ++i) {
       want_i.push_back(2 * (xv[static_cast<std::size_t>(2 * i)] - 1) / std::sqrt(4 + eps) + 1);
@@ -467,13 +472,13 @@ TEST_F(ForwardTest, MatMulValues) {
     expect_values(ops::matmul(ops::transpose(a), ops::transpose(b), true, true), {2, 2}, {58, 64, 139, 154});
     expect_values(ops::matmul(b, a), {3, 3}, {39, 54, 69, 49, 68, 87, 59, 82, 105});
     // Batched with broadcasting: [2,1,2,3] x [3,2] (one matrix for all) → [2,1,2,2].
-    const Tensor a2 = ops::concat({ops::reshape(a, {1, 1, 2, 3}), ops::reshape(ops::mul(a, ops::scalar_like(a, 2)), {1, 1, 2, 3})}, 0);
+    const Tensor a2 = ops::concat(
+        {ops::reshape(a, {1, 1, 2, 3}), ops::reshape(ops::mul(a, ops::scalar_like(a, 2)), {1, 1, 2, 3})}, 0);
     expect_values(ops::matmul(a2, b), {2, 1, 2, 2}, {58, 64, 139, 154, 116, 128, 278, 308});
     // [2,1,2,3] x [3,3,2] → [2,3,2,2] with b's batch scaled 1, 0, -1.
     const Tensor b3 = ops::stack({b, ops::zeros_like(b), ops::neg(b)});
-    expect_values(ops::matmul(a2, b3), {2, 3, 2, 2},
-                  {58, 64, 139, 154, 0, 0, 0, 0, -58, -64, -139, -154,
-                   116, 128, 278, 308, 0, 0, 0, 0, -116, -128, -278, -308});
+    expect_values(ops::matmul(a2, b3), {2, 3, 2, 2}, {58,  64,  139, 154, 0, 0, 0, 0, -58,  -64,  -139, -154,
+                                                      116, 128, 278, 308, 0, 0, 0, 0, -116, -128, -278, -308});
   }
 }
 
@@ -503,8 +508,7 @@ TEST_F(ForwardTest, PoolingHandComputed) {
     expect_values(ops::max_pool2d(x, {2, 2}, {2, 2}), {1, 2, 2, 1}, {6, 8, 14, 16});
     expect_values(ops::avg_pool2d(x, {2, 2}, {2, 2}), {1, 2, 2, 1}, {3.5, 5.5, 11.5, 13.5});
     // SAME 3x3 stride 2 on 4x4: out 2x2, padding 1 total → bottom/right. Averages count in-bounds only.
-    expect_values(ops::avg_pool2d(x, {3, 3}, {2, 2}, ops::Padding::kSame), {1, 2, 2, 1},
-                  {6, 7.5, 12, 13.5});
+    expect_values(ops::avg_pool2d(x, {3, 3}, {2, 2}, ops::Padding::kSame), {1, 2, 2, 1}, {6, 7.5, 12, 13.5});
     expect_values(ops::max_pool2d(x, {3, 3}, {2, 2}, ops::Padding::kSame), {1, 2, 2, 1}, {11, 12, 15, 16});
     // Negative inputs: padding never wins a max.
     expect_values(ops::max_pool2d(ops::neg(x), {3, 3}, {2, 2}, ops::Padding::kSame), {1, 2, 2, 1}, {-1, -3, -9, -11});

@@ -15,9 +15,9 @@ namespace chorus {
 namespace {
 
 using testing::check_gradients;
-using testing::TensorFn;
 using testing::random_away_from_zero;
 using testing::random_tensor;
+using testing::TensorFn;
 using In = std::vector<Tensor>;
 
 class GradientTest : public testing::CoreTest {};
@@ -25,12 +25,12 @@ class GradientTest : public testing::CoreTest {};
 // The harness itself: a gradient that is wrong on purpose (stop_gradient hides half of d/dx x*x)
 // and a missing one must both be reported.
 TEST_F(GradientTest, HarnessDetectsWrongAndMissingGradients) {
-  const auto wrong = check_gradients([](const In& x) { return ops::mul(x[0], ops::stop_gradient(x[0])); },
-                                     {random_tensor({3}, 99)});
+  const auto wrong =
+      check_gradients([](const In& x) { return ops::mul(x[0], ops::stop_gradient(x[0])); }, {random_tensor({3}, 99)});
   EXPECT_FALSE(wrong);
   EXPECT_NE(std::string(wrong.message()).find("3 gradient mismatches"), std::string::npos) << wrong.message();
-  const auto missing = check_gradients([](const In& x) { return ops::square(ops::stop_gradient(x[0])); },
-                                       {random_tensor({3}, 98)});
+  const auto missing =
+      check_gradients([](const In& x) { return ops::square(ops::stop_gradient(x[0])); }, {random_tensor({3}, 98)});
   EXPECT_FALSE(missing);
   EXPECT_NE(std::string(missing.message()).find("no gradient"), std::string::npos) << missing.message();
   EXPECT_FALSE(check_gradients([](const In& x) { return x[0]; }, {Tensor::zeros({2}, DType::kFloat32, "/CPU:0")}));
@@ -94,7 +94,7 @@ TEST_F(GradientTest, OperatorsWithDoubles) {
 struct UnaryCase {
   const char* name;
   Tensor (*op)(const Tensor&);
-  double lo, hi;      // input range
+  double lo, hi;        // input range
   bool away_from_zero;  // lo..hi in magnitude, random sign
 };
 
@@ -104,7 +104,8 @@ class UnaryGradientTest : public testing::CoreTest, public ::testing::WithParamI
 
 TEST_P(UnaryGradientTest, MatchesFiniteDifferences) {
   const UnaryCase c = GetParam();
-  const Tensor x = c.away_from_zero ? random_away_from_zero({2, 3}, 23, c.lo, c.hi) : random_tensor({2, 3}, 23, c.lo, c.hi);
+  const Tensor x =
+      c.away_from_zero ? random_away_from_zero({2, 3}, 23, c.lo, c.hi) : random_tensor({2, 3}, 23, c.lo, c.hi);
   auto op = c.op;
   EXPECT_TRUE(check_gradients([op](const In& in) { return op(in[0]); }, {x})) << c.name;
 }
@@ -123,7 +124,8 @@ INSTANTIATE_TEST_SUITE_P(
 // outer tape of check_gradients (the gradient kernels of the activations are differentiable too).
 TEST_P(UnaryGradientTest, SecondDerivative) {
   const UnaryCase c = GetParam();
-  const Tensor x = c.away_from_zero ? random_away_from_zero({2, 3}, 23, c.lo, c.hi) : random_tensor({2, 3}, 23, c.lo, c.hi);
+  const Tensor x =
+      c.away_from_zero ? random_away_from_zero({2, 3}, 23, c.lo, c.hi) : random_tensor({2, 3}, 23, c.lo, c.hi);
   auto op = c.op;
   const std::string name = c.name;
   if (name == "relu" || name == "abs" || name == "neg") {
@@ -204,8 +206,11 @@ TEST_F(GradientTest, ReduceMaxSplitsTiesEvenly) {
 // ---- shape ops ----
 
 TEST_F(GradientTest, Reshape) {
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::reshape(ops::square(x[0]), {3, -1}); },
-                              {random_tensor({2, 3, 2}, 31)}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& x) {
+        return ops::reshape(ops::square(x[0]), {3, -1});
+      },
+      {random_tensor({2, 3, 2}, 31)}));
 }
 
 TEST_F(GradientTest, Transpose) {
@@ -239,8 +244,11 @@ TEST_F(GradientTest, Split) {
 }
 
 TEST_F(GradientTest, Slice) {
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::slice(x[0], {1, 0, 1}, {2, -1, 2}); },
-                              {random_tensor({3, 2, 4}, 39)}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& x) {
+        return ops::slice(x[0], {1, 0, 1}, {2, -1, 2});
+      },
+      {random_tensor({3, 2, 4}, 39)}));
 }
 
 TEST_F(GradientTest, GatherAxis0RepeatedIndices) {
@@ -252,25 +260,37 @@ TEST_F(GradientTest, GatherAxis0RepeatedIndices) {
 
 TEST_F(GradientTest, GatherAxis1RepeatedIndices) {
   const Tensor idx = Tensor::from_vector<std::int64_t>({1, 1, 0, 3}, {2, 2}, "/CPU:0");
-  EXPECT_TRUE(check_gradients([idx](const In& x) { return ops::gather(x[0], idx, 1); }, {random_tensor({2, 4, 3}, 42)}));
+  EXPECT_TRUE(
+      check_gradients([idx](const In& x) { return ops::gather(x[0], idx, 1); }, {random_tensor({2, 4, 3}, 42)}));
   EXPECT_TRUE(check_gradients([idx](const In& x) { return ops::gather(x[0], idx, -1); }, {random_tensor({3, 4}, 43)}));
 }
 
 TEST_F(GradientTest, Pad) {
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::pad(x[0], {{1, 0}, {2, 1}}, 0.5); },
-                              {random_tensor({2, 3}, 44)}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& x) {
+        return ops::pad(x[0], {{1, 0}, {2, 1}}, 0.5);
+      },
+      {random_tensor({2, 3}, 44)}));
 }
 
 TEST_F(GradientTest, BroadcastTo) {
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::broadcast_to(x[0], Shape{2, 3, 4}); },
-                              {random_tensor({3, 1}, 45)}));
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::broadcast_to(x[0], Shape{2, 3}); }, {random_tensor({}, 46)}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& x) {
+        return ops::broadcast_to(x[0], Shape{2, 3, 4});
+      },
+      {random_tensor({3, 1}, 45)}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& x) {
+        return ops::broadcast_to(x[0], Shape{2, 3});
+      },
+      {random_tensor({}, 46)}));
 }
 
 TEST_F(GradientTest, ExpandDimsSqueezeStack) {
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::square(ops::expand_dims(x[0], 1)); },
-                              {random_tensor({2, 3}, 47)}));
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::square(ops::squeeze(x[0])); }, {random_tensor({2, 1, 3, 1}, 48)}));
+  EXPECT_TRUE(
+      check_gradients([](const In& x) { return ops::square(ops::expand_dims(x[0], 1)); }, {random_tensor({2, 3}, 47)}));
+  EXPECT_TRUE(
+      check_gradients([](const In& x) { return ops::square(ops::squeeze(x[0])); }, {random_tensor({2, 1, 3, 1}, 48)}));
   EXPECT_TRUE(check_gradients([](const In& x) { return ops::squeeze(x[0], {-1}); }, {random_tensor({2, 1, 3, 1}, 49)}));
   const In xs{random_tensor({2, 3}, 50), random_tensor({2, 3}, 51)};
   EXPECT_TRUE(check_gradients([](const In& x) { return ops::stack({x[0], x[1], x[0]}, 0); }, xs));
@@ -325,34 +345,60 @@ TEST_P(Conv2dGradientTest, InputAndFilters) {
                               {random_tensor({2, 5, 5, 2}, 62), random_tensor({3, 3, 2, 2}, 63)}));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, Conv2dGradientTest,
-    ::testing::Values(ConvCase{"Stride1Valid", {{1, 1}, ops::Padding::kValid, {1, 1}}},
-                      ConvCase{"Stride1Same", {{1, 1}, ops::Padding::kSame, {1, 1}}},
-                      ConvCase{"Stride2Valid", {{2, 2}, ops::Padding::kValid, {1, 1}}},
-                      ConvCase{"Stride2Same", {{2, 2}, ops::Padding::kSame, {1, 1}}},
-                      ConvCase{"Stride2x1Same", {{2, 1}, ops::Padding::kSame, {1, 1}}},
-                      ConvCase{"Dilation2Valid", {{1, 1}, ops::Padding::kValid, {2, 2}}},
-                      ConvCase{"Dilation2Same", {{1, 1}, ops::Padding::kSame, {2, 2}}}),
-    [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Ops, Conv2dGradientTest,
+                         ::testing::Values(ConvCase{"Stride1Valid", {{1, 1}, ops::Padding::kValid, {1, 1}}},
+                                           ConvCase{"Stride1Same", {{1, 1}, ops::Padding::kSame, {1, 1}}},
+                                           ConvCase{"Stride2Valid", {{2, 2}, ops::Padding::kValid, {1, 1}}},
+                                           ConvCase{"Stride2Same", {{2, 2}, ops::Padding::kSame, {1, 1}}},
+                                           ConvCase{"Stride2x1Same", {{2, 1}, ops::Padding::kSame, {1, 1}}},
+                                           ConvCase{"Dilation2Valid", {{1, 1}, ops::Padding::kValid, {2, 2}}},
+                                           ConvCase{"Dilation2Same", {{1, 1}, ops::Padding::kSame, {2, 2}}}),
+                         [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
 
 TEST_F(GradientTest, Conv2dRectangularFilter) {
-  EXPECT_TRUE(check_gradients([](const In& x) { return ops::conv2d(x[0], x[1], {2, 2}, ops::Padding::kSame); },
-                              {random_tensor({1, 4, 5, 3}, 64), random_tensor({2, 3, 3, 2}, 65)}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& x) {
+        return ops::conv2d(x[0], x[1], {2, 2}, ops::Padding::kSame);
+      },
+      {random_tensor({1, 4, 5, 3}, 64), random_tensor({2, 3, 3, 2}, 65)}));
 }
 
 TEST_F(GradientTest, MaxPool) {
   const Tensor x = random_tensor({2, 4, 5, 2}, 66);  // distinct values: no ties in a window
-  EXPECT_TRUE(check_gradients([](const In& in) { return ops::max_pool2d(in[0], {2, 2}, {2, 2}, ops::Padding::kValid); }, {x}));
-  EXPECT_TRUE(check_gradients([](const In& in) { return ops::max_pool2d(in[0], {3, 3}, {2, 2}, ops::Padding::kSame); }, {x}));
-  EXPECT_TRUE(check_gradients([](const In& in) { return ops::max_pool2d(in[0], {2, 2}, {1, 1}, ops::Padding::kSame); }, {x}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& in) {
+        return ops::max_pool2d(in[0], {2, 2}, {2, 2}, ops::Padding::kValid);
+      },
+      {x}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& in) {
+        return ops::max_pool2d(in[0], {3, 3}, {2, 2}, ops::Padding::kSame);
+      },
+      {x}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& in) {
+        return ops::max_pool2d(in[0], {2, 2}, {1, 1}, ops::Padding::kSame);
+      },
+      {x}));
 }
 
 TEST_F(GradientTest, AvgPool) {
   const Tensor x = random_tensor({2, 4, 5, 2}, 67);
-  EXPECT_TRUE(check_gradients([](const In& in) { return ops::avg_pool2d(in[0], {2, 2}, {2, 2}, ops::Padding::kValid); }, {x}));
-  EXPECT_TRUE(check_gradients([](const In& in) { return ops::avg_pool2d(in[0], {3, 3}, {2, 2}, ops::Padding::kSame); }, {x}));
-  EXPECT_TRUE(check_gradients([](const In& in) { return ops::avg_pool2d(in[0], {2, 3}, {1, 1}, ops::Padding::kSame); }, {x}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& in) {
+        return ops::avg_pool2d(in[0], {2, 2}, {2, 2}, ops::Padding::kValid);
+      },
+      {x}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& in) {
+        return ops::avg_pool2d(in[0], {3, 3}, {2, 2}, ops::Padding::kSame);
+      },
+      {x}));
+  EXPECT_TRUE(check_gradients(
+      [](const In& in) {
+        return ops::avg_pool2d(in[0], {2, 3}, {1, 1}, ops::Padding::kSame);
+      },
+      {x}));
 }
 
 TEST_F(GradientTest, SoftmaxAndLogSoftmax) {
@@ -367,9 +413,9 @@ TEST_F(GradientTest, SoftmaxAndLogSoftmax) {
 
 TEST_F(GradientTest, SparseSoftmaxCrossEntropy) {
   const Tensor labels = Tensor::from_vector<std::int32_t>({3, 0, 1}, {3}, "/CPU:0");
-  EXPECT_TRUE(check_gradients(
-      [labels](const In& x) { return ops::sparse_softmax_cross_entropy_with_logits(labels, x[0]); },
-      {random_tensor({3, 4}, 70, -2, 2)}));
+  EXPECT_TRUE(
+      check_gradients([labels](const In& x) { return ops::sparse_softmax_cross_entropy_with_logits(labels, x[0]); },
+                      {random_tensor({3, 4}, 70, -2, 2)}));
   const Tensor labels64 = Tensor::from_vector<std::int64_t>({1, 1}, {2}, "/CPU:0");
   EXPECT_TRUE(check_gradients(
       [labels64](const In& x) { return ops::sparse_softmax_cross_entropy_with_logits(labels64, ops::square(x[0])); },
@@ -386,18 +432,18 @@ TEST_F(GradientTest, SoftmaxCrossEntropy) {
 TEST_F(GradientTest, BatchNormTraining) {
   // y depends on x through the batch statistics too: dx is the full fused-backward formula.
   for (const Shape& s : {Shape{5, 3}, Shape{2, 2, 2, 3}}) {
-    EXPECT_TRUE(check_gradients(
-        [](const In& x) { return ops::batch_norm(x[0], x[1], x[2], Tensor(), Tensor(), 1e-3, true).y; },
-        {random_tensor(s, 73, -2, 2), random_tensor({3}, 74, 0.5, 1.5), random_tensor({3}, 75)}))
+    EXPECT_TRUE(
+        check_gradients([](const In& x) { return ops::batch_norm(x[0], x[1], x[2], Tensor(), Tensor(), 1e-3, true).y; },
+                        {random_tensor(s, 73, -2, 2), random_tensor({3}, 74, 0.5, 1.5), random_tensor({3}, 75)}))
         << s.to_string();
   }
 }
 
 TEST_F(GradientTest, BatchNormInference) {
   const Tensor mean = random_tensor({3}, 76), var = random_tensor({3}, 77, 0.5, 2.0);
-  EXPECT_TRUE(check_gradients(
-      [mean, var](const In& x) { return ops::batch_norm(x[0], x[1], x[2], mean, var, 1e-3, false).y; },
-      {random_tensor({2, 2, 3}, 78, -2, 2), random_tensor({3}, 79, 0.5, 1.5), random_tensor({3}, 80)}));
+  EXPECT_TRUE(
+      check_gradients([mean, var](const In& x) { return ops::batch_norm(x[0], x[1], x[2], mean, var, 1e-3, false).y; },
+                      {random_tensor({2, 2, 3}, 78, -2, 2), random_tensor({3}, 79, 0.5, 1.5), random_tensor({3}, 80)}));
 }
 
 // float32 runs other kernels (oneDNN forward and backward); its tape gradients must agree with the
@@ -408,14 +454,15 @@ TEST_F(GradientTest, Float32GradientsMatchFloat64) {
     Tensor h = ops::conv2d(x[0], x[1], {1, 1}, ops::Padding::kSame);
     h = ops::batch_norm(h, x[4], x[5], Tensor(), Tensor(), 1e-3, true).y;
     h = ops::gelu(ops::sigmoid(h) + ops::tanh(h));
-    h = ops::max_pool2d(h, {2, 2}, {1, 1}, ops::Padding::kSame) + ops::avg_pool2d(h, {2, 3}, {1, 1}, ops::Padding::kSame);
-    h = ops::reduce_mean(h, {1, 2});                                // [2, 3]
-    Tensor logits = ops::matmul(h, x[2], false, true) + x[3];       // [2, 4]
+    h = ops::max_pool2d(h, {2, 2}, {1, 1}, ops::Padding::kSame) +
+        ops::avg_pool2d(h, {2, 3}, {1, 1}, ops::Padding::kSame);
+    h = ops::reduce_mean(h, {1, 2});                           // [2, 3]
+    Tensor logits = ops::matmul(h, x[2], false, true) + x[3];  // [2, 4]
     return ops::add(ops::sparse_softmax_cross_entropy_with_logits(labels, logits),
                     ops::reduce_sum(ops::log_softmax(logits, 0) * ops::softmax(logits), 1));
   };
-  const In in64{random_tensor({2, 4, 4, 2}, 90), random_tensor({3, 3, 2, 3}, 91), random_tensor({4, 3}, 92),
-                random_tensor({4}, 93), random_tensor({3}, 94, 0.5, 1.5), random_tensor({3}, 95)};
+  const In in64{random_tensor({2, 4, 4, 2}, 90), random_tensor({3, 3, 2, 3}, 91),  random_tensor({4, 3}, 92),
+                random_tensor({4}, 93),          random_tensor({3}, 94, 0.5, 1.5), random_tensor({3}, 95)};
   In in32;
   for (const Tensor& t : in64) in32.push_back(ops::cast(t, DType::kFloat32));
   auto grads = [&f](const In& in) {
@@ -430,7 +477,8 @@ TEST_F(GradientTest, Float32GradientsMatchFloat64) {
     EXPECT_EQ(g32[i].dtype(), DType::kFloat32);
     const auto a = g32[i].to_vector<double>(), b = g64[i].to_vector<double>();
     ASSERT_EQ(a.size(), b.size());
-    for (std::size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 1e-4 * (1 + std::abs(b[k]))) << "input " << i << " element " << k;
+    for (std::size_t k = 0; k < a.size(); ++k)
+      EXPECT_NEAR(a[k], b[k], 1e-4 * (1 + std::abs(b[k]))) << "input " << i << " element " << k;
   }
 }
 

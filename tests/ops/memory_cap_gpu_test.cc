@@ -37,10 +37,12 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
 }
 
 TEST_F(MemoryCapGpu, OutputsPastAVirtualGpusLimitRaiseAndTheDeviceGoesOn) {
-  config::set_logical_device_configuration(config::list_physical_devices("GPU").at(0), {{.memory_limit_mb = 64}, {.memory_limit_mb = 64}});
+  config::set_logical_device_configuration(config::list_physical_devices("GPU").at(0),
+                                           {{.memory_limit_mb = 64}, {.memory_limit_mb = 64}});
   // matmul: [4096, 8] x [8, 4096] needs a 64 MiB output — more than is left.
   const auto ha = random_floats(4096 * 8, 2), hb = random_floats(8 * 4096, 3);
-  Tensor a = Tensor::from_vector<float>(ha, {4096, 8}, "/gpu:1"), b = Tensor::from_vector<float>(hb, {8, 4096}, "/gpu:1");
+  Tensor a = Tensor::from_vector<float>(ha, {4096, 8}, "/gpu:1"),
+         b = Tensor::from_vector<float>(hb, {8, 4096}, "/gpu:1");
   const std::size_t inputs = config::get_memory_info("GPU:1").current;
   EXPECT_THROW_WITH(matmul(a, b), ResourceExhaustedError, "device:GPU:1", "limit 64.00 MiB");
   EXPECT_EQ(config::get_memory_info("GPU:1").current, inputs);
@@ -51,7 +53,8 @@ TEST_F(MemoryCapGpu, OutputsPastAVirtualGpusLimitRaiseAndTheDeviceGoesOn) {
     for (int j = 0; j < 512; j += 5) {
       double want = 0;
       for (int k = 0; k < 8; ++k)
-        want += static_cast<double>(ha[static_cast<std::size_t>(i * 8 + k)]) * hb[static_cast<std::size_t>(k * 4096 + j)];
+        want +=
+            static_cast<double>(ha[static_cast<std::size_t>(i * 8 + k)]) * hb[static_cast<std::size_t>(k * 4096 + j)];
       ASSERT_NEAR(got[static_cast<std::size_t>(i * 512 + j)], want, 1e-5 * (1 + std::abs(want))) << i << "," << j;
     }
 

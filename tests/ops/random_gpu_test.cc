@@ -35,7 +35,9 @@ double tolerance(DType dt) {
   }
 }
 
-bool close(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)) + 1e-6; }
+bool close(double a, double b, double rel) {
+  return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)) + 1e-6;
+}
 
 const DType kFloats[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
 
@@ -77,7 +79,8 @@ TEST_F(RandomGpuTest, NormalAndTruncatedNormalMatchTheCpuForEveryFloatDtype) {
     const auto b = stateless_random_normal({n}, {5, 6}, gpu_o).to_vector<double>();
     int bad = 0;
     for (int i = 0; i < n; ++i)
-      if (!close(a[i], b[i], tolerance(dt)) && ++bad <= 5) ADD_FAILURE() << dt << " normal[" << i << "]: " << a[i] << " vs " << b[i];
+      if (!close(a[i], b[i], tolerance(dt)) && ++bad <= 5)
+        ADD_FAILURE() << dt << " normal[" << i << "]: " << a[i] << " vs " << b[i];
     EXPECT_EQ(bad, 0) << dt;
 
     // Truncated: attempt 0 is the normal draw (z = (a - 1) / 2 on the CPU). An element whose z lies
@@ -108,7 +111,8 @@ TEST_F(RandomGpuTest, GeneratorDrawsTheSameOnCpuAndGpu) {
               on_gpu.uniform({1001}, {.device = "/GPU:0"}).to_vector<float>());
     const auto a = on_cpu.normal({999}, {.dtype = DType::kFloat64, .device = "/CPU:0"}).to_vector<double>();
     const auto b = on_gpu.normal({999}, {.dtype = DType::kFloat64, .device = "/GPU:0"}).to_vector<double>();
-    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(close(a[i], b[i], 1e-12)) << i << ": " << a[i] << " vs " << b[i];
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(close(a[i], b[i], 1e-12)) << i << ": " << a[i] << " vs " << b[i];
     EXPECT_EQ(on_cpu.state(), on_gpu.state());
   }
 }

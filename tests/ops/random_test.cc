@@ -76,9 +76,11 @@ TEST(PhiloxTest, KnownAnswersFromRandom123) {
   };
   const Kat kats[] = {
       {{{0, 0, 0, 0}}, {{0, 0}}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, {{0xffffffff, 0xffffffff}},
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       {{0xffffffff, 0xffffffff}},
        {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, {{0xa4093822, 0x299f31d0}},
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       {{0xa4093822, 0x299f31d0}},
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Kat& k : kats) {
@@ -150,8 +152,8 @@ TEST_F(RandomTest, StatelessUniformFloat64AndIntegersFollowTheScheme) {
   PhiloxKey key;
   PhiloxCounter ctr;
   tf_key_counter(7, 0, &key, &ctr);
-  const auto d = stateless_random_uniform({11}, {7, 0}, {.minval = -1, .maxval = 3, .dtype = DType::kFloat64})
-                     .to_vector<double>();
+  const auto d =
+      stateless_random_uniform({11}, {7, 0}, {.minval = -1, .maxval = 3, .dtype = DType::kFloat64}).to_vector<double>();
   for (std::uint32_t i = 0; i < 11; ++i) {
     const PhiloxCounter w = block(key, ctr, i / 2);
     const std::uint64_t man = (static_cast<std::uint64_t>(w.v[2 * (i % 2)] & 0xfffff) << 32) | w.v[2 * (i % 2) + 1];
@@ -228,9 +230,10 @@ TEST_F(RandomTest, SixteenBitUniformIsTheRoundedFloat32DrawKeptBelowMaxval) {
 TEST_F(RandomTest, UniformMomentsAndRangesOfEveryFloatDtype) {
   const int n = 200000;
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
-    const auto x = stateless_random_uniform({n}, {11, 12}, {.minval = -2, .maxval = 3, .dtype = dt}).to_vector<double>();
+    const auto x =
+        stateless_random_uniform({n}, {11, 12}, {.minval = -2, .maxval = 3, .dtype = dt}).to_vector<double>();
     const Moments m = moments(x);
-    EXPECT_NEAR(m.mean, 0.5, 0.02) << dt;            // se = 5/sqrt(12 n) = 0.0032
+    EXPECT_NEAR(m.mean, 0.5, 0.02) << dt;  // se = 5/sqrt(12 n) = 0.0032
     EXPECT_NEAR(m.var, 25.0 / 12, 25.0 / 12 * 0.02) << dt;
     EXPECT_GE(m.min, -2.0) << dt;
     EXPECT_LT(m.max, 3.0) << dt;
@@ -272,8 +275,7 @@ TEST_F(RandomTest, IntegerUniformStaysInBoundsAndCoversThem) {
 TEST_F(RandomTest, NormalMomentsForEveryFloatDtype) {
   const int n = 200000;
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
-    const auto x =
-        stateless_random_normal({n}, {21, 22}, {.mean = 2, .stddev = 3, .dtype = dt}).to_vector<double>();
+    const auto x = stateless_random_normal({n}, {21, 22}, {.mean = 2, .stddev = 3, .dtype = dt}).to_vector<double>();
     const Moments m = moments(x);
     EXPECT_NEAR(m.mean, 2.0, 0.04) << dt;  // se = 3 / sqrt(n) = 0.0067
     EXPECT_NEAR(m.var, 9.0, 9.0 * 0.03) << dt;
@@ -314,9 +316,9 @@ TEST_F(RandomTest, StatelessIsAFunctionOfTheSeed) {
 }
 
 TEST_F(RandomTest, TheSameNumbersOnTwoLogicalCpuDevicesWithDifferentThreadCounts) {
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
-                                           {{.memory_limit_mb = 256, .intra_op_threads = 1},
-                                            {.memory_limit_mb = 256, .intra_op_threads = 2}});
+  config::set_logical_device_configuration(
+      config::list_physical_devices("CPU")[0],
+      {{.memory_limit_mb = 256, .intra_op_threads = 1}, {.memory_limit_mb = 256, .intra_op_threads = 2}});
   const int n = 100003;  // large enough for the OpenMP path
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
     UniformOptions o{.minval = -7, .maxval = 70, .dtype = dt};
@@ -467,8 +469,7 @@ TEST_F(RandomTest, BadArgumentsThrowInvalidArgumentAndLeaveTheStateAlone) {
                     "minval < maxval", "5");
   EXPECT_THROW_WITH(g.uniform({4}, {.minval = 0.5, .maxval = 3, .dtype = DType::kInt32}), InvalidArgumentError,
                     "integer", "0.5");
-  EXPECT_THROW_WITH(g.uniform({4}, {.maxval = 3e9, .dtype = DType::kInt32}), InvalidArgumentError, "outside",
-                    "int32");
+  EXPECT_THROW_WITH(g.uniform({4}, {.maxval = 3e9, .dtype = DType::kInt32}), InvalidArgumentError, "outside", "int32");
   EXPECT_THROW_WITH(g.uniform({4}, {.minval = 2, .maxval = 1}), InvalidArgumentError, "minval < maxval");
   EXPECT_THROW_WITH(g.uniform({4}, {.minval = 1, .maxval = 1.0001, .dtype = DType::kFloat16}), InvalidArgumentError,
                     "float16", "round to 1");

@@ -3,9 +3,9 @@
 // sets OpenMP's thread count before each kernel).
 #include <gtest/gtest.h>
 
+#include <omp.h>
 #include <atomic>
 #include <cmath>
-#include <omp.h>
 
 #include <algorithm>
 #include <string>
@@ -27,7 +27,6 @@ void two_cpu_devices(std::vector<LogicalDeviceConfiguration> configs = {{.memory
                                                                         {.memory_limit_mb = 256}}) {
   config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], configs);
 }
-
 
 TEST_F(ThreadsTest, TwoLogicalDevicesShareTheCores) {
   two_cpu_devices();

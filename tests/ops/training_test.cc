@@ -19,7 +19,8 @@ class TrainingOpsTest : public testing::CoreTest {};
 template <typename T>
 std::vector<T> values(std::size_t n, double scale, double offset) {
   std::vector<T> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(offset + scale * std::sin(0.37 * static_cast<double>(i) + 1.0));
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<T>(offset + scale * std::sin(0.37 * static_cast<double>(i) + 1.0));
   return v;
 }
 
@@ -66,7 +67,7 @@ TEST_F(TrainingOpsTest, AdamDeclinesWhatItHasNoKernelFor) {
   Tensor h = Tensor::ones({4}, DType::kFloat16, "/CPU:0");
   Tensor hm = Tensor::zeros({4}, DType::kFloat16, "/CPU:0"), hv = Tensor::zeros({4}, DType::kFloat16, "/CPU:0");
   EXPECT_FALSE(ops::apply_adam(h, hm, hv, g16, 0.1, 0.9, 0.999, 1e-7));  // no float16 kernel
-  EXPECT_EQ(w.to_vector<float>(), before);  // declined calls change nothing
+  EXPECT_EQ(w.to_vector<float>(), before);                               // declined calls change nothing
 }
 
 }  // namespace

@@ -66,8 +66,8 @@ TEST_F(OptimizerTest, AdamFollowsTheReference) {
 
 TEST_F(OptimizerTest, AdamHyperparametersFollowTheReference) {
   Adam adam({.learning_rate = 0.2, .beta_1 = 0.5, .beta_2 = 0.75, .epsilon = 0.1});
-  run_against_reference(adam, {.lr = 0.2, .b1 = 0.5, .b2 = 0.75, .eps = 0.1, .w = {1.0, -2.0, 3.0}}, 6,
-                        DType::kFloat64, 1e-13);
+  run_against_reference(adam, {.lr = 0.2, .b1 = 0.5, .b2 = 0.75, .eps = 0.1, .w = {1.0, -2.0, 3.0}}, 6, DType::kFloat64,
+                        1e-13);
 }
 
 TEST_F(OptimizerTest, AmsgradFollowsTheReference) {
@@ -112,7 +112,8 @@ TEST_F(OptimizerTest, AdamWExcludedVariablesAreNotDecayed) {
   EXPECT_DOUBLE_EQ(host(kernel)[0], 1.8);
   EXPECT_DOUBLE_EQ(host(bias)[0], 2.0);
   EXPECT_DOUBLE_EQ(host(other)[0], 2.0);
-  EXPECT_THROW_WITH(adamw.exclude_from_weight_decay({}, {"x"}), FailedPreconditionError, "before the optimizer is built");
+  EXPECT_THROW_WITH(adamw.exclude_from_weight_decay({}, {"x"}), FailedPreconditionError,
+                    "before the optimizer is built");
 }
 
 TEST_F(OptimizerTest, AdamWithScheduleUsesTheRateAtEachStep) {

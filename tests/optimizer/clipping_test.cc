@@ -77,9 +77,8 @@ TEST_F(OptimizerTest, AdamClipnormFeedsClippedGradientsToTheMoments) {
   testing::expect_near_all(host(adam.get_slot(w, "m")), {0.15, 0.2}, 1e-15, "m");
   testing::expect_near_all(host(adam.get_slot(w, "v")), {0.001 * 2.25, 0.001 * 4}, 1e-15, "v");
   const double lr_t = 0.1 * std::sqrt(0.001) / 0.1;
-  testing::expect_near_all(host(w),
-                           {1 - lr_t * 0.15 / (std::sqrt(0.00225) + 1e-7), 1 - lr_t * 0.2 / (std::sqrt(0.004) + 1e-7)},
-                           1e-14, "w");
+  testing::expect_near_all(
+      host(w), {1 - lr_t * 0.15 / (std::sqrt(0.00225) + 1e-7), 1 - lr_t * 0.2 / (std::sqrt(0.004) + 1e-7)}, 1e-14, "w");
 }
 
 TEST_F(OptimizerTest, SgdClipvalue) {

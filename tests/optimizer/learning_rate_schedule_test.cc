@@ -39,7 +39,7 @@ TEST(Schedules, ExponentialDecayStaircase) {
 TEST(Schedules, CosineDecay) {
   CosineDecay s(1.0, 10, /*alpha=*/0.1);
   EXPECT_DOUBLE_EQ(s(0), 1.0);
-  EXPECT_NEAR(s(5), 0.9 * 0.5 + 0.1, 1e-15);                                             // cos(π/2) = 0
+  EXPECT_NEAR(s(5), 0.9 * 0.5 + 0.1, 1e-15);  // cos(π/2) = 0
   EXPECT_NEAR(s(2), 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * 0.2)) + 0.1, 1e-15);
   EXPECT_NEAR(s(10), 0.1, 1e-15);
   EXPECT_NEAR(s(1000), 0.1, 1e-15);  // clamped at decay_steps
@@ -50,8 +50,8 @@ TEST(Schedules, CosineDecayWithWarmup) {
   EXPECT_DOUBLE_EQ(s(0), 0.0);
   EXPECT_DOUBLE_EQ(s(1), 0.25);  // linear warmup 0 → 1 over 4 steps
   EXPECT_DOUBLE_EQ(s(2), 0.5);
-  EXPECT_DOUBLE_EQ(s(4), 1.0);   // decay from the target starts
-  EXPECT_NEAR(s(9), 0.5, 1e-15); // halfway through the 10 decay steps
+  EXPECT_DOUBLE_EQ(s(4), 1.0);    // decay from the target starts
+  EXPECT_NEAR(s(9), 0.5, 1e-15);  // halfway through the 10 decay steps
   EXPECT_NEAR(s(14), 0.0, 1e-15);
   EXPECT_NEAR(s(100), 0.0, 1e-15);
 }

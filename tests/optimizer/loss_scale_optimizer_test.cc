@@ -18,12 +18,12 @@
 namespace chorus::optimizers {
 namespace {
 
+using chorus::testing::TempDir;
 using distribute::MirroredStrategy;
 using distribute::MirroredVariable;
 using testing::f64;
 using testing::host;
 using testing::OptimizerTest;
-using chorus::testing::TempDir;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -35,9 +35,8 @@ TEST_F(OptimizerTest, LossScaleDefaultsAreKeras) {
   EXPECT_TRUE(opt.dynamic());
   EXPECT_EQ(opt.dynamic_growth_steps(), 2000);
   EXPECT_EQ(opt.learning_rate(), 0.1);
-  EXPECT_EQ(opt.get_config(),
-            "{\"inner_optimizer\": " + opt.inner_optimizer().get_config() +
-                ", \"dynamic\": true, \"initial_scale\": 32768.0, \"dynamic_growth_steps\": 2000}");
+  EXPECT_EQ(opt.get_config(), "{\"inner_optimizer\": " + opt.inner_optimizer().get_config() +
+                                  ", \"dynamic\": true, \"initial_scale\": 32768.0, \"dynamic_growth_steps\": 2000}");
   // The inner optimizer's iterations, then the loss scale and its counter.
   const std::vector<Variable> vars = opt.variables();
   ASSERT_EQ(vars.size(), 3u);
@@ -85,7 +84,7 @@ TEST_F(OptimizerTest, NonFiniteGradientsSkipTheStepAndHalveTheScale) {
     EXPECT_EQ(host(w), after_one) << bad;  // nothing applied, not even to the finite element
     EXPECT_EQ(opt.dynamic_counter(), 0) << bad;
   }
-  EXPECT_EQ(opt.loss_scale(), 1.0);  // 4 → 2 → 1 → 1: never below 1
+  EXPECT_EQ(opt.loss_scale(), 1.0);                                  // 4 → 2 → 1 → 1: never below 1
   EXPECT_EQ(opt.iterations().read_value().item<std::int64_t>(), 4);  // skipped steps count (Keras)
   // Adam's moments were not touched by the skipped steps either.
   const std::vector<double> m = host(opt.get_slot(w, "m"));
@@ -111,7 +110,8 @@ TEST_F(OptimizerTest, TheScaleDoublesAfterGrowthStepsFiniteSteps) {
 
 TEST_F(OptimizerTest, AFixedScaleStaysButNonFiniteStepsAreStillSkipped) {
   Variable w = make_variable({.initial_value = f64({1.0}), .name = "w"});
-  LossScaleOptimizer opt(std::make_shared<SGD>(0.5), {.dynamic = false, .initial_scale = 128.0, .dynamic_growth_steps = 1});
+  LossScaleOptimizer opt(std::make_shared<SGD>(0.5),
+                         {.dynamic = false, .initial_scale = 128.0, .dynamic_growth_steps = 1});
   opt.apply_gradients({{f64({1.0}), w}});
   opt.apply_gradients({{f64({kInf}), w}});
   EXPECT_EQ(host(w), std::vector<double>{0.5});
@@ -155,7 +155,7 @@ TEST_F(TwoReplicasLossScale, OneReplicasInfSkipsTheStepOnEveryReplica) {
   };
   step(-1);  // finite everywhere: w ← w − 0.5·(0.25 + 0.25)
   EXPECT_EQ(host(w), (std::vector<double>{0.75, 1.75}));
-  step(1);   // replica 1 alone sees an Inf
+  step(1);  // replica 1 alone sees an Inf
   for (const Variable& v : {w, opt->variables()[1], opt->variables()[2], opt->iterations()}) {
     const auto* mv = dynamic_cast<const MirroredVariable*>(v.impl().get());
     ASSERT_NE(mv, nullptr) << v.name();

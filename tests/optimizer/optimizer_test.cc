@@ -33,7 +33,7 @@ TEST_F(OptimizerTest, VariablesAreIterationsThenSlotsInOrder) {
   EXPECT_EQ(names(adam.variables()), (std::vector<std::string>{"Adam/iterations"}));
   adam.apply_gradients({{f64({1, 1}), a}, {f64({1}), b}});
   EXPECT_EQ(names(adam.variables()), (std::vector<std::string>{"Adam/iterations", "dense/kernel/m", "dense/kernel/v",
-                                                                "dense/bias/m", "dense/bias/v"}));
+                                                               "dense/bias/m", "dense/bias/v"}));
   for (const Variable& v : adam.variables()) EXPECT_FALSE(v.trainable()) << v.name();
   EXPECT_EQ(adam.iterations().dtype(), DType::kInt64);
   EXPECT_EQ(adam.iterations().read_value().item<std::int64_t>(), 1);
@@ -90,8 +90,8 @@ TEST_F(OptimizerTest, ArgumentErrorsNameTheVariable) {
                     "'dense/kernel'", "float32", "float64");
   EXPECT_THROW_WITH(adam.apply_gradients({{Tensor::from_vector<std::int32_t>({1, 2}), i}}), InvalidArgumentError,
                     "'counter'", "int32", "floating-point");
-  EXPECT_THROW_WITH(adam.apply_gradients({{f64({1, 2}), w}, {f64({1, 2}), w}}), InvalidArgumentError,
-                    "'dense/kernel'", "more than once");
+  EXPECT_THROW_WITH(adam.apply_gradients({{f64({1, 2}), w}, {f64({1, 2}), w}}), InvalidArgumentError, "'dense/kernel'",
+                    "more than once");
   EXPECT_THROW_WITH(adam.apply_gradients({{f64({1, 2}), Variable()}}), InvalidArgumentError, "undefined variable");
   EXPECT_THROW_WITH(adam.build({i}), InvalidArgumentError, "'counter'", "int32");
   // Nothing was applied by the failed calls.
@@ -179,9 +179,9 @@ TEST_P(Mirrored, SlotsCreatedInsideRunAreCreatedOnceAndStayEqual) {
       const double r = get_replica_context()->replica_id_in_sync_group();
       rms->apply_gradients({{f64({r, 1 - r, 2 * r}), a}, {f64({r + 1}), b}});
     });
-    EXPECT_EQ(names(rms->variables()), (std::vector<std::string>{"RMSprop/iterations", "a/velocity", "a/momentum",
-                                                                  "a/average_gradient", "b/velocity", "b/momentum",
-                                                                  "b/average_gradient"}));
+    EXPECT_EQ(names(rms->variables()),
+              (std::vector<std::string>{"RMSprop/iterations", "a/velocity", "a/momentum", "a/average_gradient",
+                                        "b/velocity", "b/momentum", "b/average_gradient"}));
     std::vector<Variable> all = rms->variables();
     all.push_back(a);
     all.push_back(b);
@@ -258,8 +258,10 @@ TEST_P(Mirrored, ErrorsInsideRunReachTheCaller) {
     w = make_variable({.initial_value = f64({1, 2}), .name = "w"});
     adam = std::make_unique<Adam>();
   }
-  EXPECT_THROW_WITH(strategy.run([&] { adam->apply_gradients({{f64({1}), w}}); }), InvalidArgumentError, "'w'",
-                    "shape");
+  EXPECT_THROW_WITH(strategy.run([&] {
+    adam->apply_gradients({{f64({1}), w}});
+  }),
+                    InvalidArgumentError, "'w'", "shape");
   // The strategy and the optimizer are still usable.
   strategy.run([&] { adam->apply_gradients({{f64({1, 1}), w}}); });
   EXPECT_EQ(adam->iterations().read_value().item<std::int64_t>(), 1);
@@ -282,8 +284,10 @@ TEST_F(TwoReplicas, PlainVariablesAreRefusedInsideRun) {
     auto scope = strategy.scope();
     sgd = std::make_unique<SGD>(0.1);
   }
-  EXPECT_THROW_WITH(strategy.run([&] { sgd->apply_gradients({{f64({1}), plain}}); }), InvalidArgumentError,
-                    "'plain'", "not mirrored", "strategy.scope()");
+  EXPECT_THROW_WITH(strategy.run([&] {
+    sgd->apply_gradients({{f64({1}), plain}});
+  }),
+                    InvalidArgumentError, "'plain'", "not mirrored", "strategy.scope()");
   EXPECT_EQ(host(plain)[0], 1.0);
 }
 
@@ -295,8 +299,10 @@ TEST_F(TwoReplicas, AnOptimizerCreatedOutsideTheScopeIsRefusedInsideRun) {
     auto scope = strategy.scope();
     w = make_variable({.initial_value = f64({1}), .name = "w"});
   }
-  EXPECT_THROW_WITH(strategy.run([&] { sgd.apply_gradients({{f64({1}), w}}); }), InvalidArgumentError,
-                    "SGD/iterations", "not mirrored");
+  EXPECT_THROW_WITH(strategy.run([&] {
+    sgd.apply_gradients({{f64({1}), w}});
+  }),
+                    InvalidArgumentError, "SGD/iterations", "not mirrored");
 }
 
 TEST_F(TwoReplicas, MirroredVariablesAreRefusedOutsideTheirRun) {

@@ -14,7 +14,8 @@ class ParityGpu : public ::testing::Test {
   void SetUp() override {
     chorus::internal::reset_runtime_for_testing();
     auto gpus = config::list_physical_devices("GPU");
-    if (gpus.empty()) GTEST_SKIP() << "no GPU visible (CUDA-off build or no device): the virtual-GPU parity test needs one";
+    if (gpus.empty())
+      GTEST_SKIP() << "no GPU visible (CUDA-off build or no device): the virtual-GPU parity test needs one";
     config::set_logical_device_configuration(gpus[0], {{.memory_limit_mb = 1024}, {.memory_limit_mb = 1024}});
   }
   void TearDown() override { chorus::internal::reset_runtime_for_testing(); }

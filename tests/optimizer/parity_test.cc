@@ -24,7 +24,8 @@ TEST_P(Parity, SgdWithMomentumMatchesOneReplica) {
 }
 
 TEST_P(Parity, AdamMatchesOneReplica) {
-  const double rel = testing::train_and_compare(testing::cpus(GetParam()), [] { return std::make_unique<Adam>(AdamOptions{.learning_rate = 0.01}); });
+  const double rel = testing::train_and_compare(
+      testing::cpus(GetParam()), [] { return std::make_unique<Adam>(AdamOptions{.learning_rate = 0.01}); });
   std::cout << "[parity] Adam k=" << GetParam() << " max relative difference (per variable, ∞-norm) " << rel << "\n";
   EXPECT_LE(rel, 1e-5);
 }

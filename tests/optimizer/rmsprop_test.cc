@@ -61,8 +61,8 @@ TEST_F(OptimizerTest, RmspropFollowsTheReference) {
 
 TEST_F(OptimizerTest, RmspropWithMomentumFollowsTheReference) {
   RMSprop opt({.learning_rate = 0.01, .rho = 0.8, .momentum = 0.9});
-  run_against_reference(opt, {.lr = 0.01, .rho = 0.8, .momentum = 0.9, .w = {1.0, -2.0, 3.0, 0.5}}, 8,
-                        DType::kFloat64, 1e-13);
+  run_against_reference(opt, {.lr = 0.01, .rho = 0.8, .momentum = 0.9, .w = {1.0, -2.0, 3.0, 0.5}}, 8, DType::kFloat64,
+                        1e-13);
   EXPECT_EQ(opt.slot_names(), (std::vector<std::string>{"velocity", "momentum"}));
 }
 
@@ -75,17 +75,15 @@ TEST_F(OptimizerTest, CenteredRmspropFollowsTheReference) {
 
 TEST_F(OptimizerTest, CenteredRmspropWithMomentumFollowsTheReference) {
   RMSprop opt({.learning_rate = 0.01, .momentum = 0.5, .epsilon = 1e-3, .centered = true});
-  run_against_reference(
-      opt, {.lr = 0.01, .momentum = 0.5, .eps = 1e-3, .centered = true, .w = {1.0, -2.0, 3.0, 0.5}}, 8,
-      DType::kFloat64, 1e-13);
+  run_against_reference(opt, {.lr = 0.01, .momentum = 0.5, .eps = 1e-3, .centered = true, .w = {1.0, -2.0, 3.0, 0.5}},
+                        8, DType::kFloat64, 1e-13);
   EXPECT_EQ(opt.slot_names(), (std::vector<std::string>{"velocity", "momentum", "average_gradient"}));
 }
 
 TEST_F(OptimizerTest, Float32CenteredRmspropFollowsTheReference) {
   RMSprop opt({.learning_rate = 0.01, .momentum = 0.5, .epsilon = 1e-3, .centered = true});
-  run_against_reference(
-      opt, {.lr = 0.01, .momentum = 0.5, .eps = 1e-3, .centered = true, .w = {1.0, -2.0, 3.0, 0.5}}, 8,
-      DType::kFloat32, 2e-6);
+  run_against_reference(opt, {.lr = 0.01, .momentum = 0.5, .eps = 1e-3, .centered = true, .w = {1.0, -2.0, 3.0, 0.5}},
+                        8, DType::kFloat32, 2e-6);
 }
 
 TEST_F(OptimizerTest, RmspropConfigAndErrors) {

@@ -160,7 +160,10 @@ TEST(EventFileReader, CorruptedCopyOfTheRealFileIsDataLossAtTheRightRecord) {
 
 TEST(EventFileReader, ARecordThatIsNotAnEventIsDataLossNamingTheOffset) {
   TempDir tmp;
-  std::string bytes = frame_record(std::string("\x12\x05" "ab", 4));  // length runs past the end
+  std::string bytes =
+      frame_record(std::string("\x12\x05"
+                               "ab",
+                               4));  // length runs past the end
   write_file(tmp.str("events.out.tfevents.x"), bytes);
   try {
     read_events(tmp.str("events.out.tfevents.x"));

@@ -30,8 +30,16 @@ TEST(Event, ScalarRecordIsByteIdenticalToTf2) {
   // from the bytes observed in real TF2 files (tensor{DT_FLOAT, shape {}, 4 content bytes} and
   // metadata{plugin_data{plugin_name "scalars"}}).
   const std::string expected =
-      "2e00000000000000" "c5cb57fa" "0900005040fc54d941" "1001" "2a21" "0a1f" "0a046c6f7373"
-      "420a0801120022040000003f" "4a0b0a090a077363616c617273" "32282f1c";
+      "2e00000000000000"
+      "c5cb57fa"
+      "0900005040fc54d941"
+      "1001"
+      "2a21"
+      "0a1f"
+      "0a046c6f7373"
+      "420a0801120022040000003f"
+      "4a0b0a090a077363616c617273"
+      "32282f1c";
   Event e;
   e.wall_time = 1700000001.25;
   e.step = 1;
@@ -68,11 +76,12 @@ TEST(Event, StepZeroIsOmittedAndNegativeStepsRoundTrip) {
 TEST(Event, EveryModelledFieldRoundTrips) {
   SummaryValue hist;
   hist.tag = "legacy/histo";
-  hist.histo = HistogramProto{.min = -1, .max = 2, .num = 3, .sum = 1, .sum_squares = 6,
-                              .bucket_limit = {0, 1, 2}, .bucket = {1, 1, 1}};
+  hist.histo = HistogramProto{
+      .min = -1, .max = 2, .num = 3, .sum = 1, .sum_squares = 6, .bucket_limit = {0, 1, 2}, .bucket = {1, 1, 1}};
   SummaryValue img;
   img.tag = "legacy/image";
-  img.image = SummaryImage{.height = 2, .width = 3, .colorspace = 3, .encoded_image_string = std::string("\x89PNG\0x", 6)};
+  img.image =
+      SummaryImage{.height = 2, .width = 3, .colorspace = 3, .encoded_image_string = std::string("\x89PNG\0x", 6)};
   SummaryValue tensor;
   tensor.tag = "t";
   tensor.tensor = TensorProto{};
@@ -84,8 +93,10 @@ TEST(Event, EveryModelledFieldRoundTrips) {
   tensor.tensor->double_val = {2.5};
   tensor.tensor->int_val = {-7};
   tensor.tensor->bool_val = {1, 0};
-  tensor.metadata = SummaryMetadata{.plugin_data = {"custom", "content"}, .display_name = "shown",
-                                    .summary_description = "about", .data_class = DataClass::kTensor};
+  tensor.metadata = SummaryMetadata{.plugin_data = {"custom", "content"},
+                                    .display_name = "shown",
+                                    .summary_description = "about",
+                                    .data_class = DataClass::kTensor};
   SummaryValue simple;
   simple.tag = "simple";
   simple.simple_value = -0.125f;
@@ -149,7 +160,7 @@ TEST(Event, DecoderSkipsFieldsItDoesNotModel) {
   wire::ProtoWriter w;
   w.add_double(1, 3.0);
   w.add_bytes(4, "a serialized GraphDef");  // graph_def
-  w.add_bytes(10, "source metadata");      // source_metadata, outside the oneof
+  w.add_bytes(10, "source metadata");       // source_metadata, outside the oneof
   w.add_varint(2, 9);
   const Event e = decode_event(w.data());
   EXPECT_EQ(e.wall_time, 3.0);

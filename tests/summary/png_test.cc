@@ -114,7 +114,8 @@ TEST(Png, StructureAndPixelsRoundTripForEveryChannelCount) {
       const std::size_t row = static_cast<std::size_t>(y * (w * channels + 1));
       EXPECT_EQ(raw[row], 0) << "filter type None";
       EXPECT_EQ(raw.substr(row + 1, static_cast<std::size_t>(w * channels)),
-                std::string(reinterpret_cast<const char*>(px.data()) + y * w * channels, static_cast<std::size_t>(w * channels)));
+                std::string(reinterpret_cast<const char*>(px.data()) + y * w * channels,
+                            static_cast<std::size_t>(w * channels)));
     }
   }
   EXPECT_EQ(png_color_type(1), 0);
@@ -168,8 +169,8 @@ stride = w * c + 1
 assert len(data) == h * stride
 assert b''.join(data[y * stride + 1:(y + 1) * stride] for y in range(h)) == raw
 )");
-  const std::string cmd = "'" + python + "' " + dir.str("check.py") + " " + dir.str("a.png") + " " + dir.str("a.raw") + " " +
-                          std::to_string(w) + " " + std::to_string(h) + " " + std::to_string(c);
+  const std::string cmd = "'" + python + "' " + dir.str("check.py") + " " + dir.str("a.png") + " " + dir.str("a.raw") +
+                          " " + std::to_string(w) + " " + std::to_string(h) + " " + std::to_string(c);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -36,7 +36,9 @@ TEST(Record, FramingMatchesTheFormatsVectors) {
   const std::uint32_t crc = masked_crc32c(framed.data() + 12, 24);
   EXPECT_EQ(framed.substr(36), std::string(reinterpret_cast<const char*>(&crc), 4));
   // docs/formats.md A2: masked_crc32c(b"\x1a\x11CRC test, one two") == 0x5794D08A.
-  const std::string v = "\x1a\x11" "CRC test, one two";
+  const std::string v =
+      "\x1a\x11"
+      "CRC test, one two";
   EXPECT_EQ(masked_crc32c(v.data(), v.size()), 0x5794D08Au);
 }
 
@@ -47,7 +49,11 @@ TEST(Record, RoundTripsRecordsOfManySizes) {
   for (const auto& r : records) append_record(file, r);
   write_file(dir.str("f"), file);
   EXPECT_EQ(read_all(dir.str("f")), records);
-  EXPECT_TRUE(read_all([&] { write_file(dir.str("empty"), ""); return dir.str("empty"); }()).empty());
+  EXPECT_TRUE(read_all([&] {
+                write_file(dir.str("empty"), "");
+                return dir.str("empty");
+              }())
+                  .empty());
 }
 
 TEST(Record, EveryFlippedByteIsDetected) {

@@ -35,8 +35,8 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 inline std::optional<std::string> tf_testdata_dir() {
   if (const char* env = std::getenv("CHORUS_TF_TESTDATA")) return std::string(env);
   const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
-  for (const fs::path& candidate : {repo.parent_path() / "shared" / "testdata" / "tensorflow",
-                                    repo / "shared" / "testdata" / "tensorflow"}) {
+  for (const fs::path& candidate :
+       {repo.parent_path() / "shared" / "testdata" / "tensorflow", repo / "shared" / "testdata" / "tensorflow"}) {
     std::error_code ec;
     if (fs::is_directory(candidate, ec)) return candidate.string();
   }
@@ -46,8 +46,9 @@ inline std::optional<std::string> tf_testdata_dir() {
 }  // namespace chorus::summary::testing
 
 // Skips the test (with the reason) when the TF-written files are not reachable.
-#define CHORUS_TF_TESTDATA_OR_SKIP(var)                                                          \
-  const std::optional<std::string> var##_opt = ::chorus::summary::testing::tf_testdata_dir();   \
-  if (!var##_opt) GTEST_SKIP() << "TF-written test files not found (../shared/testdata/tensorflow; " \
-                                  "set CHORUS_TF_TESTDATA)";                                   \
+#define CHORUS_TF_TESTDATA_OR_SKIP(var)                                                       \
+  const std::optional<std::string> var##_opt = ::chorus::summary::testing::tf_testdata_dir(); \
+  if (!var##_opt)                                                                             \
+    GTEST_SKIP() << "TF-written test files not found (../shared/testdata/tensorflow; "        \
+                    "set CHORUS_TF_TESTDATA)";                                                \
   const std::string var = *var##_opt

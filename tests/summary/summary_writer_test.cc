@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -159,8 +159,7 @@ TEST(SummaryWriter, EverySummaryKindRoundTrips) {
 
   EXPECT_EQ(vals[4].first.plugin_name(), "images");
   EXPECT_EQ(vals[4].second, 4);
-  EXPECT_EQ(vals[4].first.tensor->string_val,
-            (std::vector<std::string>{"5", "4", encode_png(px.data(), 4, 5, 3)}));
+  EXPECT_EQ(vals[4].first.tensor->string_val, (std::vector<std::string>{"5", "4", encode_png(px.data(), 4, 5, 3)}));
 
   EXPECT_EQ(vals[5].first.plugin_name(), "text");
   EXPECT_EQ(vals[5].first.tensor->string_val, std::vector<std::string>{"hello *world*"});
@@ -188,7 +187,8 @@ TEST(SummaryWriter, TheBackgroundThreadFlushesEveryFlushMillis) {
   SummaryWriter writer(dir.str(), {.max_queue = 1000, .flush_millis = 20ms});
   writer.scalar("a", 1, 1);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (values_of(writer.path()).empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  while (values_of(writer.path()).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
   EXPECT_EQ(values_of(writer.path()).size(), 1u);
 }
 
@@ -266,7 +266,7 @@ void expect_error_naming(const std::string& logdir, const char* kind) {
 TEST(SummaryWriter, UnusableLogdirsAreTypedErrorsNamingThePath) {
   TempDir dir;
   write_file(dir.str("a_file"), "x");
-  expect_error_naming<FailedPreconditionError>(dir.str("a_file"), "FailedPreconditionError");  // exists, not a dir
+  expect_error_naming<FailedPreconditionError>(dir.str("a_file"), "FailedPreconditionError");       // exists, not a dir
   expect_error_naming<FailedPreconditionError>(dir.str("a_file/logs"), "FailedPreconditionError");  // ENOTDIR
   if (fs::is_directory("/proc/self")) expect_error_naming<NotFoundError>("/proc/chorus_summary_logs", "NotFoundError");
   if (geteuid() != 0) {
@@ -351,10 +351,8 @@ TEST(SummaryWriter, UnderAMirroredStrategyOnlyReplicaZeroRecords) {
       const auto recorded = strategy.run([&] {
         const int r = get_replica_context()->replica_id_in_sync_group();
         const Tensor mine = Tensor::full(Shape{1, 2, 2, 1}, r, DType::kUInt8);
-        std::vector<bool> got{writer.should_record(),
-                              writer.scalar("replica_value", 10.0 * r + step, step),
-                              writer.histogram("replica_hist", mine, step),
-                              writer.image("replica_image", mine, step),
+        std::vector<bool> got{writer.should_record(), writer.scalar("replica_value", 10.0 * r + step, step),
+                              writer.histogram("replica_hist", mine, step), writer.image("replica_image", mine, step),
                               writer.text("replica_text", "replica " + std::to_string(r), step)};
         return got;
       });

@@ -29,9 +29,7 @@ namespace {
 using testing::TempDir;
 using testing::write_file;
 
-std::string check_script() {
-  return (std::filesystem::path(__FILE__).parent_path() / "tensorboard_check.py").string();
-}
+std::string check_script() { return (std::filesystem::path(__FILE__).parent_path() / "tensorboard_check.py").string(); }
 
 // Writes the run and, beside it, what tensorboard_check.py must find (expected.tsv + raw inputs).
 class Expected {
@@ -82,7 +80,8 @@ void write_run(const std::string& logdir, const std::string& expected_dir) {
     // histograms
     std::vector<double> data;
     if (i == 0) {
-      for (int k = 0; k < 1000; ++k) data.push_back(std::sqrt(-2 * std::log(1 - next())) * std::cos(6.283185307179586 * next()));
+      for (int k = 0; k < 1000; ++k)
+        data.push_back(std::sqrt(-2 * std::log(1 - next())) * std::cos(6.283185307179586 * next()));
     } else if (i == 1) {
       data.assign(5, 3.25);
     }  // i == 2: no data
@@ -117,9 +116,9 @@ void write_run(const std::string& logdir, const std::string& expected_dir) {
 }
 
 int run_check(const std::string& python, const std::string& run, const std::string& expected, bool no_tf) {
-  return chorus::testing::run_interop_command("'" + python + "' '" + check_script() + "' '" + run + "' '" + expected +
-                                                  "'" + (no_tf ? " --no-tf" : ""),
-                                              "tensorboard");
+  return chorus::testing::run_interop_command(
+      "'" + python + "' '" + check_script() + "' '" + run + "' '" + expected + "'" + (no_tf ? " --no-tf" : ""),
+      "tensorboard");
 }
 
 TEST(TensorBoardCompat, EventAccumulatorReadsEveryValue) {
