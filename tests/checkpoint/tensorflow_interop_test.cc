@@ -49,6 +49,7 @@
 #include "model/losses.h"
 #include "model/model.h"
 #include "optimizer/adam.h"
+#include "optimizer/loss_scale_optimizer.h"
 #include "tests/checkpoint/tf_interop_util.h"
 #include "tests/core/interop_python.h"
 #include "tests/core/test_util.h"
@@ -505,6 +506,41 @@ TEST_F(TensorFlowInterop, KerasRestoresChorusSeedCnnWithAdam) {
   cnn.model->fit(data::Dataset::from_tensors({batch.images, batch.labels}), {.epochs = 1, .verbose = 0});
   write_dump(dir / "cnn/after", values_of(legacy_keys(*cnn.model, cnn.adam.get())));
   EXPECT_EQ(run_tf_interop(python_, "keras-restores " + quoted(dir.path())), 0);
+}
+
+// A LossScaleOptimizer around Adam (one finite step, one skipped, one finite): tf_keras's
+// LossScaleOptimizer around its legacy Adam restores it with assert_consumed() — the same keys,
+// loss scale and good-step counter, slots and iterations bit for bit — and its next step on the
+// same gradient lands where chorus's does.
+TEST_F(TensorFlowInterop, KerasRestoresChorusLossScaleOptimizer) {
+  CHORUS_REQUIRE_INTEROP_PYTHON(python_, "tensorflow, tf_keras");
+  TempDir dir;
+  Variable w = make_variable({.initial_value = Tensor::from_vector<float>({1, -2, 3}, {3}, "/CPU:0"), .name = "w"});
+  auto lso = std::make_shared<optimizers::LossScaleOptimizer>(
+      std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.01}),
+      optimizers::LossScaleOptions{.initial_scale = 1024.0, .dynamic_growth_steps = 5});
+  const auto grad = [](float a, float b, float c) { return Tensor::from_vector<float>({a, b, c}, {3}, "/CPU:0"); };
+  lso->apply_gradients({{grad(0.5f, -1, 2), w}});
+  lso->apply_gradients({{grad(0.5f, std::numeric_limits<float>::infinity(), 2), w}});  // skipped: scale 512
+  lso->apply_gradients({{grad(-0.25f, 1, 0.5f), w}});
+  ASSERT_EQ(lso->loss_scale(), 512.0);
+  ASSERT_EQ(lso->dynamic_counter(), 1);
+  std::filesystem::create_directories(dir / "lso");
+  const auto state = [&] {
+    return values_of({{key_of("w"), w},
+                      {key_of("w/.OPTIMIZER_SLOT/optimizer/m"), lso->get_slot(w, "m")},
+                      {key_of("w/.OPTIMIZER_SLOT/optimizer/v"), lso->get_slot(w, "v")},
+                      {key_of("optimizer/iter"), lso->iterations()},
+                      {key_of("optimizer/loss_scale/current_loss_scale"), lso->variables()[lso->variables().size() - 2]},
+                      {key_of("optimizer/loss_scale/good_steps"), lso->variables().back()}});
+  };
+  write_text(dir / "lso/prefix", Checkpoint({{"optimizer", lso}, {"w", w}}).write(dir / "lso/ckpt"));
+  write_dump(dir / "lso/expected", state());
+  const Tensor next = grad(1, 0.5f, -1);
+  write_dump(dir / "lso/next_gradient", {{"g", next}});
+  lso->apply_gradients({{next, w}});
+  write_dump(dir / "lso/after", state());
+  EXPECT_EQ(run_tf_interop(python_, "keras-restores-lso " + quoted(dir.path())), 0);
 }
 
 // Every value of a Keras case's dump: listed by chorus's reader with its shape and read bit for bit.

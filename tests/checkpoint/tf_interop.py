@@ -22,6 +22,11 @@ and one raw little-endian, row-major file per array.
                              m and v slots and iterations equal chorus's bit for bit, the restored
                              model's logits on chorus's input equal chorus's logits, and one more
                              train_on_batch lands where chorus's next step did (DIR/cnn/after).
+  keras-restores-lso DIR     (chorus wrote) DIR/lso: {optimizer: LossScaleOptimizer(Adam), w}. tf_keras's
+                             LossScaleOptimizer around its legacy Adam restores it with
+                             assert_consumed(); w, m, v, iterations, the loss scale and good_steps
+                             equal chorus's bit for bit, and one more apply_gradients of
+                             DIR/lso/next_gradient lands where chorus's did (DIR/lso/after).
   tf-writes DIR              (TF writes) DIR/nested (nested tf.Module with lists, dicts and names
                              that need escaping), DIR/dtypes (a tf.Variable of each of the 16
                              dtypes TF saves), DIR/big (one float32 variable of 100 MiB),
@@ -290,6 +295,47 @@ def keras_restores(root):
     return c.done("keras-restores")
 
 
+def keras_restores_lso(root):
+    import tf_keras as K
+
+    c = Checks()
+    d = os.path.join(root, "lso")
+    with open(os.path.join(d, "prefix")) as f:
+        prefix = f.read().strip()
+    want = read_dump(os.path.join(d, "expected"))
+    w = tf.Variable(np.zeros(3, np.float32), name="w")
+    opt = K.mixed_precision.LossScaleOptimizer(K.optimizers.legacy.Adam(0.01), initial_scale=1.0,
+                                               dynamic_growth_steps=5)
+    opt.inner_optimizer._create_slots([w])  # slots exist, so they restore at once
+    _ = opt.iterations
+
+    def state():
+        return {"w" + VAR: w.numpy(),
+                "w/.OPTIMIZER_SLOT/optimizer/m" + VAR: opt.inner_optimizer.get_slot(w, "m").numpy(),
+                "w/.OPTIMIZER_SLOT/optimizer/v" + VAR: opt.inner_optimizer.get_slot(w, "v").numpy(),
+                "optimizer/iter" + VAR: np.array(opt.iterations.numpy(), np.int64),
+                "optimizer/loss_scale/current_loss_scale" + VAR: np.array(opt.loss_scale.numpy(), np.float32),
+                "optimizer/loss_scale/good_steps" + VAR: np.array(opt.dynamic_counter.numpy(), np.int64)}
+
+    tf.train.Checkpoint(optimizer=opt, w=w).read(prefix).assert_consumed()
+    c.check(True, "lso: tf.train.Checkpoint(optimizer=LossScaleOptimizer(legacy Adam), w=).read(...).assert_consumed()")
+    got = state()
+    c.check(set(got) == set(want), f"lso: tf_keras vs chorus keys: {sorted(set(got) ^ set(want))}")
+    for key in sorted(set(got) & set(want)):
+        c.equal_bits(got[key], want[key], f"lso: restored {key}")
+    g = read_dump(os.path.join(d, "next_gradient"))["g"]
+    # As a training step would: the gradient of the scaled loss, unscaled (exact: the scale is 2^9).
+    unscaled = opt.get_unscaled_gradients([tf.constant(g) * opt.loss_scale])
+    opt.apply_gradients([(unscaled[0], w)])
+    after = read_dump(os.path.join(d, "after"))
+    for key, value in state().items():
+        if after[key].dtype.kind == "f":
+            close(c, value, after[key], 1e-5, f"lso: after one more step: {key}")
+        else:
+            c.equal_bits(value, after[key], f"lso: after one more step: {key}")
+    return c.done("keras-restores-lso")
+
+
 # ---- TF writes, chorus reads ----
 
 def dtype_values():
@@ -493,6 +539,7 @@ def keras_writes(root):
 def main(argv):
     global tf
     modes = {"chorus-wrote": (chorus_wrote, 1), "keras-restores": (keras_restores, 1),
+             "keras-restores-lso": (keras_restores_lso, 1),
              "tf-writes": (tf_writes, 1), "keras-writes": (keras_writes, 1)}
     if len(argv) < 2 or argv[1] not in modes or len(argv) != 2 + modes[argv[1]][1]:
         print(__doc__)
