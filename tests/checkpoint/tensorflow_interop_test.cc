@@ -527,12 +527,13 @@ TEST_F(TensorFlowInterop, KerasRestoresChorusLossScaleOptimizer) {
   ASSERT_EQ(lso->dynamic_counter(), 1);
   std::filesystem::create_directories(dir / "lso");
   const auto state = [&] {
-    return values_of({{key_of("w"), w},
-                      {key_of("w/.OPTIMIZER_SLOT/optimizer/m"), lso->get_slot(w, "m")},
-                      {key_of("w/.OPTIMIZER_SLOT/optimizer/v"), lso->get_slot(w, "v")},
-                      {key_of("optimizer/iter"), lso->iterations()},
-                      {key_of("optimizer/loss_scale/current_loss_scale"), lso->variables()[lso->variables().size() - 2]},
-                      {key_of("optimizer/loss_scale/good_steps"), lso->variables().back()}});
+    return values_of(
+        {{key_of("w"), w},
+         {key_of("w/.OPTIMIZER_SLOT/optimizer/m"), lso->get_slot(w, "m")},
+         {key_of("w/.OPTIMIZER_SLOT/optimizer/v"), lso->get_slot(w, "v")},
+         {key_of("optimizer/iter"), lso->iterations()},
+         {key_of("optimizer/loss_scale/current_loss_scale"), lso->variables()[lso->variables().size() - 2]},
+         {key_of("optimizer/loss_scale/good_steps"), lso->variables().back()}});
   };
   write_text(dir / "lso/prefix", Checkpoint({{"optimizer", lso}, {"w", w}}).write(dir / "lso/ckpt"));
   write_dump(dir / "lso/expected", state());
