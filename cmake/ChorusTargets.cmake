@@ -27,6 +27,12 @@ elseif(CHORUS_SANITIZE STREQUAL "thread")
 elseif(NOT CHORUS_SANITIZE STREQUAL "")
   message(FATAL_ERROR "CHORUS_SANITIZE='${CHORUS_SANITIZE}': valid values are '', 'address', 'thread'")
 endif()
+# Sanitized code runs 2-15x slower (TSan most): every test's TIMEOUT is scaled by this.
+if(CHORUS_SANITIZE STREQUAL "")
+  set(CHORUS_TEST_TIMEOUT_SCALE 1)
+else()
+  set(CHORUS_TEST_TIMEOUT_SCALE 8)
+endif()
 
 # chorus_add_module(<name> SOURCES ... [CUDA_SOURCES ...] [DEPS ...])
 # Creates the library target chorus_<name> (alias chorus::<name>) from the folder <name>/.
@@ -70,11 +76,17 @@ endfunction()
 #   test then checks a GPU kernel against a CPU formula, several reserve the whole GPU at once,
 #   MPI ranks share one GPU for NCCL).
 # - In a sanitizer build, CHORUS_SANITIZER_TEST_ENV (the options, with the suppression files in
-#   tests/sanitizers/); processes started by the test (mpirun's ranks) inherit it.
+#   tests/sanitizers/); processes started by the test (mpirun's ranks) inherit it. Timeouts are
+#   scaled by CHORUS_TEST_TIMEOUT_SCALE.
 function(chorus_set_test_environment)
   get_property(tests DIRECTORY PROPERTY TESTS)
   foreach(t ${tests})
     get_test_property(${t} LABELS labels)
+    get_test_property(${t} TIMEOUT timeout)
+    if(timeout AND NOT CHORUS_TEST_TIMEOUT_SCALE EQUAL 1)
+      math(EXPR timeout "${timeout} * ${CHORUS_TEST_TIMEOUT_SCALE}")
+      set_tests_properties(${t} PROPERTIES TIMEOUT ${timeout})
+    endif()
     if(NOT "gpu" IN_LIST labels)
       set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "CUDA_VISIBLE_DEVICES=")
     endif()
