@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "model/model.h"
 #include "ops/elementwise.h"
+#include "ops/finite.h"
 #include "ops/reduction.h"
 #include "optimizer/optimizer.h"
 #include "summary/summary_writer.h"
@@ -192,15 +193,12 @@ void TerminateOnNaN::on_train_batch_end(model::Model&, std::int64_t step, std::i
 
 namespace {
 
-// The names of the model's floating-point variables holding NaN or Inf (x - x is 0 exactly for
-// finite x, NaN otherwise); one small reduction and host read per variable.
+// The names of the model's floating-point variables holding NaN or Inf; one small reduction and
+// host read per variable (ops/finite.h).
 std::vector<std::string> non_finite_variables(model::Model& m) {
   std::vector<std::string> bad;
   for (const Variable& v : m.variables()) {
-    if (!is_floating(v.dtype())) continue;
-    const Tensor t = v.read_value();
-    const Tensor probe = ops::cast(ops::reduce_sum(ops::sub(t, t)), DType::kFloat64).to("/CPU:0");
-    if (!std::isfinite(probe.item<double>())) bad.push_back(v.name());
+    if (is_floating(v.dtype()) && !ops::all_finite(v.read_value())) bad.push_back(v.name());
   }
   return bad;
 }

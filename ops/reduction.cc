@@ -5,6 +5,7 @@
 
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
+#include "ops/finite.h"
 #include "ops/internal.h"
 #include "ops/shape_ops.h"
 #include "ops/tape.h"
@@ -195,6 +196,13 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   }
   Tensor s = axes.empty() ? g : reduce_sum(g, Axes(axes), true);
   return reshape(s, shape.dims());
+}
+
+bool all_finite(const Tensor& x) {
+  CHORUS_REQUIRE(x.defined(), InvalidArgumentError, "all_finite: the tensor is undefined");
+  if (!is_floating(x.dtype()) || x.num_elements() == 0) return true;
+  const Tensor probe = cast(reduce_sum(sub(x, x)), DType::kFloat64).to("/CPU:0");
+  return std::isfinite(probe.item<double>());
 }
 
 }  // namespace chorus::ops

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "ops/elementwise.h"
-#include "ops/reduction.h"
+#include "ops/finite.h"
 #include "ops/tape.h"
 #include "optimizer/detail.h"
 
@@ -31,17 +31,6 @@ Tensor scale_for(const Variable& scale, const Tensor& like) {
   Tensor s = ops::stop_gradient(scale.value());
   if (s.device_name() != like.device_name()) s = s.to(like.device_name());
   return s.dtype() == like.dtype() ? s : ops::cast(s, like.dtype());
-}
-
-// True when every element of every tensor is finite: x − x is 0 for finite x and NaN otherwise,
-// so one sum per tensor (added up in float64) is NaN exactly when something is not finite.
-bool all_finite(const std::vector<Tensor>& tensors) {
-  double probe = 0.0;
-  for (const Tensor& t : tensors) {
-    if (!t.defined()) continue;
-    probe += ops::cast(ops::reduce_sum(ops::sub(t, t)), DType::kFloat64).to("/CPU:0").item<double>();
-  }
-  return std::isfinite(probe);
 }
 
 }  // namespace
@@ -92,7 +81,8 @@ std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(std::vector<Tenso
 }
 
 bool LossScaleOptimizer::update_loss_scale(const std::vector<Tensor>& summed_gradients) {
-  const bool finite = all_finite(summed_gradients);
+  bool finite = true;  // the same answer on every replica: the gradients are the all-reduced ones
+  for (const Tensor& g : summed_gradients) finite = finite && (!g.defined() || ops::all_finite(g));
   if (!options_.dynamic) return finite;
   Tensor scale = current_loss_scale_.value();  // this replica's components (see optimizer.h)
   Tensor good = good_steps_.value();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "ops/finite.h"
 #include "ops/ops.h"
 #include "tests/core/test_util.h"
 
@@ -227,6 +228,16 @@ TEST_F(ForwardTest, WhereBroadcasts) {
   expect_values(ops::where(B({false, true}, {2, 1}), F({1, 2, 3}, {3}), F({7, 8}, {2, 1})), {2, 3}, {7, 7, 7, 1, 2, 3});
   EXPECT_EQ(ops::where(cond, I({1, 2, 3}, {3}), I({0, 0, 0}, {3})).to_vector<std::int32_t>(),
             (std::vector<std::int32_t>{1, 0, 3}));
+}
+
+TEST_F(ForwardTest, AllFinite) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(ops::all_finite(Tensor::from_vector<float>({1, -2, 3e38f, 1e-45f})));
+  for (float bad : {inf, -inf, nan}) EXPECT_FALSE(ops::all_finite(Tensor::from_vector<float>({1, bad, 2}))) << bad;
+  EXPECT_FALSE(ops::all_finite(Tensor::from_vector<double>({std::numeric_limits<double>::infinity()})));
+  EXPECT_TRUE(ops::all_finite(Tensor::from_vector<std::int32_t>({1, 2})));  // integers are always finite
+  EXPECT_TRUE(ops::all_finite(Tensor::zeros({0, 3})));
+  EXPECT_THROW_WITH(ops::all_finite(Tensor()), InvalidArgumentError, "undefined");
 }
 
 TEST_F(ForwardTest, Cast) {
