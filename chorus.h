@@ -58,6 +58,7 @@
 #include "model/layers.h"
 #include "model/losses.h"
 #include "model/metrics.h"
+#include "model/mixed_precision.h"
 #include "model/model.h"
 
 #include "launch/build_info.h"

@@ -19,8 +19,11 @@
 //   all_gather      input [n, ...], output [size*n, ...]    rank r's input lands in block r
 //   reduce_scatter  input [size*n, ...], output [n, ...]    rank r gets block r of op(inputs)
 //   barrier         —                                        returns when all have arrived
-// dtypes: float32, float64, float16, bfloat16, int32, int64 (16-bit floats are reduced in float32
-// and rounded once). MEAN divides the sum by size() (integer division for integer dtypes).
+// dtypes: float32, float64, float16, bfloat16, int32, int64. 16-bit floats are reduced in float32
+// and rounded once by the shared-memory, reference, virtual-GPU and MPI backends; hierarchical
+// rounds once per level; NCCL sums in the 16-bit type at every hop (distribute/
+// communication_options.h states the resulting error bounds). MEAN divides the sum by size() (integer division for
+// integer dtypes).
 //
 // Blocking and streams. Each call returns a Work handle. The shared-memory and reference backends
 // wait for pending work on the participant's device stream, do the collective on the calling

@@ -18,17 +18,21 @@
 //
 // Execution. A call checks its arguments, drains the tensors' device streams, then (validation
 // on) exchanges fingerprints with MPI_Iallgather and moves data with the non-blocking collective
-// (MPI_Iallreduce, _Ibcast, _Ireduce, _Iallgather, _Ireduce_scatter_block; barrier is the
-// fingerprint exchange itself, or MPI_Ibarrier without validation). The calling thread polls
+// (MPI_Iallreduce, _Ibcast, _Ireduce, _Iallgather, _Ireduce_scatter_block; 16-bit all_reduce: see
+// below; barrier is the fingerprint exchange itself, or MPI_Ibarrier without validation). The calling thread polls
 // MPI_Test until the operation completes: it spins for up to 0.5 ms (so a 1 MB all-reduce costs
 // what MPI_Iallreduce + MPI_Wait costs), then sleeps 20 µs between polls (Open MPI progresses only
 // inside MPI calls, so longer sleeps slow large transfers). The call returns completed Work.
 //   - float32/64 and int32/64 travel as MPI_FLOAT/DOUBLE/INT32_T/INT64_T with MPI's own ops
 //     (MEAN is MPI_SUM, then a division by size(): integer division truncating toward zero).
-//   - float16/bfloat16 have no MPI type. Reductions convert to float32 staging buffers, reduce in
-//     float32 and round once when converting back (the contract of communicator.h; a user-defined
-//     MPI_Op on 16-bit data would round at every pairwise step). This doubles the bytes on the
-//     wire for 16-bit reductions. broadcast and all_gather move 16-bit data as MPI_UINT16_T.
+//   - float16/bfloat16 have no MPI type (a user-defined MPI_Op on 16-bit data would round at every
+//     pairwise step). all_reduce keeps 16 bits on the wire and reduces in float32: the elements are
+//     split into size() blocks, MPI_Ialltoallv gives rank r every rank's block r, rank r reduces
+//     them with float32 accumulators and rounds once, MPI_Iallgatherv returns the blocks — half the
+//     bytes of a float32 all-reduce (what gradient compression, distribute/communication_options.h,
+//     relies on). reduce and reduce_scatter convert to float32 staging buffers, reduce in float32
+//     and round once (double the 16-bit bytes on the wire). broadcast and all_gather move 16-bit
+//     data as MPI_UINT16_T.
 //   - in-place: output.data() == input.data() maps to MPI_IN_PLACE; other overlaps are staged.
 //   - GPU tensors: InvalidArgumentError (use the NCCL backend). Passing device pointers to a
 //     CUDA-aware Open MPI is future work; mpi_cuda_aware() already reports whether it could.

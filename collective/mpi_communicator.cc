@@ -174,6 +174,7 @@ void MpiCommunicator::check_device(const Tensor& t, const CollectiveCall& call, 
 
 std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const CollectiveCall& c, const Tensor& input,
                                                      const Tensor& output) {
+  if (is_16bit(input.dtype())) return all_reduce_16bit(c, input, output);
   return run(c, {&input, &output}, [&](const Call& call) {
     const auto n = static_cast<std::size_t>(input.num_elements());
     Keep keep;
@@ -186,6 +187,60 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const CollectiveCall& c, co
       wait(&req, call, keep);
     });
     finish(b, call.op, output, n, size_);
+  });
+}
+
+// 16-bit all-reduce with 16 bits on the wire and float32 arithmetic (mpi.h, "Execution"): the
+// elements are split into size() blocks; MPI_Ialltoallv hands rank r every rank's block r (16-bit),
+// rank r reduces them with host_reduce (float32 accumulators, one rounding), and MPI_Iallgatherv
+// returns the reduced blocks to every rank. Per rank that moves 2·(size−1)/size of the tensor's
+// 16-bit bytes, as a ring all-reduce of 16-bit data would, with a single rounding per element.
+// Chunks of kMaxCount elements keep every count and displacement an int.
+std::shared_ptr<Work> MpiCommunicator::all_reduce_16bit(const CollectiveCall& c, const Tensor& input,
+                                                        const Tensor& output) {
+  return run(c, {&input, &output}, [&](const Call& call) {
+    const DType dt = input.dtype();
+    const std::size_t esize = dtype_size(dt);
+    const auto n = static_cast<std::size_t>(input.num_elements());
+    const auto p = static_cast<std::size_t>(size_);
+    const auto me = static_cast<std::size_t>(rank_);
+    Keep keep{input.buffer(), output.buffer()};
+    // Each chunk is read (all-to-all) before the same elements of output are written (all-gather),
+    // so in place needs no copy; an output overlapping the input elsewhere gets a private copy.
+    const bool same = input.data() == output.data();
+    const void* in = !same && overlaps(input.data(), input.nbytes(), output.data(), output.nbytes())
+                         ? copy_of(input, &keep)
+                         : input.data();
+    auto gathered = std::make_shared<std::vector<unsigned char>>();  // size() blocks of this rank's part
+    auto mine = std::make_shared<std::vector<unsigned char>>();      // this rank's reduced block
+    keep.push_back(gathered);
+    keep.push_back(mine);
+    std::vector<int> counts(p), displs(p), recv_counts(p), recv_displs(p);
+    for_chunks(n, [&](std::size_t off, int count) {
+      const auto m = static_cast<std::size_t>(count);
+      for (std::size_t r = 0; r < p; ++r) {  // block r: [r·m/p, (r+1)·m/p)
+        displs[r] = static_cast<int>(r * m / p);
+        counts[r] = static_cast<int>((r + 1) * m / p - r * m / p);
+      }
+      const auto part = static_cast<std::size_t>(counts[me]);
+      gathered->resize(std::max<std::size_t>(1, p * part * esize));
+      mine->resize(std::max<std::size_t>(1, part * esize));
+      for (std::size_t r = 0; r < p; ++r) {
+        recv_counts[r] = counts[me];
+        recv_displs[r] = static_cast<int>(r * part);
+      }
+      MPI_Request req = MPI_REQUEST_NULL;
+      CHORUS_MPI_CHECK(MPI_Ialltoallv(at(in, off * esize), counts.data(), displs.data(), MPI_UINT16_T, gathered->data(),
+                                      recv_counts.data(), recv_displs.data(), MPI_UINT16_T, ch_->comm, &req));
+      wait(&req, call, keep);
+      std::vector<const void*> blocks(p);
+      for (std::size_t r = 0; r < p; ++r) blocks[r] = gathered->data() + r * part * esize;
+      void* dst = mine->data();
+      reduce_range(dt, call.op, blocks.data(), size_, &dst, 1, 0, part, size_);
+      CHORUS_MPI_CHECK(MPI_Iallgatherv(mine->data(), counts[me], MPI_UINT16_T, at(output.data(), off * esize),
+                                       counts.data(), displs.data(), MPI_UINT16_T, ch_->comm, &req));
+      wait(&req, call, keep);
+    });
   });
 }
 

@@ -159,6 +159,8 @@ class MpiCommunicator final : public Communicator {
   // Host memory only; a block of all_gather/reduce_scatter must fit MPI's int count.
   void check_device(const Tensor& t, const CollectiveCall& call, const char* role) const override;
   std::shared_ptr<Work> do_all_reduce(const CollectiveCall& c, const Tensor& input, const Tensor& output) override;
+  // float16/bfloat16 all-reduce: 16 bits on the wire, float32 arithmetic (mpi_communicator.cc).
+  std::shared_ptr<Work> all_reduce_16bit(const CollectiveCall& c, const Tensor& input, const Tensor& output);
   std::shared_ptr<Work> do_broadcast(const CollectiveCall& c, const Tensor& tensor) override;
   std::shared_ptr<Work> do_reduce(const CollectiveCall& c, const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> do_all_gather(const CollectiveCall& c, const Tensor& input, const Tensor& output) override;

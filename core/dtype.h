@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -51,23 +52,41 @@ struct float16 {
   }
 };
 
+float float16_to_float(std::uint16_t bits);
+std::uint16_t float_to_float16(float f);
+
+// bfloat16 <-> float are inline: they are a shift and a rounding add, and every bfloat16 loop
+// (elementwise kernels, reductions, casts, 16-bit collectives) runs them per element.
+inline float bfloat16_to_float(std::uint16_t bits) {
+  std::uint32_t b = static_cast<std::uint32_t>(bits) << 16;
+  if ((bits & 0x7F80u) == 0x7F80u && (bits & 0x007Fu) != 0) b |= 0x00400000u;  // NaN: quiet it
+  float f;
+  std::memcpy(&f, &b, sizeof f);  // not std::bit_cast: .cu files include this header as C++17
+  return f;
+}
+inline std::uint16_t float_to_bfloat16(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu) != 0)
+    return static_cast<std::uint16_t>((b >> 16) | 0x0040u);  // quiet NaN; rounding could make inf
+  // bfloat16 shares float's exponent, so rounding the upper half is a plain integer round half
+  // to even: add 0x7FFF plus the lowest kept bit. A carry moves into the exponent, which is right
+  // for subnormal -> normal and for the largest finite values -> inf.
+  return static_cast<std::uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
 // bfloat16 stored as bits.
 struct bfloat16 {
   std::uint16_t bits = 0;
   bfloat16() = default;
-  explicit bfloat16(float f);
-  explicit operator float() const;
+  explicit bfloat16(float f) : bits(float_to_bfloat16(f)) {}
+  explicit operator float() const { return bfloat16_to_float(bits); }
   static bfloat16 from_bits(std::uint16_t b) {
     bfloat16 h;
     h.bits = b;
     return h;
   }
 };
-
-float float16_to_float(std::uint16_t bits);
-std::uint16_t float_to_float16(float f);
-float bfloat16_to_float(std::uint16_t bits);
-std::uint16_t float_to_bfloat16(float f);
 
 // The dtype of a C++ element type: dtype_of<float>() == DType::kFloat32.
 template <typename T>

@@ -20,10 +20,15 @@ std::vector<std::string> default_devices(std::vector<std::string> devices) {
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const MirroredStrategyOptions& options)
     : Strategy("MirroredStrategy", default_devices(std::move(devices)), options.cross_device_ops, true,
                options.timeout) {
+  set_communication_options(options.communication_options);
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("
                    << chorus::internal::join(replica_devices(), {.quote = "'"})
                    << "); cross-device ops: " << cross_device_ops_name(cross_device_ops().ops) << " ("
-                   << cross_device_ops().reason << ")";
+                   << cross_device_ops().reason << ")"
+                   << (*communication_options().compression == Compression::kNone
+                           ? ""
+                           : chorus::internal::str_cat("; gradient compression: ",
+                                                       compression_name(*communication_options().compression)));
 }
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device, std::chrono::milliseconds timeout)

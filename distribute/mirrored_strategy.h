@@ -3,6 +3,7 @@
 //   MirroredStrategy strategy;                                   // all logical GPUs, else CPUs
 //   MirroredStrategy on_two({"/cpu:0", "/cpu:1"});               // explicit devices
 //   MirroredStrategy forced({"/gpu:0", "/gpu:1"}, {.cross_device_ops = CrossDeviceOps::kVirtualGpu});
+//   MirroredStrategy compressed({}, {.communication_options = {.compression = Compression::kBFloat16}});
 //   OneDeviceStrategy one("/gpu:0");
 //
 // MirroredStrategy: one replica per device on persistent replica threads; the reduction is chosen
@@ -25,6 +26,10 @@ namespace chorus::distribute {
 struct MirroredStrategyOptions {
   CrossDeviceOps cross_device_ops = CrossDeviceOps::kAuto;
   std::chrono::milliseconds timeout = collective::default_timeout();  // every collective / merge_call
+  // Defaults of the replicas' all_reduce(op, values), e.g. gradient compression
+  // (.communication_options = {.compression = Compression::kBFloat16}); see communication_options.h.
+  // implementation must be kAuto or equal the cross-device ops chosen (InvalidArgumentError).
+  CommunicationOptions communication_options;
 };
 
 class MirroredStrategy final : public Strategy {

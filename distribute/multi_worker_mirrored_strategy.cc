@@ -228,6 +228,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       resolver_(std::move(plan.resolver)),
       options_(options),
       gpu_(plan.gpu) {
+  set_communication_options(options.communication_options);
   const int workers = resolver_.num_workers();
   if (workers > 1) {
 #if defined(CHORUS_WITH_MPI)

@@ -90,6 +90,10 @@ struct MultiWorkerMirroredStrategyOptions {
   AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;  // for experimental_distribute_dataset
   bool check_variables = true;                                 // the cross-worker checksum at run(); false skips it
   std::chrono::milliseconds timeout = collective::default_timeout();  // every collective / merge_call
+  // Defaults of the replicas' all_reduce(op, values) — TF's communication_options= — e.g. gradient
+  // compression (distribute/communication_options.h). Its implementation must be kAuto or the
+  // local choice (InvalidArgumentError): the cross-process transport is `implementation` above.
+  CommunicationOptions communication_options;
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {

@@ -45,18 +45,41 @@ void drain_if_profiling(const Tensor& t) {
 }
 }  // namespace
 
+namespace {
+// The dtype a pack of `dtype` is all-reduced in under `compression`: only float32 and float64 are
+// compressed (integers must stay exact; 16-bit floats already are).
+DType wire_dtype(DType dtype, Compression compression) {
+  if (compression == Compression::kNone || (dtype != DType::kFloat32 && dtype != DType::kFloat64)) return dtype;
+  return compression == Compression::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+}
+}  // namespace
+
+Tensor StrategyReplicaContext::reduce_one(ReduceOp op, const Tensor& in, DType wire,
+                                          std::chrono::milliseconds timeout) {
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  const bool compress = wire != in.dtype();
+  // Compressed: the cast is a fresh buffer, reduced in place; otherwise a separate output, so
+  // that the uncompressed path is exactly what it was.
+  Tensor send = compress ? ops::cast(in, wire) : in;
+  Tensor out = compress ? send : Tensor::empty(in.shape(), in.dtype(), device);
+  {
+    drain_if_profiling(send);
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    comm().all_reduce(send, out, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+  }
+  auto& c = strategy_.counters_;
+  c.collectives.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(static_cast<std::int64_t>(send.nbytes()), std::memory_order_relaxed);
+  c.uncompressed_bytes.fetch_add(static_cast<std::int64_t>(in.nbytes()), std::memory_order_relaxed);
+  return compress ? ops::cast(out, in.dtype()) : out;
+}
+
 Tensor StrategyReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
   CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "all_reduce: undefined tensor (replica ", replica_, ")");
   if (num_replicas_in_sync() == 1) return value;
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   Tensor in = local(value, device);
-  Tensor out = Tensor::empty(in.shape(), in.dtype(), device);
-  {
-    drain_if_profiling(in);
-    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-    comm().all_reduce(in, out, {.op = to_collective(op), .timeout = strategy_.timeout()})->wait(strategy_.timeout());
-  }
-  return out;
+  return reduce_one(op, in, in.dtype(), strategy_.timeout());
 }
 
 std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
@@ -64,15 +87,17 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
 }
 
 std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values,
-                                                       const CommunicationOptions& options) {
-  CHORUS_REQUIRE(options.bytes_per_pack >= 0 && options.timeout_seconds >= 0, InvalidArgumentError,
-                 "CommunicationOptions: bytes_per_pack and timeout_seconds must be >= 0, got ", options.bytes_per_pack,
-                 " and ", options.timeout_seconds);
+                                                       const CommunicationOptions& explicit_options) {
+  internal::validate_communication_options(explicit_options, "all_reduce");
   const CrossDeviceChoice& choice = strategy_.cross_device_ops();
-  CHORUS_REQUIRE(options.implementation == CrossDeviceOps::kAuto || options.implementation == choice.ops,
-                 InvalidArgumentError, "CommunicationOptions: implementation ",
-                 cross_device_ops_name(options.implementation), " differs from the strategy's ",
-                 cross_device_ops_name(choice.ops), " (", choice.reason, "); choose it when building the strategy");
+  CHORUS_REQUIRE(
+      explicit_options.implementation == CrossDeviceOps::kAuto || explicit_options.implementation == choice.ops,
+      InvalidArgumentError, "CommunicationOptions: implementation ",
+      cross_device_ops_name(explicit_options.implementation), " differs from the strategy's ",
+      cross_device_ops_name(choice.ops), " (", choice.reason, "); choose it when building the strategy");
+  const CommunicationOptions options =
+      internal::merge_communication_options(strategy_.communication_options(), explicit_options);
+  const Compression compression = options.compression.value_or(Compression::kNone);
   std::vector<Tensor> out(values.size());
   if (num_replicas_in_sync() == 1) return values;
   const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
@@ -96,15 +121,9 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
       bytes += static_cast<std::int64_t>(values[j].nbytes());
       members.push_back(j++);
     }
+    const DType wire = wire_dtype(values[i].dtype(), compression);
     if (members.size() == 1) {
-      Tensor in = local(values[i], device);
-      Tensor res = Tensor::empty(in.shape(), in.dtype(), device);
-      {
-        drain_if_profiling(in);
-        profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-        comm().all_reduce(in, res, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
-      }
-      out[i] = res;
+      out[i] = reduce_one(op, local(values[i], device), wire, timeout);
     } else {
       std::vector<Tensor> flat;
       std::vector<std::int64_t> sizes;
@@ -112,13 +131,7 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
         flat.push_back(ops::reshape(local(values[m], device), {-1}));
         sizes.push_back(values[m].num_elements());
       }
-      Tensor packed = ops::concat(flat, 0);
-      Tensor reduced = Tensor::empty(packed.shape(), packed.dtype(), device);
-      {
-        drain_if_profiling(packed);
-        profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-        comm().all_reduce(packed, reduced, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
-      }
+      Tensor reduced = reduce_one(op, ops::concat(flat, 0), wire, timeout);
       std::vector<Tensor> parts = ops::split(reduced, sizes, 0);
       for (std::size_t k = 0; k < members.size(); ++k)
         out[members[k]] = ops::reshape(parts[k], values[members[k]].shape().dims());

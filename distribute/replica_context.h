@@ -5,6 +5,8 @@
 // calls, a replica that does not come raises DeadlineExceededError after the strategy's timeout.
 #pragma once
 
+#include <chrono>
+
 #include "core/distribution.h"
 #include "distribute/communication_options.h"
 
@@ -29,7 +31,12 @@ class StrategyReplicaContext final : public ReplicaContext {
   int local_replica_id() const { return replica_; }
   int num_replicas_in_sync() const override;
 
+  // One tensor, as it is: never compressed, the strategy's timeout.
   Tensor all_reduce(ReduceOp op, const Tensor& value) override;
+  // A list (gradients), packed and reduced with the strategy's communication_options (the form
+  // Optimizer::apply_gradients and Model::fit use); the overload takes each field set in
+  // `options` over the strategy's (distribute/communication_options.h: packing, compression, its
+  // error bound). Undefined tensors stay undefined. Bad options → InvalidArgumentError.
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) override;
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values, const CommunicationOptions& options);
   Tensor all_gather(const Tensor& value, int axis) override;
@@ -42,6 +49,9 @@ class StrategyReplicaContext final : public ReplicaContext {
 
  private:
   collective::Communicator& comm() const;
+  // All-reduces `in` (on this replica's device) in dtype `wire` (casting to it and back when it
+  // differs from in.dtype()) and counts the bytes in the strategy's AllReduceCounters.
+  Tensor reduce_one(ReduceOp op, const Tensor& in, DType wire, std::chrono::milliseconds timeout);
   Strategy& strategy_;
   int replica_;
 };

@@ -85,6 +85,25 @@ void Strategy::resolve_devices(std::vector<std::string> devices) {
 
 Strategy::~Strategy() = default;
 
+void Strategy::set_communication_options(const CommunicationOptions& options) {
+  internal::validate_communication_options(options, name_);
+  CHORUS_REQUIRE(options.implementation == CrossDeviceOps::kAuto || options.implementation == choice_.ops,
+                 InvalidArgumentError, name_, ": communication_options.implementation ",
+                 cross_device_ops_name(options.implementation), " differs from the strategy's ",
+                 cross_device_ops_name(choice_.ops), " (", choice_.reason,
+                 "); choose the implementation with the strategy's own option");
+  communication_options_ = options;
+  if (!communication_options_.compression) communication_options_.compression = Compression::kNone;
+}
+
+AllReduceCounters Strategy::all_reduce_counters() const {
+  return {counters_.collectives.load(), counters_.bytes.load(), counters_.uncompressed_bytes.load()};
+}
+
+AllReduceCounters Strategy::read_and_reset_all_reduce_counters() {
+  return {counters_.collectives.exchange(0), counters_.bytes.exchange(0), counters_.uncompressed_bytes.exchange(0)};
+}
+
 std::vector<std::unique_ptr<collective::Communicator>> Strategy::create_communicators() {
   if (num_local_replicas() == 1) return {};
   return make_cross_device_communicators(logical_, choice_);

@@ -36,7 +36,9 @@
 // Thread-safety: scope() and run() are called from the program's thread(s), one run at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -88,6 +90,13 @@ class Strategy : public DistributionStrategy {
   const CrossDeviceChoice& cross_device_ops() const { return choice_; }
   // Timeout of every collective and merge_call of this strategy.
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // The defaults of StrategyReplicaContext::all_reduce(op, values): the strategy options'
+  // communication_options (distribute/communication_options.h), compression always set.
+  const CommunicationOptions& communication_options() const { return communication_options_; }
+  // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
+  AllReduceCounters all_reduce_counters() const;
+  // The same, and sets the counters to zero (call between runs, not while replicas reduce).
+  AllReduceCounters read_and_reset_all_reduce_counters();
 
   // RAII: the calling thread is in this strategy's scope (cross-replica context) until the
   // returned object dies. Re-entering the same strategy's scope (a nested scope(), or
@@ -179,6 +188,9 @@ class Strategy : public DistributionStrategy {
            std::chrono::milliseconds timeout);
   // Variables of this strategy are MirroredVariables (true) or plain ones on the device (false).
   bool mirrored_variables_ = true;
+  // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
+  // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
+  void set_communication_options(const CommunicationOptions& options);
 
   // (Re)builds the per-replica communicators, merge barrier and replica contexts.
   void make_communicators();
@@ -202,6 +214,10 @@ class Strategy : public DistributionStrategy {
   std::vector<LogicalDevice> logical_;
   CrossDeviceChoice choice_;
   std::chrono::milliseconds timeout_;
+  CommunicationOptions communication_options_{.compression = Compression::kNone};
+  struct Counters {
+    std::atomic<std::int64_t> collectives{0}, bytes{0}, uncompressed_bytes{0};
+  } counters_;
   std::unique_ptr<ReplicaPool> pool_;  // null: run on the calling thread
   std::vector<std::unique_ptr<collective::Communicator>> comms_;
   std::unique_ptr<internal::MergeBarrier> merge_;

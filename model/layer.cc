@@ -4,6 +4,7 @@
 
 #include "core/distribution.h"
 #include "core/error.h"
+#include "ops/elementwise.h"
 
 namespace chorus::layers {
 
@@ -26,7 +27,26 @@ std::string to_snake_case(const std::string& s) {
   return out;
 }
 
-Layer::Layer(std::string name) : name_(std::move(name)) {}
+Layer::Layer(std::string name) : name_(std::move(name)), policy_(mixed_precision::global_policy()) {}
+
+void Layer::set_dtype_policy(const mixed_precision::Policy& policy) {
+  CHORUS_REQUIRE(
+      !built_, FailedPreconditionError, "layer '", name_.empty() ? class_name() : name_,
+      "': cannot change the dtype policy of a built layer (its weights exist); set it before the first call");
+  policy_ = policy;
+}
+
+LayerPtr with_dtype_policy(LayerPtr layer, const mixed_precision::Policy& policy) {
+  CHORUS_REQUIRE(layer != nullptr, InvalidArgumentError, "with_dtype_policy: null layer");
+  layer->set_dtype_policy(policy);
+  return layer;
+}
+
+Tensor Layer::read_weight(const Variable& v) const {
+  Tensor value = v.value();
+  if (is_floating(value.dtype()) && value.dtype() != compute_dtype()) return ops::cast(value, compute_dtype());
+  return value;
+}
 
 void Layer::set_name(std::string name) {
   CHORUS_REQUIRE(!built_, FailedPreconditionError, "layer '", name_, "': cannot rename a built layer");
@@ -47,6 +67,8 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
         return s;
       }(),
       ") and is called with ", x.shape().to_string());
+  // Keras's autocast: floating inputs in the compute dtype, other dtypes (ids, masks) as given.
+  if (is_floating(x.dtype()) && x.dtype() != compute_dtype()) return call(ops::cast(x, compute_dtype()), training);
   return call(x, training);
 }
 
@@ -77,8 +99,9 @@ void Layer::build_once(const Shape& input_shape) {
 }
 
 Variable Layer::add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& init,
-                           bool trainable, VariableSynchronization sync, VariableAggregation aggregation, DType dtype) {
-  Variable v = make_variable({.initial_value = init(shape, dtype),
+                           bool trainable, VariableSynchronization sync, VariableAggregation aggregation,
+                           std::optional<DType> dtype) {
+  Variable v = make_variable({.initial_value = init(shape, dtype.value_or(policy_.variable_dtype())),
                               .name = str_cat(prefix_, name_, "/", name),
                               .trainable = trainable,
                               .synchronization = sync,

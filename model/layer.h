@@ -16,11 +16,17 @@
 // layer (SPMD); the build runs once, as a merge_call in cross-replica context, so the weights are
 // created once as MirroredVariables. Elsewhere building is serialized by a mutex. Calls are
 // thread-safe when call() is.
+//
+// Dtype policy (model/mixed_precision.h): a layer takes the global policy when constructed.
+// operator() casts floating-point inputs to the policy's compute dtype before call(); layers read
+// their weights through read_weight(), which casts them to the compute dtype, and create them in
+// the variable dtype (add_weight's default).
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +34,7 @@
 #include "core/tensor.h"
 #include "core/variable.h"
 #include "model/initializers.h"
+#include "model/mixed_precision.h"
 
 namespace chorus::layers {
 
@@ -51,6 +58,12 @@ class Layer : public train::Trackable {
   void set_name(std::string name);
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
+  // The dtype policy (Keras's layer.dtype_policy): the global policy when the layer was
+  // constructed, or the one set here. Setting it on a built layer → FailedPreconditionError.
+  const mixed_precision::Policy& dtype_policy() const { return policy_; }
+  void set_dtype_policy(const mixed_precision::Policy& policy);
+  DType compute_dtype() const { return policy_.compute_dtype(); }
+
   std::vector<Variable> weights() const { return weights_; }
   std::vector<Variable> trainable_weights() const;
   std::vector<Variable> non_trainable_weights() const;
@@ -71,13 +84,19 @@ class Layer : public train::Trackable {
  protected:
   virtual void build_weights(const Shape& input_shape) {}
   virtual Tensor call(const Tensor& x, bool training) = 0;
+  // Creates a weight in `dtype`, or in the policy's variable dtype when `dtype` is not given.
   Variable add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& init,
                       bool trainable = true, VariableSynchronization sync = VariableSynchronization::kAuto,
-                      VariableAggregation aggregation = VariableAggregation::kNone, DType dtype = DType::kFloat32);
+                      VariableAggregation aggregation = VariableAggregation::kNone,
+                      std::optional<DType> dtype = std::nullopt);
+  // The weight's value (this replica's component) in the compute dtype: a differentiable cast
+  // when the variable is floating and of another dtype, else the value itself.
+  Tensor read_weight(const Variable& v) const;
 
  private:
   std::string name_;
   std::string prefix_;
+  mixed_precision::Policy policy_;
   std::vector<Variable> weights_;
   std::vector<std::string> weight_names_;  // short names, parallel to weights_
   void build_once(const Shape& input_shape);
@@ -90,5 +109,12 @@ using LayerPtr = std::shared_ptr<Layer>;
 
 // "Conv2D" → "conv2d", "MaxPooling2D" → "max_pooling2d", "BatchNormalization" → "batch_normalization".
 std::string to_snake_case(const std::string& class_name);
+
+// Sets `layer`'s dtype policy and returns it, for use inside a layer list:
+//   Sequential({layers::Dense(512, "relu"), layers::with_dtype_policy(layers::Dense(10), "float32")})
+LayerPtr with_dtype_policy(LayerPtr layer, const mixed_precision::Policy& policy);
+inline LayerPtr with_dtype_policy(LayerPtr layer, std::string_view policy) {
+  return with_dtype_policy(std::move(layer), mixed_precision::Policy(policy));
+}
 
 }  // namespace chorus::layers

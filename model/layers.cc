@@ -26,7 +26,11 @@ Tensor activate(const std::string& a, const Tensor& x) {
   if (a == "sigmoid") return ops::sigmoid(x);
   if (a == "tanh") return ops::tanh(x);
   if (a == "gelu") return ops::gelu(x);
-  if (a == "softmax") return ops::softmax(x);
+  // Keras keeps softmax in float32 under a mixed policy (16-bit exp/normalization loses the
+  // small probabilities); its output is float32.
+  if (a == "softmax")
+    return ops::softmax(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ? ops::cast(x, DType::kFloat32)
+                                                                                      : x);
   check_activation(a);
   return x;
 }
@@ -67,8 +71,8 @@ void DenseLayer::build_weights(const Shape& in) {
 Tensor DenseLayer::call(const Tensor& x, bool) {
   const std::int64_t in = x.shape().dims().back();
   Tensor flat = x.shape().rank() == 2 ? x : ops::reshape(x, {x.num_elements() / std::max<std::int64_t>(in, 1), in});
-  Tensor y = ops::matmul(flat, kernel_.value());
-  if (use_bias_) y = ops::add(y, bias_.value());
+  Tensor y = ops::matmul(flat, read_weight(kernel_));
+  if (use_bias_) y = ops::add(y, read_weight(bias_));
   if (x.shape().rank() != 2) y = ops::reshape(y, compute_output_shape(x.shape()).dims());
   return activate(activation_, y);
 }
@@ -118,8 +122,8 @@ void Conv2DLayer::build_weights(const Shape& in) {
 }
 
 Tensor Conv2DLayer::call(const Tensor& x, bool) {
-  Tensor y = ops::conv2d(x, kernel_.value(), {strides_, padding_, dilation_});
-  if (use_bias_) y = ops::add(y, bias_.value());
+  Tensor y = ops::conv2d(x, read_weight(kernel_), {strides_, padding_, dilation_});
+  if (use_bias_) y = ops::add(y, read_weight(bias_));
   return activate(activation_, y);
 }
 
@@ -249,7 +253,12 @@ void EmbeddingLayer::build_weights(const Shape&) {
   table_ = add_weight("embeddings", Shape{input_dim_, output_dim_}, init_);
 }
 
-Tensor EmbeddingLayer::call(const Tensor& ids, bool) { return ops::gather(table_.value(), ids, 0); }
+// Gathers from the variable, then casts the rows (as Keras does): casting the whole table every
+// call would cost O(input_dim) instead of O(rows looked up).
+Tensor EmbeddingLayer::call(const Tensor& ids, bool) {
+  Tensor rows = ops::gather(table_.value(), ids, 0);
+  return rows.dtype() == compute_dtype() ? rows : ops::cast(rows, compute_dtype());
+}
 
 LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim, initializers::Initializer init, std::string name) {
   return std::make_shared<EmbeddingLayer>(input_dim, output_dim, std::move(init), std::move(name));

@@ -182,6 +182,8 @@ LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim,
 // moving_mean / moving_variance are ON_READ MEAN variables (TF's choice): each replica updates
 // its own, reading in cross-replica context averages them. An empty per-replica batch passes
 // through unchanged (no statistics from nothing).
+// Under a mixed policy it normalizes in float32 (the variables' dtype), as Keras does, and returns
+// the compute dtype.
 class BatchNormalizationLayer final : public Layer {
  public:
   BatchNormalizationLayer(double momentum, double epsilon, bool center, bool scale, bool synchronized,
@@ -197,6 +199,7 @@ class BatchNormalizationLayer final : public Layer {
   Tensor call(const Tensor& x, bool training) override;
 
  private:
+  Tensor normalize(const Tensor& x, bool training);  // x in the variables' dtype
   Tensor synchronized_call(const Tensor& x);
   double momentum_, epsilon_;
   bool center_, scale_, synchronized_;

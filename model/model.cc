@@ -136,6 +136,9 @@ Tensor Model::forward_step(const data::Element& e, bool training, std::int64_t r
   const Tensor& x = e[0];
   const Tensor& y = e[1];
   Tensor pred = (*this)(x, training);
+  // Loss and metrics in float32 (Keras's losses cast y_pred to their float32 dtype): a 16-bit
+  // output layer under a mixed policy would otherwise round the loss and its gradient's start.
+  if (pred.dtype() == DType::kFloat16 || pred.dtype() == DType::kBFloat16) pred = ops::cast(pred, DType::kFloat32);
   Tensor per_example = loss_->per_example(y, pred);
   loss_metric_->add(per_example);
   for (auto& m : metrics_) m->update_state(y, pred);
@@ -250,10 +253,13 @@ Tensor Model::predict(const data::Dataset& dataset) {
 }
 
 std::string Model::summary() const {
+  // A "Dtype policy" column (Keras 3 shows the policy per layer) when any layer is not float32.
+  bool mixed = false;
+  for (const auto& l : layers_) mixed = mixed || l->dtype_policy().name() != "float32";
   std::ostringstream os;
   os << "Model: \"" << name_ << "\"\n";
-  os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape"
-     << "Param #\n";
+  os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape" << std::setw(mixed ? 12 : 0)
+     << "Param #" << (mixed ? "Dtype policy" : "") << "\n";
   std::int64_t total = 0, trainable = 0;
   Shape shape = built_input_;
   for (const auto& l : layers_) {
@@ -267,8 +273,11 @@ std::string Model::summary() const {
       s << ")";
       out = s.str();
     }
-    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << out << l->count_params()
-       << "\n";
+    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << out;
+    if (mixed)
+      os << std::setw(12) << l->count_params() << l->dtype_policy().name() << "\n";
+    else
+      os << l->count_params() << "\n";
     total += l->count_params();
     for (const auto& w : l->trainable_weights()) trainable += w.shape().num_elements();
   }

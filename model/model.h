@@ -14,7 +14,8 @@
 // replica (forward with training = true, per-example loss, compute_average_loss over the global
 // batch, GradientTape, Optimizer::apply_gradients — which sums the gradients over replicas — and
 // the metrics), and reports the loss as the mean per-example loss of the epoch. Datasets yield
-// (x, y) elements. Variables are named "<model name>/<layer name>/<weight>".
+// (x, y) elements. Under a mixed dtype policy (model/mixed_precision.h) a 16-bit model output is
+// cast to float32 before the loss and the metrics. Variables are named "<model name>/<layer name>/<weight>".
 // Subclass Model for custom architectures: create layers with track(), override call().
 //
 // Errors: fit/evaluate before compile → FailedPreconditionError; an element without (x, y) →
@@ -105,7 +106,8 @@ class Model : public train::Trackable {
   // The compiled optimizer, or nullptr before compile.
   const std::shared_ptr<optimizers::Optimizer>& optimizer_ptr() const { return optimizer_; }
   distribute::Strategy& strategy() const { return *strategy_; }
-  // Keras-style table of layers, output shapes and parameter counts.
+  // Keras-style table of layers, output shapes and parameter counts, and each layer's dtype
+  // policy when any layer's is not "float32".
   std::string summary() const;
   // Checkpointing (checkpoint/trackable.h): the tracked layers by name, then "optimizer" once
   // compiled; Sequential numbers its layers as Keras does ("layer_with_weights-0", ...,

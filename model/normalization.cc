@@ -49,6 +49,12 @@ void BatchNormalizationLayer::build_weights(const Shape& in) {
 }
 
 Tensor BatchNormalizationLayer::call(const Tensor& x, bool training) {
+  const DType stats = dtype_policy().variable_dtype();
+  if (x.dtype() == stats) return normalize(x, training);
+  return ops::cast(normalize(ops::cast(x, stats), training), x.dtype());
+}
+
+Tensor BatchNormalizationLayer::normalize(const Tensor& x, bool training) {
   const std::int64_t c = x.shape().dims().back();
   const Tensor gamma = scale_ ? gamma_.value() : Tensor::ones({c}, x.dtype(), x.device_name());
   const Tensor beta = center_ ? beta_.value() : Tensor::zeros({c}, x.dtype(), x.device_name());

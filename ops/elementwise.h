@@ -57,7 +57,8 @@ inline Tensor logical_or(const Tensor& a, const Tensor& b) { return binary(Binar
 
 // cond ? x : y elementwise, all three broadcast together (tf.where with x and y). cond is bool.
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
-// Converts to `dtype` (core/dtype.h rules). Gradient flows between floating dtypes only.
+// Converts to `dtype` (core/dtype.h rules). Gradient flows between floating dtypes only: the
+// upstream gradient cast back to x's dtype (a float32 variable cast to bfloat16 gets a float32 gradient).
 Tensor cast(const Tensor& x, DType dtype);
 
 // A scalar of x's dtype on x's device.

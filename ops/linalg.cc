@@ -14,10 +14,10 @@ namespace chorus::ops {
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   auto dev = internal::common_device("BatchMatMulV2", {a, b});
   internal::require_same_dtype("BatchMatMulV2", a, b);
-  if (dev->is_gpu())
-    internal::require_float("BatchMatMulV2", a, "a");
-  else
-    internal::require_dtype("BatchMatMulV2", a, {DType::kFloat32, DType::kFloat64}, "a");
+  // Every floating dtype on both devices; CPU float16 only where oneDNN has kernels for it.
+  internal::require_float("BatchMatMulV2", a, "a");
+  if (!dev->is_gpu() && a.dtype() == DType::kFloat16 && !cpu::float16_supported())
+    cpu::throw_float16_unsupported("BatchMatMulV2");
   const int ra = a.shape().rank(), rb = b.shape().rank();
   CHORUS_REQUIRE(ra >= 2 && rb >= 2, InvalidArgumentError, "BatchMatMulV2: both operands need rank >= 2, got ",
                  a.shape().to_string(), " and ", b.shape().to_string());

@@ -18,12 +18,19 @@ namespace {
 
 using internal::output;
 
-void require_cpu_dnn_dtype(const char* op, const DeviceContext& dev, const Tensor& x) {
-  if (dev.is_gpu())
-    internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
-  else
-    internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
+// Convolution and pooling: every floating dtype on both devices; CPU float16 only where oneDNN has
+// kernels for it (else UnimplementedError pointing to bfloat16, ops/cpu/dnn.h).
+void require_dnn_dtype(const char* op, const DeviceContext& dev, const Tensor& x) {
+  internal::require_float(op, x);
+  if (!dev.is_gpu() && x.dtype() == DType::kFloat16 && !cpu::float16_supported()) cpu::throw_float16_unsupported(op);
 }
+
+// Softmax and batch normalization kernels take float32 / float64; 16-bit inputs run in float32.
+void require_wide_dtype(const char* op, const Tensor& x) {
+  internal::require_dtype(op, x, {DType::kFloat32, DType::kFloat64});
+}
+
+bool is_16bit(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
 Conv2dGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dOptions& o) {
   CHORUS_REQUIRE(x.rank() == 4, InvalidArgumentError, op, ": input must be NHWC (rank 4), got ", x.to_string());
@@ -92,7 +99,7 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
             Padding padding) {
   const char* name = kind == PoolKind::kMax ? "MaxPool" : "AvgPool";
   auto dev = internal::device_of(name, x);
-  require_cpu_dnn_dtype(name, *dev, x);
+  require_dnn_dtype(name, *dev, x);
   const Conv2dGeometry g = pool_geometry(name, x.shape(), k, s, padding);
   Tensor y = output(dev, nhwc(g), x.dtype());
   if (y.num_elements() > 0) {
@@ -124,7 +131,7 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
 Tensor softmax_last(bool log, const Tensor& x) {
   const char* name = log ? "LogSoftmax" : "Softmax";
   auto dev = internal::device_of(name, x);
-  require_cpu_dnn_dtype(name, *dev, x);
+  require_wide_dtype(name, x);
   CHORUS_REQUIRE(x.shape().rank() >= 1, InvalidArgumentError, name, ": logits must have rank >= 1");
   const std::int64_t cols = x.shape().dims().back();
   const std::int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
@@ -158,6 +165,8 @@ Tensor softmax_last(bool log, const Tensor& x) {
 
 Tensor softmax_axis(bool log, const Tensor& x, int axis) {
   internal::device_of(log ? "LogSoftmax" : "Softmax", x);
+  // 16-bit logits: computed in float32 and rounded once (the casts carry the gradient back).
+  if (is_16bit(x.dtype())) return cast(softmax_axis(log, cast(x, DType::kFloat32), axis), x.dtype());
   const int r = x.shape().rank();
   const int a = internal::normalize_axis(log ? "LogSoftmax" : "Softmax", axis, r);
   if (a == r - 1) return softmax_last(log, x);
@@ -224,7 +233,7 @@ Tensor xent_op(bool sparse, const Tensor& labels, const Tensor& logits) {
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
   auto dev = internal::common_device("Conv2D", {x, w});
-  require_cpu_dnn_dtype("Conv2D", *dev, x);
+  require_dnn_dtype("Conv2D", *dev, x);
   internal::require_same_dtype("Conv2D", x, w);
   const Conv2dGeometry g = conv_geometry("Conv2D", x.shape(), w.shape(), o);
   Tensor y = output(dev, nhwc(g), x.dtype());
@@ -245,7 +254,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
 
 Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Tensor& dy, const Conv2dOptions& o) {
   auto dev = internal::common_device("Conv2DBackpropInput", {w, dy});
-  require_cpu_dnn_dtype("Conv2DBackpropInput", *dev, dy);
+  require_dnn_dtype("Conv2DBackpropInput", *dev, dy);
   internal::require_same_dtype("Conv2DBackpropInput", w, dy);
   const Conv2dGeometry g = conv_geometry("Conv2DBackpropInput", input_shape, w.shape(), o);
   CHORUS_REQUIRE(dy.shape() == nhwc(g), InvalidArgumentError, "Conv2DBackpropInput: dy has shape ",
@@ -265,7 +274,7 @@ Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Te
 
 Tensor conv2d_backprop_filter(const Tensor& x, const Shape& filter_shape, const Tensor& dy, const Conv2dOptions& o) {
   auto dev = internal::common_device("Conv2DBackpropFilter", {x, dy});
-  require_cpu_dnn_dtype("Conv2DBackpropFilter", *dev, dy);
+  require_dnn_dtype("Conv2DBackpropFilter", *dev, dy);
   internal::require_same_dtype("Conv2DBackpropFilter", x, dy);
   const Conv2dGeometry g = conv_geometry("Conv2DBackpropFilter", x.shape(), filter_shape, o);
   CHORUS_REQUIRE(dy.shape() == nhwc(g), InvalidArgumentError, "Conv2DBackpropFilter: dy has shape ",
@@ -305,7 +314,17 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   const char* name = "FusedBatchNormV3";
   auto dev = training ? internal::common_device(name, {x, gamma, beta})
                       : internal::common_device(name, {x, gamma, beta, mean, variance});
-  require_cpu_dnn_dtype(name, *dev, x);
+  if (is_16bit(x.dtype())) {
+    // TF's FusedBatchNormV3 with T = half/bfloat16, U = float: float32 parameters and statistics,
+    // x normalized in float32 and y rounded once (the casts carry the gradient back to x's dtype).
+    CHORUS_REQUIRE(gamma.dtype() == DType::kFloat32, InvalidArgumentError, name, ": with ", dtype_name(x.dtype()),
+                   " x, scale/offset/mean/variance must be float32 (TF's FusedBatchNormV3 rule), got ",
+                   dtype_name(gamma.dtype()));
+    BatchNormResult r = batch_norm(cast(x, DType::kFloat32), gamma, beta, mean, variance, epsilon, training);
+    r.y = cast(r.y, x.dtype());
+    return r;
+  }
+  require_wide_dtype(name, x);
   CHORUS_REQUIRE(x.shape().rank() >= 2, InvalidArgumentError, name, ": x must be [..., channels], got ",
                  x.shape().to_string());
   CHORUS_REQUIRE(epsilon > 0, InvalidArgumentError, name, ": epsilon must be > 0, got ", epsilon);

@@ -7,6 +7,21 @@
 //
 // Kernels: CPU float32 → oneDNN, float64 → reference loops; GPU → cuDNN (see ops/cpu/dnn.h and
 // ops/cuda/libraries.h). Bad shapes → InvalidArgumentError naming the op and the shapes.
+//
+// dtypes (non-floating → InvalidArgumentError):
+//   conv2d (+ backprops), max_pool2d, avg_pool2d: float32, float64, bfloat16, float16; the operands
+//     of one call share the dtype. CPU bfloat16: oneDNN's bf16 kernels on AVX-512 CPUs, else float32
+//     compute on the bfloat16 inputs rounded once (ops::cpu::bf16_path() says which). CPU float16:
+//     only where oneDNN has float16 kernels (not with oneDNN 2.6) — else UnimplementedError naming
+//     the op and dtype and recommending mixed_bfloat16. GPU: passed to the cuDNN layer as is.
+//   softmax, log_softmax: float32, float64; bfloat16/float16 logits are computed in float32 and the
+//     result rounded once to their dtype (Keras runs these in float32 under mixed precision anyway),
+//     on both devices; the gradient comes back in the logits' dtype.
+//   batch_norm: float32, float64 with parameters of x's dtype; bfloat16/float16 x with float32
+//     gamma/beta/mean/variance (TF's FusedBatchNormV3 with U = float), normalized in float32, y in
+//     x's dtype, batch_mean/batch_variance float32; other parameter dtypes → InvalidArgumentError.
+//   the cross-entropy losses: any floating logits (16-bit ones computed in double on the CPU),
+//     loss and gradient in the logits' dtype.
 #pragma once
 
 #include <array>

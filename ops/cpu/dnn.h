@@ -1,20 +1,35 @@
-// CPU kernels backed by oneDNN (float32) with plain reference loops (float64, and float32 when
-// chorus is built without oneDNN). Raw pointers to host memory, row-major, no aliasing between
-// inputs and outputs unless stated. The op layer (ops/*.cc) validates shapes and dtypes and calls
-// these on the device's stream worker; they run synchronously on the calling thread.
+// CPU kernels backed by oneDNN (float32; bfloat16 and float16 for matmul, convolution and pooling)
+// with plain reference loops (float64, and float32 when chorus is built without oneDNN). Raw
+// pointers to host memory, row-major, no aliasing between inputs and outputs unless stated. The op
+// layer (ops/*.cc) validates shapes and dtypes and calls these on the device's stream worker; they
+// run synchronously on the calling thread.
 //
 // Threads: oneDNN runs on OpenMP; each call uses omp_get_max_threads() of the calling thread,
 // which the op layer sets per logical CPU device through use_threads() so that several replicas on
 // few cores do not oversubscribe them.
 //
-// oneDNN primitives are created once per (kind, shapes, attributes) and cached (thread-safe LRU,
-// capacity 256 per kind); cache_stats() reports hits/misses for tests and benchmarks.
+// oneDNN primitives are created once per (kind, dtype, shapes, attributes) and cached (thread-safe
+// LRU, capacity 256 per kind); cache_stats() reports hits/misses for tests and benchmarks.
 //
-// dtype: kFloat32 or kFloat64 everywhere; anything else → InvalidArgumentError (the op layer
-// checks first, so this is a backstop).
+// dtypes:
+//   matmul, conv2d_*, pool2d_*: float32, float64, bfloat16, float16.
+//     bfloat16 (every tensor of the call bfloat16): on oneDNN with bf16 memory (float32
+//       accumulation, each output rounded once) when bf16_path() starts with "onednn" and oneDNN
+//       has a JIT kernel for the shape; otherwise the float32 fallback — inputs widened to float32,
+//       the float32 kernel, the output rounded to bfloat16 once. Either path gives the float32
+//       result of the bfloat16 inputs to within one bfloat16 rounding (relative 2^-8) of each output
+//       plus float32 accumulation-order differences; the paths may differ from each other by that.
+//     float16: on oneDNN where it has float16 kernels (float16_supported(); never with oneDNN 2.6 on
+//       x86, whose float16 support arrived with avx512_core_fp16 in later releases); otherwise
+//       UnimplementedError naming the kernel and dtype and pointing to bfloat16 (mixed_bfloat16) on
+//       this CPU or float16 on a GPU. No float32 fallback for float16, by design: a policy that
+//       would silently run at float32 speed is worse than a clear error at the first step.
+//   softmax_*, batch_norm_*: float32 or float64 (the op layer runs 16-bit inputs in float32).
+//   Anything else → InvalidArgumentError (the op layer checks first, so this is a backstop).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 #include "ops/geometry.h"
@@ -27,30 +42,62 @@ void use_threads(int n);
 // True when this build uses oneDNN (false: reference loops for float32 too).
 bool have_onednn();
 
-// Batched matrix product: for b in [0, batch): C[b] = op(A[b]) · op(B[b]), op = transpose if set.
-// A[b] is m×k (stored k×m when trans_a), B[b] is k×n (n×k when trans_b), C[b] is m×n.
+// The path bfloat16 matmul / convolution / pooling take in this process, for benchmark printouts:
+// "onednn <isa>" (oneDNN's effective ISA, e.g. "onednn avx512_core_bf16" — native bf16 dot
+// products — or "onednn avx512_core" — bf16 emulated with float32 arithmetic) or "float32 fallback"
+// (no oneDNN, an ISA below avx512_core as on AVX2-only CPUs or under ONEDNN_MAX_CPU_ISA=AVX2, no
+// bf16 matmul kernel in this oneDNN, or the oneDNN bf16 path switched off). The first call probes
+// oneDNN (creates a small bf16 matmul primitive); later calls are cheap. Thread-safe. A shape for
+// which oneDNN lacks a bf16 JIT kernel still falls back, per primitive (see bf16_stats()).
+std::string bf16_path();
+
+// Switch for the oneDNN bfloat16 path (tests and diagnostics): false forces the float32 fallback.
+// Initially the value of the environment variable CHORUS_ONEDNN_BF16 (1/0/true/false/on/off, read
+// once at the first bfloat16 kernel call or bf16_path(); unset → true; another value →
+// InvalidArgumentError naming the variable). Takes effect at the next kernel call; thread-safe.
+void set_onednn_bf16_enabled(bool enabled);
+bool onednn_bf16_enabled();
+
+// Counts of bfloat16 kernel calls (matmul, conv2d_*, pool2d_*) since process start, by the path
+// that ran them. Thread-safe; for tests and benchmarks.
+struct Bf16Stats {
+  std::int64_t onednn = 0, fallback = 0;
+};
+Bf16Stats bf16_stats();
+
+// True when oneDNN runs float16 matmul on this CPU (probed once by creating a small float16 matmul
+// primitive, which must get a JIT kernel). False with oneDNN 2.6 on x86 and without oneDNN.
+bool float16_supported();
+// Throws UnimplementedError: "<op>: float16 is not supported on this CPU ... use the mixed_bfloat16
+// policy (bfloat16 works on this CPU, via <bf16_path()>) or float16 on a GPU". For the op layer.
+[[noreturn]] void throw_float16_unsupported(const char* op);
+
+// Batched matrix product (float32, float64, bfloat16, float16): for b in [0, batch): C[b] = op(A[b]) · op(B[b]), op =
+// transpose if set. A[b] is m×k (stored k×m when trans_a), B[b] is k×n (n×k when trans_b), C[b] is m×n.
 // a_batch_stride/b_batch_stride are element offsets between consecutive matrices; 0 broadcasts
 // one matrix over the batch. C is dense [batch, m, n]. k == 0 gives zeros.
 void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void* b, std::int64_t b_batch_stride,
             void* c, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
 
-// NHWC input, HWIO filter, NHWC output; geometry from ops/geometry.h.
+// NHWC input, HWIO filter, NHWC output; geometry from ops/geometry.h. float32, float64, bfloat16,
+// float16 (see the dtype rules above).
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y);
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx);
 void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw);
 
 // Pooling over k_h×k_w windows (g.out_c == g.in_c). Average pooling divides by the number of
 // in-bounds elements of each window (TF's behaviour under SAME). Max pooling's gradient goes to
-// the first maximum of each window.
+// the first maximum of each window. float32, float64, bfloat16, float16.
 void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y);
 void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx);
 
 // Softmax (or log-softmax) over the last axis of a [rows, cols] matrix; backward from y = output.
+// float32 or float64.
 void softmax_forward(DType dtype, bool log, const void* x, void* y, std::int64_t rows, std::int64_t cols);
 void softmax_backward(DType dtype, bool log, const void* y, const void* dy, void* dx, std::int64_t rows,
                       std::int64_t cols);
 
-// Batch normalization over [rows, channels] (NHWC flattened: rows = N·H·W).
+// Batch normalization over [rows, channels] (NHWC flattened: rows = N·H·W). float32 or float64.
 // Training: mean/variance of the batch (variance biased, divided by rows) are written to
 // batch_mean/batch_var, y = gamma · (x - mean) / sqrt(var + eps) + beta.
 void batch_norm_training(DType dtype, const void* x, const void* gamma, const void* beta, void* y, void* batch_mean,

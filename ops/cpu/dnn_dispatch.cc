@@ -1,10 +1,15 @@
 // The entry points of ops/cpu/dnn.h: validate once, handle empty shapes, then send float32 to
-// oneDNN (or the reference loops in a build without it) and float64 to the reference loops.
+// oneDNN (or the reference loops in a build without it), float64 to the reference loops, and
+// bfloat16 / float16 to oneDNN's 16-bit kernels or the float32 fallback (run_16bit below).
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/cpu/dnn.h"
 #include "ops/cpu/onednn.h"
@@ -22,6 +27,88 @@ constexpr bool kWithDnnl = false;
 void require_float(DType dtype, const char* what) {
   CHORUS_REQUIRE(dtype == DType::kFloat32 || dtype == DType::kFloat64, InvalidArgumentError, what,
                  ": dtype must be float32 or float64, got ", dtype);
+}
+
+bool is_16bit(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// matmul, convolution, pooling: the 16-bit types too.
+void require_dnn_float(DType dtype, const char* what) {
+  CHORUS_REQUIRE(dtype == DType::kFloat32 || dtype == DType::kFloat64 || is_16bit(dtype), InvalidArgumentError, what,
+                 ": dtype must be float32, float64, bfloat16 or float16, got ", dtype);
+}
+
+// ---- bfloat16 / float16 ------------------------------------------------------------------------
+
+constexpr const char* kBf16Variable = "CHORUS_ONEDNN_BF16";
+std::atomic<int> g_bf16_enabled{-1};  // -1: not yet read from kBf16Variable
+std::atomic<std::int64_t> g_bf16_onednn{0}, g_bf16_fallback{0};
+
+#ifdef CHORUS_WITH_DNNL
+// oneDNN's name of its effective ISA.
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
+// oneDNN 2.6 has bfloat16 JIT kernels from avx512_core up (emulated below avx512_core_bf16); the ISA
+// values are bit sets, each containing the ones it extends (avx2_vnni does not contain avx512_core).
+bool isa_has_bf16() {
+  static const bool has = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  }();
+  return has;
+}
+
+// Whether oneDNN gives a JIT kernel for a small matmul in `dtype` (one creation and run, uncounted).
+bool probe_matmul(DType dtype) {
+  std::vector<std::uint16_t> a(32 * 32), b(32 * 32), c(32 * 32);
+  return onednn::matmul(dtype, a.data(), 0, b.data(), 0, c.data(), 1, 32, 32, 32, false, false);
+}
+#endif
+
+// True when a bfloat16 call should try oneDNN first.
+bool bf16_onednn_active() {
+#ifdef CHORUS_WITH_DNNL
+  return isa_has_bf16() && onednn_bf16_enabled();
+#else
+  return false;
+#endif
+}
+
+// Runs a 16-bit kernel: oneDNN's when it should be tried and has one (onednn_call() returns whether
+// it ran); otherwise bfloat16 takes fallback() (float32 compute) and float16 is UnimplementedError.
+template <typename OneDnn, typename Fallback>
+void run_16bit(DType dtype, const char* what, OneDnn&& onednn_call, Fallback&& fallback) {
+  const bool try_onednn = dtype == DType::kFloat16 ? have_onednn() : bf16_onednn_active();
+  if (try_onednn && onednn_call()) {
+    if (dtype == DType::kBFloat16) g_bf16_onednn.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (dtype == DType::kFloat16) throw_float16_unsupported(what);
+  g_bf16_fallback.fetch_add(1, std::memory_order_relaxed);
+  fallback();
+}
+
+// The float32 fallback's conversions (round to nearest even on the way back, core/dtype.h).
+std::vector<float> widen(DType dtype, const void* p, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  convert(p, dtype, v.data(), DType::kFloat32, v.size());
+  return v;
+}
+void narrow(const std::vector<float>& v, DType dtype, void* p) {
+  convert(v.data(), DType::kFloat32, p, dtype, v.size());
 }
 
 void require_non_negative(const char* what, const char* name, std::int64_t v) {
@@ -71,6 +158,51 @@ void use_threads(int n) {
 
 bool have_onednn() { return kWithDnnl; }
 
+void set_onednn_bf16_enabled(bool enabled) { g_bf16_enabled.store(enabled ? 1 : 0); }
+
+bool onednn_bf16_enabled() {
+  int v = g_bf16_enabled.load();
+  if (v < 0) {
+    const int from_env = env::get_bool(kBf16Variable).value_or(true) ? 1 : 0;
+    g_bf16_enabled.compare_exchange_strong(v, from_env);  // a concurrent set_onednn_bf16_enabled wins
+    v = g_bf16_enabled.load();
+  }
+  return v == 1;
+}
+
+Bf16Stats bf16_stats() { return {g_bf16_onednn.load(), g_bf16_fallback.load()}; }
+
+std::string bf16_path() {
+#ifdef CHORUS_WITH_DNNL
+  static const bool probed = isa_has_bf16() && probe_matmul(DType::kBFloat16);
+  if (probed && onednn_bf16_enabled()) return std::string("onednn ") + isa_name(dnnl::get_effective_cpu_isa());
+#endif
+  return "float32 fallback";
+}
+
+bool float16_supported() {
+#ifdef CHORUS_WITH_DNNL
+  static const bool supported = probe_matmul(DType::kFloat16);
+  return supported;
+#else
+  return false;
+#endif
+}
+
+void throw_float16_unsupported(const char* op) {
+#ifdef CHORUS_WITH_DNNL
+  const dnnl_version_t* v = dnnl_version();
+  const std::string where = chorus::internal::str_cat("oneDNN ", v->major, ".", v->minor, ".", v->patch,
+                                                      " offers no float16 kernels on this CPU, ISA ",
+                                                      isa_name(dnnl::get_effective_cpu_isa()));
+#else
+  const std::string where = "chorus was built without oneDNN";
+#endif
+  throw UnimplementedError(chorus::internal::str_cat(op, ": float16 is not supported on the CPU (", where,
+                                                     "). Use the mixed_bfloat16 policy: bfloat16 works on this CPU (",
+                                                     bf16_path(), "); float16 (mixed_float16) runs on a GPU"));
+}
+
 CacheStats cache_stats() {
 #ifdef CHORUS_WITH_DNNL
   return onednn::CacheRegistry::instance().total();
@@ -81,7 +213,7 @@ CacheStats cache_stats() {
 
 void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void* b, std::int64_t b_batch_stride,
             void* c, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b) {
-  require_float(dtype, "matmul");
+  require_dnn_float(dtype, "matmul");
   require_non_negative("matmul", "batch", batch);
   require_non_negative("matmul", "m", m);
   require_non_negative("matmul", "n", n);
@@ -93,68 +225,162 @@ void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void*
     std::memset(c, 0, static_cast<std::size_t>(batch * m * n) * dtype_size(dtype));
     return;
   }
+  if (is_16bit(dtype)) {
+    run_16bit(
+        dtype, "matmul",
+        [&] {
+#ifdef CHORUS_WITH_DNNL
+          return onednn::matmul(dtype, a, a_batch_stride, b, b_batch_stride, c, batch, m, n, k, trans_a, trans_b);
+#else
+          return false;
+#endif
+        },
+        [&] {
+          // Each operand's extent: its last matrix ends at (count - 1) * stride + rows * cols.
+          const auto extent = [&](std::int64_t stride, std::int64_t size) {
+            return stride == 0 ? size : (batch - 1) * stride + size;
+          };
+          const std::vector<float> fa = widen(dtype, a, extent(a_batch_stride, m * k));
+          const std::vector<float> fb = widen(dtype, b, extent(b_batch_stride, k * n));
+          std::vector<float> fc(static_cast<std::size_t>(batch * m * n));
+          matmul(DType::kFloat32, fa.data(), a_batch_stride, fb.data(), b_batch_stride, fc.data(), batch, m, n, k,
+                 trans_a, trans_b);
+          narrow(fc, dtype, c);
+        });
+    return;
+  }
   if (dtype == DType::kFloat64) {
     reference::matmul(cp<double>(a), a_batch_stride, cp<double>(b), b_batch_stride, mp<double>(c), batch, m, n, k,
                       trans_a, trans_b);
     return;
   }
 #ifdef CHORUS_WITH_DNNL
-  onednn::matmul(cp<float>(a), a_batch_stride, cp<float>(b), b_batch_stride, mp<float>(c), batch, m, n, k, trans_a,
-                 trans_b);
+  onednn::matmul(dtype, a, a_batch_stride, b, b_batch_stride, c, batch, m, n, k, trans_a, trans_b);
 #else
   reference::matmul(cp<float>(a), a_batch_stride, cp<float>(b), b_batch_stride, mp<float>(c), batch, m, n, k, trans_a,
                     trans_b);
 #endif
 }
 
-// Expands to the float64 reference call, or the float32 oneDNN / reference one.
+// The float32 / float64 kernel of conv2d and pooling: reference loops for float64 (and for float32
+// without oneDNN), oneDNN for float32.
 #ifdef CHORUS_WITH_DNNL
-#define CHORUS_DNN_CALL(fn, f64args, f32args) (dtype == DType::kFloat64 ? reference::fn f64args : onednn::fn f32args)
+#define CHORUS_DNN_FLOAT_CALL(fn, f64args, onednn_args, f32args) \
+  (dtype == DType::kFloat64 ? reference::fn f64args : (void)onednn::fn onednn_args)
 #else
-#define CHORUS_DNN_CALL(fn, f64args, f32args) (dtype == DType::kFloat64 ? reference::fn f64args : reference::fn f32args)
+#define CHORUS_DNN_FLOAT_CALL(fn, f64args, onednn_args, f32args) \
+  (dtype == DType::kFloat64 ? reference::fn f64args : reference::fn f32args)
+#endif
+#ifdef CHORUS_WITH_DNNL
+#define CHORUS_ONEDNN_16(expr) [&] { return expr; }
+#else
+#define CHORUS_ONEDNN_16(expr) [] { return false; }
 #endif
 
 void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
-  require_float(dtype, "conv2d_forward");
+  require_dnn_float(dtype, "conv2d_forward");
   require_geometry(g, "conv2d_forward", false);
   if (g.n == 0) return;
-  CHORUS_DNN_CALL(conv2d_forward, (g, cp<double>(x), cp<double>(w), mp<double>(y)),
-                  (g, cp<float>(x), cp<float>(w), mp<float>(y)));
+  if (is_16bit(dtype)) {
+    run_16bit(dtype, "conv2d_forward", CHORUS_ONEDNN_16(onednn::conv2d_forward(dtype, g, x, w, y)), [&] {
+      const auto fx = widen(dtype, x, g.input_elements()), fw = widen(dtype, w, g.filter_elements());
+      std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
+      conv2d_forward(DType::kFloat32, g, fx.data(), fw.data(), fy.data());
+      narrow(fy, dtype, y);
+    });
+    return;
+  }
+  CHORUS_DNN_FLOAT_CALL(conv2d_forward, (g, cp<double>(x), cp<double>(w), mp<double>(y)), (dtype, g, x, w, y),
+                        (g, cp<float>(x), cp<float>(w), mp<float>(y)));
 }
 
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx) {
-  require_float(dtype, "conv2d_backward_data");
+  require_dnn_float(dtype, "conv2d_backward_data");
   require_geometry(g, "conv2d_backward_data", false);
   if (g.n == 0) return;
-  CHORUS_DNN_CALL(conv2d_backward_data, (g, cp<double>(dy), cp<double>(w), mp<double>(dx)),
-                  (g, cp<float>(dy), cp<float>(w), mp<float>(dx)));
+  if (is_16bit(dtype)) {
+    run_16bit(dtype, "conv2d_backward_data", CHORUS_ONEDNN_16(onednn::conv2d_backward_data(dtype, g, dy, w, dx)), [&] {
+      const auto fdy = widen(dtype, dy, g.output_elements()), fw = widen(dtype, w, g.filter_elements());
+      std::vector<float> fdx(static_cast<std::size_t>(g.input_elements()));
+      conv2d_backward_data(DType::kFloat32, g, fdy.data(), fw.data(), fdx.data());
+      narrow(fdx, dtype, dx);
+    });
+    return;
+  }
+  CHORUS_DNN_FLOAT_CALL(conv2d_backward_data, (g, cp<double>(dy), cp<double>(w), mp<double>(dx)), (dtype, g, dy, w, dx),
+                        (g, cp<float>(dy), cp<float>(w), mp<float>(dx)));
 }
 
 void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw) {
-  require_float(dtype, "conv2d_backward_filter");
+  require_dnn_float(dtype, "conv2d_backward_filter");
   require_geometry(g, "conv2d_backward_filter", false);
   if (g.n == 0) {  // an empty batch contributes nothing
     std::memset(dw, 0, static_cast<std::size_t>(g.filter_elements()) * dtype_size(dtype));
     return;
   }
-  CHORUS_DNN_CALL(conv2d_backward_filter, (g, cp<double>(x), cp<double>(dy), mp<double>(dw)),
-                  (g, cp<float>(x), cp<float>(dy), mp<float>(dw)));
+  if (is_16bit(dtype)) {
+    run_16bit(dtype, "conv2d_backward_filter", CHORUS_ONEDNN_16(onednn::conv2d_backward_filter(dtype, g, x, dy, dw)),
+              [&] {
+                const auto fx = widen(dtype, x, g.input_elements()), fdy = widen(dtype, dy, g.output_elements());
+                std::vector<float> fdw(static_cast<std::size_t>(g.filter_elements()));
+                conv2d_backward_filter(DType::kFloat32, g, fx.data(), fdy.data(), fdw.data());
+                narrow(fdw, dtype, dw);
+              });
+    return;
+  }
+  CHORUS_DNN_FLOAT_CALL(conv2d_backward_filter, (g, cp<double>(x), cp<double>(dy), mp<double>(dw)),
+                        (dtype, g, x, dy, dw), (g, cp<float>(x), cp<float>(dy), mp<float>(dw)));
 }
 
 void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y) {
-  require_float(dtype, "pool2d_forward");
+  require_dnn_float(dtype, "pool2d_forward");
   require_geometry(g, "pool2d_forward", true);
   if (g.n == 0) return;
-  CHORUS_DNN_CALL(pool2d_forward, (kind, g, cp<double>(x), mp<double>(y)), (kind, g, cp<float>(x), mp<float>(y)));
+  if (is_16bit(dtype)) {
+    run_16bit(dtype, "pool2d_forward", CHORUS_ONEDNN_16(onednn::pool2d_forward(kind, dtype, g, x, y)), [&] {
+      const auto fx = widen(dtype, x, g.input_elements());
+      std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
+      pool2d_forward(kind, DType::kFloat32, g, fx.data(), fy.data());
+      narrow(fy, dtype, y);
+    });
+    return;
+  }
+  CHORUS_DNN_FLOAT_CALL(pool2d_forward, (kind, g, cp<double>(x), mp<double>(y)), (kind, dtype, g, x, y),
+                        (kind, g, cp<float>(x), mp<float>(y)));
 }
 
 void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx) {
-  require_float(dtype, "pool2d_backward");
+  require_dnn_float(dtype, "pool2d_backward");
   require_geometry(g, "pool2d_backward", true);
   if (g.n == 0) return;
-  CHORUS_DNN_CALL(pool2d_backward, (kind, g, cp<double>(x), cp<double>(dy), mp<double>(dx)),
-                  (kind, g, cp<float>(x), cp<float>(dy), mp<float>(dx)));
+  if (is_16bit(dtype)) {
+    // Where windows overlap, an input element sums the gradients of several windows, and oneDNN
+    // 2.6's bf16 pooling backward rounds that sum to bf16 after each addition (errors of several
+    // roundings, measured): such geometries take the float32 path, which rounds once.
+    [[maybe_unused]] const bool overlap = g.k_h > g.stride_h || g.k_w > g.stride_w;
+    run_16bit(dtype, "pool2d_backward",
+              CHORUS_ONEDNN_16(!overlap && onednn::pool2d_backward(kind, dtype, g, x, dy, dx)), [&] {
+                const auto fx = widen(dtype, x, g.input_elements()), fdy = widen(dtype, dy, g.output_elements());
+                std::vector<float> fdx(static_cast<std::size_t>(g.input_elements()));
+                pool2d_backward(kind, DType::kFloat32, g, fx.data(), fdy.data(), fdx.data());
+                narrow(fdx, dtype, dx);
+              });
+    return;
+  }
+  CHORUS_DNN_FLOAT_CALL(pool2d_backward, (kind, g, cp<double>(x), cp<double>(dy), mp<double>(dx)),
+                        (kind, dtype, g, x, dy, dx), (kind, g, cp<float>(x), cp<float>(dy), mp<float>(dx)));
 }
+
+#undef CHORUS_DNN_FLOAT_CALL
+#undef CHORUS_ONEDNN_16
+
+// Softmax and batch normalization: float32 → oneDNN (reference loops without it), float64 →
+// reference loops.
+#ifdef CHORUS_WITH_DNNL
+#define CHORUS_DNN_CALL(fn, f64args, f32args) (dtype == DType::kFloat64 ? reference::fn f64args : onednn::fn f32args)
+#else
+#define CHORUS_DNN_CALL(fn, f64args, f32args) (dtype == DType::kFloat64 ? reference::fn f64args : reference::fn f32args)
+#endif
 
 void softmax_forward(DType dtype, bool log, const void* x, void* y, std::int64_t rows, std::int64_t cols) {
   require_float(dtype, "softmax_forward");

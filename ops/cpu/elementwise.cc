@@ -280,7 +280,12 @@ void where(DType dtype, const StridedLayout& layout, const void* cond, const voi
 }
 
 void cast(DType from, DType to, const void* x, void* y, std::int64_t n) {
-  convert(x, from, y, to, static_cast<std::size_t>(n));
+  // Split over the device's threads: mixed precision casts every weight and gradient each step.
+  const std::size_t in = dtype_size(from), out = dtype_size(to);
+  parallel_range(n, [&](std::int64_t b, std::int64_t e) {
+    convert(static_cast<const unsigned char*>(x) + b * static_cast<std::int64_t>(in), from,
+            static_cast<unsigned char*>(y) + b * static_cast<std::int64_t>(out), to, static_cast<std::size_t>(e - b));
+  });
 }
 
 void copy_strided(std::size_t elem_bytes, const CopyLayout& layout, const void* src, void* dst) {

@@ -51,6 +51,22 @@ void execute(const dnnl::primitive& prim, const std::unordered_map<int, dnnl::me
   stream().wait();
 }
 
+dnnl::memory::data_type data_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return dnnl::memory::data_type::f32;
+    case DType::kBFloat16: return dnnl::memory::data_type::bf16;
+    case DType::kFloat16: return dnnl::memory::data_type::f16;
+    default: break;
+  }
+  throw InternalError(internal::str_cat("oneDNN kernels take float32, bfloat16 or float16, got ", dtype_name(dtype)));
+}
+
+bool usable(DType dtype, const dnnl::primitive_desc_base& pd) {
+  if (dtype == DType::kFloat32) return true;
+  const std::string impl = pd.impl_info_str();
+  return impl.rfind("ref", 0) != 0;  // "ref:any", "ref_int8:any", ... : oneDNN's reference loops
+}
+
 dnnl::primitive_attr default_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -1,6 +1,7 @@
 // Internal to ops/cpu: the oneDNN plumbing shared by onednn_*.cc — one CPU engine, one stream per
 // thread, a thread-safe LRU of primitives per primitive kind, a per-thread scratchpad, and the
-// float32 entry points that ops/cpu/dnn_dispatch.cc calls after validating its arguments.
+// entry points that ops/cpu/dnn_dispatch.cc calls after validating its arguments: float32 for
+// every kernel, and bfloat16 / float16 for matmul, convolution and pooling.
 //
 // Only compiled into a build with oneDNN (CHORUS_WITH_DNNL); nothing outside ops/cpu includes it.
 //
@@ -143,14 +144,44 @@ decltype(auto) guarded(const char* primitive, F&& f) {
   }
 }
 
-// float32 kernels; arguments already validated and non-empty (see dnn_dispatch.cc).
-void matmul(const float* a, std::int64_t a_batch_stride, const float* b, std::int64_t b_batch_stride, float* c,
-            std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
-void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, float* y);
-void conv2d_backward_data(const Conv2dGeometry& g, const float* dy, const float* w, float* dx);
-void conv2d_backward_filter(const Conv2dGeometry& g, const float* x, const float* dy, float* dw);
-void pool2d_forward(PoolKind kind, const Conv2dGeometry& g, const float* x, float* y);
-void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const float* x, const float* dy, float* dx);
+// oneDNN's data type for kFloat32, kBFloat16, kFloat16 (anything else: InternalError).
+dnnl::memory::data_type data_type(DType dtype);
+
+// Whether a primitive descriptor made for `dtype` is one chorus runs. float32: always. bfloat16 and
+// float16: only a JIT implementation — oneDNN's reference loops ("ref:any") are far slower than
+// its float32 JIT kernels plus two conversions, so for a 16-bit dtype they count as "no kernel".
+bool usable(DType dtype, const dnnl::primitive_desc_base& pd);
+
+// Builds a cache entry with make(). For a 16-bit dtype, oneDNN's dnnl_unimplemented (no kernel for
+// this data type, ISA and shape) gives Entry{} — whose `ok` is false — instead of an error, so the
+// caller can fall back; make() itself returns Entry{} when !usable(dtype, pd). Every other failure
+// propagates (guarded() turns it into InternalError).
+template <typename Entry, typename Make>
+Entry make_entry(DType dtype, Make&& make) {
+  if (dtype == DType::kFloat32) return make();
+  try {
+    return make();
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) return Entry{};
+    throw;
+  }
+}
+
+// Kernels for dtype kFloat32, kBFloat16 or kFloat16 (source, weights and destination all of that
+// type; oneDNN accumulates 16-bit products in float32 and rounds each output once). Arguments are
+// already validated and non-empty (see dnn_dispatch.cc). Return true when they ran; false, having
+// done nothing, when oneDNN has no usable kernel for a 16-bit dtype here (see make_entry): the
+// caller then falls back (bfloat16) or reports the dtype as unsupported (float16). Never false
+// for float32. The outcome is cached with the primitive, so a miss costs one creation attempt.
+bool matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void* b, std::int64_t b_batch_stride,
+            void* c, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
+bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y);
+bool conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx);
+bool conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw);
+bool pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y);
+bool pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx);
+
+// float32 only; arguments already validated and non-empty (see dnn_dispatch.cc).
 void softmax_forward(bool log, const float* x, float* y, std::int64_t rows, std::int64_t cols);
 void softmax_backward(bool log, const float* y, const float* dy, float* dx, std::int64_t rows, std::int64_t cols);
 void batch_norm_training(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* var,

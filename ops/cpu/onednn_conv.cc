@@ -1,4 +1,5 @@
-// float32 2-D convolution on oneDNN: forward, backward data, backward weights. Activations are
+// 2-D convolution on oneDNN (float32, bfloat16, float16: every tensor of the call in that type,
+// float32 accumulation inside oneDNN): forward, backward data, backward weights. Activations are
 // NHWC (format_tag::nhwc over oneDNN's logical NCHW dims), filters HWIO (format_tag::hwio over
 // logical OIHW); oneDNN's dilation counts the gaps between taps, so TF's dilation d is d - 1.
 //
@@ -21,22 +22,38 @@ struct ConvDescs {
   memory::dims strides, dilates, pad_l, pad_r;
 };
 
-ConvDescs conv_descs(const Conv2dGeometry& g) {
-  const auto f32 = memory::data_type::f32;
+ConvDescs conv_descs(DType dtype, const Conv2dGeometry& g) {
+  const memory::data_type dt = data_type(dtype);
   const memory::dims weights{g.out_c, g.in_c, g.k_h, g.k_w};
-  return ConvDescs{memory::desc({g.n, g.in_c, g.in_h, g.in_w}, f32, tag::nhwc),
-                   memory::desc(weights, f32, tag::hwio),
-                   memory::desc(weights, f32, tag::any),
-                   memory::desc({g.n, g.out_c, g.out_h, g.out_w}, f32, tag::nhwc),
+  return ConvDescs{memory::desc({g.n, g.in_c, g.in_h, g.in_w}, dt, tag::nhwc),
+                   memory::desc(weights, dt, tag::hwio),
+                   memory::desc(weights, dt, tag::any),
+                   memory::desc({g.n, g.out_c, g.out_h, g.out_w}, dt, tag::nhwc),
                    {g.stride_h, g.stride_w},
                    {g.dilation_h - 1, g.dilation_w - 1},
                    {g.pad_top, g.pad_left},
                    {g.pad_bottom, g.pad_right}};
 }
 
-CacheKey conv_key(const Conv2dGeometry& g) {
-  return {g.n,          g.in_h,       g.in_w,    g.in_c,     g.k_h,        g.k_w,       g.out_c, g.stride_h, g.stride_w,
-          g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.out_h, g.out_w};
+CacheKey conv_key(DType dtype, const Conv2dGeometry& g) {
+  return {static_cast<std::int64_t>(dtype),
+          g.n,
+          g.in_h,
+          g.in_w,
+          g.in_c,
+          g.k_h,
+          g.k_w,
+          g.out_c,
+          g.stride_h,
+          g.stride_w,
+          g.dilation_h,
+          g.dilation_w,
+          g.pad_top,
+          g.pad_left,
+          g.pad_bottom,
+          g.pad_right,
+          g.out_h,
+          g.out_w};
 }
 
 // The forward primitive descriptor; also the hint the backward ones need.
@@ -80,16 +97,19 @@ struct ForwardEntry {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   WeightsReorder weights;  // hwio → pd.weights_desc()
+  bool ok = false;         // false: no usable kernel for this 16-bit dtype (make_entry)
 };
 struct BackwardDataEntry {
   dnnl::convolution_backward_data::primitive_desc pd;
   dnnl::convolution_backward_data prim;
   WeightsReorder weights;  // hwio → pd.weights_desc()
+  bool ok = false;
 };
 struct BackwardWeightsEntry {
   dnnl::convolution_backward_weights::primitive_desc pd;
   dnnl::convolution_backward_weights prim;
   WeightsReorder weights;  // pd.diff_weights_desc() → hwio
+  bool ok = false;
 };
 
 template <typename Entry>
@@ -100,53 +120,67 @@ PrimitiveCache<Entry>& cache() {
 
 }  // namespace
 
-void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, float* y) {
-  guarded("convolution_forward", [&] {
-    const ConvDescs d = conv_descs(g);
-    const ForwardEntry e = cache<ForwardEntry>().get(conv_key(g), [&] {
-      auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
-      return ForwardEntry{pd, dnnl::convolution_forward(pd), WeightsReorder::make(d.hwio, pd.weights_desc())};
+bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
+  return guarded("convolution_forward", [&] {
+    const ConvDescs d = conv_descs(dtype, g);
+    const ForwardEntry e = cache<ForwardEntry>().get(conv_key(dtype, g), [&] {
+      return make_entry<ForwardEntry>(dtype, [&] {
+        auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
+        if (!usable(dtype, pd)) return ForwardEntry{};
+        return ForwardEntry{pd, dnnl::convolution_forward(pd), WeightsReorder::make(d.hwio, pd.weights_desc()), true};
+      });
     });
+    if (!e.ok) return false;
     void* weights = e.weights.buffer(w);
     if (e.weights.needed) e.weights.run(w, weights);
     execute(e.prim, {{DNNL_ARG_SRC, wrap(d.src, x)},
                      {DNNL_ARG_WEIGHTS, wrap(e.weights.to, weights)},
                      {DNNL_ARG_DST, wrap(d.dst, y)},
                      {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    return true;
   });
 }
 
-void conv2d_backward_data(const Conv2dGeometry& g, const float* dy, const float* w, float* dx) {
-  guarded("convolution_backward_data", [&] {
-    const ConvDescs d = conv_descs(g);
-    const BackwardDataEntry e = cache<BackwardDataEntry>().get(conv_key(g), [&] {
-      dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst,
-                                                d.strides, d.dilates, d.pad_l, d.pad_r),
-          default_attr(), engine(), forward_pd(d, dnnl::prop_kind::forward_training));
-      return BackwardDataEntry{pd, dnnl::convolution_backward_data(pd),
-                               WeightsReorder::make(d.hwio, pd.weights_desc())};
+bool conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx) {
+  return guarded("convolution_backward_data", [&] {
+    const ConvDescs d = conv_descs(dtype, g);
+    const BackwardDataEntry e = cache<BackwardDataEntry>().get(conv_key(dtype, g), [&] {
+      return make_entry<BackwardDataEntry>(dtype, [&] {
+        dnnl::convolution_backward_data::primitive_desc pd(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst,
+                                                  d.strides, d.dilates, d.pad_l, d.pad_r),
+            default_attr(), engine(), forward_pd(d, dnnl::prop_kind::forward_training));
+        if (!usable(dtype, pd)) return BackwardDataEntry{};
+        return BackwardDataEntry{pd, dnnl::convolution_backward_data(pd),
+                                 WeightsReorder::make(d.hwio, pd.weights_desc()), true};
+      });
     });
+    if (!e.ok) return false;
     void* weights = e.weights.buffer(w);
     if (e.weights.needed) e.weights.run(w, weights);
     execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
                      {DNNL_ARG_WEIGHTS, wrap(e.weights.to, weights)},
                      {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
                      {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    return true;
   });
 }
 
-void conv2d_backward_filter(const Conv2dGeometry& g, const float* x, const float* dy, float* dw) {
-  guarded("convolution_backward_weights", [&] {
-    const ConvDescs d = conv_descs(g);
-    const BackwardWeightsEntry e = cache<BackwardWeightsEntry>().get(conv_key(g), [&] {
-      dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst,
-                                                   d.strides, d.dilates, d.pad_l, d.pad_r),
-          default_attr(), engine(), forward_pd(d, dnnl::prop_kind::forward_training));
-      return BackwardWeightsEntry{pd, dnnl::convolution_backward_weights(pd),
-                                  WeightsReorder::make(pd.diff_weights_desc(), d.hwio)};
+bool conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw) {
+  return guarded("convolution_backward_weights", [&] {
+    const ConvDescs d = conv_descs(dtype, g);
+    const BackwardWeightsEntry e = cache<BackwardWeightsEntry>().get(conv_key(dtype, g), [&] {
+      return make_entry<BackwardWeightsEntry>(dtype, [&] {
+        dnnl::convolution_backward_weights::primitive_desc pd(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst,
+                                                     d.strides, d.dilates, d.pad_l, d.pad_r),
+            default_attr(), engine(), forward_pd(d, dnnl::prop_kind::forward_training));
+        if (!usable(dtype, pd)) return BackwardWeightsEntry{};
+        return BackwardWeightsEntry{pd, dnnl::convolution_backward_weights(pd),
+                                    WeightsReorder::make(pd.diff_weights_desc(), d.hwio), true};
+      });
     });
+    if (!e.ok) return false;
     // Here the reorder runs after the convolution, from its layout (`from`) into the caller's.
     void* weights = e.weights.needed ? thread_buffer(BufferSlot::kWeights, e.weights.from.get_size()) : dw;
     execute(e.prim, {{DNNL_ARG_SRC, wrap(d.src, x)},
@@ -154,6 +188,7 @@ void conv2d_backward_filter(const Conv2dGeometry& g, const float* x, const float
                      {DNNL_ARG_DIFF_WEIGHTS, wrap(e.weights.from, weights)},
                      {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     if (e.weights.needed) e.weights.run(weights, dw);
+    return true;
   });
 }
 

@@ -1,10 +1,12 @@
-// float32 2-D max / average pooling on oneDNN (NHWC). Average pooling is
+// 2-D max / average pooling on oneDNN (NHWC; float32, bfloat16 or float16, averages accumulated in
+// float32 by oneDNN). Average pooling is
 // pooling_avg_exclude_padding: it divides by the in-bounds taps, TF's behaviour under SAME.
 // Max pooling's backward needs the forward's workspace (where each maximum was), so
 // pool2d_backward runs forward_training first into temporaries; oneDNN records the first
 // maximum of each window, which is where TF routes the gradient too.
 #ifdef CHORUS_WITH_DNNL
 
+#include <cstddef>
 #include <vector>
 
 #include "ops/cpu/onednn.h"
@@ -20,19 +22,20 @@ struct PoolDescs {
   memory::dims strides, kernel, pad_l, pad_r;
 };
 
-PoolDescs pool_descs(PoolKind kind, const Conv2dGeometry& g) {
-  const auto f32 = memory::data_type::f32;
+PoolDescs pool_descs(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
+  const memory::data_type dt = data_type(dtype);
   return PoolDescs{kind == PoolKind::kMax ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding,
-                   memory::desc({g.n, g.in_c, g.in_h, g.in_w}, f32, memory::format_tag::nhwc),
-                   memory::desc({g.n, g.out_c, g.out_h, g.out_w}, f32, memory::format_tag::nhwc),
+                   memory::desc({g.n, g.in_c, g.in_h, g.in_w}, dt, memory::format_tag::nhwc),
+                   memory::desc({g.n, g.out_c, g.out_h, g.out_w}, dt, memory::format_tag::nhwc),
                    {g.stride_h, g.stride_w},
                    {g.k_h, g.k_w},
                    {g.pad_top, g.pad_left},
                    {g.pad_bottom, g.pad_right}};
 }
 
-CacheKey pool_key(PoolKind kind, const Conv2dGeometry& g) {
+CacheKey pool_key(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
   return {static_cast<std::int64_t>(kind),
+          static_cast<std::int64_t>(dtype),
           g.n,
           g.in_h,
           g.in_w,
@@ -58,6 +61,7 @@ dnnl::pooling_forward::primitive_desc forward_pd(const PoolDescs& d, dnnl::prop_
 struct ForwardEntry {
   dnnl::pooling_forward::primitive_desc pd;
   dnnl::pooling_forward prim;
+  bool ok = false;  // false: no usable kernel for this 16-bit dtype (make_entry)
 };
 // Backward, plus (max only) the forward_training primitive that fills the workspace.
 struct BackwardEntry {
@@ -65,6 +69,7 @@ struct BackwardEntry {
   dnnl::pooling_forward fwd;
   dnnl::pooling_backward::primitive_desc pd;
   dnnl::pooling_backward prim;
+  bool ok = false;
 };
 
 template <typename Entry>
@@ -75,32 +80,40 @@ PrimitiveCache<Entry>& cache() {
 
 }  // namespace
 
-void pool2d_forward(PoolKind kind, const Conv2dGeometry& g, const float* x, float* y) {
-  guarded("pooling_forward", [&] {
-    const PoolDescs d = pool_descs(kind, g);
-    ForwardEntry e = cache<ForwardEntry>().get(pool_key(kind, g), [&] {
-      auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
-      return ForwardEntry{pd, dnnl::pooling_forward(pd)};
+bool pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y) {
+  return guarded("pooling_forward", [&] {
+    const PoolDescs d = pool_descs(kind, dtype, g);
+    const ForwardEntry e = cache<ForwardEntry>().get(pool_key(kind, dtype, g), [&] {
+      return make_entry<ForwardEntry>(dtype, [&] {
+        auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
+        return usable(dtype, pd) ? ForwardEntry{pd, dnnl::pooling_forward(pd), true} : ForwardEntry{};
+      });
     });
+    if (!e.ok) return false;
     execute(e.prim,
             {{DNNL_ARG_SRC, wrap(d.src, x)}, {DNNL_ARG_DST, wrap(d.dst, y)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    return true;
   });
 }
 
-void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const float* x, const float* dy, float* dx) {
-  guarded("pooling_backward", [&] {
-    const PoolDescs d = pool_descs(kind, g);
-    BackwardEntry e = cache<BackwardEntry>().get(pool_key(kind, g), [&] {
-      auto fwd_pd = forward_pd(d, dnnl::prop_kind::forward_training);
-      dnnl::pooling_backward::primitive_desc pd(
-          dnnl::pooling_backward::desc(d.alg, d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r), default_attr(),
-          engine(), fwd_pd);
-      return BackwardEntry{fwd_pd, dnnl::pooling_forward(fwd_pd), pd, dnnl::pooling_backward(pd)};
+bool pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx) {
+  return guarded("pooling_backward", [&] {
+    const PoolDescs d = pool_descs(kind, dtype, g);
+    const BackwardEntry e = cache<BackwardEntry>().get(pool_key(kind, dtype, g), [&] {
+      return make_entry<BackwardEntry>(dtype, [&] {
+        auto fwd_pd = forward_pd(d, dnnl::prop_kind::forward_training);
+        dnnl::pooling_backward::primitive_desc pd(
+            dnnl::pooling_backward::desc(d.alg, d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r), default_attr(),
+            engine(), fwd_pd);
+        if (!usable(dtype, fwd_pd) || !usable(dtype, pd)) return BackwardEntry{};
+        return BackwardEntry{fwd_pd, dnnl::pooling_forward(fwd_pd), pd, dnnl::pooling_backward(pd), true};
+      });
     });
+    if (!e.ok) return false;
     if (kind == PoolKind::kMax) {
       // The workspace and the forward output exist only for this call.
       const memory::desc ws_md = e.fwd_pd.workspace_desc();
-      std::vector<float> y(static_cast<std::size_t>(g.output_elements()));
+      std::vector<std::byte> y(d.dst.get_size());
       std::vector<std::byte> ws(ws_md.get_size());
       const memory ws_mem = wrap(ws_md, ws.data());
       execute(e.fwd, {{DNNL_ARG_SRC, wrap(d.src, x)},
@@ -116,6 +129,7 @@ void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const float* x, con
                        {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
                        {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     }
+    return true;
   });
 }
 

@@ -104,8 +104,15 @@ using namespace cudnn;  // NOLINT: this file is the cuDNN wrapper
 
 namespace {
 
-constexpr std::uint64_t kMinusInfBits32 = 0xff800000u;
-constexpr std::uint64_t kMinusInfBits64 = 0xfff0000000000000ull;
+// -inf in each floating dtype's bits (the padding of max pooling).
+std::uint64_t minus_inf_bits(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return 0xfff0000000000000ull;
+    case DType::kFloat16: return 0xfc00u;
+    case DType::kBFloat16: return 0xff80u;
+    default: return 0xff800000u;
+  }
+}
 
 void require_gpu(const DeviceContext& dev, const char* op) {
   CHORUS_REQUIRE(dev.is_gpu(), InvalidArgumentError, op, ": cuDNN needs a GPU device, got ", dev.name());
@@ -158,7 +165,7 @@ void describe_pool(PoolKind kind, cudnnDataType_t type, const Conv2dGeometry& g,
 Scratch pad_lowest(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const PoolPlan& p, const void* x) {
   const std::int64_t count = g.n * p.h * p.w * g.in_c;
   Scratch buf(dev, static_cast<std::size_t>(count) * dtype_size(dtype), "max_pool padded input");
-  fill(dev, dtype, buf.get(), count, dtype == DType::kFloat64 ? kMinusInfBits64 : kMinusInfBits32);
+  fill(dev, dtype, buf.get(), count, minus_inf_bits(dtype));
   const auto dst = strides_of(Layout::kNHWC, p.h, p.w, g.in_c);
   copy4(dev, dtype, {g.n, g.in_h, g.in_w, g.in_c}, strides_of(Layout::kNHWC, g.in_h, g.in_w, g.in_c), 0, x, dst,
         g.pad_top * dst[1] + g.pad_left * dst[2], buf.get());
@@ -271,8 +278,14 @@ void describe_bn(BnDescs& d, cudnnDataType_t type, std::int64_t rows, std::int64
   CHORUS_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(d.param.get(), d.x.get(), CUDNN_BATCHNORM_SPATIAL));
 }
 
-void check_bn(const DeviceContext& dev, std::int64_t rows, std::int64_t channels, double epsilon, const char* op) {
+void check_bn(const DeviceContext& dev, DType dtype, std::int64_t rows, std::int64_t channels, double epsilon,
+              const char* op) {
   require_gpu(dev, op);
+  // cuDNN wants float scale/bias/statistics for 16-bit data; chorus's batch norm keeps them in the
+  // data's dtype, so 16-bit data is normalized in float32 by the caller (ops::batch_norm,
+  // BatchNormalization under a mixed policy).
+  CHORUS_REQUIRE(!is_16bit(dtype), InvalidArgumentError, op, " on GPU: dtype ", dtype_name(dtype),
+                 " is not supported; cast to float32 first (as BatchNormalization does under a mixed policy)");
   CHORUS_REQUIRE(rows >= 0 && channels >= 0, InvalidArgumentError, op, ": negative shape [", rows, ", ", channels, "]");
   CHORUS_REQUIRE(epsilon >= CUDNN_BN_MIN_EPSILON, InvalidArgumentError, op, ": epsilon ", epsilon,
                  " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
@@ -284,7 +297,7 @@ void batch_norm_training(DeviceContext& dev, DType dtype, const void* x, const v
                          void* batch_mean, void* batch_var, std::int64_t rows, std::int64_t channels, double epsilon) {
   const char* op = "batch_norm";
   const cudnnDataType_t type = data_type(dtype, op);
-  check_bn(dev, rows, channels, epsilon, op);
+  check_bn(dev, dtype, rows, channels, epsilon, op);
   if (rows == 0 || channels == 0) return;
   HandleLease h(dev);
   BnDescs d;
@@ -312,7 +325,7 @@ void batch_norm_inference(DeviceContext& dev, DType dtype, const void* x, const 
                           double epsilon) {
   const char* op = "batch_norm (inference)";
   const cudnnDataType_t type = data_type(dtype, op);
-  check_bn(dev, rows, channels, epsilon, op);
+  check_bn(dev, dtype, rows, channels, epsilon, op);
   if (rows == 0 || channels == 0) return;
   HandleLease h(dev);
   BnDescs d;
@@ -328,7 +341,7 @@ void batch_norm_backward(DeviceContext& dev, DType dtype, const void* x, const v
                          std::int64_t channels, double epsilon) {
   const char* op = "batch_norm_grad";
   const cudnnDataType_t type = data_type(dtype, op);
-  check_bn(dev, rows, channels, epsilon, op);
+  check_bn(dev, dtype, rows, channels, epsilon, op);
   if (channels == 0) return;
   if (rows == 0) {  // no samples: the parameter gradients are empty sums
     fill(dev, dtype, dgamma, channels, 0);

@@ -384,7 +384,7 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
     CHORUS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         d.conv.get(), to_int(in.pad_h, op, "pad"), to_int(in.pad_w, op, "pad"), to_int(g.stride_h, op, "stride"),
         to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
-        CUDNN_CROSS_CORRELATION, type));
+        CUDNN_CROSS_CORRELATION, compute_type(dtype)));
     int on = 0, oc = 0, oh = 0, ow = 0;
     CHORUS_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow));
     CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h, "x",
@@ -394,11 +394,15 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
     std::optional<Choice> choice = known;
     if (!choice) {
       const Buffers b{xp, w_buf.get(), yp};
-      CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), CUDNN_FMA_MATH));
-      choice = select(dev, h.get(), dir, d, b, det, layout);
-      if (!choice) {
-        CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), CUDNN_DEFAULT_MATH));
+      // float32/float64: plain FMA first (no TF32 rounding of float32 inputs, as TF with
+      // tf32 off), then whatever cuDNN offers. 16-bit: tensor cores first — the reason to train
+      // in float16/bfloat16 — accumulating in float (compute_type).
+      for (const cudnnMathType_t math : is_16bit(dtype)
+                                            ? std::vector<cudnnMathType_t>{CUDNN_TENSOR_OP_MATH, CUDNN_DEFAULT_MATH}
+                                            : std::vector<cudnnMathType_t>{CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+        CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), math));
         choice = select(dev, h.get(), dir, d, b, det, layout);
+        if (choice) break;
       }
       if (!choice) continue;  // next layout
     }

@@ -110,13 +110,29 @@ class Scratch {
   std::size_t bytes_ = 0;
 };
 
-// cuDNN's data type for chorus's float32/float64; anything else → InvalidArgumentError naming `op`.
+// cuDNN's data type for chorus's float32/float64/float16/bfloat16; anything else →
+// InvalidArgumentError naming `op`.
 inline cudnnDataType_t data_type(DType dtype, const char* op) {
-  if (dtype == DType::kFloat32) return CUDNN_DATA_FLOAT;
-  if (dtype == DType::kFloat64) return CUDNN_DATA_DOUBLE;
-  throw InvalidArgumentError(::chorus::internal::str_cat(
-      op, " on GPU: dtype ", dtype_name(dtype), " is not supported by chorus's cuDNN path (float32, float64)"));
+  switch (dtype) {
+    case DType::kFloat32: return CUDNN_DATA_FLOAT;
+    case DType::kFloat64: return CUDNN_DATA_DOUBLE;
+    case DType::kFloat16: return CUDNN_DATA_HALF;
+    case DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
+    default: break;
+  }
+  throw InvalidArgumentError(::chorus::internal::str_cat(op, " on GPU: dtype ", dtype_name(dtype),
+                                                         " is not supported by chorus's cuDNN path (float32, float64, "
+                                                         "float16, bfloat16)"));
 }
+
+// The type a convolution accumulates in: double for float64, float for everything else (16-bit
+// data with float accumulation is cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configuration, the one
+// with tensor-core engines and the accuracy TF and PyTorch use).
+inline cudnnDataType_t compute_type(DType dtype) {
+  return dtype == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+}
+
+inline bool is_16bit(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
 
 // alpha = 1, beta = 0 in the type cuDNN wants for `dtype` (double for double data, else float).
 struct Blend {

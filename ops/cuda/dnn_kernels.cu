@@ -30,7 +30,7 @@ __device__ __forceinline__ void window(i64 o, i64 stride, i64 pad, i64 k, i64 in
   hi = start + k < in ? start + k : in;
 }
 
-// One thread per output element (n, oh, ow, c), NHWC.
+// One thread per output element (n, oh, ow, c), NHWC. 16-bit dtypes sum in float (acc_t).
 template <typename T>
 __global__ void avg_pool_forward_kernel(PoolDims d, const T* x, T* y, i64 total) {
   const i64 stride = static_cast<i64>(blockDim.x) * gridDim.x;
@@ -44,11 +44,11 @@ __global__ void avg_pool_forward_kernel(PoolDims d, const T* x, T* y, i64 total)
     i64 h0, h1, w0, w1;
     window(oh, d.stride_h, d.pad_top, d.k_h, d.in_h, h0, h1);
     window(ow, d.stride_w, d.pad_left, d.k_w, d.in_w, w0, w1);
-    T sum = T(0);
+    acc_t<T> sum = 0;
     for (i64 h = h0; h < h1; ++h)
-      for (i64 w = w0; w < w1; ++w) sum += x[((n * d.in_h + h) * d.in_w + w) * d.c + c];
+      for (i64 w = w0; w < w1; ++w) sum += load(x[((n * d.in_h + h) * d.in_w + w) * d.c + c]);
     const i64 count = (h1 - h0) * (w1 - w0);
-    y[t] = count > 0 ? sum / static_cast<T>(count) : T(0);
+    y[t] = store<T>(count > 0 ? sum / static_cast<acc_t<T>>(count) : acc_t<T>(0));
   }
 }
 
@@ -74,7 +74,7 @@ __global__ void avg_pool_backward_kernel(PoolDims d, const T* dy, T* dx, i64 tot
     i64 oh0, oh1, ow0, ow1;
     covering(h, d.stride_h, d.pad_top, d.k_h, d.out_h, oh0, oh1);
     covering(w, d.stride_w, d.pad_left, d.k_w, d.out_w, ow0, ow1);
-    T sum = T(0);
+    acc_t<T> sum = 0;
     for (i64 oh = oh0; oh < oh1; ++oh) {
       i64 h0, h1;
       window(oh, d.stride_h, d.pad_top, d.k_h, d.in_h, h0, h1);
@@ -82,10 +82,10 @@ __global__ void avg_pool_backward_kernel(PoolDims d, const T* dy, T* dx, i64 tot
         i64 w0, w1;
         window(ow, d.stride_w, d.pad_left, d.k_w, d.in_w, w0, w1);
         const i64 count = (h1 - h0) * (w1 - w0);
-        sum += dy[((n * d.out_h + oh) * d.out_w + ow) * d.c + c] / static_cast<T>(count);
+        sum += load(dy[((n * d.out_h + oh) * d.out_w + ow) * d.c + c]) / static_cast<acc_t<T>>(count);
       }
     }
-    dx[t] = sum;
+    dx[t] = store<T>(sum);
   }
 }
 
@@ -107,12 +107,12 @@ void dispatch_f32_f64(DType dtype, const char* what, F&& f) {
 
 void avg_pool_forward(int ordinal, gpu::StreamHandle stream, DType dtype, const Conv2dGeometry& g, const void* x,
                       void* y) {
-  dispatch_f32_f64(dtype, "avg_pool", [](auto) {});
+  dispatch_float(dtype, "avg_pool", [](auto) {});
   const std::int64_t total = g.output_elements();
   if (total <= 0) return;
   gpu::internal::DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_f32_f64(dtype, "avg_pool", [&](auto t) {
+  dispatch_float(dtype, "avg_pool", [&](auto t) {
     using T = decltype(t);
     avg_pool_forward_kernel<T>
         <<<grid_for(total), kThreads, 0, s>>>(dims_of(g), static_cast<const T*>(x), static_cast<T*>(y), total);
@@ -122,12 +122,12 @@ void avg_pool_forward(int ordinal, gpu::StreamHandle stream, DType dtype, const 
 
 void avg_pool_backward(int ordinal, gpu::StreamHandle stream, DType dtype, const Conv2dGeometry& g, const void* dy,
                        void* dx) {
-  dispatch_f32_f64(dtype, "avg_pool_grad", [](auto) {});
+  dispatch_float(dtype, "avg_pool_grad", [](auto) {});
   const std::int64_t total = g.input_elements();
   if (total <= 0) return;
   gpu::internal::DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_f32_f64(dtype, "avg_pool_grad", [&](auto t) {
+  dispatch_float(dtype, "avg_pool_grad", [&](auto t) {
     using T = decltype(t);
     avg_pool_backward_kernel<T>
         <<<grid_for(total), kThreads, 0, s>>>(dims_of(g), static_cast<const T*>(dy), static_cast<T*>(dx), total);

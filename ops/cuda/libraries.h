@@ -7,8 +7,11 @@
 // and is kept until the stream has passed the call.
 //
 // Semantics are those of ops/cpu/dnn.h, function for function: same layouts (NHWC, HWIO),
-// same geometry, same results up to rounding. dtypes: kFloat32, kFloat64 (kFloat16/kBFloat16 for
-// gemm, computed in float32). Errors: cuBLAS/cuDNN statuses → InternalError naming the call and
+// same geometry, same results up to rounding. dtypes: kFloat32, kFloat64, kFloat16, kBFloat16;
+// 16-bit data accumulates in float32 (gemm: CUBLAS_COMPUTE_32F with tensor cores; convolution:
+// float compute type, CUDNN_TENSOR_OP_MATH tried first; pooling and softmax: cuDNN's float
+// arithmetic); batch norm takes float32/float64 only (16-bit data is normalized in float32 by the
+// caller). Errors: cuBLAS/cuDNN statuses → InternalError naming the call and
 // the status string; CUDNN_STATUS_ALLOC_FAILED / CUBLAS_STATUS_ALLOC_FAILED → ResourceExhaustedError;
 // a build without cuDNN → UnimplementedError naming the op.
 //

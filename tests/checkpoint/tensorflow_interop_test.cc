@@ -47,6 +47,7 @@
 #include "data/synthetic_digits.h"
 #include "model/layers.h"
 #include "model/losses.h"
+#include "model/mixed_precision.h"
 #include "model/model.h"
 #include "optimizer/adam.h"
 #include "optimizer/loss_scale_optimizer.h"
@@ -542,6 +543,43 @@ TEST_F(TensorFlowInterop, KerasRestoresChorusLossScaleOptimizer) {
   lso->apply_gradients({{next, w}});
   write_dump(dir / "lso/after", state());
   EXPECT_EQ(run_tf_interop(python_, "keras-restores-lso " + quoted(dir.path())), 0);
+}
+
+// The seed CNN under the mixed_bfloat16 policy (its output layer float32, as Keras recommends),
+// trained 4 steps with LossScaleOptimizer(Adam): tf_keras under the same policy restores model and
+// optimizer with assert_consumed() — the float32 variables, slots, loss scale and good-step counter
+// bit for bit (a policy changes no checkpoint key) — its logits agree within bfloat16 rounding and
+// its next step lands near chorus's.
+TEST_F(TensorFlowInterop, KerasRestoresChorusMixedPrecisionModel) {
+  CHORUS_REQUIRE_INTEROP_PYTHON(python_, "tensorflow, tf_keras");
+  TempDir dir;
+  namespace L = layers;
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  model::Sequential m({L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
+                       L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"),
+                       L::with_dtype_policy(L::Dense(10), "float32")});
+  mixed_precision::set_global_policy("float32");
+  auto adam = std::make_shared<optimizers::Adam>(1e-3);
+  auto lso = std::make_shared<optimizers::LossScaleOptimizer>(adam);
+  m.compile(lso, std::make_shared<losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
+  m.fit(data::synthetic_digits(64, 1).batch(16), {.epochs = 1, .verbose = 0});  // 4 steps
+  ASSERT_EQ(lso->dynamic_counter(), 4);
+  const auto state = [&] {
+    auto keys = legacy_keys(m, adam.get());
+    keys.push_back({key_of("optimizer/loss_scale/current_loss_scale"), lso->variables()[lso->variables().size() - 2]});
+    keys.push_back({key_of("optimizer/loss_scale/good_steps"), lso->variables().back()});
+    return values_of(keys);
+  };
+  std::filesystem::create_directories(dir / "mixed");
+  write_text(dir / "mixed/prefix", Checkpoint({{"model", m}, {"optimizer", lso}}).write(dir / "mixed/ckpt"));
+  write_dump(dir / "mixed/expected", state());
+  const data::DigitArrays batch = data::synthetic_digits_arrays(16, 7);
+  const Tensor logits = m(batch.images, false);
+  ASSERT_EQ(logits.dtype(), DType::kFloat32);
+  write_dump(dir / "mixed/io", {{"x", batch.images}, {"y", batch.labels}, {"logits", logits}});
+  m.fit(data::Dataset::from_tensors({batch.images, batch.labels}), {.epochs = 1, .verbose = 0});
+  write_dump(dir / "mixed/after", state());
+  EXPECT_EQ(run_tf_interop(python_, "keras-restores-mixed " + quoted(dir.path())), 0);
 }
 
 // Every value of a Keras case's dump: listed by chorus's reader with its shape and read bit for bit.

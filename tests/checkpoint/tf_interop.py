@@ -27,6 +27,13 @@ and one raw little-endian, row-major file per array.
                              assert_consumed(); w, m, v, iterations, the loss scale and good_steps
                              equal chorus's bit for bit, and one more apply_gradients of
                              DIR/lso/next_gradient lands where chorus's did (DIR/lso/after).
+  keras-restores-mixed DIR   (chorus wrote) DIR/mixed: the seed CNN built under the mixed_bfloat16
+                             policy (its last Dense float32), trained with LossScaleOptimizer(Adam).
+                             tf_keras under mixed_bfloat16, the same model, restores it with
+                             assert_consumed(): float32 weights, slots, iterations, loss scale and
+                             good_steps bit for bit; logits on chorus's input within bfloat16
+                             rounding; one more train_on_batch moves every variable the way
+                             chorus's step did (cosine of the updates >= 0.95; DIR/mixed/after).
   tf-writes DIR              (TF writes) DIR/nested (nested tf.Module with lists, dicts and names
                              that need escaping), DIR/dtypes (a tf.Variable of each of the 16
                              dtypes TF saves), DIR/big (one float32 variable of 100 MiB),
@@ -336,6 +343,68 @@ def keras_restores_lso(root):
     return c.done("keras-restores-lso")
 
 
+def keras_restores_mixed(root):
+    import tf_keras as K
+
+    c = Checks()
+    d = os.path.join(root, "mixed")
+    with open(os.path.join(d, "prefix")) as f:
+        prefix = f.read().strip()
+    want = read_dump(os.path.join(d, "expected"))
+    K.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        L = K.layers
+        model = K.Sequential([K.Input((28, 28, 1)), L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(2),
+                              L.Conv2D(64, 3, activation="relu"), L.MaxPooling2D(2),
+                              L.Conv2D(64, 3, activation="relu"), L.Flatten(), L.Dense(64, activation="relu"),
+                              L.Dense(10, dtype="float32")])
+    finally:
+        K.mixed_precision.set_global_policy("float32")
+    c.check(model.layers[0].compute_dtype == "bfloat16" and model.layers[0].weights[0].dtype == tf.float32,
+            "mixed: tf_keras layers compute in bfloat16 with float32 variables")
+    opt = K.mixed_precision.LossScaleOptimizer(K.optimizers.legacy.Adam(1e-3))
+    opt.inner_optimizer._create_slots(model.trainable_variables)
+    _ = opt.iterations
+
+    def state():
+        out = dict(legacy_keys(model, opt.inner_optimizer))
+        out["optimizer/iter" + VAR] = np.array(opt.iterations.numpy(), np.int64)
+        out["optimizer/loss_scale/current_loss_scale" + VAR] = np.array(opt.loss_scale.numpy(), np.float32)
+        out["optimizer/loss_scale/good_steps" + VAR] = np.array(opt.dynamic_counter.numpy(), np.int64)
+        return out
+
+    tf.train.Checkpoint(model=model, optimizer=opt).read(prefix).assert_consumed()
+    c.check(True, "mixed: tf.train.Checkpoint(model=, optimizer=LossScaleOptimizer).read(...).assert_consumed()")
+    got = state()
+    c.check(set(got) == set(want), f"mixed: tf_keras vs chorus keys: {sorted(set(got) ^ set(want))[:6]}")
+    for key in sorted(set(got) & set(want)):
+        c.equal_bits(got[key], want[key], f"mixed: restored {key}")
+    io = read_dump(os.path.join(d, "io"))
+    logits = model(io["x"], training=False).numpy()
+    c.check(logits.dtype == np.float32, f"mixed: the float32 output layer gives float32 logits ({logits.dtype})")
+    # Both sides compute in bfloat16 (8 significant bits) and round at different points.
+    close(c, logits, io["logits"], 2e-2, "mixed: tf_keras logits vs chorus's on the same input")
+    model.compile(optimizer=opt, loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.train_on_batch(io["x"], io["y"])
+    after = read_dump(os.path.join(d, "after"))
+    cosines = []
+    for key, value in state().items():
+        if after[key].dtype.kind != "f" or "loss_scale" in key:
+            c.equal_bits(value, after[key], f"mixed: after one more step: {key}")
+            continue
+        # Both sides' bfloat16 backward passes round at different points, so their gradients
+        # differ by a few percent of their largest elements; the step each side took from the
+        # restored state must still point the same way: the cosine of the two updates.
+        mine = (value.astype(np.float64) - want[key]).ravel()
+        theirs = (after[key].astype(np.float64) - want[key]).ravel()
+        cos = float(mine @ theirs / max(np.linalg.norm(mine) * np.linalg.norm(theirs), 1e-300))
+        cosines.append(cos)
+        c.check(cos >= 0.95, f"mixed: after one more step: {key}: cosine of the updates {cos:.4f}")
+    print(f"mixed: cosine of tf_keras's and chorus's updates: min {min(cosines):.4f} over {len(cosines)} tensors",
+          flush=True)
+    return c.done("keras-restores-mixed")
+
+
 # ---- TF writes, chorus reads ----
 
 def dtype_values():
@@ -539,7 +608,7 @@ def keras_writes(root):
 def main(argv):
     global tf
     modes = {"chorus-wrote": (chorus_wrote, 1), "keras-restores": (keras_restores, 1),
-             "keras-restores-lso": (keras_restores_lso, 1),
+             "keras-restores-lso": (keras_restores_lso, 1), "keras-restores-mixed": (keras_restores_mixed, 1),
              "tf-writes": (tf_writes, 1), "keras-writes": (keras_writes, 1)}
     if len(argv) < 2 or argv[1] not in modes or len(argv) != 2 + modes[argv[1]][1]:
         print(__doc__)

@@ -3,6 +3,8 @@
 // in for the cross-process (MPI) group. Global rank g = p*k + r contributes x_g.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "analytic.h"
 #include "collective/hierarchical.h"
 #include "collective/shared_memory.h"
@@ -70,6 +72,70 @@ TEST(HierarchicalTest, AllCollectivesMatchTheClosedForms) {
         }
       }
   }
+}
+
+// 16-bit all-reduce rounds twice in the hierarchy (the local reduce to 16 bits, then the cross
+// all-reduce): the bound of distribute/communication_options.h with k = 3 roundings counting the
+// inputs' own (here the inputs g are float32 values, rounded to 16 bits on the way in), i.e.
+// |result − Σg| ≤ ((1 + u)^3 − 1 + 2·n·2^-24)·Σ|g|; and some elements differ from one rounding of
+// the float32 sum of the 16-bit inputs (what a flat shared-memory group returns): the second
+// rounding is real, which is why the bound needs k = 3.
+TEST(HierarchicalTest, SixteenBitAllReduceWithinTheTwoLevelBound) {
+  for (auto [P, k] : {std::pair{2, 2}, std::pair{3, 2}})
+    for (DType dt : {DType::kFloat16, DType::kBFloat16})
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+        auto comms = make_emulated(P, k);
+        const int n = P * k;
+        const std::int64_t m = 4001;
+        auto g = [](int r, std::int64_t i) {  // float32 values, 2^-6 .. 2^7, both signs
+          std::uint64_t h =
+              static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(r) * 77777;
+          h ^= h >> 31;
+          h *= 0xBF58476D1CE4E5B9ull;
+          h ^= h >> 29;
+          const float mant = 1.0f + static_cast<float>(h % 65521) / 65521.0f;
+          return ((h >> 40) & 1 ? -1.0f : 1.0f) * std::ldexp(mant, static_cast<int>((h >> 20) % 14) - 6);
+        };
+        std::vector<Tensor> out(n);
+        testing::rethrow_first(testing::run_ranks(comms, [&](int r, Communicator& c) {
+          std::vector<float> v(m);
+          for (std::int64_t i = 0; i < m; ++i) v[i] = g(r, i);
+          std::vector<std::uint16_t> bits(m);
+          convert(v.data(), DType::kFloat32, bits.data(), dt, bits.size());
+          out[r] = Tensor::from_host(bits.data(), {m}, dt, "/cpu:" + std::to_string(r));
+          c.all_reduce(out[r], out[r], {.op = op})->wait();
+        }));
+        const double u = std::ldexp(1.0, dt == DType::kFloat16 ? -11 : -8);
+        const double bound3 = std::pow(1 + u, 3) - 1 + 2.0 * n * std::ldexp(1.0, -24);
+        int differ_from_one_rounding = 0;
+        for (int r = 0; r < n; ++r) {
+          const auto got = out[r].to_vector<double>();
+          for (std::int64_t i = 0; i < m; ++i) {
+            double sum = 0, abs_sum = 0;
+            for (int q = 0; q < n; ++q) sum += g(q, i), abs_sum += std::abs(g(q, i));
+            const double scale = op == ReduceOp::kMean ? 1.0 / n : 1.0;
+            const double err = std::abs(got[i] - sum * scale);
+            ASSERT_LE(err, bound3 * abs_sum * scale) << "P=" << P << " k=" << k << " " << dtype_name(dt) << " "
+                                                     << reduce_op_name(op) << " rank " << r << " i=" << i;
+            float f32 = 0;  // the flat reduction: float32 sum of the 16-bit inputs, rounded once
+            for (int q = 0; q < n; ++q) {
+              const float in = g(q, i);
+              std::uint16_t b;
+              float wide;
+              convert(&in, DType::kFloat32, &b, dt, 1);
+              convert(&b, dt, &wide, DType::kFloat32, 1);
+              f32 += wide;
+            }
+            if (op == ReduceOp::kMean) f32 /= static_cast<float>(n);
+            std::uint16_t once;
+            float once_wide;
+            convert(&f32, DType::kFloat32, &once, dt, 1);
+            convert(&once, dt, &once_wide, DType::kFloat32, 1);
+            differ_from_one_rounding += got[i] != static_cast<double>(once_wide) ? 1 : 0;
+          }
+        }
+        EXPECT_GT(differ_from_one_rounding, 0) << "P=" << P << " " << dtype_name(dt) << " " << reduce_op_name(op);
+      }
 }
 
 TEST(HierarchicalTest, CrossFailureReleasesTheLocalRanks) {

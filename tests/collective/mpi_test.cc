@@ -7,7 +7,9 @@
 // a failure on any rank makes every rank, and so mpirun, exit non-zero.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -43,6 +45,15 @@ Tensor input(int r, std::int64_t n, DType dt) {
   std::vector<std::uint8_t> raw(v.size() * dtype_size(dt));
   convert(v.data(), DType::kFloat64, raw.data(), dt, v.size());
   return Tensor::from_host(raw.data(), {n}, dt, kCpu);
+}
+
+// Rank r's value at i, for the 16-bit tests: magnitudes from 2^-6 to 2^6 with both signs, most
+// of them not representable in 16 bits (so a float32 sum of their 16-bit roundings is inexact).
+float noisy(int r, std::int64_t i) {
+  const std::uint32_t h = static_cast<std::uint32_t>(i * 2654435761u + static_cast<std::uint32_t>(r) * 40503u);
+  const float mantissa = 1.0f + static_cast<float>(h % 100003) / 100003.0f;
+  const int exponent = static_cast<int>((h >> 17) % 13) - 6;
+  return ((h >> 11) & 1 ? -1.0f : 1.0f) * std::ldexp(mantissa, exponent);
 }
 
 // The message of the exception `fn` throws as E ("" and a test failure if it throws nothing or another type).
@@ -104,6 +115,64 @@ TEST(MpiTest, AllReduceLargeOddSize) {
       for (std::int64_t i = 0; i < n; i += 997) ASSERT_FLOAT_EQ(got[i], expected(op, k, i, DType::kFloat32)) << i;
       ASSERT_FLOAT_EQ(got[n - 1], expected(op, k, n - 1, DType::kFloat32));
     }
+}
+
+// 16-bit all_reduce travels as 16 bits (all-to-all, reduce, all-gather) and reduces in float32,
+// rounding once: the result is bitwise fl16(((x_0 + x_1) + x_2) / k) summed in rank order in
+// float32, for sizes not divisible by the number of ranks, fewer elements than ranks, in place or
+// not, and every op.
+TEST(MpiTest, AllReduce16BitRoundsOnceAfterAFloat32Sum) {
+  auto comm = make_comm();
+  const int k = comm->size();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16})
+    for (std::int64_t n : {1, 2, 5, 4099, (1 << 18) + 1})
+      for (ReduceOp op : kOps)
+        for (bool in_place : {true, false}) {
+          auto values = [&](int r) {
+            std::vector<float> v(static_cast<std::size_t>(n));
+            for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = noisy(r, i);
+            return v;
+          };
+          std::vector<std::uint16_t> raw(static_cast<std::size_t>(n));
+          convert(values(comm->rank()).data(), DType::kFloat32, raw.data(), dt, raw.size());
+          Tensor in = Tensor::from_host(raw.data(), {n}, dt, kCpu);
+          Tensor out = in_place ? in : Tensor::full({n}, -1.0, dt, kCpu);
+          comm->all_reduce(in, out, {.op = op, .timeout = kTimeout})->wait();
+          // The reference: every rank's 16-bit input widened to float32, combined in rank order.
+          std::vector<float> acc(static_cast<std::size_t>(n));
+          for (int r = 0; r < k; ++r) {
+            std::vector<std::uint16_t> bits(static_cast<std::size_t>(n));
+            std::vector<float> wide(static_cast<std::size_t>(n));
+            convert(values(r).data(), DType::kFloat32, bits.data(), dt, bits.size());
+            convert(bits.data(), dt, wide.data(), DType::kFloat32, wide.size());
+            for (std::size_t i = 0; i < acc.size(); ++i) {
+              float& a = acc[i];
+              if (r == 0)
+                a = wide[i];
+              else if (op == ReduceOp::kSum || op == ReduceOp::kMean)
+                a += wide[i];
+              else if (op == ReduceOp::kProd)
+                a *= wide[i];
+              else if (op == ReduceOp::kMin)
+                a = std::min(a, wide[i]);
+              else
+                a = std::max(a, wide[i]);
+            }
+          }
+          if (op == ReduceOp::kMean)
+            for (float& a : acc) a /= static_cast<float>(k);
+          std::vector<std::uint16_t> want(acc.size()), got(acc.size());
+          convert(acc.data(), DType::kFloat32, want.data(), dt, want.size());
+          out.copy_to_host(got.data());
+          for (std::size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " n=" << n << " " << reduce_op_name(op) << " i=" << i
+                                       << (in_place ? " in place" : "");
+          if (!in_place) {
+            std::vector<std::uint16_t> after(raw.size());
+            in.copy_to_host(after.data());
+            ASSERT_EQ(after, raw) << "input untouched";
+          }
+        }
 }
 
 TEST(MpiTest, BroadcastAndReduceFromEveryRoot) {

@@ -24,10 +24,12 @@ std::vector<T> values(std::size_t n, double scale, double offset) {
   return v;
 }
 
+// n = 1000: the vectorized blocks of 16 and a scalar tail; n = 197,300: four chunks of 2^16, split
+// over the device's threads.
 template <typename T>
-void check_bitwise(DType dtype) {
-  const std::size_t n = 1000;
-  const Shape shape{10, 100};
+void check_bitwise(DType dtype, std::int64_t rows = 10) {
+  const std::size_t n = static_cast<std::size_t>(rows) * 100;
+  const Shape shape{rows, 100};
   const double alpha = 1e-3 * std::sqrt(1 - std::pow(0.999, 3)) / (1 - std::pow(0.9, 3)), b1 = 0.9, b2 = 0.999,
                eps = 1e-7;
   const auto w0 = values<T>(n, 1.0, 0.1), m0 = values<T>(n, 0.01, 0.0), g = values<T>(n, 0.5, -0.2);
@@ -53,6 +55,9 @@ void check_bitwise(DType dtype) {
 
 TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseFloat32) { check_bitwise<float>(DType::kFloat32); }
 TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseFloat64) { check_bitwise<double>(DType::kFloat64); }
+TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseOverThreadedChunks) {
+  check_bitwise<float>(DType::kFloat32, 3 * 65536 / 100 + 7);
+}
 
 TEST_F(TrainingOpsTest, AdamDeclinesWhatItHasNoKernelFor) {
   Tensor w = Tensor::ones({4}, DType::kFloat32, "/CPU:0");

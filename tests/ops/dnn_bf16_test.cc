@@ -1,0 +1,358 @@
+// Tests for the 16-bit paths of ops/cpu/dnn.h: bfloat16 matmul, convolution (forward, backward
+// data, backward filter) and pooling (forward, backward) on oneDNN's bf16 kernels and on the
+// float32 fallback, and float16's error where oneDNN has no float16 kernels.
+//
+// Expected values: the float64 reference loops on the same bfloat16 inputs (widened exactly).
+// Either path computes with float32 accumulation and rounds each output once to bfloat16, so
+// |got - want| <= u·|want| + 2·K·2^-24·S, with u = 2^-8 (bfloat16's unit roundoff), K the reduction
+// length of that output and S the same reduction over the inputs' absolute values (the bound of
+// K-term float32 summation, doubled for the order oneDNN sums in). Both paths run on every
+// machine: set_onednn_bf16_enabled(false) forces the fallback. CTest runs this file again with
+// CHORUS_ONEDNN_BF16=0 and under ONEDNN_MAX_CPU_ISA=AVX2 / SSE41 (tests/ops/CMakeLists.txt),
+// where oneDNN has no bf16 kernels and the fallback is the only path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/cpu/dnn.h"
+#include "ops/cpu/reference.h"
+#include "ops/geometry.h"
+
+namespace chorus::ops::cpu {
+namespace {
+
+using F64 = std::vector<double>;
+using Bits = std::vector<std::uint16_t>;
+
+constexpr double kU = 1.0 / 256;             // bfloat16 unit roundoff, 2^-8
+constexpr double kEps32 = 1.0 / 16777216.0;  // float32 unit roundoff, 2^-24
+
+// Random bfloat16 values in [-1, 1) and their exact float64 values.
+struct Bf16Data {
+  Bits bits;
+  F64 values;
+};
+Bf16Data random_bf16(std::int64_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  Bf16Data d;
+  for (std::int64_t i = 0; i < n; ++i) {
+    d.bits.push_back(float_to_bfloat16(dist(gen)));
+    d.values.push_back(bfloat16_to_float(d.bits.back()));
+  }
+  return d;
+}
+F64 abs(F64 v) {
+  for (double& x : v) x = std::abs(x);
+  return v;
+}
+
+// The bound of the file comment, element by element.
+void expect_bf16_close(const Bits& got, const F64& want, const F64& scale, double k, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = bfloat16_to_float(got[i]);
+    const double tol = kU * std::abs(want[i]) + 2 * k * kEps32 * scale[i];
+    if (!(std::abs(g - want[i]) <= tol) && ++bad <= 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << g << ", expected " << want[i] << " (tolerance " << tol
+                    << ")";
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements off";
+}
+
+// Runs `body` once on each path: oneDNN's bf16 kernels (where this machine and oneDNN have them)
+// and the forced float32 fallback. Checks that the calls were counted on the path taken; with
+// `all_onednn`, that on native bf16 hardware none fell back.
+void on_both_paths(const std::function<void(const std::string&)>& body, bool all_onednn = true) {
+  const bool saved = onednn_bf16_enabled();
+  for (bool enabled : {true, false}) {
+    set_onednn_bf16_enabled(enabled);
+    const std::string path = bf16_path();
+    const Bf16Stats before = bf16_stats();
+    body(path);
+    const Bf16Stats after = bf16_stats();
+    if (path == "float32 fallback") {
+      EXPECT_EQ(after.onednn, before.onednn) << "the fallback path ran kernels on oneDNN";
+      EXPECT_GT(after.fallback, before.fallback);
+    } else {
+      EXPECT_GT(after.onednn, before.onednn) << path;
+      // avx512_core_bf16 and later: native bf16, a JIT kernel for every shape tested here.
+      if (all_onednn && (path.find("bf16") != std::string::npos || path.find("amx") != std::string::npos)) {
+        EXPECT_EQ(after.fallback, before.fallback) << path << ": some bf16 kernel fell back to float32";
+      }
+    }
+  }
+  set_onednn_bf16_enabled(saved);
+}
+
+// ---- which path ----------------------------------------------------------------------------------
+
+TEST(DnnBf16, PathReflectsTheSwitchAndTheEnvironment) {
+  const bool saved = onednn_bf16_enabled();
+  set_onednn_bf16_enabled(false);
+  EXPECT_EQ(bf16_path(), "float32 fallback");
+  EXPECT_FALSE(onednn_bf16_enabled());
+  set_onednn_bf16_enabled(true);
+  const std::string path = bf16_path();
+  EXPECT_TRUE(path == "float32 fallback" || path.rfind("onednn avx512_core", 0) == 0) << path;
+  if (!have_onednn()) {
+    EXPECT_EQ(path, "float32 fallback");
+  }
+  // oneDNN held below AVX-512 has no bf16 kernels (tests/ops/CMakeLists.txt runs this file so).
+  if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+      isa && (std::string(isa) == "AVX2" || std::string(isa) == "SSE41")) {
+    EXPECT_EQ(path, "float32 fallback");
+  }
+  set_onednn_bf16_enabled(saved);
+}
+
+TEST(DnnBf16, EnvironmentVariableSwitchesTheOneDnnPathOff) {
+  const char* env = std::getenv("CHORUS_ONEDNN_BF16");
+  if (!env || std::string(env) != "0") GTEST_SKIP() << "runs under CHORUS_ONEDNN_BF16=0 (ctest: *_bf16_off)";
+  // The tests before this one restore the switch to the value they found (the variable's).
+  EXPECT_FALSE(onednn_bf16_enabled());
+  EXPECT_EQ(bf16_path(), "float32 fallback");
+  const Bf16Data a = random_bf16(6, 1), b = random_bf16(6, 2);
+  Bits c(4);
+  const Bf16Stats before = bf16_stats();
+  matmul(DType::kBFloat16, a.bits.data(), 0, b.bits.data(), 0, c.data(), 1, 2, 2, 3, false, false);
+  EXPECT_EQ(bf16_stats().onednn, before.onednn);
+  EXPECT_EQ(bf16_stats().fallback, before.fallback + 1);
+}
+
+// ---- matmul --------------------------------------------------------------------------------------
+
+TEST(DnnBf16, MatmulMatchesTheReferenceOnBothPaths) {
+  struct Case {
+    std::int64_t batch, m, n, k;
+    bool broadcast_a, broadcast_b;
+  };
+  const Case cases[] = {{1, 1, 1, 1, false, false},    {3, 5, 7, 9, false, false}, {2, 17, 13, 33, false, false},
+                        {3, 6, 5, 4, true, false},     {3, 6, 5, 4, false, true},  {2, 4, 3, 5, true, true},
+                        {1, 64, 96, 300, false, false}};
+  on_both_paths([&](const std::string& path) {
+    std::uint32_t seed = 100;
+    for (const Case& c : cases) {
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        const std::int64_t sa = c.broadcast_a ? 0 : c.m * c.k, sb = c.broadcast_b ? 0 : c.k * c.n;
+        const Bf16Data a = random_bf16((c.broadcast_a ? 1 : c.batch) * c.m * c.k, seed++);
+        const Bf16Data b = random_bf16((c.broadcast_b ? 1 : c.batch) * c.k * c.n, seed++);
+        Bits got(static_cast<std::size_t>(c.batch * c.m * c.n));
+        matmul(DType::kBFloat16, a.bits.data(), sa, b.bits.data(), sb, got.data(), c.batch, c.m, c.n, c.k, ta, tb);
+        F64 want(got.size()), scale(got.size());
+        reference::matmul(a.values.data(), sa, b.values.data(), sb, want.data(), c.batch, c.m, c.n, c.k, ta, tb);
+        const F64 aa = abs(a.values), ab = abs(b.values);
+        reference::matmul(aa.data(), sa, ab.data(), sb, scale.data(), c.batch, c.m, c.n, c.k, ta, tb);
+        expect_bf16_close(got, want, scale, static_cast<double>(c.k),
+                          path + ": matmul " + std::to_string(c.batch) + "x" + std::to_string(c.m) + "x" +
+                              std::to_string(c.n) + "x" + std::to_string(c.k) + " t=" + std::to_string(t));
+      }
+    }
+  });
+}
+
+TEST(DnnBf16, MatmulWithEmptyReductionGivesZeros) {
+  Bits c(6, 0x3f80);  // 1.0
+  const std::uint16_t unused = 0;
+  matmul(DType::kBFloat16, &unused, 0, &unused, 0, c.data(), 1, 2, 3, 0, false, false);
+  for (std::uint16_t v : c) EXPECT_EQ(v, 0);
+}
+
+// ---- convolution ---------------------------------------------------------------------------------
+
+Conv2dGeometry conv(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t k, std::int64_t f,
+                    std::int64_t stride, std::int64_t dilation, Padding padding) {
+  Conv2dGeometry g;
+  g.n = n;
+  g.in_h = h;
+  g.in_w = w;
+  g.in_c = c;
+  g.k_h = g.k_w = k;
+  g.out_c = f;
+  g.stride_h = g.stride_w = stride;
+  g.dilation_h = g.dilation_w = dilation;
+  EXPECT_TRUE(compute_output_size(g, padding));
+  return g;
+}
+
+TEST(DnnBf16, ConvolutionForwardAndBackwardMatchTheReferenceOnBothPaths) {
+  const Conv2dGeometry geometries[] = {
+      conv(2, 8, 8, 3, 3, 16, 1, 1, Padding::kSame), conv(1, 9, 7, 16, 3, 8, 2, 1, Padding::kValid),
+      conv(2, 10, 10, 4, 3, 32, 1, 2, Padding::kSame), conv(4, 12, 12, 32, 5, 32, 1, 1, Padding::kSame)};
+  on_both_paths([&](const std::string& path) {
+    std::uint32_t seed = 300;
+    for (const Conv2dGeometry& g : geometries) {
+      const std::string name = path + ": conv " + std::to_string(g.n) + "x" + std::to_string(g.in_h) + "x" +
+                               std::to_string(g.in_w) + "x" + std::to_string(g.in_c) + " k" + std::to_string(g.k_h) +
+                               " f" + std::to_string(g.out_c);
+      const Bf16Data x = random_bf16(g.input_elements(), seed++), w = random_bf16(g.filter_elements(), seed++);
+      const Bf16Data dy = random_bf16(g.output_elements(), seed++);
+      const F64 ax = abs(x.values), aw = abs(w.values), ady = abs(dy.values);
+
+      Bits y(static_cast<std::size_t>(g.output_elements()));
+      conv2d_forward(DType::kBFloat16, g, x.bits.data(), w.bits.data(), y.data());
+      F64 want(y.size()), scale(y.size());
+      reference::conv2d_forward(g, x.values.data(), w.values.data(), want.data());
+      reference::conv2d_forward(g, ax.data(), aw.data(), scale.data());
+      expect_bf16_close(y, want, scale, static_cast<double>(g.k_h * g.k_w * g.in_c), name + " forward");
+
+      Bits dx(static_cast<std::size_t>(g.input_elements()));
+      conv2d_backward_data(DType::kBFloat16, g, dy.bits.data(), w.bits.data(), dx.data());
+      want.assign(dx.size(), 0);
+      scale.assign(dx.size(), 0);
+      reference::conv2d_backward_data(g, dy.values.data(), w.values.data(), want.data());
+      reference::conv2d_backward_data(g, ady.data(), aw.data(), scale.data());
+      expect_bf16_close(dx, want, scale, static_cast<double>(g.k_h * g.k_w * g.out_c), name + " backward data");
+
+      Bits dw(static_cast<std::size_t>(g.filter_elements()));
+      conv2d_backward_filter(DType::kBFloat16, g, x.bits.data(), dy.bits.data(), dw.data());
+      want.assign(dw.size(), 0);
+      scale.assign(dw.size(), 0);
+      reference::conv2d_backward_filter(g, x.values.data(), dy.values.data(), want.data());
+      reference::conv2d_backward_filter(g, ax.data(), ady.data(), scale.data());
+      expect_bf16_close(dw, want, scale, static_cast<double>(g.n * g.out_h * g.out_w), name + " backward filter");
+    }
+  });
+}
+
+// ---- pooling -------------------------------------------------------------------------------------
+
+Conv2dGeometry pool(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t k, std::int64_t stride,
+                    Padding padding) {
+  Conv2dGeometry g = conv(n, h, w, c, k, c, stride, 1, padding);
+  return g;
+}
+
+TEST(DnnBf16, PoolingForwardAndBackwardMatchTheReferenceOnBothPaths) {
+  const Conv2dGeometry geometries[] = {pool(2, 8, 8, 16, 2, 2, Padding::kValid), pool(1, 7, 9, 3, 3, 2, Padding::kSame),
+                                       pool(2, 6, 6, 32, 3, 1, Padding::kSame)};  // overlapping windows
+  on_both_paths(
+      [&](const std::string& path) {
+        std::uint32_t seed = 500;
+        for (const Conv2dGeometry& g : geometries) {
+          for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+            const std::string name = path + (kind == PoolKind::kMax ? ": max" : ": avg") + " pool k" +
+                                     std::to_string(g.k_h) + " s" + std::to_string(g.stride_h) + " c" +
+                                     std::to_string(g.in_c);
+            // Distinct inputs within each image and channel (a shuffled ramp of small integers / 16,
+            // exact in bfloat16), so that every window has one maximum and both paths route max
+            // pooling's gradient to the same element.
+            const std::int64_t hw = g.in_h * g.in_w;
+            ASSERT_LE(hw, 256);
+            Bits xb(static_cast<std::size_t>(g.input_elements()));
+            F64 x(xb.size());
+            std::mt19937 gen(seed++);
+            for (std::int64_t n = 0; n < g.n; ++n) {
+              for (std::int64_t c = 0; c < g.in_c; ++c) {
+                std::vector<std::int64_t> order(static_cast<std::size_t>(hw));
+                for (std::int64_t i = 0; i < hw; ++i) order[static_cast<std::size_t>(i)] = i - hw / 2;
+                std::shuffle(order.begin(), order.end(), gen);
+                for (std::int64_t i = 0; i < hw; ++i) {
+                  const auto at = static_cast<std::size_t>((n * hw + i) * g.in_c + c);
+                  x[at] = static_cast<double>(order[static_cast<std::size_t>(i)]) / 16.0;
+                  xb[at] = float_to_bfloat16(static_cast<float>(x[at]));
+                  ASSERT_EQ(bfloat16_to_float(xb[at]), x[at]);
+                }
+              }
+            }
+            const Bf16Data dy = random_bf16(g.output_elements(), seed++);
+
+            Bits y(static_cast<std::size_t>(g.output_elements()));
+            pool2d_forward(kind, DType::kBFloat16, g, xb.data(), y.data());
+            F64 want(y.size()), scale(y.size());
+            const F64 ax = abs(x), ady = abs(dy.values);
+            reference::pool2d_forward(kind, g, x.data(), want.data());
+            reference::pool2d_forward(PoolKind::kAvg, g, ax.data(), scale.data());
+            expect_bf16_close(y, want, scale, static_cast<double>(g.k_h * g.k_w), name + " forward");
+
+            Bits dx(static_cast<std::size_t>(g.input_elements()));
+            pool2d_backward(kind, DType::kBFloat16, g, xb.data(), dy.bits.data(), dx.data());
+            want.assign(dx.size(), 0);
+            scale.assign(dx.size(), 0);
+            reference::pool2d_backward(kind, g, x.data(), dy.values.data(), want.data());
+            reference::pool2d_backward(kind, g, x.data(), ady.data(), scale.data());
+            // K: the windows that overlap one input element.
+            const double k = std::ceil(static_cast<double>(g.k_h) / static_cast<double>(g.stride_h)) *
+                             std::ceil(static_cast<double>(g.k_w) / static_cast<double>(g.stride_w));
+            expect_bf16_close(dx, want, scale, k, name + " backward");
+          }
+        }
+      },
+      /*all_onednn=*/false);  // overlapping windows' backward always takes the float32 path
+}
+
+TEST(DnnBf16, PoolingBackwardWithOverlappingWindowsRoundsOnce) {
+  // Overlapping windows (3x3, stride 1) go through float32 even where oneDNN has bf16 pooling;
+  // disjoint ones (2x2, stride 2) run on oneDNN there.
+  const Conv2dGeometry overlapping = pool(1, 6, 6, 16, 3, 1, Padding::kSame);
+  const Conv2dGeometry disjoint = pool(1, 6, 6, 16, 2, 2, Padding::kValid);
+  for (bool is_disjoint : {false, true}) {
+    const Conv2dGeometry& g = is_disjoint ? disjoint : overlapping;
+    const Bf16Data x = random_bf16(g.input_elements(), 700), dy = random_bf16(g.output_elements(), 701);
+    Bits dx(static_cast<std::size_t>(g.input_elements()));
+    const Bf16Stats before = bf16_stats();
+    pool2d_backward(PoolKind::kAvg, DType::kBFloat16, g, x.bits.data(), dy.bits.data(), dx.data());
+    const Bf16Stats after = bf16_stats();
+    const bool onednn = bf16_path().find("bf16") != std::string::npos && is_disjoint;
+    EXPECT_EQ(after.onednn - before.onednn, onednn ? 1 : 0) << bf16_path();
+    EXPECT_EQ(after.fallback - before.fallback, onednn ? 0 : 1) << bf16_path();
+  }
+}
+
+// ---- float16 -------------------------------------------------------------------------------------
+
+TEST(DnnFloat16, RunsWhereOneDnnHasKernelsElseNamesTheWorkingPolicy) {
+  const Conv2dGeometry g = conv(1, 4, 4, 2, 3, 2, 1, 1, Padding::kSame);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(g.input_elements()), float_to_float16(0.5f));
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(g.filter_elements()), float_to_float16(0.25f));
+  std::vector<std::uint16_t> y(static_cast<std::size_t>(g.output_elements()));
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"matmul", [&] { matmul(DType::kFloat16, x.data(), 0, w.data(), 0, y.data(), 1, 2, 2, 4, false, false); }},
+      {"conv2d_forward", [&] { conv2d_forward(DType::kFloat16, g, x.data(), w.data(), y.data()); }},
+      {"pool2d_forward", [&] {
+         pool2d_forward(PoolKind::kMax, DType::kFloat16, pool(1, 4, 4, 2, 2, 2, Padding::kValid), x.data(), y.data());
+       }}};
+  for (const auto& [name, call] : calls) {
+    if (float16_supported()) {
+      EXPECT_NO_THROW(call()) << name;
+      continue;
+    }
+    try {
+      call();
+      ADD_FAILURE() << name << ": float16 ran although float16_supported() is false";
+    } catch (const UnimplementedError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+      EXPECT_NE(msg.find("float16"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("mixed_bfloat16"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("GPU"), std::string::npos) << msg;
+    }
+  }
+  // Where float16 runs, its values: 4 products of 0.5 · 0.25 = 0.5, exact in float16.
+  if (float16_supported()) {
+    matmul(DType::kFloat16, x.data(), 0, w.data(), 0, y.data(), 1, 2, 2, 4, false, false);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(float16_to_float(y[static_cast<std::size_t>(i)]), 0.5f);
+  }
+}
+
+TEST(DnnBf16, SoftmaxAndBatchNormKernelsRejectSixteenBitTypes) {
+  // The op layer runs 16-bit softmax / batch_norm in float32; the kernels say so if called directly.
+  const std::uint16_t x[2] = {0x3f80, 0x3f80};
+  std::uint16_t y[2];
+  EXPECT_THROW(softmax_forward(DType::kBFloat16, false, x, y, 1, 2), InvalidArgumentError);
+  EXPECT_THROW(matmul(DType::kInt32, x, 0, x, 0, y, 1, 1, 1, 1, false, false), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace chorus::ops::cpu
