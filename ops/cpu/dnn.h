@@ -110,9 +110,11 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
                          const void* var, void* dx, void* dgamma, void* dbeta, std::int64_t rows, std::int64_t channels,
                          double epsilon);
 
-// Elementwise activation y = f(x) over n contiguous float32 elements with oneDNN's eltwise
-// primitive for kRelu, kSigmoid, kTanh, kGelu (erf), kExp, kLog, kSqrt, kSquare, kAbs. Returns
-// false (doing nothing) for any other kind or dtype, or without oneDNN: the caller uses its loop.
+// Elementwise activation y = f(x) over n contiguous float32 elements — or bfloat16 ones where the
+// oneDNN bfloat16 path is on (bf16_path(); computed in float32, rounded once) — with oneDNN's
+// eltwise primitive for kRelu, kSigmoid, kTanh, kGelu (erf), kExp, kLog, kSqrt, kSquare, kAbs.
+// Returns false (doing nothing) for any other kind or dtype, or without oneDNN: the caller uses
+// its loop.
 bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
 
 struct CacheStats {

@@ -461,7 +461,7 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
 #undef CHORUS_DNN_CALL
 
 bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
-  if (dtype != DType::kFloat32) return false;
+  if (dtype != DType::kFloat32 && !(dtype == DType::kBFloat16 && bf16_onednn_active())) return false;
   require_non_negative("eltwise_forward", "n", n);
 #ifdef CHORUS_WITH_DNNL
   switch (op) {
@@ -477,7 +477,7 @@ bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64
     default: return false;
   }
   if (n == 0) return true;
-  return onednn::eltwise_forward(op, cp<float>(x), mp<float>(y), n);
+  return onednn::eltwise_forward(op, dtype, x, y, n);
 #else
   (void)op, (void)x, (void)y;
   return false;

@@ -191,8 +191,9 @@ void batch_norm_inference(const float* x, const float* gamma, const float* beta,
 void batch_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean, const float* var,
                          float* dx, float* dgamma, float* dbeta, std::int64_t rows, std::int64_t channels,
                          double epsilon);
-// False for kinds oneDNN's eltwise does not cover.
-bool eltwise_forward(UnaryOp op, const float* x, float* y, std::int64_t n);
+// False for kinds oneDNN's eltwise does not cover. dtype: kFloat32, or kBFloat16 (the caller checks
+// that the bfloat16 path is on; oneDNN computes in float32 and rounds once).
+bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
 
 }  // namespace chorus::ops::cpu::onednn
 

@@ -194,12 +194,12 @@ void batch_norm_backward(const float* x, const float* dy, const float* gamma, co
   });
 }
 
-bool eltwise_forward(UnaryOp op, const float* x, float* y, std::int64_t n) {
+bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
   dnnl::algorithm alg;
   if (!eltwise_algorithm(op, alg)) return false;
   guarded("eltwise_forward", [&] {
-    const memory::desc md({n}, kF32, tag::a);
-    EltwiseFwd e = cache<EltwiseFwd>().get({static_cast<std::int64_t>(op), n}, [&] {
+    const memory::desc md({n}, dtype == DType::kBFloat16 ? memory::data_type::bf16 : kF32, tag::a);
+    EltwiseFwd e = cache<EltwiseFwd>().get({static_cast<std::int64_t>(op), n, static_cast<std::int64_t>(dtype)}, [&] {
       dnnl::eltwise_forward::primitive_desc pd(
           dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f), default_attr(), engine());
       return EltwiseFwd{pd, dnnl::eltwise_forward(pd)};
