@@ -172,6 +172,23 @@ TEST_F(MixedPrecision, SoftmaxAndBatchNormRunInFloat32AndIdsAreNotCast) {
   EXPECT_EQ(as_floats(e), as_floats(ops::cast(ops::gather(emb->weights()[0].value(), ids, 0), DType::kBFloat16)));
 }
 
+// mixed_float16 on a CPU whose oneDNN has no float16 kernels: the first matmul says which policy
+// works here, and nothing is left half-built (the layer can still be rebuilt under another policy).
+TEST_F(MixedPrecision, Float16OnACpuWithoutFloat16KernelsNamesTheWorkingPolicy) {
+  make_cpus(1);
+  mixed_precision::set_global_policy("mixed_float16");
+  auto dense = layers::Dense(4);
+  mixed_precision::set_global_policy("float32");
+  const Tensor x = Tensor::ones({2, 3});
+  try {
+    const Tensor y = (*dense)(x);
+    EXPECT_EQ(y.dtype(), DType::kFloat16);  // this CPU's oneDNN has float16 kernels: it just works
+  } catch (const UnimplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("mixed_bfloat16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float16"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(MixedPrecision, WithDtypePolicyOverridesBeforeTheBuildOnly) {
   make_cpus(1);
   mixed_precision::set_global_policy("mixed_bfloat16");

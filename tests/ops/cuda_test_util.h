@@ -138,5 +138,29 @@ inline double unary_ref(UnaryOp op, double v) {
   return 0;
 }
 
+// Runs `body`, skipping the test if this build has no cuDNN (UnimplementedError by contract).
+#define SKIP_WITHOUT_CUDNN(body)                            \
+  try {                                                     \
+    body;                                                   \
+  } catch (const UnimplementedError& e) {                   \
+    GTEST_SKIP() << "no cuDNN in this build: " << e.what(); \
+  }
+
+// A convolution geometry with `p`'s padding (computed), stride s and dilation d on both axes.
+inline Conv2dGeometry conv_geometry(i64 n, i64 h, i64 w, i64 c, i64 kh, i64 kw, i64 oc, i64 s, i64 d, Padding p) {
+  Conv2dGeometry g;
+  g.n = n;
+  g.in_h = h;
+  g.in_w = w;
+  g.in_c = c;
+  g.k_h = kh;
+  g.k_w = kw;
+  g.out_c = oc;
+  g.stride_h = g.stride_w = s;
+  g.dilation_h = g.dilation_w = d;
+  EXPECT_TRUE(compute_output_size(g, p));
+  return g;
+}
+
 }  // namespace chorus::ops::cuda::test
 #endif  // CHORUS_WITH_CUDA

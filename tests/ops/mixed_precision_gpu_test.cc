@@ -16,31 +16,9 @@ TEST(CudaKernelsTest, NeedsCuda) { GTEST_SKIP() << "no GPU: " << gpu::unavailabl
 
 using namespace test;  // NOLINT
 
-#define SKIP_WITHOUT_CUDNN(body)                            \
-  try {                                                     \
-    body;                                                   \
-  } catch (const UnimplementedError& e) {                   \
-    GTEST_SKIP() << "no cuDNN in this build: " << e.what(); \
-  }
-
 constexpr DType k16[] = {DType::kFloat16, DType::kBFloat16};
 
 double tol16(DType dtype) { return dtype == DType::kFloat16 ? 2 * std::ldexp(1.0, -11) : 2 * std::ldexp(1.0, -8); }
-
-Conv2dGeometry geometry(i64 n, i64 h, i64 w, i64 c, i64 kh, i64 kw, i64 oc, i64 s, Padding p) {
-  Conv2dGeometry g;
-  g.n = n;
-  g.in_h = h;
-  g.in_w = w;
-  g.in_c = c;
-  g.k_h = kh;
-  g.k_w = kw;
-  g.out_c = oc;
-  g.stride_h = g.stride_w = s;
-  g.dilation_h = g.dilation_w = 1;
-  EXPECT_TRUE(compute_output_size(g, p));
-  return g;
-}
 
 TEST_F(CudaKernelsTest, SixteenBitGemmAccumulatesInFloat32) {
   const i64 m = 33, n = 70, k = 300;  // k large enough that 16-bit accumulation would be far off
@@ -55,9 +33,10 @@ TEST_F(CudaKernelsTest, SixteenBitGemmAccumulatesInFloat32) {
 }
 
 TEST_F(CudaKernelsTest, SixteenBitConvolutionsMatchTheFloat64Reference) {
-  const Conv2dGeometry cases[] = {geometry(4, 12, 12, 16, 3, 3, 32, 1, Padding::kSame),  // tensor-core friendly
-                                  geometry(2, 9, 11, 3, 3, 3, 5, 2, Padding::kSame),     // asymmetric, odd channels
-                                  geometry(2, 8, 8, 8, 1, 1, 8, 1, Padding::kValid)};
+  const Conv2dGeometry cases[] = {
+      conv_geometry(4, 12, 12, 16, 3, 3, 32, 1, 1, Padding::kSame),  // tensor-core friendly
+      conv_geometry(2, 9, 11, 3, 3, 3, 5, 2, 1, Padding::kSame),     // asymmetric, odd channels
+      conv_geometry(2, 8, 8, 8, 1, 1, 8, 1, 1, Padding::kValid)};
   for (const Conv2dGeometry& g : cases) {
     for (DType dtype : k16) {
       const auto hx = rounded(uniform(g.input_elements(), -1, 1, 11), dtype);
