@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "core/placement.h"
 #include "core/runtime.h"
+#include "core/sharded_variable.h"
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "core/variable.h"
@@ -42,6 +43,8 @@
 #include "distribute/preemption.h"
 #include "distribute/replica_context.h"
 #include "distribute/replica_pool.h"
+#include "distribute/sharded_variable.h"
+#include "distribute/sharding_options.h"
 
 #include "summary/summary_writer.h"
 

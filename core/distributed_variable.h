@@ -22,11 +22,12 @@
 //     and back. checkpoint/ saves and restores through these, so the rule for combining and
 //     splitting components stays with the class that defines them.
 //
-// Sharded state (ZeRO, DESIGN "Where the next capabilities go"): a sharded variable is meant to
-// implement this same interface — components() its shards in this process (one per replica),
-// checkpoint_value() the shards gathered into the whole tensor (a collective), restore() each
-// shard given its slice — so that checkpoint/ needs no change and optimizer/ keeps asking the view
-// rather than a strategy's class. Add to the interface only what such callers need.
+// Sharded state (ZeRO, DESIGN "Where the next capabilities go"): a sharded variable implements
+// this same interface through core/sharded_variable.h's ShardedVariable — components() its 1-D
+// shards in this process (one per replica), checkpoint_value() the shards gathered into the whole
+// tensor, restore() each shard given its slice — so that checkpoint/ needs no change and
+// optimizer/ asks the view (as_sharded) rather than a strategy's class. Add to the interface only
+// what such callers need.
 //
 // Thread-safety: components() and strategy() are safe from any thread. checkpoint_value() may be
 // a collective (below): every worker calls it, for the same variables in the same order.

@@ -38,6 +38,11 @@ struct VariableArgs {
   VariableSynchronization synchronization = VariableSynchronization::kAuto;
   VariableAggregation aggregation = VariableAggregation::kNone;
   std::string device;  // "" = placement rules (DeviceScope, else the initial value's device)
+  // Asks a strategy that shards state (ZeRO stage >= 1, distribute/sharding_options.h) for a
+  // sharded variable (core/sharded_variable.h): each replica holds one flat slice of the value
+  // instead of a full copy. Optimizer slots ask for it. Honoured for ON_WRITE (or AUTO)
+  // variables only; every other strategy, stage 0, and ON_READ variables ignore it (mirrored).
+  bool shard_over_replicas = false;
 };
 
 class VariableBase {

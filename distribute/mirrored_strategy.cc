@@ -1,6 +1,7 @@
 #include "distribute/mirrored_strategy.h"
 
 #include "core/config.h"
+#include "core/error.h"
 #include "core/logging.h"
 #include "core/runtime.h"
 #include "core/strings.h"
@@ -15,11 +16,33 @@ std::vector<std::string> default_devices(std::vector<std::string> devices) {
   return gpus.empty() ? cpus : gpus;
 }
 
+// Validates options.sharding before the base constructor starts replica threads.
+const MirroredStrategyOptions& checked(const MirroredStrategyOptions& options) {
+  const int stage = options.sharding.stage;
+  if (stage == 2 || stage == 3) {
+    throw UnimplementedError(chorus::internal::str_cat(
+        "MirroredStrategy: ZeRO sharding stage ", stage, " (",
+        stage == 2 ? "optimizer state and gradients" : "optimizer state, gradients and parameters",
+        " partitioned) is not implemented yet; stage 1 (optimizer slots partitioned over the replicas) is "
+        "available: MirroredStrategyOptions{.sharding = {.stage = 1}}"));
+  }
+  CHORUS_REQUIRE(stage == 0 || stage == 1, InvalidArgumentError, "MirroredStrategy: sharding.stage must be 0 (off) or ",
+                 "1 (ZeRO stage 1: optimizer slots partitioned), got ", stage);
+  return options;
+}
+
+std::string sharding_description(int stage, int replicas) {
+  if (stage == 0) return "; sharding: off (ZeRO stage 0)";
+  return chorus::internal::str_cat("; sharding: ZeRO stage ", stage, " (optimizer slots partitioned over ", replicas,
+                                   " replicas)");
+}
+
 }  // namespace
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const MirroredStrategyOptions& options)
-    : Strategy("MirroredStrategy", default_devices(std::move(devices)), options.cross_device_ops, true,
+    : Strategy("MirroredStrategy", default_devices(std::move(devices)), checked(options).cross_device_ops, true,
                options.timeout) {
+  sharding_stage_ = options.sharding.stage;
   set_communication_options(options.communication_options);
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("
                    << chorus::internal::join(replica_devices(), {.quote = "'"})
@@ -28,7 +51,8 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
                    << (*communication_options().compression == Compression::kNone
                            ? ""
                            : chorus::internal::str_cat("; gradient compression: ",
-                                                       compression_name(*communication_options().compression)));
+                                                       compression_name(*communication_options().compression)))
+                   << sharding_description(sharding_stage_, num_replicas_in_sync());
 }
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device, std::chrono::milliseconds timeout)

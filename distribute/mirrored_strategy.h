@@ -11,7 +11,11 @@
 // by cross_device_ops(); forcing an impossible one (NCCL on virtual GPUs) → InvalidArgumentError
 // here, before any replica runs. Logs "Using MirroredStrategy with devices (...)" as TF does.
 // OneDeviceStrategy: one replica, on the calling thread, ops and variables placed on `device`.
-// Errors: an unknown or repeated device → InvalidArgumentError listing the devices that exist.
+// With options.sharding.stage = 1 (ZeRO stage 1) the optimizer's slots are sharded over the
+// replicas (distribute/sharded_variable.h); the log line names the stage; sharding_stage()
+// reports it.
+// Errors: an unknown or repeated device → InvalidArgumentError listing the devices that exist;
+// an unavailable or invalid sharding stage (sharding_options.h).
 #pragma once
 
 #include <chrono>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "distribute/sharding_options.h"
 #include "distribute/strategy.h"
 
 namespace chorus::distribute {
@@ -30,6 +35,10 @@ struct MirroredStrategyOptions {
   // (.communication_options = {.compression = Compression::kBFloat16}); see communication_options.h.
   // implementation must be kAuto or equal the cross-device ops chosen (InvalidArgumentError).
   CommunicationOptions communication_options;
+  // ZeRO sharding (distribute/sharding_options.h, docs/sharding.md): {.stage = 1} partitions the
+  // optimizer slots over the replicas. Stage 2 or 3 → UnimplementedError, any other value outside
+  // 0..3 → InvalidArgumentError, both here. (MultiWorkerMirroredStrategy has no such option yet.)
+  ShardingOptions sharding;
 };
 
 class MirroredStrategy final : public Strategy {

@@ -12,6 +12,7 @@
 #include "distribute/mirrored_variable.h"
 #include "distribute/replica_context.h"
 #include "distribute/replica_pool.h"
+#include "distribute/sharded_variable.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "ops/shape_ops.h"
@@ -218,6 +219,8 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
                  "`NONE` variable synchronization mode is not supported with tf.distribute strategy. Please change the "
                  "`synchronization` for variable: ",
                  args.name);
+  if (args.shard_over_replicas && sharding_stage_ >= 1 && sync == VariableSynchronization::kOnWrite)
+    return create_sharded(args, next);
   std::vector<Variable> components;
   for (std::size_t r = 0; r < devices_.size(); ++r) {
     VariableArgs a = args;
@@ -229,6 +232,29 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
   }
   initialize_components(args, components);
   return Variable(std::make_shared<MirroredVariable>(*this, std::move(components), args, sync));
+}
+
+Variable Strategy::create_sharded(const VariableArgs& args, const NextCreator& next) {
+  CHORUS_REQUIRE(args.initial_value.defined(), InvalidArgumentError, "variable '", args.name,
+                 "': undefined initial_value");
+  // Stage 1 is in-process: the layout spans this process's replicas, which are all of them.
+  CHORUS_ENFORCE(num_workers_ == 1, name_, ": sharded variables need a single-process strategy, got ", num_workers_,
+                 " workers");
+  const Tensor& init = args.initial_value;
+  const ShardLayout layout = ShardLayout::of(init.num_elements(), num_replicas_in_sync());
+  const Tensor flat = ops::reshape(init, {-1});
+  std::vector<Variable> shards;
+  for (std::size_t r = 0; r < devices_.size(); ++r) {
+    const int g = worker_offset() + static_cast<int>(r);
+    VariableArgs a = args;
+    a.initial_value = ops::slice(flat, {layout.begin(g)}, {layout.length(g)});
+    a.name = str_cat(args.name, "/shard_", r);
+    a.device = devices_[r];
+    a.synchronization = VariableSynchronization::kOnWrite;
+    a.shard_over_replicas = false;
+    shards.push_back(next(a));
+  }
+  return Variable(std::make_shared<ZeroVariable>(*this, std::move(shards), args, init.shape(), init.dtype(), layout));
 }
 
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {

@@ -93,6 +93,9 @@ class Strategy : public DistributionStrategy {
   // The defaults of StrategyReplicaContext::all_reduce(op, values): the strategy options'
   // communication_options (distribute/communication_options.h), compression always set.
   const CommunicationOptions& communication_options() const { return communication_options_; }
+  // The ZeRO stage of this strategy's sharding (distribute/sharding_options.h): MirroredStrategy's
+  // options.sharding.stage; 0 (no sharding) for every other strategy.
+  int sharding_stage() const { return sharding_stage_; }
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
   // The same, and sets the counters to zero (call between runs, not while replicas reduce).
@@ -188,6 +191,10 @@ class Strategy : public DistributionStrategy {
            std::chrono::milliseconds timeout);
   // Variables of this strategy are MirroredVariables (true) or plain ones on the device (false).
   bool mirrored_variables_ = true;
+  // ZeRO stage (sharding_options.h), set by the derived constructor (already validated): at >= 1,
+  // ON_WRITE variables created with VariableArgs::shard_over_replicas become ZeroVariables
+  // (distribute/sharded_variable.h). In-process strategies only.
+  int sharding_stage_ = 0;
   // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
   // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
   void set_communication_options(const CommunicationOptions& options);
@@ -207,6 +214,7 @@ class Strategy : public DistributionStrategy {
  private:
   friend class StrategyReplicaContext;
   Variable create_mirrored(const VariableArgs& args, const NextCreator& next);
+  Variable create_sharded(const VariableArgs& args, const NextCreator& next);
   void resolve_devices(std::vector<std::string> devices);
 
   std::string name_;

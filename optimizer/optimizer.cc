@@ -12,8 +12,10 @@
 #include "core/distribution.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/sharded_variable.h"
 #include "core/strings.h"
 #include "ops/elementwise.h"
+#include "ops/shape_ops.h"
 #include "optimizer/clipping.h"
 #include "optimizer/detail.h"
 
@@ -80,6 +82,55 @@ void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) 
   CHORUS_REQUIRE(dv->synchronization() == VariableSynchronization::kOnWrite, InvalidArgumentError,
                  "apply_gradients: ", what, " '", v.name(),
                  "' is an ON_READ variable; optimizers update ON_WRITE (mirrored) variables only");
+}
+
+// One variable updated shard-wise (sharded slots, ZeRO stage 1): `whole` is this replica's
+// component of the variable, `shard` the updated copy of this replica's slice of it.
+struct ShardedUpdate {
+  Tensor whole;
+  Tensor shard;
+  ShardLayout layout;
+};
+
+// Brings every replica's updated shards together and hands each variable's whole new value to
+// `write(whole, value)`: one packed ReplicaContext::all_gather per run of one dtype (a collective:
+// every replica calls it with the same variables, in the same order). Each replica contributes
+// its shard of every variable padded with zeros to the layout's c, so all send Σc elements; row r
+// of the gathered [n, Σc] holds replica r's shards, and a variable's c columns flattened hold its
+// shards in replica order, the first E of them its value. No padding reaches a variable.
+void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& updates,
+                   const std::function<void(Tensor& whole, const Tensor& value)>& write) {
+  const int n = ctx != nullptr ? ctx->num_replicas_in_sync() : 1;
+  std::size_t i = 0;
+  while (i < updates.size()) {
+    std::size_t j = i;
+    std::int64_t width = 0;
+    std::vector<Tensor> pieces;
+    for (; j < updates.size() && updates[j].whole.dtype() == updates[i].whole.dtype(); ++j) {
+      const ShardedUpdate& u = updates[j];
+      const std::int64_t c = u.layout.padded, len = u.shard.num_elements();
+      if (n == 1 || c == 0) continue;  // one replica: the shard is the whole; empty: nothing to move
+      width += c;
+      if (len > 0) pieces.push_back(u.shard);
+      if (len < c) pieces.push_back(Tensor::zeros({c - len}, u.shard.dtype(), u.shard.device_name()));
+    }
+    Tensor all;
+    if (width > 0) all = ops::reshape(ctx->all_gather(ops::concat(pieces, 0), 0), {n, width});
+    std::int64_t offset = 0;
+    for (std::size_t k = i; k < j; ++k) {
+      ShardedUpdate u = updates[k];
+      const std::int64_t c = u.layout.padded, e = u.layout.num_elements;
+      if (c == 0) continue;
+      if (n == 1) {
+        write(u.whole, ops::reshape(u.shard, u.whole.shape().dims()));
+        continue;
+      }
+      const Tensor shards = ops::reshape(ops::slice(all, {0, offset}, {n, c}), {-1});  // [n·c]
+      write(u.whole, ops::reshape(ops::slice(shards, {0}, {e}), u.whole.shape().dims()));
+      offset += c;
+    }
+    i = j;
+  }
 }
 
 }  // namespace
@@ -205,7 +256,8 @@ void Optimizer::create_slots(const std::vector<Variable>& vars) {
                                            .name = str_cat(v.name(), "/", slot),
                                            .trainable = false,
                                            .synchronization = VariableSynchronization::kOnWrite,
-                                           .device = v.device()}));
+                                           .device = v.device(),
+                                           .shard_over_replicas = true}));
     }
     const std::vector<Variable> slots = entry.slots;
     {
@@ -319,18 +371,41 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
   // 6. Clipping, on the summed gradients.
   grads = clip(std::move(grads));
 
-  // 7–8. Weight decay and the update, on this replica's components.
+  // 7–8. Weight decay and the update, on this replica's components. Sharded slots (ZeRO stage 1,
+  // core/sharded_variable.h): this replica updates only its shard of the variable — the same
+  // elementwise arithmetic on the same inputs as the whole update, so the same bits — and the
+  // shards are all-gathered into every replica's whole weight afterwards.
+  std::vector<ShardedUpdate> sharded;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     Tensor w = ops::stop_gradient(vars[i].value());
     Tensor g = grads[i];
     if (g.device_name() != w.device_name()) g = g.to(w.device_name());
+    const ShardedVariable* shard_view = entries[i]->slots.empty() ? nullptr : as_sharded(entries[i]->slots.front());
+    Tensor target = w;  // what the update writes: the weight, or a copy of this replica's slice of it
+    if (shard_view != nullptr) {
+      const ShardLayout& layout = shard_view->layout();
+      CHORUS_ENFORCE(layout.num_elements == w.num_elements(), "slot of '", vars[i].name(), "' has ",
+                     layout.num_elements, " elements, the variable ", w.num_elements());
+      const int r = ctx != nullptr ? ctx->replica_id_in_sync_group() : 0;
+      const std::vector<std::int64_t> begin{layout.begin(r)}, length{layout.length(r)};
+      g = ops::slice(ops::reshape(g, {-1}), begin, length);
+      target = ops::slice(ops::reshape(w, {-1}), begin, length);  // a copy: tensors have no offset views
+      sharded.push_back({w, target, layout});
+    }
     if (uses_weight_decay(vars[i]))
-      update_in_place(w, ops::sub(w, ops::mul(w, ops::scalar_like(w, *common_.weight_decay * step.learning_rate))));
+      update_in_place(
+          target,
+          ops::sub(target, ops::mul(target, ops::scalar_like(target, *common_.weight_decay * step.learning_rate))));
     std::vector<Tensor> slots;
     slots.reserve(entries[i]->slots.size());
-    for (const Variable& s : entries[i]->slots) slots.push_back(s.value());
-    update_step(g, w, slots, step);
+    for (const Variable& s : entries[i]->slots) {
+      const ShardedVariable* sv = as_sharded(s);
+      CHORUS_ENFORCE((sv != nullptr) == (shard_view != nullptr), "slots of '", vars[i].name(), "' are partly sharded");
+      slots.push_back(sv != nullptr ? sv->local_shard() : s.value());
+    }
+    update_step(g, target, slots, step);
   }
+  gather_shards(ctx, sharded, [](Tensor& whole, const Tensor& value) { update_in_place(whole, value); });
 
   // 9. This replica's component of the counter.
   counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));

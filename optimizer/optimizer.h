@@ -56,6 +56,15 @@
 // MirroredVariables: non-trainable, zeros, named "<variable name>/<slot>" ("dense/kernel/m"), in a
 // deterministic order (variables in the order given, slots in the optimizer's order).
 //
+// Sharded slots (ZeRO stage 1, distribute/sharding_options.h, docs/sharding.md): slots ask for
+// VariableArgs::shard_over_replicas, so under MirroredStrategy with sharding stage 1 they are
+// ShardedVariables (core/sharded_variable.h) holding 1/n of the elements per replica. Steps 1–6
+// are unchanged (the full gradients are all-reduced and clipped); steps 7–8 then run on this
+// replica's flat slice of the gradient and of a copy of its weight, with its slot shards, and one
+// packed ReplicaContext::all_gather per step writes every replica's updated slices into each
+// replica's whole weight. update_step must therefore be elementwise (every built-in one is): it
+// gets tensors of one shape, not necessarily the variable's. The result is bitwise stage 0's.
+//
 // Errors (InvalidArgumentError unless noted; messages name the variable):
 //   - a gradient whose shape or dtype differs from its variable's;
 //   - a variable that is undefined, not floating-point, or listed twice;
@@ -190,7 +199,8 @@ class Optimizer : public train::Trackable {
   virtual std::vector<std::string> slot_names_impl() const = 0;
   // One variable's update. `variable` and `slots` are this replica's components (tensors aliasing
   // their storage, cut off from gradient tapes); write them with update_in_place only. `gradient`
-  // is the summed, clipped gradient with the variable's shape, dtype and device.
+  // is the summed, clipped gradient with the variable's shape, dtype and device — or, with sharded
+  // slots, all four are this replica's 1-D slices (see "Sharded slots" above).
   virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots, const Step& step) = 0;
   // Whether update_step needs Step::iterations (else a constant learning rate saves the read of
   // the counter, which waits for the replica's device stream).

@@ -1,0 +1,140 @@
+#include "distribute/sharded_variable.h"
+
+#include "core/distribution.h"
+#include "core/error.h"
+#include "distribute/replica_context.h"
+#include "ops/elementwise.h"
+#include "ops/shape_ops.h"
+
+namespace chorus::distribute {
+
+using chorus::internal::str_cat;
+
+namespace {
+// Checkpoints gather onto the host, so that a GPU replica 0 never holds a second whole copy.
+constexpr const char* kHostDevice = "/cpu:0";
+}  // namespace
+
+ZeroVariable::ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape,
+                           DType dtype, ShardLayout layout)
+    : strategy_(strategy),
+      components_(std::move(shards)),
+      name_(args.name),
+      trainable_(args.trainable),
+      aggregation_(args.aggregation),
+      shape_(std::move(shape)),
+      dtype_(dtype),
+      layout_(layout) {
+  CHORUS_REQUIRE(!components_.empty(), InvalidArgumentError, "ZeroVariable '", name_, "': no components");
+  CHORUS_ENFORCE(static_cast<int>(components_.size()) == layout_.num_shards, "ZeroVariable '", name_,
+                 "': ", components_.size(), " shards for a layout of ", layout_.num_shards);
+  for (std::size_t r = 0; r < components_.size(); ++r)
+    CHORUS_ENFORCE(components_[r].shape().num_elements() == layout_.length(static_cast<int>(r)), "ZeroVariable '",
+                   name_, "': shard ", r, " has ", components_[r].shape().num_elements(), " elements, the layout ",
+                   layout_.length(static_cast<int>(r)));
+}
+
+int ZeroVariable::replica_or_cross(const char* what) const {
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx == nullptr) return -1;
+  if (auto* mine = strategy_.current_replica_context()) return mine->local_replica_id();
+  // As MirroredVariable: the default strategy's replica context (a plain thread) reads like
+  // cross-replica code; another strategy's is a mistake.
+  CHORUS_REQUIRE(&ctx->strategy() == &chorus::get_strategy() && !has_strategy(), FailedPreconditionError, "variable '",
+                 name_, "' was created in the scope of ", strategy_.name(), " (", components_.size(),
+                 " replicas, ZeRO stage ", strategy_.sharding_stage(), ") and cannot be ", what, " in a replica of ",
+                 ctx->strategy().name(), " (a variable belongs to the strategy whose scope created it)");
+  return -1;
+}
+
+Tensor ZeroVariable::whole(const std::string& device) const {
+  std::vector<Tensor> parts;
+  for (const Variable& c : components_) {
+    if (c.shape().num_elements() == 0) continue;
+    Tensor t = c.value();
+    parts.push_back(t.device_name() == device ? t : t.to(device));
+  }
+  if (parts.empty()) return Tensor::zeros(shape_, dtype_, device);
+  // One part on `device` still aliases its component: copy it, the result is a new tensor.
+  Tensor flat = parts.size() == 1 ? parts[0].clone() : ops::concat(parts, 0);
+  return ops::reshape(flat, shape_.dims());
+}
+
+Tensor ZeroVariable::slice_of(const Tensor& whole_value, int r) const {
+  const int global = strategy_.worker_offset() + r;
+  return ops::slice(ops::reshape(whole_value, {-1}), {layout_.begin(global)}, {layout_.length(global)});
+}
+
+Tensor ZeroVariable::value() const {
+  const int r = replica_or_cross("read");
+  if (r >= 0) return components_[static_cast<std::size_t>(r)].value();
+  return whole(components_[0].device());
+}
+
+Tensor ZeroVariable::read_value() const {
+  const int r = replica_or_cross("read");
+  if (r >= 0) return components_[static_cast<std::size_t>(r)].read_value();
+  return whole(components_[0].device());
+}
+
+Tensor ZeroVariable::local_shard() const {
+  const int r = replica_or_cross("read");
+  if (r >= 0) return components_[static_cast<std::size_t>(r)].value();
+  CHORUS_REQUIRE(strategy_.num_replicas_in_sync() == 1, FailedPreconditionError, "local_shard of sharded variable '",
+                 name_, "' in cross-replica context of ", strategy_.name(), " (", strategy_.num_replicas_in_sync(),
+                 " replicas): each replica has its own shard; call it inside strategy.run");
+  return components_[0].value();
+}
+
+void ZeroVariable::check_whole(const Tensor& value, const char* what) const {
+  CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "variable '", name_, "': ", what, " of an undefined tensor");
+  CHORUS_REQUIRE(value.shape() == shape_ && value.dtype() == dtype_, InvalidArgumentError, "variable '", name_,
+                 "': ", what, " of a tensor with shape ", value.shape().to_string(), " and dtype ",
+                 dtype_name(value.dtype()), "; the sharded variable has shape ", shape_.to_string(), " and dtype ",
+                 dtype_name(dtype_), " (values are whole; each replica keeps its shard)");
+}
+
+void ZeroVariable::write(const Tensor& value, bool add) {
+  check_whole(value, add ? "assign_add" : "assign");
+  const int r = replica_or_cross("written");
+  auto apply = [add](Variable& v, const Tensor& t) {
+    if (add)
+      v.assign_add(t);
+    else
+      v.assign(t);
+  };
+  if (r < 0) {
+    for (std::size_t i = 0; i < components_.size(); ++i) apply(components_[i], slice_of(value, static_cast<int>(i)));
+    return;
+  }
+  Tensor combined = value;
+  const int replicas = strategy_.num_replicas_in_sync();
+  if (replicas > 1) {
+    StrategyReplicaContext* ctx = strategy_.current_replica_context();
+    switch (aggregation_) {
+      case VariableAggregation::kNone:
+        throw InvalidArgumentError(str_cat(
+            "You must specify an aggregation method to update a sharded variable in Replica Context (variable '", name_,
+            "', ", replicas,
+            " replicas). You can do so by passing an explicit value for `aggregation` (kSum, kMean or "
+            "kOnlyFirstReplica) in VariableArgs"));
+      case VariableAggregation::kSum: combined = ctx->all_reduce(ReduceOp::kSum, value); break;
+      case VariableAggregation::kMean: combined = ctx->all_reduce(ReduceOp::kMean, value); break;
+      case VariableAggregation::kOnlyFirstReplica: combined = ctx->broadcast(value, 0); break;
+    }
+  }
+  apply(components_[static_cast<std::size_t>(r)], slice_of(combined, r));
+}
+
+void ZeroVariable::assign(const Tensor& value) { write(value, false); }
+void ZeroVariable::assign_add(const Tensor& delta) { write(delta, true); }
+
+Tensor ZeroVariable::checkpoint_value() const { return whole(kHostDevice); }
+
+void ZeroVariable::restore(const Tensor& value) {
+  check_whole(value, "restore");
+  for (std::size_t r = 0; r < components_.size(); ++r)
+    components_[r].impl()->assign(slice_of(value, static_cast<int>(r)));  // → the shard's own device
+}
+
+}  // namespace chorus::distribute

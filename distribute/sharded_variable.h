@@ -1,0 +1,80 @@
+// ZeroVariable: MirroredStrategy's sharded variable (core/sharded_variable.h), what a variable
+// created with VariableArgs::shard_over_replicas becomes in the scope of a strategy with ZeRO
+// sharding on (distribute/sharding_options.h, stage >= 1) — at stage 1, the optimizer's slots.
+//
+// State: one plain component per replica, the 1-D shard [layout().length(r)] of the flattened
+// value, on replica r's device (named "<name>/shard_<r>"; an empty shard is a [0] variable). Only
+// ON_WRITE variables are sharded (the strategy mirrors the others).
+// Reading:
+//   - in a replica context of its strategy: that replica's shard (value() aliases its storage);
+//   - in cross-replica context (and in the default strategy's replica context, a plain thread):
+//     the shards concatenated in replica order on replica 0's device, reshaped to shape() — a new
+//     tensor each time (value() too: writes to it do not reach the variable);
+//   - in a replica context of another strategy: FailedPreconditionError.
+// Writing (values always have the whole variable's shape and dtype, else InvalidArgumentError):
+//   - replica context: combined across replicas by the aggregation, as MirroredVariable does (a
+//     collective; NONE with more than one replica → InvalidArgumentError), then each replica keeps
+//     its slice;
+//   - cross-replica context: assign = restore(value); assign_add adds each shard's slice.
+// checkpoint_value(): the whole tensor, the shards concatenated on the host CPU device (with
+// logical CPU replicas that is replica 0's device). restore(value): each shard gets its slice of
+// `value` (any device), so a checkpoint of any replica count (or of a MirroredVariable) restores.
+// No collective in either: the components are all in this process (stage 1 is in-process only).
+#pragma once
+
+#include <vector>
+
+#include "core/sharded_variable.h"
+#include "core/variable.h"
+#include "distribute/strategy.h"
+
+namespace chorus::distribute {
+
+class ZeroVariable final : public ShardedVariable {
+ public:
+  // `shards`: one per local replica, in replica order, each [layout.length(r)] on its device.
+  ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape, DType dtype,
+               ShardLayout layout);
+
+  const std::string& name() const override { return name_; }
+  bool trainable() const override { return trainable_; }
+  VariableSynchronization synchronization() const override { return VariableSynchronization::kOnWrite; }
+  VariableAggregation aggregation() const override { return aggregation_; }
+  const Shape& shape() const override { return shape_; }
+  DType dtype() const override { return dtype_; }
+  const std::string& device() const override { return components_[0].device(); }
+  Tensor value() const override;
+  Tensor read_value() const override;
+  void assign(const Tensor& value) override;
+  void assign_add(const Tensor& delta) override;
+
+  const std::vector<Variable>& components() const override { return components_; }
+  const Strategy& strategy() const override { return strategy_; }
+  Tensor checkpoint_value() const override;
+  void restore(const Tensor& value) override;
+
+  const ShardLayout& layout() const override { return layout_; }
+  Tensor local_shard() const override;
+
+ private:
+  // The local replica index on the calling thread, -1 in cross-replica context; throws for a
+  // replica context of another strategy.
+  int replica_or_cross(const char* what) const;
+  // The shards concatenated on `device`, with shape() (a new tensor).
+  Tensor whole(const std::string& device) const;
+  // Shard r's slice of a whole value (any device).
+  Tensor slice_of(const Tensor& whole_value, int r) const;
+  void check_whole(const Tensor& value, const char* what) const;
+  void write(const Tensor& value, bool add);
+
+  Strategy& strategy_;
+  std::vector<Variable> components_;
+  std::string name_;
+  bool trainable_;
+  VariableAggregation aggregation_;
+  Shape shape_;
+  DType dtype_;
+  ShardLayout layout_;
+};
+
+}  // namespace chorus::distribute

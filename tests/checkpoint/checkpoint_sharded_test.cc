@@ -1,0 +1,139 @@
+// Checkpoints under ZeRO stage 1 (distribute/sharding_options.h): a model and its Adam optimizer
+// saved from MirroredStrategy with stage 1 holds exactly the keys, shapes and values stage 0
+// writes (slots as full tensors, TensorFlow's layout); it restores onto stage 0, a stage-0 save
+// restores onto stage 1, and a 4-replica stage-1 save restores onto 3 replicas — slots restored
+// on creation, as always — and 3 more steps then equal the uninterrupted run.
+#include <gtest/gtest.h>
+
+#include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint.h"
+#include "tests/core/test_util.h"
+#include "tests/optimizer/sharding_util.h"
+
+namespace chorus::sharding_testing {
+namespace {
+
+using chorus::testing::TempDir;
+
+constexpr int kFirst = 4, kMore = 3;
+
+struct State {
+  std::vector<Tensor> weights;  // the model's trainable variables, host copies
+  std::vector<Tensor> slots;    // checkpoint_value of every slot, host copies
+  std::int64_t iterations = -1;
+};
+
+State snapshot(model::Sequential& m, optimizers::Optimizer& opt) {
+  State s;
+  for (const Variable& v : m.trainable_variables()) s.weights.push_back(v.read_value().to("/cpu:0"));
+  for (const auto& ref : opt.slot_variables()) s.slots.push_back(checkpoint_value(ref.slot).to("/cpu:0"));
+  s.iterations = opt.iterations().read_value().item<std::int64_t>();
+  return s;
+}
+
+// Trains steps [0, steps) with (k, stage); saves after kFirst steps to `save_path` when given.
+State train(int k, int stage, int steps, const std::string& save_path = "") {
+  distribute::MirroredStrategy strategy(cpus(k), {.sharding = {.stage = stage}});
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Optimizer> opt;
+  {
+    auto scope = strategy.scope();
+    m = make_model();
+    opt = make_optimizer(Opt::kAdam);
+  }
+  train_loop(strategy, *m, *opt, 0, std::min(steps, kFirst));
+  if (!save_path.empty()) {
+    train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
+    ckpt.write(save_path);
+  }
+  if (steps > kFirst) train_loop(strategy, *m, *opt, kFirst, steps - kFirst);
+  return snapshot(*m, *opt);
+}
+
+// Builds a fresh model and optimizer with (k, stage), restores `path` (the slots on creation, at
+// the first apply_gradients) and trains steps [kFirst, kFirst + kMore).
+State resume(int k, int stage, const std::string& path) {
+  distribute::MirroredStrategy strategy(cpus(k), {.sharding = {.stage = stage}});
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Optimizer> opt;
+  {
+    auto scope = strategy.scope();
+    m = make_model();
+    opt = make_optimizer(Opt::kAdam);
+  }
+  train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
+  train::LoadStatus status = ckpt.read(path);
+  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), kFirst);
+  train_loop(strategy, *m, *opt, kFirst, kMore);
+  status.assert_consumed();  // the slots were created, and restored, by the first step
+  for (const auto& ref : opt->slot_variables())
+    EXPECT_EQ(as_sharded(ref.slot) != nullptr, stage == 1) << ref.slot.name();
+  return snapshot(*m, *opt);
+}
+
+void expect_equal(const State& got, const State& want, double rel, const std::string& what) {
+  EXPECT_EQ(got.iterations, want.iterations) << what;
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  ASSERT_EQ(got.slots.size(), want.slots.size()) << what;
+  auto check = [&](const Tensor& a, const Tensor& b, const std::string& name) {
+    ASSERT_EQ(a.shape(), b.shape()) << what << " " << name;
+    if (rel == 0.0) {
+      EXPECT_EQ(bytes_of(a), bytes_of(b))
+          << what << " " << name << " (relative difference " << relative_difference(a, b) << ")";
+    } else {
+      EXPECT_LE(relative_difference(a, b), rel) << what << " " << name;
+    }
+  };
+  for (std::size_t i = 0; i < got.weights.size(); ++i)
+    check(got.weights[i], want.weights[i], "weight " + std::to_string(i));
+  for (std::size_t i = 0; i < got.slots.size(); ++i) check(got.slots[i], want.slots[i], "slot " + std::to_string(i));
+}
+
+class ShardedCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override { make_cpus(4); }
+  void TearDown() override { chorus::internal::reset_runtime_for_testing(); }
+  TempDir dir_;
+};
+
+TEST_F(ShardedCheckpoint, StageOneWritesTheKeysShapesAndValuesOfStageZero) {
+  const std::string p0 = dir_.path() + "/stage0", p1 = dir_.path() + "/stage1";
+  train(4, 0, kFirst, p0);
+  train(4, 1, kFirst, p1);
+  train::BundleReader r0(p0), r1(p1);
+  const std::vector<std::string> keys = r0.keys();
+  EXPECT_EQ(r1.keys(), keys);
+  int slot_keys = 0;
+  for (const std::string& key : keys) {
+    if (key.find(".OPTIMIZER_SLOT") != std::string::npos) ++slot_keys;
+    EXPECT_EQ(r1.entry(key).shape, r0.entry(key).shape) << key;
+    EXPECT_EQ(r1.entry(key).dtype, r0.entry(key).dtype) << key;
+    if (key == "_CHECKPOINTABLE_OBJECT_GRAPH") continue;  // serialized graph: compared by the keys above
+    EXPECT_EQ(bytes_of(r1.read(key)), bytes_of(r0.read(key))) << key;
+  }
+  EXPECT_EQ(slot_keys, 12) << "6 variables × Adam's m and v";  // full tensors, e.g. [5, 7]
+  const std::string kernel_m =
+      "model/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE";
+  ASSERT_TRUE(r1.contains(kernel_m)) << kernel_m;
+  EXPECT_EQ(r1.entry(kernel_m).shape, Shape({5, 7}));
+}
+
+TEST_F(ShardedCheckpoint, StageOneRestoresOntoStageZero) {
+  const State uninterrupted = train(4, 1, kFirst + kMore, dir_.path() + "/s1");
+  expect_equal(resume(4, 0, dir_.path() + "/s1"), uninterrupted, 0.0, "stage 1 → stage 0");
+}
+
+TEST_F(ShardedCheckpoint, StageZeroRestoresOntoStageOne) {
+  const State uninterrupted = train(4, 0, kFirst + kMore, dir_.path() + "/s0");
+  expect_equal(resume(4, 1, dir_.path() + "/s0"), uninterrupted, 0.0, "stage 0 → stage 1");
+}
+
+TEST_F(ShardedCheckpoint, FourReplicaStageOneRestoresOntoThreeReplicas) {
+  // The last 3 steps sum the gradients over 3 replicas instead of 4 (another rounding), so the
+  // comparison is to 1e-6 relative, not bitwise.
+  const State uninterrupted = train(4, 1, kFirst + kMore, dir_.path() + "/s1");
+  expect_equal(resume(3, 1, dir_.path() + "/s1"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 1");
+}
+
+}  // namespace
+}  // namespace chorus::sharding_testing

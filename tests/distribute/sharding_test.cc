@@ -1,0 +1,276 @@
+// ZeRO sharding under MirroredStrategy (distribute/sharding_options.h): the flat layout
+// (core/sharded_variable.h) for E ∈ {0, 1, 3, 35} × n ∈ {1..4}; the option's validation and log
+// stage; which variables become sharded; ZeroVariable's reads, writes, checkpoint_value and restore
+// (distribute/sharded_variable.h) with uneven and empty shards.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/config.h"
+#include "core/distribution.h"
+#include "core/runtime.h"
+#include "core/sharded_variable.h"
+#include "distribute/mirrored_strategy.h"
+#include "distribute/mirrored_variable.h"
+#include "distribute/sharded_variable.h"
+#include "ops/ops.h"
+#include "tests/core/test_util.h"
+
+namespace chorus::distribute {
+namespace {
+
+void make_cpus(int n) {
+  chorus::internal::reset_runtime_for_testing();
+  config::set_visible_devices({}, "GPU");
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = 64});
+  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
+}
+
+std::vector<std::string> cpus(int n) {
+  std::vector<std::string> d;
+  for (int i = 0; i < n; ++i) d.push_back("/cpu:" + std::to_string(i));
+  return d;
+}
+
+// --- ShardLayout ---
+
+TEST(ShardLayout, ShardsCoverEveryElementExactlyOnceInReplicaOrder) {
+  for (std::int64_t e : {0, 1, 3, 35}) {
+    for (int n = 1; n <= 4; ++n) {
+      const ShardLayout l = ShardLayout::of(e, n);
+      EXPECT_EQ(l.num_elements, e);
+      EXPECT_EQ(l.num_shards, n);
+      EXPECT_EQ(l.padded, (e + n - 1) / n) << "E=" << e << " n=" << n;
+      std::int64_t next = 0;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(l.begin(r), next) << "E=" << e << " n=" << n << " r=" << r;  // contiguous, no gap or overlap
+        EXPECT_GE(l.length(r), 0);
+        EXPECT_LE(l.length(r), l.padded);
+        next += l.length(r);
+      }
+      EXPECT_EQ(next, e) << "E=" << e << " n=" << n;  // covers [0, E)
+    }
+  }
+}
+
+TEST(ShardLayout, UnevenAndEmptyShards) {
+  const ShardLayout a = ShardLayout::of(35, 4);  // c = 9
+  EXPECT_EQ((std::vector<std::int64_t>{a.length(0), a.length(1), a.length(2), a.length(3)}),
+            (std::vector<std::int64_t>{9, 9, 9, 8}));
+  const ShardLayout b = ShardLayout::of(1, 4);
+  EXPECT_EQ((std::vector<std::int64_t>{b.length(0), b.length(1), b.length(2), b.length(3)}),
+            (std::vector<std::int64_t>{1, 0, 0, 0}));
+  EXPECT_EQ(b.begin(3), 1);
+  const ShardLayout c = ShardLayout::of(3, 2);  // c = 2: 2, 1
+  EXPECT_EQ(c.length(0), 2);
+  EXPECT_EQ(c.length(1), 1);
+  const ShardLayout d = ShardLayout::of(5, 4);  // c = 2: 2, 2, 1, 0
+  EXPECT_EQ((std::vector<std::int64_t>{d.length(0), d.length(1), d.length(2), d.length(3)}),
+            (std::vector<std::int64_t>{2, 2, 1, 0}));
+  const ShardLayout z = ShardLayout::of(0, 3);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(z.length(r), 0);
+}
+
+TEST(ShardLayout, RejectsBadArguments) {
+  EXPECT_THROW(ShardLayout::of(-1, 2), InvalidArgumentError);
+  EXPECT_THROW(ShardLayout::of(4, 0), InvalidArgumentError);
+}
+
+// --- options ---
+
+TEST(ShardingOptions, StagesTwoAndThreeAreUnimplementedOthersInvalid) {
+  make_cpus(2);
+  for (int stage : {2, 3}) {
+    try {
+      MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
+      ADD_FAILURE() << "stage " << stage << " was accepted";
+    } catch (const UnimplementedError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("stage " + std::to_string(stage)), std::string::npos) << what;
+      EXPECT_NE(what.find("stage 1"), std::string::npos) << what;
+    }
+  }
+  for (int stage : {-1, 4, 17}) {
+    try {
+      MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
+      ADD_FAILURE() << "stage " << stage << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(stage)), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ShardingOptions, StageIsReportedAndLogged) {
+  make_cpus(2);
+  ::testing::internal::CaptureStderr();
+  MirroredStrategy one(cpus(2), {.sharding = {.stage = 1}});
+  MirroredStrategy zero(cpus(2));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(one.sharding_stage(), 1);
+  EXPECT_EQ(zero.sharding_stage(), 0);
+  EXPECT_EQ(OneDeviceStrategy("/cpu:0").sharding_stage(), 0);
+  EXPECT_EQ(get_strategy().sharding_stage(), 0);
+  EXPECT_NE(log.find("ZeRO stage 1 (optimizer slots partitioned over 2 replicas)"), std::string::npos) << log;
+  EXPECT_NE(log.find("sharding: off (ZeRO stage 0)"), std::string::npos) << log;
+}
+
+// --- which variables are sharded ---
+
+TEST(ZeroVariable, OnlyOnWriteVariablesAskingForItAtStageOne) {
+  make_cpus(3);
+  MirroredStrategy one(cpus(3), {.sharding = {.stage = 1}});
+  MirroredStrategy zero(cpus(3));
+  const Tensor init = Tensor::from_vector<float>({1, 2, 3, 4, 5}, {5});
+  {
+    auto scope = one.scope();
+    Variable asked =
+        make_variable({.initial_value = init, .name = "m", .trainable = false, .shard_over_replicas = true});
+    Variable plain = make_variable({.initial_value = init, .name = "w"});
+    Variable on_read = make_variable({.initial_value = init,
+                                      .name = "acc",
+                                      .trainable = false,
+                                      .synchronization = VariableSynchronization::kOnRead,
+                                      .aggregation = VariableAggregation::kSum,
+                                      .shard_over_replicas = true});
+    ASSERT_NE(as_sharded(asked), nullptr);
+    EXPECT_NE(dynamic_cast<ZeroVariable*>(asked.impl().get()), nullptr);
+    EXPECT_EQ(as_sharded(plain), nullptr);
+    EXPECT_NE(dynamic_cast<MirroredVariable*>(plain.impl().get()), nullptr);
+    EXPECT_EQ(as_sharded(on_read), nullptr);
+    EXPECT_NE(dynamic_cast<MirroredVariable*>(on_read.impl().get()), nullptr);
+  }
+  {
+    auto scope = zero.scope();
+    Variable asked = make_variable({.initial_value = init, .name = "m", .shard_over_replicas = true});
+    EXPECT_EQ(as_sharded(asked), nullptr);  // stage 0: mirrored, as always
+    EXPECT_NE(dynamic_cast<MirroredVariable*>(asked.impl().get()), nullptr);
+  }
+  // No strategy: a plain variable.
+  Variable lone = make_variable({.initial_value = init, .name = "m", .shard_over_replicas = true});
+  EXPECT_EQ(as_distributed(lone), nullptr);
+}
+
+// 35 elements over 4 replicas (9, 9, 9, 8), as a [5, 7] variable with values 0..34.
+std::vector<float> iota(int n, float start = 0) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(ZeroVariable, ComponentsAreTheFlatShardsOnEachReplicasDevice) {
+  make_cpus(4);
+  MirroredStrategy s(cpus(4), {.sharding = {.stage = 1}});
+  auto scope = s.scope();
+  Variable v = make_variable({.initial_value = Tensor::from_vector<float>(iota(35), {5, 7}),
+                              .name = "k/m",
+                              .trainable = false,
+                              .shard_over_replicas = true});
+  ShardedVariable* sv = as_sharded(v);
+  ASSERT_NE(sv, nullptr);
+  EXPECT_EQ(v.shape(), Shape({5, 7}));
+  EXPECT_EQ(v.dtype(), DType::kFloat32);
+  EXPECT_EQ(v.name(), "k/m");
+  EXPECT_FALSE(v.trainable());
+  EXPECT_EQ(v.synchronization(), VariableSynchronization::kOnWrite);
+  EXPECT_EQ(v.device(), s.replica_devices()[0]);
+  EXPECT_EQ(&sv->strategy(), &s);
+  ASSERT_EQ(sv->components().size(), 4u);
+  const std::vector<std::int64_t> begin{0, 9, 18, 27}, length{9, 9, 9, 8};
+  for (std::size_t r = 0; r < 4; ++r) {
+    const Variable& c = sv->components()[r];
+    EXPECT_EQ(c.device(), s.replica_devices()[r]);
+    EXPECT_EQ(c.shape(), Shape({length[r]}));
+    EXPECT_EQ(c.read_value().to_vector<float>(), iota(static_cast<int>(length[r]), static_cast<float>(begin[r])));
+  }
+  // Cross-replica reads: the whole variable, a new tensor.
+  EXPECT_EQ(v.read_value().shape(), Shape({5, 7}));
+  EXPECT_EQ(v.read_value().to_vector<float>(), iota(35));
+  EXPECT_EQ(v.value().to_vector<float>(), iota(35));
+  EXPECT_EQ(sv->checkpoint_value().shape(), Shape({5, 7}));
+  EXPECT_EQ(sv->checkpoint_value().to_vector<float>(), iota(35));
+  EXPECT_THROW(sv->local_shard(), FailedPreconditionError);
+}
+
+TEST(ZeroVariable, ReplicaContextReadsAndWritesItsShard) {
+  make_cpus(3);
+  MirroredStrategy s(cpus(3), {.sharding = {.stage = 1}});
+  Variable v, summed;
+  {
+    auto scope = s.scope();
+    v = make_variable({.initial_value = Tensor::from_vector<float>(iota(7), {7}),
+                       .name = "v",
+                       .trainable = false,
+                       .shard_over_replicas = true});
+    summed = make_variable({.initial_value = Tensor::zeros({7}),
+                            .name = "s",
+                            .aggregation = VariableAggregation::kSum,
+                            .shard_over_replicas = true});
+  }
+  // 7 over 3: c = 3 → 3, 3, 1.
+  auto lengths = s.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    Tensor mine = v.value();
+    EXPECT_TRUE(mine.device_name() == s.replica_devices()[static_cast<std::size_t>(r)]);
+    Tensor local = as_sharded(v)->local_shard();
+    local.add_inplace(Tensor::ones(local.shape(), DType::kFloat32, local.device_name()));  // in place, aliasing
+    // A whole value: combined across replicas (SUM), each keeps its slice.
+    summed.assign_add(Tensor::from_vector<float>(iota(7, static_cast<float>(r)), {7}).to(local.device_name()));
+    EXPECT_THROW(v.assign(Tensor::zeros({7}).to(local.device_name())), InvalidArgumentError);  // NONE, 3 replicas
+    return mine.num_elements();
+  });
+  EXPECT_EQ(lengths.values(), (std::vector<std::int64_t>{3, 3, 1}));
+  EXPECT_EQ(v.read_value().to_vector<float>(), iota(7, 1));
+  // Σ_r (i + r) = 3i + 3.
+  std::vector<float> want;
+  for (int i = 0; i < 7; ++i) want.push_back(static_cast<float>(3 * i + 3));
+  EXPECT_EQ(summed.read_value().to_vector<float>(), want);
+}
+
+TEST(ZeroVariable, CrossReplicaWritesRestoreAndShapeErrors) {
+  make_cpus(4);
+  MirroredStrategy s(cpus(4), {.sharding = {.stage = 1}});
+  auto scope = s.scope();
+  Variable bias = make_variable(
+      {.initial_value = Tensor::from_vector<float>({5}, {1}), .name = "b/m", .shard_over_replicas = true});
+  ShardedVariable* sv = as_sharded(bias);
+  ASSERT_NE(sv, nullptr);
+  EXPECT_EQ(sv->components()[0].shape(), Shape({1}));
+  for (std::size_t r = 1; r < 4; ++r) EXPECT_EQ(sv->components()[r].shape(), Shape({0}));  // empty shards
+  EXPECT_EQ(bias.read_value().to_vector<float>(), std::vector<float>{5});
+  bias.assign(Tensor::from_vector<float>({2}, {1}));
+  bias.assign_add(Tensor::from_vector<float>({1}, {1}));
+  EXPECT_EQ(bias.read_value().to_vector<float>(), std::vector<float>{3});
+  EXPECT_THROW(bias.assign(Tensor::zeros({2})), InvalidArgumentError);
+  EXPECT_THROW(bias.assign(Tensor::zeros({1}, DType::kFloat64)), InvalidArgumentError);
+
+  Variable k = make_variable({.initial_value = Tensor::zeros({5, 7}), .name = "k/m", .shard_over_replicas = true});
+  as_sharded(k)->restore(Tensor::from_vector<float>(iota(35, 100), {5, 7}));
+  EXPECT_EQ(as_sharded(k)->components()[3].read_value().to_vector<float>(), iota(8, 127));
+  EXPECT_EQ(as_sharded(k)->checkpoint_value().to_vector<float>(), iota(35, 100));
+
+  Variable empty = make_variable({.initial_value = Tensor::zeros({0, 3}), .name = "e/m", .shard_over_replicas = true});
+  ASSERT_NE(as_sharded(empty), nullptr);
+  EXPECT_EQ(as_sharded(empty)->checkpoint_value().shape(), Shape({0, 3}));
+  as_sharded(empty)->restore(Tensor::zeros({0, 3}));
+
+  Variable scalar =
+      make_variable({.initial_value = Tensor::scalar<float>(4), .name = "s/m", .shard_over_replicas = true});
+  EXPECT_EQ(scalar.read_value().shape(), Shape({}));
+  EXPECT_EQ(scalar.read_value().item<float>(), 4.0f);
+}
+
+TEST(ZeroVariable, UsedInAnotherStrategysReplicaIsAnError) {
+  make_cpus(2);
+  MirroredStrategy a(cpus(2), {.sharding = {.stage = 1}});
+  MirroredStrategy b(cpus(2));
+  Variable v;
+  {
+    auto scope = a.scope();
+    v = make_variable({.initial_value = Tensor::zeros({4}), .name = "v", .shard_over_replicas = true});
+  }
+  EXPECT_THROW(b.run([&] { (void)v.value(); }), FailedPreconditionError);
+}
+
+}  // namespace
+}  // namespace chorus::distribute
