@@ -343,7 +343,9 @@ namespace {
 // float32 <-> bfloat16, the conversions mixed precision runs on every weight and gradient each
 // step: blocks of 16 with a fixed trip count (which -O2's cheap vectorizer takes), compiled for
 // AVX-512, AVX2 and the x86-64 baseline, the best chosen when the library loads.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under TSan: an ifunc resolver runs during relocation, before the TSan runtime is up, and its
+// instrumented entry crashes the process (the sanitized build takes the baseline loop).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CHORUS_CONVERT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CHORUS_CONVERT_CLONES

@@ -30,7 +30,9 @@ inline void adam_element(T* w, T* m, T* v, const T* g, std::int64_t i, T alpha, 
 // the caller), are vectorized (this file is built with -fno-math-errno, so std::sqrt is a plain
 // vsqrtps; SIMD sqrt and division round exactly as the scalar ones), and compiled for AVX2 and
 // the baseline. AVX2 has no FMA, so nothing is contracted.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under TSan: an ifunc resolver runs during relocation, before the TSan runtime is up, and its
+// instrumented entry crashes the process (the sanitized build takes the baseline loop).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CHORUS_ADAM_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CHORUS_ADAM_CLONES
