@@ -33,8 +33,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/distributed_variable.h"
+#include "core/distribution.h"
 #include "core/variable.h"
 
 namespace chorus {
@@ -71,5 +73,30 @@ class ShardedVariable : public DistributedVariable {
 // The sharded view of `v`, or nullptr when `v` is undefined, plain or mirrored. Constness is
 // shallow, as with as_distributed.
 ShardedVariable* as_sharded(const Variable& v);
+
+// What a replica context of a strategy that shards state offers besides ReplicaContext
+// (core/distribution.h): its ZeRO stage and the gradient reduce-scatter of stage 2. The optimizer
+// finds it with sharding_collectives(ctx) (nullptr for the default replica context and for
+// strategies that do not shard), so optimizer/ needs no class of distribute/.
+class ShardingCollectives {
+ public:
+  virtual ~ShardingCollectives() = default;
+  // The strategy's ZeRO stage (distribute/sharding_options.h): 0 off, 1 slots, 2 slots and
+  // gradients.
+  virtual int sharding_stage() const = 0;
+  // A collective (every replica calls it with the same shapes, dtypes and layouts, in the same
+  // order): this replica's shard [layouts[i].length(r)] (1-D, r = replica_id_in_sync_group) of
+  // op(values[i] over the replicas), on this replica's device, for each i; values[i] has any
+  // shape of layouts[i].num_elements elements (layouts[i].num_shards = the replicas in sync).
+  // Packed: consecutive values of one dtype go in one even-split reduce-scatter, rank-major (each
+  // value flattened, zero-padded to n·c_i and viewed [n, c_i]; the [n, Σc_i] concatenation
+  // reduce-scattered to [Σc_i]). One replica: the values flattened. Undefined values are an error.
+  virtual std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+                                                    const std::vector<ShardLayout>& layouts) = 0;
+};
+
+// `ctx`'s sharding collectives, or nullptr (ctx nullptr, the default replica context, or a
+// strategy's context that does not implement them).
+ShardingCollectives* sharding_collectives(ReplicaContext* ctx);
 
 }  // namespace chorus

@@ -12,8 +12,8 @@
 // here, before any replica runs. Logs "Using MirroredStrategy with devices (...)" as TF does.
 // OneDeviceStrategy: one replica, on the calling thread, ops and variables placed on `device`.
 // With options.sharding.stage = 1 (ZeRO stage 1) the optimizer's slots are sharded over the
-// replicas (distribute/sharded_variable.h); the log line names the stage; sharding_stage()
-// reports it.
+// replicas (distribute/sharded_variable.h); at stage 2 the gradients are reduce-scattered too; the
+// log line names the stage; sharding_stage() reports it.
 // Errors: an unknown or repeated device → InvalidArgumentError listing the devices that exist;
 // an unavailable or invalid sharding stage (sharding_options.h).
 #pragma once
@@ -36,8 +36,9 @@ struct MirroredStrategyOptions {
   // implementation must be kAuto or equal the cross-device ops chosen (InvalidArgumentError).
   CommunicationOptions communication_options;
   // ZeRO sharding (distribute/sharding_options.h, docs/sharding.md): {.stage = 1} partitions the
-  // optimizer slots over the replicas. Stage 2 or 3 → UnimplementedError, any other value outside
-  // 0..3 → InvalidArgumentError, both here. (MultiWorkerMirroredStrategy has no such option yet.)
+  // optimizer slots over the replicas, {.stage = 2} the gradients too. Stage 3 →
+  // UnimplementedError, any other value outside 0..3 → InvalidArgumentError, both here. (MultiWorkerMirroredStrategy
+  // has no such option yet.)
   ShardingOptions sharding;
 };
 

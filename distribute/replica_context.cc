@@ -154,6 +154,102 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
   return internal::all_gather_uneven(comm(), local(value, device), a, device, strategy_.timeout());
 }
 
+int StrategyReplicaContext::sharding_stage() const { return strategy_.sharding_stage(); }
+
+std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+                                                                  const std::vector<ShardLayout>& layouts) {
+  const int n = num_replicas_in_sync();
+  const int r = replica_id_in_sync_group();
+  CHORUS_REQUIRE(values.size() == layouts.size(), InvalidArgumentError, "reduce_scatter_shards: ", values.size(),
+                 " values and ", layouts.size(), " layouts");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    CHORUS_REQUIRE(values[i].defined(), InvalidArgumentError, "reduce_scatter_shards: value ", i,
+                   " is undefined (replica ", replica_, ")");
+    CHORUS_REQUIRE(values[i].num_elements() == layouts[i].num_elements && layouts[i].num_shards == n,
+                   InvalidArgumentError, "reduce_scatter_shards: value ", i, " has ", values[i].num_elements(),
+                   " elements, its layout ", layouts[i].num_elements, " over ", layouts[i].num_shards, " shards (", n,
+                   " replicas)");
+  }
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  std::vector<Tensor> out(values.size());
+  if (n == 1) {
+    for (std::size_t i = 0; i < values.size(); ++i) out[i] = ops::reshape(local(values[i], device), {-1});
+    return out;
+  }
+  const CommunicationOptions& options = strategy_.communication_options();
+  const Compression compression = options.compression.value_or(Compression::kNone);
+  const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
+  const auto timeout = options.timeout_seconds > 0
+                           ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
+                           : strategy_.timeout();
+  auto padded_bytes = [&](std::size_t i) {
+    return static_cast<std::int64_t>(n) * layouts[i].padded * static_cast<std::int64_t>(dtype_size(values[i].dtype()));
+  };
+  std::size_t i = 0;
+  while (i < values.size()) {
+    // Empty values have an empty shard everywhere: nothing to move.
+    if (layouts[i].num_elements == 0) {
+      out[i] = Tensor::zeros({0}, values[i].dtype(), device);
+      ++i;
+      continue;
+    }
+    std::vector<std::size_t> members{i};
+    std::int64_t bytes = padded_bytes(i);
+    std::size_t j = i + 1;
+    for (; j < values.size(); ++j) {
+      if (layouts[j].num_elements == 0) {  // nothing to move; does not end the pack
+        out[j] = Tensor::zeros({0}, values[j].dtype(), device);
+        continue;
+      }
+      if (values[j].dtype() != values[i].dtype() || bytes + padded_bytes(j) > pack_bytes) break;
+      bytes += padded_bytes(j);
+      members.push_back(j);
+    }
+    const DType dtype = values[i].dtype();
+    const DType wire = wire_dtype(dtype, compression);
+    // Rank-major pack [n, Σc]: row q holds every member's q-th padded block.
+    std::int64_t width = 0;
+    std::vector<Tensor> blocks;
+    for (std::size_t m : members) {
+      const ShardLayout& l = layouts[m];
+      Tensor flat = ops::reshape(local(values[m], device), {-1});
+      const std::int64_t pad = static_cast<std::int64_t>(n) * l.padded - l.num_elements;
+      if (pad > 0) flat = ops::concat({flat, Tensor::zeros({pad}, dtype, device)}, 0);
+      blocks.push_back(ops::reshape(flat, {n, l.padded}));
+      width += l.padded;
+    }
+    Tensor packed = blocks.size() == 1 ? blocks[0] : ops::concat(blocks, 1);
+    blocks.clear();
+    packed = ops::reshape(packed, {-1});
+    const bool compress = wire != dtype;
+    Tensor send = compress ? ops::cast(packed, wire) : packed;
+    const std::int64_t in_bytes = static_cast<std::int64_t>(packed.nbytes());
+    packed = Tensor();
+    Tensor received = Tensor::empty({width}, wire, device);
+    {
+      drain_if_profiling(send);
+      profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+      comm().reduce_scatter(send, received, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+    }
+    auto& c = strategy_.counters_;
+    c.collectives.fetch_add(1, std::memory_order_relaxed);
+    c.bytes.fetch_add(static_cast<std::int64_t>(send.nbytes()), std::memory_order_relaxed);
+    c.uncompressed_bytes.fetch_add(in_bytes, std::memory_order_relaxed);
+    send = Tensor();
+    if (compress) received = ops::cast(received, dtype);
+    std::int64_t offset = 0;
+    for (std::size_t m : members) {
+      const ShardLayout& l = layouts[m];
+      const std::int64_t len = l.length(r);
+      // A slice is a copy, so the shard does not keep the whole pack alive.
+      out[m] = len == width ? received : ops::slice(received, {offset}, {len});
+      offset += l.padded;
+    }
+    i = j;
+  }
+  return out;
+}
+
 Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {
   CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "broadcast: undefined tensor (replica ", replica_, ")");
   if (num_replicas_in_sync() == 1) return value;

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "core/distribution.h"
+#include "core/sharded_variable.h"
 #include "distribute/communication_options.h"
 
 namespace chorus::collective {
@@ -18,7 +19,7 @@ namespace chorus::distribute {
 
 class Strategy;
 
-class StrategyReplicaContext final : public ReplicaContext {
+class StrategyReplicaContext final : public ReplicaContext, public ShardingCollectives {
  public:
   // `replica`: the local replica index (0..num_local_replicas()-1) on this process.
   StrategyReplicaContext(Strategy& strategy, int replica);
@@ -40,6 +41,13 @@ class StrategyReplicaContext final : public ReplicaContext {
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) override;
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values, const CommunicationOptions& options);
   Tensor all_gather(const Tensor& value, int axis) override;
+  // ZeRO (core/sharded_variable.h's ShardingCollectives): the strategy's sharding stage, and the
+  // stage-2 gradient reduce-scatter. Packs follow all_reduce's rule (consecutive values of one
+  // dtype up to the strategy's bytes_per_pack, counted padded) and its compression (a float32 or
+  // float64 pack is cast to the wire dtype, reduce-scattered, cast back); the counters count it.
+  int sharding_stage() const override;
+  std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+                                            const std::vector<ShardLayout>& layouts) override;
   // Replica `root`'s value on every replica (for ONLY_FIRST_REPLICA variables); root is a
   // replica id in sync group.
   Tensor broadcast(const Tensor& value, int root);

@@ -1,6 +1,6 @@
 // ZeroVariable: MirroredStrategy's sharded variable (core/sharded_variable.h), what a variable
 // created with VariableArgs::shard_over_replicas becomes in the scope of a strategy with ZeRO
-// sharding on (distribute/sharding_options.h, stage >= 1) — at stage 1, the optimizer's slots.
+// sharding on (distribute/sharding_options.h, stage >= 1) — at stages 1 and 2, the optimizer's slots.
 //
 // State: one plain component per replica, the 1-D shard [layout().length(r)] of the flattened
 // value, on replica r's device (named "<name>/shard_<r>"; an empty shard is a [0] variable). Only
@@ -19,7 +19,7 @@
 // checkpoint_value(): the whole tensor, the shards concatenated on the host CPU device (with
 // logical CPU replicas that is replica 0's device). restore(value): each shard gets its slice of
 // `value` (any device), so a checkpoint of any replica count (or of a MirroredVariable) restores.
-// No collective in either: the components are all in this process (stage 1 is in-process only).
+// No collective in either: the components are all in this process (stages 1 and 2 are in-process only).
 #pragma once
 
 #include <vector>

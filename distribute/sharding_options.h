@@ -9,11 +9,16 @@
 //      only its shard of each variable, and the updated parameters are all-gathered after the
 //      update (one collective per step). Gradients are all-reduced in full, as at stage 0. The
 //      weights after each step are those of stage 0 (the same arithmetic per element).
-//   2  (not yet) plus gradients: reduce-scatter instead of all-reduce.
+//   2  plus gradients: the gradients of variables with sharded slots are reduce-scattered (one
+//      packed collective) instead of all-reduced, so each replica receives only its shard of the
+//      summed gradient; clipping by norm all-reduces the partial sums of squares (one small
+//      collective), a LossScaleOptimizer's finite check one flag. The weights equal stage 0's to
+//      rounding (a norm's sum order differs; without clipnorm/global_clipnorm the reduced values
+//      are those of the backend's reduce-scatter instead of its all-reduce).
 //   3  (not yet) plus parameters (FSDP): gathered before a layer needs them, freed after.
-// Validation happens in the strategy's constructor, before any replica starts: stage 2 or 3 →
-// UnimplementedError (they are planned, not available: use stage 1); anything else outside
-// 0..3 → InvalidArgumentError. MultiWorkerMirroredStrategy does not take this option yet.
+// Validation happens in the strategy's constructor, before any replica starts: stage 3 →
+// UnimplementedError (planned, not available: use stage 2); anything else outside 0..3 →
+// InvalidArgumentError. MultiWorkerMirroredStrategy does not take this option yet.
 // Which variables are sharded: those created with VariableArgs::shard_over_replicas (the
 // optimizer's slots) — see core/sharded_variable.h for the layout and the view. Checkpoints hold
 // full tensors under the keys MirroredStrategy writes, restorable onto any replica count.
@@ -22,7 +27,7 @@
 namespace chorus::distribute {
 
 struct ShardingOptions {
-  int stage = 0;  // 0 (off) or 1; 2 and 3 → UnimplementedError; see above
+  int stage = 0;  // 0 (off), 1 or 2; 3 → UnimplementedError; see above
 };
 
 }  // namespace chorus::distribute

@@ -45,6 +45,10 @@ Tensor all_gather_uneven(collective::Communicator& comm, const Tensor& value, in
   dims[0] = longest * n;
   Tensor all = Tensor::empty(Shape(dims), front.dtype(), device);
   gather(comm, front, all, timeout);
+  // Even (every replica sent `longest`): `all` is the result as it is; slicing and joining would
+  // hold two more copies of it at once.
+  if (std::all_of(len.begin(), len.end(), [longest](std::int64_t l) { return l == longest; }))
+    return axis == 0 ? all : ops::transpose(all, inverse);
   std::vector<Tensor> parts;
   for (int r = 0; r < n; ++r) {
     std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), size = front.shape().dims();

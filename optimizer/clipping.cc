@@ -15,15 +15,21 @@ void require_clip_norm(double clip_norm, const char* what) {
                  ": clip_norm must be a finite number > 0, got ", clip_norm);
 }
 
+}  // namespace
+
 // Σ g² over all elements, accumulated in float64 (a float64 scalar on g's device).
 Tensor sum_of_squares(const Tensor& g) { return ops::reduce_sum(ops::square(ops::cast(g, DType::kFloat64))); }
-
-}  // namespace
 
 Tensor clip_by_norm(const Tensor& gradient, double clip_norm) {
   require_clip_norm(clip_norm, "clip_by_norm");
   if (!gradient.defined()) return gradient;
-  const Tensor norm = ops::sqrt(sum_of_squares(gradient));
+  return clip_by_norm(gradient, clip_norm, ops::sqrt(sum_of_squares(gradient)));
+}
+
+Tensor clip_by_norm(const Tensor& gradient, double clip_norm, const Tensor& norm_in) {
+  require_clip_norm(clip_norm, "clip_by_norm");
+  if (!gradient.defined()) return gradient;
+  const Tensor norm = norm_in.device_name() == gradient.device_name() ? norm_in : norm_in.to(gradient.device_name());
   // c / max(‖g‖, c): exactly 1 when ‖g‖ <= c (a zero gradient included).
   const Tensor factor =
       ops::div(ops::scalar_like(norm, clip_norm), ops::maximum(norm, ops::scalar_like(norm, clip_norm)));
@@ -48,7 +54,11 @@ Tensor global_norm(const std::vector<Tensor>& gradients) {
 
 std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm) {
   require_clip_norm(clip_norm, "clip_by_global_norm");
-  const Tensor norm = global_norm(gradients);
+  return clip_by_global_norm(gradients, clip_norm, global_norm(gradients));
+}
+
+std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm, const Tensor& norm) {
+  require_clip_norm(clip_norm, "clip_by_global_norm");
   // Keras: clip · min(1/norm, 1/clip) + (norm − norm). 1/0 = inf, so a zero norm scales by 1; an
   // inf or NaN norm makes the scale NaN.
   Tensor scale = ops::mul(ops::scalar_like(norm, clip_norm),

@@ -31,4 +31,13 @@ Tensor global_norm(const std::vector<Tensor>& gradients);
 std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm);
 Tensor clip_by_value(const Tensor& gradient, double clip_value_min, double clip_value_max);
 
+// For gradients split over replicas (ZeRO stage 2, docs/sharding.md): the norms are computed
+// from partial sums of squares combined across the replicas, then applied to each piece.
+// Σ g² over all elements of `gradient`, a float64 scalar on its device (0 for no elements).
+Tensor sum_of_squares(const Tensor& gradient);
+// clip_by_norm / clip_by_global_norm with the norm given (a float64 scalar: ‖g‖, resp. the
+// global norm): the same formulas, on any piece of the gradients.
+Tensor clip_by_norm(const Tensor& gradient, double clip_norm, const Tensor& norm);
+std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm, const Tensor& norm);
+
 }  // namespace chorus::optimizers

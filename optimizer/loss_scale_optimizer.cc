@@ -81,7 +81,10 @@ std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(std::vector<Tenso
 }
 
 bool LossScaleOptimizer::update_loss_scale(const std::vector<Tensor>& summed_gradients) {
-  bool finite = true;  // the same answer on every replica: the gradients are the all-reduced ones
+  // The same answer on every replica: the gradients are the all-reduced ones — or, at ZeRO stage 2,
+  // this replica's shards followed by a scalar that is NaN when any replica's shard is not finite
+  // (Optimizer::apply_gradients_with), which makes every replica's check fail alike.
+  bool finite = true;
   for (const Tensor& g : summed_gradients) finite = finite && (!g.defined() || ops::all_finite(g));
   if (!options_.dynamic) return finite;
   Tensor scale = current_loss_scale_.value();  // this replica's components (see optimizer.h)

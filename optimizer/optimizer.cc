@@ -15,6 +15,7 @@
 #include "core/sharded_variable.h"
 #include "core/strings.h"
 #include "ops/elementwise.h"
+#include "ops/reduction.h"
 #include "ops/shape_ops.h"
 #include "optimizer/clipping.h"
 #include "optimizer/detail.h"
@@ -125,12 +126,84 @@ void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& update
         write(u.whole, ops::reshape(u.shard, u.whole.shape().dims()));
         continue;
       }
-      const Tensor shards = ops::reshape(ops::slice(all, {0, offset}, {n, c}), {-1});  // [n·c]
-      write(u.whole, ops::reshape(ops::slice(shards, {0}, {e}), u.whole.shape().dims()));
+      // [n·c]; no copies when the pack holds this variable alone and it has no padding
+      const Tensor shards = ops::reshape(c == width ? all : ops::slice(all, {0, offset}, {n, c}), {-1});
+      write(u.whole, ops::reshape(e == n * c ? shards : ops::slice(shards, {0}, {e}), u.whole.shape().dims()));
       offset += c;
     }
     i = j;
   }
+}
+
+// ZeRO stage 2: whether `ctx` belongs to a strategy whose gradients are reduce-scattered.
+bool reduces_to_shards(ReplicaContext* ctx) {
+  const ShardingCollectives* sc = sharding_collectives(ctx);
+  return sc != nullptr && sc->sharding_stage() >= 2;
+}
+
+// Stage 2's finite check for a LossScaleOptimizer: Σ (g − g) over this replica's shards in
+// float64, summed over the replicas — 0 when every element of every replica's shards is finite,
+// NaN otherwise (inf − inf and NaN − NaN are NaN), the same bits on every replica.
+Tensor shared_finite_probe(ReplicaContext* ctx, const std::vector<Tensor>& shards) {
+  Tensor total;
+  for (const Tensor& g : shards) {
+    Tensor s = ops::reduce_sum(ops::cast(ops::sub(g, g), DType::kFloat64));
+    total =
+        total.defined() ? ops::add(total, s.device_name() == total.device_name() ? s : s.to(total.device_name())) : s;
+  }
+  if (!total.defined()) return Tensor::scalar<double>(0.0);
+  return ctx->all_reduce(ReduceOp::kSum, total);
+}
+
+// Stage 2's clipping: `grads[i]` is this replica's shard of variable i's summed gradient when
+// `is_shard[i]`, else the whole summed gradient (identical on every replica). clipvalue is
+// elementwise; clipnorm and global_clipnorm need whole norms: each replica's float64 sums of
+// squares of its shards, ONE all-reduce of them ([V]: one per sharded gradient, then their
+// total), plus the whole gradients' own sums. A collective: every replica calls it alike.
+std::vector<Tensor> clip_shards(const CommonOptions& common, std::vector<Tensor> grads,
+                                const std::vector<char>& is_shard, ReplicaContext* ctx) {
+  if (common.clipvalue) {
+    for (Tensor& g : grads) g = clip_by_value(g, -*common.clipvalue, *common.clipvalue);
+    return grads;
+  }
+  if (!common.clipnorm && !common.global_clipnorm) return grads;
+  std::vector<std::size_t> sharded;
+  std::vector<Tensor> partial;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!is_shard[i]) continue;
+    sharded.push_back(i);
+    Tensor p = ops::reshape(sum_of_squares(grads[i]), {1});
+    if (!partial.empty() && p.device_name() != partial[0].device_name()) p = p.to(partial[0].device_name());
+    partial.push_back(p);
+  }
+  Tensor sums;  // [V] float64: the whole sums of squares of the sharded gradients
+  if (!partial.empty()) {
+    Tensor local = partial.size() == 1 ? partial[0] : ops::concat(partial, 0);
+    sums = ctx->all_reduce(ReduceOp::kSum, local);
+  }
+  if (common.clipnorm) {
+    for (std::size_t k = 0; k < sharded.size(); ++k) {
+      const std::size_t i = sharded[k];
+      const Tensor norm = ops::sqrt(ops::reshape(ops::slice(sums, {static_cast<std::int64_t>(k)}, {1}), {}));
+      grads[i] = clip_by_norm(grads[i], *common.clipnorm, norm);
+    }
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (!is_shard[i]) grads[i] = clip_by_norm(grads[i], *common.clipnorm);
+    return grads;
+  }
+  Tensor total = sums.defined() ? ops::reduce_sum(sums) : Tensor();
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (is_shard[i] || !grads[i].defined()) continue;
+    Tensor s = sum_of_squares(grads[i]);
+    if (!total.defined()) {
+      total = s;
+    } else {
+      if (s.device_name() != total.device_name()) s = s.to(total.device_name());
+      total = ops::add(total, s);
+    }
+  }
+  const Tensor norm = total.defined() ? ops::sqrt(total) : Tensor::scalar<double>(0.0);
+  return clip_by_global_norm(grads, *common.global_clipnorm, norm);
 }
 
 }  // namespace
@@ -344,15 +417,59 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
   }
 
   // 3. One packed all-reduce of every gradient (the default replica context returns its input).
-  if (ctx != nullptr) grads = ctx->all_reduce(ReduceOp::kSum, grads);
-  if (after_aggregation && !after_aggregation(grads)) {  // a skipped step still counts
+  // ZeRO stage 2: the slots come first (a merge_call), since whose gradients are reduce-scattered
+  // depends on them: the gradients of variables with sharded slots go through ONE packed
+  // reduce-scatter (each replica receives its shard [length(r)] of the sum), the others through
+  // the all-reduce as before.
+  const bool stage2 = reduces_to_shards(ctx);
+  std::vector<char> is_shard(vars.size(), 0);
+  if (stage2) {
+    build(vars);
+    std::vector<Tensor> whole, to_scatter;
+    std::vector<ShardLayout> layouts;
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const State::Entry* e = state_->find(vars[i]);
+      CHORUS_ENFORCE(e != nullptr, "no slots for ", vars[i].name());
+      const ShardedVariable* sv = e->slots.empty() ? nullptr : as_sharded(e->slots.front());
+      if (sv != nullptr) {
+        is_shard[i] = 1;
+        to_scatter.push_back(grads[i]);
+        layouts.push_back(sv->layout());
+      } else {
+        whole.push_back(grads[i]);
+      }
+    }
+    if (!whole.empty()) whole = ctx->all_reduce(ReduceOp::kSum, whole);
+    std::vector<Tensor> shards;
+    if (!to_scatter.empty()) {
+      shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, to_scatter, layouts);
+      to_scatter.clear();
+    }
+    for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i) grads[i] = is_shard[i] ? shards[b++] : whole[a++];
+  } else if (ctx != nullptr) {
+    grads = ctx->all_reduce(ReduceOp::kSum, grads);
+  }
+  bool proceed = true;
+  if (after_aggregation && stage2) {
+    // Each replica holds only its shards: the callback also gets one float64 scalar, NaN when any
+    // replica's shard is not finite (shared_finite_probe), so that every replica decides alike.
+    std::vector<Tensor> shards;
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (is_shard[i]) shards.push_back(grads[i]);
+    grads.push_back(shared_finite_probe(ctx, shards));
+    proceed = after_aggregation(grads);
+    grads.pop_back();
+  } else if (after_aggregation) {
+    proceed = after_aggregation(grads);
+  }
+  if (!proceed) {  // a skipped step still counts
     Tensor counter = iterations_.value();
     counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
     return;
   }
 
   // 4. Slots of new variables (a merge_call in replica context).
-  build(vars);
+  if (!stage2) build(vars);
   std::vector<const State::Entry*> entries;
   entries.reserve(vars.size());
   for (const Variable& v : vars) {
@@ -368,13 +485,14 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
   if (learning_rate_.is_schedule() || needs_iterations()) step.iterations = counter.item<std::int64_t>();
   step.learning_rate = learning_rate_.at(step.iterations);
 
-  // 6. Clipping, on the summed gradients.
-  grads = clip(std::move(grads));
+  // 6. Clipping, on the summed gradients (stage 2: on the shards, with whole norms).
+  grads = stage2 ? clip_shards(common_, std::move(grads), is_shard, ctx) : clip(std::move(grads));
 
   // 7–8. Weight decay and the update, on this replica's components. Sharded slots (ZeRO stage 1,
   // core/sharded_variable.h): this replica updates only its shard of the variable — the same
   // elementwise arithmetic on the same inputs as the whole update, so the same bits — and the
-  // shards are all-gathered into every replica's whole weight afterwards.
+  // shards are all-gathered into every replica's whole weight afterwards. At stage 2 the gradient
+  // already is this replica's shard (step 3).
   std::vector<ShardedUpdate> sharded;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     Tensor w = ops::stop_gradient(vars[i].value());
@@ -388,7 +506,11 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
                      layout.num_elements, " elements, the variable ", w.num_elements());
       const int r = ctx != nullptr ? ctx->replica_id_in_sync_group() : 0;
       const std::vector<std::int64_t> begin{layout.begin(r)}, length{layout.length(r)};
-      g = ops::slice(ops::reshape(g, {-1}), begin, length);
+      if (is_shard[i])
+        CHORUS_ENFORCE(g.num_elements() == layout.length(r), "reduced shard of '", vars[i].name(), "' has ",
+                       g.num_elements(), " elements, the layout ", layout.length(r));
+      else
+        g = ops::slice(ops::reshape(g, {-1}), begin, length);
       target = ops::slice(ops::reshape(w, {-1}), begin, length);  // a copy: tensors have no offset views
       sharded.push_back({w, target, layout});
     }

@@ -64,6 +64,12 @@
 // packed ReplicaContext::all_gather per step writes every replica's updated slices into each
 // replica's whole weight. update_step must therefore be elementwise (every built-in one is): it
 // gets tensors of one shape, not necessarily the variable's. The result is bitwise stage 0's.
+// At ZeRO stage 2 (the replica context's ShardingCollectives, core/sharded_variable.h) the slots
+// are created before step 3, and the gradients of variables with sharded slots are not
+// all-reduced: one packed reduce-scatter gives each replica its shard of the sum (the others are
+// all-reduced as before); clipnorm/global_clipnorm all-reduce the shards' float64 sums of squares
+// (one collective) and scale the shards, clipvalue clips them; the result equals stage 0's to
+// rounding.
 //
 // Errors (InvalidArgumentError unless noted; messages name the variable):
 //   - a gradient whose shape or dtype differs from its variable's;
@@ -185,8 +191,10 @@ class Optimizer : public train::Trackable {
 
   // What a wrapper may do between the all-reduce and the update: apply_gradients, except that
   // `after_aggregation` gets the summed gradients (the same bits on every replica) right after
-  // step 3. When it returns false the step is skipped — nothing is updated except `iterations`,
-  // which still counts the step (Keras's LossScaleOptimizer). Same validation, errors, contexts.
+  // step 3 — at ZeRO stage 2, this replica's shards of them followed by one float64 scalar that is
+  // NaN when any replica's shards hold an inf or NaN (so a finite check decides alike everywhere). When it returns
+  // false the step is skipped — nothing is updated except `iterations`, which still counts the step (Keras's
+  // LossScaleOptimizer). Same validation, errors, contexts.
   using AfterAggregation = std::function<bool(std::vector<Tensor>& summed_gradients)>;
   void apply_gradients_with(const GradsAndVars& grads_and_vars, const AfterAggregation& after_aggregation);
 

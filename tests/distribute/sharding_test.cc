@@ -1,7 +1,8 @@
 // ZeRO sharding under MirroredStrategy (distribute/sharding_options.h): the flat layout
 // (core/sharded_variable.h) for E ∈ {0, 1, 3, 35} × n ∈ {1..4}; the option's validation and log
 // stage; which variables become sharded; ZeroVariable's reads, writes, checkpoint_value and restore
-// (distribute/sharded_variable.h) with uneven and empty shards.
+// (distribute/sharded_variable.h) with uneven and empty shards; stage 2's reduce_scatter_shards
+// (distribute/replica_context.h) with uneven, empty and compressed packs.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -79,18 +80,17 @@ TEST(ShardLayout, RejectsBadArguments) {
 
 // --- options ---
 
-TEST(ShardingOptions, StagesTwoAndThreeAreUnimplementedOthersInvalid) {
+TEST(ShardingOptions, StageThreeIsUnimplementedOthersInvalid) {
   make_cpus(2);
-  for (int stage : {2, 3}) {
-    try {
-      MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
-      ADD_FAILURE() << "stage " << stage << " was accepted";
-    } catch (const UnimplementedError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("stage " + std::to_string(stage)), std::string::npos) << what;
-      EXPECT_NE(what.find("stage 1"), std::string::npos) << what;
-    }
+  try {
+    MirroredStrategy s(cpus(2), {.sharding = {.stage = 3}});
+    ADD_FAILURE() << "stage 3 was accepted";
+  } catch (const UnimplementedError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stage 3"), std::string::npos) << what;
+    EXPECT_NE(what.find(".stage = 2"), std::string::npos) << what;
   }
+  EXPECT_EQ(MirroredStrategy(cpus(2), {.sharding = {.stage = 2}}).sharding_stage(), 2);
   for (int stage : {-1, 4, 17}) {
     try {
       MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
@@ -106,7 +106,11 @@ TEST(ShardingOptions, StageIsReportedAndLogged) {
   ::testing::internal::CaptureStderr();
   MirroredStrategy one(cpus(2), {.sharding = {.stage = 1}});
   MirroredStrategy zero(cpus(2));
+  MirroredStrategy two(cpus(2), {.sharding = {.stage = 2}});
   const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(two.sharding_stage(), 2);
+  EXPECT_NE(log.find("ZeRO stage 2 (optimizer slots and gradients partitioned over 2 replicas)"), std::string::npos)
+      << log;
   EXPECT_EQ(one.sharding_stage(), 1);
   EXPECT_EQ(zero.sharding_stage(), 0);
   EXPECT_EQ(OneDeviceStrategy("/cpu:0").sharding_stage(), 0);
@@ -270,6 +274,74 @@ TEST(ZeroVariable, UsedInAnotherStrategysReplicaIsAnError) {
     v = make_variable({.initial_value = Tensor::zeros({4}), .name = "v", .shard_over_replicas = true});
   }
   EXPECT_THROW(b.run([&] { (void)v.value(); }), FailedPreconditionError);
+}
+
+}  // namespace
+}  // namespace chorus::distribute
+
+namespace chorus::distribute {
+namespace {
+
+// --- stage 2: reduce_scatter_shards ---
+
+// Replica q contributes value i = (q + 1) · (iota(E_i) mod 8) + i; replica r must receive its shard
+// [begin_i(r), begin_i(r) + length_i(r)) of Σ_q, for E ∈ {35, 1, 0, 7, 12} over 2, 3 and 4
+// replicas, one pack (and one float64 value: a second pack), with and without compression
+// (small integers: exact in bfloat16).
+TEST(ReduceScatterShards, EachReplicaGetsItsShardOfTheSum) {
+  for (int n : {1, 2, 3, 4}) {
+    for (bool compress : {false, true}) {
+      make_cpus(n);
+      MirroredStrategy s(
+          cpus(n), {.communication_options = {.compression = compress ? Compression::kBFloat16 : Compression::kNone},
+                    .sharding = {.stage = 2}});
+      const std::vector<std::int64_t> sizes{35, 1, 0, 7, 12};
+      s.read_and_reset_all_reduce_counters();
+      auto results = s.run([&] {
+        ReplicaContext* ctx = get_replica_context();
+        ShardingCollectives* sc = sharding_collectives(ctx);
+        EXPECT_NE(sc, nullptr);
+        EXPECT_EQ(sc->sharding_stage(), 2);
+        const int q = ctx->replica_id_in_sync_group();
+        std::vector<Tensor> values;
+        std::vector<ShardLayout> layouts;
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          std::vector<float> v(static_cast<std::size_t>(sizes[i]));
+          for (std::size_t e = 0; e < v.size(); ++e) v[e] = static_cast<float>((q + 1) * (e % 8) + i);
+          Tensor t = Tensor::from_vector<float>(v, {sizes[i]});
+          values.push_back(i == 4 ? ops::cast(ops::reshape(t, {3, 4}), DType::kFloat64) : t);
+          layouts.push_back(ShardLayout::of(sizes[i], n));
+        }
+        return sc->reduce_scatter_shards(ReduceOp::kSum, values, layouts);
+      });
+      const double k = n * (n + 1) / 2.0;  // Σ_q (q + 1)
+      for (int r = 0; r < n; ++r) {
+        const std::vector<Tensor>& got = results[r];
+        ASSERT_EQ(got.size(), sizes.size());
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          const ShardLayout l = ShardLayout::of(sizes[i], n);
+          EXPECT_EQ(got[i].shape(), Shape({l.length(r)})) << "n=" << n << " r=" << r << " i=" << i;
+          EXPECT_EQ(got[i].dtype(), i == 4 ? DType::kFloat64 : DType::kFloat32);
+          EXPECT_EQ(got[i].device_name(), s.replica_devices()[static_cast<std::size_t>(r)]);
+          const std::vector<double> values = got[i].to_vector<double>();
+          for (std::int64_t e = 0; e < l.length(r); ++e)
+            EXPECT_EQ(values[static_cast<std::size_t>(e)],
+                      k * static_cast<double>((l.begin(r) + e) % 8) + n * double(i))
+                << "n=" << n << " r=" << r << " i=" << i << " e=" << e << " compress=" << compress;
+        }
+      }
+      if (n > 1) {
+        const AllReduceCounters c = s.all_reduce_counters();
+        EXPECT_EQ(c.collectives, 2 * n) << "a float32 pack and a float64 pack per replica";
+        EXPECT_EQ(c.bytes < c.uncompressed_bytes, compress);
+      }
+    }
+  }
+}
+
+TEST(ReduceScatterShards, TheDefaultReplicaContextHasNone) {
+  EXPECT_EQ(sharding_collectives(get_replica_context()), nullptr);
+  EXPECT_EQ(sharding_collectives(nullptr), nullptr);
 }
 
 }  // namespace

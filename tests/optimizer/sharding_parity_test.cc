@@ -6,9 +6,15 @@
 // global_clipnorm, Adam with weight decay and a LossScaleOptimizer. The model's variables give
 // uneven and empty shards. And the memory: with Adam on 4 replicas each device holds a quarter
 // of the slot bytes.
+// ZeRO stage 2 (gradients reduce-scattered) against stage 0 to 1e-6 relative (the norms of
+// clipnorm/global_clipnorm are sums of per-replica partial sums, another rounding), with 1 to 4
+// replicas, the same optimizers plus SGD with clipnorm; a LossScaleOptimizer skips a step on
+// every replica when one replica's local gradient is not finite; and the peak memory of a
+// training step per replica, stage 0 vs 1 vs 2.
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <limits>
 #include <tuple>
 
 #include "optimizer/loss_scale_optimizer.h"
@@ -23,12 +29,13 @@ struct Trained {
   std::vector<std::string> weight_names;
   std::vector<std::vector<std::vector<unsigned char>>> weights;  // [variable][replica] bytes
   std::vector<std::vector<unsigned char>> initial;               // [variable] replica 0's bytes before training
+  std::vector<Tensor> weight_values;                             // [variable] replica 0's value, host copies
   std::vector<std::string> slot_names;
   std::vector<Tensor> slots;  // checkpoint_value, host copies
   std::int64_t iterations = -1;
 };
 
-// Checks that the optimizer's slots are sharded (stage 1: one [length(r)] shard per replica, on
+// Checks that the optimizer's slots are sharded (stages 1 and 2: one [length(r)] shard per replica, on
 // replica r's device) or mirrored (stage 0).
 void check_slot_form(const Variable& slot, const Variable& original, int stage, const distribute::Strategy& s) {
   ShardedVariable* sv = as_sharded(slot);
@@ -71,6 +78,7 @@ Trained train(int k, int stage, const std::function<std::shared_ptr<optimizers::
   for (const Variable& v : m->trainable_variables()) {
     out.weight_names.push_back(v.name());
     out.weights.push_back(component_bytes(v));
+    out.weight_values.push_back(as_distributed(v)->components()[0].read_value().to("/cpu:0").clone());
   }
   for (const auto& ref : opt->slot_variables()) {
     check_slot_form(ref.slot, ref.original, stage, strategy);
@@ -155,6 +163,179 @@ TEST(ShardingParityLossScale, LossScaleOptimizerStageOneEqualsMirrored) {
     const Trained s0 = train(3, 0, make, false);
     const Trained s1 = train(3, 1, make, false);
     expect_bitwise_equal(s0, s1, "LossScaleOptimizer initial_scale " + std::to_string(scale));
+  }
+}
+
+// --- stage 2 ---
+
+// Stage 2 equals stage 0 to `rel` relative per variable (weights and slots), and every replica of
+// stage 2 holds the same weights bit for bit (they are all-gathered).
+void expect_close(const Trained& s0, const Trained& s2, double rel, const std::string& what) {
+  ASSERT_EQ(s0.weight_names, s2.weight_names) << what;
+  ASSERT_EQ(s0.weights.size(), s2.weights.size());
+  bool moved = false;
+  for (std::size_t v = 0; v < s0.weights.size(); ++v) {
+    for (std::size_t r = 0; r < s2.weights[v].size(); ++r)
+      EXPECT_EQ(s2.weights[v][r], s2.weights[v][0]) << what << ": stage 2 replicas differ on " << s0.weight_names[v];
+    EXPECT_LE(relative_difference(s2.weight_values[v], s0.weight_values[v]), rel)
+        << what << ": weight " << s0.weight_names[v];
+    moved = moved || s0.weights[v][0] != s0.initial[v];
+  }
+  EXPECT_TRUE(moved) << what << ": training did not change the weights";
+  ASSERT_EQ(s0.slot_names, s2.slot_names) << what;
+  EXPECT_FALSE(s0.slot_names.empty()) << what;
+  for (std::size_t i = 0; i < s0.slots.size(); ++i) {
+    ASSERT_EQ(s2.slots[i].shape(), s0.slots[i].shape()) << what << ": slot " << s0.slot_names[i];
+    EXPECT_LE(relative_difference(s2.slots[i], s0.slots[i]), rel) << what << ": slot " << s0.slot_names[i];
+  }
+  EXPECT_EQ(s0.iterations, kSteps) << what;
+  EXPECT_EQ(s2.iterations, s0.iterations) << what;
+}
+
+class ShardingParityStageTwo : public ShardingParity {};
+
+TEST_P(ShardingParityStageTwo, StageTwoEqualsMirroredToRounding) {
+  const auto [k, o, fit] = GetParam();
+  auto make = [o = o] { return make_optimizer(o); };
+  const Trained s0 = train(k, 0, make, fit);
+  const Trained s2 = train(k, 2, make, fit);
+  expect_close(s0, s2, 1e-6, std::string(opt_name(o)) + (fit ? " fit" : " loop") + " k=" + std::to_string(k));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ShardingParityStageTwo,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm,
+                                                              Opt::kSgdClipnorm, Opt::kAdamWeightDecay),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
+                                  opt_name(std::get<1>(info.param)) + (std::get<2>(info.param) ? "_fit" : "_loop");
+                         });
+
+TEST(ShardingParityClip, TheClipnormOfTheStageTwoParityTestClips) {
+  make_cpus(3);
+  const Trained clipped = train(
+      3, 2, [] { return make_optimizer(Opt::kSgdClipnorm); }, false);
+  const Trained plain = train(
+      3, 2, [] { return make_optimizer(Opt::kSgdMomentum); }, false);
+  EXPECT_NE(clipped.weights[0][0], plain.weights[0][0]);
+  const Trained global = train(
+      3, 2, [] { return make_optimizer(Opt::kAdamGlobalClipnorm); }, false);
+  const Trained adam = train(
+      3, 2, [] { return make_optimizer(Opt::kAdam); }, false);
+  EXPECT_NE(global.weights[0][0], adam.weights[0][0]);
+}
+
+TEST(ShardingParityLossScale, LossScaleOptimizerStageTwoEqualsMirrored) {
+  make_cpus(3);
+  for (double scale : {32768.0, 1e38}) {  // 1e38: the first steps overflow and are skipped
+    auto make = [scale] {
+      return std::make_shared<optimizers::LossScaleOptimizer>(
+          std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.05}),
+          optimizers::LossScaleOptions{.initial_scale = scale});
+    };
+    const Trained s0 = train(3, 0, make, false);
+    const Trained s2 = train(3, 2, make, false);
+    expect_close(s0, s2, 1e-6, "LossScaleOptimizer initial_scale " + std::to_string(scale));
+  }
+}
+
+TEST(ShardingStageTwoLossScale, ANonFiniteLocalGradientOnOneReplicaSkipsTheStepOnEveryReplica) {
+  make_cpus(3);
+  distribute::MirroredStrategy strategy(cpus(3), {.sharding = {.stage = 2}});
+  Variable w;
+  std::shared_ptr<optimizers::LossScaleOptimizer> opt;
+  {
+    auto scope = strategy.scope();
+    w = make_variable({.initial_value = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7}, {7}), .name = "w"});
+    opt = std::make_shared<optimizers::LossScaleOptimizer>(
+        std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.1}),
+        optimizers::LossScaleOptions{.initial_scale = 1024});
+  }
+  // E = 7 over 3 replicas: shards [0, 3), [3, 6), [6, 7). Replica `bad` puts `poison` at element
+  // `at`; only the replica owning `at` receives a non-finite shard, the others must skip too.
+  auto step = [&](int bad, int at, float poison) {
+    strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      std::vector<float> g(7, 0.5f);
+      if (r == bad) g[static_cast<std::size_t>(at)] = poison;
+      opt->apply_gradients({{Tensor::from_vector<float>(g, {7}), w}});
+    });
+  };
+  const std::vector<std::vector<unsigned char>> initial = component_bytes(w);
+  const Variable scale = opt->variables()[opt->variables().size() - 2];  // current_loss_scale
+  step(2, 0, std::numeric_limits<float>::infinity());                    // lands in replica 0's shard
+  EXPECT_EQ(component_bytes(w), initial) << "a replica applied the step";
+  for (const auto& c : component_bytes(scale)) EXPECT_EQ(c, component_bytes(scale)[0]);
+  EXPECT_EQ(opt->loss_scale(), 512.0);
+  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), 1);
+  step(0, 6, std::numeric_limits<float>::quiet_NaN());  // lands in replica 2's shard
+  EXPECT_EQ(component_bytes(w), initial) << "a replica applied the step";
+  EXPECT_EQ(opt->loss_scale(), 256.0);
+  for (const auto& c : component_bytes(scale)) EXPECT_EQ(c, component_bytes(scale)[0]);
+  step(-1, 0, 0.0f);  // finite everywhere: every replica updates, alike
+  const std::vector<std::vector<unsigned char>> after = component_bytes(w);
+  EXPECT_NE(after[0], initial[0]);
+  for (const auto& c : after) EXPECT_EQ(c, after[0]);
+  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), 3);
+}
+
+// The peak memory of one training step on each of 4 replica devices (the device runtime's own
+// stats: reset before the step, read after), with Adam and a parameter-dominated model (4 ×
+// Dense(256→256), P ≈ 1 MiB of float32 parameters), slots created by a first step.
+std::vector<std::int64_t> step_peaks(int stage) {
+  distribute::MirroredStrategy strategy(cpus(4), {.sharding = {.stage = stage}});
+  const std::vector<std::string> devices = strategy.replica_devices();
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Adam> opt;
+  {
+    auto scope = strategy.scope();
+    std::vector<layers::LayerPtr> ls;
+    for (int i = 0; i < 4; ++i)
+      ls.push_back(layers::Dense(256, i < 3 ? "relu" : "", true, initializers::glorot_uniform(10 + i)));
+    m = std::make_unique<model::Sequential>(std::move(ls));
+    m->build(Shape({8, 256}));
+    opt = std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 1e-3});
+  }
+  std::vector<Tensor> xs, ys;
+  for (int r = 0; r < 4; ++r) {
+    xs.push_back(Tensor::ones({2, 256}).to(devices[static_cast<std::size_t>(r)]));
+    ys.push_back(Tensor::zeros({2, 256}).to(devices[static_cast<std::size_t>(r)]));
+  }
+  auto step = [&] {
+    strategy.run(
+        [&](const Tensor& x, const Tensor& y) {
+          std::vector<Variable> vars = m->trainable_variables();
+          std::vector<Tensor> grads;
+          {
+            ops::GradientTape tape;
+            Tensor loss = ops::reduce_sum(ops::square((*m)(x, true) - y)) / 8.0;
+            grads = tape.gradient(loss, vars);
+          }
+          optimizers::GradsAndVars gv;
+          for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
+          grads.clear();
+          opt->apply_gradients(gv);
+        },
+        distribute::PerReplica<Tensor>(xs), distribute::PerReplica<Tensor>(ys));
+  };
+  step();
+  for (const std::string& d : devices) config::reset_memory_stats(d);
+  step();
+  std::vector<std::int64_t> peaks;
+  for (const std::string& d : devices) peaks.push_back(static_cast<std::int64_t>(config::get_memory_info(d).peak));
+  return peaks;
+}
+
+TEST(ShardingMemory, StepPeakPerReplicaFallsWithEachStage) {
+  make_cpus(4);
+  const std::vector<std::int64_t> p0 = step_peaks(0), p1 = step_peaks(1), p2 = step_peaks(2);
+  for (int r = 0; r < 4; ++r) {
+    std::cout << "[sharding memory] replica " << r << ": training-step peak " << p0[r] << " B at stage 0, " << p1[r]
+              << " B at stage 1 (" << static_cast<double>(p1[r]) / static_cast<double>(p0[r]) << "x), " << p2[r]
+              << " B at stage 2 (" << static_cast<double>(p2[r]) / static_cast<double>(p0[r]) << "x)\n";
+    EXPECT_LT(p2[r], p1[r]) << "replica " << r;
+    EXPECT_LT(p1[r], p0[r]) << "replica " << r;
   }
 }
 

@@ -1,4 +1,4 @@
-// Shared by the ZeRO stage-1 tests (tests/optimizer/sharding_parity_test.cc,
+// Shared by the ZeRO stage-1 and stage-2 tests (tests/optimizer/sharding_parity_test.cc,
 // tests/checkpoint/checkpoint_sharded_test.cc): a small Sequential model whose variables give
 // uneven and empty shards over 2, 3 and 4 replicas — kernels [5,7] (35 elements: 9,9,9,8 over 4),
 // [7,3] (21: 6,6,6,3), [3,1] (3: 1,1,1,0), biases [7], [3] and [1] (1,0,0,0) —, a fixed global
@@ -56,7 +56,7 @@ inline std::unique_ptr<model::Sequential> make_model() {
   return m;
 }
 
-enum class Opt { kAdam, kSgdMomentum, kAdamGlobalClipnorm, kAdamWeightDecay };
+enum class Opt { kAdam, kSgdMomentum, kAdamGlobalClipnorm, kAdamWeightDecay, kSgdClipnorm };
 
 inline const char* opt_name(Opt o) {
   switch (o) {
@@ -64,6 +64,7 @@ inline const char* opt_name(Opt o) {
     case Opt::kSgdMomentum: return "SgdMomentum";
     case Opt::kAdamGlobalClipnorm: return "AdamGlobalClipnorm";
     case Opt::kAdamWeightDecay: return "AdamWeightDecay";
+    case Opt::kSgdClipnorm: return "SgdClipnorm";
   }
   return "?";
 }
@@ -79,6 +80,9 @@ inline std::shared_ptr<optimizers::Optimizer> make_optimizer(Opt o) {
           optimizers::AdamOptions{.learning_rate = 0.05, .global_clipnorm = 0.05});
     case Opt::kAdamWeightDecay:
       return std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.05, .weight_decay = 0.1});
+    case Opt::kSgdClipnorm:
+      return std::make_shared<optimizers::SGD>(
+          optimizers::SGDOptions{.learning_rate = 0.1, .momentum = 0.9, .clipnorm = 0.02});
   }
   return nullptr;
 }
