@@ -37,8 +37,8 @@ struct MirroredStrategyOptions {
   CommunicationOptions communication_options;
   // ZeRO sharding (distribute/sharding_options.h, docs/sharding.md): {.stage = 1} partitions the
   // optimizer slots over the replicas, {.stage = 2} the gradients too. Stage 3 →
-  // UnimplementedError, any other value outside 0..3 → InvalidArgumentError, both here. (MultiWorkerMirroredStrategy
-  // has no such option yet.)
+  // UnimplementedError, any other value outside 0..3 → InvalidArgumentError, both here.
+  // (MultiWorkerMirroredStrategyOptions::sharding is the same option across processes.)
   ShardingOptions sharding;
 };
 

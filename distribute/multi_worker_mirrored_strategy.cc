@@ -159,6 +159,17 @@ std::string_view implementation_name(CommunicationImplementation c) {
 
 MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const MultiWorkerMirroredStrategyOptions& o) {
   MultiWorkerMirroredStrategy::Plan plan;
+  const int stage = o.sharding.stage;
+  if (stage == 3) {
+    throw UnimplementedError(
+        "MultiWorkerMirroredStrategy: ZeRO sharding stage 3 (optimizer state, gradients and parameters partitioned) "
+        "is not implemented yet; stages 1 (optimizer slots partitioned over the replicas) and 2 (slots and "
+        "gradients) are available: MultiWorkerMirroredStrategyOptions{.sharding = {.stage = 2}}");
+  }
+  CHORUS_REQUIRE(stage >= 0 && stage <= 2, InvalidArgumentError,
+                 "MultiWorkerMirroredStrategy: sharding.stage must be 0 (off), 1 (ZeRO stage 1: optimizer slots "
+                 "partitioned) or 2 (slots and gradients partitioned), got ",
+                 stage);
   plan.resolver = o.cluster_resolver ? *o.cluster_resolver : ClusterResolver::from_environment();
   const ClusterResolver& r = plan.resolver;
   CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError,
@@ -229,6 +240,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       options_(options),
       gpu_(plan.gpu) {
   set_communication_options(options.communication_options);
+  sharding_stage_ = options.sharding.stage;
   const int workers = resolver_.num_workers();
   if (workers > 1) {
 #if defined(CHORUS_WITH_MPI)
@@ -278,7 +290,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   make_communicators();
   CHORUS_LOG(INFO) << "Using MultiWorkerMirroredStrategy: " << resolver_.to_string() << ", local devices ("
                    << join(replica_devices(), kQuoted) << "), " << num_replicas_in_sync() << " replicas in sync; "
-                   << cross_device_ops().reason;
+                   << cross_device_ops().reason
+                   << (sharding_stage_ == 0 ? std::string("; sharding: off (ZeRO stage 0)")
+                                            : str_cat("; sharding: ZeRO stage ", sharding_stage_, " (optimizer slots ",
+                                                      sharding_stage_ == 2 ? "and gradients " : "", "partitioned over ",
+                                                      num_replicas_in_sync(), " replicas)"));
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
@@ -309,20 +325,26 @@ std::vector<std::unique_ptr<collective::Communicator>> MultiWorkerMirroredStrate
   return out;
 }
 
+Tensor MultiWorkerMirroredStrategy::chief_initial_value(const Tensor& value) {
+  if (!worker_comm_) return value;
+  // The chief's value, as raw bytes (any dtype) in int64 words, to every worker (on the host).
+  std::vector<std::uint8_t> raw = host_bytes(value);
+  if (raw.empty()) return value;
+  const std::int64_t words = static_cast<std::int64_t>((raw.size() + 7) / 8);
+  std::vector<std::int64_t> buf(static_cast<std::size_t>(words), 0);
+  std::memcpy(buf.data(), raw.data(), raw.size());
+  Tensor t = Tensor::from_vector<std::int64_t>(buf, {words}, kHost);
+  worker_comm_->broadcast(t, {.root = 0, .timeout = options_.timeout})->wait(options_.timeout);
+  t.copy_to_host(buf.data());
+  std::memcpy(raw.data(), buf.data(), raw.size());
+  return Tensor::from_host(raw.data(), value.shape(), value.dtype(), kHost);
+}
+
 void MultiWorkerMirroredStrategy::initialize_components(const VariableArgs& args, std::vector<Variable>& components) {
   if (!worker_comm_ || components.empty()) return;
-  // The chief's initial value, as raw bytes (any dtype) in int64 words, to every worker.
   const Tensor first = components[0].value();
-  std::vector<std::uint8_t> raw = host_bytes(first);
-  if (!raw.empty()) {
-    const std::int64_t words = static_cast<std::int64_t>((raw.size() + 7) / 8);
-    std::vector<std::int64_t> buf(static_cast<std::size_t>(words), 0);
-    std::memcpy(buf.data(), raw.data(), raw.size());
-    Tensor t = Tensor::from_vector<std::int64_t>(buf, {words}, kHost);
-    worker_comm_->broadcast(t, {.root = 0, .timeout = options_.timeout})->wait(options_.timeout);
-    t.copy_to_host(buf.data());
-    std::memcpy(raw.data(), buf.data(), raw.size());
-    Tensor value = Tensor::from_host(raw.data(), first.shape(), first.dtype(), kHost);
+  if (first.num_elements() > 0) {
+    const Tensor value = chief_initial_value(first);
     for (Variable& c : components) c.assign(value.to(c.device()));
   }
   VariableSynchronization sync = args.synchronization;

@@ -72,6 +72,7 @@
 
 #include "collective/communicator.h"
 #include "distribute/cluster_resolver.h"
+#include "distribute/sharding_options.h"
 #include "distribute/strategy.h"
 
 namespace chorus::distribute {
@@ -94,6 +95,12 @@ struct MultiWorkerMirroredStrategyOptions {
   // compression (distribute/communication_options.h). Its implementation must be kAuto or the
   // local choice (InvalidArgumentError): the cross-process transport is `implementation` above.
   CommunicationOptions communication_options;
+  // ZeRO sharding (distribute/sharding_options.h, docs/sharding.md), as MirroredStrategy's: {.stage =
+  // 1} partitions the optimizer slots over all workers' replicas (replica r of num_replicas_in_sync()
+  // holds shard r, r = worker_offset() + local replica), {.stage = 2} the gradients too. Checkpoints
+  // gather every worker's shards (every worker saves, in the same order, as always). Stage 3 →
+  // UnimplementedError, any other value outside 0..3 → InvalidArgumentError, both at construction.
+  ShardingOptions sharding;
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {
@@ -141,6 +148,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   std::vector<std::unique_ptr<collective::Communicator>> create_communicators() override;
   void initialize_components(const VariableArgs& args, std::vector<Variable>& components) override;
   void before_run() override;
+  Tensor chief_initial_value(const Tensor& value) override;
 
  private:
   struct Plan;

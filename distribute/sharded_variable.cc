@@ -26,12 +26,17 @@ ZeroVariable::ZeroVariable(Strategy& strategy, std::vector<Variable> shards, con
       dtype_(dtype),
       layout_(layout) {
   CHORUS_REQUIRE(!components_.empty(), InvalidArgumentError, "ZeroVariable '", name_, "': no components");
-  CHORUS_ENFORCE(static_cast<int>(components_.size()) == layout_.num_shards, "ZeroVariable '", name_,
-                 "': ", components_.size(), " shards for a layout of ", layout_.num_shards);
-  for (std::size_t r = 0; r < components_.size(); ++r)
-    CHORUS_ENFORCE(components_[r].shape().num_elements() == layout_.length(static_cast<int>(r)), "ZeroVariable '",
-                   name_, "': shard ", r, " has ", components_[r].shape().num_elements(), " elements, the layout ",
-                   layout_.length(static_cast<int>(r)));
+  CHORUS_ENFORCE(static_cast<int>(components_.size()) == strategy_.num_local_replicas() &&
+                     layout_.num_shards == strategy_.num_replicas_in_sync(),
+                 "ZeroVariable '", name_, "': ", components_.size(), " local shards of a layout of ",
+                 layout_.num_shards, " for ", strategy_.num_local_replicas(), " local of ",
+                 strategy_.num_replicas_in_sync(), " replicas");
+  for (std::size_t r = 0; r < components_.size(); ++r) {
+    const int global = strategy_.worker_offset() + static_cast<int>(r);
+    CHORUS_ENFORCE(components_[r].shape().num_elements() == layout_.length(global), "ZeroVariable '", name_,
+                   "': shard ", global, " has ", components_[r].shape().num_elements(), " elements, the layout ",
+                   layout_.length(global));
+  }
 }
 
 int ZeroVariable::replica_or_cross(const char* what) const {
@@ -48,6 +53,16 @@ int ZeroVariable::replica_or_cross(const char* what) const {
 }
 
 Tensor ZeroVariable::whole(const std::string& device) const {
+  if (strategy_.num_replicas_in_sync() > strategy_.num_local_replicas()) {
+    // Several workers: every worker's shards, by the strategy's gather (a collective).
+    std::vector<Tensor> mine;
+    for (const Variable& c : components_) mine.push_back(c.value());
+    Tensor all = strategy_.gather(PerReplica<Tensor>(std::move(mine)), 0);
+    CHORUS_ENFORCE(all.num_elements() == layout_.num_elements, "ZeroVariable '", name_, "': gathered ",
+                   all.num_elements(), " elements of ", layout_.num_elements);
+    all = ops::reshape(all, shape_.dims());
+    return all.device_name() == device ? all : all.to(device);
+  }
   std::vector<Tensor> parts;
   for (const Variable& c : components_) {
     if (c.shape().num_elements() == 0) continue;

@@ -9,7 +9,9 @@
 //   - in a replica context of its strategy: that replica's shard (value() aliases its storage);
 //   - in cross-replica context (and in the default strategy's replica context, a plain thread):
 //     the shards concatenated in replica order on replica 0's device, reshaped to shape() — a new
-//     tensor each time (value() too: writes to it do not reach the variable);
+//     tensor each time (value() too: writes to it do not reach the variable); with several
+//     workers (MultiWorkerMirroredStrategy) every worker's shards, by the strategy's gather: a
+//     collective, every worker must read, in the same order;
 //   - in a replica context of another strategy: FailedPreconditionError.
 // Writing (values always have the whole variable's shape and dtype, else InvalidArgumentError):
 //   - replica context: combined across replicas by the aggregation, as MirroredVariable does (a
@@ -17,9 +19,12 @@
 //     its slice;
 //   - cross-replica context: assign = restore(value); assign_add adds each shard's slice.
 // checkpoint_value(): the whole tensor, the shards concatenated on the host CPU device (with
-// logical CPU replicas that is replica 0's device). restore(value): each shard gets its slice of
-// `value` (any device), so a checkpoint of any replica count (or of a MirroredVariable) restores.
-// No collective in either: the components are all in this process (stages 1 and 2 are in-process only).
+// logical CPU replicas that is replica 0's device); with several workers, gathered from all of
+// them (a collective: every worker snapshots, in the same order, as checkpoints do).
+// restore(value): each local shard gets its slice of `value` (any device; global replica id
+// worker_offset() + r), so a checkpoint of any replica or worker count (or of a MirroredVariable)
+// restores; no collective.
+// Components: this process's shards; the layout spans num_replicas_in_sync() (all workers).
 #pragma once
 
 #include <vector>
@@ -32,7 +37,8 @@ namespace chorus::distribute {
 
 class ZeroVariable final : public ShardedVariable {
  public:
-  // `shards`: one per local replica, in replica order, each [layout.length(r)] on its device.
+  // `shards`: one per local replica, in replica order, each [layout.length(worker_offset() + r)]
+  // on its device; layout.num_shards = strategy.num_replicas_in_sync().
   ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape, DType dtype,
                ShardLayout layout);
 

@@ -18,7 +18,8 @@
 //   3  (not yet) plus parameters (FSDP): gathered before a layer needs them, freed after.
 // Validation happens in the strategy's constructor, before any replica starts: stage 3 →
 // UnimplementedError (planned, not available: use stage 2); anything else outside 0..3 →
-// InvalidArgumentError. MultiWorkerMirroredStrategy does not take this option yet.
+// InvalidArgumentError. MultiWorkerMirroredStrategyOptions::sharding takes the same stages: the
+// shards are spread over every worker's replicas.
 // Which variables are sharded: those created with VariableArgs::shard_over_replicas (the
 // optimizer's slots) — see core/sharded_variable.h for the layout and the view. Checkpoints hold
 // full tensors under the keys MirroredStrategy writes, restorable onto any replica count.

@@ -237,10 +237,9 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
 Variable Strategy::create_sharded(const VariableArgs& args, const NextCreator& next) {
   CHORUS_REQUIRE(args.initial_value.defined(), InvalidArgumentError, "variable '", args.name,
                  "': undefined initial_value");
-  // Stage 1 is in-process: the layout spans this process's replicas, which are all of them.
-  CHORUS_ENFORCE(num_workers_ == 1, name_, ": sharded variables need a single-process strategy, got ", num_workers_,
-                 " workers");
-  const Tensor& init = args.initial_value;
+  // The layout spans every worker's replicas; this process holds the shards of its own
+  // (global ids worker_offset() + r), cut from the chief's initial value.
+  const Tensor init = num_workers_ > 1 ? chief_initial_value(args.initial_value) : args.initial_value;
   const ShardLayout layout = ShardLayout::of(init.num_elements(), num_replicas_in_sync());
   const Tensor flat = ops::reshape(init, {-1});
   std::vector<Variable> shards;

@@ -94,7 +94,7 @@ class Strategy : public DistributionStrategy {
   // communication_options (distribute/communication_options.h), compression always set.
   const CommunicationOptions& communication_options() const { return communication_options_; }
   // The ZeRO stage of this strategy's sharding (distribute/sharding_options.h): MirroredStrategy's
-  // options.sharding.stage; 0 (no sharding) for every other strategy.
+  // and MultiWorkerMirroredStrategy's options.sharding.stage; 0 (no sharding) for the others.
   int sharding_stage() const { return sharding_stage_; }
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
@@ -193,7 +193,7 @@ class Strategy : public DistributionStrategy {
   bool mirrored_variables_ = true;
   // ZeRO stage (sharding_options.h), set by the derived constructor (already validated): at >= 1,
   // ON_WRITE variables created with VariableArgs::shard_over_replicas become ZeroVariables
-  // (distribute/sharded_variable.h). In-process strategies only.
+  // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout.
   int sharding_stage_ = 0;
   // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
   // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
@@ -209,6 +209,10 @@ class Strategy : public DistributionStrategy {
   virtual void initialize_components(const VariableArgs& args, std::vector<Variable>& components) {}
   // Called on the program's thread at the start of every run(), before any replica starts.
   virtual void before_run() {}
+  // The initial value a sharded variable takes its shards from (create_sharded, cross-replica
+  // context): `value` itself in one process; a multi-worker strategy returns the chief's (a
+  // collective: every worker creates the same sharded variables in the same order).
+  virtual Tensor chief_initial_value(const Tensor& value) { return value; }
   const std::vector<LogicalDevice>& logical_devices() const { return logical_; }
 
  private:

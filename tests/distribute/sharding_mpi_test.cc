@@ -1,0 +1,203 @@
+// ZeRO stages 1 and 2 under MultiWorkerMirroredStrategy (distribute/sharding_options.h,
+// docs/sharding.md "Several workers"), run by CTest as `mpirun -n 2` and `-n 3` (label mpi), with
+// one CPU device per worker (MPI between the processes) and two (hierarchical: shared memory in
+// the process, MPI between them), so 2, 3, 4 and 6 replicas, uneven and empty shards
+// (tests/optimizer/sharding_util.h's model). Every worker checks:
+//   - parity: the same model, data and seed trained with a custom loop at stages 1 and 2 end with
+//     the weights of stage 0 (MWMS, same worker and device counts) to 1e-6 relative, and the slots'
+//     checkpoint values (every worker's shards gathered) equal stage 0's slots to 1e-6;
+//   - the shards: each slot has this worker's k shards, of the global layout over all replicas;
+//   - checkpoints: saved at stage 2 after 3 steps, restored at stage 0 (and at stage 1), 3 more
+//     steps end where 6 uninterrupted stage-0 steps end.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manager.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "tests/collective/mpi_test_main.h"
+#include "tests/optimizer/sharding_util.h"
+
+namespace chorus::sharding_testing {
+namespace {
+
+using distribute::MultiWorkerMirroredStrategy;
+
+constexpr std::chrono::milliseconds kTimeout{60000};
+constexpr int kCpuDevices = 2, kFirst = 3, kMore = 3;
+
+MultiWorkerMirroredStrategy make_strategy(int k, int stage) {
+  return MultiWorkerMirroredStrategy({.cpu_devices_per_worker = k, .timeout = kTimeout, .sharding = {.stage = stage}});
+}
+
+// Steps [first, first + steps): replica g (global id) takes rows [g·12/n, (g+1)·12/n) of the
+// global batch every worker computes alike; the loss is the sum of squared errors over the 12.
+void train_loop_mw(MultiWorkerMirroredStrategy& strategy, model::Sequential& m, optimizers::Optimizer& opt, int first,
+                   int steps) {
+  const int n = strategy.num_replicas_in_sync();
+  const int rows = kGlobalRows / n;
+  const std::vector<std::string> devices = strategy.replica_devices();
+  for (int s = first; s < first + steps; ++s) {
+    auto [x, y] = batch(s);
+    std::vector<Tensor> xs, ys;
+    for (int r = 0; r < strategy.num_local_replicas(); ++r) {
+      const int g = strategy.worker_offset() + r;
+      xs.push_back(ops::slice(x, {g * rows, 0}, {rows, kIn}).to(devices[static_cast<std::size_t>(r)]));
+      ys.push_back(ops::slice(y, {g * rows, 0}, {rows, 1}).to(devices[static_cast<std::size_t>(r)]));
+    }
+    strategy.run(
+        [&](const Tensor& xr, const Tensor& yr) {
+          ops::GradientTape tape;
+          Tensor loss = ops::reduce_sum(ops::square(m(xr, true) - yr)) / static_cast<double>(kGlobalRows);
+          std::vector<Variable> vars = m.trainable_variables();
+          std::vector<Tensor> grads = tape.gradient(loss, vars);
+          optimizers::GradsAndVars gv;
+          for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+          opt.apply_gradients(gv);
+        },
+        distribute::PerReplica<Tensor>(xs), distribute::PerReplica<Tensor>(ys));
+  }
+}
+
+struct State {
+  std::vector<Tensor> weights, slots;
+  std::int64_t iterations = 0;
+};
+
+// Collective (slots' checkpoint values gather every worker's shards): every worker calls it.
+State snapshot(const model::Sequential& m, const optimizers::Optimizer& opt) {
+  State s;
+  for (const Variable& v : m.trainable_variables()) s.weights.push_back(v.read_value().to("/cpu:0"));
+  for (const auto& ref : opt.slot_variables()) s.slots.push_back(checkpoint_value(ref.slot).to("/cpu:0"));
+  s.iterations = opt.iterations().read_value().item<std::int64_t>();
+  return s;
+}
+
+struct Trained {
+  State state;
+  std::string saved;  // the checkpoint written after kFirst steps, if asked
+};
+
+Trained train(int k, int stage, Opt o, int steps, const std::string& save_dir = "") {
+  MultiWorkerMirroredStrategy strategy = make_strategy(k, stage);
+  EXPECT_EQ(strategy.sharding_stage(), stage);
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Optimizer> opt;
+  {
+    auto scope = strategy.scope();
+    m = make_model();
+    opt = make_optimizer(o);
+  }
+  Trained out;
+  train_loop_mw(strategy, *m, *opt, 0, std::min(steps, kFirst));
+  if (!save_dir.empty()) {
+    train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
+    train::CheckpointManager manager(ckpt, save_dir, 2);
+    out.saved = manager.save().value();
+  }
+  if (steps > kFirst) train_loop_mw(strategy, *m, *opt, kFirst, steps - kFirst);
+  // The shards: this worker's k, of the layout over every worker's replicas.
+  for (const auto& ref : opt->slot_variables()) {
+    const ShardedVariable* sv = as_sharded(ref.slot);
+    EXPECT_EQ(sv != nullptr, stage >= 1) << ref.slot.name();
+    if (sv == nullptr) continue;
+    EXPECT_EQ(sv->layout().num_shards, strategy.num_replicas_in_sync()) << ref.slot.name();
+    EXPECT_EQ(static_cast<int>(sv->components().size()), k) << ref.slot.name();
+    for (int r = 0; r < k; ++r)
+      EXPECT_EQ(sv->components()[static_cast<std::size_t>(r)].shape().num_elements(),
+                sv->layout().length(strategy.worker_offset() + r))
+          << ref.slot.name() << " local shard " << r;
+  }
+  out.state = snapshot(*m, *opt);
+  return out;
+}
+
+State resume(int k, int stage, const std::string& path) {
+  MultiWorkerMirroredStrategy strategy = make_strategy(k, stage);
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Optimizer> opt;
+  {
+    auto scope = strategy.scope();
+    m = make_model();
+    opt = make_optimizer(Opt::kAdam);
+  }
+  train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
+  train::LoadStatus status = ckpt.read(path);
+  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), kFirst);
+  train_loop_mw(strategy, *m, *opt, kFirst, kMore);
+  status.assert_consumed();  // the slots were created, and restored, by the first step
+  return snapshot(*m, *opt);
+}
+
+void expect_close(const State& got, const State& want, double rel, const std::string& what) {
+  EXPECT_EQ(got.iterations, want.iterations) << what;
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  ASSERT_EQ(got.slots.size(), want.slots.size()) << what;
+  for (std::size_t i = 0; i < got.weights.size(); ++i) {
+    ASSERT_EQ(got.weights[i].shape(), want.weights[i].shape()) << what << " weight " << i;
+    EXPECT_LE(relative_difference(got.weights[i], want.weights[i]), rel) << what << " weight " << i;
+  }
+  for (std::size_t i = 0; i < got.slots.size(); ++i) {
+    ASSERT_EQ(got.slots[i].shape(), want.slots[i].shape()) << what << " slot " << i;
+    EXPECT_LE(relative_difference(got.slots[i], want.slots[i]), rel) << what << " slot " << i;
+  }
+}
+
+class ShardingMpi : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardingMpi, StagesOneAndTwoMatchStageZero) {
+  const int k = GetParam();
+  for (Opt o : {Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm}) {
+    const State s0 = train(k, 0, o, 6).state;
+    ASSERT_FALSE(s0.slots.empty());
+    // The training moved the weights (a parity of untrained weights would prove nothing).
+    const State untrained = train(k, 0, o, 0).state;
+    EXPECT_GT(relative_difference(s0.weights[0], untrained.weights[0]), 1e-3) << opt_name(o);
+    for (int stage : {1, 2}) {
+      const State s = train(k, stage, o, 6).state;
+      expect_close(s, s0, 1e-6, std::string(opt_name(o)) + " stage " + std::to_string(stage));
+    }
+  }
+}
+
+TEST_P(ShardingMpi, CheckpointSavedAtStageTwoRestoresAtStagesZeroAndOne) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy probe = make_strategy(k, 0);
+  auto* comm = probe.worker_communicator();
+  ASSERT_NE(comm, nullptr);
+  Tensor pid = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(::getpid())}, {1}, "/cpu:0");
+  comm->broadcast(pid, {.root = 0, .timeout = kTimeout})->wait(kTimeout);
+  const std::string dir =
+      "/tmp/chorus_mw_zero_ckpt_" + std::to_string(pid.to_vector<std::int64_t>()[0]) + "_k" + std::to_string(k);
+
+  const Trained saved = train(k, 2, Opt::kAdam, kFirst, dir);
+  EXPECT_EQ(saved.saved, dir + "/ckpt-1");
+  const State uninterrupted = train(k, 0, Opt::kAdam, kFirst + kMore).state;
+  expect_close(resume(k, 0, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 0");
+  expect_close(resume(k, 1, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 1");
+  comm->barrier({.timeout = kTimeout})->wait(kTimeout);
+  if (probe.is_chief()) std::filesystem::remove_all(dir);
+}
+
+TEST(ShardingMpiErrors, StageThreeIsUnimplementedAndOthersInvalid) {
+  EXPECT_THROW(make_strategy(1, 3), UnimplementedError);
+  EXPECT_THROW(make_strategy(1, 4), InvalidArgumentError);
+  EXPECT_THROW(make_strategy(1, -1), InvalidArgumentError);
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalDevices, ShardingMpi, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& i) { return "k" + std::to_string(i.param); });
+
+}  // namespace
+}  // namespace chorus::sharding_testing
+
+int main(int argc, char** argv) {
+  return chorus::testing::run_tests_under_mpi(argc, argv, [] {
+    chorus::config::set_logical_device_configuration(
+        chorus::config::list_physical_devices("CPU")[0],
+        std::vector<chorus::LogicalDeviceConfiguration>(chorus::sharding_testing::kCpuDevices,
+                                                        {.memory_limit_mb = 256}));
+  });
+}
