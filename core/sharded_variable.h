@@ -90,10 +90,36 @@ class ShardingCollectives {
   // shape of layouts[i].num_elements elements (layouts[i].num_shards = the replicas in sync).
   // Packed: consecutive values of one dtype go in one even-split reduce-scatter, rank-major (each
   // value flattened, zero-padded to n·c_i and viewed [n, c_i]; the [n, Σc_i] concatenation
-  // reduce-scattered to [Σc_i]). One replica: the values flattened. Undefined values are an error.
-  virtual std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+  // reduce-scattered to [Σc_i]), except that a value of at least kDirectShardBytes whose E is
+  // divisible by n (E = n·c_i, no padding) goes alone, as it is: its flat storage already is the
+  // rank-major [n, c_i], so it is the collective's input, with no packed copy. One replica: the
+  // values flattened. Undefined values are an error. The rvalue form releases this function's
+  // reference to each value as soon as it has been copied into a pack (or, sent as it is, once
+  // its collective finished), and each pack once its collective finished: a caller that moves in
+  // the only references (Optimizer::apply_gradients(GradsAndVars&&)) frees its local gradients
+  // during the reduce-scatter instead of after it.
+  virtual std::vector<Tensor> reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
                                                     const std::vector<ShardLayout>& layouts) = 0;
+  std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+                                            const std::vector<ShardLayout>& layouts) {
+    return reduce_scatter_shards(op, std::vector<Tensor>(values), layouts);
+  }
+  // A collective (every replica calls it with the same shapes, dtypes and layouts, in the same
+  // order), the inverse of the above: shards[i] is this replica's [layouts[i].length(r)] of a
+  // variable, wholes[i] this replica's whole storage of it (any shape of layouts[i].num_elements
+  // elements, on this replica's device); afterwards every replica's wholes[i] holds every
+  // replica's shards in replica order. Written in place: a whole of at least kDirectShardBytes
+  // whose E is divisible by n is the all-gather's output itself (no temporary); the others are
+  // gathered in padded packs of at most the strategy's bytes_per_pack (gathered size) and copied
+  // out, so the temporary is one pack, never the whole model. Not compressed.
+  virtual void all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                                 const std::vector<ShardLayout>& layouts) = 0;
 };
+
+// The size from which a variable's gradient is reduce-scattered and its weight all-gathered on
+// its own, straight from and into its storage, when its element count divides evenly over the
+// replicas (ShardingCollectives above); smaller ones share packed collectives, fewer calls.
+inline constexpr std::int64_t kDirectShardBytes = 64 << 10;
 
 // `ctx`'s sharding collectives, or nullptr (ctx nullptr, the default replica context, or a
 // strategy's context that does not implement them).

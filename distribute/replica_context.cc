@@ -156,7 +156,17 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
 
 int StrategyReplicaContext::sharding_stage() const { return strategy_.sharding_stage(); }
 
-std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+namespace {
+// Whether a value of `layout` and dtype size `size` moves on its own, straight from or into its
+// storage (ShardingCollectives: E = n·c and at least kDirectShardBytes).
+bool moves_directly(const ShardLayout& layout, std::size_t size) {
+  return layout.num_elements > 0 &&
+         layout.num_elements == static_cast<std::int64_t>(layout.num_shards) * layout.padded &&
+         layout.num_elements * static_cast<std::int64_t>(size) >= kDirectShardBytes;
+}
+}  // namespace
+
+std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
                                                                   const std::vector<ShardLayout>& layouts) {
   const int n = num_replicas_in_sync();
   const int r = replica_id_in_sync_group();
@@ -173,7 +183,10 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, c
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   std::vector<Tensor> out(values.size());
   if (n == 1) {
-    for (std::size_t i = 0; i < values.size(); ++i) out[i] = ops::reshape(local(values[i], device), {-1});
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      out[i] = ops::reshape(local(values[i], device), {-1});
+      values[i] = Tensor();
+    }
     return out;
   }
   const CommunicationOptions& options = strategy_.communication_options();
@@ -185,29 +198,11 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, c
   auto padded_bytes = [&](std::size_t i) {
     return static_cast<std::int64_t>(n) * layouts[i].padded * static_cast<std::int64_t>(dtype_size(values[i].dtype()));
   };
-  std::size_t i = 0;
-  while (i < values.size()) {
-    // Empty values have an empty shard everywhere: nothing to move.
-    if (layouts[i].num_elements == 0) {
-      out[i] = Tensor::zeros({0}, values[i].dtype(), device);
-      ++i;
-      continue;
-    }
-    std::vector<std::size_t> members{i};
-    std::int64_t bytes = padded_bytes(i);
-    std::size_t j = i + 1;
-    for (; j < values.size(); ++j) {
-      if (layouts[j].num_elements == 0) {  // nothing to move; does not end the pack
-        out[j] = Tensor::zeros({0}, values[j].dtype(), device);
-        continue;
-      }
-      if (values[j].dtype() != values[i].dtype() || bytes + padded_bytes(j) > pack_bytes) break;
-      bytes += padded_bytes(j);
-      members.push_back(j);
-    }
-    const DType dtype = values[i].dtype();
+  // Reduce-scatters `members` (one dtype) as one rank-major pack [n, Σc] and gives each its shard.
+  // A single member without padding is sent as it is (its flat storage is the [n, c] pack).
+  auto scatter = [&](const std::vector<std::size_t>& members) {
+    const DType dtype = values[members.front()].dtype();
     const DType wire = wire_dtype(dtype, compression);
-    // Rank-major pack [n, Σc]: row q holds every member's q-th padded block.
     std::int64_t width = 0;
     std::vector<Tensor> blocks;
     for (std::size_t m : members) {
@@ -221,6 +216,8 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, c
     Tensor packed = blocks.size() == 1 ? blocks[0] : ops::concat(blocks, 1);
     blocks.clear();
     packed = ops::reshape(packed, {-1});
+    // Copied into the pack (or the pack is the value itself: then `packed` keeps it until sent).
+    for (std::size_t m : members) values[m] = Tensor();
     const bool compress = wire != dtype;
     Tensor send = compress ? ops::cast(packed, wire) : packed;
     const std::int64_t in_bytes = static_cast<std::int64_t>(packed.nbytes());
@@ -245,9 +242,118 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, c
       out[m] = len == width ? received : ops::slice(received, {offset}, {len});
       offset += l.padded;
     }
-    i = j;
+  };
+  // Packs: the values that do not move directly, in order, consecutive ones of one dtype up to
+  // pack_bytes (padded); a value that moves directly goes alone when it comes (the order depends
+  // only on the layouts and dtypes, so it is the same on every replica).
+  std::vector<std::size_t> pack;
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (layouts[i].num_elements == 0) {  // an empty shard everywhere: nothing to move
+      out[i] = Tensor::zeros({0}, values[i].dtype(), device);
+      values[i] = Tensor();
+      continue;
+    }
+    if (moves_directly(layouts[i], dtype_size(values[i].dtype()))) {
+      scatter({i});
+      continue;
+    }
+    if (!pack.empty() && (values[i].dtype() != values[pack.front()].dtype() || bytes + padded_bytes(i) > pack_bytes)) {
+      scatter(pack);
+      pack.clear();
+      bytes = 0;
+    }
+    pack.push_back(i);
+    bytes += padded_bytes(i);
   }
+  if (!pack.empty()) scatter(pack);
   return out;
+}
+
+void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                                               const std::vector<ShardLayout>& layouts) {
+  const int n = num_replicas_in_sync();
+  const int r = replica_id_in_sync_group();
+  CHORUS_REQUIRE(shards.size() == layouts.size() && wholes.size() == layouts.size(), InvalidArgumentError,
+                 "all_gather_shards: ", shards.size(), " shards, ", wholes.size(), " wholes and ", layouts.size(),
+                 " layouts");
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    CHORUS_REQUIRE(shards[i].defined() && wholes[i].defined(), InvalidArgumentError, "all_gather_shards: entry ", i,
+                   " is undefined (replica ", replica_, ")");
+    CHORUS_REQUIRE(layouts[i].num_shards == n && wholes[i].num_elements() == layouts[i].num_elements &&
+                       shards[i].num_elements() == layouts[i].length(r) && shards[i].dtype() == wholes[i].dtype(),
+                   InvalidArgumentError, "all_gather_shards: entry ", i, " has a shard of ", shards[i].num_elements(),
+                   " and a whole of ", wholes[i].num_elements(), " elements on ", wholes[i].device_name(),
+                   ", its layout ", layouts[i].num_elements, " over ", layouts[i].num_shards, " shards (replica ", r,
+                   " of ", n, " on ", device, ")");
+  }
+  if (n == 1) {
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+      Tensor whole = wholes[i];
+      if (layouts[i].num_elements > 0) whole.copy_from(ops::reshape(shards[i], whole.shape().dims()));
+    }
+    return;
+  }
+  const CommunicationOptions& options = strategy_.communication_options();
+  const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
+  const auto timeout = options.timeout_seconds > 0
+                           ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
+                           : strategy_.timeout();
+  auto gather = [&](const Tensor& in, const Tensor& result) {
+    drain_if_profiling(in);
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    comm().all_gather(in, result, {.timeout = timeout})->wait(timeout);
+  };
+  auto padded_bytes = [&](std::size_t i) {
+    return static_cast<std::int64_t>(n) * layouts[i].padded * static_cast<std::int64_t>(dtype_size(wholes[i].dtype()));
+  };
+  // A padded pack: each member's shard zero-padded to c, gathered to [n, Σc] (row q: replica q's
+  // shards), each member's c columns flattened (its shards in replica order), the first E copied
+  // into its whole.
+  auto gather_pack = [&](const std::vector<std::size_t>& members) {
+    const DType dtype = wholes[members.front()].dtype();
+    std::int64_t width = 0;
+    std::vector<Tensor> pieces;
+    for (std::size_t m : members) {
+      const std::int64_t c = layouts[m].padded, len = shards[m].num_elements();
+      width += c;
+      if (len > 0) pieces.push_back(ops::reshape(local(shards[m], device), {-1}));
+      if (len < c) pieces.push_back(Tensor::zeros({c - len}, dtype, device));
+    }
+    Tensor send = pieces.size() == 1 ? pieces[0] : ops::concat(pieces, 0);
+    pieces.clear();
+    Tensor all = Tensor::empty({static_cast<std::int64_t>(n) * width}, dtype, device);
+    gather(send, all);
+    send = Tensor();
+    all = ops::reshape(all, {n, width});
+    std::int64_t offset = 0;
+    for (std::size_t m : members) {
+      const std::int64_t c = layouts[m].padded, e = layouts[m].num_elements;
+      const Tensor flat = ops::reshape(c == width ? all : ops::slice(all, {0, offset}, {n, c}), {-1});
+      Tensor whole = wholes[m];
+      whole.copy_from(ops::reshape(e == n * c ? flat : ops::slice(flat, {0}, {e}), whole.shape().dims()));
+      offset += c;
+    }
+  };
+  std::vector<std::size_t> pack;
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    if (layouts[i].num_elements == 0) continue;  // nothing to move
+    if (moves_directly(layouts[i], dtype_size(wholes[i].dtype())) && wholes[i].device_name() == device) {
+      // The whole's flat storage is the gathered [n·c]: replica q's shard lands at q·c.
+      gather(ops::reshape(local(shards[i], device), {-1}), wholes[i].reshape(Shape{layouts[i].num_elements}));
+      continue;
+    }
+    if (!pack.empty() && (wholes[i].dtype() != wholes[pack.front()].dtype() || bytes + padded_bytes(i) > pack_bytes)) {
+      gather_pack(pack);
+      pack.clear();
+      bytes = 0;
+    }
+    pack.push_back(i);
+    bytes += padded_bytes(i);
+  }
+  if (!pack.empty()) gather_pack(pack);
 }
 
 Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {

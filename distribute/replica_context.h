@@ -43,11 +43,17 @@ class StrategyReplicaContext final : public ReplicaContext, public ShardingColle
   Tensor all_gather(const Tensor& value, int axis) override;
   // ZeRO (core/sharded_variable.h's ShardingCollectives): the strategy's sharding stage, and the
   // stage-2 gradient reduce-scatter. Packs follow all_reduce's rule (consecutive values of one
-  // dtype up to the strategy's bytes_per_pack, counted padded) and its compression (a float32 or
+  // dtype up to the strategy's bytes_per_pack, counted padded; a value that moves directly —
+  // core/sharded_variable.h's kDirectShardBytes — goes alone, as it is) and its compression (a float32 or
   // float64 pack is cast to the wire dtype, reduce-scattered, cast back); the counters count it.
+  // all_gather_shards writes the weights in place (direct ones are the collective's output; the
+  // others go through one padded pack at a time, bytes_per_pack at most), uncompressed, uncounted.
   int sharding_stage() const override;
-  std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+  using ShardingCollectives::reduce_scatter_shards;
+  std::vector<Tensor> reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
                                             const std::vector<ShardLayout>& layouts) override;
+  void all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                         const std::vector<ShardLayout>& layouts) override;
   // Replica `root`'s value on every replica (for ONLY_FIRST_REPLICA variables); root is a
   // replica id in sync group.
   Tensor broadcast(const Tensor& value, int root);

@@ -179,16 +179,20 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
         strategy.run(
             [&](const data::Element& e) {
               profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
-              ops::GradientTape tape;
-              Tensor loss = forward_step(e, true, rows);
-              // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
-              // the same list.
-              // get_scaled_loss/get_unscaled_gradients: the identity, or a LossScaleOptimizer's scaling.
-              std::vector<Tensor> grads = optimizer_->get_unscaled_gradients(
-                  tape.gradient(optimizer_->get_scaled_loss(loss), vars, Tensor(), ops::UnconnectedGradients::kZero));
-              std::vector<std::pair<Tensor, Variable>> gv;
-              for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-              optimizer_->apply_gradients(gv);
+              optimizers::GradsAndVars gv;
+              {
+                ops::GradientTape tape;
+                Tensor loss = forward_step(e, true, rows);
+                // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
+                // the same list.
+                // get_scaled_loss/get_unscaled_gradients: the identity, or a LossScaleOptimizer's scaling.
+                std::vector<Tensor> grads = optimizer_->get_unscaled_gradients(
+                    tape.gradient(optimizer_->get_scaled_loss(loss), vars, Tensor(), ops::UnconnectedGradients::kZero));
+                for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
+              }
+              // The optimizer holds the only references to the local gradients: it releases each
+              // as soon as it is done with it (at ZeRO stage 2, during the reduce-scatter).
+              optimizer_->apply_gradients(std::move(gv));
             },
             *batch);
       } catch (const std::bad_alloc&) {

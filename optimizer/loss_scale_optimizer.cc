@@ -110,6 +110,11 @@ void LossScaleOptimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
                                [this](std::vector<Tensor>& summed) { return update_loss_scale(summed); });
 }
 
+void LossScaleOptimizer::apply_gradients(GradsAndVars&& grads_and_vars) {
+  inner_->apply_gradients_with(std::move(grads_and_vars),
+                               [this](std::vector<Tensor>& summed) { return update_loss_scale(summed); });
+}
+
 std::vector<Variable> LossScaleOptimizer::variables() const {
   std::vector<Variable> out = inner_->variables();
   out.push_back(current_loss_scale_);

@@ -76,6 +76,7 @@ class LossScaleOptimizer final : public Optimizer {
   Tensor get_scaled_loss(const Tensor& loss) const override;
   std::vector<Tensor> get_unscaled_gradients(std::vector<Tensor> grads) const override;
   void apply_gradients(const GradsAndVars& grads_and_vars) override;
+  void apply_gradients(GradsAndVars&& grads_and_vars) override;
 
   void build(const std::vector<Variable>& vars) override { inner_->build(vars); }
   double learning_rate() const override { return inner_->learning_rate(); }

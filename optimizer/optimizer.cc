@@ -99,8 +99,21 @@ struct ShardedUpdate {
 // its shard of every variable padded with zeros to the layout's c, so all send Σc elements; row r
 // of the gathered [n, Σc] holds replica r's shards, and a variable's c columns flattened hold its
 // shards in replica order, the first E of them its value. No padding reaches a variable.
+// A strategy's replica context (ShardingCollectives) writes them straight into the weights
+// instead (all_gather_shards: no temporary of the model's size).
 void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& updates,
                    const std::function<void(Tensor& whole, const Tensor& value)>& write) {
+  if (ShardingCollectives* sc = sharding_collectives(ctx); sc != nullptr && !updates.empty()) {
+    std::vector<Tensor> shards, wholes;
+    std::vector<ShardLayout> layouts;
+    for (const ShardedUpdate& u : updates) {
+      shards.push_back(u.shard);
+      wholes.push_back(u.whole);
+      layouts.push_back(u.layout);
+    }
+    sc->all_gather_shards(shards, wholes, layouts);
+    return;
+  }
   const int n = ctx != nullptr ? ctx->num_replicas_in_sync() : 1;
   std::size_t i = 0;
   while (i < updates.size()) {
@@ -368,7 +381,9 @@ std::vector<Tensor> Optimizer::clip(std::vector<Tensor> grads) const {
 
 void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) { apply_gradients_with(grads_and_vars, {}); }
 
-void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const AfterAggregation& after_aggregation) {
+void Optimizer::apply_gradients(GradsAndVars&& grads_and_vars) { apply_gradients_with(std::move(grads_and_vars), {}); }
+
+void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAggregation& after_aggregation) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr) {
     const DistributionStrategy& s = get_strategy();
@@ -385,7 +400,7 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
   std::vector<std::string> missing;
   std::unordered_set<const VariableBase*> seen;
   for (std::size_t i = 0; i < grads_and_vars.size(); ++i) {
-    const auto& [g, v] = grads_and_vars[i];
+    const auto& [g, v] = grads_and_vars[i];  // `g` is released below, once every pair is valid
     CHORUS_REQUIRE(v.defined(), InvalidArgumentError, name_, ".apply_gradients: entry ", i,
                    " of grads_and_vars has an undefined variable");
     CHORUS_REQUIRE(is_floating(v.dtype()), InvalidArgumentError, name_, ".apply_gradients: variable '", v.name(),
@@ -409,6 +424,9 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
     throw InvalidArgumentError(str_cat("No gradients provided for any variable: [", join(missing, kQuoted), "] (",
                                        name_, ".apply_gradients got ", grads_and_vars.size(), " pairs)"));
   }
+  // `grads` holds the only references this call keeps (the caller's, when it moved them in, go
+  // here): each is released when the collectives of step 3 are done with it.
+  for (auto& pair : grads_and_vars) pair.first = Tensor();
   check_replicated(iterations_, ctx, "the optimizer's iterations variable");
   if (!missing.empty() && !state_->warned_missing.exchange(true)) {
     CHORUS_LOG(WARNING) << "Gradients do not exist for variables [" << join(missing, kQuoted) << "]"
@@ -433,18 +451,16 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
       const ShardedVariable* sv = e->slots.empty() ? nullptr : as_sharded(e->slots.front());
       if (sv != nullptr) {
         is_shard[i] = 1;
-        to_scatter.push_back(grads[i]);
+        to_scatter.push_back(std::move(grads[i]));
         layouts.push_back(sv->layout());
       } else {
-        whole.push_back(grads[i]);
+        whole.push_back(std::move(grads[i]));
       }
     }
     if (!whole.empty()) whole = ctx->all_reduce(ReduceOp::kSum, whole);
     std::vector<Tensor> shards;
-    if (!to_scatter.empty()) {
-      shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, to_scatter, layouts);
-      to_scatter.clear();
-    }
+    if (!to_scatter.empty())  // releases each local gradient once packed (or sent as it is)
+      shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
     for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i) grads[i] = is_shard[i] ? shards[b++] : whole[a++];
   } else if (ctx != nullptr) {
     grads = ctx->all_reduce(ReduceOp::kSum, grads);
@@ -496,7 +512,7 @@ void Optimizer::apply_gradients_with(const GradsAndVars& grads_and_vars, const A
   std::vector<ShardedUpdate> sharded;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     Tensor w = ops::stop_gradient(vars[i].value());
-    Tensor g = grads[i];
+    Tensor g = std::move(grads[i]);  // released with `g` (stage 1: the whole sum, once sliced)
     if (g.device_name() != w.device_name()) g = g.to(w.device_name());
     const ShardedVariable* shard_view = entries[i]->slots.empty() ? nullptr : as_sharded(entries[i]->slots.front());
     Tensor target = w;  // what the update writes: the weight, or a copy of this replica's slice of it
@@ -542,16 +558,16 @@ Tensor Optimizer::minimize(const std::function<Tensor()>& loss_fn, const std::ve
     grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
   }
   GradsAndVars gv;
-  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-  apply_gradients(gv);
+  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
+  apply_gradients(std::move(gv));
   return loss;
 }
 
 void Optimizer::minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape) {
-  const std::vector<Tensor> grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
+  std::vector<Tensor> grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
   GradsAndVars gv;
-  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-  apply_gradients(gv);
+  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
+  apply_gradients(std::move(gv));
 }
 
 std::string Optimizer::get_config() const {

@@ -61,15 +61,15 @@
 // ShardedVariables (core/sharded_variable.h) holding 1/n of the elements per replica. Steps 1–6
 // are unchanged (the full gradients are all-reduced and clipped); steps 7–8 then run on this
 // replica's flat slice of the gradient and of a copy of its weight, with its slot shards, and one
-// packed ReplicaContext::all_gather per step writes every replica's updated slices into each
-// replica's whole weight. update_step must therefore be elementwise (every built-in one is): it
-// gets tensors of one shape, not necessarily the variable's. The result is bitwise stage 0's.
-// At ZeRO stage 2 (the replica context's ShardingCollectives, core/sharded_variable.h) the slots
-// are created before step 3, and the gradients of variables with sharded slots are not
-// all-reduced: one packed reduce-scatter gives each replica its shard of the sum (the others are
-// all-reduced as before); clipnorm/global_clipnorm all-reduce the shards' float64 sums of squares
-// (one collective) and scale the shards, clipvalue clips them; the result equals stage 0's to
-// rounding.
+// all-gather per step writes every replica's updated slices straight into each replica's whole
+// weight (ShardingCollectives::all_gather_shards: a large weight is the collective's output, small
+// ones share padded packs of at most bytes_per_pack). update_step must therefore be elementwise (every built-in one
+// is): it gets tensors of one shape, not necessarily the variable's. The result is bitwise stage 0's. At ZeRO stage 2
+// (the replica context's ShardingCollectives, core/sharded_variable.h) the slots are created before step 3, and the
+// gradients of variables with sharded slots are not all-reduced: a reduce-scatter gives each replica its shard of the
+// sum (packed, except that a large gradient whose size divides by n is sent as it is; the others are all-reduced as
+// before); clipnorm/global_clipnorm all-reduce the shards' float64 sums of squares (one collective) and scale the
+// shards, clipvalue clips them; the result equals stage 0's to rounding.
 //
 // Errors (InvalidArgumentError unless noted; messages name the variable):
 //   - a gradient whose shape or dtype differs from its variable's;
@@ -126,6 +126,16 @@ class Optimizer : public train::Trackable {
   // The update described above. Blocks until the update is enqueued (it may still run on the
   // devices' streams; reads of the variables wait for it).
   virtual void apply_gradients(const GradsAndVars& grads_and_vars);
+  // The same update, handing the optimizer the caller's references to the gradients:
+  //   opt->apply_gradients(std::move(gv));   // gv is moved from: do not use it afterwards
+  // The optimizer then drops each local gradient as soon as it is done with it — at ZeRO stage 2,
+  // once it is copied into (or sent as) the reduce-scatter's input — instead of when the call
+  // returns, so a caller holding no other reference to them (Model::fit does not) does not keep
+  // every whole local gradient alive through the update and the all-gather of the weights. The
+  // results are the same bits as the const& form; only the gradients' lifetimes differ. A braced
+  // list, `opt->apply_gradients({{g, w}})`, binds here too (the list holds copies of the handles,
+  // so the caller's `g` lives on). A wrapper overrides both forms.
+  virtual void apply_gradients(GradsAndVars&& grads_and_vars);
 
   // Loss scaling (Keras 2's LossScaleOptimizer API, here on every optimizer so that fit and
   // minimize need not know which one they hold): the loss to differentiate, and the gradients of
@@ -194,9 +204,10 @@ class Optimizer : public train::Trackable {
   // step 3 — at ZeRO stage 2, this replica's shards of them followed by one float64 scalar that is
   // NaN when any replica's shards hold an inf or NaN (so a finite check decides alike everywhere). When it returns
   // false the step is skipped — nothing is updated except `iterations`, which still counts the step (Keras's
-  // LossScaleOptimizer). Same validation, errors, contexts.
+  // LossScaleOptimizer). Same validation, errors, contexts. It owns `grads_and_vars` (pass a copy,
+  // or std::move the caller's list to let each gradient go early, as apply_gradients(&&)).
   using AfterAggregation = std::function<bool(std::vector<Tensor>& summed_gradients)>;
-  void apply_gradients_with(const GradsAndVars& grads_and_vars, const AfterAggregation& after_aggregation);
+  void apply_gradients_with(GradsAndVars grads_and_vars, const AfterAggregation& after_aggregation);
 
   // What update_step gets besides the tensors: host scalars, identical on every replica.
   struct Step {

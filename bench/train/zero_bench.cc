@@ -6,7 +6,8 @@
 //
 // Model: L × Dense(W→W) (default 8 × 1024: P = 33.6 MB of float32 weights; --quick 4 × 256),
 // global batch 32 (8 rows per replica), mean squared error, a custom training step
-// (strategy.run: GradientTape, then Optimizer::apply_gradients — what fit does per step).
+// (strategy.run: GradientTape, then Optimizer::apply_gradients(std::move(grads_and_vars)) — what
+// fit does per step: the optimizer holds the only references to the local gradients).
 // All three stages run in this process on the same devices (the device configuration is the same
 // for all: 4 logical CPU devices of 1024 MiB). Per stage and round: a fresh strategy and model (the
 // same seeded initial weights), 2 warm-up steps (the first creates Adam's slots), then
@@ -92,7 +93,7 @@ void run_stage(int stage, const Config& c, StageResult& out) {
           cx::optimizers::GradsAndVars gv;
           for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
           grads.clear();
-          opt->apply_gradients(gv);
+          opt->apply_gradients(std::move(gv));  // as fit: the optimizer releases each local gradient early
         },
         x, y);
   };

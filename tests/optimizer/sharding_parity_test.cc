@@ -9,8 +9,11 @@
 // ZeRO stage 2 (gradients reduce-scattered) against stage 0 to 1e-6 relative (the norms of
 // clipnorm/global_clipnorm are sums of per-replica partial sums, another rounding), with 1 to 4
 // replicas, the same optimizers plus SGD with clipnorm; a LossScaleOptimizer skips a step on
-// every replica when one replica's local gradient is not finite; and the peak memory of a
-// training step per replica, stage 0 vs 1 vs 2.
+// every replica when one replica's local gradient is not finite; the collectives' direct paths
+// (a large gradient that divides by n reduce-scattered as it is, its weight the all-gather's
+// output) against the packed ones, with the gradients kept by the caller or handed over; and the
+// peak memory of a training step per replica, stage 0 vs 1 vs 2 (stage 2 ≤ 0.5× stage 0 with the
+// gradients handed over, the goal).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -280,10 +283,86 @@ TEST(ShardingStageTwoLossScale, ANonFiniteLocalGradientOnOneReplicaSkipsTheStepO
   EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), 3);
 }
 
+// The direct paths of stage 2's collectives: a gradient of at least kDirectShardBytes that
+// divides by n is reduce-scattered as it is, and its weight is the all-gather's output; a large
+// uneven one and small ones go through padded packs. Adam, 4 replicas, a custom loop whose
+// replicas have different gradients, with the gradients kept by the caller (apply_gradients(gv))
+// or handed over (apply_gradients(std::move(gv))). Returns replica 0's weights after 3 steps and
+// checks that every replica holds the same bytes.
+std::vector<Tensor> train_direct(int stage, bool hand_over) {
+  distribute::MirroredStrategy strategy(cpus(4), {.sharding = {.stage = stage}});
+  const std::vector<std::string> devices = strategy.replica_devices();
+  // 256×256: direct; [256]: small; 129×131 (67.6 KB, odd): large and uneven; [5, 7], [1]: small.
+  const std::vector<Shape> shapes{Shape({256, 256}), Shape({256}), Shape({129, 131}), Shape({5, 7}), Shape({1})};
+  std::vector<Variable> vars;
+  std::unique_ptr<optimizers::Adam> opt;
+  {
+    auto scope = strategy.scope();
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      vars.push_back(
+          make_variable({.initial_value = ops::stateless_random_uniform(shapes[i], {1, static_cast<std::int64_t>(i)}),
+                         .name = "direct/v" + std::to_string(i)}));
+    opt = std::make_unique<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.01});
+  }
+  std::vector<Tensor> ks;
+  for (int r = 0; r < 4; ++r)
+    ks.push_back(Tensor::scalar<float>(static_cast<float>(r + 1), devices[static_cast<std::size_t>(r)]));
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> targets;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      targets.push_back(ops::stateless_random_uniform(shapes[i], {2 + step, static_cast<std::int64_t>(i)}));
+    strategy.run(
+        [&](const Tensor& k) {
+          optimizers::GradsAndVars gv;
+          {
+            ops::GradientTape tape;
+            Tensor loss;
+            for (std::size_t i = 0; i < vars.size(); ++i) {
+              Tensor l = ops::reduce_sum(ops::square(vars[i].value() - targets[i].to(k.device_name()) * k));
+              loss = loss.defined() ? loss + l : l;
+            }
+            std::vector<Tensor> grads = tape.gradient(loss, vars);
+            for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
+          }
+          if (hand_over)
+            opt->apply_gradients(std::move(gv));
+          else
+            opt->apply_gradients(gv);
+        },
+        distribute::PerReplica<Tensor>(ks));
+  }
+  std::vector<Tensor> out;
+  for (const Variable& v : vars) {
+    const auto bytes = component_bytes(v);
+    for (const auto& b : bytes) EXPECT_EQ(b, bytes[0]) << v.name() << " at stage " << stage;
+    out.push_back(as_distributed(v)->components()[0].read_value().to("/cpu:0"));
+  }
+  return out;
+}
+
+TEST(ShardingDirect, LargeEvenVariablesMoveInPlaceWithStageZerosWeights) {
+  make_cpus(4);
+  const std::vector<Tensor> w0 = train_direct(0, false), w0m = train_direct(0, true);
+  for (bool hand_over : {false, true}) {
+    const std::vector<Tensor> w1 = train_direct(1, hand_over), w2 = train_direct(2, hand_over);
+    for (std::size_t i = 0; i < w0.size(); ++i) {
+      EXPECT_EQ(bytes_of(w0m[i]), bytes_of(w0[i])) << "variable " << i << ": stage 0 handed over";
+      EXPECT_EQ(bytes_of(w1[i]), bytes_of(w0[i])) << "variable " << i << ": stage 1, handed over " << hand_over;
+      EXPECT_LE(relative_difference(w2[i], w0[i]), 1e-6) << "variable " << i << ": stage 2, handed over " << hand_over;
+      EXPECT_NE(bytes_of(w2[i]),
+                bytes_of(ops::stateless_random_uniform(w0[i].shape(), {1, static_cast<std::int64_t>(i)})))
+          << "variable " << i << " was not updated";
+    }
+  }
+}
+
 // The peak memory of one training step on each of 4 replica devices (the device runtime's own
 // stats: reset before the step, read after), with Adam and a parameter-dominated model (4 ×
 // Dense(256→256), P ≈ 1 MiB of float32 parameters), slots created by a first step.
-std::vector<std::int64_t> step_peaks(int stage) {
+// `hand_over`: apply_gradients(std::move(gv)), as Model::fit — the optimizer holds the only
+// references to the local gradients and releases them during the reduce-scatter; else
+// apply_gradients(gv), the caller keeping them until it returns.
+std::vector<std::int64_t> step_peaks(int stage, bool hand_over = false) {
   distribute::MirroredStrategy strategy(cpus(4), {.sharding = {.stage = stage}});
   const std::vector<std::string> devices = strategy.replica_devices();
   std::unique_ptr<model::Sequential> m;
@@ -315,7 +394,10 @@ std::vector<std::int64_t> step_peaks(int stage) {
           optimizers::GradsAndVars gv;
           for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
           grads.clear();
-          opt->apply_gradients(gv);
+          if (hand_over)
+            opt->apply_gradients(std::move(gv));
+          else
+            opt->apply_gradients(gv);
         },
         distribute::PerReplica<Tensor>(xs), distribute::PerReplica<Tensor>(ys));
   };
@@ -329,13 +411,21 @@ std::vector<std::int64_t> step_peaks(int stage) {
 
 TEST(ShardingMemory, StepPeakPerReplicaFallsWithEachStage) {
   make_cpus(4);
-  const std::vector<std::int64_t> p0 = step_peaks(0), p1 = step_peaks(1), p2 = step_peaks(2);
+  const std::vector<std::int64_t> p0 = step_peaks(0), p1 = step_peaks(1), p2 = step_peaks(2),
+                                  p2m = step_peaks(2, /*hand_over=*/true), p0m = step_peaks(0, true);
   for (int r = 0; r < 4; ++r) {
     std::cout << "[sharding memory] replica " << r << ": training-step peak " << p0[r] << " B at stage 0, " << p1[r]
               << " B at stage 1 (" << static_cast<double>(p1[r]) / static_cast<double>(p0[r]) << "x), " << p2[r]
-              << " B at stage 2 (" << static_cast<double>(p2[r]) / static_cast<double>(p0[r]) << "x)\n";
+              << " B at stage 2 (" << static_cast<double>(p2[r]) / static_cast<double>(p0[r]) << "x), " << p2m[r]
+              << " B at stage 2 with the gradients handed over ("
+              << static_cast<double>(p2m[r]) / static_cast<double>(p0[r]) << "x)\n";
     EXPECT_LT(p2[r], p1[r]) << "replica " << r;
     EXPECT_LT(p1[r], p0[r]) << "replica " << r;
+    EXPECT_LT(p2m[r], p2[r]) << "replica " << r;
+    // Stage 0's peak is the all-reduce's, whoever holds the local gradients.
+    EXPECT_EQ(p0m[r], p0[r]) << "replica " << r;
+    // The goal: stage 2 ≤ 0.5× MirroredStrategy with 4 replicas and Adam.
+    EXPECT_LE(static_cast<double>(p2m[r]), 0.5 * static_cast<double>(p0[r])) << "replica " << r;
   }
 }
 
