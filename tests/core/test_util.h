@@ -6,12 +6,14 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/logging.h"
 #include "core/runtime.h"
 
@@ -24,6 +26,22 @@ class CoreTest : public ::testing::Test {
   void SetUp() override { internal::reset_runtime_for_testing(); }
   void TearDown() override { internal::reset_runtime_for_testing(); }
 };
+
+// A fresh runtime with GPUs hidden and `n` logical CPU devices of `memory_limit_mb` each (the
+// replicas of a MirroredStrategy on one machine); cpus(n) names them, "/cpu:0" … "/cpu:<n-1>".
+inline void make_cpus(int n, std::int64_t memory_limit_mb = 128) {
+  internal::reset_runtime_for_testing();
+  config::set_visible_devices({}, "GPU");
+  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
+                                               LogicalDeviceConfiguration{.memory_limit_mb = memory_limit_mb});
+  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
+}
+
+inline std::vector<std::string> cpus(int n) {
+  std::vector<std::string> d;
+  for (int i = 0; i < n; ++i) d.push_back("/cpu:" + std::to_string(i));
+  return d;
+}
 
 // Captures log lines while alive.
 class LogCapture {

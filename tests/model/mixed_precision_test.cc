@@ -16,19 +16,13 @@
 #include "optimizer/adam.h"
 #include "optimizer/loss_scale_optimizer.h"
 #include "optimizer/sgd.h"
+#include "tests/core/test_util.h"
 
 namespace chorus {
 namespace {
 
-void make_cpus(int n) {
-  chorus::internal::reset_runtime_for_testing();
-  config::set_visible_devices({}, "GPU");
-  if (n > 1) {
-    std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
-                                                 LogicalDeviceConfiguration{.memory_limit_mb = 256});
-    config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
-  }
-}
+using chorus::testing::cpus;
+void make_cpus(int n) { chorus::testing::make_cpus(n, 256); }
 
 std::vector<float> as_floats(const Tensor& t) {
   return (t.dtype() == DType::kFloat32 ? t : ops::cast(t, DType::kFloat32)).to_vector<float>();
