@@ -1,7 +1,8 @@
 // ShardedVariable: the view of a distributed variable whose state is partitioned across the
 // replicas instead of copied to each (ZeRO, DeepSpeed's zero_optimization / PyTorch's FSDP) —
 // what a strategy with sharding on (distribute/sharding_options.h, stage >= 1) makes for
-// variables created with VariableArgs::shard_over_replicas (the optimizer's slots).
+// variables created with VariableArgs::shard_over_replicas (the optimizer's slots), and at stage 3
+// for every trainable floating ON_WRITE variable (the parameters, FSDP).
 //
 //   if (chorus::ShardedVariable* s = chorus::as_sharded(slot)) {
 //     const chorus::ShardLayout& layout = s->layout();
@@ -21,8 +22,10 @@
 //     replica's device (plain variables; an empty shard is a [0] variable);
 //   - shape() and dtype() are the whole variable's; device() is replica 0's;
 //   - value() / read_value() in a replica context of its strategy are that replica's shard
-//     ([length(r)], not the variable's shape); in cross-replica context the shards concatenated
-//     in replica order and reshaped to shape() (a new tensor: writes to it are lost);
+//     ([length(r)], not the variable's shape) for a slot; for a stage-3 parameter the whole
+//     value, gathered from every replica's shard (gathers_parameters() below); in cross-replica
+//     context the shards concatenated in replica order and reshaped to shape() (a new tensor:
+//     writes to it are lost);
 //   - checkpoint_value() is the whole tensor (the shards concatenated, as a checkpoint stores it:
 //     full tensors, the same keys and shapes a MirroredVariable saves); restore(value) gives each
 //     shard its slice of `value`, so a checkpoint restores onto any replica count;
@@ -33,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/distributed_variable.h"
@@ -68,6 +72,23 @@ class ShardedVariable : public DistributedVariable {
   // cross-replica context of a one-replica strategy, the only one. Elsewhere →
   // FailedPreconditionError.
   virtual Tensor local_shard() const = 0;
+  // True for a ZeRO stage-3 parameter: value() in a replica context is the whole variable,
+  // gathered (a collective) — for one layer call by ShardingCollectives::gather_parameters, or
+  // alone when read elsewhere — and a GradientTape differentiates the variable through its shard
+  // (local_shard(), ops/tape.h): its gradient is this replica's shard [length(r)] of the gradient
+  // summed over the replicas, reduce-scattered during the backward pass.
+  virtual bool gathers_parameters() const = 0;
+};
+
+// A stage-3 layer call's gathered parameters (ShardingCollectives::gather_parameters): alive for
+// the call; after_call(y) — with y the layer's output — frees their whole values (the tape keeps
+// their handles, and gathers them again when the backward pass reaches y) and returns the output
+// to use instead of y (y itself when no tape records). The destructor ends the call too, so an
+// exception in the layer leaves no parameter gathered.
+class ParameterGather {
+ public:
+  virtual ~ParameterGather() = default;
+  virtual Tensor after_call(const Tensor& y) = 0;
 };
 
 // The sharded view of `v`, or nullptr when `v` is undefined, plain or mirrored. Constness is
@@ -82,8 +103,14 @@ class ShardingCollectives {
  public:
   virtual ~ShardingCollectives() = default;
   // The strategy's ZeRO stage (distribute/sharding_options.h): 0 off, 1 slots, 2 slots and
-  // gradients.
+  // gradients, 3 slots, gradients and parameters.
   virtual int sharding_stage() const = 0;
+  // Stage 3, FSDP's unit: gathers the stage-3 parameters among `weights` (a layer's own) in one
+  // collective before the layer's call, for this replica; value() of each is then its whole
+  // value until the returned object's after_call/destruction. nullptr when none of `weights`
+  // gathers (stages below 3, no trainable weights). A collective: every replica calls it for the
+  // same layer, in the same order (SPMD).
+  virtual std::unique_ptr<ParameterGather> gather_parameters(const std::vector<Variable>& weights) = 0;
   // A collective (every replica calls it with the same shapes, dtypes and layouts, in the same
   // order): this replica's shard [layouts[i].length(r)] (1-D, r = replica_id_in_sync_group) of
   // op(values[i] over the replicas), on this replica's device, for each i; values[i] has any

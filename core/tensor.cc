@@ -73,6 +73,9 @@ void copy_buffers(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buff
   DeviceContext& s = src->device();
   DeviceContext& d = dst->device();
   if (bytes == 0 || src == dst) return;  // v.assign(v.value()): nothing to move (and memcpy onto itself is UB)
+  CHORUS_REQUIRE(!src->released() && !dst->released(), FailedPreconditionError, "copy of ", bytes,
+                 " bytes from or into tensor storage that was released (Buffer::release: a ZeRO stage-3 "
+                 "parameter gathered for one layer call is freed after it)");
   if (&s == &d) {
     if (!s.is_gpu()) {
       // In stream order on the calling thread (after the queued work, without a hand-off to the
@@ -128,6 +131,20 @@ Buffer::~Buffer() {
   } catch (const Error& e) {
     CHORUS_LOG(ERROR) << "freeing tensor storage on " << device_->name() << ": " << e.what();
   }
+}
+
+void Buffer::release() {
+  if (released_) return;
+  if (!device_->is_gpu()) device_->stream().synchronize();  // queued host work may still use the bytes
+  device_->allocator().deallocate(data_);
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Buffer::restore() {
+  if (!released_) return;
+  data_ = device_->allocator().allocate(bytes_, "restored tensor storage");
+  released_ = false;
 }
 
 Tensor::Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype)
@@ -210,6 +227,11 @@ DeviceContext& Tensor::device_context() const {
 }
 void* Tensor::data() const {
   require_defined("data");
+  if (buffer_->released())
+    throw FailedPreconditionError(str_cat("data() of a ", dtype_name(dtype_), shape_.to_string(), " tensor on ",
+                                          device_name(),
+                                          " whose storage was released (Buffer::release: a ZeRO stage-3 parameter "
+                                          "gathered for one layer call is freed after it; read the variable again)"));
   return buffer_->data();
 }
 
@@ -254,7 +276,9 @@ void Tensor::add_inplace(const Tensor& src) {
   if (ctx.is_gpu()) {
     gpu::add_inplace_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), dtype_, data(), local.data(), n);
   } else {
-    auto add = [&] { add_host(dtype_, buffer_->data(), local.buffer_->data(), n); };
+    void* const dst = data();  // both checked: released storage throws here, not in the kernel
+    const void* const src_data = local.data();
+    auto add = [&] { add_host(dtype_, dst, src_data, n); };
     ctx.stream().execute_host([&add] { add(); });  // in stream order, on this thread
   }
 }

@@ -46,7 +46,21 @@ class Buffer {
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+  // nullptr while released (below).
   void* data() const { return data_; }
+  // Returns the storage to the allocator while Tensors still view it, and takes fresh storage of
+  // the same size back (its contents unspecified; the address may differ): PyTorch FSDP's storage
+  // resize to 0, for ZeRO stage 3's parameters gathered for one layer call, whose handles the
+  // GradientTape keeps for the backward pass (distribute/parameter_gather.h). While released,
+  // Tensor::data() on it throws FailedPreconditionError — never a dangling pointer. release()
+  // first waits for work queued on a CPU device's stream (a GPU's stream-ordered allocator only
+  // reuses the bytes for later work of the same stream, as when a Buffer dies); releasing a
+  // released buffer, or restoring a live one, does nothing. restore() throws
+  // ResourceExhaustedError when the device's memory limit refuses the bytes (still released).
+  // Not thread-safe: the one thread that owns the tensors (a replica's) calls them.
+  void release();
+  void restore();
+  bool released() const { return released_; }
   std::size_t bytes() const { return bytes_; }
   DeviceContext& device() const { return *device_; }
   const std::shared_ptr<DeviceContext>& device_ptr() const { return device_; }
@@ -55,6 +69,7 @@ class Buffer {
   std::shared_ptr<DeviceContext> device_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  bool released_ = false;
 };
 
 class Tensor {

@@ -18,22 +18,8 @@ std::vector<std::string> default_devices(std::vector<std::string> devices) {
 
 // Validates options.sharding before the base constructor starts replica threads.
 const MirroredStrategyOptions& checked(const MirroredStrategyOptions& options) {
-  const int stage = options.sharding.stage;
-  if (stage == 3) {
-    throw UnimplementedError(
-        "MirroredStrategy: ZeRO sharding stage 3 (optimizer state, gradients and parameters partitioned) is not "
-        "implemented yet; stages 1 (optimizer slots partitioned over the replicas) and 2 (slots and gradients) are "
-        "available: MirroredStrategyOptions{.sharding = {.stage = 2}}");
-  }
-  CHORUS_REQUIRE(stage >= 0 && stage <= 2, InvalidArgumentError, "MirroredStrategy: sharding.stage must be 0 (off), ",
-                 "1 (ZeRO stage 1: optimizer slots partitioned) or 2 (slots and gradients partitioned), got ", stage);
+  check_sharding(options.sharding, "MirroredStrategy");
   return options;
-}
-
-std::string sharding_description(int stage, int replicas) {
-  if (stage == 0) return "; sharding: off (ZeRO stage 0)";
-  return chorus::internal::str_cat("; sharding: ZeRO stage ", stage, " (optimizer slots ",
-                                   stage == 2 ? "and gradients " : "", "partitioned over ", replicas, " replicas)");
 }
 
 }  // namespace

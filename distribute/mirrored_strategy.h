@@ -12,10 +12,11 @@
 // here, before any replica runs. Logs "Using MirroredStrategy with devices (...)" as TF does.
 // OneDeviceStrategy: one replica, on the calling thread, ops and variables placed on `device`.
 // With options.sharding.stage = 1 (ZeRO stage 1) the optimizer's slots are sharded over the
-// replicas (distribute/sharded_variable.h); at stage 2 the gradients are reduce-scattered too; the
-// log line names the stage; sharding_stage() reports it.
+// replicas (distribute/sharded_variable.h); at stage 2 the gradients are reduce-scattered too; at
+// stage 3 the parameters are sharded too (gathered per layer call); the log line names the stage;
+// sharding_stage() reports it.
 // Errors: an unknown or repeated device → InvalidArgumentError listing the devices that exist;
-// an unavailable or invalid sharding stage (sharding_options.h).
+// an invalid sharding stage (sharding_options.h).
 #pragma once
 
 #include <chrono>
@@ -36,8 +37,8 @@ struct MirroredStrategyOptions {
   // implementation must be kAuto or equal the cross-device ops chosen (InvalidArgumentError).
   CommunicationOptions communication_options;
   // ZeRO sharding (distribute/sharding_options.h, docs/sharding.md): {.stage = 1} partitions the
-  // optimizer slots over the replicas, {.stage = 2} the gradients too. Stage 3 →
-  // UnimplementedError, any other value outside 0..3 → InvalidArgumentError, both here.
+  // optimizer slots over the replicas, {.stage = 2} the gradients too, {.stage = 3} the parameters
+  // too. A value outside 0..3 → InvalidArgumentError, here.
   // (MultiWorkerMirroredStrategyOptions::sharding is the same option across processes.)
   ShardingOptions sharding;
 };

@@ -159,17 +159,7 @@ std::string_view implementation_name(CommunicationImplementation c) {
 
 MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const MultiWorkerMirroredStrategyOptions& o) {
   MultiWorkerMirroredStrategy::Plan plan;
-  const int stage = o.sharding.stage;
-  if (stage == 3) {
-    throw UnimplementedError(
-        "MultiWorkerMirroredStrategy: ZeRO sharding stage 3 (optimizer state, gradients and parameters partitioned) "
-        "is not implemented yet; stages 1 (optimizer slots partitioned over the replicas) and 2 (slots and "
-        "gradients) are available: MultiWorkerMirroredStrategyOptions{.sharding = {.stage = 2}}");
-  }
-  CHORUS_REQUIRE(stage >= 0 && stage <= 2, InvalidArgumentError,
-                 "MultiWorkerMirroredStrategy: sharding.stage must be 0 (off), 1 (ZeRO stage 1: optimizer slots "
-                 "partitioned) or 2 (slots and gradients partitioned), got ",
-                 stage);
+  check_sharding(o.sharding, "MultiWorkerMirroredStrategy");
   plan.resolver = o.cluster_resolver ? *o.cluster_resolver : ClusterResolver::from_environment();
   const ClusterResolver& r = plan.resolver;
   CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError,
@@ -290,11 +280,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   make_communicators();
   CHORUS_LOG(INFO) << "Using MultiWorkerMirroredStrategy: " << resolver_.to_string() << ", local devices ("
                    << join(replica_devices(), kQuoted) << "), " << num_replicas_in_sync() << " replicas in sync; "
-                   << cross_device_ops().reason
-                   << (sharding_stage_ == 0 ? std::string("; sharding: off (ZeRO stage 0)")
-                                            : str_cat("; sharding: ZeRO stage ", sharding_stage_, " (optimizer slots ",
-                                                      sharding_stage_ == 2 ? "and gradients " : "", "partitioned over ",
-                                                      num_replicas_in_sync(), " replicas)"));
+                   << cross_device_ops().reason << sharding_description(sharding_stage_, num_replicas_in_sync());
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;

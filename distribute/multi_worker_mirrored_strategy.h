@@ -97,9 +97,9 @@ struct MultiWorkerMirroredStrategyOptions {
   CommunicationOptions communication_options;
   // ZeRO sharding (distribute/sharding_options.h, docs/sharding.md), as MirroredStrategy's: {.stage =
   // 1} partitions the optimizer slots over all workers' replicas (replica r of num_replicas_in_sync()
-  // holds shard r, r = worker_offset() + local replica), {.stage = 2} the gradients too. Checkpoints
-  // gather every worker's shards (every worker saves, in the same order, as always). Stage 3 →
-  // UnimplementedError, any other value outside 0..3 → InvalidArgumentError, both at construction.
+  // holds shard r, r = worker_offset() + local replica), {.stage = 2} the gradients too, {.stage =
+  // 3} the parameters too. Checkpoints gather every worker's shards (every worker saves, in the same
+  // order, as always). A value outside 0..3 → InvalidArgumentError at construction.
   ShardingOptions sharding;
 };
 

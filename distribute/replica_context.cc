@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/profile.h"
 #include "distribute/merge_barrier.h"
+#include "distribute/parameter_gather.h"
 #include "distribute/strategy.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
@@ -155,6 +156,11 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
 }
 
 int StrategyReplicaContext::sharding_stage() const { return strategy_.sharding_stage(); }
+
+std::unique_ptr<ParameterGather> StrategyReplicaContext::gather_parameters(const std::vector<Variable>& weights) {
+  if (strategy_.sharding_stage() < 3) return nullptr;
+  return gather_layer_parameters(*this, weights);
+}
 
 namespace {
 // Whether a value of `layout` and dtype size `size` moves on its own, straight from or into its

@@ -54,6 +54,8 @@ class StrategyReplicaContext final : public ReplicaContext, public ShardingColle
                                             const std::vector<ShardLayout>& layouts) override;
   void all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
                          const std::vector<ShardLayout>& layouts) override;
+  // Stage 3: distribute/parameter_gather.h's gather of a layer's parameters.
+  std::unique_ptr<ParameterGather> gather_parameters(const std::vector<Variable>& weights) override;
   // Replica `root`'s value on every replica (for ONLY_FIRST_REPLICA variables); root is a
   // replica id in sync group.
   Tensor broadcast(const Tensor& value, int root);

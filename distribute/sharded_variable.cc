@@ -2,6 +2,7 @@
 
 #include "core/distribution.h"
 #include "core/error.h"
+#include "distribute/parameter_gather.h"
 #include "distribute/replica_context.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
@@ -16,7 +17,7 @@ constexpr const char* kHostDevice = "/cpu:0";
 }  // namespace
 
 ZeroVariable::ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape,
-                           DType dtype, ShardLayout layout)
+                           DType dtype, ShardLayout layout, bool parameter)
     : strategy_(strategy),
       components_(std::move(shards)),
       name_(args.name),
@@ -24,7 +25,9 @@ ZeroVariable::ZeroVariable(Strategy& strategy, std::vector<Variable> shards, con
       aggregation_(args.aggregation),
       shape_(std::move(shape)),
       dtype_(dtype),
-      layout_(layout) {
+      layout_(layout),
+      parameter_(parameter),
+      gathered_(components_.size()) {
   CHORUS_REQUIRE(!components_.empty(), InvalidArgumentError, "ZeroVariable '", name_, "': no components");
   CHORUS_ENFORCE(static_cast<int>(components_.size()) == strategy_.num_local_replicas() &&
                      layout_.num_shards == strategy_.num_replicas_in_sync(),
@@ -82,14 +85,19 @@ Tensor ZeroVariable::slice_of(const Tensor& whole_value, int r) const {
 
 Tensor ZeroVariable::value() const {
   const int r = replica_or_cross("read");
-  if (r >= 0) return components_[static_cast<std::size_t>(r)].value();
-  return whole(components_[0].device());
+  if (r < 0) return whole(components_[0].device());
+  if (!parameter_) return components_[static_cast<std::size_t>(r)].value();
+  if (const Tensor& g = gathered(r); g.defined()) return g;
+  // Read outside a layer call: gathered for this read (a collective, recorded for the tape).
+  return gather_whole_values(*strategy_.current_replica_context(), {const_cast<ZeroVariable*>(this)},
+                             /*release_in_backward=*/false)[0];
 }
 
 Tensor ZeroVariable::read_value() const {
   const int r = replica_or_cross("read");
-  if (r >= 0) return components_[static_cast<std::size_t>(r)].read_value();
-  return whole(components_[0].device());
+  if (r < 0) return whole(components_[0].device());
+  if (parameter_) return value();
+  return components_[static_cast<std::size_t>(r)].read_value();
 }
 
 Tensor ZeroVariable::local_shard() const {

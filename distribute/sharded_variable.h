@@ -1,12 +1,17 @@
 // ZeroVariable: MirroredStrategy's sharded variable (core/sharded_variable.h), what a variable
 // created with VariableArgs::shard_over_replicas becomes in the scope of a strategy with ZeRO
-// sharding on (distribute/sharding_options.h, stage >= 1) — at stages 1 and 2, the optimizer's slots.
+// sharding on (distribute/sharding_options.h, stage >= 1) — the optimizer's slots — and, at stage
+// 3, every trainable floating ON_WRITE variable (a parameter: gathers_parameters()).
 //
 // State: one plain component per replica, the 1-D shard [layout().length(r)] of the flattened
 // value, on replica r's device (named "<name>/shard_<r>"; an empty shard is a [0] variable). Only
 // ON_WRITE variables are sharded (the strategy mirrors the others).
 // Reading:
-//   - in a replica context of its strategy: that replica's shard (value() aliases its storage);
+//   - in a replica context of its strategy: a slot, that replica's shard (value() aliases its
+//     storage); a stage-3 parameter, its whole value: the one gathered for the running layer call
+//     (distribute/parameter_gather.h), or else gathered for this read alone (a collective: every
+//     replica reads it, in the same order; a GradientTape that records it reduce-scatters its
+//     gradient into the shard's); read_value() is value();
 //   - in cross-replica context (and in the default strategy's replica context, a plain thread):
 //     the shards concatenated in replica order on replica 0's device, reshaped to shape() — a new
 //     tensor each time (value() too: writes to it do not reach the variable); with several
@@ -38,9 +43,10 @@ namespace chorus::distribute {
 class ZeroVariable final : public ShardedVariable {
  public:
   // `shards`: one per local replica, in replica order, each [layout.length(worker_offset() + r)]
-  // on its device; layout.num_shards = strategy.num_replicas_in_sync().
+  // on its device (trainable for a parameter, so that tapes watch them); layout.num_shards =
+  // strategy.num_replicas_in_sync(); `parameter`: a stage-3 parameter (gathers_parameters()).
   ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape, DType dtype,
-               ShardLayout layout);
+               ShardLayout layout, bool parameter);
 
   const std::string& name() const override { return name_; }
   bool trainable() const override { return trainable_; }
@@ -61,6 +67,12 @@ class ZeroVariable final : public ShardedVariable {
 
   const ShardLayout& layout() const override { return layout_; }
   Tensor local_shard() const override;
+  bool gathers_parameters() const override { return parameter_; }
+
+  // For distribute/parameter_gather.cc: local replica r's whole value for the running layer call
+  // (undefined when none). Each replica thread touches only its own entry.
+  const Tensor& gathered(int r) const { return gathered_[static_cast<std::size_t>(r)]; }
+  void set_gathered(int r, Tensor whole) { gathered_[static_cast<std::size_t>(r)] = std::move(whole); }
 
  private:
   // The local replica index on the calling thread, -1 in cross-replica context; throws for a
@@ -81,6 +93,8 @@ class ZeroVariable final : public ShardedVariable {
   Shape shape_;
   DType dtype_;
   ShardLayout layout_;
+  bool parameter_;
+  std::vector<Tensor> gathered_;  // per local replica
 };
 
 }  // namespace chorus::distribute

@@ -15,20 +15,33 @@
 //      collective), a LossScaleOptimizer's finite check one flag. The weights equal stage 0's to
 //      rounding (a norm's sum order differs; without clipnorm/global_clipnorm the reduced values
 //      are those of the backend's reduce-scatter instead of its all-reduce).
-//   3  (not yet) plus parameters (FSDP): gathered before a layer needs them, freed after.
-// Validation happens in the strategy's constructor, before any replica starts: stage 3 →
-// UnimplementedError (planned, not available: use stage 2); anything else outside 0..3 →
-// InvalidArgumentError. MultiWorkerMirroredStrategyOptions::sharding takes the same stages: the
-// shards are spread over every worker's replicas.
+//   3  plus parameters (FSDP): every trainable floating ON_WRITE variable is sharded too; a layer's
+//      parameters are all-gathered just before its call and their storage freed after it,
+//      gathered again when the backward pass reaches the layer, and their gradients
+//      reduce-scattered to the shards as soon as the layer's backward ran
+//      (distribute/parameter_gather.h); the optimizer updates the shards in place and nothing is
+//      gathered after the update. Weights equal stage 0's to rounding, as stage 2.
+// Validation happens in the strategy's constructor, before any replica starts: a stage outside
+// 0..3 → InvalidArgumentError. MultiWorkerMirroredStrategyOptions::sharding takes the same stages:
+// the shards are spread over every worker's replicas.
 // Which variables are sharded: those created with VariableArgs::shard_over_replicas (the
-// optimizer's slots) — see core/sharded_variable.h for the layout and the view. Checkpoints hold
-// full tensors under the keys MirroredStrategy writes, restorable onto any replica count.
+// optimizer's slots), and at stage 3 the parameters — see core/sharded_variable.h for the layout
+// and the view. Checkpoints hold full tensors under the keys MirroredStrategy writes, restorable
+// onto any replica count and stage.
 #pragma once
+
+#include <string>
 
 namespace chorus::distribute {
 
 struct ShardingOptions {
-  int stage = 0;  // 0 (off), 1 or 2; 3 → UnimplementedError; see above
+  int stage = 0;  // 0 (off), 1, 2 or 3; see above
 };
+
+// InvalidArgumentError naming `strategy` unless options.stage is 0..3.
+void check_sharding(const ShardingOptions& options, const char* strategy);
+// "; sharding: ZeRO stage 2 (optimizer slots and gradients partitioned over 4 replicas)" for the
+// strategy's log line ("; sharding: off (ZeRO stage 0)" at 0).
+std::string sharding_description(int stage, int replicas);
 
 }  // namespace chorus::distribute

@@ -219,8 +219,12 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
                  "`NONE` variable synchronization mode is not supported with tf.distribute strategy. Please change the "
                  "`synchronization` for variable: ",
                  args.name);
-  if (args.shard_over_replicas && sharding_stage_ >= 1 && sync == VariableSynchronization::kOnWrite)
-    return create_sharded(args, next);
+  if (sync == VariableSynchronization::kOnWrite) {
+    // Stage 3 (FSDP) shards the parameters too: trainable floating variables, gathered for each use.
+    const bool parameter = sharding_stage_ >= 3 && !args.shard_over_replicas && args.trainable &&
+                           args.initial_value.defined() && is_floating(args.initial_value.dtype());
+    if (parameter || (args.shard_over_replicas && sharding_stage_ >= 1)) return create_sharded(args, next, parameter);
+  }
   std::vector<Variable> components;
   for (std::size_t r = 0; r < devices_.size(); ++r) {
     VariableArgs a = args;
@@ -234,7 +238,7 @@ Variable Strategy::create_mirrored(const VariableArgs& args, const NextCreator& 
   return Variable(std::make_shared<MirroredVariable>(*this, std::move(components), args, sync));
 }
 
-Variable Strategy::create_sharded(const VariableArgs& args, const NextCreator& next) {
+Variable Strategy::create_sharded(const VariableArgs& args, const NextCreator& next, bool parameter) {
   CHORUS_REQUIRE(args.initial_value.defined(), InvalidArgumentError, "variable '", args.name,
                  "': undefined initial_value");
   // The layout spans every worker's replicas; this process holds the shards of its own
@@ -253,7 +257,8 @@ Variable Strategy::create_sharded(const VariableArgs& args, const NextCreator& n
     a.shard_over_replicas = false;
     shards.push_back(next(a));
   }
-  return Variable(std::make_shared<ZeroVariable>(*this, std::move(shards), args, init.shape(), init.dtype(), layout));
+  return Variable(
+      std::make_shared<ZeroVariable>(*this, std::move(shards), args, init.shape(), init.dtype(), layout, parameter));
 }
 
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {

@@ -193,7 +193,8 @@ class Strategy : public DistributionStrategy {
   bool mirrored_variables_ = true;
   // ZeRO stage (sharding_options.h), set by the derived constructor (already validated): at >= 1,
   // ON_WRITE variables created with VariableArgs::shard_over_replicas become ZeroVariables
-  // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout.
+  // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout;
+  // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
   // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
   // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
@@ -218,7 +219,7 @@ class Strategy : public DistributionStrategy {
  private:
   friend class StrategyReplicaContext;
   Variable create_mirrored(const VariableArgs& args, const NextCreator& next);
-  Variable create_sharded(const VariableArgs& args, const NextCreator& next);
+  Variable create_sharded(const VariableArgs& args, const NextCreator& next, bool parameter);
   void resolve_devices(std::vector<std::string> devices);
 
   std::string name_;

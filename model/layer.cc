@@ -4,6 +4,7 @@
 
 #include "core/distribution.h"
 #include "core/error.h"
+#include "core/sharded_variable.h"
 #include "ops/elementwise.h"
 
 namespace chorus::layers {
@@ -67,9 +68,18 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
         return s;
       }(),
       ") and is called with ", x.shape().to_string());
+  // ZeRO stage 3 (FSDP): this layer's sharded parameters are gathered for the call and freed
+  // after it (distribute/parameter_gather.h); nullptr at other stages and for layers without them.
+  std::unique_ptr<ParameterGather> gathered;
+  if (!weights_.empty())
+    if (ShardingCollectives* sc = sharding_collectives(get_replica_context());
+        sc != nullptr && sc->sharding_stage() >= 3)
+      gathered = sc->gather_parameters(weights_);
   // Keras's autocast: floating inputs in the compute dtype, other dtypes (ids, masks) as given.
-  if (is_floating(x.dtype()) && x.dtype() != compute_dtype()) return call(ops::cast(x, compute_dtype()), training);
-  return call(x, training);
+  const Tensor y = is_floating(x.dtype()) && x.dtype() != compute_dtype()
+                       ? call(ops::cast(x, compute_dtype()), training)
+                       : call(x, training);
+  return gathered != nullptr ? gathered->after_call(y) : y;
 }
 
 void Layer::build(const Shape& input_shape) {

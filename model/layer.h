@@ -21,6 +21,12 @@
 // operator() casts floating-point inputs to the policy's compute dtype before call(); layers read
 // their weights through read_weight(), which casts them to the compute dtype, and create them in
 // the variable dtype (add_weight's default).
+//
+// ZeRO stage 3 (distribute/sharding_options.h): in a replica context of a strategy at stage 3,
+// operator() gathers the layer's own sharded parameters in one collective before call() and frees
+// them after it (ShardingCollectives::gather_parameters, distribute/parameter_gather.h); read them
+// in call() (read_weight / value()) — a layer that keeps a weight's value beyond its call must
+// not use it after the call.
 #pragma once
 
 #include <atomic>

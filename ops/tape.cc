@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/sharded_variable.h"
 #include "ops/elementwise.h"
 
 namespace chorus::ops {
@@ -40,6 +41,13 @@ struct GradientTape::Impl {
 
 namespace {
 thread_local std::vector<GradientTape::Impl*> t_tapes;
+
+// The tensor a tape differentiates for `v`: its value() on this thread, or — for a ZeRO stage-3
+// parameter, whose value() is a gathered copy — its shard (core/sharded_variable.h).
+Tensor gradient_source(const Variable& v) {
+  if (const ShardedVariable* s = as_sharded(v); s != nullptr && s->gathers_parameters()) return s->local_shard();
+  return v.value();
+}
 }  // namespace
 
 GradientTape::GradientTape(bool persistent, bool watch_accessed_variables) : impl_(std::make_unique<Impl>()) {
@@ -61,7 +69,7 @@ void GradientTape::watch(const Tensor& t) {
 
 void GradientTape::watch(const Variable& v) {
   CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "GradientTape::watch: undefined variable");
-  watch(v.value());
+  watch(gradient_source(v));
 }
 
 GradientTape::StopRecording::StopRecording(GradientTape& tape) : tape_(tape), was_(tape.impl_->recording) {
@@ -98,6 +106,11 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     ~Restore() { im.recording = was; }
   } restore{im, was_recording};
 
+  // A non-persistent tape is spent from here on, even if a backward function throws.
+  im.used = true;
+  std::unordered_set<std::uint64_t> source_ids;
+  for (const Tensor& s : sources)
+    if (s.defined()) source_ids.insert(s.id());
   std::unordered_map<std::uint64_t, Tensor> grads;
   grads[target.id()] = seed;
   for (auto node = im.nodes.rbegin(); node != im.nodes.rend(); ++node) {
@@ -111,7 +124,22 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       }
     }
     if (!any) continue;
-    std::vector<Tensor> in_grads = node->backward(out_grads);
+    // The outputs' gradients are complete (every consumer was recorded later, so ran before):
+    // drop them from the map now, unless requested, so that each intermediate gradient lives
+    // only until its producer consumed it — and, on a non-persistent tape, the node's closure
+    // (the tensors its gradient needed) dies with its run. Memory then falls as the backward
+    // pass proceeds instead of peaking at its end.
+    for (const std::uint64_t id : node->outputs)
+      if (source_ids.count(id) == 0) grads.erase(id);
+    std::vector<Tensor> in_grads;
+    if (im.persistent) {
+      in_grads = node->backward(out_grads);
+    } else {
+      internal::BackwardFn backward = std::move(node->backward);
+      node->backward = nullptr;
+      in_grads = backward(out_grads);
+    }
+    out_grads.clear();
     CHORUS_REQUIRE(in_grads.size() == node->inputs.size(), InternalError, "gradient of ", node->op, " returned ",
                    in_grads.size(), " gradients for ", node->inputs.size(), " inputs");
     for (std::size_t i = 0; i < in_grads.size(); ++i) {
@@ -137,7 +165,6 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       out.emplace_back();
     }
   }
-  im.used = true;
   if (!im.persistent) im.nodes.clear();  // release what the backward pass needed
   return out;
 }
@@ -148,9 +175,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   values.reserve(sources.size());
   for (const Variable& v : sources) {
     CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "GradientTape::gradient: a source variable is undefined");
-    Tensor value = v.value();
     // A non-trainable variable the user watched is watched through its value's id.
-    values.push_back(value);
+    values.push_back(gradient_source(v));
   }
   return gradient(target, values, output_gradient, unconnected);
 }

@@ -20,8 +20,14 @@
 // Integer and bool tensors have no gradient.
 //
 // Variables: gradient(target, std::vector<Variable>) differentiates with respect to each
-// variable's value() on this thread (for a MirroredVariable: this replica's component).
+// variable's value() on this thread (for a MirroredVariable: this replica's component; for a ZeRO
+// stage-3 parameter, whose value() is gathered for each use, its shard: the gradient is this
+// replica's shard of the gradient summed over the replicas, core/sharded_variable.h).
 // Variables that got no gradient can be named with unconnected_names().
+//
+// Memory: during gradient() each intermediate gradient is dropped once the op that produced its
+// tensor has run, and a non-persistent tape drops each op's saved tensors once its gradient ran,
+// so memory falls as the backward pass proceeds.
 //
 // Thread-safety: a tape belongs to the thread that created it; using it from another thread →
 // FailedPreconditionError. Tapes must be destroyed in reverse order of creation (C++ scoping).

@@ -148,6 +148,13 @@ void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& update
   }
 }
 
+// ZeRO stage 3: `v`'s sharded view when it is a parameter stored as shards (its value() is
+// gathered; the optimizer updates local_shard()), else nullptr.
+const ShardedVariable* sharded_parameter(const Variable& v) {
+  const ShardedVariable* s = as_sharded(v);
+  return s != nullptr && s->gathers_parameters() ? s : nullptr;
+}
+
 // ZeRO stage 2: whether `ctx` belongs to a strategy whose gradients are reduce-scattered.
 bool reduces_to_shards(ReplicaContext* ctx) {
   const ShardingCollectives* sc = sharding_collectives(ctx);
@@ -413,10 +420,20 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
       missing.push_back(v.name());
       continue;
     }
-    CHORUS_REQUIRE(g.shape() == v.shape() && g.dtype() == v.dtype(), InvalidArgumentError, name_,
-                   ".apply_gradients: the gradient of variable '", v.name(), "' has ", describe(g),
-                   ", but the variable has shape ", v.shape().to_string(), " and dtype ", dtype_name(v.dtype()),
-                   "; a gradient must have its variable's shape and dtype");
+    if (const ShardedVariable* p = sharded_parameter(v)) {
+      const std::int64_t length = p->layout().length(ctx != nullptr ? ctx->replica_id_in_sync_group() : 0);
+      CHORUS_REQUIRE(g.shape() == Shape{length} && g.dtype() == v.dtype(), InvalidArgumentError, name_,
+                     ".apply_gradients: variable '", v.name(), "' (shape ", v.shape().to_string(),
+                     ") is sharded over the replicas (ZeRO stage 3): its gradient must be this replica's shard, "
+                     "shape [",
+                     length, "] and dtype ", dtype_name(v.dtype()),
+                     ", the summed gradient GradientTape::gradient returns for it; got ", describe(g));
+    } else {
+      CHORUS_REQUIRE(g.shape() == v.shape() && g.dtype() == v.dtype(), InvalidArgumentError, name_,
+                     ".apply_gradients: the gradient of variable '", v.name(), "' has ", describe(g),
+                     ", but the variable has shape ", v.shape().to_string(), " and dtype ", dtype_name(v.dtype()),
+                     "; a gradient must have its variable's shape and dtype");
+    }
     grads.push_back(ops::stop_gradient(g));
     vars.push_back(v);
   }
@@ -439,6 +456,7 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
   // depends on them: the gradients of variables with sharded slots go through ONE packed
   // reduce-scatter (each replica receives its shard [length(r)] of the sum), the others through
   // the all-reduce as before.
+  // ZeRO stage 3: a sharded parameter's gradient arrives reduced (the tape reduce-scattered it).
   const bool stage2 = reduces_to_shards(ctx);
   std::vector<char> is_shard(vars.size(), 0);
   if (stage2) {
@@ -449,7 +467,9 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
       const State::Entry* e = state_->find(vars[i]);
       CHORUS_ENFORCE(e != nullptr, "no slots for ", vars[i].name());
       const ShardedVariable* sv = e->slots.empty() ? nullptr : as_sharded(e->slots.front());
-      if (sv != nullptr) {
+      if (sharded_parameter(vars[i]) != nullptr) {
+        is_shard[i] = 2;
+      } else if (sv != nullptr) {
         is_shard[i] = 1;
         to_scatter.push_back(std::move(grads[i]));
         layouts.push_back(sv->layout());
@@ -461,7 +481,8 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
     std::vector<Tensor> shards;
     if (!to_scatter.empty())  // releases each local gradient once packed (or sent as it is)
       shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
-    for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i) grads[i] = is_shard[i] ? shards[b++] : whole[a++];
+    for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i)
+      if (is_shard[i] != 2) grads[i] = is_shard[i] ? shards[b++] : whole[a++];
   } else if (ctx != nullptr) {
     grads = ctx->all_reduce(ReduceOp::kSum, grads);
   }
@@ -509,14 +530,19 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
   // elementwise arithmetic on the same inputs as the whole update, so the same bits — and the
   // shards are all-gathered into every replica's whole weight afterwards. At stage 2 the gradient
   // already is this replica's shard (step 3).
+  // Stage 3: the variable is its shards; the update writes this replica's in place.
   std::vector<ShardedUpdate> sharded;
   for (std::size_t i = 0; i < vars.size(); ++i) {
-    Tensor w = ops::stop_gradient(vars[i].value());
+    const ShardedVariable* parameter = sharded_parameter(vars[i]);
+    Tensor w = ops::stop_gradient(parameter != nullptr ? parameter->local_shard() : vars[i].value());
     Tensor g = std::move(grads[i]);  // released with `g` (stage 1: the whole sum, once sliced)
     if (g.device_name() != w.device_name()) g = g.to(w.device_name());
     const ShardedVariable* shard_view = entries[i]->slots.empty() ? nullptr : as_sharded(entries[i]->slots.front());
+    if (parameter != nullptr) shard_view = parameter;
     Tensor target = w;  // what the update writes: the weight, or a copy of this replica's slice of it
-    if (shard_view != nullptr) {
+    if (parameter != nullptr) {
+      // the gradient is the reduced shard (validated above) and `w` aliases the shard
+    } else if (shard_view != nullptr) {
       const ShardLayout& layout = shard_view->layout();
       CHORUS_ENFORCE(layout.num_elements == w.num_elements(), "slot of '", vars[i].name(), "' has ",
                      layout.num_elements, " elements, the variable ", w.num_elements());

@@ -181,8 +181,7 @@ TEST_P(ShardingMpi, CheckpointSavedAtStageTwoRestoresAtStagesZeroAndOne) {
   if (probe.is_chief()) std::filesystem::remove_all(dir);
 }
 
-TEST(ShardingMpiErrors, StageThreeIsUnimplementedAndOthersInvalid) {
-  EXPECT_THROW(make_strategy(1, 3), UnimplementedError);
+TEST(ShardingMpiErrors, StagesOutsideZeroToThreeAreInvalid) {
   EXPECT_THROW(make_strategy(1, 4), InvalidArgumentError);
   EXPECT_THROW(make_strategy(1, -1), InvalidArgumentError);
 }

@@ -314,5 +314,52 @@ TEST_F(TapeTest, VariableAssignKeepsWatching) {
   EXPECT_EQ(vals(tape.gradient(loss, std::vector<Variable>{w})[0]), (std::vector<double>{6, 8}));
 }
 
+// gradient() drops each op's saved tensors once its gradient ran (non-persistent tape) and each
+// intermediate gradient once its producer consumed it: while an earlier op's gradient runs, what a
+// later op's closure held is gone. A persistent tape keeps both (it may be asked again).
+TEST_F(TapeTest, BackwardReleasesEachOpsSavedStateAsItGoes) {
+  for (const bool persistent : {false, true}) {
+    Tensor x = D({1, 2, 3});
+    std::weak_ptr<int> later_state;
+    bool later_state_alive_in_earlier_backward = true;
+    std::vector<Tensor> g;
+    {
+      ops::GradientTape tape(persistent);
+      tape.watch(x);
+      Tensor y = x.reshape(x.shape());
+      ops::internal::record("Earlier", {x}, {y}, [&](const std::vector<Tensor>& dy) -> std::vector<Tensor> {
+        later_state_alive_in_earlier_backward = !later_state.expired();
+        return {dy[0]};
+      });
+      Tensor z = y.reshape(y.shape());
+      auto state = std::make_shared<int>(7);
+      later_state = state;
+      ops::internal::record("Later", {y}, {z},
+                            [state](const std::vector<Tensor>& dz) -> std::vector<Tensor> { return {dz[0]}; });
+      state.reset();
+      EXPECT_FALSE(later_state.expired()) << "the tape keeps the closure until the backward pass";
+      g = tape.gradient(z, std::vector<Tensor>{x});
+      EXPECT_EQ(later_state_alive_in_earlier_backward, persistent) << "persistent " << persistent;
+      if (persistent) {
+        EXPECT_EQ(vals(tape.gradient(z, std::vector<Tensor>{x})[0]), (std::vector<double>{1, 1, 1}));
+      }
+    }
+    EXPECT_TRUE(later_state.expired());
+    EXPECT_EQ(vals(g[0]), (std::vector<double>{1, 1, 1}));
+  }
+}
+
+// An intermediate tensor asked for as a source keeps its gradient although its producer ran.
+TEST_F(TapeTest, IntermediateSourcesKeepTheirGradient) {
+  Tensor x = D({1, 2});
+  ops::GradientTape tape;
+  tape.watch(x);
+  Tensor y = ops::mul(x, x);
+  Tensor z = ops::reduce_sum(ops::mul(y, D({3, 5})));
+  const std::vector<Tensor> g = tape.gradient(z, std::vector<Tensor>{y, x});
+  EXPECT_EQ(vals(g[0]), (std::vector<double>{3, 5}));
+  EXPECT_EQ(vals(g[1]), (std::vector<double>{6, 20}));
+}
+
 }  // namespace
 }  // namespace chorus

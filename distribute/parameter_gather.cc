@@ -1,0 +1,126 @@
+#include "distribute/parameter_gather.h"
+
+#include "core/distribution.h"
+#include "core/error.h"
+#include "distribute/replica_context.h"
+#include "distribute/sharded_variable.h"
+#include "ops/tape.h"
+
+namespace chorus::distribute {
+
+namespace {
+
+// The sharding collectives of the replica context running a backward pass (the tape runs it on
+// the replica's thread, inside strategy.run).
+ShardingCollectives& backward_collectives(const char* node) {
+  ShardingCollectives* sc = sharding_collectives(get_replica_context());
+  CHORUS_REQUIRE(sc != nullptr, FailedPreconditionError, "the gradient of ", node,
+                 " (ZeRO stage 3) must be computed in the replica context that recorded it: call tape.gradient "
+                 "inside the same strategy.run");
+  return *sc;
+}
+
+struct Gathered {
+  std::vector<Tensor> shards;  // this replica's shards, as the tape saw them
+  std::vector<Tensor> wholes;  // the whole values (one Buffer each)
+  std::vector<ShardLayout> layouts;
+};
+
+Gathered gather(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars) {
+  Gathered g;
+  const std::string device = ctx.owner().replica_devices()[static_cast<std::size_t>(ctx.local_replica_id())];
+  for (ZeroVariable* v : vars) {
+    g.shards.push_back(v->local_shard());
+    g.wholes.push_back(Tensor::empty(v->shape(), v->dtype(), device));
+    g.layouts.push_back(v->layout());
+  }
+  ctx.all_gather_shards(g.shards, g.wholes, g.layouts);
+  return g;
+}
+
+class LayerGather final : public ParameterGather {
+ public:
+  LayerGather(StrategyReplicaContext& ctx, std::vector<Variable> vars, std::vector<ZeroVariable*> zero)
+      : replica_(ctx.local_replica_id()), vars_(std::move(vars)), zero_(std::move(zero)) {
+    const std::vector<Tensor> wholes = gather_whole_values(ctx, zero_, /*release_in_backward=*/true);
+    for (ZeroVariable* v : zero_) shards_.push_back(v->local_shard());
+    for (std::size_t i = 0; i < zero_.size(); ++i) {
+      zero_[i]->set_gathered(replica_, wholes[i]);
+      layouts_.push_back(zero_[i]->layout());
+    }
+    wholes_ = wholes;
+  }
+  ~LayerGather() override { end_call(); }
+
+  Tensor after_call(const Tensor& y) override {
+    end_call();
+    if (!y.defined() || !is_floating(y.dtype()) || !ops::internal::should_record({y})) return y;  // wholes die
+    // The backward pass reaches this node before the layer's ops: it brings the bytes back.
+    Tensor y2 = y.reshape(y.shape());  // same storage, an id of its own for the node's output
+    ops::internal::record(
+        "RegatherParameters", {y}, {y2},
+        [shards = shards_, wholes = wholes_, layouts = layouts_](const std::vector<Tensor>& dy) -> std::vector<Tensor> {
+          for (const Tensor& w : wholes) w.buffer()->restore();
+          backward_collectives("RegatherParameters").all_gather_shards(shards, wholes, layouts);
+          return {dy[0]};
+        });
+    for (const Tensor& w : wholes_)
+      if (w.buffer() != y.buffer()) w.buffer()->release();  // a layer returning its weight keeps it
+    return y2;
+  }
+
+ private:
+  void end_call() {
+    for (ZeroVariable* v : zero_) v->set_gathered(replica_, Tensor());
+    zero_.clear();
+  }
+
+  int replica_;
+  std::vector<Variable> vars_;  // keeps the variables alive for the call
+  std::vector<ZeroVariable*> zero_;
+  std::vector<Tensor> shards_, wholes_;
+  std::vector<ShardLayout> layouts_;
+};
+
+}  // namespace
+
+std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars,
+                                        bool release_in_backward) {
+  Gathered g = gather(ctx, vars);
+  if (ops::internal::should_record(g.shards)) {
+    ops::internal::record(
+        "GatherParameters", g.shards, g.wholes,
+        [wholes = g.wholes, layouts = g.layouts,
+         release_in_backward](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
+          // Every replica sends the same list: a whole gradient no op produced is zeros.
+          std::vector<Tensor> grads(dwholes.size());
+          for (std::size_t i = 0; i < dwholes.size(); ++i)
+            grads[i] = dwholes[i].defined()
+                           ? dwholes[i]
+                           : Tensor::zeros(wholes[i].shape(), wholes[i].dtype(), wholes[i].device_name());
+          std::vector<Tensor> shards =
+              backward_collectives("GatherParameters").reduce_scatter_shards(ReduceOp::kSum, std::move(grads), layouts);
+          if (release_in_backward)
+            for (const Tensor& w : wholes) w.buffer()->release();  // every use of them has run
+          return shards;
+        });
+  }
+  return g.wholes;
+}
+
+std::unique_ptr<ParameterGather> gather_layer_parameters(StrategyReplicaContext& ctx,
+                                                         const std::vector<Variable>& weights) {
+  std::vector<Variable> vars;
+  std::vector<ZeroVariable*> zero;
+  for (const Variable& w : weights) {
+    auto* z = dynamic_cast<ZeroVariable*>(w.impl().get());
+    if (z == nullptr || !z->gathers_parameters() || &z->strategy() != &ctx.owner()) continue;
+    if (z->gathered(ctx.local_replica_id()).defined()) continue;  // an enclosing call has it
+    vars.push_back(w);
+    zero.push_back(z);
+  }
+  if (zero.empty()) return nullptr;
+  return std::make_unique<LayerGather>(ctx, std::move(vars), std::move(zero));
+}
+
+}  // namespace chorus::distribute

@@ -1,0 +1,58 @@
+// ZeRO stage 3 (FSDP): gathering sharded parameters for their use, and sending their gradients
+// back to the shards, during one replica's step (distribute/sharding_options.h, stage 3).
+//
+// Forward: gather_whole_values() allocates each parameter's whole value on this replica's device
+// and all-gathers every replica's shard into it (ShardingCollectives::all_gather_shards: one
+// collective per pack, no temporary of the model's size). When a GradientTape records the shards,
+// it records one "GatherParameters" node (inputs: the shards; outputs: the whole values) whose
+// backward zero-fills a missing whole gradient (every replica must send the same list),
+// reduce-scatters the whole gradients (ShardingCollectives::reduce_scatter_shards, kSum) and
+// returns this replica's shards of the sums: what tape.gradient(loss, {parameter}) returns.
+//
+// Per layer call (gather_layer_parameters, what Layer::operator() asks for through
+// ShardingCollectives::gather_parameters): the layer's own stage-3 parameters are gathered in one
+// go and become their variables' value() for this replica until after_call(y). If a tape records
+// y, after_call records a "RegatherParameters" node (y → a fresh alias of y) and releases the
+// whole values' storage (Buffer::release): the tape keeps the handles, not the bytes. In the
+// backward pass that node runs before the layer's ops — it restores the storage and gathers the
+// shards into it again — and the GatherParameters node runs after them, reduce-scatters and
+// releases the storage for good. So a replica holds whole parameters only for the layer it is
+// running, forward or backward (plus whatever the layer's own ops keep), as FSDP's
+// reshard_after_forward. Without a tape (evaluate, predict) the whole values just die after the
+// call. Storage that a layer's output shares with a parameter (a layer returning its weight) is
+// never released.
+//
+// Every gather and every reduce-scatter is a collective over the strategy's communicators (shared
+// memory, MPI, hierarchical, virtual GPU, NCCL): the replicas must call layers and read stage-3
+// parameters in the same order, and their backward passes must reach the same layers (SPMD, as the
+// model is the same on every replica); one that does not meets the others in a different
+// collective — a mismatch error or the collective's timeout, never a silent hang.
+//
+// Thread-safety: called on the replica's own thread, in its replica context.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/sharded_variable.h"
+#include "core/tensor.h"
+#include "core/variable.h"
+
+namespace chorus::distribute {
+
+class StrategyReplicaContext;
+class ZeroVariable;
+
+// The whole values of `vars` (stage-3 parameters of ctx's strategy) for ctx's replica, gathered
+// in one collective and recorded for the tapes as above; `release_in_backward`: the
+// GatherParameters node also releases the whole values' storage once it ran (only when a
+// RegatherParameters node can restore it for another gradient() of a persistent tape).
+std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars,
+                                        bool release_in_backward);
+
+// The layer-call gather of `weights`' stage-3 parameters (those not already gathered on this
+// replica); nullptr when there is none.
+std::unique_ptr<ParameterGather> gather_layer_parameters(StrategyReplicaContext& ctx,
+                                                         const std::vector<Variable>& weights);
+
+}  // namespace chorus::distribute

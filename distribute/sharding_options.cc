@@ -1,0 +1,22 @@
+#include "distribute/sharding_options.h"
+
+#include "core/error.h"
+
+namespace chorus::distribute {
+
+void check_sharding(const ShardingOptions& options, const char* strategy) {
+  CHORUS_REQUIRE(options.stage >= 0 && options.stage <= 3, InvalidArgumentError, strategy,
+                 ": sharding.stage must be 0 (off), 1 (ZeRO stage 1: optimizer slots partitioned), 2 (slots and "
+                 "gradients partitioned) or 3 (slots, gradients and parameters partitioned), got ",
+                 options.stage);
+}
+
+std::string sharding_description(int stage, int replicas) {
+  static const char* const kWhat[] = {"", "optimizer slots", "optimizer slots and gradients",
+                                      "optimizer slots, gradients and parameters"};
+  if (stage <= 0 || stage > 3) return "; sharding: off (ZeRO stage 0)";
+  return chorus::internal::str_cat("; sharding: ZeRO stage ", stage, " (", kWhat[stage], " partitioned over ", replicas,
+                                   " replicas)");
+}
+
+}  // namespace chorus::distribute
