@@ -4,7 +4,9 @@
 // restores onto stage 1, and a 4-replica stage-1 save restores onto 3 replicas — slots restored
 // on creation, as always — and 3 more steps then equal the uninterrupted run. Stage 2 (gradients
 // reduce-scattered) writes the same keys and shapes, and restores to and from stages 0 and 1 and
-// another replica count; equal to 1e-6 relative (its reductions round differently).
+// another replica count; equal to 1e-6 relative (its reductions round differently). Stage 3
+// (parameters sharded too) writes the same keys and shapes, the parameters whole, and restores
+// onto stage 0, stage 2 and another replica count, and stage 0's save onto stage 3.
 #include <gtest/gtest.h>
 
 #include "checkpoint/bundle.h"
@@ -163,6 +165,30 @@ TEST_F(ShardedCheckpoint, StagesZeroAndOneRestoreOntoStageTwo) {
   expect_equal(resume(4, 2, dir_.path() + "/s0"), s0, 1e-6, "stage 0 → stage 2");
   const State s1 = train(4, 1, kFirst + kMore, dir_.path() + "/s1");
   expect_equal(resume(4, 2, dir_.path() + "/s1"), s1, 1e-6, "stage 1 → stage 2");
+}
+
+TEST_F(ShardedCheckpoint, StageThreeWritesTheKeysAndShapesOfStageZero) {
+  const std::string p0 = dir_.path() + "/stage0", p3 = dir_.path() + "/stage3";
+  train(4, 0, kFirst, p0);
+  train(4, 3, kFirst, p3);
+  train::BundleReader r0(p0), r3(p3);
+  EXPECT_EQ(r3.keys(), r0.keys());
+  for (const std::string& key : r0.keys()) {
+    EXPECT_EQ(r3.entry(key).shape, r0.entry(key).shape) << key;
+    EXPECT_EQ(r3.entry(key).dtype, r0.entry(key).dtype) << key;
+    if (key == "_CHECKPOINTABLE_OBJECT_GRAPH" || r0.entry(key).dtype != DType::kFloat32) continue;
+    EXPECT_LE(relative_difference(r3.read(key), r0.read(key)), 1e-6) << key;
+  }
+}
+
+TEST_F(ShardedCheckpoint, StageThreeRestoresOntoOtherStagesAndReplicaCountsAndBack) {
+  const State uninterrupted = train(4, 3, kFirst + kMore, dir_.path() + "/s3");
+  expect_equal(resume(4, 0, dir_.path() + "/s3"), uninterrupted, 1e-6, "stage 3 → stage 0");
+  expect_equal(resume(4, 2, dir_.path() + "/s3"), uninterrupted, 1e-6, "stage 3 → stage 2");
+  expect_equal(resume(3, 3, dir_.path() + "/s3"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 3");
+  const State s0 = train(4, 0, kFirst + kMore, dir_.path() + "/s0");
+  expect_equal(resume(4, 3, dir_.path() + "/s0"), s0, 1e-6, "stage 0 → stage 3");
+  expect_equal(resume(2, 3, dir_.path() + "/s0"), s0, 1e-6, "stage 0, 4 replicas → stage 3, 2 replicas");
 }
 
 }  // namespace

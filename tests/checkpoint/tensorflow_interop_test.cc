@@ -43,8 +43,10 @@
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/runtime.h"
+#include "core/sharded_variable.h"
 #include "data/dataset.h"
 #include "data/synthetic_digits.h"
+#include "distribute/mirrored_strategy.h"
 #include "model/layers.h"
 #include "model/losses.h"
 #include "model/mixed_precision.h"
@@ -580,6 +582,52 @@ TEST_F(TensorFlowInterop, KerasRestoresChorusMixedPrecisionModel) {
   m.fit(data::Dataset::from_tensors({batch.images, batch.labels}), {.epochs = 1, .verbose = 0});
   write_dump(dir / "mixed/after", state());
   EXPECT_EQ(run_tf_interop(python_, "keras-restores-mixed " + quoted(dir.path())), 0);
+}
+
+// The seed CNN trained 4 steps under MirroredStrategy with ZeRO stage 3 on 2 logical CPUs (its
+// parameters and Adam slots exist only as shards): the checkpoint holds the whole tensors under the
+// keys a one-device save writes, and tf_keras restores it with assert_consumed(), bit for bit, as
+// in KerasRestoresChorusSeedCnnWithAdam; its next step lands near chorus's (sharded) next step.
+TEST_F(TensorFlowInterop, KerasRestoresChorusZeroStageThreeModel) {
+  CHORUS_REQUIRE_INTEROP_PYTHON(python_, "tensorflow, tf_keras");
+  chorus::testing::make_cpus(2, 256);
+  TempDir dir;
+  {
+    model::Sequential m({layers::Dense(3), layers::Dropout(0.1), layers::Dense(2)});
+    m.build(Shape({1, 4}));
+    std::filesystem::create_directories(dir / "seq");
+    write_text(dir / "seq/prefix", Checkpoint({{"model", m}}).write(dir / "seq/ckpt"));
+    write_dump(dir / "seq/expected", values_of(legacy_keys(m, nullptr)));
+  }
+  distribute::MirroredStrategy strategy(chorus::testing::cpus(2), {.sharding = {.stage = 3}});
+  SeedCnn cnn;
+  {
+    auto scope = strategy.scope();
+    cnn = seed_cnn();
+  }
+  cnn.model->fit(data::synthetic_digits(64, 1).batch(16), {.epochs = 1, .verbose = 0});  // 4 steps
+  ASSERT_EQ(cnn.adam->iterations().read_value().item<std::int64_t>(), 4);
+  const Variable kernel = cnn.model->trainable_variables()[0];
+  ASSERT_NE(as_sharded(kernel), nullptr);
+  ASSERT_TRUE(as_sharded(kernel)->gathers_parameters());
+  ASSERT_NE(as_sharded(cnn.adam->get_slot(kernel, "m")), nullptr);
+  Checkpoint ckpt({{"model", *cnn.model}, {"optimizer", cnn.adam}});
+  std::filesystem::create_directories(dir / "cnn");
+  const std::string prefix = ckpt.save(dir / "cnn/ckpt");
+  write_text(dir / "cnn/prefix", prefix);
+  auto expected = values_of(legacy_keys(*cnn.model, cnn.adam.get()));
+  ASSERT_EQ(expected.size(), 10u * 3 + 1);
+  expected.push_back({key_of("save_counter"), ckpt.save_counter().read_value()});
+  write_dump(dir / "cnn/expected", expected);
+  std::vector<std::string> keys{"_CHECKPOINTABLE_OBJECT_GRAPH"};
+  for (const auto& [key, t] : expected) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(BundleReader(prefix).keys(), keys);
+  const data::DigitArrays batch = data::synthetic_digits_arrays(16, 7);
+  write_dump(dir / "cnn/io", {{"x", batch.images}, {"y", batch.labels}, {"logits", (*cnn.model)(batch.images, false)}});
+  cnn.model->fit(data::Dataset::from_tensors({batch.images, batch.labels}), {.epochs = 1, .verbose = 0});
+  write_dump(dir / "cnn/after", values_of(legacy_keys(*cnn.model, cnn.adam.get())));
+  EXPECT_EQ(run_tf_interop(python_, "keras-restores " + quoted(dir.path())), 0);
 }
 
 // Every value of a Keras case's dump: listed by chorus's reader with its shape and read bit for bit.

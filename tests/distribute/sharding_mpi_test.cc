@@ -1,14 +1,15 @@
-// ZeRO stages 1 and 2 under MultiWorkerMirroredStrategy (distribute/sharding_options.h,
+// ZeRO stages 1, 2 and 3 under MultiWorkerMirroredStrategy (distribute/sharding_options.h,
 // docs/sharding.md "Several workers"), run by CTest as `mpirun -n 2` and `-n 3` (label mpi), with
 // one CPU device per worker (MPI between the processes) and two (hierarchical: shared memory in
 // the process, MPI between them), so 2, 3, 4 and 6 replicas, uneven and empty shards
 // (tests/optimizer/sharding_util.h's model). Every worker checks:
-//   - parity: the same model, data and seed trained with a custom loop at stages 1 and 2 end with
+//   - parity: the same model, data and seed trained with a custom loop at stages 1, 2 and 3 end with
 //     the weights of stage 0 (MWMS, same worker and device counts) to 1e-6 relative, and the slots'
 //     checkpoint values (every worker's shards gathered) equal stage 0's slots to 1e-6;
-//   - the shards: each slot has this worker's k shards, of the global layout over all replicas;
-//   - checkpoints: saved at stage 2 after 3 steps, restored at stage 0 (and at stage 1), 3 more
-//     steps end where 6 uninterrupted stage-0 steps end.
+//   - the shards: each slot (and at stage 3 each parameter) has this worker's k shards, of the
+//     global layout over all replicas;
+//   - checkpoints: saved at stage 2 after 3 steps, restored at stage 0 (and at stages 1 and 3), 3
+//     more steps end where 6 uninterrupted stage-0 steps end; saved at stage 3, restored at stage 0.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -99,16 +100,19 @@ Trained train(int k, int stage, Opt o, int steps, const std::string& save_dir = 
   }
   if (steps > kFirst) train_loop_mw(strategy, *m, *opt, kFirst, steps - kFirst);
   // The shards: this worker's k, of the layout over every worker's replicas.
-  for (const auto& ref : opt->slot_variables()) {
-    const ShardedVariable* sv = as_sharded(ref.slot);
-    EXPECT_EQ(sv != nullptr, stage >= 1) << ref.slot.name();
+  std::vector<std::pair<Variable, bool>> to_check;  // (variable, sharded at this stage)
+  for (const auto& ref : opt->slot_variables()) to_check.push_back({ref.slot, stage >= 1});
+  for (const Variable& v : m->trainable_variables()) to_check.push_back({v, stage >= 3});
+  for (const auto& [v, sharded] : to_check) {
+    const ShardedVariable* sv = as_sharded(v);
+    EXPECT_EQ(sv != nullptr, sharded) << v.name();
     if (sv == nullptr) continue;
-    EXPECT_EQ(sv->layout().num_shards, strategy.num_replicas_in_sync()) << ref.slot.name();
-    EXPECT_EQ(static_cast<int>(sv->components().size()), k) << ref.slot.name();
+    EXPECT_EQ(sv->layout().num_shards, strategy.num_replicas_in_sync()) << v.name();
+    EXPECT_EQ(static_cast<int>(sv->components().size()), k) << v.name();
     for (int r = 0; r < k; ++r)
       EXPECT_EQ(sv->components()[static_cast<std::size_t>(r)].shape().num_elements(),
                 sv->layout().length(strategy.worker_offset() + r))
-          << ref.slot.name() << " local shard " << r;
+          << v.name() << " local shard " << r;
   }
   out.state = snapshot(*m, *opt);
   return out;
@@ -147,7 +151,7 @@ void expect_close(const State& got, const State& want, double rel, const std::st
 
 class ShardingMpi : public ::testing::TestWithParam<int> {};
 
-TEST_P(ShardingMpi, StagesOneAndTwoMatchStageZero) {
+TEST_P(ShardingMpi, StagesOneTwoAndThreeMatchStageZero) {
   const int k = GetParam();
   for (Opt o : {Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm}) {
     const State s0 = train(k, 0, o, 6).state;
@@ -155,14 +159,14 @@ TEST_P(ShardingMpi, StagesOneAndTwoMatchStageZero) {
     // The training moved the weights (a parity of untrained weights would prove nothing).
     const State untrained = train(k, 0, o, 0).state;
     EXPECT_GT(relative_difference(s0.weights[0], untrained.weights[0]), 1e-3) << opt_name(o);
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       const State s = train(k, stage, o, 6).state;
       expect_close(s, s0, 1e-6, std::string(opt_name(o)) + " stage " + std::to_string(stage));
     }
   }
 }
 
-TEST_P(ShardingMpi, CheckpointSavedAtStageTwoRestoresAtStagesZeroAndOne) {
+TEST_P(ShardingMpi, CheckpointsOfStagesTwoAndThreeRestoreAtOtherStages) {
   const int k = GetParam();
   MultiWorkerMirroredStrategy probe = make_strategy(k, 0);
   auto* comm = probe.worker_communicator();
@@ -177,8 +181,14 @@ TEST_P(ShardingMpi, CheckpointSavedAtStageTwoRestoresAtStagesZeroAndOne) {
   const State uninterrupted = train(k, 0, Opt::kAdam, kFirst + kMore).state;
   expect_close(resume(k, 0, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 0");
   expect_close(resume(k, 1, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 1");
+  expect_close(resume(k, 3, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 3");
+  const Trained saved3 = train(k, 3, Opt::kAdam, kFirst, dir + "_3");
+  expect_close(resume(k, 0, saved3.saved), uninterrupted, 1e-6, "stage 3 → stage 0");
   comm->barrier({.timeout = kTimeout})->wait(kTimeout);
-  if (probe.is_chief()) std::filesystem::remove_all(dir);
+  if (probe.is_chief()) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(dir + "_3");
+  }
 }
 
 TEST(ShardingMpiErrors, StagesOutsideZeroToThreeAreInvalid) {
