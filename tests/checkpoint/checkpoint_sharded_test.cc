@@ -139,18 +139,24 @@ TEST_F(ShardedCheckpoint, FourReplicaStageOneRestoresOntoThreeReplicas) {
   expect_equal(resume(3, 1, dir_.path() + "/s1"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 1");
 }
 
-TEST_F(ShardedCheckpoint, StageTwoWritesTheKeysAndShapesOfStageZero) {
-  const std::string p0 = dir_.path() + "/stage0", p2 = dir_.path() + "/stage2";
+// A save at `stage` after kFirst steps has the keys, shapes and dtypes of stage 0's, its float
+// values equal to 1e-6 relative.
+void expect_keys_and_values_of_stage_zero(int stage, const std::string& dir) {
+  const std::string p0 = dir + "/stage0", p = dir + "/stage" + std::to_string(stage);
   train(4, 0, kFirst, p0);
-  train(4, 2, kFirst, p2);
-  train::BundleReader r0(p0), r2(p2);
-  EXPECT_EQ(r2.keys(), r0.keys());
+  train(4, stage, kFirst, p);
+  train::BundleReader r0(p0), r(p);
+  EXPECT_EQ(r.keys(), r0.keys());
   for (const std::string& key : r0.keys()) {
-    EXPECT_EQ(r2.entry(key).shape, r0.entry(key).shape) << key;
-    EXPECT_EQ(r2.entry(key).dtype, r0.entry(key).dtype) << key;
+    EXPECT_EQ(r.entry(key).shape, r0.entry(key).shape) << key;
+    EXPECT_EQ(r.entry(key).dtype, r0.entry(key).dtype) << key;
     if (key == "_CHECKPOINTABLE_OBJECT_GRAPH" || r0.entry(key).dtype != DType::kFloat32) continue;
-    EXPECT_LE(relative_difference(r2.read(key), r0.read(key)), 1e-6) << key;
+    EXPECT_LE(relative_difference(r.read(key), r0.read(key)), 1e-6) << key;
   }
+}
+
+TEST_F(ShardedCheckpoint, StageTwoWritesTheKeysAndShapesOfStageZero) {
+  expect_keys_and_values_of_stage_zero(2, dir_.path());
 }
 
 TEST_F(ShardedCheckpoint, StageTwoRestoresOntoStagesZeroAndOne) {
@@ -168,17 +174,7 @@ TEST_F(ShardedCheckpoint, StagesZeroAndOneRestoreOntoStageTwo) {
 }
 
 TEST_F(ShardedCheckpoint, StageThreeWritesTheKeysAndShapesOfStageZero) {
-  const std::string p0 = dir_.path() + "/stage0", p3 = dir_.path() + "/stage3";
-  train(4, 0, kFirst, p0);
-  train(4, 3, kFirst, p3);
-  train::BundleReader r0(p0), r3(p3);
-  EXPECT_EQ(r3.keys(), r0.keys());
-  for (const std::string& key : r0.keys()) {
-    EXPECT_EQ(r3.entry(key).shape, r0.entry(key).shape) << key;
-    EXPECT_EQ(r3.entry(key).dtype, r0.entry(key).dtype) << key;
-    if (key == "_CHECKPOINTABLE_OBJECT_GRAPH" || r0.entry(key).dtype != DType::kFloat32) continue;
-    EXPECT_LE(relative_difference(r3.read(key), r0.read(key)), 1e-6) << key;
-  }
+  expect_keys_and_values_of_stage_zero(3, dir_.path());
 }
 
 TEST_F(ShardedCheckpoint, StageThreeRestoresOntoOtherStagesAndReplicaCountsAndBack) {

@@ -130,6 +130,19 @@ void expect_bitwise_equal(const Trained& s0, const Trained& s1, const std::strin
 
 using Param = std::tuple<int, Opt, bool>;  // replicas, optimizer, fit
 
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  return std::to_string(std::get<0>(info.param)) + "replicas_" + opt_name(std::get<1>(info.param)) +
+         (std::get<2>(info.param) ? "_fit" : "_loop");
+}
+
+// Stages 2 and 3 (parity to rounding): 1–4 replicas × these optimizers × custom loop and fit.
+auto to_rounding_params() {
+  return ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                            ::testing::Values(Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm,
+                                              Opt::kSgdClipnorm, Opt::kAdamWeightDecay),
+                            ::testing::Bool());
+}
+
 class ShardingParity : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override { make_cpus(std::get<0>(GetParam())); }
@@ -149,10 +162,7 @@ INSTANTIATE_TEST_SUITE_P(All, ShardingParity,
                                             ::testing::Values(Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm,
                                                               Opt::kAdamWeightDecay),
                                             ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
-                                  opt_name(std::get<1>(info.param)) + (std::get<2>(info.param) ? "_fit" : "_loop");
-                         });
+                         param_name);
 
 TEST(ShardingParityClip, TheGlobalClipnormOfTheParityTestClips) {
   // Otherwise the clipping case would test nothing beyond plain Adam.
@@ -214,15 +224,7 @@ TEST_P(ShardingParityStageTwo, StageTwoEqualsMirroredToRounding) {
   expect_close(s0, s2, 1e-6, std::string(opt_name(o)) + (fit ? " fit" : " loop") + " k=" + std::to_string(k));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ShardingParityStageTwo,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values(Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm,
-                                                              Opt::kSgdClipnorm, Opt::kAdamWeightDecay),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
-                                  opt_name(std::get<1>(info.param)) + (std::get<2>(info.param) ? "_fit" : "_loop");
-                         });
+INSTANTIATE_TEST_SUITE_P(All, ShardingParityStageTwo, to_rounding_params(), param_name);
 
 // --- stage 3 ---
 
@@ -238,32 +240,7 @@ TEST_P(ShardingParityStageThree, StageThreeEqualsMirroredToRounding) {
                std::string("stage 3 ") + opt_name(o) + (fit ? " fit" : " loop") + " k=" + std::to_string(k));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ShardingParityStageThree,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values(Opt::kAdam, Opt::kSgdMomentum, Opt::kAdamGlobalClipnorm,
-                                                              Opt::kSgdClipnorm, Opt::kAdamWeightDecay),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
-                                  opt_name(std::get<1>(info.param)) + (std::get<2>(info.param) ? "_fit" : "_loop");
-                         });
-
-// Stage 3 sums the scaled gradients (in the backward pass) and unscales the sums; stage 0 unscales
-// each replica's gradient and sums those. With a power-of-two scale, as Keras's dynamic loss scale
-// always is (2^15, halved and doubled), both are exact; 2^126 makes the first steps overflow.
-TEST(ShardingParityLossScale, LossScaleOptimizerStageThreeEqualsMirrored) {
-  make_cpus(3);
-  for (double scale : {32768.0, std::ldexp(1.0, 126)}) {
-    auto make = [scale] {
-      return std::make_shared<optimizers::LossScaleOptimizer>(
-          std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.05}),
-          optimizers::LossScaleOptions{.initial_scale = scale});
-    };
-    const Trained s0 = train(3, 0, make, false);
-    const Trained s3 = train(3, 3, make, false);
-    expect_close(s0, s3, 1e-6, "stage 3 LossScaleOptimizer initial_scale " + std::to_string(scale));
-  }
-}
+INSTANTIATE_TEST_SUITE_P(All, ShardingParityStageThree, to_rounding_params(), param_name);
 
 // A stage-3 parameter's gradient is the reduced shard the tape returns; a whole-shaped one (a
 // gradient computed some other way) is refused before any collective, naming the shape it needs.
@@ -342,17 +319,22 @@ TEST(ShardingParityClip, TheClipnormOfTheStageTwoParityTestClips) {
   EXPECT_NE(global.weights[0][0], adam.weights[0][0]);
 }
 
-TEST(ShardingParityLossScale, LossScaleOptimizerStageTwoEqualsMirrored) {
+// Stages 2 and 3 with a LossScaleOptimizer. Stage 3 sums the scaled gradients (in the backward
+// pass) and unscales the sums, stage 0 unscales each replica's gradient and sums those: with a
+// power-of-two scale, as Keras's dynamic loss scale always is (2^15, halved and doubled), both are
+// exact. 2^126 makes the first steps overflow, so they are skipped.
+TEST(ShardingParityLossScale, LossScaleOptimizerStagesTwoAndThreeEqualMirrored) {
   make_cpus(3);
-  for (double scale : {32768.0, 1e38}) {  // 1e38: the first steps overflow and are skipped
+  for (double scale : {32768.0, std::ldexp(1.0, 126)}) {
     auto make = [scale] {
       return std::make_shared<optimizers::LossScaleOptimizer>(
           std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.05}),
           optimizers::LossScaleOptions{.initial_scale = scale});
     };
     const Trained s0 = train(3, 0, make, false);
-    const Trained s2 = train(3, 2, make, false);
-    expect_close(s0, s2, 1e-6, "LossScaleOptimizer initial_scale " + std::to_string(scale));
+    for (const int stage : {2, 3})
+      expect_close(s0, train(3, stage, make, false), 1e-6,
+                   "stage " + std::to_string(stage) + " LossScaleOptimizer initial_scale " + std::to_string(scale));
   }
 }
 
