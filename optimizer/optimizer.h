@@ -69,10 +69,15 @@
 // gradients of variables with sharded slots are not all-reduced: a reduce-scatter gives each replica its shard of the
 // sum (packed, except that a large gradient whose size divides by n is sent as it is; the others are all-reduced as
 // before); clipnorm/global_clipnorm all-reduce the shards' float64 sums of squares (one collective) and scale the
-// shards, clipvalue clips them; the result equals stage 0's to rounding.
+// shards, clipvalue clips them; the result equals stage 0's to rounding. At ZeRO stage 3 the
+// variables themselves are sharded (as_sharded(v)->gathers_parameters()): their gradient must be
+// the 1-D shard [length(r)] that GradientTape::gradient returns (already summed over the
+// replicas in the backward pass), it skips step 3, and steps 7–8 update local_shard() in place —
+// nothing is gathered after the update.
 //
 // Errors (InvalidArgumentError unless noted; messages name the variable):
-//   - a gradient whose shape or dtype differs from its variable's;
+//   - a gradient whose shape or dtype differs from its variable's (at ZeRO stage 3, from this
+//     replica's shard of it);
 //   - a variable that is undefined, not floating-point, or listed twice;
 //   - no gradient for any variable ("No gradients provided for any variable", as Keras);
 //   - in replica context of an n > 1 strategy, a variable, slot or `iterations` that is not a
