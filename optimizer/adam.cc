@@ -32,6 +32,7 @@ AdamOptions from_adamw(const AdamWOptions& o) {
           .clipnorm = o.clipnorm,
           .clipvalue = o.clipvalue,
           .global_clipnorm = o.global_clipnorm,
+          .gradient_accumulation_steps = o.gradient_accumulation_steps,
           .name = o.name};
 }
 
@@ -42,7 +43,8 @@ Adam::Adam(const AdamOptions& o)
                 {.weight_decay = o.weight_decay,
                  .clipnorm = o.clipnorm,
                  .clipvalue = o.clipvalue,
-                 .global_clipnorm = o.global_clipnorm}),
+                 .global_clipnorm = o.global_clipnorm,
+                 .gradient_accumulation_steps = o.gradient_accumulation_steps}),
       beta_1_(o.beta_1),
       beta_2_(o.beta_2),
       epsilon_(o.epsilon),

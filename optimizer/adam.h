@@ -34,6 +34,7 @@ struct AdamOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<int> gradient_accumulation_steps;  // Keras 3's; optimizer.h, "Gradient accumulation"
   std::string name = "Adam";
 };
 
@@ -47,6 +48,7 @@ struct AdamWOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<int> gradient_accumulation_steps;  // Keras 3's; optimizer.h, "Gradient accumulation"
   std::string name = "AdamW";
 };
 

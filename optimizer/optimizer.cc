@@ -29,6 +29,7 @@ struct Optimizer::State {
   struct Entry {
     Variable variable;            // keeps the key alive
     std::vector<Variable> slots;  // in slot_names() order
+    Variable accumulator;         // gradient_accumulation_steps only (undefined otherwise)
   };
   // Guards entries/index: replicas look slots up concurrently while a merge_call creates them.
   mutable std::mutex mu;
@@ -49,6 +50,17 @@ struct Optimizer::State {
 namespace {
 
 constexpr chorus::internal::JoinOptions kQuoted{.quote = "'"};  // names in messages: ['a', 'b']
+// The checkpoint name of a variable's gradient accumulator (Keras 3's variable name).
+constexpr const char* kAccumulatorSlot = "gradient_accumulator";
+
+// This replica's part of an accumulator: its component (ON_READ) or its shard (stage 3); the only
+// component in cross-replica context of one replica.
+Tensor accumulator_part(const Variable& acc, ReplicaContext* ctx) {
+  if (const ShardedVariable* s = as_sharded(acc)) return s->local_shard();
+  if (const DistributedVariable* d = as_distributed(acc); d != nullptr && ctx == nullptr)
+    return d->components()[0].value();
+  return acc.value();
+}
 
 void require_positive(const std::optional<double>& v, const char* what) {
   if (v)
@@ -245,6 +257,10 @@ Optimizer::Optimizer(std::string name, LearningRate learning_rate, const CommonO
   if (common.weight_decay)
     CHORUS_REQUIRE(std::isfinite(*common.weight_decay) && *common.weight_decay >= 0.0, InvalidArgumentError,
                    "`weight_decay` must be a number >= 0, got ", *common.weight_decay);
+  if (common.gradient_accumulation_steps)
+    CHORUS_REQUIRE(*common.gradient_accumulation_steps >= 2, InvalidArgumentError,
+                   "`gradient_accumulation_steps` must be an integer >= 2. Received: gradient_accumulation_steps=",
+                   *common.gradient_accumulation_steps);
   // Keras 3 creates `iterations` in the constructor, through the strategy's creator when one is
   // active (ONLY_FIRST_REPLICA: a replica-context assign would broadcast replica 0's value; we
   // never do that, every replica increments its own component).
@@ -266,8 +282,10 @@ void Optimizer::update_in_place(Tensor& component, const Tensor& value) { compon
 
 double Optimizer::learning_rate() const {
   if (!learning_rate_.is_schedule()) return learning_rate_.at(0);
-  return learning_rate_.at(iterations_.value().item<std::int64_t>());
+  return learning_rate_.at(iterations_.value().item<std::int64_t>() / accumulation_steps());
 }
+
+int Optimizer::accumulation_steps() const { return common_.gradient_accumulation_steps.value_or(1); }
 
 const LearningRate& Optimizer::learning_rate_spec() const { return learning_rate_; }
 void Optimizer::set_learning_rate(LearningRate learning_rate) { learning_rate_ = std::move(learning_rate); }
@@ -276,7 +294,10 @@ const Variable& Optimizer::iterations() const { return iterations_; }
 std::vector<Variable> Optimizer::variables() const {
   std::vector<Variable> out{iterations_};
   std::lock_guard<std::mutex> lock(state_->mu);
-  for (const auto& e : state_->entries) out.insert(out.end(), e.slots.begin(), e.slots.end());
+  for (const auto& e : state_->entries) {
+    out.insert(out.end(), e.slots.begin(), e.slots.end());
+    if (e.accumulator.defined()) out.push_back(e.accumulator);
+  }
   return out;
 }
 
@@ -352,7 +373,21 @@ void Optimizer::create_slots(const std::vector<Variable>& vars) {
                                            .device = v.device(),
                                            .shard_over_replicas = true}));
     }
+    // Gradient accumulation: each replica's own running sum (ON_READ, SUM) — or, for a ZeRO
+    // stage-3 parameter whose gradients arrive as summed shards, a sharded sum like its slots.
+    const ShardedVariable* parameter = as_sharded(v);
+    const bool sharded_sum = parameter != nullptr && parameter->gathers_parameters();
+    if (accumulation_steps() > 1)
+      entry.accumulator = make_variable(
+          {.initial_value = Tensor::zeros(v.shape(), v.dtype(), v.device()),
+           .name = str_cat(v.name(), "/", kAccumulatorSlot),
+           .trainable = false,
+           .synchronization = sharded_sum ? VariableSynchronization::kOnWrite : VariableSynchronization::kOnRead,
+           .aggregation = VariableAggregation::kSum,
+           .device = v.device(),
+           .shard_over_replicas = sharded_sum});
     const std::vector<Variable> slots = entry.slots;
+    const Variable accumulator = entry.accumulator;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->index.emplace(v.impl().get(), state_->entries.size());
@@ -360,6 +395,7 @@ void Optimizer::create_slots(const std::vector<Variable>& vars) {
       state_->built = true;
     }
     for (std::size_t i = 0; i < names.size(); ++i) slot_created(v, names[i], slots[i]);  // restore-on-create
+    if (accumulator.defined()) slot_created(v, kAccumulatorSlot, accumulator);
   }
 }
 
@@ -371,6 +407,7 @@ std::vector<train::SlotVariableRef> Optimizer::slot_variables() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   for (const auto& e : state_->entries) {
     for (std::size_t i = 0; i < e.slots.size(); ++i) out.push_back({e.variable, names[i], e.slots[i]});
+    if (e.accumulator.defined()) out.push_back({e.variable, kAccumulatorSlot, e.accumulator});
   }
   return out;
 }
@@ -451,6 +488,31 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
                            "`loss` argument?";
   }
 
+  // 2b. Gradient accumulation (optimizer.h, "Gradient accumulation"): add to the accumulators and
+  // stop, except on every N-th call, which goes on with the mean. No collective before that.
+  if (const int n = accumulation_steps(); n > 1) {
+    build(vars);
+    Tensor counter = iterations_.value();
+    const bool update = (counter.item<std::int64_t>() + 1) % n == 0;
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const State::Entry* e = state_->find(vars[i]);
+      CHORUS_ENFORCE(e != nullptr && e->accumulator.defined(), "no accumulator for ", vars[i].name());
+      Tensor acc = accumulator_part(e->accumulator, ctx);
+      Tensor g = std::move(grads[i]);
+      if (g.device_name() != acc.device_name()) g = g.to(acc.device_name());
+      if (!update) {
+        acc.add_inplace(g);
+        continue;
+      }
+      grads[i] = ops::div(ops::add(g, acc), ops::scalar_like(g, static_cast<double>(n)));
+      update_in_place(acc, Tensor::zeros(acc.shape(), acc.dtype(), acc.device_name()));
+    }
+    if (!update) {
+      counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+      return;
+    }
+  }
+
   // 3. One packed all-reduce of every gradient (the default replica context returns its input).
   // ZeRO stage 2: the slots come first (a merge_call), since whose gradients are reduce-scattered
   // depends on them: the gradients of variables with sharded slots go through ONE packed
@@ -519,7 +581,8 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
   // 5. Host scalars: the same on every replica (each reads its own, equal, counter component).
   Tensor counter = iterations_.value();
   Step step{0.0, 0};
-  if (learning_rate_.is_schedule() || needs_iterations()) step.iterations = counter.item<std::int64_t>();
+  if (learning_rate_.is_schedule() || needs_iterations())
+    step.iterations = counter.item<std::int64_t>() / accumulation_steps();  // updates before this one
   step.learning_rate = learning_rate_.at(step.iterations);
 
   // 6. Clipping, on the summed gradients (stage 2: on the shards, with whole norms).
@@ -602,8 +665,9 @@ std::string Optimizer::get_config() const {
                  ", \"weight_decay\": ", detail::format_number(common_.weight_decay),
                  ", \"clipnorm\": ", detail::format_number(common_.clipnorm),
                  ", \"global_clipnorm\": ", detail::format_number(common_.global_clipnorm),
-                 ", \"clipvalue\": ", detail::format_number(common_.clipvalue), fields.empty() ? "" : ", ", fields,
-                 "}");
+                 ", \"clipvalue\": ", detail::format_number(common_.clipvalue), ", \"gradient_accumulation_steps\": ",
+                 common_.gradient_accumulation_steps ? std::to_string(*common_.gradient_accumulation_steps) : "null",
+                 fields.empty() ? "" : ", ", fields, "}");
 }
 
 }  // namespace chorus::optimizers

@@ -75,6 +75,23 @@
 // replicas in the backward pass), it skips step 3, and steps 7–8 update local_shard() in place —
 // nothing is gathered after the update.
 //
+// Gradient accumulation (Keras 3's gradient_accumulation_steps = N, PyTorch DDP's no_sync):
+// apply_gradients adds each gradient to the variable's accumulator and returns — no collective,
+// no update, only `iterations` counts the call — except on every N-th call, which takes the mean
+// (g + accumulated) / N of each, zeroes the accumulators and goes on with step 3 as usual (one
+// all-reduce, or reduce-scatter, for the N calls). So N calls on micro-batches of B rows (each
+// loss scaled by its own global batch, as compute_average_loss does) update as one call on the
+// N·B rows would: the same mean gradient, clipped once, one optimizer step. `iterations` counts
+// calls (Keras's _iterations, checkpointed as "optimizer/iter"); learning-rate schedules and the
+// optimizers' step counts (Adam's bias correction) use the updates, iterations / N. Accumulators
+// are optimizer variables attached to their variable like slots ("gradient_accumulator", after
+// the optimizer's own slots in variables(), checkpointed, restored on creation): each replica
+// keeps its own local sum (ON_READ with SUM aggregation: a checkpoint stores the replicas' total,
+// and restoring onto another replica count splits it evenly); at ZeRO stage 3, where the tape
+// already returns summed gradient shards, the accumulator is sharded like a slot and holds the
+// summed shards (the reduce-scatter then runs on every call: the backward pass does it). A
+// LossScaleOptimizer skips the N-th call's update when the accumulated mean is not finite.
+//
 // Errors (InvalidArgumentError unless noted; messages name the variable):
 //   - a gradient whose shape or dtype differs from its variable's (at ZeRO stage 3, from this
 //     replica's shard of it);
@@ -85,7 +102,8 @@
 //     through core/distributed_variable.h) — create them inside strategy.scope(); a distributed
 //     variable of several replicas used outside its strategy's run;
 //   - options: more than one of clipnorm / clipvalue / global_clipnorm (Keras's message), a
-//     non-positive clip value, a negative weight_decay, an out-of-range hyperparameter.
+//     non-positive clip value, a negative weight_decay, gradient_accumulation_steps < 2, an
+//     out-of-range hyperparameter.
 // Thread-safety: apply_gradients, build, variables and get_slot may be called concurrently by the
 // replicas of one strategy.run (that is how they are used). Otherwise use an optimizer from one
 // thread at a time. Copy is deleted; move is allowed while no call is in progress.
@@ -116,6 +134,9 @@ struct CommonOptions {
   std::optional<double> clipnorm;         // each gradient clipped to this L2 norm
   std::optional<double> clipvalue;        // each element clipped to [−clipvalue, clipvalue]
   std::optional<double> global_clipnorm;  // all gradients scaled so their joint L2 norm <= this
+  // Keras 3's gradient_accumulation_steps (>= 2; see "Gradient accumulation" above): update with
+  // the mean of this many calls' gradients, every this-many-th call.
+  std::optional<int> gradient_accumulation_steps;
 };
 
 class LossScaleOptimizer;
@@ -169,9 +190,11 @@ class Optimizer : public train::Trackable {
   // Keras's `optimizer.learning_rate = ...`: takes effect at the next apply_gradients.
   virtual void set_learning_rate(LearningRate learning_rate);
 
-  // The number of apply_gradients calls completed (int64 scalar variable; read its value).
+  // The number of apply_gradients calls completed (int64 scalar variable; read its value). With
+  // gradient_accumulation_steps N, updates happen on every N-th call: iterations / N of them.
   virtual const Variable& iterations() const;
-  // iterations() first, then every slot in creation order (for checkpoints: stable names).
+  // iterations() first, then every slot in creation order, each variable's accumulator after its
+  // slots (for checkpoints: stable names).
   virtual std::vector<Variable> variables() const;
   // The slot `slot_name` ("m", "v", "momentum", ...) of `var`; NotFoundError when `var` has no
   // slots yet or the optimizer has no such slot (the message lists the slot names).
@@ -243,6 +266,7 @@ class Optimizer : public train::Trackable {
   void create_slots(const std::vector<Variable>& vars);
   std::vector<Tensor> clip(std::vector<Tensor> grads) const;
   bool uses_weight_decay(const Variable& var) const;
+  int accumulation_steps() const;  // gradient_accumulation_steps, 1 when off
 
   std::string name_;
   LearningRate learning_rate_;

@@ -11,7 +11,8 @@ SGD::SGD(const SGDOptions& o)
                 {.weight_decay = o.weight_decay,
                  .clipnorm = o.clipnorm,
                  .clipvalue = o.clipvalue,
-                 .global_clipnorm = o.global_clipnorm}),
+                 .global_clipnorm = o.global_clipnorm,
+                 .gradient_accumulation_steps = o.gradient_accumulation_steps}),
       momentum_(o.momentum),
       nesterov_(o.nesterov) {
   CHORUS_REQUIRE(o.momentum >= 0.0 && o.momentum <= 1.0, InvalidArgumentError,

@@ -28,6 +28,7 @@ struct SGDOptions {
   std::optional<double> clipnorm;
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
+  std::optional<int> gradient_accumulation_steps;  // Keras 3's; optimizer.h, "Gradient accumulation"
   std::string name = "SGD";
 };
 

@@ -133,10 +133,11 @@ TEST_F(OptimizerTest, AdamWithScheduleUsesTheRateAtEachStep) {
 }
 
 TEST_F(OptimizerTest, AdamConfigAndErrors) {
-  EXPECT_EQ(AdamW().get_config(),
-            "{\"name\": \"AdamW\", \"learning_rate\": 0.001, \"weight_decay\": 0.004, \"clipnorm\": null, "
-            "\"global_clipnorm\": null, \"clipvalue\": null, \"beta_1\": 0.9, \"beta_2\": 0.999, \"epsilon\": 1e-07, "
-            "\"amsgrad\": false}");
+  EXPECT_EQ(
+      AdamW().get_config(),
+      "{\"name\": \"AdamW\", \"learning_rate\": 0.001, \"weight_decay\": 0.004, \"clipnorm\": null, "
+      "\"global_clipnorm\": null, \"clipvalue\": null, \"gradient_accumulation_steps\": null, \"beta_1\": 0.9, \"beta_2\": 0.999, \"epsilon\": 1e-07, "
+      "\"amsgrad\": false}");
   EXPECT_THROW_WITH(Adam({.beta_1 = 1.0}), InvalidArgumentError, "beta_1", "[0, 1)");
   EXPECT_THROW_WITH(Adam({.beta_2 = -0.1}), InvalidArgumentError, "beta_2");
   EXPECT_THROW_WITH(Adam({.epsilon = -1.0}), InvalidArgumentError, "epsilon");

@@ -87,10 +87,11 @@ TEST_F(OptimizerTest, Float32CenteredRmspropFollowsTheReference) {
 }
 
 TEST_F(OptimizerTest, RmspropConfigAndErrors) {
-  EXPECT_EQ(RMSprop().get_config(),
-            "{\"name\": \"RMSprop\", \"learning_rate\": 0.001, \"weight_decay\": null, \"clipnorm\": null, "
-            "\"global_clipnorm\": null, \"clipvalue\": null, \"rho\": 0.9, \"momentum\": 0.0, \"epsilon\": 1e-07, "
-            "\"centered\": false}");
+  EXPECT_EQ(
+      RMSprop().get_config(),
+      "{\"name\": \"RMSprop\", \"learning_rate\": 0.001, \"weight_decay\": null, \"clipnorm\": null, "
+      "\"global_clipnorm\": null, \"clipvalue\": null, \"gradient_accumulation_steps\": null, \"rho\": 0.9, \"momentum\": 0.0, \"epsilon\": 1e-07, "
+      "\"centered\": false}");
   EXPECT_THROW_WITH(RMSprop({.rho = 1.0}), InvalidArgumentError, "rho");
   EXPECT_THROW_WITH(RMSprop({.momentum = 2.0}), InvalidArgumentError, "momentum");
 }

@@ -81,9 +81,10 @@ TEST_F(OptimizerTest, MomentumSlotHoldsTheVelocity) {
 
 TEST_F(OptimizerTest, SgdConfigAndErrors) {
   SGD sgd({.learning_rate = 0.01, .momentum = 0.9, .nesterov = true});
-  EXPECT_EQ(sgd.get_config(),
-            "{\"name\": \"SGD\", \"learning_rate\": 0.01, \"weight_decay\": null, \"clipnorm\": null, "
-            "\"global_clipnorm\": null, \"clipvalue\": null, \"momentum\": 0.9, \"nesterov\": true}");
+  EXPECT_EQ(
+      sgd.get_config(),
+      "{\"name\": \"SGD\", \"learning_rate\": 0.01, \"weight_decay\": null, \"clipnorm\": null, "
+      "\"global_clipnorm\": null, \"clipvalue\": null, \"gradient_accumulation_steps\": null, \"momentum\": 0.9, \"nesterov\": true}");
   EXPECT_THROW_WITH(SGD({.momentum = 1.5}), InvalidArgumentError, "momentum", "[0, 1]", "1.5");
   EXPECT_THROW_WITH(SGD(-0.1), InvalidArgumentError, "learning_rate", "-0.1");
 }
