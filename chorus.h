@@ -13,6 +13,7 @@
 #include "core/sharded_variable.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "core/timeline.h"
 #include "core/variable.h"
 
 #include "ops/ops.h"

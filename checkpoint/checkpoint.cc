@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/strings.h"
+#include "core/timeline.h"
 
 namespace chorus::train {
 
@@ -165,6 +166,8 @@ const DistributionStrategy& Checkpoint::owning_strategy() const {
 
 std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& options,
                                    std::function<void(const std::string&)> written) {
+  timeline::Span span("checkpoint", "save",
+                      timeline::enabled() ? "\"path\": " + timeline::quoted(path) : std::string());
   async_->wait();  // the previous write's error surfaces here
   meet_barrier();
   const DistributionStrategy& strategy = owning_strategy();

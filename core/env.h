@@ -12,6 +12,8 @@
 //   CHORUS_PEER_MONITOR         true/false (default true): MPI communicators watch the other
 //                               processes over TCP and fail within seconds when one dies
 //                               (collective/peer_monitor.h); false leaves it to the timeout.
+//   CHORUS_TIMELINE             a path: record a Chrome trace-event timeline of every replica and
+//                               write it there at exit (core/timeline.h; "%r" → the rank).
 //   CHORUS_ONEDNN_BF16          true/false (default true): bfloat16 matmul/convolution/pooling on
 //                               the CPU through oneDNN where its ISA allows; false forces the
 //                               float32 fallback (ops/cpu/dnn.h). Read once.

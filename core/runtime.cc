@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/logging.h"
+#include "core/timeline.h"
 
 namespace chorus {
 
@@ -132,6 +133,7 @@ const std::vector<std::shared_ptr<DeviceContext>>& devices(std::string_view firs
       throw;
     }
     r.initialized = true;
+    timeline::start_from_environment();  // CHORUS_TIMELINE (core/timeline.h): from the first device use
   }
   return r.devices;
 }

@@ -7,6 +7,7 @@
 #include "collective/communicator.h"
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/timeline.h"
 #include "distribute/merge_barrier.h"
 #include "distribute/parameter_gather.h"
 #include "distribute/strategy.h"
@@ -53,6 +54,13 @@ DType wire_dtype(DType dtype, Compression compression) {
   if (compression == Compression::kNone || (dtype != DType::kFloat32 && dtype != DType::kFloat64)) return dtype;
   return compression == Compression::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
 }
+// The arguments of a collective's timeline span (core/timeline.h): what moved, and how.
+std::string collective_args(const Tensor& sent, const Strategy& strategy) {
+  if (!timeline::enabled()) return {};
+  return chorus::internal::str_cat("\"bytes\": ", sent.nbytes(), ", \"dtype\": \"", dtype_name(sent.dtype()),
+                                   "\", \"backend\": \"", cross_device_ops_name(strategy.cross_device_ops().ops), "\"");
+}
+
 }  // namespace
 
 Tensor StrategyReplicaContext::reduce_one(ReduceOp op, const Tensor& in, DType wire,
@@ -66,6 +74,7 @@ Tensor StrategyReplicaContext::reduce_one(ReduceOp op, const Tensor& in, DType w
   {
     drain_if_profiling(send);
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    timeline::Span span("collective", "all-reduce", collective_args(send, strategy_));
     comm().all_reduce(send, out, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
   }
   auto& c = strategy_.counters_;
@@ -232,6 +241,7 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, s
     {
       drain_if_profiling(send);
       profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+      timeline::Span span("collective", "reduce-scatter", collective_args(send, strategy_));
       comm().reduce_scatter(send, received, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
     }
     auto& c = strategy_.counters_;
@@ -309,6 +319,7 @@ void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards
   auto gather = [&](const Tensor& in, const Tensor& result) {
     drain_if_profiling(in);
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    timeline::Span span("collective", "all-gather", collective_args(result, strategy_));
     comm().all_gather(in, result, {.timeout = timeout})->wait(timeout);
   };
   auto padded_bytes = [&](std::size_t i) {
@@ -370,6 +381,7 @@ Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {
   {
     drain_if_profiling(t);
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    timeline::Span span("collective", "broadcast", collective_args(t, strategy_));
     comm().broadcast(t, {.root = root, .timeout = strategy_.timeout()})->wait(strategy_.timeout());
   }
   return t;

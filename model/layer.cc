@@ -5,6 +5,7 @@
 #include "core/distribution.h"
 #include "core/error.h"
 #include "core/sharded_variable.h"
+#include "core/timeline.h"
 #include "ops/elementwise.h"
 
 namespace chorus::layers {
@@ -68,6 +69,9 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
         return s;
       }(),
       ") and is called with ", x.shape().to_string());
+  // Timeline (core/timeline.h): the call as a "forward" span, and its ops tagged with its name.
+  timeline::ScopeName scope(name_);
+  timeline::Span span("forward", name_);
   // ZeRO stage 3 (FSDP): this layer's sharded parameters are gathered for the call and freed
   // after it (distribute/parameter_gather.h); nullptr at other stages and for layers without them.
   std::unique_ptr<ParameterGather> gathered;

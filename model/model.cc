@@ -8,6 +8,7 @@
 #include "core/distribution.h"
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/timeline.h"
 #include "distribute/strategy.h"
 #include "ops/ops.h"
 #include "optimizer/optimizer.h"
@@ -38,6 +39,8 @@ layers::LayerPtr Model::track(layers::LayerPtr layer) {
 
 Tensor Model::operator()(const Tensor& x, bool training) {
   if (!built_) build(x.shape());
+  timeline::ScopeName scope(name_);  // core/timeline.h: the model's span, its layers' path
+  timeline::Span span("forward", name_);
   return call(x, training);
 }
 
@@ -165,7 +168,11 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
                                : dataset.cardinality() >= 0 ? dataset.cardinality()
                                                             : -1;
     while (options.steps_per_epoch < 0 || step < options.steps_per_epoch) {
-      auto batch = it.next();
+      std::optional<distribute::DistributedDataset::Batch> batch;
+      {
+        timeline::Span input("input", "next batch");  // core/timeline.h
+        batch = it.next();
+      }
       if (!batch) break;
       require_xy((*batch)[0], "fit");
       if (!built_) build((*batch)[0][0].shape());
@@ -176,6 +183,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
       const std::vector<Variable> vars = trainable_variables();
       try {
+        timeline::Span step_span("step", "train step", str_cat("\"epoch\": ", epoch + 1, ", \"step\": ", step + 1));
         strategy.run(
             [&](const data::Element& e) {
               profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting

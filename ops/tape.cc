@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/sharded_variable.h"
+#include "core/timeline.h"
 #include "ops/elementwise.h"
 
 namespace chorus::ops {
@@ -27,6 +28,7 @@ struct GradientTape::Impl {
     std::vector<Shape> input_shapes;
     std::vector<std::uint64_t> outputs;
     internal::BackwardFn backward;
+    std::string scope;  // the layer path it was recorded under, when the timeline is on
   };
   std::vector<Node> nodes;
 
@@ -113,6 +115,14 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     if (s.defined()) source_ids.insert(s.id());
   std::unordered_map<std::uint64_t, Tensor> grads;
   grads[target.id()] = seed;
+  // Timeline (core/timeline.h): the whole call, and each run of consecutive ops of one layer.
+  timeline::Span span("backward", "gradient");
+  const bool timing = timeline::enabled();
+  std::string group;
+  std::int64_t group_start = 0;
+  auto end_group = [&](std::int64_t now) {
+    if (!group.empty()) timeline::record("backward", group, group_start, now);
+  };
   for (auto node = im.nodes.rbegin(); node != im.nodes.rend(); ++node) {
     std::vector<Tensor> out_grads(node->outputs.size());
     bool any = false;
@@ -124,6 +134,12 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       }
     }
     if (!any) continue;
+    if (timing && node->scope != group) {
+      const std::int64_t now = timeline::now_us();
+      end_group(now);
+      group = node->scope;
+      group_start = now;
+    }
     // The outputs' gradients are complete (every consumer was recorded later, so ran before):
     // drop them from the map now, unless requested, so that each intermediate gradient lives
     // only until its producer consumed it — and, on a non-persistent tape, the node's closure
@@ -152,6 +168,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     }
   }
 
+  if (timing) end_group(timeline::now_us());
   std::vector<Tensor> out;
   out.reserve(sources.size());
   for (const Tensor& s : sources) {
@@ -249,6 +266,7 @@ void record(std::string_view op, const std::vector<Tensor>& inputs, const std::v
       node.outputs.push_back(t.id());
       if (is_floating(t.dtype())) tape->watched.insert(t.id());
     }
+    if (timeline::enabled()) node.scope = timeline::current_scope();
     if (tape == last)
       node.backward = std::move(backward);
     else

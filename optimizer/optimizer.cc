@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "core/sharded_variable.h"
 #include "core/strings.h"
+#include "core/timeline.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "ops/shape_ops.h"
@@ -428,6 +429,7 @@ void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) { apply_grad
 void Optimizer::apply_gradients(GradsAndVars&& grads_and_vars) { apply_gradients_with(std::move(grads_and_vars), {}); }
 
 void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAggregation& after_aggregation) {
+  timeline::Span span("optimizer", name_);  // core/timeline.h
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr) {
     const DistributionStrategy& s = get_strategy();

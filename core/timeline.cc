@@ -1,0 +1,206 @@
+#include "core/timeline.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/distribution.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/host.h"
+#include "core/logging.h"
+
+namespace chorus::timeline {
+
+std::atomic<bool> internal::g_on{false};
+
+namespace {
+
+struct Event {
+  std::string category, name, args;
+  std::int64_t start_us, end_us;
+  int tid;
+};
+
+struct Recorder {
+  std::mutex mu;
+  std::string path;
+  std::vector<Event> events;
+  std::map<int, std::string> thread_names;  // tid → track name
+  int next_tid = 1;
+};
+
+Recorder& recorder() {
+  static Recorder* r = new Recorder;  // never destroyed: hooks may run during static destruction
+  return *r;
+}
+
+thread_local int t_plain_tid = 0;  // this thread's track when it is not a replica
+thread_local std::string t_scope;
+
+int rank() { return env::launcher_rank().value_or(0); }
+
+// JSON string body: quotes, backslashes and control characters escaped.
+std::string escaped(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The calling thread's track (under r.mu).
+int track(Recorder& r) {
+  if (has_strategy()) {
+    if (ReplicaContext* ctx = get_replica_context()) {
+      const int tid = 1000 + ctx->replica_id_in_sync_group();
+      r.thread_names.try_emplace(tid, chorus::internal::str_cat("replica ", ctx->replica_id_in_sync_group()));
+      return tid;
+    }
+  }
+  if (t_plain_tid == 0) {
+    t_plain_tid = r.next_tid++;
+    r.thread_names[t_plain_tid] = t_plain_tid == 1 ? "main" : chorus::internal::str_cat("thread ", t_plain_tid);
+  }
+  return t_plain_tid;
+}
+
+std::string file_for(const std::string& path) {
+  const std::optional<int> launcher = env::launcher_rank();
+  if (const auto pos = path.find("%r"); pos != std::string::npos)
+    return path.substr(0, pos) + std::to_string(launcher.value_or(0)) + path.substr(pos + 2);
+  return launcher ? chorus::internal::str_cat(path, ".rank", *launcher) : path;
+}
+
+std::string write_locked(Recorder& r) {
+  const int pid = rank();
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  out += chorus::internal::str_cat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", pid,
+                                   ", \"args\": {\"name\": \"rank ", pid, " (", escaped(host_name_or("unknown host")),
+                                   ")\"}}");
+  for (const auto& [tid, name] : r.thread_names)
+    out += chorus::internal::str_cat(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", pid, ", \"tid\": ", tid,
+                                     ", \"args\": {\"name\": \"", escaped(name), "\"}}");
+  for (const Event& e : r.events) {
+    out += chorus::internal::str_cat(",\n{\"name\": \"", escaped(e.name), "\", \"cat\": \"", escaped(e.category),
+                                     "\", \"ph\": \"X\", \"ts\": ", e.start_us, ", \"dur\": ", e.end_us - e.start_us,
+                                     ", \"pid\": ", pid, ", \"tid\": ", e.tid);
+    if (!e.args.empty()) out += chorus::internal::str_cat(", \"args\": {", e.args, "}");
+    out += "}";
+  }
+  out += "\n]}\n";
+  const std::string file = file_for(r.path);
+  // A fresh temporary (never through a planted link: O_EXCL | O_NOFOLLOW), renamed over the path.
+  const std::string tmp = chorus::internal::str_cat(file, ".tmp", ::getpid());
+  {
+    io::File f = io::File::create_new(tmp);
+    f.write_all(out);
+    f.close();
+  }
+  if (::rename(tmp.c_str(), file.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io::throw_errno(err, "cannot rename to '" + file + "' from", tmp);
+  }
+  r.events.clear();
+  r.thread_names.clear();
+  return file;
+}
+
+void write_at_exit() {
+  try {
+    const std::string file = stop();
+    if (!file.empty()) CHORUS_LOG(INFO) << "timeline written to " << file;
+  } catch (const std::exception& e) {
+    CHORUS_LOG(ERROR) << "CHORUS_TIMELINE: " << e.what();
+  }
+}
+
+}  // namespace
+
+std::string quoted(std::string_view s) { return "\"" + escaped(s) + "\""; }
+
+std::int64_t now_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+void start(const std::string& path) {
+  CHORUS_REQUIRE(!path.empty(), InvalidArgumentError, "timeline::start: empty path");
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.path = path;
+  r.events.clear();
+  r.thread_names.clear();
+  internal::g_on.store(true, std::memory_order_relaxed);
+}
+
+std::string stop() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!internal::g_on.exchange(false)) return "";
+  return write_locked(r);
+}
+
+void start_from_environment() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::optional<std::string> path = env::get("CHORUS_TIMELINE");
+    if (!path || path->empty()) return;
+    start(*path);
+    std::atexit(write_at_exit);
+  });
+}
+
+void record(std::string_view category, std::string_view name, std::int64_t start_us, std::int64_t end_us,
+            std::string_view args_json) {
+  if (!enabled()) return;
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.events.push_back({std::string(category), std::string(name), std::string(args_json), start_us, end_us, track(r)});
+}
+
+Span::Span(std::string_view category, std::string_view name, std::string args_json) : on_(enabled()) {
+  if (!on_) return;
+  category_ = category;
+  name_ = name;
+  args_ = std::move(args_json);
+  start_ = now_us();
+}
+
+Span::~Span() {
+  if (on_) record(category_, name_, start_, now_us(), args_);
+}
+
+ScopeName::ScopeName(std::string_view name) : on_(enabled()) {
+  if (!on_) return;
+  previous_size_ = t_scope.size();
+  if (!t_scope.empty()) t_scope += '/';
+  t_scope += name;
+}
+
+ScopeName::~ScopeName() {
+  if (on_) t_scope.resize(previous_size_);
+}
+
+const std::string& current_scope() { return t_scope; }
+
+}  // namespace chorus::timeline

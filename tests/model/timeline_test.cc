@@ -1,0 +1,186 @@
+// The timeline (core/timeline.h): fit on 2 logical CPU replicas with a checkpoint save writes a
+// Chrome trace-event JSON that parses (RFC 8259), with a track per replica and one for the main
+// thread; each replica's track holds every layer's forward span, the tape's backward with each
+// layer's share, the all-reduce (bytes, dtype, backend) and the optimizer; the main track the
+// steps, the waits for input and the save; on every track spans nest (never overlap partially);
+// all-reduces come after the backward pass that produced their gradients. Off by default; "%r" in
+// the path is the rank; a planted symbolic link at the path is replaced, its target untouched.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "core/timeline.h"
+#include "data/dataset.h"
+#include "distribute/cluster_resolver.h"
+#include "distribute/mirrored_strategy.h"
+#include "model/layers.h"
+#include "model/losses.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "optimizer/adam.h"
+#include "tests/core/test_util.h"
+
+namespace chorus {
+namespace {
+
+using chorus::testing::TempDir;
+using distribute::internal::JsonValue;
+
+struct Span {
+  std::string name, cat;
+  double ts = 0, dur = 0;
+  int tid = 0;
+  const JsonValue* args = nullptr;
+  double end() const { return ts + dur; }
+};
+
+struct Trace {
+  JsonValue doc;
+  std::map<int, std::string> tracks;  // tid → thread name
+  std::vector<Span> spans;
+  std::vector<const Span*> on(int tid, const std::string& cat) const {
+    std::vector<const Span*> out;
+    for (const Span& s : spans)
+      if (s.tid == tid && s.cat == cat) out.push_back(&s);
+    return out;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Fills `t` (args point into t.doc: parse into the Trace that keeps them).
+void parse(const std::string& path, Trace& t) {
+  t.doc = distribute::internal::parse_json(slurp(path), path);
+  const JsonValue* events = t.doc.find("traceEvents");
+  EXPECT_NE(events, nullptr);
+  if (events == nullptr) return;
+  for (const JsonValue& e : events->array) {
+    const std::string ph = e.find("ph")->string;
+    if (ph == "M") {
+      if (e.find("name")->string == "thread_name")
+        t.tracks[static_cast<int>(e.find("tid")->number)] = e.find("args")->find("name")->string;
+      continue;
+    }
+    EXPECT_EQ(ph, "X");
+    t.spans.push_back({e.find("name")->string, e.find("cat")->string, e.find("ts")->number, e.find("dur")->number,
+                       static_cast<int>(e.find("tid")->number), e.find("args")});
+  }
+}
+
+TEST(Timeline, OffByDefault) {
+  EXPECT_FALSE(timeline::enabled());
+  EXPECT_EQ(timeline::stop(), "");
+  EXPECT_THROW(timeline::start(""), InvalidArgumentError);
+}
+
+TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
+  chorus::testing::make_cpus(2, 128);
+  TempDir dir;
+  distribute::MirroredStrategy strategy(chorus::testing::cpus(2));
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Adam> adam;
+  {
+    auto scope = strategy.scope();
+    m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{layers::Dense(16, "relu"), layers::Dense(4)},
+                                            "net");
+    adam = std::make_shared<optimizers::Adam>(1e-3);
+    m->compile(adam, std::make_shared<losses::MeanSquaredError>());
+  }
+  const Tensor x = ops::stateless_random_uniform({32, 8}, {1, 2});
+  const Tensor y = ops::stateless_random_uniform({32, 4}, {3, 4});
+  const std::string path = dir.path() + "/timeline-%r.json";
+  timeline::start(path);
+  m->fit(data::Dataset::from_tensor_slices({x, y}).batch(8), {.epochs = 1, .verbose = 0});  // 4 steps
+  train::Checkpoint({{"model", *m}}).write(dir.path() + "/ckpt");
+  const std::string file = timeline::stop();
+  EXPECT_EQ(file, dir.path() + "/timeline-0.json");
+  EXPECT_FALSE(timeline::enabled());
+  Trace t;
+  parse(file, t);
+
+  EXPECT_EQ(t.tracks.at(1000), "replica 0");
+  EXPECT_EQ(t.tracks.at(1001), "replica 1");
+  int main_tid = 0;
+  for (const auto& [tid, name] : t.tracks)
+    if (name == "main") main_tid = tid;
+  ASSERT_NE(main_tid, 0);
+
+  for (const int tid : {1000, 1001}) {
+    std::map<std::string, int> forward;
+    for (const Span* s : t.on(tid, "forward")) ++forward[s->name];
+    EXPECT_EQ(forward["net"], 4) << "replica track " << tid;
+    EXPECT_EQ(forward["dense"], 4);
+    EXPECT_EQ(forward["dense_1"], 4);
+    std::map<std::string, int> backward;
+    for (const Span* s : t.on(tid, "backward")) ++backward[s->name];
+    EXPECT_EQ(backward["gradient"], 4);
+    EXPECT_EQ(backward["net/dense"], 4) << "each layer's share of the backward pass";
+    EXPECT_EQ(backward["net/dense_1"], 4);
+    const std::vector<const Span*> reduces = t.on(tid, "collective");
+    ASSERT_FALSE(reduces.empty());
+    for (const Span* s : reduces) {
+      if (s->name != "all-reduce") continue;
+      ASSERT_NE(s->args, nullptr);
+      EXPECT_GT(s->args->find("bytes")->number, 0);
+      EXPECT_EQ(s->args->find("backend")->string, "shared_memory");
+    }
+    EXPECT_EQ(t.on(tid, "optimizer").size(), 4u);
+    // Each step's gradient ends before its all-reduce starts (no overlap yet) and the optimizer
+    // span contains the all-reduce.
+    const std::vector<const Span*> grads = t.on(tid, "backward"), opts = t.on(tid, "optimizer");
+    for (const Span* o : opts) {
+      bool has_reduce = false;
+      for (const Span* r : reduces) has_reduce |= r->ts >= o->ts && r->end() <= o->end();
+      EXPECT_TRUE(has_reduce) << "optimizer span at " << o->ts << " holds no all-reduce";
+    }
+  }
+  EXPECT_EQ(t.on(main_tid, "step").size(), 4u);
+  EXPECT_GE(t.on(main_tid, "input").size(), 4u);
+  ASSERT_EQ(t.on(main_tid, "checkpoint").size(), 1u);
+  EXPECT_EQ(t.on(main_tid, "checkpoint")[0]->args->find("path")->string, dir.path() + "/ckpt");
+
+  // On every track, two spans are disjoint or one contains the other.
+  for (const auto& [tid, name] : t.tracks) {
+    std::vector<const Span*> mine;
+    for (const Span& s : t.spans)
+      if (s.tid == tid) mine.push_back(&s);
+    for (const Span* a : mine)
+      for (const Span* b : mine) {
+        if (a == b) continue;
+        const bool disjoint = a->end() <= b->ts || b->end() <= a->ts;
+        const bool nested = (a->ts >= b->ts && a->end() <= b->end()) || (b->ts >= a->ts && b->end() <= a->end());
+        EXPECT_TRUE(disjoint || nested) << name << ": " << a->cat << "/" << a->name << " [" << a->ts << ", " << a->end()
+                                        << ") and " << b->cat << "/" << b->name << " [" << b->ts << ", " << b->end()
+                                        << ")";
+      }
+  }
+  chorus::internal::reset_runtime_for_testing();
+}
+
+TEST(Timeline, APlantedLinkIsReplacedNotFollowed) {
+  TempDir dir;
+  const std::string target = dir.path() + "/precious", link = dir.path() + "/trace.json";
+  std::ofstream(target) << "keep me";
+  std::filesystem::create_symlink(target, link);
+  timeline::start(link);
+  timeline::record("test", "one", 1, 2);
+  EXPECT_EQ(timeline::stop(), link);
+  EXPECT_EQ(slurp(target), "keep me");
+  EXPECT_FALSE(std::filesystem::is_symlink(link));
+  Trace t;
+  parse(link, t);
+  ASSERT_EQ(t.spans.size(), 1u);
+  EXPECT_EQ(t.spans[0].name, "one");
+}
+
+}  // namespace
+}  // namespace chorus
