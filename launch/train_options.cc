@@ -52,7 +52,8 @@ po::options_description describe(TrainOptions& o) {
     ("seed", po::value(&o.seed)->default_value(o.seed),
      "seed of the weights, the shuffle order and the synthetic digits")
     ("checkpoint-dir", po::value(&o.checkpoint_dir),
-     "save a checkpoint after every epoch here and resume from the latest one")
+     "save a checkpoint after every epoch here and resume from the latest one; on SIGTERM every worker backs up "
+     "the same step to <dir>/backup and exits 0, and the rerun resumes there")
     ("no-resume", "with --checkpoint-dir: start from scratch; existing checkpoints are moved to <dir>/replaced-<time>/")
     ("no-terminate-on-nan", "keep training after a NaN or infinite loss (by default the first one stops training "
      "with an error, before any checkpoint of non-finite weights is written)")

@@ -140,7 +140,7 @@ std::optional<std::string> move_old_checkpoints_aside(const std::string& dir) {
   std::vector<fs::path> old;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name == "checkpoint" || name.rfind("ckpt-", 0) == 0) old.push_back(entry.path());
+    if (name == "checkpoint" || name == "backup" || name.rfind("ckpt-", 0) == 0) old.push_back(entry.path());
   }
   if (old.empty()) return std::nullopt;
   const fs::path to = fs::path(dir) / str_cat("replaced-", static_cast<std::int64_t>(std::time(nullptr)));
@@ -214,7 +214,7 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   // Checkpoints: model and optimizer, saved after every epoch, so save_counter = epochs done.
   std::unique_ptr<train::Checkpoint> ckpt;
   std::unique_ptr<train::CheckpointManager> manager;
-  int epochs_left = o.epochs;
+  int epochs_done = 0;
   phase = "restoring the checkpoint";
   if (!o.checkpoint_dir.empty()) {
     if (!o.resume) {
@@ -250,22 +250,40 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
               "\nUse another --checkpoint-dir, or --no-resume to start over (the old checkpoints are moved aside)"));
         }
         const auto done = ckpt->save_counter().value().item<std::int64_t>();
-        epochs_left = static_cast<int>(std::max<std::int64_t>(0, o.epochs - done));
+        epochs_done = static_cast<int>(std::min<std::int64_t>(done, o.epochs));
         line(out, str_cat("Resumed from ", *restored, " (", net->variables().size(), " model variables restored, ",
-                          done, " epoch(s) done, ", epochs_left, " to go)"));
+                          done, " epoch(s) done, ", o.epochs - epochs_done, " to go)"));
       }
     }
   }
 
-  model::FitOptions fit{.epochs = epochs_left,
+  // Epochs are numbered from the run's start (initial_epoch), so a resumed run reads the data in
+  // the uninterrupted run's order and a mid-epoch backup's epoch means the same epoch.
+  model::FitOptions fit{.epochs = o.epochs,
+                        .initial_epoch = epochs_done,
                         .validation_data = test_ds,
                         .verbose = o.verbose && chief ? 1 : 0,
                         .terminate_on_nan = o.terminate_on_nan};
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
   // Every worker calls save after each epoch; the chief writes (checkpoint/checkpoint.h).
   if (manager) fit.callbacks.push_back(std::make_shared<callbacks::ModelCheckpoint>(*manager));
+  // Preemption (SIGTERM to any worker): every worker backs up the same step into
+  // <checkpoint-dir>/backup and fit returns; the rerun resumes from it, mid-epoch.
+  std::shared_ptr<callbacks::BackupAndRestore> backup;
+  if (manager) {
+    backup = std::make_shared<callbacks::BackupAndRestore>(o.checkpoint_dir + "/backup");
+    fit.callbacks.push_back(backup);
+  }
   phase = str_cat("training (--batch ", o.batch_size, ")");
-  if (epochs_left > 0) net->fit(train_ds, fit);
+  if (epochs_done < o.epochs) {
+    const model::History history = net->fit(train_ds, fit);
+    if (history.preempted) {
+      result.preempted = true;
+      line(out, "Preempted: every worker backed up the same step to " + o.checkpoint_dir +
+                    "/backup; rerun the same command to continue");
+      return result;
+    }
+  }
   phase = "evaluating";
 
   const auto metrics = net->evaluate(test_ds);

@@ -63,6 +63,9 @@ struct TrainResult {
   double loss = 0;       // held-out mean loss
   int replicas = 0;      // num_replicas_in_sync of the strategy used
   std::string strategy;  // e.g. "MirroredStrategy on 2 devices (shared memory: ...)"
+  // SIGTERM reached a worker (with --checkpoint-dir): every worker backed up the same step and
+  // training stopped; nothing was evaluated. Rerunning the command resumes.
+  bool preempted = false;
 };
 
 // Runs the job described above, writing progress and a summary to `out`.

@@ -8,9 +8,15 @@
 #include <iostream>
 #include <sstream>
 
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/bundle.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_manager.h"
+#include "core/distribution.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "distribute/preemption.h"
+#include "distribute/strategy.h"
 #include "model/model.h"
 #include "ops/elementwise.h"
 #include "ops/finite.h"
@@ -225,6 +231,92 @@ void ModelCheckpoint::on_epoch_end(model::Model& m, int, const Logs&) {
 }
 
 void ModelCheckpoint::on_train_end(model::Model&) { manager_.sync(); }
+
+// --- BackupAndRestore ---
+
+struct BackupAndRestore::State {
+  Variable epoch, batch;  // where fit is: the next epoch to run, and its batches already trained
+  std::unique_ptr<train::Checkpoint> checkpoint;
+  std::unique_ptr<train::CheckpointManager> manager;
+  std::unique_ptr<distribute::PreemptionWatcher> watcher;
+  std::int64_t batches = 0;  // training batches since fit began (the same on every worker)
+};
+
+BackupAndRestore::BackupAndRestore(std::string backup_dir, Options options)
+    : dir_(std::move(backup_dir)), options_(options) {
+  CHORUS_REQUIRE(!dir_.empty(), InvalidArgumentError, "BackupAndRestore: empty backup_dir");
+  CHORUS_REQUIRE(options_.save_freq >= 0, InvalidArgumentError, "BackupAndRestore: save_freq must be >= 0, got ",
+                 options_.save_freq);
+}
+
+BackupAndRestore::~BackupAndRestore() = default;
+
+void BackupAndRestore::on_train_begin(model::Model& m) {
+  state_ = std::make_unique<State>();
+  restored_.reset();
+  preempted_ = false;
+  // Bookkeeping read and written in cross-replica context (plain, or mirrored when fit runs in a
+  // strategy's scope: the same on every replica).
+  state_->epoch = make_variable(
+      {.initial_value = Tensor::scalar<std::int64_t>(0, "/cpu:0"), .name = "backup/epoch", .trainable = false});
+  state_->batch = make_variable(
+      {.initial_value = Tensor::scalar<std::int64_t>(0, "/cpu:0"), .name = "backup/batch", .trainable = false});
+  state_->checkpoint.reset(new train::Checkpoint{
+      {"model", m}, {"optimizer", m.optimizer_ptr()}, {"epoch", state_->epoch}, {"batch", state_->batch}});
+  state_->manager = std::make_unique<train::CheckpointManager>(*state_->checkpoint, dir_, /*max_to_keep=*/1);
+  restored_ = state_->manager->restore_or_initialize();
+  if (restored_) {
+    const auto epoch = state_->epoch.read_value().item<std::int64_t>();
+    const auto batch = state_->batch.read_value().item<std::int64_t>();
+    m.set_resume_point(static_cast<int>(epoch), batch);
+    CHORUS_LOG(INFO) << "BackupAndRestore: resuming from " << *restored_ << " at epoch " << epoch + 1 << ", after "
+                     << batch << " batch(es) of it";
+  }
+  if (options_.save_before_preemption) state_->watcher = std::make_unique<distribute::PreemptionWatcher>(m.strategy());
+}
+
+void BackupAndRestore::on_epoch_begin(model::Model&, int epoch) { epoch_ = epoch; }
+
+void BackupAndRestore::save(model::Model& m, int epoch, std::int64_t step) {
+  if (const auto bad = non_finite_variables(m); !bad.empty()) {
+    CHORUS_LOG(ERROR) << "BackupAndRestore: not backed up: " << bad.size() << " variable(s) hold NaN or Inf (first: '"
+                      << bad.front() << "'); the backup stays "
+                      << state_->manager->latest_checkpoint().value_or("(none)");
+    return;
+  }
+  state_->epoch.assign(Tensor::scalar<std::int64_t>(epoch, "/cpu:0"));
+  state_->batch.assign(Tensor::scalar<std::int64_t>(step, "/cpu:0"));
+  state_->manager->save();
+}
+
+void BackupAndRestore::on_train_batch_end(model::Model& m, std::int64_t step, std::int64_t, const Logs&) {
+  const std::int64_t batches = ++state_->batches;
+  bool saved = false;
+  if (options_.save_freq > 0 && batches % options_.save_freq == 0) {
+    save(m, epoch_, step);
+    saved = true;
+  }
+  if (state_->watcher && state_->watcher->should_stop(batches)) {
+    if (!saved) save(m, epoch_, step);
+    state_->manager->sync();
+    preempted_ = true;
+    CHORUS_LOG(WARNING) << "BackupAndRestore: preempted; epoch " << epoch_ + 1 << ", batch " << step << " backed up to "
+                        << state_->manager->latest_checkpoint().value_or(dir_) << "; fit stops here (rerun to resume)";
+    m.stop_after_this_step();
+  }
+}
+
+void BackupAndRestore::on_epoch_end(model::Model& m, int epoch, const Logs&) { save(m, epoch + 1, 0); }
+
+void BackupAndRestore::on_train_end(model::Model& m) {
+  state_->manager->sync();
+  // Only when fit ran to its end (a preempted or stopped-early run keeps its backup for the rerun).
+  if (options_.delete_checkpoint && !preempted_ && !m.stop_training && m.strategy().worker_offset() == 0) {
+    for (const std::string& prefix : state_->manager->checkpoints()) train::delete_bundle(prefix);
+    train::remove_file_if_exists(dir_ + "/checkpoint");
+  }
+  state_.reset();  // the watcher (the signal dispositions of before) and the manager's directory lock
+}
 
 LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule)
     : schedule_(std::move(schedule)) {

@@ -1,5 +1,6 @@
 // Callbacks of Model::fit (tf.keras.callbacks): ProgressBar, TensorBoard, EarlyStopping,
-// TerminateOnNaN, ModelCheckpoint, LearningRateScheduler. Logs are name → value maps ("loss", "accuracy", "val_loss",
+// TerminateOnNaN, ModelCheckpoint, BackupAndRestore, LearningRateScheduler. Logs are name → value maps ("loss",
+// "accuracy", "val_loss",
 // ...).
 //
 //   model.fit(ds, {.epochs = 5, .callbacks = {callbacks::TensorBoard("./logs"),
@@ -150,6 +151,57 @@ class ModelCheckpoint final : public Callback {
   Options options_;
   std::int64_t batches_ = 0;
   std::vector<std::string> saved_;
+};
+
+// Keras's BackupAndRestore: fault tolerance for fit. It backs the training state up — model,
+// optimizer (slots, iterations, accumulators), and where fit is: epoch and batch — into
+// `backup_dir` (a CheckpointManager keeping the latest one; TensorFlow checkpoint files) at each
+// epoch's end, and every `save_freq` batches when > 0. When fit starts and a backup exists, it
+// restores it and fit resumes at that epoch and batch (Model::set_resume_point: the batches
+// already trained on are skipped, the data's order kept), so a rerun of the same program
+// continues where the interrupted one stopped.
+// Preemption (save_before_preemption, the default): the callback installs a
+// distribute::PreemptionWatcher (SIGTERM; one per process) and asks it after every batch — a
+// small collective under MultiWorkerMirroredStrategy — so that once any worker is signalled,
+// every worker backs up the same step and fit returns right after it with History::preempted
+// set (no epoch end, no validation); exit 0 and rerun to finish.
+// When fit completes (not preempted) and delete_checkpoint, the backup's checkpoints are deleted
+// (the chief's files only: the bundles and the "checkpoint" state file the manager wrote).
+// Under several workers every worker calls the saves (only the chief writes) and reads the
+// backup: put backup_dir on a file system every worker sees. A model whose weights are not all
+// finite is not backed up (the save is skipped with an error logged, as ModelCheckpoint).
+// Errors: an empty backup_dir or save_freq < 0 → InvalidArgumentError; a second watcher in the
+// process (another BackupAndRestore training at once) → FailedPreconditionError from fit's start;
+// a backup that is not a checkpoint of this model → the restore's errors (checkpoint/checkpoint.h).
+class BackupAndRestore final : public Callback {
+ public:
+  struct Options {
+    std::int64_t save_freq = 0;          // 0: at each epoch's end only; N > 0: also every N batches
+    bool delete_checkpoint = true;       // delete the backup when fit completes
+    bool save_before_preemption = true;  // SIGTERM: back up the same step on every worker and stop
+  };
+  explicit BackupAndRestore(std::string backup_dir, Options options);
+  explicit BackupAndRestore(std::string backup_dir) : BackupAndRestore(std::move(backup_dir), Options{}) {}
+  ~BackupAndRestore() override;
+  void on_train_begin(model::Model& m) override;
+  void on_epoch_begin(model::Model&, int epoch) override;
+  void on_train_batch_end(model::Model& m, std::int64_t step, std::int64_t steps, const Logs& logs) override;
+  void on_epoch_end(model::Model& m, int epoch, const Logs& logs) override;
+  void on_train_end(model::Model& m) override;
+  // The backup restored by the last on_train_begin, if any.
+  const std::optional<std::string>& restored() const { return restored_; }
+  // Whether the last fit stopped on preemption.
+  bool preempted() const { return preempted_; }
+
+ private:
+  struct State;
+  void save(model::Model& m, int epoch, std::int64_t step);
+  std::string dir_;
+  Options options_;
+  std::unique_ptr<State> state_;
+  std::optional<std::string> restored_;
+  bool preempted_ = false;
+  int epoch_ = 0;
 };
 
 // Sets the optimizer's learning rate at each epoch's start to schedule(epoch, current lr).

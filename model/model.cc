@@ -156,14 +156,33 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   if (options.terminate_on_nan) cbs.insert(cbs.begin(), std::make_shared<callbacks::TerminateOnNaN>());
   distribute::Strategy& strategy = *strategy_;
   auto dist = strategy.experimental_distribute_dataset(dataset);
+  CHORUS_REQUIRE(options.initial_epoch >= 0, InvalidArgumentError, "fit: initial_epoch must be >= 0, got ",
+                 options.initial_epoch);
   History history;
   stop_training = false;
+  stop_now_ = false;
+  resume_.reset();
   for (auto& cb : cbs) cb->on_train_begin(*this);
-  for (int epoch = 0; epoch < options.epochs && !stop_training; ++epoch) {
+  // Where to start: initial_epoch, or later when a callback restored a later state.
+  int first_epoch = options.initial_epoch;
+  std::int64_t skip = 0;  // batches of first_epoch already trained on
+  if (resume_ && resume_->first >= first_epoch) {
+    first_epoch = resume_->first;
+    skip = resume_->second;
+  }
+  resume_.reset();
+  // Epoch e reads the dataset's pass e (a shuffle reshuffles per pass, its seed sequence fixed):
+  // the skipped epochs' passes are started and dropped, so the orders stay the uninterrupted run's.
+  for (int e = 0; e < first_epoch && e < options.epochs; ++e) (void)dist.make_iterator();
+  bool slots_built = false;
+  for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     for (auto& cb : cbs) cb->on_epoch_begin(*this, epoch);
     reset_metrics();
     auto it = dist.make_iterator();
     std::int64_t step = 0;
+    for (; step < skip && it.next(); ++step) {
+    }
+    skip = 0;
     const std::int64_t steps = options.steps_per_epoch > 0  ? options.steps_per_epoch
                                : dataset.cardinality() >= 0 ? dataset.cardinality()
                                                             : -1;
@@ -176,9 +195,10 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       if (!batch) break;
       require_xy((*batch)[0], "fit");
       if (!built_) build((*batch)[0][0].shape());
-      if (step == 0 && epoch == 0) {
+      if (!slots_built) {
         auto scope = strategy.scope();
-        optimizer_->build(trainable_variables());  // slots in cross-replica context, once
+        optimizer_->build(trainable_variables());  // slots in cross-replica context, once (idempotent)
+        slots_built = true;
       }
       const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
       const std::vector<Variable> vars = trainable_variables();
@@ -214,7 +234,9 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
         const callbacks::Logs l = logs();
         for (auto& cb : cbs) cb->on_train_batch_end(*this, step, steps, l);
       }
+      if (stop_now_) break;
     }
+    if (stop_now_) break;  // preempted: no epoch end, no validation
     CHORUS_REQUIRE(step > 0, InvalidArgumentError, "fit: the dataset produced no batches");
     callbacks::Logs epoch_logs = logs();
     if (options.validation_data) {
@@ -223,8 +245,16 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     for (const auto& [k, v] : epoch_logs) history.history[k].push_back(v);
     for (auto& cb : cbs) cb->on_epoch_end(*this, epoch, epoch_logs);
   }
+  history.preempted = stop_now_;
+  stop_now_ = false;
   for (auto& cb : cbs) cb->on_train_end(*this);
   return history;
+}
+
+void Model::set_resume_point(int epoch, std::int64_t step) {
+  CHORUS_REQUIRE(epoch >= 0 && step >= 0, InvalidArgumentError, "set_resume_point: epoch ", epoch, " and step ", step,
+                 " must be >= 0");
+  resume_ = std::make_pair(epoch, step);
 }
 
 std::map<std::string, double> Model::evaluate(const data::Dataset& dataset, int verbose) {

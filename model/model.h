@@ -63,6 +63,9 @@ namespace chorus::model {
 
 struct FitOptions {
   int epochs = 1;
+  // Keras's initial_epoch: the epochs run are [initial_epoch, epochs) (resuming a run; the
+  // dataset's earlier passes are skipped, so a shuffle takes the order of the pass it would have).
+  int initial_epoch = 0;
   std::int64_t steps_per_epoch = -1;  // -1: until the dataset ends
   std::optional<data::Dataset> validation_data;
   std::vector<callbacks::CallbackPtr> callbacks;
@@ -74,6 +77,10 @@ struct FitOptions {
 
 struct History {
   std::map<std::string, std::vector<double>> history;  // "loss" → per-epoch values, ...
+  // True when fit stopped right after a step because the job is being preempted (a callback
+  // called Model::stop_after_this_step: callbacks::BackupAndRestore on SIGTERM, every worker at
+  // the same step). The program should exit 0; rerunning it resumes.
+  bool preempted = false;
 };
 
 class Model : public train::Trackable {
@@ -118,6 +125,13 @@ class Model : public train::Trackable {
 
   // Set by callbacks (EarlyStopping) to end fit after the current epoch.
   bool stop_training = false;
+  // For callbacks (BackupAndRestore), from on_train_begin: fit starts at `epoch` (at least
+  // FitOptions::initial_epoch) and skips the first `step` batches of it — the ones a restored
+  // state already trained on.
+  void set_resume_point(int epoch, std::int64_t step);
+  // For callbacks, from on_train_batch_end: fit returns after this step, without the epoch's end
+  // (on_train_end still runs), with History::preempted set.
+  void stop_after_this_step() { stop_now_ = true; }
 
  protected:
   // Registers a sub-layer: unique name, weight prefix. Returns it.
@@ -133,6 +147,8 @@ class Model : public train::Trackable {
   distribute::Strategy* strategy_;
   std::vector<layers::LayerPtr> layers_;
   bool built_ = false;
+  std::optional<std::pair<int, std::int64_t>> resume_;  // set_resume_point, consumed by fit
+  bool stop_now_ = false;
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
   std::shared_ptr<metrics::Mean> loss_metric_;

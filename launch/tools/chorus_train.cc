@@ -2,8 +2,9 @@
 // Flags: launch/train_options.h (`chorus-train --help`); the job: launch/trainer.h; guide:
 // docs/launch.md. Works alone and under chorus-run/mpirun.
 //
-// Exit status: 0 trained (and reached --min-accuracy), 1 a training error or an accuracy below
-// --min-accuracy, 2 a bad command line.
+// Exit status: 0 trained (and reached --min-accuracy), or preempted (SIGTERM with --checkpoint-dir:
+// every worker backed up the same step; rerun to continue); 1 a training error or an accuracy
+// below --min-accuracy, 2 a bad command line.
 #include <iostream>
 
 #include "core/error.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   std::cout << std::unitbuf;  // progress lines in order with log lines on stderr
   try {
     const launch::TrainResult result = launch::train(options, std::cout);
+    if (result.preempted) return 0;  // backed up; the rerun continues
     if (result.accuracy < options.min_accuracy) {
       std::cerr << "chorus-train: held-out accuracy " << result.accuracy << " is below --min-accuracy "
                 << options.min_accuracy << "\n";

@@ -5,7 +5,10 @@
 //   - workers given different --train sizes fail before the first step naming both sizes
 //     (before: the worker with more batches waited ~300 s);
 //   - a rank that exits non-zero under --enable-recovery (or OMPI_MCA_orte_enable_recovery=1)
-//     makes chorus-run exit with its status (before: 0, mpirun's).
+//     makes chorus-run exit with its status (before: 0, mpirun's);
+//   - rank 1 of a chorus-train job with --checkpoint-dir gets SIGTERM (a preemption) mid-training:
+//     both ranks back up the same step and exit 0, and rerunning the same command finishes the run
+//     with the final weights of an uninterrupted run, bit for bit.
 // Each job runs with its output in a file and a deadline, so a hang fails the test, never CTest.
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,12 +20,15 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checkpoint/bundle.h"
 #include "core/host.h"
 #include "launch/process.h"
 
@@ -188,6 +194,74 @@ TEST(ChorusRunHostile, AFailedRankFailsTheJobUnderRecoveryWhateverMpirunSays) {
   const auto b = mca.wait_for(std::chrono::seconds(60));
   ASSERT_TRUE(b) << mca.output();
   EXPECT_EQ(*b, 3) << mca.output();
+}
+
+// The model's tensors of checkpoint `prefix` (its "model/..." keys), raw bytes.
+std::map<std::string, std::vector<std::uint8_t>> model_tensors(const std::string& prefix) {
+  std::map<std::string, std::vector<std::uint8_t>> out;
+  train::BundleReader reader(prefix);
+  for (const std::string& key : reader.keys()) {
+    if (key.rfind("model/", 0) != 0) continue;
+    const Tensor t = reader.read(key);
+    std::vector<std::uint8_t> bytes(t.nbytes());
+    t.copy_to_host(bytes.data());
+    out[key] = std::move(bytes);
+  }
+  return out;
+}
+
+TEST(ChorusRunHostile, ASigtermedWorkerBacksUpTheSameStepEverywhereAndTheRerunFinishesTheRun) {
+  char templ[] = "/tmp/chorus-preempt-XXXXXX";
+  ASSERT_NE(::mkdtemp(templ), nullptr);
+  const std::string root = templ;
+  const auto command = [&](const std::string& dir) {
+    return std::vector<std::string>{
+        CHORUS_RUN_PATH, "-np",     "2",        "--",      CHORUS_TRAIN_PATH,  "--strategy", "multi_worker",
+        "--model",       "mlp",     "--epochs", "3",       "--train",          "20000",      "--test",
+        "200",           "--batch", "32",       "--quiet", "--checkpoint-dir", dir};
+  };
+  // The uninterrupted run.
+  {
+    Job whole(command(root + "/whole"), {});
+    const auto status = whole.wait_for(std::chrono::seconds(240));
+    ASSERT_TRUE(status) << whole.output();
+    ASSERT_EQ(*status, 0) << whole.output();
+  }
+  // The preempted run: SIGTERM to rank 1 alone, mid-training.
+  const std::string mark = "CHORUS_TEST_PREEMPT_DRILL=" + std::to_string(::getpid());
+  {
+    Job job(command(root + "/preempted"), {mark});
+    const auto started = Clock::now();
+    while (job.output().find("Data: synthetic digits") == std::string::npos) {
+      ASSERT_LT(Clock::now() - started, std::chrono::seconds(60)) << job.output();
+      ASSERT_FALSE(job.wait_for(std::chrono::milliseconds(50))) << "the job ended before the signal:\n" << job.output();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const pid_t rank1 = find_process(CHORUS_TRAIN_PATH, {mark, "OMPI_COMM_WORLD_RANK=1"});
+    ASSERT_GT(rank1, 0) << "rank 1 of the job not found";
+    ASSERT_EQ(::kill(rank1, SIGTERM), 0);
+    const auto status = job.wait_for(std::chrono::seconds(60));
+    const std::string out = job.output();
+    ASSERT_TRUE(status) << "still running 60 s after SIGTERM\n" << out;
+    EXPECT_EQ(*status, 0) << out;
+    EXPECT_THAT(out, HasSubstr("Preempted: every worker backed up the same step"));
+    EXPECT_THAT(out, ::testing::Not(HasSubstr("held-out accuracy"))) << "it ran to the end: no preemption tested";
+  }
+  // The rerun, the same command: it resumes mid-epoch and ends where the uninterrupted run did.
+  {
+    Job again(command(root + "/preempted"), {});
+    const auto status = again.wait_for(std::chrono::seconds(240));
+    const std::string out = again.output();
+    ASSERT_TRUE(status) << out;
+    ASSERT_EQ(*status, 0) << out;
+    EXPECT_THAT(out, HasSubstr("BackupAndRestore: resuming from"));
+    EXPECT_THAT(out, HasSubstr("held-out accuracy"));
+  }
+  const auto whole = model_tensors(root + "/whole/ckpt-3"), resumed = model_tensors(root + "/preempted/ckpt-3");
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(resumed.size(), whole.size());
+  for (const auto& [key, bytes] : whole) EXPECT_TRUE(resumed.count(key) && resumed.at(key) == bytes) << key;
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
