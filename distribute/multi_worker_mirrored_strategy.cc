@@ -424,6 +424,14 @@ std::int64_t MultiWorkerMirroredStrategy::sum_over_workers(std::int64_t local) c
   return n.to_vector<std::int64_t>()[0];
 }
 
+std::vector<double> MultiWorkerMirroredStrategy::sum_over_workers(std::vector<double> local) const {
+  if (!worker_comm_ || local.empty()) return local;
+  Tensor v = Tensor::from_vector<double>(local, {static_cast<std::int64_t>(local.size())}, kHost);
+  worker_comm_->all_reduce(v, v, {.op = collective::ReduceOp::kSum, .timeout = options_.timeout})
+      ->wait(options_.timeout);
+  return v.to_vector<double>();
+}
+
 Tensor MultiWorkerMirroredStrategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                                            std::optional<int> axis) const {
   if (!worker_comm_) return Strategy::reduce(op, value, axis);

@@ -114,6 +114,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   // with the strategy's timeout (DeadlineExceededError naming the missing ranks).
   void worker_barrier(std::string_view tag) const override;
   std::int64_t sum_over_workers(std::int64_t local) const override;
+  std::vector<double> sum_over_workers(std::vector<double> local) const override;
   // One named count of this worker (e.g. {"training examples", 600}).
   struct WorkerCount {
     std::string name;

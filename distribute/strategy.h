@@ -159,6 +159,9 @@ class Strategy : public DistributionStrategy {
   // The sum of `local` over all worker processes (a collective in multi-worker strategies: every
   // worker must call it; here: `local`). Model::fit uses it for the global batch's row count.
   virtual std::int64_t sum_over_workers(std::int64_t local) const { return local; }
+  // The same for a vector of float64 sums, elementwise (Model::fit's and evaluate's metric
+  // states: every worker's totals and counts). Every worker passes the same length.
+  virtual std::vector<double> sum_over_workers(std::vector<double> local) const { return local; }
 
   // Splits each global batch of `dataset` across the replicas (see distributed_dataset.h).
   virtual DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;

@@ -26,8 +26,12 @@ void Metric::accumulate(const Tensor& values) {
 }
 
 double Metric::result() const {
-  const double count = count_.read_value().item<double>();
-  return count == 0 ? 0.0 : total_.read_value().item<double>() / count;
+  const auto [total, count] = state();
+  return result_of(total, count);
+}
+
+std::pair<double, double> Metric::state() const {
+  return {total_.read_value().item<double>(), count_.read_value().item<double>()};
 }
 
 void Metric::reset_state() {

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -26,6 +27,10 @@ class Metric {
   const std::string& name() const { return name_; }
   virtual void update_state(const Tensor& y_true, const Tensor& y_pred) = 0;
   double result() const;
+  // The state result() is computed from: (total, count), and that computation (Model::fit sums
+  // the states of every worker before it, so a metric covers the whole job's data).
+  std::pair<double, double> state() const;
+  static double result_of(double total, double count) { return count == 0 ? 0.0 : total / count; }
   void reset_state();
   std::vector<Variable> variables() const { return {total_, count_}; }
 

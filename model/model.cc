@@ -113,10 +113,20 @@ void Model::reset_metrics() {
   for (auto& m : metrics_) m->reset_state();
 }
 
-callbacks::Logs Model::logs(const std::string& prefix) const {
+callbacks::Logs Model::logs(const std::string& prefix, bool all_workers) const {
+  std::vector<const metrics::Metric*> ms{loss_metric_.get()};
+  for (const auto& m : metrics_) ms.push_back(m.get());
+  std::vector<double> states;
+  for (const metrics::Metric* m : ms) {
+    const auto [total, count] = m->state();
+    states.push_back(total);
+    states.push_back(count);
+  }
+  if (all_workers) states = strategy_->sum_over_workers(std::move(states));  // a collective
   callbacks::Logs out;
-  out[prefix + "loss"] = loss_metric_->result();
-  for (const auto& m : metrics_) out[prefix + m->name()] = m->result();
+  for (std::size_t i = 0; i < ms.size(); ++i)
+    out[prefix + (i == 0 ? std::string("loss") : ms[i]->name())] =
+        metrics::Metric::result_of(states[2 * i], states[2 * i + 1]);
   return out;
 }
 
@@ -238,7 +248,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     }
     if (stop_now_) break;  // preempted: no epoch end, no validation
     CHORUS_REQUIRE(step > 0, InvalidArgumentError, "fit: the dataset produced no batches");
-    callbacks::Logs epoch_logs = logs();
+    callbacks::Logs epoch_logs = logs("", /*all_workers=*/true);
     if (options.validation_data) {
       for (const auto& [k, v] : evaluate(*options.validation_data)) epoch_logs["val_" + k] = v;
     }
@@ -270,7 +280,7 @@ std::map<std::string, double> Model::evaluate(const data::Dataset& dataset, int 
     strategy.run([&](const data::Element& e) { forward_step(e, false, rows); }, *batch);
     ++steps;
   }
-  std::map<std::string, double> out = logs();
+  std::map<std::string, double> out = logs("", /*all_workers=*/true);
   if (verbose) {
     std::ostringstream os;
     os << steps << " steps";

@@ -141,7 +141,9 @@ class Model : public train::Trackable {
  private:
   Tensor forward_step(const data::Element& e, bool training, std::int64_t global_rows);
   void reset_metrics();
-  callbacks::Logs logs(const std::string& prefix = "") const;
+  // The loss and metrics so far: this worker's (per-batch callbacks), or summed over every worker
+  // (all_workers: a collective every worker calls; epoch ends and evaluate).
+  callbacks::Logs logs(const std::string& prefix = "", bool all_workers = false) const;
 
   std::string name_;
   distribute::Strategy* strategy_;

@@ -321,8 +321,14 @@ TEST_P(MultiWorker, FitTrainsLikeOneProcess) {
   auto m = mlp(s);
   m->build(Shape({1, 28, 28, 1}));
   const auto initial = weights(*m);
-  m->fit(ds, {.epochs = 2, .verbose = 0});
+  const model::History h = m->fit(ds, {.epochs = 2, .verbose = 0});
   const auto trained = weights(*m);
+  // The epoch's loss covers every worker's rows: the same on every worker.
+  const double loss = h.history.at("loss").back();
+  const std::vector<double> sums = s.sum_over_workers(std::vector<double>{loss, loss * loss});
+  const double mean = sums[0] / s.num_workers();
+  EXPECT_NEAR(sums[1] / s.num_workers() - mean * mean, 0.0, 1e-12) << "the workers report different losses";
+  EXPECT_DOUBLE_EQ(loss, mean);
   if (!s.is_chief()) return;
   std::vector<std::string> devices;
   for (int r = 0; r < R; ++r) devices.push_back("/cpu:" + std::to_string(r));
@@ -330,8 +336,9 @@ TEST_P(MultiWorker, FitTrainsLikeOneProcess) {
   auto m2 = mlp(ref);
   m2->build(Shape({1, 28, 28, 1}));
   set_weights(*m2, initial);
-  m2->fit(ds, {.epochs = 2, .verbose = 0});
+  const model::History h2 = m2->fit(ds, {.epochs = 2, .verbose = 0});
   EXPECT_LT(relative_difference(trained, weights(*m2)), 1e-5) << "fit with " << s.num_workers() << " workers x " << k;
+  EXPECT_NEAR(loss, h2.history.at("loss").back(), 1e-5 * std::max(1.0, std::abs(loss))) << "the job's loss";
 }
 
 // Only the chief writes; every worker returns from save() after the bundle is durable (the
