@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "checkpoint/bundle.h"
 #include "checkpoint/checkpoint_manager.h"
@@ -19,7 +21,9 @@
 #include "core/config.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/timeline.h"
 #include "data/synthetic_digits.h"
+#include "distribute/cluster_resolver.h"
 #include "distribute/mirrored_strategy.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/multi_worker_mirrored_strategy.h"
@@ -339,6 +343,43 @@ TEST_P(MultiWorker, FitTrainsLikeOneProcess) {
   const model::History h2 = m2->fit(ds, {.epochs = 2, .verbose = 0});
   EXPECT_LT(relative_difference(trained, weights(*m2)), 1e-5) << "fit with " << s.num_workers() << " workers x " << k;
   EXPECT_NEAR(loss, h2.history.at("loss").back(), 1e-5 * std::max(1.0, std::abs(loss))) << "the job's loss";
+}
+
+// The timeline under mpirun (core/timeline.h): "%r" gives each rank its own file, whose events
+// carry the rank as their process id, with a track per local replica numbered by its global
+// replica id, and the collectives of the fit among them.
+TEST_P(MultiWorker, TimelineWritesOneFilePerRankWithTheRankAsProcess) {
+  const int k = GetParam();
+  MultiWorkerMirroredStrategy s(options(k));
+  auto* comm = s.worker_communicator();
+  Tensor pid = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(::getpid())}, {1}, "/cpu:0");
+  comm->broadcast(pid, {.root = 0, .timeout = kTimeout})->wait(kTimeout);
+  const std::string dir = "/tmp/chorus_mw_timeline_" + std::to_string(pid.to_vector<std::int64_t>()[0]);
+  std::filesystem::create_directories(dir);
+  auto m = mlp(s);
+  timeline::start(dir + "/t-%r.json");
+  m->fit(data::synthetic_digits(8 * s.num_replicas_in_sync(), 3).batch(4 * s.num_replicas_in_sync()),
+         {.epochs = 1, .verbose = 0});
+  const std::string file = timeline::stop();
+  const int rank = s.worker_index();
+  EXPECT_EQ(file, dir + "/t-" + std::to_string(rank) + ".json");
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const distribute::internal::JsonValue doc = distribute::internal::parse_json(text, file);
+  int collectives = 0;
+  std::set<int> replica_tracks;
+  for (const auto& e : doc.find("traceEvents")->array) {
+    EXPECT_EQ(static_cast<int>(e.find("pid")->number), rank);
+    if (e.find("ph")->string == "X" && e.find("cat")->string == "collective") ++collectives;
+    if (e.find("name")->string == "thread_name" && e.find("args")->find("name")->string.rfind("replica ", 0) == 0)
+      replica_tracks.insert(static_cast<int>(e.find("tid")->number) - 1000);
+  }
+  EXPECT_GT(collectives, 0);
+  std::set<int> mine;
+  for (int r = 0; r < k; ++r) mine.insert(s.worker_offset() + r);
+  EXPECT_EQ(replica_tracks, mine);
+  comm->barrier({.timeout = kTimeout})->wait(kTimeout);
+  if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 
 // Only the chief writes; every worker returns from save() after the bundle is durable (the
