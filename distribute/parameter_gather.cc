@@ -42,7 +42,8 @@ class LayerGather final : public ParameterGather {
  public:
   LayerGather(StrategyReplicaContext& ctx, std::vector<Variable> vars, std::vector<ZeroVariable*> zero)
       : replica_(ctx.local_replica_id()), vars_(std::move(vars)), zero_(std::move(zero)) {
-    const std::vector<Tensor> wholes = gather_whole_values(ctx, zero_, /*release_in_backward=*/true);
+    keep_ = std::make_shared<std::vector<char>>(zero_.size(), 0);
+    const std::vector<Tensor> wholes = gather_whole_values(ctx, zero_, keep_);
     for (ZeroVariable* v : zero_) shards_.push_back(v->local_shard());
     for (std::size_t i = 0; i < zero_.size(); ++i) {
       zero_[i]->set_gathered(replica_, wholes[i]);
@@ -64,8 +65,13 @@ class LayerGather final : public ParameterGather {
           backward_collectives("RegatherParameters").all_gather_shards(shards, wholes, layouts);
           return {dy[0]};
         });
-    for (const Tensor& w : wholes_)
-      if (w.buffer() != y.buffer()) w.buffer()->release();  // a layer returning its weight keeps it
+    for (std::size_t i = 0; i < wholes_.size(); ++i) {
+      if (wholes_[i].buffer() == y.buffer()) {
+        (*keep_)[i] = 1;  // a layer returning (an alias of) its weight keeps it, in backward too
+        continue;
+      }
+      wholes_[i].buffer()->release();
+    }
     return y2;
   }
 
@@ -80,18 +86,18 @@ class LayerGather final : public ParameterGather {
   std::vector<ZeroVariable*> zero_;
   std::vector<Tensor> shards_, wholes_;
   std::vector<ShardLayout> layouts_;
+  std::shared_ptr<std::vector<char>> keep_;  // shared with the GatherParameters node
 };
 
 }  // namespace
 
 std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars,
-                                        bool release_in_backward) {
+                                        std::shared_ptr<std::vector<char>> keep) {
   Gathered g = gather(ctx, vars);
   if (ops::internal::should_record(g.shards)) {
     ops::internal::record(
         "GatherParameters", g.shards, g.wholes,
-        [wholes = g.wholes, layouts = g.layouts,
-         release_in_backward](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
+        [wholes = g.wholes, layouts = g.layouts, keep](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
           // Every replica sends the same list: a whole gradient no op produced is zeros.
           std::vector<Tensor> grads(dwholes.size());
           for (std::size_t i = 0; i < dwholes.size(); ++i)
@@ -100,8 +106,11 @@ std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::
                            : Tensor::zeros(wholes[i].shape(), wholes[i].dtype(), wholes[i].device_name());
           std::vector<Tensor> shards =
               backward_collectives("GatherParameters").reduce_scatter_shards(ReduceOp::kSum, std::move(grads), layouts);
-          if (release_in_backward)
-            for (const Tensor& w : wholes) w.buffer()->release();  // every use of them has run
+          // Every use of them has run — unless an outer tape recorded this backward pass, whose own
+          // backward will run those uses' gradients again.
+          if (keep != nullptr && !ops::internal::should_record(dwholes))
+            for (std::size_t i = 0; i < wholes.size(); ++i)
+              if (!(*keep)[i]) wholes[i].buffer()->release();
           return shards;
         });
   }

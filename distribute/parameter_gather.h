@@ -44,11 +44,13 @@ class StrategyReplicaContext;
 class ZeroVariable;
 
 // The whole values of `vars` (stage-3 parameters of ctx's strategy) for ctx's replica, gathered
-// in one collective and recorded for the tapes as above; `release_in_backward`: the
-// GatherParameters node also releases the whole values' storage once it ran (only when a
-// RegatherParameters node can restore it for another gradient() of a persistent tape).
+// in one collective and recorded for the tapes as above. `keep`: null, or one flag per var; when
+// given, the GatherParameters node releases the whole values' storage once it ran (a
+// RegatherParameters node restores it for another gradient() of a persistent tape), except those
+// whose flag the caller set (a layer output that aliases the weight), and except while an outer
+// tape records the backward pass (a gradient penalty differentiates it again).
 std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars,
-                                        bool release_in_backward);
+                                        std::shared_ptr<std::vector<char>> keep);
 
 // The layer-call gather of `weights`' stage-3 parameters (those not already gathered on this
 // replica); nullptr when there is none.

@@ -90,7 +90,7 @@ Tensor ZeroVariable::value() const {
   if (const Tensor& g = gathered(r); g.defined()) return g;
   // Read outside a layer call: gathered for this read (a collective, recorded for the tape).
   return gather_whole_values(*strategy_.current_replica_context(), {const_cast<ZeroVariable*>(this)},
-                             /*release_in_backward=*/false)[0];
+                             /*keep=*/nullptr)[0];
 }
 
 Tensor ZeroVariable::read_value() const {

@@ -271,8 +271,32 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   // <checkpoint-dir>/backup and fit returns; the rerun resumes from it, mid-epoch.
   std::shared_ptr<callbacks::BackupAndRestore> backup;
   if (manager) {
-    backup = std::make_shared<callbacks::BackupAndRestore>(o.checkpoint_dir + "/backup");
+    const std::string backup_dir = o.checkpoint_dir + "/backup";
+    // The epoch checkpoints and the backup are saved one after the other at each epoch's end: a
+    // crash between the two leaves one older than the other. The newer one wins: a backup behind
+    // the epoch checkpoints is moved aside (its restore would take the model back); a backup ahead
+    // of them sets the epochs done, and save_counter with them, so the next epoch checkpoint gets
+    // the right number.
+    if (const auto point = callbacks::BackupAndRestore::saved_point(backup_dir)) {
+      if (point->first < epochs_done) {
+        strategy.worker_barrier("chorus-train: reading the backup");
+        if (chief) {
+          const std::string aside = str_cat(backup_dir, ".stale-", static_cast<std::int64_t>(std::time(nullptr)));
+          std::filesystem::rename(backup_dir, aside);
+          line(out,
+               str_cat("The backup in ", backup_dir, " (epoch ", point->first + 1,
+                       ") is older than the epoch checkpoints (", epochs_done, " epoch(s) done): moved to ", aside));
+        }
+        strategy.worker_barrier("chorus-train: stale backup moved aside");
+      } else {
+        epochs_done = std::min(point->first, o.epochs);
+        Variable counter = ckpt->save_counter();  // a handle: assigning it sets the checkpoint's counter
+        counter.assign(Tensor::scalar<std::int64_t>(epochs_done, "/cpu:0"));
+      }
+    }
+    backup = std::make_shared<callbacks::BackupAndRestore>(backup_dir);
     fit.callbacks.push_back(backup);
+    fit.initial_epoch = epochs_done;
   }
   phase = str_cat("training (--batch ", o.batch_size, ")");
   if (epochs_done < o.epochs) {

@@ -12,6 +12,7 @@
 #include "checkpoint/bundle.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_manager.h"
+#include "checkpoint/checkpoint_state.h"
 #include "core/distribution.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -261,13 +262,29 @@ void BackupAndRestore::on_train_begin(model::Model& m) {
       {.initial_value = Tensor::scalar<std::int64_t>(0, "/cpu:0"), .name = "backup/epoch", .trainable = false});
   state_->batch = make_variable(
       {.initial_value = Tensor::scalar<std::int64_t>(0, "/cpu:0"), .name = "backup/batch", .trainable = false});
-  state_->checkpoint.reset(new train::Checkpoint{
-      {"model", m}, {"optimizer", m.optimizer_ptr()}, {"epoch", state_->epoch}, {"batch", state_->batch}});
+  std::vector<train::TrackableChild> children{
+      {"model", m}, {"optimizer", m.optimizer_ptr()}, {"epoch", state_->epoch}, {"batch", state_->batch}};
+  const std::vector<Variable> metric_state = m.metric_variables();
+  for (std::size_t i = 0; i < metric_state.size(); ++i)
+    children.push_back({str_cat("metric_state_", i), metric_state[i]});
+  state_->checkpoint = std::make_unique<train::Checkpoint>(std::move(children));
   state_->manager = std::make_unique<train::CheckpointManager>(*state_->checkpoint, dir_, /*max_to_keep=*/1);
   restored_ = state_->manager->restore_or_initialize();
+  const auto epoch = state_->epoch.read_value().item<std::int64_t>();
+  const auto batch = state_->batch.read_value().item<std::int64_t>();
+  // Every worker must resume from the same point (a backup_dir each worker sees alike).
+  const distribute::Strategy& s = m.strategy();
+  const int workers = s.num_replicas_in_sync() / s.num_local_replicas();
+  if (workers > 1) {
+    const std::vector<double> mine{restored_ ? 1.0 : 0.0, static_cast<double>(epoch), static_cast<double>(batch)};
+    const std::vector<double> all = s.sum_over_workers(mine);
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      CHORUS_REQUIRE(all[i] == mine[i] * workers, FailedPreconditionError,
+                     "BackupAndRestore: the workers restored different backups from '", dir_, "' (this worker: ",
+                     restored_ ? str_cat(*restored_, ", epoch ", epoch + 1, ", batch ", batch) : std::string("none"),
+                     "); put backup_dir on a file system every worker sees");
+  }
   if (restored_) {
-    const auto epoch = state_->epoch.read_value().item<std::int64_t>();
-    const auto batch = state_->batch.read_value().item<std::int64_t>();
     m.set_resume_point(static_cast<int>(epoch), batch);
     CHORUS_LOG(INFO) << "BackupAndRestore: resuming from " << *restored_ << " at epoch " << epoch + 1 << ", after "
                      << batch << " batch(es) of it";
@@ -276,6 +293,16 @@ void BackupAndRestore::on_train_begin(model::Model& m) {
 }
 
 void BackupAndRestore::on_epoch_begin(model::Model&, int epoch) { epoch_ = epoch; }
+
+std::optional<std::pair<int, std::int64_t>> BackupAndRestore::saved_point(const std::string& backup_dir) {
+  const std::optional<std::string> latest = train::latest_checkpoint(backup_dir);
+  if (!latest) return std::nullopt;
+  train::BundleReader reader(*latest);
+  const auto value = [&](const char* name) {
+    return reader.read(str_cat(name, "/.ATTRIBUTES/VARIABLE_VALUE")).item<std::int64_t>();
+  };
+  return std::make_pair(static_cast<int>(value("epoch")), value("batch"));
+}
 
 void BackupAndRestore::save(model::Model& m, int epoch, std::int64_t step) {
   if (const auto bad = non_finite_variables(m); !bad.empty()) {
@@ -310,8 +337,9 @@ void BackupAndRestore::on_epoch_end(model::Model& m, int epoch, const Logs&) { s
 
 void BackupAndRestore::on_train_end(model::Model& m) {
   state_->manager->sync();
-  // Only when fit ran to its end (a preempted or stopped-early run keeps its backup for the rerun).
-  if (options_.delete_checkpoint && !preempted_ && !m.stop_training && m.strategy().worker_offset() == 0) {
+  // fit ended (also by EarlyStopping, as Keras): the backup is done with. A preempted run keeps
+  // it for the rerun (a crashed one never gets here).
+  if (options_.delete_checkpoint && !preempted_ && m.strategy().worker_offset() == 0) {
     for (const std::string& prefix : state_->manager->checkpoints()) train::delete_bundle(prefix);
     train::remove_file_if_exists(dir_ + "/checkpoint");
   }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace chorus::model {
@@ -170,9 +171,13 @@ class ModelCheckpoint final : public Callback {
 // Under several workers every worker calls the saves (only the chief writes) and reads the
 // backup: put backup_dir on a file system every worker sees. A model whose weights are not all
 // finite is not backed up (the save is skipped with an error logged, as ModelCheckpoint).
+// The backup holds the loss and metric states too, so a resumed epoch reports the whole epoch's
+// numbers. Bit for bit resumes need a deterministic model: Dropout's random state is not backed up.
 // Errors: an empty backup_dir or save_freq < 0 → InvalidArgumentError; a second watcher in the
 // process (another BackupAndRestore training at once) → FailedPreconditionError from fit's start;
-// a backup that is not a checkpoint of this model → the restore's errors (checkpoint/checkpoint.h).
+// a backup that is not a checkpoint of this model → the restore's errors (checkpoint/checkpoint.h);
+// workers that restored different backups (backup_dir not shared) → FailedPreconditionError on
+// every worker, naming what each restored.
 class BackupAndRestore final : public Callback {
  public:
   struct Options {
@@ -188,6 +193,9 @@ class BackupAndRestore final : public Callback {
   void on_train_batch_end(model::Model& m, std::int64_t step, std::int64_t steps, const Logs& logs) override;
   void on_epoch_end(model::Model& m, int epoch, const Logs& logs) override;
   void on_train_end(model::Model& m) override;
+  // Where the latest backup in `backup_dir` stands — (next epoch, batches of it trained) — or
+  // nullopt without one (reads its two small tensors; nothing is restored).
+  static std::optional<std::pair<int, std::int64_t>> saved_point(const std::string& backup_dir);
   // The backup restored by the last on_train_begin, if any.
   const std::optional<std::string>& restored() const { return restored_; }
   // Whether the last fit stopped on preemption.

@@ -187,7 +187,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   bool slots_built = false;
   for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     for (auto& cb : cbs) cb->on_epoch_begin(*this, epoch);
-    reset_metrics();
+    if (skip == 0) reset_metrics();  // resumed mid-epoch: the restored metrics go on
     auto it = dist.make_iterator();
     std::int64_t step = 0;
     for (; step < skip && it.next(); ++step) {
@@ -259,6 +259,14 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   stop_now_ = false;
   for (auto& cb : cbs) cb->on_train_end(*this);
   return history;
+}
+
+std::vector<Variable> Model::metric_variables() const {
+  std::vector<Variable> out;
+  if (loss_metric_ != nullptr) out = loss_metric_->variables();
+  for (const auto& m : metrics_)
+    for (const Variable& v : m->variables()) out.push_back(v);
+  return out;
 }
 
 void Model::set_resume_point(int epoch, std::int64_t step) {

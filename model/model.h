@@ -125,9 +125,12 @@ class Model : public train::Trackable {
 
   // Set by callbacks (EarlyStopping) to end fit after the current epoch.
   bool stop_training = false;
+  // The variables behind the loss and metrics fit reports (each metric's total and count), for
+  // BackupAndRestore: a run resumed mid-epoch continues the epoch's metrics.
+  std::vector<Variable> metric_variables() const;
   // For callbacks (BackupAndRestore), from on_train_begin: fit starts at `epoch` (at least
   // FitOptions::initial_epoch) and skips the first `step` batches of it — the ones a restored
-  // state already trained on.
+  // state already trained on; with step > 0 the epoch's metrics are not reset (they were restored).
   void set_resume_point(int epoch, std::int64_t step);
   // For callbacks, from on_train_batch_end: fit returns after this step, without the epoch's end
   // (on_train_end still runs), with History::preempted set.

@@ -14,7 +14,9 @@
 #include "distribute/mirrored_strategy.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/sharded_variable.h"
+#include "model/initializers.h"
 #include "model/layer.h"
+#include "model/layers.h"
 #include "ops/ops.h"
 #include "tests/core/test_util.h"
 
@@ -182,7 +184,61 @@ TEST(StageThree, ALayerReturningItsWeightKeepsIt) {
     EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
     const std::vector<Tensor> g = tape.gradient(ops::reduce_sum(y), std::vector<Variable>{layer.weights()[0]});
     EXPECT_EQ(g[0].to_vector<float>(), (std::vector<float>{2, 2}));  // ones, summed over 2 replicas
+    EXPECT_FALSE(layer.seen[r].buffer()->released()) << "the output aliases the weight: kept after backward too";
+    EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
   });
+}
+
+// An input-gradient penalty (WGAN-GP's): an inner tape's d out / d x is part of the loss an outer
+// tape differentiates, so the outer backward pass runs the inner one's ops again on the gathered
+// weights. Stage 3's summed gradient shards equal stage 0's local gradients summed over the
+// replicas (2 replicas, a Dense layer of 4×3 + 3 parameters: shards 8 and 7).
+std::vector<float> penalty_gradients(int stage) {
+  make_cpus(2);
+  MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
+  layers::LayerPtr dense = layers::Dense(3, "tanh", true, initializers::glorot_uniform(1));
+  {
+    auto scope = s.scope();
+    dense->build({1, 4});
+  }
+  const PerReplica<std::vector<Tensor>> out = s.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    const Tensor x = ops::mul(Tensor::ones({2, 4}, DType::kFloat32, s.replica_devices()[static_cast<std::size_t>(r)]),
+                              ops::scalar_like(Tensor::ones({}), 0.5 + r));
+    ops::GradientTape outer;
+    Tensor y, gx;
+    {
+      ops::GradientTape inner;
+      inner.watch(x);
+      y = ops::reduce_sum((*dense)(x, true));
+      gx = inner.gradient(y, std::vector<Tensor>{x})[0];
+    }
+    const Tensor loss = ops::add(y, ops::reduce_sum(ops::square(gx)));
+    return outer.gradient(loss, dense->trainable_weights());
+  });
+  // Whole summed gradients, kernel then bias.
+  std::vector<float> total;
+  for (std::size_t v = 0; v < 2; ++v) {
+    std::vector<float> whole;
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> g = out.values()[static_cast<std::size_t>(r)][v].to_vector<float>();
+      if (stage == 3) {
+        whole.insert(whole.end(), g.begin(), g.end());  // replica r's shard of the sum
+      } else {
+        if (whole.empty()) whole.assign(g.size(), 0.0f);
+        for (std::size_t i = 0; i < g.size(); ++i) whole[i] += g[i];
+      }
+    }
+    total.insert(total.end(), whole.begin(), whole.end());
+  }
+  return total;
+}
+
+TEST(StageThree, AnInputGradientPenaltyMatchesStageZero) {
+  const std::vector<float> s0 = penalty_gradients(0), s3 = penalty_gradients(3);
+  ASSERT_EQ(s0.size(), 15u);
+  ASSERT_EQ(s3.size(), s0.size());
+  for (std::size_t i = 0; i < s0.size(); ++i) EXPECT_NEAR(s3[i], s0[i], 1e-6f * std::max(1.0f, std::abs(s0[i]))) << i;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manager.h"
 #include "core/runtime.h"
 #include "core/variable.h"
 #include "tests/launch/tool_runner.h"
@@ -107,6 +108,31 @@ TEST(ChorusTrainHostile, ADivergingRunStopsAtTheFirstNonFiniteLossAndKeepsTheGoo
   EXPECT_FALSE(fs::exists(dir.path / "ckpt-3.index"));
   EXPECT_THAT(r.err, HasSubstr("not saved"));
   EXPECT_THAT(r.out, HasSubstr("held-out accuracy: 0,")) << "NaN predictions count as wrong, not as argmax 0";
+}
+
+// A crash between the epoch checkpoint and the backup of the same epoch's end leaves the backup
+// behind the epoch checkpoints: restoring it would take the model back silently. chorus-train moves
+// such a backup aside and resumes from the epoch checkpoints.
+TEST(ChorusTrainHostile, ABackupOlderThanTheEpochCheckpointsIsMovedAsideNotRestored) {
+  ScratchDir dir;
+  auto r = run_tool(train_args(dir.path, "mlp", "1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_TRUE(fs::exists(dir.path / "ckpt-1.index"));
+  ASSERT_FALSE(fs::exists(dir.path / "backup" / "checkpoint")) << "a completed run deletes its backup";
+  {
+    // A backup of epoch 1, batch 3 (the epoch before ckpt-1's end).
+    Variable epoch = make_variable({.initial_value = Tensor::scalar<std::int64_t>(0), .name = "e", .trainable = false});
+    Variable batch = make_variable({.initial_value = Tensor::scalar<std::int64_t>(3), .name = "b", .trainable = false});
+    train::Checkpoint stale({{"epoch", epoch}, {"batch", batch}});
+    train::CheckpointManager manager(stale, (dir.path / "backup").string(), 1);
+    manager.save();
+  }
+  r = run_tool(train_args(dir.path, "mlp", "2"));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("is older than the epoch checkpoints (1 epoch(s) done): moved to"));
+  EXPECT_THAT(r.out, HasSubstr("Resumed from"));
+  EXPECT_TRUE(fs::exists(dir.path / "ckpt-2.index")) << r.out;
+  EXPECT_FALSE(fs::exists(dir.path / "ckpt-3.index")) << "the stale backup's epoch was trained again";
 }
 
 }  // namespace

@@ -103,6 +103,38 @@ TEST_F(BackupAndRestoreTest, APreemptedFitResumesAtItsStepAndEndsAsIfUninterrupt
   EXPECT_EQ(resumed.history.history.at("loss").size(), 2u);  // epochs 2 (its last 2 batches) and 3
   EXPECT_EQ(resumed.weights, uninterrupted.weights) << "the resumed run must end bit for bit where the other did";
   EXPECT_FALSE(std::filesystem::exists(backup + "/checkpoint")) << "a completed fit deletes its backup";
+  // The resumed epoch's loss covers the whole epoch (the metric states were backed up too).
+  const std::vector<double>& whole = uninterrupted.history.history.at("loss");
+  const std::vector<double>& after = resumed.history.history.at("loss");
+  EXPECT_NEAR(after[0], whole[1], 1e-6 * std::abs(whole[1]));
+  EXPECT_NEAR(after[1], whole[2], 1e-6 * std::abs(whole[2]));
+}
+
+TEST_F(BackupAndRestoreTest, PreemptedOnAnEpochsLastBatchTheRerunReportsThatEpochWhole) {
+  const Trained uninterrupted = fit({});
+  const std::string backup = dir_.path() + "/backup";
+  fit({std::make_shared<At>(1, 5, [] { distribute::PreemptionWatcher::simulate_signal(); }),
+       std::make_shared<callbacks::BackupAndRestore>(backup)});
+  const Trained resumed = fit({std::make_shared<callbacks::BackupAndRestore>(backup)});
+  EXPECT_EQ(resumed.weights, uninterrupted.weights);
+  const std::vector<double>& whole = uninterrupted.history.history.at("loss");
+  const std::vector<double>& after = resumed.history.history.at("loss");
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_NEAR(after[0], whole[1], 1e-6 * std::abs(whole[1])) << "not 0: no batch of epoch 2 ran after the resume";
+}
+
+// EarlyStopping ends fit: the backup is done with (Keras deletes it too), so a rerun starts over.
+TEST_F(BackupAndRestoreTest, AnEarlyStoppedFitDeletesItsBackup) {
+  class StopAfterFirstEpoch final : public callbacks::Callback {
+   public:
+    void on_epoch_end(model::Model& m, int, const callbacks::Logs&) override { m.stop_training = true; }
+  };
+  const std::string backup = dir_.path() + "/backup";
+  const Trained stopped = fit({std::make_shared<StopAfterFirstEpoch>(),
+                               std::make_shared<callbacks::BackupAndRestore>(
+                                   backup, callbacks::BackupAndRestore::Options{.save_before_preemption = false})});
+  EXPECT_EQ(stopped.iterations, 5);
+  EXPECT_FALSE(std::filesystem::exists(backup + "/checkpoint"));
 }
 
 TEST_F(BackupAndRestoreTest, ACrashBetweenBackupsRetrainsTheBatchesSinceTheLastOne) {
