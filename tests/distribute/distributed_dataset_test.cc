@@ -12,19 +12,9 @@
 namespace chorus::distribute {
 namespace {
 
-void make_cpus(int n) {
-  chorus::internal::reset_runtime_for_testing();
-  config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
-                                               LogicalDeviceConfiguration{.memory_limit_mb = 128});
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
-}
+void make_cpus(int n) { chorus::testing::make_cpus(n, 128); }
 
-std::vector<std::string> cpus(int n) {
-  std::vector<std::string> d;
-  for (int i = 0; i < n; ++i) d.push_back("/cpu:" + std::to_string(i));
-  return d;
-}
+using chorus::testing::cpus;
 
 data::Dataset numbers(int count) {
   std::vector<float> x(static_cast<std::size_t>(count) * 2);

@@ -23,13 +23,7 @@ namespace {
 
 using train::testing::TempDir;
 
-void make_cpus(int n) {
-  chorus::internal::reset_runtime_for_testing();
-  config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
-                                               LogicalDeviceConfiguration{.memory_limit_mb = 256});
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
-}
+void make_cpus(int n) { chorus::testing::make_cpus(n, 256); }
 
 data::Dataset blobs(int n) {
   std::vector<float> x(static_cast<std::size_t>(2 * n));

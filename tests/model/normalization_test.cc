@@ -16,6 +16,7 @@
 #include "distribute/mirrored_variable.h"
 #include "model/layers.h"
 #include "ops/ops.h"
+#include "tests/core/test_util.h"
 #include "tests/model/batch_norm_reference.h"
 
 namespace chorus {
@@ -24,13 +25,7 @@ namespace {
 using distribute::MirroredVariable;
 using distribute::PerReplica;
 
-void make_cpus(int n) {
-  chorus::internal::reset_runtime_for_testing();
-  config::set_visible_devices({}, "GPU");
-  std::vector<LogicalDeviceConfiguration> cfgs(static_cast<std::size_t>(n),
-                                               LogicalDeviceConfiguration{.memory_limit_mb = 128});
-  config::set_logical_device_configuration(config::list_physical_devices("CPU")[0], cfgs);
-}
+void make_cpus(int n) { chorus::testing::make_cpus(n, 128); }
 
 std::vector<double> f64(const Tensor& t) { return ops::cast(t, DType::kFloat64).to_vector<double>(); }
 
