@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "core/distribution.h"
@@ -33,8 +34,9 @@ struct Recorder {
   std::mutex mu;
   std::string path;
   std::vector<Event> events;
-  std::map<int, std::string> thread_names;  // tid → track name
+  std::map<int, std::string> thread_names;  // tid → track name (kept across recordings: threads keep their tids)
   int next_tid = 1;
+  std::int64_t dropped = 0;  // events past kMaxEvents
 };
 
 Recorder& recorder() {
@@ -45,7 +47,14 @@ Recorder& recorder() {
 thread_local int t_plain_tid = 0;  // this thread's track when it is not a replica
 thread_local std::string t_scope;
 
-int rank() { return env::launcher_rank().value_or(0); }
+constexpr std::size_t kMaxEvents = std::size_t{1} << 22;
+std::atomic<int> g_rank_override{-1};
+
+std::optional<int> process_rank() {
+  if (const int r = g_rank_override.load(std::memory_order_relaxed); r >= 0) return r;
+  return env::launcher_rank();
+}
+int rank() { return process_rank().value_or(0); }
 
 // JSON string body: quotes, backslashes and control characters escaped.
 std::string escaped(std::string_view s) {
@@ -83,7 +92,7 @@ int track(Recorder& r) {
 }
 
 std::string file_for(const std::string& path) {
-  const std::optional<int> launcher = env::launcher_rank();
+  const std::optional<int> launcher = process_rank();
   if (const auto pos = path.find("%r"); pos != std::string::npos)
     return path.substr(0, pos) + std::to_string(launcher.value_or(0)) + path.substr(pos + 2);
   return launcher ? chorus::internal::str_cat(path, ".rank", *launcher) : path;
@@ -95,9 +104,12 @@ std::string write_locked(Recorder& r) {
   out += chorus::internal::str_cat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", pid,
                                    ", \"args\": {\"name\": \"rank ", pid, " (", escaped(host_name_or("unknown host")),
                                    ")\"}}");
+  std::set<int> used;  // the tracks of this recording (names outlive recordings, as threads do)
+  for (const Event& e : r.events) used.insert(e.tid);
   for (const auto& [tid, name] : r.thread_names)
-    out += chorus::internal::str_cat(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", pid, ", \"tid\": ", tid,
-                                     ", \"args\": {\"name\": \"", escaped(name), "\"}}");
+    if (used.count(tid) != 0)
+      out += chorus::internal::str_cat(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", pid,
+                                       ", \"tid\": ", tid, ", \"args\": {\"name\": \"", escaped(name), "\"}}");
   for (const Event& e : r.events) {
     out += chorus::internal::str_cat(",\n{\"name\": \"", escaped(e.name), "\", \"cat\": \"", escaped(e.category),
                                      "\", \"ph\": \"X\", \"ts\": ", e.start_us, ", \"dur\": ", e.end_us - e.start_us,
@@ -105,7 +117,7 @@ std::string write_locked(Recorder& r) {
     if (!e.args.empty()) out += chorus::internal::str_cat(", \"args\": {", e.args, "}");
     out += "}";
   }
-  out += "\n]}\n";
+  out += chorus::internal::str_cat("\n], \"dropped_events\": ", r.dropped, "}\n");
   const std::string file = file_for(r.path);
   // A fresh temporary (never through a planted link: O_EXCL | O_NOFOLLOW), renamed over the path.
   const std::string tmp = chorus::internal::str_cat(file, ".tmp", ::getpid());
@@ -120,7 +132,7 @@ std::string write_locked(Recorder& r) {
     io::throw_errno(err, "cannot rename to '" + file + "' from", tmp);
   }
   r.events.clear();
-  r.thread_names.clear();
+  r.dropped = 0;
   return file;
 }
 
@@ -134,6 +146,8 @@ void write_at_exit() {
 }
 
 }  // namespace
+
+void set_process_rank(std::optional<int> rank) { g_rank_override.store(rank.value_or(-1), std::memory_order_relaxed); }
 
 std::string quoted(std::string_view s) { return "\"" + escaped(s) + "\""; }
 
@@ -149,7 +163,7 @@ void start(const std::string& path) {
   std::lock_guard<std::mutex> lock(r.mu);
   r.path = path;
   r.events.clear();
-  r.thread_names.clear();
+  r.dropped = 0;
   internal::g_on.store(true, std::memory_order_relaxed);
 }
 
@@ -175,6 +189,10 @@ void record(std::string_view category, std::string_view name, std::int64_t start
   if (!enabled()) return;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
+  if (r.events.size() >= kMaxEvents) {
+    ++r.dropped;
+    return;
+  }
   r.events.push_back({std::string(category), std::string(name), std::string(args_json), start_us, end_us, track(r)});
 }
 

@@ -21,6 +21,8 @@
 // Under a launcher with several ranks each rank writes its own file: "%r" in the path becomes the
 // rank, and a path without "%r" gets ".rank<R>" appended ("/tmp/step.json.rank1").
 //
+// Memory: events are kept until written, at most 4 Mi of them (a few hundred MB); later ones are
+// counted, not kept, and the file says how many were dropped ("dropped_events").
 // Cost: off (the default), a hook is a relaxed atomic load and a few empty members (8 ns per
 // Span, 0.005% of a small fit step: bench_timeline). On, an event is two clock reads, its strings
 // and one short critical section (events are kept in memory until written): 1.04× the step time
@@ -32,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -50,6 +53,11 @@ std::string stop();
 // Starts recording from CHORUS_TIMELINE once per process (written at exit); called by the hooks'
 // first use, so setting the variable is all a user does. Idempotent.
 void start_from_environment();
+
+// This process's rank for the timeline (its "pid" and the "%r" of the path), when the launcher's
+// variables do not say it (workers started from TF_CONFIG): MultiWorkerMirroredStrategy sets its
+// worker index. nullopt goes back to the launcher's rank.
+void set_process_rank(std::optional<int> rank);
 
 // CLOCK_MONOTONIC in microseconds.
 std::int64_t now_us();

@@ -17,6 +17,7 @@
 #include "core/logging.h"
 #include "core/runtime.h"
 #include "core/strings.h"
+#include "core/timeline.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
 
@@ -232,6 +233,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   set_communication_options(options.communication_options);
   sharding_stage_ = options.sharding.stage;
   const int workers = resolver_.num_workers();
+  if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too
   if (workers > 1) {
 #if defined(CHORUS_WITH_MPI)
     CHORUS_REQUIRE(internal::mpi_initialized(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ", workers,

@@ -182,5 +182,27 @@ TEST(Timeline, APlantedLinkIsReplacedNotFollowed) {
   EXPECT_EQ(t.spans[0].name, "one");
 }
 
+// Workers started from TF_CONFIG have no launcher rank: the strategy sets the worker index, which
+// names the file and the process. A second recording keeps the tracks' names.
+TEST(Timeline, TheProcessRankCanBeSetAndTracksKeepTheirNamesAcrossRecordings) {
+  TempDir dir;
+  timeline::set_process_rank(3);
+  timeline::start(dir.path() + "/t-%r.json");
+  timeline::record("test", "first", 1, 2);
+  EXPECT_EQ(timeline::stop(), dir.path() + "/t-3.json");
+  timeline::set_process_rank(std::nullopt);
+  Trace t;
+  parse(dir.path() + "/t-3.json", t);
+  EXPECT_EQ(t.doc.find("dropped_events")->number, 0);
+  for (const JsonValue& e : t.doc.find("traceEvents")->array) EXPECT_EQ(e.find("pid")->number, 3);
+  timeline::start(dir.path() + "/again.json");
+  timeline::record("test", "second", 3, 4);
+  timeline::stop();
+  Trace again;
+  parse(dir.path() + "/again.json", again);
+  ASSERT_EQ(again.spans.size(), 1u);
+  EXPECT_FALSE(again.tracks.at(again.spans[0].tid).empty()) << "the thread's track lost its name";
+}
+
 }  // namespace
 }  // namespace chorus
