@@ -21,20 +21,6 @@ using chorus::testing::TempDir;
 
 constexpr int kFirst = 4, kMore = 3;
 
-struct State {
-  std::vector<Tensor> weights;  // the model's trainable variables, host copies
-  std::vector<Tensor> slots;    // checkpoint_value of every slot, host copies
-  std::int64_t iterations = -1;
-};
-
-State snapshot(model::Sequential& m, optimizers::Optimizer& opt) {
-  State s;
-  for (const Variable& v : m.trainable_variables()) s.weights.push_back(v.read_value().to("/cpu:0"));
-  for (const auto& ref : opt.slot_variables()) s.slots.push_back(checkpoint_value(ref.slot).to("/cpu:0"));
-  s.iterations = opt.iterations().read_value().item<std::int64_t>();
-  return s;
-}
-
 // Trains steps [0, steps) with (k, stage); saves after kFirst steps to `save_path` when given.
 State train(int k, int stage, int steps, const std::string& save_path = "") {
   distribute::MirroredStrategy strategy(cpus(k), {.sharding = {.stage = stage}});
@@ -54,43 +40,15 @@ State train(int k, int stage, int steps, const std::string& save_path = "") {
   return snapshot(*m, *opt);
 }
 
-// Builds a fresh model and optimizer with (k, stage), restores `path` (the slots on creation, at
-// the first apply_gradients) and trains steps [kFirst, kFirst + kMore).
+// Restores `path` into a fresh model and optimizer with (k, stage) and trains steps [kFirst,
+// kFirst + kMore); the slots are sharded exactly when stage >= 1.
 State resume(int k, int stage, const std::string& path) {
   distribute::MirroredStrategy strategy(cpus(k), {.sharding = {.stage = stage}});
-  std::unique_ptr<model::Sequential> m;
-  std::shared_ptr<optimizers::Optimizer> opt;
-  {
-    auto scope = strategy.scope();
-    m = make_model();
-    opt = make_optimizer(Opt::kAdam);
-  }
-  train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
-  train::LoadStatus status = ckpt.read(path);
-  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), kFirst);
-  train_loop(strategy, *m, *opt, kFirst, kMore);
-  status.assert_consumed();  // the slots were created, and restored, by the first step
-  for (const auto& ref : opt->slot_variables())
-    EXPECT_EQ(as_sharded(ref.slot) != nullptr, stage >= 1) << ref.slot.name();
-  return snapshot(*m, *opt);
-}
-
-void expect_equal(const State& got, const State& want, double rel, const std::string& what) {
-  EXPECT_EQ(got.iterations, want.iterations) << what;
-  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
-  ASSERT_EQ(got.slots.size(), want.slots.size()) << what;
-  auto check = [&](const Tensor& a, const Tensor& b, const std::string& name) {
-    ASSERT_EQ(a.shape(), b.shape()) << what << " " << name;
-    if (rel == 0.0) {
-      EXPECT_EQ(bytes_of(a), bytes_of(b))
-          << what << " " << name << " (relative difference " << relative_difference(a, b) << ")";
-    } else {
-      EXPECT_LE(relative_difference(a, b), rel) << what << " " << name;
-    }
-  };
-  for (std::size_t i = 0; i < got.weights.size(); ++i)
-    check(got.weights[i], want.weights[i], "weight " + std::to_string(i));
-  for (std::size_t i = 0; i < got.slots.size(); ++i) check(got.slots[i], want.slots[i], "slot " + std::to_string(i));
+  return resume_and_train(strategy, path, kFirst, [&](model::Sequential& m, optimizers::Optimizer& opt) {
+    train_loop(strategy, m, opt, kFirst, kMore);
+    for (const auto& ref : opt.slot_variables())
+      EXPECT_EQ(as_sharded(ref.slot) != nullptr, stage >= 1) << ref.slot.name();
+  });
 }
 
 class ShardedCheckpoint : public ::testing::Test {
@@ -124,19 +82,19 @@ TEST_F(ShardedCheckpoint, StageOneWritesTheKeysShapesAndValuesOfStageZero) {
 
 TEST_F(ShardedCheckpoint, StageOneRestoresOntoStageZero) {
   const State uninterrupted = train(4, 1, kFirst + kMore, dir_.path() + "/s1");
-  expect_equal(resume(4, 0, dir_.path() + "/s1"), uninterrupted, 0.0, "stage 1 → stage 0");
+  expect_states_equal(resume(4, 0, dir_.path() + "/s1"), uninterrupted, 0.0, "stage 1 → stage 0");
 }
 
 TEST_F(ShardedCheckpoint, StageZeroRestoresOntoStageOne) {
   const State uninterrupted = train(4, 0, kFirst + kMore, dir_.path() + "/s0");
-  expect_equal(resume(4, 1, dir_.path() + "/s0"), uninterrupted, 0.0, "stage 0 → stage 1");
+  expect_states_equal(resume(4, 1, dir_.path() + "/s0"), uninterrupted, 0.0, "stage 0 → stage 1");
 }
 
 TEST_F(ShardedCheckpoint, FourReplicaStageOneRestoresOntoThreeReplicas) {
   // The last 3 steps sum the gradients over 3 replicas instead of 4 (another rounding), so the
   // comparison is to 1e-6 relative, not bitwise.
   const State uninterrupted = train(4, 1, kFirst + kMore, dir_.path() + "/s1");
-  expect_equal(resume(3, 1, dir_.path() + "/s1"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 1");
+  expect_states_equal(resume(3, 1, dir_.path() + "/s1"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 1");
 }
 
 // A save at `stage` after kFirst steps has the keys, shapes and dtypes of stage 0's, its float
@@ -161,16 +119,16 @@ TEST_F(ShardedCheckpoint, StageTwoWritesTheKeysAndShapesOfStageZero) {
 
 TEST_F(ShardedCheckpoint, StageTwoRestoresOntoStagesZeroAndOne) {
   const State uninterrupted = train(4, 2, kFirst + kMore, dir_.path() + "/s2");
-  expect_equal(resume(4, 0, dir_.path() + "/s2"), uninterrupted, 1e-6, "stage 2 → stage 0");
-  expect_equal(resume(4, 1, dir_.path() + "/s2"), uninterrupted, 1e-6, "stage 2 → stage 1");
-  expect_equal(resume(3, 2, dir_.path() + "/s2"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 2");
+  expect_states_equal(resume(4, 0, dir_.path() + "/s2"), uninterrupted, 1e-6, "stage 2 → stage 0");
+  expect_states_equal(resume(4, 1, dir_.path() + "/s2"), uninterrupted, 1e-6, "stage 2 → stage 1");
+  expect_states_equal(resume(3, 2, dir_.path() + "/s2"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 2");
 }
 
 TEST_F(ShardedCheckpoint, StagesZeroAndOneRestoreOntoStageTwo) {
   const State s0 = train(4, 0, kFirst + kMore, dir_.path() + "/s0");
-  expect_equal(resume(4, 2, dir_.path() + "/s0"), s0, 1e-6, "stage 0 → stage 2");
+  expect_states_equal(resume(4, 2, dir_.path() + "/s0"), s0, 1e-6, "stage 0 → stage 2");
   const State s1 = train(4, 1, kFirst + kMore, dir_.path() + "/s1");
-  expect_equal(resume(4, 2, dir_.path() + "/s1"), s1, 1e-6, "stage 1 → stage 2");
+  expect_states_equal(resume(4, 2, dir_.path() + "/s1"), s1, 1e-6, "stage 1 → stage 2");
 }
 
 TEST_F(ShardedCheckpoint, StageThreeWritesTheKeysAndShapesOfStageZero) {
@@ -179,12 +137,12 @@ TEST_F(ShardedCheckpoint, StageThreeWritesTheKeysAndShapesOfStageZero) {
 
 TEST_F(ShardedCheckpoint, StageThreeRestoresOntoOtherStagesAndReplicaCountsAndBack) {
   const State uninterrupted = train(4, 3, kFirst + kMore, dir_.path() + "/s3");
-  expect_equal(resume(4, 0, dir_.path() + "/s3"), uninterrupted, 1e-6, "stage 3 → stage 0");
-  expect_equal(resume(4, 2, dir_.path() + "/s3"), uninterrupted, 1e-6, "stage 3 → stage 2");
-  expect_equal(resume(3, 3, dir_.path() + "/s3"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 3");
+  expect_states_equal(resume(4, 0, dir_.path() + "/s3"), uninterrupted, 1e-6, "stage 3 → stage 0");
+  expect_states_equal(resume(4, 2, dir_.path() + "/s3"), uninterrupted, 1e-6, "stage 3 → stage 2");
+  expect_states_equal(resume(3, 3, dir_.path() + "/s3"), uninterrupted, 1e-6, "4 replicas → 3 replicas, stage 3");
   const State s0 = train(4, 0, kFirst + kMore, dir_.path() + "/s0");
-  expect_equal(resume(4, 3, dir_.path() + "/s0"), s0, 1e-6, "stage 0 → stage 3");
-  expect_equal(resume(2, 3, dir_.path() + "/s0"), s0, 1e-6, "stage 0, 4 replicas → stage 3, 2 replicas");
+  expect_states_equal(resume(4, 3, dir_.path() + "/s0"), s0, 1e-6, "stage 0 → stage 3");
+  expect_states_equal(resume(2, 3, dir_.path() + "/s0"), s0, 1e-6, "stage 0, 4 replicas → stage 3, 2 replicas");
 }
 
 }  // namespace

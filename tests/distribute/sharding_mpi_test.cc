@@ -62,20 +62,6 @@ void train_loop_mw(MultiWorkerMirroredStrategy& strategy, model::Sequential& m, 
   }
 }
 
-struct State {
-  std::vector<Tensor> weights, slots;
-  std::int64_t iterations = 0;
-};
-
-// Collective (slots' checkpoint values gather every worker's shards): every worker calls it.
-State snapshot(const model::Sequential& m, const optimizers::Optimizer& opt) {
-  State s;
-  for (const Variable& v : m.trainable_variables()) s.weights.push_back(v.read_value().to("/cpu:0"));
-  for (const auto& ref : opt.slot_variables()) s.slots.push_back(checkpoint_value(ref.slot).to("/cpu:0"));
-  s.iterations = opt.iterations().read_value().item<std::int64_t>();
-  return s;
-}
-
 struct Trained {
   State state;
   std::string saved;  // the checkpoint written after kFirst steps, if asked
@@ -120,33 +106,9 @@ Trained train(int k, int stage, Opt o, int steps, const std::string& save_dir = 
 
 State resume(int k, int stage, const std::string& path) {
   MultiWorkerMirroredStrategy strategy = make_strategy(k, stage);
-  std::unique_ptr<model::Sequential> m;
-  std::shared_ptr<optimizers::Optimizer> opt;
-  {
-    auto scope = strategy.scope();
-    m = make_model();
-    opt = make_optimizer(Opt::kAdam);
-  }
-  train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
-  train::LoadStatus status = ckpt.read(path);
-  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), kFirst);
-  train_loop_mw(strategy, *m, *opt, kFirst, kMore);
-  status.assert_consumed();  // the slots were created, and restored, by the first step
-  return snapshot(*m, *opt);
-}
-
-void expect_close(const State& got, const State& want, double rel, const std::string& what) {
-  EXPECT_EQ(got.iterations, want.iterations) << what;
-  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
-  ASSERT_EQ(got.slots.size(), want.slots.size()) << what;
-  for (std::size_t i = 0; i < got.weights.size(); ++i) {
-    ASSERT_EQ(got.weights[i].shape(), want.weights[i].shape()) << what << " weight " << i;
-    EXPECT_LE(relative_difference(got.weights[i], want.weights[i]), rel) << what << " weight " << i;
-  }
-  for (std::size_t i = 0; i < got.slots.size(); ++i) {
-    ASSERT_EQ(got.slots[i].shape(), want.slots[i].shape()) << what << " slot " << i;
-    EXPECT_LE(relative_difference(got.slots[i], want.slots[i]), rel) << what << " slot " << i;
-  }
+  return resume_and_train(strategy, path, kFirst, [&](model::Sequential& m, optimizers::Optimizer& opt) {
+    train_loop_mw(strategy, m, opt, kFirst, kMore);
+  });
 }
 
 class ShardingMpi : public ::testing::TestWithParam<int> {};
@@ -161,7 +123,7 @@ TEST_P(ShardingMpi, StagesOneTwoAndThreeMatchStageZero) {
     EXPECT_GT(relative_difference(s0.weights[0], untrained.weights[0]), 1e-3) << opt_name(o);
     for (int stage : {1, 2, 3}) {
       const State s = train(k, stage, o, 6).state;
-      expect_close(s, s0, 1e-6, std::string(opt_name(o)) + " stage " + std::to_string(stage));
+      expect_states_equal(s, s0, 1e-6, std::string(opt_name(o)) + " stage " + std::to_string(stage));
     }
   }
 }
@@ -179,11 +141,11 @@ TEST_P(ShardingMpi, CheckpointsOfStagesTwoAndThreeRestoreAtOtherStages) {
   const Trained saved = train(k, 2, Opt::kAdam, kFirst, dir);
   EXPECT_EQ(saved.saved, dir + "/ckpt-1");
   const State uninterrupted = train(k, 0, Opt::kAdam, kFirst + kMore).state;
-  expect_close(resume(k, 0, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 0");
-  expect_close(resume(k, 1, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 1");
-  expect_close(resume(k, 3, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 3");
+  expect_states_equal(resume(k, 0, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 0");
+  expect_states_equal(resume(k, 1, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 1");
+  expect_states_equal(resume(k, 3, saved.saved), uninterrupted, 1e-6, "stage 2 → stage 3");
   const Trained saved3 = train(k, 3, Opt::kAdam, kFirst, dir + "_3");
-  expect_close(resume(k, 0, saved3.saved), uninterrupted, 1e-6, "stage 3 → stage 0");
+  expect_states_equal(resume(k, 0, saved3.saved), uninterrupted, 1e-6, "stage 3 → stage 0");
   comm->barrier({.timeout = kTimeout})->wait(kTimeout);
   if (probe.is_chief()) {
     std::filesystem::remove_all(dir);

@@ -1,5 +1,6 @@
-// Shared by the ZeRO stage-1 and stage-2 tests (tests/optimizer/sharding_parity_test.cc,
-// tests/checkpoint/checkpoint_sharded_test.cc): a small Sequential model whose variables give
+// Shared by the ZeRO tests (tests/optimizer/sharding_parity_test.cc,
+// tests/checkpoint/checkpoint_sharded_test.cc, tests/distribute/sharding_mpi_test.cc,
+// tests/model/sharding_gpu_test.cc): a small Sequential model whose variables give
 // uneven and empty shards over 2, 3 and 4 replicas — kernels [5,7] (35 elements: 9,9,9,8 over 4),
 // [7,3] (21: 6,6,6,3), [3,1] (3: 1,1,1,0), biases [7], [3] and [1] (1,0,0,0) —, a fixed global
 // batch of 12 rows (divisible by 2, 3 and 4, so every replica count sees the same rows per step),
@@ -10,10 +11,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "core/config.h"
 #include "core/distributed_variable.h"
 #include "core/runtime.h"
@@ -170,6 +173,62 @@ inline double relative_difference(const Tensor& a, const Tensor& b) {
     scale = std::max(scale, std::abs(db[i]));
   }
   return diff / scale;
+}
+
+// A model and optimizer's state, host copies: the trainable variables (whole), every slot's
+// checkpoint value, and the optimizer's iterations.
+struct State {
+  std::vector<Tensor> weights, slots;
+  std::int64_t iterations = -1;
+};
+
+// Under MultiWorkerMirroredStrategy a collective (the slots' checkpoint values gather every
+// worker's shards): every worker calls it.
+inline State snapshot(const model::Sequential& m, const optimizers::Optimizer& opt) {
+  State s;
+  for (const Variable& v : m.trainable_variables()) s.weights.push_back(v.read_value().to("/cpu:0"));
+  for (const auto& ref : opt.slot_variables()) s.slots.push_back(checkpoint_value(ref.slot).to("/cpu:0"));
+  s.iterations = opt.iterations().read_value().item<std::int64_t>();
+  return s;
+}
+
+// A fresh model and Adam in `strategy`'s scope, `path` restored into them (the slots on creation,
+// at the first step; `first` iterations expected), then `train(model, optimizer)`; every value of
+// the checkpoint must have been consumed by then. Returns the state after training.
+inline State resume_and_train(distribute::Strategy& strategy, const std::string& path, int first,
+                              const std::function<void(model::Sequential&, optimizers::Optimizer&)>& train) {
+  std::unique_ptr<model::Sequential> m;
+  std::shared_ptr<optimizers::Optimizer> opt;
+  {
+    auto scope = strategy.scope();
+    m = make_model();
+    opt = make_optimizer(Opt::kAdam);
+  }
+  train::Checkpoint ckpt({{"model", *m}, {"optimizer", *opt}});
+  train::LoadStatus status = ckpt.read(path);
+  EXPECT_EQ(opt->iterations().read_value().item<std::int64_t>(), first);
+  train(*m, *opt);
+  status.assert_consumed();  // the slots were created, and restored, by the first step
+  return snapshot(*m, *opt);
+}
+
+// Iterations equal; weights and slots of equal shapes within `rel` relative (0: bit for bit).
+inline void expect_states_equal(const State& got, const State& want, double rel, const std::string& what) {
+  EXPECT_EQ(got.iterations, want.iterations) << what;
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  ASSERT_EQ(got.slots.size(), want.slots.size()) << what;
+  auto check = [&](const Tensor& a, const Tensor& b, const std::string& name) {
+    ASSERT_EQ(a.shape(), b.shape()) << what << " " << name;
+    if (rel == 0.0) {
+      EXPECT_EQ(bytes_of(a), bytes_of(b))
+          << what << " " << name << " (relative difference " << relative_difference(a, b) << ")";
+    } else {
+      EXPECT_LE(relative_difference(a, b), rel) << what << " " << name;
+    }
+  };
+  for (std::size_t i = 0; i < got.weights.size(); ++i)
+    check(got.weights[i], want.weights[i], "weight " + std::to_string(i));
+  for (std::size_t i = 0; i < got.slots.size(); ++i) check(got.slots[i], want.slots[i], "slot " + std::to_string(i));
 }
 
 }  // namespace chorus::sharding_testing
