@@ -106,17 +106,14 @@ struct ShardedUpdate {
   ShardLayout layout;
 };
 
-// Brings every replica's updated shards together and hands each variable's whole new value to
-// `write(whole, value)`: one packed ReplicaContext::all_gather per run of one dtype (a collective:
-// every replica calls it with the same variables, in the same order). Each replica contributes
-// its shard of every variable padded with zeros to the layout's c, so all send Σc elements; row r
-// of the gathered [n, Σc] holds replica r's shards, and a variable's c columns flattened hold its
-// shards in replica order, the first E of them its value. No padding reaches a variable.
-// A strategy's replica context (ShardingCollectives) writes them straight into the weights
-// instead (all_gather_shards: no temporary of the model's size).
-void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& updates,
-                   const std::function<void(Tensor& whole, const Tensor& value)>& write) {
-  if (ShardingCollectives* sc = sharding_collectives(ctx); sc != nullptr && !updates.empty()) {
+// Brings every replica's updated shards into each replica's whole weight: the strategy's
+// ShardingCollectives::all_gather_shards, in place (a collective: every replica calls it with the
+// same variables, in the same order). Sharded slots exist only under a strategy whose replica
+// context implements it; without one there is a single replica (a one-replica strategy in
+// cross-replica context), whose shard is the whole.
+void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& updates) {
+  if (updates.empty()) return;
+  if (ShardingCollectives* sc = sharding_collectives(ctx)) {
     std::vector<Tensor> shards, wholes;
     std::vector<ShardLayout> layouts;
     for (const ShardedUpdate& u : updates) {
@@ -127,37 +124,11 @@ void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& update
     sc->all_gather_shards(shards, wholes, layouts);
     return;
   }
-  const int n = ctx != nullptr ? ctx->num_replicas_in_sync() : 1;
-  std::size_t i = 0;
-  while (i < updates.size()) {
-    std::size_t j = i;
-    std::int64_t width = 0;
-    std::vector<Tensor> pieces;
-    for (; j < updates.size() && updates[j].whole.dtype() == updates[i].whole.dtype(); ++j) {
-      const ShardedUpdate& u = updates[j];
-      const std::int64_t c = u.layout.padded, len = u.shard.num_elements();
-      if (n == 1 || c == 0) continue;  // one replica: the shard is the whole; empty: nothing to move
-      width += c;
-      if (len > 0) pieces.push_back(u.shard);
-      if (len < c) pieces.push_back(Tensor::zeros({c - len}, u.shard.dtype(), u.shard.device_name()));
-    }
-    Tensor all;
-    if (width > 0) all = ops::reshape(ctx->all_gather(ops::concat(pieces, 0), 0), {n, width});
-    std::int64_t offset = 0;
-    for (std::size_t k = i; k < j; ++k) {
-      ShardedUpdate u = updates[k];
-      const std::int64_t c = u.layout.padded, e = u.layout.num_elements;
-      if (c == 0) continue;
-      if (n == 1) {
-        write(u.whole, ops::reshape(u.shard, u.whole.shape().dims()));
-        continue;
-      }
-      // [n·c]; no copies when the pack holds this variable alone and it has no padding
-      const Tensor shards = ops::reshape(c == width ? all : ops::slice(all, {0, offset}, {n, c}), {-1});
-      write(u.whole, ops::reshape(e == n * c ? shards : ops::slice(shards, {0}, {e}), u.whole.shape().dims()));
-      offset += c;
-    }
-    i = j;
+  for (const ShardedUpdate& u : updates) {
+    CHORUS_ENFORCE(u.layout.num_shards == 1, "sharded update over ", u.layout.num_shards,
+                   " replicas without the strategy's sharding collectives");
+    Tensor whole = u.whole;
+    if (u.layout.num_elements > 0) whole.copy_from(ops::reshape(u.shard, whole.shape().dims()));  // update_in_place
   }
 }
 
@@ -634,7 +605,7 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
     }
     update_step(g, target, slots, step);
   }
-  gather_shards(ctx, sharded, [](Tensor& whole, const Tensor& value) { update_in_place(whole, value); });
+  gather_shards(ctx, sharded);
 
   // 9. This replica's component of the counter.
   counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
