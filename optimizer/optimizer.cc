@@ -493,6 +493,9 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
   // the all-reduce as before.
   // ZeRO stage 3: a sharded parameter's gradient arrives reduced (the tape reduce-scattered it).
   const bool stage2 = reduces_to_shards(ctx);
+  // Non-zero: the gradient is this replica's shard of the sum (clip_shards), reduce-scattered here
+  // (kScattered) or already by the tape (kReducedByTape, stage-3 parameters).
+  constexpr char kScattered = 1, kReducedByTape = 2;
   std::vector<char> is_shard(vars.size(), 0);
   if (stage2) {
     build(vars);
@@ -503,9 +506,9 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
       CHORUS_ENFORCE(e != nullptr, "no slots for ", vars[i].name());
       const ShardedVariable* sv = e->slots.empty() ? nullptr : as_sharded(e->slots.front());
       if (sharded_parameter(vars[i]) != nullptr) {
-        is_shard[i] = 2;
+        is_shard[i] = kReducedByTape;
       } else if (sv != nullptr) {
-        is_shard[i] = 1;
+        is_shard[i] = kScattered;
         to_scatter.push_back(std::move(grads[i]));
         layouts.push_back(sv->layout());
       } else {
@@ -517,7 +520,7 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
     if (!to_scatter.empty())  // releases each local gradient once packed (or sent as it is)
       shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
     for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i)
-      if (is_shard[i] != 2) grads[i] = is_shard[i] ? shards[b++] : whole[a++];
+      if (is_shard[i] != kReducedByTape) grads[i] = is_shard[i] == kScattered ? shards[b++] : whole[a++];
   } else if (ctx != nullptr) {
     grads = ctx->all_reduce(ReduceOp::kSum, grads);
   }
