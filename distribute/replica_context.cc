@@ -3,6 +3,7 @@
 #include "distribute/uneven_all_gather.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "collective/communicator.h"
 #include "core/error.h"
@@ -61,6 +62,17 @@ std::string collective_args(const Tensor& sent, const Strategy& strategy) {
                                    "\", \"backend\": \"", cross_device_ops_name(strategy.cross_device_ops().ops), "\"");
 }
 
+// The options' pack size (bytes_per_pack, or the default) and collective timeout (timeout_seconds,
+// or the strategy's).
+std::int64_t pack_bytes_of(const CommunicationOptions& options) {
+  return options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
+}
+std::chrono::milliseconds timeout_of(const CommunicationOptions& options, const Strategy& strategy) {
+  return options.timeout_seconds > 0
+             ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
+             : strategy.timeout();
+}
+
 }  // namespace
 
 Tensor StrategyReplicaContext::reduce_one(ReduceOp op, const Tensor& in, DType wire,
@@ -110,10 +122,8 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   const Compression compression = options.compression.value_or(Compression::kNone);
   std::vector<Tensor> out(values.size());
   if (num_replicas_in_sync() == 1) return values;
-  const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
-  const auto timeout = options.timeout_seconds > 0
-                           ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
-                           : strategy_.timeout();
+  const std::int64_t pack_bytes = pack_bytes_of(options);
+  const auto timeout = timeout_of(options, strategy_);
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   // Packs: consecutive defined tensors of one dtype up to pack_bytes (the order depends only on
   // the shapes and dtypes, so it is the same on every replica).
@@ -181,6 +191,39 @@ bool moves_directly(const ShardLayout& layout, std::size_t size) {
 }
 }  // namespace
 
+namespace {
+// The packs of the sharding collectives, in the order of `layouts` — so the same on every replica:
+// they depend only on the layouts and dtypes. A value without elements moves nothing (`empty(i)`);
+// `alone(i)` may move a value by itself (it returns whether it did); the others go in runs of one
+// dtype of at most `pack_bytes` padded bytes (n·c elements each) to `send(members)`.
+void for_each_shard_pack(const std::vector<ShardLayout>& layouts, const std::function<DType(std::size_t)>& dtype,
+                         std::int64_t pack_bytes, const std::function<void(std::size_t)>& empty,
+                         const std::function<bool(std::size_t)>& alone,
+                         const std::function<void(const std::vector<std::size_t>&)>& send) {
+  auto padded_bytes = [&](std::size_t i) {
+    return static_cast<std::int64_t>(layouts[i].num_shards) * layouts[i].padded *
+           static_cast<std::int64_t>(dtype_size(dtype(i)));
+  };
+  std::vector<std::size_t> pack;
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    if (layouts[i].num_elements == 0) {
+      empty(i);
+      continue;
+    }
+    if (alone(i)) continue;
+    if (!pack.empty() && (dtype(i) != dtype(pack.front()) || bytes + padded_bytes(i) > pack_bytes)) {
+      send(pack);
+      pack.clear();
+      bytes = 0;
+    }
+    pack.push_back(i);
+    bytes += padded_bytes(i);
+  }
+  if (!pack.empty()) send(pack);
+}
+}  // namespace
+
 std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
                                                                   const std::vector<ShardLayout>& layouts) {
   const int n = num_replicas_in_sync();
@@ -206,13 +249,8 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, s
   }
   const CommunicationOptions& options = strategy_.communication_options();
   const Compression compression = options.compression.value_or(Compression::kNone);
-  const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
-  const auto timeout = options.timeout_seconds > 0
-                           ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
-                           : strategy_.timeout();
-  auto padded_bytes = [&](std::size_t i) {
-    return static_cast<std::int64_t>(n) * layouts[i].padded * static_cast<std::int64_t>(dtype_size(values[i].dtype()));
-  };
+  const std::int64_t pack_bytes = pack_bytes_of(options);
+  const auto timeout = timeout_of(options, strategy_);
   // Reduce-scatters `members` (one dtype) as one rank-major pack [n, Σc] and gives each its shard.
   // A single member without padding is sent as it is (its flat storage is the [n, c] pack).
   auto scatter = [&](const std::vector<std::size_t>& members) {
@@ -259,30 +297,19 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, s
       offset += l.padded;
     }
   };
-  // Packs: the values that do not move directly, in order, consecutive ones of one dtype up to
-  // pack_bytes (padded); a value that moves directly goes alone when it comes (the order depends
-  // only on the layouts and dtypes, so it is the same on every replica).
-  std::vector<std::size_t> pack;
-  std::int64_t bytes = 0;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (layouts[i].num_elements == 0) {  // an empty shard everywhere: nothing to move
-      out[i] = Tensor::zeros({0}, values[i].dtype(), device);
-      values[i] = Tensor();
-      continue;
-    }
-    if (moves_directly(layouts[i], dtype_size(values[i].dtype()))) {
-      scatter({i});
-      continue;
-    }
-    if (!pack.empty() && (values[i].dtype() != values[pack.front()].dtype() || bytes + padded_bytes(i) > pack_bytes)) {
-      scatter(pack);
-      pack.clear();
-      bytes = 0;
-    }
-    pack.push_back(i);
-    bytes += padded_bytes(i);
-  }
-  if (!pack.empty()) scatter(pack);
+  // A value that moves directly (core/sharded_variable.h) goes alone, as it is; the others in packs.
+  for_each_shard_pack(
+      layouts, [&](std::size_t i) { return values[i].dtype(); }, pack_bytes,
+      [&](std::size_t i) {  // an empty shard everywhere: nothing to move
+        out[i] = Tensor::zeros({0}, values[i].dtype(), device);
+        values[i] = Tensor();
+      },
+      [&](std::size_t i) {
+        if (!moves_directly(layouts[i], dtype_size(values[i].dtype()))) return false;
+        scatter({i});
+        return true;
+      },
+      scatter);
   return out;
 }
 
@@ -312,18 +339,13 @@ void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards
     return;
   }
   const CommunicationOptions& options = strategy_.communication_options();
-  const std::int64_t pack_bytes = options.bytes_per_pack > 0 ? options.bytes_per_pack : kDefaultBytesPerPack;
-  const auto timeout = options.timeout_seconds > 0
-                           ? std::chrono::milliseconds(static_cast<std::int64_t>(options.timeout_seconds * 1000))
-                           : strategy_.timeout();
+  const std::int64_t pack_bytes = pack_bytes_of(options);
+  const auto timeout = timeout_of(options, strategy_);
   auto gather = [&](const Tensor& in, const Tensor& result) {
     drain_if_profiling(in);
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
     timeline::Span span("collective", "all-gather", collective_args(result, strategy_));
     comm().all_gather(in, result, {.timeout = timeout})->wait(timeout);
-  };
-  auto padded_bytes = [&](std::size_t i) {
-    return static_cast<std::int64_t>(n) * layouts[i].padded * static_cast<std::int64_t>(dtype_size(wholes[i].dtype()));
   };
   // A padded pack: each member's shard zero-padded to c, gathered to [n, Σc] (row q: replica q's
   // shards), each member's c columns flattened (its shards in replica order), the first E copied
@@ -353,24 +375,16 @@ void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards
       offset += c;
     }
   };
-  std::vector<std::size_t> pack;
-  std::int64_t bytes = 0;
-  for (std::size_t i = 0; i < layouts.size(); ++i) {
-    if (layouts[i].num_elements == 0) continue;  // nothing to move
-    if (moves_directly(layouts[i], dtype_size(wholes[i].dtype())) && wholes[i].device_name() == device) {
-      // The whole's flat storage is the gathered [n·c]: replica q's shard lands at q·c.
-      gather(ops::reshape(local(shards[i], device), {-1}), wholes[i].reshape(Shape{layouts[i].num_elements}));
-      continue;
-    }
-    if (!pack.empty() && (wholes[i].dtype() != wholes[pack.front()].dtype() || bytes + padded_bytes(i) > pack_bytes)) {
-      gather_pack(pack);
-      pack.clear();
-      bytes = 0;
-    }
-    pack.push_back(i);
-    bytes += padded_bytes(i);
-  }
-  if (!pack.empty()) gather_pack(pack);
+  for_each_shard_pack(
+      layouts, [&](std::size_t i) { return wholes[i].dtype(); }, pack_bytes, [](std::size_t) {},
+      [&](std::size_t i) {
+        if (!moves_directly(layouts[i], dtype_size(wholes[i].dtype())) || wholes[i].device_name() != device)
+          return false;
+        // The whole's flat storage is the gathered [n·c]: replica q's shard lands at q·c.
+        gather(ops::reshape(local(shards[i], device), {-1}), wholes[i].reshape(Shape{layouts[i].num_elements}));
+        return true;
+      },
+      gather_pack);
 }
 
 Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {
