@@ -18,6 +18,7 @@
 
 #include <any>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,21 @@ enum class ReduceOp { kSum, kMean };
 std::string_view reduce_op_name(ReduceOp op);  // "SUM", "MEAN"
 
 class DistributionStrategy;
+
+// The gradient all-reduce overlapped with the backward pass (PyTorch DDP's reducer; chorus's is
+// distribute/overlapped_reduction.h): GradientTape::gradient(target, variables) hands it each
+// gradient the moment it is final, and it all-reduces (SUM) them in buckets while the rest of the
+// backward pass runs. A later ReplicaContext::all_reduce(kSum, list) of exactly those gradients
+// (the same tensors, in the same order — what Optimizer::apply_gradients passes on) takes the
+// buckets' results instead of reducing again, bitwise equal to reducing then.
+class GradientReduction {
+ public:
+  virtual ~GradientReduction() = default;
+  // Gradient `index` of the sources given to begin_gradient_reduction is final: `grad` is what
+  // GradientTape::gradient returns for it (undefined: none). Called once per source, on the
+  // replica thread, in the order the backward pass finishes them.
+  virtual void ready(std::size_t index, const Tensor& grad) = 0;
+};
 
 class ReplicaContext {
  public:
@@ -48,6 +64,21 @@ class ReplicaContext {
   // Every replica's `value` concatenated along `axis` in replica order (shapes may differ along
   // `axis` only).
   virtual Tensor all_gather(const Tensor& value, int axis) = 0;
+
+  // Overlap (GradientReduction above). GradientTape::gradient(target, variables) asks for a
+  // reduction of the gradients of `sources` (the variables' tensors it differentiates) when it is
+  // the only tape recording on the thread; nullptr (the default, and whenever the strategy does
+  // not overlap) computes the gradients as before and lets apply_gradients reduce them.
+  virtual std::shared_ptr<GradientReduction> begin_gradient_reduction(const std::vector<Tensor>& sources) {
+    (void)sources;
+    return nullptr;
+  }
+  // The optimizer says that gradients will not reach all_reduce as the tape returned them:
+  // drop_gradient_reduction() — the pending reduction will not be taken (a gradient-accumulation
+  // micro-step); skip_next_gradient_reduction() — the next GradientTape::gradient starts none (the
+  // next apply accumulates, or a LossScaleOptimizer unscales each replica's gradients first).
+  virtual void drop_gradient_reduction() {}
+  virtual void skip_next_gradient_reduction() {}
 
   // tf.distribute.ReplicaContext.merge_call: every replica passes `value`; once all have, `fn`
   // runs once, in cross-replica context, with all values (index = replica id), and its result is

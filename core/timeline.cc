@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "core/distribution.h"
@@ -44,7 +45,8 @@ Recorder& recorder() {
   return *r;
 }
 
-thread_local int t_plain_tid = 0;  // this thread's track when it is not a replica
+thread_local int t_plain_tid = 0;                        // this thread's track when it is not a replica
+thread_local std::pair<int, std::string> t_named_track;  // set_thread_track's, when set
 thread_local std::string t_scope;
 
 constexpr std::size_t kMaxEvents = std::size_t{1} << 22;
@@ -77,6 +79,10 @@ std::string escaped(std::string_view s) {
 
 // The calling thread's track (under r.mu).
 int track(Recorder& r) {
+  if (!t_named_track.second.empty()) {
+    r.thread_names.try_emplace(t_named_track.first, t_named_track.second);
+    return t_named_track.first;
+  }
   if (has_strategy()) {
     if (ReplicaContext* ctx = get_replica_context()) {
       const int tid = 1000 + ctx->replica_id_in_sync_group();
@@ -146,6 +152,8 @@ void write_at_exit() {
 }
 
 }  // namespace
+
+void set_thread_track(int tid, std::string name) { t_named_track = {tid, std::move(name)}; }
 
 void set_process_rank(std::optional<int> rank) { g_rank_override.store(rank.value_or(-1), std::memory_order_relaxed); }
 

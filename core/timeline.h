@@ -59,6 +59,11 @@ void start_from_environment();
 // worker index. nullopt goes back to the launcher's rank.
 void set_process_rank(std::optional<int> rank);
 
+// The calling thread's own track, instead of its replica's or a numbered one: `tid` (>= 2000,
+// clear of the replicas' 1000 + id) named `name` — a replica's communication thread,
+// distribute/comm_worker.h, "replica R all-reduce".
+void set_thread_track(int tid, std::string name);
+
 // CLOCK_MONOTONIC in microseconds.
 std::int64_t now_us();
 // One complete event of the calling thread. `args_json`: the body of a JSON object

@@ -100,6 +100,9 @@ struct AllReduceCounters {
   std::int64_t collectives = 0;  // communicator all_reduce calls (one per pack per replica)
   std::int64_t bytes = 0;
   std::int64_t uncompressed_bytes = 0;
+  // Of `collectives`, those run during the backward pass by the replicas' communication threads
+  // (overlap: MirroredStrategyOptions::overlap_gradient_all_reduce, docs/overlap.md).
+  std::int64_t overlapped = 0;
 };
 
 // The factor of the bound above, (1 + u)^roundings − 1 + 2·num_replicas·2^-24, with u of

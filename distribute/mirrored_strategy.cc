@@ -29,6 +29,7 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
                options.timeout) {
   sharding_stage_ = options.sharding.stage;
   set_communication_options(options.communication_options);
+  set_overlap(options.overlap_gradient_all_reduce);
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("
                    << chorus::internal::join(replica_devices(), {.quote = "'"})
                    << "); cross-device ops: " << cross_device_ops_name(cross_device_ops().ops) << " ("

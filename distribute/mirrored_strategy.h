@@ -41,6 +41,11 @@ struct MirroredStrategyOptions {
   // too. A value outside 0..3 → InvalidArgumentError, here.
   // (MultiWorkerMirroredStrategyOptions::sharding is the same option across processes.)
   ShardingOptions sharding;
+  // All-reduce the gradients during the backward pass, in buckets, as PyTorch DDP and Horovod do
+  // (distribute/overlapped_reduction.h, docs/overlap.md); false: one packed all-reduce after it.
+  // The results are bitwise the same either way. Used on CPU devices at ZeRO stages 0 and 1;
+  // elsewhere the gradients are all-reduced after the backward pass.
+  bool overlap_gradient_all_reduce = true;
 };
 
 class MirroredStrategy final : public Strategy {

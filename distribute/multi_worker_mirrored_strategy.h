@@ -101,6 +101,9 @@ struct MultiWorkerMirroredStrategyOptions {
   // 3} the parameters too. Checkpoints gather every worker's shards (every worker saves, in the same
   // order, as always). A value outside 0..3 → InvalidArgumentError at construction.
   ShardingOptions sharding;
+  // As MirroredStrategyOptions::overlap_gradient_all_reduce: the gradient all-reduce during the
+  // backward pass (docs/overlap.md).
+  bool overlap_gradient_all_reduce = true;
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {

@@ -7,9 +7,12 @@
 
 #include "collective/communicator.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/profile.h"
 #include "core/timeline.h"
+#include "distribute/comm_worker.h"
 #include "distribute/merge_barrier.h"
+#include "distribute/overlapped_reduction.h"
 #include "distribute/parameter_gather.h"
 #include "distribute/strategy.h"
 #include "ops/elementwise.h"
@@ -32,7 +35,17 @@ DistributionStrategy& StrategyReplicaContext::strategy() const { return strategy
 int StrategyReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
 int StrategyReplicaContext::replica_id_in_sync_group() const { return strategy_.worker_offset() + replica_; }
 
-collective::Communicator& StrategyReplicaContext::comm() const {
+StrategyReplicaContext::~StrategyReplicaContext() {
+  // A step that failed may have left buckets with the communication thread: end their
+  // collectives at once (the communicator is rebuilt after a failed step anyway), then join.
+  if (worker_ != nullptr && !worker_->idle())
+    strategy_.comms_[static_cast<std::size_t>(replica_)]->abort(
+        str_cat("replica ", replica_id_in_sync_group(), " is being torn down with all-reduces still queued"));
+  worker_.reset();
+}
+
+collective::Communicator& StrategyReplicaContext::comm() {
+  if (worker_ != nullptr && !worker_->idle()) worker_->drain();
   return *strategy_.comms_[static_cast<std::size_t>(replica_)];
 }
 
@@ -75,33 +88,31 @@ std::chrono::milliseconds timeout_of(const CommunicationOptions& options, const 
 
 }  // namespace
 
-Tensor StrategyReplicaContext::reduce_one(ReduceOp op, const Tensor& in, DType wire,
-                                          std::chrono::milliseconds timeout) {
-  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
-  const bool compress = wire != in.dtype();
-  // Compressed: the cast is a fresh buffer, reduced in place; otherwise a separate output, so
-  // that the uncompressed path is exactly what it was.
-  Tensor send = compress ? ops::cast(in, wire) : in;
-  Tensor out = compress ? send : Tensor::empty(in.shape(), in.dtype(), device);
+void StrategyReplicaContext::reduce_pack(collective::Communicator& communicator, ReduceOp op, internal::Pack& pack,
+                                         std::chrono::milliseconds timeout, bool overlapped) {
   {
-    drain_if_profiling(send);
+    drain_if_profiling(pack.send);
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-    timeline::Span span("collective", "all-reduce", collective_args(send, strategy_));
-    comm().all_reduce(send, out, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+    timeline::Span span("collective", "all-reduce", collective_args(pack.send, strategy_));
+    communicator.all_reduce(pack.send, pack.out, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
   }
   auto& c = strategy_.counters_;
   c.collectives.fetch_add(1, std::memory_order_relaxed);
-  c.bytes.fetch_add(static_cast<std::int64_t>(send.nbytes()), std::memory_order_relaxed);
-  c.uncompressed_bytes.fetch_add(static_cast<std::int64_t>(in.nbytes()), std::memory_order_relaxed);
-  return compress ? ops::cast(out, in.dtype()) : out;
+  c.bytes.fetch_add(static_cast<std::int64_t>(pack.send.nbytes()), std::memory_order_relaxed);
+  c.uncompressed_bytes.fetch_add(pack.value_bytes, std::memory_order_relaxed);
+  if (overlapped) c.overlapped.fetch_add(1, std::memory_order_relaxed);
+  pack.send = Tensor();  // `out` alone holds the result (when compressed, the same buffer)
 }
 
 Tensor StrategyReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
   CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "all_reduce: undefined tensor (replica ", replica_, ")");
   if (num_replicas_in_sync() == 1) return value;
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
-  Tensor in = local(value, device);
-  return reduce_one(op, in, in.dtype(), strategy_.timeout());
+  internal::Pack pack = internal::make_pack({value}, {0}, value.dtype(), device);
+  reduce_pack(comm(), op, pack, strategy_.timeout(), false);
+  std::vector<Tensor> reduced(1);
+  internal::unpack(pack, reduced);
+  return reduced[0];
 }
 
 std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
@@ -120,45 +131,93 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   const CommunicationOptions options =
       internal::merge_communication_options(strategy_.communication_options(), explicit_options);
   const Compression compression = options.compression.value_or(Compression::kNone);
-  std::vector<Tensor> out(values.size());
   if (num_replicas_in_sync() == 1) return values;
   const std::int64_t pack_bytes = pack_bytes_of(options);
   const auto timeout = timeout_of(options, strategy_);
+  // The gradients reduced during the backward pass (overlap), when these are they.
+  if (std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_)) {
+    const CommunicationOptions& defaults = strategy_.communication_options();
+    const bool same_options = pack_bytes == pack_bytes_of(defaults) && timeout == timeout_of(defaults, strategy_) &&
+                              compression == defaults.compression.value_or(Compression::kNone);
+    if (op == ReduceOp::kSum && same_options) {
+      if (std::optional<std::vector<Tensor>> reduced = pending->take(values)) return std::move(*reduced);
+    }
+    pending_ = std::move(pending);
+    discard_pending(op != ReduceOp::kSum || !same_options
+                        ? "all_reduce was called with another reduce op or other communication options than the "
+                          "strategy's"
+                        : "the gradients passed to all_reduce (apply_gradients) are not the ones "
+                          "GradientTape::gradient returned (changed in between: clipped or scaled per replica, "
+                          "another list, or a gradient the tape expected did not reach the target)");
+  }
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
-  // Packs: consecutive defined tensors of one dtype up to pack_bytes (the order depends only on
-  // the shapes and dtypes, so it is the same on every replica).
-  std::size_t i = 0;
-  while (i < values.size()) {
-    if (!values[i].defined()) {
-      ++i;
-      continue;
-    }
-    std::vector<std::size_t> members{i};
-    std::int64_t bytes = static_cast<std::int64_t>(values[i].nbytes());
-    std::size_t j = i + 1;
-    while (j < values.size() && values[j].defined() && values[j].dtype() == values[i].dtype() &&
-           bytes + static_cast<std::int64_t>(values[j].nbytes()) <= pack_bytes) {
-      bytes += static_cast<std::int64_t>(values[j].nbytes());
-      members.push_back(j++);
-    }
-    const DType wire = wire_dtype(values[i].dtype(), compression);
-    if (members.size() == 1) {
-      out[i] = reduce_one(op, local(values[i], device), wire, timeout);
-    } else {
-      std::vector<Tensor> flat;
-      std::vector<std::int64_t> sizes;
-      for (std::size_t m : members) {
-        flat.push_back(ops::reshape(local(values[m], device), {-1}));
-        sizes.push_back(values[m].num_elements());
-      }
-      Tensor reduced = reduce_one(op, ops::concat(flat, 0), wire, timeout);
-      std::vector<Tensor> parts = ops::split(reduced, sizes, 0);
-      for (std::size_t k = 0; k < members.size(); ++k)
-        out[members[k]] = ops::reshape(parts[k], values[members[k]].shape().dims());
-    }
-    i = j;
+  // Packs (distribute/all_reduce_packs.h): the order depends only on the shapes and dtypes, so it
+  // is the same on every replica; undefined values stay undefined.
+  std::vector<Tensor> out(values.size());
+  for (std::vector<std::size_t>& members : internal::plan_all_reduce_packs(values, pack_bytes)) {
+    const DType wire = wire_dtype(values[members.front()].dtype(), compression);
+    internal::Pack pack = internal::make_pack(values, std::move(members), wire, device);
+    reduce_pack(comm(), op, pack, timeout, false);
+    internal::unpack(pack, out);
   }
   return out;
+}
+
+std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_gradient_reduction(
+    const std::vector<Tensor>& sources) {
+  if (!strategy_.overlaps_gradient_all_reduce() || overlap_off_ || num_replicas_in_sync() == 1) return nullptr;
+  if (skip_next_) {
+    skip_next_ = false;
+    return nullptr;
+  }
+  if (pending_ != nullptr)
+    discard_pending(
+        "a second GradientTape::gradient began before the first one's gradients "
+        "were all-reduced");
+  if (overlap_off_) return nullptr;
+  const CommunicationOptions& options = strategy_.communication_options();
+  const Compression compression = options.compression.value_or(Compression::kNone);
+  if (worker_ == nullptr) {
+    const int id = replica_id_in_sync_group();
+    worker_ = std::make_unique<internal::CommWorker>(2000 + id, str_cat("replica ", id, " all-reduce"));
+  }
+  const auto timeout = timeout_of(options, strategy_);
+  collective::Communicator* communicator = strategy_.comms_[static_cast<std::size_t>(replica_)].get();
+  internal::CommWorker* worker = worker_.get();
+  pending_ = std::make_shared<internal::OverlappedReduction>(
+      sources, pack_bytes_of(options), [compression](DType d) { return wire_dtype(d, compression); },
+      strategy_.devices_[static_cast<std::size_t>(replica_)],
+      [this, communicator, worker, timeout](internal::Pack* pack) {
+        return worker->submit(
+            [this, communicator, pack, timeout] { reduce_pack(*communicator, ReduceOp::kSum, *pack, timeout, true); });
+      },
+      [worker](std::uint64_t ticket) { worker->wait(ticket); });
+  return pending_;
+}
+
+void StrategyReplicaContext::discard_pending(const char* why) {
+  std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_);
+  if (pending == nullptr) return;
+  if (worker_ != nullptr) worker_->drain();  // its buckets are in flight everywhere: let them land
+  pending.reset();
+  if (why == nullptr) return;
+  overlap_off_ = true;
+  if (!strategy_.overlap_warned_.exchange(true))
+    CHORUS_LOG(WARNING) << strategy_.name() << ": the gradient all-reduce overlapped with the backward pass was not "
+                        << "used, so the gradients were reduced twice: " << why
+                        << ". Overlap is off from now on for this strategy's replicas. Pass apply_gradients the "
+                           "gradients GradientTape::gradient returned, or build the strategy with "
+                           "overlap_gradient_all_reduce = false.";
+}
+
+void StrategyReplicaContext::drop_gradient_reduction() { discard_pending(nullptr); }
+
+void StrategyReplicaContext::skip_next_gradient_reduction() { skip_next_ = true; }
+
+void StrategyReplicaContext::end_step() {
+  skip_next_ = false;
+  if (pending_ != nullptr) discard_pending("the step ended without all-reducing the gradients of its GradientTape");
+  if (worker_ != nullptr) worker_->drain();
 }
 
 Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {

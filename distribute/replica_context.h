@@ -9,6 +9,7 @@
 
 #include "core/distribution.h"
 #include "core/sharded_variable.h"
+#include "distribute/all_reduce_packs.h"
 #include "distribute/communication_options.h"
 
 namespace chorus::collective {
@@ -18,6 +19,10 @@ class Communicator;
 namespace chorus::distribute {
 
 class Strategy;
+namespace internal {
+class CommWorker;
+class OverlappedReduction;
+}  // namespace internal
 
 class StrategyReplicaContext final : public ReplicaContext, public ShardingCollectives {
  public:
@@ -60,16 +65,42 @@ class StrategyReplicaContext final : public ReplicaContext, public ShardingColle
   // replica id in sync group.
   Tensor broadcast(const Tensor& value, int root);
 
+  // Overlap (core/distribution.h's GradientReduction; distribute/overlapped_reduction.h): when
+  // the strategy overlaps (its options' overlap_gradient_all_reduce, CPU devices, ZeRO stage 0
+  // or 1), a reduction whose buckets this replica's communication thread all-reduces during the
+  // backward pass; all_reduce(kSum, list) with the strategy's options takes its results when the
+  // list is exactly its gradients. Anything else — a list that differs (clipped or scaled per
+  // replica), a reduction never taken by the end of the step, a second one begun first — reduces
+  // as without overlap, logs a warning once and turns overlap off for this replica: its buckets
+  // were reduced for nothing.
+  std::shared_ptr<GradientReduction> begin_gradient_reduction(const std::vector<Tensor>& sources) override;
+  void drop_gradient_reduction() override;
+  void skip_next_gradient_reduction() override;
+  // For Strategy::run_replicas, after the step function returned: drops a reduction nobody took
+  // (as above) and waits for the communication thread, rethrowing its error.
+  void end_step();
+  ~StrategyReplicaContext() override;
+
  protected:
   std::any merge(std::any mine, const std::function<std::any(std::vector<std::any>&)>& fn) override;
 
  private:
-  collective::Communicator& comm() const;
-  // All-reduces `in` (on this replica's device) in dtype `wire` (casting to it and back when it
-  // differs from in.dtype()) and counts the bytes in the strategy's AllReduceCounters.
-  Tensor reduce_one(ReduceOp op, const Tensor& in, DType wire, std::chrono::milliseconds timeout);
+  // This replica's communicator, for a collective of the replica thread: waits for the
+  // communication thread first (one thread at a time uses a communicator).
+  collective::Communicator& comm();
+  // All-reduces `pack` (distribute/all_reduce_packs.h) with `communicator`, on the calling thread
+  // (the replica's or its communication thread: `overlapped`), and counts it in the strategy's
+  // AllReduceCounters.
+  void reduce_pack(collective::Communicator& communicator, ReduceOp op, internal::Pack& pack,
+                   std::chrono::milliseconds timeout, bool overlapped);
+  // Drops pending_ (waiting for what it launched); `why` non-empty: warns once and turns overlap off.
+  void discard_pending(const char* why);
   Strategy& strategy_;
   int replica_;
+  std::unique_ptr<internal::CommWorker> worker_;  // made at the first overlapped reduction
+  std::shared_ptr<internal::OverlappedReduction> pending_;
+  bool skip_next_ = false;
+  bool overlap_off_ = false;  // a reduction was not taken: no more on this replica
 };
 
 }  // namespace chorus::distribute

@@ -98,11 +98,13 @@ void Strategy::set_communication_options(const CommunicationOptions& options) {
 }
 
 AllReduceCounters Strategy::all_reduce_counters() const {
-  return {counters_.collectives.load(), counters_.bytes.load(), counters_.uncompressed_bytes.load()};
+  return {counters_.collectives.load(), counters_.bytes.load(), counters_.uncompressed_bytes.load(),
+          counters_.overlapped.load()};
 }
 
 AllReduceCounters Strategy::read_and_reset_all_reduce_counters() {
-  return {counters_.collectives.exchange(0), counters_.bytes.exchange(0), counters_.uncompressed_bytes.exchange(0)};
+  return {counters_.collectives.exchange(0), counters_.bytes.exchange(0), counters_.uncompressed_bytes.exchange(0),
+          counters_.overlapped.exchange(0)};
 }
 
 std::vector<std::unique_ptr<collective::Communicator>> Strategy::create_communicators() {
@@ -110,8 +112,14 @@ std::vector<std::unique_ptr<collective::Communicator>> Strategy::create_communic
   return make_cross_device_communicators(logical_, choice_);
 }
 
+void Strategy::set_overlap(bool requested) {
+  overlap_ = requested;
+  for (const LogicalDevice& d : logical_) overlap_ = overlap_ && d.device_type == "CPU";
+}
+
 void Strategy::make_communicators() {
   const int n = num_local_replicas();
+  contexts_.clear();  // their communication threads use the communicators: they go first
   comms_.clear();
   if (num_replicas_in_sync() > 1) comms_ = create_communicators();
   merge_ = std::make_unique<internal::MergeBarrier>(n, timeout_);
@@ -180,6 +188,8 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
           [this](const VariableArgs& args, const NextCreator& next) { return create_variable(args, next); });
     }
     body(r);
+    // A reduction nobody took, and what the communication thread still has (its error is the step's).
+    contexts_[static_cast<std::size_t>(r)]->end_step();
   };
   try {
     if (!pool_) {

@@ -96,6 +96,9 @@ class Strategy : public DistributionStrategy {
   // The ZeRO stage of this strategy's sharding (distribute/sharding_options.h): MirroredStrategy's
   // and MultiWorkerMirroredStrategy's options.sharding.stage; 0 (no sharding) for the others.
   int sharding_stage() const { return sharding_stage_; }
+  // Whether the replicas all-reduce the gradients during the backward pass (the options'
+  // overlap_gradient_all_reduce, on CPU devices, at ZeRO stage 0 or 1: replica_context.h).
+  bool overlaps_gradient_all_reduce() const { return overlap_ && sharding_stage_ < 2; }
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
   // The same, and sets the counters to zero (call between runs, not while replicas reduce).
@@ -199,6 +202,9 @@ class Strategy : public DistributionStrategy {
   // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout;
   // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
+  // The options' overlap_gradient_all_reduce: on when requested and every replica's device is a
+  // CPU (GPU replicas: after the backward pass, for now — docs/overlap.md).
+  void set_overlap(bool requested);
   // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
   // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
   void set_communication_options(const CommunicationOptions& options);
@@ -232,7 +238,7 @@ class Strategy : public DistributionStrategy {
   std::chrono::milliseconds timeout_;
   CommunicationOptions communication_options_{.compression = Compression::kNone};
   struct Counters {
-    std::atomic<std::int64_t> collectives{0}, bytes{0}, uncompressed_bytes{0};
+    std::atomic<std::int64_t> collectives{0}, bytes{0}, uncompressed_bytes{0}, overlapped{0};
   } counters_;
   std::unique_ptr<ReplicaPool> pool_;  // null: run on the calling thread
   std::vector<std::unique_ptr<collective::Communicator>> comms_;
@@ -241,6 +247,8 @@ class Strategy : public DistributionStrategy {
   int num_workers_ = 1;
   int worker_index_ = 0;
   bool broken_ = false;  // a step failed: rebuild communicators before the next
+  bool overlap_ = false;
+  std::atomic<bool> overlap_warned_{false};  // replica_context.cc's warning, once per strategy
 };
 
 // The strategy of the calling thread (tf.distribute.get_strategy()): the innermost scope's or

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/distribution.h"
 #include "core/error.h"
 #include "core/sharded_variable.h"
 #include "core/timeline.h"
@@ -79,9 +80,24 @@ GradientTape::StopRecording::StopRecording(GradientTape& tape) : tape_(tape), wa
 }
 GradientTape::StopRecording::~StopRecording() { tape_.impl_->recording = was_; }
 
+namespace {
+// The tape's gradient (GradientTape::gradient). With a replica context in `overlap` that begins a
+// reduction, each source's gradient is handed to it as soon as it is final.
+// `overlap`: the replica context to ask for a GradientReduction (core/distribution.h), or nullptr.
+std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
+                                     const Tensor& output_gradient, UnconnectedGradients unconnected,
+                                     ReplicaContext* overlap);
+}  // namespace
+
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                            const Tensor& output_gradient, UnconnectedGradients unconnected) {
-  Impl& im = *impl_;
+  return compute_gradient(*impl_, target, sources, output_gradient, unconnected, nullptr);
+}
+
+namespace {
+std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
+                                     const Tensor& output_gradient, UnconnectedGradients unconnected,
+                                     ReplicaContext* overlap) {
   im.check_thread("gradient");
   CHORUS_REQUIRE(!im.used || im.persistent, FailedPreconditionError,
                  "GradientTape::gradient can only be called once on a non-persistent tape "
@@ -103,7 +119,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   const bool was_recording = im.recording;
   im.recording = false;
   struct Restore {
-    Impl& im;
+    GradientTape::Impl& im;
     bool was;
     ~Restore() { im.recording = was; }
   } restore{im, was_recording};
@@ -111,10 +127,58 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   // A non-persistent tape is spent from here on, even if a backward function throws.
   im.used = true;
   std::unordered_set<std::uint64_t> source_ids;
-  for (const Tensor& s : sources)
-    if (s.defined()) source_ids.insert(s.id());
+  for (const Tensor& s : sources) {
+    CHORUS_REQUIRE(s.defined(), InvalidArgumentError, "GradientTape::gradient: a source is undefined");
+    source_ids.insert(s.id());
+  }
+  // With a reduction: source i's gradient is final once the earliest-recorded node consuming it
+  // has run (every other consumer was recorded later, so ran before); final_after[k] lists the
+  // sources whose earliest consumer is node k. A source no node consumes is final at once, and
+  // has no gradient (unless kZero): the reduction is told which gradients to expect.
+  std::unordered_map<std::uint64_t, std::size_t> first_use;
+  std::shared_ptr<GradientReduction> reduction;
+  if (overlap != nullptr) {
+    for (std::size_t k = 0; k < im.nodes.size(); ++k)
+      for (const std::uint64_t id : im.nodes[k].inputs)
+        if (source_ids.count(id) != 0) first_use.try_emplace(id, k);
+    std::vector<Tensor> expected(sources.size());
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      const Tensor& s = sources[i];
+      const bool reached = first_use.count(s.id()) != 0 || s.id() == target.id();
+      if (unconnected == UnconnectedGradients::kZero || (reached && im.watches(s) && is_floating(s.dtype())))
+        expected[i] = s;
+    }
+    // Asked only now, with the arguments valid: a reduction, once begun, expects every gradient.
+    reduction = overlap->begin_gradient_reduction(expected);
+  }
   std::unordered_map<std::uint64_t, Tensor> grads;
   grads[target.id()] = seed;
+  // What gradient() returns for source i, given the gradient map as it stands.
+  auto result = [&](std::size_t i) {
+    const Tensor& s = sources[i];
+    auto it = grads.find(s.id());
+    if (it != grads.end() && im.watches(s) && is_floating(s.dtype())) return it->second;
+    if (unconnected == UnconnectedGradients::kZero) return Tensor::zeros(s.shape(), s.dtype(), s.device_name());
+    return Tensor();
+  };
+  std::vector<Tensor> out(sources.size());
+  std::vector<char> done(sources.size(), 0);
+  std::vector<std::vector<std::size_t>> final_after;
+  auto finish = [&](std::size_t i) {
+    out[i] = result(i);
+    done[i] = 1;
+    reduction->ready(i, out[i]);
+  };
+  if (reduction != nullptr) {
+    final_after.resize(im.nodes.size());
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      auto it = first_use.find(sources[i].id());
+      if (it != first_use.end() && sources[i].id() != target.id())
+        final_after[it->second].push_back(i);
+      else if (sources[i].id() != target.id())
+        finish(i);
+    }
+  }
   // Timeline (core/timeline.h): the whole call, and each run of consecutive ops of one layer.
   timeline::Span span("backward", "gradient");
   const bool timing = timeline::enabled();
@@ -123,21 +187,22 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   auto end_group = [&](std::int64_t now) {
     if (!group.empty()) timeline::record("backward", group, group_start, now);
   };
-  for (auto node = im.nodes.rbegin(); node != im.nodes.rend(); ++node) {
-    std::vector<Tensor> out_grads(node->outputs.size());
+  // Runs node k's gradient function, when any of its outputs has a gradient.
+  auto run_node = [&](GradientTape::Impl::Node& node) {
+    std::vector<Tensor> out_grads(node.outputs.size());
     bool any = false;
-    for (std::size_t i = 0; i < node->outputs.size(); ++i) {
-      auto it = grads.find(node->outputs[i]);
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      auto it = grads.find(node.outputs[i]);
       if (it != grads.end()) {
         out_grads[i] = it->second;
         any = true;
       }
     }
-    if (!any) continue;
-    if (timing && node->scope != group) {
+    if (!any) return;
+    if (timing && node.scope != group) {
       const std::int64_t now = timeline::now_us();
       end_group(now);
-      group = node->scope;
+      group = node.scope;
       group_start = now;
     }
     // The outputs' gradients are complete (every consumer was recorded later, so ran before):
@@ -145,46 +210,46 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     // only until its producer consumed it — and, on a non-persistent tape, the node's closure
     // (the tensors its gradient needed) dies with its run. Memory then falls as the backward
     // pass proceeds instead of peaking at its end.
-    for (const std::uint64_t id : node->outputs)
+    for (const std::uint64_t id : node.outputs)
       if (source_ids.count(id) == 0) grads.erase(id);
     std::vector<Tensor> in_grads;
     if (im.persistent) {
-      in_grads = node->backward(out_grads);
+      in_grads = node.backward(out_grads);
     } else {
-      internal::BackwardFn backward = std::move(node->backward);
-      node->backward = nullptr;
+      internal::BackwardFn backward = std::move(node.backward);
+      node.backward = nullptr;
       in_grads = backward(out_grads);
     }
     out_grads.clear();
-    CHORUS_REQUIRE(in_grads.size() == node->inputs.size(), InternalError, "gradient of ", node->op, " returned ",
-                   in_grads.size(), " gradients for ", node->inputs.size(), " inputs");
+    CHORUS_REQUIRE(in_grads.size() == node.inputs.size(), InternalError, "gradient of ", node.op, " returned ",
+                   in_grads.size(), " gradients for ", node.inputs.size(), " inputs");
     for (std::size_t i = 0; i < in_grads.size(); ++i) {
       if (!in_grads[i].defined()) continue;
-      CHORUS_REQUIRE(in_grads[i].shape() == node->input_shapes[i], InternalError, "gradient of ", node->op,
-                     " for input ", i, " has shape ", in_grads[i].shape().to_string(), ", expected ",
-                     node->input_shapes[i].to_string());
-      auto [it, inserted] = grads.try_emplace(node->inputs[i], in_grads[i]);
+      CHORUS_REQUIRE(in_grads[i].shape() == node.input_shapes[i], InternalError, "gradient of ", node.op, " for input ",
+                     i, " has shape ", in_grads[i].shape().to_string(), ", expected ",
+                     node.input_shapes[i].to_string());
+      auto [it, inserted] = grads.try_emplace(node.inputs[i], in_grads[i]);
       if (!inserted) it->second = add(it->second, in_grads[i]);
     }
+  };
+  for (std::size_t k = im.nodes.size(); k-- > 0;) {
+    run_node(im.nodes[k]);
+    if (reduction != nullptr)
+      for (const std::size_t i : final_after[k]) finish(i);
   }
 
   if (timing) end_group(timeline::now_us());
-  std::vector<Tensor> out;
-  out.reserve(sources.size());
-  for (const Tensor& s : sources) {
-    CHORUS_REQUIRE(s.defined(), InvalidArgumentError, "GradientTape::gradient: a source is undefined");
-    auto it = grads.find(s.id());
-    if (it != grads.end() && im.watches(s) && is_floating(s.dtype())) {
-      out.push_back(it->second);
-    } else if (unconnected == UnconnectedGradients::kZero) {
-      out.push_back(Tensor::zeros(s.shape(), s.dtype(), s.device_name()));
-    } else {
-      out.emplace_back();
-    }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (done[i]) continue;
+    if (reduction != nullptr)
+      finish(i);
+    else
+      out[i] = result(i);
   }
   if (!im.persistent) im.nodes.clear();  // release what the backward pass needed
   return out;
 }
+}  // namespace
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
                                            const Tensor& output_gradient, UnconnectedGradients unconnected) {
@@ -195,7 +260,13 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     // A non-trainable variable the user watched is watched through its value's id.
     values.push_back(gradient_source(v));
   }
-  return gradient(target, values, output_gradient, unconnected);
+  // Overlap (core/distribution.h's GradientReduction): in a replica context, when no other tape
+  // records this backward pass (a gradient of a gradient is not what apply_gradients reduces).
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx != nullptr)
+    for (const Impl* tape : t_tapes)
+      if (tape != impl_.get() && tape->recording) ctx = nullptr;
+  return compute_gradient(*impl_, target, values, output_gradient, unconnected, ctx);
 }
 
 std::vector<std::string> GradientTape::unconnected_names(const std::vector<Variable>& vars,

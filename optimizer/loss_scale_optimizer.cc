@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/distribution.h"
 #include "core/error.h"
 #include "ops/elementwise.h"
 #include "ops/finite.h"
@@ -70,6 +71,9 @@ std::int64_t LossScaleOptimizer::dynamic_counter() const {
 
 Tensor LossScaleOptimizer::get_scaled_loss(const Tensor& loss) const {
   CHORUS_REQUIRE(loss.defined(), InvalidArgumentError, "LossScaleOptimizer.get_scaled_loss: the loss is undefined");
+  // The gradients are unscaled on each replica before apply_gradients all-reduces them, so an
+  // all-reduce overlapped with the backward pass could not be used (docs/overlap.md).
+  if (ReplicaContext* ctx = get_replica_context()) ctx->skip_next_gradient_reduction();
   return ops::mul(loss, scale_for(current_loss_scale_, loss));
 }
 

@@ -395,6 +395,15 @@ std::vector<Tensor> Optimizer::clip(std::vector<Tensor> grads) const {
   return grads;
 }
 
+Tensor Optimizer::get_scaled_loss(const Tensor& loss) const {
+  // Called before the tape's gradient. With gradient accumulation no apply all-reduces the tape's
+  // gradients as they are (a micro-step adds them up; the N-th reduces the mean of the sum), so
+  // the tape need not start the overlapped all-reduce (core/distribution.h's GradientReduction).
+  if (accumulation_steps() > 1)
+    if (ReplicaContext* ctx = get_replica_context()) ctx->skip_next_gradient_reduction();
+  return loss;
+}
+
 void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) { apply_gradients_with(grads_and_vars, {}); }
 
 void Optimizer::apply_gradients(GradsAndVars&& grads_and_vars) { apply_gradients_with(std::move(grads_and_vars), {}); }
@@ -415,6 +424,7 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
   std::vector<Tensor> grads;
   std::vector<Variable> vars;
   std::vector<std::string> missing;
+  std::vector<std::size_t> positions;  // of each kept gradient in grads_and_vars
   std::unordered_set<const VariableBase*> seen;
   for (std::size_t i = 0; i < grads_and_vars.size(); ++i) {
     const auto& [g, v] = grads_and_vars[i];  // `g` is released below, once every pair is valid
@@ -446,6 +456,7 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
     }
     grads.push_back(ops::stop_gradient(g));
     vars.push_back(v);
+    positions.push_back(i);
   }
   if (vars.empty()) {
     throw InvalidArgumentError(str_cat("No gradients provided for any variable: [", join(missing, kQuoted), "] (",
@@ -464,6 +475,12 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
   // 2b. Gradient accumulation (optimizer.h, "Gradient accumulation"): add to the accumulators and
   // stop, except on every N-th call, which goes on with the mean. No collective before that.
   if (const int n = accumulation_steps(); n > 1) {
+    // A loop that did not call get_scaled_loss may have begun an overlapped all-reduce: none of
+    // these gradients is reduced as it is (above), so drop it and begin none for the next call.
+    if (ctx != nullptr) {
+      ctx->drop_gradient_reduction();
+      ctx->skip_next_gradient_reduction();
+    }
     build(vars);
     Tensor counter = iterations_.value();
     const bool update = (counter.item<std::int64_t>() + 1) % n == 0;
@@ -521,8 +538,15 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
       shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
     for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i)
       if (is_shard[i] != kReducedByTape) grads[i] = is_shard[i] == kScattered ? shards[b++] : whole[a++];
-  } else if (ctx != nullptr) {
+  } else if (ctx != nullptr && missing.empty()) {
     grads = ctx->all_reduce(ReduceOp::kSum, grads);
+  } else if (ctx != nullptr) {
+    // The list as the tape returned it, undefined gradients in their places: its packs are then
+    // the ones the overlapped all-reduce used (core/distribution.h's GradientReduction).
+    std::vector<Tensor> list(grads_and_vars.size());
+    for (std::size_t k = 0; k < grads.size(); ++k) list[positions[k]] = std::move(grads[k]);
+    list = ctx->all_reduce(ReduceOp::kSum, list);
+    for (std::size_t k = 0; k < grads.size(); ++k) grads[k] = std::move(list[positions[k]]);
   }
   bool proceed = true;
   if (after_aggregation && stage2) {

@@ -167,7 +167,7 @@ class Optimizer : public train::Trackable {
   // minimize need not know which one they hold): the loss to differentiate, and the gradients of
   // that loss brought back to the loss's scale. The identity here; LossScaleOptimizer
   // (optimizer/loss_scale_optimizer.h) multiplies by its loss scale and divides by it.
-  virtual Tensor get_scaled_loss(const Tensor& loss) const { return loss; }
+  virtual Tensor get_scaled_loss(const Tensor& loss) const;
   virtual std::vector<Tensor> get_unscaled_gradients(std::vector<Tensor> grads) const { return grads; }
 
   // Keras 2's minimize with a callable: records loss_fn() on a fresh GradientTape, differentiates

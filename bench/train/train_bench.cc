@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/train/seed_cnn.h"
 #include "core/profile.h"
 
 namespace cx = chorus;
@@ -47,10 +48,11 @@ namespace cx = chorus;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::int64_t kGlobalBatch = 128;
+constexpr std::int64_t kGlobalBatch = cx::bench::kSeedGlobalBatch;
 constexpr int kWarmupSteps = 3;
 
 using cx::bench::median;
+using cx::bench::seed_cnn;
 
 std::int64_t process_cpu_ns() {
   rusage u{};
@@ -61,34 +63,13 @@ std::int64_t process_cpu_ns() {
 }
 
 // One replica count, in this (child) process. Prints `RESULT ...` as its last line.
-// The seed CNN (examples/mnist_mirrored.cc), Adam 1e-3, built in `strategy`'s scope.
-std::unique_ptr<cx::model::Sequential> seed_cnn(cx::distribute::Strategy& strategy) {
-  auto scope = strategy.scope();
-  namespace L = cx::layers;
-  auto model = std::make_unique<cx::model::Sequential>(std::vector<L::LayerPtr>{
-      L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
-      L::Conv2D(64, 3, "relu"), L::Flatten(), L::Dense(64, "relu"), L::Dense(10)});
-  model->compile(std::make_shared<cx::optimizers::Adam>(1e-3),
-                 std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
-  return model;
-}
-
-// 8 distinct global batches, batched once and cached, so the pipeline costs little per step.
-cx::data::Dataset training_data() {
-  return cx::data::synthetic_digits(8 * kGlobalBatch, /*seed=*/1)
-      .batch(kGlobalBatch, /*drop_remainder=*/true)
-      .cache()
-      .repeat()
-      .prefetch(cx::data::kAutotune);
-}
-
 int run_child(int replicas, int steps, int repeats) {
   const cx::PhysicalDevice cpu = cx::config::list_physical_devices("CPU")[0];
   cx::config::set_logical_device_configuration(
       cpu, std::vector<cx::LogicalDeviceConfiguration>(static_cast<std::size_t>(replicas), {.memory_limit_mb = 1024}));
   cx::distribute::MirroredStrategy strategy;
   auto model = seed_cnn(strategy);
-  auto ds = training_data();
+  auto ds = cx::bench::seed_training_data();
   model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
 
   // `repeats` timed fit calls of `steps` steps; samples/s is their median, the time split is over
@@ -144,7 +125,7 @@ int run_worker_child(int steps, int repeats) {
   cx::config::set_intra_op_parallelism_threads(1);
   cx::distribute::MultiWorkerMirroredStrategy strategy({.cpu_devices_per_worker = 1});
   auto model = seed_cnn(strategy);
-  auto ds = training_data();  // the strategy shards each global batch over the workers
+  auto ds = cx::bench::seed_training_data();  // the strategy shards each global batch over the workers
   model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
   std::vector<double> sps;
   for (int rep = 0; rep < repeats; ++rep) {
@@ -322,7 +303,7 @@ int run_parent(int steps, int repeats) {
   if (!torch_line.empty()) std::printf("yardstick: %s\n", torch_line.c_str());
 
   // Multi-worker mode: 2 processes x 1 device against this run's 1 process x 2 devices.
-  std::optional<double> mw_sps;
+  double mw_sps = 0;  // samples/s of the multi-worker run; 0: none (mw_skipped says why)
   std::string mw_skipped;
 #if CHORUS_WITH_MPI
   {
@@ -332,9 +313,8 @@ int run_parent(int steps, int repeats) {
                                         self + "' --worker-child --steps " + std::to_string(steps) + " --repeats " +
                                         std::to_string(repeats) + " 2>&1",
                                     &status);
-    mw_sps = result_field(out, "samples_per_s");
-    if (status != 0 || !mw_sps) {
-      mw_sps.reset();
+    mw_sps = status == 0 ? result_field(out, "samples_per_s").value_or(0) : 0;
+    if (mw_sps <= 0) {
       mw_skipped = "multi-worker run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
     }
   }
@@ -344,13 +324,13 @@ int run_parent(int steps, int repeats) {
   const Case* two = nullptr;
   for (const Case& c : cases)
     if (c.replicas == 2) two = &c;
-  if (mw_sps && two) {
-    const double efficiency = *mw_sps / two->samples_per_s;
+  if (mw_sps > 0 && two) {
+    const double efficiency = mw_sps / two->samples_per_s;
     std::printf(
         "multi-worker: 2 processes x 1 device %.1f samples/s vs 1 process x 2 devices %.1f samples/s: "
         "scaling efficiency %.2f\n",
-        *mw_sps, two->samples_per_s, efficiency);
-    add("samples/s 2 workers x 1 device", *mw_sps, "samples/s", "1 process x 2 devices (same run)", two->samples_per_s,
+        mw_sps, two->samples_per_s, efficiency);
+    add("samples/s 2 workers x 1 device", mw_sps, "samples/s", "1 process x 2 devices (same run)", two->samples_per_s,
         efficiency);
   } else {
     std::printf("multi-worker: skipped: %s\n", mw_skipped.c_str());

@@ -347,7 +347,7 @@ TEST_P(MultiWorker, FitTrainsLikeOneProcess) {
 
 // The timeline under mpirun (core/timeline.h): "%r" gives each rank its own file, whose events
 // carry the rank as their process id, with a track per local replica numbered by its global
-// replica id, and the collectives of the fit among them.
+// replica id (and one for its all-reduce thread), and the collectives of the fit among them.
 TEST_P(MultiWorker, TimelineWritesOneFilePerRankWithTheRankAsProcess) {
   const int k = GetParam();
   MultiWorkerMirroredStrategy s(options(k));
@@ -367,17 +367,25 @@ TEST_P(MultiWorker, TimelineWritesOneFilePerRankWithTheRankAsProcess) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const distribute::internal::JsonValue doc = distribute::internal::parse_json(text, file);
   int collectives = 0;
-  std::set<int> replica_tracks;
+  std::set<int> replica_tracks, all_reduce_tracks;  // replica R: tid 1000 + R; its all-reduce thread: 2000 + R
   for (const auto& e : doc.find("traceEvents")->array) {
     EXPECT_EQ(static_cast<int>(e.find("pid")->number), rank);
     if (e.find("ph")->string == "X" && e.find("cat")->string == "collective") ++collectives;
-    if (e.find("name")->string == "thread_name" && e.find("args")->find("name")->string.rfind("replica ", 0) == 0)
-      replica_tracks.insert(static_cast<int>(e.find("tid")->number) - 1000);
+    if (e.find("name")->string != "thread_name") continue;
+    const std::string& name = e.find("args")->find("name")->string;
+    const int tid = static_cast<int>(e.find("tid")->number);
+    if (tid >= 2000) {
+      EXPECT_EQ(name, "replica " + std::to_string(tid - 2000) + " all-reduce");
+      all_reduce_tracks.insert(tid - 2000);
+    } else if (name.rfind("replica ", 0) == 0) {
+      replica_tracks.insert(tid - 1000);
+    }
   }
   EXPECT_GT(collectives, 0);
   std::set<int> mine;
   for (int r = 0; r < k; ++r) mine.insert(s.worker_offset() + r);
   EXPECT_EQ(replica_tracks, mine);
+  EXPECT_EQ(all_reduce_tracks, mine) << "the gradients were all-reduced during the backward pass";
   comm->barrier({.timeout = kTimeout})->wait(kTimeout);
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }

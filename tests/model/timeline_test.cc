@@ -7,6 +7,7 @@
 // the path is the rank; a planted symbolic link at the path is replaced, its target untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -76,6 +77,8 @@ void parse(const std::string& path, Trace& t) {
   }
 }
 
+void expect_spans_nest(const Trace& t);
+
 TEST(Timeline, OffByDefault) {
   EXPECT_FALSE(timeline::enabled());
   EXPECT_EQ(timeline::stop(), "");
@@ -85,7 +88,9 @@ TEST(Timeline, OffByDefault) {
 TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
   chorus::testing::make_cpus(2, 128);
   TempDir dir;
-  distribute::MirroredStrategy strategy(chorus::testing::cpus(2));
+  // Overlap off: the all-reduce runs on the replica's own thread, inside the optimizer's span
+  // (with it on, the next test).
+  distribute::MirroredStrategy strategy(chorus::testing::cpus(2), {.overlap_gradient_all_reduce = false});
   std::unique_ptr<model::Sequential> m;
   std::shared_ptr<optimizers::Adam> adam;
   {
@@ -134,8 +139,8 @@ TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
       EXPECT_EQ(s->args->find("backend")->string, "shared_memory");
     }
     EXPECT_EQ(t.on(tid, "optimizer").size(), 4u);
-    // Each step's gradient ends before its all-reduce starts (no overlap yet) and the optimizer
-    // span contains the all-reduce.
+    // Each step's gradient ends before its all-reduce starts (no overlap) and the optimizer span
+    // contains the all-reduce.
     const std::vector<const Span*> grads = t.on(tid, "backward"), opts = t.on(tid, "optimizer");
     for (const Span* o : opts) {
       bool has_reduce = false;
@@ -148,7 +153,12 @@ TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
   ASSERT_EQ(t.on(main_tid, "checkpoint").size(), 1u);
   EXPECT_EQ(t.on(main_tid, "checkpoint")[0]->args->find("path")->string, dir.path() + "/ckpt");
 
-  // On every track, two spans are disjoint or one contains the other.
+  expect_spans_nest(t);
+  chorus::internal::reset_runtime_for_testing();
+}
+
+// On every track, two spans are disjoint or one contains the other.
+void expect_spans_nest(const Trace& t) {
   for (const auto& [tid, name] : t.tracks) {
     std::vector<const Span*> mine;
     for (const Span& s : t.spans)
@@ -162,6 +172,65 @@ TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
                                         << ") and " << b->cat << "/" << b->name << " [" << b->ts << ", " << b->end()
                                         << ")";
       }
+  }
+}
+
+// Overlap on (the default): each replica's buckets are all-reduced by its communication thread,
+// on its own track ("replica R all-reduce", tid 2000 + R), while the replica's backward pass runs.
+TEST(Timeline, OverlappedAllReducesRunOnTheirOwnTrackDuringTheBackwardPass) {
+  chorus::testing::make_cpus(2, 512);
+  TempDir dir;
+  distribute::MirroredStrategy strategy(chorus::testing::cpus(2),
+                                        {.communication_options = {.bytes_per_pack = 1 << 20}});
+  std::unique_ptr<model::Sequential> m;
+  {
+    auto scope = strategy.scope();
+    // A backward pass of several milliseconds per replica, so that a communication thread woken
+    // during it gets a core before it ends even on a loaded machine.
+    m = std::make_unique<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Dense(768, "relu"), layers::Dense(768, "relu"),
+                                      layers::Dense(768, "relu"), layers::Dense(8)},
+        "net");
+    m->compile(std::make_shared<optimizers::Adam>(1e-3), std::make_shared<losses::MeanSquaredError>());
+  }
+  const Tensor x = ops::stateless_random_uniform({512, 256}, {1, 2});
+  const Tensor y = ops::stateless_random_uniform({512, 8}, {3, 4});
+  timeline::start(dir.path() + "/overlap.json");
+  m->fit(data::Dataset::from_tensor_slices({x, y}).batch(256), {.epochs = 3, .verbose = 0});  // 6 steps
+  const std::string file = timeline::stop();
+  Trace t;
+  parse(file, t);
+  expect_spans_nest(t);
+  for (const int r : {0, 1}) {
+    ASSERT_EQ(t.tracks.count(2000 + r), 1u);
+    EXPECT_EQ(t.tracks.at(2000 + r), "replica " + std::to_string(r) + " all-reduce");
+    const std::vector<const Span*> reduces = t.on(2000 + r, "collective");
+    // 4 layers' kernels (768² floats, 2.25 MiB: alone) and biases in packs of at most 1 MiB:
+    // several buckets per step, each handed over ("bucket", on the replica's track) inside the
+    // backward pass and all-reduced once on the communication thread's track.
+    EXPECT_GE(reduces.size(), 6u * 4);
+    std::vector<const Span*> buckets, grads;
+    for (const Span* s : t.on(1000 + r, "collective")) {
+      EXPECT_NE(s->name, "all-reduce") << "on the replica track";
+      if (s->name == "bucket") buckets.push_back(s);
+    }
+    for (const Span* g : t.on(1000 + r, "backward"))
+      if (g->name == "gradient") grads.push_back(g);
+    EXPECT_EQ(buckets.size(), reduces.size());
+    for (const Span* b : buckets) {
+      bool inside = false;
+      for (const Span* g : grads) inside |= b->ts >= g->ts && b->end() <= g->end();
+      EXPECT_TRUE(inside) << "bucket at " << b->ts << " outside every backward pass";
+    }
+    // Hidden: the part of the all-reduce time inside the replica's backward ("gradient") spans.
+    double total = 0, hidden = 0;
+    for (const Span* a : reduces) {
+      total += a->dur;
+      for (const Span* g : t.on(1000 + r, "backward"))
+        if (g->name == "gradient") hidden += std::max(0.0, std::min(a->end(), g->end()) - std::max(a->ts, g->ts));
+    }
+    EXPECT_GT(hidden, 0) << "no all-reduce of replica " << r << " overlapped its backward pass (" << total
+                         << " us of all-reduce)";
   }
   chorus::internal::reset_runtime_for_testing();
 }

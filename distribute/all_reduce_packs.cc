@@ -1,0 +1,69 @@
+#include "distribute/all_reduce_packs.h"
+
+#include "ops/elementwise.h"
+#include "ops/shape_ops.h"
+
+namespace chorus::distribute::internal {
+
+std::vector<std::vector<std::size_t>> plan_all_reduce_packs(const std::vector<Tensor>& values,
+                                                            std::int64_t pack_bytes) {
+  std::vector<std::vector<std::size_t>> packs;
+  std::size_t i = 0;
+  while (i < values.size()) {
+    if (!values[i].defined()) {
+      ++i;
+      continue;
+    }
+    std::vector<std::size_t> members{i};
+    std::int64_t bytes = static_cast<std::int64_t>(values[i].nbytes());
+    std::size_t j = i + 1;
+    while (j < values.size() && values[j].defined() && values[j].dtype() == values[i].dtype() &&
+           bytes + static_cast<std::int64_t>(values[j].nbytes()) <= pack_bytes) {
+      bytes += static_cast<std::int64_t>(values[j].nbytes());
+      members.push_back(j++);
+    }
+    packs.push_back(std::move(members));
+    i = j;
+  }
+  return packs;
+}
+
+Pack make_pack(const std::vector<Tensor>& values, std::vector<std::size_t> members, DType wire,
+               const std::string& device) {
+  auto local = [&](const Tensor& t) { return t.device_name() == device ? t : t.to(device); };
+  Pack pack;
+  pack.dtype = values[members.front()].dtype();
+  Tensor in;
+  if (members.size() == 1) {
+    in = local(values[members.front()]);
+  } else {
+    std::vector<Tensor> flat;
+    flat.reserve(members.size());
+    for (const std::size_t m : members) flat.push_back(ops::reshape(local(values[m]), {-1}));
+    in = ops::concat(flat, 0);
+  }
+  for (const std::size_t m : members) pack.shapes.push_back(values[m].shape());
+  pack.members = std::move(members);
+  pack.value_bytes = static_cast<std::int64_t>(in.nbytes());
+  // Compressed: the cast is a fresh buffer, reduced in place; otherwise a separate output.
+  const bool compress = wire != in.dtype();
+  pack.send = compress ? ops::cast(in, wire) : in;
+  pack.out = compress ? pack.send : Tensor::empty(in.shape(), in.dtype(), device);
+  return pack;
+}
+
+void unpack(const Pack& pack, std::vector<Tensor>& reduced) {
+  const Tensor whole = pack.out.dtype() != pack.dtype ? ops::cast(pack.out, pack.dtype) : pack.out;
+  if (pack.members.size() == 1) {
+    reduced[pack.members.front()] = whole;
+    return;
+  }
+  std::vector<std::int64_t> sizes;
+  sizes.reserve(pack.shapes.size());
+  for (const Shape& s : pack.shapes) sizes.push_back(s.num_elements());
+  std::vector<Tensor> parts = ops::split(whole, sizes, 0);
+  for (std::size_t k = 0; k < pack.members.size(); ++k)
+    reduced[pack.members[k]] = ops::reshape(parts[k], pack.shapes[k].dims());
+}
+
+}  // namespace chorus::distribute::internal

@@ -1,0 +1,37 @@
+// The packs of StrategyReplicaContext::all_reduce(op, list): which gradients travel together and
+// how a pack is built and taken apart. One rule for the direct call and for the all-reduce
+// overlapped with the backward pass (distribute/overlapped_reduction.h), so that both move the
+// same packs and give the same bits on every backend (MPI picks its algorithm by message size).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace chorus::distribute::internal {
+
+// The packs, in list order: runs of consecutive defined values of one dtype whose bytes add up to
+// at most `pack_bytes` (a larger value goes alone); an undefined value ends a run and is in none.
+// Depends only on which values are defined, their dtypes and sizes — the same on every replica.
+std::vector<std::vector<std::size_t>> plan_all_reduce_packs(const std::vector<Tensor>& values, std::int64_t pack_bytes);
+
+// One pack on its way: `send` (the members flattened and concatenated, or the one member as it
+// is; cast to the wire dtype when compressed) is all-reduced into `out` (a fresh buffer, or
+// `send` itself when compressed).
+struct Pack {
+  std::vector<std::size_t> members;
+  std::vector<Shape> shapes;      // each member's
+  DType dtype = DType::kFloat32;  // the members' (the wire dtype is send's)
+  std::int64_t value_bytes = 0;   // the members' bytes, uncompressed
+  Tensor send, out;
+};
+
+// Builds the pack of `members` of `values` on `device` (a member elsewhere is copied there).
+Pack make_pack(const std::vector<Tensor>& values, std::vector<std::size_t> members, DType wire,
+               const std::string& device);
+// The reduced members into `reduced[member]` (cast back from the wire dtype, split, reshaped).
+void unpack(const Pack& pack, std::vector<Tensor>& reduced);
+
+}  // namespace chorus::distribute::internal

@@ -1,0 +1,92 @@
+#include "distribute/overlapped_reduction.h"
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "core/timeline.h"
+
+namespace chorus::distribute::internal {
+
+OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, std::int64_t pack_bytes,
+                                         std::function<DType(DType)> wire, std::string device, Launch launch, Wait wait)
+    : grads_(expected.size()),
+      storage_(expected.size()),
+      shapes_(expected.size()),
+      expected_(expected.size(), 0),
+      final_(expected.size(), 0),
+      bucket_of_(expected.size(), -1),
+      remaining_(expected.size()),
+      wire_(std::move(wire)),
+      device_(std::move(device)),
+      launch_(std::move(launch)),
+      wait_(std::move(wait)) {
+  for (std::size_t i = 0; i < expected.size(); ++i) expected_[i] = expected[i].defined() ? 1 : 0;
+  // The plan reads only definedness, dtypes and sizes: the expected sources stand in for their
+  // gradients (a gradient has its source's shape and dtype).
+  for (std::vector<std::size_t>& members : plan_all_reduce_packs(expected, pack_bytes)) {
+    Bucket b;
+    b.remaining = members.size();
+    for (const std::size_t m : members) bucket_of_[m] = static_cast<int>(buckets_.size());
+    b.members = std::move(members);
+    buckets_.push_back(std::move(b));
+  }
+  next_ = static_cast<int>(buckets_.size()) - 1;
+}
+
+void OverlappedReduction::ready(std::size_t index, const Tensor& grad) {
+  CHORUS_ENFORCE(index < final_.size() && !final_[index], "gradient ", index, " handed over twice or out of range");
+  final_[index] = 1;
+  --remaining_;
+  if (abandoned_) return;
+  if (grad.defined() != (expected_[index] != 0)) {
+    // Not the gradient the plan was made for: no further bucket (the same decision on every
+    // replica, since the replicas' tapes are alike); apply_gradients reduces as without overlap.
+    abandoned_ = true;
+    grads_.clear();
+    return;
+  }
+  if (!grad.defined()) return;
+  storage_[index] = grad.buffer();
+  shapes_[index] = grad.shape();
+  grads_[index] = grad;
+  Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[index])];
+  --b.remaining;
+  launch_ready_buckets();
+}
+
+void OverlappedReduction::launch_ready_buckets() {
+  while (next_ >= 0 && buckets_[static_cast<std::size_t>(next_)].remaining == 0) {
+    Bucket& b = buckets_[static_cast<std::size_t>(next_)];
+    const DType dtype = grads_[b.members.front()].dtype();
+    {
+      // On the replica's track, inside its backward pass (core/timeline.h): the bucket handed over.
+      timeline::Span span("collective", "bucket");
+      b.pack = make_pack(grads_, b.members, wire_(dtype), device_);
+      if (timeline::enabled())
+        span.set_args(
+            chorus::internal::str_cat("\"bytes\": ", b.pack.send.nbytes(), ", \"gradients\": ", b.members.size()));
+    }
+    for (const std::size_t m : b.members) grads_[m] = Tensor();  // the caller keeps its own references
+    b.ticket = launch_(&b.pack);
+    --next_;
+  }
+}
+
+bool OverlappedReduction::complete() const { return !abandoned_ && remaining_ == 0 && next_ < 0; }
+
+std::optional<std::vector<Tensor>> OverlappedReduction::take(const std::vector<Tensor>& values) {
+  if (!complete() || values.size() != expected_.size()) return std::nullopt;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].defined() != (expected_[i] != 0)) return std::nullopt;
+    if (!values[i].defined()) continue;
+    if (values[i].buffer() != storage_[i].lock() || values[i].shape() != shapes_[i]) return std::nullopt;
+  }
+  std::vector<Tensor> reduced(values.size());
+  for (Bucket& b : buckets_) {
+    wait_(b.ticket);
+    unpack(b.pack, reduced);
+    b.pack = Pack();
+  }
+  return reduced;
+}
+
+}  // namespace chorus::distribute::internal

@@ -1,0 +1,84 @@
+// The gradient all-reduce overlapped with the backward pass: PyTorch DDP's reducer for chorus
+// (core/distribution.h's GradientReduction). StrategyReplicaContext begins one for
+// GradientTape::gradient(target, variables) when its strategy overlaps (the strategy options'
+// overlap_gradient_all_reduce), and all_reduce(kSum, list) takes its results.
+//
+// Buckets are all_reduce(list)'s packs (distribute/all_reduce_packs.h) of the gradients the tape
+// expects (consecutive ones of one dtype up to bytes_per_pack, in the variables' order), so the
+// same bytes meet in the same collectives as without overlap: the results are bitwise equal on
+// every backend. A bucket is packed on the replica thread and handed to the replica's
+// communication thread (distribute/comm_worker.h) as soon as its last gradient is final — and,
+// as in DDP, strictly in reverse bucket order (the last layers' gradients are final first), so
+// that every replica issues the same collectives in the same order whatever order its backward
+// pass finishes them in. A bucket ready early waits for the ones after it.
+//
+// Unused variables (no gradient this step, DDP's find_unused_parameters trouble): the tape says
+// up front which gradients it expects (a variable no recorded op read gets none), so such a
+// variable is in no bucket and nothing waits for it. A gradient that turns out different from
+// what the tape expected (undefined after all: its ops did not reach the target) abandons the
+// reduction: the buckets already handed over still run everywhere (the same ones on every
+// replica, which all compute alike), no more are launched, take() declines and apply_gradients
+// reduces as without overlap.
+//
+// Thread-safety: the replica thread only (the communication thread runs what it is handed).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/distribution.h"
+#include "distribute/all_reduce_packs.h"
+
+namespace chorus::distribute::internal {
+
+class OverlappedReduction final : public GradientReduction {
+ public:
+  // Hands a bucket to the communication thread (which all-reduces pack->send into pack->out);
+  // returns its ticket.
+  using Launch = std::function<std::uint64_t(Pack* pack)>;
+  // Waits for a ticket, rethrowing the collective's error.
+  using Wait = std::function<void(std::uint64_t ticket)>;
+
+  // `expected`: the sources' tensors, undefined where the tape expects no gradient. `wire`: the
+  // wire dtype of a bucket of each dtype (compression); `pack_bytes`: the bucket size.
+  OverlappedReduction(const std::vector<Tensor>& expected, std::int64_t pack_bytes, std::function<DType(DType)> wire,
+                      std::string device, Launch launch, Wait wait);
+
+  void ready(std::size_t index, const Tensor& grad) override;
+
+  // Every gradient was final and every bucket launched (not abandoned).
+  bool complete() const;
+  // When `values` are exactly the gradients handed to ready() (the same storage and shape, in the
+  // same order, undefined alike) and the reduction is complete: the summed gradients, once their
+  // buckets are reduced. Otherwise nullopt (nothing waited for).
+  std::optional<std::vector<Tensor>> take(const std::vector<Tensor>& values);
+  std::size_t num_buckets() const { return buckets_.size(); }
+
+ private:
+  void launch_ready_buckets();
+
+  struct Bucket {
+    std::vector<std::size_t> members;
+    std::size_t remaining = 0;  // members not yet final
+    Pack pack;
+    std::uint64_t ticket = 0;
+  };
+  std::vector<Tensor> grads_;                   // the final gradients, until their bucket is packed
+  std::vector<std::weak_ptr<Buffer>> storage_;  // what take() recognises them by
+  std::vector<Shape> shapes_;
+  std::vector<char> expected_, final_;
+  std::vector<int> bucket_of_;  // -1: in no bucket (no gradient expected)
+  std::vector<Bucket> buckets_;
+  int next_ = 0;               // the next bucket to launch, counting down; -1: all launched
+  std::size_t remaining_ = 0;  // gradients not yet final
+  bool abandoned_ = false;
+  std::function<DType(DType)> wire_;
+  std::string device_;
+  Launch launch_;
+  Wait wait_;
+};
+
+}  // namespace chorus::distribute::internal

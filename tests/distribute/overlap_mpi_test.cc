@@ -1,0 +1,106 @@
+// The gradient all-reduce overlapped with the backward pass (distribute/overlapped_reduction.h)
+// under MultiWorkerMirroredStrategy, run by CTest as `mpirun -n 2` and `-n 3` (label mpi): one CPU
+// device per worker (the MPI backend, which picks its algorithm by message size, so the buckets
+// must be exactly the non-overlapped packs) and two (hierarchical: shared memory in the process,
+// MPI between processes). A custom loop with small buckets gives bitwise the weights of the
+// same loop with overlap off, on every worker, and the buckets ran on the communication threads.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/config.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "ops/ops.h"
+#include "optimizer/adam.h"
+#include "tests/collective/mpi_test_main.h"
+
+namespace chorus::distribute {
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{30000};
+
+struct Outcome {
+  std::vector<std::vector<float>> weights;
+  AllReduceCounters counters;
+};
+
+// Three steps of a three-layer net on each replica's own rows; its weights afterwards.
+Outcome train(int local_devices, bool overlap) {
+  MultiWorkerMirroredStrategy s({.cpu_devices_per_worker = local_devices,
+                                 .timeout = kTimeout,
+                                 .communication_options = {.bytes_per_pack = 2048},
+                                 .overlap_gradient_all_reduce = overlap});
+  std::vector<Variable> vars;
+  std::shared_ptr<optimizers::Adam> opt;
+  {
+    auto scope = s.scope();
+    const std::vector<std::vector<std::int64_t>> shapes{{16, 64}, {64}, {64, 48}, {48}, {48, 3}, {3}};
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      vars.push_back(
+          make_variable({.initial_value = ops::stateless_random_uniform(
+                             Shape(shapes[i]), {7, static_cast<std::int64_t>(i)}, {.minval = -0.3, .maxval = 0.3}),
+                         .name = "v" + std::to_string(i)}));
+    opt = std::make_shared<optimizers::Adam>(1e-2);
+  }
+  s.read_and_reset_all_reduce_counters();
+  for (int step = 0; step < 3; ++step) {
+    s.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      const Tensor x = ops::stateless_random_uniform({10, 16}, {100 + step, r});
+      const Tensor y = ops::stateless_random_uniform({10, 3}, {200 + step, r});
+      ops::GradientTape tape;
+      Tensor h = ops::relu(ops::matmul(x, vars[0].value()) + vars[1].value());
+      h = ops::relu(ops::matmul(h, vars[2].value()) + vars[3].value());
+      const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, vars[4].value()) + vars[5].value() - y));
+      std::vector<Tensor> grads = tape.gradient(loss, vars);
+      optimizers::GradsAndVars gv;
+      for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+      opt->apply_gradients(std::move(gv));
+    });
+  }
+  Outcome out;
+  out.counters = s.read_and_reset_all_reduce_counters();
+  for (const Variable& v : vars) out.weights.push_back(v.read_value().to_vector<float>());
+  return out;
+}
+
+class OverlapMpi : public ::testing::TestWithParam<int> {};
+
+TEST_P(OverlapMpi, WeightsAreBitwiseTheNonOverlappedOnesOnEveryWorker) {
+  const int k = GetParam();
+  const Outcome off = train(k, false);
+  const Outcome on = train(k, true);
+  ASSERT_EQ(on.weights.size(), off.weights.size());
+  for (std::size_t v = 0; v < on.weights.size(); ++v)
+    for (std::size_t i = 0; i < on.weights[v].size(); ++i)
+      ASSERT_EQ(on.weights[v][i], off.weights[v][i]) << "variable " << v << " element " << i;
+  EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+  EXPECT_EQ(on.counters.bytes, off.counters.bytes);
+  EXPECT_EQ(off.counters.overlapped, 0);
+  EXPECT_EQ(on.counters.overlapped, on.counters.collectives) << "every gradient pack was a bucket";
+  EXPECT_GE(on.counters.overlapped, 3 * k * 3) << "several buckets per step";
+  // Every worker holds the same weights (the all-reduce made them so): compare with rank 0's.
+  MultiWorkerMirroredStrategy s({.cpu_devices_per_worker = 1, .timeout = kTimeout});
+  for (const std::vector<float>& w : on.weights) {
+    const Tensor mine = Tensor::from_vector<float>(w);
+    const std::vector<float> sum =
+        s.run([&] { return get_replica_context()->all_reduce(ReduceOp::kSum, mine); }).values()[0].to_vector<float>();
+    for (std::size_t i = 0; i < w.size(); ++i)
+      ASSERT_EQ(sum[i], w[i] * static_cast<float>(s.num_replicas_in_sync())) << "workers disagree at " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, OverlapMpi, ::testing::Values(1, 2), [](const auto& info) {
+  return info.param == 1 ? std::string("mpi") : std::string("hierarchical");
+});
+
+}  // namespace
+}  // namespace chorus::distribute
+
+int main(int argc, char** argv) {
+  return chorus::testing::run_tests_under_mpi(argc, argv, [] {
+    chorus::config::set_logical_device_configuration(
+        chorus::config::list_physical_devices("CPU")[0],
+        std::vector<chorus::LogicalDeviceConfiguration>(2, chorus::LogicalDeviceConfiguration{.memory_limit_mb = 256}));
+  });
+}

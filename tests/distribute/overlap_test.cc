@@ -1,0 +1,259 @@
+// The gradient all-reduce overlapped with the backward pass (distribute/overlapped_reduction.h)
+// under MirroredStrategy on 2 and 3 logical CPU devices (the shared-memory backend): fit and a
+// custom loop give bitwise the weights of the non-overlapped path for several bucket sizes and
+// optimizers; the buckets really ran on the communication threads (the counters); unused
+// variables neither hang nor corrupt a bucket; gradients changed before apply_gradients are
+// reduced correctly (and overlap turns itself off with a warning); gradient accumulation runs no
+// collective on its micro-steps; a LossScaleOptimizer and ZeRO stage 2 do not overlap; a replica
+// failing with buckets in flight fails the step, never hangs it, and the next step works.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/distribution.h"
+#include "core/runtime.h"
+#include "data/synthetic_digits.h"
+#include "distribute/mirrored_strategy.h"
+#include "model/layers.h"
+#include "model/losses.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "optimizer/adam.h"
+#include "optimizer/loss_scale_optimizer.h"
+#include "optimizer/sgd.h"
+#include "tests/core/test_util.h"
+
+namespace chorus::distribute {
+namespace {
+
+using chorus::testing::cpus;
+
+struct Outcome {
+  std::vector<std::vector<float>> weights;
+  AllReduceCounters counters;
+  std::vector<double> loss;
+};
+
+std::unique_ptr<model::Sequential> small_cnn() {
+  return std::make_unique<model::Sequential>(
+      std::vector<layers::LayerPtr>{layers::Conv2D(4, 3, "relu"), layers::MaxPooling2D(2), layers::Conv2D(6, 3, "relu"),
+                                    layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(10)});
+}
+
+std::vector<std::vector<float>> weights_of(const std::vector<Variable>& vars) {
+  std::vector<std::vector<float>> w;
+  for (const Variable& v : vars) w.push_back(v.read_value().to_vector<float>());
+  return w;
+}
+
+void expect_bitwise(const Outcome& a, const Outcome& b, const std::string& what) {
+  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
+  for (std::size_t v = 0; v < a.weights.size(); ++v) {
+    ASSERT_EQ(a.weights[v].size(), b.weights[v].size()) << what;
+    for (std::size_t i = 0; i < a.weights[v].size(); ++i)
+      ASSERT_EQ(a.weights[v][i], b.weights[v][i]) << what << ": variable " << v << " element " << i;
+  }
+}
+
+// fit of the small CNN on 12×12 digits (48 rows, batches of 16: 3 steps per epoch).
+Outcome fit_cnn(int replicas, bool overlap, std::int64_t pack_bytes, bool adam) {
+  MirroredStrategy s(cpus(replicas),
+                     {.communication_options = {.bytes_per_pack = pack_bytes}, .overlap_gradient_all_reduce = overlap});
+  auto scope = s.scope();
+  ops::set_seed(42);  // the same initial weights in every run
+  auto m = small_cnn();
+  std::shared_ptr<optimizers::Optimizer> opt;
+  if (adam)
+    opt = std::make_shared<optimizers::Adam>(1e-2);
+  else
+    opt = std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9});
+  m->compile(opt, std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+  auto ds = data::synthetic_digits(48, 7).map([](const data::Element& e) {
+    return data::Element{ops::slice(e[0], {8, 8, 0}, {12, 12, 1}), e[1]};
+  });
+  s.read_and_reset_all_reduce_counters();
+  Outcome out;
+  out.loss = m->fit(ds.batch(16), {.epochs = 2, .verbose = 0}).history.at("loss");
+  out.counters = s.read_and_reset_all_reduce_counters();
+  out.weights = weights_of(m->trainable_variables());
+  return out;
+}
+
+class OverlapFit : public ::testing::TestWithParam<std::tuple<int, std::int64_t, bool>> {};
+
+TEST_P(OverlapFit, WeightsAreBitwiseTheNonOverlappedOnesAndTheBucketsRanDuringBackward) {
+  const auto [replicas, pack_bytes, adam] = GetParam();
+  chorus::testing::make_cpus(replicas, 256);
+  const Outcome off = fit_cnn(replicas, false, pack_bytes, adam);
+  const Outcome on = fit_cnn(replicas, true, pack_bytes, adam);
+  expect_bitwise(on, off, "overlap on vs off");
+  EXPECT_EQ(on.loss, off.loss);
+  EXPECT_LT(on.loss.back(), on.loss.front());
+  // The same collectives moved the same bytes; with overlap every gradient pack was one of the
+  // communication threads' (6 steps × replicas), none without.
+  EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+  EXPECT_EQ(on.counters.bytes, off.counters.bytes);
+  EXPECT_EQ(off.counters.overlapped, 0);
+  EXPECT_GT(on.counters.overlapped, 0);
+  const std::int64_t metric_reduces = on.counters.collectives - on.counters.overlapped;
+  EXPECT_GE(metric_reduces, 0);
+  if (pack_bytes == 256) {
+    EXPECT_GE(on.counters.overlapped, 6 * replicas * 4) << "many small buckets";
+  }
+  chorus::internal::reset_runtime_for_testing();
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedMemory, OverlapFit,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values<std::int64_t>(256, 4096, 0),
+                                            ::testing::Bool()));
+
+// A custom loop: per-replica tape, apply_gradients in the replica — with `change` applied to the
+// gradients in between (nullptr: none). Returns the weights after `steps` steps.
+Outcome custom_loop(int replicas, bool overlap, int steps, const std::function<Tensor(const Tensor&)>& change,
+                    bool use_extra_variable = false, int accumulate = 0) {
+  MirroredStrategy s(cpus(replicas),
+                     {.communication_options = {.bytes_per_pack = 512}, .overlap_gradient_all_reduce = overlap});
+  Variable w1, b1, unused, w2;
+  std::shared_ptr<optimizers::Optimizer> opt;
+  {
+    auto scope = s.scope();
+    w1 = make_variable({.initial_value = ops::stateless_random_uniform({8, 32}, {1, 1}), .name = "w1"});
+    b1 = make_variable({.initial_value = Tensor::zeros({32}, DType::kFloat32), .name = "b1"});
+    unused = make_variable({.initial_value = Tensor::ones({5}, DType::kFloat32), .name = "unused"});
+    w2 = make_variable({.initial_value = ops::stateless_random_uniform({32, 4}, {2, 2}), .name = "w2"});
+    optimizers::AdamOptions options{.learning_rate = 1e-2};
+    if (accumulate > 0) options.gradient_accumulation_steps = accumulate;
+    opt = std::make_shared<optimizers::Adam>(options);
+  }
+  const std::vector<Variable> vars{w1, b1, unused, w2};
+  s.read_and_reset_all_reduce_counters();
+  for (int step = 0; step < steps; ++step) {
+    s.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      const Tensor x = ops::stateless_random_uniform({6, 8}, {100 + step, r});
+      const Tensor y = ops::stateless_random_uniform({6, 4}, {200 + step, r});
+      ops::GradientTape tape;
+      Tensor h = ops::relu(ops::matmul(x, w1.value()) + b1.value());
+      if (use_extra_variable) h = h * ops::reduce_sum(unused.value());
+      const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, w2.value()) - y));
+      std::vector<Tensor> grads = tape.gradient(opt->get_scaled_loss(loss), vars);
+      optimizers::GradsAndVars gv;
+      for (std::size_t i = 0; i < vars.size(); ++i)
+        gv.emplace_back(change && grads[i].defined() ? change(grads[i]) : grads[i], vars[i]);
+      opt->apply_gradients(std::move(gv));
+    });
+  }
+  Outcome out;
+  out.counters = s.read_and_reset_all_reduce_counters();
+  out.weights = weights_of(vars);
+  return out;
+}
+
+TEST(Overlap, AnUnusedVariableIsInNoBucketAndNothingWaitsForIt) {
+  // `unused` gets no gradient (TF's None): apply_gradients warns and skips it; the buckets around
+  // it still run during backward, and the weights are bitwise the non-overlapped ones.
+  for (const int replicas : {2, 3}) {
+    chorus::testing::make_cpus(replicas, 128);
+    const Outcome off = custom_loop(replicas, false, 4, nullptr);
+    const Outcome on = custom_loop(replicas, true, 4, nullptr);
+    expect_bitwise(on, off, "unused variable");
+    EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+    EXPECT_EQ(on.counters.overlapped, on.counters.collectives) << "every pack was a bucket";
+    EXPECT_EQ(on.weights[2], std::vector<float>(5, 1.0f)) << "the unused variable is untouched";
+    // Used on some steps only would change the tape, not the contract: the same on every replica.
+    const Outcome used_off = custom_loop(replicas, false, 3, nullptr, true);
+    const Outcome used_on = custom_loop(replicas, true, 3, nullptr, true);
+    expect_bitwise(used_on, used_off, "used variable");
+    chorus::internal::reset_runtime_for_testing();
+  }
+}
+
+TEST(Overlap, GradientsChangedBeforeApplyAreReducedAsTheyAreAndOverlapTurnsOff) {
+  chorus::testing::make_cpus(2, 128);
+  auto halve = [](const Tensor& g) { return g * 0.5; };
+  const Outcome off = custom_loop(2, false, 3, halve);
+  const Outcome on = custom_loop(2, true, 3, halve);
+  expect_bitwise(on, off, "halved gradients");
+  // The first step's buckets were reduced for nothing; then overlap is off.
+  EXPECT_GT(on.counters.overlapped, 0);
+  EXPECT_EQ(on.counters.collectives - on.counters.overlapped, off.counters.collectives);
+  const std::int64_t first_step_buckets = on.counters.overlapped;
+  EXPECT_EQ(first_step_buckets * 3, off.counters.collectives) << "buckets of one step only";
+  chorus::internal::reset_runtime_for_testing();
+}
+
+// With gradient_accumulation_steps no apply reduces the tape's gradients as they are (the N-th
+// reduces the mean of the sum), so the tape begins no overlapped all-reduce: nothing is reduced
+// for nothing, micro-steps run no collective, and the updates are the non-overlapped ones.
+TEST(Overlap, GradientAccumulationBeginsNoOverlappedAllReduce) {
+  chorus::testing::make_cpus(2, 128);
+  const Outcome off = custom_loop(2, false, 6, nullptr, false, 3);
+  const Outcome on = custom_loop(2, true, 6, nullptr, false, 3);
+  expect_bitwise(on, off, "accumulation");
+  EXPECT_EQ(on.counters.collectives, off.counters.collectives) << "collectives on the 2 updating steps only";
+  EXPECT_EQ(on.counters.overlapped, 0);
+  chorus::internal::reset_runtime_for_testing();
+}
+
+TEST(Overlap, ALossScaleOptimizerAndZeroStageTwoReduceAfterTheBackwardPass) {
+  chorus::testing::make_cpus(2, 128);
+  for (const int stage : {0, 2}) {
+    MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
+    EXPECT_EQ(s.overlaps_gradient_all_reduce(), stage == 0);
+    auto scope = s.scope();
+    auto m =
+        std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{layers::Dense(8, "relu"), layers::Dense(3)});
+    std::shared_ptr<optimizers::Optimizer> opt = std::make_shared<optimizers::SGD>(0.1);
+    if (stage == 0) opt = std::make_shared<optimizers::LossScaleOptimizer>(opt);
+    m->compile(opt, std::make_shared<losses::MeanSquaredError>());
+    const Tensor x = ops::stateless_random_uniform({16, 4}, {1, 2});
+    const Tensor y = ops::stateless_random_uniform({16, 3}, {3, 4});
+    s.read_and_reset_all_reduce_counters();
+    m->fit(data::Dataset::from_tensor_slices({x, y}).batch(8), {.epochs = 1, .verbose = 0});
+    const AllReduceCounters c = s.read_and_reset_all_reduce_counters();
+    EXPECT_GT(c.collectives, 0);
+    EXPECT_EQ(c.overlapped, 0) << "stage " << stage;
+  }
+  chorus::internal::reset_runtime_for_testing();
+}
+
+TEST(Overlap, AReplicaFailingWithBucketsInFlightFailsTheStepAndTheNextStepWorks) {
+  chorus::testing::make_cpus(2, 128);
+  MirroredStrategy s(cpus(2), {.timeout = std::chrono::seconds(20)});
+  Variable w;
+  std::shared_ptr<optimizers::SGD> opt;
+  {
+    auto scope = s.scope();
+    w = make_variable({.initial_value = Tensor::ones({64, 64}, DType::kFloat32), .name = "w"});
+    opt = std::make_shared<optimizers::SGD>(0.1);
+  }
+  auto step = [&](bool fail) {
+    s.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      ops::GradientTape tape;
+      const Tensor loss = ops::reduce_sum(ops::square(w.value()));
+      std::vector<Tensor> g = tape.gradient(loss, std::vector<Variable>{w});
+      if (fail && r == 1) throw InvalidArgumentError("replica 1 gives up after its backward pass");
+      opt->apply_gradients({{g[0], w}});
+    });
+  };
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    step(true);
+    ADD_FAILURE() << "the failed step returned";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("replica 1 gives up"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << "no wait for the timeout";
+  try {
+    step(false);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "the step after the failed one: " << e.what();
+  }
+  chorus::internal::reset_runtime_for_testing();
+}
+
+}  // namespace
+}  // namespace chorus::distribute
