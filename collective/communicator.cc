@@ -75,6 +75,14 @@ CollectiveCall numbered(CollectiveOp kind, std::uint64_t sequence, const Tensor*
 
 std::chrono::milliseconds default_timeout() { return env::collective_timeout().value_or(kDefaultTimeout); }
 
+namespace {
+thread_local bool t_passive_wait = false;
+}  // namespace
+
+PassiveWaitScope::PassiveWaitScope() : saved_(t_passive_wait) { t_passive_wait = true; }
+PassiveWaitScope::~PassiveWaitScope() { t_passive_wait = saved_; }
+bool passive_wait() { return t_passive_wait; }
+
 void Communicator::check_device(const Tensor&, const CollectiveCall&, const char*) const {}
 
 void Communicator::check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const {

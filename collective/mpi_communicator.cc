@@ -365,7 +365,8 @@ std::string MpiCommunicator::exchange_fingerprints(const Call& call) {
 // Polls `request` until it completes, the deadline passes, a notice arrives or abort() is called.
 // On any failure the request and `keep` are abandoned to the Channel (MPI may still use them).
 void MpiCommunicator::wait(MPI_Request* request, const Call& call, Keep keep) {
-  const auto spin_until = Clock::now() + kSpin;
+  // A passive waiter (communicator.h's PassiveWaitScope) sleeps between polls from the first.
+  const auto spin_until = Clock::now() + (passive_wait() ? Clock::duration::zero() : kSpin);
   try {
     std::optional<Clock::time_point> loss_seen;  // when the peer monitor first reported a loss
     for (;;) {

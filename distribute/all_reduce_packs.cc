@@ -1,5 +1,7 @@
 #include "distribute/all_reduce_packs.h"
 
+#include <algorithm>
+
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
 
@@ -7,24 +9,31 @@ namespace chorus::distribute::internal {
 
 std::vector<std::vector<std::size_t>> plan_all_reduce_packs(const std::vector<Tensor>& values,
                                                             std::int64_t pack_bytes) {
+  // From the end of the list (the last layers' gradients are final first), as DDP assigns buckets:
+  // the first pack formed holds at most kFirstPackBytes, the others pack_bytes.
   std::vector<std::vector<std::size_t>> packs;
-  std::size_t i = 0;
-  while (i < values.size()) {
+  std::int64_t cap = std::min(pack_bytes, kFirstPackBytes);
+  std::size_t end = values.size();  // values[end..] are planned
+  while (end > 0) {
+    std::size_t i = end - 1;
     if (!values[i].defined()) {
-      ++i;
+      end = i;
       continue;
     }
-    std::vector<std::size_t> members{i};
     std::int64_t bytes = static_cast<std::int64_t>(values[i].nbytes());
-    std::size_t j = i + 1;
-    while (j < values.size() && values[j].defined() && values[j].dtype() == values[i].dtype() &&
-           bytes + static_cast<std::int64_t>(values[j].nbytes()) <= pack_bytes) {
-      bytes += static_cast<std::int64_t>(values[j].nbytes());
-      members.push_back(j++);
+    std::size_t first = i;
+    while (first > 0 && values[first - 1].defined() && values[first - 1].dtype() == values[i].dtype() &&
+           bytes + static_cast<std::int64_t>(values[first - 1].nbytes()) <= cap) {
+      --first;
+      bytes += static_cast<std::int64_t>(values[first].nbytes());
     }
+    std::vector<std::size_t> members;
+    for (std::size_t m = first; m <= i; ++m) members.push_back(m);
     packs.push_back(std::move(members));
-    i = j;
+    cap = pack_bytes;
+    end = first;
   }
+  std::reverse(packs.begin(), packs.end());
   return packs;
 }
 

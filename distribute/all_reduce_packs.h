@@ -12,9 +12,16 @@
 
 namespace chorus::distribute::internal {
 
-// The packs, in list order: runs of consecutive defined values of one dtype whose bytes add up to
-// at most `pack_bytes` (a larger value goes alone); an undefined value ends a run and is in none.
-// Depends only on which values are defined, their dtypes and sizes — the same on every replica.
+// PyTorch DDP's first bucket: the pack formed first — the one holding the end of the list, the
+// last layers' gradients, which the backward pass finishes first — is kept this small, so that
+// its all-reduce can start early.
+inline constexpr std::int64_t kFirstPackBytes = 1 << 20;
+
+// The packs, in list order, formed from the end of the list (DDP's reverse order of use): runs of
+// consecutive defined values of one dtype whose bytes add up to at most `pack_bytes` — at most
+// min(pack_bytes, kFirstPackBytes) for the first run formed — a larger value going alone; an
+// undefined value ends a run and is in none. Depends only on which values are defined, their
+// dtypes and sizes — the same on every replica.
 std::vector<std::vector<std::size_t>> plan_all_reduce_packs(const std::vector<Tensor>& values, std::int64_t pack_bytes);
 
 // One pack on its way: `send` (the members flattened and concatenated, or the one member as it

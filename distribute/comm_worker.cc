@@ -1,5 +1,6 @@
 #include "distribute/comm_worker.h"
 
+#include "collective/communicator.h"
 #include "core/error.h"
 #include "core/timeline.h"
 
@@ -28,6 +29,8 @@ std::uint64_t CommWorker::submit(std::function<void()> task) {
 
 void CommWorker::loop() {
   timeline::set_thread_track(track_, track_name_);
+  // The replica threads compute while this one waits for its peers: it must not spin on their cores.
+  const collective::PassiveWaitScope passive;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });

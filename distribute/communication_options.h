@@ -1,11 +1,14 @@
 // CommunicationOptions (tf.distribute.experimental.CommunicationOptions): how a list of tensors
 // (gradients) is all-reduced across replicas.
 //
-// Packing: the tensors are taken in the given order and grouped into packs of consecutive
-// tensors of one dtype whose sizes add up to at most bytes_per_pack (a larger tensor is a pack of
-// its own); each pack is flattened into one buffer, all-reduced with one collective, and split
-// back. The order of packs and of tensors in them depends only on the list's shapes and dtypes,
-// so it is identical on every replica (the SPMD contract of collective/communicator.h).
+// Packing: the tensors are grouped into packs of consecutive tensors of one dtype whose sizes add
+// up to at most bytes_per_pack (a larger tensor is a pack of its own), formed from the end of the
+// list — the last layers' gradients, final first in the backward pass — with the first pack formed
+// held to at most 1 MiB (PyTorch DDP's first bucket; distribute/all_reduce_packs.h); each pack is
+// flattened into one buffer, all-reduced with one collective, and split back. The packs depend
+// only on the list's shapes, dtypes and which entries are defined, so they are identical on every
+// replica (the SPMD contract of collective/communicator.h), and the same whether they are reduced
+// during the backward pass (docs/overlap.md) or after it.
 // Fewer, larger collectives amortize each call's fixed cost (PyTorch DDP's buckets, Horovod's
 // fusion buffer); 0 selects the default, 25 MiB (DDP's bucket size). bytes_per_pack counts the
 // tensors' own bytes (before compression).

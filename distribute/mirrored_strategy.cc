@@ -38,7 +38,8 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
                            ? ""
                            : chorus::internal::str_cat("; gradient compression: ",
                                                        compression_name(*communication_options().compression)))
-                   << sharding_description(sharding_stage_, num_replicas_in_sync());
+                   << sharding_description(sharding_stage_, num_replicas_in_sync())
+                   << "; all-reduce overlapped with backward: " << overlap_reason();
 }
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device, std::chrono::milliseconds timeout)

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,11 @@ struct MirroredStrategyOptions {
   ShardingOptions sharding;
   // All-reduce the gradients during the backward pass, in buckets, as PyTorch DDP and Horovod do
   // (distribute/overlapped_reduction.h, docs/overlap.md); false: one packed all-reduce after it.
-  // The results are bitwise the same either way. Used on CPU devices at ZeRO stages 0 and 1;
-  // elsewhere the gradients are all-reduced after the backward pass.
-  bool overlap_gradient_all_reduce = true;
+  // The results are bitwise the same either way. nullopt (the default): on when the replicas' op
+  // threads leave a core of the host free for the communication threads (on a machine whose cores
+  // all compute, overlap costs more than it hides: bench_overlap). Used on CPU devices at ZeRO
+  // stages 0 and 1; elsewhere the gradients are all-reduced after the backward pass.
+  std::optional<bool> overlap_gradient_all_reduce;
 };
 
 class MirroredStrategy final : public Strategy {

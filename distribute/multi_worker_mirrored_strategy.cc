@@ -232,7 +232,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       gpu_(plan.gpu) {
   set_communication_options(options.communication_options);
   sharding_stage_ = options.sharding.stage;
-  set_overlap(options.overlap_gradient_all_reduce);
+  set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size());
   const int workers = resolver_.num_workers();
   if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too
   if (workers > 1) {
@@ -283,7 +283,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   make_communicators();
   CHORUS_LOG(INFO) << "Using MultiWorkerMirroredStrategy: " << resolver_.to_string() << ", local devices ("
                    << join(replica_devices(), kQuoted) << "), " << num_replicas_in_sync() << " replicas in sync; "
-                   << cross_device_ops().reason << sharding_description(sharding_stage_, num_replicas_in_sync());
+                   << cross_device_ops().reason << sharding_description(sharding_stage_, num_replicas_in_sync())
+                   << "; all-reduce overlapped with backward: " << overlap_reason();
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;

@@ -102,8 +102,9 @@ struct MultiWorkerMirroredStrategyOptions {
   // order, as always). A value outside 0..3 → InvalidArgumentError at construction.
   ShardingOptions sharding;
   // As MirroredStrategyOptions::overlap_gradient_all_reduce: the gradient all-reduce during the
-  // backward pass (docs/overlap.md).
-  bool overlap_gradient_all_reduce = true;
+  // backward pass (docs/overlap.md); nullopt: on when this host's workers' op threads leave a core
+  // free.
+  std::optional<bool> overlap_gradient_all_reduce;
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {

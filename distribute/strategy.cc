@@ -1,7 +1,9 @@
 #include "distribute/strategy.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -112,9 +114,25 @@ std::vector<std::unique_ptr<collective::Communicator>> Strategy::create_communic
   return make_cross_device_communicators(logical_, choice_);
 }
 
-void Strategy::set_overlap(bool requested) {
-  overlap_ = requested;
-  for (const LogicalDevice& d : logical_) overlap_ = overlap_ && d.device_type == "CPU";
+void Strategy::set_overlap(std::optional<bool> requested, int processes_on_host) {
+  overlap_ = false;
+  for (const LogicalDevice& d : logical_) {
+    if (d.device_type == "CPU") continue;
+    overlap_reason_ = "off: not yet on GPU devices (all-reduce after the backward pass)";
+    return;
+  }
+  if (requested) {
+    overlap_ = *requested;
+    overlap_reason_ = overlap_ ? "on: requested" : "off: requested";
+    return;
+  }
+  int threads = 0;
+  for (const LogicalDevice& d : logical_) threads += std::max(1, d.intra_op_threads);
+  threads *= std::max(1, processes_on_host);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  overlap_ = threads < cores;
+  overlap_reason_ = str_cat(overlap_ ? "on" : "off", ": the op threads use ", threads, " of the host's ", cores,
+                            " cores", overlap_ ? "" : " (no core left to hide the all-reduce in)");
 }
 
 void Strategy::make_communicators() {

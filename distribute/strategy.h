@@ -97,8 +97,10 @@ class Strategy : public DistributionStrategy {
   // and MultiWorkerMirroredStrategy's options.sharding.stage; 0 (no sharding) for the others.
   int sharding_stage() const { return sharding_stage_; }
   // Whether the replicas all-reduce the gradients during the backward pass (the options'
-  // overlap_gradient_all_reduce, on CPU devices, at ZeRO stage 0 or 1: replica_context.h).
+  // overlap_gradient_all_reduce, on CPU devices, at ZeRO stage 0 or 1: replica_context.h), and
+  // why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
   bool overlaps_gradient_all_reduce() const { return overlap_ && sharding_stage_ < 2; }
+  const std::string& overlap_reason() const { return overlap_reason_; }
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
   // The same, and sets the counters to zero (call between runs, not while replicas reduce).
@@ -202,9 +204,10 @@ class Strategy : public DistributionStrategy {
   // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout;
   // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
-  // The options' overlap_gradient_all_reduce: on when requested and every replica's device is a
-  // CPU (GPU replicas: after the backward pass, for now — docs/overlap.md).
-  void set_overlap(bool requested);
+  // The options' overlap_gradient_all_reduce: never with a GPU replica (after the backward pass,
+  // for now — docs/overlap.md); else as requested; nullopt: on when `processes_on_host` processes
+  // like this one leave a core free (their replicas' op threads < the host's cores).
+  void set_overlap(std::optional<bool> requested, int processes_on_host = 1);
   // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
   // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
   void set_communication_options(const CommunicationOptions& options);
@@ -248,6 +251,7 @@ class Strategy : public DistributionStrategy {
   int worker_index_ = 0;
   bool broken_ = false;  // a step failed: rebuild communicators before the next
   bool overlap_ = false;
+  std::string overlap_reason_;
   std::atomic<bool> overlap_warned_{false};  // replica_context.cc's warning, once per strategy
 };
 

@@ -7,8 +7,13 @@
 //
 //   bench_overlap [--quick] [--steps N] [--rounds R]
 //
+// Buckets: the default CommunicationOptions (25 MiB, the first bucket 1 MiB: the seed CNN's
+// 0.37 MB of gradients are one bucket, so there is nothing to overlap) and bytes_per_pack = 64 KiB
+// (7 buckets), each with overlap on and off (the same buckets: bitwise the same training).
+//
 // Each measurement is a child process (the device configuration is frozen per process):
-// `bench_overlap --child local|mpi --overlap 0|1 --steps N` (under `mpirun -np 2` for mpi). A child
+// `bench_overlap --child local|mpi --overlap 0|1 --steps N --bytes-per-pack B` (under `mpirun -np 2`
+// for mpi). A child
 // trains 3 warm-up steps, then N timed steps (default 20; --quick 3) with fit (verbose 0, global
 // batch 128, Adam), then 4 more steps with the timeline recording, and prints a RESULT line:
 // ms/step of the timed steps; from the timeline of replica 0 (rank 0 under mpirun), the
@@ -80,7 +85,7 @@ std::pair<double, double> all_reduce_and_hidden_us(const std::string& path) {
 }
 
 // One measurement, in this child process; prints RESULT (rank 0 under mpirun).
-int run_child(const std::string& kind, bool overlap, int steps) {
+int run_child(const std::string& kind, bool overlap, int steps, std::int64_t pack_bytes) {
   std::optional<cx::collective::MpiEnvironment> mpi;
   std::unique_ptr<cx::distribute::Strategy> strategy;
   if (kind == "mpi") {
@@ -89,6 +94,7 @@ int run_child(const std::string& kind, bool overlap, int steps) {
     cx::config::set_intra_op_parallelism_threads(1);
     strategy = std::make_unique<cx::distribute::MultiWorkerMirroredStrategy>(
         cx::distribute::MultiWorkerMirroredStrategyOptions{.cpu_devices_per_worker = 1,
+                                                           .communication_options = {.bytes_per_pack = pack_bytes},
                                                            .overlap_gradient_all_reduce = overlap});
 #else
     throw cx::UnavailableError("--child mpi needs a build with MPI");
@@ -98,7 +104,9 @@ int run_child(const std::string& kind, bool overlap, int steps) {
         cx::config::list_physical_devices("CPU")[0],
         std::vector<cx::LogicalDeviceConfiguration>(2, {.memory_limit_mb = 1024, .intra_op_threads = 1}));
     strategy = std::make_unique<cx::distribute::MirroredStrategy>(
-        std::vector<std::string>{}, cx::distribute::MirroredStrategyOptions{.overlap_gradient_all_reduce = overlap});
+        std::vector<std::string>{},
+        cx::distribute::MirroredStrategyOptions{.communication_options = {.bytes_per_pack = pack_bytes},
+                                                .overlap_gradient_all_reduce = overlap});
   }
   auto model = cx::bench::seed_cnn(*strategy);
   auto ds = cx::bench::seed_training_data();
@@ -174,15 +182,23 @@ int run_parent(int steps, int rounds) {
   const std::string self = self_path();
   struct Kind {
     std::string name, label, launcher;
+    std::int64_t pack_bytes;
     Series off, on;
     std::string failed;
   };
-  std::vector<Kind> kinds{{"local", "1 process x 2 devices (shared memory)", ""}};
+  std::vector<Kind> kinds;
+  // The default buckets (25 MiB, the first 1 MiB: the seed CNN's 0.37 MB of gradients are one
+  // bucket) and 64 KiB ones (7 buckets), each on and off.
+  for (const std::int64_t pack : {std::int64_t{0}, std::int64_t{64} << 10}) {
+    const std::string size = pack == 0 ? ", default buckets" : ", 64 KiB buckets";
+    kinds.push_back({"local", "1 process x 2 devices" + size, "", pack});
 #if CHORUS_WITH_MPI
-  kinds.push_back({"mpi", "2 processes x 1 device (MPI)",
-                   std::string(CHORUS_MPIEXEC) + (getuid() == 0 ? " --allow-run-as-root" : "") +
-                       " --oversubscribe --bind-to none -np 2 "});
+    kinds.push_back({"mpi", "2 processes x 1 device (MPI)" + size,
+                     std::string(CHORUS_MPIEXEC) + (getuid() == 0 ? " --allow-run-as-root" : "") +
+                         " --oversubscribe --bind-to none -np 2 ",
+                     pack});
 #endif
+  }
   for (int round = 0; round < rounds; ++round)
     for (Kind& k : kinds)
       for (const int i : {0, 1}) {
@@ -190,7 +206,8 @@ int run_parent(int steps, int rounds) {
         if (!k.failed.empty()) continue;
         int status = 0;
         const std::string out = capture(k.launcher + "'" + self + "' --child " + k.name + " --overlap " +
-                                            (overlap ? "1" : "0") + " --steps " + std::to_string(steps) + " 2>&1",
+                                            (overlap ? "1" : "0") + " --steps " + std::to_string(steps) +
+                                            " --bytes-per-pack " + std::to_string(k.pack_bytes) + " 2>&1",
                                         &status);
         const auto ms = result_field(out, "ms_per_step");
         if (status != 0 || !ms) {
@@ -206,14 +223,14 @@ int run_parent(int steps, int rounds) {
   std::printf("seed CNN, global batch %lld, %d warm-up + %d timed steps per run, %d round(s) alternating off/on\n",
               static_cast<long long>(cx::bench::kSeedGlobalBatch), kWarmupSteps, steps, rounds);
   std::printf("machine: %s; oneDNN ISA: %s\n", cx::bench::machine(true).c_str(), isa_name().c_str());
-  std::printf("%-40s %22s %22s %8s %12s %12s %7s %7s\n", "case", "off ms/step [min-max]", "on ms/step [min-max]",
+  std::printf("%-50s %22s %22s %8s %12s %12s %7s %7s\n", "case", "off ms/step [min-max]", "on ms/step [min-max]",
               "off/on", "all-reduce", "hidden (on)", "hidden", "speed");
-  std::printf("%-40s %22s %22s %8s %12s %12s %7s %7s\n", "", "", "", "", "ms/step (on)", "", "goal", "goal");
+  std::printf("%-50s %22s %22s %8s %12s %12s %7s %7s\n", "", "", "", "", "ms/step (on)", "", "goal", "goal");
   std::vector<std::string> json;
   int failures = 0;
   for (const Kind& k : kinds) {
     if (!k.failed.empty()) {
-      std::printf("%-40s failed: %s\n", k.label.c_str(), k.failed.c_str());
+      std::printf("%-50s failed: %s\n", k.label.c_str(), k.failed.c_str());
       ++failures;
       continue;
     }
@@ -227,7 +244,7 @@ int run_parent(int steps, int rounds) {
     const double hidden = median(k.on.hidden);
     const bool hidden_goal = k.name != "mpi" || hidden >= 0.5;
     const bool speed_goal = on / off <= 1.02;
-    std::printf("%-40s %22s %22s %8.3f %12.2f %11.0f%% %7s %7s\n", k.label.c_str(), range(k.off.ms).c_str(),
+    std::printf("%-50s %22s %22s %8.3f %12.2f %11.0f%% %7s %7s\n", k.label.c_str(), range(k.off.ms).c_str(),
                 range(k.on.ms).c_str(), speedup, median(k.on.all_reduce_ms), 100 * hidden,
                 k.name == "mpi" ? (hidden_goal ? "PASS" : "FAIL") : "-", speed_goal ? "PASS" : "FAIL");
     json.push_back(cx::bench::json_case("ms/step " + k.label + " overlap on", on, "ms",
@@ -250,6 +267,7 @@ int run_parent(int steps, int rounds) {
 int main(int argc, char** argv) {
   return cx::bench::run_main("bench_overlap", [&] {
     int steps = 20, rounds = 5, overlap = 1;
+    std::int64_t pack_bytes = 0;
     std::string child;
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
@@ -262,6 +280,8 @@ int main(int argc, char** argv) {
         rounds = std::atoi(argv[++i]);
       } else if (flag == "--child" && i + 1 < argc) {
         child = argv[++i];
+      } else if (flag == "--bytes-per-pack" && i + 1 < argc) {
+        pack_bytes = std::atoll(argv[++i]);
       } else if (flag == "--overlap" && i + 1 < argc) {
         overlap = std::atoi(argv[++i]);
       } else {
@@ -273,7 +293,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_overlap: --steps and --rounds must be >= 1\n");
       return 2;
     }
-    if (!child.empty()) return run_child(child, overlap != 0, steps);
+    if (!child.empty()) return run_child(child, overlap != 0, steps, pack_bytes);
     return run_parent(steps, rounds);
   });
 }

@@ -385,7 +385,9 @@ TEST_P(MultiWorker, TimelineWritesOneFilePerRankWithTheRankAsProcess) {
   std::set<int> mine;
   for (int r = 0; r < k; ++r) mine.insert(s.worker_offset() + r);
   EXPECT_EQ(replica_tracks, mine);
-  EXPECT_EQ(all_reduce_tracks, mine) << "the gradients were all-reduced during the backward pass";
+  // The communication threads' tracks when the strategy overlaps (docs/overlap.md: by default
+  // when the op threads leave a core free, so it depends on the machine).
+  EXPECT_EQ(all_reduce_tracks, s.overlaps_gradient_all_reduce() ? mine : std::set<int>{}) << s.overlap_reason();
   comm->barrier({.timeout = kTimeout})->wait(kTimeout);
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }

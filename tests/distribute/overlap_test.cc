@@ -8,8 +8,10 @@
 // failing with buckets in flight fails the step, never hangs it, and the next step works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include "core/config.h"
 #include "core/distribution.h"
@@ -200,7 +202,7 @@ TEST(Overlap, GradientAccumulationBeginsNoOverlappedAllReduce) {
 TEST(Overlap, ALossScaleOptimizerAndZeroStageTwoReduceAfterTheBackwardPass) {
   chorus::testing::make_cpus(2, 128);
   for (const int stage : {0, 2}) {
-    MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}});
+    MirroredStrategy s(cpus(2), {.sharding = {.stage = stage}, .overlap_gradient_all_reduce = true});
     EXPECT_EQ(s.overlaps_gradient_all_reduce(), stage == 0);
     auto scope = s.scope();
     auto m =
@@ -221,7 +223,7 @@ TEST(Overlap, ALossScaleOptimizerAndZeroStageTwoReduceAfterTheBackwardPass) {
 
 TEST(Overlap, AReplicaFailingWithBucketsInFlightFailsTheStepAndTheNextStepWorks) {
   chorus::testing::make_cpus(2, 128);
-  MirroredStrategy s(cpus(2), {.timeout = std::chrono::seconds(20)});
+  MirroredStrategy s(cpus(2), {.timeout = std::chrono::seconds(20), .overlap_gradient_all_reduce = true});
   Variable w;
   std::shared_ptr<optimizers::SGD> opt;
   {
@@ -251,6 +253,32 @@ TEST(Overlap, AReplicaFailingWithBucketsInFlightFailsTheStepAndTheNextStepWorks)
     step(false);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "the step after the failed one: " << e.what();
+  }
+  chorus::internal::reset_runtime_for_testing();
+}
+
+// The default (nullopt): on when the replicas' op threads leave a core of the host free for the
+// communication threads; explicit true/false as asked. The reason says which.
+TEST(Overlap, TheDefaultOverlapsWhenTheOpThreadsLeaveACoreFree) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (const int threads : {1, cores}) {
+    chorus::internal::reset_runtime_for_testing();
+    config::set_visible_devices({}, "GPU");
+    config::set_logical_device_configuration(
+        config::list_physical_devices("CPU")[0],
+        std::vector<LogicalDeviceConfiguration>(2, {.memory_limit_mb = 64, .intra_op_threads = threads}));
+    MirroredStrategy automatic(cpus(2));
+    EXPECT_EQ(automatic.overlaps_gradient_all_reduce(), 2 * threads < cores) << automatic.overlap_reason();
+    EXPECT_NE(automatic.overlap_reason().find("the op threads use " + std::to_string(2 * threads) + " of the host's " +
+                                              std::to_string(cores) + " cores"),
+              std::string::npos)
+        << automatic.overlap_reason();
+    MirroredStrategy on(cpus(2), {.overlap_gradient_all_reduce = true});
+    EXPECT_TRUE(on.overlaps_gradient_all_reduce());
+    EXPECT_EQ(on.overlap_reason(), "on: requested");
+    MirroredStrategy off(cpus(2), {.overlap_gradient_all_reduce = false});
+    EXPECT_FALSE(off.overlaps_gradient_all_reduce());
+    EXPECT_EQ(off.overlap_reason(), "off: requested");
   }
   chorus::internal::reset_runtime_for_testing();
 }

@@ -175,13 +175,13 @@ void expect_spans_nest(const Trace& t) {
   }
 }
 
-// Overlap on (the default): each replica's buckets are all-reduced by its communication thread,
+// Overlap on: each replica's buckets are all-reduced by its communication thread,
 // on its own track ("replica R all-reduce", tid 2000 + R), while the replica's backward pass runs.
 TEST(Timeline, OverlappedAllReducesRunOnTheirOwnTrackDuringTheBackwardPass) {
   chorus::testing::make_cpus(2, 512);
   TempDir dir;
-  distribute::MirroredStrategy strategy(chorus::testing::cpus(2),
-                                        {.communication_options = {.bytes_per_pack = 1 << 20}});
+  distribute::MirroredStrategy strategy(chorus::testing::cpus(2), {.communication_options = {.bytes_per_pack = 1 << 20},
+                                                                   .overlap_gradient_all_reduce = true});
   std::unique_ptr<model::Sequential> m;
   {
     auto scope = strategy.scope();
