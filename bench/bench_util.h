@@ -7,12 +7,15 @@
 // pure or read only the OS; thread-safe.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +83,40 @@ inline void print_json_line(const std::string& bench, const std::string& machine
   const std::string line = "{\"bench\": \"" + json_escape(bench) + "\", \"machine\": \"" + json_escape(machine) +
                            "\", \"cases\": [" + internal::join(cases) + "]" + extra + "}";
   std::printf("%s\n", line.c_str());
+}
+
+// Benchmarks that measure in child processes (a device configuration is frozen per process):
+// capture() runs `command` through the shell and returns its stdout, setting `*status` to its exit
+// code (-1 when it could not start or did not exit); result_field() reads `key=<number>` from the
+// last "RESULT ..." line of a child's output; self_path() is this executable (/proc/self/exe), or
+// `fallback`.
+inline std::string capture(const std::string& command, int* status) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+inline std::optional<double> result_field(const std::string& out, const std::string& key) {
+  const std::size_t line = out.rfind("RESULT ");
+  if (line == std::string::npos) return std::nullopt;
+  const std::size_t k = out.find(" " + key + "=", line);
+  if (k == std::string::npos) return std::nullopt;
+  return std::strtod(out.c_str() + k + key.size() + 2, nullptr);
+}
+
+inline std::string self_path(const std::string& fallback) {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : fallback;
 }
 
 // Runs `body` (returning main's exit status) and returns its status; an exception that escapes it

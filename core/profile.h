@@ -13,6 +13,9 @@
 //   kCollective    — the replica-context collectives (all_reduce, all_gather, broadcast), from the
 //                    communicator call to the end of its wait, so it includes waiting for the
 //                    slowest replica.
+//                    With the all-reduce overlapped with the backward pass
+//                    (docs/overlap.md) the gradient buckets are timed on the replicas'
+//                    communication threads, during kReplicaStep: then kCollective overlaps it.
 //   kReplicaStep   — the whole per-replica body of a training step (Model::fit's strategy.run
 //                    function), so that "time a replica thread spent between steps" (waiting for
 //                    the loop thread) can be told from time inside the step.

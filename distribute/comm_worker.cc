@@ -79,11 +79,4 @@ bool CommWorker::idle() const {
   return completed_ == submitted_;
 }
 
-void CommWorker::reset() {
-  std::lock_guard<std::mutex> lock(mu_);
-  CHORUS_ENFORCE(completed_ == submitted_, "CommWorker::reset: tasks are still queued");
-  failed_at_ = 0;
-  error_ = nullptr;
-}
-
 }  // namespace chorus::distribute::internal

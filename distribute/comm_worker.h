@@ -11,11 +11,12 @@
 //
 // Errors: a task that throws fails it and every task queued after it (they do not run: their
 // collectives would meet peers in a different order); wait() of any of them, and drain(),
-// rethrow the first error. The worker stays failed until reset(), which needs it idle.
+// rethrow the first error. The worker stays failed (a failed step rebuilds the replica contexts,
+// and with them their workers).
 // Lifetime: the thread starts with the first submit and is joined by the destructor, which first
 // waits for the queued tasks (a collective's own timeout bounds that; abort the communicator
 // first to end them at once).
-// Thread-safety: submit, wait, drain and reset from the owning replica thread; idle() from any.
+// Thread-safety: submit, wait and drain from the owning replica thread; idle() from any.
 #pragma once
 
 #include <condition_variable>
@@ -46,8 +47,6 @@ class CommWorker {
   void drain();
   // True when no task is queued or running.
   bool idle() const;
-  // Forgets a failure (after the communicator was rebuilt); needs the worker idle.
-  void reset();
 
  private:
   void loop();

@@ -10,6 +10,7 @@ OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, st
                                          std::function<DType(DType)> wire, std::string device, Launch launch, Wait wait)
     : grads_(expected.size()),
       storage_(expected.size()),
+      data_(expected.size(), nullptr),
       shapes_(expected.size()),
       expected_(expected.size(), 0),
       final_(expected.size(), 0),
@@ -32,6 +33,21 @@ OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, st
   next_ = static_cast<int>(buckets_.size()) - 1;
 }
 
+OverlappedReduction::~OverlappedReduction() {
+  for (const Bucket& b : buckets_) {
+    if (b.ticket == 0) continue;
+    try {
+      wait_(b.ticket);
+    } catch (...) {  // a failed collective: the step reports it where it waits (end_step, comm())
+    }
+  }
+}
+
+void OverlappedReduction::abandon() {
+  abandoned_ = true;
+  grads_.clear();
+}
+
 void OverlappedReduction::ready(std::size_t index, const Tensor& grad) {
   CHORUS_ENFORCE(index < final_.size() && !final_[index], "gradient ", index, " handed over twice or out of range");
   final_[index] = 1;
@@ -40,12 +56,12 @@ void OverlappedReduction::ready(std::size_t index, const Tensor& grad) {
   if (grad.defined() != (expected_[index] != 0)) {
     // Not the gradient the plan was made for: no further bucket (the same decision on every
     // replica, since the replicas' tapes are alike); apply_gradients reduces as without overlap.
-    abandoned_ = true;
-    grads_.clear();
+    abandon();
     return;
   }
   if (!grad.defined()) return;
   storage_[index] = grad.buffer();
+  data_[index] = grad.data();
   shapes_[index] = grad.shape();
   grads_[index] = grad;
   Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[index])];
@@ -60,31 +76,36 @@ void OverlappedReduction::launch_ready_buckets() {
     {
       // On the replica's track, inside its backward pass (core/timeline.h): the bucket handed over.
       timeline::Span span("collective", "bucket");
-      b.pack = make_pack(grads_, b.members, wire_(dtype), device_);
+      b.pack = std::make_shared<Pack>(make_pack(grads_, b.members, wire_(dtype), device_));
       if (timeline::enabled())
         span.set_args(
-            chorus::internal::str_cat("\"bytes\": ", b.pack.send.nbytes(), ", \"gradients\": ", b.members.size()));
+            chorus::internal::str_cat("\"bytes\": ", b.pack->send.nbytes(), ", \"gradients\": ", b.members.size()));
     }
     for (const std::size_t m : b.members) grads_[m] = Tensor();  // the caller keeps its own references
-    b.ticket = launch_(&b.pack);
+    b.ticket = launch_(b.pack);
     --next_;
   }
 }
 
-bool OverlappedReduction::complete() const { return !abandoned_ && remaining_ == 0 && next_ < 0; }
-
-std::optional<std::vector<Tensor>> OverlappedReduction::take(const std::vector<Tensor>& values) {
-  if (!complete() || values.size() != expected_.size()) return std::nullopt;
+bool OverlappedReduction::matches(const std::vector<Tensor>& values) const {
+  if (abandoned_ || remaining_ != 0 || next_ >= 0 || values.size() != expected_.size()) return false;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (values[i].defined() != (expected_[i] != 0)) return std::nullopt;
+    if (values[i].defined() != (expected_[i] != 0)) return false;
     if (!values[i].defined()) continue;
-    if (values[i].buffer() != storage_[i].lock() || values[i].shape() != shapes_[i]) return std::nullopt;
+    if (values[i].buffer() != storage_[i].lock() || values[i].data() != data_[i] || values[i].shape() != shapes_[i])
+      return false;
   }
-  std::vector<Tensor> reduced(values.size());
+  return true;
+}
+
+std::vector<Tensor> OverlappedReduction::take() {
+  CHORUS_ENFORCE(!abandoned_ && remaining_ == 0 && next_ < 0, "OverlappedReduction::take before every bucket left");
+  std::vector<Tensor> reduced(expected_.size());
   for (Bucket& b : buckets_) {
     wait_(b.ticket);
-    unpack(b.pack, reduced);
-    b.pack = Pack();
+    b.ticket = 0;
+    unpack(*b.pack, reduced);
+    b.pack.reset();
   }
   return reduced;
 }

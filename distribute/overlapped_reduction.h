@@ -36,9 +36,9 @@ namespace chorus::distribute::internal {
 
 class OverlappedReduction final : public GradientReduction {
  public:
-  // Hands a bucket to the communication thread (which all-reduces pack->send into pack->out);
-  // returns its ticket.
-  using Launch = std::function<std::uint64_t(Pack* pack)>;
+  // Hands a bucket to the communication thread (which all-reduces pack->send into pack->out; the
+  // task shares the pack, so that it outlives the reduction if need be); returns its ticket.
+  using Launch = std::function<std::uint64_t(std::shared_ptr<Pack> pack)>;
   // Waits for a ticket, rethrowing the collective's error.
   using Wait = std::function<void(std::uint64_t ticket)>;
 
@@ -47,15 +47,22 @@ class OverlappedReduction final : public GradientReduction {
   OverlappedReduction(const std::vector<Tensor>& expected, std::int64_t pack_bytes, std::function<DType(DType)> wire,
                       std::string device, Launch launch, Wait wait);
 
+  // Waits for every bucket it launched (their errors are the caller's business elsewhere).
+  ~OverlappedReduction() override;
+
   void ready(std::size_t index, const Tensor& grad) override;
 
-  // Every gradient was final and every bucket launched (not abandoned).
-  bool complete() const;
-  // When `values` are exactly the gradients handed to ready() (the same storage and shape, in the
-  // same order, undefined alike) and the reduction is complete: the summed gradients, once their
-  // buckets are reduced. Otherwise nullopt (nothing waited for).
-  std::optional<std::vector<Tensor>> take(const std::vector<Tensor>& values);
-  std::size_t num_buckets() const { return buckets_.size(); }
+  // The number of gradients (the tape's sources).
+  std::size_t size() const { return expected_.size(); }
+  // True when every gradient was final, every bucket launched (not abandoned), and `values` are
+  // exactly the gradients handed to ready(): the same storage, data and shape, in the same order,
+  // undefined alike. This replica's answer only: the replicas must agree before take()
+  // (StrategyReplicaContext::all_reduce), since one may have changed its gradients and another not.
+  bool matches(const std::vector<Tensor>& values) const;
+  // The summed gradients, once their buckets are reduced (after matches()).
+  std::vector<Tensor> take();
+  // Launches no further bucket (the reduction will not be taken); those launched still run.
+  void abandon();
 
  private:
   void launch_ready_buckets();
@@ -63,11 +70,12 @@ class OverlappedReduction final : public GradientReduction {
   struct Bucket {
     std::vector<std::size_t> members;
     std::size_t remaining = 0;  // members not yet final
-    Pack pack;
-    std::uint64_t ticket = 0;
+    std::shared_ptr<Pack> pack;
+    std::uint64_t ticket = 0;  // 0: not launched
   };
   std::vector<Tensor> grads_;                   // the final gradients, until their bucket is packed
-  std::vector<std::weak_ptr<Buffer>> storage_;  // what take() recognises them by
+  std::vector<std::weak_ptr<Buffer>> storage_;  // what matches() recognises them by, with data_
+  std::vector<const void*> data_;
   std::vector<Shape> shapes_;
   std::vector<char> expected_, final_;
   std::vector<int> bucket_of_;  // -1: in no bucket (no gradient expected)

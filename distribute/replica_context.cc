@@ -41,6 +41,7 @@ StrategyReplicaContext::~StrategyReplicaContext() {
   if (worker_ != nullptr && !worker_->idle())
     strategy_.comms_[static_cast<std::size_t>(replica_)]->abort(
         str_cat("replica ", replica_id_in_sync_group(), " is being torn down with all-reduces still queued"));
+  pending_.reset();  // it waits for its buckets through the worker: before the worker goes
   worker_.reset();
 }
 
@@ -91,7 +92,7 @@ std::chrono::milliseconds timeout_of(const CommunicationOptions& options, const 
 void StrategyReplicaContext::reduce_pack(collective::Communicator& communicator, ReduceOp op, internal::Pack& pack,
                                          std::chrono::milliseconds timeout, bool overlapped) {
   {
-    drain_if_profiling(pack.send);
+    if (!overlapped) drain_if_profiling(pack.send);  // the communication thread must not drain the replica's stream
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
     timeline::Span span("collective", "all-reduce", collective_args(pack.send, strategy_));
     communicator.all_reduce(pack.send, pack.out, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
@@ -134,29 +135,39 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   if (num_replicas_in_sync() == 1) return values;
   const std::int64_t pack_bytes = pack_bytes_of(options);
   const auto timeout = timeout_of(options, strategy_);
-  // The gradients reduced during the backward pass (overlap), when these are they.
-  if (std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_)) {
+  // The gradients reduced during the backward pass (overlap), when these are they. Whether to
+  // look is decided from what every replica sees alike (the op, the options, the list's length);
+  // whether they are the tape's gradients is each replica's own answer, so the replicas agree on
+  // it first (a 4-byte all-reduce, not counted): one replica that changed its gradients makes
+  // every replica reduce the lists it was given.
+  if (pending_ != nullptr && op == ReduceOp::kSum && values.size() == pending_->size()) {
     const CommunicationOptions& defaults = strategy_.communication_options();
     const bool same_options = pack_bytes == pack_bytes_of(defaults) && timeout == timeout_of(defaults, strategy_) &&
                               compression == defaults.compression.value_or(Compression::kNone);
-    if (op == ReduceOp::kSum && same_options) {
-      if (std::optional<std::vector<Tensor>> reduced = pending->take(values)) return std::move(*reduced);
+    if (same_options) {
+      Tensor differs = Tensor::scalar<std::int32_t>(pending_->matches(values) ? 0 : 1, "/cpu:0");
+      const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+      differs = local(differs, device);
+      comm().all_reduce(differs, differs, {.op = collective::ReduceOp::kSum, .timeout = timeout})->wait(timeout);
+      if (differs.item<std::int32_t>() == 0) {
+        std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_);
+        return pending->take();
+      }
+      discard_pending(
+          "the gradients passed to apply_gradients (all_reduce) on some replica are not the ones "
+          "GradientTape::gradient returned there (changed in between — clipped or scaled per replica — or a "
+          "gradient the tape expected did not reach the target)");
     }
-    pending_ = std::move(pending);
-    discard_pending(op != ReduceOp::kSum || !same_options
-                        ? "all_reduce was called with another reduce op or other communication options than the "
-                          "strategy's"
-                        : "the gradients passed to all_reduce (apply_gradients) are not the ones "
-                          "GradientTape::gradient returned (changed in between: clipped or scaled per replica, "
-                          "another list, or a gradient the tape expected did not reach the target)");
   }
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   // Packs (distribute/all_reduce_packs.h): the order depends only on the shapes and dtypes, so it
-  // is the same on every replica; undefined values stay undefined.
+  // is the same on every replica; undefined values stay undefined. Reduced last first, the order
+  // in which the overlapped reduction launches them.
   std::vector<Tensor> out(values.size());
-  for (std::vector<std::size_t>& members : internal::plan_all_reduce_packs(values, pack_bytes)) {
-    const DType wire = wire_dtype(values[members.front()].dtype(), compression);
-    internal::Pack pack = internal::make_pack(values, std::move(members), wire, device);
+  std::vector<std::vector<std::size_t>> packs = internal::plan_all_reduce_packs(values, pack_bytes);
+  for (auto members = packs.rbegin(); members != packs.rend(); ++members) {
+    const DType wire = wire_dtype(values[members->front()].dtype(), compression);
+    internal::Pack pack = internal::make_pack(values, std::move(*members), wire, device);
     reduce_pack(comm(), op, pack, timeout, false);
     internal::unpack(pack, out);
   }
@@ -187,9 +198,10 @@ std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_gradient_reduct
   pending_ = std::make_shared<internal::OverlappedReduction>(
       sources, pack_bytes_of(options), [compression](DType d) { return wire_dtype(d, compression); },
       strategy_.devices_[static_cast<std::size_t>(replica_)],
-      [this, communicator, worker, timeout](internal::Pack* pack) {
-        return worker->submit(
-            [this, communicator, pack, timeout] { reduce_pack(*communicator, ReduceOp::kSum, *pack, timeout, true); });
+      [this, communicator, worker, timeout](std::shared_ptr<internal::Pack> pack) {
+        return worker->submit([this, communicator, pack = std::move(pack), timeout] {
+          reduce_pack(*communicator, ReduceOp::kSum, *pack, timeout, true);
+        });
       },
       [worker](std::uint64_t ticket) { worker->wait(ticket); });
   return pending_;
@@ -198,6 +210,7 @@ std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_gradient_reduct
 void StrategyReplicaContext::discard_pending(const char* why) {
   std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_);
   if (pending == nullptr) return;
+  pending->abandon();  // a tape still feeding it (a backward pass that all-reduces) launches no more
   if (worker_ != nullptr) worker_->drain();  // its buckets are in flight everywhere: let them land
   pending.reset();
   if (why == nullptr) return;
@@ -215,7 +228,6 @@ void StrategyReplicaContext::drop_gradient_reduction() { discard_pending(nullptr
 void StrategyReplicaContext::skip_next_gradient_reduction() { skip_next_ = true; }
 
 void StrategyReplicaContext::end_step() {
-  skip_next_ = false;
   if (pending_ != nullptr) discard_pending("the step ended without all-reducing the gradients of its GradientTape");
   if (worker_ != nullptr) worker_->drain();
 }

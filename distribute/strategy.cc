@@ -141,7 +141,6 @@ void Strategy::make_communicators() {
   comms_.clear();
   if (num_replicas_in_sync() > 1) comms_ = create_communicators();
   merge_ = std::make_unique<internal::MergeBarrier>(n, timeout_);
-  contexts_.clear();
   for (int r = 0; r < n; ++r) contexts_.push_back(std::make_unique<StrategyReplicaContext>(*this, r));
 }
 

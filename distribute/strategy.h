@@ -208,6 +208,11 @@ class Strategy : public DistributionStrategy {
   // for now — docs/overlap.md); else as requested; nullopt: on when `processes_on_host` processes
   // like this one leave a core free (their replicas' op threads < the host's cores).
   void set_overlap(std::optional<bool> requested, int processes_on_host = 1);
+  // Off, for `reason` (a multi-worker strategy whose other workers do not overlap).
+  void turn_overlap_off(std::string reason) {
+    overlap_ = false;
+    overlap_reason_ = std::move(reason);
+  }
   // Validates `options` against this strategy (communication_options.h, "Validation"; `choice_`
   // must be set) and makes them the defaults. InvalidArgumentError naming the strategy.
   void set_communication_options(const CommunicationOptions& options);

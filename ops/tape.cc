@@ -133,19 +133,28 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
   }
   // With a reduction: source i's gradient is final once the earliest-recorded node consuming it
   // has run (every other consumer was recorded later, so ran before); final_after[k] lists the
-  // sources whose earliest consumer is node k. A source no node consumes is final at once, and
-  // has no gradient (unless kZero): the reduction is told which gradients to expect.
+  // sources whose earliest consumer is node k. A source no node consumes is final at once. The
+  // reduction is told which gradients to expect: those of sources the target depends on (a sweep
+  // back from the target over the recorded nodes), or all with kZero.
   std::unordered_map<std::uint64_t, std::size_t> first_use;
   std::shared_ptr<GradientReduction> reduction;
   if (overlap != nullptr) {
+    std::unordered_set<std::uint64_t> reaches{target.id()};  // tensors the target depends on
+    for (std::size_t k = im.nodes.size(); k-- > 0;) {
+      const GradientTape::Impl::Node& node = im.nodes[k];
+      bool live = false;
+      for (const std::uint64_t id : node.outputs) live = live || reaches.count(id) != 0;
+      if (live)
+        for (const std::uint64_t id : node.inputs) reaches.insert(id);
+    }
     for (std::size_t k = 0; k < im.nodes.size(); ++k)
       for (const std::uint64_t id : im.nodes[k].inputs)
         if (source_ids.count(id) != 0) first_use.try_emplace(id, k);
     std::vector<Tensor> expected(sources.size());
     for (std::size_t i = 0; i < sources.size(); ++i) {
       const Tensor& s = sources[i];
-      const bool reached = first_use.count(s.id()) != 0 || s.id() == target.id();
-      if (unconnected == UnconnectedGradients::kZero || (reached && im.watches(s) && is_floating(s.dtype())))
+      if (unconnected == UnconnectedGradients::kZero ||
+          (reaches.count(s.id()) != 0 && im.watches(s) && is_floating(s.dtype())))
         expected[i] = s;
     }
     // Asked only now, with the arguments valid: a reduction, once begun, expects every gradient.

@@ -50,7 +50,10 @@ namespace L = chorus::layers;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cx::bench::capture;
 using cx::bench::median;
+using cx::bench::result_field;
+using cx::bench::self_path;
 
 struct Spec {
   const char* name;
@@ -190,22 +193,6 @@ int run_allreduce_child(int repeats) {
   return 0;
 }
 
-std::optional<double> result_field(const std::string& out, const std::string& key) {
-  const std::size_t line = out.rfind("RESULT ");
-  if (line == std::string::npos) return std::nullopt;
-  const std::size_t k = out.find(" " + key + "=", line);
-  if (k == std::string::npos) return std::nullopt;
-  return std::strtod(out.c_str() + k + key.size() + 2, nullptr);
-}
-
-std::string self_path() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "bench_mixed_precision";
-  buf[n] = 0;
-  return buf;
-}
-
 std::string min_max(const std::vector<double>& v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f–%.0f", *std::min_element(v.begin(), v.end()),
@@ -286,14 +273,9 @@ int main(int argc, char** argv) {
     }
     {  // all-reduce with and without compression, in a child process
       const int rounds = quick ? 2 : 7;
-      std::string out;
-      FILE* p = popen((self_path() + " --allreduce-child " + std::to_string(rounds)).c_str(), "r");
-      if (p != nullptr) {
-        char buf[4096];
-        std::size_t got;
-        while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-        pclose(p);
-      }
+      int status = 0;
+      const std::string out =
+          capture(self_path("bench_mixed_precision") + " --allreduce-child " + std::to_string(rounds), &status);
       const auto none_ms = result_field(out, "none_ms"), bf16_ms = result_field(out, "bf16_ms");
       const auto none_b = result_field(out, "none_bytes"), bf16_b = result_field(out, "bf16_bytes");
       const auto diff = result_field(out, "max_rel_diff");

@@ -49,7 +49,10 @@ namespace cx = chorus;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cx::bench::capture;
 using cx::bench::median;
+using cx::bench::result_field;
+using cx::bench::self_path;
 constexpr int kWarmupSteps = 3, kTracedSteps = 4;
 
 std::string slurp(const std::string& path) {
@@ -133,35 +136,6 @@ int run_child(const std::string& kind, bool overlap, int steps, std::int64_t pac
   return 0;
 }
 
-std::string capture(const std::string& command, int* status) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-std::optional<double> result_field(const std::string& out, const std::string& key) {
-  const std::size_t line = out.rfind("RESULT ");
-  if (line == std::string::npos) return std::nullopt;
-  const std::size_t k = out.find(" " + key + "=", line);
-  if (k == std::string::npos) return std::nullopt;
-  return std::strtod(out.c_str() + k + key.size() + 2, nullptr);
-}
-
-std::string self_path() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "bench_overlap";
-}
-
 std::string isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx2: return "avx2";
@@ -179,7 +153,7 @@ struct Series {
 };
 
 int run_parent(int steps, int rounds) {
-  const std::string self = self_path();
+  const std::string self = self_path("bench_overlap");
   struct Kind {
     std::string name, label, launcher;
     std::int64_t pack_bytes;

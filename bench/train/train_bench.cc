@@ -51,8 +51,11 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kGlobalBatch = cx::bench::kSeedGlobalBatch;
 constexpr int kWarmupSteps = 3;
 
+using cx::bench::capture;
 using cx::bench::median;
+using cx::bench::result_field;
 using cx::bench::seed_cnn;
+using cx::bench::self_path;
 
 std::int64_t process_cpu_ns() {
   rusage u{};
@@ -144,43 +147,11 @@ int run_worker_child(int steps, int repeats) {
 }
 #endif
 
-// Runs `command`, returns its stdout (empty on failure to start) and sets `status` to the exit code.
-std::string capture(const std::string& command, int* status) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-// The value of `key=` on the RESULT line of `out`, if any.
-std::optional<double> result_field(const std::string& out, const std::string& key) {
-  const std::size_t line = out.rfind("RESULT ");
-  if (line == std::string::npos) return std::nullopt;
-  const std::size_t k = out.find(" " + key + "=", line);
-  if (k == std::string::npos) return std::nullopt;
-  return std::strtod(out.c_str() + k + key.size() + 2, nullptr);
-}
-
 struct Case {
   int replicas;
   double samples_per_s, min_sps, max_sps, ms_per_step, kernels, collectives, between, fw_cpu, off_cpu, kernel_off_cpu,
       process_cpu_per_wall;
 };
-
-std::string self_path() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "bench_train";
-  return std::string(buf, static_cast<std::size_t>(n));
-}
 
 // The first Python that can import torch: `python3` on PATH (may be a pyenv or venv interpreter
 // without system packages), then Debian's /usr/bin/python3 (where python3-torch installs).
@@ -194,7 +165,7 @@ std::optional<std::string> python_with_torch() {
 }
 
 int run_parent(int steps, int repeats) {
-  const std::string self = self_path();
+  const std::string self = self_path("bench_train");
   std::vector<Case> cases;
   for (int r : {1, 2, 4}) {
     int status = 0;

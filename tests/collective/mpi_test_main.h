@@ -16,8 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <vector>
 
 #include "collective/mpi.h"
+#include "core/config.h"
 #include "core/tensor.h"
 
 namespace chorus::testing {
@@ -67,6 +69,17 @@ inline int run_tests_under_mpi(int argc, char** argv, const std::function<void()
     }
   }
   return status;
+}
+
+// The same with `devices` logical CPU devices of `memory_limit_mb` each configured first (the
+// MultiWorkerMirroredStrategy tests, with 1 or 2 devices per worker).
+inline int run_tests_under_mpi_on_cpus(int argc, char** argv, int devices, std::int64_t memory_limit_mb) {
+  return run_tests_under_mpi(argc, argv, [&] {
+    config::set_logical_device_configuration(
+        config::list_physical_devices("CPU")[0],
+        std::vector<LogicalDeviceConfiguration>(static_cast<std::size_t>(devices),
+                                                LogicalDeviceConfiguration{.memory_limit_mb = memory_limit_mb}));
+  });
 }
 
 }  // namespace chorus::testing

@@ -135,9 +135,5 @@ TEST(CompressionMpiErrors, UnknownCompressionIsRefusedOnEveryWorker) {
 }  // namespace chorus::distribute
 
 int main(int argc, char** argv) {
-  return chorus::testing::run_tests_under_mpi(argc, argv, [] {
-    chorus::config::set_logical_device_configuration(
-        chorus::config::list_physical_devices("CPU")[0],
-        std::vector<chorus::LogicalDeviceConfiguration>(chorus::distribute::kCpuDevices, {.memory_limit_mb = 512}));
-  });
+  return chorus::testing::run_tests_under_mpi_on_cpus(argc, argv, chorus::distribute::kCpuDevices, 512);
 }

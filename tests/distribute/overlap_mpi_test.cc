@@ -97,10 +97,4 @@ INSTANTIATE_TEST_SUITE_P(Workers, OverlapMpi, ::testing::Values(1, 2), [](const 
 }  // namespace
 }  // namespace chorus::distribute
 
-int main(int argc, char** argv) {
-  return chorus::testing::run_tests_under_mpi(argc, argv, [] {
-    chorus::config::set_logical_device_configuration(
-        chorus::config::list_physical_devices("CPU")[0],
-        std::vector<chorus::LogicalDeviceConfiguration>(2, chorus::LogicalDeviceConfiguration{.memory_limit_mb = 256}));
-  });
-}
+int main(int argc, char** argv) { return chorus::testing::run_tests_under_mpi_on_cpus(argc, argv, 2, 256); }

@@ -22,6 +22,7 @@
 #include "model/losses.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "ops/tape.h"
 #include "optimizer/adam.h"
 #include "optimizer/loss_scale_optimizer.h"
 #include "optimizer/sgd.h"
@@ -111,13 +112,36 @@ INSTANTIATE_TEST_SUITE_P(SharedMemory, OverlapFit,
                          ::testing::Combine(::testing::Values(2, 3), ::testing::Values<std::int64_t>(256, 4096, 0),
                                             ::testing::Bool()));
 
-// A custom loop: per-replica tape, apply_gradients in the replica — with `change` applied to the
-// gradients in between (nullptr: none). Returns the weights after `steps` steps.
-Outcome custom_loop(int replicas, bool overlap, int steps, const std::function<Tensor(const Tensor&)>& change,
-                    bool use_extra_variable = false, int accumulate = 0) {
+// What a custom loop does besides tape.gradient + apply_gradients.
+struct Loop {
+  int steps = 3;
+  // Applied to every defined gradient of replica `r` before apply_gradients (nullptr: none).
+  std::function<Tensor(int r, const Tensor&)> change;
+  bool use_extra_variable = false;  // `unused` is read (and reaches the loss)
+  bool dead_head = false;           // a variable `head2` is read, but its output is not in the loss
+  int accumulate = 0;               // gradient_accumulation_steps
+  bool scaled_loss = true;          // the loop calls opt->get_scaled_loss (fit does)
+  bool reduce_between = false;      // a MEAN all-reduce of a 2-tensor list between gradient and apply
+  bool sync_in_backward = false;    // an op whose gradient is all-reduced inside the backward pass
+};
+
+// y = x, whose gradient is the MEAN of every replica's (a single-tensor all-reduce during the
+// backward pass, as SyncBatchNormalization's).
+Tensor synced_identity(const Tensor& x) {
+  Tensor y = ops::stop_gradient(x);
+  if (ops::internal::should_record({x}))
+    ops::internal::record("SyncedIdentity", {x}, {y}, [](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{get_replica_context()->all_reduce(ReduceOp::kMean, g[0])};
+    });
+  return y;
+}
+
+// A custom loop: per-replica tape, apply_gradients in the replica, 512-byte buckets. Returns the
+// weights after the steps.
+Outcome custom_loop(int replicas, bool overlap, const Loop& loop) {
   MirroredStrategy s(cpus(replicas),
                      {.communication_options = {.bytes_per_pack = 512}, .overlap_gradient_all_reduce = overlap});
-  Variable w1, b1, unused, w2;
+  Variable w1, b1, unused, w2, head2;
   std::shared_ptr<optimizers::Optimizer> opt;
   {
     auto scope = s.scope();
@@ -125,25 +149,32 @@ Outcome custom_loop(int replicas, bool overlap, int steps, const std::function<T
     b1 = make_variable({.initial_value = Tensor::zeros({32}, DType::kFloat32), .name = "b1"});
     unused = make_variable({.initial_value = Tensor::ones({5}, DType::kFloat32), .name = "unused"});
     w2 = make_variable({.initial_value = ops::stateless_random_uniform({32, 4}, {2, 2}), .name = "w2"});
+    head2 = make_variable({.initial_value = ops::stateless_random_uniform({32, 3}, {3, 3}), .name = "head2"});
     optimizers::AdamOptions options{.learning_rate = 1e-2};
-    if (accumulate > 0) options.gradient_accumulation_steps = accumulate;
+    if (loop.accumulate > 0) options.gradient_accumulation_steps = loop.accumulate;
     opt = std::make_shared<optimizers::Adam>(options);
   }
-  const std::vector<Variable> vars{w1, b1, unused, w2};
+  std::vector<Variable> vars{w1, b1, unused, w2};
+  if (loop.dead_head) vars.push_back(head2);
   s.read_and_reset_all_reduce_counters();
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < loop.steps; ++step) {
     s.run([&] {
-      const int r = get_replica_context()->replica_id_in_sync_group();
+      ReplicaContext* ctx = get_replica_context();
+      const int r = ctx->replica_id_in_sync_group();
       const Tensor x = ops::stateless_random_uniform({6, 8}, {100 + step, r});
       const Tensor y = ops::stateless_random_uniform({6, 4}, {200 + step, r});
       ops::GradientTape tape;
       Tensor h = ops::relu(ops::matmul(x, w1.value()) + b1.value());
-      if (use_extra_variable) h = h * ops::reduce_sum(unused.value());
+      if (loop.use_extra_variable) h = h * ops::reduce_sum(unused.value());
+      if (loop.sync_in_backward) h = synced_identity(h);
+      if (loop.dead_head) (void)ops::matmul(h, head2.value());  // computed, not in the loss
       const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, w2.value()) - y));
-      std::vector<Tensor> grads = tape.gradient(opt->get_scaled_loss(loss), vars);
+      std::vector<Tensor> grads = tape.gradient(loop.scaled_loss ? opt->get_scaled_loss(loss) : loss, vars);
+      if (loop.reduce_between)
+        (void)ctx->all_reduce(ReduceOp::kMean, std::vector<Tensor>{Tensor::scalar<float>(1.0f), loss});
       optimizers::GradsAndVars gv;
       for (std::size_t i = 0; i < vars.size(); ++i)
-        gv.emplace_back(change && grads[i].defined() ? change(grads[i]) : grads[i], vars[i]);
+        gv.emplace_back(loop.change && grads[i].defined() ? loop.change(r, grads[i]) : grads[i], vars[i]);
       opt->apply_gradients(std::move(gv));
     });
   }
@@ -158,25 +189,31 @@ TEST(Overlap, AnUnusedVariableIsInNoBucketAndNothingWaitsForIt) {
   // it still run during backward, and the weights are bitwise the non-overlapped ones.
   for (const int replicas : {2, 3}) {
     chorus::testing::make_cpus(replicas, 128);
-    const Outcome off = custom_loop(replicas, false, 4, nullptr);
-    const Outcome on = custom_loop(replicas, true, 4, nullptr);
+    const Outcome off = custom_loop(replicas, false, {.steps = 4});
+    const Outcome on = custom_loop(replicas, true, {.steps = 4});
     expect_bitwise(on, off, "unused variable");
     EXPECT_EQ(on.counters.collectives, off.counters.collectives);
     EXPECT_EQ(on.counters.overlapped, on.counters.collectives) << "every pack was a bucket";
     EXPECT_EQ(on.weights[2], std::vector<float>(5, 1.0f)) << "the unused variable is untouched";
     // Used on some steps only would change the tape, not the contract: the same on every replica.
-    const Outcome used_off = custom_loop(replicas, false, 3, nullptr, true);
-    const Outcome used_on = custom_loop(replicas, true, 3, nullptr, true);
+    const Outcome used_off = custom_loop(replicas, false, {.use_extra_variable = true});
+    const Outcome used_on = custom_loop(replicas, true, {.use_extra_variable = true});
     expect_bitwise(used_on, used_off, "used variable");
+    // A variable read by an op whose output does not reach the loss (an unused head) gets no
+    // gradient either: the tape expects none for it, so the buckets are used all the same.
+    const Outcome dead_off = custom_loop(replicas, false, {.dead_head = true});
+    const Outcome dead_on = custom_loop(replicas, true, {.dead_head = true});
+    expect_bitwise(dead_on, dead_off, "unused head");
+    EXPECT_EQ(dead_on.counters.overlapped, dead_on.counters.collectives) << "the buckets were taken";
     chorus::internal::reset_runtime_for_testing();
   }
 }
 
 TEST(Overlap, GradientsChangedBeforeApplyAreReducedAsTheyAreAndOverlapTurnsOff) {
   chorus::testing::make_cpus(2, 128);
-  auto halve = [](const Tensor& g) { return g * 0.5; };
-  const Outcome off = custom_loop(2, false, 3, halve);
-  const Outcome on = custom_loop(2, true, 3, halve);
+  auto halve = [](int, const Tensor& g) { return g * 0.5; };
+  const Outcome off = custom_loop(2, false, {.change = halve});
+  const Outcome on = custom_loop(2, true, {.change = halve});
   expect_bitwise(on, off, "halved gradients");
   // The first step's buckets were reduced for nothing; then overlap is off.
   EXPECT_GT(on.counters.overlapped, 0);
@@ -186,16 +223,52 @@ TEST(Overlap, GradientsChangedBeforeApplyAreReducedAsTheyAreAndOverlapTurnsOff) 
   chorus::internal::reset_runtime_for_testing();
 }
 
+// Replica 0 changes its gradients and replica 1 does not: the replicas agree that the buckets
+// cannot be used, and both reduce what they were given (a disagreement would hang or mix sums).
+TEST(Overlap, OneReplicaChangingItsGradientsMakesEveryReplicaReduceThemAgain) {
+  chorus::testing::make_cpus(2, 128);
+  auto first_halves = [](int r, const Tensor& g) { return r == 0 ? g * 0.5 : g; };
+  const Outcome off = custom_loop(2, false, {.change = first_halves});
+  const Outcome on = custom_loop(2, true, {.change = first_halves});
+  expect_bitwise(on, off, "replica 0's gradients halved");
+  EXPECT_EQ(on.counters.collectives - on.counters.overlapped, off.counters.collectives);
+  chorus::internal::reset_runtime_for_testing();
+}
+
+// Collectives of the replica thread between the buckets: an all-reduce inside the backward pass
+// (as SyncBatchNormalization's) and a list all-reduce of other values between gradient and apply
+// meet their peers in the same order on every replica, and the buckets are still taken.
+TEST(Overlap, OtherCollectivesDuringAndAfterTheBackwardPassKeepTheirOrder) {
+  for (const int replicas : {2, 3}) {
+    chorus::testing::make_cpus(replicas, 128);
+    const Loop loop{.reduce_between = true, .sync_in_backward = true};
+    const Outcome off = custom_loop(replicas, false, loop);
+    const Outcome on = custom_loop(replicas, true, loop);
+    expect_bitwise(on, off, "collectives in between");
+    EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+    EXPECT_GT(on.counters.overlapped, 0);
+    EXPECT_EQ(on.counters.collectives - on.counters.overlapped, 3 * 2 * replicas)
+        << "per step and replica: the backward's all-reduce and the list's (one pack), the rest buckets";
+    chorus::internal::reset_runtime_for_testing();
+  }
+}
+
 // With gradient_accumulation_steps no apply reduces the tape's gradients as they are (the N-th
 // reduces the mean of the sum), so the tape begins no overlapped all-reduce: nothing is reduced
 // for nothing, micro-steps run no collective, and the updates are the non-overlapped ones.
 TEST(Overlap, GradientAccumulationBeginsNoOverlappedAllReduce) {
   chorus::testing::make_cpus(2, 128);
-  const Outcome off = custom_loop(2, false, 6, nullptr, false, 3);
-  const Outcome on = custom_loop(2, true, 6, nullptr, false, 3);
+  const Outcome off = custom_loop(2, false, {.steps = 6, .accumulate = 3});
+  const Outcome on = custom_loop(2, true, {.steps = 6, .accumulate = 3});
   expect_bitwise(on, off, "accumulation");
   EXPECT_EQ(on.counters.collectives, off.counters.collectives) << "collectives on the 2 updating steps only";
   EXPECT_EQ(on.counters.overlapped, 0);
+  // A loop that never calls get_scaled_loss: its first micro-step's buckets are reduced for
+  // nothing (the optimizer learns of the accumulation at its first apply), none after.
+  const Outcome unscaled = custom_loop(2, true, {.steps = 6, .accumulate = 3, .scaled_loss = false});
+  expect_bitwise(unscaled, off, "accumulation without get_scaled_loss");
+  EXPECT_EQ(unscaled.counters.collectives - unscaled.counters.overlapped, off.counters.collectives);
+  EXPECT_EQ(unscaled.counters.overlapped * 2, off.counters.collectives) << "one micro-step's buckets";
   chorus::internal::reset_runtime_for_testing();
 }
 

@@ -165,10 +165,5 @@ INSTANTIATE_TEST_SUITE_P(LocalDevices, ShardingMpi, ::testing::Values(1, 2),
 }  // namespace chorus::sharding_testing
 
 int main(int argc, char** argv) {
-  return chorus::testing::run_tests_under_mpi(argc, argv, [] {
-    chorus::config::set_logical_device_configuration(
-        chorus::config::list_physical_devices("CPU")[0],
-        std::vector<chorus::LogicalDeviceConfiguration>(chorus::sharding_testing::kCpuDevices,
-                                                        {.memory_limit_mb = 256}));
-  });
+  return chorus::testing::run_tests_under_mpi_on_cpus(argc, argv, chorus::sharding_testing::kCpuDevices, 256);
 }
