@@ -43,6 +43,7 @@ struct CollectiveCall {
   std::chrono::milliseconds timeout{0};  // the options' timeout
   ReduceOp op = ReduceOp::kSum;          // the options' reduce op; kSum where the call has none
   int root = -1;                         // broadcast and reduce; -1 otherwise
+  bool side_stream = false;              // all_reduce's AllReduceOptions::side_stream
 };
 
 // For check_device overrides. `role` is "input", "output", or "" (broadcast's one tensor).

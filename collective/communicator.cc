@@ -135,7 +135,8 @@ void Communicator::validate(const CollectiveCall& call, const Tensor* input, con
 
 std::shared_ptr<Work> Communicator::all_reduce(const Tensor& input, const Tensor& output,
                                                const AllReduceOptions& options) {
-  const CollectiveCall call = numbered(CollectiveOp::kAllReduce, sequence_++, &input, options.op, -1, options.timeout);
+  CollectiveCall call = numbered(CollectiveOp::kAllReduce, sequence_++, &input, options.op, -1, options.timeout);
+  call.side_stream = options.side_stream;
   validate(call, &input, &output);
   return do_all_reduce(call, input, output);
 }

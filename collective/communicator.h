@@ -49,6 +49,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/stream.h"
 #include "core/tensor.h"
 
 namespace chorus::collective {
@@ -70,6 +71,12 @@ std::chrono::milliseconds default_timeout();
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   std::chrono::milliseconds timeout = default_timeout();
+  // GPU backends (virtual GPU, in-process NCCL): enqueue on the device's side stream
+  // (core/runtime.h's DeviceContext::side_stream) instead of its stream, so that the collective
+  // runs beside the compute enqueued there. The caller orders the inputs before it on the side
+  // stream (side_stream().wait_event(...)) and later work after it with the Work's event(); the
+  // backend adds no wait on the device's stream. Host backends ignore it.
+  bool side_stream = false;
 };
 struct BroadcastOptions {
   int root = 0;
@@ -123,6 +130,10 @@ class Work {
   virtual bool is_completed() const = 0;
   // "all_reduce #3 (float32(1024,), sum)"
   virtual const std::string& description() const = 0;
+  // Device backends: the event that completes with the collective on its stream (to order later
+  // work of another stream after it: Stream::wait_event); nullptr for host backends (complete on
+  // return).
+  virtual std::shared_ptr<Event> event() const { return nullptr; }
 };
 
 struct CollectiveCall;  // collective/call.h

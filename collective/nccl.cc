@@ -123,11 +123,13 @@ class NcclCommunicator final : public InProcessCommunicator {
       std::lock_guard<std::mutex> lock(comms_->mu);
       if (comms_->aborted)
         throw AbortedError(str_cat(c.fp.to_string(), " on rank ", rank(), ": the NCCL communicators were aborted"));
-      launch(comms_->comms[rank()], static_cast<cudaStream_t>(device_->stream().native_handle()));
+      launch(comms_->comms[rank()], static_cast<cudaStream_t>(stream_of(c).native_handle()));
     }
-    return std::make_shared<EventWork>(device_->stream().record_event(), c.fp.to_string());
+    return std::make_shared<EventWork>(stream_of(c).record_event(), c.fp.to_string());
   }
   std::size_t count(const Tensor& t) const { return static_cast<std::size_t>(t.num_elements()); }
+  // The device's stream, or its side stream for an all-reduce with AllReduceOptions::side_stream.
+  Stream& stream_of(const Call& c) const { return c.side_stream ? device_->side_stream() : device_->stream(); }
 
   WorkPtr run_all_reduce(const Call& c, const Tensor& in, const Tensor& out) override {
     return run(c, [&](ncclComm_t comm, cudaStream_t s) {

@@ -47,12 +47,14 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
 
  private:
   // The common skeleton: meet, let rank 0 enqueue `device_work` on its stream after everyone's
-  // ready event, publish its done event, and make every stream wait for it.
+  // ready event, publish its done event, and make every stream wait for it. The stream is the
+  // device's, or its side stream for an all-reduce with AllReduceOptions::side_stream.
   WorkPtr collective(const Call& c, const void* in, void* out, const std::function<void(Stream&)>& device_work) {
-    Post post{&device_->stream(), device_->stream().record_event()};
+    Stream& mine = c.side_stream ? device_->side_stream() : device_->stream();
+    Post post{&mine, mine.record_event()};
     rendezvous().arrive(rank(), c.fp, Slot{in, out, &post}, c.timeout);
     if (rank() == 0) {
-      Stream& s0 = device_->stream();
+      Stream& s0 = mine;
       try {
         for (int j = 1; j < size(); ++j) s0.wait_event(static_cast<const Post*>(rendezvous().slot(j).context)->ready);
         device_work(s0);
@@ -64,7 +66,7 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
     }
     rendezvous().sync(rank(), c.fp, c.timeout);  // shared_->done is published; slots are no longer read
     std::shared_ptr<Event> done = shared_->done;
-    if (rank() != 0) device_->stream().wait_event(done);
+    if (rank() != 0) mine.wait_event(done);
     rendezvous().check_usable();  // a failed launch on rank 0 fails the collective everywhere
     return std::make_shared<EventWork>(done, c.fp.to_string());
   }

@@ -29,6 +29,7 @@ class EventWork final : public Work {
   void wait(std::chrono::milliseconds timeout) override;
   bool is_completed() const override { return done_->query(); }
   const std::string& description() const override { return description_; }
+  std::shared_ptr<Event> event() const override { return done_; }
 
  private:
   std::shared_ptr<Event> done_;

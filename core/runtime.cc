@@ -22,6 +22,12 @@ DeviceContext::DeviceContext(LogicalDevice device, std::unique_ptr<Allocator> al
       stream_(std::move(stream)),
       gpu_ordinal_(gpu_ordinal) {}
 
+Stream& DeviceContext::side_stream() const {
+  if (gpu_ordinal_ < 0) return *stream_;
+  std::call_once(side_once_, [this] { side_stream_ = make_gpu_stream(gpu_ordinal_, "side stream of " + name()); });
+  return *side_stream_;
+}
+
 namespace runtime {
 namespace {
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,12 +30,19 @@ class DeviceContext {
   int gpu_ordinal() const { return gpu_ordinal_; }  // CUDA ordinal, -1 for CPU devices
   Allocator& allocator() const { return *allocator_; }
   Stream& stream() const { return *stream_; }
+  // A GPU device's second stream, for collectives that run beside its compute (the all-reduce
+  // overlapped with the backward pass, docs/overlap.md; collective/communicator.h's
+  // AllReduceOptions::side_stream), made at the first call; work on it is ordered against
+  // stream() with events only. A CPU device's is stream() itself. Thread-safe.
+  Stream& side_stream() const;
 
  private:
   LogicalDevice device_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Stream> stream_;
   int gpu_ordinal_;
+  mutable std::once_flag side_once_;
+  mutable std::unique_ptr<Stream> side_stream_;
 };
 
 namespace runtime {

@@ -33,6 +33,9 @@ struct Pack {
   DType dtype = DType::kFloat32;  // the members' (the wire dtype is send's)
   std::int64_t value_bytes = 0;   // the members' bytes, uncompressed
   Tensor send, out;
+  // GPU packs reduced beside the compute (docs/overlap.md): `send` is complete at `ready` (an
+  // event of the device's stream), `out` at `done` (of the collective's stream). nullptr: none.
+  std::shared_ptr<Event> ready, done;
 };
 
 // Builds the pack of `members` of `values` on `device` (a member elsewhere is copied there).

@@ -44,10 +44,11 @@ struct MirroredStrategyOptions {
   ShardingOptions sharding;
   // All-reduce the gradients during the backward pass, in buckets, as PyTorch DDP and Horovod do
   // (distribute/overlapped_reduction.h, docs/overlap.md); false: one packed all-reduce after it.
-  // The results are bitwise the same either way. nullopt (the default): on when the replicas' op
-  // threads leave a core of the host free for the communication threads (on a machine whose cores
-  // all compute, overlap costs more than it hides: bench_overlap). Used on CPU devices at ZeRO
-  // stages 0 and 1; elsewhere the gradients are all-reduced after the backward pass.
+  // The results are bitwise the same either way. nullopt (the default): on CPU devices, on when the
+  // replicas' op threads leave a core of the host free for the communication threads (on a machine
+  // whose cores all compute, overlap costs more than it hides: bench_overlap); on GPU devices off
+  // until validated on a GPU (true: each device's side stream). Used at ZeRO stages 0 and 1; at 2
+  // and 3 the gradients are reduce-scattered as docs/sharding.md says.
   std::optional<bool> overlap_gradient_all_reduce;
 };
 

@@ -77,6 +77,8 @@ void OverlappedReduction::launch_ready_buckets() {
       // On the replica's track, inside its backward pass (core/timeline.h): the bucket handed over.
       timeline::Span span("collective", "bucket");
       b.pack = std::make_shared<Pack>(make_pack(grads_, b.members, wire_(dtype), device_));
+      // On a GPU the collective runs on the side stream, after the pack is complete on this one.
+      if (b.pack->send.device_context().is_gpu()) b.pack->ready = b.pack->send.device_context().stream().record_event();
       if (timeline::enabled())
         span.set_args(
             chorus::internal::str_cat("\"bytes\": ", b.pack->send.nbytes(), ", \"gradients\": ", b.members.size()));
@@ -104,6 +106,8 @@ std::vector<Tensor> OverlappedReduction::take() {
   for (Bucket& b : buckets_) {
     wait_(b.ticket);
     b.ticket = 0;
+    // A GPU pack: what follows on this replica's stream waits for the collective's stream.
+    if (b.pack->done) b.pack->out.device_context().stream().wait_event(b.pack->done);
     unpack(*b.pack, reduced);
     b.pack.reset();
   }

@@ -95,7 +95,13 @@ void StrategyReplicaContext::reduce_pack(collective::Communicator& communicator,
     if (!overlapped) drain_if_profiling(pack.send);  // the communication thread must not drain the replica's stream
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
     timeline::Span span("collective", "all-reduce", collective_args(pack.send, strategy_));
-    communicator.all_reduce(pack.send, pack.out, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
+    // A GPU bucket (pack.ready set): on the device's side stream, after the pack is complete.
+    const bool side = pack.ready != nullptr;
+    if (side) pack.send.device_context().side_stream().wait_event(pack.ready);
+    const std::shared_ptr<collective::Work> work = communicator.all_reduce(
+        pack.send, pack.out, {.op = to_collective(op), .timeout = timeout, .side_stream = side});
+    if (side) pack.done = work->event();
+    work->wait(timeout);
   }
   auto& c = strategy_.counters_;
   c.collectives.fetch_add(1, std::memory_order_relaxed);

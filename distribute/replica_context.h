@@ -66,8 +66,8 @@ class StrategyReplicaContext final : public ReplicaContext, public ShardingColle
   Tensor broadcast(const Tensor& value, int root);
 
   // Overlap (core/distribution.h's GradientReduction; distribute/overlapped_reduction.h): when
-  // the strategy overlaps (its options' overlap_gradient_all_reduce, CPU devices, ZeRO stage 0
-  // or 1), a reduction whose buckets this replica's communication thread all-reduces during the
+  // the strategy overlaps (its options' overlap_gradient_all_reduce, ZeRO stage 0 or 1), a
+  // reduction whose buckets this replica's communication thread all-reduces during the
   // backward pass; all_reduce(kSum, list) with the strategy's options takes its results when the
   // list is exactly its gradients. Anything else — a list that differs (clipped or scaled per
   // replica), a reduction never taken by the end of the step, a second one begun first — reduces

@@ -97,7 +97,7 @@ class Strategy : public DistributionStrategy {
   // and MultiWorkerMirroredStrategy's options.sharding.stage; 0 (no sharding) for the others.
   int sharding_stage() const { return sharding_stage_; }
   // Whether the replicas all-reduce the gradients during the backward pass (the options'
-  // overlap_gradient_all_reduce, on CPU devices, at ZeRO stage 0 or 1: replica_context.h), and
+  // overlap_gradient_all_reduce, at ZeRO stage 0 or 1: replica_context.h), and
   // why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
   bool overlaps_gradient_all_reduce() const { return overlap_ && sharding_stage_ < 2; }
   const std::string& overlap_reason() const { return overlap_reason_; }
@@ -204,9 +204,9 @@ class Strategy : public DistributionStrategy {
   // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout;
   // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
-  // The options' overlap_gradient_all_reduce: never with a GPU replica (after the backward pass,
-  // for now — docs/overlap.md); else as requested; nullopt: on when `processes_on_host` processes
-  // like this one leave a core free (their replicas' op threads < the host's cores).
+  // The options' overlap_gradient_all_reduce: as requested; nullopt: off on GPU devices (until
+  // validated on a GPU), else on when `processes_on_host` processes like this one leave a core
+  // free (their replicas' op threads < the host's cores).
   void set_overlap(std::optional<bool> requested, int processes_on_host = 1);
   // Off, for `reason` (a multi-worker strategy whose other workers do not overlap).
   void turn_overlap_off(std::string reason) {

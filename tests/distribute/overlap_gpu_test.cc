@@ -1,0 +1,131 @@
+// The gradient all-reduce overlapped with the backward pass on GPUs (docs/overlap.md): each
+// bucket on its device's side stream, ordered against the compute stream by events. Two virtual
+// GPUs carved out of GPU:0 (the virtual-GPU backend) and, with two physical GPUs, NCCL: a custom
+// loop with small buckets gives bitwise the weights of the same loop with overlap off, the buckets
+// ran on the communication threads, and a fit of a small CNN does the same. The default leaves
+// GPUs off until a GPU run validates it. Skips without a GPU (label gpu), with the CUDA runtime's
+// reason.
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/gpu.h"
+#include "core/runtime.h"
+#include "data/dataset.h"
+#include "distribute/mirrored_strategy.h"
+#include "model/layers.h"
+#include "model/losses.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "optimizer/adam.h"
+
+namespace chorus::distribute {
+namespace {
+
+struct Outcome {
+  std::vector<std::vector<float>> weights;
+  AllReduceCounters counters;
+};
+
+// Three steps of a three-layer net on each replica's own rows, 4 KiB buckets.
+Outcome train(const std::vector<std::string>& devices, bool overlap) {
+  MirroredStrategy s(devices, {.communication_options = {.bytes_per_pack = 4096}, .overlap_gradient_all_reduce = overlap});
+  EXPECT_EQ(s.overlaps_gradient_all_reduce(), overlap) << s.overlap_reason();
+  std::vector<Variable> vars;
+  std::shared_ptr<optimizers::Adam> opt;
+  {
+    auto scope = s.scope();
+    const std::vector<std::vector<std::int64_t>> shapes{{32, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}};
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      vars.push_back(make_variable(
+          {.initial_value = ops::stateless_random_uniform(Shape(shapes[i]), {7, static_cast<std::int64_t>(i)},
+                                                          {.minval = -0.2, .maxval = 0.2}),
+           .name = "v" + std::to_string(i)}));
+    opt = std::make_shared<optimizers::Adam>(1e-2);
+  }
+  s.read_and_reset_all_reduce_counters();
+  for (int step = 0; step < 3; ++step) {
+    s.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      const Tensor x = ops::stateless_random_uniform({64, 32}, {100 + step, r});
+      const Tensor y = ops::stateless_random_uniform({64, 10}, {200 + step, r});
+      ops::GradientTape tape;
+      Tensor h = ops::relu(ops::matmul(x, vars[0].value()) + vars[1].value());
+      h = ops::relu(ops::matmul(h, vars[2].value()) + vars[3].value());
+      const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, vars[4].value()) + vars[5].value() - y));
+      std::vector<Tensor> grads = tape.gradient(loss, vars);
+      optimizers::GradsAndVars gv;
+      for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
+      opt->apply_gradients(std::move(gv));
+    });
+  }
+  Outcome out;
+  out.counters = s.read_and_reset_all_reduce_counters();
+  for (const Variable& v : vars) out.weights.push_back(v.read_value().to_vector<float>());
+  return out;
+}
+
+void expect_same(const Outcome& on, const Outcome& off) {
+  ASSERT_EQ(on.weights.size(), off.weights.size());
+  for (std::size_t v = 0; v < on.weights.size(); ++v)
+    for (std::size_t i = 0; i < on.weights[v].size(); ++i)
+      ASSERT_EQ(on.weights[v][i], off.weights[v][i]) << "variable " << v << " element " << i;
+  EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+  EXPECT_EQ(off.counters.overlapped, 0);
+  EXPECT_EQ(on.counters.overlapped, on.counters.collectives) << "every gradient pack was a bucket";
+  EXPECT_GE(on.counters.overlapped, 3 * 2 * 3) << "several buckets per step and replica";
+}
+
+TEST(OverlapGpu, VirtualGpusGiveBitwiseTheNonOverlappedWeights) {
+  if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
+  chorus::internal::reset_runtime_for_testing();
+  config::set_logical_device_configuration(config::list_physical_devices("GPU")[0],
+                                           {{.memory_limit_mb = 512}, {.memory_limit_mb = 512}});
+  MirroredStrategy automatic({"/gpu:0", "/gpu:1"});
+  EXPECT_FALSE(automatic.overlaps_gradient_all_reduce()) << "GPUs overlap only on request until validated";
+  const Outcome off = train({"/gpu:0", "/gpu:1"}, false);
+  const Outcome on = train({"/gpu:0", "/gpu:1"}, true);
+  expect_same(on, off);
+  chorus::internal::reset_runtime_for_testing();
+}
+
+TEST(OverlapGpu, NcclOnTwoPhysicalGpusGivesBitwiseTheNonOverlappedWeights) {
+  if (gpu::device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs, found " << gpu::device_count() << ": " << gpu::unavailable_reason();
+  chorus::internal::reset_runtime_for_testing();
+  const Outcome off = train({"/gpu:0", "/gpu:1"}, false);
+  const Outcome on = train({"/gpu:0", "/gpu:1"}, true);
+  expect_same(on, off);
+  chorus::internal::reset_runtime_for_testing();
+}
+
+// fit with mixed layers (convolution, pooling, dense) on two virtual GPUs: the same losses and
+// weights with overlap on and off.
+TEST(OverlapGpu, FitOnVirtualGpusIsBitwiseTheSame) {
+  if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
+  chorus::internal::reset_runtime_for_testing();
+  config::set_logical_device_configuration(config::list_physical_devices("GPU")[0],
+                                           {{.memory_limit_mb = 512}, {.memory_limit_mb = 512}});
+  auto fit = [](bool overlap) {
+    MirroredStrategy s({"/gpu:0", "/gpu:1"},
+                       {.communication_options = {.bytes_per_pack = 2048}, .overlap_gradient_all_reduce = overlap});
+    auto scope = s.scope();
+    ops::set_seed(42);
+    model::Sequential m(std::vector<layers::LayerPtr>{layers::Conv2D(8, 3, "relu"), layers::MaxPooling2D(2),
+                                                      layers::Flatten(), layers::Dense(16, "relu"), layers::Dense(4)});
+    m.compile(std::make_shared<optimizers::Adam>(1e-2), std::make_shared<losses::MeanSquaredError>());
+    const Tensor x = ops::stateless_random_uniform({32, 10, 10, 1}, {1, 2});
+    const Tensor y = ops::stateless_random_uniform({32, 4}, {3, 4});
+    std::pair<std::vector<double>, std::vector<std::vector<float>>> out;
+    out.first = m.fit(data::Dataset::from_tensor_slices({x, y}).batch(16), {.epochs = 2, .verbose = 0}).history.at("loss");
+    for (const Variable& v : m.trainable_variables()) out.second.push_back(v.read_value().to_vector<float>());
+    return out;
+  };
+  const auto off = fit(false);
+  const auto on = fit(true);
+  EXPECT_EQ(on.first, off.first);
+  EXPECT_EQ(on.second, off.second);
+  chorus::internal::reset_runtime_for_testing();
+}
+
+}  // namespace
+}  // namespace chorus::distribute
