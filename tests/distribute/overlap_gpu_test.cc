@@ -17,51 +17,19 @@
 #include "model/model.h"
 #include "ops/ops.h"
 #include "optimizer/adam.h"
+#include "tests/distribute/overlap_util.h"
 
 namespace chorus::distribute {
 namespace {
 
-struct Outcome {
-  std::vector<std::vector<float>> weights;
-  AllReduceCounters counters;
-};
+using overlap_testing::Outcome;
 
 // Three steps of a three-layer net on each replica's own rows, 4 KiB buckets.
 Outcome train(const std::vector<std::string>& devices, bool overlap) {
-  MirroredStrategy s(devices, {.communication_options = {.bytes_per_pack = 4096}, .overlap_gradient_all_reduce = overlap});
+  MirroredStrategy s(devices,
+                     {.communication_options = {.bytes_per_pack = 4096}, .overlap_gradient_all_reduce = overlap});
   EXPECT_EQ(s.overlaps_gradient_all_reduce(), overlap) << s.overlap_reason();
-  std::vector<Variable> vars;
-  std::shared_ptr<optimizers::Adam> opt;
-  {
-    auto scope = s.scope();
-    const std::vector<std::vector<std::int64_t>> shapes{{32, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}};
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      vars.push_back(make_variable(
-          {.initial_value = ops::stateless_random_uniform(Shape(shapes[i]), {7, static_cast<std::int64_t>(i)},
-                                                          {.minval = -0.2, .maxval = 0.2}),
-           .name = "v" + std::to_string(i)}));
-    opt = std::make_shared<optimizers::Adam>(1e-2);
-  }
-  s.read_and_reset_all_reduce_counters();
-  for (int step = 0; step < 3; ++step) {
-    s.run([&] {
-      const int r = get_replica_context()->replica_id_in_sync_group();
-      const Tensor x = ops::stateless_random_uniform({64, 32}, {100 + step, r});
-      const Tensor y = ops::stateless_random_uniform({64, 10}, {200 + step, r});
-      ops::GradientTape tape;
-      Tensor h = ops::relu(ops::matmul(x, vars[0].value()) + vars[1].value());
-      h = ops::relu(ops::matmul(h, vars[2].value()) + vars[3].value());
-      const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, vars[4].value()) + vars[5].value() - y));
-      std::vector<Tensor> grads = tape.gradient(loss, vars);
-      optimizers::GradsAndVars gv;
-      for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-      opt->apply_gradients(std::move(gv));
-    });
-  }
-  Outcome out;
-  out.counters = s.read_and_reset_all_reduce_counters();
-  for (const Variable& v : vars) out.weights.push_back(v.read_value().to_vector<float>());
-  return out;
+  return overlap_testing::train_three_layers(s, {32, 256, 128, 10}, 64, 0.2);
 }
 
 void expect_same(const Outcome& on, const Outcome& off) {
@@ -116,7 +84,8 @@ TEST(OverlapGpu, FitOnVirtualGpusIsBitwiseTheSame) {
     const Tensor x = ops::stateless_random_uniform({32, 10, 10, 1}, {1, 2});
     const Tensor y = ops::stateless_random_uniform({32, 4}, {3, 4});
     std::pair<std::vector<double>, std::vector<std::vector<float>>> out;
-    out.first = m.fit(data::Dataset::from_tensor_slices({x, y}).batch(16), {.epochs = 2, .verbose = 0}).history.at("loss");
+    out.first =
+        m.fit(data::Dataset::from_tensor_slices({x, y}).batch(16), {.epochs = 2, .verbose = 0}).history.at("loss");
     for (const Variable& v : m.trainable_variables()) out.second.push_back(v.read_value().to_vector<float>());
     return out;
   };

@@ -11,57 +11,23 @@
 #include "core/config.h"
 #include "distribute/multi_worker_mirrored_strategy.h"
 #include "ops/ops.h"
-#include "optimizer/adam.h"
 #include "tests/collective/mpi_test_main.h"
+#include "tests/distribute/overlap_util.h"
 
 namespace chorus::distribute {
 namespace {
 
 constexpr std::chrono::milliseconds kTimeout{30000};
 
-struct Outcome {
-  std::vector<std::vector<float>> weights;
-  AllReduceCounters counters;
-};
+using overlap_testing::Outcome;
 
-// Three steps of a three-layer net on each replica's own rows; its weights afterwards.
+// Three steps of a three-layer net on each replica's own rows, 2 KiB buckets.
 Outcome train(int local_devices, bool overlap) {
   MultiWorkerMirroredStrategy s({.cpu_devices_per_worker = local_devices,
                                  .timeout = kTimeout,
                                  .communication_options = {.bytes_per_pack = 2048},
                                  .overlap_gradient_all_reduce = overlap});
-  std::vector<Variable> vars;
-  std::shared_ptr<optimizers::Adam> opt;
-  {
-    auto scope = s.scope();
-    const std::vector<std::vector<std::int64_t>> shapes{{16, 64}, {64}, {64, 48}, {48}, {48, 3}, {3}};
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      vars.push_back(
-          make_variable({.initial_value = ops::stateless_random_uniform(
-                             Shape(shapes[i]), {7, static_cast<std::int64_t>(i)}, {.minval = -0.3, .maxval = 0.3}),
-                         .name = "v" + std::to_string(i)}));
-    opt = std::make_shared<optimizers::Adam>(1e-2);
-  }
-  s.read_and_reset_all_reduce_counters();
-  for (int step = 0; step < 3; ++step) {
-    s.run([&] {
-      const int r = get_replica_context()->replica_id_in_sync_group();
-      const Tensor x = ops::stateless_random_uniform({10, 16}, {100 + step, r});
-      const Tensor y = ops::stateless_random_uniform({10, 3}, {200 + step, r});
-      ops::GradientTape tape;
-      Tensor h = ops::relu(ops::matmul(x, vars[0].value()) + vars[1].value());
-      h = ops::relu(ops::matmul(h, vars[2].value()) + vars[3].value());
-      const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, vars[4].value()) + vars[5].value() - y));
-      std::vector<Tensor> grads = tape.gradient(loss, vars);
-      optimizers::GradsAndVars gv;
-      for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-      opt->apply_gradients(std::move(gv));
-    });
-  }
-  Outcome out;
-  out.counters = s.read_and_reset_all_reduce_counters();
-  for (const Variable& v : vars) out.weights.push_back(v.read_value().to_vector<float>());
-  return out;
+  return overlap_testing::train_three_layers(s, {16, 64, 48, 3}, 10, 0.3);
 }
 
 class OverlapMpi : public ::testing::TestWithParam<int> {};
