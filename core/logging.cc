@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -43,17 +47,43 @@ LogLevel parse_log_level(const std::string& text) {
   throw InvalidArgumentError("log level '" + text + "' is not valid: use DEBUG, INFO, WARNING, ERROR or 0-3");
 }
 
+namespace {
+// TF_CPP_MIN_LOG_LEVEL / TF_CPP_MAX_VLOG_LEVEL as a whole number in [low, high], or nullopt
+// (unset, or bad: reported on stderr).
+std::optional<int> tf_level(const char* name, int low, int high) {
+  const std::optional<std::string> text = env::get(name);
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || errno != 0 || v < low || v > high) {
+    std::fprintf(stderr, "chorus: ignoring %s='%s': use a whole number from %d to %d\n", name, text->c_str(), low,
+                 high);
+    return std::nullopt;
+  }
+  return static_cast<int>(v);
+}
+}  // namespace
+
+LogLevel log_level_from_environment() {
+  if (auto text = env::get("CHORUS_LOG_LEVEL")) {
+    try {
+      return parse_log_level(*text);
+    } catch (const InvalidArgumentError& e) {
+      std::fprintf(stderr, "chorus: ignoring CHORUS_LOG_LEVEL: %s\n", e.what());
+    }
+  }
+  int level = static_cast<int>(LogLevel::kInfo);
+  if (tf_level("TF_CPP_MAX_VLOG_LEVEL", 0, 1 << 30).value_or(0) >= 1) level = static_cast<int>(LogLevel::kDebug);
+  // TF: 0 shows INFO and up (VLOG included), n >= 1 hides the n lowest severities (3: all).
+  if (const int min = tf_level("TF_CPP_MIN_LOG_LEVEL", 0, 3).value_or(0); min >= 1) level = min + 1;
+  return static_cast<LogLevel>(level);
+}
+
 LogLevel log_level() {
   int level = g_level.load(std::memory_order_relaxed);
   if (level < 0) {
-    LogLevel parsed = LogLevel::kInfo;
-    if (auto text = env::get("CHORUS_LOG_LEVEL")) {
-      try {
-        parsed = parse_log_level(*text);
-      } catch (const InvalidArgumentError& e) {
-        std::fprintf(stderr, "chorus: ignoring CHORUS_LOG_LEVEL: %s\n", e.what());
-      }
-    }
+    const LogLevel parsed = log_level_from_environment();
     int expected = -1;
     g_level.compare_exchange_strong(expected, static_cast<int>(parsed));
     level = g_level.load();

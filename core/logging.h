@@ -3,9 +3,14 @@
 //   CHORUS_LOG(INFO) << "placed " << n << " tensors";
 //   2026-11-21 16:40:01.123456 I [rank 1 replica 0] tensor.cc:42] placed 3 tensors
 //
-// The level comes from CHORUS_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR, or 0-3; default INFO),
-// read once at first use; set_log_level() overrides it. Lines go to stderr, one write(2) per
-// line so lines from several threads never interleave. Thread-safe.
+// The level comes from CHORUS_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR, or 0-3; default INFO);
+// without it, from TensorFlow's variables, so a TF user's setting works unchanged:
+//   TF_CPP_MIN_LOG_LEVEL   0 all (INFO and up), 1 no INFO, 2 no WARNING either, 3 nothing
+//   TF_CPP_MAX_VLOG_LEVEL  >= 1: DEBUG lines too (TF's VLOG; they are INFO-severity there, so
+//                          TF_CPP_MIN_LOG_LEVEL >= 1 hides them)
+// read once at first use (a bad value is reported on stderr and ignored); set_log_level()
+// overrides it. Lines go to stderr, one write(2) per line so lines from several threads never
+// interleave. Thread-safe.
 #pragma once
 
 #include <sstream>
@@ -13,10 +18,13 @@
 
 namespace chorus {
 
-enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+// kNone: nothing is printed (TF_CPP_MIN_LOG_LEVEL=3).
+enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kNone = 4 };
 
 LogLevel log_level();
 void set_log_level(LogLevel level);
+// The level the environment asks for (the rules above), without caching it.
+LogLevel log_level_from_environment();
 // Parses "DEBUG"/"INFO"/"WARNING"/"WARN"/"ERROR" (any case) or "0".."3".
 // Throws InvalidArgumentError naming the valid values.
 LogLevel parse_log_level(const std::string& text);

@@ -75,5 +75,64 @@ TEST(LoggingTest, RankComesFromMpirunWhenNotSetByAStrategy) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// TensorFlow's variables, without CHORUS_LOG_LEVEL: TF_CPP_MIN_LOG_LEVEL hides the n lowest
+// severities, TF_CPP_MAX_VLOG_LEVEL >= 1 shows DEBUG lines (INFO-severity VLOGs in TF, so a
+// min level >= 1 hides them too); CHORUS_LOG_LEVEL wins over both; bad values are ignored.
+TEST(LoggingTest, TensorFlowsLogLevelVariablesAreHonoured) {
+  struct Case {
+    const char *min, *vlog, *chorus;
+    LogLevel want;
+  };
+  const Case cases[] = {
+      {nullptr, nullptr, nullptr, LogLevel::kInfo}, {"0", nullptr, nullptr, LogLevel::kInfo},
+      {"1", nullptr, nullptr, LogLevel::kWarning},  {"2", nullptr, nullptr, LogLevel::kError},
+      {"3", nullptr, nullptr, LogLevel::kNone},     {nullptr, "1", nullptr, LogLevel::kDebug},
+      {"0", "2", nullptr, LogLevel::kDebug},        {"1", "1", nullptr, LogLevel::kWarning},
+      {nullptr, "0", nullptr, LogLevel::kInfo},     {"2", nullptr, "DEBUG", LogLevel::kDebug},
+      {"7", nullptr, nullptr, LogLevel::kInfo},     {"abc", "x", nullptr, LogLevel::kInfo},
+      {"", nullptr, nullptr, LogLevel::kInfo},
+  };
+  auto put = [](const char* name, const char* value) {
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  };
+  for (const Case& c : cases) {
+    put("TF_CPP_MIN_LOG_LEVEL", c.min);
+    put("TF_CPP_MAX_VLOG_LEVEL", c.vlog);
+    put("CHORUS_LOG_LEVEL", c.chorus);
+    EXPECT_EQ(log_level_from_environment(), c.want) << "TF_CPP_MIN_LOG_LEVEL=" << (c.min ? c.min : "(unset)")
+                                                    << " TF_CPP_MAX_VLOG_LEVEL=" << (c.vlog ? c.vlog : "(unset)")
+                                                    << " CHORUS_LOG_LEVEL=" << (c.chorus ? c.chorus : "(unset)");
+  }
+  unsetenv("TF_CPP_MIN_LOG_LEVEL");
+  unsetenv("TF_CPP_MAX_VLOG_LEVEL");
+  unsetenv("CHORUS_LOG_LEVEL");
+}
+
+// TF_CPP_MIN_LOG_LEVEL=3 silences even errors (TF's meaning), in a fresh process: the level is
+// read once, at the first log line.
+TEST(LoggingTest, MinLogLevelThreeSilencesEverything) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("TF_CPP_MIN_LOG_LEVEL", "3", 1);
+        unsetenv("CHORUS_LOG_LEVEL");
+        CHORUS_LOG(ERROR) << "must not appear";
+        std::exit(log_level() == LogLevel::kNone ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "^$");
+  EXPECT_EXIT(
+      {
+        setenv("TF_CPP_MIN_LOG_LEVEL", "1", 1);
+        unsetenv("CHORUS_LOG_LEVEL");
+        CHORUS_LOG(INFO) << "hidden info";
+        CHORUS_LOG(WARNING) << "shown warning";
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "shown warning");
+}
+
 }  // namespace
 }  // namespace chorus

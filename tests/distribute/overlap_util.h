@@ -32,9 +32,10 @@ inline Outcome train_three_layers(distribute::Strategy& s, std::array<std::int64
     const auto [in, h1, h2, out] = widths;
     const std::vector<std::vector<std::int64_t>> shapes{{in, h1}, {h1}, {h1, h2}, {h2}, {h2, out}, {out}};
     for (std::size_t i = 0; i < shapes.size(); ++i)
-      vars.push_back(make_variable({.initial_value = ops::stateless_random_uniform(
-                                        Shape(shapes[i]), {7, static_cast<std::int64_t>(i)}, {.minval = -init, .maxval = init}),
-                                    .name = "v" + std::to_string(i)}));
+      vars.push_back(
+          make_variable({.initial_value = ops::stateless_random_uniform(
+                             Shape(shapes[i]), {7, static_cast<std::int64_t>(i)}, {.minval = -init, .maxval = init}),
+                         .name = "v" + std::to_string(i)}));
     opt = std::make_shared<optimizers::Adam>(1e-2);
   }
   s.read_and_reset_all_reduce_counters();
