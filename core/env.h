@@ -5,6 +5,9 @@
 //   TF_CPP_MIN_LOG_LEVEL        0-3, TensorFlow's: hides the lowest severities (3: all), when
 //                               CHORUS_LOG_LEVEL is unset (core/logging.h).
 //   TF_CPP_MAX_VLOG_LEVEL       >= 1: DEBUG lines too, when CHORUS_LOG_LEVEL is unset.
+//   CHORUS_PROGRESS             bar | epoch | none: fit's progress output (model/callbacks.h);
+//                               unset: a bar on a person's terminal, else a line per epoch.
+//   CI                          set (by CI systems): fit prints a line per epoch, no bar.
 //   TF_FORCE_GPU_ALLOW_GROWTH   "true"/"false": memory growth for every GPU, as in TensorFlow.
 //   CUDA_VISIBLE_DEVICES        honoured by the CUDA runtime (chorus-devices prints it).
 //   OMPI_COMM_WORLD_RANK/SIZE   set by Open MPI's mpirun (PMI_RANK/PMI_SIZE by MPICH/Slurm): the

@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_manager.h"
 #include "checkpoint/checkpoint_state.h"
 #include "core/distribution.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "distribute/preemption.h"
@@ -43,11 +44,27 @@ std::string format_logs(const Logs& logs) {
 }
 }  // namespace
 
+ProgressMode progress_mode_from_environment() {
+  if (const std::optional<std::string> text = env::get("CHORUS_PROGRESS")) {
+    if (*text == "bar") return ProgressMode::kBar;
+    if (*text == "epoch") return ProgressMode::kEpoch;
+    if (*text == "none") return ProgressMode::kNone;
+    throw InvalidArgumentError(str_cat("CHORUS_PROGRESS='", *text,
+                                       "' is not valid: use bar (redrawn on a terminal), epoch (one line per ",
+                                       "epoch) or none"));
+  }
+  const bool person = isatty(STDOUT_FILENO) != 0 && !env::launcher_rank() && !env::get("CI");
+  return person ? ProgressMode::kBar : ProgressMode::kEpoch;
+}
+
 ProgressBar::ProgressBar(int epochs, std::ostream* out, std::optional<bool> tty)
-    : epochs_(epochs), out_(out ? out : &std::cout), tty_(tty.value_or(isatty(STDOUT_FILENO) != 0)) {}
+    : epochs_(epochs),
+      out_(out ? out : &std::cout),
+      mode_(tty ? (*tty ? ProgressMode::kBar : ProgressMode::kEpoch) : progress_mode_from_environment()) {}
 
 void ProgressBar::on_epoch_begin(model::Model&, int epoch) {
   start_ = std::chrono::steady_clock::now();
+  if (mode_ == ProgressMode::kNone) return;
   *out_ << "Epoch " << epoch + 1 << "/" << epochs_ << "\n";
   out_->flush();
 }
@@ -77,14 +94,16 @@ std::string ProgressBar::line(std::int64_t step, std::int64_t steps, const Logs&
 
 void ProgressBar::on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) {
   last_steps_ = steps > 0 ? steps : step;
-  if (!tty_) return;
+  if (mode_ != ProgressMode::kBar) return;
   *out_ << "\r" << line(step, steps, logs, false) << "\033[K";
   out_->flush();
 }
 
 void ProgressBar::on_epoch_end(model::Model&, int, const Logs& logs) {
-  if (tty_) *out_ << "\r";
-  *out_ << line(last_steps_, last_steps_, logs, true) << (tty_ ? "\033[K" : "") << "\n";
+  if (mode_ == ProgressMode::kNone) return;
+  const bool bar = mode_ == ProgressMode::kBar;
+  if (bar) *out_ << "\r";
+  *out_ << line(last_steps_, last_steps_, logs, true) << (bar ? "\033[K" : "") << "\n";
   out_->flush();
 }
 

@@ -48,9 +48,20 @@ class Callback {
 };
 using CallbackPtr = std::shared_ptr<Callback>;
 
+// How ProgressBar prints: kBar redraws a bar per epoch with "\r" (a person's terminal), kEpoch
+// prints one line per epoch (Keras's verbose=2: log files, pipes, CI), kNone prints nothing.
+enum class ProgressMode { kBar, kEpoch, kNone };
+
+// CHORUS_PROGRESS=bar|epoch|none when set (any other value: InvalidArgumentError naming the
+// variable and the values). Otherwise kBar only when stdout is a terminal, the process was not
+// started by a launcher (mpirun hands its ranks a pty even when its own output goes to a file or
+// a pipe: core/env.h's launcher_rank) and CI is unset; else kEpoch.
+ProgressMode progress_mode_from_environment();
+
 class ProgressBar final : public Callback {
  public:
-  // `out` defaults to std::cout; `tty` unset: isatty(stdout).
+  // `out` defaults to std::cout; `tty` set: kBar (true) or kEpoch (false); unset:
+  // progress_mode_from_environment().
   explicit ProgressBar(int epochs, std::ostream* out = nullptr, std::optional<bool> tty = std::nullopt);
   void on_epoch_begin(model::Model&, int epoch) override;
   void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) override;
@@ -60,7 +71,7 @@ class ProgressBar final : public Callback {
   std::string line(std::int64_t step, std::int64_t steps, const Logs& logs, bool final) const;
   int epochs_;
   std::ostream* out_;
-  bool tty_;
+  ProgressMode mode_;
   std::chrono::steady_clock::time_point start_;
   std::int64_t last_steps_ = -1;
 };

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/distribution.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/timeline.h"
@@ -162,9 +163,12 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_, "': call compile() before fit()");
   CHORUS_REQUIRE(options.epochs >= 1, InvalidArgumentError, "fit: epochs must be >= 1, got ", options.epochs);
   std::vector<callbacks::CallbackPtr> cbs = options.callbacks;
-  if (options.verbose) cbs.insert(cbs.begin(), std::make_shared<callbacks::ProgressBar>(options.epochs));
-  if (options.terminate_on_nan) cbs.insert(cbs.begin(), std::make_shared<callbacks::TerminateOnNaN>());
   distribute::Strategy& strategy = *strategy_;
+  // The progress of a multi-worker job is the chief's; the other workers print it too only when
+  // CHORUS_PROGRESS asks for a form (model/callbacks.h).
+  if (options.verbose && (strategy.is_chief() || env::get("CHORUS_PROGRESS")))
+    cbs.insert(cbs.begin(), std::make_shared<callbacks::ProgressBar>(options.epochs));
+  if (options.terminate_on_nan) cbs.insert(cbs.begin(), std::make_shared<callbacks::TerminateOnNaN>());
   auto dist = strategy.experimental_distribute_dataset(dataset);
   CHORUS_REQUIRE(options.initial_epoch >= 0, InvalidArgumentError, "fit: initial_epoch must be >= 0, got ",
                  options.initial_epoch);

@@ -77,5 +77,20 @@ TEST(ChorusRunMpi, ChorusTrainMultiWorkerTrainsOneModel) {
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning: process")));
 }
 
+// Logs, not terminals: mpirun hands its ranks a pty even when its own output goes to a pipe or a
+// file, so fit prints one line per epoch there (Keras's verbose=2), never "\r" redraws.
+TEST(ChorusRunMpi, ChorusTrainsProgressIntoAPipeHasNoCarriageReturns) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("CHORUS_PROGRESS=", 0) != 0 && std::string(*e).rfind("CI=", 0) != 0) env.emplace_back(*e);
+  const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", CHORUS_TRAIN_PATH, "--model", "mlp", "--strategy",
+                           "multi_worker", "--epochs", "2", "--train", "600", "--test", "200", "--batch", "32"},
+                          env);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Epoch 1/2\n19/19 [=============================="));
+  EXPECT_THAT(r.out, HasSubstr("Epoch 2/2\n19/19 [=============================="));
+}
+
 }  // namespace
 }  // namespace chorus::launch

@@ -358,6 +358,43 @@ TEST(Callbacks, EarlyStoppingSchedulerTensorBoardProgress) {
   bar.on_epoch_end(m, 0, {{"loss", 0.5}, {"accuracy", 0.75}});
   EXPECT_NE(out.str().find("Epoch 1/1\n3/3 [==============================]"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("- loss: 0.5000 - accuracy: 0.7500"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find('\r'), std::string::npos) << "one line per epoch, no redraws";
+}
+
+// CHORUS_PROGRESS picks the form; without it, a bar only for a person's terminal: never under a
+// launcher (mpirun's ranks get a pty even when its output goes to a file) or in CI.
+TEST(ModelCallbacks, ProgressModeFollowsTheEnvironment) {
+  make_cpus(1);
+  model::Sequential m({layers::Dense(2)});
+  unsetenv("CHORUS_PROGRESS");
+  setenv("CI", "true", 1);
+  EXPECT_EQ(callbacks::progress_mode_from_environment(), callbacks::ProgressMode::kEpoch);
+  unsetenv("CI");
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  // launcher_rank() is read once per process: whatever it read first, ctest's stdout is no terminal.
+  EXPECT_EQ(callbacks::progress_mode_from_environment(), callbacks::ProgressMode::kEpoch);
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  setenv("CHORUS_PROGRESS", "bar", 1);
+  EXPECT_EQ(callbacks::progress_mode_from_environment(), callbacks::ProgressMode::kBar);
+  setenv("CHORUS_PROGRESS", "epoch", 1);
+  EXPECT_EQ(callbacks::progress_mode_from_environment(), callbacks::ProgressMode::kEpoch);
+  setenv("CHORUS_PROGRESS", "none", 1);
+  std::ostringstream out;
+  callbacks::ProgressBar silent(1, &out);
+  silent.on_epoch_begin(m, 0);
+  silent.on_train_batch_end(m, 1, 1, {{"loss", 0.5}});
+  silent.on_epoch_end(m, 0, {{"loss", 0.5}});
+  EXPECT_EQ(out.str(), "");
+  setenv("CHORUS_PROGRESS", "fancy", 1);
+  EXPECT_THROW_WITH(callbacks::ProgressBar(1, &out), InvalidArgumentError, "CHORUS_PROGRESS='fancy'");
+  unsetenv("CHORUS_PROGRESS");
+  std::ostringstream bar_out;
+  callbacks::ProgressBar bar(1, &bar_out, true);
+  bar.on_epoch_begin(m, 0);
+  bar.on_train_batch_end(m, 1, 2, {{"loss", 0.5}});
+  EXPECT_NE(bar_out.str().find('\r'), std::string::npos) << "a terminal's bar redraws";
 }
 
 TEST(ModelErrors, FitBeforeCompile) {
