@@ -20,7 +20,14 @@ OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, st
       device_(std::move(device)),
       launch_(std::move(launch)),
       wait_(std::move(wait)) {
-  for (std::size_t i = 0; i < expected.size(); ++i) expected_[i] = expected[i].defined() ? 1 : 0;
+  expected_shapes_.resize(expected.size());
+  expected_dtypes_.resize(expected.size(), DType::kFloat32);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    expected_[i] = expected[i].defined() ? 1 : 0;
+    if (!expected[i].defined()) continue;
+    expected_shapes_[i] = expected[i].shape();
+    expected_dtypes_[i] = expected[i].dtype();
+  }
   // The plan reads only definedness, dtypes and sizes: the expected sources stand in for their
   // gradients (a gradient has its source's shape and dtype).
   for (std::vector<std::size_t>& members : plan_all_reduce_packs(expected, pack_bytes)) {
@@ -87,6 +94,16 @@ void OverlappedReduction::launch_ready_buckets() {
     b.ticket = launch_(b.pack);
     --next_;
   }
+}
+
+bool OverlappedReduction::fits(const std::vector<Tensor>& values) const {
+  if (values.size() != expected_.size()) return false;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].defined() != (expected_[i] != 0)) return false;
+    if (values[i].defined() && (values[i].shape() != expected_shapes_[i] || values[i].dtype() != expected_dtypes_[i]))
+      return false;
+  }
+  return true;
 }
 
 bool OverlappedReduction::matches(const std::vector<Tensor>& values) const {

@@ -52,8 +52,9 @@ class OverlappedReduction final : public GradientReduction {
 
   void ready(std::size_t index, const Tensor& grad) override;
 
-  // The number of gradients (the tape's sources).
-  std::size_t size() const { return expected_.size(); }
+  // Whether `values` could be its gradients: as many, defined where it expects gradients, with
+  // their shapes and dtypes — what every replica's list has alike (matches() is each replica's).
+  bool fits(const std::vector<Tensor>& values) const;
   // True when every gradient was final, every bucket launched (not abandoned), and `values` are
   // exactly the gradients handed to ready(): the same storage, data and shape, in the same order,
   // undefined alike. This replica's answer only: the replicas must agree before take()
@@ -77,6 +78,8 @@ class OverlappedReduction final : public GradientReduction {
   std::vector<std::weak_ptr<Buffer>> storage_;  // what matches() recognises them by, with data_
   std::vector<const void*> data_;
   std::vector<Shape> shapes_;
+  std::vector<Shape> expected_shapes_;
+  std::vector<DType> expected_dtypes_;
   std::vector<char> expected_, final_;
   std::vector<int> bucket_of_;  // -1: in no bucket (no gradient expected)
   std::vector<Bucket> buckets_;

@@ -142,11 +142,11 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   const std::int64_t pack_bytes = pack_bytes_of(options);
   const auto timeout = timeout_of(options, strategy_);
   // The gradients reduced during the backward pass (overlap), when these are they. Whether to
-  // look is decided from what every replica sees alike (the op, the options, the list's length);
+  // look is decided from what every replica sees alike (the op, the options, the list's shapes);
   // whether they are the tape's gradients is each replica's own answer, so the replicas agree on
   // it first (a 4-byte all-reduce, not counted): one replica that changed its gradients makes
   // every replica reduce the lists it was given.
-  if (pending_ != nullptr && op == ReduceOp::kSum && values.size() == pending_->size()) {
+  if (pending_ != nullptr && op == ReduceOp::kSum && pending_->fits(values)) {
     const CommunicationOptions& defaults = strategy_.communication_options();
     const bool same_options = pack_bytes == pack_bytes_of(defaults) && timeout == timeout_of(defaults, strategy_) &&
                               compression == defaults.compression.value_or(Compression::kNone);

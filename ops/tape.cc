@@ -270,11 +270,13 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     values.push_back(gradient_source(v));
   }
   // Overlap (core/distribution.h's GradientReduction): in a replica context, when no other tape
-  // records this backward pass (a gradient of a gradient is not what apply_gradients reduces).
+  // records this backward pass (a gradient of a gradient is not what apply_gradients reduces). A
+  // spent non-persistent tape cannot differentiate anything more, so it does not count: of a GAN
+  // step's two tapes, the one asked second overlaps.
   ReplicaContext* ctx = get_replica_context();
   if (ctx != nullptr)
     for (const Impl* tape : t_tapes)
-      if (tape != impl_.get() && tape->recording) ctx = nullptr;
+      if (tape != impl_.get() && tape->recording && (tape->persistent || !tape->used)) ctx = nullptr;
   return compute_gradient(*impl_, target, values, output_gradient, unconnected, ctx);
 }
 

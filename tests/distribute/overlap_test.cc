@@ -253,6 +253,53 @@ TEST(Overlap, OtherCollectivesDuringAndAfterTheBackwardPassKeepTheirOrder) {
   }
 }
 
+// A GAN-like step: two tapes record the same forward pass, each differentiates its own loss with
+// respect to its own variables, two optimizers apply. The tape asked first has the other still
+// recording, so it does not overlap (its gradients could be differentiated again); the one asked
+// second does (the first is spent). The weights are the non-overlapped ones.
+TEST(Overlap, OfTwoTapesTheOneAskedSecondOverlaps) {
+  chorus::testing::make_cpus(2, 128);
+  auto run = [](bool overlap) {
+    MirroredStrategy s(cpus(2),
+                       {.communication_options = {.bytes_per_pack = 512}, .overlap_gradient_all_reduce = overlap});
+    Variable g, d;
+    std::shared_ptr<optimizers::Optimizer> g_opt, d_opt;
+    {
+      auto scope = s.scope();
+      g = make_variable({.initial_value = ops::stateless_random_uniform({8, 16}, {1, 1}), .name = "g"});
+      d = make_variable({.initial_value = ops::stateless_random_uniform({16, 1}, {2, 2}), .name = "d"});
+      g_opt = std::make_shared<optimizers::Adam>(1e-2);
+      d_opt = std::make_shared<optimizers::Adam>(1e-2);
+    }
+    s.read_and_reset_all_reduce_counters();
+    for (int step = 0; step < 3; ++step) {
+      s.run([&] {
+        const int r = get_replica_context()->replica_id_in_sync_group();
+        const Tensor z = ops::stateless_random_uniform({4, 8}, {300 + step, r});
+        ops::GradientTape g_tape, d_tape;
+        const Tensor score = ops::matmul(ops::tanh(ops::matmul(z, g.value())), d.value());
+        const Tensor g_loss = ops::reduce_mean(ops::square(score - 1.0));
+        const Tensor d_loss = ops::reduce_mean(ops::square(score));
+        std::vector<Tensor> dg = d_tape.gradient(d_loss, std::vector<Variable>{d});
+        std::vector<Tensor> gg = g_tape.gradient(g_loss, std::vector<Variable>{g});
+        d_opt->apply_gradients({{dg[0], d}});
+        g_opt->apply_gradients({{gg[0], g}});
+      });
+    }
+    Outcome out;
+    out.counters = s.read_and_reset_all_reduce_counters();
+    out.weights = weights_of({g, d});
+    return out;
+  };
+  const Outcome off = run(false);
+  const Outcome on = run(true);
+  expect_bitwise(on, off, "two tapes");
+  EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+  EXPECT_GT(on.counters.overlapped, 0) << "the second tape's buckets";
+  EXPECT_LT(on.counters.overlapped, on.counters.collectives) << "not the first tape's";
+  chorus::internal::reset_runtime_for_testing();
+}
+
 // With gradient_accumulation_steps no apply reduces the tape's gradients as they are (the N-th
 // reduces the mean of the sum), so the tape begins no overlapped all-reduce: nothing is reduced
 // for nothing, micro-steps run no collective, and the updates are the non-overlapped ones.
