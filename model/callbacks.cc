@@ -44,15 +44,19 @@ std::string format_logs(const Logs& logs) {
 }
 }  // namespace
 
+std::optional<ProgressMode> progress_mode_requested() {
+  const std::optional<std::string> text = env::get("CHORUS_PROGRESS");
+  if (!text) return std::nullopt;
+  if (*text == "bar") return ProgressMode::kBar;
+  if (*text == "epoch") return ProgressMode::kEpoch;
+  if (*text == "none") return ProgressMode::kNone;
+  throw InvalidArgumentError(str_cat("CHORUS_PROGRESS='", *text,
+                                     "' is not valid: use bar (redrawn on a terminal), epoch (one line per ",
+                                     "epoch) or none"));
+}
+
 ProgressMode progress_mode_from_environment() {
-  if (const std::optional<std::string> text = env::get("CHORUS_PROGRESS")) {
-    if (*text == "bar") return ProgressMode::kBar;
-    if (*text == "epoch") return ProgressMode::kEpoch;
-    if (*text == "none") return ProgressMode::kNone;
-    throw InvalidArgumentError(str_cat("CHORUS_PROGRESS='", *text,
-                                       "' is not valid: use bar (redrawn on a terminal), epoch (one line per ",
-                                       "epoch) or none"));
-  }
+  if (const std::optional<ProgressMode> requested = progress_mode_requested()) return *requested;
   const bool person = isatty(STDOUT_FILENO) != 0 && !env::launcher_rank() && !env::get("CI");
   return person ? ProgressMode::kBar : ProgressMode::kEpoch;
 }

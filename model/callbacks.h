@@ -57,6 +57,8 @@ enum class ProgressMode { kBar, kEpoch, kNone };
 // started by a launcher (mpirun hands its ranks a pty even when its own output goes to a file or
 // a pipe: core/env.h's launcher_rank) and CI is unset; else kEpoch.
 ProgressMode progress_mode_from_environment();
+// CHORUS_PROGRESS's mode alone: nullopt when unset (a bad value: the same InvalidArgumentError).
+std::optional<ProgressMode> progress_mode_requested();
 
 class ProgressBar final : public Callback {
  public:

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "core/distribution.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/timeline.h"
@@ -166,7 +165,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   distribute::Strategy& strategy = *strategy_;
   // The progress of a multi-worker job is the chief's; the other workers print it too only when
   // CHORUS_PROGRESS asks for a form (model/callbacks.h).
-  if (options.verbose && (strategy.is_chief() || env::get("CHORUS_PROGRESS")))
+  if (options.verbose && (strategy.is_chief() || callbacks::progress_mode_requested()))
     cbs.insert(cbs.begin(), std::make_shared<callbacks::ProgressBar>(options.epochs));
   if (options.terminate_on_nan) cbs.insert(cbs.begin(), std::make_shared<callbacks::TerminateOnNaN>());
   auto dist = strategy.experimental_distribute_dataset(dataset);
