@@ -191,8 +191,11 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
     }
   }
   if (chief) {
-    // Host copies on the caller's thread, so training may go on at once.
-    const std::vector<Tensor> copies = internal::host_copies(sources);
+    // An async write takes host copies on the caller's thread, so training may go on at once. A
+    // synchronous one writes straight from the variables' storage (BundleWriter waits for the
+    // work queued on it, and copies a GPU tensor to the host piece by piece): the caller is in
+    // this call until the bundle is durable, and a copy would only cost time and memory.
+    const std::vector<Tensor> copies = options.async ? internal::host_copies(sources) : sources;
     std::vector<std::pair<std::string, Tensor>> values;
     for (std::size_t i = 0; i < keys.size(); ++i) values.emplace_back(keys[i], copies[i]);
     std::string graph = internal::serialize_object_graph(g.proto);

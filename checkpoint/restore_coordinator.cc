@@ -239,7 +239,7 @@ void RestoreCoordinator::execute(Plan& plan) {
     for (const auto& [name, key] : attrs) tensors[name] = reader_.read(key);
     attributes.push_back(std::move(tensors));
   }
-  for (std::size_t i = 0; i < values.size(); ++i) assign_restored(plan.variables[i].first, values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i) assign_restored(plan.variables[i].first, std::move(values[i]));
   for (std::size_t i = 0; i < plan.objects.size(); ++i) plan.objects[i].first->restore_from_tensors(attributes[i]);
 
   std::lock_guard<std::mutex> lock(mu_);

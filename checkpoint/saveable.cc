@@ -151,12 +151,12 @@ std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
   return out;
 }
 
-void assign_restored(const Variable& variable, const Tensor& value) {
+void assign_restored(const Variable& variable, Tensor value) {
   if (DistributedVariable* distributed = as_distributed(variable)) {
     distributed->restore(value);  // every component, on its own device
     return;
   }
-  Variable(variable).impl()->assign(value);
+  Variable(variable).impl()->assign_taking(std::move(value));  // no copy of what was just read
 }
 
 }  // namespace chorus::train::internal

@@ -43,8 +43,8 @@ Tensor snapshot_source(const Variable& variable);
 std::vector<Tensor> host_copies(const std::vector<Tensor>& sources);
 // Writes a restored host value into the variable: a distributed one's restore() (every component
 // on its own device; mirrored ON_READ SUM: value / replicas in sync — of all workers — so the
-// aggregate over all replicas reads back as `value`), a plain one's assign. Shape and dtype must
-// already match.
-void assign_restored(const Variable& variable, const Tensor& value);
+// aggregate over all replicas reads back as `value`), a plain one's assign_taking (which takes the
+// value's storage when it can instead of copying it). Shape and dtype must already match.
+void assign_restored(const Variable& variable, Tensor value);
 
 }  // namespace chorus::train::internal

@@ -147,6 +147,15 @@ void Buffer::restore() {
   released_ = false;
 }
 
+void Buffer::exchange(Buffer& other) {
+  CHORUS_REQUIRE(device_ == other.device_ && bytes_ == other.bytes_ && !released_ && !other.released_,
+                 InvalidArgumentError, "Buffer::exchange needs two live buffers of one device and size; got ", bytes_,
+                 " bytes on ", device_->name(), released_ ? " (released)" : "", " and ", other.bytes_, " bytes on ",
+                 other.device_->name(), other.released_ ? " (released)" : "");
+  if (!device_->is_gpu()) device_->stream().synchronize();
+  std::swap(data_, other.data_);
+}
+
 Tensor::Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype)
     : buffer_(std::move(buffer)), shape_(std::move(shape)), dtype_(dtype) {
   static std::atomic<std::uint64_t> next_id{1};

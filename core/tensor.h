@@ -61,6 +61,14 @@ class Buffer {
   void release();
   void restore();
   bool released() const { return released_; }
+  // Exchanges the storage of two live buffers of the same logical device and size, without
+  // copying a byte: every Tensor viewing this buffer now sees `other`'s bytes and vice versa (for
+  // a restore that read fresh values and hands them to a variable: core/variable.h assign_taking).
+  // The address changes, as after release()/restore(). Waits first for work queued on a CPU
+  // device's stream (it may use either storage); on a GPU, work already queued keeps the storage
+  // it was given, which stays allocated until later work of the same stream (as when a Buffer
+  // dies). Different devices or sizes, or a released buffer → InvalidArgumentError, nothing changed.
+  void exchange(Buffer& other);
   std::size_t bytes() const { return bytes_; }
   DeviceContext& device() const { return *device_; }
   const std::shared_ptr<DeviceContext>& device_ptr() const { return device_; }

@@ -36,6 +36,17 @@ class ResourceVariable final : public VariableBase {
     check(delta, "assign_add");
     value_.add_inplace(delta);
   }
+  void assign_taking(Tensor value) override {
+    check(value, "assign");
+    Buffer& mine = *value_.buffer();
+    const std::shared_ptr<Buffer>& theirs = value.buffer();
+    if (theirs.use_count() == 1 && &mine.device() == &theirs->device() && mine.bytes() == theirs->bytes() &&
+        !mine.released() && !theirs->released()) {
+      mine.exchange(*theirs);
+      return;
+    }
+    value_.copy_from(value);
+  }
 
  private:
   void check(const Tensor& t, const char* what) const {

@@ -62,6 +62,12 @@ class VariableBase {
   // Shape and dtype must match (InvalidArgumentError naming both); value may live on any device.
   virtual void assign(const Tensor& value) = 0;
   virtual void assign_add(const Tensor& delta) = 0;
+  // assign(value), taking value's storage instead of copying it where that is the same thing: a
+  // variable whose value() aliases one storage, with `value` on its device and no other Tensor
+  // sharing value's storage, exchanges the two storages (Buffer::exchange; tensors aliasing the
+  // variable see the new values, as after assign). Checkpoint restores hand over values they
+  // just read this way. Otherwise, and by default, it is assign(value).
+  virtual void assign_taking(Tensor value) { assign(value); }
 };
 
 class Variable {
