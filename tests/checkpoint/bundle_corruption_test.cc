@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <vector>
 
 #include "checkpoint/bundle.h"
 #include "checkpoint/bundle_format.h"
@@ -157,6 +158,42 @@ TEST(BundleCorruption, FlippedDataBytesNameFileAndKey) {
       EXPECT_TRUE(what.find("checksum does not match") != std::string::npos ||
                   what.find("DT_STRING") != std::string::npos)
           << what;
+    }
+  }
+}
+
+// Tensors of 1 MiB and more are checksummed on a worker thread while they are written (and, from
+// 8 MiB on, written in pieces with writeback started after each): their CRC must still be the
+// CRC of every byte, so a flip anywhere in them, even the very last byte, is caught.
+TEST(BundleCorruption, FlipsAnywhereInLargeTensorsAreCaught) {
+  TempDir dir;
+  const std::string prefix = dir / "big";
+  std::vector<float> values(std::size_t{9} << 18);  // 9 MiB: two write pieces, the second partial
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977) * 0.25f;
+  std::vector<float> small(1000, 1.5f);
+  {
+    BundleWriter w(prefix);
+    w.add("small_before", Tensor::from_vector<float>(small, "/CPU:0"));
+    w.add("big", Tensor::from_vector<float>(values, "/CPU:0"));
+    w.add("small_after", Tensor::from_vector<float>(small, "/CPU:0"));
+    w.finish();
+  }
+  EXPECT_EQ(BundleReader(prefix).read("big").to_vector<float>(), values);
+  const std::string good = testing::slurp(data_filename(prefix));
+  const std::size_t big_begin = small.size() * 4, big_end = big_begin + values.size() * 4;
+  for (std::size_t i :
+       {big_begin, big_begin + (std::size_t{8} << 20) - 1, big_begin + (std::size_t{8} << 20), big_end - 1}) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    testing::spit(data_filename(prefix), bad);
+    BundleReader r(prefix);
+    EXPECT_EQ(r.read("small_before").to_vector<float>(), small);
+    EXPECT_EQ(r.read("small_after").to_vector<float>(), small);
+    try {
+      r.read("big");
+      ADD_FAILURE() << "undetected flip at byte " << i;
+    } catch (const DataLossError& e) {
+      EXPECT_NE(std::string(e.what()).find("checksum does not match"), std::string::npos) << e.what();
     }
   }
 }

@@ -74,6 +74,24 @@ TEST_F(CheckpointTest, SaveNumbersAndRestoresTheValues) {
   EXPECT_EQ(ckpt.save_counter().value().item<std::int64_t>(), 1);  // restored with the rest
 }
 
+TEST_F(CheckpointTest, RestoreHandsWhatItReadToTheVariablesAndAliasesSeeIt) {
+  TempDir dir;
+  Variable a = var("a", {1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  Checkpoint ckpt({{"a", a}});
+  const std::string path = ckpt.write(dir / "ckpt");
+  const Tensor alias = a.value();  // e.g. a layer's handle on its kernel
+  a.assign(Tensor::zeros({2, 3}));
+  void* const before = a.value().data();
+  ckpt.read(path).assert_consumed();
+  EXPECT_NE(a.value().data(), before);  // the storage the reader filled, not a copy of it
+  EXPECT_EQ(values(a), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(alias.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  a.assign_add(Tensor::ones({2, 3}));  // the variable goes on working on its new storage
+  EXPECT_EQ(alias.to_vector<float>(), (std::vector<float>{2, 3, 4, 5, 6, 7}));
+  ckpt.read(path).assert_consumed();
+  EXPECT_EQ(values(a), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
 TEST_F(CheckpointTest, KeysFollowTensorFlowsObjectPaths) {
   TempDir dir;
   Variable v = var("v", {1, 2}, Shape{2});

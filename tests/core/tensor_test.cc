@@ -38,6 +38,33 @@ TEST_F(TensorTest, FromVectorRoundTripsEveryDtype) {
   EXPECT_EQ(f.to_vector<int>(), (std::vector<int>{1, -2, 3, 0}));
 }
 
+TEST_F(TensorTest, BufferExchangeSwapsStorageWithoutCopying) {
+  Tensor a = Tensor::from_vector<float>({1, 2, 3});
+  Tensor alias = a.reshape({3, 1});  // another Tensor viewing a's storage
+  Tensor b = Tensor::from_vector<float>({7, 8, 9});
+  void* const a_bytes = a.data();
+  void* const b_bytes = b.data();
+  a.buffer()->exchange(*b.buffer());
+  EXPECT_EQ(a.data(), b_bytes);  // no copy: the storages traded places
+  EXPECT_EQ(b.data(), a_bytes);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(alias.to_vector<float>(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(TensorTest, BufferExchangeRefusesOtherDevicesSizesAndReleasedStorage) {
+  Tensor a = Tensor::from_vector<float>({1, 2, 3});
+  Tensor other_device = Tensor::from_vector<float>({4, 5, 6}, "/cpu:1");
+  Tensor other_size = Tensor::from_vector<float>({4, 5});
+  EXPECT_THROW(a.buffer()->exchange(*other_device.buffer()), InvalidArgumentError);
+  EXPECT_THROW(a.buffer()->exchange(*other_size.buffer()), InvalidArgumentError);
+  Tensor released = Tensor::from_vector<float>({4, 5, 6});
+  released.buffer()->release();
+  EXPECT_THROW(a.buffer()->exchange(*released.buffer()), InvalidArgumentError);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 3}));  // nothing changed
+  EXPECT_EQ(other_device.to_vector<float>(), (std::vector<float>{4, 5, 6}));
+}
+
 TEST_F(TensorTest, FullAndZerosForEveryDtype) {
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64,
                    DType::kUInt8, DType::kBool}) {

@@ -41,6 +41,34 @@ TEST_F(VariableTest, ValueAliasesReadValueCopies) {
   EXPECT_EQ(copy.to_vector<float>()[0], 0.0f);
 }
 
+TEST_F(VariableTest, AssignTakingTakesAnUnsharedValuesStorage) {
+  Variable v = make_variable({.initial_value = Tensor::zeros({3})});
+  Tensor alias = v.value();
+  Tensor fresh = Tensor::from_vector<float>({1, 2, 3});
+  void* const fresh_bytes = fresh.data();
+  v.impl()->assign_taking(std::move(fresh));
+  EXPECT_EQ(v.value().data(), fresh_bytes);                            // taken, not copied
+  EXPECT_EQ(alias.to_vector<float>(), (std::vector<float>{1, 2, 3}));  // aliases see it, as after assign
+  v.assign_add(Tensor::ones({3}));
+  EXPECT_EQ(alias.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+}
+
+TEST_F(VariableTest, AssignTakingCopiesASharedOrForeignValue) {
+  Variable v = make_variable({.initial_value = Tensor::zeros({2})});
+  void* const storage = v.value().data();
+  Tensor shared = Tensor::from_vector<float>({5, 6});
+  const Tensor keeper = shared;  // someone else still sees these bytes: they must not move
+  v.impl()->assign_taking(shared);
+  EXPECT_EQ(v.value().data(), storage);
+  EXPECT_EQ(v.read_value().to_vector<float>(), (std::vector<float>{5, 6}));
+  v.assign_add(Tensor::ones({2}));
+  EXPECT_EQ(keeper.to_vector<float>(), (std::vector<float>{5, 6}));
+  v.impl()->assign_taking(Tensor::from_vector<float>({1, 1}, "/cpu:1"));  // another device: copied
+  EXPECT_EQ(v.value().data(), storage);
+  EXPECT_EQ(v.read_value().to_vector<float>(), (std::vector<float>{1, 1}));
+  EXPECT_THROW(v.impl()->assign_taking(Tensor::zeros({3})), InvalidArgumentError);
+}
+
 TEST_F(VariableTest, InitialValueIsCopiedNotShared) {
   Tensor init = Tensor::zeros({2});
   Variable v = make_variable({.initial_value = init});
