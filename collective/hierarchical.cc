@@ -115,9 +115,7 @@ class HierarchicalCommunicator final : public Communicator {
       throw;
     }
   }
-  static WorkPtr done(const CollectiveCall& c) {
-    return std::make_shared<CompletedWork>("hierarchical " + c.fp.to_string());
-  }
+  static WorkPtr done(const CollectiveCall& c) { return std::make_shared<CompletedWork>(c.fp, "hierarchical "); }
 
   std::unique_ptr<Communicator> local_;
   std::shared_ptr<Communicator> cross_;

@@ -49,7 +49,7 @@ InProcessCommunicator::WorkPtr InProcessCommunicator::execute(const CollectiveCa
   }
   WorkPtr work = body();
   rendezvous_->completed(rank_, call.fp);
-  return work ? work : std::make_shared<CompletedWork>(call.fp.to_string());
+  return work ? work : std::make_shared<CompletedWork>(call.fp);
 }
 
 InProcessCommunicator::WorkPtr InProcessCommunicator::do_all_reduce(const CollectiveCall& call, const Tensor& input,

@@ -339,7 +339,7 @@ std::shared_ptr<Work> MpiCommunicator::run(const CollectiveCall& c, std::initial
   if (!mismatch.empty()) throw InvalidArgumentError(mismatch);  // the communicator stays usable
   history_.push_back(call.fp.to_string());
   if (history_.size() > 3) history_.pop_front();
-  return std::make_shared<CompletedWork>(call.fp.to_string());
+  return std::make_shared<CompletedWork>(call.fp);
 }
 
 // Every rank receives every fingerprint and reaches the same verdict ("" when all match), so all

@@ -253,7 +253,7 @@ class NcclMpiCommunicator final : public Communicator {
         failed_over_mpi(o.fp, e);
       }
     }
-    return std::make_shared<CompletedWork>(o.fp.to_string());
+    return std::make_shared<CompletedWork>(o.fp);
   }
 
   void check_usable(const Fingerprint& fp) const {

@@ -9,7 +9,6 @@
 
 namespace chorus::collective {
 namespace {
-constexpr std::size_t kHistory = 3;
 // Read once: glibc reads /sys on every call.
 const int kCores = static_cast<int>(std::thread::hardware_concurrency());
 constexpr int kPauseSpins = 16;
@@ -42,6 +41,7 @@ Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::mov
   here_.reset(new std::atomic<char>[size]);
   for (int r = 0; r < size; ++r) here_[r] = 0;
   per_rank_.reset(new History[size]);
+  staging_.reset(new StagingLine[2 * static_cast<std::size_t>(size) * kStagingBytes / sizeof(StagingLine)]);
 }
 
 void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout) {
@@ -209,10 +209,9 @@ bool Rendezvous::withdraw(int rank, std::uint32_t gen) {
 }
 
 void Rendezvous::completed(int rank, const Fingerprint& fp) {
-  std::lock_guard<std::mutex> lock(per_rank_[rank].mu);
-  auto& h = per_rank_[rank].done;
-  h.push_back(fp.to_string());
-  if (h.size() > kHistory) h.pop_front();
+  History& h = per_rank_[rank];
+  std::lock_guard<std::mutex> lock(h.mu);
+  h.done[h.count++ % kHistory] = fp;
 }
 
 void Rendezvous::abort(int rank, const std::string& reason) {
@@ -234,12 +233,14 @@ std::string Rendezvous::history_locked() const {
   std::string s;
   for (int r = 0; r < size_; ++r) {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
-    std::lock_guard<std::mutex> lock(per_rank_[r].mu);
-    if (per_rank_[r].done.empty()) {
+    const History& h = per_rank_[r];
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (h.count == 0) {
       s += "none";
       continue;
     }
-    for (std::size_t i = 0; i < per_rank_[r].done.size(); ++i) s += (i ? ", " : "") + per_rank_[r].done[i];
+    const std::size_t first = h.count > kHistory ? h.count - kHistory : 0;  // oldest first
+    for (std::size_t i = first; i < h.count; ++i) s += (i > first ? ", " : "") + h.done[i % kHistory].to_string();
   }
   return s;
 }

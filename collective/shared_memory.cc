@@ -9,6 +9,10 @@
 namespace chorus::collective {
 namespace {
 
+// Groups up to this size take the one-meeting path for small all_reduces (its inputs' pointers live
+// on the stack); larger ones always take the chunked path.
+constexpr int kMaxStaged = 64;
+
 class SharedMemoryCommunicator final : public InProcessCommunicator {
  public:
   using InProcessCommunicator::InProcessCommunicator;
@@ -27,12 +31,26 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
   }
 
   WorkPtr run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
+    const std::size_t n = static_cast<std::size_t>(input.num_elements());
+    if (input.nbytes() <= Rendezvous::kStagingBytes && size() <= kMaxStaged) {
+      // Small: one meeting. Every rank stages its input, then reduces all staged inputs, in rank
+      // order as below, into its own output (bitwise the same on every rank and as the chunked
+      // path). In place is fine: the input was copied before the output is written.
+      const std::uint32_t phase = rendezvous().phase();
+      std::memcpy(rendezvous().staging(rank(), phase), input.data(), input.nbytes());
+      rendezvous().arrive(rank(), c.fp, Slot{}, c.timeout);
+      const void* in[kMaxStaged];
+      const int k = size();
+      for (int j = 0; j < k; ++j) in[j] = rendezvous().staging(j, phase);
+      void* out = output.data();
+      reduce_range(input.dtype(), c.op, in, k, &out, 1, 0, n, k);
+      return nullptr;
+    }
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     // Chunks taken from a shared counter: ranks that are running do the work of ranks that are not
     // (with more replicas than cores, a fixed split would wait for descheduled threads). Chunks of
     // at most 16384 elements (64 KiB of float32), at least 1024, and about n/k for mid sizes so
     // every rank gets a share.
-    const std::size_t n = static_cast<std::size_t>(input.num_elements());
     const std::size_t per_rank = (n / static_cast<std::size_t>(size()) + 15) / 16 * 16;
     const std::size_t chunk = std::max<std::size_t>(1024, std::min<std::size_t>(16384, per_rank));
     const std::size_t total = (n + chunk - 1) / chunk;

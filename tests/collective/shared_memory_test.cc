@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "analytic.h"
 #include "collective/reference.h"
+#include "collective/rendezvous.h"
 #include "collective/shared_memory.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -128,6 +130,71 @@ TEST_P(InProcessTest, BackToBackCollectivesOnFreshBuffers) {
           c.all_gather(Tensor::full({8}, static_cast<float>(r), DType::kFloat32, dev), g)->wait();
           auto v = g.to_vector<float>();
           for (int j = 0; j < k * 8; ++j) ASSERT_EQ(v[j], static_cast<float>(j / 8));
+        }
+      }
+    }));
+  }
+}
+
+// All-reduces of up to Rendezvous::kStagingBytes meet once, each rank reducing every rank's staged
+// copy; one element more takes the chunked path. Both sides of the boundary, every dtype and op.
+TEST_P(InProcessTest, AllReduceAtTheStagingBoundaryEveryOpAndDtype) {
+  for (int k : {2, 3, 4}) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    for (DType dt : kDtypes) {
+      const auto at_boundary = static_cast<std::int64_t>(Rendezvous::kStagingBytes / dtype_size(dt));
+      for (std::int64_t n : {at_boundary - 1, at_boundary, at_boundary + 1})
+        for (ReduceOp op : kOps) {
+          std::vector<Tensor> outs(k);
+          testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+            Tensor in = make_input(r, n, dt);
+            c.all_reduce(in, in, {.op = op})->wait();
+            outs[r] = in;
+          }));
+          for (int r = 0; r < k; ++r) {
+            auto got = outs[r].to_vector<double>();
+            for (std::int64_t i = 0; i < n; ++i) {
+              const double want = expected(op, k, i, dt);
+              ASSERT_NEAR(got[i], want, tolerance(dt, want)) << "k=" << k << " dtype=" << dtype_name(dt) << " n=" << n
+                                                             << " op=" << reduce_op_name(op) << " rank=" << r;
+            }
+          }
+        }
+    }
+  }
+}
+
+// The staging buffers alternate between phases: a rank racing ahead into the next small all_reduce
+// must never overwrite what a slow peer still reads. Ranks sleep at random points; between the
+// small all_reduces come two-phase collectives (broadcast), barriers and a chunked all_reduce, so
+// the phase parity at each small call varies.
+TEST_P(InProcessTest, SmallAllReducesBackToBackWithStragglersAndOtherCollectivesBetween) {
+  for (int k : {2, 3}) {
+    use_cpu_devices(k);
+    auto comms = GetParam()(k, "test");
+    testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+      const std::string dev = "/cpu:" + std::to_string(r);
+      std::uint32_t seed = 12345u + static_cast<std::uint32_t>(r);
+      for (int step = 0; step < 400; ++step) {
+        seed = seed * 1664525u + 1013904223u;
+        if ((seed >> 24) % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds((seed >> 8) % 200));
+        const std::int64_t n = 1 + step % 37;
+        Tensor t = Tensor::full({n}, static_cast<float>(r * 1000 + step), DType::kFloat32, dev);
+        c.all_reduce(t, t)->wait();
+        const float want = static_cast<float>(1000 * k * (k - 1) / 2 + k * step);
+        const auto got = t.to_vector<float>();
+        for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want) << "k=" << k << " step=" << step;
+        if (step % 7 == 3) {
+          Tensor b = Tensor::full({5}, static_cast<float>(r + step), DType::kFloat32, dev);
+          c.broadcast(b, {.root = step % k})->wait();
+          ASSERT_EQ(b.to_vector<float>()[4], static_cast<float>(step % k + step));
+        }
+        if (step % 11 == 5) c.barrier()->wait();
+        if (step % 13 == 8) {
+          Tensor big = Tensor::full({5000}, 1.0f, DType::kFloat32, dev);
+          c.all_reduce(big, big)->wait();
+          ASSERT_EQ(big.to_vector<float>()[4999], static_cast<float>(k));
         }
       }
     }));
@@ -257,6 +324,31 @@ TEST_P(InProcessTest, MissingRankTimesOutNamingItThenTheGroupIsUnusable) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(comms[2]->all_reduce(t, t), AbortedError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_P(InProcessTest, ATimeoutListsEachRanksLastThreeCollectivesOldestFirst) {
+  const int k = 2;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:" + std::to_string(r));
+    for (int i = 0; i < 5; ++i) c.all_reduce(t, t)->wait();  // #0 .. #4 complete everywhere
+    if (r == 1) return;
+    c.all_reduce(t, t, {.timeout = std::chrono::milliseconds(200)});
+  });
+  ASSERT_TRUE(errors[0]);
+  try {
+    std::rethrow_exception(errors[0]);
+  } catch (const DeadlineExceededError& e) {
+    const std::string m = e.what();
+    const std::size_t rank1 = m.find("rank 1: all_reduce #2");
+    ASSERT_NE(rank1, std::string::npos) << m;
+    const std::size_t three = m.find("all_reduce #3", rank1), four = m.find("all_reduce #4", rank1);
+    EXPECT_NE(three, std::string::npos) << m;
+    EXPECT_NE(four, std::string::npos) << m;
+    EXPECT_LT(three, four) << m;
+    EXPECT_EQ(m.find("all_reduce #1 "), std::string::npos) << m;  // older ones are not kept
+  }
 }
 
 TEST_P(InProcessTest, TheDefaultTimeoutComesFromChorusCollectiveTimeout) {
