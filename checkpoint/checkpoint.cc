@@ -191,17 +191,19 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
     }
   }
   if (chief) {
-    // An async write takes host copies on the caller's thread, so training may go on at once. A
-    // synchronous one writes straight from the variables' storage (BundleWriter waits for the
-    // work queued on it, and copies a GPU tensor to the host piece by piece): the caller is in
-    // this call until the bundle is durable, and a copy would only cost time and memory.
-    const std::vector<Tensor> copies = options.async ? internal::host_copies(sources) : sources;
-    std::vector<std::pair<std::string, Tensor>> values;
-    for (std::size_t i = 0; i < keys.size(); ++i) values.emplace_back(keys[i], copies[i]);
+    // A synchronous write writes straight from the variables' storage (BundleWriter waits for
+    // the work queued on it, and copies a GPU tensor to the host piece by piece): the caller is in
+    // this call until the bundle is durable, and a copy would only cost time and memory. An async
+    // write holds the variables' writes until the writer thread has copied them (HeldSnapshot),
+    // so the caller returns at once and training reads them meanwhile.
+    std::shared_ptr<internal::HeldSnapshot> snapshot;
+    if (options.async) snapshot = std::make_shared<internal::HeldSnapshot>(sources);
     std::string graph = internal::serialize_object_graph(g.proto);
-    auto job = [path, values = std::move(values), graph = std::move(graph), done = std::move(written)] {
+    auto job = [path, keys, sources = snapshot ? std::vector<Tensor>() : sources, snapshot, graph = std::move(graph),
+                done = std::move(written)] {
+      const std::vector<Tensor> values = snapshot ? snapshot->take() : sources;
       BundleWriter writer(path);
-      for (const auto& [key, tensor] : values) writer.add(key, tensor);
+      for (std::size_t i = 0; i < keys.size(); ++i) writer.add(keys[i], values[i]);
       writer.add_strings(internal::kObjectGraphKey, {graph});
       writer.finish();
       if (done) done(path);

@@ -102,52 +102,40 @@ Tensor snapshot_source(const Variable& variable) {
   return variable.impl()->value();
 }
 
-std::vector<Tensor> host_copies(const std::vector<Tensor>& sources) {
-  std::vector<Tensor> out(sources.size());
-  struct Piece {
-    const char* src;
-    char* dst;
-    std::size_t bytes;
-  };
-  std::vector<Piece> pieces;
+HeldSnapshot::HeldSnapshot(const std::vector<Tensor>& sources) : values_(sources.size()), held_(sources.size(), false) {
   std::set<Stream*> streams;
   for (const Tensor& t : sources) streams.insert(&t.device_context().stream());
-  for (Stream* s : streams) s->synchronize();  // pending writes land before anything is copied
-  std::size_t total = 0;
+  for (Stream* s : streams) s->synchronize();  // pending writes land before the snapshot
   for (std::size_t i = 0; i < sources.size(); ++i) {
-    const Tensor& t = sources[i];
-    if (t.device_context().is_gpu()) {
-      out[i] = t.to(kHostDevice);  // device-to-host, synchronized
+    if (sources[i].device_context().is_gpu()) {
+      values_[i] = sources[i].to(kHostDevice);  // device-to-host, synchronized
       continue;
     }
-    out[i] = Tensor::empty(t.shape(), t.dtype(), kHostDevice);
-    pieces.push_back({static_cast<const char*>(t.data()), nullptr, t.nbytes()});
-    total += t.nbytes();
+    values_[i] = sources[i];
+    values_[i].buffer()->hold_writes();
+    held_[i] = true;
   }
-  Tensor::empty(Shape{0}, DType::kFloat32, kHostDevice).device_context().stream().synchronize();
-  std::size_t k = 0;
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    if (!sources[i].device_context().is_gpu()) pieces[k++].dst = static_cast<char*>(out[i].data());
-  }
-  // The byte range [begin, end) of all pieces laid end to end.
-  auto copy_range = [&pieces](std::size_t begin, std::size_t end) {
-    std::size_t offset = 0;
-    for (const Piece& p : pieces) {
-      const std::size_t lo = std::max(begin, offset), hi = std::min(end, offset + p.bytes);
-      if (lo < hi) std::memcpy(p.dst + (lo - offset), p.src + (lo - offset), hi - lo);
-      offset += p.bytes;
-      if (offset >= end) break;
+}
+
+HeldSnapshot::~HeldSnapshot() {
+  for (std::size_t i = 0; i < values_.size(); ++i)
+    if (held_[i]) values_[i].buffer()->end_hold();
+}
+
+std::vector<Tensor> HeldSnapshot::take() {
+  std::vector<Tensor> out(values_.size());
+  for (std::size_t i = 0; i < values_.size(); ++i) {
+    if (!held_[i]) {
+      out[i] = values_[i];
+      continue;
     }
-  };
-  constexpr std::size_t kPerThread = 8u << 20;
-  const std::size_t threads = std::min<std::size_t>(
-      {4, std::max(1u, std::thread::hardware_concurrency()), std::max<std::size_t>(1, total / kPerThread)});
-  const std::size_t chunk = (total + threads - 1) / std::max<std::size_t>(threads, 1);
-  std::vector<std::thread> helpers;
-  for (std::size_t i = 1; i < threads; ++i)
-    helpers.emplace_back(copy_range, i * chunk, std::min(total, (i + 1) * chunk));
-  copy_range(0, std::min(total, chunk));
-  for (std::thread& h : helpers) h.join();
+    const Tensor& t = values_[i];
+    out[i] = Tensor::empty(t.shape(), t.dtype(), kHostDevice);
+    // The source's stream was drained and every write into it waits for the hold: a plain copy.
+    std::memcpy(out[i].data(), t.data(), t.nbytes());
+    t.buffer()->end_hold();
+    held_[i] = false;
+  }
   return out;
 }
 

@@ -36,11 +36,25 @@ std::string attribute_key(const std::string& path, const std::string& attribute)
 // a collective in multi-worker strategies; the first component otherwise), a plain variable's
 // value.
 Tensor snapshot_source(const Variable& variable);
-// Host copies of `sources`, complete when this returns (so the variables may change at once):
-// after the work queued on each source's stream; host memory copied by up to 4 threads when
-// large (an async save's snapshot is the time the training thread is blocked, and one core's
-// memcpy is well below the memory bandwidth); GPU tensors copied device-to-host.
-std::vector<Tensor> host_copies(const std::vector<Tensor>& sources);
+// An async save's snapshot of `sources`, taken without blocking the caller on a copy. The
+// constructor (on the caller's thread) waits for the work queued on each source's stream, copies
+// GPU sources to the host at once (device-to-host), and puts a write hold (core/tensor.h
+// Buffer::hold_writes) on every host source: training goes on, reading them freely, and a write
+// into one of them waits until it is copied. take() (on the writer thread) copies the held
+// sources into new host tensors one after another, ending each one's hold right after its copy,
+// and returns the copies. The destructor ends the holds take() did not (an error before it ran).
+class HeldSnapshot {
+ public:
+  explicit HeldSnapshot(const std::vector<Tensor>& sources);
+  ~HeldSnapshot();
+  HeldSnapshot(const HeldSnapshot&) = delete;
+  HeldSnapshot& operator=(const HeldSnapshot&) = delete;
+  std::vector<Tensor> take();
+
+ private:
+  std::vector<Tensor> values_;  // host copies of GPU sources; the held host sources themselves
+  std::vector<bool> held_;
+};
 // Writes a restored host value into the variable: a distributed one's restore() (every component
 // on its own device; mirrored ON_READ SUM: value / replicas in sync — of all workers — so the
 // aggregate over all replicas reads back as `value`), a plain one's assign_taking (which takes the

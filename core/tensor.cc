@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "core/cuda/kernels.h"
 #include "core/gpu.h"
@@ -133,8 +135,32 @@ Buffer::~Buffer() {
   }
 }
 
+namespace {
+// Writers waiting for a hold to end (rare: only while an async checkpoint copies) share one
+// condition variable; end_hold() notifies it.
+std::mutex g_hold_mu;
+std::condition_variable g_hold_cv;
+}  // namespace
+
+void Buffer::end_hold() {
+  {
+    std::lock_guard<std::mutex> lock(g_hold_mu);  // a waiter checks and sleeps under it: no lost wake-up
+    int holds = holds_.load(std::memory_order_acquire);
+    do {
+      CHORUS_ENFORCE(holds > 0, "Buffer::end_hold without a hold");
+    } while (!holds_.compare_exchange_weak(holds, holds - 1, std::memory_order_acq_rel));
+  }
+  g_hold_cv.notify_all();
+}
+
+void Buffer::wait_for_holds() const {
+  std::unique_lock<std::mutex> lock(g_hold_mu);
+  g_hold_cv.wait(lock, [&] { return holds_.load(std::memory_order_acquire) == 0; });
+}
+
 void Buffer::release() {
   if (released_) return;
+  await_writable();
   if (!device_->is_gpu()) device_->stream().synchronize();  // queued host work may still use the bytes
   device_->allocator().deallocate(data_);
   data_ = nullptr;
@@ -152,6 +178,8 @@ void Buffer::exchange(Buffer& other) {
                  InvalidArgumentError, "Buffer::exchange needs two live buffers of one device and size; got ", bytes_,
                  " bytes on ", device_->name(), released_ ? " (released)" : "", " and ", other.bytes_, " bytes on ",
                  other.device_->name(), other.released_ ? " (released)" : "");
+  await_writable();
+  other.await_writable();
   if (!device_->is_gpu()) device_->stream().synchronize();
   std::swap(data_, other.data_);
 }
@@ -266,6 +294,7 @@ void Tensor::copy_from(const Tensor& src) {
                  dtype_name(src.dtype_), src.shape_.to_string(), " does not match the target's ", dtype_name(dtype_),
                  shape_.to_string());
   place_op("Assign", device_name());
+  buffer_->await_writable();
   copy_buffers(src.buffer_, buffer_, nbytes());
 }
 
@@ -278,6 +307,7 @@ void Tensor::add_inplace(const Tensor& src) {
   CHORUS_REQUIRE(dtype_ != DType::kBool, InvalidArgumentError,
                  "assign_add is not defined for bool tensors: use assign");
   place_op("AssignAdd", device_name());
+  buffer_->await_writable();
   // Bring the addend to this device first (a no-op share when it already lives here).
   Tensor local = &src.device_context() == &device_context() ? src : src.to(device_name());
   DeviceContext& ctx = device_context();

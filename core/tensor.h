@@ -25,6 +25,7 @@
 // several threads concurrently (Variable::assign) is ordered by the device stream.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -69,15 +70,29 @@ class Buffer {
   // it was given, which stays allocated until later work of the same stream (as when a Buffer
   // dies). Different devices or sizes, or a released buffer → InvalidArgumentError, nothing changed.
   void exchange(Buffer& other);
+  // Write holds. An async checkpoint copies host values on a background thread after save()
+  // returns (checkpoint/checkpoint.h); until a value's copy is taken its buffer is held, and every
+  // in-place write first waits for the holds on it to end: Tensor::copy_from and add_inplace into
+  // it, the fused optimizer kernels (ops/training.h), exchange() and release(). Reads never wait.
+  // hold_writes() adds a hold, end_hold() ends one and wakes the writers once none is left.
+  // await_writable() is what a writer calls: one atomic load when nothing is held.
+  void hold_writes() { holds_.fetch_add(1, std::memory_order_acq_rel); }
+  void end_hold();
+  void await_writable() const {
+    if (holds_.load(std::memory_order_acquire) != 0) wait_for_holds();
+  }
   std::size_t bytes() const { return bytes_; }
   DeviceContext& device() const { return *device_; }
   const std::shared_ptr<DeviceContext>& device_ptr() const { return device_; }
 
  private:
+  void wait_for_holds() const;
+
   std::shared_ptr<DeviceContext> device_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   bool released_ = false;
+  std::atomic<int> holds_{0};
 };
 
 class Tensor {

@@ -94,6 +94,7 @@ bool apply_adam(Tensor& w, Tensor& m, Tensor& v, const Tensor& g, double alpha, 
   if (dev.is_gpu() || &m.device_context() != &dev || &v.device_context() != &dev || &g.device_context() != &dev)
     return false;
   if (w.num_elements() == 0) return true;
+  for (const Tensor* t : {&w, &m, &v}) t->buffer()->await_writable();  // an async checkpoint's copy first
   if (dt == DType::kFloat32)
     run_adam<float>(dev, w, m, v, g, alpha, beta_1, beta_2, epsilon);
   else

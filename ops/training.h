@@ -18,7 +18,8 @@ namespace chorus::ops {
 // Returns false and changes nothing when there is no fused kernel for the arguments: w, m, v, g
 // not all defined, not all of one dtype (float32 or float64) and one shape, or not all on one CPU
 // device. The caller then runs the op sequence. Runs in the device's stream order on the calling
-// thread (ops/internal.h run_cpu); not recorded on gradient tapes (the update is not
+// thread (ops/internal.h run_cpu), after any write hold on w, m or v ended (core/tensor.h: an
+// async checkpoint still copying them); not recorded on gradient tapes (the update is not
 // differentiable, as in TF).
 bool apply_adam(Tensor& w, Tensor& m, Tensor& v, const Tensor& g, double alpha, double beta_1, double beta_2,
                 double epsilon);

@@ -301,12 +301,41 @@ TEST_F(CheckpointTest, AsyncSaveSnapshotsBeforeReturning) {
   EXPECT_EQ(values(b), big);
 }
 
+// An async save does not copy on the caller's thread: it holds writes into the variables until
+// its writer thread copied them. The caller returns at once, reads go through, a write waits, and
+// the bundle has the values of the call, however soon training writes after it.
+TEST_F(CheckpointTest, AsyncSaveHoldsWritesUntilItsWriterCopiedThem) {
+  TempDir dir;
+  const std::int64_t n = 4 << 20;  // 16 MiB: the copy takes a while
+  std::vector<float> big(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 997);
+  Variable a = var("a", big, Shape{n});
+  Variable b = var("b", {1, 2}, Shape{2});
+  Checkpoint ckpt({{"a", a}, {"b", b}});
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<float> expect_a = values(a), expect_b = values(b);
+    const std::string path = ckpt.write(dir / ("ckpt" + std::to_string(round)), {.async = true});
+    EXPECT_EQ(a.value().to_vector<float>()[5], expect_a[5]);  // reading never waits
+    a.assign_add(Tensor::ones({n}));                          // writes wait for the copy, then land
+    b.assign(Tensor::from_vector<float>({-1, -1}));
+    EXPECT_EQ(values(a)[5], expect_a[5] + 1);
+    ckpt.sync();
+    Variable ra = var("a", std::vector<float>(big.size(), 0), Shape{n});
+    Variable rb = var("b", {0, 0}, Shape{2});
+    Checkpoint({{"a", ra}, {"b", rb}}).read(path).assert_consumed();
+    EXPECT_EQ(values(ra), expect_a) << "round " << round;
+    EXPECT_EQ(values(rb), expect_b) << "round " << round;
+  }
+}
+
 TEST_F(CheckpointTest, AsyncErrorsSurfaceAtTheNextSaveOrSync) {
   TempDir dir;
   Variable a = var("a", {1}, Shape{1});
   Checkpoint ckpt({{"a", a}});
   ckpt.save(dir / "missing-dir/ckpt", {.async = true});  // fails on the writer thread
   EXPECT_THROW(ckpt.sync(), NotFoundError);
+  a.assign(Tensor::from_vector<float>({2}));  // the failed save left no write hold behind
+  EXPECT_EQ(values(a), (std::vector<float>{2}));
   ckpt.sync();  // reported once
   ckpt.save(dir / "missing-dir/ckpt", {.async = true});
   EXPECT_THROW(ckpt.save(dir / "ckpt"), NotFoundError);

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include <chrono>
+
+#include <atomic>
+
 #include "core/config.h"
 #include "test_util.h"
 
@@ -63,6 +69,57 @@ TEST_F(TensorTest, BufferExchangeRefusesOtherDevicesSizesAndReleasedStorage) {
   EXPECT_THROW(a.buffer()->exchange(*released.buffer()), InvalidArgumentError);
   EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 3}));  // nothing changed
   EXPECT_EQ(other_device.to_vector<float>(), (std::vector<float>{4, 5, 6}));
+}
+
+// Runs `write` on another thread while `t`'s buffer is held; checks that it waits for the hold
+// (t unchanged, reads still served) and completes once the hold ends.
+template <typename Write>
+void expect_write_waits_for_hold(Tensor t, Write write) {
+  const std::vector<float> before = t.to_vector<float>();
+  t.buffer()->hold_writes();
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    write();
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());
+  EXPECT_EQ(t.to_vector<float>(), before);  // reads do not wait
+  t.buffer()->end_hold();
+  writer.join();
+  EXPECT_TRUE(done.load());
+}
+
+TEST_F(TensorTest, WriteHoldsMakeInPlaceWritesWaitAndLetReadsThrough) {
+  Tensor t = Tensor::from_vector<float>({1, 2, 3});
+  expect_write_waits_for_hold(t, [&] { t.copy_from(Tensor::from_vector<float>({4, 5, 6})); });
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{4, 5, 6}));
+  expect_write_waits_for_hold(t, [&] { t.add_inplace(Tensor::ones({3})); });
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{5, 6, 7}));
+  Tensor other = Tensor::from_vector<float>({0, 0, 0});
+  expect_write_waits_for_hold(t, [&] { t.buffer()->exchange(*other.buffer()); });
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  Tensor released = Tensor::from_vector<float>({9, 9, 9});
+  expect_write_waits_for_hold(released, [&] { released.buffer()->release(); });
+  EXPECT_TRUE(released.buffer()->released());
+}
+
+TEST_F(TensorTest, AWriteWaitsUntilEveryHoldEnded) {
+  Tensor t = Tensor::from_vector<float>({1});
+  t.buffer()->hold_writes();
+  t.buffer()->hold_writes();
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    t.copy_from(Tensor::from_vector<float>({2}));
+    done = true;
+  });
+  t.buffer()->end_hold();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());  // one hold is still on
+  t.buffer()->end_hold();
+  writer.join();
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{2}));
+  EXPECT_THROW(t.buffer()->end_hold(), InternalError);  // no hold left to end
 }
 
 TEST_F(TensorTest, FullAndZerosForEveryDtype) {

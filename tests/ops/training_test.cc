@@ -2,9 +2,12 @@
 // unfused update), bitwise, in float32 and float64, and its "no fused kernel" answers.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "ops/ops.h"
@@ -51,6 +54,24 @@ void check_bitwise(DType dtype, std::int64_t rows = 10) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)), 0) << what << " differs from the op sequence";
   }
+}
+
+// The fused update writes w, m and v in place: it waits for a write hold on any of them (an async
+// checkpoint still copying it, core/tensor.h).
+TEST_F(TrainingOpsTest, AdamWaitsForAWriteHoldOnItsSlots) {
+  Tensor w = Tensor::ones({4}), m = Tensor::zeros({4}), v = Tensor::zeros({4}), g = Tensor::ones({4});
+  v.buffer()->hold_writes();
+  std::atomic<bool> done{false};
+  std::thread step([&] {
+    ASSERT_TRUE(ops::apply_adam(w, m, v, g, 0.1, 0.9, 0.999, 1e-7));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 1.0f));  // not written yet
+  v.buffer()->end_hold();
+  step.join();
+  EXPECT_NE(w.to_vector<float>(), std::vector<float>(4, 1.0f));
 }
 
 TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseFloat32) { check_bitwise<float>(DType::kFloat32); }
