@@ -36,6 +36,8 @@ HostSlots parse_one_host(std::string_view entry, std::size_t index, std::string_
                  " ('", entry, "'): slots '", slots, "' is not a whole number; expected host[:slots], e.g. ", host,
                  ":4");
   CHORUS_REQUIRE(value >= 1, InvalidArgumentError, where, " ('", entry, "'): slots must be >= 1, got ", value);
+  CHORUS_REQUIRE(value <= kMaxProcesses, InvalidArgumentError, where, " ('", entry, "'): slots must be at most ",
+                 kMaxProcesses, " (chorus-run's limit on processes), got ", value);
   out.slots = value;
   out.slots_given = true;
   return out;
@@ -64,6 +66,7 @@ std::vector<HostSlots> parse_host_spec(std::string_view spec) {
                  "-H is empty; expected host[:slots] entries separated by commas, e.g. node1:4,node2:4");
   std::vector<HostSlots> hosts;
   std::set<std::string, std::less<>> seen;
+  long long total = 0;  // every host's slots are <= kMaxProcesses: no sum below can overflow
   std::size_t start = 0;
   for (std::size_t index = 0;; ++index) {
     const std::size_t comma = spec.find(',', start);
@@ -72,6 +75,9 @@ std::vector<HostSlots> parse_host_spec(std::string_view spec) {
     HostSlots h = parse_one_host(entry, index, spec);
     CHORUS_REQUIRE(seen.insert(h.host).second, InvalidArgumentError, "host '", h.host, "' is listed twice in -H '",
                    spec, "'; list each host once with its total slots (host:N)");
+    total += h.slots;
+    CHORUS_REQUIRE(total <= kMaxProcesses, InvalidArgumentError, "-H '", spec, "' has more than ", kMaxProcesses,
+                   " slots in all (chorus-run's limit on processes)");
     hosts.push_back(std::move(h));
     if (comma == std::string_view::npos) break;
     start = comma + 1;

@@ -62,9 +62,10 @@ struct HostSlots {
 };
 
 // Parses "host[:slots],host[:slots],...". Host names are non-empty and contain no ':', ',' or
-// whitespace (IPv6 literals are not supported); slots are decimal integers >= 1. A host listed
-// twice is an error (Open MPI would merge them silently; say "a:4" instead). Throws
-// InvalidArgumentError naming the offending entry and its position.
+// whitespace (IPv6 literals are not supported); slots are decimal integers >= 1, and at most
+// kMaxProcesses per host and in all (so sums of slots always fit an int). A host listed twice is
+// an error (Open MPI would merge them silently; say "a:4" instead). Throws InvalidArgumentError
+// naming the offending entry and its position.
 std::vector<HostSlots> parse_host_spec(std::string_view spec);
 
 // "a:2,b:1" — the -H argument passed to mpirun (slots always written out).

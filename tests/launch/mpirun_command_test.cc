@@ -64,6 +64,11 @@ TEST(HostSpec, BadSpecsNameTheEntry) {
   EXPECT_THAT(host_error_of("a:2:3"), HasSubstr("more than one ':'"));
   EXPECT_THAT(host_error_of("a b:2"), HasSubstr("whitespace"));
   EXPECT_THAT(host_error_of("a:2,a:1"), HasSubstr("host 'a' is listed twice"));
+  // Slot counts whose sum would overflow (found by fuzz_run_command_line): refused, per host and in all.
+  EXPECT_THAT(host_error_of("a:2147483647,b:1"),
+              HasSubstr("slots must be at most 4096 (chorus-run's limit on processes), got 2147483647"));
+  EXPECT_THAT(host_error_of("a:4096,b:1"), HasSubstr("more than 4096 slots in all"));
+  EXPECT_EQ(parse_host_spec("a:4095,b:1").size(), 2u);
 }
 
 TEST(MpirunArgv, LocalProcesses) {
@@ -86,7 +91,7 @@ TEST(MpirunArgv, OversubscribesOnlyWhenAskedAndBounded) {
   o.num_processes = 17;  // 8 per core at most, even oversubscribed
   EXPECT_THROW(build_mpirun_argv(o), InvalidArgumentError);
   o.num_processes = 100000;
-  o.hosts = parse_host_spec("a:50000,b:50000");
+  o.hosts = {{"a", 50000, true}, {"b", 50000, true}};  // parse_host_spec refuses these; made by hand
   EXPECT_THROW(build_mpirun_argv(o), InvalidArgumentError);
   o.hosts.clear();
   o.num_processes = 4;
