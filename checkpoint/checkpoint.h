@@ -42,9 +42,13 @@
 // worker_barrier, a no-op in one process), so no worker goes on before the chief's bundle is
 // durable. In a multi-worker run every worker must call save/write at the same points.
 //
-// Async (SaveOptions::async, TF's CheckpointOptions(enable_async=True)): the values are copied to
-// host memory before save() returns (so training may change the variables at once), a background
-// thread writes the bundle. The next save (or write) first waits for the previous one; a failure
+// Async (SaveOptions::async, TF's CheckpointOptions(enable_async=True)): save() returns without
+// copying host values: it puts a write hold on each (core/tensor.h Buffer::hold_writes; GPU values
+// are copied device-to-host at once), and a background thread copies them, ending each hold after
+// its copy, then writes the bundle. Training may go on at once: reads never wait, a write into a
+// value waits until the writer has copied it, so the bundle holds the values of the call. A
+// synchronous save writes straight from the variables' storage. The next save (or write) first
+// waits for the previous one; a failure
 // of the background write is thrown by the next save/write/sync(), or logged by the destructor.
 // In a multi-process run an async save meets the barrier in sync() or in the next save.
 //
