@@ -54,7 +54,8 @@
 //
 // Thread-safety: one Checkpoint is used from one thread at a time (the background writer is
 // internal). Saving while another thread updates the variables saves some mix of old and new
-// values; call it between steps.
+// values, async saves included (the write holds are taken after the streams are drained, not
+// under a lock a concurrent writer would see): call save between steps, outside strategy.run.
 #pragma once
 
 #include <functional>

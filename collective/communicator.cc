@@ -85,6 +85,13 @@ bool passive_wait() { return t_passive_wait; }
 
 void Communicator::check_device(const Tensor&, const CollectiveCall&, const char*) const {}
 
+// A collective writes its output in place, also from the peers' threads once this rank has
+// arrived: an async checkpoint's write hold on it (core/tensor.h) must end first. Waiting here,
+// before this rank arrives anywhere, is enough (ZeRO's all-gather writes straight into a weight).
+void Communicator::await_writable(const Tensor& output) {
+  if (output.defined()) output.buffer()->await_writable();
+}
+
 void Communicator::check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const {
   const char* op = call.fp.op.c_str();
   CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": the ", role, *role ? " " : "", "tensor is undefined");
@@ -138,6 +145,7 @@ std::shared_ptr<Work> Communicator::all_reduce(const Tensor& input, const Tensor
   CollectiveCall call = numbered(CollectiveOp::kAllReduce, sequence_++, &input, options.op, -1, options.timeout);
   call.side_stream = options.side_stream;
   validate(call, &input, &output);
+  await_writable(output);
   return do_all_reduce(call, input, output);
 }
 
@@ -145,6 +153,7 @@ std::shared_ptr<Work> Communicator::broadcast(const Tensor& tensor, const Broadc
   const CollectiveCall call =
       numbered(CollectiveOp::kBroadcast, sequence_++, &tensor, std::nullopt, options.root, options.timeout);
   validate(call, &tensor, nullptr);
+  await_writable(tensor);
   return do_broadcast(call, tensor);
 }
 
@@ -152,6 +161,7 @@ std::shared_ptr<Work> Communicator::reduce(const Tensor& input, const Tensor& ou
   const CollectiveCall call =
       numbered(CollectiveOp::kReduce, sequence_++, &input, options.op, options.root, options.timeout);
   validate(call, &input, &output);
+  if (rank() == call.root) await_writable(output);
   return do_reduce(call, input, output);
 }
 
@@ -160,6 +170,7 @@ std::shared_ptr<Work> Communicator::all_gather(const Tensor& input, const Tensor
   const CollectiveCall call =
       numbered(CollectiveOp::kAllGather, sequence_++, &input, std::nullopt, -1, options.timeout);
   validate(call, &input, &output);
+  await_writable(output);
   return do_all_gather(call, input, output);
 }
 
@@ -168,6 +179,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter(const Tensor& input, const Te
   const CollectiveCall call =
       numbered(CollectiveOp::kReduceScatter, sequence_++, &input, options.op, -1, options.timeout);
   validate(call, &input, &output);
+  await_writable(output);
   return do_reduce_scatter(call, input, output);
 }
 

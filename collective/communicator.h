@@ -185,6 +185,8 @@ class Communicator {
   // Validates (kind-specific shape and root checks; every tensor through check_tensor), aborting
   // the communicator on a bad argument.
   void validate(const CollectiveCall& call, const Tensor* input, const Tensor* output);
+  // Waits for write holds on `output` (an async checkpoint copying it; core/tensor.h).
+  static void await_writable(const Tensor& output);
   void check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const;
 
   std::uint64_t sequence_ = 0;  // the next call's sequence number

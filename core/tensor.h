@@ -73,7 +73,9 @@ class Buffer {
   // Write holds. An async checkpoint copies host values on a background thread after save()
   // returns (checkpoint/checkpoint.h); until a value's copy is taken its buffer is held, and every
   // in-place write first waits for the holds on it to end: Tensor::copy_from and add_inplace into
-  // it, the fused optimizer kernels (ops/training.h), exchange() and release(). Reads never wait.
+  // it, the fused optimizer kernels (ops/training.h), a collective's output (collective/
+  // communicator.h waits before the call, so peers never write into a held output), exchange()
+  // and release(). Reads never wait.
   // hold_writes() adds a hold, end_hold() ends one and wakes the writers once none is left.
   // await_writable() is what a writer calls: one atomic load when nothing is held.
   void hold_writes() { holds_.fetch_add(1, std::memory_order_acq_rel); }

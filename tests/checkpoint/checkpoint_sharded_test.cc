@@ -58,6 +58,47 @@ class ShardedCheckpoint : public ::testing::Test {
   TempDir dir_;
 };
 
+// ZeRO stages 1 and 2 all-gather the updated shards straight into each replica's weight (for
+// weights of 64 KiB and more), from every replica's thread. An async save holds writes into the
+// saved weight until its writer copied it (core/tensor.h): the gather waits too, so the bundle
+// holds the weight of the call, not a mix with the step taken right after it.
+TEST_F(ShardedCheckpoint, AsyncSaveKeepsTheWeightsOfTheCallWhileZeroGathersTheNextStep) {
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    distribute::MirroredStrategy strategy(cpus(2), {.sharding = {.stage = stage}});
+    const std::int64_t n = 64 << 10;  // 256 KiB of float32: the direct gather
+    Variable w;
+    std::shared_ptr<optimizers::Optimizer> opt;
+    {
+      auto scope = strategy.scope();
+      w = make_variable({.initial_value = Tensor::full({n}, 1.0), .name = "w"});
+      opt = std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = 0.5, .momentum = 0.9});
+    }
+    auto step = [&] {
+      strategy.run([&] {
+        const Tensor g = Tensor::full({n}, 1.0, DType::kFloat32, w.device());
+        opt->apply_gradients({{g, w}});
+      });
+    };
+    step();  // creates the sharded momentum
+    // Saved first, so the writer is still copying it when the step's gather comes (without the
+    // wait in Communicator, the gather wrote into w before the writer had copied it).
+    Variable ballast = make_variable({.initial_value = Tensor::full({4 << 20}, 2.0), .name = "ballast"});
+    train::Checkpoint ckpt({{"ballast", ballast}, {"w", w}, {"optimizer", *opt}});
+    for (int round = 0; round < 3; ++round) {
+      const std::vector<float> before = checkpoint_value(w).to_vector<float>();
+      const std::string path =
+          ckpt.write(dir_.path() + "/async-" + std::to_string(stage) + "-" + std::to_string(round), {.async = true});
+      step();  // at once: the gather waits for the writer's copy of w
+      ckpt.sync();
+      const std::vector<float> saved =
+          train::BundleReader(path).read("w/.ATTRIBUTES/VARIABLE_VALUE").to_vector<float>();
+      ASSERT_EQ(saved, before) << "round " << round;
+      EXPECT_NE(checkpoint_value(w).to_vector<float>(), before);  // the step did happen
+    }
+  }
+}
+
 TEST_F(ShardedCheckpoint, StageOneWritesTheKeysShapesAndValuesOfStageZero) {
   const std::string p0 = dir_.path() + "/stage0", p1 = dir_.path() + "/stage1";
   train(4, 0, kFirst, p0);
