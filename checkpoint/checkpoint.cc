@@ -196,12 +196,8 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
     // this call until the bundle is durable, and a copy would only cost time and memory. An async
     // write holds the variables' writes until the writer thread has copied them (HeldSnapshot),
     // so the caller returns at once and training reads them meanwhile.
-    std::shared_ptr<internal::HeldSnapshot> snapshot;
-    if (options.async) snapshot = std::make_shared<internal::HeldSnapshot>(sources);
     std::string graph = internal::serialize_object_graph(g.proto);
-    auto job = [path, keys, sources = snapshot ? std::vector<Tensor>() : sources, snapshot, graph = std::move(graph),
-                done = std::move(written)] {
-      const std::vector<Tensor> values = snapshot ? snapshot->take() : sources;
+    auto write = [path, keys, graph = std::move(graph), done = std::move(written)](const std::vector<Tensor>& values) {
       BundleWriter writer(path);
       for (std::size_t i = 0; i < keys.size(); ++i) writer.add(keys[i], values[i]);
       writer.add_strings(internal::kObjectGraphKey, {graph});
@@ -209,9 +205,10 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
       if (done) done(path);
     };
     if (options.async) {
-      async_->start(std::move(job));
+      auto snapshot = std::make_shared<internal::HeldSnapshot>(sources);
+      async_->start([write = std::move(write), snapshot] { write(snapshot->take()); });
     } else {
-      job();
+      write(sources);
     }
   } else if (written) {
     written(path);  // a non-chief's manager keeps its bookkeeping (it writes no files)

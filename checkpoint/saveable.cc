@@ -5,7 +5,6 @@
 #include <deque>
 #include <memory>
 #include <set>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 

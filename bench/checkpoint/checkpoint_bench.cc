@@ -218,8 +218,8 @@ struct CheckpointCase final : Case {
     const std::vector<float> before = variables.back().read_value().to_vector<float>();
     const double t0 = now();
     ckpt->write(prefix, {.async = true});
-    // Copies queued on the variables' device stream would make the training thread's next op on
-    // that device wait: one tiny op counts that wait as blocked time too.
+    // Work the save left queued on the variables' device would make the training thread's next op
+    // there wait: one tiny op counts such a wait as blocked time too.
     Tensor probe = Tensor::scalar<float>(1, "/CPU:0");
     (void)ops::add(probe, probe).item<float>();
     const double dt = now() - t0;

@@ -26,6 +26,21 @@ using Factory = std::vector<std::unique_ptr<Communicator>> (*)(int, const std::s
 
 class InProcessTest : public ::testing::TestWithParam<Factory> {};
 
+// Every rank's output of an all_reduce of make_input(r, n, dt) with `op` over k ranks holds the
+// analytic result (analytic.h); `how` is added to the failure message.
+void expect_all_reduced(const std::vector<Tensor>& outs, ReduceOp op, int k, std::int64_t n, DType dt,
+                        const std::string& how = "") {
+  for (int r = 0; r < k; ++r) {
+    auto got = outs[r].to_vector<double>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double want = expected(op, k, i, dt);
+      ASSERT_NEAR(got[i], want, tolerance(dt, want))
+          << "k=" << k << " dtype=" << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op) << " rank=" << r
+          << " i=" << i << how;
+    }
+  }
+}
+
 TEST_P(InProcessTest, AllReduceEveryOpDtypeCountAndSize) {
   for (int k = 1; k <= 5; ++k) {
     use_cpu_devices(k);
@@ -43,15 +58,7 @@ TEST_P(InProcessTest, AllReduceEveryOpDtypeCountAndSize) {
             outs[r] = out;
           });
           testing::rethrow_first(errors);
-          for (int r = 0; r < k; ++r) {
-            auto got = outs[r].to_vector<double>();
-            for (std::int64_t i = 0; i < n; ++i) {
-              const double want = expected(op, k, i, dt);
-              ASSERT_NEAR(got[i], want, tolerance(dt, want))
-                  << "k=" << k << " dtype=" << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op)
-                  << " rank=" << r << " i=" << i << (in_place ? " in-place" : "");
-            }
-          }
+          expect_all_reduced(outs, op, k, n, dt, in_place ? " in-place" : "");
         }
   }
 }
@@ -152,14 +159,7 @@ TEST_P(InProcessTest, AllReduceAtTheStagingBoundaryEveryOpAndDtype) {
             c.all_reduce(in, in, {.op = op})->wait();
             outs[r] = in;
           }));
-          for (int r = 0; r < k; ++r) {
-            auto got = outs[r].to_vector<double>();
-            for (std::int64_t i = 0; i < n; ++i) {
-              const double want = expected(op, k, i, dt);
-              ASSERT_NEAR(got[i], want, tolerance(dt, want)) << "k=" << k << " dtype=" << dtype_name(dt) << " n=" << n
-                                                             << " op=" << reduce_op_name(op) << " rank=" << r;
-            }
-          }
+          expect_all_reduced(outs, op, k, n, dt, " (staging boundary)");
         }
     }
   }
