@@ -345,10 +345,30 @@ SummaryValue decode_summary_value(std::string_view bytes) {
   while (r.next()) {
     switch (r.field()) {
       case 1: v.tag = std::string(r.read_bytes()); break;
-      case 2: v.simple_value = r.read_float(); break;
-      case 4: v.image = decode_image(r.read_bytes()); break;
-      case 5: v.histo = decode_histo(r.read_bytes()); break;
-      case 8: v.tensor = decode_tensor(r.read_bytes()); break;
+      case 2:
+      case 3:
+      case 4:
+      case 5:
+      case 6:
+      case 8:
+        // `value` is a oneof (simple_value, obsolete_old_style_histogram, image, histo, audio,
+        // tensor): a later member replaces an earlier one, as in protobuf, so a decoded value
+        // re-encodes (found by tests/fuzz/event_file_fuzz.cc, regressions/event_file_fuzz/).
+        v.simple_value.reset();
+        v.image.reset();
+        v.histo.reset();
+        v.tensor.reset();
+        if (r.field() == 2)
+          v.simple_value = r.read_float();
+        else if (r.field() == 4)
+          v.image = decode_image(r.read_bytes());
+        else if (r.field() == 5)
+          v.histo = decode_histo(r.read_bytes());
+        else if (r.field() == 8)
+          v.tensor = decode_tensor(r.read_bytes());
+        else
+          r.skip();
+        break;
       case 9: v.metadata = decode_metadata(r.read_bytes()); break;
       default: r.skip();
     }

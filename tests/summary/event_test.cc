@@ -181,6 +181,30 @@ TEST(Event, OneofViolationsAreRejectedWhenEncoding) {
   EXPECT_THROW(encode_summary_value(v), InvalidArgumentError);
 }
 
+TEST(Event, ALaterSummaryValueOneofMemberReplacesAnEarlierOne) {
+  // protobuf keeps the last member of a oneof it meets; so does the decoder, and the value it
+  // returns re-encodes (found by tests/fuzz/event_file_fuzz.cc: histo, then tensor).
+  wire::ProtoWriter histo;
+  histo.add_double(1, 0.0);  // min
+  wire::ProtoWriter w;
+  w.add_bytes(1, "accuracy");
+  w.add_float(2, 0.5f);                // simple_value
+  w.add_bytes(5, histo.data());        // histo replaces it
+  w.add_bytes(8, std::string_view());  // tensor replaces that
+  const SummaryValue v = decode_summary_value(w.data());
+  EXPECT_FALSE(v.simple_value.has_value());
+  EXPECT_FALSE(v.histo.has_value());
+  ASSERT_TRUE(v.tensor.has_value());
+  EXPECT_NO_THROW(encode_summary_value(v));
+  wire::ProtoWriter audio;  // audio (6) is a member chorus does not model: it clears the rest
+  audio.add_bytes(1, "x");
+  audio.add_float(2, 1.0f);
+  audio.add_bytes(6, "a serialized Audio");
+  const SummaryValue a = decode_summary_value(audio.data());
+  EXPECT_FALSE(a.simple_value.has_value());
+  EXPECT_NO_THROW(encode_summary_value(a));
+}
+
 TEST(Event, MalformedEventThrowsDataLoss) {
   Event e;
   e.step = 3;
