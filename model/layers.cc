@@ -122,7 +122,15 @@ void Conv2DLayer::build_weights(const Shape& in) {
 }
 
 Tensor Conv2DLayer::call(const Tensor& x, bool) {
-  Tensor y = ops::conv2d(x, read_weight(kernel_), {strides_, padding_, dilation_});
+  const ops::Conv2dOptions options{strides_, padding_, dilation_};
+  // Bias and ReLU (or no activation) go into the convolution, as TensorFlow's grappler remaps
+  // Conv2D + BiasAdd + Relu into _FusedConv2D.
+  if (use_bias_ && (activation_ == "relu" || activation_.empty() || activation_ == "linear")) {
+    return ops::fused_conv2d(x, read_weight(kernel_), read_weight(bias_),
+                             activation_ == "relu" ? ops::FusedActivation::kRelu : ops::FusedActivation::kNone,
+                             options);
+  }
+  Tensor y = ops::conv2d(x, read_weight(kernel_), options);
   if (use_bias_) y = ops::add(y, read_weight(bias_));
   return activate(activation_, y);
 }

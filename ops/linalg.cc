@@ -68,25 +68,27 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     }
   }
   if (internal::should_record({a, b})) {
-    internal::record("BatchMatMulV2", {a, b}, {c},
-                     [a, b, ta, tb](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-                       const Tensor& g = gs[0];
-                       Tensor ga, gb;
-                       if (!ta && !tb) {
-                         ga = matmul(g, b, false, true);
-                         gb = matmul(a, g, true, false);
-                       } else if (!ta && tb) {
-                         ga = matmul(g, b, false, false);
-                         gb = matmul(g, a, true, false);
-                       } else if (ta && !tb) {
-                         ga = matmul(b, g, false, true);
-                         gb = matmul(a, g, false, false);
-                       } else {
-                         ga = matmul(b, g, true, true);
-                         gb = matmul(g, a, true, true);
-                       }
-                       return {sum_to_shape(ga, a.shape()), sum_to_shape(gb, b.shape())};
-                     });
+    internal::record(
+        "BatchMatMulV2", {a, b}, {c}, [a, b, ta, tb](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+          const Tensor& g = gs[0];
+          const bool want_a = internal::wants_input_gradient(0);
+          const bool want_b = internal::wants_input_gradient(1);
+          Tensor ga, gb;
+          if (!ta && !tb) {
+            if (want_a) ga = matmul(g, b, false, true);
+            if (want_b) gb = matmul(a, g, true, false);
+          } else if (!ta && tb) {
+            if (want_a) ga = matmul(g, b, false, false);
+            if (want_b) gb = matmul(g, a, true, false);
+          } else if (ta && !tb) {
+            if (want_a) ga = matmul(b, g, false, true);
+            if (want_b) gb = matmul(a, g, false, false);
+          } else {
+            if (want_a) ga = matmul(b, g, true, true);
+            if (want_b) gb = matmul(g, a, true, true);
+          }
+          return {want_a ? sum_to_shape(ga, a.shape()) : Tensor(), want_b ? sum_to_shape(gb, b.shape()) : Tensor()};
+        });
   }
   return c;
 }

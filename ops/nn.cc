@@ -246,7 +246,60 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
   }
   if (internal::should_record({x, w})) {
     internal::record("Conv2D", {x, w}, {y}, [x, w, o](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-      return {conv2d_backprop_input(x.shape(), w, gs[0], o), conv2d_backprop_filter(x, w.shape(), gs[0], o)};
+      // The first layer's input gradient (the images') is not wanted: not computed.
+      return {internal::wants_input_gradient(0) ? conv2d_backprop_input(x.shape(), w, gs[0], o) : Tensor(),
+              internal::wants_input_gradient(1) ? conv2d_backprop_filter(x, w.shape(), gs[0], o) : Tensor()};
+    });
+  }
+  return y;
+}
+
+namespace {
+// The gradient of y = act(z) with z = conv + bias: dz, and the bias's gradient (sum of dz over all
+// but the channel axis), in one pass on the CPU.
+std::pair<Tensor, Tensor> bias_activation_grad(const Tensor& dy, const Tensor& y, FusedActivation act) {
+  auto dev = internal::common_device("BiasActivationGrad", {dy, y});
+  const std::int64_t channels = y.shape().dims().back();
+  const std::int64_t rows = channels > 0 ? y.num_elements() / channels : 0;
+  if (dev->is_gpu()) {
+    Tensor dz = act == FusedActivation::kRelu ? binary(BinaryOp::kReluGrad, dy, y) : dy;  // y > 0 iff z > 0
+    return {dz, sum_to_shape(dz, Shape{channels})};
+  }
+  Tensor dz = act == FusedActivation::kRelu ? output(dev, y.shape(), y.dtype()) : dy;
+  Tensor db = output(dev, Shape{channels}, y.dtype());
+  internal::run_cpu(*dev, [&] {
+    cpu::bias_activation_backward(y.dtype(), act == FusedActivation::kRelu, dy.data(), y.data(), dz.data(), db.data(),
+                                  rows, channels);
+  });
+  record_no_second_order("BiasActivationGrad", {dy, y}, {dz, db});
+  return {dz, db};
+}
+}  // namespace
+
+Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, FusedActivation act, const Conv2dOptions& o) {
+  auto dev = internal::common_device("FusedConv2D", {x, w, b});
+  require_dnn_dtype("FusedConv2D", *dev, x);
+  internal::require_same_dtype("FusedConv2D", x, w);
+  internal::require_same_dtype("FusedConv2D", x, b);
+  const Conv2dGeometry g = conv_geometry("FusedConv2D", x.shape(), w.shape(), o);
+  CHORUS_REQUIRE(b.shape() == Shape{g.out_c}, InvalidArgumentError, "FusedConv2D: bias has shape ",
+                 b.shape().to_string(), ", the filters give ", g.out_c, " output channels");
+  if (dev->is_gpu()) {  // cuDNN's fused forward is not wired: the three ops, each recorded
+    Tensor z = add(conv2d(x, w, o), b);
+    return act == FusedActivation::kRelu ? relu(z) : z;
+  }
+  Tensor y = output(dev, nhwc(g), x.dtype());
+  if (y.num_elements() > 0) {
+    internal::run_cpu(*dev, [&] {
+      cpu::conv2d_forward(x.dtype(), g, x.data(), w.data(), y.data(), {b.data(), act == FusedActivation::kRelu});
+    });
+  }
+  if (internal::should_record({x, w, b})) {
+    internal::record("FusedConv2D", {x, w, b}, {y}, [x, w, y, act, o](const std::vector<Tensor>& gs) {
+      auto [dz, db] = bias_activation_grad(gs[0], y, act);
+      return std::vector<Tensor>{
+          internal::wants_input_gradient(0) ? conv2d_backprop_input(x.shape(), w, dz, o) : Tensor(),
+          internal::wants_input_gradient(1) ? conv2d_backprop_filter(x, w.shape(), dz, o) : Tensor(), db};
     });
   }
   return y;

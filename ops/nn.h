@@ -42,6 +42,17 @@ inline Tensor conv2d(const Tensor& x, const Tensor& filters, std::array<std::int
   return conv2d(x, filters, Conv2dOptions{strides, padding, {1, 1}});
 }
 
+// y = act(conv2d(x, filters) + bias) as one op (TensorFlow's _FusedConv2D with BiasAdd and, for
+// kRelu, Relu — what Keras's Conv2D(activation="relu") computes). bias: [filters' out channels],
+// same dtype and device as x. On the CPU with oneDNN the bias and the ReLU run inside the
+// convolution (one pass over y); elsewhere (GPU, float64) it is conv2d, add and relu in sequence,
+// which is also what the fused result equals up to float32 rounding of the intermediate sum. The
+// gradient computes the activation's and the bias's gradients in one pass, then the convolution's
+// (skipping the input's when the tape does not want it: the images of a first layer).
+enum class FusedActivation { kNone, kRelu };
+Tensor fused_conv2d(const Tensor& x, const Tensor& filters, const Tensor& bias, FusedActivation activation,
+                    const Conv2dOptions& options = {});
+
 Tensor max_pool2d(const Tensor& x, std::array<std::int64_t, 2> ksize, std::array<std::int64_t, 2> strides,
                   Padding padding = Padding::kValid);
 // Average over the in-bounds elements of each window (TF: padding is not counted under SAME).

@@ -44,6 +44,8 @@ struct GradientTape::Impl {
 
 namespace {
 thread_local std::vector<GradientTape::Impl*> t_tapes;
+// While a gradient function runs: which of its op's inputs lead to a source (null: all).
+thread_local const std::vector<char>* t_wanted_inputs = nullptr;
 
 // The tensor a tape differentiates for `v`: its value() on this thread, or — for a ZeRO stage-3
 // parameter, whose value() is a gathered copy — its shard (core/sharded_variable.h).
@@ -160,6 +162,16 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
     // Asked only now, with the arguments valid: a reduction, once begun, expects every gradient.
     reduction = overlap->begin_gradient_reduction(expected);
   }
+  // Tensors whose gradient can reach a source: the sources, then (in recording order) the
+  // outputs of every node with such an input. A node's gradient function is told which of its
+  // inputs these are (internal::wants_input_gradient), so that it can skip the rest — the first
+  // convolution's gradient with respect to the input images, as TensorFlow's graph pruning does.
+  std::unordered_set<std::uint64_t> leads_to_source = source_ids;
+  for (const GradientTape::Impl::Node& node : im.nodes) {
+    bool leads = false;
+    for (const std::uint64_t id : node.inputs) leads = leads || leads_to_source.count(id) != 0;
+    if (leads) leads_to_source.insert(node.outputs.begin(), node.outputs.end());
+  }
   std::unordered_map<std::uint64_t, Tensor> grads;
   grads[target.id()] = seed;
   // What gradient() returns for source i, given the gradient map as it stands.
@@ -207,7 +219,13 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
         any = true;
       }
     }
-    if (!any) return;
+    std::vector<char> wanted(node.inputs.size());
+    bool wants_any = false;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      wanted[i] = leads_to_source.count(node.inputs[i]) != 0;
+      wants_any = wants_any || wanted[i];
+    }
+    if (!any || !wants_any) return;
     if (timing && node.scope != group) {
       const std::int64_t now = timeline::now_us();
       end_group(now);
@@ -222,18 +240,25 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
     for (const std::uint64_t id : node.outputs)
       if (source_ids.count(id) == 0) grads.erase(id);
     std::vector<Tensor> in_grads;
-    if (im.persistent) {
-      in_grads = node.backward(out_grads);
-    } else {
-      internal::BackwardFn backward = std::move(node.backward);
-      node.backward = nullptr;
-      in_grads = backward(out_grads);
+    {
+      struct Wanted {  // restored also when the gradient function throws
+        const std::vector<char>* was = t_wanted_inputs;
+        ~Wanted() { t_wanted_inputs = was; }
+      } scoped;
+      t_wanted_inputs = &wanted;
+      if (im.persistent) {
+        in_grads = node.backward(out_grads);
+      } else {
+        internal::BackwardFn backward = std::move(node.backward);
+        node.backward = nullptr;
+        in_grads = backward(out_grads);
+      }
     }
     out_grads.clear();
     CHORUS_REQUIRE(in_grads.size() == node.inputs.size(), InternalError, "gradient of ", node.op, " returned ",
                    in_grads.size(), " gradients for ", node.inputs.size(), " inputs");
     for (std::size_t i = 0; i < in_grads.size(); ++i) {
-      if (!in_grads[i].defined()) continue;
+      if (!in_grads[i].defined() || !wanted[i]) continue;
       CHORUS_REQUIRE(in_grads[i].shape() == node.input_shapes[i], InternalError, "gradient of ", node.op, " for input ",
                      i, " has shape ", in_grads[i].shape().to_string(), ", expected ",
                      node.input_shapes[i].to_string());
@@ -294,6 +319,10 @@ Tensor stop_gradient(const Tensor& t) {
 }
 
 namespace internal {
+
+bool wants_input_gradient(std::size_t i) {
+  return t_wanted_inputs == nullptr || i >= t_wanted_inputs->size() || (*t_wanted_inputs)[i] != 0;
+}
 
 bool should_record(std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
   if (t_tapes.empty()) return false;

@@ -97,6 +97,13 @@ namespace internal {
 // gradient flows to that output), the gradients of its inputs (undefined for "none").
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& output_grads)>;
 
+// Inside a gradient function: whether the tape needs the gradient of the op's input `i`, i.e. some
+// source of the gradient() call depends on it. A gradient function may return an undefined
+// Tensor for an input that is not wanted instead of computing it (a convolution's gradient with
+// respect to the images); the tape ignores what it returns for such inputs. True outside a
+// gradient function.
+bool wants_input_gradient(std::size_t i);
+
 // True when some active tape of this thread watches one of `inputs` (cheap when no tape is active).
 bool should_record(std::initializer_list<std::reference_wrapper<const Tensor>> inputs);
 bool should_record(const std::vector<Tensor>& inputs);

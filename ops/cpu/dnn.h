@@ -79,9 +79,19 @@ bool float16_supported();
 void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void* b, std::int64_t b_batch_stride,
             void* c, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
 
+// What a convolution's forward applies to its output before writing it: y = act(y + bias[c]) per
+// output channel c (bias: g.out_c values of the call's dtype; nullptr: none). oneDNN fuses both into
+// the kernel (its bias argument and a ReLU post-op, one pass over y); the other paths (float64, the
+// bfloat16 fallback, builds without oneDNN) run bias_activation_forward after the convolution.
+struct ConvEpilogue {
+  const void* bias = nullptr;
+  bool relu = false;
+};
+
 // NHWC input, HWIO filter, NHWC output; geometry from ops/geometry.h. float32, float64, bfloat16,
 // float16 (see the dtype rules above).
-void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y);
+void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y,
+                    const ConvEpilogue& epilogue = {});
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx);
 void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw);
 
@@ -90,6 +100,19 @@ void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x,
 // the first maximum of each window. float32, float64, bfloat16, float16.
 void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y);
 void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx);
+
+// y[r, c] = act(y[r, c] + bias[c]) in place over a [rows, channels] matrix (bias may be nullptr;
+// act: ReLU when relu, else identity); 16-bit types computed in float and rounded once.
+// float32, float64, bfloat16, float16.
+void bias_activation_forward(DType dtype, bool relu, void* y, const void* bias, std::int64_t rows,
+                             std::int64_t channels);
+// The gradient of bias_activation_forward, given dy and its output y ([rows, channels]):
+// dz = relu ? (y > 0 ? dy : 0) : dy (written to dz, which may be dy; with !relu and dz == dy nothing
+// is written), and, when db is not nullptr, db[c] = sum over r of dz[r, c] — in one pass. The sums
+// accumulate in double over fixed blocks of rows combined in block order, so they do not depend on
+// the thread count. float32, float64, bfloat16, float16.
+void bias_activation_backward(DType dtype, bool relu, const void* dy, const void* y, void* dz, void* db,
+                              std::int64_t rows, std::int64_t channels);
 
 // Softmax (or log-softmax) over the last axis of a [rows, cols] matrix; backward from y = output.
 // float32 or float64.

@@ -277,21 +277,33 @@ void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void*
 #define CHORUS_ONEDNN_16(expr) [] { return false; }
 #endif
 
-void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
+void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y,
+                    const ConvEpilogue& epilogue) {
   require_dnn_float(dtype, "conv2d_forward");
   require_geometry(g, "conv2d_forward", false);
   if (g.n == 0) return;
+  const bool has_epilogue = epilogue.bias != nullptr || epilogue.relu;
   if (is_16bit(dtype)) {
-    run_16bit(dtype, "conv2d_forward", CHORUS_ONEDNN_16(onednn::conv2d_forward(dtype, g, x, w, y)), [&] {
+    run_16bit(dtype, "conv2d_forward", CHORUS_ONEDNN_16(onednn::conv2d_forward(dtype, g, x, w, y, epilogue)), [&] {
       const auto fx = widen(dtype, x, g.input_elements()), fw = widen(dtype, w, g.filter_elements());
+      const auto fb = epilogue.bias != nullptr ? widen(dtype, epilogue.bias, g.out_c) : std::vector<float>();
       std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
-      conv2d_forward(DType::kFloat32, g, fx.data(), fw.data(), fy.data());
+      conv2d_forward(DType::kFloat32, g, fx.data(), fw.data(), fy.data(),
+                     {epilogue.bias != nullptr ? fb.data() : nullptr, epilogue.relu});
       narrow(fy, dtype, y);
     });
     return;
   }
-  CHORUS_DNN_FLOAT_CALL(conv2d_forward, (g, cp<double>(x), cp<double>(w), mp<double>(y)), (dtype, g, x, w, y),
+#ifdef CHORUS_WITH_DNNL
+  if (dtype == DType::kFloat32) {
+    onednn::conv2d_forward(dtype, g, x, w, y, epilogue);  // never false for float32
+    return;
+  }
+#endif
+  CHORUS_DNN_FLOAT_CALL(conv2d_forward, (g, cp<double>(x), cp<double>(w), mp<double>(y)), (dtype, g, x, w, y, {}),
                         (g, cp<float>(x), cp<float>(w), mp<float>(y)));
+  if (has_epilogue && g.output_elements() > 0)
+    bias_activation_forward(dtype, epilogue.relu, y, epilogue.bias, g.output_elements() / g.out_c, g.out_c);
 }
 
 void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx) {

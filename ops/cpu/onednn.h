@@ -175,7 +175,8 @@ Entry make_entry(DType dtype, Make&& make) {
 // for float32. The outcome is cached with the primitive, so a miss costs one creation attempt.
 bool matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void* b, std::int64_t b_batch_stride,
             void* c, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
-bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y);
+bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y,
+                    const ConvEpilogue& epilogue);
 bool conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, const void* w, void* dx);
 bool conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw);
 bool pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y);

@@ -3,6 +3,10 @@
 // NHWC (format_tag::nhwc over oneDNN's logical NCHW dims), filters HWIO (format_tag::hwio over
 // logical OIHW); oneDNN's dilation counts the gaps between taps, so TF's dilation d is d - 1.
 //
+// The forward takes an optional epilogue (ConvEpilogue, ops/cpu/dnn.h): the bias as the
+// convolution's own bias argument and ReLU as an eltwise post-op, so y = relu(conv + bias) is
+// written once instead of three passes over the activations (TensorFlow's _FusedConv2D).
+//
 // The weights are described as format_tag::any: with HWIO fixed, oneDNN 2.6 falls back to its
 // im2col+GEMM convolution, while with the format of its choice it picks the direct JIT kernels
 // (seed-CNN conv2 forward on AVX-512: 5.0 ms vs 0.63 ms). The filter is small, so each call
@@ -56,12 +60,26 @@ CacheKey conv_key(DType dtype, const Conv2dGeometry& g) {
           g.out_w};
 }
 
-// The forward primitive descriptor; also the hint the backward ones need.
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, dnnl::prop_kind prop) {
+// The forward primitive descriptor; also the hint the backward ones need (no epilogue there).
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, dnnl::prop_kind prop, bool bias = false,
+                                                     bool relu = false) {
+  dnnl::primitive_attr attr = default_attr();
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  if (bias) {
+    const memory::desc b({d.dst.dims()[1]}, d.dst.data_type(), tag::a);
+    return dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.any_weights, b, d.dst,
+                                        d.strides, d.dilates, d.pad_l, d.pad_r),
+        attr, engine());
+  }
   return dnnl::convolution_forward::primitive_desc(
       dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.any_weights, d.dst, d.strides,
                                       d.dilates, d.pad_l, d.pad_r),
-      default_attr(), engine());
+      attr, engine());
 }
 
 // Converts weights between the caller's HWIO and the layout the convolution chose; a no-op when
@@ -120,12 +138,17 @@ PrimitiveCache<Entry>& cache() {
 
 }  // namespace
 
-bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
+bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y,
+                    const ConvEpilogue& epilogue) {
   return guarded("convolution_forward", [&] {
     const ConvDescs d = conv_descs(dtype, g);
-    const ForwardEntry e = cache<ForwardEntry>().get(conv_key(dtype, g), [&] {
+    const bool bias = epilogue.bias != nullptr;
+    CacheKey key = conv_key(dtype, g);
+    key.push_back(bias);
+    key.push_back(epilogue.relu);
+    const ForwardEntry e = cache<ForwardEntry>().get(key, [&] {
       return make_entry<ForwardEntry>(dtype, [&] {
-        auto pd = forward_pd(d, dnnl::prop_kind::forward_inference);
+        auto pd = forward_pd(d, dnnl::prop_kind::forward_inference, bias, epilogue.relu);
         if (!usable(dtype, pd)) return ForwardEntry{};
         return ForwardEntry{pd, dnnl::convolution_forward(pd), WeightsReorder::make(d.hwio, pd.weights_desc()), true};
       });
@@ -133,10 +156,12 @@ bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const v
     if (!e.ok) return false;
     void* weights = e.weights.buffer(w);
     if (e.weights.needed) e.weights.run(w, weights);
-    execute(e.prim, {{DNNL_ARG_SRC, wrap(d.src, x)},
-                     {DNNL_ARG_WEIGHTS, wrap(e.weights.to, weights)},
-                     {DNNL_ARG_DST, wrap(d.dst, y)},
-                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(d.src, x)},
+                                         {DNNL_ARG_WEIGHTS, wrap(e.weights.to, weights)},
+                                         {DNNL_ARG_DST, wrap(d.dst, y)},
+                                         {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, wrap(e.pd.bias_desc(), epilogue.bias));
+    execute(e.prim, args);
     return true;
   });
 }

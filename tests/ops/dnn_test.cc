@@ -181,6 +181,26 @@ void check_conv(const Conv2dGeometry& g, std::uint32_t seed) {
   conv2d_forward(DType::kFloat64, g, x64.data(), w64.data(), y64.data());
   expect_close(y, y64, 1e-4, "conv forward " + what);
 
+  // The epilogue (bias, ReLU, both): fused into oneDNN's kernel for float32, a loop after the
+  // float64 reference; the float64 expectation is computed here by hand from y64.
+  const F32 bias = random_f32(static_cast<std::size_t>(g.out_c), seed + 3);
+  for (const auto& [with_bias, relu] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    F32 fy(no, 9.f);
+    conv2d_forward(DType::kFloat32, g, x.data(), w.data(), fy.data(), {with_bias ? bias.data() : nullptr, relu});
+    F64 want(no);
+    for (std::size_t i = 0; i < no; ++i) {
+      double v = y64[i] + (with_bias ? bias[i % static_cast<std::size_t>(g.out_c)] : 0.0);
+      want[i] = relu ? std::max(v, 0.0) : v;
+    }
+    expect_close(fy, want, 1e-4,
+                 "conv forward + " + std::string(with_bias ? "bias " : "") + (relu ? "relu " : "") + what);
+    const F64 bias64 = widen(bias);
+    F64 fy64(no);
+    conv2d_forward(DType::kFloat64, g, x64.data(), w64.data(), fy64.data(),
+                   {with_bias ? bias64.data() : nullptr, relu});
+    expect_close(fy64, want, 1e-12, "float64 conv forward + epilogue " + what);
+  }
+
   F32 dx(ni, 9.f);
   F64 dx64(ni);
   conv2d_backward_data(DType::kFloat32, g, dy.data(), w.data(), dx.data());
@@ -618,6 +638,53 @@ TEST(DnnCache, RepeatedShapeHitsTheCache) {
   EXPECT_EQ(after.hits, before.hits + 1);
   EXPECT_EQ(after.misses, before.misses);
   EXPECT_EQ(after.entries, before.entries);
+}
+
+// The epilogue's gradient against a plain loop, for every float dtype's float32 and float64 path,
+// and its bias sums bit for bit the same with 1 and 2 threads (fixed blocks, not threads, order
+// them). Shapes: the seed CNN's first layer (86528 x 32: many blocks, parallel) and a small one.
+TEST(DnnBiasActivation, BackwardMatchesALoopAndDoesNotDependOnThreads) {
+  for (const auto& [rows, channels] : {std::pair<std::int64_t, std::int64_t>{86528, 32}, {300, 3}}) {
+    const auto n = static_cast<std::size_t>(rows * channels);
+    const F32 dy = random_f32(n, 4000), y = random_f32(n, 4001);
+    for (const bool relu : {false, true}) {
+      F64 want_dz(n), want_db(static_cast<std::size_t>(channels), 0.0);
+      for (std::size_t i = 0; i < n; ++i) {
+        want_dz[i] = relu && y[i] <= 0.f ? 0.0 : dy[i];
+        want_db[i % static_cast<std::size_t>(channels)] += want_dz[i];
+      }
+      std::vector<F32> dbs;
+      for (const int threads : {1, 2}) {
+        F32 dz(n, 9.f), db(static_cast<std::size_t>(channels), 9.f);
+        std::thread([&] {
+          use_threads(threads);
+          bias_activation_backward(DType::kFloat32, relu, dy.data(), y.data(), dz.data(), db.data(), rows, channels);
+        }).join();
+        expect_close(dz, want_dz, 0, "dz");
+        expect_close(db, want_db, 1e-6, "db");
+        dbs.push_back(db);
+      }
+      EXPECT_EQ(dbs[0], dbs[1]) << "the bias gradient depends on the thread count";
+      // In place (dz == dy) and without a bias gradient.
+      F32 inplace = dy;
+      bias_activation_backward(DType::kFloat32, relu, inplace.data(), y.data(), inplace.data(), nullptr, rows,
+                               channels);
+      expect_close(inplace, want_dz, 0, "in place");
+    }
+  }
+  // float64 and bfloat16 go through the same loop (16-bit: computed in float, rounded once).
+  const F64 dy = {1, -2, 3, -4}, y = {0.5, -1, 0, 2};
+  F64 dz(4), db(2);
+  bias_activation_backward(DType::kFloat64, true, dy.data(), y.data(), dz.data(), db.data(), 2, 2);
+  EXPECT_EQ(dz, (F64{1, 0, 0, -4}));
+  EXPECT_EQ(db, (F64{1, -4}));
+  const bfloat16 by[2] = {bfloat16(1.5f), bfloat16(-1.0f)}, bdy[2] = {bfloat16(2.0f), bfloat16(3.0f)};
+  bfloat16 bdz[2], bdb[1];
+  bias_activation_backward(DType::kBFloat16, true, bdy, by, bdz, bdb, 2, 1);
+  EXPECT_EQ(static_cast<float>(bdz[0]), 2.0f);
+  EXPECT_EQ(static_cast<float>(bdz[1]), 0.0f);
+  EXPECT_EQ(static_cast<float>(bdb[0]), 2.0f);
+  EXPECT_THROW(bias_activation_backward(DType::kInt32, true, bdy, by, bdz, bdb, 2, 1), InvalidArgumentError);
 }
 
 TEST(DnnThreads, UseThreadsSetsTheCallingThreadsCount) {

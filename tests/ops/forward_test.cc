@@ -511,6 +511,33 @@ TEST_F(ForwardTest, Conv2dHandComputed) {
   }
 }
 
+TEST_F(ForwardTest, FusedConv2dIsConvPlusBiasThenActivation) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
+    const Tensor x = ops::cast(D({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 3, 3, 1}), dt);
+    // HWIO, 2 outputs: channel 0 sums the 2x2 window, channel 1 is half its top row minus half its
+    // bottom row.
+    const Tensor w = ops::cast(D({1, 0.5, 1, 0.5, 1, -0.5, 1, -0.5}, {2, 2, 1, 2}), dt);
+    const Tensor b = ops::cast(D({-13, 1}, {2}), dt);
+    // VALID: channel 0 {12, 16, 24, 28} - 13, channel 1 -3 + 1 everywhere.
+    expect_values(ops::fused_conv2d(x, w, b, ops::FusedActivation::kNone), {1, 2, 2, 2},
+                  {-1, -2, 3, -2, 11, -2, 15, -2});
+    expect_values(ops::fused_conv2d(x, w, b, ops::FusedActivation::kRelu), {1, 2, 2, 2}, {0, 0, 3, 0, 11, 0, 15, 0});
+    // SAME, stride 2 (padding on the bottom/right): channel 0 {12, 9, 15, 9} - 13, channel 1
+    // {-3, -1.5, 7.5, 4.5} + 1.
+    expect_values(ops::fused_conv2d(x, w, b, ops::FusedActivation::kRelu, {{2, 2}, ops::Padding::kSame, {1, 1}}),
+                  {1, 2, 2, 2}, {0, 0, 0, 0, 2, 8.5, 0, 5.5});
+  }
+  // Batch 0, and the errors: bias of the wrong length or dtype.
+  const Tensor w = ops::ones_like(F(std::vector<float>(3 * 3 * 2 * 5), {3, 3, 2, 5}));
+  const Tensor b = F({1, 2, 3, 4, 5}, {5});
+  EXPECT_EQ(ops::fused_conv2d(F({}, {0, 4, 4, 2}), w, b, ops::FusedActivation::kRelu).shape(), (Shape{0, 2, 2, 5}));
+  const Tensor x = ops::ones_like(F(std::vector<float>(4 * 4 * 2), {1, 4, 4, 2}));
+  EXPECT_THROW_WITH(ops::fused_conv2d(x, w, F({1, 2}, {2}), ops::FusedActivation::kRelu), InvalidArgumentError,
+                    "FusedConv2D", "bias has shape (2,)", "5 output channels");
+  EXPECT_THROW_WITH(ops::fused_conv2d(x, w, D({1, 2, 3, 4, 5}, {5}), ops::FusedActivation::kNone), InvalidArgumentError,
+                    "FusedConv2D");
+}
+
 TEST_F(ForwardTest, PoolingHandComputed) {
   std::vector<double> v(16);
   for (int i = 0; i < 16; ++i) v[static_cast<std::size_t>(i)] = i + 1;

@@ -355,6 +355,16 @@ INSTANTIATE_TEST_SUITE_P(Ops, Conv2dGradientTest,
                                            ConvCase{"Dilation2Same", {{1, 1}, ops::Padding::kSame, {2, 2}}}),
                          [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
 
+// FusedConv2D (conv + bias [+ relu]) on float64: the epilogue's loop and its one-pass gradient.
+TEST_P(Conv2dGradientTest, FusedWithBiasAndActivation) {
+  const ops::Conv2dOptions o = GetParam().options;
+  for (const auto act : {ops::FusedActivation::kNone, ops::FusedActivation::kRelu}) {
+    EXPECT_TRUE(check_gradients(
+        [o, act](const In& x) { return ops::fused_conv2d(x[0], x[1], x[2], act, o); },
+        {random_tensor({2, 5, 5, 2}, 62), random_tensor({3, 3, 2, 2}, 63), random_tensor({2}, 64, -0.3, 0.3)}));
+  }
+}
+
 TEST_F(GradientTest, Conv2dRectangularFilter) {
   EXPECT_TRUE(check_gradients(
       [](const In& x) {

@@ -215,6 +215,61 @@ TEST_F(TapeTest, SecondDerivativesThroughFusedKernelsAreAnErrorNotAWrongNumber) 
   EXPECT_THROW_WITH(outer.gradient(s, {x}), UnimplementedError, "SoftmaxGrad");
 }
 
+// A gradient function learns which of its inputs lead to a source (internal::wants_input_gradient)
+// and may skip the others; what it returns for those is ignored.
+TEST_F(TapeTest, GradientFunctionsAreToldWhichInputsLeadToASource) {
+  const Tensor data = D({1, 2});  // not watched: like a batch of images
+  Variable w = var({3, 4}, "w");
+  std::vector<std::vector<bool>> seen;
+  // y = a * b, recorded by hand with a gradient that notes what it was asked for.
+  auto op = [&](const Tensor& a, const Tensor& b) {
+    Tensor y = ops::mul(ops::stop_gradient(a), ops::stop_gradient(b));
+    ops::internal::record("Probe", {a, b}, {y}, [a, b, &seen](const std::vector<Tensor>& gs) {
+      seen.push_back({ops::internal::wants_input_gradient(0), ops::internal::wants_input_gradient(1)});
+      return std::vector<Tensor>{ops::mul(gs[0], b), ops::mul(gs[0], a)};
+    });
+    return y;
+  };
+  {
+    ops::GradientTape tape;
+    const Tensor h = op(data, w.value());  // the data leads nowhere; w is the source
+    const Tensor y = op(h, D({5, 6}));     // h leads to w; the constant does not
+    EXPECT_EQ(vals(tape.gradient(ops::reduce_sum(y), {w})[0]), (std::vector<double>{5, 12}));
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], (std::vector<bool>{true, false}));  // the second op, run first
+  EXPECT_EQ(seen[1], (std::vector<bool>{false, true}));
+  EXPECT_TRUE(ops::internal::wants_input_gradient(0)) << "outside a gradient function: true";
+  // A watched input counts as a source only when asked for: with the data as the source too, both.
+  seen.clear();
+  {
+    ops::GradientTape tape;
+    tape.watch(data);
+    const Tensor y = op(data, w.value());
+    tape.gradient(ops::reduce_sum(y), {data, w.value()});
+  }
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<bool>{true, true}));
+}
+
+// The first convolution of a model: the tape does not ask for the images' gradient, and the
+// filters' gradient is unchanged.
+TEST_F(TapeTest, ConvolutionSkipsTheGradientOfItsUnwatchedInput) {
+  const Tensor x = Tensor::from_vector<double>({0.5, -1, 2, 0.25}, Shape{1, 2, 2, 1}, "/CPU:0");
+  Variable w =
+      make_variable({.initial_value = Tensor::from_vector<double>({1.5}, Shape{1, 1, 1, 1}, "/CPU:0"), .name = "w"});
+  Variable b = var({0.25}, "b");
+  for (const bool fused : {false, true}) {
+    ops::GradientTape tape;
+    const Tensor y =
+        fused ? ops::fused_conv2d(x, w.value(), b.value(), ops::FusedActivation::kRelu) : ops::conv2d(x, w.value());
+    const auto g = tape.gradient(ops::reduce_sum(y), {w, b});
+    // d/dw sum(relu(1.5 x + 0.25)) = sum of x where 1.5 x + 0.25 > 0 (0.5, 2, 0.25); unfused: sum x.
+    EXPECT_EQ(vals(g[0]), (std::vector<double>{fused ? 2.75 : 1.75}));
+    if (fused) EXPECT_EQ(vals(g[1]), (std::vector<double>{3}));
+  }
+}
+
 TEST_F(TapeTest, SecondDerivativeWithANonPersistentOuterTape) {
   const Tensor x = D({0.5});
   ops::GradientTape outer;

@@ -1,0 +1,90 @@
+// The epilogue of a convolution or matmul and its gradient (ops/cpu/dnn.h): y = act(y + bias) per
+// channel, and dz = act'(dy) with the bias gradient sum_r dz[r, :] in the same pass.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/cpu/dnn.h"
+#include "ops/cpu/numeric.h"
+
+namespace chorus::ops::cpu {
+namespace {
+
+// Rows per block of the backward's bias sums: the blocks (not the threads) fix the summation
+// order, so db is the same for any thread count.
+constexpr std::int64_t kBlockRows = 256;
+// Below this many elements one thread does the pass.
+constexpr std::int64_t kParallelElements = 1 << 15;
+
+template <typename T>
+void forward_typed(bool relu, T* y, const T* bias, std::int64_t rows, std::int64_t channels) {
+  using N = Num<T>;
+  using C = typename N::C;
+#pragma omp parallel for schedule(static) if (rows * channels >= kParallelElements)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = y + r * channels;
+    for (std::int64_t c = 0; c < channels; ++c) {
+      C v = N::load(row[c]);
+      if (bias != nullptr) v += N::load(bias[c]);
+      if (relu) v = v > C(0) ? v : C(0);
+      row[c] = N::store(v);
+    }
+  }
+}
+
+template <typename T>
+void backward_typed(bool relu, const T* dy, const T* y, T* dz, T* db, std::int64_t rows, std::int64_t channels) {
+  using N = Num<T>;
+  using C = typename N::C;
+  const std::int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  std::vector<double> partial(db != nullptr ? static_cast<std::size_t>(blocks * channels) : 0);
+#pragma omp parallel for schedule(static) if (rows * channels >= kParallelElements)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    double* sum = db != nullptr ? partial.data() + b * channels : nullptr;
+    const std::int64_t end = std::min(rows, (b + 1) * kBlockRows);
+    for (std::int64_t r = b * kBlockRows; r < end; ++r) {
+      const T* g = dy + r * channels;
+      const T* out = y + r * channels;
+      T* d = dz + r * channels;
+      if (relu) {
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const C v = N::load(out[c]) > C(0) ? N::load(g[c]) : C(0);
+          d[c] = N::store(v);
+          if (sum != nullptr) sum[c] += static_cast<double>(v);
+        }
+      } else {
+        if (d != g) std::copy(g, g + channels, d);
+        if (sum != nullptr)
+          for (std::int64_t c = 0; c < channels; ++c) sum[c] += static_cast<double>(N::load(g[c]));
+      }
+    }
+  }
+  if (db == nullptr) return;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    double total = 0;
+    for (std::int64_t b = 0; b < blocks; ++b) total += partial[static_cast<std::size_t>(b * channels + c)];
+    db[c] = N::store(static_cast<C>(total));
+  }
+}
+
+}  // namespace
+
+void bias_activation_forward(DType dtype, bool relu, void* y, const void* bias, std::int64_t rows,
+                             std::int64_t channels) {
+  dispatch_float(dtype, "bias_activation_forward", [&](auto t) {
+    using T = decltype(t);
+    forward_typed<T>(relu, static_cast<T*>(y), static_cast<const T*>(bias), rows, channels);
+  });
+}
+
+void bias_activation_backward(DType dtype, bool relu, const void* dy, const void* y, void* dz, void* db,
+                              std::int64_t rows, std::int64_t channels) {
+  dispatch_float(dtype, "bias_activation_backward", [&](auto t) {
+    using T = decltype(t);
+    backward_typed<T>(relu, static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dz),
+                      static_cast<T*>(db), rows, channels);
+  });
+}
+
+}  // namespace chorus::ops::cpu
