@@ -102,21 +102,34 @@ Tensor pool(PoolKind kind, const Tensor& x, std::array<std::int64_t, 2> k, std::
   require_dnn_dtype(name, *dev, x);
   const Conv2dGeometry g = pool_geometry(name, x.shape(), k, s, padding);
   Tensor y = output(dev, nhwc(g), x.dtype());
+  const bool record = internal::should_record({x});
+  // Training max pooling on the CPU keeps where each maximum was (oneDNN's workspace) for the
+  // gradient, which then need not pool again.
+  const std::size_t ws_bytes =
+      record && !dev->is_gpu() && y.num_elements() > 0 ? cpu::pool2d_workspace_bytes(kind, x.dtype(), g) : 0;
+  Tensor workspace = ws_bytes > 0 ? output(dev, Shape{static_cast<std::int64_t>(ws_bytes)}, DType::kUInt8) : Tensor();
   if (y.num_elements() > 0) {
     if (dev->is_gpu()) {
       CHORUS_IF_CUDA(cuda::pool2d_forward(*dev, kind, x.dtype(), g, x.data(), y.data()));
+    } else if (ws_bytes > 0) {
+      internal::run_cpu(
+          *dev, [&] { cpu::pool2d_forward_training(kind, x.dtype(), g, x.data(), y.data(), workspace.data()); });
     } else {
       internal::run_cpu(*dev, [&] { cpu::pool2d_forward(kind, x.dtype(), g, x.data(), y.data()); });
     }
   }
-  if (internal::should_record({x})) {
-    internal::record(name, {x}, {y}, [kind, g, x, y](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+  if (record) {
+    internal::record(name, {x}, {y}, [kind, g, x, y, workspace](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
       const Tensor& dy = gs[0];
       auto d = dy.buffer()->device_ptr();
       Tensor dx = output(d, x.shape(), x.dtype());
       if (dx.num_elements() > 0) {
         if (d->is_gpu()) {
           CHORUS_IF_CUDA(cuda::pool2d_backward(*d, kind, x.dtype(), g, x.data(), y.data(), dy.data(), dx.data()));
+        } else if (workspace.defined()) {
+          internal::run_cpu(*d, [&] {
+            cpu::pool2d_backward_with_workspace(kind, x.dtype(), g, dy.data(), workspace.data(), dx.data());
+          });
         } else {
           internal::run_cpu(*d, [&] { cpu::pool2d_backward(kind, x.dtype(), g, x.data(), dy.data(), dx.data()); });
         }

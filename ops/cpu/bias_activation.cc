@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/dnn.h"
@@ -47,17 +48,24 @@ void backward_typed(bool relu, const T* dy, const T* y, T* dz, T* db, std::int64
       const T* g = dy + r * channels;
       const T* out = y + r * channels;
       T* d = dz + r * channels;
-      if (relu) {
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const C v = N::load(out[c]) > C(0) ? N::load(g[c]) : C(0);
-          d[c] = N::store(v);
-          if (sum != nullptr) sum[c] += static_cast<double>(v);
+      // Channels in runs of 16 with a fixed trip count (what lets -O2's cheap vectorizer turn the
+      // loads, the select, the widening and the sums into SIMD code), then the tail one by one.
+      const auto run = [&](std::int64_t c0, auto k) {
+        constexpr std::int64_t K = decltype(k)::value;
+        C v[K];
+        for (std::int64_t j = 0; j < K; ++j) v[j] = N::load(g[c0 + j]);
+        if (relu) {
+          for (std::int64_t j = 0; j < K; ++j) v[j] = N::load(out[c0 + j]) > C(0) ? v[j] : C(0);
+          for (std::int64_t j = 0; j < K; ++j) d[c0 + j] = N::store(v[j]);
+        } else if (d != g) {
+          for (std::int64_t j = 0; j < K; ++j) d[c0 + j] = g[c0 + j];
         }
-      } else {
-        if (d != g) std::copy(g, g + channels, d);
         if (sum != nullptr)
-          for (std::int64_t c = 0; c < channels; ++c) sum[c] += static_cast<double>(N::load(g[c]));
-      }
+          for (std::int64_t j = 0; j < K; ++j) sum[c0 + j] += static_cast<double>(v[j]);
+      };
+      std::int64_t c = 0;
+      for (; c + 16 <= channels; c += 16) run(c, std::integral_constant<std::int64_t, 16>{});
+      for (; c < channels; ++c) run(c, std::integral_constant<std::int64_t, 1>{});
     }
   }
   if (db == nullptr) return;

@@ -28,6 +28,7 @@
 //   Anything else → InvalidArgumentError (the op layer checks first, so this is a backstop).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -100,6 +101,15 @@ void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x,
 // the first maximum of each window. float32, float64, bfloat16, float16.
 void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y);
 void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx);
+// Max pooling for training: the bytes of the workspace (where each window's maximum is) that
+// pool2d_forward_training fills and pool2d_backward_with_workspace reads, so that the backward need
+// not run the forward again. 0 where there is none (not max pooling, not float32, no oneDNN, an
+// empty shape): use pool2d_forward and pool2d_backward then.
+std::size_t pool2d_workspace_bytes(PoolKind kind, DType dtype, const Conv2dGeometry& g);
+void pool2d_forward_training(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
+                             void* workspace);
+void pool2d_backward_with_workspace(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* dy,
+                                    const void* workspace, void* dx);
 
 // y[r, c] = act(y[r, c] + bias[c]) in place over a [rows, channels] matrix (bias may be nullptr;
 // act: ReLU when relu, else identity); 16-bit types computed in float and rounded once.

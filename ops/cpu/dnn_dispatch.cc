@@ -383,6 +383,38 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
                         (kind, dtype, g, x, dy, dx), (kind, g, cp<float>(x), cp<float>(dy), mp<float>(dx)));
 }
 
+std::size_t pool2d_workspace_bytes(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
+  if (kind != PoolKind::kMax || dtype != DType::kFloat32 || g.n == 0 || g.output_elements() == 0) return 0;
+  require_geometry(g, "pool2d_workspace_bytes", true);
+#ifdef CHORUS_WITH_DNNL
+  return onednn::pool2d_workspace_bytes(g);
+#else
+  return 0;
+#endif
+}
+
+void pool2d_forward_training(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
+                             void* workspace) {
+  CHORUS_REQUIRE(pool2d_workspace_bytes(kind, dtype, g) > 0, InvalidArgumentError,
+                 "pool2d_forward_training: no workspace for this pooling (pool2d_workspace_bytes is 0)");
+#ifdef CHORUS_WITH_DNNL
+  onednn::pool2d_forward_training(g, x, y, workspace);
+#else
+  (void)x, (void)y, (void)workspace;
+#endif
+}
+
+void pool2d_backward_with_workspace(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* dy,
+                                    const void* workspace, void* dx) {
+  CHORUS_REQUIRE(pool2d_workspace_bytes(kind, dtype, g) > 0, InvalidArgumentError,
+                 "pool2d_backward_with_workspace: no workspace for this pooling (pool2d_workspace_bytes is 0)");
+#ifdef CHORUS_WITH_DNNL
+  onednn::pool2d_backward_with_workspace(g, dy, workspace, dx);
+#else
+  (void)dy, (void)workspace, (void)dx;
+#endif
+}
+
 #undef CHORUS_DNN_FLOAT_CALL
 #undef CHORUS_ONEDNN_16
 

@@ -181,6 +181,11 @@ bool conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, 
 bool conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dw);
 bool pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y);
 bool pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx);
+// Max pooling, float32 (see dnn.h): the workspace's size, the forward that fills it, the backward
+// that reads it.
+std::size_t pool2d_workspace_bytes(const Conv2dGeometry& g);
+void pool2d_forward_training(const Conv2dGeometry& g, const void* x, void* y, void* workspace);
+void pool2d_backward_with_workspace(const Conv2dGeometry& g, const void* dy, const void* workspace, void* dx);
 
 // float32 only; arguments already validated and non-empty (see dnn_dispatch.cc).
 void softmax_forward(bool log, const float* x, float* y, std::int64_t rows, std::int64_t cols);

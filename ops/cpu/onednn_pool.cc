@@ -1,9 +1,10 @@
 // 2-D max / average pooling on oneDNN (NHWC; float32, bfloat16 or float16, averages accumulated in
 // float32 by oneDNN). Average pooling is
 // pooling_avg_exclude_padding: it divides by the in-bounds taps, TF's behaviour under SAME.
-// Max pooling's backward needs the forward's workspace (where each maximum was), so
-// pool2d_backward runs forward_training first into temporaries; oneDNN records the first
-// maximum of each window, which is where TF routes the gradient too.
+// Max pooling's backward needs the forward's workspace (where each maximum was): a training
+// forward keeps it (pool2d_forward_training, float32) for pool2d_backward_with_workspace; otherwise
+// pool2d_backward runs forward_training first into temporaries. oneDNN records the first maximum of
+// each window, which is where TF routes the gradient too.
 #ifdef CHORUS_WITH_DNNL
 
 #include <cstddef>
@@ -96,19 +97,54 @@ bool pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const v
   });
 }
 
+namespace {
+BackwardEntry backward_entry(PoolKind kind, DType dtype, const Conv2dGeometry& g, const PoolDescs& d) {
+  return cache<BackwardEntry>().get(pool_key(kind, dtype, g), [&] {
+    return make_entry<BackwardEntry>(dtype, [&] {
+      auto fwd_pd = forward_pd(d, dnnl::prop_kind::forward_training);
+      dnnl::pooling_backward::primitive_desc pd(
+          dnnl::pooling_backward::desc(d.alg, d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r), default_attr(),
+          engine(), fwd_pd);
+      if (!usable(dtype, fwd_pd) || !usable(dtype, pd)) return BackwardEntry{};
+      return BackwardEntry{fwd_pd, dnnl::pooling_forward(fwd_pd), pd, dnnl::pooling_backward(pd), true};
+    });
+  });
+}
+}  // namespace
+
+std::size_t pool2d_workspace_bytes(const Conv2dGeometry& g) {
+  return guarded("pooling_forward", [&] {
+    const PoolDescs d = pool_descs(PoolKind::kMax, DType::kFloat32, g);
+    return backward_entry(PoolKind::kMax, DType::kFloat32, g, d).fwd_pd.workspace_desc().get_size();
+  });
+}
+
+void pool2d_forward_training(const Conv2dGeometry& g, const void* x, void* y, void* workspace) {
+  guarded("pooling_forward", [&] {
+    const PoolDescs d = pool_descs(PoolKind::kMax, DType::kFloat32, g);
+    const BackwardEntry e = backward_entry(PoolKind::kMax, DType::kFloat32, g, d);
+    execute(e.fwd, {{DNNL_ARG_SRC, wrap(d.src, x)},
+                    {DNNL_ARG_DST, wrap(d.dst, y)},
+                    {DNNL_ARG_WORKSPACE, wrap(e.fwd_pd.workspace_desc(), workspace)},
+                    {DNNL_ARG_SCRATCHPAD, scratchpad(e.fwd_pd)}});
+  });
+}
+
+void pool2d_backward_with_workspace(const Conv2dGeometry& g, const void* dy, const void* workspace, void* dx) {
+  guarded("pooling_backward", [&] {
+    const PoolDescs d = pool_descs(PoolKind::kMax, DType::kFloat32, g);
+    const BackwardEntry e = backward_entry(PoolKind::kMax, DType::kFloat32, g, d);
+    execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
+                     {DNNL_ARG_WORKSPACE, wrap(e.fwd_pd.workspace_desc(), workspace)},
+                     {DNNL_ARG_DIFF_SRC, wrap(d.src, dx)},
+                     {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+  });
+}
+
 bool pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx) {
   return guarded("pooling_backward", [&] {
     const PoolDescs d = pool_descs(kind, dtype, g);
-    const BackwardEntry e = cache<BackwardEntry>().get(pool_key(kind, dtype, g), [&] {
-      return make_entry<BackwardEntry>(dtype, [&] {
-        auto fwd_pd = forward_pd(d, dnnl::prop_kind::forward_training);
-        dnnl::pooling_backward::primitive_desc pd(
-            dnnl::pooling_backward::desc(d.alg, d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r), default_attr(),
-            engine(), fwd_pd);
-        if (!usable(dtype, fwd_pd) || !usable(dtype, pd)) return BackwardEntry{};
-        return BackwardEntry{fwd_pd, dnnl::pooling_forward(fwd_pd), pd, dnnl::pooling_backward(pd), true};
-      });
-    });
+    const BackwardEntry e = backward_entry(kind, dtype, g, d);
     if (!e.ok) return false;
     if (kind == PoolKind::kMax) {
       // The workspace and the forward output exist only for this call.

@@ -303,6 +303,39 @@ TEST(DnnPool, Float32MatchesReference) {
   }
 }
 
+// Training max pooling keeps oneDNN's workspace: the forward that fills it gives the same output,
+// and the backward that reads it the same gradient, as pool2d_forward / pool2d_backward (bit for
+// bit: the same primitives, minus the recomputation), ties included. Nothing else has a workspace.
+TEST(DnnPool, WorkspaceForwardAndBackwardEqualThePlainOnes) {
+  const Conv2dGeometry geoms[] = {pool_geometry(4, 26, 26, 32, 2, 2, Padding::kValid),
+                                  pool_geometry(2, 7, 7, 4, 3, 2, Padding::kSame)};
+  for (const auto& g : geoms) {
+    const std::size_t bytes = pool2d_workspace_bytes(PoolKind::kMax, DType::kFloat32, g);
+    EXPECT_EQ(pool2d_workspace_bytes(PoolKind::kAvg, DType::kFloat32, g), 0u);
+    EXPECT_EQ(pool2d_workspace_bytes(PoolKind::kMax, DType::kFloat64, g), 0u);
+    if (!have_onednn()) {
+      EXPECT_EQ(bytes, 0u);
+      continue;
+    }
+    ASSERT_GT(bytes, 0u);
+    F32 x = random_f32(static_cast<std::size_t>(g.input_elements()), 600, 0.f, 3.f);
+    for (std::size_t i = 0; i < x.size(); i += 2) x[i] = std::floor(x[i]);  // some ties
+    const F32 dy = random_f32(static_cast<std::size_t>(g.output_elements()), 601);
+    F32 y(dy.size()), y_ws(dy.size(), 9.f), dx(x.size()), dx_ws(x.size(), 9.f);
+    std::vector<std::uint8_t> ws(bytes);
+    pool2d_forward(PoolKind::kMax, DType::kFloat32, g, x.data(), y.data());
+    pool2d_forward_training(PoolKind::kMax, DType::kFloat32, g, x.data(), y_ws.data(), ws.data());
+    EXPECT_EQ(y_ws, y);
+    pool2d_backward(PoolKind::kMax, DType::kFloat32, g, x.data(), dy.data(), dx.data());
+    pool2d_backward_with_workspace(PoolKind::kMax, DType::kFloat32, g, dy.data(), ws.data(), dx_ws.data());
+    EXPECT_EQ(dx_ws, dx);
+  }
+  const Conv2dGeometry g = geoms[1];
+  float buf[1] = {};
+  EXPECT_THROW(pool2d_forward_training(PoolKind::kAvg, DType::kFloat32, g, buf, buf, buf), InvalidArgumentError);
+  EXPECT_THROW(pool2d_backward_with_workspace(PoolKind::kMax, DType::kFloat64, g, buf, buf, buf), InvalidArgumentError);
+}
+
 TEST(DnnPool, TiesRouteToTheFirstMaximum) {
   // One 2x2 window of equal values: the whole gradient goes to the top-left element.
   const Conv2dGeometry g = pool_geometry(1, 2, 2, 1, 2, 2, Padding::kValid);
