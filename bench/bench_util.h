@@ -119,6 +119,20 @@ inline std::string self_path(const std::string& fallback) {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : fallback;
 }
 
+// The Python that runs a TensorFlow yardstick: $CHORUS_TF_PYTHON, else the test venv's
+// (scripts/test-python-env.sh: $CHORUS_TEST_VENV or ~/.cache/chorus/test-venv); "" when none.
+inline std::string tf_python() {
+  if (const char* env = std::getenv("CHORUS_TF_PYTHON"); env && *env) return env;
+  std::string venv;
+  if (const char* v = std::getenv("CHORUS_TEST_VENV"); v && *v) {
+    venv = v;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    venv = std::string(home) + "/.cache/chorus/test-venv";
+  }
+  const std::string py = venv + "/bin/python";
+  return !venv.empty() && ::access(py.c_str(), X_OK) == 0 ? py : "";
+}
+
 // Runs `body` (returning main's exit status) and returns its status; an exception that escapes it
 // is printed to stderr as "<what_failed>: <what()>", after stdout is flushed, and gives 1.
 template <typename Body>

@@ -302,20 +302,6 @@ struct Options {
   bool tf = true;
 };
 
-// The Python that runs the TensorFlow yardstick: $CHORUS_TF_PYTHON, else the test venv's
-// (scripts/test-python-env.sh: $CHORUS_TEST_VENV or ~/.cache/chorus/test-venv); "" when none.
-std::string tf_python() {
-  if (const char* env = std::getenv("CHORUS_TF_PYTHON"); env && *env) return env;
-  std::string venv;
-  if (const char* v = std::getenv("CHORUS_TEST_VENV"); v && *v) {
-    venv = v;
-  } else if (const char* home = std::getenv("HOME"); home && *home) {
-    venv = std::string(home) + "/.cache/chorus/test-venv";
-  }
-  const std::string py = venv + "/bin/python";
-  return !venv.empty() && ::access(py.c_str(), X_OK) == 0 ? py : "";
-}
-
 // bench/checkpoint/tf_checkpoint.py, found beside this source file.
 std::string tf_script() { return (std::filesystem::path(__FILE__).parent_path() / "tf_checkpoint.py").string(); }
 
@@ -389,7 +375,7 @@ int run(int argc, char** argv) {
   const std::string dir = o.dir + "/chorus_checkpoint_bench_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   const std::string self = "'" + bench::self_path(argv[0]) + "'";
-  const std::string py = o.tf ? tf_python() : "";
+  const std::string py = o.tf ? bench::tf_python() : "";
   std::string tf_skipped =
       !o.tf ? "--no-tf"
       : py.empty()

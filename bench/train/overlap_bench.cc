@@ -27,7 +27,6 @@
 #include <chorus/chorus.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <dnnl.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -43,6 +42,7 @@
 #include "bench/train/seed_cnn.h"
 #include "core/timeline.h"
 #include "distribute/cluster_resolver.h"
+#include "ops/cpu/dnn.h"
 
 namespace cx = chorus;
 
@@ -136,18 +136,6 @@ int run_child(const std::string& kind, bool overlap, int steps, std::int64_t pac
   return 0;
 }
 
-std::string isa_name() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
-  }
-}
-
 struct Series {
   std::vector<double> ms, all_reduce_ms, hidden;
 };
@@ -196,7 +184,7 @@ int run_parent(int steps, int rounds) {
 
   std::printf("seed CNN, global batch %lld, %d warm-up + %d timed steps per run, %d round(s) alternating off/on\n",
               static_cast<long long>(cx::bench::kSeedGlobalBatch), kWarmupSteps, steps, rounds);
-  std::printf("machine: %s; oneDNN ISA: %s\n", cx::bench::machine(true).c_str(), isa_name().c_str());
+  std::printf("machine: %s; oneDNN ISA: %s\n", cx::bench::machine(true).c_str(), cx::ops::cpu::onednn_isa().c_str());
   std::printf("%-50s %22s %22s %8s %12s %12s %7s %7s\n", "case", "off ms/step [min-max]", "on ms/step [min-max]",
               "off/on", "all-reduce", "hidden (on)", "hidden", "speed");
   std::printf("%-50s %22s %22s %8s %12s %12s %7s %7s\n", "", "", "", "", "ms/step (on)", "", "goal", "goal");
@@ -232,7 +220,7 @@ int run_parent(int steps, int rounds) {
   std::printf(
       "off/on > 1: overlap is faster. all-reduce ms/step: replica 0's all-reduce spans per step (its own thread\n"
       "or its communication thread); hidden: their part inside its backward pass. Speed goal: on/off <= 1.02.\n");
-  cx::bench::print_json_line("overlap", cx::bench::machine(true) + ", oneDNN " + isa_name(), json);
+  cx::bench::print_json_line("overlap", cx::bench::machine(true) + ", oneDNN " + cx::ops::cpu::onednn_isa(), json);
   return failures == 0 ? 0 : 1;
 }
 

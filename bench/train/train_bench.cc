@@ -3,19 +3,32 @@
 // share of step time spent in CPU kernels (oneDNN + chorus loops), in collectives, and elsewhere
 // (framework overhead: op dispatch, tape, data pipeline, replica threads, waiting).
 //
-//   bench_train [--quick] [--steps N]
+//   bench_train [--quick] [--steps N] [--repeats K]
 //
-// Device configuration is frozen per process, so each replica count runs in a child process: the
-// benchmark re-executes itself with `--replicas R --steps N` and reads the child's RESULT line.
+// Device configuration is frozen per process, so each run is a child process: the benchmark
+// re-executes itself with `--replicas R --steps N --repeats 1` and reads the child's RESULT line.
 // Each child: 3 warm-up steps (fit with steps_per_epoch = 3), then N timed steps (default 30,
-// --quick 4) in one fit call with verbose = 0 and core/profile.h's counters enabled.
+// --quick 4) in one fit call with verbose = 0 and core/profile.h's counters enabled; it also
+// reports its peak RSS (getrusage). K rounds (default 5, --quick 1; --repeats K) alternate the
+// sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas, TensorFlow 2 devices, chorus 4
+// replicas. samples/s is the median of the rounds with their min-max; the time split is the median
+// of each fraction.
 // Fractions: kernels = kernel_ns / (R × wall_ns), collectives = collective_ns / (R × wall_ns),
-// elsewhere = 1 − both (the counters add up over the R replica threads).
+// elsewhere = 1 − both (the counters add up over the R replica threads): the framework overhead.
 //
-// Yardstick (same run): bench/train/pytorch_ddp.py — PyTorch DistributedDataParallel, gloo, two
-// processes of one thread, same model and batch — beside the 2-replica case, when `import torch`
-// works; otherwise listed as skipped and the JSON case has yardstick_value null.
-// Goals (issue): elsewhere ≤ 10% of step time; 2 replicas faster than PyTorch (ratio > 1).
+// Yardsticks (same run):
+//   TensorFlow (issue 14), bench/train/tf_seed_cnn.py through $CHORUS_TF_PYTHON or the test venv:
+//     the same model, optimizer, loss and cached synthetic batches with Keras fit on one CPU
+//     device and under MirroredStrategy over 2 logical CPU devices; its intra-op and inter-op pools
+//     2 threads each (chorus: 1 device with 2 oneDNN threads, or 2 devices with 1 each), steady
+//     state only. Goals, printed PASS/FAIL and as JSON cases with their ratio: chorus 1 device ÷
+//     TF one device ≥ 1.1; chorus 2 replicas ÷ TF MirroredStrategy ≥ 1.25; chorus 2 replicas ÷ TF
+//     one device ≥ 1.05; elsewhere ≤ 5% with 1, 2 and 4 replicas; peak RSS ≤ 0.6 × TF's.
+//     Skipped with the reason when no Python imports tensorflow.
+//   PyTorch: bench/train/pytorch_ddp.py — DistributedDataParallel, gloo, two processes of one
+//     thread, same model and batch — beside the 2-replica case, when `import torch` works;
+//     otherwise listed as skipped and the JSON case has yardstick_value null.
+// The header names the machine, its CPU and the ISA oneDNN chose.
 // Multi-worker mode (issue 8), when the build has MPI and mpirun is found: the same model, batch,
 // steps and repeats trained with MultiWorkerMirroredStrategy by 2 processes × 1 logical CPU device
 // (each process: 1 op thread, as each replica of the 2-device run; `mpirun -np 2 bench_train
@@ -42,6 +55,7 @@
 #include "bench/bench_util.h"
 #include "bench/train/seed_cnn.h"
 #include "core/profile.h"
+#include "ops/cpu/dnn.h"
 
 namespace cx = chorus;
 
@@ -63,6 +77,13 @@ std::int64_t process_cpu_ns() {
   return (static_cast<std::int64_t>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000000 + u.ru_utime.tv_usec +
           u.ru_stime.tv_usec) *
          1000;
+}
+
+// This process's peak resident set (getrusage's ru_maxrss), MiB.
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
 // One replica count, in this (child) process. Prints `RESULT ...` as its last line.
@@ -113,10 +134,10 @@ int run_child(int replicas, int steps, int repeats) {
   std::printf(
       "RESULT replicas=%d samples_per_s=%.6g min_samples_per_s=%.6g max_samples_per_s=%.6g ms_per_step=%.6g "
       "kernels=%.6g collectives=%.6g between=%.6g fw_cpu=%.6g off_cpu=%.6g kernel_off_cpu=%.6g "
-      "process_cpu_per_wall=%.6g\n",
+      "process_cpu_per_wall=%.6g peak_rss_mib=%.6g\n",
       replicas, med, *std::min_element(sps.begin(), sps.end()), *std::max_element(sps.begin(), sps.end()),
       1e3 * kGlobalBatch / med, d(c.library_kernel_ns) / busy, d(c.collective_ns) / busy, between, fw_cpu, off_cpu,
-      (d(c.library_kernel_ns) - d(c.library_kernel_cpu_ns)) / busy, process_cpu / wall_ns);
+      (d(c.library_kernel_ns) - d(c.library_kernel_cpu_ns)) / busy, process_cpu / wall_ns, peak_rss_mib());
   return 0;
 }
 
@@ -150,7 +171,38 @@ int run_worker_child(int steps, int repeats) {
 struct Case {
   int replicas;
   double samples_per_s, min_sps, max_sps, ms_per_step, kernels, collectives, between, fw_cpu, off_cpu, kernel_off_cpu,
-      process_cpu_per_wall;
+      process_cpu_per_wall, peak_rss_mib;
+};
+
+// One side's rounds combined: samples/s the median of the rounds' (min-max over all of them), the
+// time split the median of each fraction, peak RSS the largest.
+Case combine(const std::vector<Case>& rounds) {
+  auto med = [&](double Case::*field) {
+    std::vector<double> v;
+    for (const Case& c : rounds) v.push_back(c.*field);
+    return median(v);
+  };
+  Case c = rounds.front();
+  c.samples_per_s = med(&Case::samples_per_s);
+  c.ms_per_step = 1e3 * kGlobalBatch / c.samples_per_s;
+  for (double Case::*f : {&Case::kernels, &Case::collectives, &Case::between, &Case::fw_cpu, &Case::off_cpu,
+                          &Case::kernel_off_cpu, &Case::process_cpu_per_wall})
+    c.*f = med(f);
+  for (const Case& r : rounds) {
+    c.min_sps = std::min(c.min_sps, r.min_sps);
+    c.max_sps = std::max(c.max_sps, r.max_sps);
+    c.peak_rss_mib = std::max(c.peak_rss_mib, r.peak_rss_mib);
+  }
+  return c;
+}
+
+// The TensorFlow yardstick (bench/train/tf_seed_cnn.py): one device, or MirroredStrategy over 2
+// logical CPU devices; samples/s of each round and the largest peak RSS.
+struct TfSide {
+  std::vector<double> sps;
+  double peak_rss_mib = 0;
+  std::string line;  // the script's readable line, last round's
+  double median_sps() const { return median(sps); }
 };
 
 // The first Python that can import torch: `python3` on PATH (may be a pyenv or venv interpreter
@@ -166,22 +218,61 @@ std::optional<std::string> python_with_torch() {
 
 int run_parent(int steps, int repeats) {
   const std::string self = self_path("bench_train");
-  std::vector<Case> cases;
-  for (int r : {1, 2, 4}) {
+  // TensorFlow, when its Python imports it: checked once, then one run per side and round.
+  std::string tf_py = cx::bench::tf_python(), tf_skipped;
+  if (tf_py.empty()) {
+    tf_skipped = "no Python for TensorFlow (set CHORUS_TF_PYTHON, or make the test venv: scripts/test-python-env.sh)";
+  } else {
     int status = 0;
-    const std::string out = capture("'" + self + "' --replicas " + std::to_string(r) + " --steps " +
-                                        std::to_string(steps) + " --repeats " + std::to_string(repeats),
-                                    &status);
+    capture("'" + tf_py + "' -c 'import tensorflow' >/dev/null 2>&1", &status);
+    if (status != 0) tf_skipped = "'" + tf_py + "' cannot import tensorflow";
+  }
+  TfSide tf[2];  // [0]: one device, [1]: MirroredStrategy over 2 logical devices
+  const auto run_tf = [&](int devices) {
+    if (!tf_skipped.empty()) return;
+    int status = 0;
+    const std::string out =
+        capture("'" + tf_py + "' '" + CHORUS_TRAIN_BENCH_DIR + "/tf_seed_cnn.py' --devices " + std::to_string(devices) +
+                    " --threads 2 --steps " + std::to_string(steps) + " --warmup " + std::to_string(kWarmupSteps) +
+                    " --batch " + std::to_string(kGlobalBatch) + " --repeats 1 2>&1",
+                &status);
     const auto sps = result_field(out, "samples_per_s");
     if (status != 0 || !sps) {
-      std::fprintf(stderr, "bench_train: the %d-replica run failed (exit %d):\n%s\n", r, status, out.c_str());
-      return 1;
+      tf_skipped = "TensorFlow run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
+      return;
     }
-    auto f = [&](const char* key) { return result_field(out, key).value_or(0.0); };
-    cases.push_back({r, *sps, f("min_samples_per_s"), f("max_samples_per_s"), f("ms_per_step"), f("kernels"),
-                     f("collectives"), f("between"), f("fw_cpu"), f("off_cpu"), f("kernel_off_cpu"),
-                     f("process_cpu_per_wall")});
+    TfSide& side = tf[devices - 1];
+    side.sps.push_back(*sps);
+    side.peak_rss_mib = std::max(side.peak_rss_mib, result_field(out, "peak_rss_mib").value_or(0.0));
+    const std::size_t p = out.find("tensorflow ");
+    if (p != std::string::npos) side.line = out.substr(p, out.find('\n', p) - p);
+  };
+
+  // Rounds alternate the sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas,
+  // TensorFlow 2 devices, chorus 4 replicas; each run in a fresh process, one window of `steps`.
+  std::vector<Case> rounds[3];
+  const int replica_counts[3] = {1, 2, 4};
+  for (int round = 0; round < repeats; ++round) {
+    for (int i = 0; i < 3; ++i) {
+      const int r = replica_counts[i];
+      int status = 0;
+      const std::string out = capture(
+          "'" + self + "' --replicas " + std::to_string(r) + " --steps " + std::to_string(steps) + " --repeats 1",
+          &status);
+      const auto sps = result_field(out, "samples_per_s");
+      if (status != 0 || !sps) {
+        std::fprintf(stderr, "bench_train: the %d-replica run failed (exit %d):\n%s\n", r, status, out.c_str());
+        return 1;
+      }
+      auto f = [&](const char* key) { return result_field(out, key).value_or(0.0); };
+      rounds[i].push_back({r, *sps, f("min_samples_per_s"), f("max_samples_per_s"), f("ms_per_step"), f("kernels"),
+                           f("collectives"), f("between"), f("fw_cpu"), f("off_cpu"), f("kernel_off_cpu"),
+                           f("process_cpu_per_wall"), f("peak_rss_mib")});
+      if (r <= 2) run_tf(r);
+    }
   }
+  std::vector<Case> cases;
+  for (const auto& r : rounds) cases.push_back(combine(r));
 
   // The PyTorch yardstick, beside the 2-replica case: same steps, warm-up and repeats (median).
   std::optional<double> torch_sps;
@@ -207,14 +298,15 @@ int run_parent(int steps, int repeats) {
   }
 
   const unsigned cores = std::thread::hardware_concurrency();
+  const std::string machine = cx::bench::machine(true) + ", oneDNN " + cx::ops::cpu::onednn_isa();
   std::printf(
-      "seed CNN, global batch %lld, %d warm-up steps, then %d x %d timed steps (samples/s: median of the %d, "
-      "[min-max]), %u cores\n",
-      static_cast<long long>(kGlobalBatch), kWarmupSteps, repeats, steps, repeats, cores);
+      "seed CNN, global batch %lld; each run a fresh process: %d warm-up steps, then %d timed steps; %d rounds "
+      "alternating chorus and TensorFlow (samples/s: median of the rounds, [min-max])\nmachine: %s\n",
+      static_cast<long long>(kGlobalBatch), kWarmupSteps, steps, repeats, machine.c_str());
   std::printf("%-8s %9s %15s %8s %8s %8s %9s | %8s %8s %8s | %7s %12s %6s\n", "replicas", "samples/s", "[min-max]",
               "ms/step", "kernels", "collect", "elsewhere", "between", "fw-cpu", "off-cpu", "cpu/wall", "pytorch DDP",
               "ratio");
-  std::string json = "{\"bench\":\"train\",\"machine\":\"" + std::to_string(cores) + " cores\",\"cases\":[";
+  std::string json = "{\"bench\":\"train\",\"machine\":\"" + cx::bench::json_escape(machine) + "\",\"cases\":[";
   bool first = true;
   auto add = [&](const std::string& name, double value, const char* unit, const std::string& yard,
                  std::optional<double> yard_value, std::optional<double> ratio) {
@@ -251,9 +343,10 @@ int run_parent(int steps, int repeats) {
     } else {
       add("samples/s " + suffix, c.samples_per_s, "samples/s", "none", std::nullopt, std::nullopt);
     }
-    // Goal: elsewhere <= 10%; ratio = goal / value (> 1: goal met).
-    add("elsewhere fraction " + suffix, elsewhere, "fraction", "goal <= 0.10", 0.10,
-        elsewhere > 0 ? std::optional<double>(0.10 / elsewhere) : std::nullopt);
+    // Goal (issue 14): framework overhead, elsewhere, <= 5%; ratio = goal / value (> 1: goal met).
+    add("elsewhere fraction " + suffix, elsewhere, "fraction", "goal <= 0.05", 0.05,
+        elsewhere > 0 ? std::optional<double>(0.05 / elsewhere) : std::nullopt);
+    add("peak RSS MiB " + suffix, c.peak_rss_mib, "MiB", "none", std::nullopt, std::nullopt);
     add("kernel fraction " + suffix, c.kernels, "fraction", "none", std::nullopt, std::nullopt);
     add("collective fraction " + suffix, c.collectives, "fraction", "none", std::nullopt, std::nullopt);
     add("elsewhere between-steps fraction " + suffix, c.between, "fraction", "none", std::nullopt, std::nullopt);
@@ -272,6 +365,64 @@ int run_parent(int steps, int repeats) {
     std::printf("  %d replica(s): kernels not running (descheduled inside a kernel) %.1f%% of replica time\n",
                 c.replicas, 100 * c.kernel_off_cpu);
   if (!torch_line.empty()) std::printf("yardstick: %s\n", torch_line.c_str());
+
+  // TensorFlow (issue 14's goals), each printed PASS/FAIL and as a JSON case with its ratio.
+  std::vector<std::string> goal_lines;
+  const auto goal = [&](const std::string& what, bool pass, const std::string& detail) {
+    goal_lines.push_back(std::string(pass ? "PASS" : "FAIL") + "  " + what + ": " + detail);
+  };
+  char buf[256];
+  for (const Case& c : cases) {
+    const double elsewhere = 1.0 - c.kernels - c.collectives;
+    std::snprintf(buf, sizeof buf, "%.1f%%", 100 * elsewhere);
+    goal("framework overhead (elsewhere) <= 5% with " + std::to_string(c.replicas) + " replica(s)", elsewhere <= 0.05,
+         buf);
+  }
+  if (tf_skipped.empty() && !tf[0].sps.empty() && !tf[1].sps.empty()) {
+    const double tf1 = tf[0].median_sps(), tf2 = tf[1].median_sps();
+    const auto range = [](const std::vector<double>& v) {
+      char r[64];
+      std::snprintf(r, sizeof r, "[%.0f-%.0f]", *std::min_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()));
+      return std::string(r);
+    };
+    std::printf(
+        "TensorFlow (same run, alternating, 2 intra-op + 2 inter-op threads; chorus: 1 device x 2 oneDNN "
+        "threads, 2 devices x 1):\n");
+    std::printf("  one device:                    %9.1f samples/s %15s, peak RSS %.0f MiB\n", tf1,
+                range(tf[0].sps).c_str(), tf[0].peak_rss_mib);
+    std::printf("  MirroredStrategy, 2 devices:   %9.1f samples/s %15s, peak RSS %.0f MiB\n", tf2,
+                range(tf[1].sps).c_str(), tf[1].peak_rss_mib);
+    std::printf("  %s\n", tf[0].line.c_str());
+    const Case& one = cases[0];
+    const Case& two_r = cases[1];
+    const auto ratio_goal = [&](const std::string& what, double mine, double theirs, double target,
+                                const std::string& yard_name) {
+      std::snprintf(buf, sizeof buf, "%.0f / %.0f = %.2f (goal >= %.2f)", mine, theirs, mine / theirs, target);
+      goal(what, mine / theirs >= target, buf);
+      add(what, mine, "samples/s", yard_name, theirs, mine / theirs);
+    };
+    ratio_goal("chorus 1 device / TensorFlow one device", one.samples_per_s, tf1, 1.1, "TensorFlow one CPU device");
+    ratio_goal("chorus 2 replicas / TensorFlow MirroredStrategy 2 devices", two_r.samples_per_s, tf2, 1.25,
+               "TensorFlow MirroredStrategy, 2 logical CPU devices");
+    ratio_goal("chorus 2 replicas / TensorFlow one device", two_r.samples_per_s, tf1, 1.05,
+               "TensorFlow one CPU device");
+    for (int i = 0; i < 2; ++i) {
+      const Case& c = cases[static_cast<std::size_t>(i)];
+      const double ratio = c.peak_rss_mib / tf[i].peak_rss_mib;
+      std::snprintf(buf, sizeof buf, "%.0f / %.0f MiB = %.2f (goal <= 0.60)", c.peak_rss_mib, tf[i].peak_rss_mib,
+                    ratio);
+      const std::string what = std::string("peak RSS, chorus ") + (i == 0 ? "1 device" : "2 replicas") +
+                               " / TensorFlow " + (i == 0 ? "one device" : "2 devices");
+      goal(what, ratio <= 0.6, buf);
+      add(what, c.peak_rss_mib, "MiB", i == 0 ? "TensorFlow one CPU device" : "TensorFlow MirroredStrategy, 2 devices",
+          tf[i].peak_rss_mib, ratio);
+    }
+  } else {
+    std::printf("TensorFlow: skipped: %s\n", tf_skipped.c_str());
+  }
+  std::printf("goals (issue 14):\n");
+  for (const std::string& line : goal_lines) std::printf("  %s\n", line.c_str());
 
   // Multi-worker mode: 2 processes x 1 device against this run's 1 process x 2 devices.
   double mw_sps = 0;  // samples/s of the multi-worker run; 0: none (mw_skipped says why)

@@ -42,6 +42,9 @@ namespace chorus::ops::cpu {
 void use_threads(int n);
 // True when this build uses oneDNN (false: reference loops for float32 too).
 bool have_onednn();
+// The ISA oneDNN's JIT kernels use on this CPU ("avx512_core_bf16", "avx2", ...; it honours
+// ONEDNN_MAX_CPU_ISA), or "none" without oneDNN: printed beside every benchmark figure.
+std::string onednn_isa();
 
 // The path bfloat16 matmul / convolution / pooling take in this process, for benchmark printouts:
 // "onednn <isa>" (oneDNN's effective ISA, e.g. "onednn avx512_core_bf16" — native bf16 dot

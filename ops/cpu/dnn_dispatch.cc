@@ -172,6 +172,14 @@ bool onednn_bf16_enabled() {
 
 Bf16Stats bf16_stats() { return {g_bf16_onednn.load(), g_bf16_fallback.load()}; }
 
+std::string onednn_isa() {
+#ifdef CHORUS_WITH_DNNL
+  return isa_name(dnnl::get_effective_cpu_isa());
+#else
+  return "none";
+#endif
+}
+
 std::string bf16_path() {
 #ifdef CHORUS_WITH_DNNL
   static const bool probed = isa_has_bf16() && probe_matmul(DType::kBFloat16);
