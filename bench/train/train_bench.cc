@@ -4,15 +4,18 @@
 // (framework overhead: op dispatch, tape, data pipeline, replica threads, waiting).
 //
 //   bench_train [--quick] [--steps N] [--repeats K]
+//   bench_train --replicas R [--steps N] [--repeats K] [--save-every N]    (one child run)
 //
 // Device configuration is frozen per process, so each run is a child process: the benchmark
 // re-executes itself with `--replicas R --steps N --repeats 1` and reads the child's RESULT line.
 // Each child: 3 warm-up steps (fit with steps_per_epoch = 3), then N timed steps (default 30,
 // --quick 4) in one fit call with verbose = 0 and core/profile.h's counters enabled; it also
 // reports its peak RSS (getrusage). K rounds (default 5, --quick 1; --repeats K) alternate the
-// sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas, TensorFlow 2 devices, chorus 4
-// replicas. samples/s is the median of the rounds with their min-max; the time split is the median
-// of each fraction.
+// sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas, TensorFlow 2 devices, chorus 2
+// replicas saving a checkpoint asynchronously every 10 steps (issue 24: ModelCheckpoint with
+// async, model and Adam slots, --save-every N in the child), chorus 4 replicas. samples/s is the
+// median of the rounds with their min-max; the time split is the median of each fraction. Goal
+// (issue 24): the saving run's steps at most 5% slower than the plain 2-replica run's.
 // Fractions: kernels = kernel_ns / (R × wall_ns), collectives = collective_ns / (R × wall_ns),
 // elsewhere = 1 − both (the counters add up over the R replica threads): the framework overhead.
 //
@@ -46,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -87,14 +91,38 @@ double peak_rss_mib() {
 }
 
 // One replica count, in this (child) process. Prints `RESULT ...` as its last line.
-int run_child(int replicas, int steps, int repeats) {
+// save_every > 0: the timed fit calls also save a checkpoint (model and optimizer) asynchronously
+// every `save_every` steps, with callbacks::ModelCheckpoint and a CheckpointManager keeping 2, in a
+// fresh directory under $TMPDIR (removed at the end); the warm-up makes one save first.
+int run_child(int replicas, int steps, int repeats, int save_every) {
   const cx::PhysicalDevice cpu = cx::config::list_physical_devices("CPU")[0];
   cx::config::set_logical_device_configuration(
       cpu, std::vector<cx::LogicalDeviceConfiguration>(static_cast<std::size_t>(replicas), {.memory_limit_mb = 1024}));
   cx::distribute::MirroredStrategy strategy;
   auto model = seed_cnn(strategy);
   auto ds = cx::bench::seed_training_data();
+  std::vector<cx::callbacks::CallbackPtr> callbacks;
+  std::unique_ptr<cx::train::Checkpoint> ckpt;
+  std::unique_ptr<cx::train::CheckpointManager> manager;
+  std::string dir;
+  if (save_every > 0) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/chorus-bench-train-XXXXXX";
+    if (mkdtemp(templ.data()) == nullptr) throw cx::InternalError("bench_train: mkdtemp failed");
+    dir = templ;
+    ckpt.reset(new cx::train::Checkpoint({{"model", *model}, {"optimizer", model->optimizer()}}));
+    manager = std::make_unique<cx::train::CheckpointManager>(*ckpt, dir, 2);
+    callbacks.push_back(std::make_shared<cx::callbacks::ModelCheckpoint>(
+        *manager, cx::callbacks::ModelCheckpoint::Options{.save_freq = save_every, .async = true}));
+  }
+  struct RemoveDir {
+    const std::string& dir;
+    ~RemoveDir() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } remove_dir{dir};
   model->fit(ds, {.epochs = 1, .steps_per_epoch = kWarmupSteps, .verbose = 0});
+  if (manager) manager->save();  // the first save (files, directory) outside the timed steps
 
   // `repeats` timed fit calls of `steps` steps; samples/s is their median, the time split is over
   // all of them (counters and wall time summed).
@@ -106,7 +134,7 @@ int run_child(int replicas, int steps, int repeats) {
     cx::profile::enable_profiling(true);
     const std::int64_t cpu0 = process_cpu_ns();
     const auto start = Clock::now();
-    model->fit(ds, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
+    model->fit(ds, {.epochs = 1, .steps_per_epoch = steps, .callbacks = callbacks, .verbose = 0});
     const double w =
         static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
     process_cpu += static_cast<double>(process_cpu_ns() - cpu0);
@@ -249,16 +277,22 @@ int run_parent(int steps, int repeats) {
   };
 
   // Rounds alternate the sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas,
-  // TensorFlow 2 devices, chorus 4 replicas; each run in a fresh process, one window of `steps`.
-  std::vector<Case> rounds[3];
-  const int replica_counts[3] = {1, 2, 4};
+  // TensorFlow 2 devices, chorus 2 replicas saving asynchronously every kSaveEvery steps (issue
+  // 24), chorus 4 replicas; each run in a fresh process, one window of `steps`.
+  constexpr int kSaveEvery = 10;
+  struct Run {
+    int replicas, save_every;
+  };
+  const Run runs[4] = {{1, 0}, {2, 0}, {2, kSaveEvery}, {4, 0}};
+  std::vector<Case> rounds[4];
   for (int round = 0; round < repeats; ++round) {
-    for (int i = 0; i < 3; ++i) {
-      const int r = replica_counts[i];
+    for (int i = 0; i < 4; ++i) {
+      const int r = runs[i].replicas;
       int status = 0;
-      const std::string out = capture(
-          "'" + self + "' --replicas " + std::to_string(r) + " --steps " + std::to_string(steps) + " --repeats 1",
-          &status);
+      const std::string out =
+          capture("'" + self + "' --replicas " + std::to_string(r) + " --steps " + std::to_string(steps) +
+                      " --repeats 1 --save-every " + std::to_string(runs[i].save_every),
+                  &status);
       const auto sps = result_field(out, "samples_per_s");
       if (status != 0 || !sps) {
         std::fprintf(stderr, "bench_train: the %d-replica run failed (exit %d):\n%s\n", r, status, out.c_str());
@@ -268,11 +302,12 @@ int run_parent(int steps, int repeats) {
       rounds[i].push_back({r, *sps, f("min_samples_per_s"), f("max_samples_per_s"), f("ms_per_step"), f("kernels"),
                            f("collectives"), f("between"), f("fw_cpu"), f("off_cpu"), f("kernel_off_cpu"),
                            f("process_cpu_per_wall"), f("peak_rss_mib")});
-      if (r <= 2) run_tf(r);
+      if (r <= 2 && runs[i].save_every == 0) run_tf(r);
     }
   }
   std::vector<Case> cases;
-  for (const auto& r : rounds) cases.push_back(combine(r));
+  for (int i : {0, 1, 3}) cases.push_back(combine(rounds[i]));
+  const Case saving = combine(rounds[2]);
 
   // The PyTorch yardstick, beside the 2-replica case: same steps, warm-up and repeats (median).
   std::optional<double> torch_sps;
@@ -421,7 +456,21 @@ int run_parent(int steps, int repeats) {
   } else {
     std::printf("TensorFlow: skipped: %s\n", tf_skipped.c_str());
   }
-  std::printf("goals (issue 14):\n");
+  {  // Issue 24: training steps while async saves write in the background.
+    const Case& plain = cases[1];
+    const double slowdown = plain.samples_per_s / saving.samples_per_s - 1.0;
+    std::printf(
+        "async checkpoint every %d steps (issue 24; ModelCheckpoint async, model + Adam slots, 2 replicas): "
+        "%.1f samples/s [%.0f-%.0f] vs %.1f without saves: steps %.1f%% slower\n",
+        kSaveEvery, saving.samples_per_s, saving.min_sps, saving.max_sps, plain.samples_per_s, 100 * slowdown);
+    std::snprintf(buf, sizeof buf, "%+.1f%% (goal <= 5%%)", 100 * slowdown);
+    goal_lines.push_back(std::string(slowdown <= 0.05 ? "PASS" : "FAIL") + "  steps slower with an async save every " +
+                         std::to_string(kSaveEvery) + " steps (issue 24): " + buf);
+    add("samples/s 2 replicas, async save every " + std::to_string(kSaveEvery) + " steps", saving.samples_per_s,
+        "samples/s", "2 replicas without saves (same run)", plain.samples_per_s,
+        saving.samples_per_s / plain.samples_per_s);
+  }
+  std::printf("goals (issues 14, 24):\n");
   for (const std::string& line : goal_lines) std::printf("  %s\n", line.c_str());
 
   // Multi-worker mode: 2 processes x 1 device against this run's 1 process x 2 devices.
@@ -467,7 +516,7 @@ int run_parent(int steps, int repeats) {
 
 int main(int argc, char** argv) {
   bool quick = false, worker_child = false;
-  int replicas = 0, steps = -1, repeats = -1;
+  int replicas = 0, steps = -1, repeats = -1, save_every = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quick") {
@@ -480,8 +529,11 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     } else if (flag == "--repeats" && i + 1 < argc) {
       repeats = std::atoi(argv[++i]);
+    } else if (flag == "--save-every" && i + 1 < argc) {
+      save_every = std::atoi(argv[++i]);
     } else {
-      std::cerr << "usage: bench_train [--quick] [--steps N] [--repeats K]\n";
+      std::cerr << "usage: bench_train [--quick] [--steps N] [--repeats K]\n"
+                   "       bench_train --replicas R [--steps N] [--repeats K] [--save-every N]\n";
       return 2;
     }
   }
@@ -493,7 +545,7 @@ int main(int argc, char** argv) {
 #else
     if (worker_child) throw chorus::UnavailableError("--worker-child needs a build with MPI");
 #endif
-    if (replicas > 0) return run_child(replicas, steps, repeats);
+    if (replicas > 0) return run_child(replicas, steps, repeats, save_every);
     return run_parent(steps, repeats);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
