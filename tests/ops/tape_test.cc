@@ -270,6 +270,21 @@ TEST_F(TapeTest, ConvolutionSkipsTheGradientOfItsUnwatchedInput) {
   }
 }
 
+// The fused convolution's gradient writes dz into dy's storage only when nothing else holds it:
+// here dy (the gradient reaching y) is also a requested result, and must come back unmasked.
+TEST_F(TapeTest, FusedConvolutionNeverOverwritesAGradientSomeoneElseHolds) {
+  const Tensor x = Tensor::from_vector<double>({0.5, -1, 2, 0.25}, Shape{1, 2, 2, 1}, "/CPU:0");
+  Variable w =
+      make_variable({.initial_value = Tensor::from_vector<double>({1.5}, Shape{1, 1, 1, 1}, "/CPU:0"), .name = "w"});
+  Variable b = var({0.25}, "b");
+  ops::GradientTape tape;
+  const Tensor y = ops::fused_conv2d(x, w.value(), b.value(), ops::FusedActivation::kRelu);  // {1, 0, 3.25, 0.625}
+  const Tensor c = Tensor::from_vector<double>({1, 2, 3, 4}, Shape{1, 2, 2, 1}, "/CPU:0");
+  const auto g = tape.gradient(ops::reduce_sum(ops::mul(y, c)), {y, w.value()});
+  EXPECT_EQ(vals(g[0]), (std::vector<double>{1, 2, 3, 4})) << "the gradient of y itself, not masked by the ReLU";
+  EXPECT_EQ(vals(g[1]), (std::vector<double>{0.5 * 1 + 2 * 3 + 0.25 * 4}));
+}
+
 TEST_F(TapeTest, SecondDerivativeWithANonPersistentOuterTape) {
   const Tensor x = D({0.5});
   ops::GradientTape outer;
