@@ -3,6 +3,8 @@
 # Force a part off with -DCHORUS_ENABLE_<LIB>=OFF.
 
 find_package(Threads REQUIRED)
+# zlib (Debian zlib1g-dev): compressed TFRecord files (data/) and PNG image summaries (summary/).
+find_package(ZLIB REQUIRED)
 
 option(CHORUS_ENABLE_CUDA "Use CUDA if found" ON)
 option(CHORUS_ENABLE_MPI "Use MPI if found" ON)

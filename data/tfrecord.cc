@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "core/file_io.h"
 #include "core/logging.h"
 #include "data/internal.h"
+#include "data/zlib_stream.h"
 
 namespace chorus::data {
 
@@ -86,14 +88,53 @@ std::string hex(std::uint32_t v) {
   return buf;
 }
 
+internal::ZlibFormat zlib_format(TFRecordCompression c) {
+  return c == TFRecordCompression::kGzip ? internal::ZlibFormat::kGzip : internal::ZlibFormat::kZlib;
+}
+
+// The framing of one record: header, then footer (the data goes between them).
+void frame(std::string_view record, char (&header)[kTFRecordHeaderBytes], char (&footer)[kTFRecordFooterBytes]) {
+  put_u64(header, record.size());
+  put_u32(header + 8, masked_crc32c(header, 8));
+  put_u32(footer, masked_crc32c(record.data(), record.size()));
+}
+
+// What an uncompressed read that fails at offset 0 may really be looking at.
+std::string compression_hint(const unsigned char* first, std::uint64_t offset) {
+  if (offset != 0) return "";
+  if (first[0] == 0x1f && first[1] == 0x8b)
+    return "; the file starts with the GZIP magic bytes 1f 8b: read it with TFRecordOptions{.compression = "
+           "TFRecordCompression::kGzip} (TensorFlow: compression_type=\"GZIP\")";
+  if ((first[0] & 0x0f) == 8 && ((first[0] << 8) | first[1]) % 31 == 0)
+    return "; the file starts like a zlib stream: if TensorFlow wrote it with compression_type=\"ZLIB\", read it "
+           "with TFRecordOptions{.compression = TFRecordCompression::kZlib}";
+  return "";
+}
+
 }  // namespace
+
+TFRecordOptions TFRecordOptions::from_compression_type(std::string_view type) {
+  if (type.empty() || type == "NONE") return {};
+  if (type == "ZLIB") return {.compression = TFRecordCompression::kZlib};
+  if (type == "GZIP") return {.compression = TFRecordCompression::kGzip};
+  throw InvalidArgumentError(str_cat("TFRecord compression_type '", type, "': use \"\" (none), \"ZLIB\" or \"GZIP\""));
+}
 
 // ---------------------------------------------------------------------------------------------
 // TFRecordWriter
 
-TFRecordWriter::TFRecordWriter(std::string path) : path_(std::move(path)) {
+TFRecordWriter::TFRecordWriter(std::string path, TFRecordOptions options) : path_(std::move(path)) {
+  CHORUS_REQUIRE(options.compression_level >= -1 && options.compression_level <= 9, InvalidArgumentError,
+                 "TFRecordWriter: compression_level ", options.compression_level, " for ", path_,
+                 ": use -1 (zlib's default) or 0..9");
   file_ = internal::open_file(path_, "wb", "cannot create TFRecord file");
+  if (options.compression != TFRecordCompression::kNone)
+    zlib_ = std::make_unique<internal::ZlibWriter>(file_.get(), path_, zlib_format(options.compression),
+                                                   options.compression_level);
 }
+
+TFRecordWriter::TFRecordWriter(TFRecordWriter&&) noexcept = default;
+TFRecordWriter& TFRecordWriter::operator=(TFRecordWriter&&) noexcept = default;
 
 TFRecordWriter::~TFRecordWriter() {
   try {
@@ -106,9 +147,13 @@ TFRecordWriter::~TFRecordWriter() {
 void TFRecordWriter::write(std::string_view record) {
   CHORUS_REQUIRE(file_ != nullptr, FailedPreconditionError, "write to closed TFRecordWriter ", path_);
   char header[kTFRecordHeaderBytes], footer[kTFRecordFooterBytes];
-  put_u64(header, record.size());
-  put_u32(header + 8, masked_crc32c(header, 8));
-  put_u32(footer, masked_crc32c(record.data(), record.size()));
+  frame(record, header, footer);
+  if (zlib_) {
+    zlib_->write(std::string_view(header, sizeof header));
+    zlib_->write(record);
+    zlib_->write(std::string_view(footer, sizeof footer));
+    return;
+  }
   if (std::fwrite(header, 1, sizeof header, file_.get()) != sizeof header ||
       std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size() ||
       std::fwrite(footer, 1, sizeof footer, file_.get()) != sizeof footer)
@@ -117,11 +162,21 @@ void TFRecordWriter::write(std::string_view record) {
 
 void TFRecordWriter::flush() {
   CHORUS_REQUIRE(file_ != nullptr, FailedPreconditionError, "flush of closed TFRecordWriter ", path_);
+  if (zlib_) zlib_->flush();
   if (std::fflush(file_.get()) != 0) throw_file_error(errno, "cannot flush TFRecord file", path_);
 }
 
 void TFRecordWriter::close() {
   if (file_ == nullptr) return;
+  if (zlib_) {
+    try {
+      zlib_->finish();
+    } catch (...) {
+      std::fclose(file_.release());
+      throw;
+    }
+    zlib_.reset();
+  }
   std::FILE* f = file_.release();
   if (std::fclose(f) != 0) throw_file_error(errno, "cannot close TFRecord file", path_);
 }
@@ -129,17 +184,39 @@ void TFRecordWriter::close() {
 // ---------------------------------------------------------------------------------------------
 // TFRecordReader
 
-TFRecordReader::TFRecordReader(std::string path) : path_(std::move(path)) {
+TFRecordReader::TFRecordReader(std::string path, TFRecordOptions options) : path_(std::move(path)) {
   file_ = internal::open_file(path_, "rb", "cannot open TFRecord file");
   std::FILE* f = file_.get();
   if (std::fseek(f, 0, SEEK_END) != 0) throw_file_error(errno, "cannot seek in TFRecord file", path_);
   const long size = std::ftell(f);
   if (size < 0) throw_file_error(errno, "cannot size TFRecord file", path_);
   size_ = static_cast<std::uint64_t>(size);
+  if (std::fseek(f, 0, SEEK_SET) != 0) throw_file_error(errno, "cannot seek in TFRecord file", path_);
+  if (options.compression != TFRecordCompression::kNone) {
+    zlib_ = std::make_unique<internal::ZlibReader>(f, size_, path_, zlib_format(options.compression));
+    return;
+  }
   seek(0);
 }
 
+TFRecordReader::~TFRecordReader() = default;
+TFRecordReader::TFRecordReader(TFRecordReader&&) noexcept = default;
+TFRecordReader& TFRecordReader::operator=(TFRecordReader&&) noexcept = default;
+
 void TFRecordReader::seek(std::uint64_t offset) {
+  if (zlib_) {
+    zlib_->rewind();
+    resync_ = false;
+    if (!zlib_->skip(offset)) {
+      const std::uint64_t end = zlib_->position();
+      zlib_->rewind();
+      offset_ = 0;
+      throw InvalidArgumentError(
+          str_cat("seek to offset ", offset, " past the end of ", path_, " (", end, " uncompressed bytes)"));
+    }
+    offset_ = offset;
+    return;
+  }
   CHORUS_REQUIRE(offset <= size_, InvalidArgumentError, "seek to offset ", offset, " past the end of ", path_, " (",
                  size_, " bytes)");
   if (std::fseek(file_.get(), static_cast<long>(offset), SEEK_SET) != 0)
@@ -147,7 +224,61 @@ void TFRecordReader::seek(std::uint64_t offset) {
   offset_ = offset;
 }
 
+void TFRecordReader::throw_compressed_truncated(const char* what) {
+  throw DataLossError(str_cat(
+      "truncated record at offset ", offset_, " in ", path_, ": its ", what, " is cut short (",
+      zlib_->at_clean_end() ? "the compressed stream ends there" : "the file ends inside the compressed stream", ")"));
+}
+
+std::optional<std::string> TFRecordReader::read_compressed() {
+  if (resync_) {  // a previous read failed part-way: back to the record's start
+    zlib_->rewind();
+    if (!zlib_->skip(offset_)) throw_compressed_truncated("position");
+    resync_ = false;
+  }
+  unsigned char header[kTFRecordHeaderBytes];
+  const std::size_t got = zlib_->read(header, sizeof header);
+  if (got == 0 && zlib_->at_clean_end()) return std::nullopt;
+  if (got == 0)
+    throw DataLossError(str_cat("truncated or trailing data at offset ", offset_, " in ", path_,
+                                ": the compressed stream does not end cleanly at the end of the file (a file cut "
+                                "short, a writer not closed, or bytes after the stream)"));
+  if (got < sizeof header) throw_compressed_truncated("header");
+  const std::uint32_t length_crc = masked_crc32c(header, 8), stored_length_crc = get_u32(header + 8);
+  CHORUS_REQUIRE(length_crc == stored_length_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
+                 ": length CRC mismatch (stored ", hex(stored_length_crc), ", computed ", hex(length_crc), ")");
+  const std::uint64_t length = get_u64(header);
+  const std::uint64_t most = zlib_->max_remaining();
+  CHORUS_REQUIRE(length < most, DataLossError, "corrupted record at offset ", offset_, " in ", path_, ": its length ",
+                 length, " is more than the compressed bytes left could hold (", most, ")");
+  // The record grows as its bytes arrive: a length that the stream does not back costs nothing.
+  std::string data;
+  constexpr std::uint64_t kChunk = 1 << 20;
+  while (data.size() < length) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length - data.size(), kChunk));
+    const std::size_t old = data.size();
+    data.resize(old + want);
+    if (zlib_->read(data.data() + old, want) < want) throw_compressed_truncated("data");
+  }
+  unsigned char footer[kTFRecordFooterBytes];
+  if (zlib_->read(footer, sizeof footer) < sizeof footer) throw_compressed_truncated("footer");
+  const std::uint32_t data_crc = masked_crc32c(data.data(), data.size()), stored_data_crc = get_u32(footer);
+  CHORUS_REQUIRE(data_crc == stored_data_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
+                 ": data CRC mismatch over ", length, " bytes (stored ", hex(stored_data_crc), ", computed ",
+                 hex(data_crc), ")");
+  offset_ += kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
+  return data;
+}
+
 std::optional<std::string> TFRecordReader::read() {
+  if (zlib_) {
+    try {
+      return read_compressed();
+    } catch (...) {
+      resync_ = true;  // calling again reads up to offset_ again and throws again
+      throw;
+    }
+  }
   const std::uint64_t left = size_ - offset_;
   if (left == 0) return std::nullopt;
   // Every read below goes back to offset_ first, so a throw leaves the position at the record.
@@ -159,7 +290,8 @@ std::optional<std::string> TFRecordReader::read() {
     throw_file_error(errno, "cannot read TFRecord file", path_);
   const std::uint32_t length_crc = masked_crc32c(header, 8), stored_length_crc = get_u32(header + 8);
   CHORUS_REQUIRE(length_crc == stored_length_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
-                 ": length CRC mismatch (stored ", hex(stored_length_crc), ", computed ", hex(length_crc), ")");
+                 ": length CRC mismatch (stored ", hex(stored_length_crc), ", computed ", hex(length_crc), ")",
+                 compression_hint(header, offset_));
   const std::uint64_t length = get_u64(header);
   const std::uint64_t body = left - kTFRecordHeaderBytes;
   CHORUS_REQUIRE(body >= kTFRecordFooterBytes && length <= body - kTFRecordFooterBytes, DataLossError,
@@ -178,15 +310,15 @@ std::optional<std::string> TFRecordReader::read() {
   return data;
 }
 
-std::vector<std::string> read_tfrecord_file(const std::string& path) {
-  TFRecordReader reader(path);
+std::vector<std::string> read_tfrecord_file(const std::string& path, TFRecordOptions options) {
+  TFRecordReader reader(path, options);
   std::vector<std::string> out;
   while (auto r = reader.read()) out.push_back(std::move(*r));
   return out;
 }
 
-void write_tfrecord_file(const std::string& path, const std::vector<std::string>& records) {
-  TFRecordWriter writer(path);
+void write_tfrecord_file(const std::string& path, const std::vector<std::string>& records, TFRecordOptions options) {
+  TFRecordWriter writer(path, options);
   for (const auto& r : records) writer.write(r);
   writer.close();
 }
@@ -207,7 +339,8 @@ namespace {
 
 class TFRecordDataset final : public DatasetBase {
  public:
-  explicit TFRecordDataset(std::vector<std::string> files) : files_(std::move(files)) {}
+  TFRecordDataset(std::vector<std::string> files, TFRecordOptions options)
+      : files_(std::move(files)), options_(options) {}
   std::string name() const override { return "TFRecordDataset"; }
   std::int64_t cardinality() const override { return files_.empty() ? 0 : kUnknownCardinality; }
   std::unique_ptr<IteratorBase> make_iterator() const override {
@@ -218,7 +351,7 @@ class TFRecordDataset final : public DatasetBase {
       std::optional<Element> next() override {
         while (file_ < ds_->files_.size()) {
           if (!reader_) {
-            reader_ = std::make_unique<TFRecordReader>(ds_->files_[file_]);
+            reader_ = std::make_unique<TFRecordReader>(ds_->files_[file_], ds_->options_);
             if (resume_offset_ != 0) reader_->seek(resume_offset_);
             resume_offset_ = 0;
           }
@@ -270,12 +403,13 @@ class TFRecordDataset final : public DatasetBase {
 
  private:
   std::vector<std::string> files_;
+  TFRecordOptions options_;
 };
 
 }  // namespace
 
-Dataset tfrecord_dataset(std::vector<std::string> filenames) {
-  return Dataset(std::make_shared<TFRecordDataset>(std::move(filenames)));
+Dataset tfrecord_dataset(std::vector<std::string> filenames, TFRecordOptions options) {
+  return Dataset(std::make_shared<TFRecordDataset>(std::move(filenames), options));
 }
 
 }  // namespace chorus::data

@@ -137,9 +137,9 @@ std::string serialize_digit_example(const std::vector<std::uint8_t>& pixels, std
   return example.release();
 }
 
-data::Dataset tfrecord_digits_dataset(const std::vector<std::string>& files) {
+data::Dataset tfrecord_digits_dataset(const std::vector<std::string>& files, data::TFRecordOptions options) {
   CHORUS_REQUIRE(!files.empty(), InvalidArgumentError, "tfrecord_digits_dataset: no files");
-  return data::tfrecord_dataset(files).map([](const data::Element& e) -> data::Element {
+  return data::tfrecord_dataset(files, options).map([](const data::Element& e) -> data::Element {
     DigitExample d = parse_digit_example(data::record_string(e.at(0)));
     return {Tensor::from_vector(d.pixels, Shape{kDigitImageSize, kDigitImageSize, 1}),
             Tensor::scalar(static_cast<std::int32_t>(d.label))};

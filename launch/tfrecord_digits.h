@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/tfrecord.h"
 
 namespace chorus::launch {
 
@@ -45,7 +46,7 @@ DigitExample parse_digit_example(std::string_view record);
 std::string serialize_digit_example(const std::vector<std::uint8_t>& pixels, std::int64_t label);
 
 // tfrecord_dataset(files) mapped through parse_digit_example: (image [28,28,1] float32, label int32).
-data::Dataset tfrecord_digits_dataset(const std::vector<std::string>& files);
+data::Dataset tfrecord_digits_dataset(const std::vector<std::string>& files, data::TFRecordOptions options = {});
 
 // Expands each entry — a path or a glob(3) pattern ("data/train-*.tfrecord"); an entry may also be
 // a comma-separated list of them — into sorted file paths, entries in order. A pattern or path

@@ -45,6 +45,8 @@ po::options_description describe(TrainOptions& o) {
     ("tfrecord", po::value(&o.tfrecord)->composing(),
      "TFRecord files of tf.train.Example {image: bytes 784, label: int64}: paths, glob patterns or "
      "comma-separated lists (repeatable); the first --test records are held out")
+    ("tfrecord-compression", po::value(&o.tfrecord_compression),
+     "compression_type of the --tfrecord files, as TensorFlow's: ZLIB or GZIP (default: none)")
     ("train", po::value(&o.train_size)->default_value(o.train_size),
      "training examples to use (0: all; synthetic digits: 60000)")
     ("test", po::value(&o.test_size)->default_value(o.test_size),
@@ -155,6 +157,7 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
                  "--min-accuracy must be in [0, 1], got ", o.min_accuracy);
   CHORUS_REQUIRE(o.data_dir.empty() || o.tfrecord.empty(), InvalidArgumentError,
                  "--data-dir and --tfrecord both given; choose one source of data");
+  if (!o.tfrecord_compression.empty()) check_choice("tfrecord-compression", o.tfrecord_compression, {"ZLIB", "GZIP"});
   CHORUS_REQUIRE(o.strategy != "one_device" || o.devices.size() <= 1, InvalidArgumentError,
                  "--strategy one_device takes one device, got --devices with ", o.devices.size());
   CHORUS_REQUIRE(o.strategy != "default" || o.devices.empty(), InvalidArgumentError,

@@ -34,6 +34,7 @@ struct TrainOptions {
   std::string optimizer = "adam";     // adam | sgd
   std::string data_dir;               // MNIST idx files; empty with no tfrecord: synthetic digits
   std::vector<std::string> tfrecord;  // files or glob patterns (launch/tfrecord_digits.h)
+  std::string tfrecord_compression;   // TF's compression_type of the --tfrecord files: "", ZLIB, GZIP
   std::int64_t train_size = 0;        // 0: all (synthetic: 60000)
   std::int64_t test_size = 0;         // 0: all (synthetic: 10000; TFRecord: 10% of the records, see trainer.h)
   std::uint64_t seed = 1;

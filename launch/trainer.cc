@@ -116,7 +116,8 @@ Data make_data(const TrainOptions& o) {
   if (!o.tfrecord.empty()) {
     const auto files = expand_file_patterns(o.tfrecord);
     const std::int64_t test = o.test_size > 0 ? o.test_size : kTFRecordTest;
-    const auto all = tfrecord_digits_dataset(files);
+    const auto all =
+        tfrecord_digits_dataset(files, data::TFRecordOptions::from_compression_type(o.tfrecord_compression));
     return {first(all.skip(test), o.train_size), all.take(test),
             str_cat(files.size(), " TFRecord file(s), first ", test, " records held out")};
   }

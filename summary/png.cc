@@ -1,7 +1,8 @@
 #include "summary/png.h"
 
+#include <zlib.h>
+
 #include <algorithm>
-#include <array>
 #include <string_view>
 
 #include "core/error.h"
@@ -9,18 +10,6 @@
 namespace chorus::summary {
 
 namespace {
-
-constexpr std::array<std::uint32_t, 256> make_crc32_table() {
-  std::array<std::uint32_t, 256> table{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-
-constexpr std::array<std::uint32_t, 256> kCrc32Table = make_crc32_table();
 
 void put_be32(std::string& out, std::uint32_t v) {
   out.push_back(static_cast<char>(v >> 24));
@@ -39,31 +28,27 @@ void put_chunk(std::string& out, std::string_view type, std::string_view data) {
 
 }  // namespace
 
+// zlib's, fed in pieces its uInt lengths can count.
 std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  crc = ~crc;
-  for (std::size_t i = 0; i < n; ++i) crc = kCrc32Table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
+  const auto* p = static_cast<const Bytef*>(data);
+  uLong c = crc;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min<std::size_t>(n - done, std::size_t{1} << 30);
+    c = ::crc32(c, p + done, static_cast<uInt>(piece));
+    done += piece;
+  }
+  return static_cast<std::uint32_t>(c);
 }
 
 std::uint32_t adler32(const void* data, std::size_t n, std::uint32_t adler) {
-  constexpr std::uint32_t kMod = 65521;
-  // 5552 is the largest run for which the 32-bit sums cannot overflow before the modulo (zlib's NMAX).
-  constexpr std::size_t kRun = 5552;
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  std::uint32_t a = adler & 0xffff, b = adler >> 16;
-  while (n > 0) {
-    const std::size_t run = std::min(n, kRun);
-    for (std::size_t i = 0; i < run; ++i) {
-      a += p[i];
-      b += a;
-    }
-    a %= kMod;
-    b %= kMod;
-    p += run;
-    n -= run;
+  const auto* p = static_cast<const Bytef*>(data);
+  uLong a = adler;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min<std::size_t>(n - done, std::size_t{1} << 30);
+    a = ::adler32(a, p + done, static_cast<uInt>(piece));
+    done += piece;
   }
-  return (b << 16) | a;
+  return static_cast<std::uint32_t>(a);
 }
 
 int png_color_type(int channels) {
@@ -94,25 +79,14 @@ std::string encode_png(const std::uint8_t* pixels, std::int64_t height, std::int
     raw.append(reinterpret_cast<const char*>(pixels) + static_cast<std::size_t>(y) * row_bytes, row_bytes);
   }
 
-  // zlib stream of stored deflate blocks.
-  constexpr std::size_t kMaxStored = 65535;
-  std::string z;
-  z.reserve(raw.size() + raw.size() / kMaxStored * 5 + 16);
-  z.push_back(static_cast<char>(0x78));  // CM 8 (deflate), CINFO 7 (32 KiB window)
-  z.push_back(static_cast<char>(0x01));  // FLEVEL 0, no dictionary; 0x7801 is a multiple of 31
-  std::size_t pos = 0;
-  do {
-    const std::size_t len = std::min(kMaxStored, raw.size() - pos);
-    const bool final = pos + len == raw.size();
-    z.push_back(static_cast<char>(final ? 1 : 0));  // BFINAL, BTYPE 00 (stored), padded to the byte
-    z.push_back(static_cast<char>(len & 0xff));
-    z.push_back(static_cast<char>(len >> 8));
-    z.push_back(static_cast<char>(~len & 0xff));
-    z.push_back(static_cast<char>((~len >> 8) & 0xff));
-    z.append(raw, pos, len);
-    pos += len;
-  } while (pos < raw.size());
-  put_be32(z, adler32(raw.data(), raw.size()));
+  // One zlib stream (zlib's compress2 at its default level 6).
+  uLongf z_size = compressBound(static_cast<uLong>(raw.size()));
+  std::string z(static_cast<std::size_t>(z_size), '\0');
+  const int ret = compress2(reinterpret_cast<Bytef*>(z.data()), &z_size, reinterpret_cast<const Bytef*>(raw.data()),
+                            static_cast<uLong>(raw.size()), Z_DEFAULT_COMPRESSION);
+  if (ret == Z_MEM_ERROR) throw ResourceExhaustedError("encode_png: zlib out of memory");
+  CHORUS_REQUIRE(ret == Z_OK, InternalError, "encode_png: zlib compress2 failed (", ret, ")");
+  z.resize(static_cast<std::size_t>(z_size));
 
   std::string ihdr;
   put_be32(ihdr, static_cast<std::uint32_t>(width));

@@ -1,17 +1,14 @@
 // A minimal PNG encoder for image summaries: 8-bit gray, gray+alpha, RGB or RGBA, no filtering,
-// zlib stream of "stored" (uncompressed) deflate blocks. No libpng or zlib dependency; the
-// files are larger than compressed ones (about height × (width × channels + 1) bytes plus 5 bytes
-// per 64 KiB), which for summary images (thumbnails, a few per step) does not matter.
+// the scanlines deflated by zlib (compress2, default level).
 //
-// Format (PNG spec, W3C REC-png; zlib RFC 1950; deflate RFC 1951 §3.2.4):
+// Format (PNG spec, W3C REC-png; zlib RFC 1950):
 //   "\x89PNG\r\n\x1a\n", then chunks: uint32 BE length, 4-byte type, data, uint32 BE CRC-32 of
-//   type + data. IHDR (width, height, bit depth 8, colour type, 0, 0, 0), one IDAT, IEND.
-//   IDAT holds a zlib stream: 0x78 0x01, stored blocks (BFINAL/BTYPE=00 byte, LEN, ~LEN, up to
-//   65,535 bytes), then the Adler-32 of the uncompressed bytes, big-endian. The uncompressed bytes
-//   are each row preceded by filter type 0.
+//   type + data. IHDR (width, height, bit depth 8, colour type, 0, 0, 0), IDAT (one zlib stream
+//   over as many IDATs as 1 GiB pieces need), IEND. The uncompressed bytes are each row preceded
+//   by filter type 0.
 //
 // The checksums are the PNG/zlib ones — CRC-32 (ISO-HDLC, reflected polynomial 0xEDB88320) and
-// Adler-32 — not the CRC-32C of TFRecords. Pure functions: thread-safe.
+// Adler-32, computed by zlib — not the CRC-32C of TFRecords. Pure functions: thread-safe.
 #pragma once
 
 #include <cstddef>

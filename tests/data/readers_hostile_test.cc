@@ -1,14 +1,19 @@
 // The data readers given what is not a data file (issue 22): a FIFO, a directory or a device is
 // refused with InvalidArgumentError naming it — before, a FIFO as a TFRecord file blocked forever
 // and /dev/zero as an IDX file was read forever — and an IDX header never makes the reader
-// allocate more than the file holds. Label: hostile.
+// allocate more than the file holds; compressed TFRecords: a device is refused too, and a file of
+// deflated zeros that never ends a record is a DataLossError within seconds, not a hang or an
+// allocation of the length its header claims. Label: hostile.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <future>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "data/mnist.h"
 #include "data/tfrecord.h"
@@ -51,6 +56,11 @@ TEST(ReadersHostile, AFifoIsRefusedNotWaitedOn) {
 
 TEST(ReadersHostile, DevicesAndDirectoriesAreRefused) {
   TempDir dir;
+  // Compressed readers open files the same way: /dev/zero as a GZIP TFRecord would inflate nothing
+  // forever; it is refused before the first byte.
+  std::string gz =
+      error_within_10s([&] { TFRecordReader r("/dev/zero", {.compression = TFRecordCompression::kGzip}); });
+  EXPECT_NE(gz.find("'/dev/zero' is a character device"), std::string::npos) << gz;
   std::string msg = error_within_10s([&] { read_idx("/dev/zero"); });
   EXPECT_NE(msg.find("'/dev/zero' is a character device"), std::string::npos) << msg;
   msg = error_within_10s([&] { TFRecordReader r(dir.path()); });
@@ -70,6 +80,43 @@ TEST(ReadersHostile, AnIdxHeaderCannotPromiseMoreThanTheFile) {
     EXPECT_NE(std::string(e.what()).find("promises more elements than the file's 8 bytes hold"), std::string::npos)
         << e.what();
   }
+}
+
+// A GZIP "TFRecord" whose header (with a correct CRC) claims 100 bytes more than the 64 MiB of
+// deflated zeros after it (~64 KB on disk): within what the compressed bytes could hold, so the
+// read starts; the stream then ends inside the record and the read is a DataLossError, the record
+// having grown only with the bytes that arrived. (Claims beyond the bound: tfrecord_compression_test.)
+TEST(ReadersHostile, ACompressedRecordLongerThanItsStreamEndsAsDataLoss) {
+  TempDir dir;
+  std::string raw(12, '\0');
+  const std::uint64_t length = (std::uint64_t{64} << 20) + 100;
+  for (int i = 0; i < 8; ++i) raw[static_cast<std::size_t>(i)] = static_cast<char>(length >> (8 * i));
+  const std::uint32_t crc = masked_crc32c(raw.data(), 8);
+  for (int i = 0; i < 4; ++i) raw[8 + static_cast<std::size_t>(i)] = static_cast<char>(crc >> (8 * i));
+  raw.resize(12 + (std::size_t{64} << 20), '\0');
+  const std::string path = dir.file("claims");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    gzFile gz = gzdopen(::dup(fileno(f)), "wb");
+    ASSERT_NE(gz, nullptr);
+    ASSERT_EQ(gzwrite(gz, raw.data(), static_cast<unsigned>(raw.size())), static_cast<int>(raw.size()));
+    ASSERT_EQ(gzclose(gz), Z_OK);
+    std::fclose(f);
+  }
+  auto fut = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      read_tfrecord_file(path, {.compression = TFRecordCompression::kGzip});
+    } catch (const DataLossError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("wrong error class: ") + e.what();
+    }
+    return "no error";
+  });
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "hung";
+  const std::string msg = fut.get();
+  EXPECT_NE(msg.find("truncated record at offset 0"), std::string::npos) << msg;
 }
 
 }  // namespace

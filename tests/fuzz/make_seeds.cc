@@ -4,6 +4,8 @@
 // Seeds are small valid inputs (a few KB at most) that reach every branch a valid file takes;
 // libFuzzer mutates them into the invalid ones. Rebuild and rerun after a format change:
 //   scripts/fuzz.sh --seeds        (runs: make -f tests/fuzz/Makefile ... seeds; bin/make_seeds tests/fuzz/corpus)
+#include <zlib.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -116,6 +118,20 @@ void tfrecords() {
   three += summary::frame_record(chorus::launch::serialize_digit_example(digit_pixels(1), 4));
   three += summary::frame_record(std::string(40, '\x5a'));
   put("tfrecord_fuzz", "three_records", three);
+  // Compressed files: "ZLIB" or "GZIP", then the file (tfrecord_fuzz.cc).
+  for (const bool gzip : {false, true}) {
+    z_stream z{};
+    deflateInit2(&z, 6, Z_DEFLATED, gzip ? 31 : 15, 9, Z_DEFAULT_STRATEGY);
+    std::string out(deflateBound(&z, static_cast<uLong>(three.size())), '\0');
+    z.next_in = reinterpret_cast<Bytef*>(three.data());
+    z.avail_in = static_cast<uInt>(three.size());
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = static_cast<uInt>(out.size());
+    deflate(&z, Z_FINISH);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    put("tfrecord_fuzz", gzip ? "gzip_three_records" : "zlib_three_records", (gzip ? "GZIP" : "ZLIB") + out);
+  }
 }
 
 void tf_examples() {

@@ -9,6 +9,13 @@
 //   - seek() back to a record boundary reads the same record again;
 //   - differential: summary/record.h's RecordReader, an independent reader of the same framing
 //     (for event files), returns the same records and fails at the same offset.
+// Compressed mode: an input starting "ZLIB" or "GZIP" is the rest of the bytes as a file of that
+// compression_type (data/zlib_stream.h). Contract and oracles: DataLossError only; a failed read
+// fails again at the same offset; seek + read returns the same record; and the records read,
+// framed again, are a prefix of what zlib's own inflate (an independent decoder, capped at 64 MiB)
+// makes of the file — all of it when the read ended cleanly.
+#include <zlib.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,8 +27,94 @@
 
 using chorus::fuzz::check;
 
+namespace {
+
+// zlib's inflate of `file` as one stream (gzip: members one after another, as gzip(1) reads them),
+// up to `cap` bytes; `complete` when the stream ended exactly at the end of the file.
+std::string inflate_independently(std::string_view file, bool gzip, std::size_t cap, bool* complete) {
+  *complete = false;
+  std::string out;
+  z_stream z{};
+  if (inflateInit2(&z, gzip ? 31 : 15) != Z_OK) return out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(file.data()));
+  z.avail_in = static_cast<uInt>(file.size());
+  unsigned char buf[1 << 16];
+  for (;;) {
+    z.next_out = buf;
+    z.avail_out = sizeof buf;
+    const int ret = inflate(&z, Z_NO_FLUSH);
+    out.append(reinterpret_cast<char*>(buf), sizeof buf - z.avail_out);
+    if (out.size() > cap) break;
+    if (ret == Z_STREAM_END) {
+      if (z.avail_in == 0) {
+        *complete = true;
+        break;
+      }
+      if (!gzip) break;
+      inflateReset(&z);
+      continue;
+    }
+    if (ret != Z_OK) break;
+    if (z.avail_in == 0 && z.avail_out != 0) break;  // the file ends inside the stream
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+int fuzz_compressed(std::string_view in, bool gzip) {
+  using chorus::data::TFRecordCompression;
+  const chorus::data::TFRecordOptions options{.compression =
+                                                  gzip ? TFRecordCompression::kGzip : TFRecordCompression::kZlib};
+  const std::string& path = chorus::fuzz::scratch_file().hold(in);
+  std::string framed;  // the records read, framed again
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::string> records;
+  bool clean = false;
+  chorus::data::TFRecordReader reader(path, options);
+  try {
+    for (;;) {
+      const std::uint64_t at = reader.offset();
+      std::optional<std::string> r = reader.read();
+      if (!r) {
+        clean = true;
+        break;
+      }
+      check(reader.offset() == at + 16 + r->size(), "offset advances by one framed record");
+      framed += chorus::summary::frame_record(*r);
+      offsets.push_back(at);
+      records.push_back(std::move(*r));
+    }
+  } catch (const chorus::Error& e) {
+    chorus::fuzz::expect_error<chorus::DataLossError>(e);
+    const std::uint64_t fail_at = reader.offset();
+    bool failed_again = false;
+    try {
+      reader.read();
+    } catch (const chorus::DataLossError&) {
+      failed_again = true;
+    }
+    check(failed_again && reader.offset() == fail_at, "a failed read leaves the reader at the bad record");
+  }
+  if (!offsets.empty()) {
+    const std::size_t k = records.size() / 2;
+    reader.seek(offsets[k]);
+    const std::optional<std::string> again = reader.read();
+    check(again && *again == records[k], "seek + read returns the same record");
+  }
+  bool complete = false;
+  const std::string inflated = inflate_independently(in, gzip, std::size_t{64} << 20, &complete);
+  if (inflated.size() <= (std::size_t{64} << 20)) {
+    check(inflated.compare(0, framed.size(), framed) == 0, "the records are a prefix of zlib's inflate");
+    if (clean) check(complete && inflated == framed, "a clean end is the whole stream");
+  }
+  return 0;
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view in = chorus::fuzz::as_view(data, size);
+  if (in.substr(0, 4) == "ZLIB" || in.substr(0, 4) == "GZIP") return fuzz_compressed(in.substr(4), in[0] == 'G');
   const std::string& path = chorus::fuzz::scratch_file().hold(in);
 
   std::vector<std::string> records;

@@ -31,6 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(o.virtual_devices >= 0 && o.memory_limit_mb >= 0 && o.train_size >= 0 && o.test_size >= 0, "sizes >= 0");
   check(o.min_accuracy >= 0 && o.min_accuracy <= 1, "--min-accuracy in [0, 1]");
   check(o.data_dir.empty() || o.tfrecord.empty(), "one data source");
+  check(o.tfrecord_compression.empty() || o.tfrecord_compression == "ZLIB" || o.tfrecord_compression == "GZIP",
+        "--tfrecord-compression");
   for (const auto& d : o.devices) check(!d.empty(), "no empty device");
   return 0;
 }

@@ -154,10 +154,23 @@ TEST(ChorusTrain, TrainsFromATFRecordFile) {
   const auto r = run_tool(with_tool({"--model", "mlp", "--strategy", "one_device", "--tfrecord",
                                      (dir / "digits-*.tfrecord").string(), "--test", "200", "--epochs", "2", "--batch",
                                      "32", "--learning-rate", "0.003", "--min-accuracy", "0.6", "--quiet"}));
-  fs::remove_all(dir);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("1 TFRecord file(s), first 200 records held out"));
   EXPECT_THAT(r.out, HasSubstr("Strategy: OneDeviceStrategy on 1 device"));
+  // The same records GZIP-compressed, as TF's TFRecordWriter(options="GZIP") writes them.
+  data::write_tfrecord_file((dir / "digits.tfrecord.gz").string(), records,
+                            {.compression = data::TFRecordCompression::kGzip});
+  const auto gz = run_tool(
+      with_tool({"--model", "mlp", "--strategy", "one_device", "--tfrecord", (dir / "digits.tfrecord.gz").string(),
+                 "--tfrecord-compression", "GZIP", "--test", "200", "--epochs", "2", "--batch", "32", "--learning-rate",
+                 "0.003", "--min-accuracy", "0.6", "--quiet"}));
+  EXPECT_EQ(gz.exit_code, 0) << gz.out << gz.err;
+  // Without the flag: the data loss error says what the file is.
+  const auto plain = run_tool(with_tool({"--model", "mlp", "--strategy", "one_device", "--tfrecord",
+                                         (dir / "digits.tfrecord.gz").string(), "--test", "200", "--quiet"}));
+  fs::remove_all(dir);
+  EXPECT_NE(plain.exit_code, 0);
+  EXPECT_THAT(plain.err, HasSubstr("GZIP magic"));
 }
 
 }  // namespace

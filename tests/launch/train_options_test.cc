@@ -115,6 +115,9 @@ TEST(TrainOptions, ValuesAreValidated) {
   EXPECT_THAT(error_of({"--train", "-1"}), HasSubstr("--train must be >= 0"));
   EXPECT_THAT(error_of({"--min-accuracy", "1.5"}), HasSubstr("--min-accuracy must be in [0, 1]"));
   EXPECT_THAT(error_of({"--data-dir", "d", "--tfrecord", "x"}), HasSubstr("choose one source of data"));
+  EXPECT_THAT(error_of({"--tfrecord-compression", "gzip"}),
+              HasSubstr("--tfrecord-compression 'gzip' is not one of: ZLIB, GZIP"));
+  EXPECT_EQ(parse_train_options(Args{"--tfrecord-compression", "GZIP"}).tfrecord_compression, "GZIP");
   EXPECT_THAT(error_of({"--strategy", "one_device", "--devices", "/cpu:0,/cpu:1"}), HasSubstr("takes one device"));
   EXPECT_THAT(error_of({"--strategy", "default", "--devices", "/cpu:0"}), HasSubstr("--strategy default"));
 }
@@ -150,6 +153,7 @@ TEST(TrainOptions, HelpListsEveryFlag) {
                            "--optimizer",
                            "--data-dir",
                            "--tfrecord",
+                           "--tfrecord-compression",
                            "--train",
                            "--test",
                            "--seed",

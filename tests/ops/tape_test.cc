@@ -266,7 +266,9 @@ TEST_F(TapeTest, ConvolutionSkipsTheGradientOfItsUnwatchedInput) {
     const auto g = tape.gradient(ops::reduce_sum(y), {w, b});
     // d/dw sum(relu(1.5 x + 0.25)) = sum of x where 1.5 x + 0.25 > 0 (0.5, 2, 0.25); unfused: sum x.
     EXPECT_EQ(vals(g[0]), (std::vector<double>{fused ? 2.75 : 1.75}));
-    if (fused) EXPECT_EQ(vals(g[1]), (std::vector<double>{3}));
+    if (fused) {
+      EXPECT_EQ(vals(g[1]), (std::vector<double>{3}));
+    }
   }
 }
 
