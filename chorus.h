@@ -66,6 +66,7 @@
 #include "model/model.h"
 
 #include "launch/build_info.h"
+#include "launch/cli.h"
 #include "launch/mpirun_command.h"
 #include "launch/tfrecord_digits.h"
 #include "launch/trainer.h"

@@ -60,7 +60,7 @@ class ZlibReader {
   ZlibFormat format_;
   z_stream z_{};
   bool initialized_ = false;
-  bool stream_end_ = false;  // the current member ended
+  bool stream_end_ = false;     // the current member ended
   std::uint64_t consumed_ = 0;  // compressed bytes read from the file
   std::uint64_t position_ = 0;
   unsigned char in_[1 << 16];

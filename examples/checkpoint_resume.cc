@@ -14,7 +14,13 @@
 
 namespace cx = chorus;
 
+namespace {
+constexpr const char* kUsage =
+    "usage: checkpoint_resume [--dir DIR] [--epochs N] [--fresh] [--expect-resume]\n  trains, saves with a CheckpointManager and resumes from DIR on the next run\n";
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "checkpoint_resume", kUsage)) return *rc;
   std::string dir = "/tmp/chorus_checkpoint_resume";
   int epochs = 1;
   bool fresh = false, expect_resume = false;
@@ -28,10 +34,8 @@ int main(int argc, char** argv) {
       fresh = true;
     else if (flag == "--expect-resume")
       expect_resume = true;
-    else {
-      std::cerr << "unknown flag " << flag << "\n";
-      return 2;
-    }
+    else
+      return chorus::launch::usage_error("checkpoint_resume", flag, kUsage);
   }
   try {
     if (fresh) std::filesystem::remove_all(dir);

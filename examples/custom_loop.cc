@@ -11,7 +11,15 @@
 namespace cx = chorus;
 namespace ops = chorus::ops;
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "custom_loop",
+          "usage: custom_loop\n  a custom training loop under MirroredStrategy on two logical CPUs (no flags)\n"))
+    return *rc;
+  if (argc > 1)
+    return chorus::launch::usage_error(
+        "custom_loop", argv[1],
+        "usage: custom_loop\n  a custom training loop under MirroredStrategy on two logical CPUs (no flags)\n");
   auto cpu = cx::config::list_physical_devices("CPU")[0];
   cx::config::set_logical_device_configuration(cpu, {{.memory_limit_mb = 256}, {.memory_limit_mb = 256}});
   cx::distribute::MirroredStrategy strategy;  // replicas on /cpu:0 and /cpu:1

@@ -4,7 +4,13 @@
 namespace cx = chorus;
 namespace ops = chorus::ops;
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "gradient_step", "usage: gradient_step\n  one gradient step with GradientTape (no flags)\n"))
+    return *rc;
+  if (argc > 1)
+    return chorus::launch::usage_error("gradient_step", argv[1],
+                                       "usage: gradient_step\n  one gradient step with GradientTape (no flags)\n");
   auto x = cx::Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   auto labels = cx::Tensor::from_vector<std::int32_t>({0, 2});
   cx::Variable w = cx::make_variable({.initial_value = cx::Tensor::full({3, 3}, 0.1), .name = "w"});

@@ -5,7 +5,15 @@
 namespace cx = chorus;
 using cx::distribute::MirroredStrategy;
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "mirrored_custom_loop",
+          "usage: mirrored_custom_loop\n  a custom loop with strategy.run and reduce on two logical CPUs (no flags)\n"))
+    return *rc;
+  if (argc > 1)
+    return chorus::launch::usage_error(
+        "mirrored_custom_loop", argv[1],
+        "usage: mirrored_custom_loop\n  a custom loop with strategy.run and reduce on two logical CPUs (no flags)\n");
   auto cpu = cx::config::list_physical_devices("CPU")[0];
   cx::config::set_logical_device_configuration(cpu, {{.memory_limit_mb = 512}, {.memory_limit_mb = 512}});
 

@@ -15,11 +15,21 @@
 
 namespace cx = chorus;
 
+namespace {
+constexpr const char* kUsage =
+    "usage: mnist_mirrored [--epochs N] [--train N] [--test N] [--batch N] [--logdir DIR] [--min-accuracy X]\n  the seed CNN under MirroredStrategy on two logical devices (two virtual GPUs when there is a GPU)\n";
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "mnist_mirrored", kUsage)) return *rc;
   int epochs = 2;
   std::int64_t train = 30000, test = 5000, batch = 128;
   std::string logdir = "logs/mnist_mirrored";
   double min_accuracy = 0.97;
+  if (argc % 2 == 0) {  // flags come in pairs: the last one has no value
+    std::cerr << "mnist_mirrored: '" << argv[argc - 1] << "' needs a value\n" << kUsage;
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* v = argv[i + 1];
@@ -35,10 +45,8 @@ int main(int argc, char** argv) {
       logdir = v;
     else if (flag == "--min-accuracy")
       min_accuracy = std::atof(v);
-    else {
-      std::cerr << "unknown flag " << flag << "\n";
-      return 2;
-    }
+    else
+      return chorus::launch::usage_error("mnist_mirrored", flag, kUsage);
   }
   try {
     // Two virtual devices: on the GPU when there is one (memory limits per device), else the CPU.

@@ -81,16 +81,20 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
     } else if (flag == "-h" || flag == "--help") {
       no_value();
       out.help = true;
+    } else if (flag == "--version") {
+      no_value();
+      out.version = true;
     } else {
       throw InvalidArgumentError(internal::str_cat(
           "unknown option '", word,
           "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, "
-          "--collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --help, then the program "
+          "--collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the "
+          "program "
           "(after '--' if its name starts with '-')"));
     }
   }
   out.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (out.help || out.check_build) return out;
+  if (out.help || out.check_build || out.version) return out;
   if (out.record_exit_status) {
     CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError, kRecordExitStatusFlag, " needs a program after '--'");
     return out;
@@ -134,6 +138,7 @@ options:
   --dry-run            print the mpirun command line (shell-quoted) instead of running it
   --check-build        print what this build of chorus contains (CUDA, cuDNN, cuBLAS, NCCL, MPI,
                        oneDNN) and how many GPUs are visible, then exit
+  --version            chorus's version, git commit and build type, then the same facts
   -h, --help           this text
 
 chorus-run adds --allow-run-as-root when run as root. Each rank runs under chorus-run itself

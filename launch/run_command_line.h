@@ -18,6 +18,7 @@
 //   --record-exit-status DIR  internal: chorus-run as the per-rank wrapper (launch/rank_status.h)
 //   --dry-run               print the mpirun line instead of running it
 //   --check-build           print what this build of chorus contains and exit
+//   --version               chorus's version, git commit, build type, and the same build facts
 //   -h, --help              usage
 //
 // Long options also take the `--name=value` form. The program starts at `--` or at the first word
@@ -26,7 +27,7 @@
 //
 // Errors: an unknown option, an option without its value, a non-numeric -np, a missing -np without
 // -H, a --collective-timeout that is not a number of seconds > 0 (core/env.h), an empty
-// --status-dir, no program (unless --help or --check-build) → InvalidArgumentError whose message names the
+// --status-dir, no program (unless --help, --version or --check-build) → InvalidArgumentError whose message names the
 // problem; the tool prints it and exits 2. Range checks (-np > 0, slots vs -np) are
 // build_mpirun_argv's. Thread-safe: pure functions.
 #pragma once
@@ -40,6 +41,7 @@ namespace chorus::launch {
 struct RunCommandLine {
   bool help = false;
   bool check_build = false;
+  bool version = false;
   bool dry_run = false;
   bool oversubscribe = false;
   bool enable_recovery = false;

@@ -21,6 +21,8 @@ po::options_description describe(TrainOptions& o) {
   // clang-format off
   d.add_options()
     ("help,h", po::bool_switch(&o.help), "print this text and exit")
+    ("version", po::bool_switch(&o.version),
+     "print chorus's version, git commit and build type, and the libraries it was built with, and exit")
     ("model", po::value(&o.model)->default_value(o.model),
      "mlp (Flatten, Dense 128 relu, Dense 10) or cnn (the seed CNN: Conv2D 32 3x3 relu, MaxPool 2, "
      "Conv2D 64 3x3 relu, MaxPool 2, Conv2D 64 3x3 relu, Flatten, Dense 64 relu, Dense 10)")
@@ -123,7 +125,7 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
   } catch (const po::error& e) {
     throw InvalidArgumentError(e.what());
   }
-  if (o.help) return o;
+  if (o.help || o.version) return o;
   if (vm.count("devices")) {
     o.devices = split_commas(vm["devices"].as<std::string>());
     CHORUS_REQUIRE(!o.devices.empty(), InvalidArgumentError, "--devices is empty; give e.g. /gpu:0,/gpu:1");

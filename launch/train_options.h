@@ -23,6 +23,7 @@ namespace chorus::launch {
 
 struct TrainOptions {
   bool help = false;
+  bool version = false;               // --version: print launch/cli.h's version_text and exit
   std::string model = "cnn";          // mlp | cnn (the seed CNN of examples/mnist_mirrored.cc)
   std::string strategy = "mirrored";  // default | one_device | mirrored | multi_worker
   std::vector<std::string> devices;   // --devices: replica devices ("/gpu:0,/gpu:1"); empty: all

@@ -28,8 +28,7 @@ int run(int argc, char** argv) {
     if (std::strcmp(argv[i], "--memory-limit-mb") == 0 && i + 1 < argc) {
       limit_mb = std::atoll(argv[++i]);
     } else {
-      std::cerr << "usage: chorus-devices [--memory-limit-mb N]\n";
-      return 2;
+      return chorus::launch::usage_error("chorus-devices", argv[i], "usage: chorus-devices [--memory-limit-mb N]\n");
     }
   }
 
@@ -96,6 +95,10 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "chorus-devices",
+          "usage: chorus-devices [--memory-limit-mb N]\n  lists the devices, carves two virtual devices out of the first GPU (or the CPU), runs a check on each\n"))
+    return *rc;
   try {
     return run(argc, argv);
   } catch (const cx::Error& e) {

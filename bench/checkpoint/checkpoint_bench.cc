@@ -54,6 +54,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "launch/cli.h"
 #include "ops/elementwise.h"
 
 namespace chorus {
@@ -366,10 +367,9 @@ int run(int argc, char** argv) {
       o.sizes_mib = {8};
       o.reps = 1;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--dir=/tmp] [--reps=5] [--sizes=64,256] [--with-1g] [--warm] [--quick] [--no-tf]\n",
-                   argv[0]);
-      return 2;
+      return launch::usage_error(
+          "bench_checkpoint", a,
+          "usage: bench_checkpoint [--dir=/tmp] [--reps=5] [--sizes=64,256] [--with-1g] [--warm] [--quick] [--no-tf]\n");
     }
   }
   const std::string dir = o.dir + "/chorus_checkpoint_bench_" + std::to_string(::getpid());
@@ -531,5 +531,9 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_checkpoint",
+          "usage: bench_checkpoint [--dir=/tmp] [--reps=5] [--sizes=64,256] [--with-1g] [--warm] [--quick] [--no-tf]\n"))
+    return *rc;
   return chorus::bench::run_main("bench_checkpoint", [&] { return chorus::run(argc, argv); });
 }

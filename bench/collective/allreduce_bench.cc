@@ -84,6 +84,7 @@
 #include "core/config.h"
 #include "core/strings.h"
 #include "core/tensor.h"
+#include "launch/cli.h"
 
 namespace chorus {
 namespace {
@@ -530,6 +531,7 @@ int run(int argc, char** argv) {
         p = *end == ',' ? end + 1 : end;
       }
     } else {
+      std::fprintf(stderr, "bench_allreduce: unknown flag '%s'\n", argv[i]);
       return usage(argv[0]);
     }
   }
@@ -678,5 +680,9 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_allreduce",
+          "usage: bench_allreduce [--quick] [--max-mib N] [--sizes 4K,1M,...] [--no-mpi]\n"))
+    return *rc;
   return chorus::bench::run_main("allreduce bench failed", [&] { return chorus::run(argc, argv); });
 }

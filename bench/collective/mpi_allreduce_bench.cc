@@ -23,6 +23,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include "launch/cli.h"
 
 namespace {
 
@@ -100,6 +101,12 @@ int usage(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Answered before MPI starts (launch/cli.h; chorus is linked for this alone: the timed loop is
+  // plain MPI).
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_mpi_allreduce",
+          "usage: bench_mpi_allreduce --sizes <bytes>[,<bytes>...] [--target-s S] [--reps R]\n"))
+    return *rc;
   MpiSession mpi(&argc, &argv);
   int rank = 0, np = 0;
   BENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -129,6 +136,7 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
       if (reps < 1) return usage(argv[0]);
     } else {
+      if (rank == 0) std::fprintf(stderr, "bench_mpi_allreduce: unknown flag '%s'\n", argv[i]);
       return usage(argv[0]);
     }
   }

@@ -20,6 +20,7 @@
 #include "core/gpu.h"
 #include "core/runtime.h"
 #include "core/tensor.h"
+#include "launch/cli.h"
 
 namespace chorus {
 namespace {
@@ -123,6 +124,13 @@ int run(bool quick) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_virtual_gpu_allreduce",
+                                                       "usage: bench_virtual_gpu_allreduce [--quick]\n"))
+    return *rc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--quick") != 0)
+      return chorus::launch::usage_error("bench_virtual_gpu_allreduce", argv[i],
+                                         "usage: bench_virtual_gpu_allreduce [--quick]\n");
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   return chorus::bench::run_main("virtual-GPU all-reduce bench failed", [&] { return chorus::run(quick); });
 }

@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include "core/gpu.h"
+#include "launch/cli.h"
 #endif
 
 namespace chorus {
@@ -174,8 +175,7 @@ int run(int argc, char** argv) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-      return 2;
+      return launch::usage_error("bench_allocator", argv[i], "usage: bench_allocator [--quick]\n");
     }
   }
   const std::size_t host_steps = quick ? 20000 : 1000000;
@@ -219,5 +219,8 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
+  if (auto rc =
+          chorus::launch::answer_help_or_version(argc, argv, "bench_allocator", "usage: bench_allocator [--quick]\n"))
+    return *rc;
   return chorus::bench::run_main("allocator bench failed", [&] { return chorus::run(argc, argv); });
 }

@@ -38,6 +38,7 @@
 #include <cuda_runtime.h>
 
 #include "core/gpu.h"
+#include "launch/cli.h"
 #endif
 
 namespace chorus {
@@ -287,6 +288,11 @@ int run(bool quick) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_ops", "usage: bench_ops [--quick]\n"))
+    return *rc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--quick") != 0)
+      return chorus::launch::usage_error("bench_ops", argv[i], "usage: bench_ops [--quick]\n");
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   return chorus::run(quick);
 }

@@ -203,6 +203,10 @@ std::string min_max(const std::vector<double>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_mixed_precision",
+          "usage: bench_mixed_precision [--quick] [--steps N] [--repeats R] [--epochs E] [--only wide_mlp|wide_mlp_b256|seed_cnn]\n"))
+    return *rc;
   return cx::bench::run_main("bench_mixed_precision", [&] {
     bool quick = false;
     int steps = 0, repeats = 5, epochs = 2;
@@ -225,10 +229,9 @@ int main(int argc, char** argv) {
                   std::string(argv[i + 1]) == "seed_cnn")) {
         only = argv[++i];
       } else {
-        std::fprintf(stderr,
-                     "usage: bench_mixed_precision [--quick] [--steps N] [--repeats R] [--epochs E] "
-                     "[--only wide_mlp|wide_mlp_b256|seed_cnn]\n");
-        return 2;
+        return cx::launch::usage_error("bench_mixed_precision", a,
+                                       "usage: bench_mixed_precision [--quick] [--steps N] [--repeats R] [--epochs E] "
+                                       "[--only wide_mlp|wide_mlp_b256|seed_cnn]\n");
       }
     }
     const std::string machine = cx::bench::machine(/*cpu_model=*/true);

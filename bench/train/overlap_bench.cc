@@ -227,6 +227,9 @@ int run_parent(int steps, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_overlap",
+                                                       "usage: bench_overlap [--quick] [--steps N] [--rounds R]\n"))
+    return *rc;
   return cx::bench::run_main("bench_overlap", [&] {
     int steps = 20, rounds = 5, overlap = 1;
     std::int64_t pack_bytes = 0;
@@ -247,8 +250,8 @@ int main(int argc, char** argv) {
       } else if (flag == "--overlap" && i + 1 < argc) {
         overlap = std::atoi(argv[++i]);
       } else {
-        std::fprintf(stderr, "usage: bench_overlap [--quick] [--steps N] [--rounds R]\n");
-        return 2;
+        return cx::launch::usage_error("bench_overlap", flag,
+                                       "usage: bench_overlap [--quick] [--steps N] [--rounds R]\n");
       }
     }
     if (steps < 1 || rounds < 1) {

@@ -46,6 +46,9 @@ int count_events(const std::string& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_timeline",
+                                                       "usage: bench_timeline [--quick] [--rounds R] [--steps N]\n"))
+    return *rc;
   return cx::bench::run_main("bench_timeline", [&] {
     Config c;
     for (int i = 1; i < argc; ++i) {
@@ -57,8 +60,8 @@ int main(int argc, char** argv) {
       } else if (a == "--steps" && i + 1 < argc) {
         c.steps = std::atoi(argv[++i]);
       } else {
-        std::fprintf(stderr, "usage: bench_timeline [--quick] [--rounds R] [--steps N]\n");
-        return 2;
+        return cx::launch::usage_error("bench_timeline", a,
+                                       "usage: bench_timeline [--quick] [--rounds R] [--steps N]\n");
       }
     }
     if (c.rounds < 1 || c.steps < 1) {

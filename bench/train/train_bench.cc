@@ -515,6 +515,10 @@ int run_parent(int steps, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_train",
+          "usage: bench_train [--quick] [--steps N] [--repeats K]\n       bench_train --replicas R [--steps N] [--repeats K] [--save-every N]\n"))
+    return *rc;
   bool quick = false, worker_child = false;
   int replicas = 0, steps = -1, repeats = -1, save_every = 0;
   for (int i = 1; i < argc; ++i) {
@@ -532,9 +536,9 @@ int main(int argc, char** argv) {
     } else if (flag == "--save-every" && i + 1 < argc) {
       save_every = std::atoi(argv[++i]);
     } else {
-      std::cerr << "usage: bench_train [--quick] [--steps N] [--repeats K]\n"
-                   "       bench_train --replicas R [--steps N] [--repeats K] [--save-every N]\n";
-      return 2;
+      return cx::launch::usage_error("bench_train", flag,
+                                     "usage: bench_train [--quick] [--steps N] [--repeats K]\n"
+                                     "       bench_train --replicas R [--steps N] [--repeats K] [--save-every N]\n");
     }
   }
   if (steps <= 0) steps = quick ? 4 : 30;

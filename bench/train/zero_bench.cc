@@ -120,6 +120,9 @@ std::string min_max(const std::vector<double>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_zero", "usage: bench_zero [--quick] [--steps N] [--rounds R] [--width W] [--layers L]\n"))
+    return *rc;
   return cx::bench::run_main("bench_zero", [&] {
     Config c;
     for (int i = 1; i < argc; ++i) {
@@ -135,8 +138,8 @@ int main(int argc, char** argv) {
       } else if (a == "--layers" && i + 1 < argc) {
         c.layers = std::atoi(argv[++i]);
       } else {
-        std::fprintf(stderr, "usage: bench_zero [--quick] [--steps N] [--rounds R] [--width W] [--layers L]\n");
-        return 2;
+        return cx::launch::usage_error(
+            "bench_zero", a, "usage: bench_zero [--quick] [--steps N] [--rounds R] [--width W] [--layers L]\n");
       }
     }
     if (c.steps < 1 || c.rounds < 1 || c.width < 1 || c.layers < 1) {

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "launch/build_info.h"
+#include "launch/cli.h"
 #include "launch/mpirun_command.h"
 #include "launch/process.h"
 #include "launch/rank_status.h"
@@ -40,6 +41,10 @@ int run(const std::vector<std::string>& args) {
     if (cl.record_exit_status) return launch::run_rank_and_record(*cl.record_exit_status, cl.program);
     if (cl.help) {
       std::cout << launch::run_usage();
+      return 0;
+    }
+    if (cl.version) {
+      std::cout << launch::version_text("chorus-run");
       return 0;
     }
     if (cl.check_build) {

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "launch/cli.h"
 #include "launch/train_options.h"
 #include "launch/trainer.h"
 
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
   }
   if (options.help) {
     std::cout << launch::train_usage();
+    return 0;
+  }
+  if (options.version) {
+    std::cout << launch::version_text("chorus-train");
     return 0;
   }
   std::cout << std::unitbuf;  // progress lines in order with log lines on stderr

@@ -262,8 +262,8 @@ TEST(TFRecordCompression, TensorFlowReadsAndWritesTheSameFiles) {
   std::string python;
   CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow");
   TempDir dir;
-  for (const Format& f : kFormats) write_tfrecord_file(dir.file(std::string("chorus.") + f.name), sample_records(),
-                                                       f.options);
+  for (const Format& f : kFormats)
+    write_tfrecord_file(dir.file(std::string("chorus.") + f.name), sample_records(), f.options);
   write_tfrecord_file(dir.file("expected"), sample_records());
   spit(dir.file("check.py"), R"(import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"

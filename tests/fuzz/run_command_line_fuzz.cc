@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::vector<std::string> args = chorus::fuzz::split_argv(chorus::fuzz::as_view(data, size));
   try {
     const launch::RunCommandLine cl = launch::parse_run_command_line(args);
-    if (cl.help || cl.check_build) return 0;
+    if (cl.help || cl.check_build || cl.version) return 0;
     check(!cl.program.empty(), "a program to run");
     launch::MpirunOptions o;
     if (cl.hosts) o.hosts = launch::parse_host_spec(*cl.hosts);

@@ -53,6 +53,9 @@ TEST(RunCommandLine, HelpAndCheckBuildNeedNoProgram) {
   EXPECT_TRUE(parse_run_command_line({"--help"}).help);
   EXPECT_TRUE(parse_run_command_line({"-h"}).help);
   EXPECT_TRUE(parse_run_command_line({"--check-build"}).check_build);
+  EXPECT_TRUE(parse_run_command_line({"--version"}).version);
+  // After the program's name, --version is the program's.
+  EXPECT_FALSE(parse_run_command_line({"-np", "2", "prog", "--version"}).version);
 }
 
 TEST(RunCommandLine, Errors) {
@@ -89,8 +92,8 @@ TEST(RunCommandLine, TheRankWrapperNeedsOnlyItsDirectoryAndAProgram) {
 
 TEST(RunCommandLine, UsageMentionsEveryOption) {
   const std::string usage = run_usage();
-  for (const char* flag : {"-np", "-H", "--bind-to", "--oversubscribe", "-x", "--dry-run", "--check-build", "--help",
-                           "--collective-timeout", "--enable-recovery", "--status-dir", "openmpi-bin"})
+  for (const char* flag : {"-np", "-H", "--bind-to", "--oversubscribe", "-x", "--dry-run", "--check-build", "--version",
+                           "--help", "--collective-timeout", "--enable-recovery", "--status-dir", "openmpi-bin"})
     EXPECT_THAT(usage, HasSubstr(flag));
 }
 

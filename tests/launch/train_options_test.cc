@@ -140,8 +140,10 @@ TEST(TrainOptions, ABadCollectiveTimeoutVariableIsAUsageError) {
 
 TEST(TrainOptions, HelpListsEveryFlag) {
   EXPECT_TRUE(parse_train_options(Args{"--help"}).help);
+  EXPECT_TRUE(parse_train_options(Args{"--version"}).version);
   const std::string usage = train_usage();
   for (const char* flag : {"--help",
+                           "--version",
                            "--model",
                            "--strategy",
                            "--devices",
