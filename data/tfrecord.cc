@@ -99,6 +99,21 @@ void frame(std::string_view record, char (&header)[kTFRecordHeaderBytes], char (
   put_u32(footer, masked_crc32c(record.data(), record.size()));
 }
 
+// DataLossError naming the record unless the CRC stored after the length (or after the data) holds.
+void check_length_crc(const unsigned char* header, std::uint64_t offset, const std::string& path,
+                      const std::string& hint) {
+  const std::uint32_t length_crc = masked_crc32c(header, 8), stored = get_u32(header + 8);
+  CHORUS_REQUIRE(length_crc == stored, DataLossError, "corrupted record at offset ", offset, " in ", path,
+                 ": length CRC mismatch (stored ", hex(stored), ", computed ", hex(length_crc), ")", hint);
+}
+void check_data_crc(const std::string& data, const unsigned char* footer, std::uint64_t offset,
+                    const std::string& path) {
+  const std::uint32_t data_crc = masked_crc32c(data.data(), data.size()), stored = get_u32(footer);
+  CHORUS_REQUIRE(data_crc == stored, DataLossError, "corrupted record at offset ", offset, " in ", path,
+                 ": data CRC mismatch over ", data.size(), " bytes (stored ", hex(stored), ", computed ", hex(data_crc),
+                 ")");
+}
+
 // What an uncompressed read that fails at offset 0 may really be looking at.
 std::string compression_hint(const unsigned char* first, std::uint64_t offset) {
   if (offset != 0) return "";
@@ -244,9 +259,7 @@ std::optional<std::string> TFRecordReader::read_compressed() {
                                 ": the compressed stream does not end cleanly at the end of the file (a file cut "
                                 "short, a writer not closed, or bytes after the stream)"));
   if (got < sizeof header) throw_compressed_truncated("header");
-  const std::uint32_t length_crc = masked_crc32c(header, 8), stored_length_crc = get_u32(header + 8);
-  CHORUS_REQUIRE(length_crc == stored_length_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
-                 ": length CRC mismatch (stored ", hex(stored_length_crc), ", computed ", hex(length_crc), ")");
+  check_length_crc(header, offset_, path_, "");
   const std::uint64_t length = get_u64(header);
   const std::uint64_t most = zlib_->max_remaining();
   CHORUS_REQUIRE(length < most, DataLossError, "corrupted record at offset ", offset_, " in ", path_, ": its length ",
@@ -262,10 +275,7 @@ std::optional<std::string> TFRecordReader::read_compressed() {
   }
   unsigned char footer[kTFRecordFooterBytes];
   if (zlib_->read(footer, sizeof footer) < sizeof footer) throw_compressed_truncated("footer");
-  const std::uint32_t data_crc = masked_crc32c(data.data(), data.size()), stored_data_crc = get_u32(footer);
-  CHORUS_REQUIRE(data_crc == stored_data_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
-                 ": data CRC mismatch over ", length, " bytes (stored ", hex(stored_data_crc), ", computed ",
-                 hex(data_crc), ")");
+  check_data_crc(data, footer, offset_, path_);
   offset_ += kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
   return data;
 }
@@ -288,10 +298,7 @@ std::optional<std::string> TFRecordReader::read() {
   unsigned char header[kTFRecordHeaderBytes];
   if (std::fread(header, 1, sizeof header, file_.get()) != sizeof header)
     throw_file_error(errno, "cannot read TFRecord file", path_);
-  const std::uint32_t length_crc = masked_crc32c(header, 8), stored_length_crc = get_u32(header + 8);
-  CHORUS_REQUIRE(length_crc == stored_length_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
-                 ": length CRC mismatch (stored ", hex(stored_length_crc), ", computed ", hex(length_crc), ")",
-                 compression_hint(header, offset_));
+  check_length_crc(header, offset_, path_, compression_hint(header, offset_));
   const std::uint64_t length = get_u64(header);
   const std::uint64_t body = left - kTFRecordHeaderBytes;
   CHORUS_REQUIRE(body >= kTFRecordFooterBytes && length <= body - kTFRecordFooterBytes, DataLossError,
@@ -302,10 +309,7 @@ std::optional<std::string> TFRecordReader::read() {
   if (std::fread(data.data(), 1, data.size(), file_.get()) != data.size() ||
       std::fread(footer, 1, sizeof footer, file_.get()) != sizeof footer)
     throw_file_error(errno, "cannot read TFRecord file", path_);
-  const std::uint32_t data_crc = masked_crc32c(data.data(), data.size()), stored_data_crc = get_u32(footer);
-  CHORUS_REQUIRE(data_crc == stored_data_crc, DataLossError, "corrupted record at offset ", offset_, " in ", path_,
-                 ": data CRC mismatch over ", length, " bytes (stored ", hex(stored_data_crc), ", computed ",
-                 hex(data_crc), ")");
+  check_data_crc(data, footer, offset_, path_);
   offset_ += kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
   return data;
 }

@@ -6,6 +6,8 @@
 #include <unistd.h>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,16 @@ inline std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
 }
 
 using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
+
+// A file's bytes, and a file made of `bytes` (truncating it).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+inline void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 // Two logical CPU devices (CPU:0, CPU:1) and no GPU, so placement is predictable.
 inline void make_two_cpus() {

@@ -20,14 +20,8 @@ namespace {
 
 using testing::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::slurp;
+using testing::spit;
 
 std::vector<std::string> sample_records() {
   std::string big(100000, '\0');

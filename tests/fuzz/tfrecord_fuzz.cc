@@ -29,6 +29,30 @@ using chorus::fuzz::check;
 
 namespace {
 
+// After a DataLossError: the position stays at the bad record, and reading again fails again.
+// Returns that position.
+std::uint64_t check_fails_again(chorus::data::TFRecordReader& reader) {
+  const std::uint64_t fail_at = reader.offset();
+  bool failed_again = false;
+  try {
+    reader.read();
+  } catch (const chorus::DataLossError&) {
+    failed_again = true;
+  }
+  check(failed_again && reader.offset() == fail_at, "a failed read leaves the reader at the bad record");
+  return fail_at;
+}
+
+// Resuming at a boundary (what the dataset's iterator state does) reads the same record.
+void check_seek_rereads(chorus::data::TFRecordReader& reader, const std::vector<std::uint64_t>& offsets,
+                        const std::vector<std::string>& records) {
+  if (offsets.empty()) return;
+  const std::size_t k = records.size() / 2;
+  reader.seek(offsets[k]);
+  const std::optional<std::string> again = reader.read();
+  check(again && *again == records[k], "seek + read returns the same record");
+}
+
 // zlib's inflate of `file` as one stream (gzip: members one after another, as gzip(1) reads them),
 // up to `cap` bytes; `complete` when the stream ended exactly at the end of the file.
 std::string inflate_independently(std::string_view file, bool gzip, std::size_t cap, bool* complete) {
@@ -86,21 +110,9 @@ int fuzz_compressed(std::string_view in, bool gzip) {
     }
   } catch (const chorus::Error& e) {
     chorus::fuzz::expect_error<chorus::DataLossError>(e);
-    const std::uint64_t fail_at = reader.offset();
-    bool failed_again = false;
-    try {
-      reader.read();
-    } catch (const chorus::DataLossError&) {
-      failed_again = true;
-    }
-    check(failed_again && reader.offset() == fail_at, "a failed read leaves the reader at the bad record");
+    check_fails_again(reader);
   }
-  if (!offsets.empty()) {
-    const std::size_t k = records.size() / 2;
-    reader.seek(offsets[k]);
-    const std::optional<std::string> again = reader.read();
-    check(again && *again == records[k], "seek + read returns the same record");
-  }
+  check_seek_rereads(reader, offsets, records);
   bool complete = false;
   const std::string inflated = inflate_independently(in, gzip, std::size_t{64} << 20, &complete);
   if (inflated.size() <= (std::size_t{64} << 20)) {
@@ -141,23 +153,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     } catch (const chorus::Error& e) {
       chorus::fuzz::expect_error<chorus::DataLossError>(e);
-      fail_at = reader.offset();
-      // The position stays at the bad record: reading again fails again.
-      bool failed_again = false;
-      try {
-        reader.read();
-      } catch (const chorus::DataLossError&) {
-        failed_again = true;
-      }
-      check(failed_again && reader.offset() == fail_at, "a failed read leaves the reader at the bad record");
+      fail_at = check_fails_again(reader);
     }
-    if (!offsets.empty()) {
-      // Resuming at a boundary (what the dataset's iterator state does) reads the same record.
-      const std::size_t k = records.size() / 2;
-      reader.seek(offsets[k]);
-      const std::optional<std::string> again = reader.read();
-      check(again && *again == records[k], "seek + read returns the same record");
-    }
+    check_seek_rereads(reader, offsets, records);
   }
 
   // The event-file reader of the same framing must agree.
