@@ -40,7 +40,9 @@ TEST(Cli, VersionNamesTheProjectCommitAndBuild) {
 
 TEST(Cli, EveryProgramAnswersHelpAndVersionAndRefusesAnUnknownFlag) {
   const auto all = programs();
-  ASSERT_GE(all.size(), 10u) << CHORUS_PROGRAMS;
+  // chorus-run, chorus-devices and the five examples at least; the benches and chorus-train where
+  // the build has them (sanitizer builds leave the benches out).
+  ASSERT_GE(all.size(), 7u) << CHORUS_PROGRAMS;
   for (const std::string& path : all) {
     const std::string name = base_name(path);
     SCOPED_TRACE(name);
