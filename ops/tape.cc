@@ -225,7 +225,13 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
       wanted[i] = leads_to_source.count(node.inputs[i]) != 0;
       wants_any = wants_any || wanted[i];
     }
-    if (!any || !wants_any) return;
+    if (!any) return;
+    if (!wants_any) {  // no input leads to a source: nothing to compute; free what it held now
+      for (const std::uint64_t id : node.outputs)
+        if (source_ids.count(id) == 0) grads.erase(id);
+      if (!im.persistent) node.backward = nullptr;
+      return;
+    }
     if (timing && node.scope != group) {
       const std::int64_t now = timeline::now_us();
       end_group(now);

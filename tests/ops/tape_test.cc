@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -250,6 +251,26 @@ TEST_F(TapeTest, GradientFunctionsAreToldWhichInputsLeadToASource) {
   }
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0], (std::vector<bool>{true, true}));
+  // An op none of whose inputs leads to a source is not asked at all (a watched tensor that is not
+  // a source, times a constant), and the state it saved is let go.
+  seen.clear();
+  auto saved = std::make_shared<int>(0);
+  {
+    ops::GradientTape tape;
+    const Tensor u = D({1, 2});
+    tape.watch(u);
+    Tensor side = ops::mul(ops::stop_gradient(u), ops::stop_gradient(D({3, 3})));
+    ops::internal::record("SideProbe", {u}, {side}, [&seen, saved](const std::vector<Tensor>& gs) {
+      seen.push_back({true});
+      return std::vector<Tensor>{gs[0]};
+    });
+    const Tensor y = ops::add(op(data, w.value()), side);
+    EXPECT_EQ(saved.use_count(), 2);
+    tape.gradient(ops::reduce_sum(y), {w});
+    EXPECT_EQ(saved.use_count(), 1) << "the skipped op's gradient function (and what it captured) is gone";
+  }
+  ASSERT_EQ(seen.size(), 1u) << "only the probe on the path to w ran";
+  EXPECT_EQ(seen[0], (std::vector<bool>{false, true}));
 }
 
 // The first convolution of a model: the tape does not ask for the images' gradient, and the
