@@ -28,27 +28,26 @@ void put_chunk(std::string& out, std::string_view type, std::string_view data) {
 
 }  // namespace
 
-// zlib's, fed in pieces its uInt lengths can count.
-std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) {
+namespace {
+// Runs zlib's checksum `fn` (crc32 or adler32) over n bytes from `value`, in pieces its uInt
+// lengths can count.
+template <typename Fn>
+std::uint32_t zlib_checksum(Fn fn, const void* data, std::size_t n, std::uint32_t value) {
   const auto* p = static_cast<const Bytef*>(data);
-  uLong c = crc;
+  uLong v = value;
   for (std::size_t done = 0; done < n;) {
     const std::size_t piece = std::min<std::size_t>(n - done, std::size_t{1} << 30);
-    c = ::crc32(c, p + done, static_cast<uInt>(piece));
+    v = fn(v, p + done, static_cast<uInt>(piece));
     done += piece;
   }
-  return static_cast<std::uint32_t>(c);
+  return static_cast<std::uint32_t>(v);
 }
+}  // namespace
+
+std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) { return zlib_checksum(::crc32, data, n, crc); }
 
 std::uint32_t adler32(const void* data, std::size_t n, std::uint32_t adler) {
-  const auto* p = static_cast<const Bytef*>(data);
-  uLong a = adler;
-  for (std::size_t done = 0; done < n;) {
-    const std::size_t piece = std::min<std::size_t>(n - done, std::size_t{1} << 30);
-    a = ::adler32(a, p + done, static_cast<uInt>(piece));
-    done += piece;
-  }
-  return static_cast<std::uint32_t>(a);
+  return zlib_checksum(::adler32, data, n, adler);
 }
 
 int png_color_type(int channels) {

@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/runtime.h"
 #include "data/dataset.h"
+#include "data/tfrecord.h"
 #include "tests/core/test_util.h"
 
 namespace chorus::data::testing {
@@ -40,6 +41,25 @@ inline std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
 }
 
 using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
+
+// For k = 0 .. records: an iterator of build() that has read k elements, saved and restored into
+// a fresh one, yields the same rest as the original (record_string of the first component), and
+// that rest has records - k elements.
+template <typename Build>
+void expect_resumes_after_every_element(Build build, std::size_t records) {
+  for (std::size_t k = 0; k <= records; ++k) {
+    auto it = build().make_iterator();
+    for (std::size_t i = 0; i < k; ++i) it.next();
+    IteratorState state = it.save();
+    auto resumed = build().make_iterator();
+    resumed.restore(state);
+    std::vector<std::string> a, b;
+    while (auto e = it.next()) a.push_back(record_string((*e)[0]));
+    while (auto e = resumed.next()) b.push_back(record_string((*e)[0]));
+    EXPECT_EQ(a, b) << "after " << k;
+    EXPECT_EQ(a.size(), records - k);
+  }
+}
 
 // A file's bytes, and a file made of `bytes` (truncating it).
 inline std::string slurp(const std::string& path) {

@@ -233,18 +233,7 @@ TEST(TFRecordCompression, DatasetReadsCompressedFilesAndResumesFromItsState) {
   write_tfrecord_file(dir.file("0"), {"a", "bb"}, kGzip);
   write_tfrecord_file(dir.file("1"), {"ccc", "dddd"}, kGzip);
   auto build = [&] { return tfrecord_dataset({dir.file("0"), dir.file("1")}, kGzip); };
-  for (int k = 0; k <= 4; ++k) {
-    auto it = build().make_iterator();
-    for (int i = 0; i < k; ++i) it.next();
-    IteratorState state = it.save();
-    auto resumed = build().make_iterator();
-    resumed.restore(state);
-    std::vector<std::string> a, b;
-    while (auto e = it.next()) a.push_back(record_string((*e)[0]));
-    while (auto e = resumed.next()) b.push_back(record_string((*e)[0]));
-    EXPECT_EQ(a, b) << "after " << k;
-    EXPECT_EQ(a.size(), static_cast<std::size_t>(4 - k));
-  }
+  testing::expect_resumes_after_every_element(build, 4);
   // Without the option the same files fail with the hint.
   auto plain = tfrecord_dataset({dir.file("0")}).make_iterator();
   EXPECT_THROW_WITH(plain.next(), DataLossError, "GZIP");

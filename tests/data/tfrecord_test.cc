@@ -185,18 +185,7 @@ TEST(TFRecordDataset, IteratorStateIsFileAndOffset) {
   write_tfrecord_file(dir.file("0"), {"a", "bb"});
   write_tfrecord_file(dir.file("1"), {"ccc", "dddd"});
   auto build = [&] { return tfrecord_dataset({dir.file("0"), dir.file("1")}).prefetch(2); };
-  for (int k = 0; k <= 4; ++k) {
-    auto it = build().make_iterator();
-    for (int i = 0; i < k; ++i) it.next();
-    IteratorState state = it.save();
-    auto resumed = build().make_iterator();
-    resumed.restore(state);
-    std::vector<std::string> a, b;
-    while (auto e = it.next()) a.push_back(record_string((*e)[0]));
-    while (auto e = resumed.next()) b.push_back(record_string((*e)[0]));
-    EXPECT_EQ(a, b) << "after " << k;
-    EXPECT_EQ(a.size(), static_cast<std::size_t>(4 - k));
-  }
+  testing::expect_resumes_after_every_element(build, 4);
 }
 
 // Files written by TensorFlow 2 (see /work/shared/testdata/tensorflow/README.md).
