@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/placement.h"
+#include "core/profile.h"
 
 namespace chorus::distribute {
 namespace {
@@ -17,31 +18,29 @@ ReplicaPool::ReplicaPool(std::vector<std::string> devices, int rank) : devices_(
 }
 
 ReplicaPool::~ReplicaPool() {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return remaining_ == 0; });
-    stopping_ = true;
-    start_cv_.notify_all();
-  }
+  wait_for_workers();
+  stopping_ = true;
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+void ReplicaPool::wait_for_workers() {
+  for (int left; (left = remaining_.load(std::memory_order_acquire)) != 0;)
+    remaining_.wait(left, std::memory_order_acquire);
 }
 
 void ReplicaPool::worker(int replica) {
   t_pool = this;
   ScopedLogContext context(rank_, replica);
   DeviceScope scope(devices_[replica]);
-  std::uint64_t seen = 0;
+  std::uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* fn;
-    const std::function<void(int, const std::string&)>* on_failure;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      fn = fn_;
-      on_failure = on_failure_;
-    }
+    generation_.wait(seen, std::memory_order_acquire);
+    seen = generation_.load(std::memory_order_acquire);  // publishes what run() wrote before its bump
+    if (stopping_) return;
+    const std::function<void(int)>* fn = fn_;
+    const std::function<void(int, const std::string&)>* on_failure = on_failure_;
     try {
       (*fn)(replica);
     } catch (...) {
@@ -78,8 +77,9 @@ void ReplicaPool::worker(int replica) {
         }
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--remaining_ == 0) done_cv_.notify_all();
+    // bench_train's accounting: this round's time waiting for a core, the wake-up included.
+    profile::account_run_delay();
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_all();
   }
 }
 
@@ -88,21 +88,24 @@ void ReplicaPool::run(const std::function<void(int)>& fn,
   CHORUS_REQUIRE(t_pool != this, FailedPreconditionError,
                  "ReplicaPool::run called from inside one of its replicas: it would wait for itself");
   CHORUS_REQUIRE(fn != nullptr, InvalidArgumentError, "ReplicaPool::run: fn is empty");
-  std::exception_ptr error;
+  int idle = 0;
+  CHORUS_REQUIRE(remaining_.compare_exchange_strong(idle, size(), std::memory_order_acq_rel), FailedPreconditionError,
+                 "ReplicaPool::run called while another run is in progress");
+  fn_ = &fn;
+  on_failure_ = &on_failure;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    CHORUS_REQUIRE(remaining_ == 0, FailedPreconditionError,
-                   "ReplicaPool::run called while another run is in progress");
-    fn_ = &fn;
-    on_failure_ = &on_failure;
+    std::lock_guard<std::mutex> lock(mu_);
     first_error_ = nullptr;
     first_cause_ = nullptr;
-    remaining_ = size();
-    ++generation_;
-    start_cv_.notify_all();
-    done_cv_.wait(lock, [&] { return remaining_ == 0; });
-    fn_ = nullptr;
-    on_failure_ = nullptr;
+  }
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  wait_for_workers();
+  fn_ = nullptr;
+  on_failure_ = nullptr;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     error = first_cause_ ? first_cause_ : first_error_;
   }
   if (error) std::rethrow_exception(error);

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "collective/shared_memory.h"
 #include "core/config.h"
@@ -87,6 +89,34 @@ TEST_F(ReplicaPoolTest, RunFromInsideAReplicaIsRefused) {
     }
   });
   EXPECT_EQ(refused, 4);
+}
+
+// The hand-off is two futex-waited atomics: many short runs back to back lose no wake-up and run
+// every replica exactly once each.
+TEST_F(ReplicaPoolTest, ManyShortRunsRunEveryReplicaOnceEach) {
+  ReplicaPool pool(devices());
+  std::vector<std::atomic<int>> count(4);
+  constexpr int kRuns = 2000;
+  for (int i = 0; i < kRuns; ++i) pool.run([&](int r) { count[static_cast<std::size_t>(r)].fetch_add(1); });
+  for (auto& c : count) EXPECT_EQ(c.load(), kRuns);
+}
+
+TEST_F(ReplicaPoolTest, ASecondRunWhileOneIsInProgressIsRefused) {
+  ReplicaPool pool(devices());
+  std::atomic<bool> started{false}, release{false};
+  std::thread first([&] {
+    pool.run([&](int r) {
+      if (r == 0) started = true;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_THROW(pool.run([](int) {}), FailedPreconditionError);
+  release = true;
+  first.join();
+  std::atomic<int> ran{0};
+  pool.run([&](int) { ++ran; });  // usable afterwards
+  EXPECT_EQ(ran, 4);
 }
 
 TEST_F(ReplicaPoolTest, BadArgumentsAreRejected) {
