@@ -301,14 +301,19 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, FusedActi
   const Conv2dGeometry g = conv_geometry("FusedConv2D", x.shape(), w.shape(), o);
   CHORUS_REQUIRE(b.shape() == Shape{g.out_c}, InvalidArgumentError, "FusedConv2D: bias has shape ",
                  b.shape().to_string(), ", the filters give ", g.out_c, " output channels");
-  if (dev->is_gpu()) {  // cuDNN's fused forward is not wired: the three ops, each recorded
-    Tensor z = add(conv2d(x, w, o), b);
-    return act == FusedActivation::kRelu ? relu(z) : z;
-  }
+  const bool relu_act = act == FusedActivation::kRelu;
   Tensor y = output(dev, nhwc(g), x.dtype());
-  if (y.num_elements() > 0) {
+  if (dev->is_gpu()) {
+    bool fused = y.num_elements() == 0;
+    CHORUS_IF_CUDA(fused = fused || cuda::conv2d_bias_activation_forward(*dev, x.dtype(), g, x.data(), w.data(),
+                                                                         b.data(), relu_act, y.data()));
+    if (!fused) {  // cuDNN has no fused kernel for this case: the three ops, each recorded
+      Tensor z = add(conv2d(x, w, o), b);
+      return relu_act ? relu(z) : z;
+    }
+  } else if (y.num_elements() > 0) {
     internal::run_cpu(*dev, [&] {
-      cpu::conv2d_forward(x.dtype(), g, x.data(), w.data(), y.data(), {b.data(), act == FusedActivation::kRelu});
+      cpu::conv2d_forward(x.dtype(), g, x.data(), w.data(), y.data(), {b.data(), relu_act});
     });
   }
   if (internal::should_record({x, w, b})) {

@@ -45,8 +45,10 @@ inline Tensor conv2d(const Tensor& x, const Tensor& filters, std::array<std::int
 // y = act(conv2d(x, filters) + bias) as one op (TensorFlow's _FusedConv2D with BiasAdd and, for
 // kRelu, Relu — what Keras's Conv2D(activation="relu") computes). bias: [filters' out channels],
 // same dtype and device as x. On the CPU with oneDNN the bias and the ReLU run inside the
-// convolution (one pass over y); elsewhere (GPU, float64) it is conv2d, add and relu in sequence,
-// which is also what the fused result equals up to float32 rounding of the intermediate sum. The
+// convolution (one pass over y); on a GPU in cuDNN's fused convolution + bias + activation
+// (cudnnConvolutionBiasActivationForward) where cuDNN has a kernel for the case; elsewhere (float64
+// on the CPU, a case cuDNN refuses) it is conv2d, add and relu in sequence, which is also what the
+// fused result equals up to float32 rounding of the intermediate sum. The
 // gradient computes the activation's and the bias's gradients in one pass, then the convolution's
 // (skipping the input's when the tape does not want it: the images of a first layer).
 enum class FusedActivation { kNone, kRelu };

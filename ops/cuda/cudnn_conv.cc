@@ -8,6 +8,12 @@
 // transposed in and y/dx transposed out. If cuDNN offers no algorithm for float32 NHWC, the NCHW
 // route is tried too. The layout that worked is cached with the algorithm.
 //
+// Fused forward (conv2d_bias_activation_forward, ops::fused_conv2d's GPU path):
+// cudnnConvolutionBiasActivationForward, y = act(conv(x, w) + bias) in one call, with the plain
+// forward's layout, algorithm and math (IMPLICIT_PRECOMP_GEMM for the identity activation, the only
+// algorithm cuDNN runs it with). When cuDNN refuses, the caller runs the three kernels. Not yet run on a GPU:
+// docs/gpu-validation.md lists it as unverified.
+//
 // Padding. cuDNN pads symmetrically; TF's SAME padding is asymmetric when the total is odd. Then
 // x is copied into a zero-padded workspace (pad_top/left before, pad_bottom/right after) and the
 // convolution runs with padding 0; backward data computes the padded gradient and crops it.
@@ -28,8 +34,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <utility>
 #include <vector>
 
+#include "core/logging.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/determinism.h"
 #endif
@@ -298,10 +307,55 @@ std::size_t workspace_size(cudnnHandle_t h, Dir dir, const Descs& d, int algo) {
 
 // ---- The shared driver ----------------------------------------------------------------------
 
+// The forward's fused epilogue: y = act(conv(x, w) + bias), cudnnConvolutionBiasActivationForward.
+struct Epilogue {
+  const void* bias;  // [out_c], the convolution's dtype
+  bool relu;         // else identity
+};
+
+// Whether the fused forward ran: cuDNN refused it (no fused kernel for this dtype/geometry, or any
+// error of the fused call) → false, and the caller composes conv + bias + relu into y. The
+// first refusal per (dtype, relu) is logged: silently slower is worse than a line in the log.
+bool run_fused_forward(cudnnHandle_t h, DeviceContext& dev, DType dtype, const Conv2dGeometry& g, Layout layout,
+                       const Descs& d, const Choice& choice, const void* xp, const void* wp, void* yp,
+                       const Epilogue& epi, const char* op) {
+  // cuDNN: IDENTITY runs only with IMPLICIT_PRECOMP_GEMM; RELU with the plain forward's choice.
+  const auto algo =
+      epi.relu ? static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo) : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  std::size_t ws_bytes = 0;
+  cudnnStatus_t status =
+      cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), algo, &ws_bytes);
+  if (status == CUDNN_STATUS_SUCCESS) {
+    Scratch ws;
+    if (ws_bytes > 0) ws = Scratch(dev, ws_bytes, "cuDNN fused convolution workspace");
+    TensorDesc bias;
+    set_tensor(bias, layout, data_type(dtype, op), 1, g.out_c, 1, 1, op);
+    ActivationDesc act;
+    CHORUS_CUDNN_CHECK(cudnnSetActivationDescriptor(
+        act.get(), epi.relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN, 0.0));
+    const Blend blend(dtype);
+    // alpha2 = 0: z (here y itself, as cuDNN allows) does not enter the sum.
+    status = cudnnConvolutionBiasActivationForward(h, blend.one(), d.x.get(), xp, d.w.get(), wp, d.conv.get(), algo,
+                                                   ws.get(), ws_bytes, blend.zero(), d.y.get(), yp, bias.get(),
+                                                   epi.bias, act.get(), d.y.get(), yp);
+  }
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  static std::mutex mu;
+  static std::set<std::pair<int, bool>> logged;
+  std::lock_guard<std::mutex> lock(mu);
+  if (logged.insert({static_cast<int>(dtype), epi.relu}).second) {
+    CHORUS_LOG(WARNING) << op << ": cuDNN's fused convolution + bias + " << (epi.relu ? "relu" : "identity")
+                        << " is not available for " << dtype_name(dtype) << " (" << cudnnGetErrorString(status)
+                        << "); running the convolution, the bias add and the activation as three kernels";
+  }
+  return false;
+}
+
 // forward: in0 = x, in1 = w, out = y; backward data: in0 = dy, in1 = w, out = dx;
-// backward filter: in0 = x, in1 = dy, out = dw.
-void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g, const void* in0, const void* in1,
-              void* out) {
+// backward filter: in0 = x, in1 = dy, out = dw. With an epilogue (forward only), returns whether
+// the fused forward ran (false: nothing was written); without one, always true.
+bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g, const void* in0, const void* in1,
+              void* out, const Epilogue* epi = nullptr) {
   const char* op = op_name(dir);
   CHORUS_REQUIRE(dev.is_gpu(), InvalidArgumentError, op, ": cuDNN needs a GPU device, got ", dev.name());
   const cudnnDataType_t type = data_type(dtype, op);
@@ -310,11 +364,12 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   const std::int64_t out_elements = dir == Dir::kForward        ? g.output_elements()
                                     : dir == Dir::kBackwardData ? g.input_elements()
                                                                 : g.filter_elements();
-  if (out_elements == 0) return;
+  if (out_elements == 0) return true;
   const bool empty_sum = dir == Dir::kForward ? g.in_c == 0 : dir == Dir::kBackwardData ? g.out_c == 0 : g.n == 0;
   if (empty_sum) {
+    if (epi != nullptr) return false;  // act(0 + bias): the composition
     fill(dev, dtype, out, out_elements, 0);
-    return;
+    return true;
   }
 
   const bool det = op_determinism_enabled();
@@ -407,6 +462,12 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
       if (!choice) continue;  // next layout
     }
     CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice->math));
+    if (epi != nullptr) {
+      if (!known) remember(key, *choice);
+      if (!run_fused_forward(h.get(), dev, dtype, g, layout, d, *choice, xp, w_buf.get(), yp, *epi, op)) return false;
+      if (layout == Layout::kNCHW) copy4(dev, dtype, y_dims, cy, 0, yp, nhwc_y, 0, out);
+      return true;
+    }
     const std::size_t ws_bytes = workspace_size(h.get(), dir, d, choice->algo);
     Scratch ws;
     if (ws_bytes > 0) ws = Scratch(dev, ws_bytes, "cuDNN convolution workspace");
@@ -432,7 +493,7 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
         break;
     }
     if (!known) remember(key, *choice);
-    return;
+    return true;
   }
   throw InternalError(str_cat(op, ": cuDNN offers no ", det ? "deterministic " : "", "algorithm for ",
                               dtype_name(dtype), " ", describe(g), " (tried NHWC and NCHW layouts)"));
@@ -442,6 +503,11 @@ void convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
 
 void conv2d_forward(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y) {
   convolve(dev, Dir::kForward, dtype, g, x, w, y);
+}
+bool conv2d_bias_activation_forward(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x,
+                                    const void* w, const void* bias, bool relu, void* y) {
+  const Epilogue epi{bias, relu};
+  return convolve(dev, Dir::kForward, dtype, g, x, w, y, &epi);
 }
 void conv2d_backward_data(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* dy, const void* w,
                           void* dx) {
@@ -463,6 +529,10 @@ namespace {
 
 void conv2d_forward(DeviceContext&, DType, const Conv2dGeometry&, const void*, const void*, void*) {
   no_cudnn("conv2d");
+}
+bool conv2d_bias_activation_forward(DeviceContext&, DType, const Conv2dGeometry&, const void*, const void*, const void*,
+                                    bool, void*) {
+  return false;  // the composition's conv2d says why
 }
 void conv2d_backward_data(DeviceContext&, DType, const Conv2dGeometry&, const void*, const void*, void*) {
   no_cudnn("conv2d_backprop_input");

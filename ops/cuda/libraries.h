@@ -35,6 +35,12 @@ void gemm(DeviceContext& dev, DType dtype, const void* a, std::int64_t a_batch_s
           bool trans_a, bool trans_b);
 
 void conv2d_forward(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y);
+// y = act(conv2d(x, w) + bias), act relu or identity, bias [out_c], in one cuDNN call
+// (cudnnConvolutionBiasActivationForward). Returns false where cuDNN has no fused kernel for the
+// case (or chorus was built without cuDNN); y's contents are then unspecified: compose the three
+// ops into it instead.
+bool conv2d_bias_activation_forward(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x,
+                                    const void* w, const void* bias, bool relu, void* y);
 void conv2d_backward_data(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* dy, const void* w,
                           void* dx);
 void conv2d_backward_filter(DeviceContext& dev, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy,

@@ -3,6 +3,9 @@
 // a usable GPU.
 #include "tests/ops/cuda_test_util.h"
 
+#include "ops/nn.h"
+#include "ops/tape.h"
+
 namespace chorus::ops::cuda {
 namespace {
 
@@ -83,6 +86,71 @@ TEST_F(CudaKernelsTest, ConvolutionsMatchCpu) {
       expect_close(get(dx), wdx, tol, what + " backward data");
       expect_close(get(dw), wdw, tol, what + " backward filter");
     }
+  }
+}
+
+// cudnnConvolutionBiasActivationForward against the CPU's float64 conv + bias (+ relu). float32
+// with relu must fuse (cuDNN's documented FLOAT_CONFIG); the other cases may be refused, and then
+// the op composes the three kernels (checked below on the op).
+TEST_F(CudaKernelsTest, FusedConvolutionBiasActivationMatchesCpu) {
+  for (const Conv2dGeometry& g : conv_cases()) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (bool relu : {true, false}) {
+        const auto hx = rounded(uniform(g.input_elements(), -1, 1, 84), dtype);
+        const auto hw = rounded(uniform(g.filter_elements(), -1, 1, 85), dtype);
+        const auto hb = rounded(uniform(g.out_c, -1, 1, 86), dtype);
+        Tensor x = put_as(hx, dtype), w = put_as(hw, dtype), b = put_as(hb, dtype);
+        Tensor y = zeros(g.output_elements(), dtype);
+        bool fused = false;
+        SKIP_WITHOUT_CUDNN(fused = conv2d_bias_activation_forward(x.device_context(), dtype, g, x.data(), w.data(),
+                                                                  b.data(), relu, y.data()));
+        const std::string what = std::string(dtype_name(dtype)) + (relu ? " relu" : " identity") + " conv out " +
+                                 std::to_string(g.out_h) + "x" + std::to_string(g.out_w);
+        if (dtype == DType::kFloat32 && relu) {
+          EXPECT_TRUE(fused) << what << ": cuDNN refused the fused forward";
+        }
+        if (!fused) {
+          RecordProperty("refused " + what, "composed");
+          continue;
+        }
+        std::vector<double> want(static_cast<std::size_t>(g.output_elements()));
+        cpu::conv2d_forward(DType::kFloat64, g, hx.data(), hw.data(), want.data());
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          want[i] += hb[i % static_cast<std::size_t>(g.out_c)];
+          if (relu) want[i] = std::max(want[i], 0.0);
+        }
+        expect_close(get(y), want, dtype == DType::kFloat32 ? 2e-5 : 1e-11, what);
+      }
+    }
+  }
+}
+
+// ops::fused_conv2d on the GPU (fused or composed) against the same op on the CPU: the output and
+// the three gradients.
+TEST_F(CudaKernelsTest, FusedConv2dOpMatchesCpuWithGradients) {
+  const Shape xs{2, 9, 11, 3}, ws{3, 3, 3, 4};
+  const auto hx = uniform(xs.num_elements(), -1, 1, 87), hw = uniform(ws.num_elements(), -1, 1, 88),
+             hb = uniform(4, -0.5, 0.5, 89), hdy = uniform(2 * 9 * 11 * 4, -1, 1, 90);
+  for (auto act : {FusedActivation::kRelu, FusedActivation::kNone}) {
+    std::vector<std::vector<double> > results[2];
+    for (const char* device : {"/cpu:0", kGpu}) {
+      const auto f32 = [&](const std::vector<double>& v, const Shape& shape) {
+        return Tensor::from_vector<float>(std::vector<float>(v.begin(), v.end()), shape, device);
+      };
+      Tensor x = f32(hx, xs), w = f32(hw, ws), b = f32(hb, Shape{4}), dy = f32(hdy, Shape{2, 9, 11, 4});
+      GradientTape tape;
+      tape.watch(x);
+      tape.watch(w);
+      tape.watch(b);
+      Tensor y = fused_conv2d(x, w, b, act, {{1, 1}, Padding::kSame, {1, 1}});
+      const std::vector<Tensor> g = tape.gradient(y, {x, w, b}, dy);
+      auto& r = results[std::string(device) == kGpu ? 1 : 0];
+      for (const Tensor& t : {y, g[0], g[1], g[2]}) r.push_back(t.to_vector<double>());
+    }
+    const char* names[] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; ++i)
+      expect_close(results[1][static_cast<std::size_t>(i)], results[0][static_cast<std::size_t>(i)], 1e-4,
+                   std::string(act == FusedActivation::kRelu ? "relu " : "identity ") + names[i]);
   }
 }
 
