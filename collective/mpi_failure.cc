@@ -102,17 +102,21 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
     else if (n->kind == kTimeoutNotice && n->sequence == seq)
       waiting[n->rank] = 1;
   }
-  std::string missing, present;
+  std::string missing, present, missing_hosts;
   for (int r = 0; r < size_; ++r) {
     std::string& list = waiting[r] ? present : missing;
     list += (list.empty() ? "" : ", ") + std::to_string(r);
+    // Where the missing ranks run: on several machines the host is what an operator looks at first
+    // (a host that lost its network shows up here, as a timeout, not as a death).
+    if (!waiting[r]) missing_hosts += str_cat(missing_hosts.empty() ? "" : ", ", "rank ", r, " on ", host_of(r));
   }
   std::string what =
       missing.empty()
           ? str_cat(
                 " although every rank was waiting in it (with validate=false the ranks may have called different "
                 "collectives; or MPI itself is stuck)")
-          : str_cat(" waiting for rank(s) [", missing, "] of ", size_, " (rank(s) [", present, "] were waiting in it)");
+          : str_cat(" waiting for rank(s) [", missing, "] of ", size_, " (", missing_hosts, "; rank(s) [", present,
+                    "] were waiting in it)");
   std::string message = str_cat(call.fp.to_string(), " timed out after ", waited, " ms", what,
                                 cause ? str_cat("; first to give up: ", cause->text) : std::string(),
                                 ". Last completed collectives on rank ", rank_, ": ", history(),

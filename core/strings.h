@@ -8,6 +8,10 @@
 //
 // Items are anything `operator<<` writes (strings, numbers). Pure functions: thread-safe, no state.
 // Nothing throws but std::bad_alloc.
+//
+// printable(bytes): untrusted bytes (a token of a hand-written or hostile file) made safe to put in
+// a message for a terminal or a log: printable ASCII stays, every other byte becomes \xHH (no
+// terminal escape sequence, no line break survives), and past `max_bytes` input bytes "..." ends it.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +48,23 @@ std::string join(const Range& range, const JoinOptions& options = {}) {
   }
   if (shown < n) os << options.separator << "... and " << n - shown << " more";
   return os.str();
+}
+
+inline std::string printable(std::string_view bytes, std::size_t max_bytes = 80) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (bytes.size() > max_bytes) out += "...";
+  return out;
 }
 
 }  // namespace chorus::internal

@@ -141,6 +141,25 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
   if (oversubscribe) argv.push_back("--oversubscribe");
   if (o.run_as_root) argv.push_back("--allow-run-as-root");
   if (o.enable_recovery) argv.push_back("--enable-recovery");
+  if (!o.rsh_agent.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", o.rsh_agent});
+  if (!o.network_interfaces.empty()) {
+    std::string list;
+    for (const auto& nic : o.network_interfaces) {
+      CHORUS_REQUIRE(!nic.empty() && nic.find_first_of(", \t\n") == std::string::npos, InvalidArgumentError,
+                     "--network-interface '", nic,
+                     "': expected interface names or subnets separated by single commas, e.g. eth1 or 10.0.0.0/24");
+      list += (list.empty() ? "" : ",") + nic;
+    }
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", list, "--mca", "oob_tcp_if_include", list});
+  }
+  for (const auto& [name, value] : o.mca) {
+    CHORUS_REQUIRE(!name.empty() &&
+                       std::all_of(name.begin(), name.end(),
+                                   [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }),
+                   InvalidArgumentError, "--mca '", name, "': an MCA parameter name is made of a-z, 0-9 and '_'");
+    CHORUS_REQUIRE(!value.empty(), InvalidArgumentError, "--mca ", name, " has an empty value");
+    argv.insert(argv.end(), {"--mca", name, value});
+  }
 
   // name → the -x argument; an explicit NAME=VALUE wins over forwarding NAME from the environment.
   std::map<std::string, std::string> exported;

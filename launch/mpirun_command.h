@@ -35,6 +35,10 @@
 //   - `--allow-run-as-root` when `run_as_root` (Open MPI refuses to start as root without it).
 //   - `--enable-recovery` when `enable_recovery`: Open MPI then lets the other processes run on
 //     when one dies (they report the loss, chorus-run's wrapper records it).
+//   - `--mca plm_rsh_agent AGENT` for a non-empty `rsh_agent`; `--mca btl_tcp_if_include L --mca
+//     oob_tcp_if_include L` with L the `network_interfaces` joined by commas (each non-empty,
+//     without ',' or whitespace); then `--mca NAME VALUE` for each of `mca`, NAME made of
+//     [a-z0-9_] and VALUE non-empty.
 //   - `--`, the `rank_wrapper` words, then the program and its arguments, unchanged: mpirun passes them to each process
 //   as
 //     separate argv entries, so no quoting happens here (shell_join quotes for printing only).
@@ -45,6 +49,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace chorus::launch {
@@ -91,6 +96,11 @@ struct MpirunOptions {
   std::vector<std::string> extra_environment;  // passed as -x E unconditionally ("NAME[=VALUE]")
   std::vector<std::string> program;            // the program and its arguments; must be non-empty
   bool enable_recovery = false;                // add --enable-recovery (survivors keep running)
+  std::string rsh_agent;                       // --mca plm_rsh_agent (empty: Open MPI's default, ssh)
+  // --mca btl_tcp_if_include and --mca oob_tcp_if_include, joined by commas (interface names or
+  // CIDR subnets; none: Open MPI picks).
+  std::vector<std::string> network_interfaces;
+  std::vector<std::pair<std::string, std::string>> mca;  // --mca NAME VALUE each, after the above
   // Words put between "--" and the program: the per-rank wrapper (launch/rank_status.h), e.g.
   // {"/usr/bin/chorus-run", "--record-exit-status", DIR, "--"}. Empty: none.
   std::vector<std::string> rank_wrapper;

@@ -53,6 +53,23 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       out.num_processes = parse_count(flag, value_of(flag, iv));
     } else if (flag == "-H" || flag == "--host" || flag == "-host") {
       out.hosts = value_of(flag, iv);
+    } else if (flag == "--hostfile" || flag == "-hostfile" || flag == "--machinefile") {
+      out.hostfile = value_of(flag, iv);
+      CHORUS_REQUIRE(!out.hostfile->empty(), InvalidArgumentError, flag, " is empty; give the hostfile's path");
+    } else if (flag == "--rsh-agent") {
+      out.rsh_agent = value_of(flag, iv);
+      CHORUS_REQUIRE(!out.rsh_agent->empty(), InvalidArgumentError,
+                     "--rsh-agent is empty; give a command such as ssh or 'ssh -p 2222'");
+    } else if (flag == "--network-interface") {
+      out.network_interfaces = value_of(flag, iv);
+    } else if (flag == "--mca") {
+      CHORUS_REQUIRE(!inline_value && i + 2 < args.size(), InvalidArgumentError,
+                     "option --mca needs a name and a value, e.g. --mca btl tcp,self");
+      out.mca.emplace_back(args[i + 1], args[i + 2]);
+      i += 2;
+    } else if (flag == "--no-host-check") {
+      no_value();
+      out.check_hosts = false;
     } else if (flag == "--bind-to") {
       out.bind_to = value_of(flag, iv);
     } else if (flag == "-x") {
@@ -87,8 +104,8 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
     } else {
       throw InvalidArgumentError(internal::str_cat(
           "unknown option '", word,
-          "'; chorus-run takes -np, -H, --bind-to, --oversubscribe, -x, "
-          "--collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the "
+          "'; chorus-run takes -np, -H, --hostfile, --rsh-agent, --network-interface, --mca, --no-host-check, "
+          "--bind-to, --oversubscribe, -x, --collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the "
           "program "
           "(after '--' if its name starts with '-')"));
     }
@@ -102,9 +119,11 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
 
   CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError,
                  "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
-  CHORUS_REQUIRE(out.num_processes || out.hosts, InvalidArgumentError,
-                 "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... to start "
-                 "one per slot");
+  CHORUS_REQUIRE(!(out.hosts && out.hostfile), InvalidArgumentError,
+                 "-H and --hostfile both name the hosts: give one of them");
+  CHORUS_REQUIRE(out.num_processes || out.hosts || out.hostfile, InvalidArgumentError,
+                 "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... or "
+                 "--hostfile FILE to start one per slot");
   return out;
 }
 
@@ -119,6 +138,15 @@ options:
                        slots and must equal it
   -H, --host SPEC      hosts as host[:slots],... (a host without :slots has 1 slot), e.g.
                        -H node1:4,node2:4; without -H every process runs on this machine
+  --hostfile FILE      the hosts from a hostfile instead: one "host slots=N" per line (Open MPI's
+                       and Horovod's format; '#' comments)
+  --rsh-agent CMD      how mpirun reaches the other hosts (default ssh; e.g. 'ssh -p 2222')
+  --network-interface IF
+                       the interface(s) or subnet(s) the ranks use between hosts, e.g. eth1 or
+                       10.0.0.0/24 (comma-separated): Open MPI's TCP traffic and its daemons
+  --mca NAME VALUE     pass an Open MPI MCA parameter (repeatable), e.g. --mca btl tcp,self
+  --no-host-check      start without first checking that every other host answers (by
+                       default each is asked to run `true` through the rsh agent, 10 s at most)
   --bind-to WHAT       mpirun's process binding (default none: each chorus process runs several
                        threads, which binding to one core would crowd; socket or numa suit
                        multi-socket GPU servers)
@@ -146,7 +174,8 @@ chorus-run adds --allow-run-as-root when run as root. Each rank runs under choru
 even where mpirun exits 0, and names each rank that failed. (With -H and no --status-dir the ranks
 are not wrapped, and mpirun's exit status is returned.)
 Exit status: mpirun's when non-zero, else the first failed rank's (128 + signal for a killed one),
-else 0; 2: a bad command line; 127: mpirun not found (apt-get install openmpi-bin).
+else 0; 2: a bad command line; 3: a host did not answer the host check; 127: mpirun not found
+(apt-get install openmpi-bin).
 Example: chorus-run -np 2 -- chorus-train --strategy multi_worker --epochs 1
 )";
 }

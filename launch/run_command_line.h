@@ -5,6 +5,13 @@
 //
 //   -np N, -n N             number of processes (default with -H: the sum of its slots)
 //   -H SPEC, --host SPEC    host[:slots],... (launch/mpirun_command.h)
+//   --hostfile FILE         the hosts from an Open MPI / Horovod hostfile ("host slots=N" lines)
+//   --rsh-agent CMD         how mpirun starts its daemons on the other hosts (Open MPI's
+//                           plm_rsh_agent; default ssh); also what the host check runs
+//   --network-interface IF  the interface(s) or subnet(s) the ranks talk over ("eth1",
+//                           "10.0.0.0/24", comma-separated): Open MPI's TCP traffic and daemons
+//   --mca NAME VALUE        any Open MPI MCA parameter (repeatable), passed on as given
+//   --no-host-check         do not check that every other host answers before the job starts
 //   --bind-to WHAT          passed to mpirun's --bind-to (default none)
 //   --oversubscribe         always pass --oversubscribe
 //   -x NAME[=VALUE]         forward one more environment variable (repeatable)
@@ -26,7 +33,8 @@
 // untouched. Flags are case-sensitive, as mpirun's.
 //
 // Errors: an unknown option, an option without its value, a non-numeric -np, a missing -np without
-// -H, a --collective-timeout that is not a number of seconds > 0 (core/env.h), an empty
+// -H or --hostfile, -H with --hostfile, an MCA name that is not [a-z0-9_]+, a --collective-timeout that is not a number
+// of seconds > 0 (core/env.h), an empty
 // --status-dir, no program (unless --help, --version or --check-build) → InvalidArgumentError whose message names the
 // problem; the tool prints it and exits 2. Range checks (-np > 0, slots vs -np) are
 // build_mpirun_argv's. Thread-safe: pure functions.
@@ -34,6 +42,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace chorus::launch {
@@ -45,11 +54,16 @@ struct RunCommandLine {
   bool dry_run = false;
   bool oversubscribe = false;
   bool enable_recovery = false;
-  std::optional<std::string> collective_timeout;  // as given (validated: seconds > 0)
-  std::optional<std::string> status_dir;          // --status-dir
-  std::optional<std::string> record_exit_status;  // the wrapper mode: its DIR
-  std::optional<int> num_processes;               // -np as given (validated later)
-  std::optional<std::string> hosts;               // -H as given (parsed by parse_host_spec)
+  std::optional<std::string> collective_timeout;         // as given (validated: seconds > 0)
+  std::optional<std::string> status_dir;                 // --status-dir
+  std::optional<std::string> record_exit_status;         // the wrapper mode: its DIR
+  std::optional<int> num_processes;                      // -np as given (validated later)
+  std::optional<std::string> hosts;                      // -H as given (parsed by parse_host_spec)
+  std::optional<std::string> hostfile;                   // --hostfile as given (read_hostfile)
+  std::optional<std::string> rsh_agent;                  // --rsh-agent
+  std::optional<std::string> network_interfaces;         // --network-interface, comma-separated
+  std::vector<std::pair<std::string, std::string>> mca;  // --mca NAME VALUE, in order
+  bool check_hosts = true;                               // false: --no-host-check
   std::string bind_to = "none";
   std::vector<std::string> extra_environment;
   std::vector<std::string> program;  // program and arguments

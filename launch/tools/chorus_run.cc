@@ -6,7 +6,8 @@
 // Exit status: mpirun's when it is non-zero, else the first failed rank's (each rank runs under
 // `chorus-run --record-exit-status DIR`, launch/rank_status.h, so a rank that failed is known even
 // when mpirun --enable-recovery exits 0), else 0; 0 for --dry-run, --check-build and --help; 2 for a
-// bad command line; 127 when mpirun (or a local program given with a path) is not found.
+// bad command line; 3 when a host did not answer the host check (launch/host_check.h); 127 when
+// mpirun (or a local program given with a path) is not found.
 #include <signal.h>
 
 #include <cstdlib>
@@ -17,6 +18,8 @@
 #include "core/error.h"
 #include "launch/build_info.h"
 #include "launch/cli.h"
+#include "launch/host_check.h"
+#include "launch/hostfile.h"
 #include "launch/mpirun_command.h"
 #include "launch/process.h"
 #include "launch/rank_status.h"
@@ -28,7 +31,40 @@ namespace launch = chorus::launch;
 namespace {
 
 constexpr int kUsageError = 2;
+constexpr int kHostsUnreachable = 3;
 constexpr int kNotFound = 127;
+
+// The remote shell mpirun will use: --rsh-agent, else Open MPI's own setting from the
+// environment, else ssh.
+std::string rsh_agent(const launch::RunCommandLine& cl) {
+  if (cl.rsh_agent) return *cl.rsh_agent;
+  const char* env = std::getenv("OMPI_MCA_plm_rsh_agent");
+  return env && *env ? env : "ssh";
+}
+
+// Every host other than this machine runs `true` through the agent; false (after printing who did
+// not answer and why) when one did not.
+bool hosts_answer(const std::vector<launch::HostSlots>& hosts, const std::string& agent) {
+  std::vector<std::string> remote;
+  for (const auto& h : hosts)
+    if (!launch::is_this_machine(h.host)) remote.push_back(h.host);
+  if (remote.empty()) return true;
+  std::vector<std::string> words = launch::split_command(agent);
+  // ssh must fail instead of asking for a password or a host key nobody will type.
+  if (agent == "ssh") words.insert(words.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=5"});
+  const auto answers = launch::check_hosts(words, remote);
+  std::size_t silent = 0;
+  for (const auto& a : answers) silent += a.answered ? 0 : 1;
+  if (silent == 0) return true;
+  std::cerr << "chorus-run: " << silent << " of " << remote.size() << " host" << (remote.size() == 1 ? "" : "s")
+            << " did not answer through '" << agent << "' (the remote shell mpirun would use):\n";
+  for (const auto& a : answers)
+    if (!a.answered) std::cerr << "  " << a.host << ": " << a.detail << "\n";
+  std::cerr << "Check the host names, that '" << agent
+            << " HOST true' works without a password prompt, and the network between the hosts; "
+               "or start anyway with --no-host-check.\n";
+  return false;
+}
 
 int run(const std::vector<std::string>& args) {
   launch::RunCommandLine cl;
@@ -52,6 +88,19 @@ int run(const std::vector<std::string>& args) {
       return 0;
     }
     if (cl.hosts) o.hosts = launch::parse_host_spec(*cl.hosts);
+    if (cl.hostfile) o.hosts = launch::read_hostfile(*cl.hostfile);
+    if (cl.rsh_agent) o.rsh_agent = *cl.rsh_agent;
+    if (cl.network_interfaces) {
+      o.network_interfaces.clear();
+      std::string_view list = *cl.network_interfaces;
+      for (std::size_t start = 0;;) {
+        const std::size_t comma = list.find(',', start);
+        o.network_interfaces.emplace_back(list.substr(start, comma == std::string_view::npos ? comma : comma - start));
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+    }
+    o.mca = cl.mca;
     if (cl.num_processes) {
       o.num_processes = *cl.num_processes;
     } else {
@@ -66,7 +115,7 @@ int run(const std::vector<std::string>& args) {
     if (cl.collective_timeout) o.extra_environment.push_back("CHORUS_COLLECTIVE_TIMEOUT=" + *cl.collective_timeout);
     o.enable_recovery = cl.enable_recovery;
     o.program = cl.program;
-    wrap = !cl.hosts || cl.status_dir;
+    wrap = o.hosts.empty() || cl.status_dir;
     // The directory is made only for a real run; --dry-run shows where it would be.
     status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
     if (wrap)
@@ -95,6 +144,7 @@ int run(const std::vector<std::string>& args) {
     return kNotFound;
   }
   o.mpirun = *mpirun;
+  if (!o.hosts.empty() && cl.check_hosts && !hosts_answer(o.hosts, rsh_agent(cl))) return kHostsUnreachable;
   if (!wrap) {
     const launch::ChildExit job =
         launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});

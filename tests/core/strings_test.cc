@@ -32,6 +32,13 @@ TEST(Join, NumbersAndALastSeparator) {  // collective/'s rank lists
   EXPECT_EQ(join(std::set<int>{3, 1}), "1, 3");  // any range
 }
 
+TEST(Printable, UntrustedBytesCannotReachTheTerminalRaw) {
+  EXPECT_EQ(internal::printable("node1"), "node1");
+  EXPECT_EQ(internal::printable(std::string_view("a\x1b[2Jb\n\\\xff", 9)), "a\\x1B[2Jb\\x0A\\x5C\\xFF");
+  EXPECT_EQ(internal::printable(std::string(100, 'x'), 4), "xxxx...");
+  EXPECT_EQ(internal::printable(""), "");
+}
+
 TEST(Join, AtMostMaxItems) {  // checkpoint/'s unmatched keys, one a line
   const std::vector<std::string> keys = {"a", "b", "c", "d", "e"};
   EXPECT_EQ(join(keys, {.separator = "\n  ", .max_items = 2}), "a\n  b\n  ... and 3 more");

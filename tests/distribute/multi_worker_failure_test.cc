@@ -10,6 +10,13 @@
 //   multi_worker_failure_test sigterm DIR  rank 1 gets SIGTERM from one of its own threads while the
 //                                          loop runs; every rank must stop after the same step,
 //                                          save a checkpoint of it and exit 0
+//   multi_worker_failure_test steps DIR [N]  N steps (default 2000) 10 ms apart, for drills done
+//                                          from outside (tests/hosts/host_drills.sh): rank 0
+//                                          creates DIR/ready after step 3 and prints every step's
+//                                          time; an error is reported as in kill (exit 3); a
+//                                          SIGTERM on any rank stops every rank after the same
+//                                          step with a checkpoint of it, as in sigterm (exit 0);
+//                                          all N steps done: exit 0
 //
 // Each step is a strategy.run with an all-reduce across all workers (like a gradient sum), then
 // the step counter (a mirrored int64 variable) is incremented and, in kill/resume, a checkpoint
@@ -69,6 +76,20 @@ struct Progress {
   }
 };
 
+// Prints what an error of a step says and how long after the step's start it came, then leaves.
+[[noreturn]] void report_and_exit(int rank, const cx::Error& e, Clock::time_point since) {
+  const double waited = std::chrono::duration<double>(Clock::now() - since).count();
+  std::printf("[rank %d] caught %s after %.1f s: %s\n", rank,
+              dynamic_cast<const cx::DeadlineExceededError*>(&e) ? "DeadlineExceededError"
+              : dynamic_cast<const cx::UnavailableError*>(&e)    ? "UnavailableError"
+              : dynamic_cast<const cx::AbortedError*>(&e)        ? "AbortedError"
+                                                                 : "another error",
+              waited, e.what());
+  std::fflush(nullptr);
+  // A peer is gone: MPI_Finalize would wait for it. Leave at once, non-zero (the docs' advice).
+  std::_Exit(3);
+}
+
 int kill_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir) {
   const int rank = s.worker_index();
   const int n = s.num_workers();
@@ -92,16 +113,7 @@ int kill_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string
       std::fflush(nullptr);
     }
   } catch (const cx::Error& e) {
-    const double waited = std::chrono::duration<double>(Clock::now() - died).count();
-    std::printf("[rank %d] caught %s after %.1f s: %s\n", rank,
-                dynamic_cast<const cx::DeadlineExceededError*>(&e) ? "DeadlineExceededError"
-                : dynamic_cast<const cx::UnavailableError*>(&e)    ? "UnavailableError"
-                : dynamic_cast<const cx::AbortedError*>(&e)        ? "AbortedError"
-                                                                   : "another error",
-                waited, e.what());
-    std::fflush(nullptr);
-    // A peer is gone: MPI_Finalize would wait for it. Leave at once, non-zero (the docs' advice).
-    std::_Exit(3);
+    report_and_exit(rank, e, died);
   }
   std::printf("[rank %d] finished all steps although rank 1 died\n", rank);
   return 1;
@@ -164,12 +176,47 @@ int sigterm_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::str
   return rc;
 }
 
+int steps_drill(cx::distribute::MultiWorkerMirroredStrategy& s, const std::string& dir, std::int64_t n_steps) {
+  const int rank = s.worker_index();
+  const int n = s.num_workers();
+  Progress progress(s, dir);
+  cx::distribute::PreemptionWatcher watcher(s);
+  auto started = Clock::now();
+  try {
+    for (std::int64_t i = 0; i < n_steps; ++i) {
+      started = Clock::now();
+      if (step(s) != n * (n + 1) / 2.0f) {
+        std::printf("[rank %d] wrong sum at step %lld\n", rank, static_cast<long long>(i));
+        return 2;
+      }
+      progress.step.assign(cx::Tensor::scalar<std::int64_t>(i + 1, "/cpu:0"));
+      std::printf("[rank %d] step %lld took %.1f ms\n", rank, static_cast<long long>(i),
+                  std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+      std::fflush(nullptr);
+      if (rank == 0 && i == 3) std::fclose(std::fopen((dir + "/ready").c_str(), "w"));
+      if (watcher.should_stop(i)) {
+        const std::string saved = *progress.manager->save(i + 1);
+        std::printf("[rank %d] stopping after step %lld (signal seen by %zu rank(s)); checkpoint %s\n", rank,
+                    static_cast<long long>(i), watcher.signalled_ranks().size(), saved.c_str());
+        std::fflush(nullptr);
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const cx::Error& e) {
+    report_and_exit(rank, e, started);
+  }
+  std::printf("[rank %d] finished %lld steps\n", rank, static_cast<long long>(n_steps));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if ((mode != "kill" && mode != "resume" && mode != "sigterm") || argc < 3) {
-    std::fprintf(stderr, "usage: %s kill|resume|sigterm CHECKPOINT_DIR (under mpirun -np 2 or more)\n", argv[0]);
+  if ((mode != "kill" && mode != "resume" && mode != "sigterm" && mode != "steps") || argc < 3) {
+    std::fprintf(stderr, "usage: %s kill|resume|sigterm|steps CHECKPOINT_DIR [STEPS] (under mpirun -np 2 or more)\n",
+                 argv[0]);
     return 2;
   }
   const std::string dir = argv[2];
@@ -178,7 +225,10 @@ int main(int argc, char** argv) {
     cx::collective::MpiEnvironment mpi;
     try {
       cx::distribute::MultiWorkerMirroredStrategy s({.timeout = kTimeout});
-      rc = mode == "kill" ? kill_drill(s, dir) : mode == "resume" ? resume_drill(s, dir) : sigterm_drill(s, dir);
+      rc = mode == "kill"     ? kill_drill(s, dir)
+           : mode == "resume" ? resume_drill(s, dir)
+           : mode == "steps"  ? steps_drill(s, dir, argc > 3 ? std::atoll(argv[3]) : 2000)
+                              : sigterm_drill(s, dir);
     } catch (const std::exception& e) {
       std::printf("[rank %d] unexpected error: %s\n", mpi.world_rank(), e.what());
       std::fflush(nullptr);

@@ -14,6 +14,9 @@
 # sigterm: mpirun must exit 0, every rank must print that all ranks agree on the stop step and name
 # the checkpoint of that step, whose index must exist.
 # DIR: the checkpoint directory (emptied first).
+# Across test hosts (tests/hosts, issue 18): MPIEXEC is tests/hosts/test_hosts.sh with FLAGS
+# "mpirun;N;...", -DLOST_HOST=h1 also requires the survivors' errors to name rank 1's host, and
+# -DHOSTS=h0;h1;... requires that no process is left on any of those hosts after each run.
 foreach(v MPIEXEC NP PROGRAM MODE DIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_multi_worker_failure.cmake: -D${v}=... is required")
@@ -33,6 +36,18 @@ function(run_job out_var rc_var)
   if(rc MATCHES "timeout|Process terminated due to timeout")
     message(FATAL_ERROR "${MODE}: mpirun did not finish within ${deadline} s (a hang)")
   endif()
+  foreach(host IN LISTS HOSTS)  # nothing left behind on any host (a second's grace to exit)
+    foreach(try RANGE 20)
+      execute_process(COMMAND ${MPIEXEC} pids ${host} OUTPUT_VARIABLE left OUTPUT_STRIP_TRAILING_WHITESPACE)
+      if(left STREQUAL "")
+        break()
+      endif()
+      execute_process(COMMAND sleep 0.05)
+    endforeach()
+    if(NOT left STREQUAL "")
+      message(FATAL_ERROR "${MODE}: processes left on host ${host} after mpirun ended: ${left}")
+    endif()
+  endforeach()
   set(${out_var} "${out}" PARENT_SCOPE)
   set(${rc_var} "${rc}" PARENT_SCOPE)
 endfunction()
@@ -56,6 +71,9 @@ if(MODE STREQUAL "kill")
     set(text "${CMAKE_MATCH_3}")
     if(NOT text MATCHES "rank\\(s\\) \\[1\\]|rank 1")
       message(FATAL_ERROR "kill: rank ${rank}'s error does not name rank 1: ${text}")
+    endif()
+    if(DEFINED LOST_HOST AND NOT text MATCHES "host ${LOST_HOST}|on ${LOST_HOST}[;,)]")
+      message(FATAL_ERROR "kill: rank ${rank}'s error does not name rank 1's host ${LOST_HOST}: ${text}")
     endif()
     if(waited GREATER 10)
       message(FATAL_ERROR "kill: rank ${rank} needed ${waited} s (timeout 5 s)")

@@ -251,6 +251,12 @@ void command_lines() {
                   "--dry-run", "prog", "-np", "9"}));
   put("run_command_line_fuzz", "help", argv_bytes({"--np=4", "--host=a:4", "-n", "4", "-host", "a:4", "-h"}));
   put("run_command_line_fuzz", "check_build", argv_bytes({"--check-build"}));
+  put("run_command_line_fuzz", "remote",
+      argv_bytes({"--rsh-agent", "ssh -p 2222", "--network-interface=eth1,10.0.0.0/24", "--mca", "btl", "tcp,self",
+                  "--no-host-check", "-H", "a:2,b:2", "--", "prog"}));
+
+  put("hostfile_fuzz", "cluster", "# two GPU nodes\nnode1 slots=4\nnode2 slots=4 max_slots=4\n");
+  put("hostfile_fuzz", "plain", "a\nb  # one slot each\r\n\n\tc slots=2 max-slots=3");
 
   put("train_options_fuzz", "defaults", "");
   put("train_options_fuzz", "all_flags",

@@ -1,7 +1,12 @@
 #include "launch/mpirun_command.h"
 
+#include "launch/hostfile.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -230,6 +235,116 @@ TEST(ShellQuote, QuotesOnlyWhatTheShellWouldSplitOrExpand) {
   EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
   EXPECT_EQ(shell_quote("*.tfrecord"), "'*.tfrecord'");
   EXPECT_EQ(shell_join({"mpirun", "-np", "2", "--", "./x", "--flag", "a b"}), "mpirun -np 2 -- ./x --flag 'a b'");
+}
+
+// ---- Hostfiles (issue 18) ----------------------------------------------------------------------
+
+std::string hostfile_error_of(std::string_view text) {
+  try {
+    parse_hostfile(text, "hostfile hf");
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "parse_hostfile did not throw for: " << text;
+  return "";
+}
+
+TEST(Hostfile, OpenMpiAndHorovodLinesWithCommentsAndBlankLines) {
+  const auto hosts = parse_hostfile(
+      "# the cluster\n"
+      "node1 slots=4\n"
+      "\n"
+      "   node2\tslots=2 max_slots=8   # two GPUs\r\n"
+      "node3\n",
+      "hostfile hf");
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0], (HostSlots{"node1", 4, true}));
+  EXPECT_EQ(hosts[1], (HostSlots{"node2", 2, true}));
+  EXPECT_EQ(hosts[2], (HostSlots{"node3", 1, false}));
+  EXPECT_EQ(format_host_spec(hosts), "node1:4,node2:2,node3:1");
+  EXPECT_EQ(parse_hostfile("a slots=1", "x").size(), 1u);  // no final newline
+}
+
+TEST(Hostfile, BadLinesAreNamedWithTheirLineNumber) {
+  EXPECT_THAT(hostfile_error_of("a slots=2\nb slots=0\n"), HasSubstr("hostfile hf line 2: 'slots=0'"));
+  EXPECT_THAT(hostfile_error_of("a slots=x"), HasSubstr("whole number from 1 to"));
+  EXPECT_THAT(hostfile_error_of("a slots=99999"), HasSubstr("line 1"));
+  EXPECT_THAT(hostfile_error_of("a cpu=2"), HasSubstr("unknown entry 'cpu=2' after host a"));
+  EXPECT_THAT(hostfile_error_of("a:2"), HasSubstr("contains ':'"));
+  EXPECT_THAT(hostfile_error_of("no\x1b[2Jde"), HasSubstr("host name 'no\\x1B[2Jde' has a byte that is not printable"));
+  EXPECT_THAT(hostfile_error_of("a slots=4 max_slots=2"), HasSubstr("max_slots=2 is below slots=4"));
+  EXPECT_THAT(hostfile_error_of("a\n# b\na slots=2"), HasSubstr("line 3: host 'a' is listed a second time"));
+  EXPECT_THAT(hostfile_error_of("# nothing\n\n  \n"), HasSubstr("names no host"));
+  EXPECT_THAT(hostfile_error_of(""), HasSubstr("names no host"));
+  EXPECT_THAT(hostfile_error_of("a slots=4096\nb slots=1"), HasSubstr("more than 4096 slots in all"));
+}
+
+TEST(Hostfile, ReadingIsBoundedAndEveryFailureIsACommandLineError) {
+  const std::string dir = ::testing::TempDir();
+  const std::string good = dir + "/chorus_hostfile_good";
+  { std::ofstream(good) << "h1 slots=2\nh2\n"; }
+  EXPECT_EQ(format_host_spec(read_hostfile(good)), "h1:2,h2:1");
+  const auto message = [](const std::string& path) {
+    try {
+      read_hostfile(path);
+    } catch (const InvalidArgumentError& e) {
+      return e.message();
+    }
+    ADD_FAILURE() << "read_hostfile(" << path << ") did not throw";
+    return std::string();
+  };
+  EXPECT_THAT(message(dir + "/chorus_no_such_hostfile"), HasSubstr("--hostfile " + dir + "/chorus_no_such_hostfile"));
+  EXPECT_THAT(message(dir), HasSubstr("--hostfile"));  // a directory
+  const std::string big = dir + "/chorus_hostfile_big";
+  {
+    std::ofstream out(big);
+    const std::string line(1023, '#');
+    for (std::size_t i = 0; i <= kMaxHostfileBytes / 1024; ++i) out << line << "\n";
+  }
+  EXPECT_THAT(message(big), HasSubstr("bytes"));
+  std::remove(good.c_str());
+  std::remove(big.c_str());
+}
+
+TEST(MpirunCommand, RemoteShellInterfacesAndMcaParameters) {
+  MpirunOptions o = basic(2);
+  o.hosts = parse_host_spec("a,b");
+  o.rsh_agent = "ssh -p 2222";
+  o.network_interfaces = {"eth1", "10.0.0.0/24"};
+  o.mca = {{"btl", "tcp,self"}, {"btl_tcp_eager_limit", "65536"}};
+  EXPECT_EQ(build_mpirun_argv(o), (Argv{"mpirun",
+                                        "-np",
+                                        "2",
+                                        "-H",
+                                        "a:1,b:1",
+                                        "--bind-to",
+                                        "none",
+                                        "--mca",
+                                        "plm_rsh_agent",
+                                        "ssh -p 2222",
+                                        "--mca",
+                                        "btl_tcp_if_include",
+                                        "eth1,10.0.0.0/24",
+                                        "--mca",
+                                        "oob_tcp_if_include",
+                                        "eth1,10.0.0.0/24",
+                                        "--mca",
+                                        "btl",
+                                        "tcp,self",
+                                        "--mca",
+                                        "btl_tcp_eager_limit",
+                                        "65536",
+                                        "--",
+                                        "./x"}));
+  o.network_interfaces = {"eth1,eth2"};
+  EXPECT_THAT(error_of(o), HasSubstr("--network-interface 'eth1,eth2'"));
+  o.network_interfaces = {""};
+  EXPECT_THAT(error_of(o), HasSubstr("separated by single commas"));
+  o.network_interfaces.clear();
+  o.mca = {{"BTL", "tcp"}};
+  EXPECT_THAT(error_of(o), HasSubstr("--mca 'BTL'"));
+  o.mca = {{"btl", ""}};
+  EXPECT_THAT(error_of(o), HasSubstr("--mca btl has an empty value"));
 }
 
 }  // namespace

@@ -97,5 +97,23 @@ TEST(RunCommandLine, UsageMentionsEveryOption) {
     EXPECT_THAT(usage, HasSubstr(flag));
 }
 
+TEST(RunCommandLine, HostfileRemoteShellInterfacesAndMca) {
+  const auto cl = parse_run_command_line({"--hostfile", "hf", "--rsh-agent", "ssh -p 2222", "--network-interface=eth1",
+                                          "--mca", "btl", "tcp,self", "--mca", "x_y", "1", "--no-host-check", "./x"});
+  EXPECT_EQ(cl.hostfile, "hf");
+  EXPECT_FALSE(cl.num_processes);  // the hostfile's slots decide
+  EXPECT_EQ(cl.rsh_agent, "ssh -p 2222");
+  EXPECT_EQ(cl.network_interfaces, "eth1");
+  EXPECT_EQ(cl.mca, (std::vector<std::pair<std::string, std::string>>{{"btl", "tcp,self"}, {"x_y", "1"}}));
+  EXPECT_FALSE(cl.check_hosts);
+  EXPECT_TRUE(parse_run_command_line({"-np", "1", "./x"}).check_hosts);
+  EXPECT_THAT(error_of({"-H", "a", "--hostfile", "hf", "./x"}), HasSubstr("-H and --hostfile both name the hosts"));
+  EXPECT_THAT(error_of({"--mca", "btl"}), HasSubstr("--mca needs a name and a value"));
+  EXPECT_THAT(error_of({"--mca=btl", "tcp", "./x"}), HasSubstr("--mca needs a name and a value"));
+  EXPECT_THAT(error_of({"--hostfile", "", "./x"}), HasSubstr("--hostfile is empty"));
+  EXPECT_THAT(error_of({"--rsh-agent=", "-np", "1", "./x"}), HasSubstr("--rsh-agent is empty"));
+  EXPECT_THAT(error_of({"--no-host-check=1", "./x"}), HasSubstr("takes no value"));
+}
+
 }  // namespace
 }  // namespace chorus::launch
