@@ -94,8 +94,8 @@ MpiEnvironment::~MpiEnvironment() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (g_peer_lost) {
-    CHORUS_LOG(WARNING) << "MPI_Finalize skipped: a peer process of this job was lost, and MPI_Finalize would wait "
-                        << "for it forever";
+    CHORUS_LOG(WARNING) << "MPI_Finalize skipped: a peer process of this job was lost or stopped answering, and "
+                        << "MPI_Finalize would wait for it forever";
     return;
   }
   if (const int rc = MPI_Finalize(); rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;

@@ -128,6 +128,8 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
     std::lock_guard<std::mutex> lock(state_mu_);
     failure_ = message;
   }
+  // A rank that never arrived (a host cut off the network) would keep MPI_Finalize waiting too.
+  g_peer_lost = true;
   throw DeadlineExceededError(prefix() + message);
 }
 

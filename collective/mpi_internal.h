@@ -128,7 +128,9 @@ bool test_or_back_off(MPI_Request* request, Clock::time_point spin_until);
 
 // --- mpi_failure.cc -------------------------------------------------------------------------------
 
-// Set once this process knows that a peer process died: MPI_Finalize would wait for it forever.
+// Set once this process knows that a peer process died, or that one did not arrive in a collective
+// within its timeout (stuck, or on a host that cannot be reached): MPI_Finalize would wait for it
+// forever, so MpiEnvironment skips it and the process can exit.
 extern std::atomic<bool> g_peer_lost;
 
 // The process's monitor, started on first use; nullptr when turned off (CHORUS_PEER_MONITOR=false)

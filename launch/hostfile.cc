@@ -28,9 +28,9 @@ int parse_slot_count(std::string_view token, std::string_view key, const std::st
   const std::string_view value = token.substr(key.size() + 1);
   int n = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  CHORUS_REQUIRE(!value.empty() && ec == std::errc() && end == value.data() + value.size() && n >= 1 &&
-                     n <= kMaxProcesses,
-                 InvalidArgumentError, where, ": '", printable(token), "' needs a whole number from 1 to ", kMaxProcesses);
+  CHORUS_REQUIRE(
+      !value.empty() && ec == std::errc() && end == value.data() + value.size() && n >= 1 && n <= kMaxProcesses,
+      InvalidArgumentError, where, ": '", printable(token), "' needs a whole number from 1 to ", kMaxProcesses);
   return n;
 }
 }  // namespace
@@ -72,8 +72,8 @@ std::vector<HostSlots> parse_hostfile(std::string_view text, std::string_view wh
       } else if (token.rfind("max_slots=", 0) == 0 || token.rfind("max-slots=", 0) == 0) {
         max_slots = parse_slot_count(token, "max_slots", at);
       } else {
-        throw InvalidArgumentError(str_cat(at, ": unknown entry '", printable(token), "' after host ", printable(h.host),
-                                           "; expected slots=N (and optionally max_slots=M)"));
+        throw InvalidArgumentError(str_cat(at, ": unknown entry '", printable(token), "' after host ",
+                                           printable(h.host), "; expected slots=N (and optionally max_slots=M)"));
       }
     }
     CHORUS_REQUIRE(max_slots == 0 || max_slots >= h.slots, InvalidArgumentError, at, ": max_slots=", max_slots,

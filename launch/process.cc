@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -125,20 +127,37 @@ ChildExit run_child(const std::vector<std::string>& argv, const ChildOptions& op
     ::_exit(err == EACCES || err == EPERM ? 126 : 127);
   }
   int status = 0;
+  ChildExit result;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;  // the watchdog's SIGKILL
   for (;;) {
     const pid_t done = ::waitpid(pid, &status, WNOHANG);
     if (done == pid || (done < 0 && errno != EINTR)) break;
+    if (options.watchdog && !result.ended_by_watchdog) {
+      const std::string why = options.watchdog();
+      if (!why.empty()) {
+        std::fprintf(stderr, "chorus-run: ending %s: %s\n", argv[0].c_str(), why.c_str());
+        result.ended_by_watchdog = true;
+        ::kill(pid, SIGTERM);
+        kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      }
+    }
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+      ::kill(pid, SIGKILL);
+      kill_at.reset();
+    }
     siginfo_t info{};
     const timespec tick{1, 0};  // a missed SIGCHLD costs at most this
     const int sig = ::sigtimedwait(&set, &info, &tick);
     if (sig <= 0 || sig == SIGCHLD) continue;
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) result.stop_signal = sig;
     // Typed at the terminal: the child, in the same process group, got it from the kernel too.
     if ((sig == SIGINT || sig == SIGQUIT) && options.shares_terminal && info.si_code == SI_KERNEL) continue;
     ::kill(pid, sig);
   }
   restore();
-  if (WIFSIGNALED(status)) return {true, WTERMSIG(status)};
-  return {false, WIFEXITED(status) ? WEXITSTATUS(status) : 1};
+  result.signaled = WIFSIGNALED(status);
+  result.code = result.signaled ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  return result;
 }
 
 std::string self_executable() {

@@ -7,6 +7,7 @@
 // takes signals while it waits: see there.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,10 @@ bool running_as_root();
 struct ChildExit {
   bool signaled = false;
   int code = 0;  // the exit status, or the signal number when signaled
+  // A stop this process was asked for while it waited: SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to
+  // it (or typed at the terminal). 0: none. A supervisor does not restart a job it was told to end.
+  int stop_signal = 0;
+  bool ended_by_watchdog = false;  // the watchdog below ended the child
   // The shell's convention: the exit status, or 128 + signal.
   int status() const { return signaled ? 128 + code : code; }
 };
@@ -44,6 +49,10 @@ struct ChildOptions {
   // The child runs in this process's terminal process group, so SIGINT and SIGQUIT typed at the
   // terminal reach it directly: those (si_code SI_KERNEL) are not forwarded a second time.
   bool shares_terminal = false;
+  // Asked about once a second while the child runs: a non-empty answer is why the child must end
+  // now (it gets SIGTERM, then SIGKILL 5 s later if still there, both to its process id). Empty
+  // function: never.
+  std::function<std::string()> watchdog;
 };
 
 // Runs `argv` as a child process with this environment and waits for it. While waiting, SIGTERM,

@@ -18,6 +18,15 @@ int parse_count(const std::string& flag, const std::string& value) {
   return n;
 }
 
+// A whole number in [low, high] given to `flag`.
+int parse_bounded(const std::string& flag, const std::string& value, int low, int high) {
+  int n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  CHORUS_REQUIRE(!value.empty() && ec == std::errc() && end == value.data() + value.size() && n >= low && n <= high,
+                 InvalidArgumentError, flag, " expects a whole number from ", low, " to ", high, ", got '", value, "'");
+  return n;
+}
+
 }  // namespace
 
 RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
@@ -67,6 +76,12 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
                      "option --mca needs a name and a value, e.g. --mca btl tcp,self");
       out.mca.emplace_back(args[i + 1], args[i + 2]);
       i += 2;
+    } else if (flag == "--max-restarts") {
+      out.max_restarts = parse_bounded(flag, value_of(flag, iv), 0, kMaxRestarts);
+    } else if (flag == "--min-hosts") {
+      out.min_hosts = parse_bounded(flag, value_of(flag, iv), 1, static_cast<int>(kMaxProcesses));
+    } else if (flag == "--failure-grace") {
+      out.failure_grace_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
     } else if (flag == "--no-host-check") {
       no_value();
       out.check_hosts = false;
@@ -105,6 +120,7 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       throw InvalidArgumentError(internal::str_cat(
           "unknown option '", word,
           "'; chorus-run takes -np, -H, --hostfile, --rsh-agent, --network-interface, --mca, --no-host-check, "
+          "--max-restarts, --min-hosts, --failure-grace, "
           "--bind-to, --oversubscribe, -x, --collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the "
           "program "
           "(after '--' if its name starts with '-')"));
@@ -121,6 +137,8 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
                  "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
   CHORUS_REQUIRE(!(out.hosts && out.hostfile), InvalidArgumentError,
                  "-H and --hostfile both name the hosts: give one of them");
+  CHORUS_REQUIRE(!out.min_hosts || out.hosts || out.hostfile, InvalidArgumentError,
+                 "--min-hosts needs the hosts (-H or --hostfile)");
   CHORUS_REQUIRE(out.num_processes || out.hosts || out.hostfile, InvalidArgumentError,
                  "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... or "
                  "--hostfile FILE to start one per slot");
@@ -147,6 +165,14 @@ options:
   --mca NAME VALUE     pass an Open MPI MCA parameter (repeatable), e.g. --mca btl tcp,self
   --no-host-check      start without first checking that every other host answers (by
                        default each is asked to run `true` through the rsh agent, 10 s at most)
+  --max-restarts N     start the job again when it fails, up to N times (0..100; default 0), each
+                       time on the hosts that answer then; the program resumes from its latest
+                       checkpoint (chorus-train --checkpoint-dir); CHORUS_RESTART_COUNT tells it
+                       which start this is. Not after SIGTERM/SIGINT to chorus-run
+  --min-hosts M        start or restart on the hosts that answer when at least M of them do,
+                       -np following their slots (default: all hosts must answer)
+  --failure-grace S    a rank failed and mpirun has not ended the job S seconds later (a host that
+                       cannot be reached): end mpirun (default 30; needs the rank records)
   --bind-to WHAT       mpirun's process binding (default none: each chorus process runs several
                        threads, which binding to one core would crowd; socket or numa suit
                        multi-socket GPU servers)

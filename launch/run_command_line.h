@@ -12,6 +12,13 @@
 //                           "10.0.0.0/24", comma-separated): Open MPI's TCP traffic and daemons
 //   --mca NAME VALUE        any Open MPI MCA parameter (repeatable), passed on as given
 //   --no-host-check         do not check that every other host answers before the job starts
+//   --max-restarts N        start a failed job again, up to N times (torchrun's --max-restarts),
+//                           on the hosts that answer the host check then
+//   --min-hosts M           with hosts: start (or restart) on the hosts that answer when at least
+//                           M do (default: every host must answer)
+//   --failure-grace S       when a rank's record shows it failed and mpirun has not ended the job
+//                           S seconds later (a host that cannot be reached), end mpirun (default 30;
+//                           needs the rank records: every rank on this machine, or --status-dir)
 //   --bind-to WHAT          passed to mpirun's --bind-to (default none)
 //   --oversubscribe         always pass --oversubscribe
 //   -x NAME[=VALUE]         forward one more environment variable (repeatable)
@@ -47,6 +54,8 @@
 
 namespace chorus::launch {
 
+inline constexpr int kMaxRestarts = 100;
+
 struct RunCommandLine {
   bool help = false;
   bool check_build = false;
@@ -64,6 +73,9 @@ struct RunCommandLine {
   std::optional<std::string> network_interfaces;         // --network-interface, comma-separated
   std::vector<std::pair<std::string, std::string>> mca;  // --mca NAME VALUE, in order
   bool check_hosts = true;                               // false: --no-host-check
+  int max_restarts = 0;                                  // --max-restarts
+  std::optional<int> min_hosts;                          // --min-hosts
+  int failure_grace_seconds = 30;                        // --failure-grace
   std::string bind_to = "none";
   std::vector<std::string> extra_environment;
   std::vector<std::string> program;  // program and arguments

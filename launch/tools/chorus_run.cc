@@ -10,9 +10,14 @@
 // mpirun (or a local program given with a path) is not found.
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -42,28 +47,50 @@ std::string rsh_agent(const launch::RunCommandLine& cl) {
   return env && *env ? env : "ssh";
 }
 
-// Every host other than this machine runs `true` through the agent; false (after printing who did
-// not answer and why) when one did not.
-bool hosts_answer(const std::vector<launch::HostSlots>& hosts, const std::string& agent) {
+// Every host other than this machine runs `true` through the agent. Returns the hosts that
+// answered (this machine's always), after printing who did not and why.
+std::vector<launch::HostSlots> answering_hosts(const std::vector<launch::HostSlots>& hosts, const std::string& agent) {
   std::vector<std::string> remote;
   for (const auto& h : hosts)
     if (!launch::is_this_machine(h.host)) remote.push_back(h.host);
-  if (remote.empty()) return true;
+  if (remote.empty()) return hosts;
   std::vector<std::string> words = launch::split_command(agent);
   // ssh must fail instead of asking for a password or a host key nobody will type.
   if (agent == "ssh") words.insert(words.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=5"});
   const auto answers = launch::check_hosts(words, remote);
-  std::size_t silent = 0;
-  for (const auto& a : answers) silent += a.answered ? 0 : 1;
-  if (silent == 0) return true;
-  std::cerr << "chorus-run: " << silent << " of " << remote.size() << " host" << (remote.size() == 1 ? "" : "s")
+  std::vector<std::string> silent;
+  for (const auto& a : answers)
+    if (!a.answered) silent.push_back(a.host);
+  if (silent.empty()) return hosts;
+  std::cerr << "chorus-run: " << silent.size() << " of " << remote.size() << " host" << (remote.size() == 1 ? "" : "s")
             << " did not answer through '" << agent << "' (the remote shell mpirun would use):\n";
   for (const auto& a : answers)
     if (!a.answered) std::cerr << "  " << a.host << ": " << a.detail << "\n";
-  std::cerr << "Check the host names, that '" << agent
-            << " HOST true' works without a password prompt, and the network between the hosts; "
-               "or start anyway with --no-host-check.\n";
-  return false;
+  std::vector<launch::HostSlots> out;
+  for (const auto& h : hosts)
+    if (std::find(silent.begin(), silent.end(), h.host) == silent.end()) out.push_back(h);
+  return out;
+}
+
+// The watchdog of one job (launch/process.h): once a rank's record says it failed, mpirun gets
+// `grace` to end the job; past that (a host that cannot be reached keeps mpirun waiting on its
+// daemon until TCP gives up, minutes) chorus-run ends mpirun itself.
+std::function<std::string()> failure_watchdog(const std::string& status_dir, std::chrono::seconds grace) {
+  auto first = std::make_shared<std::optional<std::pair<std::chrono::steady_clock::time_point, std::string>>>();
+  return [status_dir, grace, first]() -> std::string {
+    if (!*first) {
+      for (const auto& r : launch::read_exit_records(status_dir))
+        if (!r.ok()) {
+          *first = std::make_pair(std::chrono::steady_clock::now(), r.describe());
+          break;
+        }
+      return "";
+    }
+    if (std::chrono::steady_clock::now() - (*first)->first < grace) return "";
+    return cx::internal::str_cat(
+        (*first)->second, " ", grace.count(),
+        " s ago and mpirun has not ended the job (a host that cannot be reached keeps it waiting)");
+  };
 }
 
 int run(const std::vector<std::string>& args) {
@@ -144,32 +171,69 @@ int run(const std::vector<std::string>& args) {
     return kNotFound;
   }
   o.mpirun = *mpirun;
-  if (!o.hosts.empty() && cl.check_hosts && !hosts_answer(o.hosts, rsh_agent(cl))) return kHostsUnreachable;
-  if (!wrap) {
-    const launch::ChildExit job =
-        launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});
-    return job.status();
+  const std::vector<launch::HostSlots> all_hosts = o.hosts;
+  const std::size_t min_hosts = cl.min_hosts ? static_cast<std::size_t>(*cl.min_hosts) : all_hosts.size();
+  const std::vector<std::string> base_environment = o.extra_environment;
+  for (int attempt = 0;; ++attempt) {
+    // Each start runs on the hosts that answer now (at least --min-hosts of them), -np following
+    // their slots when that changes.
+    if (!all_hosts.empty() && cl.check_hosts) {
+      o.hosts = answering_hosts(all_hosts, rsh_agent(cl));
+      if (o.hosts.size() < min_hosts) {
+        std::cerr << "chorus-run: " << o.hosts.size() << " of " << all_hosts.size() << " hosts answer, fewer than "
+                  << (cl.min_hosts ? "--min-hosts " + std::to_string(min_hosts) : std::string("all of them"))
+                  << "; not starting. Check the host names, that '" << rsh_agent(cl)
+                  << " HOST true' works without a password prompt, and the network; or use --no-host-check"
+                  << (cl.min_hosts ? "" : " or --min-hosts") << ".\n";
+        return kHostsUnreachable;
+      }
+      if (o.hosts.size() < all_hosts.size()) {
+        o.num_processes = 0;
+        for (const auto& h : o.hosts) o.num_processes += h.slots;
+        std::cerr << "chorus-run: starting on the " << o.hosts.size() << " hosts that answer ("
+                  << launch::format_host_spec(o.hosts) << "), " << o.num_processes << " processes\n";
+      }
+    }
+    o.extra_environment = base_environment;
+    o.extra_environment.push_back("CHORUS_RESTART_COUNT=" + std::to_string(attempt));
+    launch::ChildExit job;
+    int status = 0;
+    if (!wrap) {
+      job = launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});
+      status = job.status();
+    } else {
+      if (cl.status_dir) {
+        std::error_code ec;
+        std::filesystem::create_directories(status_dir, ec);
+        for (const auto& r : launch::read_exit_records(status_dir))  // records of an earlier job would count
+          std::filesystem::remove(std::filesystem::path(status_dir) / ("rank-" + r.rank), ec);
+      } else {
+        status_dir = launch::make_temp_directory("chorus-run-");
+      }
+      o.rank_wrapper[2] = status_dir;
+      // mpirun gets SIGTERM (and ends its job) if chorus-run is killed.
+      job =
+          launch::run_child(launch::build_mpirun_argv(o),
+                            {.parent_death_signal = SIGTERM,
+                             .shares_terminal = true,
+                             .watchdog = failure_watchdog(status_dir, std::chrono::seconds(cl.failure_grace_seconds))});
+      const auto verdict = launch::judge_job(job.status(), launch::read_exit_records(status_dir), o.num_processes,
+                                             /*expect_every_rank=*/!job.ended_by_watchdog);
+      for (const auto& line : verdict.lines) std::cerr << line << "\n";
+      status = job.ended_by_watchdog && verdict.exit_status == 0 ? 1 : verdict.exit_status;
+      if (!cl.status_dir) {
+        std::error_code ec;
+        std::filesystem::remove_all(status_dir, ec);
+      }
+    }
+    if (status == 0 || attempt >= cl.max_restarts) return status;
+    if (job.stop_signal != 0) {
+      std::cerr << "chorus-run: not restarting: chorus-run was asked to stop (signal " << job.stop_signal << ")\n";
+      return status;
+    }
+    std::cerr << "chorus-run: the job failed (exit status " << status << "); restart " << attempt + 1 << " of "
+              << cl.max_restarts << "\n";
   }
-  if (cl.status_dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(status_dir, ec);
-    for (const auto& r : launch::read_exit_records(status_dir))  // records of an earlier job would count
-      std::filesystem::remove(std::filesystem::path(status_dir) / ("rank-" + r.rank), ec);
-  } else {
-    status_dir = launch::make_temp_directory("chorus-run-");
-  }
-  o.rank_wrapper[2] = status_dir;
-  // mpirun gets SIGTERM (and ends its job) if chorus-run is killed.
-  const launch::ChildExit job =
-      launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});
-  const auto verdict = launch::judge_job(job.status(), launch::read_exit_records(status_dir), o.num_processes,
-                                         /*expect_every_rank=*/true);
-  for (const auto& line : verdict.lines) std::cerr << line << "\n";
-  if (!cl.status_dir) {
-    std::error_code ec;
-    std::filesystem::remove_all(status_dir, ec);
-  }
-  return verdict.exit_status;
 }
 
 }  // namespace

@@ -14,13 +14,22 @@
 #                                    --hostfile trains the seed CNN with chorus-train across both;
 #                                    it must finish, and its step time is printed beside the same
 #                                    job's on a plain link
+#   host_drills.sh restart TRAIN [RUN]  3 hosts, chorus-run --max-restarts 2 --status-dir (shared)
+#                                    around chorus-train --checkpoint-dir: the rank on h1 is killed
+#                                    after the first epoch's checkpoint; chorus-run starts the job
+#                                    again, it resumes and finishes, and its final checkpoint equals
+#                                    an uninterrupted run's byte for byte
+#   host_drills.sh lost-host TRAIN [RUN]  the same with h2's link cut for good after the first
+#                                    epoch: the survivors time out, chorus-run ends the mpirun that
+#                                    waits on h2's daemon (--failure-grace), finds h2 silent, and
+#                                    restarts on h0 and h1 (--min-hosts 2), which finish the run
 #
 # Exit 0 when the drill holds, 1 with the reason when not, 77 (skip) when the hosts are not up.
 set -uo pipefail
 
 readonly HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly HOSTS=$HERE/test_hosts.sh
-mode=${1:?usage: host_drills.sh link|sigterm PROGRAM | slow CHORUS_TRAIN [CHORUS_RUN]}
+mode=${1:?usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host CHORUS_TRAIN [CHORUS_RUN]}
 program=${2:?the drill program}
 
 "$HOSTS" require true || exit $?
@@ -151,5 +160,68 @@ case $mode in
     no_process_left h0 h1
     echo "host_drills.sh slow: held"
     ;;
-  *) echo "usage: host_drills.sh link|sigterm PROGRAM | slow CHORUS_TRAIN [CHORUS_RUN]" >&2; exit 2 ;;
+  restart | lost-host)
+    chorus_run=${3:-$(dirname "$program")/chorus-run}
+    printf 'h0\nh1\nh2\n' >"$work/hostfile"
+    train() {  # train DIR EXTRA_CHORUS_RUN_OPTIONS...: the MLP on 3 hosts, chorus-run on h0
+      local dir=$1
+      shift
+      CHORUS_PROGRESS=none "$HOSTS" exec h0 "$chorus_run" --hostfile "$work/hostfile" \
+        --rsh-agent "$HERE/rsh_agent.sh" --network-interface 10.231.0.0/24 --mca btl tcp,self \
+        --status-dir "$work/status" "$@" -- "$program" --strategy multi_worker --model mlp --epochs 3 \
+        --train 30000 --test 200 --batch 60 --quiet --checkpoint-dir "$dir"
+    }
+    wait_for_file() {  # wait_for_file PATH SECONDS
+      local t0
+      t0=$(now)
+      until [[ -e $1 ]]; do
+        kill -0 "$job" 2>/dev/null || fail "the job ended before $1 appeared"
+        (($(awk -v e="$(elapsed "$t0")" -v l="$2" 'BEGIN { print (e > l) }'))) && fail "no $1 within $2 s"
+        sleep 0.05
+      done
+    }
+    if [[ $mode == restart ]]; then
+      timeout 300 bash -c "$(declare -f train); HOSTS=$HOSTS HERE=$HERE work=$work chorus_run=$chorus_run \
+        program=$program train $work/whole" >"$work/out" 2>&1 || fail "the uninterrupted run failed"
+      train "$work/restarted" --max-restarts 2 >"$work/out" 2>&1 &
+      job=$!
+      wait_for_file "$work/restarted/ckpt-1.index" 120
+      victim=""
+      for pid in $("$HOSTS" pids h1); do
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
+      done
+      [[ -n $victim ]] || fail "no chorus-train on h1"
+      kill -9 "$victim"
+      wait_job 240
+      ((rc == 0)) || fail "the restarted job exited $rc"
+      grep -q "restart 1 of 2" "$work/out" || fail "chorus-run did not restart the job"
+      [[ -e $work/restarted/ckpt-3.index ]] || fail "no final checkpoint"
+      compared=0
+      for f in "$work"/whole/ckpt-3.*; do
+        [[ -e $f ]] || continue
+        cmp -s "$f" "$work/restarted/$(basename "$f")" || fail "$(basename "$f") differs from the uninterrupted run's"
+        ((++compared))
+      done
+      ((compared >= 2)) || fail "the uninterrupted run left no final checkpoint to compare"
+      no_process_left h0 h1 h2
+      echo "host_drills.sh restart: held: rank on h1 killed after epoch 1, restarted, final checkpoint equal byte for byte"
+    else
+      train "$work/shrunk" --max-restarts 1 --min-hosts 2 --failure-grace 10 --collective-timeout 10 >"$work/out" 2>&1 &
+      job=$!
+      wait_for_file "$work/shrunk/ckpt-1.index" 120
+      cut=$(now)
+      "$HOSTS" link h2 down
+      wait_job 240
+      ((rc == 0)) || fail "the job exited $rc"
+      grep -q "ending .*mpirun" "$work/out" || fail "chorus-run did not end the waiting mpirun"
+      grep -q "h2: " "$work/out" || fail "the host check did not name h2"
+      grep -q "starting on the 2 hosts that answer (h0:1,h1:1), 2 processes" "$work/out" ||
+        fail "no restart on h0 and h1"
+      [[ -e $work/shrunk/ckpt-3.index ]] || fail "no final checkpoint"
+      echo "host_drills.sh lost-host: held: h2 lost after epoch 1, finished on h0 and h1 $(elapsed "$cut") s after the cut"
+      "$HOSTS" link h2 up
+      no_process_left h0 h1
+    fi
+    ;;
+  *) echo "usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host CHORUS_TRAIN [CHORUS_RUN]" >&2; exit 2 ;;
 esac

@@ -51,9 +51,9 @@ TEST_F(ChorusRunHostile, HostfilesThatAreNotFilesOfHostsExitTwoAtOnce) {
   }
   fs::create_symlink(fifo, link);
   const std::pair<std::string, std::string> cases[] = {
-      {fifo.string(), "not a regular file"},          {"/dev/zero", "not a regular file"},
-      {dir_.string(), "not a regular file"},          {link.string(), "not a regular file"},
-      {big.string(), "more than a hostfile's"},       {garbage.string(), "line "},
+      {fifo.string(), "not a regular file"},         {"/dev/zero", "not a regular file"},
+      {dir_.string(), "not a regular file"},         {link.string(), "not a regular file"},
+      {big.string(), "more than a hostfile's"},      {garbage.string(), "line "},
       {(dir_ / "missing").string(), "No such file"},
   };
   for (const auto& [path, why] : cases) {
@@ -69,9 +69,7 @@ TEST_F(ChorusRunHostile, HostsThatDoNotAnswerStopTheJobBeforeMpirunStarts) {
   if (!find_executable("mpirun", path ? path : "")) GTEST_SKIP() << "mpirun is not installed";
   // An agent that never answers (sleeps past the 10 s check) and one that refuses.
   const fs::path silent = dir_ / "silent_agent.sh", marker = dir_ / "mpirun_started";
-  {
-    std::ofstream(silent) << "#!/bin/sh\nexec sleep 60\n";
-  }
+  { std::ofstream(silent) << "#!/bin/sh\nexec sleep 60\n"; }
   fs::permissions(silent, fs::perms::owner_all);
   const auto refused = run({"-H", "nodeA:1,nodeB:1", "--rsh-agent", "/bin/false", "--", "/usr/bin/touch", marker});
   EXPECT_EQ(refused.exit_code, 3) << refused.err;

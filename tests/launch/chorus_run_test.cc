@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "launch/build_info.h"
@@ -120,6 +123,28 @@ TEST(ChorusRun, CheckBuildPrintsOneLinePerComponent) {
     EXPECT_EQ(got[i].rfind(names[i], 0), 0u) << got[i];
     EXPECT_EQ(got[i], format_component(expected[i]));
   }
+}
+
+TEST(ChorusRun, MaxRestartsStartsAFailedJobAgainWithItsCount) {
+  const char* path = std::getenv("PATH");
+  if (!find_executable("mpirun", path ? path : "")) GTEST_SKIP() << "mpirun is not installed";
+  const std::string log = ::testing::TempDir() + "/chorus_run_restarts_" + std::to_string(::getpid());
+  std::remove(log.c_str());
+  // Fails on its first two starts, succeeds on the third.
+  const std::string body = "echo start $CHORUS_RESTART_COUNT >> " + log + "; [ \"$CHORUS_RESTART_COUNT\" = 2 ]";
+  const auto ok = run_tool({kTool, "-np", "1", "--max-restarts", "2", "--", "/bin/sh", "-c", body});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.err, HasSubstr("the job failed (exit status 1); restart 1 of 2"));
+  EXPECT_THAT(ok.err, HasSubstr("restart 2 of 2"));
+  std::ifstream in(log);
+  const std::string starts((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(starts, "start 0\nstart 1\nstart 2\n");
+  std::remove(log.c_str());
+  // Too few restarts: the last failure's status.
+  const auto failed = run_tool({kTool, "-np", "1", "--max-restarts", "1", "--", "/bin/sh", "-c", "exit 4"});
+  EXPECT_EQ(failed.exit_code, 4) << failed.err;
+  EXPECT_THAT(failed.err, HasSubstr("restart 1 of 1"));
+  EXPECT_THAT(failed.err, ::testing::Not(HasSubstr("restart 2")));
 }
 
 }  // namespace

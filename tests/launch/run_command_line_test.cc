@@ -115,5 +115,22 @@ TEST(RunCommandLine, HostfileRemoteShellInterfacesAndMca) {
   EXPECT_THAT(error_of({"--no-host-check=1", "./x"}), HasSubstr("takes no value"));
 }
 
+TEST(RunCommandLine, RestartsMinimumHostsAndFailureGrace) {
+  const auto cl =
+      parse_run_command_line({"-H", "a,b,c", "--max-restarts", "3", "--min-hosts=2", "--failure-grace", "45", "./x"});
+  EXPECT_EQ(cl.max_restarts, 3);
+  EXPECT_EQ(cl.min_hosts, 2);
+  EXPECT_EQ(cl.failure_grace_seconds, 45);
+  const auto defaults = parse_run_command_line({"-np", "1", "./x"});
+  EXPECT_EQ(defaults.max_restarts, 0);
+  EXPECT_FALSE(defaults.min_hosts);
+  EXPECT_EQ(defaults.failure_grace_seconds, 30);
+  EXPECT_THAT(error_of({"-np", "1", "--max-restarts", "-1", "./x"}), HasSubstr("from 0 to 100, got '-1'"));
+  EXPECT_THAT(error_of({"-np", "1", "--max-restarts", "101", "./x"}), HasSubstr("from 0 to 100"));
+  EXPECT_THAT(error_of({"-np", "1", "--failure-grace", "0", "./x"}), HasSubstr("--failure-grace expects"));
+  EXPECT_THAT(error_of({"-np", "2", "--min-hosts", "1", "./x"}), HasSubstr("--min-hosts needs the hosts"));
+  EXPECT_THAT(error_of({"-H", "a", "--min-hosts", "0", "./x"}), HasSubstr("from 1 to"));
+}
+
 }  // namespace
 }  // namespace chorus::launch
