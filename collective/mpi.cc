@@ -10,7 +10,12 @@
 #endif
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "collective/mpi_internal.h"
 #include "core/env.h"
@@ -94,11 +99,37 @@ MpiEnvironment::~MpiEnvironment() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (g_peer_lost) {
-    CHORUS_LOG(WARNING) << "MPI_Finalize skipped: a peer process of this job was lost or stopped answering, and "
-                        << "MPI_Finalize would wait for it forever";
+    CHORUS_LOG(WARNING) << "MPI_Finalize skipped: a peer process of this job was lost, and MPI_Finalize would wait "
+                        << "for it forever";
     return;
   }
-  if (const int rc = MPI_Finalize(); rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;
+  if (!g_collective_timed_out) {
+    if (const int rc = MPI_Finalize(); rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;
+    return;
+  }
+  // A collective timed out: MPI_Finalize may wait for a rank on a host that cannot be reached. A
+  // watchdog gives it kFinalizeAfterTimeout, then ends the process (exit status 1: a job whose
+  // collective timed out has failed) instead of leaving it hanging in MPI.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> wait_lock(mu);
+    if (cv.wait_for(wait_lock, kFinalizeAfterTimeout, [&] { return done; })) return;
+    CHORUS_LOG(ERROR) << "MPI_Finalize has not returned " << kFinalizeAfterTimeout.count()
+                      << " s after a collective timed out (a rank on a host that cannot be reached?); exiting "
+                      << "without it, status 1";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  });
+  const int rc = MPI_Finalize();
+  {
+    std::lock_guard<std::mutex> done_lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;
 }
 
 std::string MpiEnvironment::thread_level() const { return thread_level_name(provided_); }

@@ -108,7 +108,10 @@ enum class MpiThreadLevel { kSerialized, kMultiple };
 // MPI_Finalize waits for every process of the job to reach it. Destroy every MPI communicator
 // before the MpiEnvironment (a communicator outliving MPI only logs and leaks its handle). Once a
 // communicator of this process reported a lost peer (UnavailableError, see "Failure" above), the
-// destructor skips MPI_Finalize (with a warning): it would wait for the dead process forever.
+// destructor skips MPI_Finalize (with a warning): it would wait for the dead process forever. Once
+// a collective timed out (DeadlineExceededError), the rank it waited for may be alive or on a host
+// cut off the network: MPI_Finalize runs, and if it has not returned 10 s later the process exits
+// with status 1 (logged) rather than wait for TCP to give up, minutes later.
 // Not thread-safe: construct and destroy it on the main thread, as MPI requires.
 class MpiEnvironment {
  public:

@@ -19,6 +19,7 @@ using internal::str_cat;
 // --- the peer monitor (collective/peer_monitor.h): one per process, shared by its MPI communicators ---
 
 std::atomic<bool> g_peer_lost{false};
+std::atomic<bool> g_collective_timed_out{false};
 
 namespace {
 
@@ -128,8 +129,8 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
     std::lock_guard<std::mutex> lock(state_mu_);
     failure_ = message;
   }
-  // A rank that never arrived (a host cut off the network) would keep MPI_Finalize waiting too.
-  g_peer_lost = true;
+  // A rank that never arrived may be on a host cut off the network: MPI_Finalize could wait for it.
+  g_collective_timed_out = true;
   throw DeadlineExceededError(prefix() + message);
 }
 

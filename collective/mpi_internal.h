@@ -128,10 +128,14 @@ bool test_or_back_off(MPI_Request* request, Clock::time_point spin_until);
 
 // --- mpi_failure.cc -------------------------------------------------------------------------------
 
-// Set once this process knows that a peer process died, or that one did not arrive in a collective
-// within its timeout (stuck, or on a host that cannot be reached): MPI_Finalize would wait for it
-// forever, so MpiEnvironment skips it and the process can exit.
+// Set once this process knows that a peer process died: MPI_Finalize would wait for it forever, so
+// MpiEnvironment skips it and the process can exit.
 extern std::atomic<bool> g_peer_lost;
+// Set once a collective of this process timed out waiting for a rank. That rank may be alive (the
+// program went on and all is well) or on a host cut off the network, where MPI_Finalize would wait
+// for it until TCP gives up: MpiEnvironment then gives MPI_Finalize kFinalizeAfterTimeout.
+extern std::atomic<bool> g_collective_timed_out;
+inline constexpr std::chrono::seconds kFinalizeAfterTimeout{10};
 
 // The process's monitor, started on first use; nullptr when turned off (CHORUS_PEER_MONITOR=false)
 // or when it cannot start (a warning; deaths are then noticed by the timeout only).

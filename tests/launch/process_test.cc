@@ -15,9 +15,8 @@ using Clock = std::chrono::steady_clock;
 TEST(RunChild, TheWatchdogEndsAChildWithSigterm) {
   int asked = 0;
   const auto start = Clock::now();
-  const ChildExit e = run_child({"/bin/sleep", "30"}, {.watchdog = [&]() -> std::string {
-                                                          return ++asked >= 2 ? "the test says so" : "";
-                                                        }});
+  const ChildExit e = run_child({"/bin/sleep", "30"},
+                                {.watchdog = [&]() -> std::string { return ++asked >= 2 ? "the test says so" : ""; }});
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
   EXPECT_TRUE(e.ended_by_watchdog);
   EXPECT_TRUE(e.signaled);
