@@ -20,9 +20,10 @@
 // on) exchanges fingerprints with MPI_Iallgather and moves data with the non-blocking collective
 // (MPI_Iallreduce, _Ibcast, _Ireduce, _Iallgather, _Ireduce_scatter_block; 16-bit all_reduce: see
 // below; barrier is the fingerprint exchange itself, or MPI_Ibarrier without validation). The calling thread polls
-// MPI_Test until the operation completes: it spins for up to 0.5 ms (so a 1 MB all-reduce costs
-// what MPI_Iallreduce + MPI_Wait costs), then sleeps 20 µs between polls (Open MPI progresses only
-// inside MPI calls, so longer sleeps slow large transfers). The call returns completed Work.
+// MPI_Test until the operation completes: for up to 0.5 ms it polls back to back, yielding the core
+// between polls (sched_yield: a rank sharing its core with a peer or with the kernel's network
+// work lets them run), then sleeps 20 µs between polls (Open MPI progresses only inside MPI calls,
+// so longer sleeps slow large transfers). The call returns completed Work.
 //   - float32/64 and int32/64 travel as MPI_FLOAT/DOUBLE/INT32_T/INT64_T with MPI's own ops
 //     (MEAN is MPI_SUM, then a division by size(): integer division truncating toward zero).
 //   - float16/bfloat16 have no MPI type (a user-defined MPI_Op on 16-bit data would round at every

@@ -1,9 +1,14 @@
-// Raw MPI_Allreduce, the multi-process yardstick of bench_allreduce (no chorus code at all).
+// Raw MPI_Allreduce, the multi-process yardstick of bench_allreduce and bench_hosts, and (with
+// --backend chorus) the same all-reduce through chorus's MPI communicator.
 //
 //   mpirun -np <k> bench_mpi_allreduce --sizes <bytes>,<bytes>,... [--target-s S] [--reps R]
+//                                      [--backend raw|chorus]
 //
-// For each size N (bytes, a multiple of 4): MPI_Allreduce(MPI_IN_PLACE, buf, N/4, MPI_FLOAT,
-// MPI_SUM, MPI_COMM_WORLD) on a zero-filled buffer (sums stay 0: no denormals, no overflow).
+// For each size N (bytes, a multiple of 4): raw (the default, no chorus code in the timed loop):
+// MPI_Allreduce(MPI_IN_PLACE, buf, N/4, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) on a zero-filled buffer
+// (sums stay 0: no denormals, no overflow); chorus: collective::make_mpi_communicator()'s
+// all_reduce(t, t) and wait() on a zero-filled float32 CPU tensor of N/4 elements — what a
+// MultiWorkerMirroredStrategy step pays, fingerprint validation (on by default) included.
 // Timing follows bench_allreduce's policy so the two are comparable: 2 warm-up calls; a batch
 // size B found by doubling until one batch takes >= 5 ms; then R repetitions (R = 3 when one call
 // takes > 100 ms) of B back-to-back calls, B chosen so the R batches together take about S
@@ -21,8 +26,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "collective/communicator.h"
+#include "collective/mpi.h"
+#include "core/tensor.h"
 #include "launch/cli.h"
 
 namespace {
@@ -53,14 +65,15 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
+// One all-reduce of the buffer being measured.
+using Call = std::function<void()>;
+
 // One repetition: B in-place all-reduces; returns the slowest rank's seconds (same on all ranks,
 // so every rank takes the same calibration decisions).
-double run_batch(std::vector<float>& buf, int batch) {
+double run_batch(const Call& call, int batch) {
   BENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   const double t0 = MPI_Wtime();
-  for (int i = 0; i < batch; ++i)
-    BENCH_MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < batch; ++i) call();
   double local = MPI_Wtime() - t0;
   double slowest = 0;
   BENCH_MPI_CHECK(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -74,40 +87,60 @@ struct Result {
   int reps;
 };
 
-Result measure(std::size_t bytes, double target_s, int reps) {
+Result measure(std::size_t bytes, double target_s, int reps, chorus::collective::Communicator* comm) {
   std::vector<float> buf(bytes / sizeof(float), 0.0f);  // zero-filled: pages touched before timing
-  run_batch(buf, 2);
-  int batch = 1;
-  double t = run_batch(buf, batch);
-  while (t < kCalibrateSeconds && batch < kMaxBatch) {
-    batch *= 2;
-    t = run_batch(buf, batch);
+  chorus::Tensor t;
+  Call call;
+  if (comm != nullptr) {
+    t = chorus::Tensor::zeros({static_cast<std::int64_t>(buf.size())}, chorus::DType::kFloat32, "/cpu:0");
+    call = [&] { comm->all_reduce(t, t)->wait(); };
+  } else {
+    call = [&] {
+      BENCH_MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    };
   }
-  const double per_call = t / batch;
+  run_batch(call, 2);
+  int batch = 1;
+  double t_batch = run_batch(call, batch);
+  while (t_batch < kCalibrateSeconds && batch < kMaxBatch) {
+    batch *= 2;
+    t_batch = run_batch(call, batch);
+  }
+  const double per_call = t_batch / batch;
   if (per_call > kSlowCallSeconds) reps = std::min(reps, 3);
   batch =
       static_cast<int>(std::clamp(std::llround(target_s / (reps * per_call)), 1LL, static_cast<long long>(kMaxBatch)));
   std::vector<double> times;
-  for (int r = 0; r < reps; ++r) times.push_back(run_batch(buf, batch) / batch);
+  for (int r = 0; r < reps; ++r) times.push_back(run_batch(call, batch) / batch);
   std::sort(times.begin(), times.end());
   return {bytes, times[times.size() / 2], batch, reps};
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s --sizes <bytes>[,<bytes>...] [--target-s S] [--reps R]\n", argv0);
+  std::fprintf(stderr, "usage: %s --sizes <bytes>[,<bytes>...] [--target-s S] [--reps R] [--backend raw|chorus]\n",
+               argv0);
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Answered before MPI starts (launch/cli.h; chorus is linked for this alone: the timed loop is
-  // plain MPI).
+  // Answered before MPI starts (launch/cli.h).
   if (auto rc = chorus::launch::answer_help_or_version(
           argc, argv, "bench_mpi_allreduce",
-          "usage: bench_mpi_allreduce --sizes <bytes>[,<bytes>...] [--target-s S] [--reps R]\n"))
+          "usage: bench_mpi_allreduce --sizes <bytes>[,<bytes>...] [--target-s S] [--reps R] [--backend raw|chorus]\n"))
     return *rc;
-  MpiSession mpi(&argc, &argv);
+  bool use_chorus = false;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--backend") == 0) use_chorus = std::strcmp(argv[i + 1], "chorus") == 0;
+  // raw: plain MPI_Init; chorus: its MpiEnvironment (MPI_Init_thread, the level chorus needs).
+  std::optional<MpiSession> raw_mpi;
+  std::optional<chorus::collective::MpiEnvironment> chorus_mpi;
+  if (use_chorus)
+    chorus_mpi.emplace();
+  else
+    raw_mpi.emplace(&argc, &argv);
   int rank = 0, np = 0;
   BENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   BENCH_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &np));
@@ -132,6 +165,9 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--target-s") == 0 && has_value) {
       target_s = std::atof(argv[++i]);
       if (!(target_s > 0)) return usage(argv[0]);
+    } else if (std::strcmp(argv[i], "--backend") == 0 && has_value) {
+      const std::string b = argv[++i];
+      if (b != "raw" && b != "chorus") return usage(argv[0]);
     } else if (std::strcmp(argv[i], "--reps") == 0 && has_value) {
       reps = std::atoi(argv[++i]);
       if (reps < 1) return usage(argv[0]);
@@ -142,12 +178,16 @@ int main(int argc, char** argv) {
   }
   if (sizes.empty()) return usage(argv[0]);
 
-  std::string json = "{\"bench\": \"mpi_allreduce\", \"np\": " + std::to_string(np) + ", \"cases\": [";
+  std::unique_ptr<chorus::collective::Communicator> comm;
+  if (use_chorus) comm = chorus::collective::make_mpi_communicator();
+  const char* backend = use_chorus ? "chorus" : "raw";
+  std::string json = "{\"bench\": \"mpi_allreduce\", \"np\": " + std::to_string(np) + ", \"backend\": \"" + backend +
+                     "\", \"cases\": [";
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const Result r = measure(sizes[i], target_s, reps);
+    const Result r = measure(sizes[i], target_s, reps, comm.get());
     if (rank == 0) {
-      std::printf("mpi_allreduce np=%d bytes=%zu median_us=%.2f batch=%d reps=%d\n", np, r.bytes, r.median_s * 1e6,
-                  r.batch, r.reps);
+      std::printf("mpi_allreduce %s np=%d bytes=%zu median_us=%.2f batch=%d reps=%d\n", backend, np, r.bytes,
+                  r.median_s * 1e6, r.batch, r.reps);
       std::fflush(stdout);
       char entry[256];
       std::snprintf(entry, sizeof entry, "%s{\"bytes\": %zu, \"median_us\": %.3f, \"batch\": %d, \"reps\": %d}",
@@ -157,5 +197,6 @@ int main(int argc, char** argv) {
   }
   json += "]}";
   if (rank == 0) std::printf("%s\n", json.c_str());
+  comm.reset();  // before MPI ends
   return 0;
 }

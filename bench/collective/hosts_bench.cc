@@ -1,0 +1,211 @@
+// Many hosts (issue 18): all-reduce latency and bandwidth, and seed-CNN samples/s, between 2 test
+// hosts over TCP (tests/hosts/test_hosts.sh: network namespaces joined by veth pairs; Open MPI's
+// tcp BTL only), each against its yardstick measured in the same run.
+//
+//   bench_hosts [--quick] [--rounds K] [--sizes LIST] [--steps N]
+//
+// Needs root and iproute2 (the test hosts); otherwise it prints why it skipped and exits 0. It
+// brings 2 hosts up and takes them down again.
+//
+// Cases, K rounds (default 5, --quick 1) alternating the contenders, each a fresh mpirun:
+//   all-reduce, for each size (default 4 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB; float32 SUM, in place):
+//     chorus   bench_mpi_allreduce --backend chorus: collective::make_mpi_communicator()'s
+//              all_reduce + wait, validation on (what MultiWorkerMirroredStrategy pays);
+//     raw      bench_mpi_allreduce: MPI_Allreduce on MPI_COMM_WORLD, with Open MPI's
+//              mpi_yield_when_idle 1 (the yardstick): the 2 test hosts share this machine's cores
+//              with each other and with the kernel's veth work, and Open MPI's default busy
+//              polling starves that work (a 4-byte all-reduce took 4.3 ms instead of 21 us on the
+//              2-core dev VM); Open MPI itself yields when it knows a node is oversubscribed;
+//     ratio = raw time / chorus time (> 1: chorus faster); busbw = N / t (k = 2: 2(k-1)/k = 1).
+//   seed CNN (bench_train --worker-child: MultiWorkerMirroredStrategy, 1 logical CPU device and 1
+//     op thread per process, global batch 128, 3 warm-up + N steps, default 30):
+//     2 hosts   one process on each host, over TCP;
+//     1 host    the same 2 processes on h0 (Open MPI's shared-memory transport): the yardstick,
+//               so ratio = what the network costs.
+// Medians of the rounds with min-max. Timing inside each program follows bench_mpi_allreduce's and
+// bench_train's own policies. The header names the machine; the last line is one JSON line.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "launch/cli.h"
+
+namespace {
+
+namespace bench = chorus::bench;
+
+const std::string kHosts = CHORUS_TEST_HOSTS;  // tests/hosts/test_hosts.sh
+const std::string kMpiBench = CHORUS_MPI_BENCH_PATH;
+const std::string kTrainBench = CHORUS_TRAIN_BENCH_PATH;
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// bytes -> median microseconds, from bench_mpi_allreduce's JSON line.
+std::map<std::size_t, double> parse_allreduce(const std::string& out) {
+  std::map<std::size_t, double> us;
+  const std::size_t start = out.find("{\"bench\": \"mpi_allreduce\"");
+  if (start == std::string::npos) return us;
+  const std::string json = out.substr(start, out.find('\n', start) - start);
+  for (std::size_t pos = json.find("\"bytes\": "); pos != std::string::npos; pos = json.find("\"bytes\": ", pos)) {
+    const std::size_t bytes = std::strtoull(json.c_str() + pos + 9, nullptr, 10);
+    const std::size_t at = json.find("\"median_us\": ", pos);
+    if (at == std::string::npos) break;
+    us[bytes] = std::strtod(json.c_str() + at + 13, nullptr);
+    pos = at;
+  }
+  return us;
+}
+
+// Runs `command` (a shell line); its output, or nothing (after printing why) when it failed.
+std::optional<std::string> run(const std::string& command) {
+  int status = 0;
+  std::string out = bench::capture("timeout -k 10 600 " + command + " 2>&1", &status);
+  if (status == 0) return out;
+  std::fprintf(stderr, "bench_hosts: `%s` exited with status %d:\n%s\n", command.c_str(), status,
+               out.substr(out.size() > 2000 ? out.size() - 2000 : 0).c_str());
+  return std::nullopt;
+}
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread spread(const std::vector<double>& v) {
+  return {bench::median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end())};
+}
+
+std::string size_name(std::size_t b) {
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= 1024 && b % 1024 == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(
+          argc, argv, "bench_hosts", "usage: bench_hosts [--quick] [--rounds K] [--sizes LIST] [--steps N]\n"))
+    return *rc;
+  int rounds = 5, steps = 30;
+  std::vector<std::size_t> sizes = {4, 4096, 65536, 1u << 20, 16u << 20};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      rounds = 1;
+      steps = 4;
+      sizes = {4, 65536, 1u << 20};
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--steps" && i + 1 < argc) {
+      steps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--sizes" && i + 1 < argc) {
+      sizes.clear();
+      for (char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(p, &end, 10);
+        if (end == p || v == 0 || v % 4 != 0) {
+          std::fprintf(stderr, "bench_hosts: --sizes wants positive multiples of 4 bytes\n");
+          return 2;
+        }
+        sizes.push_back(static_cast<std::size_t>(v));
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "bench_hosts: unknown flag '%s'\nusage: bench_hosts [--quick] [--rounds K] [--sizes LIST] "
+                   "[--steps N]\n", a.c_str());
+      return 2;
+    }
+  }
+  const std::string machine = bench::machine(true);
+  std::printf("machine: %s\n", machine.c_str());
+  int status = 0;
+  const std::string up = bench::capture(quote(kHosts) + " up 2 2>&1", &status);
+  const bool hosts_ok = status == 0 && up.find("up on") != std::string::npos;
+  if (!hosts_ok) {
+    std::string why = up;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    std::printf("skipped: no test hosts: %s\n", why.c_str());
+    bench::print_json_line("hosts", machine, {}, ", \"skipped\": \"" + bench::json_escape("no test hosts: " + why) + "\"");
+    return 0;
+  }
+  std::string list;
+  for (std::size_t s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+  const std::string root = geteuid() == 0 ? " --allow-run-as-root" : "";
+  const std::string two_hosts = quote(kHosts) + " mpirun 2" + root + " -np 2 ";
+  // The yardstick of the CNN: the same two processes on h0 alone (shared memory between them).
+  const std::string one_host = quote(kHosts) + " exec h0 mpirun" + root + " --oversubscribe -np 2 ";
+  const std::string policy = " --target-s 0.3 --reps 5";
+
+  std::map<std::size_t, std::vector<double>> chorus_us, raw_us;
+  std::vector<double> cnn_two, cnn_one;
+  bool failed = false;
+  for (int r = 0; r < rounds && !failed; ++r) {
+    for (const char* backend : {"chorus", "raw"}) {
+      const std::string yield = std::string(backend) == "raw" ? "--mca mpi_yield_when_idle 1 " : "";
+      const auto out = run(quote(kHosts) + " mpirun 2" + root + " " + yield + "-np 2 " + quote(kMpiBench) +
+                           " --backend " + backend + " --sizes " + list + policy);
+      const auto us = out ? parse_allreduce(*out) : std::map<std::size_t, double>{};
+      if (us.size() != sizes.size()) {
+        failed = true;
+        break;
+      }
+      for (const auto& [b, t] : us) (std::string(backend) == "chorus" ? chorus_us : raw_us)[b].push_back(t);
+    }
+    for (const std::string& where : {two_hosts, one_host}) {
+      const auto out = run(where + quote(kTrainBench) + " --worker-child --steps " + std::to_string(steps) +
+                           " --repeats 1");
+      const auto sps = out ? bench::result_field(*out, "samples_per_s") : std::nullopt;
+      if (!sps) {
+        failed = true;
+        break;
+      }
+      (where == two_hosts ? cnn_two : cnn_one).push_back(*sps);
+    }
+  }
+  bench::capture(quote(kHosts) + " down 2>&1", &status);
+  if (failed) {
+    std::printf("bench_hosts: a run failed (see above)\n");
+    return 1;
+  }
+
+  std::printf(
+      "2 test hosts (network namespaces, veth + bridge), Open MPI tcp BTL only, 1 process per host; %d round(s), "
+      "alternating; medians [min-max]\n",
+      rounds);
+  std::printf("%-8s %12s %22s %12s %22s %8s %12s\n", "size", "chorus us", "[min-max]", "raw MPI us", "[min-max]",
+              "ratio", "chorus GB/s");
+  std::printf("(raw: MPI_Allreduce with --mca mpi_yield_when_idle 1; ratio = raw time / chorus time, > 1: chorus "
+              "faster)\n");
+  std::vector<std::string> cases;
+  for (std::size_t b : sizes) {
+    const Spread c = spread(chorus_us[b]), m = spread(raw_us[b]);
+    char cr[48], mr[48];
+    std::snprintf(cr, sizeof cr, "[%.1f-%.1f]", c.min, c.max);
+    std::snprintf(mr, sizeof mr, "[%.1f-%.1f]", m.min, m.max);
+    std::printf("%-8s %12.1f %22s %12.1f %22s %8.2f %12.3f\n", size_name(b).c_str(), c.median, cr, m.median, mr,
+                m.median / c.median, static_cast<double>(b) / (c.median * 1e3));
+    cases.push_back(bench::json_case("all_reduce " + size_name(b) + " 2 hosts", c.median, "us",
+                                     "raw MPI_Allreduce (mpi_yield_when_idle 1), same hosts", m.median,
+                                     m.median / c.median));
+  }
+  const Spread two = spread(cnn_two), one = spread(cnn_one);
+  std::printf("seed CNN, MultiWorkerMirroredStrategy, 2 processes x 1 CPU device, global batch 128, %d steps:\n", steps);
+  std::printf("  2 hosts over TCP:           %9.1f samples/s [%.0f-%.0f]\n", two.median, two.min, two.max);
+  std::printf("  1 host (shared memory):     %9.1f samples/s [%.0f-%.0f]\n", one.median, one.min, one.max);
+  std::printf("  ratio (2 hosts / 1 host):   %9.2f\n", two.median / one.median);
+  cases.push_back(bench::json_case("seed CNN samples/s 2 hosts", two.median, "samples/s",
+                                   "the same 2 processes on 1 host", one.median, two.median / one.median));
+  bench::print_json_line("hosts", machine, cases, {});
+  return 0;
+}
