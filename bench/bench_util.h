@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,6 +84,24 @@ inline void print_json_line(const std::string& bench, const std::string& machine
   const std::string line = "{\"bench\": \"" + json_escape(bench) + "\", \"machine\": \"" + json_escape(machine) +
                            "\", \"cases\": [" + internal::join(cases) + "]" + extra + "}";
   std::printf("%s\n", line.c_str());
+}
+
+// bench_mpi_allreduce's result line ({"bench": "mpi_allreduce", ..., "cases": [{"bytes": N,
+// "median_us": T, ...}, ...]}), found anywhere in `output`: bytes -> median microseconds per call.
+// Empty when there is no such line.
+inline std::map<std::size_t, double> mpi_allreduce_medians_us(const std::string& output) {
+  std::map<std::size_t, double> us;
+  const std::size_t start = output.find("{\"bench\": \"mpi_allreduce\"");
+  if (start == std::string::npos) return us;
+  const std::string json = output.substr(start, output.find('\n', start) - start);
+  for (std::size_t pos = json.find("\"bytes\": "); pos != std::string::npos; pos = json.find("\"bytes\": ", pos)) {
+    const std::size_t bytes = std::strtoull(json.c_str() + pos + 9, nullptr, 10);
+    const std::size_t at = json.find("\"median_us\": ", pos);
+    if (at == std::string::npos) break;
+    us[bytes] = std::strtod(json.c_str() + at + 13, nullptr);
+    pos = at;
+  }
+  return us;
 }
 
 // Benchmarks that measure in child processes (a device configuration is frozen per process):

@@ -308,13 +308,7 @@ MpiRun run_mpi(int k, const std::vector<std::size_t>& sizes, const Policy& p, bo
       if (c == '\n') c = ' ';
     return run;
   }
-  for (std::size_t pos = json.find("\"bytes\": "); pos != std::string::npos; pos = json.find("\"bytes\": ", pos)) {
-    const std::size_t bytes = std::strtoull(json.c_str() + pos + 9, nullptr, 10);
-    const std::size_t us = json.find("\"median_us\": ", pos);
-    if (us == std::string::npos) break;
-    run.seconds[bytes] = std::strtod(json.c_str() + us + 13, nullptr) * 1e-6;
-    pos = us;
-  }
+  for (const auto& [bytes, us] : bench::mpi_allreduce_medians_us(json)) run.seconds[bytes] = us * 1e-6;
   if (run.seconds.size() != sizes.size()) run.skipped = "could not parse bench_mpi_allreduce's line: " + json;
 #else
   (void)k, (void)sizes, (void)p, (void)disabled;

@@ -52,22 +52,6 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-// bytes -> median microseconds, from bench_mpi_allreduce's JSON line.
-std::map<std::size_t, double> parse_allreduce(const std::string& out) {
-  std::map<std::size_t, double> us;
-  const std::size_t start = out.find("{\"bench\": \"mpi_allreduce\"");
-  if (start == std::string::npos) return us;
-  const std::string json = out.substr(start, out.find('\n', start) - start);
-  for (std::size_t pos = json.find("\"bytes\": "); pos != std::string::npos; pos = json.find("\"bytes\": ", pos)) {
-    const std::size_t bytes = std::strtoull(json.c_str() + pos + 9, nullptr, 10);
-    const std::size_t at = json.find("\"median_us\": ", pos);
-    if (at == std::string::npos) break;
-    us[bytes] = std::strtod(json.c_str() + at + 13, nullptr);
-    pos = at;
-  }
-  return us;
-}
-
 // Runs `command` (a shell line); its output, or nothing (after printing why) when it failed.
 std::optional<std::string> run(const std::string& command) {
   int status = 0;
@@ -122,8 +106,10 @@ int main(int argc, char** argv) {
         p = *end == ',' ? end + 1 : end;
       }
     } else {
-      std::fprintf(stderr, "bench_hosts: unknown flag '%s'\nusage: bench_hosts [--quick] [--rounds K] [--sizes LIST] "
-                   "[--steps N]\n", a.c_str());
+      std::fprintf(stderr,
+                   "bench_hosts: unknown flag '%s'\nusage: bench_hosts [--quick] [--rounds K] [--sizes LIST] "
+                   "[--steps N]\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -136,7 +122,8 @@ int main(int argc, char** argv) {
     std::string why = up;
     while (!why.empty() && why.back() == '\n') why.pop_back();
     std::printf("skipped: no test hosts: %s\n", why.c_str());
-    bench::print_json_line("hosts", machine, {}, ", \"skipped\": \"" + bench::json_escape("no test hosts: " + why) + "\"");
+    bench::print_json_line("hosts", machine, {},
+                           ", \"skipped\": \"" + bench::json_escape("no test hosts: " + why) + "\"");
     return 0;
   }
   std::string list;
@@ -155,7 +142,7 @@ int main(int argc, char** argv) {
       const std::string yield = std::string(backend) == "raw" ? "--mca mpi_yield_when_idle 1 " : "";
       const auto out = run(quote(kHosts) + " mpirun 2" + root + " " + yield + "-np 2 " + quote(kMpiBench) +
                            " --backend " + backend + " --sizes " + list + policy);
-      const auto us = out ? parse_allreduce(*out) : std::map<std::size_t, double>{};
+      const auto us = out ? bench::mpi_allreduce_medians_us(*out) : std::map<std::size_t, double>{};
       if (us.size() != sizes.size()) {
         failed = true;
         break;
@@ -163,8 +150,8 @@ int main(int argc, char** argv) {
       for (const auto& [b, t] : us) (std::string(backend) == "chorus" ? chorus_us : raw_us)[b].push_back(t);
     }
     for (const std::string& where : {two_hosts, one_host}) {
-      const auto out = run(where + quote(kTrainBench) + " --worker-child --steps " + std::to_string(steps) +
-                           " --repeats 1");
+      const auto out =
+          run(where + quote(kTrainBench) + " --worker-child --steps " + std::to_string(steps) + " --repeats 1");
       const auto sps = out ? bench::result_field(*out, "samples_per_s") : std::nullopt;
       if (!sps) {
         failed = true;
@@ -185,8 +172,9 @@ int main(int argc, char** argv) {
       rounds);
   std::printf("%-8s %12s %22s %12s %22s %8s %12s\n", "size", "chorus us", "[min-max]", "raw MPI us", "[min-max]",
               "ratio", "chorus GB/s");
-  std::printf("(raw: MPI_Allreduce with --mca mpi_yield_when_idle 1; ratio = raw time / chorus time, > 1: chorus "
-              "faster)\n");
+  std::printf(
+      "(raw: MPI_Allreduce with --mca mpi_yield_when_idle 1; ratio = raw time / chorus time, > 1: chorus "
+      "faster)\n");
   std::vector<std::string> cases;
   for (std::size_t b : sizes) {
     const Spread c = spread(chorus_us[b]), m = spread(raw_us[b]);
@@ -200,7 +188,8 @@ int main(int argc, char** argv) {
                                      m.median / c.median));
   }
   const Spread two = spread(cnn_two), one = spread(cnn_one);
-  std::printf("seed CNN, MultiWorkerMirroredStrategy, 2 processes x 1 CPU device, global batch 128, %d steps:\n", steps);
+  std::printf("seed CNN, MultiWorkerMirroredStrategy, 2 processes x 1 CPU device, global batch 128, %d steps:\n",
+              steps);
   std::printf("  2 hosts over TCP:           %9.1f samples/s [%.0f-%.0f]\n", two.median, two.min, two.max);
   std::printf("  1 host (shared memory):     %9.1f samples/s [%.0f-%.0f]\n", one.median, one.min, one.max);
   std::printf("  ratio (2 hosts / 1 host):   %9.2f\n", two.median / one.median);
