@@ -9,6 +9,7 @@
 // Items are anything `operator<<` writes (strings, numbers). Pure functions: thread-safe, no state.
 // Nothing throws but std::bad_alloc.
 //
+// split_whitespace(text): the words of a line (a hostfile's, a command's).
 // printable(bytes): untrusted bytes (a token of a hand-written or hostile file) made safe to put in
 // a message for a terminal or a log: printable ASCII stays, every other byte becomes \xHH (no
 // terminal escape sequence, no line break survives), and past `max_bytes` input bytes "..." ends it.
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace chorus::internal {
 
@@ -48,6 +50,21 @@ std::string join(const Range& range, const JoinOptions& options = {}) {
   }
   if (shown < n) os << options.separator << "... and " << n - shown << " more";
   return os.str();
+}
+
+// The words of `text`: runs of bytes other than ' ', '\t', '\n', '\r', '\v', '\f' (views into
+// `text`; no quoting).
+inline std::vector<std::string_view> split_whitespace(std::string_view text) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  std::vector<std::string_view> words;
+  for (std::size_t i = 0; i < text.size();) {
+    while (i < text.size() && space(text[i])) ++i;
+    std::size_t j = i;
+    while (j < text.size() && !space(text[j])) ++j;
+    if (j > i) words.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return words;
 }
 
 inline std::string printable(std::string_view bytes, std::size_t max_bytes = 80) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace chorus::launch {
 namespace {
@@ -129,15 +130,7 @@ void run_batch(const std::vector<std::string>& agent, const std::vector<std::str
 
 std::vector<std::string> split_command(std::string_view command) {
   std::vector<std::string> words;
-  std::size_t i = 0;
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n'; };
-  while (i < command.size()) {
-    while (i < command.size() && space(command[i])) ++i;
-    std::size_t j = i;
-    while (j < command.size() && !space(command[j])) ++j;
-    if (j > i) words.emplace_back(command.substr(i, j - i));
-    i = j;
-  }
+  for (std::string_view w : internal::split_whitespace(command)) words.emplace_back(w);
   return words;
 }
 

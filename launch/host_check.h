@@ -43,7 +43,7 @@ std::vector<HostAnswer> check_hosts(const std::vector<std::string>& agent, const
 // "node1.cluster"): mpirun starts those ranks itself, without the remote shell.
 bool is_this_machine(std::string_view host);
 
-// An agent command split into words on whitespace, as Open MPI splits plm_rsh_agent
+// An agent command split into words on whitespace (core/strings.h), as Open MPI splits plm_rsh_agent
 // ("ssh -p 2222" → {"ssh", "-p", "2222"}). No quoting.
 std::vector<std::string> split_command(std::string_view command);
 

@@ -20,9 +20,6 @@ namespace {
 using internal::printable;
 using internal::str_cat;
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool space_only(std::string_view s) { return std::all_of(s.begin(), s.end(), is_space); }
-
 // "slots=4" → 4, with the same bounds as -H's slots.
 int parse_slot_count(std::string_view token, std::string_view key, const std::string& where) {
   const std::string_view value = token.substr(key.size() + 1);
@@ -46,16 +43,9 @@ std::vector<HostSlots> parse_hostfile(std::string_view text, std::string_view wh
     std::string_view line = text.substr(start, end - start);
     start = end + 1;
     line = line.substr(0, line.find('#'));
-    if (space_only(line)) continue;
+    const std::vector<std::string_view> tokens = internal::split_whitespace(line);
+    if (tokens.empty()) continue;
     const std::string at = str_cat(where, " line ", line_no + 1);
-    std::vector<std::string_view> tokens;
-    for (std::size_t i = 0; i < line.size();) {
-      while (i < line.size() && is_space(line[i])) ++i;
-      std::size_t j = i;
-      while (j < line.size() && !is_space(line[j])) ++j;
-      if (j > i) tokens.push_back(line.substr(i, j - i));
-      i = j;
-    }
     HostSlots h;
     h.host = std::string(tokens[0]);
     CHORUS_REQUIRE(h.host.find_first_of(":,=") == std::string::npos, InvalidArgumentError, at, ": host name '",

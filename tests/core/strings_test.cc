@@ -39,6 +39,12 @@ TEST(Printable, UntrustedBytesCannotReachTheTerminalRaw) {
   EXPECT_EQ(internal::printable(""), "");
 }
 
+TEST(SplitWhitespace, WordsOfALine) {
+  EXPECT_EQ(internal::split_whitespace("  node1\tslots=4 \r\n"), (std::vector<std::string_view>{"node1", "slots=4"}));
+  EXPECT_TRUE(internal::split_whitespace(" \v\f ").empty());
+  EXPECT_EQ(internal::split_whitespace("a"), (std::vector<std::string_view>{"a"}));
+}
+
 TEST(Join, AtMostMaxItems) {  // checkpoint/'s unmatched keys, one a line
   const std::vector<std::string> keys = {"a", "b", "c", "d", "e"};
   EXPECT_EQ(join(keys, {.separator = "\n  ", .max_items = 2}), "a\n  b\n  ... and 3 more");
