@@ -3,8 +3,9 @@
 # CUDA is optional and not installed here: with /usr/local/cuda present chorus builds its GPU part.
 #
 #   scripts/install-deps.sh          build dependencies
-#   scripts/install-deps.sh --test   also what the test suite needs: Python with venv, and the
-#                                    pinned TensorFlow/TensorBoard test environment
+#   scripts/install-deps.sh --test   also what the test suite needs: Python with venv, iproute2
+#                                    (the test hosts), and the pinned TensorFlow/TensorBoard test
+#                                    environment
 #                                    (scripts/test-python-env.sh, reused when already there)
 #
 # Every package is named here, Recommends included: apt runs with --no-install-recommends, so a
@@ -24,7 +25,8 @@ pkgs=(cmake ninja-build g++ make zlib1g-dev libgtest-dev libgmock-dev libbenchma
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
       clang libclang-rt-14-dev lld)
 if [ "$with_test" = 1 ]; then
-  pkgs+=(python3 python3-venv ca-certificates)
+  # iproute2: the test hosts of tests/hosts (network namespaces, veth, tc; issue 18).
+  pkgs+=(python3 python3-venv ca-certificates iproute2)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
