@@ -72,40 +72,54 @@ down() {
   rm -f "$STATE"
 }
 
+# Makes the hosts; returns non-zero at the first command that fails, whose complaint is on stderr
+# (set -e would not stop it: the caller tests the status).
+make_hosts() {
+  local n=$1 i
+  ip link add $BRIDGE type bridge || return 1
+  ip link set $BRIDGE up || return 1
+  for ((i = 0; i < n; ++i)); do
+    ip netns add ${PREFIX}-h$i || return 1
+    ip link add ${PREFIX}-v$i type veth peer name eth0 netns ${PREFIX}-h$i || return 1
+    ip link set ${PREFIX}-v$i master $BRIDGE up || return 1
+    ip netns exec ${PREFIX}-h$i ip addr add $SUBNET.$((i + 1))/24 dev eth0 || return 1
+    ip netns exec ${PREFIX}-h$i ip link set eth0 up || return 1
+    ip netns exec ${PREFIX}-h$i ip link set lo up || return 1
+  done
+  # Every host reaches every other one before anything runs on them.
+  for ((i = 1; i < n; ++i)); do
+    local tries=0 said
+    until said=$(ip netns exec ${PREFIX}-h0 bash -c "exec 3<>/dev/tcp/$SUBNET.$((i + 1))/9" 2>&1) ||
+      [[ $said == *refused* ]]; do
+      ((++tries < 50)) || { echo "h0 cannot reach h$i: $said" >&2; return 1; }
+      sleep 0.1
+    done
+  done
+}
+
+# Not being able to make the hosts is a skip, not a failure: the reason goes to the state file,
+# where `require` and `mpirun` find it, and `up` exits 0.
+no_hosts() {
+  echo "test_hosts.sh: no test hosts: $1" >&2
+  mkdir -p "$(dirname "$STATE")" 2>/dev/null && echo "$1" >"$STATE" 2>/dev/null || true
+}
+
 up() {
   local n=$1
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 2 && n <= MAX_HOSTS)) || die "up: N must be 2..$MAX_HOSTS, got '$n'"
   local why
   why=$(cannot)
   if [[ -n $why ]]; then
-    echo "test_hosts.sh: no test hosts: $why" >&2
-    mkdir -p "$(dirname "$STATE")" 2>/dev/null && echo "$why" >"$STATE" || true
+    no_hosts "$why"
     return 0
   fi
   down
-  trap 'down; exit 1' ERR
-  ip link add $BRIDGE type bridge
-  ip link set $BRIDGE up
-  local i
-  for ((i = 0; i < n; ++i)); do
-    ip netns add ${PREFIX}-h$i
-    ip link add ${PREFIX}-v$i type veth peer name eth0 netns ${PREFIX}-h$i
-    ip link set ${PREFIX}-v$i master $BRIDGE up
-    ip netns exec ${PREFIX}-h$i ip addr add $SUBNET.$((i + 1))/24 dev eth0
-    ip netns exec ${PREFIX}-h$i ip link set eth0 up
-    ip netns exec ${PREFIX}-h$i ip link set lo up
-  done
-  # Every host reaches every other one before anything runs on them.
-  for ((i = 1; i < n; ++i)); do
-    local tries=0
-    local said
-    until said=$(ip netns exec ${PREFIX}-h0 bash -c "exec 3<>/dev/tcp/$SUBNET.$((i + 1))/9" 2>&1) ||
-      [[ $said == *refused* ]]; do
-      ((++tries < 50)) || die "up: h0 cannot reach h$i"
-      sleep 0.1
-    done
-  done
-  trap - ERR
+  local err
+  if ! err=$(make_hosts "$n" 2>&1 >/dev/null); then
+    down
+    no_hosts "this machine refused them (${err##*$'\n'})"
+    return 0
+  fi
   echo "$n" >"$STATE"
   echo "test_hosts.sh: hosts h0..h$((n - 1)) up on $SUBNET.0/24 (bridge $BRIDGE)"
 }
