@@ -85,6 +85,7 @@
 #include "core/strings.h"
 #include "core/tensor.h"
 #include "launch/cli.h"
+#include "launch/mpirun_command.h"
 
 namespace chorus {
 namespace {
@@ -257,11 +258,7 @@ struct MpiRun {
 };
 
 #if defined(CHORUS_MPI_BENCH_PATH) && defined(CHORUS_MPIEXEC)
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using chorus::launch::shell_quote;
 #endif
 
 MpiRun run_mpi(int k, const std::vector<std::size_t>& sizes, const Policy& p, bool disabled) {

@@ -37,6 +37,7 @@
 
 #include "bench/bench_util.h"
 #include "launch/cli.h"
+#include "launch/mpirun_command.h"
 
 namespace {
 
@@ -46,11 +47,7 @@ const std::string kHosts = CHORUS_TEST_HOSTS;  // tests/hosts/test_hosts.sh
 const std::string kMpiBench = CHORUS_MPI_BENCH_PATH;
 const std::string kTrainBench = CHORUS_TRAIN_BENCH_PATH;
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string quote(const std::string& s) { return chorus::launch::shell_quote(s); }
 
 // Runs `command` (a shell line); its output, or nothing (after printing why) when it failed.
 std::optional<std::string> run(const std::string& command) {
