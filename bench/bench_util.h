@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/host.h"
-#include "core/strings.h"
+#include <chorus/core/host.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::bench {
 

@@ -1,7 +1,7 @@
-#include "checkpoint/async_writer.h"
+#include <chorus/checkpoint/async_writer.h>
 
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::train::internal {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/atomic_file.h"
+#include <chorus/checkpoint/atomic_file.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <random>
 
-#include "checkpoint/bundle.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
 
 namespace chorus::train {
 

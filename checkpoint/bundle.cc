@@ -1,4 +1,4 @@
-#include "checkpoint/bundle.h"
+#include <chorus/checkpoint/bundle.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,14 +12,14 @@
 #include <map>
 #include <optional>
 
-#include "checkpoint/atomic_file.h"
-#include "checkpoint/bundle_format.h"
-#include "checkpoint/checksum_worker.h"
-#include "checkpoint/table.h"
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/file_io.h"
-#include "core/runtime.h"
+#include <chorus/checkpoint/atomic_file.h>
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/checkpoint/checksum_worker.h>
+#include <chorus/checkpoint/table.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::train {
 

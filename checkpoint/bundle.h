@@ -41,9 +41,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/tensor.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/shape.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::train {
 

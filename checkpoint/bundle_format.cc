@@ -1,12 +1,12 @@
-#include "checkpoint/bundle_format.h"
+#include <chorus/checkpoint/bundle_format.h>
 
 #include <cstring>
 #include <limits>
 
-#include "checkpoint/table.h"
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/proto_wire.h"
+#include <chorus/checkpoint/table.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
 
 namespace chorus::train::internal {
 

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/bundle.h"
+#include <chorus/checkpoint/bundle.h>
 
 namespace chorus::train::internal {
 

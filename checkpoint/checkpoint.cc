@@ -1,19 +1,19 @@
-#include "checkpoint/checkpoint.h"
+#include <chorus/checkpoint/checkpoint.h>
 
 #include <algorithm>
 #include <atomic>
 
-#include "checkpoint/async_writer.h"
-#include "checkpoint/bundle.h"
-#include "checkpoint/restore_coordinator.h"
-#include "checkpoint/saveable.h"
-#include "core/distributed_variable.h"
-#include "core/distribution.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/strings.h"
-#include "core/timeline.h"
+#include <chorus/checkpoint/async_writer.h>
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/restore_coordinator.h>
+#include <chorus/checkpoint/saveable.h>
+#include <chorus/core/distributed_variable.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/strings.h>
+#include <chorus/core/timeline.h>
 
 namespace chorus::train {
 

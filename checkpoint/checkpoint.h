@@ -67,8 +67,8 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/trackable.h"
-#include "core/distribution.h"
+#include <chorus/checkpoint/trackable.h>
+#include <chorus/core/distribution.h>
 
 namespace chorus::train {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/checkpoint_manager.h"
+#include <chorus/checkpoint/checkpoint_manager.h>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,12 +9,12 @@
 #include <chrono>
 #include <filesystem>
 
-#include "checkpoint/async_writer.h"
-#include "checkpoint/atomic_file.h"
-#include "checkpoint/bundle.h"
-#include "core/error.h"
-#include "core/file_io.h"
-#include "core/logging.h"
+#include <chorus/checkpoint/async_writer.h>
+#include <chorus/checkpoint/atomic_file.h>
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::train {
 

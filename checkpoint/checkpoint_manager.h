@@ -55,9 +55,9 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_state.h"
-#include "core/file_io.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/core/file_io.h>
 
 namespace chorus::train {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/checkpoint_state.h"
+#include <chorus/checkpoint/checkpoint_state.h>
 
 #include <cerrno>
 #include <cmath>
@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "checkpoint/atomic_file.h"
-#include "checkpoint/bundle.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/checkpoint/atomic_file.h>
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::train {
 

@@ -1,8 +1,8 @@
-#include "checkpoint/checksum_worker.h"
+#include <chorus/checkpoint/checksum_worker.h>
 
 #include <utility>
 
-#include "core/crc32c.h"
+#include <chorus/core/crc32c.h>
 
 namespace chorus::train::internal {
 

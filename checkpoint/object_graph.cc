@@ -1,7 +1,7 @@
-#include "checkpoint/object_graph.h"
+#include <chorus/checkpoint/object_graph.h>
 
-#include "core/error.h"
-#include "core/proto_wire.h"
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
 
 namespace chorus::train::internal {
 

@@ -1,11 +1,11 @@
-#include "checkpoint/restore_coordinator.h"
+#include <chorus/checkpoint/restore_coordinator.h>
 
 #include <algorithm>
 
-#include "checkpoint/bundle_format.h"
-#include "checkpoint/saveable.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/checkpoint/saveable.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::train::internal {
 

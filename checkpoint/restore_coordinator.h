@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/object_graph.h"
-#include "checkpoint/trackable.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/object_graph.h>
+#include <chorus/checkpoint/trackable.h>
 
 namespace chorus::train::internal {
 

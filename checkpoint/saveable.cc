@@ -1,4 +1,4 @@
-#include "checkpoint/saveable.h"
+#include <chorus/checkpoint/saveable.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/distributed_variable.h"
-#include "core/error.h"
-#include "core/runtime.h"
+#include <chorus/core/distributed_variable.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::train::internal {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/object_graph.h"
-#include "checkpoint/trackable.h"
+#include <chorus/checkpoint/object_graph.h>
+#include <chorus/checkpoint/trackable.h>
 
 namespace chorus::train::internal {
 

@@ -1,12 +1,12 @@
-#include "checkpoint/trackable.h"
+#include <chorus/checkpoint/trackable.h>
 
 #include <cstring>
 
-#include "checkpoint/restore_coordinator.h"
-#include "core/error.h"
-#include "core/proto_wire.h"
-#include "data/dataset.h"
-#include "ops/random.h"
+#include <chorus/checkpoint/restore_coordinator.h>
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
+#include <chorus/data/dataset.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::train {
 

@@ -32,8 +32,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/tensor.h"
-#include "core/variable.h"
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
 
 namespace chorus::data {
 class Iterator;

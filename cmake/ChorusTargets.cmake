@@ -34,6 +34,9 @@ else()
   set(CHORUS_TEST_TIMEOUT_SCALE 8)
 endif()
 
+# Headers that include a privately used library's header (besides *_internal.h and cuda/).
+set(CHORUS_PRIVATE_HEADERS "nccl_check|zlib_stream")
+
 # chorus_add_module(<name> SOURCES ... [CUDA_SOURCES ...] [DEPS ...])
 # Creates the library target chorus_<name> (alias chorus::<name>) from the folder <name>/.
 # Headers are installed under include/chorus/<name>/.
@@ -46,9 +49,9 @@ function(chorus_add_module name)
   add_library(chorus_${name} ${srcs})
   add_library(chorus::${name} ALIAS chorus_${name})
   target_compile_options(chorus_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${CHORUS_WARNINGS}>)
+  # <chorus/...> only (see the top CMakeLists.txt): the folder above chorus/, never chorus/ itself.
   target_include_directories(chorus_${name} PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/chorus>
+    $<BUILD_INTERFACE:${CHORUS_BUILD_INCLUDE_DIR}>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(chorus_${name} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
   # A sanitized static library links only with the sanitizer's runtime: an installed sanitized
@@ -63,10 +66,14 @@ function(chorus_add_module name)
   install(TARGETS chorus_${name} EXPORT chorusTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  # Public headers only: a module's internal.h / detail.h (and collective's *_internal.h) are for
-  # its own .cc files; tests/install checks that no installed header includes one.
+  # Public headers only. Not installed: a module's internal.h / detail.h / *_internal.h, for its
+  # own .cc files; its cuda/ folder (kernels and CUDA error checks, which include the CUDA headers);
+  # and the headers that include a library chorus uses privately (nccl.h, zlib.h), listed in
+  # CHORUS_PRIVATE_HEADERS. tests/install checks that no installed header includes any of them.
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chorus/${name}
-          FILES_MATCHING PATTERN "*.h" REGEX "/(internal|detail|[a-z_]+_internal)\\.h$" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h"
+          REGEX "/(internal|detail|[a-z_]+_internal|${CHORUS_PRIVATE_HEADERS})\\.h$" EXCLUDE
+          REGEX "/cuda$" EXCLUDE)
 endfunction()
 
 # chorus_set_test_environment(): the environment of every test of the calling folder added with

@@ -1,6 +1,6 @@
-#include "collective/call.h"
+#include <chorus/collective/call.h>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

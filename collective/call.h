@@ -22,9 +22,9 @@
 #include <optional>
 #include <string_view>
 
-#include "collective/communicator.h"
-#include "collective/fingerprint.h"
-#include "core/tensor.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/collective/fingerprint.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective {
 

@@ -1,11 +1,11 @@
 // The front door of every collective (communicator.h, call.h): number, validate once, hand over.
-#include "collective/communicator.h"
+#include <chorus/collective/communicator.h>
 
-#include "collective/call.h"
-#include "collective/host_reduce.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/shape.h"
+#include <chorus/collective/call.h>
+#include <chorus/collective/host_reduce.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/shape.h>
 
 namespace chorus::collective {
 namespace {

@@ -49,8 +49,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/stream.h"
-#include "core/tensor.h"
+#include <chorus/core/stream.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective {
 

@@ -1,6 +1,6 @@
-#include "collective/fingerprint.h"
+#include <chorus/collective/fingerprint.h>
 
-#include "core/shape.h"
+#include <chorus/core/shape.h>
 
 namespace chorus::collective {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "core/dtype.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/dtype.h>
 
 namespace chorus::collective {
 

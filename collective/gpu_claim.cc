@@ -1,12 +1,12 @@
-#include "collective/gpu_claim.h"
+#include <chorus/collective/gpu_claim.h>
 
 #include <algorithm>
 #include <cctype>
 #include <map>
 #include <utility>
 
-#include "core/error.h"
-#include "core/strings.h"
+#include <chorus/core/error.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::collective {
 namespace {

@@ -1,10 +1,10 @@
-#include "collective/hierarchical.h"
+#include <chorus/collective/hierarchical.h>
 
 #include <functional>
 
-#include "collective/call.h"
-#include "collective/work.h"
-#include "core/error.h"
+#include <chorus/collective/call.h>
+#include <chorus/collective/work.h>
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

@@ -27,7 +27,7 @@
 
 #include <memory>
 
-#include "collective/communicator.h"
+#include <chorus/collective/communicator.h>
 
 namespace chorus::collective {
 

@@ -1,10 +1,10 @@
-#include "collective/host_reduce.h"
+#include <chorus/collective/host_reduce.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

@@ -12,8 +12,8 @@
 
 #include <cstddef>
 
-#include "collective/communicator.h"
-#include "core/dtype.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/dtype.h>
 
 namespace chorus::collective {
 

@@ -1,7 +1,7 @@
-#include "collective/in_process.h"
+#include <chorus/collective/in_process.h>
 
-#include "collective/work.h"
-#include "core/error.h"
+#include <chorus/collective/work.h>
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 

@@ -20,9 +20,9 @@
 #include <memory>
 #include <string>
 
-#include "collective/call.h"
-#include "collective/communicator.h"
-#include "collective/rendezvous.h"
+#include <chorus/collective/call.h>
+#include <chorus/collective/communicator.h>
+#include <chorus/collective/rendezvous.h>
 
 namespace chorus::collective {
 

@@ -2,7 +2,7 @@
 // every MPI call holds, and make_mpi_communicator, which duplicates MPI_COMM_WORLD and exchanges
 // the peer monitors' addresses. The communicator is in mpi_communicator.cc and mpi_failure.cc,
 // what travels between processes in mpi_channel.cc (mpi_internal.h lists them).
-#include "collective/mpi.h"
+#include <chorus/collective/mpi.h>
 
 #include <mpi.h>
 #if __has_include(<mpi-ext.h>)
@@ -17,10 +17,10 @@
 #include <cstring>
 #include <thread>
 
-#include "collective/mpi_internal.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/collective/mpi_internal.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::collective {
 namespace mpi_detail {

@@ -91,7 +91,7 @@
 #include <memory>
 #include <string>
 
-#include "collective/communicator.h"
+#include <chorus/collective/communicator.h>
 
 namespace chorus::collective {
 

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <thread>
 
-#include "collective/mpi_internal.h"
-#include "core/error.h"
-#include "core/host.h"
+#include <chorus/collective/mpi_internal.h>
+#include <chorus/core/error.h>
+#include <chorus/core/host.h>
 
 namespace chorus::collective::mpi_detail {
 

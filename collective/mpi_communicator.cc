@@ -8,12 +8,12 @@
 #include <cstring>
 #include <thread>
 
-#include "collective/host_reduce.h"
-#include "collective/mpi_internal.h"
-#include "collective/work.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/tensor.h"
+#include <chorus/collective/host_reduce.h>
+#include <chorus/collective/mpi_internal.h>
+#include <chorus/collective/work.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective::mpi_detail {
 

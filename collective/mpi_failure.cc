@@ -7,10 +7,10 @@
 #include <cstring>
 #include <thread>
 
-#include "collective/mpi_internal.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/collective/mpi_internal.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::collective::mpi_detail {
 

@@ -26,9 +26,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "collective/call.h"
-#include "collective/communicator.h"
-#include "collective/peer_monitor.h"
+#include <chorus/collective/call.h>
+#include <chorus/collective/communicator.h>
+#include <chorus/collective/peer_monitor.h>
 
 // Calls MPI under the process-wide mutex; an error code becomes InternalError with MPI's text.
 #define CHORUS_MPI_CHECK(call)                                                                   \

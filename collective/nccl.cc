@@ -1,17 +1,17 @@
-#include "collective/nccl.h"
+#include <chorus/collective/nccl.h>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 #ifdef CHORUS_WITH_NCCL
 #include <mutex>
 
-#include "collective/host_reduce.h"
-#include "collective/in_process.h"
-#include "collective/nccl_check.h"
-#include "collective/work.h"
-#include "core/cuda/check.h"
-#include "core/logging.h"
-#include "core/runtime.h"
+#include <chorus/collective/host_reduce.h>
+#include <chorus/collective/in_process.h>
+#include <chorus/collective/nccl_check.h>
+#include <chorus/collective/work.h>
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/runtime.h>
 #endif
 
 namespace chorus::collective {

@@ -1,11 +1,11 @@
-#include "collective/nccl_bootstrap.h"
+#include <chorus/collective/nccl_bootstrap.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "collective/call.h"
-#include "core/error.h"
-#include "core/strings.h"
+#include <chorus/collective/call.h>
+#include <chorus/core/error.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::collective {
 namespace {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "collective/fingerprint.h"
-#include "collective/gpu_claim.h"  // GpuClaim, check_distinct_gpus
+#include <chorus/collective/fingerprint.h>
+#include <chorus/collective/gpu_claim.h>  // GpuClaim, check_distinct_gpus
 
 namespace chorus::collective {
 

@@ -9,8 +9,8 @@
 
 #include <nccl.h>
 
-#include "collective/communicator.h"
-#include "core/dtype.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/dtype.h>
 
 namespace chorus::collective {
 

@@ -1,6 +1,6 @@
-#include "collective/nccl_mpi.h"
+#include <chorus/collective/nccl_mpi.h>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 #if defined(CHORUS_WITH_NCCL) && defined(CHORUS_WITH_MPI)
 #include <algorithm>
@@ -14,21 +14,21 @@
 #include <thread>
 #include <vector>
 
-#include "collective/call.h"
-#include "collective/host_reduce.h"
-#include "collective/mpi.h"
-#include "collective/nccl.h"
-#include "collective/nccl_bootstrap.h"
-#include "collective/nccl_check.h"
-#include "collective/work.h"
-#include "core/cuda/check.h"
-#include "core/gpu.h"
-#include "core/host.h"
-#include "core/logging.h"
-#include "core/runtime.h"
-#include "core/shape.h"
-#include "core/strings.h"
-#include "core/tensor.h"
+#include <chorus/collective/call.h>
+#include <chorus/collective/host_reduce.h>
+#include <chorus/collective/mpi.h>
+#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl_bootstrap.h>
+#include <chorus/collective/nccl_check.h>
+#include <chorus/collective/work.h>
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/host.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/shape.h>
+#include <chorus/core/strings.h>
+#include <chorus/core/tensor.h>
 #endif
 
 namespace chorus::collective {

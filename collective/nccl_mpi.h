@@ -72,7 +72,7 @@
 #include <memory>
 #include <string>
 
-#include "collective/communicator.h"
+#include <chorus/collective/communicator.h>
 
 namespace chorus::collective {
 

@@ -1,4 +1,4 @@
-#include "collective/peer_monitor.h"
+#include <chorus/collective/peer_monitor.h>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -23,9 +23,9 @@
 #include <random>
 #include <thread>
 
-#include "core/error.h"
-#include "core/host.h"
-#include "core/logging.h"
+#include <chorus/core/error.h>
+#include <chorus/core/host.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::collective {
 namespace {

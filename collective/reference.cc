@@ -1,11 +1,11 @@
-#include "collective/reference.h"
+#include <chorus/collective/reference.h>
 
 #include <cstring>
 #include <functional>
 
-#include "collective/host_reduce.h"
-#include "collective/in_process.h"
-#include "core/error.h"
+#include <chorus/collective/host_reduce.h>
+#include <chorus/collective/in_process.h>
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

@@ -1,11 +1,11 @@
-#include "collective/rendezvous.h"
+#include <chorus/collective/rendezvous.h>
 
 #include <sched.h>
 
 #include <thread>
 
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::collective {
 namespace {

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/fingerprint.h"
+#include <chorus/collective/fingerprint.h>
 
 namespace chorus::collective {
 

@@ -1,10 +1,10 @@
-#include "collective/shared_memory.h"
+#include <chorus/collective/shared_memory.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "collective/host_reduce.h"
-#include "collective/in_process.h"
+#include <chorus/collective/host_reduce.h>
+#include <chorus/collective/in_process.h>
 
 namespace chorus::collective {
 namespace {

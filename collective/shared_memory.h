@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/communicator.h"
+#include <chorus/collective/communicator.h>
 
 namespace chorus::collective {
 

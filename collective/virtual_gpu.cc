@@ -1,14 +1,14 @@
-#include "collective/virtual_gpu.h"
+#include <chorus/collective/virtual_gpu.h>
 
-#include "collective/host_reduce.h"
-#include "collective/in_process.h"
-#include "collective/work.h"
-#include "core/error.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
+#include <chorus/collective/host_reduce.h>
+#include <chorus/collective/in_process.h>
+#include <chorus/collective/work.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
 
 #ifdef CHORUS_WITH_CUDA
-#include "collective/cuda/fused_reduce.h"
+#include <chorus/collective/cuda/fused_reduce.h>
 #endif
 
 namespace chorus::collective {

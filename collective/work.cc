@@ -1,8 +1,8 @@
-#include "collective/work.h"
+#include <chorus/collective/work.h>
 
 #include <thread>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <string>
 
-#include "collective/communicator.h"
-#include "collective/fingerprint.h"
-#include "core/stream.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/collective/fingerprint.h>
+#include <chorus/core/stream.h>
 
 namespace chorus::collective {
 

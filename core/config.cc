@@ -1,4 +1,4 @@
-#include "core/config.h"
+#include <chorus/core/config.h>
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -8,11 +8,11 @@
 #include <mutex>
 #include <thread>
 
-#include "core/config_state.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
+#include <chorus/core/config_state.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::config {
 namespace {

@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include <chorus/core/allocator.h>
+#include <chorus/core/device.h>
 
 namespace chorus::config {
 

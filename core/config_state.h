@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/device.h"
+#include <chorus/core/device.h>
 
 namespace chorus::config::internal {
 

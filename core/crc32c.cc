@@ -1,4 +1,4 @@
-#include "core/crc32c.h"
+#include <chorus/core/crc32c.h>
 
 #include <array>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "core/device.h"
+#include <chorus/core/device.h>
 
 namespace chorus {
 

@@ -1,11 +1,11 @@
-#include "core/device_spec.h"
+#include <chorus/core/device_spec.h>
 
 #include <cctype>
 #include <charconv>
 #include <limits>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

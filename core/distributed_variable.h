@@ -35,8 +35,8 @@
 
 #include <vector>
 
-#include "core/distribution.h"
-#include "core/variable.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/variable.h>
 
 namespace chorus {
 

@@ -1,7 +1,7 @@
-#include "core/distribution.h"
+#include <chorus/core/distribution.h>
 
-#include "core/error.h"
-#include "core/runtime.h"
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus {
 namespace {

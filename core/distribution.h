@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "core/dtype.h"
+#include <chorus/core/dtype.h>
 
 #include <bit>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

@@ -1,11 +1,11 @@
-#include "core/env.h"
+#include <chorus/core/env.h>
 
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::env {
 

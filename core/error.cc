@@ -1,4 +1,4 @@
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 

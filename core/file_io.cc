@@ -1,4 +1,4 @@
-#include "core/file_io.h"
+#include <chorus/core/file_io.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <utility>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::io {
 

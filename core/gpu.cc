@@ -1,18 +1,18 @@
 // Host-side CUDA runtime calls. One file with both builds in it (rather than a stub .cc picked by
 // the linker, which docs/style.md warns against): without CHORUS_WITH_CUDA every call but the queries
 // throws UnavailableError.
-#include "core/gpu.h"
+#include <chorus/core/gpu.h>
 
 #include <cstdio>
 #include <mutex>
 
-#include "core/cuda/kernels.h"
-#include "core/error.h"
+#include <chorus/core/cuda/kernels.h>
+#include <chorus/core/error.h>
 
 #ifdef CHORUS_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/check.h"
+#include <chorus/core/cuda/check.h>
 #endif
 
 namespace chorus::gpu {

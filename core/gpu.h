@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "core/allocator.h"
+#include <chorus/core/allocator.h>
 
 namespace chorus::gpu {
 

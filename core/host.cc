@@ -1,4 +1,4 @@
-#include "core/host.h"
+#include <chorus/core/host.h>
 
 #include <unistd.h>
 

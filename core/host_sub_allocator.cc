@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "core/allocator.h"
+#include <chorus/core/allocator.h>
 
 namespace chorus {
 namespace {

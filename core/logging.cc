@@ -1,4 +1,4 @@
-#include "core/logging.h"
+#include <chorus/core/logging.h>
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
-#include "core/env.h"
-#include "core/error.h"
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

@@ -1,12 +1,12 @@
-#include "core/placement.h"
+#include <chorus/core/placement.h>
 
 #include <mutex>
 #include <set>
 #include <string>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus {
 namespace {

@@ -25,8 +25,8 @@
 #include <memory>
 #include <string_view>
 
-#include "core/device_spec.h"
-#include "core/runtime.h"
+#include <chorus/core/device_spec.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "core/profile.h"
+#include <chorus/core/profile.h>
 
 #include <fcntl.h>
 #include <time.h>

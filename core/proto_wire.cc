@@ -1,9 +1,9 @@
-#include "core/proto_wire.h"
+#include <chorus/core/proto_wire.h>
 
 #include <bit>
 #include <cstring>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::wire {
 

@@ -1,15 +1,15 @@
-#include "core/runtime.h"
+#include <chorus/core/runtime.h>
 
 #include <algorithm>
 #include <mutex>
 #include <thread>
 
-#include "core/config_state.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/gpu.h"
-#include "core/logging.h"
-#include "core/timeline.h"
+#include <chorus/core/config_state.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/timeline.h>
 
 namespace chorus {
 

@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/device.h"
-#include "core/device_spec.h"
-#include "core/stream.h"
+#include <chorus/core/allocator.h>
+#include <chorus/core/device.h>
+#include <chorus/core/device_spec.h>
+#include <chorus/core/stream.h>
 
 namespace chorus {
 

@@ -1,10 +1,10 @@
-#include "core/shape.h"
+#include <chorus/core/shape.h>
 
 #include <limits>
 #include <sstream>
 #include <utility>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

@@ -1,6 +1,6 @@
-#include "core/sharded_variable.h"
+#include <chorus/core/sharded_variable.h>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 

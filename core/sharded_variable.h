@@ -39,9 +39,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/distributed_variable.h"
-#include "core/distribution.h"
-#include "core/variable.h"
+#include <chorus/core/distributed_variable.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/variable.h>
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "core/stream.h"
+#include <chorus/core/stream.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -7,8 +7,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus {
 namespace {

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "core/gpu.h"
+#include <chorus/core/gpu.h>
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 #include <atomic>
 #include <charconv>
@@ -6,10 +6,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/cuda/kernels.h"
-#include "core/gpu.h"
-#include "core/logging.h"
-#include "core/placement.h"
+#include <chorus/core/cuda/kernels.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/placement.h>
 
 namespace chorus {
 namespace {

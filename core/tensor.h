@@ -33,10 +33,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "core/shape.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/shape.h>
 
 namespace chorus {
 

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/timeline.h"
+#include <chorus/core/timeline.h>
 
 #include <time.h>
 #include <unistd.h>
@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/distribution.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/file_io.h"
-#include "core/host.h"
-#include "core/logging.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/core/host.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::timeline {
 

@@ -1,9 +1,9 @@
-#include "core/variable.h"
+#include <chorus/core/variable.h>
 
 #include <vector>
 
-#include "core/error.h"
-#include "core/placement.h"
+#include <chorus/core/error.h>
+#include <chorus/core/placement.h>
 
 namespace chorus {
 namespace {

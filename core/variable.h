@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 

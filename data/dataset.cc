@@ -1,11 +1,11 @@
 // Dataset core: IteratorState, the iterator classes, element/error (de)serialization, and the
 // Dataset handle itself. Sources are in sources.cc, the single-threaded transformations in
 // transformations.cc, map and prefetch (which own threads) in parallel.cc.
-#include "data/dataset.h"
+#include <chorus/data/dataset.h>
 
-#include "core/error.h"
-#include "core/placement.h"
-#include "data/internal.h"
+#include <chorus/core/error.h>
+#include <chorus/core/placement.h>
+#include <chorus/data/internal.h>
 
 namespace chorus::data {
 

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::data {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/stdio_file.h"
+#include <chorus/data/dataset.h>
+#include <chorus/data/stdio_file.h>
 
 namespace chorus::data::internal {
 

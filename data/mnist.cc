@@ -1,11 +1,11 @@
-#include "data/mnist.h"
+#include <chorus/data/mnist.h>
 
 #include <cerrno>
 
-#include "core/error.h"
-#include "core/file_io.h"
-#include "data/internal.h"
-#include "data/synthetic_digits.h"
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/data/internal.h>
+#include <chorus/data/synthetic_digits.h>
 
 namespace chorus::data {
 

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "data/dataset.h"
+#include <chorus/core/tensor.h>
+#include <chorus/data/dataset.h>
 
 namespace chorus::data {
 

@@ -9,10 +9,10 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
-#include "core/placement.h"
-#include "data/dataset.h"
-#include "data/internal.h"
+#include <chorus/core/error.h>
+#include <chorus/core/placement.h>
+#include <chorus/data/dataset.h>
+#include <chorus/data/internal.h>
 
 namespace chorus::data {
 

@@ -1,8 +1,8 @@
 // The sources: from_tensor_slices, from_tensors, range.
-#include "core/error.h"
-#include "data/dataset.h"
-#include "data/internal.h"
-#include "ops/shape_ops.h"
+#include <chorus/core/error.h>
+#include <chorus/data/dataset.h>
+#include <chorus/data/internal.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::data {
 

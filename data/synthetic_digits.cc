@@ -2,15 +2,15 @@
 // contraction or another libm, and the contract is identical bytes everywhere. Positions are in
 // 1/256 px (Q8), glyph coordinates and intensities in 1/65536 (Q16); the only float operation is the
 // final exact scaling of a Q16 intensity (an integer <= 65536) by 2^-16.
-#include "data/synthetic_digits.h"
+#include <chorus/data/synthetic_digits.h>
 
 #include <algorithm>
 #include <array>
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "data/internal.h"
+#include <chorus/core/error.h>
+#include <chorus/data/internal.h>
 
 namespace chorus::data {
 namespace {

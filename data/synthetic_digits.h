@@ -28,8 +28,8 @@
 
 #include <cstdint>
 
-#include "data/dataset.h"
-#include "data/mnist.h"
+#include <chorus/data/dataset.h>
+#include <chorus/data/mnist.h>
 
 namespace chorus::data {
 

@@ -1,4 +1,4 @@
-#include "data/tfrecord.h"
+#include <chorus/data/tfrecord.h>
 
 #include <unistd.h>
 
@@ -6,12 +6,12 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/file_io.h"
-#include "core/logging.h"
-#include "data/internal.h"
-#include "data/zlib_stream.h"
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/core/logging.h>
+#include <chorus/data/internal.h>
+#include <chorus/data/zlib_stream.h>
 
 namespace chorus::data {
 

@@ -42,8 +42,8 @@
 #include <string_view>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/stdio_file.h"
+#include <chorus/data/dataset.h>
+#include <chorus/data/stdio_file.h>
 
 namespace chorus::data {
 

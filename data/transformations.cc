@@ -4,11 +4,11 @@
 #include <atomic>
 #include <mutex>
 
-#include "core/error.h"
-#include "data/dataset.h"
-#include "data/internal.h"
-#include "ops/random.h"
-#include "ops/shape_ops.h"
+#include <chorus/core/error.h>
+#include <chorus/data/dataset.h>
+#include <chorus/data/internal.h>
+#include <chorus/ops/random.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::data {
 

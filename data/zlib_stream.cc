@@ -1,11 +1,11 @@
-#include "data/zlib_stream.h"
+#include <chorus/data/zlib_stream.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <vector>
 
-#include "core/error.h"
-#include "data/internal.h"
+#include <chorus/core/error.h>
+#include <chorus/data/internal.h>
 
 namespace chorus::data::internal {
 

@@ -1,9 +1,9 @@
-#include "distribute/all_reduce_packs.h"
+#include <chorus/distribute/all_reduce_packs.h>
 
 #include <algorithm>
 
-#include "ops/elementwise.h"
-#include "ops/shape_ops.h"
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute::internal {
 

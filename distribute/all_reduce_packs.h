@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::distribute::internal {
 

@@ -1,4 +1,4 @@
-#include "distribute/cluster_resolver.h"
+#include <chorus/distribute/cluster_resolver.h>
 
 #include <cerrno>
 #include <cmath>
@@ -7,15 +7,15 @@
 #include <set>
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/host.h"
-#include "core/tensor.h"
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/host.h>
+#include <chorus/core/tensor.h>
 
 #if defined(CHORUS_WITH_MPI)
 #include <mpi.h>
 
-#include "collective/mpi.h"
+#include <chorus/collective/mpi.h>
 #endif
 
 namespace chorus::distribute {

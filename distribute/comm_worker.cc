@@ -1,8 +1,8 @@
-#include "distribute/comm_worker.h"
+#include <chorus/distribute/comm_worker.h>
 
-#include "collective/communicator.h"
-#include "core/error.h"
-#include "core/timeline.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/error.h>
+#include <chorus/core/timeline.h>
 
 namespace chorus::distribute::internal {
 

@@ -1,9 +1,9 @@
-#include "distribute/communication_options.h"
+#include <chorus/distribute/communication_options.h>
 
 #include <cmath>
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::distribute {
 

@@ -70,7 +70,7 @@
 #include <optional>
 #include <string_view>
 
-#include "distribute/cross_device_ops.h"
+#include <chorus/distribute/cross_device_ops.h>
 
 namespace chorus::distribute {
 

@@ -1,14 +1,14 @@
-#include "distribute/cross_device_ops.h"
+#include <chorus/distribute/cross_device_ops.h>
 
 #include <atomic>
 #include <set>
 
-#include "collective/nccl.h"
-#include "collective/reference.h"
-#include "collective/shared_memory.h"
-#include "collective/virtual_gpu.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/collective/nccl.h>
+#include <chorus/collective/reference.h>
+#include <chorus/collective/shared_memory.h>
+#include <chorus/collective/virtual_gpu.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus::distribute {
 namespace {

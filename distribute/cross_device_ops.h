@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "core/device.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/device.h>
 
 namespace chorus::distribute {
 

@@ -1,4 +1,4 @@
-#include "distribute/distributed_dataset.h"
+#include <chorus/distribute/distributed_dataset.h>
 
 #include <pthread.h>
 #include <sched.h>
@@ -9,8 +9,8 @@
 #include <thread>
 #include <utility>
 
-#include "core/error.h"
-#include "ops/shape_ops.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
 

@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "distribute/per_replica.h"
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/per_replica.h>
 
 namespace chorus::distribute {
 

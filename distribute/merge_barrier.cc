@@ -1,8 +1,8 @@
-#include "distribute/merge_barrier.h"
+#include <chorus/distribute/merge_barrier.h>
 
 #include <sstream>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::distribute::internal {
 

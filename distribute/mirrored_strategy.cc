@@ -1,10 +1,10 @@
-#include "distribute/mirrored_strategy.h"
+#include <chorus/distribute/mirrored_strategy.h>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/runtime.h"
-#include "core/strings.h"
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::distribute {
 namespace {

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "distribute/sharding_options.h"
-#include "distribute/strategy.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/distribute/sharding_options.h>
+#include <chorus/distribute/strategy.h>
 
 namespace chorus::distribute {
 

@@ -1,11 +1,11 @@
-#include "distribute/mirrored_variable.h"
+#include <chorus/distribute/mirrored_variable.h>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "distribute/per_replica.h"
-#include "distribute/replica_context.h"
-#include "distribute/strategy.h"
-#include "ops/elementwise.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/distribute/per_replica.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/distribute/strategy.h>
+#include <chorus/ops/elementwise.h>
 
 namespace chorus::distribute {
 

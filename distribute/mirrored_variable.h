@@ -25,9 +25,9 @@
 
 #include <vector>
 
-#include "core/distributed_variable.h"
-#include "core/variable.h"
-#include "distribute/strategy.h"
+#include <chorus/core/distributed_variable.h>
+#include <chorus/core/variable.h>
+#include <chorus/distribute/strategy.h>
 
 namespace chorus::distribute {
 

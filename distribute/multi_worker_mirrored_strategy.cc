@@ -1,28 +1,28 @@
-#include "distribute/multi_worker_mirrored_strategy.h"
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
 
-#include "distribute/uneven_all_gather.h"
+#include <chorus/distribute/uneven_all_gather.h>
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
-#include "collective/gpu_claim.h"
-#include "collective/hierarchical.h"
-#include "collective/nccl.h"
-#include "collective/nccl_mpi.h"
-#include "core/config.h"
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/host.h"
-#include "core/logging.h"
-#include "core/runtime.h"
-#include "core/strings.h"
-#include "core/timeline.h"
-#include "ops/elementwise.h"
-#include "ops/shape_ops.h"
+#include <chorus/collective/gpu_claim.h>
+#include <chorus/collective/hierarchical.h>
+#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl_mpi.h>
+#include <chorus/core/config.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/host.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/strings.h>
+#include <chorus/core/timeline.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/shape_ops.h>
 
 #if defined(CHORUS_WITH_MPI)
-#include "collective/mpi.h"
+#include <chorus/collective/mpi.h>
 #endif
 
 namespace chorus::distribute {

@@ -70,10 +70,10 @@
 #include <string_view>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/sharding_options.h"
-#include "distribute/strategy.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/distribute/cluster_resolver.h>
+#include <chorus/distribute/sharding_options.h>
+#include <chorus/distribute/strategy.h>
 
 namespace chorus::distribute {
 

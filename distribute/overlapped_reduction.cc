@@ -1,8 +1,8 @@
-#include "distribute/overlapped_reduction.h"
+#include <chorus/distribute/overlapped_reduction.h>
 
-#include "core/error.h"
-#include "core/strings.h"
-#include "core/timeline.h"
+#include <chorus/core/error.h>
+#include <chorus/core/strings.h>
+#include <chorus/core/timeline.h>
 
 namespace chorus::distribute::internal {
 

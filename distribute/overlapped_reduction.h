@@ -29,8 +29,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/distribution.h"
-#include "distribute/all_reduce_packs.h"
+#include <chorus/core/distribution.h>
+#include <chorus/distribute/all_reduce_packs.h>
 
 namespace chorus::distribute::internal {
 

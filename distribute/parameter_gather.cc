@@ -1,10 +1,10 @@
-#include "distribute/parameter_gather.h"
+#include <chorus/distribute/parameter_gather.h>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "distribute/replica_context.h"
-#include "distribute/sharded_variable.h"
-#include "ops/tape.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/distribute/sharded_variable.h>
+#include <chorus/ops/tape.h>
 
 namespace chorus::distribute {
 

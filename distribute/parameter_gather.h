@@ -34,9 +34,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/sharded_variable.h"
-#include "core/tensor.h"
-#include "core/variable.h"
+#include <chorus/core/sharded_variable.h>
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
 
 namespace chorus::distribute {
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::distribute {
 

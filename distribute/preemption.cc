@@ -1,13 +1,13 @@
-#include "distribute/preemption.h"
+#include <chorus/distribute/preemption.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/tensor.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/tensor.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
 
 namespace chorus::distribute {
 

@@ -1,22 +1,22 @@
-#include "distribute/replica_context.h"
+#include <chorus/distribute/replica_context.h>
 
-#include "distribute/uneven_all_gather.h"
+#include <chorus/distribute/uneven_all_gather.h>
 
 #include <algorithm>
 #include <functional>
 
-#include "collective/communicator.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/profile.h"
-#include "core/timeline.h"
-#include "distribute/comm_worker.h"
-#include "distribute/merge_barrier.h"
-#include "distribute/overlapped_reduction.h"
-#include "distribute/parameter_gather.h"
-#include "distribute/strategy.h"
-#include "ops/elementwise.h"
-#include "ops/shape_ops.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/profile.h>
+#include <chorus/core/timeline.h>
+#include <chorus/distribute/comm_worker.h>
+#include <chorus/distribute/merge_barrier.h>
+#include <chorus/distribute/overlapped_reduction.h>
+#include <chorus/distribute/parameter_gather.h>
+#include <chorus/distribute/strategy.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
 

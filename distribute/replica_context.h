@@ -7,10 +7,10 @@
 
 #include <chrono>
 
-#include "core/distribution.h"
-#include "core/sharded_variable.h"
-#include "distribute/all_reduce_packs.h"
-#include "distribute/communication_options.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/distribute/all_reduce_packs.h>
+#include <chorus/distribute/communication_options.h>
 
 namespace chorus::collective {
 class Communicator;

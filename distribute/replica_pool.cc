@@ -1,10 +1,10 @@
-#include "distribute/replica_pool.h"
+#include <chorus/distribute/replica_pool.h>
 
-#include "core/device_spec.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/placement.h"
-#include "core/profile.h"
+#include <chorus/core/device_spec.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/placement.h>
+#include <chorus/core/profile.h>
 
 namespace chorus::distribute {
 namespace {

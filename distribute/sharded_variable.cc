@@ -1,11 +1,11 @@
-#include "distribute/sharded_variable.h"
+#include <chorus/distribute/sharded_variable.h>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "distribute/parameter_gather.h"
-#include "distribute/replica_context.h"
-#include "ops/elementwise.h"
-#include "ops/shape_ops.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/distribute/parameter_gather.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
 

@@ -34,9 +34,9 @@
 
 #include <vector>
 
-#include "core/sharded_variable.h"
-#include "core/variable.h"
-#include "distribute/strategy.h"
+#include <chorus/core/sharded_variable.h>
+#include <chorus/core/variable.h>
+#include <chorus/distribute/strategy.h>
 
 namespace chorus::distribute {
 

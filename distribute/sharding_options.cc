@@ -1,6 +1,6 @@
-#include "distribute/sharding_options.h"
+#include <chorus/distribute/sharding_options.h>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::distribute {
 

@@ -1,23 +1,23 @@
-#include "distribute/strategy.h"
+#include <chorus/distribute/strategy.h>
 
 #include <algorithm>
 #include <optional>
 #include <set>
 #include <thread>
 
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/placement.h"
-#include "core/runtime.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/merge_barrier.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/replica_context.h"
-#include "distribute/replica_pool.h"
-#include "distribute/sharded_variable.h"
-#include "ops/elementwise.h"
-#include "ops/reduction.h"
-#include "ops/shape_ops.h"
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/placement.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/distributed_dataset.h>
+#include <chorus/distribute/merge_barrier.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/distribute/replica_pool.h>
+#include <chorus/distribute/sharded_variable.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
 

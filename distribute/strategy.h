@@ -46,14 +46,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/distribution.h"
-#include "core/tensor.h"
-#include "core/variable.h"
-#include "data/dataset.h"
-#include "distribute/communication_options.h"
-#include "distribute/cross_device_ops.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/per_replica.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/communication_options.h>
+#include <chorus/distribute/cross_device_ops.h>
+#include <chorus/distribute/distributed_dataset.h>
+#include <chorus/distribute/per_replica.h>
 
 namespace chorus::distribute {
 

@@ -1,12 +1,12 @@
-#include "distribute/uneven_all_gather.h"
+#include <chorus/distribute/uneven_all_gather.h>
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include "core/profile.h"
-#include "core/runtime.h"
-#include "ops/ops.h"
+#include <chorus/core/profile.h>
+#include <chorus/core/runtime.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute::internal {
 

@@ -12,8 +12,8 @@
 #include <chrono>
 #include <string>
 
-#include "collective/communicator.h"
-#include "core/tensor.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::distribute::internal {
 

@@ -1,6 +1,6 @@
 // docs/ops.md's example: one gradient step with GradientTape (built and run by CTest).
-#include <chorus/chorus.h>
 #include <iostream>
+#include <chorus/chorus.h>
 namespace cx = chorus;
 namespace ops = chorus::ops;
 

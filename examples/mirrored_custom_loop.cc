@@ -1,7 +1,7 @@
 // docs/distribute.md's program: a custom training loop under MirroredStrategy on two logical
 // CPU devices (linear regression y = x·w toward 2). Built and run by CTest (label cpu).
-#include <chorus/chorus.h>
 #include <iostream>
+#include <chorus/chorus.h>
 namespace cx = chorus;
 using cx::distribute::MirroredStrategy;
 

@@ -1,9 +1,9 @@
-#include "launch/build_info.h"
+#include <chorus/launch/build_info.h>
 
 #include <string>
 
-#include "core/error.h"
-#include "core/gpu.h"
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
 
 #if defined(CHORUS_WITH_CUDA)
 #include <cublas_api.h>

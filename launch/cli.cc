@@ -1,10 +1,10 @@
-#include "launch/cli.h"
+#include <chorus/launch/cli.h>
 
 #include <cstdio>
 #include <cstring>
 
-#include "launch/build_info.h"
 #include "launch/version_info.h"
+#include <chorus/launch/build_info.h>
 
 namespace chorus::launch {
 

@@ -1,4 +1,4 @@
-#include "launch/host_check.h"
+#include <chorus/launch/host_check.h>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/strings.h"
+#include <chorus/core/error.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::launch {
 namespace {

@@ -1,4 +1,4 @@
-#include "launch/hostfile.h"
+#include <chorus/launch/hostfile.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
-#include "core/strings.h"
+#include <chorus/core/error.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::launch {
 namespace {

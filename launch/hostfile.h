@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launch/mpirun_command.h"
+#include <chorus/launch/mpirun_command.h>
 
 namespace chorus::launch {
 

@@ -1,11 +1,11 @@
-#include "launch/mpirun_command.h"
+#include <chorus/launch/mpirun_command.h>
 
 #include <algorithm>
 #include <charconv>
 #include <map>
 #include <set>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::launch {
 namespace {

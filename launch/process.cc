@@ -1,4 +1,4 @@
-#include "launch/process.h"
+#include <chorus/launch/process.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "launch/rank_status.h"
+#include <chorus/launch/rank_status.h>
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -14,8 +14,8 @@
 #include <map>
 #include <sstream>
 
-#include "core/error.h"
-#include "launch/process.h"
+#include <chorus/core/error.h>
+#include <chorus/launch/process.h>
 
 namespace chorus::launch {
 namespace {

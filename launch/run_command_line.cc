@@ -1,11 +1,11 @@
-#include "launch/run_command_line.h"
+#include <chorus/launch/run_command_line.h>
 
 #include <charconv>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "launch/mpirun_command.h"
-#include "launch/rank_status.h"
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/launch/mpirun_command.h>
+#include <chorus/launch/rank_status.h>
 
 namespace chorus::launch {
 namespace {

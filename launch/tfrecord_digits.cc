@@ -1,14 +1,14 @@
-#include "launch/tfrecord_digits.h"
+#include <chorus/launch/tfrecord_digits.h>
 
 #include <glob.h>
 
 #include <algorithm>
 #include <optional>
 
-#include "core/error.h"
-#include "core/proto_wire.h"
-#include "core/tensor.h"
-#include "data/tfrecord.h"
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
+#include <chorus/core/tensor.h>
+#include <chorus/data/tfrecord.h>
 
 namespace chorus::launch {
 namespace {

@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/tfrecord.h"
+#include <chorus/data/dataset.h>
+#include <chorus/data/tfrecord.h>
 
 namespace chorus::launch {
 

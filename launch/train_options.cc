@@ -1,4 +1,4 @@
-#include "launch/train_options.h"
+#include <chorus/launch/train_options.h>
 
 #include <boost/program_options.hpp>
 
@@ -6,8 +6,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
 
 namespace chorus::launch {
 namespace {

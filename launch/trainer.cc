@@ -1,4 +1,4 @@
-#include "launch/trainer.h"
+#include <chorus/launch/trainer.h>
 
 #include <algorithm>
 #include <ctime>
@@ -6,27 +6,27 @@
 #include <memory>
 #include <ostream>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "core/config.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/file_io.h"
-#include "data/mnist.h"
-#include "data/synthetic_digits.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "launch/tfrecord_digits.h"
-#include "model/callbacks.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/random.h"
-#include "optimizer/adam.h"
-#include "optimizer/sgd.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/core/config.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/data/mnist.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/distribute/cluster_resolver.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
+#include <chorus/launch/tfrecord_digits.h>
+#include <chorus/model/callbacks.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/random.h>
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/sgd.h>
 #if defined(CHORUS_WITH_MPI)
-#include "collective/mpi.h"
+#include <chorus/collective/mpi.h>
 #endif
 
 namespace chorus::launch {

@@ -54,7 +54,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "launch/train_options.h"
+#include <chorus/launch/train_options.h>
 
 namespace chorus::launch {
 

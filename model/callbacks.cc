@@ -1,4 +1,4 @@
-#include "model/callbacks.h"
+#include <chorus/model/callbacks.h>
 
 #include <unistd.h>
 
@@ -8,23 +8,23 @@
 #include <iostream>
 #include <sstream>
 
-#include "checkpoint/atomic_file.h"
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "checkpoint/checkpoint_state.h"
-#include "core/distribution.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "distribute/preemption.h"
-#include "distribute/strategy.h"
-#include "model/model.h"
-#include "ops/elementwise.h"
-#include "ops/finite.h"
-#include "ops/reduction.h"
-#include "optimizer/optimizer.h"
-#include "summary/summary_writer.h"
+#include <chorus/checkpoint/atomic_file.h>
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/distribute/preemption.h>
+#include <chorus/distribute/strategy.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/finite.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/optimizer/optimizer.h>
+#include <chorus/summary/summary_writer.h>
 
 namespace chorus::callbacks {
 

@@ -1,9 +1,9 @@
-#include "model/initializers.h"
+#include <chorus/model/initializers.h>
 
 #include <cmath>
 
-#include "core/error.h"
-#include "ops/random.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::initializers {
 namespace {

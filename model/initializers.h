@@ -15,7 +15,7 @@
 #include <functional>
 #include <optional>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::initializers {
 

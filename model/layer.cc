@@ -1,12 +1,12 @@
-#include "model/layer.h"
+#include <chorus/model/layer.h>
 
 #include <cctype>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "core/sharded_variable.h"
-#include "core/timeline.h"
-#include "ops/elementwise.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/core/timeline.h>
+#include <chorus/ops/elementwise.h>
 
 namespace chorus::layers {
 

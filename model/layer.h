@@ -36,11 +36,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/trackable.h"
-#include "core/tensor.h"
-#include "core/variable.h"
-#include "model/initializers.h"
-#include "model/mixed_precision.h"
+#include <chorus/checkpoint/trackable.h>
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
+#include <chorus/model/initializers.h>
+#include <chorus/model/mixed_precision.h>
 
 namespace chorus::layers {
 

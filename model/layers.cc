@@ -1,13 +1,13 @@
 // Dense, Flatten, Activation, Dropout, Embedding, Conv2D, pooling (see model/layers.h).
-#include "model/layers.h"
+#include <chorus/model/layers.h>
 
 #include <map>
 #include <random>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "ops/geometry.h"
-#include "ops/ops.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/ops/geometry.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::layers {
 

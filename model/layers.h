@@ -14,9 +14,9 @@
 #include <optional>
 #include <string>
 
-#include "model/layer.h"
-#include "ops/kinds.h"
-#include "ops/random.h"
+#include <chorus/model/layer.h>
+#include <chorus/ops/kinds.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::layers {
 

@@ -1,10 +1,10 @@
-#include "model/losses.h"
+#include <chorus/model/losses.h>
 
 #include <algorithm>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "ops/ops.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::losses {
 namespace {

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::losses {
 

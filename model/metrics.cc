@@ -1,7 +1,7 @@
-#include "model/metrics.h"
+#include <chorus/model/metrics.h>
 
-#include "core/error.h"
-#include "ops/ops.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::metrics {
 

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
-#include "core/variable.h"
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
 
 namespace chorus::metrics {
 

@@ -1,8 +1,8 @@
-#include "model/mixed_precision.h"
+#include <chorus/model/mixed_precision.h>
 
 #include <mutex>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::mixed_precision {
 

@@ -41,7 +41,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/dtype.h"
+#include <chorus/core/dtype.h>
 
 namespace chorus::mixed_precision {
 

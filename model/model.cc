@@ -1,17 +1,17 @@
-#include "model/model.h"
+#include <chorus/model/model.h>
 
 #include <iomanip>
 #include <iostream>
 #include <set>
 #include <sstream>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "core/profile.h"
-#include "core/timeline.h"
-#include "distribute/strategy.h"
-#include "ops/ops.h"
-#include "optimizer/optimizer.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/core/profile.h>
+#include <chorus/core/timeline.h>
+#include <chorus/distribute/strategy.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/optimizer.h>
 
 namespace chorus::model {
 

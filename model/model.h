@@ -44,13 +44,13 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/trackable.h"
-#include "core/tensor.h"
-#include "data/dataset.h"
-#include "model/callbacks.h"
-#include "model/layer.h"
-#include "model/losses.h"
-#include "model/metrics.h"
+#include <chorus/checkpoint/trackable.h>
+#include <chorus/core/tensor.h>
+#include <chorus/data/dataset.h>
+#include <chorus/model/callbacks.h>
+#include <chorus/model/layer.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/metrics.h>
 
 namespace chorus::distribute {
 class Strategy;

@@ -1,8 +1,8 @@
 // BatchNormalization (see model/layers.h).
-#include "core/distribution.h"
-#include "core/error.h"
-#include "model/layers.h"
-#include "ops/ops.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/model/layers.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::layers {
 namespace {

@@ -1,8 +1,8 @@
-#include "ops/determinism.h"
+#include <chorus/ops/determinism.h>
 
 #include <atomic>
 
-#include "core/logging.h"
+#include <chorus/core/logging.h>
 
 namespace chorus::ops {
 namespace {

@@ -1,7 +1,7 @@
-#include "ops/dropout.h"
+#include <chorus/ops/dropout.h>
 
-#include "ops/elementwise.h"
-#include "ops/internal.h"
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/internal.h>
 
 namespace chorus::ops {
 namespace {

@@ -12,8 +12,8 @@
 #include <array>
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "ops/random.h"
+#include <chorus/core/tensor.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::ops {
 

@@ -15,8 +15,8 @@
 // integer tensors have none.
 #pragma once
 
-#include "core/tensor.h"
-#include "ops/kinds.h"
+#include <chorus/core/tensor.h>
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops {
 

@@ -3,7 +3,7 @@
 // refusing NaN weights.
 #pragma once
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::ops {
 

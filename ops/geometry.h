@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "ops/kinds.h"
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops {
 

@@ -1,13 +1,13 @@
-#include "ops/internal.h"
+#include <chorus/ops/internal.h>
 
 #include <algorithm>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/logging.h"
-#include "core/profile.h"
-#include "ops/cpu/dnn.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/profile.h>
+#include <chorus/ops/cpu/dnn.h>
 
 namespace chorus::ops::internal {
 

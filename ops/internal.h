@@ -17,12 +17,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "core/shape.h"
-#include "core/tensor.h"
-#include "ops/strided.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/shape.h>
+#include <chorus/core/tensor.h>
+#include <chorus/ops/strided.h>
 
 #if CHORUS_WITH_CUDA
 #define CHORUS_IF_CUDA(...) __VA_ARGS__

@@ -1,12 +1,12 @@
-#include "ops/linalg.h"
+#include <chorus/ops/linalg.h>
 
-#include "ops/cpu/dnn.h"
-#include "ops/internal.h"
-#include "ops/reduction.h"
-#include "ops/shape_ops.h"
-#include "ops/tape.h"
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/internal.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/ops/tape.h>
 #if CHORUS_WITH_CUDA
-#include "ops/cuda/libraries.h"
+#include <chorus/ops/cuda/libraries.h>
 #endif
 
 namespace chorus::ops {

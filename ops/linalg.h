@@ -18,7 +18,7 @@
 // Other dtypes → InvalidArgumentError. The gradient (matmuls of the same dtype) follows the same rules.
 #pragma once
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::ops {
 

@@ -1,16 +1,16 @@
-#include "ops/nn.h"
+#include <chorus/ops/nn.h>
 
-#include "ops/cpu/dnn.h"
-#include "ops/cpu/loops.h"
-#include "ops/elementwise.h"
-#include "ops/geometry.h"
-#include "ops/internal.h"
-#include "ops/reduction.h"
-#include "ops/shape_ops.h"
-#include "ops/tape.h"
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/loops.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/geometry.h>
+#include <chorus/ops/internal.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/ops/tape.h>
 #if CHORUS_WITH_CUDA
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/libraries.h"
+#include <chorus/ops/cuda/kernels.h>
+#include <chorus/ops/cuda/libraries.h>
 #endif
 
 namespace chorus::ops {

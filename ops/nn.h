@@ -27,8 +27,8 @@
 #include <array>
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "ops/kinds.h"
+#include <chorus/core/tensor.h>
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops {
 

@@ -1,13 +1,13 @@
 // All of ops/: tensor math and autograd (see each header for its contract).
 #pragma once
 
-#include "ops/determinism.h"
-#include "ops/dropout.h"
-#include "ops/elementwise.h"
-#include "ops/kinds.h"
-#include "ops/linalg.h"
-#include "ops/nn.h"
-#include "ops/random.h"
-#include "ops/reduction.h"
-#include "ops/shape_ops.h"
-#include "ops/tape.h"
+#include <chorus/ops/determinism.h>
+#include <chorus/ops/dropout.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/kinds.h>
+#include <chorus/ops/linalg.h>
+#include <chorus/ops/nn.h>
+#include <chorus/ops/random.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/ops/tape.h>

@@ -53,7 +53,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/dtype.h"
+#include <chorus/core/dtype.h>
 
 #if defined(__CUDACC__)
 #define CHORUS_PHILOX_HD __host__ __device__

@@ -1,4 +1,4 @@
-#include "ops/random.h"
+#include <chorus/ops/random.h>
 
 #include <chrono>
 #include <cmath>
@@ -9,10 +9,10 @@
 #include <string_view>
 #include <utility>
 
-#include "core/error.h"
-#include "core/placement.h"
-#include "ops/cuda/random.h"
-#include "ops/internal.h"
+#include <chorus/core/error.h>
+#include <chorus/core/placement.h>
+#include <chorus/ops/cuda/random.h>
+#include <chorus/ops/internal.h>
 
 namespace chorus::ops {
 

@@ -42,10 +42,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/tensor.h"
-#include "ops/philox.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/shape.h>
+#include <chorus/core/tensor.h>
+#include <chorus/ops/philox.h>
 
 namespace chorus::ops {
 

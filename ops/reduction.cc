@@ -1,16 +1,16 @@
-#include "ops/reduction.h"
+#include <chorus/ops/reduction.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "ops/cpu/loops.h"
-#include "ops/elementwise.h"
-#include "ops/finite.h"
-#include "ops/internal.h"
-#include "ops/shape_ops.h"
-#include "ops/tape.h"
+#include <chorus/ops/cpu/loops.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/finite.h>
+#include <chorus/ops/internal.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/ops/tape.h>
 #if CHORUS_WITH_CUDA
-#include "ops/cuda/kernels.h"
+#include <chorus/ops/cuda/kernels.h>
 #endif
 
 namespace chorus::ops {

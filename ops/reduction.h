@@ -13,7 +13,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::ops {
 

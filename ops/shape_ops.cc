@@ -1,16 +1,16 @@
-#include "ops/shape_ops.h"
+#include <chorus/ops/shape_ops.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "ops/cpu/loops.h"
-#include "ops/determinism.h"
-#include "ops/elementwise.h"
-#include "ops/internal.h"
-#include "ops/reduction.h"
-#include "ops/tape.h"
+#include <chorus/ops/cpu/loops.h>
+#include <chorus/ops/determinism.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/internal.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/tape.h>
 #if CHORUS_WITH_CUDA
-#include "ops/cuda/kernels.h"
+#include <chorus/ops/cuda/kernels.h>
 #endif
 
 namespace chorus::ops {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::ops {
 

@@ -1,15 +1,15 @@
-#include "ops/tape.h"
+#include <chorus/ops/tape.h>
 
 #include <algorithm>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "core/sharded_variable.h"
-#include "core/timeline.h"
-#include "ops/elementwise.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/core/timeline.h>
+#include <chorus/ops/elementwise.h>
 
 namespace chorus::ops {
 

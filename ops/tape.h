@@ -40,8 +40,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tensor.h"
-#include "core/variable.h"
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
 
 namespace chorus::ops {
 

@@ -1,10 +1,10 @@
-#include "ops/training.h"
+#include <chorus/ops/training.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#include "ops/internal.h"
+#include <chorus/ops/internal.h>
 
 namespace chorus::ops {
 namespace {

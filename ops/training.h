@@ -3,7 +3,7 @@
 // with their temporaries. Used by optimizer/adam.cc.
 #pragma once
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::ops {
 

@@ -1,11 +1,11 @@
-#include "optimizer/adam.h"
+#include <chorus/optimizer/adam.h>
 
 #include <cmath>
 
-#include "core/error.h"
-#include "ops/elementwise.h"
-#include "ops/training.h"
-#include "optimizer/detail.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/training.h>
+#include <chorus/optimizer/detail.h>
 
 namespace chorus::optimizers {
 

@@ -1,10 +1,10 @@
-#include "optimizer/clipping.h"
+#include <chorus/optimizer/clipping.h>
 
 #include <cmath>
 
-#include "core/error.h"
-#include "ops/elementwise.h"
-#include "ops/reduction.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/reduction.h>
 
 namespace chorus::optimizers {
 

@@ -21,7 +21,7 @@
 
 #include <vector>
 
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 namespace chorus::optimizers {
 

@@ -1,11 +1,11 @@
-#include "optimizer/learning_rate_schedule.h"
+#include <chorus/optimizer/learning_rate_schedule.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "core/error.h"
-#include "optimizer/detail.h"
+#include <chorus/core/error.h>
+#include <chorus/optimizer/detail.h>
 
 namespace chorus::optimizers {
 

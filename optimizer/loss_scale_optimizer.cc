@@ -1,13 +1,13 @@
-#include "optimizer/loss_scale_optimizer.h"
+#include <chorus/optimizer/loss_scale_optimizer.h>
 
 #include <cmath>
 
-#include "core/distribution.h"
-#include "core/error.h"
-#include "ops/elementwise.h"
-#include "ops/finite.h"
-#include "ops/tape.h"
-#include "optimizer/detail.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/finite.h>
+#include <chorus/ops/tape.h>
+#include <chorus/optimizer/detail.h>
 
 namespace chorus::optimizers {
 

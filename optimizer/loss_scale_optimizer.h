@@ -50,7 +50,7 @@
 #include <string_view>
 #include <vector>
 
-#include "optimizer/optimizer.h"
+#include <chorus/optimizer/optimizer.h>
 
 namespace chorus::optimizers {
 

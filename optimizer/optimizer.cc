@@ -1,4 +1,4 @@
-#include "optimizer/optimizer.h"
+#include <chorus/optimizer/optimizer.h>
 
 #include <algorithm>
 #include <atomic>
@@ -8,18 +8,18 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/distributed_variable.h"
-#include "core/distribution.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/sharded_variable.h"
-#include "core/strings.h"
-#include "core/timeline.h"
-#include "ops/elementwise.h"
-#include "ops/reduction.h"
-#include "ops/shape_ops.h"
-#include "optimizer/clipping.h"
-#include "optimizer/detail.h"
+#include <chorus/core/distributed_variable.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/core/strings.h>
+#include <chorus/core/timeline.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/optimizer/clipping.h>
+#include <chorus/optimizer/detail.h>
 
 namespace chorus::optimizers {
 

@@ -118,11 +118,11 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/trackable.h"
-#include "core/tensor.h"
-#include "core/variable.h"
-#include "ops/tape.h"
-#include "optimizer/learning_rate_schedule.h"
+#include <chorus/checkpoint/trackable.h>
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
+#include <chorus/ops/tape.h>
+#include <chorus/optimizer/learning_rate_schedule.h>
 
 namespace chorus::optimizers {
 

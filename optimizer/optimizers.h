@@ -4,10 +4,10 @@
 // under a distribution strategy.
 #pragma once
 
-#include "optimizer/adam.h"
-#include "optimizer/clipping.h"
-#include "optimizer/learning_rate_schedule.h"
-#include "optimizer/loss_scale_optimizer.h"
-#include "optimizer/optimizer.h"
-#include "optimizer/rmsprop.h"
-#include "optimizer/sgd.h"
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/clipping.h>
+#include <chorus/optimizer/learning_rate_schedule.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
+#include <chorus/optimizer/optimizer.h>
+#include <chorus/optimizer/rmsprop.h>
+#include <chorus/optimizer/sgd.h>

@@ -1,10 +1,10 @@
-#include "optimizer/rmsprop.h"
+#include <chorus/optimizer/rmsprop.h>
 
 #include <cmath>
 
-#include "core/error.h"
-#include "ops/elementwise.h"
-#include "optimizer/detail.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/optimizer/detail.h>
 
 namespace chorus::optimizers {
 

@@ -1,8 +1,8 @@
-#include "optimizer/sgd.h"
+#include <chorus/optimizer/sgd.h>
 
-#include "core/error.h"
-#include "ops/elementwise.h"
-#include "optimizer/detail.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/optimizer/detail.h>
 
 namespace chorus::optimizers {
 

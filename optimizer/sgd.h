@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "optimizer/optimizer.h"
+#include <chorus/optimizer/optimizer.h>
 
 namespace chorus::optimizers {
 

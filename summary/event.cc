@@ -1,10 +1,10 @@
-#include "summary/event.h"
+#include <chorus/summary/event.h>
 
 #include <cstring>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/proto_wire.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
 
 namespace chorus::summary {
 

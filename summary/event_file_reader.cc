@@ -1,10 +1,10 @@
-#include "summary/event_file_reader.h"
+#include <chorus/summary/event_file_reader.h>
 
 #include <algorithm>
 #include <filesystem>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
 
 namespace chorus::summary {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "summary/event.h"
-#include "summary/record.h"
+#include <chorus/summary/event.h>
+#include <chorus/summary/record.h>
 
 namespace chorus::summary {
 

@@ -1,11 +1,11 @@
-#include "summary/png.h"
+#include <chorus/summary/png.h>
 
 #include <zlib.h>
 
 #include <algorithm>
 #include <string_view>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::summary {
 

@@ -1,10 +1,10 @@
-#include "summary/record.h"
+#include <chorus/summary/record.h>
 
 #include <cstring>
 
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/proto_wire.h"
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
 
 namespace chorus::summary {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/file_io.h"
+#include <chorus/core/file_io.h>
 
 namespace chorus::summary {
 

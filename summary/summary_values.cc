@@ -1,13 +1,13 @@
-#include "summary/summary_values.h"
+#include <chorus/summary/summary_values.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/tensor.h"
-#include "summary/png.h"
+#include <chorus/core/error.h>
+#include <chorus/core/tensor.h>
+#include <chorus/summary/png.h>
 
 namespace chorus::summary {
 

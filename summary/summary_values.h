@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "summary/event.h"
+#include <chorus/summary/event.h>
 
 namespace chorus {
 class Tensor;

@@ -1,4 +1,4 @@
-#include "summary/summary_writer.h"
+#include <chorus/summary/summary_writer.h>
 
 #include <unistd.h>
 
@@ -12,14 +12,14 @@
 #include <mutex>
 #include <thread>
 
-#include "core/distribution.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/file_io.h"
-#include "core/host.h"
-#include "core/logging.h"
-#include "core/tensor.h"
-#include "summary/record.h"
+#include <chorus/core/distribution.h>
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
+#include <chorus/core/host.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/tensor.h>
+#include <chorus/summary/record.h>
 
 namespace chorus::summary {
 

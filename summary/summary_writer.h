@@ -52,8 +52,8 @@
 #include <string_view>
 #include <vector>
 
-#include "summary/event.h"
-#include "summary/summary_values.h"
+#include <chorus/summary/event.h>
+#include <chorus/summary/summary_values.h>
 
 namespace chorus {
 class Tensor;

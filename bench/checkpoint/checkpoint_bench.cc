@@ -50,12 +50,12 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "launch/cli.h"
-#include "ops/elementwise.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/error.h>
+#include <chorus/core/tensor.h>
+#include <chorus/launch/cli.h>
+#include <chorus/ops/elementwise.h>
 
 namespace chorus {
 namespace {

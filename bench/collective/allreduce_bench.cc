@@ -78,14 +78,14 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "collective/communicator.h"
-#include "collective/reference.h"
-#include "collective/shared_memory.h"
-#include "core/config.h"
-#include "core/strings.h"
-#include "core/tensor.h"
-#include "launch/cli.h"
-#include "launch/mpirun_command.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/collective/reference.h>
+#include <chorus/collective/shared_memory.h>
+#include <chorus/core/config.h>
+#include <chorus/core/strings.h>
+#include <chorus/core/tensor.h>
+#include <chorus/launch/cli.h>
+#include <chorus/launch/mpirun_command.h>
 
 namespace chorus {
 namespace {

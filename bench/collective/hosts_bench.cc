@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "launch/cli.h"
-#include "launch/mpirun_command.h"
+#include <chorus/launch/cli.h>
+#include <chorus/launch/mpirun_command.h>
 
 namespace {
 

@@ -32,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "collective/mpi.h"
-#include "core/tensor.h"
-#include "launch/cli.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/collective/mpi.h>
+#include <chorus/core/tensor.h>
+#include <chorus/launch/cli.h>
 
 namespace {
 

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "collective/virtual_gpu.h"
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
-#include "launch/cli.h"
+#include <chorus/collective/virtual_gpu.h>
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/tensor.h>
+#include <chorus/launch/cli.h>
 
 namespace chorus {
 namespace {

@@ -26,13 +26,13 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/allocator.h"
+#include <chorus/core/allocator.h>
 
 #ifdef CHORUS_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "core/gpu.h"
-#include "launch/cli.h"
+#include <chorus/core/gpu.h>
+#include <chorus/launch/cli.h>
 #endif
 
 namespace chorus {

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/config.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
-#include "ops/geometry.h"
-#include "ops/ops.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/tensor.h>
+#include <chorus/ops/geometry.h>
+#include <chorus/ops/ops.h>
 
 #ifdef CHORUS_WITH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -37,8 +37,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "core/gpu.h"
-#include "launch/cli.h"
+#include <chorus/core/gpu.h>
+#include <chorus/launch/cli.h>
 #endif
 
 namespace chorus {

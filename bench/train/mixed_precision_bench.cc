@@ -42,7 +42,7 @@
 #include <stdexcept>
 
 #include "bench/bench_util.h"
-#include "ops/cpu/dnn.h"
+#include <chorus/ops/cpu/dnn.h>
 
 namespace cx = chorus;
 namespace L = chorus::layers;

@@ -24,9 +24,9 @@
 // Goals (the issue's): hidden ≥ 50% of the all-reduce time in the 2-process case; overlap no
 // slower than without in any case (PASS when on/off ≤ 1.02: the tolerance is stated, not hidden).
 // Last line: one JSON line (bench/bench_util.h).
-#include <chorus/chorus.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <chorus/chorus.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,9 +40,9 @@
 
 #include "bench/bench_util.h"
 #include "bench/train/seed_cnn.h"
-#include "core/timeline.h"
-#include "distribute/cluster_resolver.h"
-#include "ops/cpu/dnn.h"
+#include <chorus/core/timeline.h>
+#include <chorus/distribute/cluster_resolver.h>
+#include <chorus/ops/cpu/dnn.h>
 
 namespace cx = chorus;
 

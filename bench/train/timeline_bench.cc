@@ -12,8 +12,8 @@
 // hook; × the hooks a step runs (the on rounds' events per step) ÷ the off step time gives the
 // share of a step the disabled hooks cost.
 // Last line: one JSON line (bench/bench_util.h): the on/off step-time ratio (yardstick: off).
-#include <chorus/chorus.h>
 #include <unistd.h>
+#include <chorus/chorus.h>
 
 #include <chrono>
 #include <cstdio>

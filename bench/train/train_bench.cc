@@ -60,8 +60,8 @@
 
 #include "bench/bench_util.h"
 #include "bench/train/seed_cnn.h"
-#include "core/profile.h"
-#include "ops/cpu/dnn.h"
+#include <chorus/core/profile.h>
+#include <chorus/ops/cpu/dnn.h>
 
 namespace cx = chorus;
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "collective/cuda/fused_reduce.h"
-#include "core/cuda/check.h"
+#include <chorus/collective/cuda/fused_reduce.h>
+#include <chorus/core/cuda/check.h>
 
 namespace chorus::collective::cuda {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::gpu::internal {
 

@@ -1,8 +1,8 @@
 // cudaMalloc as the SubAllocator of GPU logical devices (built only with CUDA).
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/check.h"
-#include "core/gpu.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::gpu {
 namespace {

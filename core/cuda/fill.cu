@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "core/cuda/check.h"
-#include "core/cuda/kernels.h"
-#include "core/gpu.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/cuda/kernels.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::gpu {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cstddef>
 
-#include "core/dtype.h"
-#include "core/gpu.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::gpu {
 

@@ -20,15 +20,15 @@
 #include <optional>
 #include <thread>
 
-#include "core/error.h"
-#include "launch/build_info.h"
-#include "launch/cli.h"
-#include "launch/host_check.h"
-#include "launch/hostfile.h"
-#include "launch/mpirun_command.h"
-#include "launch/process.h"
-#include "launch/rank_status.h"
-#include "launch/run_command_line.h"
+#include <chorus/core/error.h>
+#include <chorus/launch/build_info.h>
+#include <chorus/launch/cli.h>
+#include <chorus/launch/host_check.h>
+#include <chorus/launch/hostfile.h>
+#include <chorus/launch/mpirun_command.h>
+#include <chorus/launch/process.h>
+#include <chorus/launch/rank_status.h>
+#include <chorus/launch/run_command_line.h>
 
 namespace cx = chorus;
 namespace launch = chorus::launch;

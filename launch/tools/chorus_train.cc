@@ -7,10 +7,10 @@
 // below --min-accuracy, 2 a bad command line.
 #include <iostream>
 
-#include "core/error.h"
-#include "launch/cli.h"
-#include "launch/train_options.h"
-#include "launch/trainer.h"
+#include <chorus/core/error.h>
+#include <chorus/launch/cli.h>
+#include <chorus/launch/train_options.h>
+#include <chorus/launch/trainer.h>
 
 namespace cx = chorus;
 namespace launch = chorus::launch;

@@ -6,8 +6,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/cpu/dnn.h"
-#include "ops/cpu/numeric.h"
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/numeric.h>
 
 namespace chorus::ops::cpu {
 namespace {

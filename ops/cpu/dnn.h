@@ -32,9 +32,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
-#include "ops/geometry.h"
-#include "ops/kinds.h"
+#include <chorus/core/dtype.h>
+#include <chorus/ops/geometry.h>
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops::cpu {
 

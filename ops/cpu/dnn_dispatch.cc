@@ -9,11 +9,11 @@
 #include <mutex>
 #include <vector>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "ops/cpu/dnn.h"
-#include "ops/cpu/onednn.h"
-#include "ops/cpu/reference.h"
+#include <chorus/core/env.h>
+#include <chorus/core/error.h>
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/onednn.h>
+#include <chorus/ops/cpu/reference.h>
 
 namespace chorus::ops::cpu {
 namespace {

@@ -6,8 +6,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "ops/cpu/loops.h"
-#include "ops/cpu/numeric.h"
+#include <chorus/ops/cpu/loops.h>
+#include <chorus/ops/cpu/numeric.h>
 
 namespace chorus::ops::cpu {
 namespace {

@@ -1,8 +1,8 @@
 // Gather, scatter-add and one-hot on the CPU.
 #include <cstring>
 
-#include "ops/cpu/loops.h"
-#include "ops/cpu/numeric.h"
+#include <chorus/ops/cpu/loops.h>
+#include <chorus/ops/cpu/numeric.h>
 
 namespace chorus::ops::cpu {
 namespace {

@@ -13,9 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "ops/kinds.h"
-#include "ops/strided.h"
+#include <chorus/core/dtype.h>
+#include <chorus/ops/kinds.h>
+#include <chorus/ops/strided.h>
 
 namespace chorus::ops::cpu {
 

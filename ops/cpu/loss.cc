@@ -2,8 +2,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/cpu/loops.h"
-#include "ops/cpu/numeric.h"
+#include <chorus/ops/cpu/loops.h>
+#include <chorus/ops/cpu/numeric.h>
 
 namespace chorus::ops::cpu {
 namespace {

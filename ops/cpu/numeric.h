@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
 
 namespace chorus::ops::cpu {
 

@@ -1,7 +1,7 @@
 // oneDNN plumbing: engine, per-thread streams and scratchpads, the cache registry.
 #ifdef CHORUS_WITH_DNNL
 
-#include "ops/cpu/onednn.h"
+#include <chorus/ops/cpu/onednn.h>
 
 namespace chorus::ops::cpu::onednn {
 

@@ -26,8 +26,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "core/error.h"
-#include "ops/cpu/dnn.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/cpu/dnn.h>
 
 namespace chorus::ops::cpu::onednn {
 

@@ -13,7 +13,7 @@
 // reorders it into a per-thread buffer (forward, backward data) or out of one (backward weights).
 #ifdef CHORUS_WITH_DNNL
 
-#include "ops/cpu/onednn.h"
+#include <chorus/ops/cpu/onednn.h>
 
 namespace chorus::ops::cpu::onednn {
 namespace {

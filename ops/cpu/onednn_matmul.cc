@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "ops/cpu/onednn.h"
+#include <chorus/ops/cpu/onednn.h>
 
 namespace chorus::ops::cpu::onednn {
 namespace {

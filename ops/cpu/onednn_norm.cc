@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "ops/cpu/onednn.h"
+#include <chorus/ops/cpu/onednn.h>
 
 namespace chorus::ops::cpu::onednn {
 namespace {

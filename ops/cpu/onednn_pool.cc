@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "ops/cpu/onednn.h"
+#include <chorus/ops/cpu/onednn.h>
 
 namespace chorus::ops::cpu::onednn {
 namespace {

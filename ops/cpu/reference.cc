@@ -1,6 +1,6 @@
 // Reference loops (see reference.h). Written for clarity first: each output is a sum gathered
 // by one thread in a fixed order (no atomics, no thread-count dependence), accumulated in double.
-#include "ops/cpu/reference.h"
+#include <chorus/ops/cpu/reference.h>
 
 #include <algorithm>
 #include <cmath>

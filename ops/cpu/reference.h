@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "ops/geometry.h"
-#include "ops/kinds.h"
+#include <chorus/ops/geometry.h>
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops::cpu::reference {
 

@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 #ifdef CHORUS_WITH_CUDNN
 #include <cudnn.h>

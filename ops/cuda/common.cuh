@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/cuda/check.h"
-#include "core/dtype.h"
-#include "core/error.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
 
 namespace chorus::ops::cuda::detail {
 

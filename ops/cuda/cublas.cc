@@ -17,11 +17,11 @@
 #include <mutex>
 #include <utility>
 
-#include "core/cuda/check.h"
-#include "core/error.h"
-#include "core/gpu.h"
-#include "ops/cuda/check.h"
-#include "ops/cuda/libraries.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/ops/cuda/check.h>
+#include <chorus/ops/cuda/libraries.h>
 
 namespace chorus::ops::cuda {
 namespace {

@@ -17,22 +17,22 @@
 // unbiased batch variance, scaled here by (rows - 1) / rows to the biased one chorus returns.
 // The backward call gets saved mean = the given mean and saved inverse std = 1/sqrt(var + eps)
 // computed from the given variance (dnn_kernels.cu), so it uses exactly the statistics passed in.
-#include "ops/cuda/libraries.h"
+#include <chorus/ops/cuda/libraries.h>
 
 #ifdef CHORUS_WITH_CUDNN
 #include <map>
 #include <memory>
 #include <utility>
 
-#include "ops/cuda/cudnn_util.h"
-#include "ops/cuda/dnn_kernels.h"
-#include "ops/cuda/kernels.h"
-#include "ops/determinism.h"
+#include <chorus/ops/cuda/cudnn_util.h>
+#include <chorus/ops/cuda/dnn_kernels.h>
+#include <chorus/ops/cuda/kernels.h>
+#include <chorus/ops/determinism.h>
 #endif
 
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::ops::cuda {
 

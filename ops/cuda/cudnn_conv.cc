@@ -26,7 +26,7 @@
 // float32 asks for CUDNN_FMA_MATH (no TF32 tensor cores, results comparable to the CPU kernels);
 // only if cuDNN offers nothing under it is CUDNN_DEFAULT_MATH allowed. Choices are cached per
 // (direction, geometry, dtype, determinism, GPU).
-#include "ops/cuda/libraries.h"
+#include <chorus/ops/cuda/libraries.h>
 
 #ifdef CHORUS_WITH_CUDNN
 #include <algorithm>
@@ -38,14 +38,14 @@
 #include <utility>
 #include <vector>
 
-#include "core/logging.h"
-#include "ops/cuda/cudnn_util.h"
-#include "ops/determinism.h"
+#include <chorus/core/logging.h>
+#include <chorus/ops/cuda/cudnn_util.h>
+#include <chorus/ops/determinism.h>
 #endif
 
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::ops::cuda {
 

@@ -18,12 +18,12 @@
 #include <mutex>
 #include <string_view>
 
-#include "core/cuda/check.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "ops/cuda/check.h"
-#include "ops/strided.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/ops/cuda/check.h>
+#include <chorus/ops/strided.h>
 
 namespace chorus::ops::cuda::cudnn {
 

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "core/gpu.h"
-#include "ops/geometry.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/gpu.h>
+#include <chorus/ops/geometry.h>
 
 namespace chorus::ops::cuda {
 

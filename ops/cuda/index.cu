@@ -15,10 +15,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/cuda/check.h"
-#include "core/dtype.h"
-#include "ops/cuda/common.cuh"
-#include "ops/cuda/kernels.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/dtype.h>
+#include <chorus/ops/cuda/common.cuh>
+#include <chorus/ops/cuda/kernels.h>
 
 namespace chorus::ops::cuda {
 namespace {

@@ -18,10 +18,10 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "core/gpu.h"
-#include "ops/kinds.h"
-#include "ops/strided.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/gpu.h>
+#include <chorus/ops/kinds.h>
+#include <chorus/ops/strided.h>
 
 namespace chorus::ops::cuda {
 

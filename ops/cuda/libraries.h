@@ -22,10 +22,10 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "core/runtime.h"
-#include "ops/geometry.h"
-#include "ops/kinds.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/runtime.h>
+#include <chorus/ops/geometry.h>
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops::cuda {
 

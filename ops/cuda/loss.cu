@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/cuda/check.h"
-#include "ops/cuda/common.cuh"
-#include "ops/cuda/kernels.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/ops/cuda/common.cuh>
+#include <chorus/ops/cuda/kernels.h>
 
 namespace chorus::ops::cuda {
 namespace {

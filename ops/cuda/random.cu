@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-#include "core/cuda/check.h"
-#include "core/dtype.h"
-#include "core/gpu.h"
-#include "ops/cuda/random.h"
-#include "ops/philox.h"
+#include <chorus/core/cuda/check.h>
+#include <chorus/core/dtype.h>
+#include <chorus/core/gpu.h>
+#include <chorus/ops/cuda/random.h>
+#include <chorus/ops/philox.h>
 
 namespace chorus::ops::cuda {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "core/gpu.h"
-#include "ops/philox.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/gpu.h>
+#include <chorus/ops/philox.h>
 
 namespace chorus::ops::cuda {
 

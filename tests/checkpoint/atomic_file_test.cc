@@ -1,14 +1,14 @@
 // write_file_atomically / read_file: contents, replacement, no temporaries left, typed errors,
 // and a failed write leaving the old file as it was.
-#include "checkpoint/atomic_file.h"
+#include <chorus/checkpoint/atomic_file.h>
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <sys/resource.h>
 
-#include "core/error.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/core/error.h>
 
 namespace chorus::train {
 namespace {

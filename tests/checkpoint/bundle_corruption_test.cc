@@ -6,13 +6,13 @@
 #include <limits>
 #include <vector>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/bundle_format.h"
-#include "checkpoint/table.h"
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/proto_wire.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/checkpoint/table.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
 
 namespace chorus::train {
 namespace {

@@ -9,9 +9,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include "checkpoint/bundle.h"
-#include "core/error.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/core/error.h>
 
 namespace chorus::train {
 namespace {

@@ -1,7 +1,7 @@
 // BundleWriter → BundleReader round trips: every chorus dtype (incl. 0-element and rank-0),
 // DT_STRING, many keys over several table blocks, the docs/formats.md B6 byte-exact test vector, the
 // real TF-written index, and the API's error cases.
-#include "checkpoint/bundle.h"
+#include <chorus/checkpoint/bundle.h>
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <limits>
 #include <thread>
 
-#include "checkpoint/bundle_format.h"
-#include "checkpoint/table.h"
-#include "core/crc32c.h"
-#include "core/error.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/checkpoint/table.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
 
 namespace chorus::train {
 namespace {

@@ -14,9 +14,9 @@
 #include <random>
 #include <thread>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_manager.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
 
 extern char** environ;
 

@@ -10,19 +10,19 @@
 #include <cstring>
 #include <random>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint.h"
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/virtual_gpus.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus::train {
 namespace {

@@ -8,13 +8,13 @@
 
 #include <filesystem>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "checkpoint/checkpoint_state.h"
-#include "core/error.h"
-#include "core/file_io.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
 
 namespace chorus::train {
 namespace {

@@ -1,16 +1,16 @@
 // CheckpointManager: numbering, retention, the state file, recovery, intervals, the directory
 // lock, restore_or_initialize with fallback; the state file's text format.
-#include "checkpoint/checkpoint_manager.h"
+#include <chorus/checkpoint/checkpoint_manager.h>
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_state.h"
-#include "core/runtime.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::train {
 namespace {

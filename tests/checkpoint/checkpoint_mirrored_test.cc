@@ -2,14 +2,14 @@
 // device; k replicas → m replicas for any k, m (default strategy included); ON_READ SUM/MEAN.
 #include <gtest/gtest.h>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint.h"
-#include "core/config.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
 
 namespace chorus::train {
 namespace {

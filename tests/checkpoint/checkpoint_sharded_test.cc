@@ -9,10 +9,10 @@
 // onto stage 0, stage 2 and another replica count, and stage 0's save onto stage 3.
 #include <gtest/gtest.h>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint.h"
 #include "tests/core/test_util.h"
 #include "tests/optimizer/sharding_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint.h>
 
 namespace chorus::sharding_testing {
 namespace {

@@ -1,18 +1,18 @@
 // Checkpoint: save/write/restore/read of variables, nested objects, iterators and generators;
 // TF's key layout; mismatch diffs; restore-on-create; async saves.
-#include "checkpoint/checkpoint.h"
+#include <chorus/checkpoint/checkpoint.h>
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/object_graph.h"
-#include "core/runtime.h"
-#include "data/dataset.h"
-#include "ops/random.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/object_graph.h>
+#include <chorus/core/runtime.h>
+#include <chorus/data/dataset.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::train {
 namespace {

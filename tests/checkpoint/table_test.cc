@@ -1,6 +1,6 @@
 // The SSTable builder and reader on their own: LevelDB's key shortening, the layout of small
 // tables worked out by hand, round trips over many blocks, and malformed blocks.
-#include "checkpoint/table.h"
+#include <chorus/checkpoint/table.h>
 
 #include <gtest/gtest.h>
 
@@ -8,10 +8,10 @@
 #include <cstring>
 #include <map>
 
-#include "checkpoint/bundle_format.h"
-#include "core/crc32c.h"
-#include "core/error.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
 
 namespace chorus::train::internal {
 namespace {

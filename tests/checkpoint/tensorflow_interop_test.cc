@@ -39,25 +39,25 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/bundle_format.h"
-#include "checkpoint/checkpoint.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "core/sharded_variable.h"
-#include "data/dataset.h"
-#include "data/synthetic_digits.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/mixed_precision.h"
-#include "model/model.h"
-#include "ops/random.h"
-#include "optimizer/adam.h"
-#include "optimizer/loss_scale_optimizer.h"
 #include "tests/checkpoint/tf_interop_util.h"
 #include "tests/core/interop_python.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/data/dataset.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/mixed_precision.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/random.h>
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
 
 namespace chorus::train {
 namespace {

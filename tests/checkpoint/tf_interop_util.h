@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/trackable.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/tensor.h"
 #include "tests/core/interop_python.h"
+#include <chorus/checkpoint/trackable.h>
+#include <chorus/core/dtype.h>
+#include <chorus/core/shape.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::train::testing {
 

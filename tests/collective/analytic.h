@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "core/tensor.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective {
 

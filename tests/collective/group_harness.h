@@ -7,9 +7,9 @@
 #include <thread>
 #include <vector>
 
-#include "collective/communicator.h"
-#include "core/config.h"
-#include "core/runtime.h"
+#include <chorus/collective/communicator.h>
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::testing {
 

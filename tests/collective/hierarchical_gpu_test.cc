@@ -12,13 +12,13 @@
 #include <cmath>
 #include <random>
 
-#include "collective/hierarchical.h"
-#include "collective/nccl.h"
-#include "collective/virtual_gpu.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/gpu.h"
 #include "group_harness.h"
+#include <chorus/collective/hierarchical.h>
+#include <chorus/collective/nccl.h>
+#include <chorus/collective/virtual_gpu.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::collective {
 namespace {

@@ -6,10 +6,10 @@
 #include <cmath>
 
 #include "analytic.h"
-#include "collective/hierarchical.h"
-#include "collective/shared_memory.h"
-#include "core/error.h"
 #include "group_harness.h"
+#include <chorus/collective/hierarchical.h>
+#include <chorus/collective/shared_memory.h>
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

@@ -1,11 +1,11 @@
-#include "collective/host_reduce.h"
+#include <chorus/collective/host_reduce.h>
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "collective/in_process.h"
-#include "core/error.h"
+#include <chorus/collective/in_process.h>
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

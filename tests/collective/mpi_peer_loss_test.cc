@@ -23,11 +23,11 @@
 #include <string>
 #include <thread>
 
-#include "collective/mpi.h"
-#include "collective/peer_monitor.h"
-#include "core/error.h"
-#include "core/host.h"
-#include "core/tensor.h"
+#include <chorus/collective/mpi.h>
+#include <chorus/collective/peer_monitor.h>
+#include <chorus/core/error.h>
+#include <chorus/core/host.h>
+#include <chorus/core/tensor.h>
 
 namespace cx = chorus;
 using Clock = std::chrono::steady_clock;

@@ -15,13 +15,13 @@
 #include <thread>
 
 #include "analytic.h"
-#include "collective/hierarchical.h"
-#include "collective/mpi.h"
-#include "collective/shared_memory.h"
-#include "core/error.h"
-#include "core/tensor.h"
 #include "tests/collective/mpi_test_main.h"
 #include "tests/core/test_util.h"
+#include <chorus/collective/hierarchical.h>
+#include <chorus/collective/mpi.h>
+#include <chorus/collective/shared_memory.h>
+#include <chorus/core/error.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective {
 namespace {

@@ -18,9 +18,9 @@
 #include <functional>
 #include <vector>
 
-#include "collective/mpi.h"
-#include "core/config.h"
-#include "core/tensor.h"
+#include <chorus/collective/mpi.h>
+#include <chorus/core/config.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::testing {
 

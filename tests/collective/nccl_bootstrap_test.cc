@@ -1,13 +1,13 @@
 // The host-side logic of the multi-process NCCL backend, without MPI, NCCL or a GPU: the one-GPU-
 // per-rank check, and the wire forms of GPU claims and fingerprints.
-#include "collective/nccl_bootstrap.h"
+#include <chorus/collective/nccl_bootstrap.h>
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

@@ -17,14 +17,14 @@
 #include <thread>
 
 #include "analytic.h"
-#include "collective/mpi.h"
-#include "collective/nccl.h"
-#include "collective/nccl_mpi.h"
-#include "core/error.h"
-#include "core/gpu.h"
-#include "core/tensor.h"
 #include "tests/collective/mpi_test_main.h"
 #include "tests/core/test_util.h"
+#include <chorus/collective/mpi.h>
+#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl_mpi.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective {
 namespace {

@@ -5,11 +5,11 @@
 #include <algorithm>
 
 #include "analytic.h"
-#include "collective/nccl.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/gpu.h"
 #include "group_harness.h"
+#include <chorus/collective/nccl.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::collective {
 namespace {

@@ -8,7 +8,7 @@
 //   - a stopped child (SIGSTOP) is lost by silence once heartbeats stop;
 //   - strangers connecting to the port (garbage, a wrong token) change nothing;
 //   - no sockets (descriptor limit) is an UnavailableError, not a crash or a hang.
-#include "collective/peer_monitor.h"
+#include <chorus/collective/peer_monitor.h>
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -26,8 +26,8 @@
 #include <string>
 #include <thread>
 
-#include "core/error.h"
-#include "core/host.h"
+#include <chorus/core/error.h>
+#include <chorus/core/host.h>
 
 namespace chorus::collective {
 namespace {

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include "analytic.h"
-#include "collective/reference.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/gpu.h"
 #include "group_harness.h"
+#include <chorus/collective/reference.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::collective {
 namespace {

@@ -1,4 +1,4 @@
-#include "collective/rendezvous.h"
+#include <chorus/collective/rendezvous.h>
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::collective {
 namespace {

@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "analytic.h"
-#include "collective/reference.h"
-#include "collective/rendezvous.h"
-#include "collective/shared_memory.h"
-#include "core/error.h"
-#include "core/tensor.h"
 #include "group_harness.h"
+#include <chorus/collective/reference.h>
+#include <chorus/collective/rendezvous.h>
+#include <chorus/collective/shared_memory.h>
+#include <chorus/core/error.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::collective {
 namespace {

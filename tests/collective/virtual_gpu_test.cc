@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "analytic.h"
-#include "collective/virtual_gpu.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/gpu.h"
 #include "group_harness.h"
+#include <chorus/collective/virtual_gpu.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
 
 namespace chorus::collective {
 namespace {

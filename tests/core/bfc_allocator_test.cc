@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include <chorus/core/allocator.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 
 namespace chorus {
 namespace {

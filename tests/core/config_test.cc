@@ -1,12 +1,12 @@
-#include "core/config.h"
+#include <chorus/core/config.h>
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "core/error.h"
-#include "core/gpu.h"
-#include "core/tensor.h"
 #include "test_util.h"
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 namespace {

@@ -1,11 +1,11 @@
-#include "core/device_spec.h"
+#include <chorus/core/device_spec.h>
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 #include <string>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

@@ -1,6 +1,6 @@
 // Expected values come from the IEEE 754 encodings worked out by hand (noted beside each), or from
 // reference decoders written here from the format definitions, never from chorus's own output.
-#include "core/dtype.h"
+#include <chorus/core/dtype.h>
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

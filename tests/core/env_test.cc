@@ -1,9 +1,9 @@
-#include "core/env.h"
+#include <chorus/core/env.h>
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

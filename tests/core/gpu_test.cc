@@ -3,12 +3,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/placement.h"
-#include "core/tensor.h"
-#include "core/variable.h"
 #include "test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/placement.h>
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
 
 namespace chorus {
 namespace {

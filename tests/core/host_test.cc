@@ -1,5 +1,5 @@
 // core/host.h: the host name is gethostname(2)'s.
-#include "core/host.h"
+#include <chorus/core/host.h>
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "core/logging.h"
+#include <chorus/core/logging.h>
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <regex>
 #include <thread>
 
-#include "core/error.h"
 #include "test_util.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

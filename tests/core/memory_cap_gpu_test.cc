@@ -9,10 +9,10 @@
 #include <cmath>
 #include <random>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/tensor.h"
 #include "test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 namespace {

@@ -1,9 +1,9 @@
 // Memory limits of logical devices seen through tensors: accounting, OOM and recovery.
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/tensor.h"
 #include "test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 namespace {

@@ -1,13 +1,13 @@
-#include "core/placement.h"
+#include <chorus/core/placement.h>
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/tensor.h"
 #include "test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus {
 namespace {

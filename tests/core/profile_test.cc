@@ -1,5 +1,5 @@
 // core/profile.h: the timers' wall, CPU and run-queue accounting, and account_run_delay.
-#include "core/profile.h"
+#include <chorus/core/profile.h>
 
 #include <gtest/gtest.h>
 #include <pthread.h>

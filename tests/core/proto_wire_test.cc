@@ -1,6 +1,6 @@
 // Protobuf wire format by hand: the byte examples of the protobuf encoding guide
 // (protobuf.dev/programming-guides/encoding), round trips, and malformed input → DataLossError.
-#include "core/proto_wire.h"
+#include <chorus/core/proto_wire.h>
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::wire {
 namespace {

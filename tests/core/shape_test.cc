@@ -1,4 +1,4 @@
-#include "core/shape.h"
+#include <chorus/core/shape.h>
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

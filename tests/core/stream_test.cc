@@ -1,4 +1,4 @@
-#include "core/stream.h"
+#include <chorus/core/stream.h>
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus {
 namespace {

@@ -1,5 +1,5 @@
 // core/strings.h's join, in every form chorus's messages use it.
-#include "core/strings.h"
+#include <chorus/core/strings.h>
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include <chorus/core/tensor.h>
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 
 #include <atomic>
 
-#include "core/config.h"
 #include "test_util.h"
+#include <chorus/core/config.h>
 
 namespace chorus {
 namespace {

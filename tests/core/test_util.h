@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/logging.h"
-#include "core/runtime.h"
+#include <chorus/core/config.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::testing {
 

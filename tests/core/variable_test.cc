@@ -1,10 +1,10 @@
-#include "core/variable.h"
+#include <chorus/core/variable.h>
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/placement.h"
 #include "test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/placement.h>
 
 namespace chorus {
 namespace {

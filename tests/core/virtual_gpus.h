@@ -12,9 +12,9 @@
 
 #include <cstdint>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::testing {
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/runtime.h"
-#include "data/dataset.h"
-#include "data/tfrecord.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/data/dataset.h>
+#include <chorus/data/tfrecord.h>
 
 namespace chorus::data::testing {
 

@@ -8,11 +8,11 @@
 #include <map>
 #include <set>
 
-#include "core/placement.h"
-#include "data/dataset.h"
-#include "ops/elementwise.h"
-#include "ops/random.h"
 #include "tests/data/data_test_util.h"
+#include <chorus/core/placement.h>
+#include <chorus/data/dataset.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::data {
 namespace {

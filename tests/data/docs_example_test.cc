@@ -3,9 +3,9 @@
 
 #include <iostream>
 
-#include "core/tensor.h"
-#include "data/synthetic_digits.h"
-#include "ops/elementwise.h"
+#include <chorus/core/tensor.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/ops/elementwise.h>
 
 namespace cx = chorus;
 namespace data = chorus::data;

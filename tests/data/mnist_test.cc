@@ -4,8 +4,8 @@
 
 #include <fstream>
 
-#include "data/mnist.h"
 #include "tests/data/data_test_util.h"
+#include <chorus/data/mnist.h>
 
 namespace chorus::data {
 namespace {

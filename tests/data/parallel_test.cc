@@ -7,8 +7,8 @@
 #include <chrono>
 #include <thread>
 
-#include "data/dataset.h"
 #include "tests/data/data_test_util.h"
+#include <chorus/data/dataset.h>
 
 namespace chorus::data {
 namespace {

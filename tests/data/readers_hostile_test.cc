@@ -13,11 +13,11 @@
 #include <fstream>
 #include <future>
 
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "data/mnist.h"
-#include "data/tfrecord.h"
 #include "tests/data/data_test_util.h"
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/data/mnist.h>
+#include <chorus/data/tfrecord.h>
 
 namespace chorus::data {
 namespace {

@@ -7,15 +7,15 @@
 #include <chrono>
 #include <cmath>
 
-#include "core/variable.h"
-#include "data/synthetic_digits.h"
-#include "ops/elementwise.h"
-#include "ops/linalg.h"
-#include "ops/nn.h"
-#include "ops/random.h"
-#include "ops/reduction.h"
-#include "ops/shape_ops.h"
-#include "ops/tape.h"
+#include <chorus/core/variable.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/ops/elementwise.h>
+#include <chorus/ops/linalg.h>
+#include <chorus/ops/nn.h>
+#include <chorus/ops/random.h>
+#include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/ops/tape.h>
 
 namespace chorus::data {
 namespace {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "data/synthetic_digits.h"
 #include "tests/data/data_test_util.h"
+#include <chorus/data/synthetic_digits.h>
 
 namespace chorus::data {
 namespace {

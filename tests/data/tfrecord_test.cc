@@ -6,9 +6,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "core/crc32c.h"
-#include "data/tfrecord.h"
 #include "tests/data/data_test_util.h"
+#include <chorus/core/crc32c.h>
+#include <chorus/data/tfrecord.h>
 
 namespace chorus::data {
 namespace {

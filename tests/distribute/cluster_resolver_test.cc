@@ -1,14 +1,14 @@
 // ClusterResolver (TF_CONFIG, mpirun's variables), the JSON reader, the process-to-device mapping
 // and the GPU-claim check with fake inputs — no MPI, no GPU needed.
-#include "distribute/cluster_resolver.h"
+#include <chorus/distribute/cluster_resolver.h>
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "core/error.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/error.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
 
 namespace chorus::distribute {
 namespace {

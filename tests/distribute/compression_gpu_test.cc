@@ -8,12 +8,12 @@
 #include <cmath>
 #include <random>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/replica_context.h"
-#include "ops/ops.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute {
 namespace {

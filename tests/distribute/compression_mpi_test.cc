@@ -10,11 +10,11 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/config.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "distribute/replica_context.h"
-#include "ops/ops.h"
 #include "tests/collective/mpi_test_main.h"
+#include <chorus/core/config.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute {
 namespace {

@@ -10,18 +10,18 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/replica_context.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/loss_scale_optimizer.h"
-#include "optimizer/sgd.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus::distribute {
 namespace {

@@ -1,13 +1,13 @@
 // The choice of cross-device reduction, from logical devices described directly (so every GPU
 // layout is checked on a machine without GPUs), and the communicators it builds on CPU devices.
-#include "distribute/cross_device_ops.h"
+#include <chorus/distribute/cross_device_ops.h>
 
 #include <gtest/gtest.h>
 
-#include "collective/nccl.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/runtime.h"
+#include <chorus/collective/nccl.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
 
 namespace chorus::distribute {
 namespace {

@@ -2,12 +2,12 @@
 // datasets from a function; and the minimal data::Dataset underneath.
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/runtime.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/mirrored_strategy.h"
-#include "ops/reduction.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/distributed_dataset.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/ops/reduction.h>
 
 namespace chorus::distribute {
 namespace {

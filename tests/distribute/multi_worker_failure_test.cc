@@ -30,12 +30,12 @@
 #include <string>
 #include <thread>
 
-#include "checkpoint/checkpoint_manager.h"
-#include "collective/mpi.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "distribute/preemption.h"
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/collective/mpi.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
+#include <chorus/distribute/preemption.h>
 
 namespace cx = chorus;
 using Clock = std::chrono::steady_clock;

@@ -6,11 +6,11 @@
 
 #include <csignal>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "data/dataset.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "distribute/preemption.h"
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
+#include <chorus/distribute/preemption.h>
 
 namespace chorus::distribute {
 namespace {

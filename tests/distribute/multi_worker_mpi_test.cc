@@ -15,25 +15,25 @@
 #include <fstream>
 #include <set>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "collective/mpi.h"
-#include "core/config.h"
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/timeline.h"
-#include "data/synthetic_digits.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/shape_ops.h"
-#include "ops/tape.h"
-#include "optimizer/adam.h"
 #include "tests/collective/mpi_test_main.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/collective/mpi.h>
+#include <chorus/core/config.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/timeline.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/distribute/cluster_resolver.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/shape_ops.h>
+#include <chorus/ops/tape.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus::distribute {
 namespace {

@@ -7,17 +7,17 @@
 // reason.
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "data/dataset.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
 #include "tests/distribute/overlap_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus::distribute {
 namespace {

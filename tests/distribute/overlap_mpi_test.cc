@@ -8,11 +8,11 @@
 
 #include <cstdint>
 
-#include "core/config.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "ops/ops.h"
 #include "tests/collective/mpi_test_main.h"
 #include "tests/distribute/overlap_util.h"
+#include <chorus/core/config.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute {
 namespace {

@@ -13,20 +13,20 @@
 #include <cstdint>
 #include <thread>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/runtime.h"
-#include "data/synthetic_digits.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "ops/tape.h"
-#include "optimizer/adam.h"
-#include "optimizer/loss_scale_optimizer.h"
-#include "optimizer/sgd.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/runtime.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/ops/tape.h>
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus::distribute {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "distribute/strategy.h"
-#include "ops/ops.h"
-#include "ops/tape.h"
-#include "optimizer/adam.h"
+#include <chorus/distribute/strategy.h>
+#include <chorus/ops/ops.h>
+#include <chorus/ops/tape.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus::overlap_testing {
 

@@ -8,19 +8,19 @@
 
 #include <array>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/sharded_variable.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/sharded_variable.h"
-#include "model/initializers.h"
-#include "model/layer.h"
-#include "model/layers.h"
-#include "model/mixed_precision.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/sharded_variable.h>
+#include <chorus/model/initializers.h>
+#include <chorus/model/layer.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/mixed_precision.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus::distribute {
 namespace {

@@ -1,4 +1,4 @@
-#include "distribute/replica_pool.h"
+#include <chorus/distribute/replica_pool.h>
 
 #include <gtest/gtest.h>
 
@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include "collective/shared_memory.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
+#include <chorus/collective/shared_memory.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/logging.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/tensor.h>
 
 namespace chorus::distribute {
 namespace {

@@ -15,11 +15,11 @@
 
 #include <filesystem>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
 #include "tests/collective/mpi_test_main.h"
 #include "tests/optimizer/sharding_util.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/distribute/multi_worker_mirrored_strategy.h>
 
 namespace chorus::sharding_testing {
 namespace {

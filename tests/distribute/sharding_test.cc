@@ -7,15 +7,15 @@
 
 #include <numeric>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/runtime.h"
-#include "core/sharded_variable.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/sharded_variable.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/sharded_variable.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute {
 namespace {

@@ -1,12 +1,12 @@
 // MirroredStrategy on two virtual GPUs carved out of GPU:0 (label gpu: skips without a GPU).
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "ops/ops.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute {
 namespace {

@@ -5,14 +5,14 @@
 #include <atomic>
 #include <thread>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "distribute/replica_context.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::distribute {
 namespace {

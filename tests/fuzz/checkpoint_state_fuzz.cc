@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string>
 
-#include "checkpoint/checkpoint_state.h"
-#include "core/logging.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/core/logging.h>
 
 using chorus::fuzz::check;
 using chorus::train::CheckpointState;

@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <string>
 
-#include "summary/event.h"
-#include "summary/event_file_reader.h"
-#include "summary/record.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/summary/event.h>
+#include <chorus/summary/event_file_reader.h>
+#include <chorus/summary/record.h>
 
 using chorus::fuzz::check;
 namespace summary = chorus::summary;

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <typeinfo>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::fuzz {
 

@@ -8,9 +8,9 @@
 #include <set>
 #include <string>
 
-#include "launch/hostfile.h"
-#include "launch/mpirun_command.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/launch/hostfile.h>
+#include <chorus/launch/mpirun_command.h>
 
 using chorus::fuzz::check;
 namespace launch = chorus::launch;

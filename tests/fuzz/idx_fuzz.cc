@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "data/mnist.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/core/tensor.h>
+#include <chorus/data/mnist.h>
 
 using chorus::fuzz::check;
 

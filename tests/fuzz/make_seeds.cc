@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_state.h"
-#include "checkpoint/object_graph.h"
-#include "core/proto_wire.h"
-#include "launch/tfrecord_digits.h"
-#include "summary/event.h"
-#include "summary/record.h"
+#include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/checkpoint/object_graph.h>
+#include <chorus/core/proto_wire.h>
+#include <chorus/launch/tfrecord_digits.h>
+#include <chorus/summary/event.h>
+#include <chorus/summary/record.h>
 
 namespace fs = std::filesystem;
 namespace summary = chorus::summary;

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "checkpoint/object_graph.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/checkpoint/object_graph.h>
 
 using chorus::fuzz::check;
 namespace internal = chorus::train::internal;

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "launch/mpirun_command.h"
-#include "launch/run_command_line.h"
 #include "tests/fuzz/argv_split.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/launch/mpirun_command.h>
+#include <chorus/launch/run_command_line.h>
 
 using chorus::fuzz::check;
 namespace launch = chorus::launch;

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "distribute/cluster_resolver.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/distribute/cluster_resolver.h>
 
 using chorus::distribute::ClusterResolver;
 using chorus::fuzz::check;

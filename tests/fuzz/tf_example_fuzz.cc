@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "launch/tfrecord_digits.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/launch/tfrecord_digits.h>
 
 using chorus::fuzz::check;
 namespace launch = chorus::launch;

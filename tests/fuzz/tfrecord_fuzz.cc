@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "data/tfrecord.h"
-#include "summary/record.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/data/tfrecord.h>
+#include <chorus/summary/record.h>
 
 using chorus::fuzz::check;
 

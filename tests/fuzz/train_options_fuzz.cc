@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/train_options.h"
 #include "tests/fuzz/argv_split.h"
 #include "tests/fuzz/fuzz_util.h"
+#include <chorus/launch/train_options.h>
 
 using chorus::fuzz::check;
 namespace launch = chorus::launch;

@@ -1,4 +1,4 @@
-#include "launch/build_info.h"
+#include <chorus/launch/build_info.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

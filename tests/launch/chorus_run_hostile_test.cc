@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "launch/process.h"
 #include "tests/launch/tool_runner.h"
+#include <chorus/launch/process.h>
 
 namespace chorus::launch {
 namespace {

@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/bundle.h"
-#include "core/host.h"
-#include "launch/process.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/core/host.h>
+#include <chorus/launch/process.h>
 
 extern char** environ;
 

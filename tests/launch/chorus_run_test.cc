@@ -10,9 +10,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "launch/build_info.h"
-#include "launch/process.h"
 #include "tests/launch/tool_runner.h"
+#include <chorus/launch/build_info.h>
+#include <chorus/launch/process.h>
 
 namespace chorus::launch {
 namespace {

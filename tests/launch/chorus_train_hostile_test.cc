@@ -10,11 +10,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "core/runtime.h"
-#include "core/variable.h"
 #include "tests/launch/tool_runner.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/variable.h>
 
 namespace chorus::launch {
 namespace {

@@ -6,10 +6,10 @@
 
 #include <filesystem>
 
-#include "data/synthetic_digits.h"
-#include "data/tfrecord.h"
-#include "launch/tfrecord_digits.h"
 #include "tests/launch/tool_runner.h"
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/data/tfrecord.h>
+#include <chorus/launch/tfrecord_digits.h>
 
 namespace chorus::launch {
 namespace {

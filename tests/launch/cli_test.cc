@@ -1,7 +1,7 @@
 // Every chorus program answers --help and --version and refuses an unknown flag with exit status 2
 // (issue 23 item 4; launch/cli.h). The programs are run as child processes; their paths come from
 // CMake (CHORUS_PROGRAMS: every executable this build made — tools, examples, benches).
-#include "launch/cli.h"
+#include <chorus/launch/cli.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // launch/host_check.h: the pre-launch check that every other host answers through the remote
 // shell, with a stand-in agent (a shell script) in place of ssh.
-#include "launch/host_check.h"
+#include <chorus/launch/host_check.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include <chrono>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::launch {
 namespace {

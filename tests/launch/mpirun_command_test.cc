@@ -1,6 +1,6 @@
-#include "launch/mpirun_command.h"
+#include <chorus/launch/mpirun_command.h>
 
-#include "launch/hostfile.h"
+#include <chorus/launch/hostfile.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "core/error.h"
+#include <chorus/core/error.h>
 
 namespace chorus::launch {
 namespace {

@@ -1,6 +1,6 @@
 // launch/process.h's run_child: the watchdog that ends a child (SIGTERM, then SIGKILL), and the
 // stop requests sent to this process while it waits (what chorus-run's restarts must not undo).
-#include "launch/process.h"
+#include <chorus/launch/process.h>
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 // How chorus-run learns how each rank ended (launch/rank_status.h): the record format, the verdict
 // over a job, and the wrapper itself run in a forked child (it ends the way its program ended).
-#include "launch/rank_status.h"
+#include <chorus/launch/rank_status.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "launch/process.h"
+#include <chorus/launch/process.h>
 
 namespace chorus::launch {
 namespace {

@@ -1,10 +1,10 @@
-#include "launch/run_command_line.h"
+#include <chorus/launch/run_command_line.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/error.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/error.h>
 
 namespace chorus::launch {
 namespace {

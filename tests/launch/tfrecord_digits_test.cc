@@ -1,4 +1,4 @@
-#include "launch/tfrecord_digits.h"
+#include <chorus/launch/tfrecord_digits.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
-#include "data/tfrecord.h"
+#include <chorus/core/error.h>
+#include <chorus/data/tfrecord.h>
 
 namespace chorus::launch {
 namespace {

@@ -1,11 +1,11 @@
-#include "launch/train_options.h"
+#include <chorus/launch/train_options.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "core/error.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/error.h>
 
 namespace chorus::launch {
 namespace {

@@ -10,17 +10,17 @@
 #include <csignal>
 #include <filesystem>
 
-#include "data/dataset.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/preemption.h"
-#include "model/callbacks.h"
-#include "model/initializers.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
 #include "tests/core/test_util.h"
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/preemption.h>
+#include <chorus/model/callbacks.h>
+#include <chorus/model/initializers.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus {
 namespace {

@@ -8,19 +8,19 @@
 
 #include <cmath>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "data/synthetic_digits.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
-#include "optimizer/optimizer.h"
-#include "optimizer/sgd.h"
 #include "tests/core/virtual_gpus.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/optimizer.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus {
 namespace {

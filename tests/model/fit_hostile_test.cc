@@ -10,19 +10,19 @@
 #include <filesystem>
 #include <limits>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/callbacks.h"
-#include "model/layers.h"
-#include "model/metrics.h"
-#include "model/model.h"
-#include "optimizer/sgd.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/callbacks.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/metrics.h>
+#include <chorus/model/model.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus {
 namespace {

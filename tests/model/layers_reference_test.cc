@@ -6,12 +6,12 @@
 
 #include <cmath>
 
-#include "core/config.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/layers.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/layers.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

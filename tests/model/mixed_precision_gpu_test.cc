@@ -9,16 +9,16 @@
 #include <map>
 #include <string>
 
-#include "data/synthetic_digits.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "model/mixed_precision.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
-#include "optimizer/loss_scale_optimizer.h"
 #include "tests/core/virtual_gpus.h"
+#include <chorus/data/synthetic_digits.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/mixed_precision.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
 
 namespace chorus {
 namespace {

@@ -5,18 +5,18 @@
 
 #include <filesystem>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint_manager.h"
-#include "core/config.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/callbacks.h"
-#include "model/layers.h"
-#include "model/model.h"
-#include "optimizer/adam.h"
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/callbacks.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus {
 namespace {

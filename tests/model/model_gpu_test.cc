@@ -3,16 +3,16 @@
 // without a GPU (label gpu), with the CUDA runtime's reason.
 #include <gtest/gtest.h>
 
-#include "checkpoint/checkpoint.h"
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "model/model.h"
-#include "optimizer/sgd.h"
 #include "tests/checkpoint/bundle_test_util.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus {
 namespace {

@@ -6,17 +6,17 @@
 #include <filesystem>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
-#include "optimizer/loss_scale_optimizer.h"
-#include "optimizer/sgd.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus {
 namespace {

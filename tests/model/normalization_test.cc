@@ -10,14 +10,14 @@
 #include <random>
 #include <tuple>
 
-#include "core/config.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
 #include "tests/model/batch_norm_reference.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "core/gpu.h"
 #include "tests/optimizer/sharding_util.h"
+#include <chorus/core/gpu.h>
 
 namespace chorus::sharding_testing {
 namespace {

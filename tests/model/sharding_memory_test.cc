@@ -22,17 +22,17 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "data/dataset.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/initializers.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
+#include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/initializers.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus {
 namespace {

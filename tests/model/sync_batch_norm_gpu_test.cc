@@ -9,17 +9,17 @@
 #include <cmath>
 #include <random>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "model/layers.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/sgd.h"
 #include "tests/core/virtual_gpus.h"
 #include "tests/model/batch_norm_reference.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus {
 namespace {

@@ -13,17 +13,17 @@
 #include <map>
 #include <sstream>
 
-#include "checkpoint/checkpoint.h"
-#include "core/timeline.h"
-#include "data/dataset.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/adam.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/timeline.h>
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/cluster_resolver.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/adam.h>
 
 namespace chorus {
 namespace {

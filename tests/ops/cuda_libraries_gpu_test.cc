@@ -3,8 +3,8 @@
 // a usable GPU.
 #include "tests/ops/cuda_test_util.h"
 
-#include "ops/nn.h"
-#include "ops/tape.h"
+#include <chorus/ops/nn.h>
+#include <chorus/ops/tape.h>
 
 namespace chorus::ops::cuda {
 namespace {

@@ -13,17 +13,17 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/tensor.h>
 
 #ifdef CHORUS_WITH_CUDA
-#include "ops/cpu/dnn.h"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/libraries.h"
-#include "ops/determinism.h"
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cuda/kernels.h>
+#include <chorus/ops/cuda/libraries.h>
+#include <chorus/ops/determinism.h>
 
 namespace chorus::ops::cuda::test {
 

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "ops/cpu/dnn.h"
-#include "ops/cpu/reference.h"
-#include "ops/geometry.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/error.h>
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/reference.h>
+#include <chorus/ops/geometry.h>
 
 namespace chorus::ops::cpu {
 namespace {

@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "ops/cpu/dnn.h"
-#include "ops/cpu/reference.h"
-#include "ops/geometry.h"
+#include <chorus/core/error.h>
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/reference.h>
+#include <chorus/ops/geometry.h>
 
 namespace chorus::ops::cpu {
 namespace {

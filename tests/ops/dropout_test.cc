@@ -1,8 +1,8 @@
 // ops::dropout: keep probability, scaling, reproducible masks, gradient through the same mask.
 #include <gtest/gtest.h>
 
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/ops/ops.h>
 
 namespace chorus::ops {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/config.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

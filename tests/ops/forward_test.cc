@@ -8,9 +8,9 @@
 #include <limits>
 #include <vector>
 
-#include "ops/finite.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/ops/finite.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "ops/ops.h"
+#include <chorus/core/tensor.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::testing {
 

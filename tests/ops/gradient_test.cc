@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gradient_check.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

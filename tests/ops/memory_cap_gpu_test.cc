@@ -8,11 +8,11 @@
 #include <cmath>
 #include <random>
 
-#include "core/config.h"
-#include "core/gpu.h"
-#include "core/runtime.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::ops {
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/cpu/dnn.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/gpu.h"
-#include "ops/random.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/dtype.h>
+#include <chorus/core/gpu.h>
+#include <chorus/ops/random.h>
 
 namespace chorus::ops {
 namespace {

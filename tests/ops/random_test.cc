@@ -1,7 +1,7 @@
 // Tests of ops/philox.h and ops/random.h on CPU devices. Expected values come from Random123's
 // known-answer vectors, from the sampling rules written in ops/philox.h (re-derived here word by
 // word), or from the distributions' analytic moments.
-#include "ops/random.h"
+#include <chorus/ops/random.h>
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "core/dtype.h"
-#include "ops/philox.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/dtype.h>
+#include <chorus/ops/philox.h>
 
 namespace chorus::ops {
 namespace {

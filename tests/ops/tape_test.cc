@@ -1,6 +1,6 @@
 // GradientTape semantics, TensorFlow's: what is watched, unconnected sources, persistence,
 // stop_gradient and StopRecording, nested tapes (higher-order gradients), threads.
-#include "ops/tape.h"
+#include <chorus/ops/tape.h>
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "core/variable.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/variable.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus {
 namespace {

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "ops/ops.h"
-#include "ops/training.h"
 #include "tests/core/test_util.h"
+#include <chorus/ops/ops.h>
+#include <chorus/ops/training.h>
 
 namespace chorus {
 namespace {

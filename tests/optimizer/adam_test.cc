@@ -3,9 +3,9 @@
 
 #include <cmath>
 
-#include "optimizer/adam.h"
-#include "optimizer/learning_rate_schedule.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/learning_rate_schedule.h>
 
 namespace chorus::optimizers {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "optimizer/adam.h"
-#include "optimizer/clipping.h"
-#include "optimizer/sgd.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/optimizer/adam.h>
+#include <chorus/optimizer/clipping.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus::optimizers {
 namespace {

@@ -9,11 +9,11 @@
 
 #include <limits>
 
-#include "checkpoint/checkpoint.h"
-#include "model/mixed_precision.h"
-#include "optimizer/loss_scale_optimizer.h"
 #include "tests/core/test_util.h"
 #include "tests/optimizer/sharding_util.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/model/mixed_precision.h>
+#include <chorus/optimizer/loss_scale_optimizer.h>
 
 namespace chorus::sharding_testing {
 namespace {

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "optimizer/learning_rate_schedule.h"
-#include "optimizer/sgd.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/optimizer/learning_rate_schedule.h>
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus::optimizers {
 namespace {

@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <limits>
 
-#include "checkpoint/bundle.h"
-#include "checkpoint/checkpoint.h"
-#include "core/distribution.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "optimizer/optimizers.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/checkpoint/bundle.h>
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/distribution.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/optimizer/optimizers.h>
 
 namespace chorus::optimizers {
 namespace {

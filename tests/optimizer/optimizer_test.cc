@@ -3,11 +3,11 @@
 // and every error of apply_gradients.
 #include <gtest/gtest.h>
 
-#include "core/distribution.h"
-#include "distribute/mirrored_strategy.h"
-#include "distribute/mirrored_variable.h"
-#include "optimizer/optimizers.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/core/distribution.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/optimizer/optimizers.h>
 
 namespace chorus::optimizers {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "core/distribution.h"
-#include "distribute/mirrored_strategy.h"
-#include "optimizer/optimizers.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/core/distribution.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/optimizer/optimizers.h>
 
 namespace chorus::optimizers::testing {
 

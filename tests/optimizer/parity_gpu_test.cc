@@ -3,8 +3,8 @@
 // without a GPU (label gpu).
 #include <gtest/gtest.h>
 
-#include "core/config.h"
 #include "tests/optimizer/parity.h"
+#include <chorus/core/config.h>
 
 namespace chorus::optimizers {
 namespace {

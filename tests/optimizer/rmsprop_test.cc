@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "optimizer/rmsprop.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/optimizer/rmsprop.h>
 
 namespace chorus::optimizers {
 namespace {

@@ -1,8 +1,8 @@
 // SGD: plain, momentum and Nesterov updates against a float64 reference of Keras's formulas.
 #include <gtest/gtest.h>
 
-#include "optimizer/sgd.h"
 #include "tests/optimizer/test_util.h"
+#include <chorus/optimizer/sgd.h>
 
 namespace chorus::optimizers {
 namespace {

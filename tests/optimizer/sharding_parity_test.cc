@@ -23,8 +23,8 @@
 #include <limits>
 #include <tuple>
 
-#include "optimizer/loss_scale_optimizer.h"
 #include "tests/optimizer/sharding_util.h"
+#include <chorus/optimizer/loss_scale_optimizer.h>
 
 namespace chorus::sharding_testing {
 namespace {

@@ -16,19 +16,19 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "core/config.h"
-#include "core/distributed_variable.h"
-#include "core/runtime.h"
-#include "core/sharded_variable.h"
-#include "data/dataset.h"
-#include "distribute/mirrored_strategy.h"
-#include "model/initializers.h"
-#include "model/layers.h"
-#include "model/losses.h"
-#include "model/model.h"
-#include "ops/ops.h"
-#include "optimizer/optimizers.h"
+#include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/config.h>
+#include <chorus/core/distributed_variable.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/data/dataset.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/model/initializers.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/losses.h>
+#include <chorus/model/model.h>
+#include <chorus/ops/ops.h>
+#include <chorus/optimizer/optimizers.h>
 
 namespace chorus::sharding_testing {
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
-#include "core/variable.h"
-#include "distribute/mirrored_variable.h"
-#include "ops/ops.h"
 #include "tests/core/test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/tensor.h>
+#include <chorus/core/variable.h>
+#include <chorus/distribute/mirrored_variable.h>
+#include <chorus/ops/ops.h>
 
 namespace chorus::optimizers::testing {
 

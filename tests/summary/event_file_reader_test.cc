@@ -3,7 +3,7 @@
 // values were decoded independently from the raw bytes (a scratch Python struct parser, not
 // this code); structural facts (header first, epoch scalars equal to the evaluation scalars of the
 // same epoch) are checked as relations.
-#include "summary/event_file_reader.h"
+#include <chorus/summary/event_file_reader.h>
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <set>
 #include <string>
 
-#include "core/error.h"
-#include "summary/record.h"
 #include "tests/summary/summary_test_util.h"
+#include <chorus/core/error.h>
+#include <chorus/summary/record.h>
 
 namespace chorus::summary {
 namespace {

@@ -1,16 +1,16 @@
 // Event / Summary / TensorProto encoding: byte-identical to the TF2 record of docs/formats.md A8, and
 // round trips of every modelled field.
-#include "summary/event.h"
+#include <chorus/summary/event.h>
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
-#include "core/proto_wire.h"
-#include "summary/record.h"
-#include "summary/summary_values.h"
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
+#include <chorus/summary/record.h>
+#include <chorus/summary/summary_values.h>
 
 namespace chorus::summary {
 namespace {

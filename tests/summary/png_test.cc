@@ -2,7 +2,7 @@
 // deflated scanlines back to the pixels (zlib's uncompress), and a check by zlib itself (Python's zlib.decompress and
 // zlib.crc32, an independent implementation) in the interop Python (tests/core/interop_python.h:
 // skipped without it outside CI, FAILED under CI=true).
-#include "summary/png.h"
+#include <chorus/summary/png.h>
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
 #include "tests/core/interop_python.h"
 #include "tests/summary/summary_test_util.h"
+#include <chorus/core/error.h>
 
 namespace chorus::summary {
 namespace {

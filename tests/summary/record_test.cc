@@ -1,15 +1,15 @@
 // TFRecord framing: the masked-CRC vectors of docs/formats.md A2, round trips, and files corrupted on
 // purpose (every flipped byte and every truncation is caught, with the record's offset).
-#include "summary/record.h"
+#include <chorus/summary/record.h>
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/crc32c.h"
-#include "core/error.h"
 #include "tests/summary/summary_test_util.h"
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
 
 namespace chorus::summary {
 namespace {

@@ -1,15 +1,15 @@
 // TF2's summary recipes: histogram bucketing (analytic cases), image conversion and layout,
 // scalar and text values.
-#include "summary/summary_values.h"
+#include <chorus/summary/summary_values.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "core/error.h"
-#include "core/tensor.h"
-#include "summary/png.h"
+#include <chorus/core/error.h>
+#include <chorus/core/tensor.h>
+#include <chorus/summary/png.h>
 
 namespace chorus::summary {
 namespace {

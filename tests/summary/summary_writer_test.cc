@@ -1,7 +1,7 @@
 // SummaryWriter: file naming and header as TF, round trips through our reader, buffering and
 // flushing, errors, thread-safety, and the chief-only rule (replica 0 under a MirroredStrategy
 // on 2 logical CPU devices; launcher rank; the `chief` option).
-#include "summary/summary_writer.h"
+#include <chorus/summary/summary_writer.h>
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -13,16 +13,16 @@
 #include <set>
 #include <thread>
 
-#include "core/config.h"
-#include "core/distribution.h"
-#include "core/error.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
-#include "distribute/mirrored_strategy.h"
-#include "summary/event_file_reader.h"
-#include "summary/png.h"
-#include "summary/record.h"
 #include "tests/summary/summary_test_util.h"
+#include <chorus/core/config.h>
+#include <chorus/core/distribution.h>
+#include <chorus/core/error.h>
+#include <chorus/core/runtime.h>
+#include <chorus/core/tensor.h>
+#include <chorus/distribute/mirrored_strategy.h>
+#include <chorus/summary/event_file_reader.h>
+#include <chorus/summary/png.h>
+#include <chorus/summary/record.h>
 
 namespace chorus::summary {
 namespace {

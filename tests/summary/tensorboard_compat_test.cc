@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "summary/summary_writer.h"
 #include "tests/core/interop_python.h"
 #include "tests/summary/summary_test_util.h"
+#include <chorus/core/tensor.h>
+#include <chorus/summary/summary_writer.h>
 
 namespace chorus::summary {
 namespace {

@@ -19,10 +19,10 @@
 #include <string>
 #include <string_view>
 
-#include "checkpoint/bundle_format.h"
-#include "core/crc32c.h"
-#include "core/error.h"
-#include "core/proto_wire.h"
+#include <chorus/checkpoint/bundle_format.h>
+#include <chorus/core/crc32c.h>
+#include <chorus/core/error.h>
+#include <chorus/core/proto_wire.h>
 
 using chorus::train::BundleEntry;
 namespace internal = chorus::train::internal;

@@ -27,8 +27,10 @@ for s in "${srcs[@]}" checkpoint/*.h core/*.h; do
 done
 if [ $need_build = 1 ]; then
   echo "building $bin with $CXX"
+  # chorus's headers are <chorus/...>: a folder with a link named chorus -> the source root.
+  mkdir -p "$OUT/include" && ln -sfn "$SRC" "$OUT/include/chorus"
   "$CXX" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$SRC" "${srcs[@]/#/$SRC/}" -o "$bin"
+    -fno-sanitize-recover=undefined -I"$OUT/include" -I"$SRC" "${srcs[@]/#/$SRC/}" -o "$bin"
 fi
 # New inputs go to the scratch corpus (first directory); the seeds are only read.
 exec "$bin" "$OUT/corpus" "$SRC/tests/checkpoint/fuzz/corpus" "$SRC/tests/checkpoint/testdata" \

@@ -1,7 +1,12 @@
-// Uses the installed chorus: two logical CPU devices, a tensor on each, a copy between them.
+// Uses the installed chorus: two logical CPU devices, a tensor on each, a copy between them. The
+// consumer's own core/error.h and model/model.h sit on its include path before chorus's folder:
+// chorus's headers must still find their own (they include each other as <chorus/...>).
+#include <iostream>
+
 #include <chorus/chorus.h>
 
-#include <iostream>
+#include "core/error.h"
+#include "model/model.h"
 
 int main() {
   namespace cx = chorus;
@@ -12,5 +17,8 @@ int main() {
   float sum = 0;
   for (float v : b.to_vector<float>()) sum += v;
   std::cout << "consumer: sum on " << b.device_name() << " = " << sum << "\n";
-  return sum == 10.0f ? 0 : 1;
+  // Both error headers are in: the consumer's and chorus's (chorus::Error is a complete type).
+  static_assert(sizeof(cx::Error) > 0);
+  const bool own = consumer::error_code() == 7 && consumer::Model{}.layers == 3;
+  return sum == 10.0f && own ? 0 : 1;
 }
