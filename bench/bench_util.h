@@ -1,6 +1,6 @@
 // What every benchmark under bench/ needs besides its own cases: the median of repeated timings;
 // the JSON line that a benchmark prints last (docs/style.md, habit 11) — its "machine" field, its
-// cases, the line itself, string escaping; and a main() that turns an escaping exception into a
+// cases, the line itself (nlohmann-json); and a main() that turns an escaping exception into a
 // message and exit status 1.
 //
 // Header-only, for the bench programs (not installed, not part of the library). All functions are
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <chorus/core/host.h>
+#include <chorus/core/json_internal.h>
 #include <chorus/core/strings.h>
 
 namespace chorus::bench {
@@ -30,16 +31,6 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// `s` made safe inside a JSON string: '"' and '\' escaped, control characters dropped.
-inline std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
 }
 
 // The JSON line's "machine": "<host>, <online cpus> cpus", and with `cpu_model` also
@@ -56,50 +47,65 @@ inline std::string machine(bool cpu_model = false) {
   return s;
 }
 
+using Json = chorus::internal::Json;  // nlohmann-json, keys in insertion order
+
+// `v` rounded to `digits` significant digits: what the JSON line shows of a measurement.
+inline double significant(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return std::strtod(buf, nullptr);
+}
+
 // One case of the JSON line, its keys in habit 11's order:
 //   {"case": "<name>", "value": <value>, "unit": "<unit>", "yardstick": "<yardstick>",
 //    "yardstick_value": <yardstick_value>, "ratio": <ratio>}
-// The numbers are printed with `value_format` (value and yardstick_value) and `ratio_format`,
-// printf conversions of one double; the strings are escaped.
-inline std::string json_case(const std::string& name, double value, const std::string& unit,
-                             const std::string& yardstick, double yardstick_value, double ratio,
-                             const char* value_format = "%.4g", const char* ratio_format = "%.3f") {
-  auto number = [](const char* format, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, format, v);
-    return std::string(buf);
-  };
-  return "{\"case\": \"" + json_escape(name) + "\", \"value\": " + number(value_format, value) + ", \"unit\": \"" +
-         json_escape(unit) + "\", \"yardstick\": \"" + json_escape(yardstick) +
-         "\", \"yardstick_value\": " + number(value_format, yardstick_value) +
-         ", \"ratio\": " + number(ratio_format, ratio) + "}";
+// value and yardstick_value keep `value_digits` significant digits, the ratio `ratio_digits`; an
+// absent yardstick value or ratio is null.
+inline Json json_case(const std::string& name, double value, const std::string& unit, const std::string& yardstick,
+                      std::optional<double> yardstick_value, std::optional<double> ratio, int value_digits = 4,
+                      int ratio_digits = 4) {
+  Json c;
+  c["case"] = name;
+  c["value"] = significant(value, value_digits);
+  c["unit"] = unit;
+  c["yardstick"] = yardstick;
+  c["yardstick_value"] = yardstick_value ? Json(significant(*yardstick_value, value_digits)) : Json(nullptr);
+  c["ratio"] = ratio ? Json(significant(*ratio, ratio_digits)) : Json(nullptr);
+  return c;
 }
 
+// One JSON line, written by nlohmann-json (bytes that are not UTF-8 become U+FFFD).
+inline std::string json_text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 // Prints the JSON line of habit 11, which must be the benchmark's last line:
-//   {"bench": "<bench>", "machine": "<machine>", "cases": [<case>, <case>, ...]<extra>}
-// `cases` come from json_case; `machine` is escaped here; `extra` follows the case list as it is
-// (", \"skipped\": {...}", or nothing).
-inline void print_json_line(const std::string& bench, const std::string& machine, const std::vector<std::string>& cases,
-                            const std::string& extra = "") {
-  const std::string line = "{\"bench\": \"" + json_escape(bench) + "\", \"machine\": \"" + json_escape(machine) +
-                           "\", \"cases\": [" + internal::join(cases) + "]" + extra + "}";
-  std::printf("%s\n", line.c_str());
+//   {"bench": "<bench>", "machine": "<machine>", "cases": [<case>, <case>, ...], <extra's fields>}
+// `cases` come from json_case; `extra` is an object whose fields follow the case list
+// ({"skipped": {...}}, or nothing).
+inline void print_json_line(const std::string& bench, const std::string& machine, const std::vector<Json>& cases,
+                            const Json& extra = Json::object()) {
+  Json line;
+  line["bench"] = bench;
+  line["machine"] = machine;
+  line["cases"] = cases;
+  for (const auto& [key, value] : extra.items()) line[key] = value;
+  std::printf("%s\n", json_text(line).c_str());
 }
 
 // bench_mpi_allreduce's result line ({"bench": "mpi_allreduce", ..., "cases": [{"bytes": N,
 // "median_us": T, ...}, ...]}), found anywhere in `output`: bytes -> median microseconds per call.
-// Empty when there is no such line.
+// Empty when there is no such line (or it is not valid JSON).
 inline std::map<std::size_t, double> mpi_allreduce_medians_us(const std::string& output) {
   std::map<std::size_t, double> us;
-  const std::size_t start = output.find("{\"bench\": \"mpi_allreduce\"");
-  if (start == std::string::npos) return us;
-  const std::string json = output.substr(start, output.find('\n', start) - start);
-  for (std::size_t pos = json.find("\"bytes\": "); pos != std::string::npos; pos = json.find("\"bytes\": ", pos)) {
-    const std::size_t bytes = std::strtoull(json.c_str() + pos + 9, nullptr, 10);
-    const std::size_t at = json.find("\"median_us\": ", pos);
-    if (at == std::string::npos) break;
-    us[bytes] = std::strtod(json.c_str() + at + 13, nullptr);
-    pos = at;
+  std::size_t start = 0;
+  for (std::size_t end; start < output.size(); start = end + 1) {
+    end = output.find('\n', start);
+    if (end == std::string::npos) end = output.size();
+    const Json line = Json::parse(output.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
+    if (!line.is_object() || line.value("bench", "") != "mpi_allreduce" || !line.contains("cases")) continue;
+    for (const Json& c : line.at("cases"))
+      if (c.contains("bytes") && c.contains("median_us"))
+        us[c.at("bytes").get<std::size_t>()] = c.at("median_us").get<double>();
+    break;
   }
   return us;
 }

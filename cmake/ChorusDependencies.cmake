@@ -5,6 +5,13 @@
 find_package(Threads REQUIRED)
 # zlib (Debian zlib1g-dev): compressed TFRecord files (data/) and PNG image summaries (summary/).
 find_package(ZLIB REQUIRED)
+# nlohmann-json (Debian nlohmann-json3-dev, header only): every JSON chorus reads or writes
+# (TF_CONFIG, timeline traces, bench output). Private to the libraries (core/json_internal.h).
+find_package(nlohmann_json 3.10 QUIET)
+if(NOT nlohmann_json_FOUND)
+  message(FATAL_ERROR "chorus: nlohmann-json >= 3.10 not found (apt-get install nlohmann-json3-dev, or set "
+                      "CMAKE_PREFIX_PATH to a folder with share/cmake/nlohmann_json)")
+endif()
 
 option(CHORUS_ENABLE_CUDA "Use CUDA if found" ON)
 option(CHORUS_ENABLE_MPI "Use MPI if found" ON)

@@ -17,6 +17,7 @@
 #include <chorus/core/error.h>
 #include <chorus/core/file_io.h>
 #include <chorus/core/host.h>
+#include <chorus/core/json_internal.h>
 #include <chorus/core/logging.h>
 
 namespace chorus::timeline {
@@ -58,23 +59,17 @@ std::optional<int> process_rank() {
 }
 int rank() { return process_rank().value_or(0); }
 
-// JSON string body: quotes, backslashes and control characters escaped.
-std::string escaped(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
+using chorus::internal::Json;
+
+// Text as JSON: bytes that are not UTF-8 become U+FFFD instead of failing the whole trace.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// An event's args: the body of a JSON object as its caller wrote it ("\"bytes\": 42"). A body that
+// is not valid JSON is kept as text under "args_text", so that one bad caller cannot lose a trace.
+Json args_object(const std::string& body) {
+  Json args = Json::parse("{" + body + "}", nullptr, /*allow_exceptions=*/false);
+  if (args.is_discarded() || !args.is_object()) return Json{{"args_text", body}};
+  return args;
 }
 
 // The calling thread's track (under r.mu).
@@ -106,22 +101,24 @@ std::string file_for(const std::string& path) {
 
 std::string write_locked(Recorder& r) {
   const int pid = rank();
+  // One event per line (a trace of 10^5 events stays readable with grep), each written by nlohmann-json.
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  out += chorus::internal::str_cat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", pid,
-                                   ", \"args\": {\"name\": \"rank ", pid, " (", escaped(host_name_or("unknown host")),
-                                   ")\"}}");
+  out += dump({{"name", "process_name"},
+               {"ph", "M"},
+               {"pid", pid},
+               {"args", {{"name", chorus::internal::str_cat("rank ", pid, " (", host_name_or("unknown host"), ")")}}}});
   std::set<int> used;  // the tracks of this recording (names outlive recordings, as threads do)
   for (const Event& e : r.events) used.insert(e.tid);
   for (const auto& [tid, name] : r.thread_names)
     if (used.count(tid) != 0)
-      out += chorus::internal::str_cat(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", pid,
-                                       ", \"tid\": ", tid, ", \"args\": {\"name\": \"", escaped(name), "\"}}");
+      out +=
+          ",\n" + dump({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
   for (const Event& e : r.events) {
-    out += chorus::internal::str_cat(",\n{\"name\": \"", escaped(e.name), "\", \"cat\": \"", escaped(e.category),
-                                     "\", \"ph\": \"X\", \"ts\": ", e.start_us, ", \"dur\": ", e.end_us - e.start_us,
-                                     ", \"pid\": ", pid, ", \"tid\": ", e.tid);
-    if (!e.args.empty()) out += chorus::internal::str_cat(", \"args\": {", e.args, "}");
-    out += "}";
+    Json event = {
+        {"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.start_us}, {"dur", e.end_us - e.start_us},
+        {"pid", pid},     {"tid", e.tid}};
+    if (!e.args.empty()) event["args"] = args_object(e.args);
+    out += ",\n" + dump(event);
   }
   out += chorus::internal::str_cat("\n], \"dropped_events\": ", r.dropped, "}\n");
   const std::string file = file_for(r.path);
@@ -157,7 +154,7 @@ void set_thread_track(int tid, std::string name) { t_named_track = {tid, std::mo
 
 void set_process_rank(std::optional<int> rank) { g_rank_override.store(rank.value_or(-1), std::memory_order_relaxed); }
 
-std::string quoted(std::string_view s) { return "\"" + escaped(s) + "\""; }
+std::string quoted(std::string_view s) { return dump(Json(std::string(s))); }
 
 std::int64_t now_us() {
   timespec ts{};

@@ -10,6 +10,8 @@
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/host.h>
+#include <chorus/core/json_internal.h>
+#include <chorus/core/strings.h>
 #include <chorus/core/tensor.h>
 
 #if defined(CHORUS_WITH_MPI)
@@ -22,254 +24,7 @@ namespace chorus::distribute {
 
 using chorus::internal::str_cat;
 
-// ---------------------------------------------------------------------------------------------
-// JSON: a small recursive-descent reader (TF_CONFIG is a few hundred bytes; no dependency needed).
 namespace internal {
-namespace {
-
-class JsonParser {
- public:
-  JsonParser(std::string_view text, std::string_view what) : s_(text), what_(what) {}
-
-  JsonValue document() {
-    skip_space();
-    JsonValue v = value(0);
-    skip_space();
-    if (pos_ != s_.size()) fail("unexpected text after the JSON value");
-    return v;
-  }
-
- private:
-  static constexpr int kMaxDepth = 64;
-
-  [[noreturn]] void fail(const std::string& problem) const {
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i < pos_ && i < s_.size(); ++i) {
-      if (s_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    throw InvalidArgumentError(str_cat(what_, " is not valid JSON: ", problem, " at position ", pos_, " (line ", line,
-                                       ", column ", column, ")"));
-  }
-  bool at_end() const { return pos_ >= s_.size(); }
-  char peek() const { return at_end() ? '\0' : s_[pos_]; }
-  void skip_space() {
-    while (!at_end() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
-  }
-  void expect(char c) {
-    if (peek() != c) fail(at_end() ? str_cat("expected '", c, "' but the text ended") : str_cat("expected '", c, "'"));
-    ++pos_;
-  }
-  void literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) fail(str_cat("expected '", word, "'"));
-    pos_ += word.size();
-  }
-
-  JsonValue value(int depth) {
-    if (depth > kMaxDepth) fail(str_cat("nesting deeper than ", kMaxDepth));
-    JsonValue v;
-    switch (peek()) {
-      case '{': object(v, depth); break;
-      case '[': array(v, depth); break;
-      case '"':
-        v.kind = JsonValue::Kind::kString;
-        v.string = string();
-        break;
-      case 't':
-        literal("true");
-        v.kind = JsonValue::Kind::kBool;
-        v.boolean = true;
-        break;
-      case 'f':
-        literal("false");
-        v.kind = JsonValue::Kind::kBool;
-        break;
-      case 'n': literal("null"); break;
-      default:
-        if (peek() == '-' || (peek() >= '0' && peek() <= '9')) {
-          v.kind = JsonValue::Kind::kNumber;
-          v.number = number();
-        } else {
-          fail(at_end() ? "expected a value but the text ended" : "expected a value");
-        }
-    }
-    return v;
-  }
-
-  void object(JsonValue& v, int depth) {
-    v.kind = JsonValue::Kind::kObject;
-    expect('{');
-    skip_space();
-    if (peek() == '}') {
-      ++pos_;
-      return;
-    }
-    while (true) {
-      skip_space();
-      if (peek() != '"') fail("expected a string key");
-      std::string key = string();
-      skip_space();
-      expect(':');
-      skip_space();
-      v.object.emplace_back(std::move(key), value(depth + 1));
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      return;
-    }
-  }
-
-  void array(JsonValue& v, int depth) {
-    v.kind = JsonValue::Kind::kArray;
-    expect('[');
-    skip_space();
-    if (peek() == ']') {
-      ++pos_;
-      return;
-    }
-    while (true) {
-      skip_space();
-      v.array.push_back(value(depth + 1));
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      return;
-    }
-  }
-
-  unsigned hex4() {
-    unsigned u = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = peek();
-      u <<= 4;
-      if (c >= '0' && c <= '9')
-        u |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        u |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        u |= static_cast<unsigned>(c - 'A' + 10);
-      else
-        fail("expected 4 hex digits after \\u");
-      ++pos_;
-    }
-    return u;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (at_end()) fail("unterminated string");
-      const char c = s_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string (escape it)");
-      if (c != '\\') {
-        out += c;
-        ++pos_;
-        continue;
-      }
-      ++pos_;
-      const char e = peek();
-      ++pos_;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair
-            if (s_.substr(pos_, 2) != "\\u") fail("a high surrogate \\u escape without its low half");
-            pos_ += 2;
-            const unsigned low = hex4();
-            if (low < 0xDC00 || low > 0xDFFF) fail("a high surrogate \\u escape without its low half");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("a lone low surrogate \\u escape");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: --pos_; fail("invalid escape in a string");
-      }
-    }
-  }
-
-  double number() {
-    const std::size_t start = pos_;
-    if (peek() == '-') ++pos_;
-    if (peek() == '0') {
-      ++pos_;
-    } else if (peek() >= '1' && peek() <= '9') {
-      while (peek() >= '0' && peek() <= '9') ++pos_;
-    } else {
-      fail("expected a digit");
-    }
-    if (peek() == '.') {
-      ++pos_;
-      if (!(peek() >= '0' && peek() <= '9')) fail("expected a digit after '.'");
-      while (peek() >= '0' && peek() <= '9') ++pos_;
-    }
-    if (peek() == 'e' || peek() == 'E') {
-      ++pos_;
-      if (peek() == '+' || peek() == '-') ++pos_;
-      if (!(peek() >= '0' && peek() <= '9')) fail("expected a digit in the exponent");
-      while (peek() >= '0' && peek() <= '9') ++pos_;
-    }
-    const std::string text(s_.substr(start, pos_ - start));
-    return std::strtod(text.c_str(), nullptr);
-  }
-
-  std::string_view s_;
-  std::string_view what_;
-  std::size_t pos_ = 0;
-};
-
-}  // namespace
-
-const JsonValue* JsonValue::find(std::string_view key) const {
-  if (kind != Kind::kObject) return nullptr;
-  for (const auto& [k, v] : object)
-    if (k == key) return &v;
-  return nullptr;
-}
-
-JsonValue parse_json(std::string_view text, std::string_view what) { return JsonParser(text, what).document(); }
 
 bool mpi_initialized() {
 #if defined(CHORUS_WITH_MPI)
@@ -314,19 +69,9 @@ std::string ClusterResolver::to_string() const {
 
 namespace {
 
-using internal::JsonValue;
-
-const char* kind_name(JsonValue::Kind k) {
-  switch (k) {
-    case JsonValue::Kind::kNull: return "null";
-    case JsonValue::Kind::kBool: return "a boolean";
-    case JsonValue::Kind::kNumber: return "a number";
-    case JsonValue::Kind::kString: return "a string";
-    case JsonValue::Kind::kArray: return "an array";
-    case JsonValue::Kind::kObject: return "an object";
-  }
-  return "?";
-}
+using chorus::internal::Json;
+using chorus::internal::json_kind;
+using chorus::internal::printable;
 
 std::string host_of(const std::string& address) {
   const auto colon = address.rfind(':');
@@ -349,33 +94,32 @@ std::optional<int> env_int(const EnvLookup& env, const char* name) {
 }  // namespace
 
 ClusterResolver ClusterResolver::from_tf_config(std::string_view json) {
-  const JsonValue root = internal::parse_json(json, "TF_CONFIG");
-  CHORUS_REQUIRE(root.kind == JsonValue::Kind::kObject, InvalidArgumentError,
+  const Json root = chorus::internal::parse_json(json, "TF_CONFIG");
+  CHORUS_REQUIRE(root.is_object(), InvalidArgumentError,
                  "TF_CONFIG must be a JSON object like {\"cluster\": {\"worker\": [\"host:port\", ...]}, \"task\": "
                  "{\"type\": \"worker\", \"index\": 0}}, got ",
-                 kind_name(root.kind));
-  const JsonValue* cluster = root.find("cluster");
-  CHORUS_REQUIRE(cluster != nullptr && cluster->kind == JsonValue::Kind::kObject && !cluster->object.empty(),
-                 InvalidArgumentError,
+                 json_kind(root));
+  const auto cluster = root.find("cluster");
+  CHORUS_REQUIRE(cluster != root.end() && cluster->is_object() && !cluster->empty(), InvalidArgumentError,
                  "TF_CONFIG needs a non-empty \"cluster\" object mapping job names to address "
                  "lists, e.g. {\"worker\": [\"host0:2222\", \"host1:2222\"]}");
   ClusterResolver r;
   r.source_ = "TF_CONFIG";
   r.spec_.jobs.clear();
   std::set<std::string> addresses;
-  for (const auto& [job, tasks] : cluster->object) {
-    CHORUS_REQUIRE(tasks.kind == JsonValue::Kind::kArray, InvalidArgumentError, "TF_CONFIG: cluster job \"", job,
-                   "\" must be an array of \"host:port\" strings, got ", kind_name(tasks.kind));
-    CHORUS_REQUIRE(!r.spec_.jobs.count(job), InvalidArgumentError, "TF_CONFIG: cluster job \"", job,
-                   "\" appears twice");
+  for (const auto& [job, tasks] : cluster->items()) {  // keys are unique: parse_json rejects repeats
+    CHORUS_REQUIRE(tasks.is_array(), InvalidArgumentError, "TF_CONFIG: cluster job \"", printable(job),
+                   "\" must be an array of \"host:port\" strings, got ", json_kind(tasks));
     auto& list = r.spec_.jobs[job];
-    for (const JsonValue& t : tasks.array) {
-      CHORUS_REQUIRE(t.kind == JsonValue::Kind::kString && !t.string.empty(), InvalidArgumentError,
-                     "TF_CONFIG: the tasks of job \"", job, "\" must be non-empty \"host:port\" strings, got ",
-                     kind_name(t.kind));
-      CHORUS_REQUIRE(addresses.insert(t.string).second, InvalidArgumentError, "TF_CONFIG: address \"", t.string,
-                     "\" is listed twice in the cluster (every task needs its own address)");
-      list.push_back(t.string);
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const Json& t = tasks[i];
+      CHORUS_REQUIRE(t.is_string() && !t.get_ref<const std::string&>().empty(), InvalidArgumentError,
+                     "TF_CONFIG: cluster.", printable(job), "[", i,
+                     "]: the tasks of a job must be non-empty \"host:port\" strings, got ", json_kind(t));
+      const std::string& address = t.get_ref<const std::string&>();
+      CHORUS_REQUIRE(addresses.insert(address).second, InvalidArgumentError, "TF_CONFIG: address \"",
+                     printable(address), "\" is listed twice in the cluster (every task needs its own address)");
+      list.push_back(address);
     }
   }
   const int chiefs = r.spec_.num_tasks("chief");
@@ -385,22 +129,26 @@ ClusterResolver ClusterResolver::from_tf_config(std::string_view json) {
   CHORUS_REQUIRE(chiefs + workers >= 1, InvalidArgumentError, "TF_CONFIG: the cluster ", r.spec_.to_string(),
                  " has no \"chief\" or \"worker\" job");
 
-  const JsonValue* task = root.find("task");
-  CHORUS_REQUIRE(task != nullptr && task->kind == JsonValue::Kind::kObject, InvalidArgumentError,
+  const auto task = root.find("task");
+  CHORUS_REQUIRE(task != root.end() && task->is_object(), InvalidArgumentError,
                  "TF_CONFIG needs a \"task\" object like {\"type\": \"worker\", \"index\": 0}");
-  const JsonValue* type = task->find("type");
-  const JsonValue* index = task->find("index");
-  CHORUS_REQUIRE(type != nullptr && type->kind == JsonValue::Kind::kString, InvalidArgumentError,
+  const auto type_it = task->find("type");
+  const auto index = task->find("index");
+  CHORUS_REQUIRE(type_it != task->end() && type_it->is_string(), InvalidArgumentError,
                  "TF_CONFIG: task.type must be a string naming a job of the cluster (", r.spec_.to_string(), ")");
-  const double idx = index == nullptr ? 0.0 : index->number;
-  CHORUS_REQUIRE(index == nullptr || (index->kind == JsonValue::Kind::kNumber && idx >= 0 && std::floor(idx) == idx),
-                 InvalidArgumentError, "TF_CONFIG: task.index must be a non-negative integer");
-  const int n_tasks = r.spec_.num_tasks(type->string);
-  CHORUS_REQUIRE(r.spec_.jobs.count(type->string), InvalidArgumentError, "TF_CONFIG: task.type \"", type->string,
+  const std::string& type_name = type_it->get_ref<const std::string&>();
+  const bool has_index = index != task->end();
+  CHORUS_REQUIRE(!has_index || index->is_number(), InvalidArgumentError,
+                 "TF_CONFIG: task.index must be a non-negative integer, got ", json_kind(*index));
+  const double idx = has_index ? index->get<double>() : 0.0;
+  CHORUS_REQUIRE(idx >= 0 && std::floor(idx) == idx, InvalidArgumentError,
+                 "TF_CONFIG: task.index must be a non-negative integer, got ", idx);
+  const int n_tasks = r.spec_.num_tasks(type_name);
+  CHORUS_REQUIRE(r.spec_.jobs.count(type_name), InvalidArgumentError, "TF_CONFIG: task.type \"", printable(type_name),
                  "\" is not a job of the cluster ", r.spec_.to_string());
   CHORUS_REQUIRE(idx < n_tasks, InvalidArgumentError, "TF_CONFIG: task.index ", idx, " is out of range: job \"",
-                 type->string, "\" has ", n_tasks, " task(s) (valid: 0..", n_tasks - 1, ")");
-  r.task_type_ = type->string;
+                 printable(type_name), "\" has ", n_tasks, " task(s) (valid: 0..", n_tasks - 1, ")");
+  r.task_type_ = type_name;
   r.task_id_ = static_cast<int>(idx);
   r.num_workers_ = chiefs + workers;
   // TF's worker order: chief first, then the workers.

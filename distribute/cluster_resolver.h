@@ -60,7 +60,8 @@ class ClusterResolver {
 
   // Tries TF_CONFIG, the MPI launcher's variables, initialized MPI, then one worker (see above).
   static ClusterResolver from_environment(const EnvLookup& env = {});
-  // Parses a TF_CONFIG value. InvalidArgumentError for bad JSON (with the position) or content.
+  // Parses a TF_CONFIG value. InvalidArgumentError for bad JSON (with its line and column), a key
+  // repeated in one object, or bad content (naming the field).
   static ClusterResolver from_tf_config(std::string_view json);
   // From OMPI_COMM_WORLD_* (or PMI_*) variables; nullopt when no launcher variables are set.
   static std::optional<ClusterResolver> from_mpi_launcher(const EnvLookup& env = {});
@@ -99,20 +100,6 @@ class ClusterResolver {
 };
 
 namespace internal {
-// A parsed JSON value (the subset TF_CONFIG needs: all of JSON, numbers kept as double).
-struct JsonValue {
-  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
-  bool boolean = false;
-  double number = 0;
-  std::string string;
-  std::vector<JsonValue> array;
-  std::vector<std::pair<std::string, JsonValue>> object;  // in document order
-  const JsonValue* find(std::string_view key) const;      // nullptr when absent or not an object
-};
-// Parses one JSON document (RFC 8259; \uXXXX escapes incl. surrogate pairs become UTF-8).
-// InvalidArgumentError "<what> is not valid JSON: <problem> at position P (line L, column C)".
-JsonValue parse_json(std::string_view text, std::string_view what = "JSON");
-
 // True when MPI is initialized and not finalized (false in a build without MPI).
 bool mpi_initialized();
 }  // namespace internal

@@ -4,7 +4,8 @@ the house"; docs/architecture.md): a module may include only itself and the modu
 
     core, ops, data, collective, distribute, summary, checkpoint, optimizer, model, launch
 
-Scans every .h/.cc/.cu of those folders for `#include "<module>/..."` and prints file:line: what
+Scans every .h/.cc/.cu of those folders for `#include <chorus/<module>/...>` (and the old quoted
+`#include "<module>/..."`, which the build no longer resolves) and prints file:line: what
 for each violation; exit 1 if any, 0 otherwise. `--self-test` checks the checker on snippets.
 Issue 19, item 3 ("a check in the test suite fails on an upward include against DESIGN's order")."""
 import argparse
@@ -14,7 +15,7 @@ import sys
 
 ORDER = ["core", "ops", "data", "collective", "distribute", "summary", "checkpoint", "optimizer", "model", "launch"]
 RANK = {m: i for i, m in enumerate(ORDER)}
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([a-z_]+)/')
+INCLUDE = re.compile(r'^\s*#\s*include\s*(?:<chorus/|")([a-z_]+)/')
 
 
 def violations(module, text, path):
@@ -28,7 +29,11 @@ def violations(module, text, path):
 
 
 def self_test():
-    ok = not violations("ops", '#include "core/tensor.h"\n#include "ops/x.h"\n', "a")
+    ok = not violations("ops", '#include <chorus/core/tensor.h>\n#include <chorus/ops/x.h>\n', "a")
+    ok &= len(violations("core", '#include <chorus/ops/ops.h>\n', "g")) == 1
+    ok &= len(violations("data", '#include <chorus/collective/x.h>\n#include <chorus/model/m.h>\n', "h")) == 2
+    ok &= not violations("core", '#include <vector>\n#include <oneapi/dnnl/dnnl.hpp>\n', "i")
+    ok &= not violations("ops", '#include "core/tensor.h"\n#include "ops/x.h"\n', "a")
     ok &= len(violations("core", '#include "ops/ops.h"\n', "b")) == 1
     ok &= len(violations("checkpoint", '  #  include "distribute/mirrored_variable.h"\n', "c")) == 0
     ok &= len(violations("optimizer", '#include "model/model.h"\n', "d")) == 1

@@ -154,13 +154,25 @@ deps() {
     fi
     echo "GoogleTest: built from $src into $deps_dir/gtest"
   else echo "GoogleTest: installed"; fi
+  # nlohmann-json (header only): an installed config package, else a copy carried in
+  # .gpu-carry/nlohmann (include/nlohmann + share/cmake/nlohmann_json, copied from Debian's
+  # nlohmann-json3-dev; docs/gpu-validation.md shows the command).
+  local json_prefix=
+  if ! ls /usr/share/cmake/nlohmann_json /usr/lib/cmake/nlohmann_json /usr/local/share/cmake/nlohmann_json \
+        /usr/local/lib/cmake/nlohmann_json >/dev/null 2>&1; then
+    json_prefix="$root/.gpu-carry/nlohmann"
+    [[ -f $json_prefix/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake ]] \
+      || { echo "nlohmann-json: not installed and not carried (.gpu-carry/nlohmann)"; return 1; }
+    echo "nlohmann-json: carried ($json_prefix)"
+  else echo "nlohmann-json: installed"; fi
   # The wheels' real library folders go on LD_LIBRARY_PATH: libcudnn.so.9 loads its sub-libraries
   # (libcudnn_ops, _cnn, ...) by name at run time.
   local ld_extra= h
   for h in ${CUDNN_HOME:-} ${NCCL_HOME:-}; do
     [[ -L $h/lib/libcudnn.so || -L $h/lib/libnccl.so ]] && ld_extra="$ld_extra:$(dirname "$(readlink -f "$h"/lib/lib*.so)")"
   done
-  { echo "CUDNN_HOME=${CUDNN_HOME:-}"; echo "NCCL_HOME=${NCCL_HOME:-}"; echo "LD_EXTRA=$ld_extra"; } >"$deps_dir/env"
+  { echo "CUDNN_HOME=${CUDNN_HOME:-}"; echo "NCCL_HOME=${NCCL_HOME:-}"; echo "LD_EXTRA=$ld_extra"
+    echo "JSON_PREFIX=$json_prefix"; } >"$deps_dir/env"
 }
 export -f deps wheel_home
 export deps_dir gtest_src root jobs
@@ -168,7 +180,10 @@ if (( do_build )); then
   run_phase deps 300 deps
   [[ -f $deps_dir/env ]] && { set -a; . "$deps_dir/env"; set +a; }
   [[ -n ${LD_EXTRA:-} ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}${LD_EXTRA}"
-  [[ -d $deps_dir/gtest ]] && cmake_extra+=("-DCMAKE_PREFIX_PATH=$deps_dir/gtest")
+  prefixes=()
+  [[ -d $deps_dir/gtest ]] && prefixes+=("$deps_dir/gtest")
+  [[ -n ${JSON_PREFIX:-} ]] && prefixes+=("$JSON_PREFIX")
+  (( ${#prefixes[@]} )) && cmake_extra+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefixes[*]}")")
   run_phase configure 180 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_extra[@]}" || exit
   run_phase build 900 cmake --build "$build_dir" -j"$jobs" || exit

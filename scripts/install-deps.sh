@@ -21,7 +21,7 @@ for a in "$@"; do
     *) echo "install-deps: unknown argument '$a' (valid: --test)" >&2; exit 2 ;;
   esac
 done
-pkgs=(cmake ninja-build g++ make zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+pkgs=(cmake ninja-build g++ make zlib1g-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
       clang libclang-rt-14-dev lld)
 if [ "$with_test" = 1 ]; then

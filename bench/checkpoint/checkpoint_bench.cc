@@ -434,7 +434,8 @@ int run(int argc, char** argv) {
 
   std::printf("\n%-11s %8s %22s %22s %9s %9s %9s %9s\n", "method", "size", "save GB/s", "restore GB/s", "save/raw",
               "rest/raw", "save/TF", "rest/TF");
-  std::vector<std::string> cases, goals;
+  std::vector<bench::Json> cases;
+  std::vector<std::string> goals;
   bool all_pass = true;
   auto goal = [&](bool pass, const std::string& text) {
     goals.push_back(std::string(pass ? "  [PASS] " : "  [FAIL] ") + text);
@@ -469,9 +470,9 @@ int run(int argc, char** argv) {
         const std::string ryard = std::string(y) == "raw" ? "raw read" : "TensorFlow tf.train.Checkpoint.read";
         const std::string vs = std::string(y) == "raw" ? " vs raw" : " vs TensorFlow";
         cases.push_back(bench::json_case("chorus " + c.name + " save" + size + vs, s.median, "GB/s", yard, ys.median,
-                                         s.median / ys.median, "%.4f"));
+                                         s.median / ys.median, 5));
         cases.push_back(bench::json_case("chorus " + c.name + " restore" + size + vs, l.median, "GB/s", ryard,
-                                         yl.median, l.median / yl.median, "%.4f"));
+                                         yl.median, l.median / yl.median, 5));
         if (c.name == "checkpoint") {
           const bool raw = std::string(y) == "raw";
           const double save_goal = raw ? 0.9 : 1.25, rest_goal = raw ? 0.9 : 1.5;
@@ -507,10 +508,10 @@ int run(int argc, char** argv) {
                 100 * slowdown);
     const std::string size = " " + std::to_string(r.mib) + " MiB";
     cases.push_back(bench::json_case("async save blocked" + size, blocked.median, "ms", "synchronous Checkpoint::write",
-                                     sync.median, ratio, "%.3f", "%.4f"));
+                                     sync.median, ratio, 4, 4));
     cases.push_back(bench::json_case("update of every variable during an async save" + size, during.median, "ms",
                                      "the same update with no save in flight", alone.median,
-                                     during.median / alone.median, "%.3f", "%.4f"));
+                                     during.median / alone.median, 4, 4));
     char goal_text[200];
     std::snprintf(goal_text, sizeof goal_text,
                   "async save%s blocks the caller %.1f%% of a synchronous write (goal <= 3%%)", size.c_str(),
@@ -523,7 +524,7 @@ int run(int argc, char** argv) {
   std::printf("%s\n", all_pass ? "all goals met" : "some goals not met");
   bench::print_json_line(
       "checkpoint", bench::machine(true), cases,
-      tf_skipped.empty() ? "" : ", \"skipped\": {\"tensorflow\": \"" + bench::json_escape(tf_skipped) + "\"}");
+      tf_skipped.empty() ? bench::Json::object() : bench::Json{{"skipped", {{"tensorflow", tf_skipped}}}});
   return 0;
 }
 

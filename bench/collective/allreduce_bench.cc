@@ -91,7 +91,6 @@ namespace chorus {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using bench::json_escape;
 using bench::machine;
 using bench::median;
 using collective::Communicator;
@@ -636,7 +635,7 @@ int run(int argc, char** argv) {
   }
 
   // The JSON line (docs/style.md habit 11), last.
-  std::vector<std::string> cases;
+  std::vector<bench::Json> cases;
   auto add = [&](const std::string& name, double value, const char* unit, const std::string& yardstick,
                  double yardstick_value, double ratio) {
     cases.push_back(bench::json_case(name, value, unit, yardstick, yardstick_value, ratio));
@@ -656,13 +655,8 @@ int run(int argc, char** argv) {
     add(name, l.shared_4k_s * 1e6, "us", "thread barrier (condvar)", l.condvar_barrier_s * 1e6,
         l.condvar_barrier_s / l.shared_4k_s);
   }
-  std::string skipped;
-  if (!mpi_skipped.empty()) {
-    std::vector<std::string> entries;
-    for (const auto& [k, why] : mpi_skipped)
-      entries.push_back("\"MPI_Allreduce k=" + std::to_string(k) + "\": \"" + json_escape(why) + "\"");
-    skipped = ", \"skipped\": {" + internal::join(entries) + "}";
-  }
+  bench::Json skipped = bench::Json::object();
+  for (const auto& [k, why] : mpi_skipped) skipped["skipped"]["MPI_Allreduce k=" + std::to_string(k)] = why;
   bench::print_json_line("allreduce", machine(/*cpu_model=*/true), cases, skipped);
   return 0;
 }

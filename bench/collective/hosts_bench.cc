@@ -119,8 +119,7 @@ int main(int argc, char** argv) {
     std::string why = up;
     while (!why.empty() && why.back() == '\n') why.pop_back();
     std::printf("skipped: no test hosts: %s\n", why.c_str());
-    bench::print_json_line("hosts", machine, {},
-                           ", \"skipped\": \"" + bench::json_escape("no test hosts: " + why) + "\"");
+    bench::print_json_line("hosts", machine, {}, {{"skipped", "no test hosts: " + why}});
     return 0;
   }
   std::string list;
@@ -172,7 +171,7 @@ int main(int argc, char** argv) {
   std::printf(
       "(raw: MPI_Allreduce with --mca mpi_yield_when_idle 1; ratio = raw time / chorus time, > 1: chorus "
       "faster)\n");
-  std::vector<std::string> cases;
+  std::vector<bench::Json> cases;
   for (std::size_t b : sizes) {
     const Spread c = spread(chorus_us[b]), m = spread(raw_us[b]);
     char cr[48], mr[48];

@@ -34,6 +34,7 @@
 
 #include <chorus/collective/communicator.h>
 #include <chorus/collective/mpi.h>
+#include <chorus/core/json_internal.h>
 #include <chorus/core/tensor.h>
 #include <chorus/launch/cli.h>
 
@@ -181,22 +182,21 @@ int main(int argc, char** argv) {
   std::unique_ptr<chorus::collective::Communicator> comm;
   if (use_chorus) comm = chorus::collective::make_mpi_communicator();
   const char* backend = use_chorus ? "chorus" : "raw";
-  std::string json = "{\"bench\": \"mpi_allreduce\", \"np\": " + std::to_string(np) + ", \"backend\": \"" + backend +
-                     "\", \"cases\": [";
+  chorus::internal::Json json = {
+      {"bench", "mpi_allreduce"}, {"np", np}, {"backend", backend}, {"cases", chorus::internal::Json::array()}};
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const Result r = measure(sizes[i], target_s, reps, comm.get());
     if (rank == 0) {
       std::printf("mpi_allreduce %s np=%d bytes=%zu median_us=%.2f batch=%d reps=%d\n", backend, np, r.bytes,
                   r.median_s * 1e6, r.batch, r.reps);
       std::fflush(stdout);
-      char entry[256];
-      std::snprintf(entry, sizeof entry, "%s{\"bytes\": %zu, \"median_us\": %.3f, \"batch\": %d, \"reps\": %d}",
-                    i == 0 ? "" : ", ", r.bytes, r.median_s * 1e6, r.batch, r.reps);
-      json += entry;
+      json["cases"].push_back({{"bytes", r.bytes},
+                               {"median_us", std::round(r.median_s * 1e9) / 1e3},
+                               {"batch", r.batch},
+                               {"reps", r.reps}});
     }
   }
-  json += "]}";
-  if (rank == 0) std::printf("%s\n", json.c_str());
+  if (rank == 0) std::printf("%s\n", json.dump().c_str());
   comm.reset();  // before MPI ends
   return 0;
 }

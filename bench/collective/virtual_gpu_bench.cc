@@ -112,10 +112,10 @@ int run(bool quick) {
       cases.push_back({"virtual_gpu k=" + std::to_string(k) + " " + label, bw, bw_copy});
     }
   }
-  std::vector<std::string> json_cases;
+  std::vector<bench::Json> json_cases;
   for (const Case& c : cases)
-    json_cases.push_back(bench::json_case(c.name, c.value, "GB/s", "D2D copy 2kN", c.yardstick_value,
-                                          c.value / c.yardstick_value, "%.3f"));
+    json_cases.push_back(
+        bench::json_case(c.name, c.value, "GB/s", "D2D copy 2kN", c.yardstick_value, c.value / c.yardstick_value, 4));
   bench::print_json_line("virtual_gpu_allreduce", props.name, json_cases);
   return 0;
 }

@@ -207,10 +207,10 @@ int run(int argc, char** argv) {
   }
   if (!gpu_skipped.empty()) std::printf("GPU case skipped: %s\n", gpu_skipped.c_str());
 
-  std::vector<std::string> json_cases;
+  std::vector<bench::Json> json_cases;
   for (const Case& c : cases)
-    json_cases.push_back(bench::json_case(c.name, c.value, "ns/op", c.yardstick, c.yardstick_value,
-                                          c.yardstick_value / c.value, "%.1f"));
+    json_cases.push_back(
+        bench::json_case(c.name, c.value, "ns/op", c.yardstick, c.yardstick_value, c.yardstick_value / c.value, 5));
   bench::print_json_line("allocator", machine(), json_cases);
   return 0;
 }

@@ -258,7 +258,7 @@ int run(bool quick) {
 #endif
 
   std::printf("%-28s %14s %14s %8s %12s\n", "case", "chorus", "raw library", "ratio", "chorus GF/s");
-  std::string json = "{\"bench\":\"ops\",\"cases\":[";
+  std::vector<chorus::bench::Json> json_cases;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const double scale = r.unit == "us" ? 1e6 : 1e3;
@@ -267,20 +267,14 @@ int run(bool quick) {
     if (r.flops > 0) std::snprintf(gf, sizeof gf, "%.1f", r.flops / r.chorus / 1e9);
     std::printf("%-28s %11.3f %s %11.3f %s %8.2f %12s\n", r.name.c_str(), r.chorus * scale, r.unit.c_str(),
                 r.yard * scale, r.unit.c_str(), ratio, gf);
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"case\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"yardstick\":\"%s\",\"yardstick_value\":%.6g,"
-                  "\"ratio\":%.4g}",
-                  i ? "," : "", r.name.c_str(), r.chorus * scale, r.unit.c_str(),
-                  r.unit == "us"                 ? "plain C++ statement"
-                  : r.name.rfind("gpu ", 0) == 0 ? "cublasSgemm on its own stream"
-                                                 : "raw oneDNN primitive",
-                  r.yard * scale, ratio);
-    json += buf;
+    json_cases.push_back(chorus::bench::json_case(r.name, r.chorus * scale, r.unit,
+                                                  r.unit == "us"                 ? "plain C++ statement"
+                                                  : r.name.rfind("gpu ", 0) == 0 ? "cublasSgemm on its own stream"
+                                                                                 : "raw oneDNN primitive",
+                                                  r.yard * scale, ratio, 6, 4));
   }
   for (const auto& s : skipped) std::printf("skipped: %s\n", s.c_str());
-  json += "]}";
-  std::printf("%s\n", json.c_str());
+  chorus::bench::print_json_line("ops", chorus::bench::machine(true), json_cases);
   return 0;
 }
 

@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
     const std::string machine = cx::bench::machine(/*cpu_model=*/true);
     const std::string path = cx::ops::cpu::bf16_path();
     std::printf("machine: %s\nbfloat16 kernels: %s\n", machine.c_str(), path.c_str());
-    std::vector<std::string> cases;
+    std::vector<cx::bench::Json> cases;
 
     // The wide MLP at batch 512 carries the goal; at 256 the per-parameter costs that do not
     // shrink with bfloat16 (Adam's update, the weight and gradient casts) weigh twice as much.

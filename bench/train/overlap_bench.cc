@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chorus/chorus.h>
+#include <chorus/core/json_internal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,17 +66,17 @@ std::string slurp(const std::string& path) {
 // From a timeline file: replica 0's all-reduce time (on its own track or its communication
 // thread's) and the part of it inside its backward ("gradient") spans, in microseconds.
 std::pair<double, double> all_reduce_and_hidden_us(const std::string& path) {
-  const cx::distribute::internal::JsonValue doc = cx::distribute::internal::parse_json(slurp(path), path);
+  const chorus::internal::Json doc = chorus::internal::parse_json(slurp(path), path);
   struct Span {
     double ts, end;
   };
   std::vector<Span> reduces, backward;
-  for (const auto& e : doc.find("traceEvents")->array) {
-    if (e.find("ph")->string != "X") continue;
-    const int tid = static_cast<int>(e.find("tid")->number);
-    const std::string& cat = e.find("cat")->string;
-    const std::string& name = e.find("name")->string;
-    const double ts = e.find("ts")->number, end = ts + e.find("dur")->number;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph").get_ref<const std::string&>() != "X") continue;
+    const int tid = e.at("tid").get<int>();
+    const std::string& cat = e.at("cat").get_ref<const std::string&>();
+    const std::string& name = e.at("name").get_ref<const std::string&>();
+    const double ts = e.at("ts").get<double>(), end = ts + e.at("dur").get<double>();
     if (cat == "collective" && name == "all-reduce" && (tid == 1000 || tid == 2000)) reduces.push_back({ts, end});
     if (cat == "backward" && name == "gradient" && tid == 1000) backward.push_back({ts, end});
   }
@@ -188,7 +189,7 @@ int run_parent(int steps, int rounds) {
   std::printf("%-50s %22s %22s %8s %12s %12s %7s %7s\n", "case", "off ms/step [min-max]", "on ms/step [min-max]",
               "off/on", "all-reduce", "hidden (on)", "hidden", "speed");
   std::printf("%-50s %22s %22s %8s %12s %12s %7s %7s\n", "", "", "", "", "ms/step (on)", "", "goal", "goal");
-  std::vector<std::string> json;
+  std::vector<cx::bench::Json> json;
   int failures = 0;
   for (const Kind& k : kinds) {
     if (!k.failed.empty()) {

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,11 @@ struct Config {
 
 int count_events(const std::string& file) {
   std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
   int n = 0;
-  for (std::string line; std::getline(in, line);)
-    if (line.find("\"ph\": \"X\"") != std::string::npos) ++n;
+  for (const cx::bench::Json& e : chorus::internal::parse_json(text.str(), file).at("traceEvents"))
+    if (e.at("ph") == "X") ++n;
   return n;
 }
 
@@ -124,7 +127,7 @@ int main(int argc, char** argv) {
         "timeline", machine,
         {cx::bench::json_case("step time, timeline on", on, "ms", "step time, timeline off", off, on / off),
          cx::bench::json_case("disabled hooks per step", hook_ns * per_step / 1e6, "ms", "step time, timeline off", off,
-                              off_share, "%.4g", "%.6f")});
+                              off_share, 4, 4)});
     return 0;
   });
 }

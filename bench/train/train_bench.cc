@@ -367,20 +367,10 @@ int run_parent(int steps, int repeats) {
   std::printf("%-8s %9s %15s %8s %8s %8s %9s | %8s %8s %8s %8s | %9s | %7s %12s %6s\n", "replicas", "samples/s",
               "[min-max]", "ms/step", "kernels", "collect", "elsewhere", "between", "fw-cpu", "off-cpu", "core-wait",
               "overhead", "cpu/wall", "pytorch DDP", "ratio");
-  std::string json = "{\"bench\":\"train\",\"machine\":\"" + cx::bench::json_escape(machine) + "\",\"cases\":[";
-  bool first = true;
+  std::vector<cx::bench::Json> json_cases;
   auto add = [&](const std::string& name, double value, const char* unit, const std::string& yard,
                  std::optional<double> yard_value, std::optional<double> ratio) {
-    char buf[640];
-    char yv[64] = "null", ra[64] = "null";
-    if (yard_value) std::snprintf(yv, sizeof yv, "%.6g", *yard_value);
-    if (ratio) std::snprintf(ra, sizeof ra, "%.4g", *ratio);
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"case\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"yardstick\":\"%s\",\"yardstick_value\":%s,"
-                  "\"ratio\":%s}",
-                  first ? "" : ",", name.c_str(), value, unit, yard.c_str(), yv, ra);
-    json += buf;
-    first = false;
+    json_cases.push_back(cx::bench::json_case(name, value, unit, yard, yard_value, ratio, 6, 4));
   };
   for (const Case& c : cases) {
     const double elsewhere = 1.0 - c.kernels - c.collectives;
@@ -540,8 +530,7 @@ int run_parent(int steps, int repeats) {
     std::printf("multi-worker: skipped: %s\n", mw_skipped.c_str());
   }
   if (!skipped.empty()) std::printf("skipped: %s\n", skipped.c_str());
-  json += "]}";
-  std::printf("%s\n", json.c_str());
+  cx::bench::print_json_line("train", machine, json_cases);
   return 0;
 }
 

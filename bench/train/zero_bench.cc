@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
       for (int stage = 0; stage < kStages; ++stage) run_stage(stage, c, res[stage]);
 
     const double peak0 = static_cast<double>(res[0].peak), time0 = median(res[0].step_ms);
-    std::vector<std::string> cases;
+    std::vector<cx::bench::Json> cases;
     for (int stage = 0; stage < kStages; ++stage) {
       const double peak = static_cast<double>(res[stage].peak), t = median(res[stage].step_ms);
       std::printf("stage %d: peak per replica %8.2f MiB (%.2fx stage 0, %.2f P)  step %7.1f ms (%s; %.2fx stage 0)\n",
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
       if (stage == 0) continue;
       const std::string s = "stage " + std::to_string(stage);
       cases.push_back(cx::bench::json_case(s + " peak per replica", peak, "bytes", "stage 0 peak per replica", peak0,
-                                           peak / peak0, "%.0f"));
+                                           peak / peak0, 15));
       cases.push_back(cx::bench::json_case(s + " step time", t, "ms", "stage 0 step time", time0, t / time0));
     }
     bool all_pass = true;
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
                   time_ratio <= 1.3 ? "PASS" : "FAIL");
       all_pass = all_pass && peak_ratio <= goal && time_ratio <= 1.3;
     }
-    cx::bench::print_json_line("zero", machine, cases, all_pass ? ", \"goals\": \"pass\"" : ", \"goals\": \"fail\"");
+    cx::bench::print_json_line("zero", machine, cases, {{"goals", all_pass ? "pass" : "fail"}});
     return 0;
   });
 }

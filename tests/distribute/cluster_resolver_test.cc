@@ -1,5 +1,5 @@
-// ClusterResolver (TF_CONFIG, mpirun's variables), the JSON reader, the process-to-device mapping
-// and the GPU-claim check with fake inputs — no MPI, no GPU needed.
+// ClusterResolver (TF_CONFIG, mpirun's variables; the JSON reader itself: tests/core/json_test.cc), the
+// process-to-device mapping and the GPU-claim check with fake inputs — no MPI, no GPU needed.
 #include <chorus/distribute/cluster_resolver.h>
 
 #include <gtest/gtest.h>
@@ -23,45 +23,6 @@ EnvLookup fake_env(std::map<std::string, std::string> vars) {
     if (it == vars.end()) return std::nullopt;
     return it->second;
   };
-}
-
-TEST(JsonTest, ParsesEveryKindAndEscapes) {
-  auto v =
-      internal::parse_json(R"( {"a": [1, -2.5e2, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}} )");
-  ASSERT_EQ(v.kind, internal::JsonValue::Kind::kObject);
-  const auto* a = v.find("a");
-  ASSERT_NE(a, nullptr);
-  ASSERT_EQ(a->array.size(), 5u);
-  EXPECT_EQ(a->array[0].number, 1.0);
-  EXPECT_EQ(a->array[1].number, -250.0);
-  EXPECT_TRUE(a->array[2].boolean);
-  EXPECT_EQ(a->array[3].kind, internal::JsonValue::Kind::kBool);
-  EXPECT_EQ(a->array[4].kind, internal::JsonValue::Kind::kNull);
-  EXPECT_EQ(v.find("s")->string, "x\"\\/\n\xC3\xA9\xF0\x9F\x98\x80");  // é and U+1F600 in UTF-8
-  EXPECT_TRUE(v.find("o")->object.empty());
-  EXPECT_EQ(v.find("missing"), nullptr);
-}
-
-TEST(JsonTest, ErrorsNameThePositionLineAndColumn) {
-  // position 6 is the '1' where ':' belongs; line 1, column 7
-  std::string m = message_of<InvalidArgumentError>([] { internal::parse_json(R"({"a"  1})", "TF_CONFIG"); });
-  EXPECT_TRUE(contains(m, "TF_CONFIG is not valid JSON: expected ':' at position 6 (line 1, column 7)")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json("{\"a\": [1,\n 2,,3]}"); });
-  EXPECT_TRUE(contains(m, "expected a value at position 13 (line 2, column 4)")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"({"a": "abc)"); });
-  EXPECT_TRUE(contains(m, "unterminated string")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"({"a": 1} x)"); });
-  EXPECT_TRUE(contains(m, "unexpected text after the JSON value at position 9")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"("\x")"); });
-  EXPECT_TRUE(contains(m, "invalid escape")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json(R"(["\ud83d"])"); });
-  EXPECT_TRUE(contains(m, "surrogate")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json("01"); });
-  EXPECT_TRUE(contains(m, "unexpected text after the JSON value at position 1")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json(""); });
-  EXPECT_TRUE(contains(m, "expected a value but the text ended at position 0")) << m;
-  m = message_of<InvalidArgumentError>([] { internal::parse_json(std::string(100, '[') + std::string(100, ']')); });
-  EXPECT_TRUE(contains(m, "nesting deeper than 64")) << m;
 }
 
 TEST(ClusterResolverTest, TfConfigWorkers) {
@@ -119,7 +80,21 @@ TEST(ClusterResolverTest, TfConfigContentErrors) {
       contains(err(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief"}})"), "at most one is allowed"));
   EXPECT_TRUE(contains(err(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})"), "no \"chief\" or \"worker\""));
   EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0})"),
-                       "TF_CONFIG is not valid JSON"));
+                       "TF_CONFIG is not valid JSON at line 1, column 72: syntax error"));
+  // Where it is wrong: the field, or the line and column.
+  std::string m2 = err(R"({"cluster": {"worker": ["a:1", 7]}, "task": {"type": "worker"}})");
+  EXPECT_TRUE(contains(m2, "TF_CONFIG: cluster.worker[1]: the tasks of a job must be non-empty")) << m2;
+  EXPECT_TRUE(contains(m2, "got a number")) << m2;
+  m2 = err(R"({"cluster": {"worker": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker"}})");
+  EXPECT_TRUE(contains(m2, "key \"worker\" appears twice in object \"cluster\"")) << m2;
+  m2 = err("{\"cluster\": {\"worker\": [\"a:1\"]},\n \"task\": {\"type\": \"worker\", \"index\": \"0\"}}");
+  EXPECT_TRUE(contains(m2, "task.index must be a non-negative integer, got a string")) << m2;
+  m2 = err("{\"cluster\": {\"worker\": [\"a:1\"]},\n \"task\": {\"type\": worker}}");
+  EXPECT_TRUE(contains(m2, "TF_CONFIG is not valid JSON at line 2, column 19")) << m2;  // the w of worker
+  // Bytes of the value reach the message only as escapes.
+  m2 = err("{\"cluster\": {\"w\x1b[2J\": 1}}");
+  EXPECT_TRUE(contains(m2, "U+001B")) << m2;
+  EXPECT_EQ(m2.find('\x1b'), std::string::npos) << m2;
 }
 
 TEST(ClusterResolverTest, OpenMpiEnvironment) {

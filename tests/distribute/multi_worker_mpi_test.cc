@@ -22,6 +22,7 @@
 #include <chorus/core/config.h>
 #include <chorus/core/crc32c.h>
 #include <chorus/core/error.h>
+#include <chorus/core/json_internal.h>
 #include <chorus/core/timeline.h>
 #include <chorus/data/synthetic_digits.h>
 #include <chorus/distribute/cluster_resolver.h>
@@ -365,15 +366,16 @@ TEST_P(MultiWorker, TimelineWritesOneFilePerRankWithTheRankAsProcess) {
   EXPECT_EQ(file, dir + "/t-" + std::to_string(rank) + ".json");
   std::ifstream in(file);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const distribute::internal::JsonValue doc = distribute::internal::parse_json(text, file);
+  const chorus::internal::Json doc = chorus::internal::parse_json(text, file);
   int collectives = 0;
   std::set<int> replica_tracks, all_reduce_tracks;  // replica R: tid 1000 + R; its all-reduce thread: 2000 + R
-  for (const auto& e : doc.find("traceEvents")->array) {
-    EXPECT_EQ(static_cast<int>(e.find("pid")->number), rank);
-    if (e.find("ph")->string == "X" && e.find("cat")->string == "collective") ++collectives;
-    if (e.find("name")->string != "thread_name") continue;
-    const std::string& name = e.find("args")->find("name")->string;
-    const int tid = static_cast<int>(e.find("tid")->number);
+  for (const auto& e : doc.at("traceEvents")) {
+    EXPECT_EQ(e.at("pid").get<int>(), rank);
+    if (e.at("ph").get_ref<const std::string&>() == "X" && e.at("cat").get_ref<const std::string&>() == "collective")
+      ++collectives;
+    if (e.at("name").get_ref<const std::string&>() != "thread_name") continue;
+    const std::string& name = e.at("args").at("name").get_ref<const std::string&>();
+    const int tid = e.at("tid").get<int>();
     if (tid >= 2000) {
       EXPECT_EQ(name, "replica " + std::to_string(tid - 2000) + " all-reduce");
       all_reduce_tracks.insert(tid - 2000);

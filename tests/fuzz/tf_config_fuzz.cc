@@ -1,6 +1,6 @@
 // libFuzzer target: TF_CONFIG, the JSON a non-MPI launcher hands every worker
 // (distribute/cluster_resolver.h, ClusterResolver::from_tf_config, which runs the JSON parser
-// internal::parse_json and then checks the cluster and task). Input: the variable's value.
+// chorus::internal::parse_json (nlohmann-json) and then checks the cluster and task). Input: the value.
 //
 // Contract: InvalidArgumentError (bad JSON with its position, or bad content). An accepted config
 // describes a consistent position: worker_index in [-1, num_workers), local_rank < local_size,

@@ -15,9 +15,9 @@
 
 #include "tests/core/test_util.h"
 #include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/json_internal.h>
 #include <chorus/core/timeline.h>
 #include <chorus/data/dataset.h>
-#include <chorus/distribute/cluster_resolver.h>
 #include <chorus/distribute/mirrored_strategy.h>
 #include <chorus/model/layers.h>
 #include <chorus/model/losses.h>
@@ -28,19 +28,19 @@
 namespace chorus {
 namespace {
 
+using chorus::internal::Json;
 using chorus::testing::TempDir;
-using distribute::internal::JsonValue;
 
 struct Span {
   std::string name, cat;
   double ts = 0, dur = 0;
   int tid = 0;
-  const JsonValue* args = nullptr;
+  const Json* args = nullptr;
   double end() const { return ts + dur; }
 };
 
 struct Trace {
-  JsonValue doc;
+  Json doc;
   std::map<int, std::string> tracks;  // tid → thread name
   std::vector<Span> spans;
   std::vector<const Span*> on(int tid, const std::string& cat) const {
@@ -60,20 +60,19 @@ std::string slurp(const std::string& path) {
 
 // Fills `t` (args point into t.doc: parse into the Trace that keeps them).
 void parse(const std::string& path, Trace& t) {
-  t.doc = distribute::internal::parse_json(slurp(path), path);
-  const JsonValue* events = t.doc.find("traceEvents");
-  EXPECT_NE(events, nullptr);
-  if (events == nullptr) return;
-  for (const JsonValue& e : events->array) {
-    const std::string ph = e.find("ph")->string;
+  t.doc = chorus::internal::parse_json(slurp(path), path);
+  EXPECT_TRUE(t.doc.contains("traceEvents"));
+  if (!t.doc.contains("traceEvents")) return;
+  for (const Json& e : t.doc.at("traceEvents")) {
+    const std::string ph = e.at("ph").get<std::string>();
     if (ph == "M") {
-      if (e.find("name")->string == "thread_name")
-        t.tracks[static_cast<int>(e.find("tid")->number)] = e.find("args")->find("name")->string;
+      if (e.at("name") == "thread_name") t.tracks[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
       continue;
     }
     EXPECT_EQ(ph, "X");
-    t.spans.push_back({e.find("name")->string, e.find("cat")->string, e.find("ts")->number, e.find("dur")->number,
-                       static_cast<int>(e.find("tid")->number), e.find("args")});
+    t.spans.push_back({e.at("name").get<std::string>(), e.at("cat").get<std::string>(), e.at("ts").get<double>(),
+                       e.at("dur").get<double>(), e.at("tid").get<int>(),
+                       e.contains("args") ? &e.at("args") : nullptr});
   }
 }
 
@@ -135,8 +134,8 @@ TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
     for (const Span* s : reduces) {
       if (s->name != "all-reduce") continue;
       ASSERT_NE(s->args, nullptr);
-      EXPECT_GT(s->args->find("bytes")->number, 0);
-      EXPECT_EQ(s->args->find("backend")->string, "shared_memory");
+      EXPECT_GT(s->args->at("bytes").get<double>(), 0);
+      EXPECT_EQ(s->args->at("backend"), "shared_memory");
     }
     EXPECT_EQ(t.on(tid, "optimizer").size(), 4u);
     // Each step's gradient ends before its all-reduce starts (no overlap) and the optimizer span
@@ -151,7 +150,7 @@ TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
   EXPECT_EQ(t.on(main_tid, "step").size(), 4u);
   EXPECT_GE(t.on(main_tid, "input").size(), 4u);
   ASSERT_EQ(t.on(main_tid, "checkpoint").size(), 1u);
-  EXPECT_EQ(t.on(main_tid, "checkpoint")[0]->args->find("path")->string, dir.path() + "/ckpt");
+  EXPECT_EQ(t.on(main_tid, "checkpoint")[0]->args->at("path"), dir.path() + "/ckpt");
 
   expect_spans_nest(t);
   chorus::internal::reset_runtime_for_testing();
@@ -262,8 +261,8 @@ TEST(Timeline, TheProcessRankCanBeSetAndTracksKeepTheirNamesAcrossRecordings) {
   timeline::set_process_rank(std::nullopt);
   Trace t;
   parse(dir.path() + "/t-3.json", t);
-  EXPECT_EQ(t.doc.find("dropped_events")->number, 0);
-  for (const JsonValue& e : t.doc.find("traceEvents")->array) EXPECT_EQ(e.find("pid")->number, 3);
+  EXPECT_EQ(t.doc.at("dropped_events"), 0);
+  for (const Json& e : t.doc.at("traceEvents")) EXPECT_EQ(e.at("pid"), 3);
   timeline::start(dir.path() + "/again.json");
   timeline::record("test", "second", 3, 4);
   timeline::stop();
