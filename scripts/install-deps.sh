@@ -2,7 +2,11 @@
 # Installs what chorus builds with: the Debian packages, only those missing (as root; sudo if not).
 # CUDA is optional and not installed here: with /usr/local/cuda present chorus builds its GPU part.
 #
-#   scripts/install-deps.sh          build dependencies
+#   scripts/install-deps.sh          build dependencies (with what the tests build: GoogleTest,
+#                                    Google Benchmark, clang/lld for the fuzz targets)
+#   scripts/install-deps.sh --build-only
+#                                    only what the library and its tools need (docker/Dockerfile:
+#                                    a build without tests or benchmarks)
 #   scripts/install-deps.sh --test   also what the test suite needs: Python with venv, iproute2
 #                                    (the test hosts), and the pinned TensorFlow/TensorBoard test
 #                                    environment
@@ -14,16 +18,20 @@
 # scripts/fresh-machine-check.sh proves this list on a clean Debian root. clang, libclang-rt-14-dev
 # and lld build the libFuzzer targets (tests/fuzz/; lld links four of them).
 set -euo pipefail
-with_test=0
+with_test=0 build_only=0
 for a in "$@"; do
   case "$a" in
     --test) with_test=1 ;;
-    *) echo "install-deps: unknown argument '$a' (valid: --test)" >&2; exit 2 ;;
+    --build-only) build_only=1 ;;
+    *) echo "install-deps: unknown argument '$a' (valid: --test, --build-only)" >&2; exit 2 ;;
   esac
 done
-pkgs=(cmake ninja-build g++ make zlib1g-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev
-      clang libclang-rt-14-dev lld)
+[ "$with_test$build_only" = 11 ] && { echo "install-deps: --test and --build-only exclude each other" >&2; exit 2; }
+pkgs=(cmake ninja-build g++ make zlib1g-dev nlohmann-json3-dev
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev)
+if [ "$build_only" = 0 ]; then
+  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev lld)
+fi
 if [ "$with_test" = 1 ]; then
   # iproute2: the test hosts of tests/hosts (network namespaces, veth, tc; issue 18).
   pkgs+=(python3 python3-venv ca-certificates iproute2)

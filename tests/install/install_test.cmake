@@ -94,3 +94,11 @@ run_step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release ${extra})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run_step(${WORK_DIR}/build/consumer)
+# The installed tools run from the moved prefix too (their RUNPATH is $ORIGIN-relative).
+foreach(tool chorus-devices mnist_mirrored)
+  if(EXISTS ${prefix}/bin/${tool})
+    run_step(${prefix}/bin/${tool} --version)
+  else()
+    message(FATAL_ERROR "${tool} was not installed into ${prefix}/bin")
+  endif()
+endforeach()
