@@ -39,6 +39,7 @@ struct Recorder {
   std::map<int, std::string> thread_names;  // tid → track name (kept across recordings: threads keep their tids)
   int next_tid = 1;
   std::int64_t dropped = 0;  // events past kMaxEvents
+  bool capture = false;      // recording for stop_capture(), not for a file
 };
 
 Recorder& recorder() {
@@ -99,7 +100,8 @@ std::string file_for(const std::string& path) {
   return launcher ? chorus::internal::str_cat(path, ".rank", *launcher) : path;
 }
 
-std::string write_locked(Recorder& r) {
+// The Chrome trace document of what is recorded (under r.mu).
+std::string render_locked(Recorder& r) {
   const int pid = rank();
   // One event per line (a trace of 10^5 events stays readable with grep), each written by nlohmann-json.
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
@@ -121,6 +123,11 @@ std::string write_locked(Recorder& r) {
     out += ",\n" + dump(event);
   }
   out += chorus::internal::str_cat("\n], \"dropped_events\": ", r.dropped, "}\n");
+  return out;
+}
+
+std::string write_locked(Recorder& r) {
+  const std::string out = render_locked(r);
   const std::string file = file_for(r.path);
   // A fresh temporary (never through a planted link: O_EXCL | O_NOFOLLOW), renamed over the path.
   const std::string tmp = chorus::internal::str_cat(file, ".tmp", ::getpid());
@@ -166,6 +173,8 @@ void start(const std::string& path) {
   CHORUS_REQUIRE(!path.empty(), InvalidArgumentError, "timeline::start: empty path");
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
+  CHORUS_REQUIRE(!(enabled() && r.capture), FailedPreconditionError, "timeline::start('", path,
+                 "'): a capture is recording (summary::trace_on(profiler)): export or stop it first");
   r.path = path;
   r.events.clear();
   r.dropped = 0;
@@ -175,8 +184,42 @@ void start(const std::string& path) {
 std::string stop() {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (!internal::g_on.exchange(false)) return "";
+  if (r.capture || !internal::g_on.exchange(false)) return "";
   return write_locked(r);
+}
+
+void start_capture() {
+  start_from_environment();  // so that CHORUS_TIMELINE's recording, if any, is the one refused below
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  CHORUS_REQUIRE(
+      !enabled(), FailedPreconditionError, "the timeline is already recording (",
+      r.capture ? std::string("another capture") : "to '" + r.path + "', from timeline::start or CHORUS_TIMELINE",
+      "): one recording at a time; stop it first");
+  r.capture = true;
+  r.events.clear();
+  r.dropped = 0;
+  internal::g_on.store(true, std::memory_order_relaxed);
+}
+
+std::optional<Capture> stop_capture() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.capture || !enabled()) return std::nullopt;
+  internal::g_on.store(false);
+  r.capture = false;
+  Capture c;
+  c.pid = rank();
+  c.process_name = chorus::internal::str_cat("rank ", c.pid, " (", host_name_or("unknown host"), ")");
+  c.json = render_locked(r);
+  for (const Event& e : r.events) {
+    c.threads.try_emplace(e.tid, r.thread_names[e.tid]);
+    c.events.push_back({e.category, e.name, e.args, e.start_us, e.end_us, e.tid});
+  }
+  c.dropped = r.dropped;
+  r.events.clear();
+  r.dropped = 0;
+  return c;
 }
 
 void start_from_environment() {

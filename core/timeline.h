@@ -34,9 +34,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace chorus::timeline {
 
@@ -53,6 +55,28 @@ std::string stop();
 // Starts recording from CHORUS_TIMELINE once per process (written at exit); called by the hooks'
 // first use, so setting the variable is all a user does. Idempotent.
 void start_from_environment();
+
+// In-memory recording, for writers of other formats (summary/trace.h writes TensorBoard's
+// profile plugin files from it). One recording at a time: start_capture() while start() or
+// CHORUS_TIMELINE records, or while another capture runs, throws FailedPreconditionError, and so
+// does start() while a capture runs. stop() leaves a capture alone (returns "").
+struct CapturedEvent {
+  std::string category, name, args_json;  // args_json: the body of a JSON object, or empty
+  std::int64_t start_us = 0, end_us = 0;  // CLOCK_MONOTONIC microseconds
+  int tid = 0;
+};
+struct Capture {
+  int pid = 0;                         // this process's rank, as in the file
+  std::string process_name;            // "rank R (host)"
+  std::map<int, std::string> threads;  // tid → track name, for the tracks that have events
+  std::vector<CapturedEvent> events;   // in recording order
+  std::int64_t dropped = 0;            // events past the cap, not kept
+  std::string json;                    // the Chrome trace document stop() would have written
+};
+// Starts recording into memory, with no file.
+void start_capture();
+// Stops a capture and returns what it recorded, writing nothing; nullopt when no capture runs.
+std::optional<Capture> stop_capture();
 
 // This process's rank for the timeline (its "pid" and the "%r" of the path), when the launcher's
 // variables do not say it (workers started from TF_CONFIG): MultiWorkerMirroredStrategy sets its
