@@ -48,6 +48,7 @@
 #include <chorus/distribute/sharding_options.h>
 
 #include <chorus/summary/summary_writer.h>
+#include <chorus/summary/trace.h>
 
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/checkpoint.h>

@@ -184,13 +184,15 @@ std::string encode_summary_value(const SummaryValue& v) {
 }
 
 std::string encode_event(const Event& e) {
-  const int set = int(e.file_version.has_value()) + int(e.summary.has_value()) + int(e.session_log.has_value());
+  const int set = int(e.file_version.has_value()) + int(e.graph_def.has_value()) + int(e.summary.has_value()) +
+                  int(e.session_log.has_value());
   CHORUS_REQUIRE(set <= 1, InvalidArgumentError, "Event sets ", set,
-                 " of file_version/summary/session_log; the oneof `what` allows at most one");
+                 " of file_version/graph_def/summary/session_log; the oneof `what` allows at most one");
   ProtoWriter w;
   if (e.wall_time != 0) w.add_double(1, e.wall_time);
   if (e.step != 0) w.add_int64(2, e.step);
   if (e.file_version) w.add_bytes(3, *e.file_version);
+  if (e.graph_def) w.add_bytes(4, *e.graph_def);
   if (e.summary) {
     ProtoWriter s;
     for (const SummaryValue& v : e.summary->value) s.add_bytes(1, encode_summary_value(v));
@@ -395,11 +397,14 @@ Event decode_event(std::string_view bytes) {
         // Event holds at most one and re-encodes (encode_event refuses two; found by
         // tests/fuzz/event_file_fuzz.cc, regressions/event_file_fuzz/).
         e.file_version.reset();
+        e.graph_def.reset();
         e.summary.reset();
         e.session_log.reset();
         e.what = f;
         if (f == 3)
           e.file_version = std::string(r.read_bytes());
+        else if (f == 4)
+          e.graph_def = std::string(r.read_bytes());
         else if (f == 5)
           e.summary = decode_summary(r.read_bytes());
         else if (f == 7)

@@ -4,7 +4,7 @@
 // tensorboard/compat/proto/{event,summary,tensor,tensor_shape,types}.proto).
 //
 // Only the fields chorus writes or a reader of TF-written files needs are modelled; the decoder
-// skips every other field (graph_def, run metadata, audio, ...), as a protobuf parser does, and
+// skips every other field (run metadata, audio, ...), as a protobuf parser does, and
 // notes which `oneof what` field an Event carried (Event::what).
 //
 // encode_event writes proto3 canonical bytes in field-number order and omits zero / empty
@@ -25,7 +25,7 @@ namespace chorus::summary {
 // tensorflow.DataType numbers (types.proto); the ones chorus writes or converts.
 namespace tf_dtype {
 inline constexpr int kInvalid = 0, kFloat = 1, kDouble = 2, kInt32 = 3, kUInt8 = 4, kInt16 = 5, kInt8 = 6, kString = 7,
-                     kInt64 = 9, kBool = 10, kHalf = 19;
+                     kInt64 = 9, kBool = 10, kBFloat16 = 14, kHalf = 19;
 }
 
 // SummaryMetadata.data_class.
@@ -120,6 +120,7 @@ struct Event {
   std::int64_t step = 0;  // 2
   // oneof what: set at most one of these when encoding.
   std::optional<std::string> file_version;  // 3
+  std::optional<std::string> graph_def;     // 4: a serialized tensorflow.GraphDef (summary/graph_def.h)
   std::optional<Summary> summary;           // 5
   std::optional<SessionLog> session_log;    // 7
   // Decoding: the number of the `oneof what` field present (event_what::*; the last one wins, as

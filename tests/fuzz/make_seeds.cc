@@ -18,6 +18,7 @@
 #include <chorus/core/proto_wire.h>
 #include <chorus/launch/tfrecord_digits.h>
 #include <chorus/summary/event.h>
+#include <chorus/summary/graph_def.h>
 #include <chorus/summary/record.h>
 
 namespace fs = std::filesystem;
@@ -300,6 +301,37 @@ void command_lines() {
       argv_bytes({"--strategy", "mirrored", "--devices=/gpu:0,/gpu:1", "--data-dir", "/data/mnist", "-h"}));
 }
 
+// A model's graph as Model::graph_def() writes it, and one with every attribute kind.
+void graph_defs() {
+  using summary::AttrValue;
+  summary::GraphDef model;
+  std::string previous;
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> layers = {
+      {"Placeholder", {-1, 8, 8, 1}}, {"Conv2D", {-1, 6, 6, 4}}, {"Flatten", {-1, 144}}, {"Dense", {-1, 10}}};
+  for (const auto& [op, shape] : layers) {
+    summary::NodeDef n{.name = "net/" + op, .op = op, .device = "/job:localhost/replica:0/task:0/device:CPU:0"};
+    if (!previous.empty()) n.input.push_back(previous);
+    n.attr["_output_shapes"] = AttrValue::shapes({shape});
+    n.attr["T"] = AttrValue::dtype(summary::tf_dtype::kFloat);
+    n.attr["_replica_devices"] = AttrValue::strings({"/device:CPU:0", "/device:CPU:1"});
+    model.node.push_back(n);
+    previous = n.name;
+  }
+  model.producer = 1882;
+  put("graph_def_fuzz", "model", summary::encode_graph_def(model));
+  summary::GraphDef kinds;
+  summary::NodeDef n{.name = "a", .op = "Op", .input = {"b:1", "^b"}};
+  n.attr["s"] = AttrValue::str("text");
+  n.attr["i"] = AttrValue::integer(-3);
+  n.attr["f"] = AttrValue{.f = 0.5f};
+  n.attr["b"] = AttrValue{.b = true};
+  n.attr["shape"] = AttrValue::tensor_shape({{}, true});
+  n.attr["list"] = AttrValue{
+      .list = summary::AttrList{.s = {"x"}, .i = {1, 2}, .f = {1.5f}, .b = {false}, .type = {1, 9}, .shape = {{{3}}}}};
+  kinds.node = {n, {.name = "b", .op = "Other"}};
+  put("graph_def_fuzz", "attr_kinds", summary::encode_graph_def(kinds));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -314,6 +346,7 @@ int main(int argc, char** argv) {
   tf_examples();
   idx_files();
   event_files();
+  graph_defs();
   tf_configs();
   command_lines();
   return 0;

@@ -159,13 +159,13 @@ TEST(Event, EveryModelledFieldRoundTrips) {
 TEST(Event, DecoderSkipsFieldsItDoesNotModel) {
   wire::ProtoWriter w;
   w.add_double(1, 3.0);
-  w.add_bytes(4, "a serialized GraphDef");  // graph_def
-  w.add_bytes(10, "source metadata");       // source_metadata, outside the oneof
+  w.add_bytes(8, "a TaggedRunMetadata");  // tagged_run_metadata
+  w.add_bytes(10, "source metadata");     // source_metadata, outside the oneof
   w.add_varint(2, 9);
   const Event e = decode_event(w.data());
   EXPECT_EQ(e.wall_time, 3.0);
   EXPECT_EQ(e.step, 9);
-  EXPECT_EQ(e.what, event_what::kGraphDef);
+  EXPECT_EQ(e.what, event_what::kTaggedRunMetadata);
   EXPECT_FALSE(e.summary.has_value());
 }
 
