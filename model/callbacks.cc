@@ -25,6 +25,7 @@
 #include <chorus/ops/reduction.h>
 #include <chorus/optimizer/optimizer.h>
 #include <chorus/summary/summary_writer.h>
+#include <chorus/summary/trace.h>
 
 namespace chorus::callbacks {
 
@@ -111,8 +112,8 @@ void ProgressBar::on_epoch_end(model::Model&, int, const Logs& logs) {
   out_->flush();
 }
 
-TensorBoard::TensorBoard(std::string log_dir, std::int64_t update_freq)
-    : log_dir_(std::move(log_dir)), update_freq_(update_freq) {
+TensorBoard::TensorBoard(std::string log_dir, std::int64_t update_freq, bool write_graph)
+    : log_dir_(std::move(log_dir)), update_freq_(update_freq), write_graph_(write_graph) {
   CHORUS_REQUIRE(!log_dir_.empty(), InvalidArgumentError, "TensorBoard: log_dir is empty");
   CHORUS_REQUIRE(update_freq_ >= 0, InvalidArgumentError, "TensorBoard: update_freq must be >= 0");
 }
@@ -146,8 +147,20 @@ void TensorBoard::on_train_end(model::Model&) {
   });
 }
 
-void TensorBoard::on_train_batch_end(model::Model&, std::int64_t, std::int64_t, const Logs& logs) {
+void TensorBoard::on_train_batch_end(model::Model& m, std::int64_t, std::int64_t, const Logs& logs) {
   ++global_step_;
+  if (write_graph_ && !graph_written_ && !disabled_ && train_) {
+    graph_written_ = true;
+    summary::GraphDef graph;
+    try {
+      graph = m.graph_def();
+      summary::encode_graph_def(graph);  // validates: a model TensorBoard cannot draw costs only its graph
+    } catch (const Error& e) {
+      CHORUS_LOG(WARNING) << "TensorBoard: no graph for model '" << m.name() << "': " << e.what();
+      graph.node.clear();
+    }
+    if (!graph.node.empty()) guarded([&] { summary::graph(*train_, graph); });
+  }
   if (update_freq_ > 0 && global_step_ % update_freq_ == 0)
     if (auto it = logs.find("loss"); it != logs.end())
       guarded([&] { train_->scalar("batch_loss", it->second, global_step_); });

@@ -80,12 +80,16 @@ class ProgressBar final : public Callback {
 
 // Scalars per epoch ("epoch_loss", "epoch_accuracy", ...) into <log_dir>/train and
 // <log_dir>/validation, and per batch every `update_freq` steps ("batch_loss") when > 0, as
-// Keras's TensorBoard callback. Only the chief writes (summary/summary_writer.h). A write that
-// fails (a full log volume: ENOSPC, EFBIG, EDQUOT; permissions) is logged once as a warning and
-// ends the summaries of this run, never the training or its checkpoints.
+// Keras's TensorBoard callback. With write_graph (Keras's default), the model's graph
+// (Model::graph_def(): layers as nodes with their output shapes and device) goes into
+// <log_dir>/train once, after the first step, for TensorBoard's Graphs tab (docs/summary.md,
+// "Graphs and Profile"); a graph that cannot be made is logged as a warning and skipped. Only the
+// chief writes (summary/summary_writer.h). A write that fails (a full log volume: ENOSPC, EFBIG,
+// EDQUOT; permissions) is logged once as a warning and ends the summaries of this run, never the
+// training or its checkpoints.
 class TensorBoard final : public Callback {
  public:
-  explicit TensorBoard(std::string log_dir, std::int64_t update_freq = 0);
+  explicit TensorBoard(std::string log_dir, std::int64_t update_freq = 0, bool write_graph = true);
   ~TensorBoard() override;
   void on_train_begin(model::Model&) override;
   void on_train_end(model::Model&) override;
@@ -95,6 +99,8 @@ class TensorBoard final : public Callback {
  private:
   std::string log_dir_;
   std::int64_t update_freq_;
+  bool write_graph_;
+  bool graph_written_ = false;
   template <typename F>
   void guarded(F&& write);
   std::int64_t global_step_ = 0;

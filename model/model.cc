@@ -12,6 +12,7 @@
 #include <chorus/distribute/strategy.h>
 #include <chorus/ops/ops.h>
 #include <chorus/optimizer/optimizer.h>
+#include <chorus/summary/trace.h>
 
 namespace chorus::model {
 
@@ -39,6 +40,7 @@ layers::LayerPtr Model::track(layers::LayerPtr layer) {
 
 Tensor Model::operator()(const Tensor& x, bool training) {
   if (!built_) build(x.shape());
+  if (summary::graph_wanted(name_)) summary::record_graph(name_, graph_def());  // summary/trace.h
   timeline::ScopeName scope(name_);  // core/timeline.h: the model's span, its layers' path
   timeline::Span span("forward", name_);
   return call(x, training);
@@ -347,6 +349,43 @@ std::string Model::summary() const {
   os << "Total params: " << total << "\nTrainable params: " << trainable
      << "\nNon-trainable params: " << total - trainable << "\n";
   return os.str();
+}
+
+summary::GraphDef Model::graph_def() const {
+  CHORUS_REQUIRE(built_, FailedPreconditionError, "graph_def: model '", name_,
+                 "' is not built; call it on an input or build(input_shape) first");
+  using summary::AttrValue;
+  const std::vector<std::string> devices = strategy_->replica_devices();
+  const std::string device = devices.empty() ? std::string() : devices[0];
+  auto shape_of = [](const Shape& s) {
+    std::vector<std::int64_t> d = s.dims();
+    if (!d.empty()) d[0] = -1;  // the batch dimension: any size
+    return d;
+  };
+  auto node = [&](std::string name, std::string op, std::string input, const Shape& out, DType dtype) {
+    summary::NodeDef n{.name = std::move(name), .op = std::move(op), .device = device};
+    if (!input.empty()) n.input.push_back(std::move(input));
+    n.attr["_output_shapes"] = AttrValue::shapes({shape_of(out)});
+    n.attr["T"] = AttrValue::dtype(summary::tf_data_type(dtype));
+    if (devices.size() > 1) n.attr["_replica_devices"] = AttrValue::strings(devices);
+    return n;
+  };
+  summary::GraphDef g;
+  const std::string input = name_ + "/input";
+  summary::NodeDef in = node(input, "Placeholder", "", built_input_, DType::kFloat32);
+  in.attr.erase("T");  // a Placeholder says its type in "dtype"
+  in.attr["dtype"] = AttrValue::dtype(summary::tf_data_type(DType::kFloat32));
+  in.attr["shape"] = AttrValue::tensor_shape({shape_of(built_input_)});
+  g.node.push_back(std::move(in));
+  Shape shape = built_input_;
+  std::string previous = input;
+  for (const auto& l : layers_) {
+    shape = l->compute_output_shape(shape);
+    std::string name = str_cat(name_, "/", l->name());
+    g.node.push_back(node(name, l->class_name(), previous, shape, l->compute_dtype()));
+    previous = std::move(name);
+  }
+  return g;
 }
 
 std::vector<train::TrackableChild> Model::trackable_children() const {

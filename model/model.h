@@ -51,6 +51,7 @@
 #include <chorus/model/layer.h>
 #include <chorus/model/losses.h>
 #include <chorus/model/metrics.h>
+#include <chorus/summary/graph_def.h>
 
 namespace chorus::distribute {
 class Strategy;
@@ -116,6 +117,17 @@ class Model : public train::Trackable {
   // Keras-style table of layers, output shapes and parameter counts, and each layer's dtype
   // policy when any layer's is not "float32".
   std::string summary() const;
+  // The model as a TensorFlow GraphDef for TensorBoard's Graphs tab (summary/trace.h writes it,
+  // as Keras's TensorBoard(write_graph=True) does): an input node "<model>/input" (op
+  // "Placeholder", attrs "dtype" and "shape"), then one node per layer, "<model>/<layer>", op =
+  // the layer's class ("Dense"), fed by the node before it — the layers in the order they were
+  // tracked, as a Sequential runs them (a subclassed model whose call() is not a chain is drawn as
+  // one). Every node has device = replica 0's device (the strategy's first replica device),
+  // "_output_shapes" (a list of one shape, the batch dimension -1 as TF's unknown), "T" (the
+  // compute dtype), and, under several replicas, "_replica_devices" (every replica's device).
+  // While summary::trace_on(graph) traces, the first call of the model records this graph.
+  // FailedPreconditionError when the model is not built (call it or build() first).
+  summary::GraphDef graph_def() const;
   // Checkpointing (checkpoint/trackable.h): the tracked layers by name, then "optimizer" once
   // compiled; Sequential numbers its layers as Keras does ("layer_with_weights-0", ...,
   // "layer-0", ...), so keys read "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE".

@@ -13,7 +13,7 @@ venv="${CHORUS_TEST_VENV:-${HOME:-/root}/.cache/chorus/test-venv}"
 base_python=/usr/bin/python3
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 stamp="$venv/.chorus-requirements.sha256"
-check='import tensorflow, tensorboard, tf_keras, numpy'
+check='import tensorflow, tensorboard, tf_keras, numpy, xprof'
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
    TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
   echo "test-python-env: reusing $venv" >&2
