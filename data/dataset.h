@@ -47,10 +47,23 @@ using Element = std::vector<Tensor>;
 // A map function: one element in, one element out. May throw; see Dataset::map.
 using MapFn = std::function<Element(const Element&)>;
 
-// tf.data.AUTOTUNE. prefetch(kAutotune) keeps kAutotunePrefetch elements ready;
-// map(fn, kAutotune) runs std::thread::hardware_concurrency() calls at once.
+// A filter predicate (tf.data.Dataset.filter): true keeps the element. May throw.
+using PredicateFn = std::function<bool(const Element&)>;
+class Dataset;
+// An element to a dataset (flat_map, interleave). May throw.
+using DatasetFn = std::function<Dataset(const Element&)>;
+
+// tf.data.AUTOTUNE: a measured tuner (data/autotune.h), not a constant.
+//  - prefetch(kAutotune): the buffer starts at 1 element and doubles, up to kAutotunePrefetchMax,
+//    each time the consumer finds it empty while the producer is still running (the consumer is
+//    faster than the producer, so a deeper buffer absorbs the producer's bursts), as TF's
+//    prefetch autotuner does.
+//  - map(fn, kAutotune), interleave(..., kAutotune): the number of calls in flight follows the
+//    measured rates: ceil(mean time of one call / mean time between the consumer's requests),
+//    between 1 and std::thread::hardware_concurrency() (interleave: cycle_length), re-estimated
+//    from moving averages as elements are produced.
 inline constexpr std::int64_t kAutotune = -1;
-inline constexpr std::int64_t kAutotunePrefetch = 4;
+inline constexpr std::int64_t kAutotunePrefetchMax = 64;
 // tf.data.INFINITE_CARDINALITY and tf.data.UNKNOWN_CARDINALITY.
 inline constexpr std::int64_t kInfiniteCardinality = -1;
 inline constexpr std::int64_t kUnknownCardinality = -2;
@@ -174,6 +187,67 @@ class Dataset {
   // State: reading: the position and the stored elements (as TF, the checkpoint holds the cache);
   // filling: the elements so far and the input's position.
   Dataset cache() const;
+
+  // The elements for which predicate(element) is true, in order. Errors from the predicate are
+  // thrown by next(); iteration continues with the next element. Cardinality unknown (as TF's).
+  // State: the input's.
+  Dataset filter(PredicateFn predicate) const;
+  // tf.data.Dataset.zip((a, b, ...)): element i is the components of a's element i, then b's, ...
+  // (TF nests tuples; chorus elements are flat). Ends when the shortest input ends.
+  // No datasets → InvalidArgumentError. State: each input's under "zip[k]/".
+  static Dataset zip(const std::vector<Dataset>& datasets);
+  // This dataset's elements, then other's. Structure: other's elements must have as many
+  // components, of the same dtypes, as this one's (shapes may differ, as in TF); TF checks this
+  // when the dataset is built, chorus (whose datasets carry no element spec) at the first element
+  // of other that differs → InvalidArgumentError from next(). State: which input, its position.
+  Dataset concatenate(const Dataset& other) const;
+  // (i, components...) with i = start, start+1, ... an int64 scalar (tf.data.Dataset.enumerate).
+  // State: the counter, the input's.
+  Dataset enumerate(std::int64_t start = 0) const;
+  // fn(element) for every input element, its datasets' elements concatenated in order.
+  // Cardinality unknown. State: the input's, the current inner dataset's input element and position.
+  Dataset flat_map(DatasetFn fn) const;
+  // tf.data.Dataset.interleave: cycle_length inner datasets (fn of consecutive input elements) are
+  // open at once; block_length elements are taken from each in turn; an inner dataset that ends is
+  // replaced by fn of the next input element. The order is TF's for the same arguments.
+  // cycle_length: >= 1, or kAutotune (hardware threads). block_length >= 1.
+  // num_parallel_calls: 1 (TF's None): everything on the calling thread; > 1 or kAutotune: that
+  // many (kAutotune: tuned, up to cycle_length) worker threads pull the open inner datasets ahead;
+  // more than cycle_length → InvalidArgumentError (TF's error). deterministic (the default, TF's
+  // deterministic=None/True): the output order is the sequential order; false: when the inner
+  // dataset whose turn it is has no element ready, an element that another has ready is returned
+  // instead. Errors of the input, fn or an inner dataset are thrown by next() in their place.
+  // State: the cycle position, and for each open inner dataset its input element, its buffered
+  // elements and its position (workers are paused while it is saved).
+  Dataset interleave(DatasetFn fn, std::int64_t cycle_length = kAutotune, std::int64_t block_length = 1,
+                     std::int64_t num_parallel_calls = 1, bool deterministic = true) const;
+  // padded_batch: batches elements whose shapes differ by padding each component. padded_shapes
+  // (one per component, each of the element's rank; -1 = TF's None: the largest in the batch):
+  // nullopt pads every dimension to the batch's largest. padding_values: one scalar per component
+  // of its dtype; nullopt = 0 (false for bool). An element larger than a fixed padded dimension,
+  // a padded shape of another rank, components of different ranks or dtypes within a batch →
+  // InvalidArgumentError from next(); a padding value of another dtype or not a scalar, a count
+  // of padded shapes or values other than the components' → InvalidArgumentError from next().
+  // State: the input's.
+  Dataset padded_batch(std::int64_t batch_size,
+                       std::optional<std::vector<std::vector<std::int64_t>>> padded_shapes = std::nullopt,
+                       std::optional<std::vector<Tensor>> padding_values = std::nullopt,
+                       bool drop_remainder = false) const;
+  // Splits every element along axis 0 into its rows (tf.data.Dataset.unbatch). Components must
+  // have rank >= 1 and the same first dimension → else InvalidArgumentError from next().
+  // Cardinality unknown unless known statically. State: the current element and row, the input's.
+  Dataset unbatch() const;
+  // Every num_shards-th element starting at index (tf.data.Dataset.shard). num_shards >= 1 and
+  // 0 <= index < num_shards, else InvalidArgumentError. State: the input's, its position.
+  Dataset shard(std::int64_t num_shards, std::int64_t index) const;
+  // tf.data.Dataset.list_files(patterns, shuffle, seed): the files matching any glob pattern
+  // (glob(3): *, ?, [...]), each an element of one uint8 tensor [length] holding the path
+  // (chorus has no string dtype; record_string gives it back). Matched when this is called,
+  // as TF does eagerly; duplicates removed, sorted. No match → InvalidArgumentError naming the
+  // patterns ("No files matched pattern", as TF). shuffle (TF's default true): a full shuffle,
+  // seed as shuffle(); a new order each pass. State: as shuffle, or the next file.
+  static Dataset list_files(const std::vector<std::string>& patterns, bool shuffle = true,
+                            std::optional<std::uint64_t> seed = std::nullopt);
 
   Iterator make_iterator() const;
   std::int64_t cardinality() const;

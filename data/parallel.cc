@@ -11,6 +11,7 @@
 
 #include <chorus/core/error.h>
 #include <chorus/core/placement.h>
+#include <chorus/data/autotune_internal.h>
 #include <chorus/data/dataset.h>
 #include <chorus/data/internal.h>
 
@@ -63,12 +64,16 @@ class MapDataset::SequentialIterator final : public IteratorBase {
   std::string device_;
 };
 
-// Up to `width` calls in flight on `width` worker threads. Slots are kept in input order; next()
-// waits for the oldest, so the output order is the input order whatever order calls finish in.
+// Up to `width` calls in flight on `width` worker threads (kAutotune: width = the hardware
+// threads, and the calls in flight follow the ParallelismTuner's measurements). Slots are kept in
+// input order; next() waits for the oldest, so the output order is the input order whatever order
+// calls finish in.
 class MapDataset::ParallelIterator final : public IteratorBase {
  public:
-  ParallelIterator(std::shared_ptr<const MapDataset> ds, std::size_t width)
-      : ds_(std::move(ds)), in_(ds_->input_->make_iterator()), device_(internal::pipeline_device()), width_(width) {}
+  ParallelIterator(std::shared_ptr<const MapDataset> ds, std::size_t width, bool autotune)
+      : ds_(std::move(ds)), in_(ds_->input_->make_iterator()), device_(internal::pipeline_device()), width_(width) {
+    if (autotune) tuner_ = std::make_unique<internal::ParallelismTuner>(width);
+  }
 
   ~ParallelIterator() override {
     {
@@ -80,6 +85,13 @@ class MapDataset::ParallelIterator final : public IteratorBase {
   }
 
   std::optional<Element> next() override {
+    if (tuner_) tuner_->consumer_enter();
+    struct Leave {
+      internal::ParallelismTuner* t;
+      ~Leave() {
+        if (t) t->consumer_leave();
+      }
+    } leave{tuner_.get()};
     fill();
     if (slots_.empty()) return std::nullopt;
     std::shared_ptr<Slot> slot = slots_.front();
@@ -141,7 +153,7 @@ class MapDataset::ParallelIterator final : public IteratorBase {
   // Pulls input (on this thread) until `width_` calls are in flight or buffered. An input error
   // takes a slot of its own, so it surfaces in order.
   void fill() {
-    while (!input_ended_ && slots_.size() < width_) {
+    while (!input_ended_ && slots_.size() < (tuner_ ? tuner_->parallelism() : width_)) {
       auto slot = std::make_shared<Slot>();
       try {
         auto e = in_->next();
@@ -183,12 +195,14 @@ class MapDataset::ParallelIterator final : public IteratorBase {
       }
       std::optional<Element> out;
       std::exception_ptr error;
+      const double start = tuner_ ? internal::steady_seconds() : 0;
       try {
         DeviceScope scope(device_);
         out = ds_->fn_(slot->input);
       } catch (...) {
         error = std::current_exception();
       }
+      if (tuner_) tuner_->record_call(internal::steady_seconds() - start);
       {
         std::lock_guard<std::mutex> lock(mu_);
         slot->output = std::move(out);
@@ -217,8 +231,9 @@ class MapDataset::ParallelIterator final : public IteratorBase {
   std::unique_ptr<IteratorBase> in_;  // consumer thread only
   std::string device_;
   std::size_t width_;
-  bool input_ended_ = false;                 // consumer thread only
-  std::deque<std::shared_ptr<Slot>> slots_;  // consumer thread only: in flight or done, input order
+  std::unique_ptr<internal::ParallelismTuner> tuner_;  // kAutotune only
+  bool input_ended_ = false;                           // consumer thread only
+  std::deque<std::shared_ptr<Slot>> slots_;            // consumer thread only: in flight or done, input order
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // queue_ non-empty or stop_
@@ -233,13 +248,13 @@ std::unique_ptr<IteratorBase> MapDataset::make_iterator() const {
   if (parallel_ == 1) return std::make_unique<SequentialIterator>(std::move(self));
   std::size_t width =
       parallel_ == kAutotune ? std::thread::hardware_concurrency() : static_cast<std::size_t>(parallel_);
-  return std::make_unique<ParallelIterator>(std::move(self), std::max<std::size_t>(width, 1));
+  return std::make_unique<ParallelIterator>(std::move(self), std::max<std::size_t>(width, 1), parallel_ == kAutotune);
 }
 
 class PrefetchDataset final : public DatasetBase {
  public:
   PrefetchDataset(std::shared_ptr<const DatasetBase> input, std::int64_t buffer)
-      : input_(std::move(input)), buffer_(buffer == kAutotune ? kAutotunePrefetch : buffer) {
+      : input_(std::move(input)), buffer_(buffer) {
     CHORUS_REQUIRE(buffer >= -1, InvalidArgumentError, "prefetch: buffer_size must be >= 0 or kAutotune (-1), got ",
                    buffer);
   }
@@ -247,19 +262,25 @@ class PrefetchDataset final : public DatasetBase {
   std::int64_t cardinality() const override { return input_->cardinality(); }
   std::unique_ptr<IteratorBase> make_iterator() const override {
     if (buffer_ == 0) return input_->make_iterator();
-    return std::make_unique<It>(input_->make_iterator(), static_cast<std::size_t>(buffer_));
+    if (buffer_ == kAutotune)
+      return std::make_unique<It>(
+          input_->make_iterator(), 0,
+          std::make_unique<internal::PrefetchTuner>(static_cast<std::size_t>(kAutotunePrefetchMax)));
+    return std::make_unique<It>(input_->make_iterator(), static_cast<std::size_t>(buffer_), nullptr);
   }
 
  private:
   class It final : public IteratorBase {
    public:
-    It(std::unique_ptr<IteratorBase> in, std::size_t capacity)
-        : in_(std::move(in)), capacity_(capacity), device_(internal::pipeline_device()) {}
+    // capacity: the fixed buffer size; ignored when `tuner` (kAutotune) sets it.
+    It(std::unique_ptr<IteratorBase> in, std::size_t capacity, std::unique_ptr<internal::PrefetchTuner> tuner)
+        : in_(std::move(in)), capacity_(capacity), tuner_(std::move(tuner)), device_(internal::pipeline_device()) {}
     ~It() override { stop_producer(); }
 
     std::optional<Element> next() override {
       std::unique_lock<std::mutex> lock(mu_);
       if (!producer_.joinable() && !input_done_) producer_ = std::thread([this] { produce(); });
+      if (tuner_) tuner_->on_request(buffer_.size(), !input_done_);
       cv_.wait(lock, [&] { return !buffer_.empty() || input_done_; });
       if (buffer_.empty()) return std::nullopt;
       Item item = std::move(buffer_.front());
@@ -319,7 +340,7 @@ class PrefetchDataset final : public DatasetBase {
         for (;;) {
           {
             std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait(lock, [&] { return stop_ || buffer_.size() < capacity_; });
+            cv_.wait(lock, [&] { return stop_ || buffer_.size() < capacity(); });
             if (stop_) return;
           }
           Item item;
@@ -364,8 +385,11 @@ class PrefetchDataset final : public DatasetBase {
       stop_ = false;
     }
 
+    std::size_t capacity() const { return tuner_ ? tuner_->buffer_limit() : capacity_; }
+
     std::unique_ptr<IteratorBase> in_;  // the producer's while it runs
     std::size_t capacity_;
+    std::unique_ptr<internal::PrefetchTuner> tuner_;  // kAutotune only
     std::string device_;
     std::mutex mu_;
     std::condition_variable cv_;  // buffer changed, input_done_ or stop_

@@ -61,6 +61,74 @@ void expect_resumes_after_every_element(Build build, std::size_t records) {
   }
 }
 
+// An element as text, the form the TF interop script prints (numpy's dtype name, the shape and the
+// flattened values of each component, components joined by " ; "): "int64[2][3, 4] ; int64[][7]".
+// Integer and bool dtypes only.
+inline std::string describe(const Element& e) {
+  std::string out;
+  for (std::size_t c = 0; c < e.size(); ++c) {
+    const Tensor& t = e[c];
+    if (c) out += " ; ";
+    out += std::string(dtype_name(t.dtype())) + "[";
+    for (std::size_t d = 0; d < t.shape().dims().size(); ++d)
+      out += (d ? ", " : "") + std::to_string(t.shape().dims()[d]);
+    out += "][";
+    std::vector<std::string> vals;
+    switch (t.dtype()) {
+      case DType::kInt64:
+        for (auto v : t.to_vector<std::int64_t>()) vals.push_back(std::to_string(v));
+        break;
+      case DType::kInt32:
+        for (auto v : t.to_vector<std::int32_t>()) vals.push_back(std::to_string(v));
+        break;
+      case DType::kUInt8:
+        for (auto v : t.to_vector<std::uint8_t>()) vals.push_back(std::to_string(v));
+        break;
+      case DType::kBool:
+        for (bool v : t.to_vector<bool>()) vals.push_back(v ? "True" : "False");
+        break;
+      default: vals.push_back("?");
+    }
+    for (std::size_t i = 0; i < vals.size(); ++i) out += (i ? ", " : "") + vals[i];
+    out += "]";
+  }
+  return out;
+}
+// The rest of an iterator's elements, described.
+inline std::vector<std::string> describe_rest(Iterator& it, std::size_t limit = 100000) {
+  std::vector<std::string> out;
+  while (out.size() < limit) {
+    auto e = it.next();
+    if (!e) break;
+    out.push_back(describe(*e));
+  }
+  return out;
+}
+inline std::vector<std::string> describe_all(const Dataset& ds, std::size_t limit = 100000) {
+  auto it = ds.make_iterator();
+  return describe_rest(it, limit);
+}
+
+// For k = 0 .. all: an iterator of build() that has read k elements, saved, and restored into a
+// fresh iterator of a new build(), yields the same rest as the original; and the original's whole
+// sequence equals a plain pass's.
+template <typename Build>
+void expect_resumes_anywhere(Build build) {
+  const std::vector<std::string> all = describe_all(build());
+  for (std::size_t k = 0; k <= all.size(); ++k) {
+    auto it = build().make_iterator();
+    std::vector<std::string> head;
+    for (std::size_t i = 0; i < k; ++i) head.push_back(describe(*it.next()));
+    IteratorState state = it.save();
+    auto resumed = build().make_iterator();
+    resumed.restore(state);
+    const std::vector<std::string> a = describe_rest(it), b = describe_rest(resumed);
+    EXPECT_EQ(a, b) << "after " << k;
+    head.insert(head.end(), a.begin(), a.end());
+    EXPECT_EQ(head, all) << "saving after " << k << " changed the sequence";
+  }
+}
+
 // A file's bytes, and a file made of `bytes` (truncating it).
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

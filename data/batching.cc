@@ -1,0 +1,270 @@
+// The batching transformations beside batch (transformations.cc): padded_batch and unbatch.
+#include <cstring>
+
+#include <chorus/core/error.h>
+#include <chorus/data/dataset.h>
+#include <chorus/data/internal.h>
+#include <chorus/ops/shape_ops.h>
+
+namespace chorus::data {
+
+using chorus::internal::str_cat;
+using internal::input_prefix;
+
+namespace {
+
+using PaddedShape = std::vector<std::int64_t>;
+
+// "(2, -1)": a padded shape may hold -1, which Shape refuses.
+std::string dims_string(const std::vector<std::int64_t>& dims) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += str_cat(i ? ", " : "", dims[i]);
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+class PaddedBatchDataset final : public DatasetBase {
+ public:
+  PaddedBatchDataset(std::shared_ptr<const DatasetBase> input, std::int64_t batch,
+                     std::optional<std::vector<PaddedShape>> shapes, std::optional<std::vector<Tensor>> values,
+                     bool drop)
+      : input_(std::move(input)), batch_(batch), shapes_(std::move(shapes)), values_(std::move(values)), drop_(drop) {
+    CHORUS_REQUIRE(batch_ > 0, InvalidArgumentError, "padded_batch: batch_size must be > 0, got ", batch_);
+    if (shapes_)
+      for (std::size_t c = 0; c < shapes_->size(); ++c)
+        for (std::int64_t d : (*shapes_)[c])
+          CHORUS_REQUIRE(d >= -1, InvalidArgumentError, "padded_batch: padded_shapes[", c,
+                         "] = ", dims_string((*shapes_)[c]), " has a dimension ", d,
+                         "; each must be >= 0, or -1 (None) for the batch's largest");
+    if (values_)
+      for (std::size_t c = 0; c < values_->size(); ++c) {
+        const Tensor& v = (*values_)[c];
+        CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "padded_batch: padding_values[", c, "] is undefined");
+        CHORUS_REQUIRE(v.shape().rank() == 0, InvalidArgumentError, "padded_batch: padding_values[", c,
+                       "] must be a scalar, got shape ", v.shape().to_string());
+        padding_bytes_.emplace_back(dtype_size(v.dtype()));
+        v.copy_to_host(padding_bytes_.back().data());
+      }
+  }
+  std::string name() const override { return "PaddedBatchDataset"; }
+  std::int64_t cardinality() const override {
+    const std::int64_t n = input_->cardinality();
+    if (n < 0) return n;
+    return drop_ ? n / batch_ : (n + batch_ - 1) / batch_;
+  }
+  std::unique_ptr<IteratorBase> make_iterator() const override {
+    class It final : public IteratorBase {
+     public:
+      explicit It(std::shared_ptr<const PaddedBatchDataset> ds)
+          : ds_(std::move(ds)), in_(ds_->input_->make_iterator()), device_(internal::pipeline_device()) {}
+      std::optional<Element> next() override {
+        std::vector<Element> rows;
+        while (static_cast<std::int64_t>(rows.size()) < ds_->batch_) {
+          auto e = in_->next();
+          if (!e) break;
+          rows.push_back(std::move(*e));
+        }
+        if (rows.empty() || (ds_->drop_ && static_cast<std::int64_t>(rows.size()) < ds_->batch_)) return std::nullopt;
+        return ds_->pad(rows, device_);
+      }
+      void save(IteratorState& state, const std::string& prefix) override { in_->save(state, input_prefix(prefix)); }
+      void restore(const IteratorState& state, const std::string& prefix) override {
+        in_->restore(state, input_prefix(prefix));
+      }
+
+     private:
+      std::shared_ptr<const PaddedBatchDataset> ds_;
+      std::unique_ptr<IteratorBase> in_;
+      std::string device_;
+    };
+    return std::make_unique<It>(std::static_pointer_cast<const PaddedBatchDataset>(shared_from_this()));
+  }
+
+ private:
+  Element pad(const std::vector<Element>& rows, const std::string& device) const {
+    const std::size_t ncomp = rows[0].size();
+    CHORUS_REQUIRE(!shapes_ || shapes_->size() == ncomp, InvalidArgumentError, "padded_batch: ", shapes_->size(),
+                   " padded_shapes for elements of ", ncomp, " components");
+    CHORUS_REQUIRE(!values_ || values_->size() == ncomp, InvalidArgumentError, "padded_batch: ", values_->size(),
+                   " padding_values for elements of ", ncomp, " components");
+    Element out;
+    for (std::size_t c = 0; c < ncomp; ++c) {
+      const Tensor& first = rows[0][c];
+      const int rank = first.shape().rank();
+      const DType dtype = first.dtype();
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        CHORUS_REQUIRE(rows[r].size() == ncomp, InvalidArgumentError, "padded_batch: element ", r, " has ",
+                       rows[r].size(), " components, element 0 has ", ncomp);
+        const Tensor& t = rows[r][c];
+        CHORUS_REQUIRE(t.shape().rank() == rank && t.dtype() == dtype, InvalidArgumentError, "padded_batch: component ",
+                       c, " of element ", r, " is ", t.shape().to_string(), " ", dtype_name(t.dtype()),
+                       " but element 0's is ", first.shape().to_string(), " ", dtype_name(dtype),
+                       "; elements may differ only in the sizes of their dimensions");
+      }
+      // The padded shape: fixed dimensions as given, -1 (or no padded_shapes) the batch's largest.
+      std::vector<std::int64_t> padded(static_cast<std::size_t>(rank), -1);
+      if (shapes_) {
+        const PaddedShape& want = (*shapes_)[c];
+        CHORUS_REQUIRE(static_cast<int>(want.size()) == rank, InvalidArgumentError, "padded_batch: the padded shape ",
+                       dims_string(want), " of component ", c, " is not compatible with the element shape ",
+                       first.shape().to_string(), " (rank ", want.size(), " vs ", rank, ")");
+        padded = want;
+      }
+      for (int d = 0; d < rank; ++d) {
+        std::int64_t largest = 0;
+        for (const Element& row : rows) largest = std::max(largest, row[c].shape().dims()[d]);
+        if (padded[d] == -1) {
+          padded[d] = largest;
+        } else {
+          CHORUS_REQUIRE(largest <= padded[d], InvalidArgumentError,
+                         "padded_batch: attempted to pad to a smaller "
+                         "size than the input element: component ",
+                         c, " has dimension ", d, " of size ", largest, " but the padded shape is ",
+                         dims_string(padded), " (TensorFlow 2.21 raises DataLossError here)");
+        }
+      }
+      std::vector<std::uint8_t> fill(dtype_size(dtype), 0);
+      if (values_) {
+        const Tensor& v = (*values_)[c];
+        CHORUS_REQUIRE(v.dtype() == dtype, InvalidArgumentError, "padded_batch: padding_values[", c, "] is ",
+                       dtype_name(v.dtype()), " but component ", c, " is ", dtype_name(dtype));
+        fill = padding_bytes_[c];
+      }
+      out.push_back(stack_padded(rows, c, padded, fill, device));
+    }
+    return out;
+  }
+
+  // [rows, padded...]: each row's bytes at the top-left corner of its slot, `fill` elsewhere.
+  static Tensor stack_padded(const std::vector<Element>& rows, std::size_t c, const std::vector<std::int64_t>& padded,
+                             const std::vector<std::uint8_t>& fill, const std::string& device) {
+    const std::size_t esize = fill.size();
+    const std::int64_t slot = Shape(padded).num_elements();
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(slot) * rows.size() * esize);
+    for (std::size_t i = 0; i < bytes.size(); i += esize) std::memcpy(bytes.data() + i, fill.data(), esize);
+    const int rank = static_cast<int>(padded.size());
+    // Strides (in elements) of the padded slot.
+    std::vector<std::int64_t> stride(static_cast<std::size_t>(rank), 1);
+    for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * padded[d + 1];
+    std::vector<std::uint8_t> src;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Tensor& t = rows[r][c];
+      src.resize(t.nbytes());
+      if (!src.empty()) t.copy_to_host(src.data());
+      const auto& dims = t.shape().dims();
+      std::uint8_t* base = bytes.data() + r * static_cast<std::size_t>(slot) * esize;
+      if (rank == 0) {
+        std::memcpy(base, src.data(), esize);
+        continue;
+      }
+      const std::int64_t row_len = dims[rank - 1];
+      const std::int64_t nrows = row_len == 0 ? 0 : t.num_elements() / row_len;
+      std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);  // over dims[0..rank-2]
+      for (std::int64_t k = 0; k < nrows; ++k) {
+        std::int64_t offset = 0;
+        for (int d = 0; d < rank - 1; ++d) offset += index[d] * stride[d];
+        std::memcpy(base + offset * esize, src.data() + k * row_len * esize, static_cast<std::size_t>(row_len) * esize);
+        for (int d = rank - 2; d >= 0; --d) {
+          if (++index[d] < dims[d]) break;
+          index[d] = 0;
+        }
+      }
+    }
+    std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows.size())};
+    shape.insert(shape.end(), padded.begin(), padded.end());
+    return Tensor::from_host(bytes.data(), Shape(shape), rows[0][c].dtype(), device);
+  }
+
+  std::shared_ptr<const DatasetBase> input_;
+  std::int64_t batch_;
+  std::optional<std::vector<PaddedShape>> shapes_;
+  std::optional<std::vector<Tensor>> values_;
+  std::vector<std::vector<std::uint8_t>> padding_bytes_;
+  bool drop_;
+};
+
+class UnbatchDataset final : public DatasetBase {
+ public:
+  explicit UnbatchDataset(std::shared_ptr<const DatasetBase> input) : input_(std::move(input)) {}
+  std::string name() const override { return "UnbatchDataset"; }
+  // TF knows it from the static batch dimension; chorus datasets carry no shapes.
+  std::int64_t cardinality() const override {
+    const std::int64_t n = input_->cardinality();
+    return n == 0 ? 0 : n == kInfiniteCardinality ? kInfiniteCardinality : kUnknownCardinality;
+  }
+  std::unique_ptr<IteratorBase> make_iterator() const override {
+    class It final : public IteratorBase {
+     public:
+      explicit It(std::unique_ptr<IteratorBase> in) : in_(std::move(in)) {}
+      std::optional<Element> next() override {
+        while (!current_ || row_ >= rows_) {
+          current_.reset();
+          auto e = in_->next();
+          if (!e) return std::nullopt;
+          set_current(std::move(*e), 0);
+        }
+        Element out;
+        for (const Tensor& c : *current_) {
+          std::vector<std::int64_t> begin(static_cast<std::size_t>(c.shape().rank()), 0), size = c.shape().dims();
+          begin[0] = row_;
+          size[0] = 1;
+          std::vector<std::int64_t> rest(c.shape().dims().begin() + 1, c.shape().dims().end());
+          out.push_back(ops::reshape(ops::slice(c, begin, size), rest));
+        }
+        ++row_;
+        return out;
+      }
+      void save(IteratorState& state, const std::string& prefix) override {
+        in_->save(state, input_prefix(prefix));
+        state.set_int(prefix + "unbatch.has_current", current_.has_value());
+        if (current_) {
+          internal::save_element(state, prefix + "unbatch.current", *current_);
+          state.set_int(prefix + "unbatch.row", row_);
+        }
+      }
+      void restore(const IteratorState& state, const std::string& prefix) override {
+        in_->restore(state, input_prefix(prefix));
+        current_.reset();
+        if (state.get_int(prefix + "unbatch.has_current") != 0) {
+          set_current(internal::load_element(state, prefix + "unbatch.current"), state.get_int(prefix + "unbatch.row"));
+          CHORUS_REQUIRE(row_ >= 0 && row_ <= rows_, InvalidArgumentError, "iterator state: unbatch row ", row_,
+                         " is outside [0, ", rows_, "]");
+        }
+      }
+
+     private:
+      void set_current(Element e, std::int64_t row) {
+        CHORUS_REQUIRE(!e.empty(), InvalidArgumentError, "unbatch: an element with no components");
+        for (std::size_t c = 0; c < e.size(); ++c) {
+          CHORUS_REQUIRE(e[c].shape().rank() >= 1, InvalidArgumentError,
+                         "unbatch: cannot unbatch an input with scalar components (component ", c, ")");
+          CHORUS_REQUIRE(e[c].shape().dims()[0] == e[0].shape().dims()[0], InvalidArgumentError,
+                         "unbatch: input element must have the same batch size in each component. Component 0 had "
+                         "size ",
+                         e[0].shape().dims()[0], " but component ", c, " had size ", e[c].shape().dims()[0]);
+        }
+        rows_ = e[0].shape().dims()[0];
+        row_ = row;
+        current_ = std::move(e);
+      }
+      std::unique_ptr<IteratorBase> in_;
+      std::optional<Element> current_;  // the batch being split
+      std::int64_t rows_ = 0, row_ = 0;
+    };
+    return std::make_unique<It>(input_->make_iterator());
+  }
+
+ private:
+  std::shared_ptr<const DatasetBase> input_;
+};
+
+}  // namespace
+
+Dataset Dataset::padded_batch(std::int64_t batch_size,
+                              std::optional<std::vector<std::vector<std::int64_t>>> padded_shapes,
+                              std::optional<std::vector<Tensor>> padding_values, bool drop_remainder) const {
+  return Dataset(std::make_shared<PaddedBatchDataset>(get().shared_from_this(), batch_size, std::move(padded_shapes),
+                                                      std::move(padding_values), drop_remainder));
+}
+Dataset Dataset::unbatch() const { return Dataset(std::make_shared<UnbatchDataset>(get().shared_from_this())); }
+
+}  // namespace chorus::data
