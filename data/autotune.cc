@@ -39,7 +39,7 @@ std::size_t ParallelismTuner::parallelism() const {
   if (call_ < 0 || consumer_ < 0) return 1;
   // A consumer that does (almost) nothing between requests needs as many calls as allowed.
   const double consumer = std::max(consumer_, 1e-7);
-  const double want = std::ceil(call_ / consumer);
+  const double want = std::ceil(call_ / consumer - 1e-6);  // 5.0000000001 (rounding) is 5
   if (!(want < static_cast<double>(max_))) return max_;
   return std::max<std::size_t>(1, static_cast<std::size_t>(want));
 }
