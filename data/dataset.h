@@ -187,6 +187,24 @@ class Dataset {
   // State: reading: the position and the stored elements (as TF, the checkpoint holds the cache);
   // filling: the elements so far and the input's position.
   Dataset cache() const;
+  // On disk (tf.data.Dataset.cache(filename); "" is cache() in memory): the first pass that reads
+  // the input to its end writes `filename`; every later pass (any iterator, any process) made
+  // while the file exists reads it and never touches the input. The file is written under a
+  // temporary name beside it ("<filename>.tmp-<pid>-<n>") and renamed only when complete, so an
+  // interrupted first pass leaves no cache a later pass would trust; an input error during the
+  // writing pass abandons the file (the error is rethrown, the pass goes on uncached). Format:
+  // docs/data.md ("The cache file"): TFRecord framing with CRCs, a header, and a footer counting
+  // the elements. Errors: `filename` naming a directory or another non-regular file →
+  // InvalidArgumentError from make_iterator(); a file that is not a cache, is cut short, has a
+  // CRC mismatch or an element that does not decode → DataLossError from next() (the header and
+  // footer are checked before the first element is returned); reads are bounded by the file's
+  // real size. Several passes may write at once (each its own temporary file; the last rename
+  // wins, all hold the same elements). State: reading: the byte offset in the file; writing: the
+  // temporary file's name and valid length (restore copies those records into a new temporary
+  // file and continues; when the file is gone, the restored pass writes nothing). After a save,
+  // a writing iterator destroyed early leaves its temporary file for the state to resume from;
+  // the restored pass removes it when it has written the cache.
+  Dataset cache(const std::string& filename) const;
 
   // The elements for which predicate(element) is true, in order. Errors from the predicate are
   // thrown by next(); iteration continues with the next element. Cardinality unknown (as TF's).
