@@ -249,6 +249,53 @@ TEST_F(CheckpointTest, IteratorAndGeneratorResumeExactly) {
   EXPECT_EQ(gen2.uniform({8}).to_vector<float>(), draws);
 }
 
+// Every stage of issue 23 item 9 in one pipeline, saved mid-stream through a checkpoint (with
+// worker threads, buffered elements and a half-written cache file in flight) and restored.
+TEST_F(CheckpointTest, NewDataStagesResumeExactlyThroughACheckpoint) {
+  TempDir dir;
+  auto value = [](const data::Element& e, std::size_t c) { return e[c].item<std::int64_t>(); };
+  auto pairs = [&](std::int64_t a, std::int64_t b) {
+    return data::Dataset::zip(
+        {data::Dataset::range(a, b).filter([&](const data::Element& e) { return value(e, 0) % 5 != 0; }).enumerate(),
+         data::Dataset::range(100 + a, 100 + b)});
+  };
+  auto ds = pairs(0, 30)
+                .concatenate(pairs(50, 70))
+                .shard(2, 1)
+                .interleave([](const data::Element& e) { return data::Dataset::from_tensors(e).repeat(2); }, 3, 2, 2)
+                .flat_map([](const data::Element& e) { return data::Dataset::from_tensors(e); })
+                .map(
+                    [&](const data::Element& e) {
+                      return data::Element{
+                          Tensor::full(Shape{value(e, 0) % 3}, static_cast<double>(value(e, 1)), DType::kInt64)};
+                    },
+                    data::kAutotune)
+                .padded_batch(3)
+                .unbatch()
+                .cache(dir / "cache")
+                .prefetch(data::kAutotune);
+  auto rows = [](data::Iterator& it, int n) {
+    std::vector<std::vector<std::int64_t>> out;
+    for (int i = 0; i < n; ++i) {
+      auto e = it.next();
+      if (!e) break;
+      out.push_back(e->at(0).to_vector<std::int64_t>());
+    }
+    return out;
+  };
+  data::Iterator it = ds.make_iterator();
+  rows(it, 7);
+  Checkpoint ckpt({{"data", it}});
+  const std::string path = ckpt.save(dir / "ckpt");
+  const auto expected = rows(it, 1000);
+  ASSERT_GT(expected.size(), 20u);
+
+  data::Iterator it2 = ds.make_iterator();
+  Checkpoint ckpt2({{"data", it2}});
+  ckpt2.restore(path).assert_consumed();
+  EXPECT_EQ(rows(it2, 1000), expected);
+}
+
 TEST_F(CheckpointTest, NameBasedRestoreWithoutAnObjectGraph) {
   TempDir dir;
   {

@@ -166,6 +166,32 @@ void tf_examples() {
   put("tf_example_fuzz", "float_image", example.release());
 }
 
+// cache(filename) files (data/cache_file_internal.h), written by hand: header, element records
+// ('E', u32 components, per component u8 dtype, u8 rank, u64 dims, bytes), a footer ('F', u64
+// count, u64 its own offset), each framed as a TFRecord.
+std::string le(std::uint64_t v, int bytes) {
+  std::string s;
+  for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>(v >> (8 * i) & 0xFF));
+  return s;
+}
+std::string cache_file(const std::vector<std::string>& elements) {
+  std::string out = summary::frame_record("chorus.data.cache/1\n");
+  for (const auto& e : elements) out += summary::frame_record(e);
+  return out + summary::frame_record("F" + le(elements.size(), 8) + le(out.size(), 8));
+}
+void cache_files() {
+  put("cache_file_fuzz", "empty_cache", cache_file({}));
+  // (int64 scalar 7)
+  const std::string scalar = "E" + le(1, 4) + le(5, 1) + le(0, 1) + le(7, 8);
+  put("cache_file_fuzz", "one_scalar", cache_file({scalar}));
+  // (int32 [2, 3] 0..5, bool [] true, uint8 [0]), twice, then the scalar
+  std::string mixed = "E" + le(3, 4) + le(4, 1) + le(2, 1) + le(2, 8) + le(3, 8);
+  for (int i = 0; i < 6; ++i) mixed += le(static_cast<std::uint64_t>(i), 4);
+  mixed += le(7, 1) + le(0, 1) + le(1, 1);
+  mixed += le(6, 1) + le(1, 1) + le(0, 8);
+  put("cache_file_fuzz", "mixed", cache_file({mixed, mixed, scalar}));
+}
+
 void idx_files() {
   put("idx_fuzz", "labels", std::string("\0\0\x08\x01\0\0\0\x05", 8) + std::string("\x07\x02\x01\x00\x04", 5));
   std::string images("\0\0\x08\x03\0\0\0\x02\0\0\0\x04\0\0\0\x04", 16);
@@ -345,6 +371,7 @@ int main(int argc, char** argv) {
   tfrecords();
   tf_examples();
   idx_files();
+  cache_files();
   event_files();
   graph_defs();
   tf_configs();
