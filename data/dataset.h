@@ -147,11 +147,11 @@ class Dataset {
 
   // ---- transformations ----
   // fn applied to every element. num_parallel_calls == 1 (default): on the calling thread.
-  // > 1 or kAutotune: that many calls at once on worker threads owned by the iterator; the output
-  // order is the input order (TF's deterministic=True). An exception from fn is thrown by the
-  // next() that would have returned that element; iteration continues with the next element.
-  // State: the input's; a parallel map first waits for the calls in flight, then saves their
-  // results (elements or errors) with the input's position (as TF does).
+  // > 1: that many calls at once on worker threads owned by the iterator (kAutotune: as many as
+  // the tuner measures to be needed, up to the hardware threads); the output order is the input order (TF's
+  // deterministic=True). An exception from fn is thrown by the next() that would have returned that element; iteration
+  // continues with the next element. State: the input's; a parallel map first waits for the calls in flight, then saves
+  // their results (elements or errors) with the input's position (as TF does).
   Dataset map(MapFn fn, std::int64_t num_parallel_calls = 1) const;
   // TF's shuffle: fills a buffer of buffer_size elements, returns one chosen uniformly at random
   // and replaces it with the next input element. seed: the same seed gives the same orders on
@@ -166,7 +166,7 @@ class Dataset {
   // drop_remainder. Elements of different shapes → InvalidArgumentError from next().
   // State: the input's (a batch is assembled within one next()).
   Dataset batch(std::int64_t batch_size, bool drop_remainder = false) const;
-  // Produces up to buffer_size elements ahead on a background thread (kAutotune: kAutotunePrefetch;
+  // Produces up to buffer_size elements ahead on a background thread (kAutotune: tuned, see kAutotune;
   // 0: no thread, elements pass through). Errors of the input are rethrown by next() in order;
   // later calls continue. Destroying the iterator stops and joins the thread (it finishes the
   // input element it is producing; it never waits for a consumer). State: the thread is stopped
