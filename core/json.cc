@@ -36,8 +36,8 @@ Json parse_json(std::string_view text, std::string_view what) {
   auto callback = [&](int depth, nlohmann::json::parse_event_t event, Json& parsed) {
     using E = nlohmann::json::parse_event_t;
     if (depth > kMaxDepth)
-      throw InvalidArgumentError(str_cat(what, " is not valid JSON: arrays and objects nest deeper than ", kMaxDepth,
-                                         " levels"));
+      throw InvalidArgumentError(
+          str_cat(what, " is not valid JSON: arrays and objects nest deeper than ", kMaxDepth, " levels"));
     switch (event) {
       case E::object_start:
         objects.push_back({{}, pending_key});
@@ -52,8 +52,8 @@ Json parse_json(std::string_view text, std::string_view what) {
       case E::key: {
         const std::string key = parsed.get<std::string>();
         if (!objects.empty() && !objects.back().keys.insert(key).second)
-          throw InvalidArgumentError(str_cat(what, " is not valid JSON: key \"", printable(key), "\" appears twice in ",
-                                             key_path(path)));
+          throw InvalidArgumentError(
+              str_cat(what, " is not valid JSON: key \"", printable(key), "\" appears twice in ", key_path(path)));
         pending_key = key;
         break;
       }

@@ -52,6 +52,23 @@ class ParallelismTuner {
   double left_at_ = -1;   // when the consumer last left next()
 };
 
+// One next() of a tuned stage, for its tuner (none: nothing): consumer_enter() now,
+// consumer_leave() when the scope ends, however next() leaves.
+class ConsumerScope {
+ public:
+  explicit ConsumerScope(ParallelismTuner* tuner) : tuner_(tuner) {
+    if (tuner_) tuner_->consumer_enter();
+  }
+  ~ConsumerScope() {
+    if (tuner_) tuner_->consumer_leave();
+  }
+  ConsumerScope(const ConsumerScope&) = delete;
+  ConsumerScope& operator=(const ConsumerScope&) = delete;
+
+ private:
+  ParallelismTuner* tuner_;
+};
+
 class PrefetchTuner {
  public:
   explicit PrefetchTuner(std::size_t max) : max_(max) {}

@@ -47,9 +47,7 @@ class PaddedBatchDataset final : public DatasetBase {
   }
   std::string name() const override { return "PaddedBatchDataset"; }
   std::int64_t cardinality() const override {
-    const std::int64_t n = input_->cardinality();
-    if (n < 0) return n;
-    return drop_ ? n / batch_ : (n + batch_ - 1) / batch_;
+    return internal::batched_cardinality(input_->cardinality(), batch_, drop_);
   }
   std::unique_ptr<IteratorBase> make_iterator() const override {
     class It final : public IteratorBase {

@@ -85,13 +85,7 @@ class InterleaveDataset::It final : public IteratorBase {
   }
 
   std::optional<Element> next() override {
-    if (tuner_) tuner_->consumer_enter();
-    struct Leave {
-      internal::ParallelismTuner* t;
-      ~Leave() {
-        if (t) t->consumer_leave();
-      }
-    } leave{tuner_.get()};
+    const internal::ConsumerScope scope(tuner_.get());
     start_workers();
     prefill();
     for (;;) {

@@ -20,6 +20,13 @@ std::string pipeline_device();
 // Where a one-input transformation saves its input iterator's state: "<prefix>input/".
 inline std::string input_prefix(const std::string& prefix) { return prefix + "input/"; }
 
+// The cardinality of batches of `batch` over `n` elements (unknown and infinite stay as they are):
+// batch and padded_batch.
+inline std::int64_t batched_cardinality(std::int64_t n, std::int64_t batch, bool drop_remainder) {
+  if (n < 0) return n;
+  return drop_remainder ? n / batch : (n + batch - 1) / batch;
+}
+
 // SplitMix64 (Steele, Lea, Flood 2014): the state advances by a constant and the output is a
 // bijective mix of it, so the whole generator state is one uint64 (saved as an int64) and the
 // numbers are the same on every machine. Used by shuffle and synthetic_digits.

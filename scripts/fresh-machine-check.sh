@@ -46,22 +46,15 @@ case "$only" in ""|1|2) ;; *) echo "fresh-machine-check: --only takes 1 or 2, no
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 shared="$(cd "$repo/.." && pwd)/shared"
 [ -d "$shared" ] || { echo "fresh-machine-check: $shared missing (the checkout's ../shared)" >&2; exit 2; }
-mirror="${CHORUS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-cache="${CHORUS_FRESH_CACHE:-/var/cache/chorus-fresh-machine}"
-base="$cache/bookworm-minbase.tar"
 stamp="$(date +%Y%m%d-%H%M%S)"
 logs="/var/tmp/chorus-fresh-logs-$stamp"
-mkdir -p "$cache" "$logs"
+mkdir -p "$logs"
 
 # --- the README's two commands, verbatim: the first two ```bash blocks --------------------------
 mapfile -t commands < <(awk '/^```bash$/ {inblock=1; next} /^```/ {inblock=0} inblock && NF {print; n++} n==2 {exit}' "$repo/README.md")
 [ ${#commands[@]} -eq 2 ] || { echo "fresh-machine-check: README.md does not open with two \`\`\`bash commands" >&2; exit 1; }
 
 # --- tools on this machine ----------------------------------------------------------------------
-if ! command -v debootstrap >/dev/null; then
-  echo "fresh-machine-check: installing debootstrap"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap
-fi
 command -v unshare >/dev/null || { echo "fresh-machine-check: unshare (util-linux) missing" >&2; exit 1; }
 
 # --- clean-up, also when interrupted ------------------------------------------------------------
@@ -78,17 +71,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "fresh-machine-check: interrupted" >&2; exit 130' INT TERM
 
-# --- the base: debootstrap once, cached as a tarball --------------------------------------------
-if [ "$refresh" = 1 ] || [ ! -s "$base" ]; then
-  work="$(mktemp -d /var/tmp/chorus-fresh.XXXXXX)"
-  echo "fresh-machine-check: debootstrap --variant=minbase bookworm from $mirror"
-  t0=$(date +%s)
-  debootstrap --variant=minbase bookworm "$work/base" "$mirror" > "$logs/debootstrap.log" 2>&1 ||
-    { echo "fresh-machine-check: debootstrap failed, see $logs/debootstrap.log" >&2; exit 1; }
-  tar -C "$work/base" -cf "$base.tmp" . && mv "$base.tmp" "$base"
-  rm -rf --one-file-system "$work"; work=""
-  echo "fresh-machine-check: base cached in $base ($(( $(date +%s) - t0 )) s)"
-fi
+# --- the base: debootstrap once, cached as a tarball (scripts/debian-base.sh) ----------------------
+base="$("$repo/scripts/debian-base.sh" $([ "$refresh" = 1 ] && echo --refresh))"
 
 # --- the clean clone of HEAD --------------------------------------------------------------------
 head="$(git -C "$repo" rev-parse --short HEAD)"
