@@ -65,6 +65,7 @@ step mpirun "${run[@]}" mpirun --oversubscribe -np 2 chorus-train --strategy mul
   --test 500 --quiet || true
 echo "container-check: image size $("${podman[@]}" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
 [ "$keep" = 1 ] || "${podman[@]}" rmi -f "$image" > /dev/null 2>&1 || true
+"${podman[@]}" image prune -f > /dev/null 2>&1 || true  # the build's intermediate layers
 echo "container-check: logs in $logs"
 [ "$status" = 0 ] && echo "container-check: all passed" || echo "container-check: FAILED"
 exit "$status"
