@@ -81,9 +81,7 @@ void Adam::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, c
 }
 
 std::string Adam::config_fields() const {
-  return chorus::internal::str_cat(
-      "\"beta_1\": ", detail::format_number(beta_1_), ", \"beta_2\": ", detail::format_number(beta_2_),
-      ", \"epsilon\": ", detail::format_number(epsilon_), ", \"amsgrad\": ", detail::format_bool(amsgrad_));
+  return detail::keras_fields({{"beta_1", beta_1_}, {"beta_2", beta_2_}, {"epsilon", epsilon_}, {"amsgrad", amsgrad_}});
 }
 
 }  // namespace chorus::optimizers

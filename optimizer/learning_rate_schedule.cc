@@ -36,10 +36,12 @@ double ExponentialDecay::operator()(std::int64_t step) const {
 }
 
 std::string ExponentialDecay::get_config() const {
-  return chorus::internal::str_cat(
-      "{\"class_name\": \"ExponentialDecay\", \"config\": {\"initial_learning_rate\": ", format_number(initial_),
-      ", \"decay_steps\": ", decay_steps_, ", \"decay_rate\": ", format_number(decay_rate_),
-      ", \"staircase\": ", detail::format_bool(staircase_), "}}");
+  return detail::keras_json({{"class_name", "ExponentialDecay"},
+                             {"config",
+                              {{"initial_learning_rate", initial_},
+                               {"decay_steps", decay_steps_},
+                               {"decay_rate", decay_rate_},
+                               {"staircase", staircase_}}}});
 }
 
 CosineDecay::CosineDecay(double initial_learning_rate, std::int64_t decay_steps, double alpha,
@@ -76,10 +78,13 @@ double CosineDecay::operator()(std::int64_t step) const {
 }
 
 std::string CosineDecay::get_config() const {
-  return chorus::internal::str_cat(
-      "{\"class_name\": \"CosineDecay\", \"config\": {\"initial_learning_rate\": ", format_number(initial_),
-      ", \"decay_steps\": ", decay_steps_, ", \"alpha\": ", format_number(alpha_),
-      ", \"warmup_target\": ", format_number(warmup_target_), ", \"warmup_steps\": ", warmup_steps_, "}}");
+  return detail::keras_json({{"class_name", "CosineDecay"},
+                             {"config",
+                              {{"initial_learning_rate", initial_},
+                               {"decay_steps", decay_steps_},
+                               {"alpha", alpha_},
+                               {"warmup_target", detail::json_or_null(warmup_target_)},
+                               {"warmup_steps", warmup_steps_}}}});
 }
 
 PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::int64_t> boundaries, std::vector<double> values)
@@ -103,9 +108,8 @@ double PiecewiseConstantDecay::operator()(std::int64_t step) const {
 }
 
 std::string PiecewiseConstantDecay::get_config() const {
-  return chorus::internal::str_cat("{\"class_name\": \"PiecewiseConstantDecay\", \"config\": {\"boundaries\": ",
-                                   detail::format_int_list(boundaries_), ", \"values\": ", detail::format_list(values_),
-                                   "}}");
+  return detail::keras_json(
+      {{"class_name", "PiecewiseConstantDecay"}, {"config", {{"boundaries", boundaries_}, {"values", values_}}}});
 }
 
 }  // namespace schedules

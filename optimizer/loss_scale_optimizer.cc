@@ -127,9 +127,10 @@ std::vector<Variable> LossScaleOptimizer::variables() const {
 }
 
 std::string LossScaleOptimizer::get_config() const {
-  return str_cat("{\"inner_optimizer\": ", inner_->get_config(), ", \"dynamic\": ", options_.dynamic ? "true" : "false",
-                 ", \"initial_scale\": ", detail::format_number(options_.initial_scale),
-                 ", \"dynamic_growth_steps\": ", options_.dynamic_growth_steps, "}");
+  return detail::keras_json({{"inner_optimizer", chorus::internal::parse_json(inner_->get_config(), "get_config")},
+                             {"dynamic", options_.dynamic},
+                             {"initial_scale", options_.initial_scale},
+                             {"dynamic_growth_steps", options_.dynamic_growth_steps}});
 }
 
 std::vector<train::TrackableChild> LossScaleOptimizer::trackable_children() const {

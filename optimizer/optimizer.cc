@@ -660,14 +660,22 @@ void Optimizer::minimize(const Tensor& loss, const std::vector<Variable>& vars, 
 }
 
 std::string Optimizer::get_config() const {
-  std::string fields = config_fields();
-  return str_cat("{\"name\": \"", name_, "\", \"learning_rate\": ", learning_rate_.get_config(),
-                 ", \"weight_decay\": ", detail::format_number(common_.weight_decay),
-                 ", \"clipnorm\": ", detail::format_number(common_.clipnorm),
-                 ", \"global_clipnorm\": ", detail::format_number(common_.global_clipnorm),
-                 ", \"clipvalue\": ", detail::format_number(common_.clipvalue), ", \"gradient_accumulation_steps\": ",
-                 common_.gradient_accumulation_steps ? std::to_string(*common_.gradient_accumulation_steps) : "null",
-                 fields.empty() ? "" : ", ", fields, "}");
+  using detail::Json;
+  using detail::json_or_null;
+  Json config;
+  config["name"] = name_;
+  config["learning_rate"] = chorus::internal::parse_json(learning_rate_.get_config(), "the learning rate's get_config");
+  config["weight_decay"] = json_or_null(common_.weight_decay);
+  config["clipnorm"] = json_or_null(common_.clipnorm);
+  config["global_clipnorm"] = json_or_null(common_.global_clipnorm);
+  config["clipvalue"] = json_or_null(common_.clipvalue);
+  config["gradient_accumulation_steps"] =
+      common_.gradient_accumulation_steps ? Json(*common_.gradient_accumulation_steps) : Json(nullptr);
+  // The subclass's own fields (an optimizer written outside chorus may hand-write them: a fragment
+  // that is not JSON is InvalidArgumentError naming config_fields).
+  const Json fields = chorus::internal::parse_json("{" + config_fields() + "}", name_ + "'s config_fields()");
+  for (const auto& [key, value] : fields.items()) config[key] = value;
+  return detail::keras_json(config);
 }
 
 }  // namespace chorus::optimizers

@@ -58,9 +58,7 @@ void RMSprop::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots
 }
 
 std::string RMSprop::config_fields() const {
-  return chorus::internal::str_cat(
-      "\"rho\": ", detail::format_number(rho_), ", \"momentum\": ", detail::format_number(momentum_),
-      ", \"epsilon\": ", detail::format_number(epsilon_), ", \"centered\": ", detail::format_bool(centered_));
+  return detail::keras_fields({{"rho", rho_}, {"momentum", momentum_}, {"epsilon", epsilon_}, {"centered", centered_}});
 }
 
 }  // namespace chorus::optimizers

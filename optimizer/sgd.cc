@@ -40,8 +40,7 @@ void SGD::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, co
 }
 
 std::string SGD::config_fields() const {
-  return chorus::internal::str_cat("\"momentum\": ", detail::format_number(momentum_),
-                                   ", \"nesterov\": ", detail::format_bool(nesterov_));
+  return detail::keras_fields({{"momentum", momentum_}, {"nesterov", nesterov_}});
 }
 
 }  // namespace chorus::optimizers

@@ -41,7 +41,8 @@ int count_events(const std::string& file) {
   std::stringstream text;
   text << in.rdbuf();
   int n = 0;
-  for (const cx::bench::Json& e : chorus::internal::parse_json(text.str(), file).at("traceEvents"))
+  const cx::bench::Json trace = chorus::internal::parse_json(text.str(), file);
+  for (const cx::bench::Json& e : trace.at("traceEvents"))
     if (e.at("ph") == "X") ++n;
   return n;
 }
