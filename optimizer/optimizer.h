@@ -252,7 +252,8 @@ class Optimizer : public train::Trackable {
   // Whether update_step needs Step::iterations (else a constant learning rate saves the read of
   // the counter, which waits for the replica's device stream).
   virtual bool needs_iterations() const { return false; }
-  // The optimizer's own get_config fields: `"beta_1": 0.9, "beta_2": 0.999` (no braces).
+  // The optimizer's own get_config fields: `"beta_1": 0.9, "beta_2": 0.999` (no braces). get_config()
+  // reads them as JSON: a fragment that is not is InvalidArgumentError naming config_fields().
   virtual std::string config_fields() const = 0;
 
   // Overwrites `component` — one replica's storage of a variable or slot, as Variable::value()

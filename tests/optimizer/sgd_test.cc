@@ -89,5 +89,29 @@ TEST_F(OptimizerTest, SgdConfigAndErrors) {
   EXPECT_THROW_WITH(SGD(-0.1), InvalidArgumentError, "learning_rate", "-0.1");
 }
 
+// An optimizer written outside chorus returns its own get_config fields; get_config reads them as
+// JSON, so a fragment that is not JSON is a clear error, not a broken config text.
+class HandWritten final : public Optimizer {
+ public:
+  explicit HandWritten(std::string fields) : Optimizer("HandWritten", 0.5, {}), fields_(std::move(fields)) {}
+
+ private:
+  std::vector<std::string> slot_names_impl() const override { return {}; }
+  void update_step(const Tensor&, Tensor&, std::vector<Tensor>&, const Step&) override {}
+  std::string config_fields() const override { return fields_; }
+  std::string fields_;
+};
+
+TEST_F(OptimizerTest, ConfigFieldsOfAnOutsideOptimizerAreCheckedAsJson) {
+  EXPECT_EQ(HandWritten("\"k\": [1, 2.5, \"x\"], \"tiny\": 1e-07").get_config(),
+            "{\"name\": \"HandWritten\", \"learning_rate\": 0.5, \"weight_decay\": null, \"clipnorm\": null, "
+            "\"global_clipnorm\": null, \"clipvalue\": null, \"gradient_accumulation_steps\": null, "
+            "\"k\": [1, 2.5, \"x\"], \"tiny\": 1e-07}");
+  EXPECT_EQ(HandWritten("").get_config().back(), '}');
+  EXPECT_THROW_WITH(HandWritten("\"k\": 1,").get_config(), InvalidArgumentError, "HandWritten's config_fields()",
+                    "is not valid JSON");
+  EXPECT_THROW_WITH(HandWritten("\"k\": 1, \"k\": 2").get_config(), InvalidArgumentError, "appears twice");
+}
+
 }  // namespace
 }  // namespace chorus::optimizers
