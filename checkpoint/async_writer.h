@@ -17,9 +17,7 @@ class AsyncWriter {
 
   // Waits for the write in flight, then rethrows its exception, if any (once).
   void wait();
-  // Runs `job` on a new background thread at nice CHORUS_ASYNC_SAVE_NICE (19 by default: training
-  // keeps the cores, the write takes what they leave). Call wait() first (InternalError if one is
-  // in flight); InvalidArgumentError for a bad CHORUS_ASYNC_SAVE_NICE.
+  // Runs `job` on a new background thread. Call wait() first (InternalError if one is in flight).
   void start(std::function<void()> job);
   bool in_flight() const { return thread_.joinable(); }
 

@@ -1,13 +1,11 @@
 #include <chorus/core/env.h>
 
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include <chorus/core/error.h>
-#include <chorus/core/strings.h>
 
 namespace chorus::env {
 
@@ -78,16 +76,5 @@ std::optional<std::chrono::milliseconds> collective_timeout() {
 }
 
 bool peer_monitor_enabled() { return get_bool("CHORUS_PEER_MONITOR").value_or(true); }
-
-int async_save_nice() {
-  const std::optional<std::string> v = get("CHORUS_ASYNC_SAVE_NICE");
-  if (!v) return 19;
-  int n = -1;
-  const char* end = v->data() + v->size();
-  const auto [ptr, ec] = std::from_chars(v->data(), end, n);
-  CHORUS_REQUIRE(ec == std::errc() && ptr == end && n >= 0 && n <= 19, InvalidArgumentError, "CHORUS_ASYNC_SAVE_NICE='",
-                 internal::printable(*v), "' is not an integer from 0 to 19");
-  return n;
-}
 
 }  // namespace chorus::env

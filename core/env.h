@@ -23,8 +23,6 @@
 //   CHORUS_ONEDNN_BF16          true/false (default true): bfloat16 matmul/convolution/pooling on
 //                               the CPU through oneDNN where its ISA allows; false forces the
 //                               float32 fallback (ops/cpu/dnn.h). Read once.
-//   CHORUS_ASYNC_SAVE_NICE      0-19 (default 19): the nice value of an async checkpoint write's
-//                               thread (checkpoint/async_writer.h); 0 keeps the caller's priority.
 //
 // Thread-safe: getenv is only read, never written, by chorus.
 #pragma once
@@ -67,9 +65,5 @@ std::optional<std::chrono::milliseconds> collective_timeout();
 
 // CHORUS_PEER_MONITOR as a boolean (get_bool), true when unset.
 bool peer_monitor_enabled();
-
-// CHORUS_ASYNC_SAVE_NICE: an integer 0-19, 19 when unset. Read at every call. InvalidArgumentError
-// naming the variable for anything else.
-int async_save_nice();
 
 }  // namespace chorus::env
