@@ -219,4 +219,18 @@ void File::close() {
   if (::close(fd) != 0 && errno != EINTR) throw_errno(errno, "cannot close", path_);
 }
 
+void replace_file(const std::string& path, std::string_view bytes, bool durable) {
+  const std::string tmp = chorus::internal::str_cat(path, ".tmp", ::getpid());
+  File f = File::create_new(tmp);  // before the try: a temporary that exists is not ours to remove
+  try {
+    f.write_all(bytes);
+    if (durable) f.sync();
+    f.close();
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno(errno, "cannot rename to '" + path + "' from", tmp);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
 }  // namespace chorus::io

@@ -129,18 +129,7 @@ std::string render_locked(Recorder& r) {
 std::string write_locked(Recorder& r) {
   const std::string out = render_locked(r);
   const std::string file = file_for(r.path);
-  // A fresh temporary (never through a planted link: O_EXCL | O_NOFOLLOW), renamed over the path.
-  const std::string tmp = chorus::internal::str_cat(file, ".tmp", ::getpid());
-  {
-    io::File f = io::File::create_new(tmp);
-    f.write_all(out);
-    f.close();
-  }
-  if (::rename(tmp.c_str(), file.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    io::throw_errno(err, "cannot rename to '" + file + "' from", tmp);
-  }
+  io::replace_file(file, out);  // a fresh temporary renamed over the path
   r.events.clear();
   r.dropped = 0;
   return file;

@@ -60,22 +60,6 @@ std::string gzip(std::string_view data) {
   return out;
 }
 
-// Writes `bytes` to `path` through a fresh temporary renamed over it (never through a planted link).
-void write_file_atomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = chorus::internal::str_cat(path, ".tmp", ::getpid());
-  {
-    io::File f = io::File::create_new(tmp);
-    f.write_all(bytes);
-    f.sync();
-    f.close();
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    io::throw_errno(err, "cannot rename to '" + path + "' from", tmp);
-  }
-}
-
 // A new <dir>/<local time as TF names profile runs>[_k] directory.
 std::string new_run_dir(const std::string& dir) {
   const std::time_t now = std::time(nullptr);
@@ -101,8 +85,8 @@ std::string write_profile(const std::string& outdir, const timeline::Capture& ca
     host = chorus::internal::str_cat(host, ".rank", capture.pid);
   io::create_directories(profile_dir(outdir));
   const std::string run = new_run_dir(profile_dir(outdir));
-  write_file_atomically(run + "/" + host + ".xplane.pb", encode_xspace(capture, host));
-  write_file_atomically(run + "/" + host + ".trace.json.gz", gzip(capture.json));
+  io::replace_file(run + "/" + host + ".xplane.pb", encode_xspace(capture, host), /*durable=*/true);
+  io::replace_file(run + "/" + host + ".trace.json.gz", gzip(capture.json), /*durable=*/true);
   if (capture.dropped > 0)
     CHORUS_LOG(WARNING) << "trace_export: the timeline dropped " << capture.dropped << " events past its cap";
   return run;
