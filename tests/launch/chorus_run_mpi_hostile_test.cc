@@ -217,7 +217,7 @@ TEST(ChorusRunHostile, ASigtermedWorkerBacksUpTheSameStepEverywhereAndTheRerunFi
   const auto command = [&](const std::string& dir) {
     return std::vector<std::string>{
         CHORUS_RUN_PATH, "-np",     "2",        "--",      CHORUS_TRAIN_PATH,  "--strategy", "multi_worker",
-        "--model",       "mlp",     "--epochs", "3",       "--train",          "20000",      "--test",
+        "--model",       "mlp",     "--epochs", "6",       "--train",          "20000",      "--test",
         "200",           "--batch", "32",       "--quiet", "--checkpoint-dir", dir};
   };
   // The uninterrupted run.
@@ -236,9 +236,15 @@ TEST(ChorusRunHostile, ASigtermedWorkerBacksUpTheSameStepEverywhereAndTheRerunFi
       ASSERT_LT(Clock::now() - started, std::chrono::seconds(60)) << job.output();
       ASSERT_FALSE(job.wait_for(std::chrono::milliseconds(50))) << "the job ended before the signal:\n" << job.output();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    const pid_t rank1 = find_process(CHORUS_TRAIN_PATH, {mark, "OMPI_COMM_WORLD_RANK=1"});
-    ASSERT_GT(rank1, 0) << "rank 1 of the job not found";
+    // Six epochs take about 3.5 s on an idle 2-core VM (the data line comes 0.1 s after the
+    // start): signal early, while most of the run is still ahead, and look for rank 1 until it is
+    // there rather than once after a fixed sleep (a loaded machine shifts both ways).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    pid_t rank1 = -1;
+    while ((rank1 = find_process(CHORUS_TRAIN_PATH, {mark, "OMPI_COMM_WORLD_RANK=1"})) <= 0) {
+      ASSERT_LT(Clock::now() - started, std::chrono::seconds(60)) << "rank 1 of the job not found\n" << job.output();
+      ASSERT_FALSE(job.wait_for(std::chrono::milliseconds(50))) << "the job ended before the signal:\n" << job.output();
+    }
     ASSERT_EQ(::kill(rank1, SIGTERM), 0);
     const auto status = job.wait_for(std::chrono::seconds(60));
     const std::string out = job.output();
@@ -257,7 +263,7 @@ TEST(ChorusRunHostile, ASigtermedWorkerBacksUpTheSameStepEverywhereAndTheRerunFi
     EXPECT_THAT(out, HasSubstr("BackupAndRestore: resuming from"));
     EXPECT_THAT(out, HasSubstr("held-out accuracy"));
   }
-  const auto whole = model_tensors(root + "/whole/ckpt-3"), resumed = model_tensors(root + "/preempted/ckpt-3");
+  const auto whole = model_tensors(root + "/whole/ckpt-6"), resumed = model_tensors(root + "/preempted/ckpt-6");
   ASSERT_FALSE(whole.empty());
   EXPECT_EQ(resumed.size(), whole.size());
   for (const auto& [key, bytes] : whole) EXPECT_TRUE(resumed.count(key) && resumed.at(key) == bytes) << key;
