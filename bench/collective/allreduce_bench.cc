@@ -287,25 +287,26 @@ MpiRun run_mpi(int k, const std::vector<std::size_t>& sizes, const Policy& p, bo
     run.skipped = std::string("popen(") + cmd + ") failed: " + std::strerror(errno);
     return run;
   }
-  std::string output, json;
+  std::string output;
   char line[4096];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
-    output += line;
-    if (std::strncmp(line, "{\"bench\": \"mpi_allreduce\"", 25) == 0) json = line;
-  }
+  while (std::fgets(line, sizeof line, pipe) != nullptr) output += line;
   const int status = pclose(pipe);
-  if (status != 0 || json.empty()) {
+  // The result is bench_mpi_allreduce's JSON line ({"bench":"mpi_allreduce",...}), found by
+  // parsing each line, not by its spelling (a prefix match broke when the writer went compact).
+  const auto medians_us = bench::mpi_allreduce_medians_us(output);
+  if (status != 0 || medians_us.empty()) {
     // The tail of mpirun's output says what went wrong.
     std::string tail = output;
     if (tail.size() > 600) tail = std::string("...").append(output, output.size() - 600, std::string::npos);
     run.skipped = "`" + cmd + "` exited with status " + std::to_string(status) +
-                  (json.empty() ? " and printed no result line" : "") + "; output: " + tail;
+                  (medians_us.empty() ? " and printed no result line" : "") + "; output: " + tail;
     for (char& c : run.skipped)
       if (c == '\n') c = ' ';
     return run;
   }
-  for (const auto& [bytes, us] : bench::mpi_allreduce_medians_us(json)) run.seconds[bytes] = us * 1e-6;
-  if (run.seconds.size() != sizes.size()) run.skipped = "could not parse bench_mpi_allreduce's line: " + json;
+  for (const auto& [bytes, us] : medians_us) run.seconds[bytes] = us * 1e-6;
+  if (run.seconds.size() != sizes.size())
+    run.skipped = "bench_mpi_allreduce's line lacks some of the sizes asked for; output: " + output;
 #else
   (void)k, (void)sizes, (void)p, (void)disabled;
   run.skipped = "built without MPI (CHORUS_WITH_MPI was off at configure time)";
