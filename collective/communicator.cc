@@ -51,27 +51,34 @@ void check_scattered(const Tensor& input, const Tensor& output, int size) {
                  dtype_name(output.dtype()), output.shape().to_string());
 }
 
-// The call's record; the sequence number is taken whether or not the call turns out valid, so
-// every participant numbers the same calls alike.
-CollectiveCall numbered(CollectiveOp kind, std::uint64_t sequence, const Tensor* input, std::optional<ReduceOp> op,
-                        int root, std::chrono::milliseconds timeout) {
-  CollectiveCall call;
+// The call's record, written into `call` (the communicator's, reused: its shape keeps its
+// capacity, so numbering a call allocates nothing); the sequence number is taken whether or not the
+// call turns out valid, so every participant numbers the same calls alike.
+const CollectiveCall& numbered(CollectiveCall& call, CollectiveOp kind, std::uint64_t sequence, const Tensor* input,
+                               std::optional<ReduceOp> op, int root, std::chrono::milliseconds timeout) {
   call.kind = kind;
   call.fp.op = collective_op_name(kind);
   call.fp.sequence = sequence;
+  call.fp.dtype = DType::kFloat32;
+  call.fp.shape.clear();
   if (input != nullptr && input->defined()) {
     call.fp.dtype = input->dtype();
-    call.fp.shape = input->shape().dims();
+    const auto& dims = input->shape().dims();
+    call.fp.shape.assign(dims.begin(), dims.end());
   }
   call.fp.root = root;
   call.fp.reduce_op = op ? static_cast<int>(*op) : -1;
   call.timeout = timeout;
   call.op = op.value_or(ReduceOp::kSum);
   call.root = root;
+  call.side_stream = false;
   return call;
 }
 
 }  // namespace
+
+Communicator::Communicator() : call_(std::make_unique<CollectiveCall>()) {}
+Communicator::~Communicator() = default;
 
 std::chrono::milliseconds default_timeout() { return env::collective_timeout().value_or(kDefaultTimeout); }
 
@@ -142,7 +149,8 @@ void Communicator::validate(const CollectiveCall& call, const Tensor* input, con
 
 std::shared_ptr<Work> Communicator::all_reduce(const Tensor& input, const Tensor& output,
                                                const AllReduceOptions& options) {
-  CollectiveCall call = numbered(CollectiveOp::kAllReduce, sequence_++, &input, options.op, -1, options.timeout);
+  CollectiveCall& call = *call_;
+  numbered(call, CollectiveOp::kAllReduce, sequence_++, &input, options.op, -1, options.timeout);
   call.side_stream = options.side_stream;
   validate(call, &input, &output);
   await_writable(output);
@@ -150,16 +158,16 @@ std::shared_ptr<Work> Communicator::all_reduce(const Tensor& input, const Tensor
 }
 
 std::shared_ptr<Work> Communicator::broadcast(const Tensor& tensor, const BroadcastOptions& options) {
-  const CollectiveCall call =
-      numbered(CollectiveOp::kBroadcast, sequence_++, &tensor, std::nullopt, options.root, options.timeout);
+  const CollectiveCall& call =
+      numbered(*call_, CollectiveOp::kBroadcast, sequence_++, &tensor, std::nullopt, options.root, options.timeout);
   validate(call, &tensor, nullptr);
   await_writable(tensor);
   return do_broadcast(call, tensor);
 }
 
 std::shared_ptr<Work> Communicator::reduce(const Tensor& input, const Tensor& output, const ReduceOptions& options) {
-  const CollectiveCall call =
-      numbered(CollectiveOp::kReduce, sequence_++, &input, options.op, options.root, options.timeout);
+  const CollectiveCall& call =
+      numbered(*call_, CollectiveOp::kReduce, sequence_++, &input, options.op, options.root, options.timeout);
   validate(call, &input, &output);
   if (rank() == call.root) await_writable(output);
   return do_reduce(call, input, output);
@@ -167,8 +175,8 @@ std::shared_ptr<Work> Communicator::reduce(const Tensor& input, const Tensor& ou
 
 std::shared_ptr<Work> Communicator::all_gather(const Tensor& input, const Tensor& output,
                                                const AllGatherOptions& options) {
-  const CollectiveCall call =
-      numbered(CollectiveOp::kAllGather, sequence_++, &input, std::nullopt, -1, options.timeout);
+  const CollectiveCall& call =
+      numbered(*call_, CollectiveOp::kAllGather, sequence_++, &input, std::nullopt, -1, options.timeout);
   validate(call, &input, &output);
   await_writable(output);
   return do_all_gather(call, input, output);
@@ -176,15 +184,16 @@ std::shared_ptr<Work> Communicator::all_gather(const Tensor& input, const Tensor
 
 std::shared_ptr<Work> Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
                                                    const ReduceScatterOptions& options) {
-  const CollectiveCall call =
-      numbered(CollectiveOp::kReduceScatter, sequence_++, &input, options.op, -1, options.timeout);
+  const CollectiveCall& call =
+      numbered(*call_, CollectiveOp::kReduceScatter, sequence_++, &input, options.op, -1, options.timeout);
   validate(call, &input, &output);
   await_writable(output);
   return do_reduce_scatter(call, input, output);
 }
 
 std::shared_ptr<Work> Communicator::barrier(const BarrierOptions& options) {
-  const CollectiveCall call = numbered(CollectiveOp::kBarrier, sequence_++, nullptr, std::nullopt, -1, options.timeout);
+  const CollectiveCall& call =
+      numbered(*call_, CollectiveOp::kBarrier, sequence_++, nullptr, std::nullopt, -1, options.timeout);
   return do_barrier(call);
 }
 

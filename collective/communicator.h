@@ -145,7 +145,10 @@ struct CollectiveCall;  // collective/call.h
 // rule through check_device (host memory only, this rank's GPU only, ...).
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  Communicator();
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // "shared_memory", "reference", ...
@@ -190,6 +193,9 @@ class Communicator {
   void check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const;
 
   std::uint64_t sequence_ = 0;  // the next call's sequence number
+  // The record of the call in progress, reused call after call (one thread at a time calls a
+  // communicator): the backends see it only until their do_* returns.
+  std::unique_ptr<CollectiveCall> call_;
 };
 
 }  // namespace chorus::collective

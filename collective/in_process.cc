@@ -31,9 +31,10 @@ InProcessCommunicator::InProcessCommunicator(std::shared_ptr<Rendezvous> rendezv
                  rendezvous_->size() - 1);
 }
 
+template <typename Body>
 InProcessCommunicator::WorkPtr InProcessCommunicator::execute(const CollectiveCall& call,
                                                               std::initializer_list<const Tensor*> tensors,
-                                                              const std::function<WorkPtr()>& body) {
+                                                              const Body& body) {
   rendezvous_->check_usable();
   try {
     const void* drained = nullptr;
@@ -49,7 +50,7 @@ InProcessCommunicator::WorkPtr InProcessCommunicator::execute(const CollectiveCa
   }
   WorkPtr work = body();
   rendezvous_->completed(rank_, call.fp);
-  return work ? work : std::make_shared<CompletedWork>(call.fp);
+  return work ? work : done_.get(call.fp);
 }
 
 InProcessCommunicator::WorkPtr InProcessCommunicator::do_all_reduce(const CollectiveCall& call, const Tensor& input,

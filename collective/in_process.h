@@ -15,7 +15,6 @@
 // Work; device backends return Work that completes with the device stream.
 #pragma once
 
-#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -23,6 +22,7 @@
 #include <chorus/collective/call.h>
 #include <chorus/collective/communicator.h>
 #include <chorus/collective/rendezvous.h>
+#include <chorus/collective/work.h>
 
 namespace chorus::collective {
 
@@ -66,11 +66,12 @@ class InProcessCommunicator : public Communicator {
   WorkPtr do_barrier(const CollectiveCall& call) final;
 
   // check_usable, drain `tensors` (null entries skipped), run `body`, record completion.
-  WorkPtr execute(const CollectiveCall& call, std::initializer_list<const Tensor*> tensors,
-                  const std::function<WorkPtr()>& body);
+  template <typename Body>
+  WorkPtr execute(const CollectiveCall& call, std::initializer_list<const Tensor*> tensors, const Body& body);
 
   std::shared_ptr<Rendezvous> rendezvous_;
   int rank_;
+  CompletedWorkSlot done_;
 };
 
 // The element range [begin, end) of `n` elements that `rank` of `size` works on: contiguous,

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <thread>
 
 #include <chorus/core/error.h>
@@ -36,16 +37,15 @@ inline void cpu_relax() {
 // pauses. sched_yield with nothing else runnable returns at once, so an idle machine loses little.
 using internal::str_cat;
 
-Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::move(name)), posted_(size), slots_(size) {
+Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::move(name)) {
   CHORUS_REQUIRE(size >= 1, InvalidArgumentError, "a communicator needs at least 1 participant, got ", size);
-  here_.reset(new std::atomic<char>[size]);
-  for (int r = 0; r < size; ++r) here_[r] = 0;
-  per_rank_.reset(new History[size]);
+  part_.reset(new Participant[size]);
+  done_.reset(new Completed[size]);
   staging_.reset(new StagingLine[2 * static_cast<std::size_t>(size) * kStagingBytes / sizeof(StagingLine)]);
 }
 
 void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout) {
-  slots_[rank] = slot;  // own slot; published by the arrival's release
+  part_[rank].slot = slot;  // own slot; published by the arrival's release
   wait_phase(rank, fp, timeout, /*validate=*/true);
 }
 
@@ -66,19 +66,19 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
     std::lock_guard<std::mutex> lock(mu_);
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
   }
-  if (validate) posted_[rank] = fp;
-  here_[rank].store(1);
-  const std::uint64_t before = state_.fetch_add(1);  // seq_cst: publishes posted_/slots_ of this rank
+  if (validate) part_[rank].posted = fp;
+  part_[rank].here.store(1);
+  const std::uint64_t before = state_.fetch_add(1);  // seq_cst: publishes this rank's Participant
   const auto gen = static_cast<std::uint32_t>(before >> 32);
   if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
     // Last to arrive: nobody can withdraw any more (withdraw() sees the full count), so the phase
     // completes. Validate, reset for the next phase, then open it.
-    verdict_.clear();
+    if (!verdict_.empty()) verdict_.clear();  // not written when unchanged: every rank reads it next
     if (validate) {
       for (int r = 1; r < size_ && verdict_.empty(); ++r) {
-        if (posted_[r] == posted_[0]) continue;
-        verdict_ = str_cat(name_, ": participants called different collectives: rank 0 called ", posted_[0].to_string(),
-                           " but rank ", r, " called ", posted_[r].to_string(),
+        if (part_[r].posted == part_[0].posted) continue;
+        verdict_ = str_cat(name_, ": participants called different collectives: rank 0 called ",
+                           part_[0].posted.to_string(), " but rank ", r, " called ", part_[r].posted.to_string(),
                            ". Every replica must call the same collectives in the same order with the same "
                            "shapes and dtypes.");
       }
@@ -86,6 +86,7 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
     if (validate) {
       work_.store(0, std::memory_order_relaxed);
       work_done_.store(0, std::memory_order_relaxed);
+      agreed_[agreed_count_++ % kAgreed] = part_[0].posted;
     }
     open_next(gen);
   } else {
@@ -101,7 +102,7 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
           if (!failed_) {  // our own deadline passed: fail the group, naming who never came
             std::string missing;
             for (int r = 0; r < size_; ++r)
-              if (r != rank && !here_[r].load()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+              if (r != rank && !part_[r].here.load()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
             failed_ = true;
             failed_flag_ = true;
             failed_by_timeout_ = true;
@@ -188,7 +189,7 @@ void Rendezvous::wait_work(int rank, const Fingerprint& fp, std::size_t total, s
 }
 
 void Rendezvous::open_next(std::uint32_t gen) {
-  for (int r = 0; r < size_; ++r) here_[r].store(0, std::memory_order_relaxed);
+  for (int r = 0; r < size_; ++r) part_[r].here.store(0, std::memory_order_relaxed);
   state_.store(static_cast<std::uint64_t>(gen + 1) << 32);  // seq_cst: pairs with sleepers_ below
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,16 +203,10 @@ bool Rendezvous::withdraw(int rank, std::uint32_t gen) {
     if (static_cast<std::uint32_t>(s >> 32) != gen) return false;              // completed
     if ((s & 0xffffffffu) == static_cast<std::uint64_t>(size_)) return false;  // completing
     if (state_.compare_exchange_weak(s, s - 1)) {
-      here_[rank].store(0);
+      part_[rank].here.store(0);
       return true;
     }
   }
-}
-
-void Rendezvous::completed(int rank, const Fingerprint& fp) {
-  History& h = per_rank_[rank];
-  std::lock_guard<std::mutex> lock(h.mu);
-  h.done[h.count++ % kHistory] = fp;
 }
 
 void Rendezvous::abort(int rank, const std::string& reason) {
@@ -231,16 +226,19 @@ void Rendezvous::check_usable() const {
 
 std::string Rendezvous::history_locked() const {
   std::string s;
+  const std::size_t kept = std::min<std::uint64_t>(agreed_count_, kAgreed);
   for (int r = 0; r < size_; ++r) {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
-    const History& h = per_rank_[r];
-    std::lock_guard<std::mutex> lock(h.mu);
-    if (h.count == 0) {
-      s += "none";
-      continue;
+    const std::uint64_t next = done_[r].next.load(std::memory_order_relaxed);
+    std::string mine;
+    std::size_t shown = 0;
+    // Newest first through the ring, keeping those this rank completed; printed oldest first.
+    for (std::size_t i = 0; i < kept && shown < kHistory; ++i) {
+      const Fingerprint& fp = agreed_[(agreed_count_ - 1 - i) % kAgreed];
+      if (fp.sequence >= next) continue;
+      mine = fp.to_string() + (shown++ ? ", " : "") + mine;
     }
-    const std::size_t first = h.count > kHistory ? h.count - kHistory : 0;  // oldest first
-    for (std::size_t i = first; i < h.count; ++i) s += (i > first ? ", " : "") + h.done[i % kHistory].to_string();
+    s += shown ? mine : "none";
   }
   return s;
 }

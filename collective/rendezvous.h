@@ -52,7 +52,7 @@ class Rendezvous {
 
   void arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout);
   void sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
-  const Slot& slot(int rank) const { return slots_[rank]; }
+  const Slot& slot(int rank) const { return part_[rank].slot; }
   // Work shared by the participants of the current collective, for backends that split it into
   // `total` chunks handed out at run time instead of closing with sync(): work() hands out chunk
   // indices (fetch_add), finish_work(count, total) records `count` chunks done by the caller (a
@@ -83,8 +83,10 @@ class Rendezvous {
                kStagingBytes;
   }
 
-  // Records that `rank` completed `fp` (for timeout messages).
-  void completed(int rank, const Fingerprint& fp);
+  // Records that `rank` completed `fp` (for timeout messages). One relaxed store: no lock.
+  void completed(int rank, const Fingerprint& fp) {
+    done_[rank].next.store(fp.sequence + 1, std::memory_order_relaxed);
+  }
   // Fails the group: current and later waits raise AbortedError naming `rank` and `reason`.
   void abort(int rank, const std::string& reason);
   // Throws AbortedError if the group has failed.
@@ -108,31 +110,45 @@ class Rendezvous {
   const std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // Layout: what every participant writes on every call (state_, its own Participant) and what
+  // is only read on the fast path (sleepers_, failed_flag_) live on separate cache lines; sharing
+  // one made each call move it between cores several times.
+  //
   // Generation (high 32 bits) and arrivals in it (low 32 bits) in one word, so that a waiter
   // giving up (timeout, abort) can withdraw its arrival only if the phase has not completed:
   // completing and giving up exclude each other, and nobody leaves a phase the others went past.
-  std::atomic<std::uint64_t> state_{0};
-  std::atomic<int> sleepers_{0};
-  std::atomic<std::size_t> work_{0};
-  std::atomic<std::size_t> work_done_{0};
+  alignas(64) std::atomic<std::uint64_t> state_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> failed_flag_{false};
-  std::unique_ptr<std::atomic<char>[]> here_;
-  // The last completed collectives of one rank: a ring of kHistory fingerprints, assigned in
-  // place (no allocation once warm) and formatted only for a timeout message.
-  static constexpr std::size_t kHistory = 3;
-  struct History {
-    mutable std::mutex mu;
-    std::array<Fingerprint, kHistory> done;
-    std::size_t count = 0;  // completed so far; the newest is done[(count - 1) % kHistory]
+  alignas(64) std::atomic<std::size_t> work_{0};
+  std::atomic<std::size_t> work_done_{0};
+  // What one participant posts for a phase, on cache lines of its own.
+  struct alignas(64) Participant {
+    Slot slot;
+    Fingerprint posted;
+    std::atomic<char> here{0};  // arrived in the current phase (for timeout messages)
   };
-  std::unique_ptr<History[]> per_rank_;
+  std::unique_ptr<Participant[]> part_;
+  // For timeout messages, the last completed collectives of every rank, without a lock on the hot
+  // path: the last arriver of each validating phase (one per collective) copies the collective's
+  // fingerprint into a ring of the group's last kAgreed (in place: no allocation once warm), and
+  // each rank records only the sequence number it completed. A rank's history is the ring's
+  // entries below its mark; ranks are at most one collective apart, so the ring holds the last
+  // kHistory of each. Written before the phase opens, read only by a rank that timed out (the
+  // phase cannot complete then), so no reader meets a writer.
+  static constexpr std::size_t kHistory = 3;
+  static constexpr std::size_t kAgreed = kHistory + 2;
+  std::array<Fingerprint, kAgreed> agreed_;
+  std::uint64_t agreed_count_ = 0;  // validating phases completed so far
+  struct alignas(64) Completed {
+    std::atomic<std::uint64_t> next{0};  // 1 + the sequence number of the rank's last completed call
+  };
+  std::unique_ptr<Completed[]> done_;
   struct alignas(64) StagingLine {
     unsigned char bytes[64];
   };
   std::unique_ptr<StagingLine[]> staging_;  // 2 × size × kStagingBytes
-  std::vector<Fingerprint> posted_;
-  std::vector<Slot> slots_;
-  std::string verdict_;  // mismatch message of the last completed validating phase ("" = match)
+  alignas(64) std::string verdict_;         // mismatch message of the last completed validating phase ("" = match)
   bool failed_ = false;
   bool failed_by_timeout_ = false;
   std::string failure_;

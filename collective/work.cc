@@ -1,10 +1,32 @@
 #include <chorus/collective/work.h>
 
+#include <atomic>
 #include <thread>
 
 #include <chorus/core/error.h>
 
 namespace chorus::collective {
+
+const std::string& CompletedWork::description() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (description_.empty()) description_ = prefix_ + fp_.to_string();
+  return description_;
+}
+
+std::shared_ptr<Work> CompletedWorkSlot::get(const Fingerprint& fp) {
+#if !defined(__SANITIZE_THREAD__)  // TSan does not model the fence below: it would report a race
+  if (work_ && work_.use_count() == 1) {
+    // The last other holder released its reference with an acq_rel decrement; this fence after
+    // reading the count it left makes everything that holder did with the Work visible here.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    work_->fp_ = fp;  // assigns in place: the shape vector keeps its capacity
+    work_->description_.clear();
+    return work_;
+  }
+#endif
+  work_ = std::make_shared<CompletedWork>(fp, prefix_);
+  return work_;
+}
 
 void EventWork::wait(std::chrono::milliseconds timeout) {
   // Poll without sleeping for the first 2 ms, then every 50 µs. A sleep costs 60-110 µs of timer

@@ -99,10 +99,14 @@ class CpuStream final : public Stream {
       auto event = record_event();
       event->synchronize();
     }
+    // No lock when no task failed (the flag is set before the failed task's pending count drops,
+    // so the acquire above sees it): collectives call this on every use of a tensor.
+    if (!state_->failed.load(std::memory_order_acquire)) return;
     std::exception_ptr error;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       std::swap(error, state_->error);
+      state_->failed.store(false, std::memory_order_relaxed);
     }
     if (error) std::rethrow_exception(error);
   }
@@ -147,7 +151,8 @@ class CpuStream final : public Stream {
     bool stopping = false;
     std::thread worker;
     std::shared_ptr<WorkerIdentity> identity;
-    std::atomic<int> pending{0};  // tasks pushed and not yet finished (including their captures)
+    std::atomic<int> pending{0};      // tasks pushed and not yet finished (including their captures)
+    std::atomic<bool> failed{false};  // error is set (written under mu)
   };
 
   void push(Task task) {
@@ -185,6 +190,7 @@ class CpuStream final : public Stream {
         } catch (...) {
           std::lock_guard<std::mutex> lock(s->mu);
           if (!s->error) s->error = std::current_exception();
+          s->failed.store(true, std::memory_order_relaxed);  // published by the pending release below
         }
       }
       // Release what the task captured (tensor storage) before any later event completes, so
