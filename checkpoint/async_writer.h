@@ -17,7 +17,8 @@ class AsyncWriter {
 
   // Waits for the write in flight, then rethrows its exception, if any (once).
   void wait();
-  // Runs `job` on a new background thread. Call wait() first (InternalError if one is in flight).
+  // Runs `job` on a new background thread, at SCHED_IDLE (see the .cc). Call wait() first
+  // (InternalError if one is in flight).
   void start(std::function<void()> job);
   bool in_flight() const { return thread_.joinable(); }
 

@@ -258,10 +258,14 @@ void CheckpointManager::on_written(const std::string& path) {
       maybe_delete_.end());
   maybe_delete_.emplace_back(path, timestamp);
   latest_ = path;
-  // State first: a crash while deleting then still finds the new checkpoint (TF's order).
+  // One state write, naming the new checkpoint and no longer naming those about to be deleted,
+  // then the deletions: a crash at any point leaves a state file that names only complete
+  // checkpoints (TF records the state after deleting, so a crash in between leaves it naming a
+  // half-deleted one; recording before and after, as this did until 2026-11-27, named it too and
+  // cost two more fsyncs per save).
+  const std::vector<std::string> doomed = sweep();
   record_state();
-  sweep();
-  record_state();
+  for (const std::string& p : doomed) delete_bundle(p);
 }
 
 void CheckpointManager::record_state() {
@@ -276,8 +280,9 @@ void CheckpointManager::record_state() {
   write_checkpoint_state(directory_, s);
 }
 
-void CheckpointManager::sweep() {
-  if (!max_to_keep_) return;
+std::vector<std::string> CheckpointManager::sweep() {
+  std::vector<std::string> doomed;
+  if (!max_to_keep_) return doomed;
   while (maybe_delete_.size() > static_cast<std::size_t>(*max_to_keep_)) {
     const auto [path, timestamp] = maybe_delete_.front();
     maybe_delete_.erase(maybe_delete_.begin());
@@ -286,8 +291,9 @@ void CheckpointManager::sweep() {
       last_preserved_timestamp_ = timestamp;  // preserved: kept on disk, no longer managed
       continue;
     }
-    if (chief_ && owns(path)) delete_bundle(path);
+    if (chief_ && owns(path)) doomed.push_back(path);
   }
+  return doomed;
 }
 
 std::optional<std::string> CheckpointManager::restore_or_initialize() {

@@ -11,12 +11,12 @@
 //   below last + interval. Otherwise increments the checkpoint's save_counter and writes
 //   "<directory>/<checkpoint_name>-<N>" (N = checkpoint_number, else save_counter) through
 //   Checkpoint's crash-safe write. Once the bundle is durable: the path becomes the latest (a
-//   re-saved path moves to the end), the state file is replaced atomically, then checkpoints
-//   beyond max_to_keep are deleted oldest first (unless keep_checkpoint_every_n_hours preserves
-//   one: kept on disk, forgotten by the manager), then the state is recorded again. So a crash at
-//   any moment leaves a state file that names complete checkpoints only, and the newest checkpoint
-//   is never deleted before the new one is committed. With SaveOptions::async the bookkeeping runs
-//   on the writer thread after the write (call sync(), or the next save waits).
+//   re-saved path moves to the end), checkpoints beyond max_to_keep leave the list oldest first
+//   (unless keep_checkpoint_every_n_hours preserves one: kept on disk, forgotten by the manager),
+//   the state file is replaced atomically (once per save), and only then are the checkpoints that
+//   left the list deleted. So a crash at any moment leaves a state file that names complete
+//   checkpoints only, and no checkpoint is deleted before the new one is committed. With SaveOptions::async the
+//   bookkeeping runs on the writer thread after the write (call sync(), or the next save waits).
 // Constructor: creates the directory, recovers the state file (timestamps clamped to now;
 //   missing timestamps taken as last_preserved_timestamp; a missing file: last preserved = now
 //   − 1 s), removes `*.tempstate*` files left by crashed writers. Only one manager may be active in
@@ -96,7 +96,9 @@ class CheckpointManager {
  private:
   void on_written(const std::string& path);
   void record_state();
-  void sweep();
+  // Drops checkpoints beyond max_to_keep from the list, oldest first; returns those to delete
+  // (after the state no longer names them).
+  std::vector<std::string> sweep();
   std::int64_t current_step() const;
   // Whether `path` is "<directory>/<checkpoint_name>-<N>" once both are resolved: only such
   // checkpoints are managed, deleted by retention or moved aside.

@@ -11,12 +11,14 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include "tests/checkpoint/bundle_test_util.h"
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/checkpoint_manager.h>
+#include <chorus/checkpoint/checkpoint_state.h>
 
 extern char** environ;
 
@@ -77,6 +79,16 @@ TEST(CheckpointCrashTest, SigkillAtRandomMomentsNeverLeavesABrokenLatestCheckpoi
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "trial " << trial << ": the child exited by itself (status " << status << ")";
 
+    // Every checkpoint the state file names is complete: the manager deletes only what the state
+    // file no longer names.
+    if (const auto state = read_checkpoint_state(dir.path())) {
+      for (const std::string& p : state->all_model_checkpoint_paths) {
+        const std::string path = !p.empty() && p[0] == '/' ? p : dir / p;
+        EXPECT_TRUE(std::filesystem::exists(index_filename(path)) && std::filesystem::exists(data_filename(path)))
+            << "trial " << trial << ": the state file names " << p << ", which is incomplete";
+        EXPECT_NO_THROW(BundleReader{path}) << "trial " << trial << ": " << p;
+      }
+    }
     const auto latest = latest_checkpoint(dir.path());
     if (!latest) {
       ASSERT_EQ(last, 0) << "trial " << trial << ": a checkpoint existed before and none is found now";
