@@ -30,9 +30,12 @@ TEST(Crc32c, KnownAnswers) {
 
 TEST(Crc32c, HardwareAndTableAgreeAndExtendingWorks) {
   std::mt19937 rng(1);
-  std::vector<unsigned char> buf(4099);
+  // Sizes through every path of the hardware version: bytes, words, three streams of 256-byte
+  // blocks (from 768 bytes) and of 4096-byte blocks (from 12288), and the joins between them.
+  std::vector<unsigned char> buf(40009);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
-  for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 63u, 1000u, 4099u}) {
+  for (std::size_t n :
+       {0u, 1u, 7u, 8u, 9u, 63u, 767u, 768u, 769u, 1000u, 4099u, 12287u, 12288u, 12289u, 13063u, 24576u, 40009u}) {
     EXPECT_EQ(crc32c(buf.data(), n), internal::crc32c_software_for_testing(buf.data(), n, 0)) << n;
     for (std::size_t cut : {std::size_t{0}, n / 3, n}) {
       const std::uint32_t a = crc32c(buf.data(), cut);
