@@ -12,6 +12,10 @@ if(NOT nlohmann_json_FOUND)
   message(FATAL_ERROR "chorus: nlohmann-json >= 3.10 not found (apt-get install nlohmann-json3-dev, or set "
                       "CMAKE_PREFIX_PATH to a folder with share/cmake/nlohmann_json)")
 endif()
+# What the modules link: header only, so it is a build-time dependency alone. Wrapped in
+# BUILD_INTERFACE, a static chorus's exported link interface does not name it, and its users'
+# find_package(chorus) need not find it (nothing of it reaches their link line).
+set(CHORUS_JSON "$<BUILD_INTERFACE:nlohmann_json::nlohmann_json>")
 
 option(CHORUS_ENABLE_CUDA "Use CUDA if found" ON)
 option(CHORUS_ENABLE_MPI "Use MPI if found" ON)

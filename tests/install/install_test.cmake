@@ -6,6 +6,15 @@
 #   consumer builds and runs from a prefix chorus was never installed to;
 # - only the public link interface is found: with shared chorus libraries the consumer configures
 #   with CUDA, MPI, oneDNN, zlib and OpenMP all hidden from find_package.
+# With -DSTATIC_PACKAGE=<file> (the test install_static_package, in a shared build) the package is a
+# static chorus's, made without compiling: SOURCE_DIR is configured again with BUILD_SHARED_LIBS=OFF
+# in WORK_DIR/static-build, each module's static library is archived there from the object files
+# BUILD_DIR already compiled for its shared library (the same sources, flags and -fPIC; <file>,
+# written by tests/install/CMakeLists.txt, lists them and the build's options), and its
+# `library` install component is installed. The same checks then prove the static package: its
+# chorusConfig.cmake finds every private dependency its exported targets name, the consumer links
+# (its call into launch/build_info pulls in code calling every private library) and runs. The
+# installed programs of a static build are checked by scripts/static-install-check.sh.
 file(REMOVE_RECURSE ${WORK_DIR})
 function(run_step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -15,7 +24,33 @@ function(run_step)
   message(STATUS "${out}")
 endfunction()
 set(first_prefix ${WORK_DIR}/prefix)
-run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${first_prefix})
+if(STATIC_PACKAGE)
+  include(${STATIC_PACKAGE})  # CHORUS_STATIC_MODULES, CHORUS_OBJECTS_<module>, CHORUS_STATIC_ARGS, ...
+  set(static_build ${WORK_DIR}/static-build)
+  run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${static_build} -G ${GENERATOR} -DBUILD_SHARED_LIBS=OFF
+           -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_BENCH=OFF ${CHORUS_STATIC_ARGS})
+  # The objects fit only a configuration that found the same libraries.
+  file(STRINGS ${BUILD_DIR}/chorusConfig.cmake shared_with REGEX "^set\\(CHORUS_WITH_")
+  file(STRINGS ${static_build}/chorusConfig.cmake static_with REGEX "^set\\(CHORUS_WITH_")
+  if(NOT shared_with STREQUAL static_with)
+    message(FATAL_ERROR "the static configure found other libraries than ${BUILD_DIR}:\n"
+                        "  ${static_with}\n  instead of\n  ${shared_with}")
+  endif()
+  foreach(module ${CHORUS_STATIC_MODULES})
+    if(NOT CHORUS_OBJECTS_${module})
+      message(FATAL_ERROR "no object files listed for chorus_${module}")
+    endif()
+    run_step(${CHORUS_AR} qcs ${static_build}/lib/${CHORUS_STATIC_PREFIX}chorus_${module}${CHORUS_STATIC_SUFFIX}
+             ${CHORUS_OBJECTS_${module}})
+  endforeach()
+  run_step(${CMAKE_COMMAND} --install ${static_build} --prefix ${first_prefix} --component library)
+  file(STRINGS ${first_prefix}/lib/cmake/chorus/chorusConfig.cmake static REGEX "^set\\(CHORUS_SHARED_LIBS OFF\\)")
+  if(NOT static)
+    message(FATAL_ERROR "${first_prefix}/lib/cmake/chorus/chorusConfig.cmake is not a static package's")
+  endif()
+else()
+  run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${first_prefix})
+endif()
 set(prefix ${WORK_DIR}/moved/prefix)
 file(MAKE_DIRECTORY ${WORK_DIR}/moved)
 file(RENAME ${first_prefix} ${prefix})
@@ -79,7 +114,8 @@ if(problems)
   message(FATAL_ERROR "the installed package is not clean:\n  ${text}")
 endif()
 
-# 3. The consumer, built from the moved prefix. A shared chorus needs nothing found but Threads.
+# 3. The consumer, built from the moved prefix. A shared chorus needs nothing found but Threads; a
+# static one needs its private dependencies found (and nothing is hidden).
 set(extra "")
 if(CUDA_COMPILER)
   set(extra -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
@@ -94,6 +130,9 @@ run_step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release ${extra})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run_step(${WORK_DIR}/build/consumer)
+if(STATIC_PACKAGE)
+  return()  # the `programs` component was not installed
+endif()
 # The installed tools run from the moved prefix too (their RUNPATH is $ORIGIN-relative).
 foreach(tool chorus-devices mnist_mirrored)
   if(EXISTS ${prefix}/bin/${tool})
