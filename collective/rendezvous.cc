@@ -37,6 +37,20 @@ inline void cpu_relax() {
 // pauses. sched_yield with nothing else runnable returns at once, so an idle machine loses little.
 using internal::str_cat;
 
+namespace {
+// `to = from`, writing only the fields that differ: consecutive collectives mostly differ only in
+// the sequence number, and a shape vector left untouched stays in the peers' caches (the last
+// arriver compares it) instead of moving back and forth every call.
+void post(Fingerprint& to, const Fingerprint& from) {
+  to.sequence = from.sequence;
+  to.dtype = from.dtype;
+  to.root = from.root;
+  to.reduce_op = from.reduce_op;
+  if (to.op != from.op) to.op = from.op;
+  if (to.shape != from.shape) to.shape = from.shape;
+}
+}  // namespace
+
 Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::move(name)) {
   CHORUS_REQUIRE(size >= 1, InvalidArgumentError, "a communicator needs at least 1 participant, got ", size);
   part_.reset(new Participant[size]);
@@ -66,8 +80,11 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
     std::lock_guard<std::mutex> lock(mu_);
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
   }
-  if (validate) part_[rank].posted = fp;
-  part_[rank].here.store(1);
+  if (validate) post(part_[rank].posted, fp);
+  // The phase this rank arrives in (it cannot complete before this rank arrives), recorded as its
+  // number + 1 instead of a flag, so that nobody has to clear it for the next phase (clearing it
+  // made the last arriver write into every peer's cache line).
+  part_[rank].here.store(generation() + 1, std::memory_order_relaxed);
   const std::uint64_t before = state_.fetch_add(1);  // seq_cst: publishes this rank's Participant
   const auto gen = static_cast<std::uint32_t>(before >> 32);
   if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
@@ -84,9 +101,10 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
       }
     }
     if (validate) {
-      work_.store(0, std::memory_order_relaxed);
-      work_done_.store(0, std::memory_order_relaxed);
-      agreed_[agreed_count_++ % kAgreed] = part_[0].posted;
+      // Written only when used (the chunked path): an unchanged line stays in every cache.
+      if (work_.load(std::memory_order_relaxed) != 0) work_.store(0, std::memory_order_relaxed);
+      if (work_done_.load(std::memory_order_relaxed) != 0) work_done_.store(0, std::memory_order_relaxed);
+      post(agreed_[agreed_count_++ % kAgreed], part_[0].posted);
     }
     open_next(gen);
   } else {
@@ -102,7 +120,8 @@ void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::millis
           if (!failed_) {  // our own deadline passed: fail the group, naming who never came
             std::string missing;
             for (int r = 0; r < size_; ++r)
-              if (r != rank && !part_[r].here.load()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+              if (r != rank && part_[r].here.load() != gen + 1)
+                missing += (missing.empty() ? "" : ", ") + std::to_string(r);
             failed_ = true;
             failed_flag_ = true;
             failed_by_timeout_ = true;
@@ -189,7 +208,6 @@ void Rendezvous::wait_work(int rank, const Fingerprint& fp, std::size_t total, s
 }
 
 void Rendezvous::open_next(std::uint32_t gen) {
-  for (int r = 0; r < size_; ++r) part_[r].here.store(0, std::memory_order_relaxed);
   state_.store(static_cast<std::uint64_t>(gen + 1) << 32);  // seq_cst: pairs with sleepers_ below
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -126,7 +126,7 @@ class Rendezvous {
   struct alignas(64) Participant {
     Slot slot;
     Fingerprint posted;
-    std::atomic<char> here{0};  // arrived in the current phase (for timeout messages)
+    std::atomic<std::uint32_t> here{0};  // 1 + the phase it last arrived in (for timeout messages)
   };
   std::unique_ptr<Participant[]> part_;
   // For timeout messages, the last completed collectives of every rank, without a lock on the hot
