@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   for (const std::size_t bytes : {std::size_t{512} << 10, std::size_t{64} << 20}) {
     std::vector<unsigned char> src(bytes), dst(bytes);
     for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 131 + (i >> 11));
-    const std::string size = bytes < (1u << 20) ? std::to_string(bytes >> 10) + " KiB" : std::to_string(bytes >> 20) + " MiB";
+    const std::string size =
+        bytes < (1u << 20) ? std::to_string(bytes >> 10) + " KiB" : std::to_string(bytes >> 20) + " MiB";
     struct Yardstick {
       const char* name;
       std::function<void()> fn;
