@@ -29,7 +29,8 @@
 //   thread barrier           yardstick for small-message latency: k threads passing a bare barrier
 //                            back to back, both a std::barrier and a mutex+condvar barrier (the
 //                            mechanism of chorus's rendezvous); the faster of the two is the goal's
-//                            yardstick.
+//                            yardstick. Beside them, not a goal: a flag barrier (one counter per
+//                            thread on its own cache line), the floor of any in-process meeting.
 //
 // Timing (the same policy in bench_mpi_allreduce): one warm-up call; a batch size B found by
 // doubling until one batch takes >= 5 ms (1 ms with --quick); then R = 5 repetitions (3 when a
@@ -54,10 +55,12 @@
 //
 // Output: the table (rows as they are measured), the latency table, the goals, and last the JSON
 // line of docs/style.md habit 11.
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -248,6 +251,38 @@ class CondvarBarrier {
   std::uint64_t generation_ = 0;
 };
 
+// The floor of any in-process meeting: each thread bumps a counter on a cache line of its own and
+// waits until every other counter has caught up (no shared read-modify-write, nothing else). Waits
+// pause 16 times, then yield, as the rendezvous does (with more threads than cores a pure spin
+// would wait for a descheduled peer a whole time slice). Shown beside the all_reduce's latency, not
+// used by a goal: it does none of a collective's work (fingerprints, timeouts, abort, data).
+class FlagBarrier {
+ public:
+  explicit FlagBarrier(int n) : n_(n), slots_(static_cast<std::size_t>(n)) {}
+  void wait(int rank) {
+    const std::uint64_t mine = slots_[static_cast<std::size_t>(rank)].seq.load(std::memory_order_relaxed) + 1;
+    slots_[static_cast<std::size_t>(rank)].seq.store(mine, std::memory_order_seq_cst);
+    for (int j = 0; j < n_; ++j) {
+      for (int spins = 0; slots_[static_cast<std::size_t>(j)].seq.load(std::memory_order_acquire) < mine; ++spins) {
+        if (spins < 16) {
+#if defined(__x86_64__)
+          __builtin_ia32_pause();
+#endif
+        } else {
+          sched_yield();
+        }
+      }
+    }
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<std::uint64_t> seq{0};
+  };
+  const int n_;
+  std::vector<Slot> slots_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // MPI yardstick: bench_mpi_allreduce under mpirun, its JSON line parsed.
 
@@ -408,6 +443,7 @@ struct Latency {  // one k, measured with the 4 KiB case
   int k;
   double std_barrier_s, condvar_barrier_s;
   double shared_4k_s;
+  double flag_barrier_s;  // the floor (FlagBarrier), not a goal's yardstick
   double barrier_s() const { return std::min(std_barrier_s, condvar_barrier_s); }
   const char* barrier_name() const {
     return std_barrier_s <= condvar_barrier_s ? "thread barrier (std::barrier)" : "thread barrier (condvar)";
@@ -582,14 +618,16 @@ int run(int argc, char** argv) {
       // The latency yardsticks run interleaved with the 4 KiB case they are compared with.
       std::barrier<> bar(k);
       CondvarBarrier cbar(k);
+      FlagBarrier fbar(k);
       if (bytes == kLatencyBytes) {
         contenders.push_back({k, [&bar](int) { bar.arrive_and_wait(); }});
         contenders.push_back({k, [&cbar](int) { cbar.wait(); }});
+        contenders.push_back({k, [&fbar](int r) { fbar.wait(r); }});
       }
       const std::vector<Timing> t = measure(contenders, policy);
       Row row{k, bytes, t[0], t[1], t[2], t[3], std::nullopt};
       if (auto it = mpi.seconds.find(bytes); it != mpi.seconds.end()) row.mpi_s = it->second;
-      if (bytes == kLatencyBytes) latencies.push_back({k, t[4].seconds, t[5].seconds, t[0].seconds});
+      if (bytes == kLatencyBytes) latencies.push_back({k, t[4].seconds, t[5].seconds, t[0].seconds, t[6].seconds});
       print_row(row);
       rows.push_back(row);
     }
@@ -602,11 +640,14 @@ int run(int argc, char** argv) {
 
   std::printf("\nsmall-message latency: %s all_reduce vs k threads passing a bare barrier (per call)\n",
               size_name(kLatencyBytes).c_str());
-  std::printf("%-2s %16s %16s %18s %10s\n", "k", "all_reduce (us)", "std::barrier (us)", "condvar barrier (us)",
-              "x barrier");
+  std::printf("%-2s %16s %16s %18s %10s %18s\n", "k", "all_reduce (us)", "std::barrier (us)", "condvar barrier (us)",
+              "x barrier", "flag barrier (us)");
   for (const Latency& l : latencies)
-    std::printf("%-2d %16.2f %17.2f %20.2f %10.2f\n", l.k, l.shared_4k_s * 1e6, l.std_barrier_s * 1e6,
-                l.condvar_barrier_s * 1e6, l.shared_4k_s / l.barrier_s());
+    std::printf("%-2d %16.2f %17.2f %20.2f %10.2f %18.3f\n", l.k, l.shared_4k_s * 1e6, l.std_barrier_s * 1e6,
+                l.condvar_barrier_s * 1e6, l.shared_4k_s / l.barrier_s(), l.flag_barrier_s * 1e6);
+  std::printf(
+      "(flag barrier: per-thread counters on their own cache lines, nothing else: the floor of an\n"
+      " in-process meeting, not a goal)\n");
 
   std::printf("\ngoals (issue 4; sizes >= %s; ratio = yardstick time / shared_memory time):\n",
               size_name(kGoalMinBytes).c_str());
@@ -655,6 +696,8 @@ int run(int argc, char** argv) {
         l.std_barrier_s / l.shared_4k_s);
     add(name, l.shared_4k_s * 1e6, "us", "thread barrier (condvar)", l.condvar_barrier_s * 1e6,
         l.condvar_barrier_s / l.shared_4k_s);
+    add(name, l.shared_4k_s * 1e6, "us", "flag barrier (floor)", l.flag_barrier_s * 1e6,
+        l.flag_barrier_s / l.shared_4k_s);
   }
   bench::Json skipped = bench::Json::object();
   for (const auto& [k, why] : mpi_skipped) skipped["skipped"]["MPI_Allreduce k=" + std::to_string(k)] = why;
