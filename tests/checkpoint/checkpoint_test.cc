@@ -3,11 +3,13 @@
 #include <chorus/checkpoint/checkpoint.h>
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <filesystem>
 
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
+#include <chorus/checkpoint/async_writer.h>
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/object_graph.h>
 #include <chorus/core/runtime.h>
@@ -387,6 +389,17 @@ TEST_F(CheckpointTest, AsyncErrorsSurfaceAtTheNextSaveOrSync) {
   ckpt.save(dir / "missing-dir/ckpt", {.async = true});
   EXPECT_THROW(ckpt.save(dir / "ckpt"), NotFoundError);
   EXPECT_EQ(ckpt.save(dir / "ckpt"), dir / "ckpt-3");  // the failed saves were counted, the refused one not
+}
+
+// The background writer takes a core only when no training thread wants it (async_writer.cc says
+// why and what it measured); the job's own work runs under that policy.
+TEST(AsyncWriterTest, TheWriterThreadRunsAtSchedIdle) {
+  internal::AsyncWriter writer;
+  int policy = -1;
+  writer.start([&] { policy = ::sched_getscheduler(0); });
+  writer.wait();
+  EXPECT_EQ(policy, SCHED_IDLE);
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_OTHER) << "the caller's own policy must not change";
 }
 
 TEST_F(CheckpointTest, BadChildrenAreRefused) {
