@@ -44,18 +44,7 @@ bool remove_file_if_exists(const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, std::string_view contents) {
-  const std::string tmp = temporary_filename(path);
-  File f = File::create_new(tmp);
-  try {
-    f.write_all(contents);
-    f.sync();
-    f.close();
-    rename_file(tmp, path);
-  } catch (...) {
-    f = File();
-    ::unlink(tmp.c_str());  // best effort; the original error is what matters
-    throw;
-  }
+  io::replace_file(path, contents, /*durable=*/true, temporary_filename(path));
   sync_directory(directory_of(path));
 }
 

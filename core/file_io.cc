@@ -219,8 +219,8 @@ void File::close() {
   if (::close(fd) != 0 && errno != EINTR) throw_errno(errno, "cannot close", path_);
 }
 
-void replace_file(const std::string& path, std::string_view bytes, bool durable) {
-  const std::string tmp = chorus::internal::str_cat(path, ".tmp", ::getpid());
+void replace_file(const std::string& path, std::string_view bytes, bool durable, const std::string& temporary) {
+  const std::string tmp = temporary.empty() ? chorus::internal::str_cat(path, ".tmp", ::getpid()) : temporary;
   File f = File::create_new(tmp);  // before the try: a temporary that exists is not ours to remove
   try {
     f.write_all(bytes);

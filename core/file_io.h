@@ -26,10 +26,13 @@ namespace chorus::io {
 // Creates `dir` and its parents (std::filesystem::create_directories); errors as above.
 void create_directories(const std::string& dir);
 
-// Writes `bytes` to `path` through a fresh temporary "<path>.tmp<pid>" (O_EXCL | O_NOFOLLOW: never
-// through a planted link) renamed over `path`; with `durable`, fsynced before the rename. A reader
-// sees the old file or the whole new one; the temporary is removed on any failure. Errors as above.
-void replace_file(const std::string& path, std::string_view bytes, bool durable = false);
+// Writes `bytes` to `path` through a fresh temporary (O_EXCL | O_NOFOLLOW: never through a planted
+// link) renamed over `path`; with `durable`, fsynced before the rename. A reader sees the old file
+// or the whole new one; the temporary is removed on any failure. Errors as above. The temporary is
+// `temporary`, or "<path>.tmp<pid>" when empty (checkpoint/atomic_file.h names its own, and syncs
+// the directory after this returns).
+void replace_file(const std::string& path, std::string_view bytes, bool durable = false,
+                  const std::string& temporary = "");
 
 // What the file system object at `path` is, for messages: "a regular file", "a directory",
 // "a FIFO", "a character device", "a symbolic link", ..., or "missing".
