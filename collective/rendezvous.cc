@@ -54,7 +54,6 @@ void post(Fingerprint& to, const Fingerprint& from) {
 Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::move(name)) {
   CHORUS_REQUIRE(size >= 1, InvalidArgumentError, "a communicator needs at least 1 participant, got ", size);
   part_.reset(new Participant[size]);
-  done_.reset(new Completed[size]);
   staging_.reset(new StagingLine[2 * static_cast<std::size_t>(size) * kStagingBytes / sizeof(StagingLine)]);
 }
 
@@ -247,7 +246,7 @@ std::string Rendezvous::history_locked() const {
   const std::size_t kept = std::min<std::uint64_t>(agreed_count_, kAgreed);
   for (int r = 0; r < size_; ++r) {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
-    const std::uint64_t next = done_[r].next.load(std::memory_order_relaxed);
+    const std::uint64_t next = part_[r].completed.load(std::memory_order_relaxed);
     std::string mine;
     std::size_t shown = 0;
     // Newest first through the ring, keeping those this rank completed; printed oldest first.

@@ -85,7 +85,7 @@ class Rendezvous {
 
   // Records that `rank` completed `fp` (for timeout messages). One relaxed store: no lock.
   void completed(int rank, const Fingerprint& fp) {
-    done_[rank].next.store(fp.sequence + 1, std::memory_order_relaxed);
+    part_[rank].completed.store(fp.sequence + 1, std::memory_order_relaxed);
   }
   // Fails the group: current and later waits raise AbortedError naming `rank` and `reason`.
   void abort(int rank, const std::string& reason);
@@ -126,13 +126,14 @@ class Rendezvous {
   struct alignas(64) Participant {
     Slot slot;
     Fingerprint posted;
-    std::atomic<std::uint32_t> here{0};  // 1 + the phase it last arrived in (for timeout messages)
+    std::atomic<std::uint32_t> here{0};       // 1 + the phase it last arrived in (for timeout messages)
+    std::atomic<std::uint64_t> completed{0};  // 1 + the sequence number of its last completed call
   };
   std::unique_ptr<Participant[]> part_;
   // For timeout messages, the last completed collectives of every rank, without a lock on the hot
   // path: the last arriver of each validating phase (one per collective) copies the collective's
   // fingerprint into a ring of the group's last kAgreed (in place: no allocation once warm), and
-  // each rank records only the sequence number it completed. A rank's history is the ring's
+  // each rank records only the sequence number it completed (Participant::completed). A rank's history is the ring's
   // entries below its mark; ranks are at most one collective apart, so the ring holds the last
   // kHistory of each. Written before the phase opens, read only by a rank that timed out (the
   // phase cannot complete then), so no reader meets a writer.
@@ -140,10 +141,6 @@ class Rendezvous {
   static constexpr std::size_t kAgreed = kHistory + 2;
   std::array<Fingerprint, kAgreed> agreed_;
   std::uint64_t agreed_count_ = 0;  // validating phases completed so far
-  struct alignas(64) Completed {
-    std::atomic<std::uint64_t> next{0};  // 1 + the sequence number of the rank's last completed call
-  };
-  std::unique_ptr<Completed[]> done_;
   struct alignas(64) StagingLine {
     unsigned char bytes[64];
   };
