@@ -37,7 +37,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/chorus-host-drill-XXXXXX")
 job=""
 cleanup() {
   [[ -n $job ]] && kill -9 "$job" 2>/dev/null
-  "$HOSTS" link h1 up 2>/dev/null
+  local h
+  for h in h1 h2; do "$HOSTS" link $h up 2>/dev/null; done  # whichever link a failed drill left cut
   "$HOSTS" slow h1 off 2>/dev/null
   rm -rf "$work"
 }
@@ -113,7 +114,7 @@ case $mode in
       (($(awk -v w="$waited" 'BEGIN { print (w > 10) }'))) && fail "rank $rank needed $waited s (timeout 5 s)"
       echo "rank $rank: error after $waited s naming rank 1 on h1"
     done
-    "$HOSTS" link h1 up
+    "$HOSTS" link h1 up || fail "h1 not reachable again after its link came back"
     wait_job 60
     no_process_left h0 h1 h2
     echo "host_drills.sh link: held (mpirun exit $rc)"
@@ -218,9 +219,10 @@ case $mode in
       grep -q "starting on the 2 hosts that answer (h0:1,h1:1), 2 processes" "$work/out" ||
         fail "no restart on h0 and h1"
       [[ -e $work/shrunk/ckpt-3.index ]] || fail "no final checkpoint"
-      echo "host_drills.sh lost-host: held: h2 lost after epoch 1, finished on h0 and h1 $(elapsed "$cut") s after the cut"
-      "$HOSTS" link h2 up
+      took=$(elapsed "$cut")
+      "$HOSTS" link h2 up || fail "h2 not reachable again after its link came back"
       no_process_left h0 h1
+      echo "host_drills.sh lost-host: held: h2 lost after epoch 1, finished on h0 and h1 $took s after the cut"
     fi
     ;;
   *) echo "usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host CHORUS_TRAIN [CHORUS_RUN]" >&2; exit 2 ;;

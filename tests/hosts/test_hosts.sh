@@ -14,7 +14,8 @@
 #   test_hosts.sh mpirun N ARGS... mpirun started on h0 over h0..h(N-1), one slot each, TCP only:
 #                                  `-H h0:1,...,h(N-1):1` and the MCA settings below, then ARGS
 #   test_hosts.sh exec HOST CMD... run CMD on HOST (its namespace, its host name)
-#   test_hosts.sh link HOST up|down        raise or cut HOST's link (its bridge-side veth)
+#   test_hosts.sh link HOST up|down        raise or cut HOST's link (its bridge-side veth); up
+#                                          returns once every other host reaches HOST again
 #   test_hosts.sh slow HOST delay MS       netem delay on HOST's link, both directions (kernels
 #                                          without sch_netem refuse: "qdisc kind is unknown")
 #   test_hosts.sh slow HOST rate MBIT      a token-bucket rate limit instead (sch_tbf)
@@ -87,13 +88,33 @@ make_hosts() {
     ip netns exec ${PREFIX}-h$i ip link set lo up || return 1
   done
   # Every host reaches every other one before anything runs on them.
-  for ((i = 1; i < n; ++i)); do
-    local tries=0 said
-    until said=$(ip netns exec ${PREFIX}-h0 bash -c "exec 3<>/dev/tcp/$SUBNET.$((i + 1))/9" 2>&1) ||
-      [[ $said == *refused* ]]; do
-      ((++tries < 50)) || { echo "h0 cannot reach h$i: $said" >&2; return 1; }
-      sleep 0.1
-    done
+  for ((i = 1; i < n; ++i)); do reachable h0 $i || return 1; done
+}
+
+# Returns once FROM reaches host I (a TCP connect answered, refused counts: the port is closed but
+# the host is there), or 1 after 5 s with what the connect said.
+reachable() {
+  local from=$1 i=$2 tries=0 said
+  until said=$(ip netns exec ${PREFIX}-$from bash -c "exec 3<>/dev/tcp/$SUBNET.$((i + 1))/9" 2>&1) ||
+    [[ $said == *refused* ]]; do
+    ((++tries < 50)) || { echo "$from cannot reach h$i: $said" >&2; return 1; }
+    sleep 0.1
+  done
+}
+
+# Raises host I's link and returns when every other host reaches it again. While the link was
+# down, the others' neighbour (ARP) entries for it failed, and a failed entry makes connect()
+# answer "No route to host" for a while after the link is back (the next test then fails at
+# its first connect): the entries are flushed in every host, then each host's reach is checked.
+link_up() {
+  local i=$1 ns j
+  ip link set ${PREFIX}-v"$i" up
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^${PREFIX}-h[0-9]$"); do
+    ip netns exec "$ns" ip neigh flush all 2>/dev/null || true
+  done
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^${PREFIX}-h[0-9]$"); do
+    j=${ns#"${PREFIX}"-h}
+    ((j == i)) || reachable "h$j" "$i" || return 1
   done
 }
 
@@ -174,7 +195,7 @@ case $cmd in
   link)
     i=$(host_index "${1:-}")
     [[ ${2:-} == up || ${2:-} == down ]] || die "link HOST up|down"
-    ip link set ${PREFIX}-v"$i" "$2"
+    if [[ $2 == up ]]; then link_up "$i"; else ip link set ${PREFIX}-v"$i" down; fi
     ;;
   slow)
     i=$(host_index "${1:-}")
