@@ -106,8 +106,10 @@ void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const v
 void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, const void* dy, void* dx);
 // Max pooling for training: the bytes of the workspace (where each window's maximum is) that
 // pool2d_forward_training fills and pool2d_backward_with_workspace reads, so that the backward need
-// not run the forward again. 0 where there is none (not max pooling, not float32, no oneDNN, an
-// empty shape): use pool2d_forward and pool2d_backward then.
+// not run the forward again. 0 where there is none (not max pooling, not float32, an empty shape,
+// a window of more than 255 taps without oneDNN): use pool2d_forward and pool2d_backward then.
+// float32 max pooling's backward (with or without a workspace) runs chorus's loops (max_pool.h)
+// up to 255 taps a window, oneDNN's above.
 std::size_t pool2d_workspace_bytes(PoolKind kind, DType dtype, const Conv2dGeometry& g);
 void pool2d_forward_training(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
                              void* workspace);

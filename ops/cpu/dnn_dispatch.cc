@@ -12,6 +12,7 @@
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/max_pool.h>
 #include <chorus/ops/cpu/onednn.h>
 #include <chorus/ops/cpu/reference.h>
 
@@ -387,6 +388,14 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
               });
     return;
   }
+  if (kind == PoolKind::kMax && dtype == DType::kFloat32 && max_pool::fits(g)) {
+    // The same loops as training's workspace path (max_pool.h), so both give the same dx.
+    std::vector<float> y(static_cast<std::size_t>(g.output_elements()));
+    std::vector<std::uint8_t> workspace(max_pool::workspace_bytes(g));
+    max_pool::forward_training(g, static_cast<const float*>(x), y.data(), workspace.data());
+    max_pool::backward(g, static_cast<const float*>(dy), workspace.data(), static_cast<float*>(dx));
+    return;
+  }
   CHORUS_DNN_FLOAT_CALL(pool2d_backward, (kind, g, cp<double>(x), cp<double>(dy), mp<double>(dx)),
                         (kind, dtype, g, x, dy, dx), (kind, g, cp<float>(x), cp<float>(dy), mp<float>(dx)));
 }
@@ -394,6 +403,7 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
 std::size_t pool2d_workspace_bytes(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
   if (kind != PoolKind::kMax || dtype != DType::kFloat32 || g.n == 0 || g.output_elements() == 0) return 0;
   require_geometry(g, "pool2d_workspace_bytes", true);
+  if (max_pool::fits(g)) return max_pool::workspace_bytes(g);
 #ifdef CHORUS_WITH_DNNL
   return onednn::pool2d_workspace_bytes(g);
 #else
@@ -405,6 +415,11 @@ void pool2d_forward_training(PoolKind kind, DType dtype, const Conv2dGeometry& g
                              void* workspace) {
   CHORUS_REQUIRE(pool2d_workspace_bytes(kind, dtype, g) > 0, InvalidArgumentError,
                  "pool2d_forward_training: no workspace for this pooling (pool2d_workspace_bytes is 0)");
+  if (max_pool::fits(g)) {
+    max_pool::forward_training(g, static_cast<const float*>(x), static_cast<float*>(y),
+                               static_cast<std::uint8_t*>(workspace));
+    return;
+  }
 #ifdef CHORUS_WITH_DNNL
   onednn::pool2d_forward_training(g, x, y, workspace);
 #else
@@ -416,6 +431,11 @@ void pool2d_backward_with_workspace(PoolKind kind, DType dtype, const Conv2dGeom
                                     const void* workspace, void* dx) {
   CHORUS_REQUIRE(pool2d_workspace_bytes(kind, dtype, g) > 0, InvalidArgumentError,
                  "pool2d_backward_with_workspace: no workspace for this pooling (pool2d_workspace_bytes is 0)");
+  if (max_pool::fits(g)) {
+    max_pool::backward(g, static_cast<const float*>(dy), static_cast<const std::uint8_t*>(workspace),
+                       static_cast<float*>(dx));
+    return;
+  }
 #ifdef CHORUS_WITH_DNNL
   onednn::pool2d_backward_with_workspace(g, dy, workspace, dx);
 #else

@@ -303,21 +303,28 @@ TEST(DnnPool, Float32MatchesReference) {
   }
 }
 
-// Training max pooling keeps oneDNN's workspace: the forward that fills it gives the same output,
-// and the backward that reads it the same gradient, as pool2d_forward / pool2d_backward (bit for
-// bit: the same primitives, minus the recomputation), ties included. Nothing else has a workspace.
+// Training max pooling keeps a workspace: the forward that fills it gives the same output, and
+// the backward that reads it the same gradient, as pool2d_forward / pool2d_backward (bit for bit:
+// the same loops, minus the recomputation), ties included — with chorus's loops (up to 255 taps a
+// window, one byte per output) and with oneDNN's above (16x16 windows: 256 taps). Nothing else
+// has a workspace.
 TEST(DnnPool, WorkspaceForwardAndBackwardEqualThePlainOnes) {
   const Conv2dGeometry geoms[] = {pool_geometry(4, 26, 26, 32, 2, 2, Padding::kValid),
-                                  pool_geometry(2, 7, 7, 4, 3, 2, Padding::kSame)};
+                                  pool_geometry(2, 7, 7, 4, 3, 2, Padding::kSame),
+                                  pool_geometry(2, 11, 11, 64, 2, 2, Padding::kValid),  // row/column 10 in no window
+                                  pool_geometry(1, 20, 18, 3, 16, 2, Padding::kSame)};
   for (const auto& g : geoms) {
     const std::size_t bytes = pool2d_workspace_bytes(PoolKind::kMax, DType::kFloat32, g);
     EXPECT_EQ(pool2d_workspace_bytes(PoolKind::kAvg, DType::kFloat32, g), 0u);
     EXPECT_EQ(pool2d_workspace_bytes(PoolKind::kMax, DType::kFloat64, g), 0u);
-    if (!have_onednn()) {
+    if (g.k_h * g.k_w > 255 && !have_onednn()) {
       EXPECT_EQ(bytes, 0u);
       continue;
     }
     ASSERT_GT(bytes, 0u);
+    if (g.k_h * g.k_w <= 255) {
+      EXPECT_EQ(bytes, static_cast<std::size_t>(g.output_elements()));
+    }
     F32 x = random_f32(static_cast<std::size_t>(g.input_elements()), 600, 0.f, 3.f);
     for (std::size_t i = 0; i < x.size(); i += 2) x[i] = std::floor(x[i]);  // some ties
     const F32 dy = random_f32(static_cast<std::size_t>(g.output_elements()), 601);
