@@ -108,8 +108,8 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
 // pool2d_forward_training fills and pool2d_backward_with_workspace reads, so that the backward need
 // not run the forward again. 0 where there is none (not max pooling, not float32, an empty shape,
 // a window of more than 255 taps without oneDNN): use pool2d_forward and pool2d_backward then.
-// float32 max pooling's backward (with or without a workspace) runs chorus's loops (max_pool.h)
-// up to 255 taps a window, oneDNN's above.
+// float32 max pooling (forward and backward, with or without a workspace) runs chorus's loops
+// (max_pool.h) up to 255 taps a window, oneDNN's above.
 std::size_t pool2d_workspace_bytes(PoolKind kind, DType dtype, const Conv2dGeometry& g);
 void pool2d_forward_training(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
                              void* workspace);

@@ -38,7 +38,7 @@ Window window(const Conv2dGeometry& g, std::int64_t oh, std::int64_t ow) {
                 std::min(g.k_w, g.in_w - w0)};
 }
 
-// Output row (n, oh): every window's maximum and its tap.
+// Output row (n, oh): every window's maximum and (workspace not null) its tap.
 CHORUS_POOL_CLONES void forward_row(const Conv2dGeometry& g, const float* x, float* y, std::uint8_t* workspace,
                                     std::int64_t n, std::int64_t oh) {
   const std::int64_t c = g.in_c;
@@ -49,7 +49,7 @@ CHORUS_POOL_CLONES void forward_row(const Conv2dGeometry& g, const float* x, flo
     const Window w = window(g, oh, ow);
     if (w.empty()) {  // no tap inside (TF's SAME never makes one): y = 0, as the reference
       std::fill(y + out, y + out + c, 0.f);
-      std::fill(workspace + out, workspace + out + c, std::uint8_t{0});
+      if (workspace != nullptr) std::fill(workspace + out, workspace + out + c, std::uint8_t{0});
       continue;
     }
     for (std::int64_t c0 = 0; c0 < c; c0 += kBlock) {
@@ -75,11 +75,10 @@ CHORUS_POOL_CLONES void forward_row(const Conv2dGeometry& g, const float* x, flo
         }
       }
       float* yp = y + out + c0;
+      for (std::int64_t i = 0; i < len; ++i) yp[i] = best[i];
+      if (workspace == nullptr) continue;
       std::uint8_t* wp = workspace + out + c0;
-      for (std::int64_t i = 0; i < len; ++i) {
-        yp[i] = best[i];
-        wp[i] = static_cast<std::uint8_t>(arg[i]);
-      }
+      for (std::int64_t i = 0; i < len; ++i) wp[i] = static_cast<std::uint8_t>(arg[i]);
     }
   }
 }
@@ -123,6 +122,8 @@ void forward_training(const Conv2dGeometry& g, const float* x, float* y, std::ui
 #pragma omp parallel for schedule(static) if (g.input_elements() >= kParallelElements)
   for (std::int64_t row = 0; row < rows; ++row) forward_row(g, x, y, workspace, row / g.out_h, row % g.out_h);
 }
+
+void forward(const Conv2dGeometry& g, const float* x, float* y) { forward_training(g, x, y, nullptr); }
 
 void backward(const Conv2dGeometry& g, const float* dy, const std::uint8_t* workspace, float* dx) {
   // One image per thread: overlapping windows add into the same dx, within one image only.

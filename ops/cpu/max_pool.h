@@ -25,6 +25,8 @@ namespace chorus::ops::cpu::max_pool {
 bool fits(const Conv2dGeometry& g);
 std::size_t workspace_bytes(const Conv2dGeometry& g);
 void forward_training(const Conv2dGeometry& g, const float* x, float* y, std::uint8_t* workspace);
+// The same maxima without the workspace (inference).
+void forward(const Conv2dGeometry& g, const float* x, float* y);
 void backward(const Conv2dGeometry& g, const float* dy, const std::uint8_t* workspace, float* dx);
 
 }  // namespace chorus::ops::cpu::max_pool
