@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <chorus/ops/cpu/clones.h>
 #include <chorus/ops/cpu/dnn.h>
 #include <chorus/ops/cpu/numeric.h>
 
@@ -34,20 +35,15 @@ void forward_typed(bool relu, T* y, const T* bias, std::int64_t rows, std::int64
   }
 }
 
-// The row functions below are compiled for x86-64-v4 (AVX-512), AVX2 and the baseline, picked at
-// load time (the baseline's SSE2 widens and sums two doubles at a time: this pass was 11% of the
-// seed CNN's step on a 2-vCPU Xeon). Each channel's sum runs over the rows in order either way, so
-// every clone gives the same bits. Not under TSan: the ifunc resolver runs before its runtime.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define CHORUS_BIAS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define CHORUS_BIAS_CLONES
-#endif
+// The row function below is compiled for AVX-512, AVX2 and the baseline (clones.h; the baseline's
+// SSE2 widens and sums two doubles at a time: this pass was 11% of the seed CNN's step on a 2-vCPU
+// Xeon). It selects and adds only, and each channel's sum runs over the rows in order in every
+// clone, so all give the same bits.
 
 // Rows [r0, r1): dz, and each channel's sum of dz over these rows added to sum (when not null).
 template <typename T>
-CHORUS_BIAS_CLONES void backward_rows(bool relu, const T* dy, const T* y, T* dz, double* sum, std::int64_t r0,
-                                      std::int64_t r1, std::int64_t channels) {
+CHORUS_CPU_CLONES void backward_rows(bool relu, const T* dy, const T* y, T* dz, double* sum, std::int64_t r0,
+                                     std::int64_t r1, std::int64_t channels) {
   using N = Num<T>;
   using C = typename N::C;
   for (std::int64_t r = r0; r < r1; ++r) {

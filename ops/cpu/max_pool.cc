@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <chorus/ops/cpu/clones.h>
+
 namespace chorus::ops::cpu::max_pool {
 namespace {
 
@@ -12,14 +14,8 @@ constexpr std::int64_t kParallelElements = 1 << 15;
 // floats and int32s (same width, so the compare-and-select vectorizes), narrowed to bytes after.
 constexpr std::int64_t kBlock = 64;
 
-// The row functions are compiled for x86-64-v4 (AVX-512 F/BW/DQ/VL), AVX2 and the baseline, picked at
-// load time, like the Adam update (ops/training.cc). Not under TSan: the ifunc resolver runs
-// before the TSan runtime is up.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define CHORUS_POOL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define CHORUS_POOL_CLONES
-#endif
+// The row functions are compiled for AVX-512, AVX2 and the baseline (clones.h): they only compare,
+// select and add, so every clone gives the same bits.
 
 // The taps of window (oh, ow) inside the input: kh in [kh0, kh1), kw in [kw0, kw1); ih0/iw0 is
 // the input position of tap (0, 0).
@@ -39,8 +35,8 @@ Window window(const Conv2dGeometry& g, std::int64_t oh, std::int64_t ow) {
 }
 
 // Output row (n, oh): every window's maximum and (workspace not null) its tap.
-CHORUS_POOL_CLONES void forward_row(const Conv2dGeometry& g, const float* x, float* y, std::uint8_t* workspace,
-                                    std::int64_t n, std::int64_t oh) {
+CHORUS_CPU_CLONES void forward_row(const Conv2dGeometry& g, const float* x, float* y, std::uint8_t* workspace,
+                                   std::int64_t n, std::int64_t oh) {
   const std::int64_t c = g.in_c;
   float best[kBlock];
   std::int32_t arg[kBlock];
@@ -84,8 +80,8 @@ CHORUS_POOL_CLONES void forward_row(const Conv2dGeometry& g, const float* x, flo
 }
 
 // Image n's whole dx: zeroed, then each window's dy added at its maximum's tap.
-CHORUS_POOL_CLONES void backward_image(const Conv2dGeometry& g, const float* dy, const std::uint8_t* workspace,
-                                       float* dx, std::int64_t n) {
+CHORUS_CPU_CLONES void backward_image(const Conv2dGeometry& g, const float* dy, const std::uint8_t* workspace,
+                                      float* dx, std::int64_t n) {
   const std::int64_t c = g.in_c;
   float* dxi = dx + n * g.in_h * g.in_w * c;
   std::fill(dxi, dxi + g.in_h * g.in_w * c, 0.f);
