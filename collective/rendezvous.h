@@ -133,9 +133,9 @@ class Rendezvous {
   // For timeout messages, the last completed collectives of every rank, without a lock on the hot
   // path: the last arriver of each validating phase (one per collective) copies the collective's
   // fingerprint into a ring of the group's last kAgreed (in place: no allocation once warm), and
-  // each rank records only the sequence number it completed (Participant::completed). A rank's history is the ring's
-  // entries below its mark; ranks are at most one collective apart, so the ring holds the last
-  // kHistory of each. Written before the phase opens, read only by a rank that timed out (the
+  // each rank records only the sequence number it completed (Participant::completed). A rank's
+  // history is the ring's entries below its mark; ranks are at most one collective apart, so the
+  // ring holds the last kHistory of each. Written before the phase opens, read only by a rank that timed out (the
   // phase cannot complete then), so no reader meets a writer.
   static constexpr std::size_t kHistory = 3;
   static constexpr std::size_t kAgreed = kHistory + 2;

@@ -353,6 +353,13 @@ void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x,
                         (dtype, g, x, dy, dw), (g, cp<float>(x), cp<float>(dy), mp<float>(dw)));
 }
 
+namespace {
+// float32 max pooling that chorus's own loops take (max_pool.h), forward and backward alike.
+bool own_max_pool(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
+  return kind == PoolKind::kMax && dtype == DType::kFloat32 && max_pool::fits(g);
+}
+}  // namespace
+
 void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y) {
   require_dnn_float(dtype, "pool2d_forward");
   require_geometry(g, "pool2d_forward", true);
@@ -366,7 +373,7 @@ void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const v
     });
     return;
   }
-  if (kind == PoolKind::kMax && dtype == DType::kFloat32 && max_pool::fits(g)) {
+  if (own_max_pool(kind, dtype, g)) {
     max_pool::forward(g, static_cast<const float*>(x), static_cast<float*>(y));  // as in training
     return;
   }
@@ -392,7 +399,7 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
               });
     return;
   }
-  if (kind == PoolKind::kMax && dtype == DType::kFloat32 && max_pool::fits(g)) {
+  if (own_max_pool(kind, dtype, g)) {
     // The same loops as training's workspace path (max_pool.h), so both give the same dx.
     std::vector<float> y(static_cast<std::size_t>(g.output_elements()));
     std::vector<std::uint8_t> workspace(max_pool::workspace_bytes(g));
