@@ -36,8 +36,9 @@ const char* collective_op_name(CollectiveOp op);
 // The op named `name` (as Fingerprint::op spells it); nullopt for any other name.
 std::optional<CollectiveOp> collective_op_from_name(std::string_view name);
 
-// One validated, numbered call. `fp.op` is collective_op_name(kind).
-struct CollectiveCall {
+// One validated, numbered call. `fp.op` is collective_op_name(kind). Each communicator rewrites its
+// own on every call; cache-line aligned so that two communicators' never share a line.
+struct alignas(64) CollectiveCall {
   CollectiveOp kind = CollectiveOp::kBarrier;
   Fingerprint fp;
   std::chrono::milliseconds timeout{0};  // the options' timeout

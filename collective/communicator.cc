@@ -56,8 +56,8 @@ void check_scattered(const Tensor& input, const Tensor& output, int size) {
 // call turns out valid, so every participant numbers the same calls alike.
 const CollectiveCall& numbered(CollectiveCall& call, CollectiveOp kind, std::uint64_t sequence, const Tensor* input,
                                std::optional<ReduceOp> op, int root, std::chrono::milliseconds timeout) {
+  if (call.kind != kind || call.fp.op.empty()) call.fp.op = collective_op_name(kind);  // a strlen and a copy
   call.kind = kind;
-  call.fp.op = collective_op_name(kind);
   call.fp.sequence = sequence;
   call.fp.dtype = DType::kFloat32;
   call.fp.shape.clear();

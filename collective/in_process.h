@@ -26,7 +26,10 @@
 
 namespace chorus::collective {
 
-class InProcessCommunicator : public Communicator {
+// Cache-line aligned: the group's communicators are allocated one after another, and each call
+// writes its own (the sequence number, the reused Work); sharing a line, two ranks' calls moved it
+// between cores every time.
+class alignas(64) InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank);
 

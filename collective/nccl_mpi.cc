@@ -124,6 +124,7 @@ class NcclWork final : public Work {
   NcclWork(std::shared_ptr<Event> done, std::string description, std::shared_ptr<Shared> shared, int rank)
       : done_(std::move(done)), description_(std::move(description)), shared_(std::move(shared)), rank_(rank) {}
 
+  using Work::wait;
   void wait(milliseconds timeout) override {
     const auto deadline = deadline_after(Clock::now(), timeout);
     for (;;) {

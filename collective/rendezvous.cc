@@ -23,11 +23,11 @@ inline void cpu_relax() {
 }  // namespace
 
 // Why the phases are lock-free on the fast path: a futex sleep and wake-up costs 25-60 us on a
-// loaded machine, far more than a collective of a small tensor. Arrival is an atomic counter; the
-// last arriver validates, resets the phase and bumps the generation; waiters poll for up to 50 us
-// and only then sleep on the condition variable, with the timeout. The last arriver takes the
-// mutex to wake sleepers only when there are any (sleepers_ and state_ are seq_cst, so a sleeper
-// either sees the new generation or is seen and woken).
+// loaded machine, far more than a collective of a small tensor. Arrival is a store to the rank's
+// own flag (rendezvous.h, Flag); waiters poll every flag for up to 50 us and only then sleep on the
+// condition variable, with the timeout. An arriving rank takes the mutex to wake sleepers only
+// when there are any (sleepers_ and the flags are seq_cst, so a sleeper either sees the flag or
+// is seen and woken).
 //
 // Why the poll yields after a few pauses instead of pause-spinning while every participant "has a
 // core": on a machine with other work (two replica threads and two compilers on two cores), the
@@ -38,132 +38,184 @@ inline void cpu_relax() {
 using internal::str_cat;
 
 namespace {
-// `to = from`, writing only the fields that differ: consecutive collectives mostly differ only in
-// the sequence number, and a shape vector left untouched stays in the peers' caches (the last
-// arriver compares it) instead of moving back and forth every call.
-void post(Fingerprint& to, const Fingerprint& from) {
-  to.sequence = from.sequence;
-  to.dtype = from.dtype;
-  to.root = from.root;
-  to.reduce_op = from.reduce_op;
-  if (to.op != from.op) to.op = from.op;
-  if (to.shape != from.shape) to.shape = from.shape;
+// A 64-bit digest of the fields of `fp` but its sequence number, a word at a time: each step is a
+// bijection of (h ^ word), so two fingerprints that differ in one word always differ after it. A
+// few nanoseconds: it runs on every collective.
+inline std::uint64_t step(std::uint64_t h, std::uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 29);
+}
+
+std::uint64_t static_digest(const Fingerprint& fp) {
+  std::uint64_t h = step(0, fp.op.size());
+  for (std::size_t i = 0; i < fp.op.size(); i += 8) {
+    // Shifted in, not memcpy'd into a word on the stack: a partial store read back whole
+    // stalls store forwarding (an eighth of arrive()'s time when it did).
+    std::uint64_t w = 0;
+    for (std::size_t b = 0; b < 8 && i + b < fp.op.size(); ++b)
+      w |= static_cast<std::uint64_t>(static_cast<unsigned char>(fp.op[i + b])) << (8 * b);
+    h = step(h, w);
+  }
+  h = step(h, static_cast<std::uint64_t>(fp.dtype) | static_cast<std::uint64_t>(fp.reduce_op & 0xffffff) << 8 |
+                  static_cast<std::uint64_t>(static_cast<std::uint32_t>(fp.root)) << 32);
+  h = step(h, fp.shape.size());
+  for (const std::int64_t d : fp.shape) h = step(h, static_cast<std::uint64_t>(d));
+  return h;
+}
+
+// The digest of the whole fingerprint: the sequence number stepped in, splitmix64's finalizer.
+std::uint64_t digest(std::uint64_t statics, std::uint64_t sequence) {
+  std::uint64_t h = step(statics, sequence);
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
 }
 }  // namespace
 
 Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::move(name)) {
   CHORUS_REQUIRE(size >= 1, InvalidArgumentError, "a communicator needs at least 1 participant, got ", size);
+  flags_.reset(new Flag[size]);
   part_.reset(new Participant[size]);
   staging_.reset(new StagingLine[2 * static_cast<std::size_t>(size) * kStagingBytes / sizeof(StagingLine)]);
 }
 
 void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout) {
-  part_[rank].slot = slot;  // own slot; published by the arrival's release
-  wait_phase(rank, fp, timeout, /*validate=*/true);
-}
-
-void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout) {
-  wait_phase(rank, fp, timeout, /*validate=*/false);
-}
-
-void Rendezvous::wait_phase(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout, bool validate) {
-  // The closing phase (sync) cannot be given up: every rank is past the opening phase and only
-  // moves memory, so all will arrive; leaving early would let peers still write into this
-  // caller's buffers after it got an error. Failures are reported by the next call.
-  const bool closing = !validate;
-  if (closing) {
-    wait_closing(rank, fp, timeout);
-    return;
-  }
-  if (failed_flag_.load()) {
+  if (failed_flag_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(mu_);
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
   }
-  if (validate) post(part_[rank].posted, fp);
-  // The phase this rank arrives in (it cannot complete before this rank arrives), recorded as its
-  // number + 1 instead of a flag, so that nobody has to clear it for the next phase (clearing it
-  // made the last arriver write into every peer's cache line).
-  part_[rank].here.store(generation() + 1, std::memory_order_relaxed);
-  const std::uint64_t before = state_.fetch_add(1);  // seq_cst: publishes this rank's Participant
-  const auto gen = static_cast<std::uint32_t>(before >> 32);
-  if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
-    // Last to arrive: nobody can withdraw any more (withdraw() sees the full count), so the phase
-    // completes. Validate, reset for the next phase, then open it.
-    if (!verdict_.empty()) verdict_.clear();  // not written when unchanged: every rank reads it next
-    if (validate) {
-      for (int r = 1; r < size_ && verdict_.empty(); ++r) {
-        if (part_[r].posted == part_[0].posted) continue;
-        verdict_ = str_cat(name_, ": participants called different collectives: rank 0 called ",
-                           part_[0].posted.to_string(), " but rank ", r, " called ", part_[r].posted.to_string(),
-                           ". Every replica must call the same collectives in the same order with the same "
-                           "shapes and dtypes.");
-      }
-    }
-    if (validate) {
-      // Written only when used (the chunked path): an unchanged line stays in every cache.
-      if (work_.load(std::memory_order_relaxed) != 0) work_.store(0, std::memory_order_relaxed);
-      if (work_done_.load(std::memory_order_relaxed) != 0) work_done_.store(0, std::memory_order_relaxed);
-      post(agreed_[agreed_count_++ % kAgreed], part_[0].posted);
-    }
-    open_next(gen);
+  Flag& me = flags_[rank];
+  Participant& mine = part_[rank];
+  const std::uint64_t p = me.phase.load(std::memory_order_relaxed) + 1;
+  const std::uint64_t n = mine.posts++;
+  mine.slot = slot;
+  // The entry is rewritten whole only when more than the sequence number changed (as told by the
+  // digests): consecutive collectives mostly differ only in it, and copying or comparing the op's
+  // string and the shape was a tenth of a 4-byte all_reduce's own time. Two digests colliding
+  // would leave a stale op or shape in the text of a message, never in the validation.
+  const std::uint64_t statics = static_digest(fp);
+  Fingerprint& entry = mine.posted[n % kRing];
+  if (mine.statics[n % kRing] != statics) {
+    entry = fp;
+    mine.statics[n % kRing] = statics;
   } else {
-    spin([&] { return generation() != gen || failed_flag_.load(std::memory_order_relaxed); });
-    if (generation() == gen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      sleepers_.fetch_add(1);
-      const auto deadline = std::chrono::steady_clock::now() + timeout;
-      cv_.wait_until(lock, deadline, [&] { return generation() != gen || failed_; });
-      sleepers_.fetch_sub(1);
-      if (generation() == gen) {
-        if (withdraw(rank, gen)) {
-          if (!failed_) {  // our own deadline passed: fail the group, naming who never came
-            std::string missing;
-            for (int r = 0; r < size_; ++r)
-              if (r != rank && part_[r].here.load() != gen + 1)
-                missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-            failed_ = true;
-            failed_flag_ = true;
-            failed_by_timeout_ = true;
-            failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [",
-                               missing, "] of ", size_, ". Last completed collectives: ", history_locked(),
-                               ". A replica is stuck, died, or called a different sequence of collectives.");
-            cv_.notify_all();
-            CHORUS_LOG(ERROR) << name_ << ": " << failure_;
-            throw DeadlineExceededError(str_cat(name_, ": ", failure_));
-          }
-          if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
-          throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
-        }
-        // The phase completed while we were giving up: the last arriver is about to open the next
-        // generation. We are part of this collective after all.
-        lock.unlock();
-        while (generation() == gen) cpu_relax();
-      }
-    }
+    entry.sequence = fp.sequence;
   }
-  if (validate && !verdict_.empty()) throw InvalidArgumentError(verdict_);
+  mine.published.store(n + 1, std::memory_order_release);
+  const std::uint64_t d = digest(statics, fp.sequence);
+  me.digest[p & 1] = d;
+  me.phase.store(p);  // seq_cst: publishes the above; ordered before the reads of withdraw_phase_
+  wake();
+  meet(rank, p, fp, timeout, /*may_give_up=*/true);
+  for (int j = 0; j < size_; ++j)
+    if (flags_[j].digest[p & 1] != d) throw InvalidArgumentError(mismatch(n));
 }
 
-void Rendezvous::wait_closing(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout) {
-  const std::uint64_t before = state_.fetch_add(1);
-  const auto gen = static_cast<std::uint32_t>(before >> 32);
-  if ((before & 0xffffffffu) + 1 == static_cast<std::uint64_t>(size_)) {
-    open_next(gen);
-    return;
+void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout) {
+  Flag& me = flags_[rank];
+  const std::uint64_t p = me.phase.load(std::memory_order_relaxed) + 1;
+  me.phase.store(p);
+  wake();
+  meet(rank, p, fp, timeout, /*may_give_up=*/false);
+}
+
+bool Rendezvous::all_arrived(std::uint64_t p, int* from) const {
+  for (; *from < size_; ++*from)
+    if (flags_[*from].phase.load() < p) return false;  // seq_cst: see Flag
+  return true;
+}
+
+void Rendezvous::wake() {
+  if (sleepers_.load() > 0) {  // seq_cst, after the flag's store: a sleeper sees the flag or is seen
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
   }
-  spin([&] { return generation() != gen; });
-  if (generation() == gen) {
-    std::unique_lock<std::mutex> lock(mu_);
-    sleepers_.fetch_add(1);
-    if (!cv_.wait_for(lock, timeout, [&] { return generation() != gen; })) {
-      CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count()
-                        << " ms in the closing phase of " << fp.to_string()
-                        << " for peers still moving data; waiting on (leaving would let them write "
-                        << "into buffers its caller may free)";
-      cv_.wait(lock, [&] { return generation() != gen; });
+}
+
+void Rendezvous::meet(int rank, std::uint64_t p, const Fingerprint& fp, std::chrono::milliseconds timeout,
+                      bool may_give_up) {
+  int from = 0;
+  if (may_give_up) {
+    spin([&] { return all_arrived(p, &from) || failed_flag_.load(std::memory_order_relaxed); });
+    if (!all_arrived(p, &from) || withdraw_phase_.load() >= p) give_up_or_complete(rank, p, fp, timeout);
+  } else {
+    // The closing phase cannot be given up: every rank is past the opening phase and only moves
+    // memory, so all will arrive; leaving early would let peers still write into this caller's
+    // buffers after it got an error. Failures are reported by the next call.
+    spin([&] { return all_arrived(p, &from); });
+    if (!all_arrived(p, &from)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      auto done = [&] { return all_arrived(p, &from); };
+      if (!cv_.wait_for(lock, timeout, done)) {
+        CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count()
+                          << " ms in the closing phase of " << fp.to_string()
+                          << " for peers still moving data; waiting on (leaving would let them write "
+                          << "into buffers its caller may free)";
+        cv_.wait(lock, done);
+      }
+      sleepers_.fetch_sub(1);
     }
-    sleepers_.fetch_sub(1);
   }
+  // Rank 0 readies the chunk counters of the next phase: every rank has left phase p-1, the last
+  // one that may have used them, and nobody completes phase p+1 before rank 0 arrives in it.
+  if (rank == 0) {
+    Chunks& next = chunks_[(p + 1) & 1];
+    // Written only when used (the chunked path): an unchanged line stays in every cache.
+    if (next.next.load(std::memory_order_relaxed) != 0) next.next.store(0, std::memory_order_relaxed);
+    if (next.done.load(std::memory_order_relaxed) != 0) next.done.store(0, std::memory_order_relaxed);
+  }
+}
+
+void Rendezvous::give_up_or_complete(int rank, std::uint64_t p, const Fingerprint& fp,
+                                     std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Under mu_ the flags are final unless they rise (withdrawals hold mu_): a complete phase stays so.
+  int from = 0;
+  sleepers_.fetch_add(1);
+  cv_.wait_until(lock, std::chrono::steady_clock::now() + timeout, [&] {
+    from = 0;
+    return all_arrived(p, &from) || failed_;
+  });
+  sleepers_.fetch_sub(1);
+  from = 0;
+  if (all_arrived(p, &from)) return;
+  // Withdraw, unless a rank that saw every flag before this store completes the phase: then the
+  // re-check below sees every flag too (Flag's comment), and this rank completes with it.
+  if (withdraw_phase_.load() < p) withdraw_phase_.store(p);
+  from = 0;
+  if (all_arrived(p, &from)) return;
+  if (withdrawal_hook_) withdrawal_hook_();
+  flags_[rank].phase.store(p - 1);
+  if (failed_) {
+    if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+    throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
+  }
+  // Our own deadline passed: fail the group, naming who never came.
+  std::string missing;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank && flags_[r].phase.load() < p) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  failed_ = true;
+  failed_flag_ = true;
+  failed_by_timeout_ = true;
+  failure_ = str_cat(fp.to_string(), " timed out after ", timeout.count(), " ms waiting for rank(s) [", missing,
+                     "] of ", size_, ". Last completed collectives: ", history_locked(),
+                     ". A replica is stuck, died, or called a different sequence of collectives.");
+  cv_.notify_all();
+  CHORUS_LOG(ERROR) << name_ << ": " << failure_;
+  throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+}
+
+std::string Rendezvous::mismatch(std::uint64_t post) const {
+  // Every rank reads the same posted fingerprints (a peer posts at most once more before this rank
+  // arrives in the next phase, into another of its kRing entries), so every rank throws the same
+  // message.
+  const Fingerprint& first = part_[0].posted[post % kRing];
+  int r = 1;
+  while (r < size_ - 1 && part_[r].posted[post % kRing] == first) ++r;
+  return str_cat(name_, ": participants called different collectives: rank 0 called ", first.to_string(), " but rank ",
+                 r, " called ", part_[r].posted[post % kRing].to_string(),
+                 ". Every replica must call the same collectives in the same order with the same shapes and dtypes.");
 }
 
 template <typename Done>
@@ -182,17 +234,16 @@ void Rendezvous::spin(const Done& done) const {
   }
 }
 
-void Rendezvous::finish_work(std::size_t count, std::size_t total) {
+void Rendezvous::finish_work(int rank, std::size_t count, std::size_t total) {
   if (count == 0) return;
   // seq_cst, paired with sleepers_: a waiter either sees the last chunk done or is seen and woken.
-  if (work_done_.fetch_add(count) + count == total && sleepers_.load() > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
-  }
+  Chunks& c = chunks_[flags_[rank].phase.load(std::memory_order_relaxed) & 1];
+  if (c.done.fetch_add(count) + count == total) wake();
 }
 
 void Rendezvous::wait_work(int rank, const Fingerprint& fp, std::size_t total, std::chrono::milliseconds timeout) {
-  auto done = [&] { return work_done_.load() >= total; };
+  const Chunks& c = chunks_[flags_[rank].phase.load(std::memory_order_relaxed) & 1];
+  auto done = [&] { return c.done.load() >= total; };
   spin(done);
   if (done()) return;
   std::unique_lock<std::mutex> lock(mu_);
@@ -204,26 +255,6 @@ void Rendezvous::wait_work(int rank, const Fingerprint& fp, std::size_t total, s
     cv_.wait(lock, done);
   }
   sleepers_.fetch_sub(1);
-}
-
-void Rendezvous::open_next(std::uint32_t gen) {
-  state_.store(static_cast<std::uint64_t>(gen + 1) << 32);  // seq_cst: pairs with sleepers_ below
-  if (sleepers_.load() > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
-  }
-}
-
-bool Rendezvous::withdraw(int rank, std::uint32_t gen) {
-  std::uint64_t s = state_.load();
-  for (;;) {
-    if (static_cast<std::uint32_t>(s >> 32) != gen) return false;              // completed
-    if ((s & 0xffffffffu) == static_cast<std::uint64_t>(size_)) return false;  // completing
-    if (state_.compare_exchange_weak(s, s - 1)) {
-      part_[rank].here.store(0);
-      return true;
-    }
-  }
 }
 
 void Rendezvous::abort(int rank, const std::string& reason) {
@@ -243,15 +274,17 @@ void Rendezvous::check_usable() const {
 
 std::string Rendezvous::history_locked() const {
   std::string s;
-  const std::size_t kept = std::min<std::uint64_t>(agreed_count_, kAgreed);
   for (int r = 0; r < size_; ++r) {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
-    const std::uint64_t next = part_[r].completed.load(std::memory_order_relaxed);
+    const Participant& pr = part_[r];
+    const std::uint64_t posts = pr.published.load(std::memory_order_acquire);
+    const std::uint64_t next = pr.completed.load(std::memory_order_relaxed);
     std::string mine;
     std::size_t shown = 0;
-    // Newest first through the ring, keeping those this rank completed; printed oldest first.
-    for (std::size_t i = 0; i < kept && shown < kHistory; ++i) {
-      const Fingerprint& fp = agreed_[(agreed_count_ - 1 - i) % kAgreed];
+    // Newest first through its posts, keeping those it completed; printed oldest first. Entry
+    // `posts` may be being written (Participant's comment): only those below it are read.
+    for (std::uint64_t i = posts; i > 0 && posts - i < kRing - 1 && shown < kHistory; --i) {
+      const Fingerprint& fp = pr.posted[(i - 1) % kRing];
       if (fp.sequence >= next) continue;
       mine = fp.to_string() + (shown++ ? ", " : "") + mine;
     }

@@ -32,16 +32,18 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
 
   WorkPtr run_all_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
     const std::size_t n = static_cast<std::size_t>(input.num_elements());
-    if (input.nbytes() <= Rendezvous::kStagingBytes && size() <= kMaxStaged) {
+    const std::size_t bytes = n * dtype_size(input.dtype());
+    if (bytes <= Rendezvous::kStagingBytes && size() <= kMaxStaged) {
       // Small: one meeting. Every rank stages its input, then reduces all staged inputs, in rank
       // order as below, into its own output (bitwise the same on every rank and as the chunked
       // path). In place is fine: the input was copied before the output is written.
-      const std::uint32_t phase = rendezvous().phase();
-      std::memcpy(rendezvous().staging(rank(), phase), input.data(), input.nbytes());
-      rendezvous().arrive(rank(), c.fp, Slot{}, c.timeout);
+      Rendezvous& rv = rendezvous();
+      const std::uint64_t phase = rv.next_phase(rank());
+      std::memcpy(rv.staging(rank(), phase, bytes), input.data(), bytes);
+      rv.arrive(rank(), c.fp, Slot{}, c.timeout);
       const void* in[kMaxStaged];
       const int k = size();
-      for (int j = 0; j < k; ++j) in[j] = rendezvous().staging(j, phase);
+      for (int j = 0; j < k; ++j) in[j] = rv.staging(j, phase, bytes);
       void* out = output.data();
       reduce_range(input.dtype(), c.op, in, k, &out, 1, 0, n, k);
       return nullptr;
@@ -62,13 +64,13 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     std::vector<void*> out;
     std::size_t mine = 0;
     for (;;) {
-      const std::size_t i = rendezvous().work().fetch_add(1, std::memory_order_relaxed);
+      const std::size_t i = rendezvous().work(rank()).fetch_add(1, std::memory_order_relaxed);
       if (i >= total) break;
       if (mine++ == 0) gather_slots(&in, &out);
       const std::size_t b = i * chunk;
       reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), b, std::min(n, b + chunk), size());
     }
-    rendezvous().finish_work(mine, total);
+    rendezvous().finish_work(rank(), mine, total);
     rendezvous().wait_work(rank(), c.fp, total, c.timeout);  // all chunks of every output are written
     return nullptr;
   }

@@ -19,6 +19,7 @@ class CompletedWork final : public Work {
   // description(): `prefix` followed by fp.to_string().
   explicit CompletedWork(const Fingerprint& fp, std::string prefix = "") : fp_(fp), prefix_(std::move(prefix)) {}
   void wait(std::chrono::milliseconds) override {}
+  void wait() override {}
   bool is_completed() const override { return true; }
   const std::string& description() const override;
 
@@ -50,6 +51,7 @@ class EventWork final : public Work {
   EventWork(std::shared_ptr<Event> done, std::string description)
       : done_(std::move(done)), description_(std::move(description)) {}
   // Polls the event (so the timeout is honoured, unlike a blocking event synchronize).
+  using Work::wait;
   void wait(std::chrono::milliseconds timeout) override;
   bool is_completed() const override { return done_->query(); }
   const std::string& description() const override { return description_; }

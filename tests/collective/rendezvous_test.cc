@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -71,6 +73,99 @@ TEST(RendezvousTest, ATimeoutRacingTheLastArrivalNeverSplitsTheGroup) {
     (ok == 2 ? both_ok : both_failed)++;
   }
   std::printf("timeout race: %d trials completed for both, %d failed for both\n", both_ok, both_failed);
+}
+
+TEST(RendezvousTest, TimeoutsRacingArrivalsNeverSplitAGroupOfThree) {
+  // Ranks 0 and 1 give up after 1 ms, at about the moment rank 2 arrives; each arrival is a flag
+  // of its own, read by every rank on its own. All three complete the phase, or all three fail.
+  int all_ok = 0, all_failed = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    Rendezvous rv(3, "race3");
+    std::atomic<int> ok{0}, failed{0};
+    auto run = [&](int r, int delay_us, std::chrono::milliseconds timeout) {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      try {
+        rv.arrive(r, fp(0), Slot{}, timeout);
+        ++ok;
+      } catch (const Error&) {
+        ++failed;
+      }
+    };
+    std::thread one(run, 1, 100 + (trial % 7) * 20, std::chrono::milliseconds(1));
+    std::thread two(run, 2, 900 + (trial % 40) * 6, std::chrono::seconds(5));
+    run(0, 0, std::chrono::milliseconds(1));
+    one.join();
+    two.join();
+    ASSERT_TRUE(ok == 3 || failed == 3) << "trial " << trial << ": " << ok << " succeeded, " << failed << " failed";
+    (ok == 3 ? all_ok : all_failed)++;
+  }
+  std::printf("timeout race of three: %d trials completed for all, %d failed for all\n", all_ok, all_failed);
+}
+
+TEST(RendezvousTest, ARankArrivingWhileAPeerWithdrawsFailsWithIt) {
+  // Rank 0 gives up; rank 1 arrives after rank 0's last look at the flags, before rank 0 lowers its
+  // own. Rank 1 then sees every flag raised, but must not complete a phase rank 0 is leaving.
+  Rendezvous rv(2, "window");
+  std::atomic<bool> in_window{false};
+  rv.set_withdrawal_hook([&] {
+    in_window = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // rank 1 arrives meanwhile
+  });
+  std::atomic<bool> late_failed{false};
+  std::thread late([&] {
+    while (!in_window) std::this_thread::yield();
+    try {
+      rv.arrive(1, fp(0), Slot{}, std::chrono::seconds(5));
+    } catch (const DeadlineExceededError&) {
+      late_failed = true;
+    }
+  });
+  EXPECT_THROW(rv.arrive(0, fp(0), Slot{}, std::chrono::milliseconds(1)), DeadlineExceededError);
+  late.join();
+  EXPECT_TRUE(late_failed) << "rank 1 completed a phase rank 0 withdrew from";
+}
+
+TEST(RendezvousTest, DigestsTellFingerprintsApartFieldByField) {
+  // Each field on its own makes a mismatch, and every rank throws the same message naming the first
+  // rank that differs from rank 0; equal fingerprints pass.
+  std::vector<std::function<void(Fingerprint&)>> changes = {
+      [](Fingerprint& f) { f.op = "broadcast"; },
+      [](Fingerprint& f) { f.sequence += 1; },
+      [](Fingerprint& f) { f.dtype = DType::kFloat64; },
+      [](Fingerprint& f) {
+        f.shape = {2, 2};
+      },
+      [](Fingerprint& f) { f.shape = {5}; },
+      [](Fingerprint& f) { f.root = 1; },
+      [](Fingerprint& f) { f.reduce_op = 1; },
+      [](Fingerprint& f) { f.op = "all_reducf"; },
+  };
+  const int k = 3;
+  Rendezvous rv(k, "digest");
+  std::uint64_t seq = 0;
+  for (std::size_t c = 0; c < changes.size(); ++c) {
+    std::vector<std::string> messages(k);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < k; ++r)
+      threads.emplace_back([&, r] {
+        Fingerprint f = fp(seq);
+        if (r == 2) changes[c](f);
+        try {
+          rv.arrive(r, f, Slot{}, std::chrono::seconds(30));
+        } catch (const InvalidArgumentError& e) {
+          messages[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    ++seq;
+    EXPECT_NE(messages[0].find("but rank 2 called"), std::string::npos) << "change " << c << ": " << messages[0];
+    for (int r = 1; r < k; ++r) EXPECT_EQ(messages[r], messages[0]) << "change " << c;
+    threads.clear();
+    for (int r = 0; r < k; ++r)
+      threads.emplace_back([&, r] { rv.arrive(r, fp(seq), Slot{}, std::chrono::seconds(30)); });
+    for (auto& t : threads) t.join();  // equal fingerprints: no throw, the group still works
+    ++seq;
+  }
 }
 
 TEST(RendezvousTest, SizeOneNeverWaits) {

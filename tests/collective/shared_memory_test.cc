@@ -144,14 +144,16 @@ TEST_P(InProcessTest, BackToBackCollectivesOnFreshBuffers) {
 }
 
 // All-reduces of up to Rendezvous::kStagingBytes meet once, each rank reducing every rank's staged
-// copy; one element more takes the chunked path. Both sides of the boundary, every dtype and op.
+// copy (up to kInlineBytes staged on the rank's arrival flag's cache line); one element more takes
+// the chunked path. Both sides of both boundaries, every dtype and op.
 TEST_P(InProcessTest, AllReduceAtTheStagingBoundaryEveryOpAndDtype) {
   for (int k : {2, 3, 4}) {
     use_cpu_devices(k);
     auto comms = GetParam()(k, "test");
     for (DType dt : kDtypes) {
       const auto at_boundary = static_cast<std::int64_t>(Rendezvous::kStagingBytes / dtype_size(dt));
-      for (std::int64_t n : {at_boundary - 1, at_boundary, at_boundary + 1})
+      const auto inline_max = static_cast<std::int64_t>(Rendezvous::kInlineBytes / dtype_size(dt));
+      for (std::int64_t n : {inline_max - 1, inline_max, inline_max + 1, at_boundary - 1, at_boundary, at_boundary + 1})
         for (ReduceOp op : kOps) {
           std::vector<Tensor> outs(k);
           testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
@@ -293,6 +295,16 @@ TEST_P(InProcessTest, MismatchedCallsRaiseInEveryRankAndTheGroupRecovers) {
       c.all_reduce(t, t);
   });
   for (int r = 0; r < k; ++r) EXPECT_TRUE(errors[r]);
+  // Every rank names the same pair, in the same words.
+  std::vector<std::string> messages(k);
+  for (int r = 0; r < k; ++r) try {
+      std::rethrow_exception(errors[r]);
+    } catch (const InvalidArgumentError& e) {
+      messages[r] = e.what();
+    }
+  EXPECT_NE(messages[0].find("rank 0 called all_reduce #1"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("rank 1 called broadcast #1"), std::string::npos) << messages[0];
+  for (int r = 1; r < k; ++r) EXPECT_EQ(messages[r], messages[0]);
   // Everybody threw symmetrically: the next collective works.
   testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) { c.barrier()->wait(); }));
 }
