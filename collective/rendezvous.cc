@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include <chorus/core/error.h>
@@ -79,7 +80,8 @@ Rendezvous::Rendezvous(int size, std::string name) : size_(size), name_(std::mov
   staging_.reset(new StagingLine[2 * static_cast<std::size_t>(size) * kStagingBytes / sizeof(StagingLine)]);
 }
 
-void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout) {
+void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout,
+                        const void* stage, std::size_t stage_bytes) {
   if (failed_flag_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(mu_);
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " cannot run: ", failure_));
@@ -103,6 +105,7 @@ void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::
   }
   mine.published.store(n + 1, std::memory_order_release);
   const std::uint64_t d = digest(statics, fp.sequence);
+  if (stage != nullptr) std::memcpy(staging(rank, p, stage_bytes), stage, stage_bytes);
   me.digest[p & 1] = d;
   me.phase.store(p);  // seq_cst: publishes the above; ordered before the reads of withdraw_phase_
   wake();

@@ -57,7 +57,12 @@ class Rendezvous {
   int size() const { return size_; }
   const std::string& name() const { return name_; }
 
-  void arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout);
+  // `stage`: if not null, arrive() copies `stage_bytes` (at most kStagingBytes) from it into
+  // staging(rank, next_phase(rank), stage_bytes) right before raising the flag, so that data,
+  // digest and flag reach the flag's cache line in one burst (peers poll that line: every pause
+  // between two writes to it lets a poll take it back, and the next write waits for it again).
+  void arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout,
+              const void* stage = nullptr, std::size_t stage_bytes = 0);
   void sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
   const Slot& slot(int rank) const { return part_[rank].slot; }
   // Work shared by the participants of the current collective, for backends that split it into
@@ -77,9 +82,9 @@ class Rendezvous {
   void wait_work(int rank, const Fingerprint& fp, std::size_t total, std::chrono::milliseconds timeout);
 
   // Staging for collectives small enough to be copied whole (the shared-memory all_reduce of at
-  // most kStagingBytes): before arrive(), a rank copies its input into staging(rank,
-  // next_phase(rank), bytes); once arrive() returns, every rank's staging(j, that phase, bytes)
-  // holds j's input, and each rank reduces them all into its own output. No closing wait is
+  // most kStagingBytes): arrive() copies a rank's input into staging(rank, next_phase(rank),
+  // bytes); once it returns, every rank's staging(j, that phase, bytes) holds j's input, and each
+  // rank reduces them all into its own output. No closing wait is
   // needed: the buffers alternate between even and odd phases, and a rank writes the buffer of
   // phase p only after it completed phase p-1, that is after every rank has left phase p-2, the
   // last one that used it. One meeting per call instead of two (arrive and the chunks' wait).

@@ -39,8 +39,7 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       // path). In place is fine: the input was copied before the output is written.
       Rendezvous& rv = rendezvous();
       const std::uint64_t phase = rv.next_phase(rank());
-      std::memcpy(rv.staging(rank(), phase, bytes), input.data(), bytes);
-      rv.arrive(rank(), c.fp, Slot{}, c.timeout);
+      rv.arrive(rank(), c.fp, Slot{}, c.timeout, input.data(), bytes);
       const void* in[kMaxStaged];
       const int k = size();
       for (int j = 0; j < k; ++j) in[j] = rv.staging(j, phase, bytes);
