@@ -122,6 +122,14 @@ void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds
   meet(rank, p, fp, timeout, /*may_give_up=*/false);
 }
 
+void Rendezvous::prefetch_staging(int rank, std::size_t bytes) {
+  if (bytes <= kInlineBytes) return;  // the flag's own line: peers poll it, a prefetch would not stay
+#if defined(__x86_64__)
+  const auto* line = static_cast<const unsigned char*>(staging(rank, next_phase(rank), bytes));
+  for (std::size_t off = 0; off < bytes; off += 64) asm volatile("prefetchw %0" : : "m"(line[off]));
+#endif
+}
+
 bool Rendezvous::all_arrived(std::uint64_t p, int* from) const {
   for (; *from < size_; ++*from)
     if (flags_[*from].phase.load() < p) return false;  // seq_cst: see Flag

@@ -95,6 +95,10 @@ class Rendezvous {
   static constexpr std::size_t kStagingBytes = 2048;
   static constexpr std::size_t kInlineBytes = 16;
   std::uint64_t next_phase(int rank) const { return flags_[rank].phase.load(std::memory_order_relaxed) + 1; }
+  // Asks for ownership of the staging lines arrive() will write `bytes` into (a hint: PREFETCHW,
+  // a no-op where unsupported), so that the peers' copies from two phases ago are invalidated
+  // while the caller does other work instead of when arrive() writes.
+  void prefetch_staging(int rank, std::size_t bytes);
   void* staging(int rank, std::uint64_t phase, std::size_t bytes) {
     if (bytes <= kInlineBytes) return flags_[rank].data[phase & 1];
     return staging_[0].bytes +

@@ -38,6 +38,7 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       // order as below, into its own output (bitwise the same on every rank and as the chunked
       // path). In place is fine: the input was copied before the output is written.
       Rendezvous& rv = rendezvous();
+      rv.prefetch_staging(rank(), bytes);
       const std::uint64_t phase = rv.next_phase(rank());
       rv.arrive(rank(), c.fp, Slot{}, c.timeout, input.data(), bytes);
       const void* in[kMaxStaged];
