@@ -1,6 +1,7 @@
 #include <chorus/collective/reference.h>
 
 #include <cstring>
+#include <exception>
 #include <functional>
 
 #include <chorus/collective/host_reduce.h>
@@ -79,18 +80,22 @@ class ReferenceCommunicator final : public InProcessCommunicator {
     const Endpoint e{input, output};
     rendezvous().arrive(rank(), c.fp, Slot{input ? input->data() : nullptr, output ? output->data() : nullptr, &e},
                         c.timeout);
+    std::exception_ptr failed;
     if (rank() == 0) {
       try {
         HostViews v = host_views();
         move(v);
         upload(v);
       } catch (const std::exception& err) {
-        // The others wait in sync(), which is never abandoned: fail the group so they return.
+        // Fail the group, then still close the collective: the others wait in sync(), which is
+        // never abandoned (leaving it would be waiting for ever), and learn of it just after.
         rendezvous().abort(rank(), internal::str_cat("reduction to one device failed on rank 0: ", err.what()));
-        throw;
+        failed = std::current_exception();
       }
     }
     rendezvous().sync(rank(), c.fp, c.timeout);
+    if (failed) std::rethrow_exception(failed);
+    rendezvous().check_usable();  // rank 0's failure fails the collective everywhere
     return nullptr;
   }
 

@@ -177,7 +177,9 @@ class Rendezvous {
   // both calls), or reads them for a timeout message; a rank is never more than one post ahead
   // of any reader, so the entries read are never the one being written.
   static constexpr std::size_t kHistory = 3;
-  static constexpr std::size_t kRing = kHistory + 1;
+  // A rank's own current call is posted but not completed: kHistory completed ones sit among the
+  // kHistory + 1 entries below `published`, and the one above them may be being written.
+  static constexpr std::size_t kRing = kHistory + 2;
   struct alignas(64) Participant {
     std::uint64_t posts = 0;  // its validating arrivals so far (written and read by itself only)
     Slot slot;

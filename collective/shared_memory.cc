@@ -19,7 +19,8 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
   std::string_view backend() const override { return "shared_memory"; }
 
  private:
-  // Pointers posted by every rank, gathered after arrive().
+  // Pointers posted by every rank, gathered after arrive() into vectors reserved before it (so
+  // that nothing allocates, or throws, between arrive() and the closing wait).
   void gather_slots(std::vector<const void*>* in, std::vector<void*>* out) const {
     const int k = size();
     in->resize(k);
@@ -48,6 +49,12 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       reduce_range(input.dtype(), c.op, in, k, &out, 1, 0, n, k);
       return nullptr;
     }
+    // Allocated before arriving: nothing may throw between arrive() and the closing wait, which
+    // the peers never abandon.
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    in.reserve(static_cast<std::size_t>(size()));
+    out.reserve(static_cast<std::size_t>(size()));
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     // Chunks taken from a shared counter: ranks that are running do the work of ranks that are not
     // (with more replicas than cores, a fixed split would wait for descheduled threads). Chunks of
@@ -60,8 +67,6 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     // done, without waiting for peers that took none (descheduled ones, with more replicas than
     // cores). The slots are read only while holding a chunk: once all chunks are done, peers may
     // already be posting the slots of their next collective (rendezvous.h).
-    std::vector<const void*> in;
-    std::vector<void*> out;
     std::size_t mine = 0;
     for (;;) {
       const std::size_t i = rendezvous().work(rank()).fetch_add(1, std::memory_order_relaxed);
@@ -76,9 +81,11 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
   }
 
   WorkPtr run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
-    rendezvous().arrive(rank(), c.fp, Slot{input.data(), rank() == c.root ? output.data() : nullptr}, c.timeout);
     std::vector<const void*> in;
     std::vector<void*> out;
+    in.reserve(static_cast<std::size_t>(size()));  // before arriving: nothing may throw until sync()
+    out.reserve(static_cast<std::size_t>(size()));
+    rendezvous().arrive(rank(), c.fp, Slot{input.data(), rank() == c.root ? output.data() : nullptr}, c.timeout);
     gather_slots(&in, &out);
     std::size_t begin, end;
     partition(static_cast<std::size_t>(input.num_elements()), size(), rank(), &begin, &end);
@@ -116,10 +123,10 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
   }
 
   WorkPtr run_reduce_scatter(const Call& c, const Tensor& input, const Tensor& output) override {
+    std::vector<const void*> in(size());  // before arriving: nothing may throw until sync()
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     const std::size_t m = static_cast<std::size_t>(output.num_elements());
     const std::size_t offset = m * dtype_size(input.dtype()) * static_cast<std::size_t>(rank());
-    std::vector<const void*> in(size());
     for (int j = 0; j < size(); ++j) in[j] = static_cast<const unsigned char*>(rendezvous().slot(j).input) + offset;
     void* out = output.data();
     reduce_range(input.dtype(), c.op, in.data(), size(), &out, 1, 0, m, size());
