@@ -84,10 +84,10 @@ class Rendezvous {
   // Staging for collectives small enough to be copied whole (the shared-memory all_reduce of at
   // most kStagingBytes): arrive() copies a rank's input into staging(rank, next_phase(rank),
   // bytes); once it returns, every rank's staging(j, that phase, bytes) holds j's input, and each
-  // rank reduces them all into its own output. No closing wait is
-  // needed: the buffers alternate between even and odd phases, and a rank writes the buffer of
-  // phase p only after it completed phase p-1, that is after every rank has left phase p-2, the
-  // last one that used it. One meeting per call instead of two (arrive and the chunks' wait).
+  // rank reduces them all into its own output. No closing wait is needed: the buffers alternate
+  // between even and odd phases, and a rank writes the buffer of phase p only after it completed
+  // phase p-1, that is after every rank has left phase p-2, the last one that used it. One meeting
+  // per call instead of two (arrive and the chunks' wait).
   // Up to kInlineBytes live on the rank's arrival flag's own cache line, so that a peer fetches
   // flag, digest and data in one transfer (a scalar loss or a metric's count); larger inputs get
   // 64-byte aligned buffers of their own cache lines. 2 KiB: from 4 KiB on, the chunked path
