@@ -108,11 +108,6 @@ void bury(std::unique_ptr<Channel> channel) {
   graveyard->push_back(std::move(channel));
 }
 
-Clock::time_point deadline_after(Clock::time_point start, milliseconds timeout) {
-  const auto room = std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - start);
-  return timeout >= room ? Clock::time_point::max() : start + timeout;
-}
-
 // Spinning polls yield the core between MPI_Test calls: where ranks share cores with each other or
 // with the kernel's network work (test hosts on one machine, a rank per core plus its NIC's
 // interrupts), a pure spin kept the peer's message from being processed — 2 ranks on 2 test hosts

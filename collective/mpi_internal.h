@@ -28,6 +28,7 @@
 
 #include <chorus/collective/call.h>
 #include <chorus/collective/communicator.h>
+#include <chorus/collective/deadline.h>
 #include <chorus/collective/peer_monitor.h>
 
 // Calls MPI under the process-wide mutex; an error code becomes InternalError with MPI's text.
@@ -121,8 +122,6 @@ struct Channel {
 // Held through a static pointer, so leak checkers see it as reachable.
 void bury(std::unique_ptr<Channel> channel);
 
-// start + timeout, saturating (milliseconds::max() means "no deadline", not an overflow).
-Clock::time_point deadline_after(Clock::time_point start, milliseconds timeout);
 // One MPI_Test; if not done and the spin phase is over, sleeps a little.
 bool test_or_back_off(MPI_Request* request, Clock::time_point spin_until);
 

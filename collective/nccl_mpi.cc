@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <chorus/collective/call.h>
+#include <chorus/collective/deadline.h>
 #include <chorus/collective/host_reduce.h>
 #include <chorus/collective/mpi.h>
 #include <chorus/collective/nccl.h>
@@ -47,11 +48,6 @@ constexpr auto kPoll = std::chrono::microseconds(50);
 // The device of the small host tensors the MPI communicator moves (fingerprints, claims, the id).
 constexpr const char* kHostDevice = "/cpu:0";
 constexpr const char* kPrefix = "nccl_mpi: ";
-
-Clock::time_point deadline_after(Clock::time_point start, milliseconds timeout) {
-  const auto room = std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - start);
-  return timeout >= room ? Clock::time_point::max() : start + timeout;
-}
 
 // ncclCommGetAsyncError's answer, or its own failure.
 ncclResult_t nccl_state(ncclComm_t comm) {

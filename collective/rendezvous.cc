@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include <chorus/collective/deadline.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
 
@@ -158,7 +159,7 @@ void Rendezvous::meet(int rank, std::uint64_t p, const Fingerprint& fp, std::chr
       std::unique_lock<std::mutex> lock(mu_);
       sleepers_.fetch_add(1);
       auto done = [&] { return all_arrived(p, &from); };
-      if (!cv_.wait_for(lock, timeout, done)) {
+      if (!cv_.wait_until(lock, deadline_after(std::chrono::steady_clock::now(), timeout), done)) {
         CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count()
                           << " ms in the closing phase of " << fp.to_string()
                           << " for peers still moving data; waiting on (leaving would let them write "
@@ -184,7 +185,7 @@ void Rendezvous::give_up_or_complete(int rank, std::uint64_t p, const Fingerprin
   // Under mu_ the flags are final unless they rise (withdrawals hold mu_): a complete phase stays so.
   int from = 0;
   sleepers_.fetch_add(1);
-  cv_.wait_until(lock, std::chrono::steady_clock::now() + timeout, [&] {
+  cv_.wait_until(lock, deadline_after(std::chrono::steady_clock::now(), timeout), [&] {
     from = 0;
     return all_arrived(p, &from) || failed_;
   });
@@ -259,7 +260,7 @@ void Rendezvous::wait_work(int rank, const Fingerprint& fp, std::size_t total, s
   if (done()) return;
   std::unique_lock<std::mutex> lock(mu_);
   sleepers_.fetch_add(1);
-  if (!cv_.wait_for(lock, timeout, done)) {
+  if (!cv_.wait_until(lock, deadline_after(std::chrono::steady_clock::now(), timeout), done)) {
     CHORUS_LOG(ERROR) << name_ << ": rank " << rank << " has waited " << timeout.count() << " ms for peers to finish "
                       << "their chunks of " << fp.to_string() << "; waiting on (leaving would let them write into "
                       << "buffers its caller may free)";

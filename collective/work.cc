@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include <chorus/collective/deadline.h>
 #include <chorus/core/error.h>
 
 namespace chorus::collective {
@@ -33,7 +34,7 @@ void EventWork::wait(std::chrono::milliseconds timeout) {
   // slack however short it is asked to be: sleeping from the start made a 4 MiB virtual-GPU
   // all-reduce (a 10 µs kernel) take 120 µs on an H100 (2026-11-25).
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + timeout;
+  const auto deadline = deadline_after(start, timeout);
   while (!done_->query()) {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline)

@@ -365,6 +365,27 @@ TEST_P(InProcessTest, ATimeoutListsEachRanksLastThreeCollectivesOldestFirst) {
   }
 }
 
+TEST_P(InProcessTest, ATimeoutOfMillisecondsMaxMeansNoDeadline) {
+  // A waiter that sleeps with milliseconds::max() must not compute now() + timeout (an overflow
+  // into the past, which timed out at once): the late rank arrives, both complete.
+  const int k = 2;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  const auto forever = std::chrono::milliseconds::max();
+  testing::rethrow_first(run_ranks(comms, [&](int r, Communicator& c) {
+    Tensor small = Tensor::full({4}, static_cast<float>(r + 1), DType::kFloat32, "/cpu:" + std::to_string(r));
+    Tensor big = Tensor::full({5000}, 1.0f, DType::kFloat32, "/cpu:" + std::to_string(r));
+    for (int i = 0; i < 2; ++i) {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 sleeps on the condvar
+      c.all_reduce(small, small, {.timeout = forever})->wait(forever);
+      c.all_reduce(big, big, {.timeout = forever})->wait(forever);
+      c.broadcast(small, {.root = 1, .timeout = forever})->wait(forever);
+      c.barrier({.timeout = forever})->wait(forever);
+    }
+    EXPECT_EQ(big.to_vector<float>()[4999], 4.0f);
+  }));
+}
+
 TEST_P(InProcessTest, TheDefaultTimeoutComesFromChorusCollectiveTimeout) {
   setenv("CHORUS_COLLECTIVE_TIMEOUT", "0.3", 1);  // seconds
   EXPECT_EQ(AllReduceOptions{}.timeout, std::chrono::milliseconds(300));
