@@ -90,6 +90,12 @@ void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::
   Flag& me = flags_[rank];
   Participant& mine = part_[rank];
   const std::uint64_t p = me.phase.load(std::memory_order_relaxed) + 1;
+#if defined(__x86_64__)
+  if (stage != nullptr && stage_bytes > kInlineBytes) {  // inline data shares the flag's line: peers poll it
+    const auto* line = static_cast<const unsigned char*>(staging(rank, p, stage_bytes));
+    for (std::size_t off = 0; off < stage_bytes; off += 64) asm volatile("prefetchw %0" : : "m"(line[off]));
+  }
+#endif
   const std::uint64_t n = mine.posts++;
   mine.slot = slot;
   // The entry is rewritten whole only when more than the sequence number changed (as told by the
@@ -121,14 +127,6 @@ void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds
   me.phase.store(p);
   wake();
   meet(rank, p, fp, timeout, /*may_give_up=*/false);
-}
-
-void Rendezvous::prefetch_staging(int rank, std::size_t bytes) {
-  if (bytes <= kInlineBytes) return;  // the flag's own line: peers poll it, a prefetch would not stay
-#if defined(__x86_64__)
-  const auto* line = static_cast<const unsigned char*>(staging(rank, next_phase(rank), bytes));
-  for (std::size_t off = 0; off < bytes; off += 64) asm volatile("prefetchw %0" : : "m"(line[off]));
-#endif
 }
 
 bool Rendezvous::all_arrived(std::uint64_t p, int* from) const {

@@ -61,6 +61,8 @@ class Rendezvous {
   // staging(rank, next_phase(rank), stage_bytes) right before raising the flag, so that data,
   // digest and flag reach the flag's cache line in one burst (peers poll that line: every pause
   // between two writes to it lets a poll take it back, and the next write waits for it again).
+  // Staging lines of their own are PREFETCHW'ed on entry (a hint; a no-op where unsupported), so
+  // that the peers' copies from two phases ago are invalidated while the digest is computed.
   void arrive(int rank, const Fingerprint& fp, const Slot& slot, std::chrono::milliseconds timeout,
               const void* stage = nullptr, std::size_t stage_bytes = 0);
   void sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout);
@@ -95,10 +97,6 @@ class Rendezvous {
   static constexpr std::size_t kStagingBytes = 2048;
   static constexpr std::size_t kInlineBytes = 16;
   std::uint64_t next_phase(int rank) const { return flags_[rank].phase.load(std::memory_order_relaxed) + 1; }
-  // Asks for ownership of the staging lines arrive() will write `bytes` into (a hint: PREFETCHW,
-  // a no-op where unsupported), so that the peers' copies from two phases ago are invalidated
-  // while the caller does other work instead of when arrive() writes.
-  void prefetch_staging(int rank, std::size_t bytes);
   void* staging(int rank, std::uint64_t phase, std::size_t bytes) {
     if (bytes <= kInlineBytes) return flags_[rank].data[phase & 1];
     return staging_[0].bytes +

@@ -19,15 +19,17 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
   std::string_view backend() const override { return "shared_memory"; }
 
  private:
-  // Pointers posted by every rank, gathered after arrive() into vectors reserved before it (so
-  // that nothing allocates, or throws, between arrive() and the closing wait).
-  void gather_slots(std::vector<const void*>* in, std::vector<void*>* out) const {
-    const int k = size();
-    in->resize(k);
-    out->resize(k);
-    for (int j = 0; j < k; ++j) {
-      (*in)[j] = rendezvous().slot(j).input;
-      (*out)[j] = rendezvous().slot(j).output;
+  // Pointers posted by every rank: made (allocated) before arrive(), filled by gather_slots after
+  // it, so that nothing allocates, or throws, between arrive() and the closing wait.
+  struct Posted {
+    explicit Posted(int k) : in(static_cast<std::size_t>(k)), out(static_cast<std::size_t>(k)) {}
+    std::vector<const void*> in;
+    std::vector<void*> out;
+  };
+  void gather_slots(Posted* p) const {
+    for (int j = 0; j < size(); ++j) {
+      p->in[j] = rendezvous().slot(j).input;
+      p->out[j] = rendezvous().slot(j).output;
     }
   }
 
@@ -39,7 +41,6 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       // order as below, into its own output (bitwise the same on every rank and as the chunked
       // path). In place is fine: the input was copied before the output is written.
       Rendezvous& rv = rendezvous();
-      rv.prefetch_staging(rank(), bytes);
       const std::uint64_t phase = rv.next_phase(rank());
       rv.arrive(rank(), c.fp, Slot{}, c.timeout, input.data(), bytes);
       const void* in[kMaxStaged];
@@ -49,12 +50,7 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
       reduce_range(input.dtype(), c.op, in, k, &out, 1, 0, n, k);
       return nullptr;
     }
-    // Allocated before arriving: nothing may throw between arrive() and the closing wait, which
-    // the peers never abandon.
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    in.reserve(static_cast<std::size_t>(size()));
-    out.reserve(static_cast<std::size_t>(size()));
+    Posted posted(size());
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), output.data()}, c.timeout);
     // Chunks taken from a shared counter: ranks that are running do the work of ranks that are not
     // (with more replicas than cores, a fixed split would wait for descheduled threads). Chunks of
@@ -71,9 +67,10 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
     for (;;) {
       const std::size_t i = rendezvous().work(rank()).fetch_add(1, std::memory_order_relaxed);
       if (i >= total) break;
-      if (mine++ == 0) gather_slots(&in, &out);
+      if (mine++ == 0) gather_slots(&posted);
       const std::size_t b = i * chunk;
-      reduce_range(input.dtype(), c.op, in.data(), size(), out.data(), size(), b, std::min(n, b + chunk), size());
+      reduce_range(input.dtype(), c.op, posted.in.data(), size(), posted.out.data(), size(), b, std::min(n, b + chunk),
+                   size());
     }
     rendezvous().finish_work(rank(), mine, total);
     rendezvous().wait_work(rank(), c.fp, total, c.timeout);  // all chunks of every output are written
@@ -81,16 +78,13 @@ class SharedMemoryCommunicator final : public InProcessCommunicator {
   }
 
   WorkPtr run_reduce(const Call& c, const Tensor& input, const Tensor& output) override {
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    in.reserve(static_cast<std::size_t>(size()));  // before arriving: nothing may throw until sync()
-    out.reserve(static_cast<std::size_t>(size()));
+    Posted posted(size());
     rendezvous().arrive(rank(), c.fp, Slot{input.data(), rank() == c.root ? output.data() : nullptr}, c.timeout);
-    gather_slots(&in, &out);
+    gather_slots(&posted);
     std::size_t begin, end;
     partition(static_cast<std::size_t>(input.num_elements()), size(), rank(), &begin, &end);
-    void* root_out = out[c.root];
-    reduce_range(input.dtype(), c.op, in.data(), size(), &root_out, 1, begin, end, size());
+    void* root_out = posted.out[c.root];
+    reduce_range(input.dtype(), c.op, posted.in.data(), size(), &root_out, 1, begin, end, size());
     rendezvous().sync(rank(), c.fp, c.timeout);
     return nullptr;
   }
