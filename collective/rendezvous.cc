@@ -110,6 +110,9 @@ void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::
   } else {
     entry.sequence = fp.sequence;
   }
+  // Set only after a mismatch; a relaxed load of the rank's own line otherwise.
+  if (mine.mismatched[n % kRing].load(std::memory_order_relaxed))
+    mine.mismatched[n % kRing].store(false, std::memory_order_relaxed);
   mine.published.store(n + 1, std::memory_order_release);
   const std::uint64_t d = digest(statics, fp.sequence);
   if (stage != nullptr) std::memcpy(staging(rank, p, stage_bytes), stage, stage_bytes);
@@ -118,7 +121,11 @@ void Rendezvous::arrive(int rank, const Fingerprint& fp, const Slot& slot, std::
   wake();
   meet(rank, p, fp, timeout, /*may_give_up=*/true);
   for (int j = 0; j < size_; ++j)
-    if (flags_[j].digest[p & 1] != d) throw InvalidArgumentError(mismatch(n));
+    if (flags_[j].digest[p & 1] != d) {
+      // Later calls complete with higher sequence numbers; this one must not count as completed.
+      mine.mismatched[n % kRing].store(true, std::memory_order_relaxed);
+      throw InvalidArgumentError(mismatch(n));
+    }
 }
 
 void Rendezvous::sync(int rank, const Fingerprint& fp, std::chrono::milliseconds timeout) {
@@ -295,7 +302,7 @@ std::string Rendezvous::history_locked() const {
     // `posts` may be being written (Participant's comment): only those below it are read.
     for (std::uint64_t i = posts; i > 0 && posts - i < kRing - 1 && shown < kHistory; --i) {
       const Fingerprint& fp = pr.posted[(i - 1) % kRing];
-      if (fp.sequence >= next) continue;
+      if (fp.sequence >= next || pr.mismatched[(i - 1) % kRing].load(std::memory_order_relaxed)) continue;
       mine = fp.to_string() + (shown++ ? ", " : "") + mine;
     }
     s += shown ? mine : "none";

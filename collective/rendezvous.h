@@ -182,9 +182,10 @@ class Rendezvous {
     std::uint64_t posts = 0;  // its validating arrivals so far (written and read by itself only)
     Slot slot;
     std::array<Fingerprint, kRing> posted;
-    std::array<std::uint64_t, kRing> statics{};  // the digest of each entry's fields but its sequence
-    std::atomic<std::uint64_t> published{0};     // posts visible to timeout messages
-    std::atomic<std::uint64_t> completed{0};     // 1 + the sequence number of its last completed call
+    std::array<std::uint64_t, kRing> statics{};         // the digest of each entry's fields but its sequence
+    std::array<std::atomic<bool>, kRing> mismatched{};  // the entry's call failed validation: not "completed"
+    std::atomic<std::uint64_t> published{0};            // posts visible to timeout messages
+    std::atomic<std::uint64_t> completed{0};            // 1 + the sequence number of its last completed call
   };
   std::unique_ptr<Participant[]> part_;
   struct alignas(64) StagingLine {

@@ -365,6 +365,36 @@ TEST_P(InProcessTest, ATimeoutListsEachRanksLastThreeCollectivesOldestFirst) {
   }
 }
 
+TEST_P(InProcessTest, ACallThatFailedValidationIsNotListedAsCompleted) {
+  const int k = 2;
+  use_cpu_devices(k);
+  auto comms = GetParam()(k, "test");
+  auto errors = run_ranks(comms, [&](int r, Communicator& c) {
+    Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:" + std::to_string(r));
+    c.all_reduce(t, t)->wait();  // #0
+    try {
+      if (r == 1)
+        c.broadcast(t, {.root = 0});  // #1: differs from rank 0's, fails on both
+      else
+        c.all_reduce(t, t);
+      ADD_FAILURE() << "rank " << r << ": the mismatched call did not throw";
+    } catch (const InvalidArgumentError&) {
+    }
+    c.all_reduce(t, t)->wait();  // #2 completes everywhere
+    if (r == 1) return;
+    c.all_reduce(t, t, {.timeout = std::chrono::milliseconds(200)});
+  });
+  ASSERT_TRUE(errors[0]);
+  try {
+    std::rethrow_exception(errors[0]);
+  } catch (const DeadlineExceededError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank 0: all_reduce #0 float32(8,) op=sum, all_reduce #2"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1: all_reduce #0 float32(8,) op=sum, all_reduce #2"), std::string::npos) << m;
+    EXPECT_EQ(m.find("#1"), std::string::npos) << m;
+  }
+}
+
 TEST_P(InProcessTest, ATimeoutOfMillisecondsMaxMeansNoDeadline) {
   // A waiter that sleeps with milliseconds::max() must not compute now() + timeout (an overflow
   // into the past, which timed out at once): the late rank arrives, both complete.
