@@ -62,11 +62,19 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
         rendezvous().abort(rank(),
                            std::string("the device work failed: ") + e.what());  // peers must not report success
       }
-      shared_->done = s0.record_event();  // after whatever was enqueued: buffers stay ordered
+      // After whatever was enqueued, so buffers stay ordered. Nothing may escape before sync():
+      // the peers wait there without a deadline.
+      std::shared_ptr<Event> done;
+      try {
+        done = s0.record_event();
+      } catch (const std::exception& e) {
+        rendezvous().abort(rank(), std::string("recording the completion event failed: ") + e.what());
+      }
+      shared_->done = std::move(done);
     }
     rendezvous().sync(rank(), c.fp, c.timeout);  // shared_->done is published; slots are no longer read
     std::shared_ptr<Event> done = shared_->done;
-    if (rank() != 0) mine.wait_event(done);
+    if (rank() != 0 && done) mine.wait_event(done);
     rendezvous().check_usable();  // a failed launch on rank 0 fails the collective everywhere
     return std::make_shared<EventWork>(done, c.fp.to_string());
   }
