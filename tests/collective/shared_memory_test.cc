@@ -82,7 +82,7 @@ TEST_P(InProcessTest, AllReduceLargeOddSize) {
   }
 }
 
-// Sizes that span several work chunks (16384 elements at most) with a ragged last chunk and a
+// Sizes that span several work chunks (64 KiB at most) with a ragged last chunk and a
 // tail shorter than one vector step, for every dtype, op and participant count: the chunked,
 // vectorized path, where the small sizes above take only the first chunk.
 TEST_P(InProcessTest, AllReduceSeveralChunksEveryOpDtypeAndCount) {
