@@ -40,6 +40,9 @@
 // spread (slowest - fastest repetition) / median. The in-process contenders of one (k, size) —
 // and, at 4 KiB, the barriers — run their repetitions interleaved (A B C A B C ...), so a drifting
 // machine moves them alike; MPI runs in its own processes before the in-process cases of its k.
+// --rounds R repeats that (MPI, then the in-process cases) R times per k and reports, and judges
+// the goals on, the median of the R round medians: a burst of the machine during one round, on
+// either side, no longer decides a goal.
 //
 // Metrics: time t per call; algbw = N / t; busbw = algbw * 2(k-1)/k (nccl-tests' convention);
 // 2kN bandwidth = 2*k*N / t, the in-process traffic rate compared with memcpy's 2*k*N / t_memcpy.
@@ -517,15 +520,62 @@ void print_goal(const std::vector<Row>& rows, int k, const char* what, double go
   }
 }
 
+// The medians over rounds of one measured value, with the spread of the round medians.
+Timing merge_timings(const std::vector<Timing>& t) {
+  std::vector<double> s;
+  for (const Timing& x : t) s.push_back(x.seconds);
+  const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
+  const double m = median(s);
+  return {m, t.size() > 1 ? (*hi - *lo) / m : t[0].spread, t[0].batch, t[0].reps * static_cast<int>(t.size())};
+}
+
+// Row i of the result: the medians of row i of every round (rounds measure the same rows in the
+// same order).
+std::vector<Row> merge_rounds(const std::vector<std::vector<Row>>& rounds) {
+  std::vector<Row> out;
+  for (std::size_t i = 0; i < rounds[0].size(); ++i) {
+    std::vector<Timing> shared, reference, mem, ring;
+    std::vector<double> mpi;
+    for (const std::vector<Row>& r : rounds) {
+      shared.push_back(r[i].shared);
+      reference.push_back(r[i].reference);
+      mem.push_back(r[i].memcpy);
+      ring.push_back(r[i].memcpy_ring);
+      if (r[i].mpi_s) mpi.push_back(*r[i].mpi_s);
+    }
+    Row m{rounds[0][i].k,     rounds[0][i].bytes,  merge_timings(shared), merge_timings(reference),
+          merge_timings(mem), merge_timings(ring), std::nullopt};
+    if (!mpi.empty()) m.mpi_s = median(mpi);
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<Latency> merge_rounds(const std::vector<std::vector<Latency>>& rounds) {
+  std::vector<Latency> out;
+  for (std::size_t i = 0; i < rounds[0].size(); ++i) {
+    std::vector<double> a, b, c, d;
+    for (const std::vector<Latency>& r : rounds) {
+      a.push_back(r[i].std_barrier_s);
+      b.push_back(r[i].condvar_barrier_s);
+      c.push_back(r[i].shared_4k_s);
+      d.push_back(r[i].flag_barrier_s);
+    }
+    out.push_back({rounds[0][i].k, median(a), median(b), median(c), median(d)});
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--quick] [--max-mib N] [--sizes 4K,1M,...] [--no-mpi]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--quick] [--max-mib N] [--sizes 4K,1M,...] [--no-mpi] [--rounds R]\n", argv0);
   return 2;
 }
 
 int run(int argc, char** argv) {
   bool quick = false, no_mpi = false;
+  int rounds = 1;
   std::size_t max_bytes = 256 * kMiB;
   std::vector<std::size_t> sizes;
   for (int i = 1; i < argc; ++i) {
@@ -533,6 +583,12 @@ int run(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--no-mpi") == 0) {
       no_mpi = true;
+    } else if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+      rounds = std::atoi(argv[++i]);
+      if (rounds < 1 || rounds > 20) {
+        std::fprintf(stderr, "--rounds: expected 1..20, got '%s'\n", argv[i]);
+        return usage(argv[0]);
+      }
     } else if (std::strcmp(argv[i], "--max-mib") == 0 && i + 1 < argc) {
       const long v = std::atol(argv[++i]);
       if (v < 1 || v > 4096) {
@@ -596,41 +652,55 @@ int run(int argc, char** argv) {
       "memcpy = 1 thread, k copies of N bytes (ring: rank j's buffer into rank j+1's); vs memcpy uses the faster "
       "of the two\n\n");
 
-  std::vector<Row> rows;
-  std::vector<Latency> latencies;
+  std::vector<std::vector<Row>> round_rows(static_cast<std::size_t>(rounds));
+  std::vector<std::vector<Latency>> round_latencies(static_cast<std::size_t>(rounds));
   std::map<int, std::string> mpi_skipped;
   print_header();
   for (int k : kKs) {
-    const MpiRun mpi = run_mpi(k, sizes, policy, no_mpi);
-    if (!mpi.skipped.empty()) mpi_skipped[k] = mpi.skipped;
-
     auto shared = collective::make_shared_memory_group(k, "bench_shared_memory");
     auto reference = collective::make_reference_group(k, "bench_reference");
+    for (int round = 0; round < rounds; ++round) {
+      if (rounds > 1) std::printf("k=%d, round %d of %d\n", k, round + 1, rounds);
+      const MpiRun mpi = run_mpi(k, sizes, policy, no_mpi);
+      if (!mpi.skipped.empty()) mpi_skipped[k] = mpi.skipped;
+      std::vector<Row>& rows = round_rows[static_cast<std::size_t>(round)];
+      std::vector<Latency>& latencies = round_latencies[static_cast<std::size_t>(round)];
 
-    for (std::size_t bytes : sizes) {
-      std::vector<Tensor> bufs;
-      for (int r = 0; r < k; ++r)
-        bufs.push_back(Tensor::zeros({static_cast<std::int64_t>(bytes / sizeof(float))}, DType::kFloat32, device(r)));
-      std::vector<HostBuffer> memcpy_dst;
-      std::vector<Contender> contenders = {all_reduce_contender(shared, bufs), all_reduce_contender(reference, bufs),
-                                           memcpy_contender(bufs, bytes, &memcpy_dst),
-                                           memcpy_ring_contender(bufs, bytes)};
-      // The latency yardsticks run interleaved with the 4 KiB case they are compared with.
-      std::barrier<> bar(k);
-      CondvarBarrier cbar(k);
-      FlagBarrier fbar(k);
-      if (bytes == kLatencyBytes) {
-        contenders.push_back({k, [&bar](int) { bar.arrive_and_wait(); }});
-        contenders.push_back({k, [&cbar](int) { cbar.wait(); }});
-        contenders.push_back({k, [&fbar](int r) { fbar.wait(r); }});
+      for (std::size_t bytes : sizes) {
+        std::vector<Tensor> bufs;
+        for (int r = 0; r < k; ++r)
+          bufs.push_back(Tensor::zeros({static_cast<std::int64_t>(bytes / sizeof(float))}, DType::kFloat32, device(r)));
+        std::vector<HostBuffer> memcpy_dst;
+        std::vector<Contender> contenders = {all_reduce_contender(shared, bufs), all_reduce_contender(reference, bufs),
+                                             memcpy_contender(bufs, bytes, &memcpy_dst),
+                                             memcpy_ring_contender(bufs, bytes)};
+        // The latency yardsticks run interleaved with the 4 KiB case they are compared with.
+        std::barrier<> bar(k);
+        CondvarBarrier cbar(k);
+        FlagBarrier fbar(k);
+        if (bytes == kLatencyBytes) {
+          contenders.push_back({k, [&bar](int) { bar.arrive_and_wait(); }});
+          contenders.push_back({k, [&cbar](int) { cbar.wait(); }});
+          contenders.push_back({k, [&fbar](int r) { fbar.wait(r); }});
+        }
+        const std::vector<Timing> t = measure(contenders, policy);
+        Row row{k, bytes, t[0], t[1], t[2], t[3], std::nullopt};
+        if (auto it = mpi.seconds.find(bytes); it != mpi.seconds.end()) row.mpi_s = it->second;
+        if (bytes == kLatencyBytes) latencies.push_back({k, t[4].seconds, t[5].seconds, t[0].seconds, t[6].seconds});
+        print_row(row);
+        rows.push_back(row);
       }
-      const std::vector<Timing> t = measure(contenders, policy);
-      Row row{k, bytes, t[0], t[1], t[2], t[3], std::nullopt};
-      if (auto it = mpi.seconds.find(bytes); it != mpi.seconds.end()) row.mpi_s = it->second;
-      if (bytes == kLatencyBytes) latencies.push_back({k, t[4].seconds, t[5].seconds, t[0].seconds, t[6].seconds});
-      print_row(row);
-      rows.push_back(row);
     }
+  }
+  const std::vector<Row> rows = merge_rounds(round_rows);
+  const std::vector<Latency> latencies = merge_rounds(round_latencies);
+  if (rounds > 1) {
+    std::printf(
+        "\nmedians of the %d rounds (each round: MPI, then the in-process cases; spread = that of the round "
+        "medians):\n",
+        rounds);
+    print_header();
+    for (const Row& row : rows) print_row(row);
   }
   for (const auto& [k, why] : mpi_skipped)
     std::printf("MPI_Allreduce yardstick skipped for k=%d: %s\n", k, why.c_str());
@@ -711,7 +781,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (auto rc = chorus::launch::answer_help_or_version(
           argc, argv, "bench_allreduce",
-          "usage: bench_allreduce [--quick] [--max-mib N] [--sizes 4K,1M,...] [--no-mpi]\n"))
+          "usage: bench_allreduce [--quick] [--max-mib N] [--sizes 4K,1M,...] [--no-mpi] [--rounds R]\n"))
     return *rc;
   return chorus::bench::run_main("allreduce bench failed", [&] { return chorus::run(argc, argv); });
 }
