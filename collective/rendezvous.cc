@@ -295,7 +295,7 @@ std::string Rendezvous::history_locked() const {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
     const Participant& pr = part_[r];
     const std::uint64_t posts = pr.published.load(std::memory_order_acquire);
-    const std::uint64_t next = pr.completed.load(std::memory_order_relaxed);
+    const std::uint64_t next = pr.completed.load(std::memory_order_acquire);  // and the marks before it
     std::string mine;
     std::size_t shown = 0;
     // Newest first through its posts, keeping those it completed; printed oldest first. Entry

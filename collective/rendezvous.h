@@ -104,9 +104,11 @@ class Rendezvous {
                kStagingBytes;
   }
 
-  // Records that `rank` completed `fp` (for timeout messages). One relaxed store: no lock.
+  // Records that `rank` completed `fp` (for timeout messages). One store, no lock; a release, so
+  // that a reader who sees it also sees the mismatch marks of the calls before it (a plain store
+  // on x86).
   void completed(int rank, const Fingerprint& fp) {
-    part_[rank].completed.store(fp.sequence + 1, std::memory_order_relaxed);
+    part_[rank].completed.store(fp.sequence + 1, std::memory_order_release);
   }
   // Fails the group: current and later waits raise AbortedError naming `rank` and `reason`.
   void abort(int rank, const std::string& reason);
@@ -175,8 +177,9 @@ class Rendezvous {
   // both calls), or reads them for a timeout message; a rank is never more than one post ahead
   // of any reader, so the entries read are never the one being written.
   static constexpr std::size_t kHistory = 3;
-  // A rank's own current call is posted but not completed: kHistory completed ones sit among the
-  // kHistory + 1 entries below `published`, and the one above them may be being written.
+  // A rank's own current call is posted but not completed: the kHistory completed ones are looked
+  // for among the kHistory + 1 entries below `published` (fewer are listed when one of those
+  // failed validation), and the one above them may be being written.
   static constexpr std::size_t kRing = kHistory + 2;
   struct alignas(64) Participant {
     std::uint64_t posts = 0;  // its validating arrivals so far (written and read by itself only)

@@ -6,7 +6,7 @@
 //
 // Algorithm (bandwidth-optimal, no serial reduce-then-broadcast): after all participants have
 // posted their buffers (the one meeting point, which also compares fingerprints), the elements
-// are cut into chunks (16384 elements at most, about n/k for mid sizes); participants take chunks
+// are cut into chunks (2 KiB to 64 KiB, about N/k for mid sizes); participants take chunks
 // from a shared counter, reduce each across all k inputs in registers, a cache line at a time, and
 // write the result straight into that chunk of all k outputs. A participant returns as soon as
 // every chunk is done (a counter, not a second barrier: peers that took no chunk, e.g. descheduled

@@ -61,14 +61,28 @@ class VirtualGpuCommunicator final : public InProcessCommunicator {
       } catch (const std::exception& e) {
         rendezvous().abort(rank(),
                            std::string("the device work failed: ") + e.what());  // peers must not report success
+      } catch (...) {
+        rendezvous().abort(rank(), "the device work failed (not a std::exception)");
       }
       // After whatever was enqueued, so buffers stay ordered. Nothing may escape before sync():
       // the peers wait there without a deadline.
       std::shared_ptr<Event> done;
+      std::string failure = "no event";
       try {
         done = s0.record_event();
       } catch (const std::exception& e) {
-        rendezvous().abort(rank(), std::string("recording the completion event failed: ") + e.what());
+        failure = e.what();
+      } catch (...) {
+        failure = "not a std::exception";
+      }
+      if (!done) {
+        // The peers cannot wait for what was enqueued on s0 (into their buffers): wait here, before
+        // sync() lets them return and free those buffers.
+        try {
+          s0.synchronize();
+        } catch (...) {
+        }
+        rendezvous().abort(rank(), "recording the completion event failed: " + failure);
       }
       shared_->done = std::move(done);
     }
