@@ -1,6 +1,6 @@
 // All-reduce benchmark: chorus's shared-memory all_reduce against its yardsticks (issue 4).
 //
-//   bench_allreduce [--quick] [--max-mib N] [--sizes LIST] [--no-mpi]
+//   bench_allreduce [--quick] [--max-mib N] [--sizes LIST] [--no-mpi] [--rounds R]
 //
 // Setup. Four logical CPU devices are configured once (the configuration can be set only once per
 // process, before devices are used); a case with k participants uses /cpu:0 .. /cpu:k-1, one
@@ -526,7 +526,9 @@ Timing merge_timings(const std::vector<Timing>& t) {
   for (const Timing& x : t) s.push_back(x.seconds);
   const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
   const double m = median(s);
-  return {m, t.size() > 1 ? (*hi - *lo) / m : t[0].spread, t[0].batch, t[0].reps * static_cast<int>(t.size())};
+  int reps = 0;
+  for (const Timing& x : t) reps += x.reps;
+  return {m, t.size() > 1 ? (*hi - *lo) / m : t[0].spread, t[0].batch /* round 1's */, reps};
 }
 
 // Row i of the result: the medians of row i of every round (rounds measure the same rows in the
@@ -545,7 +547,7 @@ std::vector<Row> merge_rounds(const std::vector<std::vector<Row>>& rounds) {
     }
     Row m{rounds[0][i].k,     rounds[0][i].bytes,  merge_timings(shared), merge_timings(reference),
           merge_timings(mem), merge_timings(ring), std::nullopt};
-    if (!mpi.empty()) m.mpi_s = median(mpi);
+    if (mpi.size() == rounds.size()) m.mpi_s = median(mpi);  // a yardstick missing from a round: none
     out.push_back(m);
   }
   return out;
@@ -584,8 +586,10 @@ int run(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--no-mpi") == 0) {
       no_mpi = true;
     } else if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-      rounds = std::atoi(argv[++i]);
-      if (rounds < 1 || rounds > 20) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      rounds = static_cast<int>(v);
+      if (end == argv[i] || *end != '\0' || v < 1 || v > 20) {
         std::fprintf(stderr, "--rounds: expected 1..20, got '%s'\n", argv[i]);
         return usage(argv[0]);
       }
@@ -662,7 +666,8 @@ int run(int argc, char** argv) {
     for (int round = 0; round < rounds; ++round) {
       if (rounds > 1) std::printf("k=%d, round %d of %d\n", k, round + 1, rounds);
       const MpiRun mpi = run_mpi(k, sizes, policy, no_mpi);
-      if (!mpi.skipped.empty()) mpi_skipped[k] = mpi.skipped;
+      if (!mpi.skipped.empty())
+        mpi_skipped[k] = rounds > 1 ? "round " + std::to_string(round + 1) + ": " + mpi.skipped : mpi.skipped;
       std::vector<Row>& rows = round_rows[static_cast<std::size_t>(round)];
       std::vector<Latency>& latencies = round_latencies[static_cast<std::size_t>(round)];
 
