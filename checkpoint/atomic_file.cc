@@ -4,8 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <random>
 
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/core/error.h>
@@ -23,15 +21,7 @@ std::string directory_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-std::string temporary_filename(const std::string& final_path) {
-  // random_device per call: no shared generator state between threads, and distinct across
-  // processes writing into one directory.
-  std::random_device rd;
-  const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
-  return final_path + ".tempstate" + hex;
-}
+std::string temporary_filename(const std::string& final_path) { return io::temporary_name(final_path, ".tempstate"); }
 
 void rename_file(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) throw_errno(errno, "cannot rename to '" + to + "' from", from);

@@ -137,6 +137,11 @@ bool bundle_exists(const std::string& prefix);
 // Removes `<prefix>.index` and every `<prefix>.data-*-of-*` (index first, so a half-deleted
 // bundle is never mistaken for a complete one). Missing files are not an error.
 void delete_bundle(const std::string& prefix);
+// Reads every tensor of the bundle at `prefix` and checks its CRC32C: returns normally when the
+// bundle is complete and intact, throws what BundleReader throws otherwise (DataLossError naming
+// the file and the key, NotFoundError for a missing data file). Entries of a dtype chorus cannot
+// hold (UnimplementedError) are size-checked only. Costs one read of the whole bundle.
+void verify_bundle(const std::string& prefix);
 // Removes `*.tempstate*` files left in `dir` by writers that crashed; returns how many.
 int remove_stray_temporaries(const std::string& dir);
 // fsync(2) of a directory (so renames inside it are durable).

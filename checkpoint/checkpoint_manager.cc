@@ -88,6 +88,11 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
   }
   // Recover the state (TF's constructor).
   const double clock = now_seconds();
+  if (!options_.start_over_into.empty()) {
+    if (chief_) files_moved_aside_ = move_owned_files(options_.start_over_into);
+    last_preserved_timestamp_ = clock - 1;
+    return;
+  }
   std::optional<CheckpointState> state = read_checkpoint_state(directory_);  // on a throw, lock_ is released
   if (!state || (state->model_checkpoint_path.empty() && state->all_model_checkpoint_paths.empty())) {
     // No state (deleted, emptied): recover it from the checkpoints on disk rather than let the
@@ -138,6 +143,44 @@ CheckpointManager::CheckpointManager(Checkpoint& checkpoint, std::string directo
     const double t = std::min(stamps[i], clock);
     if (t > last_preserved_timestamp_) maybe_delete_.emplace_back(path, t);
   }
+  adopt_unrecorded(clock);
+}
+
+void CheckpointManager::adopt_unrecorded(double clock) {
+  std::int64_t newest_named = -1;
+  auto consider = [&](const std::string& path) {
+    if (const auto n = checkpoint_number_of(std::filesystem::path(path).filename().string()))
+      newest_named = std::max(newest_named, *n);
+  };
+  if (latest_) consider(*latest_);
+  for (const auto& [path, t] : maybe_delete_) consider(path);
+  bool adopted = false;
+  for (const auto& [path, n] : checkpoints_on_disk()) {
+    if (n <= newest_named) continue;
+    // Newer than everything the state names: a save whose bundle was committed but whose state
+    // write never happened (the process was killed in between). Left alone, every rerun would
+    // resume from the older one and then refuse to save over this one.
+    try {
+      verify_bundle(path);
+    } catch (const Error& e) {
+      CHORUS_LOG(WARNING) << "CheckpointManager: '" << path << "' in '" << directory_
+                          << "' is newer than every checkpoint its state file names, but cannot be adopted: "
+                          << e.what();
+      move_aside(path);
+      continue;
+    }
+    CHORUS_LOG(WARNING) << "CheckpointManager: adopted '" << path
+                        << "': complete and intact on disk, but not named by the state file of '" << directory_
+                        << "' (a save cut off between writing the checkpoint and recording it)";
+    maybe_delete_.emplace_back(path, clock);
+    latest_ = path;
+    adopted = true;
+  }
+  if (adopted && chief_) {
+    const std::vector<std::string> doomed = sweep();
+    record_state();
+    for (const std::string& p : doomed) delete_bundle(p);
+  }
 }
 
 bool CheckpointManager::owns(const std::string& path) const {
@@ -171,6 +214,41 @@ std::vector<std::pair<std::string, std::int64_t>> CheckpointManager::checkpoints
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return out;
+}
+
+std::vector<std::string> CheckpointManager::owned_files() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "checkpoint") {
+      out.push_back(name);
+      continue;
+    }
+    // "<checkpoint_name>-<N>.<suffix>": the bundle's .index and .data-*, and .corrupt-* copies.
+    const auto dot = name.find('.');
+    if (dot == std::string::npos || !checkpoint_number_of(name.substr(0, dot))) continue;
+    const std::string suffix = name.substr(dot + 1);
+    if (suffix == "index" || suffix.rfind("data-", 0) == 0 || suffix.rfind("corrupt-", 0) == 0) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::size_t CheckpointManager::move_owned_files(const std::string& destination) const {
+  const std::vector<std::string> files = owned_files();
+  if (files.empty()) return 0;
+  io::create_directories(destination);
+  // The state file first: a crash part-way leaves no state naming checkpoints already moved (the
+  // constructor then recovers the list from what is left).
+  std::vector<std::string> order = files;
+  std::stable_partition(order.begin(), order.end(), [](const std::string& n) { return n == "checkpoint"; });
+  for (const std::string& name : order)
+    rename_file((std::filesystem::path(directory_) / name).string(),
+                (std::filesystem::path(destination) / name).string());
+  sync_directory(directory_);
+  sync_directory(destination);
+  return files.size();
 }
 
 void CheckpointManager::move_aside(const std::string& path) {

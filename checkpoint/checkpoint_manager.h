@@ -27,6 +27,10 @@
 //   resolved, `..` and links included) are managed; anything else it names is reported in a
 //   warning, never restored as the latest and never deleted. An empty or missing state file with
 //   "<checkpoint_name>-<N>.index" files on disk: the list is recovered from the files (warning).
+//   A checkpoint on disk numbered above every one the state file names (a save killed after its
+//   commit, before its state write) is read whole and CRC-checked: adopted as the latest when
+//   intact, moved aside as "<path>.corrupt-<unix time>.*" when not (a warning either way), so the
+//   directory never wedges (resume from the older one, then a refused save over the newer one).
 //   The lock file is never followed through a link and must be a regular file of this user
 //   (io::File::open_or_create_owned; FailedPreconditionError naming the path otherwise).
 // restore_or_initialize(): restores latest_checkpoint() and returns it; if that checkpoint is
@@ -67,6 +71,14 @@ struct CheckpointManagerOptions {
   Variable step_counter;                            // an integer scalar variable (optional)
   std::optional<std::int64_t> checkpoint_interval;  // in steps of step_counter
   std::function<void()> init_fn;                    // restore_or_initialize without a checkpoint
+  // Start the directory over (chorus-train --no-resume): when not empty, the constructor, once it
+  // holds the directory's lock, moves every file this manager owns — "<checkpoint_name>-<N>.*"
+  // (bundles, and those moved aside as damaged) and the `checkpoint` state file — into this
+  // directory (created; nothing is deleted) and starts with no checkpoints, so the first save is
+  // "<checkpoint_name>-1". Nothing else in the directory is touched, and a directory another
+  // manager holds is refused before anything moves. The chief moves; the other workers start
+  // empty without reading the state.
+  std::string start_over_into;
 };
 
 class CheckpointManager {
@@ -87,6 +99,9 @@ class CheckpointManager {
   // assertions TF's restore_or_initialize cannot offer: manager.restore_status()->assert_consumed().
   const std::optional<LoadStatus>& restore_status() const { return restore_status_; }
 
+  // How many files options.start_over_into made the constructor move (0 on other workers).
+  std::size_t files_moved_aside() const { return files_moved_aside_; }
+
   std::optional<std::string> latest_checkpoint() const;
   // The kept checkpoints, oldest first (preserved ones not included).
   std::vector<std::string> checkpoints() const;
@@ -104,8 +119,15 @@ class CheckpointManager {
   // checkpoints are managed, deleted by retention or moved aside.
   bool owns(const std::string& path) const;
   std::optional<std::int64_t> checkpoint_number_of(const std::string& file_name) const;
+  // The files options.start_over_into moves (see there), by name; and the move itself.
+  std::vector<std::string> owned_files() const;
+  std::size_t move_owned_files(const std::string& destination) const;
   // The "<checkpoint_name>-<N>" checkpoints whose .index is in the directory, by N ascending.
   std::vector<std::pair<std::string, std::int64_t>> checkpoints_on_disk() const;
+  // Adopts "<checkpoint_name>-<N>" checkpoints on disk newer than every one the state names (a save
+  // killed between its commit and its state write): each that verify_bundle finds intact becomes
+  // the latest (warning), any other is moved aside (warning); the chief then records the state.
+  void adopt_unrecorded(double clock);
   // Renames a damaged checkpoint's files to "<path>.corrupt-<unix time>.*" (chief; never
   // deletes) and forgets it.
   void move_aside(const std::string& path);
@@ -124,6 +146,7 @@ class CheckpointManager {
   double last_preserved_timestamp_ = 0;
   std::optional<std::int64_t> last_checkpoint_step_;
   std::optional<LoadStatus> restore_status_;
+  std::size_t files_moved_aside_ = 0;
 };
 
 }  // namespace chorus::train

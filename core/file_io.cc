@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <utility>
 
 #include <chorus/core/error.h>
@@ -219,13 +221,38 @@ void File::close() {
   if (::close(fd) != 0 && errno != EINTR) throw_errno(errno, "cannot close", path_);
 }
 
+void require_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw_errno(errno, "cannot inspect", path);
+  }
+  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return;
+  throw FailedPreconditionError(chorus::internal::str_cat(
+      "'", path, "' is ", type_name(st.st_mode),
+      ", not a regular file: chorus writes a file by renaming a new one over the path, which would replace it; "
+      "give the path of a regular file (or of one that does not exist yet)"));
+}
+
+std::string temporary_name(const std::string& path, std::string_view tag) {
+  // random_device per call: no shared generator state between threads, and distinct across
+  // processes writing into one directory.
+  std::random_device rd;
+  const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  return chorus::internal::str_cat(path, tag, hex);
+}
+
 void replace_file(const std::string& path, std::string_view bytes, bool durable, const std::string& temporary) {
-  const std::string tmp = temporary.empty() ? chorus::internal::str_cat(path, ".tmp", ::getpid()) : temporary;
+  require_replaceable(path);  // before the temporary exists: nothing to clean up when refused
+  const std::string tmp = temporary.empty() ? temporary_name(path, ".tmp-") : temporary;
   File f = File::create_new(tmp);  // before the try: a temporary that exists is not ours to remove
   try {
     f.write_all(bytes);
     if (durable) f.sync();
     f.close();
+    require_replaceable(path);  // again, right before the rename: it may have changed meanwhile
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno(errno, "cannot rename to '" + path + "' from", tmp);
   } catch (...) {
     ::unlink(tmp.c_str());

@@ -28,11 +28,25 @@ void create_directories(const std::string& dir);
 
 // Writes `bytes` to `path` through a fresh temporary (O_EXCL | O_NOFOLLOW: never through a planted
 // link) renamed over `path`; with `durable`, fsynced before the rename. A reader sees the old file
-// or the whole new one; the temporary is removed on any failure. Errors as above. The temporary is
-// `temporary`, or "<path>.tmp<pid>" when empty (checkpoint/atomic_file.h names its own, and syncs
-// the directory after this returns).
+// or the whole new one; the temporary is removed on any failure. `path` must be missing, a regular
+// file or a symbolic link (the link itself is replaced, its target untouched): anything else — a
+// device such as /dev/null, a FIFO, a socket, a directory — is refused before anything is written
+// (require_replaceable). Errors as above. The temporary is `temporary`, or
+// temporary_name(path, ".tmp-") when empty (checkpoint/atomic_file.h names its own, and syncs the
+// directory after this returns).
 void replace_file(const std::string& path, std::string_view bytes, bool durable = false,
                   const std::string& temporary = "");
+
+// For every writer that renames a file into place: throws FailedPreconditionError naming `path`
+// and its type when something exists there that is neither a regular file nor a symbolic link
+// (rename(2) would replace a device node, a FIFO or a socket — as root, /dev/null itself). A
+// missing path, a regular file and a link (which rename replaces, never writing its target) pass.
+void require_replaceable(const std::string& path);
+
+// "<path><tag><16 random hex digits>": a temporary name nobody can predict, so that no one who can
+// create files in the directory can plant a link or a file there in advance (open it with
+// File::create_new, which refuses anything already there). Draws from std::random_device.
+std::string temporary_name(const std::string& path, std::string_view tag);
 
 // What the file system object at `path` is, for messages: "a regular file", "a directory",
 // "a FIFO", "a character device", "a symbolic link", ..., or "missing".

@@ -160,6 +160,9 @@ std::int64_t now_us() {
 
 void start(const std::string& path) {
   CHORUS_REQUIRE(!path.empty(), InvalidArgumentError, "timeline::start: empty path");
+  // A device, FIFO or directory at the path is refused now, not after the run when the file is
+  // written (a rename over /dev/null would replace it).
+  io::require_replaceable(file_for(path));
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
   CHORUS_REQUIRE(!(enabled() && r.capture), FailedPreconditionError, "timeline::start('", path,
@@ -216,7 +219,11 @@ void start_from_environment() {
   std::call_once(once, [] {
     const std::optional<std::string> path = env::get("CHORUS_TIMELINE");
     if (!path || path->empty()) return;
-    start(*path);
+    try {
+      start(*path);
+    } catch (const Error& e) {
+      throw_error(e.code(), chorus::internal::str_cat("CHORUS_TIMELINE: ", e.message()));
+    }
     std::atexit(write_at_exit);
   });
 }

@@ -27,8 +27,11 @@
 // Span, 0.005% of a small fit step: bench_timeline). On, an event is two clock reads, its strings
 // and one short critical section (events are kept in memory until written): 1.04× the step time
 // of that fit in bench_timeline.
-// Errors: start("") → InvalidArgumentError; a file that cannot be written → the error of
-// core/file_io.h (from stop(); at exit it is logged, never thrown).
+// Errors: start("") → InvalidArgumentError; a path where something other than a regular file or a
+// symbolic link exists (a device such as /dev/null, a FIFO, a directory) → FailedPreconditionError
+// naming it and its type, from start() (and so from the first hook when CHORUS_TIMELINE names it);
+// a file that cannot be written → the error of core/file_io.h (from stop(); at exit it is logged,
+// never thrown).
 // Thread-safety: everything may be called from any thread.
 #pragma once
 

@@ -35,6 +35,8 @@ PreemptionWatcher::PreemptionWatcher(Strategy& strategy, const PreemptionWatcher
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // interrupted system calls continue: the flag is polled, not waited on
   for (int s : signals_) {
+    // A second Ctrl-C is the user insisting: SIGINT's handler runs once, then the default ends us.
+    action.sa_flags = s == SIGINT ? (SA_RESTART | SA_RESETHAND) : SA_RESTART;
     struct sigaction old {};
     if (sigaction(s, &action, &old) != 0) {
       const int err = errno;

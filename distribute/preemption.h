@@ -3,7 +3,7 @@
 // worker must then stop at the same step — a worker that stops alone leaves the others waiting in
 // a collective — save a checkpoint and exit cleanly.
 //
-//   chorus::distribute::PreemptionWatcher watcher(strategy);   // installs the SIGTERM handler
+//   chorus::distribute::PreemptionWatcher watcher(strategy);   // installs the SIGTERM/SIGINT handler
 //   for (std::int64_t step = 0; step < steps; ++step) {
 //     strategy.run(train_step, *it.next());
 //     if (watcher.should_stop(step)) {                        // every worker, same steps
@@ -36,8 +36,12 @@ namespace chorus::distribute {
 
 class Strategy;
 
+// SIGTERM is how schedulers (Kubernetes, Slurm, mpirun) preempt; SIGINT (Ctrl-C, or a scheduler
+// that interrupts) gets the same agreement and backup, as an interruption in Keras's
+// BackupAndRestore does. The first SIGINT is handled; the handler is then reset (SA_RESETHAND), so
+// a second Ctrl-C ends the process at once, as a user expects.
 struct PreemptionWatcherOptions {
-  std::vector<int> signals = {SIGTERM};  // the signals that mean "preempted"
+  std::vector<int> signals = {SIGTERM, SIGINT};  // the signals that mean "preempted"
 };
 
 class PreemptionWatcher {

@@ -9,12 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
 
 #include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
 #include <chorus/launch/process.h>
 
 namespace chorus::launch {
@@ -87,8 +87,17 @@ std::vector<RankExit> read_exit_records(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kPrefix, 0) != 0) continue;  // the wrapper's temporary files start with '.'
     const std::string rank = name.substr(kPrefix.size());
-    std::ifstream in(entry.path());
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A record is a few bytes: read at most 256 of a regular file. A FIFO or device planted under
+    // a record's name is never opened for a blocking read (io::File::open_for_read refuses it); it
+    // counts as a rank whose end is unknown.
+    std::string text;
+    try {
+      io::File in = io::File::open_for_read(entry.path().string());
+      text.resize(256);
+      text.resize(in.read(text.data(), text.size()));
+    } catch (const Error&) {
+      text.clear();
+    }
     if (auto record = parse_exit_record(rank, text))
       out.push_back(*record);
     else
@@ -108,20 +117,15 @@ int run_rank_and_record(const std::string& dir, const std::vector<std::string>& 
   exit.signaled = child.signaled;
   exit.code = child.code;
 
-  // Written whole under a temporary name, then renamed: a record is complete or absent.
+  // Written whole under a temporary name nobody can predict (created O_EXCL | O_NOFOLLOW), then
+  // renamed: a record is complete or absent, and a link or FIFO planted in the directory is never
+  // written through or replaced (io::replace_file).
   const std::string path = str_cat(dir, "/", kPrefix, exit.rank);
-  const std::string temp = str_cat(dir, "/.", kPrefix, exit.rank, ".", ::getpid());
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << format_exit_record(exit);
-    out.close();
-    std::error_code ec;
-    if (out) fs::rename(temp, path, ec);
-    if (!out || ec) {
-      std::cerr << "chorus-run: cannot record how rank " << exit.rank << " ended in " << dir << ": "
-                << (ec ? ec.message() : std::string(std::strerror(errno))) << "\n";
-      fs::remove(temp, ec);
-    }
+  try {
+    io::replace_file(path, format_exit_record(exit), /*durable=*/false,
+                     io::temporary_name(str_cat(dir, "/.", kPrefix, exit.rank), ".tmp-"));
+  } catch (const std::exception& e) {
+    std::cerr << "chorus-run: cannot record how rank " << exit.rank << " ended in " << dir << ": " << e.what() << "\n";
   }
   if (exit.signaled) {
     // End like the program: the same signal, so mpirun reports what really happened. No core

@@ -131,26 +131,31 @@ Data make_data(const TrainOptions& o) {
           str_cat("synthetic digits, ", train, " train / ", test, " held out")};
 }
 
-// --no-resume in a directory with checkpoints: they are moved into <dir>/replaced-<unix time>/
-// (never deleted), so that the fresh run neither overwrites them nor is refused by the manager.
-// Returns where they went, or nullopt when there was nothing to move.
-std::optional<std::string> move_old_checkpoints_aside(const std::string& dir) {
-  namespace fs = std::filesystem;
+// --no-resume: the earlier run's files move to <dir>/replaced-<unix time>/ (never deleted) — the
+// epoch checkpoints' and, into its backup/, the backup's — each by its own CheckpointManager
+// (CheckpointManagerOptions::start_over_into): only the files a manager owns move, and only once
+// it holds the directory's lock, so a directory a running job holds is refused before anything
+// moves. Returns the manager of the epoch checkpoints and prints where the files went.
+std::unique_ptr<train::CheckpointManager> start_over(train::Checkpoint& ckpt, const TrainOptions& o,
+                                                     std::ostream& out) {
+  const std::string to =
+      (std::filesystem::path(o.checkpoint_dir) / str_cat("replaced-", static_cast<std::int64_t>(std::time(nullptr))))
+          .string();
+  auto manager = std::make_unique<train::CheckpointManager>(
+      ckpt, o.checkpoint_dir, /*max_to_keep=*/3, train::CheckpointManagerOptions{.start_over_into = to});
+  std::size_t moved = manager->files_moved_aside();
+  const std::string backup_dir = o.checkpoint_dir + "/backup";
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
-  std::vector<fs::path> old;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name == "checkpoint" || name == "backup" || name.rfind("ckpt-", 0) == 0) old.push_back(entry.path());
+  if (std::filesystem::is_directory(backup_dir, ec)) {
+    train::Checkpoint none(std::vector<train::TrackableChild>{});
+    train::CheckpointManager backup(none, backup_dir, /*max_to_keep=*/1,
+                                    train::CheckpointManagerOptions{.start_over_into = to + "/backup"});
+    moved += backup.files_moved_aside();
   }
-  if (old.empty()) return std::nullopt;
-  const fs::path to = fs::path(dir) / str_cat("replaced-", static_cast<std::int64_t>(std::time(nullptr)));
-  io::create_directories(to.string());
-  for (const fs::path& p : old) {
-    fs::rename(p, to / p.filename(), ec);
-    if (ec) io::throw_errno(ec.value(), "--no-resume: cannot move the old checkpoint file aside", p.string());
-  }
-  return to.string();
+  if (moved > 0)
+    line(out, str_cat("--no-resume: the earlier checkpoints of ", o.checkpoint_dir, " (", moved, " file(s)) moved to ",
+                      to));
+  return manager;
 }
 
 }  // namespace
@@ -218,16 +223,12 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   int epochs_done = 0;
   phase = "restoring the checkpoint";
   if (!o.checkpoint_dir.empty()) {
-    if (!o.resume) {
-      if (chief) {
-        if (const auto moved = move_old_checkpoints_aside(o.checkpoint_dir))
-          line(out, str_cat("--no-resume: the earlier checkpoints of ", o.checkpoint_dir, " moved to ", *moved));
-      }
-      strategy.worker_barrier("chorus-train --no-resume");
-    }
     ckpt.reset(new train::Checkpoint{{"model", *net}, {"optimizer", net->optimizer()}});
-    manager = std::make_unique<train::CheckpointManager>(*ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
-    if (o.resume) {
+    if (!o.resume) {
+      manager = start_over(*ckpt, o, out);
+      strategy.worker_barrier("chorus-train --no-resume");
+    } else {
+      manager = std::make_unique<train::CheckpointManager>(*ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
       // Build the model first, so that the restore can be checked against every model variable:
       // a checkpoint of another model (other keys, another program's object graph) must not
       // "resume" into random weights.

@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include <chorus/core/distribution.h>
@@ -26,6 +27,16 @@ namespace chorus::summary {
 namespace {
 
 std::atomic<std::int64_t> g_writer_count{0};
+
+// The writer's count times 10^12 plus 12 random decimal digits: numerically (and, for the first
+// nine writers of a process, lexicographically) in creation order, as TF's counter is, but not
+// predictable.
+std::int64_t unpredictable_number() {
+  constexpr std::uint64_t kRandomRange = 1000000000000ULL;
+  std::random_device rd;
+  const std::uint64_t r = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) % kRandomRange;
+  return ++g_writer_count * static_cast<std::int64_t>(kRandomRange) + static_cast<std::int64_t>(r);
+}
 
 double now_seconds() {
   using namespace std::chrono;
@@ -129,12 +140,22 @@ SummaryWriter::SummaryWriter(const std::string& logdir, const SummaryWriterOptio
 
   io::create_directories(logdir);
   const std::int64_t seconds = static_cast<std::int64_t>(std::time(nullptr));
-  const std::int64_t n = ++g_writer_count;
   // "localhost" when the machine has no name, so that the file name keeps its five fields.
   const std::string host = host_name_or("localhost");
-  s.path =
-      (std::filesystem::path(logdir) / event_file_name(seconds, host, ::getpid(), n, options.filename_suffix)).string();
-  s.file = io::File::create_new(s.path);
+  // The last field is random (TF puts a process-wide counter there, which anyone able to create
+  // files in the log directory can predict and plant first, denying the logs). Created O_EXCL, so
+  // a name that exists is never reused: another draw.
+  for (int attempt = 0;; ++attempt) {
+    s.path = (std::filesystem::path(logdir) /
+              event_file_name(seconds, host, ::getpid(), unpredictable_number(), options.filename_suffix))
+                 .string();
+    try {
+      s.file = io::File::create_new(s.path);
+      break;
+    } catch (const AlreadyExistsError&) {
+      if (attempt == 7) throw;
+    }
+  }
 
   // The header, flushed at once (as TF's EventsWriter::Init), with integer-second wall_time.
   Event header;

@@ -124,7 +124,10 @@ class SummaryWriter {
 };
 
 // The file name a writer created now would use, without the directory (for docs and tests):
-// "events.out.tfevents.<seconds>.<hostname>.<pid>.<n><suffix>".
+// "events.out.tfevents.<seconds>.<hostname>.<pid>.<n><suffix>". A writer's `n` is its count in the
+// process times 10^12 plus 12 random digits: in creation order like TF's counter, but a name that
+// cannot be planted in advance to deny the logs (the file is created O_EXCL; a name taken is drawn
+// again).
 std::string event_file_name(std::int64_t unix_seconds, std::string_view hostname, std::int64_t pid, std::int64_t n,
                             std::string_view suffix = ".v2");
 

@@ -34,7 +34,17 @@ struct State {
   Variable b = make_variable({.initial_value = Tensor::zeros({kElements}, DType::kFloat64), .name = "b"});
 };
 
-// The child: resume, then save states n = step + 1, + 2, ... where every element of a and b is n.
+// State n: every element of a and b is n, and so is step; saved as ckpt-n by save() without a
+// number (the save counter numbers it, as in chorus-train), so a directory the kill left
+// inconsistent shows as a refused or misnumbered save.
+std::string save_state(CheckpointManager& manager, State& s, std::int64_t n) {
+  s.step.assign(Tensor::scalar<std::int64_t>(n));
+  s.a.assign(Tensor::full({kElements}, static_cast<double>(n)));
+  s.b.assign(Tensor::full({kElements}, static_cast<double>(n), DType::kFloat64));
+  return manager.save().value_or("");
+}
+
+// The child: resume, then save states n = step + 1, + 2, ...
 TEST(CrashChild, SaveLoop) {
   const char* dir = std::getenv(kDirEnv);
   if (dir == nullptr) GTEST_SKIP() << "run by CheckpointCrashTest only";
@@ -42,16 +52,10 @@ TEST(CrashChild, SaveLoop) {
   Checkpoint ckpt({{"step", s.step}, {"a", s.a}, {"b", s.b}});
   CheckpointManager manager(ckpt, dir, 2);
   manager.restore_or_initialize();
-  for (;;) {
-    const std::int64_t n = s.step.value().item<std::int64_t>() + 1;
-    s.step.assign(Tensor::scalar<std::int64_t>(n));
-    s.a.assign(Tensor::full({kElements}, static_cast<double>(n)));
-    s.b.assign(Tensor::full({kElements}, static_cast<double>(n), DType::kFloat64));
-    manager.save(n);
-  }
+  for (;;) save_state(manager, s, s.step.value().item<std::int64_t>() + 1);
 }
 
-TEST(CheckpointCrashTest, SigkillAtRandomMomentsNeverLeavesABrokenLatestCheckpoint) {
+TEST(CheckpointCrashTest, SigkillAtRandomMomentsNeverLeavesABrokenLatestCheckpointNorAWedgedDirectory) {
   testing::TempDir dir;
   std::mt19937 rng(12345);
   std::uniform_int_distribution<int> delay_ms(30, 400);
@@ -106,7 +110,21 @@ TEST(CheckpointCrashTest, SigkillAtRandomMomentsNeverLeavesABrokenLatestCheckpoi
       ASSERT_EQ(a[static_cast<std::size_t>(i)], static_cast<float>(n)) << "trial " << trial << " element " << i;
       ASSERT_EQ(b[static_cast<std::size_t>(i)], static_cast<double>(n)) << "trial " << trial << " element " << i;
     }
-    last = n;
+    // And the next save happens, numbered after it (a kill between a save's commit and its state
+    // write once wedged the directory: every rerun refused to save over the unrecorded one).
+    {
+      State t;
+      Checkpoint resumed({{"step", t.step}, {"a", t.a}, {"b", t.b}});
+      CheckpointManager manager(resumed, dir.path(), 2);
+      const auto from = manager.restore_or_initialize();
+      ASSERT_TRUE(from.has_value()) << "trial " << trial;
+      const std::int64_t m = t.step.value().item<std::int64_t>();
+      EXPECT_GE(m, n) << "trial " << trial << ": the manager resumed from an older checkpoint than the latest";
+      std::string saved;
+      ASSERT_NO_THROW(saved = save_state(manager, t, m + 1)) << "trial " << trial << ": resumed from " << *from;
+      EXPECT_EQ(saved, dir / ("ckpt-" + std::to_string(m + 1))) << "trial " << trial;
+      last = m + 1;
+    }
     ++restored;
   }
   EXPECT_GE(restored, 40) << "too few trials got as far as a first checkpoint to test anything";

@@ -194,6 +194,79 @@ TEST_F(CheckpointManagerHostileTest, AFreshRunNeverOverwritesEarlierCheckpoints)
   EXPECT_EQ(m.save(7), dir / "ckpt-7") << "an explicit number is the caller's choice, as in TF";
 }
 
+// Issue 40, 4: a kill between a save's commit and its state write left ckpt-3 complete on disk
+// with the state naming ckpt-2; every rerun resumed from ckpt-2 and then refused to save ckpt-3
+// ("would write 'ckpt-3' over an earlier one"), for ever. Reproduced by dropping ckpt-3 from the
+// state file, as the kill did.
+CheckpointState state_without_the_newest(const TempDir& dir) {
+  CheckpointState s = *read_checkpoint_state(dir.path());
+  s.all_model_checkpoint_paths.pop_back();
+  s.all_model_checkpoint_timestamps.pop_back();
+  s.model_checkpoint_path = s.all_model_checkpoint_paths.back();
+  return s;
+}
+
+void save_three(const TempDir& dir) {
+  Variable x = scalar_var("x", 0);
+  Checkpoint ckpt({{"x", x}});
+  CheckpointManager m(ckpt, dir.path(), 5);
+  for (int i = 1; i <= 3; ++i) {
+    x.assign(Tensor::scalar<std::int64_t>(i));
+    m.save();
+  }
+}
+
+TEST_F(CheckpointManagerHostileTest, ACompleteCheckpointTheStateDoesNotNameIsAdoptedAndTheNextSaveHappens) {
+  TempDir dir;
+  save_three(dir);
+  write_checkpoint_state(dir.path(), state_without_the_newest(dir));
+  ASSERT_EQ(latest_checkpoint(dir.path()), dir / "ckpt-2");
+  for (int run = 0; run < 2; ++run) {
+    Variable y = scalar_var("x", 0);
+    Checkpoint ckpt({{"x", y}});
+    CheckpointManager m(ckpt, dir.path(), 5);
+    EXPECT_EQ(m.restore_or_initialize(), dir / "ckpt-3") << "run " << run;
+    EXPECT_EQ(get(y), 3);
+    EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt-3") << "the state file now names it";
+    if (run == 1) {
+      EXPECT_EQ(m.save(), dir / "ckpt-4");
+      EXPECT_EQ(m.checkpoints(),
+                (std::vector<std::string>{dir / "ckpt-1", dir / "ckpt-2", dir / "ckpt-3", dir / "ckpt-4"}));
+    }
+  }
+}
+
+TEST_F(CheckpointManagerHostileTest, ADamagedCheckpointTheStateDoesNotNameIsMovedAsideAndTheNextSaveHappens) {
+  TempDir dir;
+  save_three(dir);
+  write_checkpoint_state(dir.path(), state_without_the_newest(dir));
+  std::string bytes = testing::slurp(data_filename(dir / "ckpt-3"));
+  bytes[0] ^= 1;
+  testing::spit(data_filename(dir / "ckpt-3"), bytes);
+  Variable y = scalar_var("x", 0);
+  Checkpoint ckpt({{"x", y}});
+  CheckpointManager m(ckpt, dir.path(), 5);
+  EXPECT_EQ(m.restore_or_initialize(), dir / "ckpt-2");
+  EXPECT_EQ(get(y), 2);
+  EXPECT_EQ(m.save(), dir / "ckpt-3") << "the number is free again: the damaged files were moved aside";
+  int aside = 0;
+  for (const std::string& name : dir.list()) aside += name.rfind("ckpt-3.corrupt-", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(aside, 2) << "kept under another name, never deleted";
+}
+
+TEST_F(CheckpointManagerHostileTest, AFifoOrDevicePlantedAtACheckpointsNameIsRefusedNotReplaced) {
+  TempDir dir;
+  Variable x = scalar_var("x", 1);
+  Checkpoint ckpt({{"x", x}});
+  CheckpointManager m(ckpt, dir.path(), 3);
+  ASSERT_EQ(::mkfifo(index_filename(dir / "ckpt-1").c_str(), 0644), 0);
+  const std::string msg = message_of<FailedPreconditionError>([&] { ckpt.write(dir / "ckpt-1"); });
+  EXPECT_NE(msg.find("a FIFO"), std::string::npos) << msg;
+  EXPECT_TRUE(fs::is_fifo(index_filename(dir / "ckpt-1")));
+  for (const std::string& name : dir.list())
+    EXPECT_EQ(name.find(".tempstate"), std::string::npos) << name << ": a temporary was left behind";
+}
+
 TEST_F(CheckpointManagerHostileTest, ReadersRefuseWhatIsNotARegularFile) {
   TempDir dir;
   ASSERT_EQ(::mkfifo(dir.str("fifo").c_str(), 0644), 0);

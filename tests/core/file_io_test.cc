@@ -38,9 +38,9 @@ TEST(ReplaceFile, WritesThenReplacesLeavingNoTemporary) {
 TEST(ReplaceFile, APlantedLinkAtTheTemporaryIsRefusedAndItsTargetUntouched) {
   TempDir dir;
   replace_file(dir / "victim", "mine");
-  const std::string tmp = dir / ("f.tmp" + std::to_string(::getpid()));
+  const std::string tmp = dir / "f.tmp-planted";  // a caller's own temporary name, planted first
   std::filesystem::create_symlink(dir / "victim", tmp);
-  EXPECT_THROW(replace_file(dir / "f", "evil"), Error);
+  EXPECT_THROW(replace_file(dir / "f", "evil", /*durable=*/false, tmp), Error);
   EXPECT_EQ(slurp(dir / "victim"), "mine");
   EXPECT_TRUE(std::filesystem::is_symlink(tmp));  // not ours: left alone
   EXPECT_FALSE(std::filesystem::exists(dir / "f"));

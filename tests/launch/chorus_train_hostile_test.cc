@@ -4,11 +4,13 @@
 // the last good checkpoint. Label: hostile. Each test failed on the code before.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "tests/launch/tool_runner.h"
 #include <chorus/checkpoint/checkpoint.h>
@@ -133,6 +135,104 @@ TEST(ChorusTrainHostile, ABackupOlderThanTheEpochCheckpointsIsMovedAsideNotResto
   EXPECT_THAT(r.out, HasSubstr("Resumed from"));
   EXPECT_TRUE(fs::exists(dir.path / "ckpt-2.index")) << r.out;
   EXPECT_FALSE(fs::exists(dir.path / "ckpt-3.index")) << "the stale backup's epoch was trained again";
+}
+
+// Issue 40, 1: CHORUS_TIMELINE=/dev/full made /dev/full a 12 KB regular file (and as root,
+// /dev/null would have been replaced). A FIFO stands in for the device: the same rename replaced it.
+TEST(ChorusTrainHostile, ATimelinePathThatIsAFifoOrDeviceIsRefusedAndLeftAsItWas) {
+  ScratchDir dir;
+  fs::create_directories(dir.path);
+  const fs::path fifo = dir.path / "trace.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("CHORUS_TIMELINE=" + fifo.string());
+  const auto r = run_tool({kTool, "--model", "mlp", "--epochs", "1", "--train", "64", "--test", "32", "--batch", "32",
+                           "--quiet"},
+                          env);
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("CHORUS_TIMELINE"));
+  EXPECT_THAT(r.err, HasSubstr("is a FIFO (named pipe), not a regular file"));
+  EXPECT_TRUE(fs::is_fifo(fifo)) << "replaced by a regular file";
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator{}), 1) << "a temporary was left";
+}
+
+// Issue 40, 4: a kill between ckpt-3's commit and the state write left the state naming ckpt-2;
+// every rerun resumed from ckpt-2, trained epoch 3 and failed: "this save would write 'ckpt-3'
+// over an earlier one". Reproduced deterministically by taking ckpt-3's lines out of the state.
+TEST(ChorusTrainHostile, ACheckpointTheStateFileDoesNotNameIsAdoptedAndTheRunGoesOn) {
+  ScratchDir dir;
+  auto r = run_tool(train_args(dir.path, "mlp", "3"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string state, kept;
+  {
+    std::ifstream f(dir.path / "checkpoint");
+    state.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::istringstream lines(state);
+  int timestamps = 0;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("model_checkpoint_path", 0) == 0) {
+      l = "model_checkpoint_path: \"ckpt-2\"";
+    } else if (l.find("ckpt-3") != std::string::npos) {
+      continue;
+    } else if (l.rfind("all_model_checkpoint_timestamps", 0) == 0 && ++timestamps == 3) {
+      continue;  // ckpt-3's, the last of three
+    }
+    kept += l + "\n";
+  }
+  {
+    std::ofstream f(dir.path / "checkpoint", std::ios::trunc);
+    f << kept;
+  }
+  r = run_tool(train_args(dir.path, "mlp", "5"));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("adopted"));
+  EXPECT_THAT(r.out, HasSubstr("3 epoch(s) done, 2 to go"));
+  EXPECT_TRUE(fs::exists(dir.path / "ckpt-5.index")) << r.out << r.err;
+}
+
+// Issue 40, 5: --no-resume moved a user's backup/thesis.tex and ckpt-notes.txt, and a second
+// process's --no-resume moved a running job's files (its in-flight temporary too) before it
+// looked at the lock.
+TEST(ChorusTrainHostile, NoResumeMovesOnlyTheManagersFilesAndNeverARunningJobs) {
+  ScratchDir dir;
+  auto r = run_tool(train_args(dir.path, "mlp", "1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  fs::create_directories(dir.path / "backup");
+  { std::ofstream(dir.path / "backup" / "thesis.tex") << "chapter 1"; }
+  { std::ofstream(dir.path / "ckpt-notes.txt") << "lr 1e-3 was best"; }
+  {
+    // Another job holds the directory (its CheckpointManager's lock).
+    Variable x = make_variable({.initial_value = Tensor::scalar<std::int64_t>(0), .name = "x", .trainable = false});
+    train::Checkpoint other({{"x", x}});
+    train::CheckpointManager running(other, dir.path.string(), 3);
+    auto args = train_args(dir.path, "mlp", "1");
+    args.push_back("--no-resume");
+    r = run_tool(args);
+    EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("another CheckpointManager is active"));
+    EXPECT_TRUE(fs::exists(dir.path / "ckpt-1.index")) << "the running job's files were moved";
+    for (const auto& e : fs::directory_iterator(dir.path))
+      EXPECT_NE(e.path().filename().string().rfind("replaced-", 0), 0u) << "something was moved before the lock";
+  }
+  auto args = train_args(dir.path, "mlp", "1");
+  args.push_back("--no-resume");
+  r = run_tool(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("--no-resume: the earlier checkpoints of"));
+  EXPECT_TRUE(fs::exists(dir.path / "backup" / "thesis.tex")) << "a user's file in backup/ was moved";
+  EXPECT_TRUE(fs::exists(dir.path / "ckpt-notes.txt")) << "a user's file named ckpt-* was moved";
+  EXPECT_TRUE(fs::exists(dir.path / "ckpt-1.index")) << "the fresh run's own checkpoint";
+  int replaced = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) {
+    if (e.path().filename().string().rfind("replaced-", 0) != 0) continue;
+    ++replaced;
+    EXPECT_TRUE(fs::exists(e.path() / "ckpt-1.index"));
+    EXPECT_TRUE(fs::exists(e.path() / "checkpoint"));
+    EXPECT_FALSE(fs::exists(e.path() / "ckpt-notes.txt"));
+  }
+  EXPECT_EQ(replaced, 1);
 }
 
 }  // namespace
