@@ -17,16 +17,16 @@ void check_batch_structure(const char* op, const std::vector<Element>& rows, boo
   const Element& first = rows.at(0);
   const auto spec = [](const Tensor& t) { return str_cat(t.shape().to_string(), " ", dtype_name(t.dtype())); };
   for (std::size_t r = 1; r < rows.size(); ++r) {
-    CHORUS_REQUIRE(rows[r].size() == first.size(), InvalidArgumentError, op, ": element ", r,
-                   " of the batch has ", rows[r].size(), " components but element 0 has ", first.size(),
+    CHORUS_REQUIRE(rows[r].size() == first.size(), InvalidArgumentError, op, ": element ", r, " of the batch has ",
+                   rows[r].size(), " components but element 0 has ", first.size(),
                    "; all elements of a batch must have the same components");
     for (std::size_t c = 0; c < first.size(); ++c) {
       const Tensor& a = first[c];
       const Tensor& b = rows[r][c];
-      const bool ok = b.dtype() == a.dtype() &&
-                      (same_shape ? b.shape() == a.shape() : b.shape().rank() == a.shape().rank());
-      CHORUS_REQUIRE(ok, InvalidArgumentError, op, ": component ", c, " of element ", r, " of the batch is ",
-                     spec(b), " but element 0's is ", spec(a),
+      const bool ok =
+          b.dtype() == a.dtype() && (same_shape ? b.shape() == a.shape() : b.shape().rank() == a.shape().rank());
+      CHORUS_REQUIRE(ok, InvalidArgumentError, op, ": component ", c, " of element ", r, " of the batch is ", spec(b),
+                     " but element 0's is ", spec(a),
                      same_shape ? "; batch needs the same dtype and shape in every element (padded_batch pads "
                                   "shapes that differ)"
                                 : "; elements may differ only in the sizes of their dimensions");

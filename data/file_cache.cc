@@ -281,9 +281,9 @@ class FileCacheDataset::It final : public IteratorBase {
   std::unique_ptr<TFRecordWriter> writer_;
   std::string tmp_;
   std::uint64_t bytes_ = 0, count_ = 0;
-  std::string resumed_from_;  // the saved temporary file this pass resumed from
-  bool saved_ = false;        // a state names tmp_: keep it if this iterator ends early
-  bool passthrough_ = false;  // restored without a usable temporary file, or a write failed: write nothing
+  std::string resumed_from_;        // the saved temporary file this pass resumed from
+  bool saved_ = false;              // a state names tmp_: keep it if this iterator ends early
+  bool passthrough_ = false;        // restored without a usable temporary file, or a write failed: write nothing
   std::optional<Element> pending_;  // read from the input, its write failed: returned by the next call
 };
 

@@ -183,9 +183,10 @@ void check_compression_level(const TFRecordOptions& options, const std::string& 
 }  // namespace
 
 TFRecordWriter::TFRecordWriter(std::string path, TFRecordOptions options)
-    : TFRecordWriter(path, (check_compression_level(options, path),
-                            internal::open_file(path, "wb", "cannot create TFRecord file")),
-                     options) {}
+    : TFRecordWriter(
+          path,
+          (check_compression_level(options, path), internal::open_file(path, "wb", "cannot create TFRecord file")),
+          options) {}
 
 TFRecordWriter TFRecordWriter::create_new(std::string path, TFRecordOptions options) {
   check_compression_level(options, path);
@@ -300,12 +301,15 @@ void TFRecordReader::throw_compressed_truncated(const char* what) {
 
 void TFRecordReader::check_ceiling(std::uint64_t length) const {
   if (length <= max_record_bytes_) return;
-  throw ResourceExhaustedError(str_cat(
-      "record at offset ", offset_, " in ", path_, " is ", length, " bytes long (its length CRC holds), more than "
-      "TFRecordOptions::max_record_bytes = ", max_record_bytes_,
-      max_record_bytes_ % (1 << 20) == 0 ? str_cat(" (", max_record_bytes_ >> 20, " MiB)") : std::string(),
-      "; nothing was allocated for it. If the data set's records really are this large, raise the ceiling: "
-      "TFRecordOptions{.max_record_bytes = ", length, "} or more"));
+  throw ResourceExhaustedError(
+      str_cat("record at offset ", offset_, " in ", path_, " is ", length,
+              " bytes long (its length CRC holds), more than "
+              "TFRecordOptions::max_record_bytes = ",
+              max_record_bytes_,
+              max_record_bytes_ % (1 << 20) == 0 ? str_cat(" (", max_record_bytes_ >> 20, " MiB)") : std::string(),
+              "; nothing was allocated for it. If the data set's records really are this large, raise the ceiling: "
+              "TFRecordOptions{.max_record_bytes = ",
+              length, "} or more"));
 }
 
 std::optional<std::string> TFRecordReader::read_compressed() {

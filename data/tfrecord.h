@@ -151,8 +151,8 @@ void write_tfrecord_file(const std::string& path, const std::vector<std::string>
 // it back into bytes). Cardinality unknown. Files are opened when the iterator reaches them
 // (NotFoundError from next()). After a DataLossError, or a ResourceExhaustedError for a record
 // over options.max_record_bytes, the iterator continues with the next file: the rest of a file
-// with a broken frame cannot be located (each such error is thrown once, never silently). State: file index and byte offset.
-// `options`: TFRecordDataset's compression_type, the same for every file.
+// with a broken frame cannot be located (each such error is thrown once, never silently). State: file index and byte
+// offset. `options`: TFRecordDataset's compression_type, the same for every file.
 Dataset tfrecord_dataset(std::vector<std::string> filenames, TFRecordOptions options = {});
 // The bytes of a record tensor (uint8, rank 1).
 std::string record_string(const Tensor& record);

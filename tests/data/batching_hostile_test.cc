@@ -17,9 +17,8 @@ using testing::values;
 
 // range(0, 20) with element 0 empty, the others (x).
 Dataset first_empty() {
-  return Dataset::range(20).map([](const Element& e) {
-    return e[0].to_vector<std::int64_t>()[0] == 0 ? Element{} : Element{e[0]};
-  });
+  return Dataset::range(20).map(
+      [](const Element& e) { return e[0].to_vector<std::int64_t>()[0] == 0 ? Element{} : Element{e[0]}; });
 }
 
 std::string error_of(Iterator it) {
@@ -50,8 +49,7 @@ TEST(BatchingHostile, AMismatchNamesTheElementTheComponentAndBothSpecs) {
   Dataset extra = Dataset::range(8).map([](const Element& e) {
     return e[0].to_vector<std::int64_t>()[0] == 3 ? Element{e[0], e[0]} : Element{e[0]};
   });
-  expect_has(error_of(extra.batch(4).make_iterator()),
-             {"element 3 of the batch has 2 components but element 0 has 1"});
+  expect_has(error_of(extra.batch(4).make_iterator()), {"element 3 of the batch has 2 components but element 0 has 1"});
   // Element 2 of the second batch (overall 6) is float32 [2] where element 0 is int64 [].
   Dataset mixed = Dataset::range(8).map([](const Element& e) {
     return e[0].to_vector<std::int64_t>()[0] == 6 ? Element{Tensor::zeros(Shape{2}, DType::kFloat32)} : Element{e[0]};

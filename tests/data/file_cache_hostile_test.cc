@@ -190,8 +190,7 @@ TEST(FileCacheHostile, LinksPlantedAtTheTemporaryNamesAreNeverWrittenThrough) {
   TempDir dir;
   const std::string victim = dir / "victim", cache = dir / "cache";
   spit(victim, "precious");
-  for (int n = 0; n < 4096; ++n)
-    fs::create_symlink(victim, str_cat(cache, ".tmp-", ::getpid(), "-", n));
+  for (int n = 0; n < 4096; ++n) fs::create_symlink(victim, str_cat(cache, ".tmp-", ::getpid(), "-", n));
   EXPECT_EQ(values(source().cache(cache)), (V{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(slurp(victim), "precious") << "the link's target was written through";
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(cache))) << "the cache is a link";
@@ -258,9 +257,7 @@ Outcome drain(Iterator it, int calls = 1000) {
 }
 
 // No cache and no temporary file is left behind: only `keep` is in the directory.
-void expect_nothing_left(const TempDir& dir, const std::vector<std::string>& keep = {}) {
-  EXPECT_EQ(dir.list(), keep);
-}
+void expect_nothing_left(const TempDir& dir, const std::vector<std::string>& keep = {}) { EXPECT_EQ(dir.list(), keep); }
 
 TEST(FileCacheHostile, AFullDiskFailsThePassOnceAndNoElementIsLost) {
   for (bool prefetch : {false, true}) {

@@ -196,9 +196,7 @@ TEST(ReadersHostile, AGzipRecordOverTheDefaultCeilingIsRefusedBeforeAllocation) 
   write_gzip_stream(path, record_header(length), length, zeros_footer(length));
   const TFRecordOptions gzip{.compression = TFRecordCompression::kGzip};
   std::string msg;
-  expect_no_memory_growth([&] {
-    msg = error_of<ResourceExhaustedError>([&] { read_tfrecord_file(path, gzip); });
-  });
+  expect_no_memory_growth([&] { msg = error_of<ResourceExhaustedError>([&] { read_tfrecord_file(path, gzip); }); });
   expect_has(msg, {"RESOURCE_EXHAUSTED", "offset 0", path, "314572800 bytes",
                    "TFRecordOptions::max_record_bytes = 268435456 (256 MiB)", ".max_record_bytes = 314572800"});
   // A reader stays at the record: reading again refuses again, without allocating either.
@@ -218,9 +216,8 @@ TEST(ReadersHostile, ALoweredCeilingRefusesTheRecordAndNamesItself) {
   write_gzip_stream(path, record_header(length), length, zeros_footer(length));
   std::string msg;
   expect_no_memory_growth([&] {
-    msg = error_of<ResourceExhaustedError>([&] {
-      read_tfrecord_file(path, {.compression = TFRecordCompression::kGzip, .max_record_bytes = 100000});
-    });
+    msg = error_of<ResourceExhaustedError>(
+        [&] { read_tfrecord_file(path, {.compression = TFRecordCompression::kGzip, .max_record_bytes = 100000}); });
   });
   expect_has(msg, {"209715200 bytes", "TFRecordOptions::max_record_bytes = 100000;"});
 }

@@ -89,8 +89,9 @@ std::string inflate_independently(std::string_view file, bool gzip, std::size_t 
 int fuzz_compressed(std::string_view in, bool gzip) {
   using chorus::data::TFRecordCompression;
   // A ceiling below the oracle's 64 MiB cap, so that records over it are exercised too.
-  const chorus::data::TFRecordOptions options{.compression = gzip ? TFRecordCompression::kGzip : TFRecordCompression::kZlib,
-                                              .max_record_bytes = std::uint64_t{16} << 20};
+  const chorus::data::TFRecordOptions options{
+      .compression = gzip ? TFRecordCompression::kGzip : TFRecordCompression::kZlib,
+      .max_record_bytes = std::uint64_t{16} << 20};
   const std::string& path = chorus::fuzz::scratch_file().hold(in);
   std::string framed;  // the records read, framed again
   std::vector<std::uint64_t> offsets;
