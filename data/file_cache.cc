@@ -180,9 +180,14 @@ class FileCacheDataset::It final : public IteratorBase {
       return;
     }
     const auto bytes = state.get_tensor(prefix + "file_cache.tmp").to_vector<std::uint8_t>();
-    resume_writing(std::string(bytes.begin(), bytes.end()),
-                   static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.bytes")),
-                   static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.count")));
+    try {
+      resume_writing(std::string(bytes.begin(), bytes.end()),
+                     static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.bytes")),
+                     static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.count")));
+    } catch (...) {
+      abandon_writing();  // thrown once from restore; the restored pass then goes on uncached
+      throw;
+    }
   }
 
  private:
