@@ -11,6 +11,31 @@ namespace chorus::data {
 using chorus::internal::str_cat;
 using internal::input_prefix;
 
+namespace internal {
+
+void check_batch_structure(const char* op, const std::vector<Element>& rows, bool same_shape) {
+  const Element& first = rows.at(0);
+  const auto spec = [](const Tensor& t) { return str_cat(t.shape().to_string(), " ", dtype_name(t.dtype())); };
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    CHORUS_REQUIRE(rows[r].size() == first.size(), InvalidArgumentError, op, ": element ", r, " of the batch has ",
+                   rows[r].size(), " components but element 0 has ", first.size(),
+                   "; all elements of a batch must have the same components");
+    for (std::size_t c = 0; c < first.size(); ++c) {
+      const Tensor& a = first[c];
+      const Tensor& b = rows[r][c];
+      const bool ok =
+          b.dtype() == a.dtype() && (same_shape ? b.shape() == a.shape() : b.shape().rank() == a.shape().rank());
+      CHORUS_REQUIRE(ok, InvalidArgumentError, op, ": component ", c, " of element ", r, " of the batch is ", spec(b),
+                     " but element 0's is ", spec(a),
+                     same_shape ? "; batch needs the same dtype and shape in every element (padded_batch pads "
+                                  "shapes that differ)"
+                                : "; elements may differ only in the sizes of their dimensions");
+    }
+  }
+}
+
+}  // namespace internal
+
 namespace {
 
 using PaddedShape = std::vector<std::int64_t>;
@@ -79,6 +104,7 @@ class PaddedBatchDataset final : public DatasetBase {
 
  private:
   Element pad(const std::vector<Element>& rows, const std::string& device) const {
+    internal::check_batch_structure("padded_batch", rows, /*same_shape=*/false);
     const std::size_t ncomp = rows[0].size();
     CHORUS_REQUIRE(!shapes_ || shapes_->size() == ncomp, InvalidArgumentError, "padded_batch: ", shapes_->size(),
                    " padded_shapes for elements of ", ncomp, " components");
@@ -89,15 +115,6 @@ class PaddedBatchDataset final : public DatasetBase {
       const Tensor& first = rows[0][c];
       const int rank = first.shape().rank();
       const DType dtype = first.dtype();
-      for (std::size_t r = 0; r < rows.size(); ++r) {
-        CHORUS_REQUIRE(rows[r].size() == ncomp, InvalidArgumentError, "padded_batch: element ", r, " has ",
-                       rows[r].size(), " components, element 0 has ", ncomp);
-        const Tensor& t = rows[r][c];
-        CHORUS_REQUIRE(t.shape().rank() == rank && t.dtype() == dtype, InvalidArgumentError, "padded_batch: component ",
-                       c, " of element ", r, " is ", t.shape().to_string(), " ", dtype_name(t.dtype()),
-                       " but element 0's is ", first.shape().to_string(), " ", dtype_name(dtype),
-                       "; elements may differ only in the sizes of their dimensions");
-      }
       // The padded shape: fixed dimensions as given, -1 (or no padded_shapes) the batch's largest.
       std::vector<std::int64_t> padded(static_cast<std::size_t>(rank), -1);
       if (shapes_) {

@@ -122,7 +122,12 @@ bool cache_file_exists(const std::string& path) {
 }
 
 CacheFileReader::CacheFileReader(const std::string& path, std::string device)
-    : path_(path), device_(std::move(device)), reader_((cache_file_exists(path), path)) {
+    // No max_record_bytes: chorus wrote these records, one per element, and an element may be
+    // large; TFRecordReader bounds each length by the file's real size, and a record grows only
+    // as its bytes arrive.
+    : path_(path),
+      device_(std::move(device)),
+      reader_((cache_file_exists(path), path), TFRecordOptions{.max_record_bytes = UINT64_MAX}) {
   const std::uint64_t size = reader_.file_size();
   auto header = reader_.read();
   if (!header || *header != kCacheHeader)

@@ -5,14 +5,21 @@
 // leaves a file a later pass would read. A writing iterator's state names its temporary file and
 // how many bytes of it are valid; restoring copies those records into a new temporary file (so the
 // saved iterator, if it goes on, and the restored one never write the same file) and continues.
+//
+// The temporary's name ends in 64 random bits and it is created O_EXCL | O_NOFOLLOW: a link
+// planted beside the cache is never written through, and nobody can deny the cache by planting
+// files at the names it will use. A write that fails (full disk, a directory that is missing or
+// read-only) is thrown once; the pass then goes on uncached — the element that was not written is
+// the next one returned — and leaves no file behind.
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include <chorus/core/error.h>
+#include <chorus/core/logging.h>
 #include <chorus/data/cache_file_internal.h>
 #include <chorus/data/dataset.h>
 #include <chorus/data/internal.h>
@@ -24,9 +31,13 @@ using internal::input_prefix;
 
 namespace {
 
+// "<filename>.tmp-<pid>-<16 random hex digits>".
 std::string temporary_name(const std::string& filename) {
-  static std::atomic<std::uint64_t> counter{0};
-  return str_cat(filename, ".tmp-", ::getpid(), "-", counter.fetch_add(1));
+  std::random_device rd;
+  const std::uint64_t r = std::uint64_t{rd()} << 32 ^ rd();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  return str_cat(filename, ".tmp-", ::getpid(), "-", hex);
 }
 
 Tensor string_tensor(const std::string& s) {
@@ -71,8 +82,19 @@ class FileCacheDataset::It final : public IteratorBase {
       if (!e) done_ = true;
       return e;
     }
+    if (pending_) {  // the element whose write failed: the error went out, the element goes now
+      std::optional<Element> e = std::move(pending_);
+      pending_.reset();
+      return e;
+    }
     if (!in_) in_ = ds_->input_->make_iterator();
-    if (!writer_ && !passthrough_) start_writing();
+    if (!writer_ && !passthrough_) {
+      try {
+        start_writing();
+      } catch (const Error& err) {
+        write_failed(err, "cannot start");
+      }
+    }
     std::optional<Element> e;
     try {
       e = in_->next();
@@ -81,11 +103,24 @@ class FileCacheDataset::It final : public IteratorBase {
       throw;
     }
     if (!e) {
-      finish_writing();
-      done_ = true;
+      done_ = true;  // set first: a failure to finish is thrown once, then the pass has ended
+      if (writer_) {
+        try {
+          finish_writing();
+        } catch (const Error& err) {
+          write_failed(err, "cannot finish");
+        }
+      }
       return std::nullopt;
     }
-    if (writer_) write(internal::encode_cache_element(*e));
+    if (writer_) {
+      try {
+        write(internal::encode_cache_element(*e));
+      } catch (const Error& err) {
+        pending_ = std::move(e);
+        write_failed(err, "cannot write");
+      }
+    }
     return e;
   }
 
@@ -93,6 +128,8 @@ class FileCacheDataset::It final : public IteratorBase {
     state.set_int(prefix + "file_cache.reading", reading_);
     state.set_int(prefix + "file_cache.done", done_);
     if (done_) return;
+    state.set_int(prefix + "file_cache.pending", pending_.has_value());
+    if (pending_) internal::save_element(state, prefix + "file_cache.pending_element", *pending_);
     if (reading_) {
       if (!reader_) reader_ = std::make_unique<internal::CacheFileReader>(ds_->filename_, device_);
       state.set_int(prefix + "file_cache.offset", static_cast<std::int64_t>(reader_->offset()));
@@ -100,7 +137,13 @@ class FileCacheDataset::It final : public IteratorBase {
       return;
     }
     if (!in_) in_ = ds_->input_->make_iterator();
-    if (!writer_ && !passthrough_) start_writing();
+    if (!writer_ && !passthrough_) {
+      try {
+        start_writing();
+      } catch (const Error& err) {
+        write_failed(err, "cannot start");
+      }
+    }
     in_->save(state, input_prefix(prefix));
     state.set_int(prefix + "file_cache.writing", writer_ != nullptr);
     if (writer_) {
@@ -126,6 +169,10 @@ class FileCacheDataset::It final : public IteratorBase {
       reader_->seek(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(read));
       return;
     }
+    pending_.reset();
+    // States saved before the key existed have no pending element.
+    if (state.has_int(prefix + "file_cache.pending") && state.get_int(prefix + "file_cache.pending") != 0)
+      pending_ = internal::load_element(state, prefix + "file_cache.pending_element");
     in_ = ds_->input_->make_iterator();
     in_->restore(state, input_prefix(prefix));
     if (state.get_int(prefix + "file_cache.writing") == 0) {
@@ -133,15 +180,29 @@ class FileCacheDataset::It final : public IteratorBase {
       return;
     }
     const auto bytes = state.get_tensor(prefix + "file_cache.tmp").to_vector<std::uint8_t>();
-    resume_writing(std::string(bytes.begin(), bytes.end()),
-                   static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.bytes")),
-                   static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.count")));
+    try {
+      resume_writing(std::string(bytes.begin(), bytes.end()),
+                     static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.bytes")),
+                     static_cast<std::uint64_t>(state.get_int(prefix + "file_cache.count")));
+    } catch (...) {
+      abandon_writing();  // thrown once from restore; the restored pass then goes on uncached
+      throw;
+    }
   }
 
  private:
   void start_writing() {
-    tmp_ = temporary_name(ds_->filename_);
-    writer_ = std::make_unique<TFRecordWriter>(tmp_);
+    // A name taken (by chance, or by someone planting files) is not ours to touch: another name.
+    for (int attempt = 0;; ++attempt) {
+      tmp_ = temporary_name(ds_->filename_);
+      try {
+        writer_ = std::make_unique<TFRecordWriter>(TFRecordWriter::create_new(tmp_));
+        break;
+      } catch (const AlreadyExistsError&) {
+        if (attempt == 15) throw;
+      }
+    }
+    saved_ = false;
     bytes_ = count_ = 0;
     write(std::string(internal::kCacheHeader));
     count_ = 0;
@@ -158,10 +219,23 @@ class FileCacheDataset::It final : public IteratorBase {
     }
     passthrough_ = true;
   }
+  // A write to the cache failed (`err`: the OS's error, typed — ResourceExhaustedError for a full
+  // disk, NotFoundError / PermissionDeniedError for the directory). Thrown once, with the same
+  // class; the pass goes on uncached and nothing of it is left on disk.
+  [[noreturn]] void write_failed(const Error& err, const char* what) {
+    abandon_writing();
+    const std::string msg =
+        str_cat("cache(\"", ds_->filename_, "\"): ", what, " the cache file: ", err.message(),
+                done_ ? "; the input has ended and no cache file was made (a later pass tries again)"
+                      : "; this pass goes on uncached: no element is lost (the next call returns the one not "
+                        "written) and no cache file is made (a later pass tries again)");
+    CHORUS_LOG(WARNING) << msg;
+    throw_error(err.code(), msg);
+  }
   void finish_writing() {
     if (!writer_) return;
     writer_->write(internal::encode_cache_footer(count_, bytes_));
-    writer_->close();
+    writer_->close();  // the buffered bytes go out here: a full disk may show only now
     writer_.reset();
     if (std::rename(tmp_.c_str(), ds_->filename_.c_str()) != 0) {
       const int err = errno;
@@ -183,7 +257,7 @@ class FileCacheDataset::It final : public IteratorBase {
       passthrough_ = true;
       return;
     }
-    TFRecordReader old(old_tmp);
+    TFRecordReader old(old_tmp, TFRecordOptions{.max_record_bytes = UINT64_MAX});  // as CacheFileReader
     start_writing();
     auto header = old.read();
     if (!header || *header != internal::kCacheHeader)
@@ -212,9 +286,10 @@ class FileCacheDataset::It final : public IteratorBase {
   std::unique_ptr<TFRecordWriter> writer_;
   std::string tmp_;
   std::uint64_t bytes_ = 0, count_ = 0;
-  std::string resumed_from_;  // the saved temporary file this pass resumed from
-  bool saved_ = false;        // a state names tmp_: keep it if this iterator ends early
-  bool passthrough_ = false;  // restored without a usable temporary file: write nothing
+  std::string resumed_from_;        // the saved temporary file this pass resumed from
+  bool saved_ = false;              // a state names tmp_: keep it if this iterator ends early
+  bool passthrough_ = false;        // restored without a usable temporary file, or a write failed: write nothing
+  std::optional<Element> pending_;  // read from the input, its write failed: returned by the next call
 };
 
 std::unique_ptr<IteratorBase> FileCacheDataset::make_iterator() const {

@@ -27,6 +27,11 @@ inline std::int64_t batched_cardinality(std::int64_t n, std::int64_t batch, bool
   return drop_remainder ? n / batch : (n + batch - 1) / batch;
 }
 
+// batch / padded_batch: InvalidArgumentError unless every element of `rows` has as many
+// components as rows[0], each of the same dtype and rank (and, with same_shape, the same shape).
+// The message names the element's index in the batch, the component, and both values.
+void check_batch_structure(const char* op, const std::vector<Element>& rows, bool same_shape);
+
 // SplitMix64 (Steele, Lea, Flood 2014): the state advances by a constant and the output is a
 // bijective mix of it, so the whole generator state is one uint64 (saved as an int64) and the
 // numbers are the same on every machine. Used by shuffle and synthetic_digits.
@@ -61,11 +66,18 @@ void save_error(IteratorState& state, const std::string& key, const std::excepti
 std::exception_ptr load_error(const IteratorState& state, const std::string& key);
 
 // Files (data/stdio_file.h), and OS errors as typed exceptions naming the path (ENOENT/ENOTDIR →
-// NotFoundError, EACCES/EPERM/EROFS → PermissionDeniedError, else UnknownError with strerror).
+// NotFoundError, EACCES/EPERM/EROFS → PermissionDeniedError, ENOSPC/EDQUOT/EFBIG →
+// ResourceExhaustedError, else UnknownError with strerror).
 using File = StdioFile;
 [[noreturn]] void throw_file_error(int err, const std::string& what, const std::string& path);
-// fopen that throws as above; `what` starts the message ("cannot open IDX file").
+// fopen that throws as above; `what` starts the message ("cannot open IDX file"). Reading goes
+// through io::File::open_for_read (a FIFO, directory or device is refused). Writing ("wb")
+// truncates `path`, following a symlink there: for files the user names, never for temporaries.
 File open_file(const std::string& path, const char* mode, const std::string& what);
+// Creates `path` for writing with O_CREAT | O_EXCL | O_NOFOLLOW (io::File::create_new): nothing
+// planted there — a file, a symlink — is ever followed or truncated (AlreadyExistsError). Every
+// temporary file data/ writes is made by this.
+File create_new_file(const std::string& path, const std::string& what);
 // The whole file.
 std::vector<std::uint8_t> read_file(const std::string& path, const std::string& what);
 

@@ -23,6 +23,23 @@ std::string hex(std::uint32_t v) {
   return buf;
 }
 
+// The product of an IDX header's dimensions, refused (DataLossError) as soon as it would pass the
+// file's `size` bytes — so it cannot overflow. A dimension of 0 makes it 0 wherever it stands:
+// a 300x0x0 header is 300 empty images in 0 data bytes, a valid file (numpy reads such a buffer
+// as an array of shape (300, 0, 0), and TF's tensors allow it too).
+std::uint64_t idx_element_count(const std::vector<std::uint64_t>& dims, std::uint64_t size, const std::string& path) {
+  for (std::uint64_t n : dims)
+    if (n == 0) return 0;
+  std::uint64_t count = 1;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    CHORUS_REQUIRE(count <= size / dims[d], DataLossError, "IDX file ", path,
+                   ": its header promises more elements than the file's ", size, " bytes hold (dimension ", d, " is ",
+                   dims[d], ", the product of the dimensions up to it more than ", size, ")");
+    count *= dims[d];
+  }
+  return count;
+}
+
 // Checks the header's promise (4 + 4·rank bytes + the product of the dims) against the file's real
 // size before anything of that size is allocated: a hostile header cannot make the reader
 // allocate more than the file holds.
@@ -34,14 +51,9 @@ void check_idx_size(const std::string& path) {
   const int rank = head[3];
   std::vector<std::uint8_t> dims(4 * static_cast<std::size_t>(rank));
   if (f.read(dims.data(), dims.size()) < dims.size()) return;
-  std::uint64_t count = 1;
-  for (int d = 0; d < rank; ++d) {
-    const std::uint64_t n = be32(dims.data() + 4 * d);
-    CHORUS_REQUIRE(n == 0 || count <= size / n, DataLossError, "IDX file ", path,
-                   ": its header promises more elements than the file's ", size, " bytes hold (dimension ", d, " is ",
-                   n, ")");
-    count *= n;
-  }
+  std::vector<std::uint64_t> n(static_cast<std::size_t>(rank));
+  for (int d = 0; d < rank; ++d) n[d] = be32(dims.data() + 4 * d);
+  const std::uint64_t count = idx_element_count(n, size, path);
   const std::uint64_t want = 4 + dims.size() + count;
   CHORUS_REQUIRE(want == size, DataLossError, "IDX file ", path, " has ", size, " bytes but its header says ", want,
                  size < want ? " (truncated)" : " (trailing bytes)");
@@ -66,13 +78,12 @@ Tensor read_idx(const std::string& path) {
   CHORUS_REQUIRE(bytes.size() >= header, DataLossError, "IDX file ", path, " is truncated: rank ", rank, " needs a ",
                  header, "-byte header, the file has ", bytes.size(), " bytes");
   std::vector<std::int64_t> dims;
-  std::uint64_t count = 1;
+  std::vector<std::uint64_t> udims;
   for (int d = 0; d < rank; ++d) {
-    dims.push_back(be32(bytes.data() + 4 + 4 * d));
-    count *= static_cast<std::uint64_t>(dims.back());
-    CHORUS_REQUIRE(count <= bytes.size(), DataLossError, "IDX file ", path,
-                   " is truncated: its header promises more than ", bytes.size(), " elements");
+    udims.push_back(be32(bytes.data() + 4 + 4 * d));
+    dims.push_back(static_cast<std::int64_t>(udims.back()));
   }
+  const std::uint64_t count = idx_element_count(udims, bytes.size(), path);
   CHORUS_REQUIRE(bytes.size() == header + count, DataLossError, "IDX file ", path, " has ", bytes.size(),
                  " bytes but its header (shape ", Shape(dims).to_string(), ") says ", header + count,
                  bytes.size() < header + count ? " (truncated)" : " (trailing bytes)");

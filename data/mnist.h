@@ -15,6 +15,9 @@
 // uint8, an image file that is not rank 3 or a label file not rank 1 → InvalidArgumentError naming
 // the value; a file shorter or longer than its header says → DataLossError with the path and both
 // sizes; images and labels of different counts → InvalidArgumentError naming both counts and files.
+// A dimension of 0 is legal, as in numpy: a 300x0x0 header with no data bytes is a [300, 0, 0]
+// tensor (300 empty images); dimensions whose product the file cannot hold → DataLossError
+// "promises more elements than the file's N bytes hold", naming the dimension.
 // Everything here reads whole files on the calling thread; tensors are created on the pipeline
 // device (dataset.h).
 #pragma once

@@ -23,27 +23,38 @@ void throw_file_error(int err, const std::string& what, const std::string& path)
   const std::string msg = str_cat(what, " ", path, ": ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) throw NotFoundError(msg);
   if (err == EACCES || err == EPERM || err == EROFS) throw PermissionDeniedError(msg);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) throw ResourceExhaustedError(msg);
   throw UnknownError(msg);
 }
+
+namespace {
+// A stdio stream on a duplicate of `checked`'s descriptor (`checked` closes its own).
+File stdio_from(const io::File& checked, const char* mode, const std::string& what, const std::string& path) {
+  const int fd = ::dup(checked.fd());
+  if (fd < 0) throw_file_error(errno, what, path);
+  std::FILE* f = ::fdopen(fd, mode);
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    throw_file_error(err, what, path);
+  }
+  return File(f);
+}
+}  // namespace
 
 File open_file(const std::string& path, const char* mode, const std::string& what) {
   if (mode[0] == 'r') {
     // Through io::File: a FIFO, directory or device given as a data file is refused with
     // InvalidArgumentError naming it, instead of blocking or reading forever.
-    io::File checked = io::File::open_for_read(path);
-    const int fd = ::dup(checked.fd());
-    if (fd < 0) throw_file_error(errno, what, path);
-    std::FILE* f = ::fdopen(fd, mode);
-    if (f == nullptr) {
-      const int err = errno;
-      ::close(fd);
-      throw_file_error(err, what, path);
-    }
-    return File(f);
+    return stdio_from(io::File::open_for_read(path), mode, what, path);
   }
   std::FILE* f = std::fopen(path.c_str(), mode);
   if (f == nullptr) throw_file_error(errno, what, path);
   return File(f);
+}
+
+File create_new_file(const std::string& path, const std::string& what) {
+  return stdio_from(io::File::create_new(path), "wb", what, path);
 }
 
 std::vector<std::uint8_t> read_file(const std::string& path, const std::string& what) {
@@ -106,12 +117,37 @@ void check_length_crc(const unsigned char* header, std::uint64_t offset, const s
   CHORUS_REQUIRE(length_crc == stored, DataLossError, "corrupted record at offset ", offset, " in ", path,
                  ": length CRC mismatch (stored ", hex(stored), ", computed ", hex(length_crc), ")", hint);
 }
-void check_data_crc(const std::string& data, const unsigned char* footer, std::uint64_t offset,
+// `crc`: the unmasked CRC-32C of `data`, computed as its chunks arrived.
+void check_data_crc(const std::string& data, std::uint32_t crc, const unsigned char* footer, std::uint64_t offset,
                     const std::string& path) {
-  const std::uint32_t data_crc = masked_crc32c(data.data(), data.size()), stored = get_u32(footer);
+  const std::uint32_t data_crc = mask_crc32c(crc), stored = get_u32(footer);
   CHORUS_REQUIRE(data_crc == stored, DataLossError, "corrupted record at offset ", offset, " in ", path,
                  ": data CRC mismatch over ", data.size(), " bytes (stored ", hex(stored), ", computed ", hex(data_crc),
                  ")");
+}
+
+// Reads a record's `length` data bytes through `read(dst, n)` (returns how many arrived; fewer at
+// the end), growing `data` only as bytes arrive — geometrically, never past `length` — and
+// CRC-ing each chunk as it comes. Returns the CRC, or nullopt if the bytes ran out first.
+template <typename Read>
+std::optional<std::uint32_t> read_record_data(std::uint64_t length, std::string& data, Read&& read) {
+  constexpr std::uint64_t kChunk = 1 << 20;
+  std::uint32_t crc = 0;
+  data.clear();
+  while (data.size() < length) {
+    const std::size_t old = data.size();
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length - old, kChunk));
+    if (data.capacity() < old + want)
+      data.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(length, std::max<std::uint64_t>(2 * old, kChunk))));
+    data.resize(old + want);
+    const std::size_t got = read(data.data() + old, want);
+    crc = crc32c(data.data() + old, got, crc);
+    if (got < want) {
+      data.resize(old + got);
+      return std::nullopt;
+    }
+  }
+  return crc;
 }
 
 // What an uncompressed read that fails at offset 0 may really be looking at.
@@ -138,11 +174,28 @@ TFRecordOptions TFRecordOptions::from_compression_type(std::string_view type) {
 // ---------------------------------------------------------------------------------------------
 // TFRecordWriter
 
-TFRecordWriter::TFRecordWriter(std::string path, TFRecordOptions options) : path_(std::move(path)) {
+namespace {
+void check_compression_level(const TFRecordOptions& options, const std::string& path) {
   CHORUS_REQUIRE(options.compression_level >= -1 && options.compression_level <= 9, InvalidArgumentError,
-                 "TFRecordWriter: compression_level ", options.compression_level, " for ", path_,
+                 "TFRecordWriter: compression_level ", options.compression_level, " for ", path,
                  ": use -1 (zlib's default) or 0..9");
-  file_ = internal::open_file(path_, "wb", "cannot create TFRecord file");
+}
+}  // namespace
+
+TFRecordWriter::TFRecordWriter(std::string path, TFRecordOptions options)
+    : TFRecordWriter(
+          path,
+          (check_compression_level(options, path), internal::open_file(path, "wb", "cannot create TFRecord file")),
+          options) {}
+
+TFRecordWriter TFRecordWriter::create_new(std::string path, TFRecordOptions options) {
+  check_compression_level(options, path);
+  StdioFile file = internal::create_new_file(path, "cannot create TFRecord file");
+  return TFRecordWriter(std::move(path), std::move(file), options);
+}
+
+TFRecordWriter::TFRecordWriter(std::string path, StdioFile file, TFRecordOptions options)
+    : path_(std::move(path)), file_(std::move(file)) {
   if (options.compression != TFRecordCompression::kNone)
     zlib_ = std::make_unique<internal::ZlibWriter>(file_.get(), path_, zlib_format(options.compression),
                                                    options.compression_level);
@@ -199,7 +252,8 @@ void TFRecordWriter::close() {
 // ---------------------------------------------------------------------------------------------
 // TFRecordReader
 
-TFRecordReader::TFRecordReader(std::string path, TFRecordOptions options) : path_(std::move(path)) {
+TFRecordReader::TFRecordReader(std::string path, TFRecordOptions options)
+    : path_(std::move(path)), max_record_bytes_(options.max_record_bytes) {
   file_ = internal::open_file(path_, "rb", "cannot open TFRecord file");
   std::FILE* f = file_.get();
   if (std::fseek(f, 0, SEEK_END) != 0) throw_file_error(errno, "cannot seek in TFRecord file", path_);
@@ -245,6 +299,19 @@ void TFRecordReader::throw_compressed_truncated(const char* what) {
       zlib_->at_clean_end() ? "the compressed stream ends there" : "the file ends inside the compressed stream", ")"));
 }
 
+void TFRecordReader::check_ceiling(std::uint64_t length) const {
+  if (length <= max_record_bytes_) return;
+  throw ResourceExhaustedError(
+      str_cat("record at offset ", offset_, " in ", path_, " is ", length,
+              " bytes long (its length CRC holds), more than "
+              "TFRecordOptions::max_record_bytes = ",
+              max_record_bytes_,
+              max_record_bytes_ % (1 << 20) == 0 ? str_cat(" (", max_record_bytes_ >> 20, " MiB)") : std::string(),
+              "; nothing was allocated for it. If the data set's records really are this large, raise the ceiling: "
+              "TFRecordOptions{.max_record_bytes = ",
+              length, "} or more"));
+}
+
 std::optional<std::string> TFRecordReader::read_compressed() {
   if (resync_) {  // a previous read failed part-way: back to the record's start
     zlib_->rewind();
@@ -264,18 +331,14 @@ std::optional<std::string> TFRecordReader::read_compressed() {
   const std::uint64_t most = zlib_->max_remaining();
   CHORUS_REQUIRE(length < most, DataLossError, "corrupted record at offset ", offset_, " in ", path_, ": its length ",
                  length, " is more than the compressed bytes left could hold (", most, ")");
+  check_ceiling(length);
   // The record grows as its bytes arrive: a length that the stream does not back costs nothing.
   std::string data;
-  constexpr std::uint64_t kChunk = 1 << 20;
-  while (data.size() < length) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length - data.size(), kChunk));
-    const std::size_t old = data.size();
-    data.resize(old + want);
-    if (zlib_->read(data.data() + old, want) < want) throw_compressed_truncated("data");
-  }
+  const auto crc = read_record_data(length, data, [&](char* dst, std::size_t n) { return zlib_->read(dst, n); });
+  if (!crc) throw_compressed_truncated("data");
   unsigned char footer[kTFRecordFooterBytes];
   if (zlib_->read(footer, sizeof footer) < sizeof footer) throw_compressed_truncated("footer");
-  check_data_crc(data, footer, offset_, path_);
+  check_data_crc(data, *crc, footer, offset_, path_);
   offset_ += kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
   return data;
 }
@@ -304,12 +367,18 @@ std::optional<std::string> TFRecordReader::read() {
   CHORUS_REQUIRE(body >= kTFRecordFooterBytes && length <= body - kTFRecordFooterBytes, DataLossError,
                  "truncated record at offset ", offset_, " in ", path_, ": the record needs ", length, " data bytes + ",
                  kTFRecordFooterBytes, " CRC bytes, ", body, " remain");
-  std::string data(static_cast<std::size_t>(length), '\0');
+  check_ceiling(length);
+  // Read as it arrives, not allocated up front: the file may shrink under us, or be sparse.
+  std::string data;
+  const auto crc =
+      read_record_data(length, data, [&](char* dst, std::size_t n) { return std::fread(dst, 1, n, file_.get()); });
   unsigned char footer[kTFRecordFooterBytes];
-  if (std::fread(data.data(), 1, data.size(), file_.get()) != data.size() ||
-      std::fread(footer, 1, sizeof footer, file_.get()) != sizeof footer)
-    throw_file_error(errno, "cannot read TFRecord file", path_);
-  check_data_crc(data, footer, offset_, path_);
+  if (!crc || std::fread(footer, 1, sizeof footer, file_.get()) != sizeof footer) {
+    if (std::ferror(file_.get())) throw_file_error(errno, "cannot read TFRecord file", path_);
+    throw DataLossError(str_cat("truncated record at offset ", offset_, " in ", path_,
+                                ": the file ended while the record was read (it is shorter than when it was opened)"));
+  }
+  check_data_crc(data, *crc, footer, offset_, path_);
   offset_ += kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
   return data;
 }
@@ -364,6 +433,9 @@ class TFRecordDataset final : public DatasetBase {
             record = reader_->read();
           } catch (const DataLossError&) {
             next_file();  // the rest of this file cannot be framed
+            throw;
+          } catch (const ResourceExhaustedError&) {
+            next_file();  // a record over max_record_bytes: the same, rather than throw forever
             throw;
           }
           if (record) {

@@ -18,7 +18,8 @@
 //
 // Errors:
 //   - a file that cannot be opened → NotFoundError (missing) or PermissionDeniedError, with the path;
-//     other I/O failures → UnknownError with the path and the OS's message;
+//     a full disk (ENOSPC, EDQUOT, EFBIG) → ResourceExhaustedError; other I/O failures →
+//     UnknownError with the path and the OS's message;
 //   - a CRC mismatch → DataLossError "corrupted record at offset N in <path>" saying which CRC
 //     (length or data) and both values;
 //   - a file ending inside a record (a header, data or footer cut short, or a length pointing past
@@ -27,10 +28,16 @@
 //   - compressed: a corrupt stream, a file that ends inside the stream, or bytes after the end of a
 //     ZLIB stream → DataLossError naming the path; a record length that the compressed bytes left
 //     could not hold even at deflate's best ratio (1032:1) → DataLossError before any allocation.
+//   - a record whose (CRC-checked) length is over TFRecordOptions::max_record_bytes (256 MiB by
+//     default) → ResourceExhaustedError before any allocation, naming the offset, the path, the
+//     length, the option and its value; the position stays at that record. (A length the file
+//     could not hold is a DataLossError first: that file is broken, not merely big.)
 //   - an uncompressed read of a GZIP or ZLIB file fails its first CRC; the message then says the
 //     file looks compressed and which compression_type to pass.
 // Nothing is trusted before its CRC is checked: a corrupt length never allocates its value, and a
-// compressed record grows only as its bytes arrive.
+// record (compressed or not) grows only as its bytes arrive, its data CRC computed chunk by chunk,
+// so a cut-short file or a decompression bomb never makes an allocation larger than the bytes that
+// really arrived (and never one over max_record_bytes).
 // Thread-safety: a reader or writer is used by one thread at a time.
 #pragma once
 
@@ -58,9 +65,16 @@ inline constexpr std::size_t kTFRecordFooterBytes = 4;   // masked CRC of the da
 
 // tf.io.TFRecordOptions: how the file is compressed.
 enum class TFRecordCompression { kNone, kZlib, kGzip };
+// The default ceiling on one record's length when reading (TFRecordOptions::max_record_bytes).
+inline constexpr std::uint64_t kDefaultMaxRecordBytes = std::uint64_t{256} << 20;
+
 struct TFRecordOptions {
   TFRecordCompression compression = TFRecordCompression::kNone;
   int compression_level = -1;  // writing: zlib's 0 (none) .. 9 (best), -1 its default (6), as TF's
+  // Reading: the longest record accepted, in bytes (chorus's own; TF has no such bound). A longer
+  // one → ResourceExhaustedError before anything is allocated for it. A GZIP file of a few MB can
+  // inflate to a record of 4 GiB; raise this for data sets whose records really are that large.
+  std::uint64_t max_record_bytes = kDefaultMaxRecordBytes;
   // TensorFlow's compression_type strings: "" (or "NONE"), "ZLIB", "GZIP"; anything else →
   // InvalidArgumentError listing them.
   static TFRecordOptions from_compression_type(std::string_view type);
@@ -70,6 +84,10 @@ class TFRecordWriter {
  public:
   // Creates or truncates `path`. A compression_level outside -1..9 → InvalidArgumentError.
   explicit TFRecordWriter(std::string path, TFRecordOptions options = {});
+  // Creates `path`, which must not exist: O_CREAT | O_EXCL | O_NOFOLLOW, so a file or a symbolic
+  // link planted there is never followed, truncated or written (AlreadyExistsError naming it;
+  // other errors as core/file_io.h maps errno). For temporary files (cache(filename)).
+  static TFRecordWriter create_new(std::string path, TFRecordOptions options = {});
   ~TFRecordWriter();  // closes; an error at this point is logged, not thrown
   TFRecordWriter(TFRecordWriter&&) noexcept;
   TFRecordWriter& operator=(TFRecordWriter&&) noexcept;
@@ -83,6 +101,7 @@ class TFRecordWriter {
   const std::string& path() const { return path_; }
 
  private:
+  TFRecordWriter(std::string path, StdioFile file, TFRecordOptions options);
   std::string path_;
   StdioFile file_;
   std::unique_ptr<internal::ZlibWriter> zlib_;  // compressed files only
@@ -111,7 +130,9 @@ class TFRecordReader {
  private:
   std::optional<std::string> read_compressed();
   [[noreturn]] void throw_compressed_truncated(const char* what);
+  void check_ceiling(std::uint64_t length) const;
   std::string path_;
+  std::uint64_t max_record_bytes_ = kDefaultMaxRecordBytes;
   StdioFile file_;
   std::uint64_t size_ = 0;
   std::uint64_t offset_ = 0;
@@ -128,9 +149,10 @@ void write_tfrecord_file(const std::string& path, const std::vector<std::string>
 // tf.data.TFRecordDataset(filenames): the records of the files in order, each element one uint8
 // tensor of shape [length] on the pipeline device (chorus has no string dtype; record_string turns
 // it back into bytes). Cardinality unknown. Files are opened when the iterator reaches them
-// (NotFoundError from next()). After a DataLossError the iterator continues with the next file:
-// the rest of a file with a broken frame cannot be located. State: file index and byte offset.
-// `options`: TFRecordDataset's compression_type, the same for every file.
+// (NotFoundError from next()). After a DataLossError, or a ResourceExhaustedError for a record
+// over options.max_record_bytes, the iterator continues with the next file: the rest of a file
+// with a broken frame cannot be located (each such error is thrown once, never silently). State: file index and byte
+// offset. `options`: TFRecordDataset's compression_type, the same for every file.
 Dataset tfrecord_dataset(std::vector<std::string> filenames, TFRecordOptions options = {});
 // The bytes of a record tensor (uint8, rank 1).
 std::string record_string(const Tensor& record);

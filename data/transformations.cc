@@ -50,18 +50,14 @@ class BatchDataset final : public UnaryDataset {
           rows.push_back(std::move(*e));
         }
         if (rows.empty() || (drop_ && static_cast<std::int64_t>(rows.size()) < batch_)) return std::nullopt;
+        // Every element is compared with the batch's first before anything is stacked: counting
+        // components per element first, so that an element with none is not a batch of none.
+        internal::check_batch_structure("batch", rows, /*same_shape=*/true);
         Element out;
         for (std::size_t c = 0; c < rows[0].size(); ++c) {
           std::vector<Tensor> parts;
           parts.reserve(rows.size());
-          for (auto& r : rows) {
-            CHORUS_REQUIRE(
-                r.size() == rows[0].size() && r[c].shape() == rows[0][c].shape() && r[c].dtype() == rows[0][c].dtype(),
-                InvalidArgumentError, "batch: elements differ in structure, shape or dtype (component ", c, ": ",
-                rows[0][c].shape().to_string(), " ", dtype_name(rows[0][c].dtype()), " vs ",
-                r.size() > c ? str_cat(r[c].shape().to_string(), " ", dtype_name(r[c].dtype())) : "missing", ")");
-            parts.push_back(r[c]);
-          }
+          for (auto& r : rows) parts.push_back(r[c]);
           out.push_back(ops::stack(parts, 0));
         }
         return out;

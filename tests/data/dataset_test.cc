@@ -106,7 +106,8 @@ TEST(Batch, ErrorsNameTheNumbers) {
   auto ragged = Dataset::range(1, 4).map(
       [](const Element& e) { return Element{Tensor::zeros(Shape{e[0].item<std::int64_t>()})}; });
   auto it = ragged.batch(2).make_iterator();
-  EXPECT_THROW_WITH(it.next(), InvalidArgumentError, "(1,) float32 vs (2,) float32");
+  EXPECT_THROW_WITH(it.next(), InvalidArgumentError,
+                    "component 0 of element 1 of the batch is (2,) float32 but element 0's is (1,) float32");
 }
 
 TEST(Shuffle, IsAPermutationAndDeterministicWithASeed) {

@@ -5,8 +5,11 @@
 // crash, a hang or an allocation larger than the file.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 
 #include "tests/data/data_test_util.h"
@@ -17,6 +20,7 @@
 namespace chorus::data {
 namespace {
 
+using chorus::internal::str_cat;
 using testing::slurp;
 using testing::spit;
 using testing::TempDir;
@@ -176,6 +180,152 @@ TEST(FileCacheHostile, ARestoredStateNamingAnotherFilesOffsetsIsRefused) {
   state.set_int("file_cache.offset", 1 << 30);
   auto other = source().cache(dir / "good").make_iterator();
   EXPECT_THROW_WITH(other.restore(state), InvalidArgumentError, "do not fit");
+}
+
+// Issue 40, item 3. The temporary file was "<cache>.tmp-<pid>-<n>", opened with fopen("wb"): a
+// link planted at that name made chorus truncate and overwrite the link's target, and the rename
+// then turned the cache itself into a link to it. Now its name ends in 64 random bits and it is
+// created O_EXCL | O_NOFOLLOW. Links are planted at every name the old scheme could use.
+TEST(FileCacheHostile, LinksPlantedAtTheTemporaryNamesAreNeverWrittenThrough) {
+  TempDir dir;
+  const std::string victim = dir / "victim", cache = dir / "cache";
+  spit(victim, "precious");
+  for (int n = 0; n < 4096; ++n) fs::create_symlink(victim, str_cat(cache, ".tmp-", ::getpid(), "-", n));
+  EXPECT_EQ(values(source().cache(cache)), (V{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(slurp(victim), "precious") << "the link's target was written through";
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(cache))) << "the cache is a link";
+  EXPECT_EQ(values(source().cache(cache)), (V{0, 1, 2, 3, 4, 5})) << "read back from the cache";
+  // The names used now cannot be guessed: two passes never pick the same one, and planting them
+  // all cannot deny the cache. What create_new does with a name that is taken:
+  const std::string planted = dir / "planted";
+  fs::create_symlink(victim, planted);
+  EXPECT_THROW_WITH(TFRecordWriter::create_new(planted), AlreadyExistsError, planted);
+  fs::create_symlink(dir / "nowhere", dir / "dangling_tmp");
+  EXPECT_THROW(TFRecordWriter::create_new(dir / "dangling_tmp"), AlreadyExistsError);
+  EXPECT_FALSE(fs::exists(dir / "nowhere")) << "a dangling link was followed and its target created";
+  EXPECT_EQ(slurp(victim), "precious");
+}
+
+// Issue 40, item 8: a write to the cache that fails. RLIMIT_FSIZE stands in for a full disk
+// without root (writes past it fail with EFBIG once SIGXFSZ is ignored), as in
+// tests/checkpoint/bundle_crash_safety_test.cc.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit r = old_;
+    r.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &r), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  struct rlimit old_ {};
+  void (*old_handler_)(int) = nullptr;
+};
+
+Dataset wide_source(std::int64_t n) {  // elements of ~100 bytes each, value i in component 0
+  return Dataset::range(n).map([](const Element& e) { return Element{e[0], Tensor::zeros(Shape{10}, DType::kInt64)}; });
+}
+
+struct Outcome {
+  std::vector<std::int64_t> values;
+  std::vector<std::string> errors;  // what() of each error, in order
+  bool ended = false;               // next() returned end, and did so again when called again
+};
+
+// Calls next() until the end (at most `calls` times), recording every value and every error.
+Outcome drain(Iterator it, int calls = 1000) {
+  Outcome out;
+  for (int i = 0; i < calls; ++i) {
+    try {
+      auto e = it.next();
+      if (!e) {
+        out.ended = !it.next().has_value();
+        return out;
+      }
+      out.values.push_back((*e)[0].to_vector<std::int64_t>()[0]);
+    } catch (const Error& e) {
+      out.errors.push_back(e.what());
+    }
+  }
+  return out;
+}
+
+// No cache and no temporary file is left behind: only `keep` is in the directory.
+void expect_nothing_left(const TempDir& dir, const std::vector<std::string>& keep = {}) { EXPECT_EQ(dir.list(), keep); }
+
+TEST(FileCacheHostile, AFullDiskFailsThePassOnceAndNoElementIsLost) {
+  for (bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch ? "prefetch(2)" : "plain");
+    TempDir dir;
+    Outcome o;
+    {
+      FileSizeLimit limit(2048);  // 100 elements of ~120 framed bytes: the writes fail part-way
+      Dataset ds = wide_source(100).cache(dir / "cache");
+      if (prefetch) ds = ds.prefetch(2);
+      o = drain(ds.make_iterator());
+    }
+    ASSERT_EQ(o.errors.size(), 1u) << (o.errors.empty() ? "" : o.errors[1]);
+    EXPECT_NE(o.errors[0].find("RESOURCE_EXHAUSTED"), std::string::npos) << o.errors[0];
+    EXPECT_NE(o.errors[0].find(dir / "cache"), std::string::npos) << o.errors[0];
+    EXPECT_NE(o.errors[0].find("goes on uncached"), std::string::npos) << o.errors[0];
+    EXPECT_EQ(o.values, testing::iota(0, 100)) << "every element, in order, the failed one included";
+    EXPECT_TRUE(o.ended);
+    expect_nothing_left(dir);
+    // The next pass tries again (here with room) and makes the cache.
+    EXPECT_EQ(values(wide_source(100).cache(dir / "cache")), testing::iota(0, 100));
+    EXPECT_EQ(dir.list(), (std::vector<std::string>{"cache"}));
+  }
+}
+
+TEST(FileCacheHostile, AFullDiskWhenTheCacheIsClosedFailsOnceThenEnds) {
+  // Five small elements fit stdio's buffer: the failure shows only when the file is closed.
+  TempDir dir;
+  Outcome o;
+  {
+    FileSizeLimit limit(64);
+    o = drain(wide_source(5).cache(dir / "cache").prefetch(2).make_iterator());
+  }
+  ASSERT_EQ(o.errors.size(), 1u);
+  EXPECT_NE(o.errors[0].find("RESOURCE_EXHAUSTED"), std::string::npos) << o.errors[0];
+  EXPECT_NE(o.errors[0].find("the input has ended and no cache file was made"), std::string::npos) << o.errors[0];
+  EXPECT_EQ(o.values, testing::iota(0, 5));
+  EXPECT_TRUE(o.ended);
+  expect_nothing_left(dir);
+}
+
+TEST(FileCacheHostile, AMissingOrReadOnlyDirectoryFailsOnceThenTheInputGoesOn) {
+  for (bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch ? "prefetch(2)" : "plain");
+    TempDir dir;
+    Dataset missing = wide_source(100).cache(dir / "no/such/dir/cache");
+    if (prefetch) missing = missing.prefetch(2);
+    Outcome o = drain(missing.make_iterator());
+    ASSERT_EQ(o.errors.size(), 1u);
+    EXPECT_NE(o.errors[0].find("NOT_FOUND"), std::string::npos) << o.errors[0];
+    EXPECT_NE(o.errors[0].find("no/such/dir"), std::string::npos) << o.errors[0];
+    EXPECT_EQ(o.values, testing::iota(0, 100));
+    EXPECT_TRUE(o.ended);
+    expect_nothing_left(dir);
+
+    if (::geteuid() == 0) continue;  // root writes anywhere: no read-only directory to test with
+    fs::create_directory(dir / "ro");
+    fs::permissions(dir / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    Dataset ro = wide_source(100).cache(dir / "ro/cache");
+    if (prefetch) ro = ro.prefetch(2);
+    o = drain(ro.make_iterator());
+    ASSERT_EQ(o.errors.size(), 1u);
+    EXPECT_NE(o.errors[0].find("PERMISSION_DENIED"), std::string::npos) << o.errors[0];
+    EXPECT_EQ(o.values, testing::iota(0, 100));
+    EXPECT_TRUE(o.ended);
+    EXPECT_TRUE(fs::is_empty(dir / "ro"));
+    fs::permissions(dir / "ro", fs::perms::owner_all);
+  }
 }
 
 }  // namespace

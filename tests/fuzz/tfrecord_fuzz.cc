@@ -10,7 +10,8 @@
 //   - differential: summary/record.h's RecordReader, an independent reader of the same framing
 //     (for event files), returns the same records and fails at the same offset.
 // Compressed mode: an input starting "ZLIB" or "GZIP" is the rest of the bytes as a file of that
-// compression_type (data/zlib_stream.h). Contract and oracles: DataLossError only; a failed read
+// compression_type (data/zlib_stream.h), read with max_record_bytes = 16 MiB. Contract and
+// oracles: DataLossError, or ResourceExhaustedError for a record over the ceiling; a failed read
 // fails again at the same offset; seek + read returns the same record; and the records read,
 // framed again, are a prefix of what zlib's own inflate (an independent decoder, capped at 64 MiB)
 // makes of the file — all of it when the read ended cleanly.
@@ -29,15 +30,15 @@ using chorus::fuzz::check;
 
 namespace {
 
-// After a DataLossError: the position stays at the bad record, and reading again fails again.
-// Returns that position.
-std::uint64_t check_fails_again(chorus::data::TFRecordReader& reader) {
+// After a DataLossError (or a ResourceExhaustedError: a record over max_record_bytes): the
+// position stays at the bad record, and reading again fails again, with the same class.
+std::uint64_t check_fails_again(chorus::data::TFRecordReader& reader, const chorus::Error& first) {
   const std::uint64_t fail_at = reader.offset();
   bool failed_again = false;
   try {
     reader.read();
-  } catch (const chorus::DataLossError&) {
-    failed_again = true;
+  } catch (const chorus::Error& e) {
+    failed_again = e.code() == first.code();
   }
   check(failed_again && reader.offset() == fail_at, "a failed read leaves the reader at the bad record");
   return fail_at;
@@ -87,8 +88,10 @@ std::string inflate_independently(std::string_view file, bool gzip, std::size_t 
 
 int fuzz_compressed(std::string_view in, bool gzip) {
   using chorus::data::TFRecordCompression;
-  const chorus::data::TFRecordOptions options{.compression =
-                                                  gzip ? TFRecordCompression::kGzip : TFRecordCompression::kZlib};
+  // A ceiling below the oracle's 64 MiB cap, so that records over it are exercised too.
+  const chorus::data::TFRecordOptions options{
+      .compression = gzip ? TFRecordCompression::kGzip : TFRecordCompression::kZlib,
+      .max_record_bytes = std::uint64_t{16} << 20};
   const std::string& path = chorus::fuzz::scratch_file().hold(in);
   std::string framed;  // the records read, framed again
   std::vector<std::uint64_t> offsets;
@@ -109,8 +112,8 @@ int fuzz_compressed(std::string_view in, bool gzip) {
       records.push_back(std::move(*r));
     }
   } catch (const chorus::Error& e) {
-    chorus::fuzz::expect_error<chorus::DataLossError>(e);
-    check_fails_again(reader);
+    chorus::fuzz::expect_error<chorus::DataLossError, chorus::ResourceExhaustedError>(e);
+    check_fails_again(reader, e);
   }
   check_seek_rereads(reader, offsets, records);
   bool complete = false;
@@ -152,8 +155,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         records.push_back(std::move(*r));
       }
     } catch (const chorus::Error& e) {
+      // The default ceiling (256 MiB) is beyond any file the fuzzer makes: DataLossError only.
       chorus::fuzz::expect_error<chorus::DataLossError>(e);
-      fail_at = check_fails_again(reader);
+      fail_at = check_fails_again(reader, e);
     }
     check_seek_rereads(reader, offsets, records);
   }
