@@ -103,7 +103,18 @@ MpiEnvironment::~MpiEnvironment() {
                         << "for it forever";
     return;
   }
-  if (!g_collective_timed_out) {
+  // A communicator's creation gave up while MPI_Comm_idup was pending: MPI_Finalize would free the
+  // half-made duplicate and crash (SIGSEGV in Open MPI's mca_pml_ob1_del_comm). Give the
+  // duplication a few seconds to complete — it does when the other processes called it too — and
+  // skip MPI_Finalize when it does not, as for a lost peer.
+  if (g_unfinished_duplicate && !finish_unfinished_duplicates(kFinishDuplicatesWithin)) {
+    CHORUS_LOG(WARNING) << "MPI_Finalize skipped: the creation of an MPI communicator was abandoned and its "
+                        << "MPI_Comm_idup has not completed on every process within "
+                        << kFinishDuplicatesWithin.count() / 1000.0
+                        << " s; MPI_Finalize cannot free a half-made communicator";
+    return;
+  }
+  if (!g_collective_timed_out && !g_unfinished_duplicate) {
     if (const int rc = MPI_Finalize(); rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;
     return;
   }
@@ -175,6 +186,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
   std::shared_ptr<PeerMonitor> monitor;
   std::vector<PeerAddress> peers;
   try {
+    ch->duplicating = true;
     CHORUS_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &ch->comm, &req));
     const auto deadline = deadline_after(Clock::now(), options.timeout);
     const auto wait_for = [&](const char* what) {
@@ -191,6 +203,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
       }
     };
     wait_for("the duplication");
+    ch->duplicating = false;
     CHORUS_MPI_CHECK(MPI_Comm_set_errhandler(ch->comm, MPI_ERRORS_RETURN));
     int rank = 0, size = 1;
     CHORUS_MPI_CHECK(MPI_Comm_rank(ch->comm, &rank));
@@ -209,6 +222,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
     if (monitor) monitor->watch(peers);
   } catch (...) {
     ch->abandoned.push_back(req);
+    if (req == MPI_REQUEST_NULL) ch->duplicating = false;  // the idup itself failed: nothing half made
+    // MpiEnvironment must not finalize over a half-made duplicate (issue 40), and a rank that never
+    // came may be on a host cut off the network: its MPI_Finalize gets the watchdog.
+    if (ch->duplicating) g_unfinished_duplicate = true;
+    g_collective_timed_out = true;
     bury(std::move(ch));
     throw;
   }

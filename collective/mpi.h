@@ -112,7 +112,11 @@ enum class MpiThreadLevel { kSerialized, kMultiple };
 // destructor skips MPI_Finalize (with a warning): it would wait for the dead process forever. Once
 // a collective timed out (DeadlineExceededError), the rank it waited for may be alive or on a host
 // cut off the network: MPI_Finalize runs, and if it has not returned 10 s later the process exits
-// with status 1 (logged) rather than wait for TCP to give up, minutes later.
+// with status 1 (logged) rather than wait for TCP to give up, minutes later. The same holds once
+// make_mpi_communicator failed; and if it gave up while its MPI_Comm_idup was pending, MPI_Finalize
+// would free a half-made communicator and crash (Open MPI 4.1, SIGSEGV in mca_pml_ob1_del_comm;
+// issue 40): the destructor first tests that duplication for up to 5 s — it completes when every
+// process called it — and skips MPI_Finalize (with a warning) when it did not complete.
 // Not thread-safe: construct and destroy it on the main thread, as MPI requires.
 class MpiEnvironment {
  public:
@@ -153,6 +157,8 @@ struct MpiCommunicatorOptions {
   bool validate = true;
   // For creating the communicator (MPI_Comm_idup over MPI_COMM_WORLD): a process that does not
   // create its communicator in time → DeadlineExceededError. Collectives take their own timeouts.
+  // Any value > 0 is taken here (tests use 1 ms); CHORUS_COLLECTIVE_TIMEOUT and the
+  // --collective-timeout flags refuse values under env::kMinTimeoutSeconds (10 ms).
   std::chrono::milliseconds timeout = default_timeout();
 };
 

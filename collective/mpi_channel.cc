@@ -101,11 +101,47 @@ PeerAddress from_wire(const WireAddress& w) {
 
 // --- the Channel and polling ---
 
+namespace {
+struct Graveyard {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Channel>> channels;
+};
+Graveyard& graveyard() {
+  static auto* g = new Graveyard;  // never destroyed: MPI may write into the channels until exit
+  return *g;
+}
+}  // namespace
+
+std::atomic<bool> g_unfinished_duplicate{false};
+
 void bury(std::unique_ptr<Channel> channel) {
-  static std::mutex mu;
-  static auto* graveyard = new std::vector<std::unique_ptr<Channel>>;
-  std::lock_guard<std::mutex> lock(mu);
-  graveyard->push_back(std::move(channel));
+  Graveyard& g = graveyard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.channels.push_back(std::move(channel));
+}
+
+bool finish_unfinished_duplicates(milliseconds within) noexcept {
+  Graveyard& g = graveyard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  const auto until = Clock::now() + within;
+  for (;;) {
+    bool all_done = true;
+    for (auto& ch : g.channels) {
+      if (!ch->duplicating) continue;
+      // The idup is the first request a duplicating channel abandons; it is the only one pending.
+      for (MPI_Request& r : ch->abandoned) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+        if (!done) all_done = false;
+      }
+      if (std::all_of(ch->abandoned.begin(), ch->abandoned.end(), [](MPI_Request r) { return r == MPI_REQUEST_NULL; }))
+        ch->duplicating = false;  // a whole communicator now; MPI_Finalize frees it
+    }
+    if (all_done) return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 // Spinning polls yield the core between MPI_Test calls: where ranks share cores with each other or

@@ -116,11 +116,26 @@ struct Channel {
   std::vector<MPI_Request> outgoing_requests;
   std::vector<MPI_Request> abandoned;  // operations a failure left pending
   Keep keep;                           // and their buffers
+  // True from MPI_Comm_idup until it completed: while the duplicate is half made, `comm` is an
+  // MPI communicator that MPI_Finalize cannot free (Open MPI 4.1: SIGSEGV in mca_pml_ob1_del_comm).
+  bool duplicating = false;
 };
 
 // A failed communicator's Channel is never destroyed: MPI may still complete its operations.
 // Held through a static pointer, so leak checkers see it as reachable.
 void bury(std::unique_ptr<Channel> channel);
+
+// Set once make_mpi_communicator gave up (timeout or error) while its MPI_Comm_idup was still
+// pending (issue 40: CHORUS_COLLECTIVE_TIMEOUT=1e-9 crashed 10 of 16 runs in MPI_Finalize).
+extern std::atomic<bool> g_unfinished_duplicate;
+// How long MpiEnvironment's destructor keeps testing such duplicates before MPI_Finalize: every
+// process that also called MPI_Comm_idup (all of them, when all timed out) completes it within
+// milliseconds; one that never called it never will, and MPI_Finalize is then skipped.
+inline constexpr milliseconds kFinishDuplicatesWithin{5000};
+// Tests the pending duplications of buried channels (MPI_Test, without taking mpi_mutex: the
+// caller holds it) until all completed — true — or `within` passed, or MPI reported an error —
+// false. Never throws.
+bool finish_unfinished_duplicates(milliseconds within) noexcept;
 
 // One MPI_Test; if not done and the spin phase is over, sleeps a little.
 bool test_or_back_off(MPI_Request* request, Clock::time_point spin_until);

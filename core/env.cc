@@ -51,10 +51,10 @@ std::optional<int> launcher_rank() {
 
 std::chrono::milliseconds parse_timeout_seconds(std::string_view text, std::string_view source) {
   const std::string t(text);
-  const auto bad = [&](const char* why) {
+  const auto bad = [&](std::string_view why) {
     return InvalidArgumentError(internal::str_cat(source, "='", t, "' is not a valid timeout: ", why,
-                                                  "; give seconds as a number > 0 and at most ", kMaxTimeoutSeconds,
-                                                  " (e.g. 60 or 2.5)"));
+                                                  "; give seconds as a number from ", kMinTimeoutSeconds, " to ",
+                                                  kMaxTimeoutSeconds, " (e.g. 60 or 2.5)"));
   };
   // strtod alone would accept leading spaces, "inf", "nan" and hexadecimal: allow digits, one
   // point and an exponent only.
@@ -65,6 +65,9 @@ std::chrono::milliseconds parse_timeout_seconds(std::string_view text, std::stri
   const double seconds = std::strtod(t.c_str(), &end);
   if (end != t.c_str() + t.size() || !std::isfinite(seconds)) throw bad("not a number of seconds");
   if (seconds <= 0) throw bad("it must be more than 0");
+  if (seconds < kMinTimeoutSeconds)
+    throw bad(internal::str_cat("it is below the floor of ", kMinTimeoutSeconds,
+                                " s (10 ms): no collective between processes can be counted on to complete sooner"));
   if (seconds > kMaxTimeoutSeconds) throw bad("it is too long");
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }

@@ -12,7 +12,7 @@
 //   CUDA_VISIBLE_DEVICES        honoured by the CUDA runtime (chorus-devices prints it).
 //   OMPI_COMM_WORLD_RANK/SIZE   set by Open MPI's mpirun (PMI_RANK/PMI_SIZE by MPICH/Slurm): the
 //                               process rank, shown in log lines of multi-process runs.
-//   CHORUS_COLLECTIVE_TIMEOUT   seconds (a number > 0, e.g. 60 or 2.5): the default timeout of every
+//   CHORUS_COLLECTIVE_TIMEOUT   seconds (a number from 0.01 to 2592000, e.g. 60 or 2.5): the default timeout of every
 //                               collective (collective::default_timeout()); unset: 300.
 //                               chorus-run's --collective-timeout sets it on every rank.
 //   CHORUS_PEER_MONITOR         true/false (default true): MPI communicators watch the other
@@ -50,9 +50,18 @@ std::optional<int> launcher_rank();
 inline constexpr const char* kCollectiveTimeoutVariable = "CHORUS_COLLECTIVE_TIMEOUT";
 // The longest timeout accepted, in seconds (30 days): longer is a typo, not a plan.
 inline constexpr double kMaxTimeoutSeconds = 30.0 * 24 * 3600;
+// The shortest timeout accepted from the variable or a flag, in seconds (10 ms). Below it no
+// collective between processes can be counted on to complete: creating an MPI communicator is a
+// duplicate of MPI_COMM_WORLD plus an all-gather (two rounds between every pair of ranks), and a
+// rank that is merely descheduled for one scheduler tick (4 ms at HZ=250, 10 ms at HZ=100) misses
+// the deadline — so a smaller value fails healthy jobs, at random, and exercises nothing but the
+// failure paths (CHORUS_COLLECTIVE_TIMEOUT=1e-9 made the communicators time out on creation; issue
+// 40). Options structs set in code (MpiCommunicatorOptions::timeout, CollectiveOptions::timeout)
+// are not held to it: tests use 1 ms there on purpose.
+inline constexpr double kMinTimeoutSeconds = 0.01;
 
 // A timeout written in seconds ("300", "2.5", "1e3") as milliseconds, rounded up to a whole
-// millisecond. Valid: a finite decimal number > 0 and <= kMaxTimeoutSeconds, nothing else around it
+// millisecond. Valid: a finite decimal number >= kMinTimeoutSeconds and <= kMaxTimeoutSeconds, nothing else around it
 // (no unit, no spaces). Otherwise InvalidArgumentError naming `source` (the variable or flag the text
 // came from), the text and what is valid. Shared by the variable and the chorus-train/chorus-run flags.
 std::chrono::milliseconds parse_timeout_seconds(std::string_view text, std::string_view source);

@@ -239,8 +239,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
 #if defined(CHORUS_WITH_MPI)
     CHORUS_REQUIRE(internal::mpi_initialized(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ", workers,
                    " workers (", resolver_.to_string(),
-                   ") need MPI, which is not initialized: create a "
-                   "collective::MpiEnvironment before the strategy (and start the processes with mpirun)");
+                   ") need MPI, which is not initialized in this process: in the program, create a "
+                   "chorus::collective::MpiEnvironment before the strategy (and destroy it after); and start one "
+                   "process per worker with chorus-run or mpirun (e.g. chorus-run -np ",
+                   workers, " -- ./program)");
     worker_comm_ = collective::make_mpi_communicator({.validate = true, .timeout = options.timeout});
 #else
     throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", workers,

@@ -1,5 +1,8 @@
 #include <chorus/launch/cli.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -43,6 +46,26 @@ int usage_error(std::string_view program, std::string_view flag, std::string_vie
                static_cast<int>(flag.size()), flag.data(), static_cast<int>(usage.size()), usage.data());
   if (usage.empty() || usage.back() != '\n') std::fputc('\n', stderr);
   return 2;
+}
+
+void print_error(std::string_view program, std::string_view message, std::string_view more) {
+  std::string text;
+  text.reserve(program.size() + message.size() + more.size() + 4);
+  text.append(program).append(": ").append(message);
+  if (text.empty() || text.back() != '\n') text += '\n';
+  if (!more.empty()) {
+    text.append(more);
+    if (text.back() != '\n') text += '\n';
+  }
+  std::fflush(stderr);  // whatever stdio holds goes first
+  // One write for the whole text; a pipe takes up to PIPE_BUF (4096) bytes atomically, and a longer
+  // text is still written in as few pieces as the kernel allows.
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
 }
 
 }  // namespace chorus::launch

@@ -40,4 +40,10 @@ std::optional<int> answer_help_or_version(int argc, char** argv, std::string_vie
 // Prints "<program>: unknown flag '<flag>'" and the usage to stderr; returns 2.
 int usage_error(std::string_view program, std::string_view flag, std::string_view usage);
 
+// Prints "<program>: <message>\n" and then `more` (each line of it ended by '\n') to stderr in
+// one write(2), so that the lines of several ranks of an mpirun job, which share one stderr, never
+// interleave within a line (std::cerr << a << b writes each part on its own: two ranks failing at
+// once printed "chorus-train: chorus-train: <message>" and a bare "<message>"; issue 40).
+void print_error(std::string_view program, std::string_view message, std::string_view more = "");
+
 }  // namespace chorus::launch

@@ -12,6 +12,7 @@
 
 #include <chorus/core/error.h>
 #include <chorus/core/strings.h>
+#include <chorus/launch/mpirun_command.h>
 
 namespace chorus::launch {
 namespace {
@@ -37,9 +38,7 @@ struct Check {
   if (null >= 0) dup2(null, STDIN_FILENO);
   dup2(out, STDOUT_FILENO);
   dup2(out, STDERR_FILENO);
-  std::vector<std::string> words = agent;
-  words.push_back(host);
-  words.emplace_back("true");
+  std::vector<std::string> words = host_check_argv(agent, host);
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
@@ -134,6 +133,18 @@ std::vector<std::string> split_command(std::string_view command) {
   return words;
 }
 
+std::vector<std::string> host_check_argv(const std::vector<std::string>& agent, const std::string& host) {
+  std::vector<std::string> words = agent;
+  if (!agent.empty()) {
+    const std::string_view program = agent[0];
+    const std::size_t slash = program.find_last_of('/');
+    if (program.substr(slash == std::string_view::npos ? 0 : slash + 1) == "ssh") words.emplace_back("--");
+  }
+  words.push_back(host);
+  words.emplace_back("true");
+  return words;
+}
+
 bool is_this_machine(std::string_view host) {
   if (host == "localhost" || host == "127.0.0.1") return true;
   char name[256] = {};
@@ -146,6 +157,11 @@ std::vector<HostAnswer> check_hosts(const std::vector<std::string>& agent, const
                                     std::chrono::milliseconds timeout) {
   CHORUS_REQUIRE(!agent.empty() && !agent[0].empty(), InvalidArgumentError,
                  "host check: the remote-shell command is empty");
+  for (const std::string& host : hosts) {
+    const std::string problem = host_name_problem(host);
+    CHORUS_REQUIRE(problem.empty(), InvalidArgumentError, "host check: host name '", internal::printable(host), "' ",
+                   problem, "; ", kHostNameRule, ". Nothing was run");
+  }
   std::vector<HostAnswer> answers(hosts.size());
   for (std::size_t i = 0; i < hosts.size(); ++i) answers[i].host = hosts[i];
   for (std::size_t first = 0; first < hosts.size(); first += kMaxParallelChecks)

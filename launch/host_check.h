@@ -7,12 +7,13 @@
 //   auto answers = chorus::launch::check_hosts(chorus::launch::split_command("ssh"), {"node1", "node2"});
 //   for (const auto& a : answers) if (!a.answered) std::cerr << a.host << ": " << a.detail << "\n";
 //
-// How: one child per host, all at once (at most kMaxParallelChecks at a time), each `AGENT...
-// HOST true` with stdin from /dev/null and its stdout and stderr captured (the last 4 KiB), in
+// How: one child per host, all at once (at most kMaxParallelChecks at a time), each
+// host_check_argv(AGENT, HOST) — `AGENT... [--] HOST true` — with stdin from /dev/null and its stdout and stderr captured (the last 4 KiB), in
 // its own process group; a check still running at the deadline is killed with its group and
 // counts as no answer. This machine itself (is_this_machine) is not checked.
 //
-// Errors: InvalidArgumentError for an empty agent; UnknownError when a pipe or fork fails. A host
+// Errors: InvalidArgumentError for an empty agent or a host name that host_name_problem
+// (mpirun_command.h) refuses — nothing is run then; UnknownError when a pipe or fork fails. A host
 // that does not answer is a result, not an exception. Thread-safety: reentrant; it forks, so call
 // it before starting threads (chorus-run is single-threaded).
 #pragma once
@@ -38,6 +39,13 @@ struct HostAnswer {
 // Asks each of `hosts` in order; the answers are in the same order.
 std::vector<HostAnswer> check_hosts(const std::vector<std::string>& agent, const std::vector<std::string>& hosts,
                                     std::chrono::milliseconds timeout = kHostCheckTimeout);
+
+// The words run to check `host`: the agent's words, then "--" when the agent is ssh (its program's
+// file name is "ssh": OpenSSH stops reading options at "--", so a host name can never be taken for
+// one such as -F/path/evil.cfg or -oProxyCommand=...), then the host and "true". Other agents get
+// no "--": not every remote shell takes it (rsh, a site's wrapper script); for them, and for Open
+// MPI's own `ssh HOST orted` which has no "--" either, the host-name rule is the protection.
+std::vector<std::string> host_check_argv(const std::vector<std::string>& agent, const std::string& host);
 
 // True for "localhost", "127.0.0.1", this machine's host name and its first label ("node1" for
 // "node1.cluster"): mpirun starts those ranks itself, without the remote shell.

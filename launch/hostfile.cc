@@ -53,6 +53,10 @@ std::vector<HostSlots> parse_hostfile(std::string_view text, std::string_view wh
     CHORUS_REQUIRE(std::all_of(h.host.begin(), h.host.end(), [](char c) { return c > 0x20 && c < 0x7f; }),
                    InvalidArgumentError, at, ": host name '", printable(h.host),
                    "' has a byte that is not printable ASCII; is this a hostfile?");
+    // "-F/path/evil.cfg slots=1" would reach ssh as an option (mpirun_command.h, host names).
+    const std::string problem = host_name_problem(h.host);
+    CHORUS_REQUIRE(problem.empty(), InvalidArgumentError, at, ": host name '", printable(h.host), "' ", problem, "; ",
+                   kHostNameRule);
     int max_slots = 0;
     for (std::size_t t = 1; t < tokens.size(); ++t) {
       const std::string_view token = tokens[t];

@@ -20,8 +20,8 @@ namespace chorus::launch {
 // Parses a hostfile's text (Open MPI's and Horovod's format): one host per line, "host" (1 slot)
 // or "host slots=N", optionally "max_slots=M" (accepted, M >= N, not passed on: chorus-run never
 // oversubscribes a remote host); '#' starts a comment; blank lines are skipped. The host rules
-// are parse_host_spec's (no ':', ',' or whitespace in a name, slots 1..kMaxProcesses, each host
-// once, kMaxProcesses in all), and a file must name at least one host. Throws
+// are parse_host_spec's (a name follows kHostNameRule: no leading '-', no ':', ',', whitespace or
+// shell characters; slots 1..kMaxProcesses, each host once, kMaxProcesses in all), and a file must name at least one host. Throws
 // InvalidArgumentError naming `where` (the file) and the line.
 std::vector<HostSlots> parse_hostfile(std::string_view text, std::string_view where);
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include <chorus/core/error.h>
+#include <chorus/core/strings.h>
 
 namespace chorus::launch {
 namespace {
@@ -13,6 +14,8 @@ namespace {
 using internal::str_cat;
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+bool is_alnum(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
 HostSlots parse_one_host(std::string_view entry, std::size_t index, std::string_view spec) {
   const std::string where = str_cat("host entry ", index + 1, " of -H '", spec, "'");
@@ -24,6 +27,9 @@ HostSlots parse_one_host(std::string_view entry, std::size_t index, std::string_
   CHORUS_REQUIRE(!host.empty(), InvalidArgumentError, where, " ('", entry, "') has no host name before ':'");
   CHORUS_REQUIRE(std::none_of(host.begin(), host.end(), is_space), InvalidArgumentError, where, " ('", entry,
                  "'): a host name cannot contain whitespace");
+  const std::string problem = host_name_problem(host);
+  CHORUS_REQUIRE(problem.empty(), InvalidArgumentError, where, ": host name '", internal::printable(host), "' ",
+                 problem, "; ", kHostNameRule);
   out.host = std::string(host);
   if (colon == std::string_view::npos) return out;  // one slot by default, as Open MPI's -H
 
@@ -60,6 +66,29 @@ std::string describe_hosts(const std::vector<HostSlots>& hosts) {
 }
 
 }  // namespace
+
+std::string host_name_problem(std::string_view host) {
+  if (host.empty()) return "is empty";
+  if (host.size() > kMaxHostNameLength) return str_cat("is ", host.size(), " characters long");
+  if (host[0] == '-') return "starts with '-' (it would be taken for an option of ssh or mpirun)";
+  for (char c : host) {
+    if (is_alnum(c) || c == '-' || c == '_' || c == '.') continue;
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u > 0x20 && u < 0x7f) return str_cat("has the character '", std::string(1, c), "'");
+    return "has a byte that is not printable ASCII";
+  }
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = host.find('.', start);
+    const std::string_view label = host.substr(start, dot == std::string_view::npos ? host.npos : dot - start);
+    if (label.empty()) return "has an empty label (a leading, trailing or doubled '.')";
+    if (label.size() > kMaxHostLabelLength)
+      return str_cat("has a label of ", label.size(), " characters ('", label.substr(0, 16), "...')");
+    if (label.front() == '-' || label.back() == '-')
+      return str_cat("has a label that starts or ends with '-' ('", label, "')");
+    if (dot == std::string_view::npos) return "";
+    start = dot + 1;
+  }
+}
 
 std::vector<HostSlots> parse_host_spec(std::string_view spec) {
   CHORUS_REQUIRE(!spec.empty(), InvalidArgumentError,
@@ -110,8 +139,11 @@ std::vector<std::string> build_mpirun_argv(const MpirunOptions& o) {
   CHORUS_REQUIRE(!o.bind_to.empty(), InvalidArgumentError,
                  "--bind-to is empty; use none (the default), socket, numa, core, ...");
   for (const auto& h : o.hosts) {
-    CHORUS_REQUIRE(!h.host.empty() && h.slots >= 1, InvalidArgumentError, "host entry '", h.host, ":", h.slots,
-                   "' is invalid: a host needs a name and slots >= 1");
+    CHORUS_REQUIRE(!h.host.empty() && h.slots >= 1, InvalidArgumentError, "host entry '", internal::printable(h.host),
+                   ":", h.slots, "' is invalid: a host needs a name and slots >= 1");
+    const std::string problem = host_name_problem(h.host);
+    CHORUS_REQUIRE(problem.empty(), InvalidArgumentError, "host name '", internal::printable(h.host), "' ", problem,
+                   "; ", kHostNameRule);
   }
 
   CHORUS_REQUIRE(o.num_processes <= kMaxProcesses, InvalidArgumentError, "-np ", o.num_processes, " is more than ",

@@ -12,7 +12,8 @@
 //
 // The rules (docs/launch.md explains them to users):
 //   - `-np N`: N > 0.
-//   - `-H host[:slots],...`: a host without ":slots" has one slot (Open MPI's and Horovod's rule
+//   - `-H host[:slots],...`: every host name follows kHostNameRule (checked again here, for hosts
+//     set by hand); a host without ":slots" has one slot (Open MPI's and Horovod's rule
 //     for -H). Hosts are passed on with their slot counts written out ("a,b" → "-H a:1,b:1"). When
 //     hosts are given, N must equal the sum of their slots: fewer would leave slots idle without
 //     saying so, more would oversubscribe remote machines; both are InvalidArgumentError naming N,
@@ -47,6 +48,7 @@
 // is valid. Thread-safe: pure functions.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,11 +68,30 @@ struct HostSlots {
   bool operator==(const HostSlots&) const = default;
 };
 
-// Parses "host[:slots],host[:slots],...". Host names are non-empty and contain no ':', ',' or
-// whitespace (IPv6 literals are not supported); slots are decimal integers >= 1, and at most
+// Host names, the one rule for -H, --hostfile and MpirunOptions::hosts. A host name becomes a
+// word of `ssh [opts] -- HOST true` (the host check, launch/host_check.h) and of Open MPI's own
+// `ssh HOST orted ...`, which has no `--`: a name starting with '-' would be an option there
+// (`-F/path/evil.cfg` makes ssh read that config and run its ProxyCommand on this machine), and
+// an agent that goes through a shell would interpret ';', '$', '`'... So a host name is what
+// RFC 1123 allows, checked before anything runs: labels separated by single '.', each 1 to 63
+// letters, digits, '-' or '_', neither starting nor ending with '-'; 253 characters at most.
+// IPv4 addresses (10.0.0.1) fit. '_' is outside RFC 1123 but common in ssh-config aliases and
+// harmless to ssh. Not accepted: IPv6 literals (':' separates the slots in -H), user@host (set the
+// user in ~/.ssh/config or with --rsh-agent 'ssh -l USER'), a trailing '.'.
+inline constexpr std::size_t kMaxHostNameLength = 253;
+inline constexpr std::size_t kMaxHostLabelLength = 63;
+inline constexpr std::string_view kHostNameRule =
+    "a host name is labels separated by '.', each 1 to 63 letters, digits, '-' or '_', not starting or ending with "
+    "'-', 253 characters at most (e.g. node1, node-1.cluster, 10.0.0.1)";
+// Empty when `host` follows the rule above; else what is wrong with it ("starts with '-'", "has
+// the character ';'", ...), for messages that add where the name came from and kHostNameRule.
+std::string host_name_problem(std::string_view host);
+
+// Parses "host[:slots],host[:slots],...". Host names follow the rule above (so no ':', ',' or
+// whitespace; IPv6 literals are not supported); slots are decimal integers >= 1, and at most
 // kMaxProcesses per host and in all (so sums of slots always fit an int). A host listed twice is
 // an error (Open MPI would merge them silently; say "a:4" instead). Throws InvalidArgumentError
-// naming the offending entry and its position.
+// naming the offending entry and its position (and, for a bad name, the name and kHostNameRule).
 std::vector<HostSlots> parse_host_spec(std::string_view spec);
 
 // "a:2,b:1" — the -H argument passed to mpirun (slots always written out).

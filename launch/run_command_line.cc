@@ -155,7 +155,9 @@ options:
   -np N, -n N          number of processes to start (> 0); with -H it defaults to the sum of the
                        slots and must equal it
   -H, --host SPEC      hosts as host[:slots],... (a host without :slots has 1 slot), e.g.
-                       -H node1:4,node2:4; without -H every process runs on this machine
+                       -H node1:4,node2:4; without -H every process runs on this machine.
+                       A host name is letters, digits, '-', '_' and '.' (RFC 1123 labels; no
+                       leading '-', no user@, no IPv6 literal)
   --hostfile FILE      the hosts from a hostfile instead: one "host slots=N" per line (Open MPI's
                        and Horovod's format; '#' comments)
   --rsh-agent CMD      how mpirun reaches the other hosts (default ssh; e.g. 'ssh -p 2222')
@@ -183,7 +185,7 @@ options:
                        forwarded already when set)
   --collective-timeout SECONDS
                        how long a collective waits for the other ranks before it fails (every
-                       rank; default 300, or CHORUS_COLLECTIVE_TIMEOUT). A killed rank is noticed
+                       rank; at least 0.01; default 300, or CHORUS_COLLECTIVE_TIMEOUT). A killed rank is noticed
                        within seconds regardless (the ranks watch each other over TCP)
   --enable-recovery    passed to mpirun: when a rank dies the others keep running, so that they
                        report the loss themselves (mpirun then exits 0; chorus-run does not)

@@ -41,7 +41,7 @@
 //
 // Errors: an unknown option, an option without its value, a non-numeric -np, a missing -np without
 // -H or --hostfile, -H with --hostfile, an MCA name that is not [a-z0-9_]+, a --collective-timeout that is not a number
-// of seconds > 0 (core/env.h), an empty
+// of seconds >= 0.01 (core/env.h's floor), an empty
 // --status-dir, no program (unless --help, --version or --check-build) → InvalidArgumentError whose message names the
 // problem; the tool prints it and exits 2. Range checks (-np > 0, slots vs -np) are
 // build_mpirun_argv's. Thread-safe: pure functions.

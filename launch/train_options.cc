@@ -67,7 +67,7 @@ po::options_description describe(TrainOptions& o) {
     ("collective-timeout", po::value<std::string>(),
      "seconds every collective may wait for the other replicas and workers before it fails, naming "
      "who did not arrive (default: CHORUS_COLLECTIVE_TIMEOUT, else 300); a killed worker is noticed "
-     "within seconds either way")
+     "within seconds either way; at least 0.01")
     ("quiet", "no progress bar or per-epoch lines from fit (the summary lines are still printed)");
   // clang-format on
   return d;

@@ -7,7 +7,7 @@
 // Every flag, its default and meaning is in train_usage() (the text of `chorus-train --help`) and
 // docs/launch.md. Validation happens here, once: an unknown flag, a missing or malformed value (Boost's
 // own message), an unknown --model/--strategy/--optimizer, an out-of-range number, --data-dir
-// together with --tfrecord, a --collective-timeout that is not a number of seconds > 0, or a badly
+// together with --tfrecord, a --collective-timeout that is not a number of seconds >= 0.01 (core/env.h), or a badly
 // set CHORUS_COLLECTIVE_TIMEOUT → InvalidArgumentError naming the flag (or variable), the value and
 // what is valid.
 // Thread-safe: pure functions. Part of chorus-train: the target chorus_launch_cli, which links

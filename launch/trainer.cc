@@ -175,6 +175,18 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   if (multi_worker && collective::MpiEnvironment::launched_by_mpirun()) mpi.emplace();
 #endif
   if (multi_worker) cluster = distribute::ClusterResolver::from_environment();
+#if defined(CHORUS_WITH_MPI)
+  // Workers talk over MPI, which only a process started by mpirun has. The strategy's own refusal
+  // speaks to a C++ programmer (create an MpiEnvironment); a command-line user needs the command.
+  if (cluster && cluster->num_workers() > 1 && !mpi)
+    throw FailedPreconditionError(str_cat(
+        "--strategy multi_worker: ", cluster->source(), " describes ", cluster->num_workers(),
+        " workers, but this process was not started by mpirun, and chorus-train's workers talk over MPI. Start one "
+        "process per worker: chorus-run -np ",
+        cluster->num_workers(), " -- chorus-train --strategy multi_worker ... (or mpirun -np ", cluster->num_workers(),
+        "; add -H host:slots,... or --hostfile for several machines); the ranks then come from mpirun, so TF_CONFIG "
+        "is not needed. Or unset TF_CONFIG to train as one worker"));
+#endif
   // Only the chief of a multi-worker job prints progress; the other workers print errors only.
   const bool chief = !cluster || cluster->is_chief();
   std::ostream silent(nullptr);

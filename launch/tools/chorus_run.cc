@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/launch/build_info.h>
 #include <chorus/launch/cli.h>
@@ -114,6 +115,9 @@ int run(const std::vector<std::string>& args) {
       for (const auto& c : launch::query_build_info()) std::cout << launch::format_component(c) << "\n";
       return 0;
     }
+    // Every rank would refuse a bad CHORUS_COLLECTIVE_TIMEOUT (one under the floor included): say so
+    // once, before mpirun starts.
+    cx::env::collective_timeout();
     if (cl.hosts) o.hosts = launch::parse_host_spec(*cl.hosts);
     if (cl.hostfile) o.hosts = launch::read_hostfile(*cl.hostfile);
     if (cl.rsh_agent) o.rsh_agent = *cl.rsh_agent;
@@ -153,7 +157,7 @@ int run(const std::vector<std::string>& args) {
       return 0;
     }
   } catch (const cx::InvalidArgumentError& e) {
-    std::cerr << "chorus-run: " << e.message() << "\nRun 'chorus-run --help' for usage.\n";
+    launch::print_error("chorus-run", e.message(), "Run 'chorus-run --help' for usage.");
     return kUsageError;
   }
 
@@ -242,7 +246,7 @@ int main(int argc, char** argv) {
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {
-    std::cerr << "chorus-run: " << e.what() << "\n";
+    launch::print_error("chorus-run", e.what());
     return 1;
   }
 }

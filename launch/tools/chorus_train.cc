@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   try {
     options = launch::parse_train_options(argc, argv);
   } catch (const cx::InvalidArgumentError& e) {
-    std::cerr << "chorus-train: " << e.message() << "\nRun 'chorus-train --help' for the flags.\n";
+    launch::print_error("chorus-train", e.message(), "Run 'chorus-train --help' for the flags.");
     return 2;
   }
   if (options.help) {
@@ -36,13 +36,13 @@ int main(int argc, char** argv) {
     const launch::TrainResult result = launch::train(options, std::cout);
     if (result.preempted) return 0;  // backed up; the rerun continues
     if (result.accuracy < options.min_accuracy) {
-      std::cerr << "chorus-train: held-out accuracy " << result.accuracy << " is below --min-accuracy "
-                << options.min_accuracy << "\n";
+      launch::print_error("chorus-train", cx::internal::str_cat("held-out accuracy ", result.accuracy,
+                                                                " is below --min-accuracy ", options.min_accuracy));
       return 1;
     }
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "chorus-train: " << e.what() << "\n";
+    launch::print_error("chorus-train", e.what());
     return 1;
   }
 }

@@ -38,7 +38,8 @@ TEST(EnvTest, TimeoutsAreSecondsAboveZero) {
   EXPECT_EQ(env::parse_timeout_seconds("300", "X"), milliseconds(300000));
   EXPECT_EQ(env::parse_timeout_seconds("2.5", "X"), milliseconds(2500));
   EXPECT_EQ(env::parse_timeout_seconds("1e3", "X"), milliseconds(1000000));
-  EXPECT_EQ(env::parse_timeout_seconds(".0001", "X"), milliseconds(1)) << "rounded up to a whole millisecond";
+  EXPECT_EQ(env::parse_timeout_seconds(".0101", "X"), milliseconds(11)) << "rounded up to a whole millisecond";
+  EXPECT_EQ(env::parse_timeout_seconds("0.01", "X"), milliseconds(10)) << "the floor itself";
   for (const char* bad : {"0", "-3", "", "abc", "5s", " 5", "5 ", "inf", "nan", "0x10", "1e99", "--1"}) {
     try {
       env::parse_timeout_seconds(bad, "--flag");
@@ -47,6 +48,23 @@ TEST(EnvTest, TimeoutsAreSecondsAboveZero) {
       EXPECT_NE(std::string(e.what()).find(std::string("--flag='") + bad + "' is not a valid timeout"),
                 std::string::npos)
           << e.what();
+    }
+  }
+}
+
+// Issue 40: CHORUS_COLLECTIVE_TIMEOUT=1e-9 timed out the communicators' creation, and the job
+// crashed in MPI_Finalize. Values below the floor are refused, naming the source, value and floor.
+TEST(EnvTest, TimeoutsBelowTheFloorAreRefused) {
+  for (const char* tiny : {"1e-9", ".0001", "0.001", "0.0099"}) {
+    try {
+      env::parse_timeout_seconds(tiny, "CHORUS_COLLECTIVE_TIMEOUT");
+      ADD_FAILURE() << "accepted '" << tiny << "'";
+    } catch (const InvalidArgumentError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::string("CHORUS_COLLECTIVE_TIMEOUT='") + tiny + "' is not a valid timeout"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("below the floor of 0.01 s"), std::string::npos) << m;
     }
   }
 }

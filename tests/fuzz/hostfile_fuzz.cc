@@ -2,7 +2,8 @@
 // Horovod hostfile format. Input: the file's bytes.
 //
 // Contract: InvalidArgumentError only (chorus-run prints it and exits 2). An accepted file names at
-// least one host, each once, with a name of printable ASCII that parse_host_spec accepts and slots 1..kMaxProcesses,
+// least one host, each once, with a name that follows kHostNameRule (never starting with '-': it
+// would reach ssh as an option) and that parse_host_spec accepts and slots 1..kMaxProcesses,
 // kMaxProcesses in all; format_host_spec then parse_host_spec gives the same hosts and slots.
 #include <cstdint>
 #include <set>
@@ -29,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& h : hosts) {
     check(!h.host.empty() && names.insert(h.host).second, "names non-empty and unique");
     for (char c : h.host) check(c > 0x20 && c < 0x7f, "names of printable ASCII");
+    check(launch::host_name_problem(h.host).empty() && h.host[0] != '-', "names follow the host-name rule");
     check(h.slots >= 1 && h.slots <= launch::kMaxProcesses, "slots in range");
     total += h.slots;
   }

@@ -26,6 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(!cl.program.empty(), "a program to run");
     launch::MpirunOptions o;
     if (cl.hosts) o.hosts = launch::parse_host_spec(*cl.hosts);
+    for (const auto& h : o.hosts)
+      check(!h.host.empty() && h.host[0] != '-' && launch::host_name_problem(h.host).empty(),
+            "host names follow the host-name rule (none can be an ssh option)");
     if (cl.num_processes) {
       o.num_processes = *cl.num_processes;
     } else {

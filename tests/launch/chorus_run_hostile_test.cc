@@ -12,9 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "tests/launch/tool_runner.h"
 #include <chorus/launch/process.h>
+
+extern char** environ;
 
 namespace chorus::launch {
 namespace {
@@ -82,6 +85,54 @@ TEST_F(ChorusRunHostile, HostsThatDoNotAnswerStopTheJobBeforeMpirunStarts) {
   EXPECT_THAT(silent_run.err, HasSubstr("nodeC: no answer within 10 s"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
   EXPECT_FALSE(fs::exists(marker)) << "the program ran although a host did not answer";
+}
+
+// Issue 40: a host name that is an ssh option. "-F/path/evil.cfg" in a hostfile or -H made the host
+// check run `ssh -F/path/evil.cfg true`, and the config's ProxyCommand ran on this machine. A fake
+// ssh (and mpirun) first on PATH records any run: none may happen, and chorus-run exits 2 naming
+// the file and line (or the -H entry), the name and what a host name may be.
+TEST_F(ChorusRunHostile, HostNamesThatAreSshOptionsAreRefusedBeforeSshRuns) {
+  const fs::path bin = dir_ / "bin", ran = dir_ / "ran", evil = dir_ / "evil.cfg", hostfile = dir_ / "hosts";
+  fs::create_directories(bin);
+  for (const char* tool : {"ssh", "mpirun"}) {
+    { std::ofstream(bin / tool) << "#!/bin/sh\necho \"" << tool << " $*\" >> " << ran.string() << "\nexit 1\n"; }
+    fs::permissions(bin / tool, fs::perms::owner_all);
+  }
+  { std::ofstream(evil) << "Host *\n  ProxyCommand /usr/bin/touch " << (dir_ / "proxy_ran").string() << "\n"; }
+  std::vector<std::string> env;
+  const char* path = std::getenv("PATH");
+  env.push_back("PATH=" + bin.string() + ":" + (path ? path : "/usr/bin:/bin"));
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("PATH=", 0) != 0 && entry.rfind("OMPI_MCA_plm_rsh_agent=", 0) != 0) env.push_back(entry);
+  }
+  const auto run_with_fakes = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/timeout", "20", kTool});
+    return run_tool(args, env);
+  };
+  const std::string option = "-F" + evil.string();
+  { std::ofstream(hostfile) << "# a hostile hostfile\nnode1 slots=1\n" << option << " slots=1\n"; }
+  const auto from_file = run_with_fakes({"--hostfile", hostfile.string(), "--", "/bin/true"});
+  EXPECT_EQ(from_file.exit_code, 2) << from_file.err;
+  EXPECT_THAT(from_file.err, HasSubstr("--hostfile " + hostfile.string() + " line 3: host name '" + option +
+                                       "' starts with '-'"));
+  EXPECT_THAT(from_file.err, HasSubstr("letters, digits, '-' or '_'"));
+  const auto from_h = run_with_fakes({"-H", option + ":1", "--", "/bin/true"});
+  EXPECT_EQ(from_h.exit_code, 2) << from_h.err;
+  EXPECT_THAT(from_h.err, HasSubstr("host entry 1 of -H '" + option + ":1': host name '" + option + "' starts with '-'"));
+  for (const std::string spec : {"node1,-oProxyCommand=touch:1", "node1;touch:1", "$(touch):1", "node1,`id`"}) {
+    const auto r = run_with_fakes({"-H", spec, "--", "/bin/true"});
+    EXPECT_EQ(r.exit_code, 2) << spec << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("host name")) << spec;
+  }
+  EXPECT_FALSE(fs::exists(ran)) << "ssh or mpirun ran:\n" << std::ifstream(ran).rdbuf();
+  EXPECT_FALSE(fs::exists(dir_ / "proxy_ran")) << "the ProxyCommand ran";
+  // The fakes work: valid remote hosts reach the fake ssh, each after "--".
+  const auto valid = run_with_fakes({"-H", "node1:1,node2:1", "--", "/bin/true"});
+  EXPECT_EQ(valid.exit_code, 3) << valid.err;
+  std::stringstream said;
+  said << std::ifstream(ran).rdbuf();
+  EXPECT_THAT(said.str(), HasSubstr("ssh -o BatchMode=yes -o ConnectTimeout=5 -- node1 true"));
 }
 
 }  // namespace

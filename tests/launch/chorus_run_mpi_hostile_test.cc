@@ -196,6 +196,48 @@ TEST(ChorusRunHostile, AFailedRankFailsTheJobUnderRecoveryWhateverMpirunSays) {
   EXPECT_EQ(*b, 3) << mca.output();
 }
 
+// Issue 40: `CHORUS_COLLECTIVE_TIMEOUT=1e-9 chorus-run -np 2 -- chorus-train --strategy multi_worker ...`
+// timed out the communicators' creation and crashed 10 of 16 runs with SIGSEGV in MPI_Finalize. A
+// timeout under the 10 ms floor is now a usage error, found by chorus-run before mpirun starts (the
+// teardown after a creation timeout: collective_mpi_creation_timeout_hostile_np2).
+TEST(ChorusRunHostile, ATimeoutUnderTheFloorIsRefusedBeforeTheJobStarts) {
+  for (int run = 0; run < 3; ++run) {
+    Job job({CHORUS_RUN_PATH, "-np", "2", "--", CHORUS_TRAIN_PATH, "--strategy", "multi_worker", "--model", "mlp",
+             "--epochs", "1", "--train", "640", "--test", "32", "--batch", "32", "--quiet"},
+            {"CHORUS_COLLECTIVE_TIMEOUT=1e-9"});
+    const auto status = job.wait_for(std::chrono::seconds(60));
+    const std::string out = job.output();
+    ASSERT_TRUE(status) << out;
+    EXPECT_EQ(*status, 2) << out;
+    EXPECT_THAT(out, HasSubstr("CHORUS_COLLECTIVE_TIMEOUT='1e-9' is not a valid timeout: it is below the floor of "
+                               "0.01 s"));
+    EXPECT_THAT(out, ::testing::Not(HasSubstr("signal"))) << "run " << run;
+  }
+}
+
+// Under mpirun every rank's error went to stderr in three writes ("chorus-train: ", the message,
+// "\n"), and two ranks failing at once interleaved them: "chorus-train: chorus-train: <message>"
+// then a bare "<message>" (3 of 5 jobs of 4 ranks). Each rank's error must be one whole line.
+TEST(ChorusRunHostile, EveryRanksErrorIsOneWholeLine) {
+  for (int run = 0; run < 5; ++run) {
+    Job job({CHORUS_RUN_PATH, "-np", "4", "--oversubscribe", "--", CHORUS_TRAIN_PATH, "--collective-timeout", "bogus"},
+            {});
+    const auto status = job.wait_for(std::chrono::seconds(60));
+    const std::string out = job.output();
+    ASSERT_TRUE(status) << out;
+    EXPECT_NE(*status, 0) << out;
+    std::istringstream lines(out);
+    int whole = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("is not a valid timeout") == std::string::npos) continue;
+      EXPECT_EQ(line.rfind("chorus-train: --collective-timeout='bogus' is not a valid timeout", 0), 0u)
+          << "run " << run << ": a mangled line: " << line << "\n" << out;
+      ++whole;
+    }
+    EXPECT_EQ(whole, 4) << out;
+  }
+}
+
 // The model's tensors of checkpoint `prefix` (its "model/..." keys), raw bytes.
 std::map<std::string, std::vector<std::uint8_t>> model_tensors(const std::string& prefix) {
   std::map<std::string, std::vector<std::uint8_t>> out;

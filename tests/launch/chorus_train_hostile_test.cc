@@ -18,6 +18,8 @@
 #include <chorus/core/runtime.h>
 #include <chorus/core/variable.h>
 
+extern char** environ;
+
 namespace chorus::launch {
 namespace {
 
@@ -74,6 +76,29 @@ TEST(ChorusTrainHostile, ACheckpointWithForeignKeysIsNotResumed) {
   EXPECT_THAT(r.err, HasSubstr("model/layer_with_weights-0/kernel"));  // the unmatched variables are listed
   EXPECT_THAT(r.err, HasSubstr("--no-resume"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Resumed")));
+}
+
+// Issue 40: TF_CONFIG naming two workers, chorus-train started by hand: the refusal told a
+// command-line user to "create a collective::MpiEnvironment". It must give the command instead.
+TEST(ChorusTrainHostile, TfConfigWithoutMpirunSaysHowToStartTheWorkers) {
+#if !defined(CHORUS_WITH_MPI)
+  GTEST_SKIP() << "this build has no MPI";
+#endif
+  std::vector<std::string> env = {
+      R"(TF_CONFIG={"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}})"};
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("TF_CONFIG=", 0) != 0 && entry.rfind("OMPI_", 0) != 0 && entry.rfind("PMI_", 0) != 0)
+      env.push_back(entry);
+  }
+  const auto r = run_tool(
+      {kTool, "--strategy", "multi_worker", "--model", "mlp", "--epochs", "1", "--train", "64", "--test", "32", "--quiet"},
+      env);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("FAILED_PRECONDITION: --strategy multi_worker: TF_CONFIG describes 2 workers, but this "
+                               "process was not started by mpirun"));
+  EXPECT_THAT(r.err, HasSubstr("chorus-run -np 2 -- chorus-train --strategy multi_worker"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("MpiEnvironment"))) << "advice for a C++ programmer";
 }
 
 TEST(ChorusTrainHostile, EmptyPathsAreRefused) {

@@ -59,6 +59,25 @@ TEST(HostCheck, ManyHostsAreCheckedInBatches) {
   EXPECT_FALSE(answers.back().answered);
 }
 
+// Issue 40: ssh stops reading options at "--", so no host can become one (-F/path/evil.cfg).
+TEST(HostCheck, SshGetsDashDashBeforeTheHostAndOptionLikeHostsRunNothing) {
+  using Argv = std::vector<std::string>;
+  EXPECT_EQ(host_check_argv({"ssh", "-o", "BatchMode=yes"}, "node1"),
+            (Argv{"ssh", "-o", "BatchMode=yes", "--", "node1", "true"}));
+  EXPECT_EQ(host_check_argv({"/usr/bin/ssh", "-p", "2222"}, "n"), (Argv{"/usr/bin/ssh", "-p", "2222", "--", "n", "true"}));
+  // Other agents may not take "--" (rsh, wrapper scripts): the host-name rule protects them.
+  EXPECT_EQ(host_check_argv({"/bin/sh", "-c", "x"}, "n"), (Argv{"/bin/sh", "-c", "x", "n", "true"}));
+  EXPECT_EQ(host_check_argv({"sshpass"}, "n"), (Argv{"sshpass", "n", "true"}));
+  const std::string marker = ::testing::TempDir() + "/chorus_host_check_ran_" + std::to_string(getpid());
+  try {
+    check_hosts({"/bin/sh", "-c", "touch " + marker}, {"ok", "-F/tmp/evil.cfg"});
+    ADD_FAILURE() << "a host name starting with '-' was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("host name '-F/tmp/evil.cfg' starts with '-'"));
+  }
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the agent ran";
+}
+
 TEST(HostCheck, ThisMachineAndAgentWords) {
   char name[256] = {};
   ASSERT_EQ(gethostname(name, sizeof name - 1), 0);

@@ -76,6 +76,45 @@ TEST(HostSpec, BadSpecsNameTheEntry) {
   EXPECT_EQ(parse_host_spec("a:4095,b:1").size(), 2u);
 }
 
+// Issue 40: a host name reaches `ssh ... HOST true` and Open MPI's `ssh HOST orted`; "-F/path/evil.cfg"
+// there is an ssh option whose config's ProxyCommand runs on this machine.
+TEST(HostSpec, HostNamesThatCouldBeOptionsOrShellWordsAreRefused) {
+  for (const char* good : {"node1", "node-1.cluster", "10.0.0.1", "gpu_node.x", "A1", "a.b-c.d"})
+    EXPECT_NO_THROW(parse_host_spec(std::string(good) + ":2")) << good;
+  const std::string long_label(64, 'a');
+  std::string long_name;
+  while (long_name.size() < 254) long_name += "abcdefgh.";
+  long_name.pop_back();
+  const std::pair<std::string, std::string> bad[] = {
+      {"-F/tmp/evil.cfg:1", "host name '-F/tmp/evil.cfg' starts with '-'"},
+      {"-oProxyCommand=x", "starts with '-'"},
+      {"-", "starts with '-'"},
+      {"node;touch", "has the character ';'"},
+      {"$(reboot)", "has the character '$'"},
+      {"a`b`", "has the character '`'"},
+      {"user@node1", "has the character '@'"},
+      {"a/b", "has the character '/'"},
+      {"a..b", "empty label"},
+      {".a", "empty label"},
+      {"a.", "empty label"},
+      {"a.-b", "starts or ends with '-' ('-b')"},
+      {"a-.b", "starts or ends with '-' ('a-')"},
+      {long_label, "has a label of 64 characters"},
+      {long_name, "characters long"},
+      {"a\\x", "has the character '\\'"},
+  };
+  for (const auto& [spec, why] : bad) {
+    const std::string m = host_error_of(spec);
+    EXPECT_THAT(m, HasSubstr(why)) << spec;
+    EXPECT_THAT(m, HasSubstr("host entry 1 of -H")) << spec;
+    EXPECT_THAT(m, HasSubstr("letters, digits, '-' or '_'")) << spec;  // what is allowed
+  }
+  // Hosts set by hand get the same rule from build_mpirun_argv.
+  MpirunOptions o = basic(1);
+  o.hosts = {{"-F/tmp/evil.cfg", 1, true}};
+  EXPECT_THAT(error_of(o), HasSubstr("host name '-F/tmp/evil.cfg' starts with '-'"));
+}
+
 TEST(MpirunArgv, LocalProcesses) {
   EXPECT_EQ(build_mpirun_argv(basic(4)), (Argv{"mpirun", "-np", "4", "--bind-to", "none", "--", "./x"}));
 }
@@ -277,6 +316,16 @@ TEST(Hostfile, BadLinesAreNamedWithTheirLineNumber) {
   EXPECT_THAT(hostfile_error_of("# nothing\n\n  \n"), HasSubstr("names no host"));
   EXPECT_THAT(hostfile_error_of(""), HasSubstr("names no host"));
   EXPECT_THAT(hostfile_error_of("a slots=4096\nb slots=1"), HasSubstr("more than 4096 slots in all"));
+}
+
+TEST(Hostfile, HostNamesThatCouldBeOptionsOrShellWordsAreRefusedWithTheirLine) {
+  EXPECT_THAT(hostfile_error_of("node1 slots=1\n-F/tmp/evil.cfg slots=1\n"),
+              HasSubstr("hostfile hf line 2: host name '-F/tmp/evil.cfg' starts with '-'"));
+  EXPECT_THAT(hostfile_error_of("-F/tmp/evil.cfg slots=1"), HasSubstr("letters, digits, '-' or '_'"));
+  EXPECT_THAT(hostfile_error_of("a;b"), HasSubstr("line 1: host name 'a;b' has the character ';'"));
+  EXPECT_THAT(hostfile_error_of("user@node"), HasSubstr("has the character '@'"));
+  EXPECT_THAT(hostfile_error_of("a..b slots=2"), HasSubstr("empty label"));
+  EXPECT_EQ(parse_hostfile("node-1.cluster slots=2\n10.0.0.2\ngpu_3\n", "x").size(), 3u);
 }
 
 TEST(Hostfile, ReadingIsBoundedAndEveryFailureIsACommandLineError) {

@@ -126,7 +126,7 @@ TEST(TrainOptions, CollectiveTimeoutIsSecondsAboveZero) {
   EXPECT_EQ(parse_train_options(Args{}).collective_timeout.count(), 0) << "0: the default";
   EXPECT_EQ(parse_train_options(Args{"--collective-timeout", "30"}).collective_timeout.count(), 30000);
   EXPECT_EQ(parse_train_options(Args{"--collective-timeout=2.5"}).collective_timeout.count(), 2500);
-  for (const char* bad : {"0", "-5", "abc", "5s", "", " 5", "inf", "nan", "1e9"})
+  for (const char* bad : {"0", "-5", "abc", "5s", "", " 5", "inf", "nan", "1e9", "1e-9", "0.005"})
     EXPECT_THAT(error_of({"--collective-timeout", bad}), HasSubstr(std::string("--collective-timeout='") + bad + "'"))
         << bad;
 }

@@ -1,0 +1,57 @@
+# Runs mpi_creation_timeout_test under `mpirun -np 2` RUNS times (CTest: cmake -P) and requires of
+# every run: no rank killed by a signal (before issue 40's fix runs died of SIGSEGV in
+# MPI_Finalize), the job ended within the deadline with status 0, and each rank got past its
+# MpiEnvironment; at least one rank timed out (DEADLINE_EXCEEDED), except in MODE together.
+# Run k makes rank 1 come 2k ms late (mode late): the crash needed rank 1's MPI_Comm_idup to reach
+# the point where the new communicator is registered but not yet activated when a rank finalized,
+# which depends on that delay and chance; 1 run in 5-6 crashed before the fix, so 24 runs fail then
+# with a probability of about 99%. Half a second per run.
+# -DMPIEXEC=mpirun -DFLAGS="--oversubscribe;..." -DPROGRAM=... [-DMODE=together] [-DRUNS=24]
+foreach(v MPIEXEC PROGRAM)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run_mpi_creation_timeout.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+if(NOT DEFINED RUNS)
+  set(RUNS 24)
+endif()
+set(deadline 40)
+set(failures "")
+foreach(run RANGE 1 ${RUNS})
+  if(MODE STREQUAL "together")
+    set(args together)
+  else()
+    math(EXPR late "2 * ${run}")
+    set(args late ${late})
+  endif()
+  execute_process(COMMAND ${MPIEXEC} ${FLAGS} -np 2 ${PROGRAM} ${args}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT ${deadline} RESULT_VARIABLE rc)
+  message(STATUS "run ${run} (${args}): mpirun -np 2 exit status '${rc}'\n${out}")
+  set(why "")
+  if(rc MATCHES "timeout|Process terminated due to timeout")
+    string(APPEND why " did not end within ${deadline} s;")
+  endif()
+  if(out MATCHES "exited on signal|received signal|Segmentation fault|core dumped")
+    string(APPEND why " a rank was killed by a signal;")
+  endif()
+  if(NOT MODE STREQUAL "together" AND NOT out MATCHES "DEADLINE_EXCEEDED")
+    string(APPEND why " no rank timed out (nothing tested);")
+  endif()
+  if(out MATCHES "FAIL")
+    string(APPEND why " a rank failed otherwise;")
+  endif()
+  foreach(r 0 1)
+    if(NOT out MATCHES "\\[rank ${r}\\] past MpiEnvironment")
+      string(APPEND why " rank ${r} did not get past its MpiEnvironment;")
+    endif()
+  endforeach()
+  if(NOT rc EQUAL 0)
+    string(APPEND why " mpirun exited with status ${rc};")
+  endif()
+  if(NOT why STREQUAL "")
+    string(APPEND failures "run ${run}:${why}\n")
+  endif()
+endforeach()
+if(NOT failures STREQUAL "")
+  message(FATAL_ERROR "${failures}")
+endif()
