@@ -166,9 +166,9 @@ DnnCall pool_call(DnnKernel kernel, PoolKind kind, DType dtype, const Conv2dGeom
   return call;
 }
 
+// Not kRelu: oneDNN 2.6's eltwise_relu maps NaN to 0 (measured on every JIT ISA), TF keeps NaN.
 bool eltwise_on_onednn(UnaryOp op) {
   switch (op) {
-    case UnaryOp::kRelu:
     case UnaryOp::kSigmoid:
     case UnaryOp::kTanh:
     case UnaryOp::kGelu:
@@ -248,6 +248,10 @@ DnnDispatch decide(const DnnCall& c) {
     return {no_kernel,
             "overlapping pooling windows: oneDNN's 16-bit pooling backward would round their gradients' "
             "sum after each addition"};
+  // oneDNN 2.6's bfloat16 max pooling backward (jit, measured on avx512_core and AMX) routes a
+  // window's gradient to a NaN at its first tap; TensorFlow and the float32 path skip NaN.
+  if (c.kernel == DnnKernel::kPool2dBackward && c.pool == PoolKind::kMax && dtype == DType::kBFloat16)
+    return {no_kernel, "bfloat16 max pooling backward: oneDNN's would send the gradient to a NaN (TF skips NaN)"};
   if (!onednn_has_kernel(c))
     return {no_kernel, onednn_version() + " has no " + std::string(dtype_name(dtype)) + " JIT kernel for this shape" +
                            on_isa + " (only its reference loops)"};
