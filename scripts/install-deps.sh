@@ -8,7 +8,7 @@
 #                                    only what the library and its tools need (docker/Dockerfile:
 #                                    a build without tests or benchmarks)
 #   scripts/install-deps.sh --test   also what the test suite needs: Python with venv, iproute2
-#                                    (the test hosts), and the pinned TensorFlow/TensorBoard test
+#                                    (the test hosts), clang-format 14 (static_format), and the pinned TensorFlow/TensorBoard test
 #                                    environment
 #                                    (scripts/test-python-env.sh, reused when already there)
 #
@@ -34,7 +34,8 @@ if [ "$build_only" = 0 ]; then
 fi
 if [ "$with_test" = 1 ]; then
   # iproute2: the test hosts of tests/hosts (network namespaces, veth, tc; issue 18).
-  pkgs+=(python3 python3-venv ca-certificates iproute2)
+  # clang-format-14: static_format (scripts/format.sh uses clang-format 14 only; Debian bookworm's).
+  pkgs+=(python3 python3-venv ca-certificates iproute2 clang-format-14)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

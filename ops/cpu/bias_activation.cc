@@ -29,7 +29,7 @@ void forward_typed(bool relu, T* y, const T* bias, std::int64_t rows, std::int64
     for (std::int64_t c = 0; c < channels; ++c) {
       C v = N::load(row[c]);
       if (bias != nullptr) v += N::load(bias[c]);
-      if (relu) v = v > C(0) ? v : C(0);
+      if (relu) v = v <= C(0) ? C(0) : v;  // NaN stays NaN, as TF's relu
       row[c] = N::store(v);
     }
   }

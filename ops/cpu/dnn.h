@@ -56,6 +56,53 @@ std::string onednn_isa();
 // which oneDNN lacks a bf16 JIT kernel still falls back, per primitive (see bf16_stats()).
 std::string bf16_path();
 
+// ---- which kernel a call runs ---------------------------------------------------------------------
+// dnn_dispatch() answers, for one call of the kernels below (kernel, dtype, shape), which path it
+// takes on this machine in this process, and why. It is the function the kernels themselves
+// dispatch with (dnn_dispatch.cc), so the answer and the behaviour cannot drift apart: a test that
+// expects a path asks this, never the ISA's name. The answer depends on the build (oneDNN or not),
+// oneDNN's effective ISA (honouring ONEDNN_MAX_CPU_ISA), the bfloat16 switch below, and whether
+// oneDNN has a JIT kernel for this exact shape — to know that, a 16-bit query creates the oneDNN
+// primitive (once; it is cached, and the call that follows reuses it: one more cache hit in
+// cache_stats()). Thread-safe. Throws what the call would throw for an invalid dtype or geometry.
+enum class DnnKernel : std::uint8_t {
+  kMatmul,
+  kConv2dForward,
+  kConv2dBackwardData,
+  kConv2dBackwardFilter,
+  kPool2dForward,
+  kPool2dBackward,
+  kEltwiseForward,
+};
+enum class DnnPath : std::uint8_t {
+  kOneDnn,           // oneDNN's kernel in the call's own dtype
+  kFloat32Fallback,  // bfloat16: inputs widened to float32, the float32 path, outputs rounded once
+  kChorusLoops,      // chorus's own loops (float64; float32 max pooling; builds without oneDNN)
+  kUnsupported,      // float16 without a oneDNN kernel: the call throws UnimplementedError
+};
+const char* dnn_path_name(DnnPath path);  // "onednn", "float32 fallback", "chorus loops", "unsupported"
+
+// One call's description: the fields its kernel uses, the others ignored.
+struct DnnCall {
+  DnnKernel kernel = DnnKernel::kMatmul;
+  DType dtype = DType::kFloat32;
+  // matmul (as matmul()'s arguments)
+  std::int64_t batch = 1, m = 1, n = 1, k = 1, a_batch_stride = 0, b_batch_stride = 0;
+  bool trans_a = false, trans_b = false;
+  // conv2d_*, pool2d_*
+  Conv2dGeometry geometry{};
+  PoolKind pool = PoolKind::kMax;
+  bool conv_bias = false, conv_relu = false;  // conv2d_forward's epilogue
+  // eltwise_forward
+  UnaryOp unary = UnaryOp::kRelu;
+  std::int64_t elements = 1;
+};
+struct DnnDispatch {
+  DnnPath path = DnnPath::kChorusLoops;
+  std::string reason;  // e.g. "oneDNN 2.6.3 bf16 JIT kernel on avx512_core_vnni"
+};
+DnnDispatch dnn_dispatch(const DnnCall& call);
+
 // Switch for the oneDNN bfloat16 path (tests and diagnostics): false forces the float32 fallback.
 // Initially the value of the environment variable CHORUS_ONEDNN_BF16 (1/0/true/false/on/off, read
 // once at the first bfloat16 kernel call or bf16_path(); unset → true; another value →

@@ -79,25 +79,21 @@ bool probe_matmul(DType dtype) {
 }
 #endif
 
-// True when a bfloat16 call should try oneDNN first.
-bool bf16_onednn_active() {
-#ifdef CHORUS_WITH_DNNL
-  return isa_has_bf16() && onednn_bf16_enabled();
-#else
-  return false;
-#endif
-}
+DnnDispatch decide(const DnnCall& call);  // dnn_dispatch() without the argument checks; below
 
-// Runs a 16-bit kernel: oneDNN's when it should be tried and has one (onednn_call() returns whether
-// it ran); otherwise bfloat16 takes fallback() (float32 compute) and float16 is UnimplementedError.
+// Runs a 16-bit kernel on the path decide() names: onednn_call() (which returns whether it ran; it
+// must, as decide() created its primitive), else bfloat16's fallback() (float32 compute), else
+// float16's UnimplementedError.
 template <typename OneDnn, typename Fallback>
-void run_16bit(DType dtype, const char* what, OneDnn&& onednn_call, Fallback&& fallback) {
-  const bool try_onednn = dtype == DType::kFloat16 ? have_onednn() : bf16_onednn_active();
-  if (try_onednn && onednn_call()) {
-    if (dtype == DType::kBFloat16) g_bf16_onednn.fetch_add(1, std::memory_order_relaxed);
+void run_16bit(const DnnCall& call, const char* what, OneDnn&& onednn_call, Fallback&& fallback) {
+  const DnnDispatch d = decide(call);
+  if (d.path == DnnPath::kOneDnn) {
+    CHORUS_REQUIRE(onednn_call(), InternalError, what, ": dnn_dispatch chose oneDNN (", d.reason,
+                   ") but oneDNN ran no kernel");
+    if (call.dtype == DType::kBFloat16) g_bf16_onednn.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (dtype == DType::kFloat16) throw_float16_unsupported(what);
+  if (d.path == DnnPath::kUnsupported) throw_float16_unsupported(what);
   g_bf16_fallback.fetch_add(1, std::memory_order_relaxed);
   fallback();
 }
@@ -150,7 +146,155 @@ T* mp(void* p) {
   return static_cast<T*>(p);
 }
 
+// float32 max pooling that chorus's own loops take (max_pool.h), forward and backward alike.
+bool own_max_pool(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
+  return kind == PoolKind::kMax && dtype == DType::kFloat32 && max_pool::fits(g);
+}
+
+DnnCall conv_call(DnnKernel kernel, DType dtype, const Conv2dGeometry& g, const ConvEpilogue& epilogue = {}) {
+  DnnCall call;
+  call.kernel = kernel;
+  call.dtype = dtype;
+  call.geometry = g;
+  call.conv_bias = epilogue.bias != nullptr;
+  call.conv_relu = epilogue.relu;
+  return call;
+}
+DnnCall pool_call(DnnKernel kernel, PoolKind kind, DType dtype, const Conv2dGeometry& g) {
+  DnnCall call = conv_call(kernel, dtype, g);
+  call.pool = kind;
+  return call;
+}
+
+// Not kRelu: oneDNN 2.6's eltwise_relu maps NaN to 0 (measured on every JIT ISA), TF keeps NaN.
+bool eltwise_on_onednn(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kSigmoid:
+    case UnaryOp::kTanh:
+    case UnaryOp::kGelu:
+    case UnaryOp::kExp:
+    case UnaryOp::kLog:
+    case UnaryOp::kSqrt:
+    case UnaryOp::kSquare:
+    case UnaryOp::kAbs: return true;
+    default: return false;
+  }
+}
+
+#ifdef CHORUS_WITH_DNNL
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return chorus::internal::str_cat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+}
+
+// Whether oneDNN has a usable kernel for `call` (16-bit): the kernel's own entry point in probe
+// mode (onednn.h), so that the primitive it creates and caches is the one the call then runs.
+bool onednn_has_kernel(const DnnCall& c) {
+  static const std::uint16_t dummy = 0;  // a non-null bias: the epilogue is part of the primitive
+  const Conv2dGeometry& g = c.geometry;
+  switch (c.kernel) {
+    case DnnKernel::kMatmul:
+      return onednn::matmul(c.dtype, nullptr, c.a_batch_stride, nullptr, c.b_batch_stride, nullptr, c.batch, c.m, c.n,
+                            c.k, c.trans_a, c.trans_b);
+    case DnnKernel::kConv2dForward:
+      return onednn::conv2d_forward(c.dtype, g, nullptr, nullptr, nullptr,
+                                    {c.conv_bias ? &dummy : nullptr, c.conv_relu});
+    case DnnKernel::kConv2dBackwardData: return onednn::conv2d_backward_data(c.dtype, g, nullptr, nullptr, nullptr);
+    case DnnKernel::kConv2dBackwardFilter: return onednn::conv2d_backward_filter(c.dtype, g, nullptr, nullptr, nullptr);
+    case DnnKernel::kPool2dForward: return onednn::pool2d_forward(c.pool, c.dtype, g, nullptr, nullptr);
+    case DnnKernel::kPool2dBackward: return onednn::pool2d_backward(c.pool, c.dtype, g, nullptr, nullptr, nullptr);
+    case DnnKernel::kEltwiseForward: return true;  // every covered op has a bf16 kernel from avx512_core up
+  }
+  return false;
+}
+#endif
+
+DnnDispatch decide(const DnnCall& c) {
+  const DType dtype = c.dtype;
+  if (c.kernel == DnnKernel::kEltwiseForward) {
+    if (!kWithDnnl || !eltwise_on_onednn(c.unary))
+      return {DnnPath::kChorusLoops, "no oneDNN eltwise kernel for this op"};
+    if (dtype != DType::kFloat32 && dtype != DType::kBFloat16)
+      return {DnnPath::kChorusLoops, "oneDNN eltwise is used for float32 and bfloat16 only"};
+  } else if (dtype == DType::kFloat64) {
+    return {DnnPath::kChorusLoops, "float64 runs chorus's reference loops"};
+  }
+  if (!kWithDnnl) {
+    if (dtype == DType::kFloat16) return {DnnPath::kUnsupported, "chorus was built without oneDNN"};
+    return {dtype == DType::kBFloat16 ? DnnPath::kFloat32Fallback : DnnPath::kChorusLoops,
+            "chorus was built without oneDNN"};
+  }
+#ifdef CHORUS_WITH_DNNL
+  const std::string on_isa = " on " + onednn_isa();
+  if (dtype == DType::kFloat32) {
+    const bool pool = c.kernel == DnnKernel::kPool2dForward || c.kernel == DnnKernel::kPool2dBackward;
+    if (pool && own_max_pool(c.pool, dtype, c.geometry))
+      return {DnnPath::kChorusLoops, "float32 max pooling runs chorus's loops (max_pool.h)"};
+    return {DnnPath::kOneDnn, onednn_version() + " float32" + on_isa};
+  }
+  // bfloat16 and float16 (float16 has no fallback: kUnsupported where bfloat16 falls back).
+  const DnnPath no_kernel = dtype == DType::kFloat16 ? DnnPath::kUnsupported : DnnPath::kFloat32Fallback;
+  if (dtype == DType::kBFloat16) {
+    if (!onednn_bf16_enabled())
+      return {no_kernel, "the oneDNN bfloat16 path is switched off (CHORUS_ONEDNN_BF16, set_onednn_bf16_enabled)"};
+    if (!isa_has_bf16())
+      return {no_kernel, "oneDNN's ISA " + onednn_isa() + " is below avx512_core: no bfloat16 kernels there"};
+  }
+  // Where pooling windows overlap, an input element sums the gradients of several windows, and
+  // oneDNN 2.6's 16-bit pooling backward rounds that sum after each addition (errors of several
+  // roundings, measured): such geometries take the float32 path, which rounds once.
+  const Conv2dGeometry& g = c.geometry;
+  if (c.kernel == DnnKernel::kPool2dBackward && (g.k_h > g.stride_h || g.k_w > g.stride_w))
+    return {no_kernel,
+            "overlapping pooling windows: oneDNN's 16-bit pooling backward would round their gradients' "
+            "sum after each addition"};
+  // oneDNN 2.6's bfloat16 max pooling backward (jit, measured on avx512_core and AMX) routes a
+  // window's gradient to a NaN at its first tap; TensorFlow and the float32 path skip NaN.
+  if (c.kernel == DnnKernel::kPool2dBackward && c.pool == PoolKind::kMax && dtype == DType::kBFloat16)
+    return {no_kernel, "bfloat16 max pooling backward: oneDNN's would send the gradient to a NaN (TF skips NaN)"};
+  if (!onednn_has_kernel(c))
+    return {no_kernel, onednn_version() + " has no " + std::string(dtype_name(dtype)) + " JIT kernel for this shape" +
+                           on_isa + " (only its reference loops)"};
+  return {DnnPath::kOneDnn, onednn_version() + " " + std::string(dtype_name(dtype)) + " JIT kernel" + on_isa};
+#else
+  return {DnnPath::kChorusLoops, "unreachable"};
+#endif
+}
+
 }  // namespace
+
+const char* dnn_path_name(DnnPath path) {
+  switch (path) {
+    case DnnPath::kOneDnn: return "onednn";
+    case DnnPath::kFloat32Fallback: return "float32 fallback";
+    case DnnPath::kChorusLoops: return "chorus loops";
+    case DnnPath::kUnsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
+DnnDispatch dnn_dispatch(const DnnCall& c) {
+  switch (c.kernel) {
+    case DnnKernel::kMatmul:
+      require_dnn_float(c.dtype, "dnn_dispatch");
+      require_non_negative("dnn_dispatch", "batch", c.batch);
+      require_non_negative("dnn_dispatch", "m", c.m);
+      require_non_negative("dnn_dispatch", "n", c.n);
+      require_non_negative("dnn_dispatch", "k", c.k);
+      break;
+    case DnnKernel::kEltwiseForward: require_non_negative("dnn_dispatch", "elements", c.elements); break;
+    case DnnKernel::kPool2dForward:
+    case DnnKernel::kPool2dBackward:
+    case DnnKernel::kConv2dForward:
+    case DnnKernel::kConv2dBackwardData:
+    case DnnKernel::kConv2dBackwardFilter:
+      require_dnn_float(c.dtype, "dnn_dispatch");
+      require_geometry(c.geometry, "dnn_dispatch",
+                       c.kernel == DnnKernel::kPool2dForward || c.kernel == DnnKernel::kPool2dBackward);
+      break;
+  }
+  return decide(c);
+}
 
 void use_threads(int n) {
   CHORUS_REQUIRE(n >= 1, InvalidArgumentError, "use_threads: n must be >= 1, got ", n);
@@ -235,8 +379,9 @@ void matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void*
     return;
   }
   if (is_16bit(dtype)) {
+    DnnCall call{DnnKernel::kMatmul, dtype, batch, m, n, k, a_batch_stride, b_batch_stride, trans_a, trans_b};
     run_16bit(
-        dtype, "matmul",
+        call, "matmul",
         [&] {
 #ifdef CHORUS_WITH_DNNL
           return onednn::matmul(dtype, a, a_batch_stride, b, b_batch_stride, c, batch, m, n, k, trans_a, trans_b);
@@ -293,14 +438,15 @@ void conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const v
   if (g.n == 0) return;
   const bool has_epilogue = epilogue.bias != nullptr || epilogue.relu;
   if (is_16bit(dtype)) {
-    run_16bit(dtype, "conv2d_forward", CHORUS_ONEDNN_16(onednn::conv2d_forward(dtype, g, x, w, y, epilogue)), [&] {
-      const auto fx = widen(dtype, x, g.input_elements()), fw = widen(dtype, w, g.filter_elements());
-      const auto fb = epilogue.bias != nullptr ? widen(dtype, epilogue.bias, g.out_c) : std::vector<float>();
-      std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
-      conv2d_forward(DType::kFloat32, g, fx.data(), fw.data(), fy.data(),
-                     {epilogue.bias != nullptr ? fb.data() : nullptr, epilogue.relu});
-      narrow(fy, dtype, y);
-    });
+    run_16bit(conv_call(DnnKernel::kConv2dForward, dtype, g, epilogue), "conv2d_forward",
+              CHORUS_ONEDNN_16(onednn::conv2d_forward(dtype, g, x, w, y, epilogue)), [&] {
+                const auto fx = widen(dtype, x, g.input_elements()), fw = widen(dtype, w, g.filter_elements());
+                const auto fb = epilogue.bias != nullptr ? widen(dtype, epilogue.bias, g.out_c) : std::vector<float>();
+                std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
+                conv2d_forward(DType::kFloat32, g, fx.data(), fw.data(), fy.data(),
+                               {epilogue.bias != nullptr ? fb.data() : nullptr, epilogue.relu});
+                narrow(fy, dtype, y);
+              });
     return;
   }
 #ifdef CHORUS_WITH_DNNL
@@ -320,12 +466,13 @@ void conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, 
   require_geometry(g, "conv2d_backward_data", false);
   if (g.n == 0) return;
   if (is_16bit(dtype)) {
-    run_16bit(dtype, "conv2d_backward_data", CHORUS_ONEDNN_16(onednn::conv2d_backward_data(dtype, g, dy, w, dx)), [&] {
-      const auto fdy = widen(dtype, dy, g.output_elements()), fw = widen(dtype, w, g.filter_elements());
-      std::vector<float> fdx(static_cast<std::size_t>(g.input_elements()));
-      conv2d_backward_data(DType::kFloat32, g, fdy.data(), fw.data(), fdx.data());
-      narrow(fdx, dtype, dx);
-    });
+    run_16bit(conv_call(DnnKernel::kConv2dBackwardData, dtype, g), "conv2d_backward_data",
+              CHORUS_ONEDNN_16(onednn::conv2d_backward_data(dtype, g, dy, w, dx)), [&] {
+                const auto fdy = widen(dtype, dy, g.output_elements()), fw = widen(dtype, w, g.filter_elements());
+                std::vector<float> fdx(static_cast<std::size_t>(g.input_elements()));
+                conv2d_backward_data(DType::kFloat32, g, fdy.data(), fw.data(), fdx.data());
+                narrow(fdx, dtype, dx);
+              });
     return;
   }
   CHORUS_DNN_FLOAT_CALL(conv2d_backward_data, (g, cp<double>(dy), cp<double>(w), mp<double>(dx)), (dtype, g, dy, w, dx),
@@ -340,8 +487,8 @@ void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x,
     return;
   }
   if (is_16bit(dtype)) {
-    run_16bit(dtype, "conv2d_backward_filter", CHORUS_ONEDNN_16(onednn::conv2d_backward_filter(dtype, g, x, dy, dw)),
-              [&] {
+    run_16bit(conv_call(DnnKernel::kConv2dBackwardFilter, dtype, g), "conv2d_backward_filter",
+              CHORUS_ONEDNN_16(onednn::conv2d_backward_filter(dtype, g, x, dy, dw)), [&] {
                 const auto fx = widen(dtype, x, g.input_elements()), fdy = widen(dtype, dy, g.output_elements());
                 std::vector<float> fdw(static_cast<std::size_t>(g.filter_elements()));
                 conv2d_backward_filter(DType::kFloat32, g, fx.data(), fdy.data(), fdw.data());
@@ -353,27 +500,21 @@ void conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x,
                         (dtype, g, x, dy, dw), (g, cp<float>(x), cp<float>(dy), mp<float>(dw)));
 }
 
-namespace {
-// float32 max pooling that chorus's own loops take (max_pool.h), forward and backward alike.
-bool own_max_pool(PoolKind kind, DType dtype, const Conv2dGeometry& g) {
-  return kind == PoolKind::kMax && dtype == DType::kFloat32 && max_pool::fits(g);
-}
-}  // namespace
-
 void pool2d_forward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const void* x, void* y) {
   require_dnn_float(dtype, "pool2d_forward");
   require_geometry(g, "pool2d_forward", true);
   if (g.n == 0) return;
   if (is_16bit(dtype)) {
-    run_16bit(dtype, "pool2d_forward", CHORUS_ONEDNN_16(onednn::pool2d_forward(kind, dtype, g, x, y)), [&] {
-      const auto fx = widen(dtype, x, g.input_elements());
-      std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
-      pool2d_forward(kind, DType::kFloat32, g, fx.data(), fy.data());
-      narrow(fy, dtype, y);
-    });
+    run_16bit(pool_call(DnnKernel::kPool2dForward, kind, dtype, g), "pool2d_forward",
+              CHORUS_ONEDNN_16(onednn::pool2d_forward(kind, dtype, g, x, y)), [&] {
+                const auto fx = widen(dtype, x, g.input_elements());
+                std::vector<float> fy(static_cast<std::size_t>(g.output_elements()));
+                pool2d_forward(kind, DType::kFloat32, g, fx.data(), fy.data());
+                narrow(fy, dtype, y);
+              });
     return;
   }
-  if (own_max_pool(kind, dtype, g)) {
+  if (own_max_pool(kind, dtype, g)) {                                            // decide()'s rule for float32
     max_pool::forward(g, static_cast<const float*>(x), static_cast<float*>(y));  // as in training
     return;
   }
@@ -386,12 +527,9 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
   require_geometry(g, "pool2d_backward", true);
   if (g.n == 0) return;
   if (is_16bit(dtype)) {
-    // Where windows overlap, an input element sums the gradients of several windows, and oneDNN
-    // 2.6's bf16 pooling backward rounds that sum to bf16 after each addition (errors of several
-    // roundings, measured): such geometries take the float32 path, which rounds once.
-    [[maybe_unused]] const bool overlap = g.k_h > g.stride_h || g.k_w > g.stride_w;
-    run_16bit(dtype, "pool2d_backward",
-              CHORUS_ONEDNN_16(!overlap && onednn::pool2d_backward(kind, dtype, g, x, dy, dx)), [&] {
+    // Overlapping windows take the float32 path (decide() says why).
+    run_16bit(pool_call(DnnKernel::kPool2dBackward, kind, dtype, g), "pool2d_backward",
+              CHORUS_ONEDNN_16(onednn::pool2d_backward(kind, dtype, g, x, dy, dx)), [&] {
                 const auto fx = widen(dtype, x, g.input_elements()), fdy = widen(dtype, dy, g.output_elements());
                 std::vector<float> fdx(static_cast<std::size_t>(g.input_elements()));
                 pool2d_backward(kind, DType::kFloat32, g, fx.data(), fdy.data(), fdx.data());
@@ -399,7 +537,7 @@ void pool2d_backward(PoolKind kind, DType dtype, const Conv2dGeometry& g, const 
               });
     return;
   }
-  if (own_max_pool(kind, dtype, g)) {
+  if (own_max_pool(kind, dtype, g)) {  // decide()'s rule for float32
     // The same loops as training's workspace path (max_pool.h), so both give the same dx.
     std::vector<float> y(static_cast<std::size_t>(g.output_elements()));
     std::vector<std::uint8_t> workspace(max_pool::workspace_bytes(g));
@@ -544,21 +682,14 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
 #undef CHORUS_DNN_CALL
 
 bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
-  if (dtype != DType::kFloat32 && !(dtype == DType::kBFloat16 && bf16_onednn_active())) return false;
   require_non_negative("eltwise_forward", "n", n);
+  DnnCall call;
+  call.kernel = DnnKernel::kEltwiseForward;
+  call.dtype = dtype;
+  call.unary = op;
+  call.elements = n;
+  if (decide(call).path != DnnPath::kOneDnn) return false;
 #ifdef CHORUS_WITH_DNNL
-  switch (op) {
-    case UnaryOp::kRelu:
-    case UnaryOp::kSigmoid:
-    case UnaryOp::kTanh:
-    case UnaryOp::kGelu:
-    case UnaryOp::kExp:
-    case UnaryOp::kLog:
-    case UnaryOp::kSqrt:
-    case UnaryOp::kSquare:
-    case UnaryOp::kAbs: break;
-    default: return false;
-  }
   if (n == 0) return true;
   return onednn::eltwise_forward(op, dtype, x, y, n);
 #else

@@ -135,7 +135,7 @@ void unary_typed(UnaryOp op, const T* x, T* y, std::int64_t n) {
       case UnaryOp::kAbs: return run([](C v) { return std::abs(v); });
       case UnaryOp::kSign: return run([](C v) { return v > C(0) ? C(1) : (v < C(0) ? C(-1) : v); });
       case UnaryOp::kReciprocal: return run([](C v) { return C(1) / v; });
-      case UnaryOp::kRelu: return run([](C v) { return v > C(0) ? v : C(0); });
+      case UnaryOp::kRelu: return run([](C v) { return v <= C(0) ? C(0) : v; });  // NaN stays NaN, as in TF
       case UnaryOp::kSigmoid: return run([](C v) { return sigmoid(v); });
       case UnaryOp::kTanh: return run([](C v) { return std::tanh(v); });
       case UnaryOp::kGelu: return run([](C v) { return gelu(v); });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include <chorus/ops/cpu/clones.h>
 
@@ -50,19 +51,17 @@ CHORUS_CPU_CLONES void forward_row(const Conv2dGeometry& g, const float* x, floa
     }
     for (std::int64_t c0 = 0; c0 < c; c0 += kBlock) {
       const std::int64_t len = std::min(kBlock, c - c0);
-      bool first = true;
+      // TensorFlow's (and oneDNN's) rule: the maximum starts at the lowest float and the first tap,
+      // and a tap wins when strictly greater — NaN never does, so NaN is skipped, and a window of
+      // NaN and -inf gives -FLT_MAX with its gradient on the first tap (docs/ops.md).
+      for (std::int64_t i = 0; i < len; ++i) {
+        best[i] = std::numeric_limits<float>::lowest();
+        arg[i] = static_cast<std::int32_t>(w.kh0 * g.k_w + w.kw0);
+      }
       for (std::int64_t kh = w.kh0; kh < w.kh1; ++kh) {
         for (std::int64_t kw = w.kw0; kw < w.kw1; ++kw) {
           const float* xp = x + ((n * g.in_h + w.ih0 + kh) * g.in_w + w.iw0 + kw) * c + c0;
           const auto tap = static_cast<std::int32_t>(kh * g.k_w + kw);
-          if (first) {
-            for (std::int64_t i = 0; i < len; ++i) {
-              best[i] = xp[i];
-              arg[i] = tap;
-            }
-            first = false;
-            continue;
-          }
           for (std::int64_t i = 0; i < len; ++i) {
             const bool more = xp[i] > best[i];  // strictly: ties keep the first maximum
             best[i] = more ? xp[i] : best[i];

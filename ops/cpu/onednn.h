@@ -173,6 +173,9 @@ Entry make_entry(DType dtype, Make&& make) {
 // done nothing, when oneDNN has no usable kernel for a 16-bit dtype here (see make_entry): the
 // caller then falls back (bfloat16) or reports the dtype as unsupported (float16). Never false
 // for float32. The outcome is cached with the primitive, so a miss costs one creation attempt.
+// Probe: with a null first data pointer (a for matmul, x for conv2d_forward, conv2d_backward_filter
+// and pool2d_forward, dy for conv2d_backward_data and pool2d_backward) nothing runs; the primitive
+// is created (and cached) and the return value says whether the call would run (dnn_dispatch()).
 bool matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void* b, std::int64_t b_batch_stride,
             void* c, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
 bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const void* w, void* y,

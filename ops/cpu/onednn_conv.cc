@@ -4,8 +4,9 @@
 // logical OIHW); oneDNN's dilation counts the gaps between taps, so TF's dilation d is d - 1.
 //
 // The forward takes an optional epilogue (ConvEpilogue, ops/cpu/dnn.h): the bias as the
-// convolution's own bias argument and ReLU as an eltwise post-op, so y = relu(conv + bias) is
-// written once instead of three passes over the activations (TensorFlow's _FusedConv2D).
+// convolution's own bias argument (TensorFlow's _FusedConv2D), and ReLU as chorus's loop over y
+// afterwards (bias_activation_forward). Not oneDNN's eltwise_relu post-op: oneDNN 2.6 maps NaN to 0
+// there (every JIT ISA, measured), where TensorFlow's relu keeps NaN (docs/ops.md, NaN and Inf).
 //
 // The weights are described as format_tag::any: with HWIO fixed, oneDNN 2.6 falls back to its
 // im2col+GEMM convolution, while with the format of its choice it picks the direct JIT kernels
@@ -61,14 +62,8 @@ CacheKey conv_key(DType dtype, const Conv2dGeometry& g) {
 }
 
 // The forward primitive descriptor; also the hint the backward ones need (no epilogue there).
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, dnnl::prop_kind prop, bool bias = false,
-                                                     bool relu = false) {
-  dnnl::primitive_attr attr = default_attr();
-  if (relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(ops);
-  }
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, dnnl::prop_kind prop, bool bias = false) {
+  const dnnl::primitive_attr attr = default_attr();
   if (bias) {
     const memory::desc b({d.dst.dims()[1]}, d.dst.data_type(), tag::a);
     return dnnl::convolution_forward::primitive_desc(
@@ -145,15 +140,15 @@ bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const v
     const bool bias = epilogue.bias != nullptr;
     CacheKey key = conv_key(dtype, g);
     key.push_back(bias);
-    key.push_back(epilogue.relu);
     const ForwardEntry e = cache<ForwardEntry>().get(key, [&] {
       return make_entry<ForwardEntry>(dtype, [&] {
-        auto pd = forward_pd(d, dnnl::prop_kind::forward_inference, bias, epilogue.relu);
+        auto pd = forward_pd(d, dnnl::prop_kind::forward_inference, bias);
         if (!usable(dtype, pd)) return ForwardEntry{};
         return ForwardEntry{pd, dnnl::convolution_forward(pd), WeightsReorder::make(d.hwio, pd.weights_desc()), true};
       });
     });
     if (!e.ok) return false;
+    if (x == nullptr) return true;  // probe (onednn.h)
     void* weights = e.weights.buffer(w);
     if (e.weights.needed) e.weights.run(w, weights);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(d.src, x)},
@@ -162,6 +157,7 @@ bool conv2d_forward(DType dtype, const Conv2dGeometry& g, const void* x, const v
                                          {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, wrap(e.pd.bias_desc(), epilogue.bias));
     execute(e.prim, args);
+    if (epilogue.relu) bias_activation_forward(dtype, true, y, nullptr, g.output_elements() / g.out_c, g.out_c);
     return true;
   });
 }
@@ -181,6 +177,7 @@ bool conv2d_backward_data(DType dtype, const Conv2dGeometry& g, const void* dy, 
       });
     });
     if (!e.ok) return false;
+    if (dy == nullptr) return true;  // probe (onednn.h)
     void* weights = e.weights.buffer(w);
     if (e.weights.needed) e.weights.run(w, weights);
     execute(e.prim, {{DNNL_ARG_DIFF_DST, wrap(d.dst, dy)},
@@ -206,6 +203,7 @@ bool conv2d_backward_filter(DType dtype, const Conv2dGeometry& g, const void* x,
       });
     });
     if (!e.ok) return false;
+    if (x == nullptr) return true;  // probe (onednn.h)
     // Here the reorder runs after the convolution, from its layout (`from`) into the caller's.
     void* weights = e.weights.needed ? thread_buffer(BufferSlot::kWeights, e.weights.from.get_size()) : dw;
     execute(e.prim, {{DNNL_ARG_SRC, wrap(d.src, x)},

@@ -50,13 +50,14 @@ bool matmul(DType dtype, const void* a, std::int64_t a_batch_stride, const void*
       });
     });
     if (!e.ok) return false;
+    if (a == nullptr) return true;  // probe (onednn.h)
     execute(e.prim, {{DNNL_ARG_SRC, wrap(a_md, a)},
                      {DNNL_ARG_WEIGHTS, wrap(b_md, b)},
                      {DNNL_ARG_DST, wrap(c_md, c)},
                      {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
     return true;
   });
-  if (!ran) return false;
+  if (!ran || a == nullptr) return ran;
   const std::size_t bytes = static_cast<std::size_t>(m * n) * dtype_size(dtype);
   auto* out = static_cast<std::byte*>(c);
   for (std::int64_t i = 1; i < batch && run_batch == 1; ++i) std::memcpy(out + i * bytes, out, bytes);

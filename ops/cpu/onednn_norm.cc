@@ -2,7 +2,9 @@
 // backward) and elementwise activations on oneDNN.
 #ifdef CHORUS_WITH_DNNL
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include <chorus/ops/cpu/onednn.h>
 
@@ -44,6 +46,16 @@ void run_softmax_forward(const char* name, const float* x, float* y, std::int64_
     execute(e.prim,
             {{DNNL_ARG_SRC, wrap(md, x)}, {DNNL_ARG_DST, wrap(md, y)}, {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
   });
+  // A row with NaN or +inf (or only -inf) has no softmax: TensorFlow's kernel (and chorus's
+  // reference loops) make the whole row NaN, oneDNN 2.6 only some of it ([1, NaN, 0] → [0, NaN, 0],
+  // measured). Such a row always has a NaN in oneDNN's output; this pass makes it all NaN.
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
+    bool nan = false;
+    for (std::int64_t j = 0; j < cols; ++j) nan |= yr[j] != yr[j];
+    if (nan) std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
+  }
 }
 
 template <typename Fwd, typename Bwd, typename BwdEntry>

@@ -58,9 +58,12 @@ void argmax_typed(bool min, const T* x, std::int64_t* y, std::int64_t outer, std
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
       const T* p = x + o * r * inner + i;
-      auto best = N::load(p[0]);
+      // TensorFlow's rule (Eigen's ArgMax): from index 0 and the lowest (argmin: highest) value, an
+      // element wins when strictly greater (less): NaN never wins, ties keep the first.
+      using C = typename N::C;
+      C best = min ? std::numeric_limits<C>::max() : std::numeric_limits<C>::lowest();
       std::int64_t at = 0;
-      for (std::int64_t j = 1; j < r; ++j) {
+      for (std::int64_t j = 0; j < r; ++j) {
         const auto v = N::load(p[j * inner]);
         if (min ? v < best : v > best) {
           best = v;

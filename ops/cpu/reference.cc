@@ -180,8 +180,10 @@ void pool2d_forward(PoolKind kind, const Conv2dGeometry& g, const T* x, T* y) {
               const double v = x[off + ch];
               if (kind == PoolKind::kAvg) {
                 acc[ch] = (count == 0 ? 0.0 : acc[ch]) + v;
-              } else if (count == 0 || v > acc[ch]) {
-                acc[ch] = v;
+              } else if (count == 0 || v > acc[ch]) {  // TF's rule: from the lowest T, NaN never wins
+                acc[ch] = count == 0 && !(v > static_cast<double>(std::numeric_limits<T>::lowest()))
+                              ? static_cast<double>(std::numeric_limits<T>::lowest())
+                              : v;
               }
             }
             ++count;
@@ -221,7 +223,11 @@ void pool2d_backward(PoolKind kind, const Conv2dGeometry& g, const T* x, const T
             if (kind == PoolKind::kMax) {
               for (std::int64_t ch = 0; ch < c; ++ch) {
                 const double v = x[off + ch];
-                if (count == 0 || v > best[ch]) {
+                if (count == 0) {  // TF's rule, as the forward: from the lowest T and the first tap
+                  best[ch] = static_cast<double>(std::numeric_limits<T>::lowest());
+                  arg[ch] = off + ch - base;
+                }
+                if (v > best[ch]) {
                   best[ch] = v;
                   arg[ch] = off + ch - base;
                 }

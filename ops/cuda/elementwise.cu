@@ -104,7 +104,7 @@ __device__ __forceinline__ A unary_float(UnaryOp op, A v) {
     case UnaryOp::kAbs: return d_abs(v);
     case UnaryOp::kSign: return v > A(0) ? A(1) : (v < A(0) ? A(-1) : v);  // keeps ±0 and NaN
     case UnaryOp::kReciprocal: return A(1) / v;
-    case UnaryOp::kRelu: return v > A(0) ? v : A(0);
+    case UnaryOp::kRelu: return v <= A(0) ? A(0) : v;  // NaN stays NaN, as TF (and the CPU)
     case UnaryOp::kSigmoid: return sigmoid(v);
     case UnaryOp::kTanh: return d_tanh(v);
     case UnaryOp::kGelu: return gelu(v);

@@ -87,9 +87,24 @@ struct ArgReducer {
   using Out = i64;
   __device__ __forceinline__ A init() const { return A{V(0), -1}; }
   __device__ __forceinline__ A make(T v, i64 j) const { return A{static_cast<V>(load(v)), j}; }
+  // TensorFlow's rule (the CPU's, ops/cpu/reduce.cc): from index 0 and T's lowest (argmin: highest)
+  // value, an element wins when strictly greater (less). Class 1: can win; 0: NaN, or not beyond
+  // the start (finalize gives index 0 when nothing can win).
+  __device__ __forceinline__ static V start() {
+    if constexpr (std::is_same_v<T, float>)
+      return kMin ? V(3.402823466e38f) : V(-3.402823466e38f);
+    else if constexpr (std::is_same_v<T, double>)
+      return kMin ? 1.7976931348623157e308 : -1.7976931348623157e308;
+    else if constexpr (std::is_same_v<T, __half>)
+      return kMin ? V(65504.f) : V(-65504.f);
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      return kMin ? V(3.38953139e38f) : V(-3.38953139e38f);
+    else
+      return kMin ? V(Limits<T>::max) : V(Limits<T>::lowest);
+  }
   __device__ __forceinline__ static int cls(const A& p) {
-    if (!d_isnan(p.v)) return 1;
-    return p.i == 0 ? 2 : 0;
+    if (d_isnan(p.v)) return 0;
+    return (kMin ? p.v < start() : p.v > start()) ? 1 : 0;
   }
   __device__ __forceinline__ A combine(A a, A b) const {
     if (b.i < 0) return a;
@@ -99,7 +114,7 @@ struct ArgReducer {
     if (ca == 1 && a.v != b.v) return (kMin ? b.v < a.v : b.v > a.v) ? b : a;
     return b.i < a.i ? b : a;
   }
-  __device__ __forceinline__ Out finalize(A a) const { return a.i; }
+  __device__ __forceinline__ Out finalize(A a) const { return cls(a) == 1 ? a.i : 0; }
 };
 
 // ---- Kernels ---------------------------------------------------------------------------------

@@ -8,8 +8,9 @@
 // length of that output and S the same reduction over the inputs' absolute values (the bound of
 // K-term float32 summation, doubled for the order oneDNN sums in). Both paths run on every
 // machine: set_onednn_bf16_enabled(false) forces the fallback. CTest runs this file again with
-// CHORUS_ONEDNN_BF16=0 and under ONEDNN_MAX_CPU_ISA=AVX2 / SSE41 (tests/ops/CMakeLists.txt),
-// where oneDNN has no bf16 kernels and the fallback is the only path.
+// CHORUS_ONEDNN_BF16=0 and under every ONEDNN_MAX_CPU_ISA cap this CPU allows (tests/ops/CMakeLists.txt).
+// Which path a call takes is the library's answer, dnn_dispatch() (dnn.h), never a guess from the
+// ISA's name: every kernel call here checks that it ran on the path dnn_dispatch() named for it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,18 +71,30 @@ void expect_bf16_close(const Bits& got, const F64& want, const F64& scale, doubl
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements off";
 }
 
-// Whether `path` (bf16_path()) is oneDNN on a CPU with native bfloat16: avx512_core_bf16, or AMX
-// (avx512_core_amx and later, which names no "bf16" but has it). There oneDNN has a JIT kernel for
-// every shape tested here; on plain avx512_core it may fall back.
-bool native_bf16(const std::string& path) {
-  return path.rfind("onednn ", 0) == 0 &&
-         (path.find("bf16") != std::string::npos || path.find("amx") != std::string::npos);
+// Runs `kernel_call`, one bfloat16 kernel call that `call` describes, and checks that it ran on the
+// path dnn_dispatch() names for it (the bf16_stats() counters).
+void run_as_dispatched(const DnnCall& call, const std::function<void()>& kernel_call, const std::string& what) {
+  const DnnDispatch d = dnn_dispatch(call);
+  ASSERT_TRUE(d.path == DnnPath::kOneDnn || d.path == DnnPath::kFloat32Fallback) << what << ": " << d.reason;
+  const Bf16Stats before = bf16_stats();
+  kernel_call();
+  const Bf16Stats after = bf16_stats();
+  EXPECT_EQ(after.onednn - before.onednn, d.path == DnnPath::kOneDnn ? 1 : 0) << what << ": " << d.reason;
+  EXPECT_EQ(after.fallback - before.fallback, d.path == DnnPath::kFloat32Fallback ? 1 : 0) << what << ": " << d.reason;
+}
+
+DnnCall geometry_call(DnnKernel kernel, const Conv2dGeometry& g, PoolKind pool = PoolKind::kMax) {
+  DnnCall call;
+  call.kernel = kernel;
+  call.dtype = DType::kBFloat16;
+  call.geometry = g;
+  call.pool = pool;
+  return call;
 }
 
 // Runs `body` once on each path: oneDNN's bf16 kernels (where this machine and oneDNN have them)
-// and the forced float32 fallback. Checks that the calls were counted on the path taken; with
-// `all_onednn`, that on native bf16 hardware none fell back.
-void on_both_paths(const std::function<void(const std::string&)>& body, bool all_onednn = true) {
+// and the forced float32 fallback, where no call may run on oneDNN.
+void on_both_paths(const std::function<void(const std::string&)>& body) {
   const bool saved = onednn_bf16_enabled();
   for (bool enabled : {true, false}) {
     set_onednn_bf16_enabled(enabled);
@@ -89,14 +102,9 @@ void on_both_paths(const std::function<void(const std::string&)>& body, bool all
     const Bf16Stats before = bf16_stats();
     body(path);
     const Bf16Stats after = bf16_stats();
-    if (path == "float32 fallback") {
+    if (!enabled) {
       EXPECT_EQ(after.onednn, before.onednn) << "the fallback path ran kernels on oneDNN";
       EXPECT_GT(after.fallback, before.fallback);
-    } else {
-      EXPECT_GT(after.onednn, before.onednn) << path;
-      if (all_onednn && native_bf16(path)) {
-        EXPECT_EQ(after.fallback, before.fallback) << path << ": some bf16 kernel fell back to float32";
-      }
     }
   }
   set_onednn_bf16_enabled(saved);
@@ -111,16 +119,60 @@ TEST(DnnBf16, PathReflectsTheSwitchAndTheEnvironment) {
   EXPECT_FALSE(onednn_bf16_enabled());
   set_onednn_bf16_enabled(true);
   const std::string path = bf16_path();
-  EXPECT_TRUE(path == "float32 fallback" || path.rfind("onednn avx512_core", 0) == 0) << path;
+  // bf16_path() probes a 32x32x32 matmul: it names oneDNN exactly when dnn_dispatch() sends that there.
+  DnnCall probe;
+  probe.kernel = DnnKernel::kMatmul;
+  probe.dtype = DType::kBFloat16;
+  probe.m = probe.n = probe.k = 32;
+  const DnnDispatch d = dnn_dispatch(probe);
+  EXPECT_EQ(path == "float32 fallback", d.path == DnnPath::kFloat32Fallback) << path << " / " << d.reason;
+  EXPECT_EQ(path.rfind("onednn " + onednn_isa(), 0) == 0, d.path == DnnPath::kOneDnn) << path << " / " << d.reason;
   if (!have_onednn()) {
     EXPECT_EQ(path, "float32 fallback");
   }
-  // oneDNN held below AVX-512 has no bf16 kernels (tests/ops/CMakeLists.txt runs this file so).
-  if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
-      isa && (std::string(isa) == "AVX2" || std::string(isa) == "SSE41")) {
-    EXPECT_EQ(path, "float32 fallback");
+  set_onednn_bf16_enabled(saved);
+}
+
+TEST(DnnBf16, DispatchNamesThePathAndWhy) {
+  const bool saved = onednn_bf16_enabled();
+  const Conv2dGeometry g = [] {
+    Conv2dGeometry p;
+    p.n = 1;
+    p.in_h = p.in_w = 4;
+    p.in_c = p.out_c = 8;
+    p.k_h = p.k_w = p.stride_h = p.stride_w = 2;
+    EXPECT_TRUE(compute_output_size(p, Padding::kValid));
+    return p;
+  }();
+  DnnCall call = geometry_call(DnnKernel::kPool2dForward, g);
+  call.unary = UnaryOp::kSigmoid;  // relu runs chorus's loop on every path (NaN, docs/ops.md)
+  // Switched off: every bfloat16 kernel falls back, and says why.
+  set_onednn_bf16_enabled(false);
+  for (DnnKernel k :
+       {DnnKernel::kMatmul, DnnKernel::kPool2dForward, DnnKernel::kPool2dBackward, DnnKernel::kEltwiseForward}) {
+    call.kernel = k;
+    const DnnDispatch d = dnn_dispatch(call);
+    EXPECT_EQ(d.path, DnnPath::kFloat32Fallback) << d.reason;
+    if (have_onednn()) EXPECT_NE(d.reason.find("switched off"), std::string::npos) << d.reason;
   }
   set_onednn_bf16_enabled(saved);
+  // float64 runs chorus's loops; float32 max pooling too.
+  call.kernel = DnnKernel::kPool2dForward;
+  call.dtype = DType::kFloat64;
+  EXPECT_EQ(dnn_dispatch(call).path, DnnPath::kChorusLoops);
+  call.dtype = DType::kFloat32;
+  EXPECT_EQ(dnn_dispatch(call).path, DnnPath::kChorusLoops);
+  call.pool = PoolKind::kAvg;
+  EXPECT_EQ(dnn_dispatch(call).path, have_onednn() ? DnnPath::kOneDnn : DnnPath::kChorusLoops);
+  // float16: oneDNN or unsupported, never a fallback; the matmul probe agrees with float16_supported().
+  DnnCall f16;
+  f16.dtype = DType::kFloat16;
+  f16.m = f16.n = f16.k = 32;
+  EXPECT_EQ(dnn_dispatch(f16).path, float16_supported() ? DnnPath::kOneDnn : DnnPath::kUnsupported);
+  // An invalid call throws what the kernel would.
+  call.dtype = DType::kInt32;
+  EXPECT_THROW(dnn_dispatch(call), InvalidArgumentError);
+  EXPECT_STREQ(dnn_path_name(DnnPath::kFloat32Fallback), "float32 fallback");
 }
 
 TEST(DnnBf16, EnvironmentVariableSwitchesTheOneDnnPathOff) {
@@ -156,7 +208,17 @@ TEST(DnnBf16, MatmulMatchesTheReferenceOnBothPaths) {
         const Bf16Data a = random_bf16((c.broadcast_a ? 1 : c.batch) * c.m * c.k, seed++);
         const Bf16Data b = random_bf16((c.broadcast_b ? 1 : c.batch) * c.k * c.n, seed++);
         Bits got(static_cast<std::size_t>(c.batch * c.m * c.n));
-        matmul(DType::kBFloat16, a.bits.data(), sa, b.bits.data(), sb, got.data(), c.batch, c.m, c.n, c.k, ta, tb);
+        DnnCall call;
+        call.dtype = DType::kBFloat16;
+        call.batch = c.batch, call.m = c.m, call.n = c.n, call.k = c.k;
+        call.a_batch_stride = sa, call.b_batch_stride = sb, call.trans_a = ta, call.trans_b = tb;
+        run_as_dispatched(
+            call,
+            [&] {
+              matmul(DType::kBFloat16, a.bits.data(), sa, b.bits.data(), sb, got.data(), c.batch, c.m, c.n, c.k, ta,
+                     tb);
+            },
+            path + ": matmul");
         F64 want(got.size()), scale(got.size());
         reference::matmul(a.values.data(), sa, b.values.data(), sb, want.data(), c.batch, c.m, c.n, c.k, ta, tb);
         const F64 aa = abs(a.values), ab = abs(b.values);
@@ -208,14 +270,19 @@ TEST(DnnBf16, ConvolutionForwardAndBackwardMatchTheReferenceOnBothPaths) {
       const F64 ax = abs(x.values), aw = abs(w.values), ady = abs(dy.values);
 
       Bits y(static_cast<std::size_t>(g.output_elements()));
-      conv2d_forward(DType::kBFloat16, g, x.bits.data(), w.bits.data(), y.data());
+      run_as_dispatched(
+          geometry_call(DnnKernel::kConv2dForward, g),
+          [&] { conv2d_forward(DType::kBFloat16, g, x.bits.data(), w.bits.data(), y.data()); }, name + " forward");
       F64 want(y.size()), scale(y.size());
       reference::conv2d_forward(g, x.values.data(), w.values.data(), want.data());
       reference::conv2d_forward(g, ax.data(), aw.data(), scale.data());
       expect_bf16_close(y, want, scale, static_cast<double>(g.k_h * g.k_w * g.in_c), name + " forward");
 
       Bits dx(static_cast<std::size_t>(g.input_elements()));
-      conv2d_backward_data(DType::kBFloat16, g, dy.bits.data(), w.bits.data(), dx.data());
+      run_as_dispatched(
+          geometry_call(DnnKernel::kConv2dBackwardData, g),
+          [&] { conv2d_backward_data(DType::kBFloat16, g, dy.bits.data(), w.bits.data(), dx.data()); },
+          name + " backward data");
       want.assign(dx.size(), 0);
       scale.assign(dx.size(), 0);
       reference::conv2d_backward_data(g, dy.values.data(), w.values.data(), want.data());
@@ -223,7 +290,10 @@ TEST(DnnBf16, ConvolutionForwardAndBackwardMatchTheReferenceOnBothPaths) {
       expect_bf16_close(dx, want, scale, static_cast<double>(g.k_h * g.k_w * g.out_c), name + " backward data");
 
       Bits dw(static_cast<std::size_t>(g.filter_elements()));
-      conv2d_backward_filter(DType::kBFloat16, g, x.bits.data(), dy.bits.data(), dw.data());
+      run_as_dispatched(
+          geometry_call(DnnKernel::kConv2dBackwardFilter, g),
+          [&] { conv2d_backward_filter(DType::kBFloat16, g, x.bits.data(), dy.bits.data(), dw.data()); },
+          name + " backward filter");
       want.assign(dw.size(), 0);
       scale.assign(dw.size(), 0);
       reference::conv2d_backward_filter(g, x.values.data(), dy.values.data(), want.data());
@@ -244,76 +314,83 @@ Conv2dGeometry pool(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t
 TEST(DnnBf16, PoolingForwardAndBackwardMatchTheReferenceOnBothPaths) {
   const Conv2dGeometry geometries[] = {pool(2, 8, 8, 16, 2, 2, Padding::kValid), pool(1, 7, 9, 3, 3, 2, Padding::kSame),
                                        pool(2, 6, 6, 32, 3, 1, Padding::kSame)};  // overlapping windows
-  on_both_paths(
-      [&](const std::string& path) {
-        std::uint32_t seed = 500;
-        for (const Conv2dGeometry& g : geometries) {
-          for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
-            const std::string name = path + (kind == PoolKind::kMax ? ": max" : ": avg") + " pool k" +
-                                     std::to_string(g.k_h) + " s" + std::to_string(g.stride_h) + " c" +
-                                     std::to_string(g.in_c);
-            // Distinct inputs within each image and channel (a shuffled ramp of small integers / 16,
-            // exact in bfloat16), so that every window has one maximum and both paths route max
-            // pooling's gradient to the same element.
-            const std::int64_t hw = g.in_h * g.in_w;
-            ASSERT_LE(hw, 256);
-            Bits xb(static_cast<std::size_t>(g.input_elements()));
-            F64 x(xb.size());
-            std::mt19937 gen(seed++);
-            for (std::int64_t n = 0; n < g.n; ++n) {
-              for (std::int64_t c = 0; c < g.in_c; ++c) {
-                std::vector<std::int64_t> order(static_cast<std::size_t>(hw));
-                for (std::int64_t i = 0; i < hw; ++i) order[static_cast<std::size_t>(i)] = i - hw / 2;
-                std::shuffle(order.begin(), order.end(), gen);
-                for (std::int64_t i = 0; i < hw; ++i) {
-                  const auto at = static_cast<std::size_t>((n * hw + i) * g.in_c + c);
-                  x[at] = static_cast<double>(order[static_cast<std::size_t>(i)]) / 16.0;
-                  xb[at] = float_to_bfloat16(static_cast<float>(x[at]));
-                  ASSERT_EQ(bfloat16_to_float(xb[at]), x[at]);
-                }
-              }
+  on_both_paths([&](const std::string& path) {
+    std::uint32_t seed = 500;
+    for (const Conv2dGeometry& g : geometries) {
+      for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+        const std::string name = path + (kind == PoolKind::kMax ? ": max" : ": avg") + " pool k" +
+                                 std::to_string(g.k_h) + " s" + std::to_string(g.stride_h) + " c" +
+                                 std::to_string(g.in_c);
+        // Distinct inputs within each image and channel (a shuffled ramp of small integers / 16,
+        // exact in bfloat16), so that every window has one maximum and both paths route max
+        // pooling's gradient to the same element.
+        const std::int64_t hw = g.in_h * g.in_w;
+        ASSERT_LE(hw, 256);
+        Bits xb(static_cast<std::size_t>(g.input_elements()));
+        F64 x(xb.size());
+        std::mt19937 gen(seed++);
+        for (std::int64_t n = 0; n < g.n; ++n) {
+          for (std::int64_t c = 0; c < g.in_c; ++c) {
+            std::vector<std::int64_t> order(static_cast<std::size_t>(hw));
+            for (std::int64_t i = 0; i < hw; ++i) order[static_cast<std::size_t>(i)] = i - hw / 2;
+            std::shuffle(order.begin(), order.end(), gen);
+            for (std::int64_t i = 0; i < hw; ++i) {
+              const auto at = static_cast<std::size_t>((n * hw + i) * g.in_c + c);
+              x[at] = static_cast<double>(order[static_cast<std::size_t>(i)]) / 16.0;
+              xb[at] = float_to_bfloat16(static_cast<float>(x[at]));
+              ASSERT_EQ(bfloat16_to_float(xb[at]), x[at]);
             }
-            const Bf16Data dy = random_bf16(g.output_elements(), seed++);
-
-            Bits y(static_cast<std::size_t>(g.output_elements()));
-            pool2d_forward(kind, DType::kBFloat16, g, xb.data(), y.data());
-            F64 want(y.size()), scale(y.size());
-            const F64 ax = abs(x), ady = abs(dy.values);
-            reference::pool2d_forward(kind, g, x.data(), want.data());
-            reference::pool2d_forward(PoolKind::kAvg, g, ax.data(), scale.data());
-            expect_bf16_close(y, want, scale, static_cast<double>(g.k_h * g.k_w), name + " forward");
-
-            Bits dx(static_cast<std::size_t>(g.input_elements()));
-            pool2d_backward(kind, DType::kBFloat16, g, xb.data(), dy.bits.data(), dx.data());
-            want.assign(dx.size(), 0);
-            scale.assign(dx.size(), 0);
-            reference::pool2d_backward(kind, g, x.data(), dy.values.data(), want.data());
-            reference::pool2d_backward(kind, g, x.data(), ady.data(), scale.data());
-            // K: the windows that overlap one input element.
-            const double k = std::ceil(static_cast<double>(g.k_h) / static_cast<double>(g.stride_h)) *
-                             std::ceil(static_cast<double>(g.k_w) / static_cast<double>(g.stride_w));
-            expect_bf16_close(dx, want, scale, k, name + " backward");
           }
         }
-      },
-      /*all_onednn=*/false);  // overlapping windows' backward always takes the float32 path
+        const Bf16Data dy = random_bf16(g.output_elements(), seed++);
+
+        Bits y(static_cast<std::size_t>(g.output_elements()));
+        run_as_dispatched(
+            geometry_call(DnnKernel::kPool2dForward, g, kind),
+            [&] { pool2d_forward(kind, DType::kBFloat16, g, xb.data(), y.data()); }, name + " forward");
+        F64 want(y.size()), scale(y.size());
+        const F64 ax = abs(x), ady = abs(dy.values);
+        reference::pool2d_forward(kind, g, x.data(), want.data());
+        reference::pool2d_forward(PoolKind::kAvg, g, ax.data(), scale.data());
+        expect_bf16_close(y, want, scale, static_cast<double>(g.k_h * g.k_w), name + " forward");
+
+        Bits dx(static_cast<std::size_t>(g.input_elements()));
+        run_as_dispatched(
+            geometry_call(DnnKernel::kPool2dBackward, g, kind),
+            [&] { pool2d_backward(kind, DType::kBFloat16, g, xb.data(), dy.bits.data(), dx.data()); },
+            name + " backward");
+        want.assign(dx.size(), 0);
+        scale.assign(dx.size(), 0);
+        reference::pool2d_backward(kind, g, x.data(), dy.values.data(), want.data());
+        reference::pool2d_backward(kind, g, x.data(), ady.data(), scale.data());
+        // K: the windows that overlap one input element.
+        const double k = std::ceil(static_cast<double>(g.k_h) / static_cast<double>(g.stride_h)) *
+                         std::ceil(static_cast<double>(g.k_w) / static_cast<double>(g.stride_w));
+        expect_bf16_close(dx, want, scale, k, name + " backward");
+      }
+    }
+  });
 }
 
 TEST(DnnBf16, PoolingBackwardWithOverlappingWindowsRoundsOnce) {
   // Overlapping windows (3x3, stride 1) go through float32 even where oneDNN has bf16 pooling;
-  // disjoint ones (2x2, stride 2) run on oneDNN there.
+  // disjoint ones (2x2, stride 2) run where dnn_dispatch() says (oneDNN where it has a kernel).
   const Conv2dGeometry overlapping = pool(1, 6, 6, 16, 3, 1, Padding::kSame);
   const Conv2dGeometry disjoint = pool(1, 6, 6, 16, 2, 2, Padding::kValid);
   for (bool is_disjoint : {false, true}) {
     const Conv2dGeometry& g = is_disjoint ? disjoint : overlapping;
     const Bf16Data x = random_bf16(g.input_elements(), 700), dy = random_bf16(g.output_elements(), 701);
     Bits dx(static_cast<std::size_t>(g.input_elements()));
-    const Bf16Stats before = bf16_stats();
-    pool2d_backward(PoolKind::kAvg, DType::kBFloat16, g, x.bits.data(), dy.bits.data(), dx.data());
-    const Bf16Stats after = bf16_stats();
-    const bool onednn = native_bf16(bf16_path()) && is_disjoint;
-    EXPECT_EQ(after.onednn - before.onednn, onednn ? 1 : 0) << bf16_path();
-    EXPECT_EQ(after.fallback - before.fallback, onednn ? 0 : 1) << bf16_path();
+    const DnnCall call = geometry_call(DnnKernel::kPool2dBackward, g, PoolKind::kAvg);
+    const DnnDispatch d = dnn_dispatch(call);
+    if (!is_disjoint) {
+      EXPECT_EQ(d.path, DnnPath::kFloat32Fallback) << d.reason;
+    } else if (bf16_path() == "float32 fallback") {
+      EXPECT_EQ(d.path, DnnPath::kFloat32Fallback) << d.reason;  // nothing bfloat16 runs on oneDNN
+    }
+    run_as_dispatched(
+        call, [&] { pool2d_backward(PoolKind::kAvg, DType::kBFloat16, g, x.bits.data(), dy.bits.data(), dx.data()); },
+        is_disjoint ? "disjoint" : "overlapping");
   }
 }
 
