@@ -16,9 +16,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <random>
 
 #include <chorus/core/error.h>
+#include <chorus/core/file_io.h>
 #include <chorus/core/logging.h>
 #include <chorus/data/cache_file_internal.h>
 #include <chorus/data/dataset.h>
@@ -31,13 +31,9 @@ using internal::input_prefix;
 
 namespace {
 
-// "<filename>.tmp-<pid>-<16 random hex digits>".
+// "<filename>.tmp-<pid>-<16 random hex digits>" (io::temporary_name).
 std::string temporary_name(const std::string& filename) {
-  std::random_device rd;
-  const std::uint64_t r = std::uint64_t{rd()} << 32 ^ rd();
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
-  return str_cat(filename, ".tmp-", ::getpid(), "-", hex);
+  return io::temporary_name(str_cat(filename, ".tmp-", ::getpid()), "-");
 }
 
 Tensor string_tensor(const std::string& s) {
@@ -237,6 +233,12 @@ class FileCacheDataset::It final : public IteratorBase {
     writer_->write(internal::encode_cache_footer(count_, bytes_));
     writer_->close();  // the buffered bytes go out here: a full disk may show only now
     writer_.reset();
+    try {
+      io::require_replaceable(ds_->filename_);  // a device or FIFO at the cache's name is never replaced
+    } catch (...) {
+      std::remove(tmp_.c_str());
+      throw;
+    }
     if (std::rename(tmp_.c_str(), ds_->filename_.c_str()) != 0) {
       const int err = errno;
       std::remove(tmp_.c_str());

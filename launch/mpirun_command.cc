@@ -68,6 +68,17 @@ std::string describe_hosts(const std::vector<HostSlots>& hosts) {
 }  // namespace
 
 std::string host_name_problem(std::string_view host) {
+  if (const auto at = host.find('@'); at != std::string_view::npos) {
+    // user@host, as Open MPI's hostfiles and ssh take it: a portable user name (POSIX), then a host.
+    const std::string_view user = host.substr(0, at);
+    if (user.empty()) return "has an empty user name before '@'";
+    if (user.size() > kMaxUserNameLength) return str_cat("has a user name of ", user.size(), " characters");
+    if (user[0] == '-') return "has a user name that starts with '-'";
+    for (char c : user)
+      if (!is_alnum(c) && c != '_' && c != '.' && c != '-')
+        return str_cat("has the character '", std::string(1, c), "' in its user name");
+    host = host.substr(at + 1);
+  }
   if (host.empty()) return "is empty";
   if (host.size() > kMaxHostNameLength) return str_cat("is ", host.size(), " characters long");
   if (host[0] == '-') return "starts with '-' (it would be taken for an option of ssh or mpirun)";

@@ -76,13 +76,15 @@ struct HostSlots {
 // RFC 1123 allows, checked before anything runs: labels separated by single '.', each 1 to 63
 // letters, digits, '-' or '_', neither starting nor ending with '-'; 253 characters at most.
 // IPv4 addresses (10.0.0.1) fit. '_' is outside RFC 1123 but common in ssh-config aliases and
-// harmless to ssh. Not accepted: IPv6 literals (':' separates the slots in -H), user@host (set the
-// user in ~/.ssh/config or with --rsh-agent 'ssh -l USER'), a trailing '.'.
+// harmless to ssh. "user@host" is accepted, as Open MPI's hostfiles and ssh take it, with a
+// portable user name (POSIX: letters, digits, '.', '_', '-', not starting with '-'; 32 at most).
+// Not accepted: IPv6 literals (':' separates the slots in -H), a trailing '.'.
 inline constexpr std::size_t kMaxHostNameLength = 253;
+inline constexpr std::size_t kMaxUserNameLength = 32;
 inline constexpr std::size_t kMaxHostLabelLength = 63;
 inline constexpr std::string_view kHostNameRule =
     "a host name is labels separated by '.', each 1 to 63 letters, digits, '-' or '_', not starting or ending with "
-    "'-', 253 characters at most (e.g. node1, node-1.cluster, 10.0.0.1)";
+    "'-', 253 characters at most, optionally after 'user@' (e.g. node1, node-1.cluster, 10.0.0.1, alice@node1)";
 // Empty when `host` follows the rule above; else what is wrong with it ("starts with '-'", "has
 // the character ';'", ...), for messages that add where the name came from and kHostNameRule.
 std::string host_name_problem(std::string_view host);

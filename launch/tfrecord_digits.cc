@@ -137,13 +137,36 @@ std::string serialize_digit_example(const std::vector<std::uint8_t>& pixels, std
   return example.release();
 }
 
-data::Dataset tfrecord_digits_dataset(const std::vector<std::string>& files, data::TFRecordOptions options) {
-  CHORUS_REQUIRE(!files.empty(), InvalidArgumentError, "tfrecord_digits_dataset: no files");
-  return data::tfrecord_dataset(files, options).map([](const data::Element& e) -> data::Element {
-    DigitExample d = parse_digit_example(data::record_string(e.at(0)));
+namespace {
+
+// One file's examples; a record that is not a digits example is named by file and position.
+data::Dataset digits_of(const std::string& file, const data::TFRecordOptions& options) {
+  return data::tfrecord_dataset({file}, options).enumerate().map([file](const data::Element& e) -> data::Element {
+    DigitExample d;
+    try {
+      d = parse_digit_example(data::record_string(e.at(1)));
+    } catch (const DataLossError& err) {
+      throw DataLossError(str_cat("record ", e.at(0).item<std::int64_t>(), " of '", file, "': ", err.message()));
+    }
     return {Tensor::from_vector(d.pixels, Shape{kDigitImageSize, kDigitImageSize, 1}),
             Tensor::scalar(static_cast<std::int32_t>(d.label))};
   });
+}
+
+// files[begin, end) in order, concatenated as a balanced tree (a chain would cost one call per
+// file for every element).
+data::Dataset digits_of(const std::vector<std::string>& files, std::size_t begin, std::size_t end,
+                        const data::TFRecordOptions& options) {
+  if (end - begin == 1) return digits_of(files[begin], options);
+  const std::size_t mid = begin + (end - begin) / 2;
+  return digits_of(files, begin, mid, options).concatenate(digits_of(files, mid, end, options));
+}
+
+}  // namespace
+
+data::Dataset tfrecord_digits_dataset(const std::vector<std::string>& files, data::TFRecordOptions options) {
+  CHORUS_REQUIRE(!files.empty(), InvalidArgumentError, "tfrecord_digits_dataset: no files");
+  return digits_of(files, 0, files.size(), options);
 }
 
 std::vector<std::string> expand_file_patterns(const std::vector<std::string>& patterns) {

@@ -92,7 +92,11 @@ TEST(HostSpec, HostNamesThatCouldBeOptionsOrShellWordsAreRefused) {
       {"node;touch", "has the character ';'"},
       {"$(reboot)", "has the character '$'"},
       {"a`b`", "has the character '`'"},
-      {"user@node1", "has the character '@'"},
+      {"-l@node1", "user name that starts with '-'"},
+      {"@node1", "empty user name"},
+      {"a;b@node1", "has the character ';' in its user name"},
+      {"alice@-F/x", "starts with '-'"},
+      {"a@b@c", "has the character '@'"},
       {"a/b", "has the character '/'"},
       {"a..b", "empty label"},
       {".a", "empty label"},
@@ -323,9 +327,10 @@ TEST(Hostfile, HostNamesThatCouldBeOptionsOrShellWordsAreRefusedWithTheirLine) {
               HasSubstr("hostfile hf line 2: host name '-F/tmp/evil.cfg' starts with '-'"));
   EXPECT_THAT(hostfile_error_of("-F/tmp/evil.cfg slots=1"), HasSubstr("letters, digits, '-' or '_'"));
   EXPECT_THAT(hostfile_error_of("a;b"), HasSubstr("line 1: host name 'a;b' has the character ';'"));
-  EXPECT_THAT(hostfile_error_of("user@node"), HasSubstr("has the character '@'"));
+  EXPECT_THAT(hostfile_error_of("-u@node"), HasSubstr("user name that starts with '-'"));
   EXPECT_THAT(hostfile_error_of("a..b slots=2"), HasSubstr("empty label"));
-  EXPECT_EQ(parse_hostfile("node-1.cluster slots=2\n10.0.0.2\ngpu_3\n", "x").size(), 3u);
+  // user@host, as Open MPI's hostfiles take it.
+  EXPECT_EQ(parse_hostfile("node-1.cluster slots=2\n10.0.0.2\ngpu_3\nalice@node4\n", "x").size(), 4u);
 }
 
 TEST(Hostfile, ReadingIsBoundedAndEveryFailureIsACommandLineError) {

@@ -142,6 +142,24 @@ TEST_F(TFRecordFiles, DatasetYieldsImagesAndLabels) {
   EXPECT_FALSE(it.next().has_value());
 }
 
+// Issue 40: a label out of range said `"label" is 10; expected a digit class 0..9` without the
+// file, so a user with many files could not find the bad one.
+TEST_F(TFRecordFiles, ABadRecordIsNamedByFileAndPositionAcrossFiles) {
+  const auto pixels = ramp();
+  const std::string good = (dir_ / "good.tfrecord").string(), bad = (dir_ / "bad.tfrecord").string();
+  data::write_tfrecord_file(good, {serialize_digit_example(pixels, 1), serialize_digit_example(pixels, 2)});
+  data::write_tfrecord_file(bad, {serialize_digit_example(pixels, 3), serialize_digit_example(pixels, 10)});
+  auto it = tfrecord_digits_dataset({good, good, bad}).make_iterator();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(it.next().has_value()) << i;
+  try {
+    it.next();
+    FAIL() << "no DataLossError";
+  } catch (const DataLossError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("record 1 of '" + bad + "'"));
+    EXPECT_THAT(e.message(), HasSubstr("\"label\" is 10"));
+  }
+}
+
 TEST_F(TFRecordFiles, PatternsExpandSortedAndMissingOnesAreNamed) {
   for (const char* name : {"train-1.tfrecord", "train-0.tfrecord", "test.tfrecord"}) std::ofstream(dir_ / name) << "";
   const std::string d = dir_.string();
