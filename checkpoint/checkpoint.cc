@@ -14,6 +14,7 @@
 #include <chorus/core/logging.h>
 #include <chorus/core/strings.h>
 #include <chorus/core/timeline.h>
+#include <chorus/ops/finite.h>
 
 namespace chorus::train {
 
@@ -165,7 +166,7 @@ const DistributionStrategy& Checkpoint::owning_strategy() const {
 }
 
 std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& options,
-                                   std::function<void(const std::string&)> written) {
+                                   std::function<void(const std::string&)> written, bool refuse_non_finite) {
   timeline::Span span("checkpoint", "save",
                       timeline::enabled() ? "\"path\": " + timeline::quoted(path) : std::string());
   async_->wait();  // the previous write's error surfaces here
@@ -189,6 +190,15 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
         sources.push_back(tensor);
       }
     }
+  }
+  if (refuse_non_finite && !ops::all_finite(sources)) {
+    std::string first;
+    for (std::size_t i = 0; i < sources.size() && first.empty(); ++i)
+      if (!ops::all_finite(sources[i])) first = keys[i];
+    throw FailedPreconditionError(str_cat(
+        "CheckpointManager: not saving '", path, "': '", first,
+        "' holds NaN or Inf; a checkpoint of non-finite values never becomes the latest over a good one. "
+        "Nothing was written. Pass SaveOptions{.allow_non_finite = true} to save it anyway"));
   }
   if (chief) {
     // A synchronous write writes straight from the variables' storage (BundleWriter waits for

@@ -76,6 +76,12 @@ struct SaveOptions {
   bool async = false;
   // Whether this process writes files; nullopt: launcher rank 0 or single process.
   std::optional<bool> chief;
+  // CheckpointManager::save refuses values that are not all finite (FailedPreconditionError
+  // naming the first such key; nothing is written, the save counter is unchanged), so that a
+  // diverged model never becomes the latest checkpoint over a good one. True saves them anyway
+  // (to look at a divergence). Checkpoint::save and write, TF's plain writes, ignore it and write
+  // what they are given.
+  bool allow_non_finite = false;
 };
 
 namespace internal {
@@ -139,9 +145,11 @@ class Checkpoint final : public Trackable {
  private:
   friend class CheckpointManager;
   // `written` runs once the bundle is durable (on the writer thread for async saves), and at once
-  // in a non-chief process, which writes nothing.
+  // in a non-chief process, which writes nothing. `refuse_non_finite` (CheckpointManager's saves,
+  // unless SaveOptions::allow_non_finite): every worker checks the values it would save, the same
+  // on all of them, and throws FailedPreconditionError before anything is written.
   std::string write_impl(const std::string& path, const SaveOptions& options,
-                         std::function<void(const std::string&)> written = nullptr);
+                         std::function<void(const std::string&)> written = nullptr, bool refuse_non_finite = false);
   LoadStatus restore_impl(const std::string& path, bool expect_save_counter);
   void ensure_save_counter();
   void meet_barrier();

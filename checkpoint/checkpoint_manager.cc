@@ -163,10 +163,8 @@ void CheckpointManager::adopt_unrecorded(double clock) {
     try {
       verify_bundle(path);
     } catch (const Error& e) {
-      CHORUS_LOG(WARNING) << "CheckpointManager: '" << path << "' in '" << directory_
-                          << "' is newer than every checkpoint its state file names, but cannot be adopted: "
-                          << e.what();
-      move_aside(path);
+      move_aside(path, str_cat("is newer than every checkpoint the state file names, but cannot be adopted (",
+                               e.what(), ")"));
       continue;
     }
     CHORUS_LOG(WARNING) << "CheckpointManager: adopted '" << path
@@ -251,7 +249,7 @@ std::size_t CheckpointManager::move_owned_files(const std::string& destination) 
   return files.size();
 }
 
-void CheckpointManager::move_aside(const std::string& path) {
+void CheckpointManager::move_aside(const std::string& path, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     maybe_delete_.erase(
@@ -274,8 +272,8 @@ void CheckpointManager::move_aside(const std::string& path) {
   }
   sync_directory(dir);
   record_state();
-  CHORUS_LOG(WARNING) << "CheckpointManager: moved the damaged checkpoint '" << path << "' aside to '" << aside
-                      << ".*' (kept, never deleted)";
+  CHORUS_LOG(WARNING) << "CheckpointManager: checkpoint '" << path << "' " << why << "; moved aside to '" << aside
+                      << ".*' (kept, never deleted); the previous checkpoint is used";
 }
 
 CheckpointManager::~CheckpointManager() {
@@ -325,7 +323,14 @@ std::optional<std::string> CheckpointManager::save(std::optional<std::int64_t> c
   counter.impl()->assign_add(Tensor::scalar<std::int64_t>(1, "/CPU:0"));
   SaveOptions opts = options;
   opts.chief = chief_;
-  return checkpoint_.write_impl(path, opts, [this](const std::string& written) { on_written(written); });
+  try {
+    return checkpoint_.write_impl(
+        path, opts, [this](const std::string& written) { on_written(written); }, !options.allow_non_finite);
+  } catch (const FailedPreconditionError&) {
+    // Refused before anything was written (non-finite values): the save did not happen.
+    counter.impl()->assign_add(Tensor::scalar<std::int64_t>(-1, "/CPU:0"));
+    throw;
+  }
 }
 
 void CheckpointManager::on_written(const std::string& path) {
@@ -386,11 +391,14 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
   }
   for (const std::string& path : candidates) {
     try {
+      // Every tensor's CRC first: values restored later (optimizer slots, created by the first
+      // step) would otherwise meet the damage in the middle of training, past this fallback, and
+      // every rerun would fail the same way.
+      if (!options_.strict_restore) verify_bundle(path);
       restore_status_ = checkpoint_.restore(path);
     } catch (const DataLossError& e) {
-      CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is damaged (" << e.what()
-                        << "); trying the previous one";
-      move_aside(path);
+      if (options_.strict_restore) throw;
+      move_aside(path, str_cat("is damaged (", e.what(), ")"));
       continue;
     } catch (const NotFoundError& e) {
       CHORUS_LOG(ERROR) << "CheckpointManager: checkpoint '" << path << "' is missing (" << e.what()

@@ -33,11 +33,14 @@
 //   directory never wedges (resume from the older one, then a refused save over the newer one).
 //   The lock file is never followed through a link and must be a regular file of this user
 //   (io::File::open_or_create_owned; FailedPreconditionError naming the path otherwise).
-// restore_or_initialize(): restores latest_checkpoint() and returns it; if that checkpoint is
-//   corrupt (DataLossError), logs it, moves its files aside to "<path>.corrupt-<unix time>.*"
-//   (never deleted; the state file no longer lists it) and falls back to the next older one (a
-//   checkpoint damaged by a crash of the storage never stops a resume, nor any later one); with
-//   none good → DataLossError; with none at all, runs init_fn and returns nullopt.
+// restore_or_initialize(): restores latest_checkpoint() and returns it. The checkpoint is first
+//   read whole and CRC-checked (verify_bundle: one more read of it), so damage anywhere — also in
+//   values restored only later, such as optimizer slots — is found here: a corrupt one
+//   (DataLossError) is moved aside to "<path>.corrupt-<unix time>.*" (never deleted; the state file
+//   no longer lists it; one warning says so) and the next older one is tried (a checkpoint damaged
+//   by a crash of the storage never stops a resume, nor any later one); with none good →
+//   DataLossError; with none at all, runs init_fn and returns nullopt. With
+//   options.strict_restore, TF's behaviour: no check, no fallback, DataLossError.
 // save() without a checkpoint_number refuses (FailedPreconditionError, nothing written) to write
 //   "<name>-<N>" when the directory already holds a checkpoint numbered N or higher: the run did
 //   not resume (restore_or_initialize) and would overwrite its history.
@@ -79,6 +82,12 @@ struct CheckpointManagerOptions {
   // manager holds is refused before anything moves. The chief moves; the other workers start
   // empty without reading the state.
   std::string start_over_into;
+  // restore_or_initialize's fallback (the default, false): the latest checkpoint is CRC-checked
+  // whole before it is restored, and a damaged one is moved aside and the previous one used. True:
+  // TF's behaviour — the latest is restored as it is, and damage raises DataLossError (from the
+  // restore, or from the step that creates a deferred value such as an optimizer slot); nothing
+  // is moved.
+  bool strict_restore = false;
 };
 
 class CheckpointManager {
@@ -129,8 +138,8 @@ class CheckpointManager {
   // the latest (warning), any other is moved aside (warning); the chief then records the state.
   void adopt_unrecorded(double clock);
   // Renames a damaged checkpoint's files to "<path>.corrupt-<unix time>.*" (chief; never
-  // deletes) and forgets it.
-  void move_aside(const std::string& path);
+  // deletes), forgets it, and logs one warning saying what `why` says ("is damaged (...)").
+  void move_aside(const std::string& path, const std::string& why);
 
   Checkpoint& checkpoint_;
   std::string directory_;

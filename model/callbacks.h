@@ -130,14 +130,19 @@ class EarlyStopping final : public Callback {
 };
 
 // Stops training at the first batch whose loss is NaN or infinite (Keras's TerminateOnNaN), by
-// throwing InvalidArgumentError that names the epoch, the step and the value. Throwing, unlike
-// Keras's stop_training, ends fit before any later callback of the batch or the epoch's end runs,
-// so no checkpoint of the non-finite weights is written. Fit adds it first when
-// FitOptions::terminate_on_nan; chorus-train does by default.
+// throwing InvalidArgumentError that names the epoch, the step and the value; and at an epoch's
+// end whose weights are not all finite (naming the first such variable and the epoch: a last
+// update can overflow them with a finite loss). Throwing, unlike Keras's stop_training, ends fit
+// before any later callback of the batch or the epoch's end runs, so no checkpoint of the
+// non-finite weights is written. Fit adds it first when FitOptions::terminate_on_nan, and then
+// also has the optimizer check the summed gradients of every step (Optimizer::set_check_numerics:
+// a NaN or Inf gradient stops fit before the update, naming the variable and the step);
+// chorus-train does by default.
 class TerminateOnNaN final : public Callback {
  public:
   void on_epoch_begin(model::Model&, int epoch) override { epoch_ = epoch; }
   void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t steps, const Logs& logs) override;
+  void on_epoch_end(model::Model& m, int epoch, const Logs& logs) override;
 
  private:
   int epoch_ = 0;

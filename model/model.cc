@@ -170,6 +170,14 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   if (options.verbose && (strategy.is_chief() || callbacks::progress_mode_requested()))
     cbs.insert(cbs.begin(), std::make_shared<callbacks::ProgressBar>(options.epochs));
   if (options.terminate_on_nan) cbs.insert(cbs.begin(), std::make_shared<callbacks::TerminateOnNaN>());
+  // With terminate_on_nan the summed gradients are checked too, every step, before the update
+  // (Optimizer::set_check_numerics), for this fit only.
+  struct RestoreCheckNumerics {
+    optimizers::Optimizer& optimizer;
+    bool before;
+    ~RestoreCheckNumerics() { optimizer.set_check_numerics(before); }
+  } restore_check_numerics{*optimizer_, optimizer_->check_numerics()};
+  if (options.terminate_on_nan) optimizer_->set_check_numerics(true);
   auto dist = strategy.experimental_distribute_dataset(dataset);
   CHORUS_REQUIRE(options.initial_epoch >= 0, InvalidArgumentError, "fit: initial_epoch must be >= 0, got ",
                  options.initial_epoch);

@@ -3,6 +3,8 @@
 // refusing NaN weights.
 #pragma once
 
+#include <vector>
+
 #include <chorus/core/tensor.h>
 
 namespace chorus::ops {
@@ -11,5 +13,10 @@ namespace chorus::ops {
 // One reduction on x's device (the sum of x − x: 0 for finite values, NaN otherwise) and one host
 // read, which waits for x's device stream. An undefined tensor → InvalidArgumentError.
 bool all_finite(const Tensor& x);
+// The same over several tensors with one host read (the check TerminateOnNaN and the checkpoint
+// manager make over all the gradients or variables of a step): each floating tensor's probe is
+// reduced on its device, the probes summed in float64, and one value read. Undefined, integer and
+// empty tensors count as finite. Tensors may live on different devices.
+bool all_finite(const std::vector<Tensor>& xs);
 
 }  // namespace chorus::ops

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <chorus/ops/cpu/loops.h>
 #include <chorus/ops/elementwise.h>
@@ -203,6 +204,22 @@ bool all_finite(const Tensor& x) {
   if (!is_floating(x.dtype()) || x.num_elements() == 0) return true;
   const Tensor probe = cast(reduce_sum(sub(x, x)), DType::kFloat64).to("/CPU:0");
   return std::isfinite(probe.item<double>());
+}
+
+bool all_finite(const std::vector<Tensor>& xs) {
+  double sum = 0;
+  std::optional<Tensor> total;  // on the first probed tensor's device, until a device changes
+  for (const Tensor& x : xs) {
+    if (!x.defined() || !is_floating(x.dtype()) || x.num_elements() == 0) continue;
+    Tensor probe = cast(reduce_sum(sub(x, x)), DType::kFloat64);
+    if (total && total->device_name() != probe.device_name()) {
+      sum += total->to("/CPU:0").item<double>();
+      total.reset();
+    }
+    total = total ? add(*total, probe) : probe;
+  }
+  if (total) sum += total->to("/CPU:0").item<double>();
+  return std::isfinite(sum);
 }
 
 }  // namespace chorus::ops

@@ -16,6 +16,7 @@
 #include <chorus/core/strings.h>
 #include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
+#include <chorus/ops/finite.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>
 #include <chorus/optimizer/clipping.h>
@@ -157,6 +158,37 @@ Tensor shared_finite_probe(ReplicaContext* ctx, const std::vector<Tensor>& shard
   }
   if (!total.defined()) return Tensor::scalar<double>(0.0);
   return ctx->all_reduce(ReduceOp::kSum, total);
+}
+
+// check_numerics (optimizer.h): throws, on every replica alike, when a summed gradient holds NaN
+// or Inf. `is_shard` (stage 2) marks the gradients that are this replica's shards: their check is
+// shared through shared_finite_probe; whole gradients are the same bits everywhere. The variable
+// named is the first, in the list's order, whose gradient (or this replica's shard of it) is bad.
+void check_gradients_finite(const std::string& who, const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                            const std::vector<char>* is_shard, ReplicaContext* ctx, const Variable& iterations) {
+  bool finite;
+  if (is_shard != nullptr) {
+    std::vector<Tensor> shards, whole;
+    for (std::size_t i = 0; i < grads.size(); ++i) ((*is_shard)[i] ? shards : whole).push_back(grads[i]);
+    const double probe = shared_finite_probe(ctx, shards).to("/CPU:0").item<double>();
+    finite = std::isfinite(probe) && ops::all_finite(whole);
+  } else {
+    finite = ops::all_finite(grads);
+  }
+  if (finite) return;
+  const std::int64_t step = iterations.value().to("/CPU:0").item<std::int64_t>() + 1;
+  std::string culprit = "a shard of a gradient that another replica holds (ZeRO stage 2)";
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!ops::all_finite(grads[i])) {
+      culprit = chorus::internal::str_cat("the gradient of variable '", vars[i].name(), "'");
+      break;
+    }
+  }
+  throw InvalidArgumentError(chorus::internal::str_cat(
+      who, ".apply_gradients: ", culprit, " holds NaN or Inf at step ", step,
+      " (after the all-reduce, before the update: no weight was changed); training stopped "
+      "(tf.debugging.check_numerics). Check the input data for NaN/Inf, lower the learning rate, or clip the "
+      "gradients (clipnorm)"));
 }
 
 // Stage 2's clipping: `grads[i]` is this replica's shard of variable i's summed gradient when
@@ -560,6 +592,8 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
     grads.pop_back();
   } else if (after_aggregation) {
     proceed = after_aggregation(grads);
+  } else if (check_numerics_) {
+    check_gradients_finite(name_, grads, vars, stage2 ? &is_shard : nullptr, ctx, iterations_);
   }
   if (!proceed) {  // a skipped step still counts
     Tensor counter = iterations_.value();

@@ -210,6 +210,17 @@ class Optimizer : public train::Trackable {
 
   const std::string& name() const { return name_; }
 
+  // tf.debugging.check_numerics for the update. When on, apply_gradients checks the summed
+  // gradients (after the all-reduce: the same bits on every replica; at ZeRO stage 2 one tiny
+  // all-reduce of a shared probe, so every replica decides alike) with one fused finite check and
+  // one host read per call; a NaN or Inf throws InvalidArgumentError naming the variable (the
+  // first, in the list's order), what it holds and the step (iterations() + 1), before any weight
+  // or slot changes. Off by default; Model::fit turns it on for the fit with
+  // FitOptions::terminate_on_nan (chorus-train: on). Ignored by a LossScaleOptimizer's inner
+  // optimizer, which skips non-finite steps by design.
+  void set_check_numerics(bool on) { check_numerics_ = on; }
+  bool check_numerics() const { return check_numerics_; }
+
   // Checkpointing (checkpoint/trackable.h): the child "iter" is `iterations` (Keras 2's name, so
   // keys read "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"); every slot is attached to its
   // variable ("<variable path>/.OPTIMIZER_SLOT/optimizer/m"). Slots restored before they exist
@@ -270,6 +281,7 @@ class Optimizer : public train::Trackable {
   int accumulation_steps() const;  // gradient_accumulation_steps, 1 when off
 
   std::string name_;
+  bool check_numerics_ = false;  // set_check_numerics
   LearningRate learning_rate_;
   CommonOptions common_;
   Variable iterations_;

@@ -129,6 +129,48 @@ TEST_F(CheckpointManagerHostileTest, ADamagedNewestIsMovedAsideAndThePreviousRes
   EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt-1") << "the state file no longer names the damaged one";
 }
 
+// Issue 39: damage in a value restored only later (an optimizer slot, created by the first step)
+// passed restore_or_initialize and raised DATA_LOSS in the middle of training, on every rerun.
+TEST_F(CheckpointManagerHostileTest, DamageInAValueRestoredLaterFallsBackAtRestoreTime) {
+  TempDir dir;
+  {
+    Variable x = scalar_var("x", 1), later = scalar_var("later", 10);
+    Checkpoint ckpt({{"x", x}, {"later", later}});
+    CheckpointManager m(ckpt, dir.path(), 3);
+    m.save();
+    x.assign(Tensor::scalar<std::int64_t>(2));
+    later.assign(Tensor::scalar<std::int64_t>(20));
+    m.save();
+  }
+  // Damage the bytes of "later" in ckpt-2 only.
+  {
+    BundleReader reader(dir / "ckpt-2");
+    const BundleEntry e = reader.entry("later/.ATTRIBUTES/VARIABLE_VALUE");
+    std::string bytes = testing::slurp(data_filename(dir / "ckpt-2"));
+    bytes[static_cast<std::size_t>(e.offset)] ^= 1;
+    testing::spit(data_filename(dir / "ckpt-2"), bytes);
+  }
+  {
+    // strict_restore (TF's behaviour): the restore of x succeeds, nothing is checked or moved.
+    Variable y = scalar_var("x", 0);
+    Checkpoint fresh({{"x", y}});
+    CheckpointManager m(fresh, dir.path(), 3, {.strict_restore = true});
+    EXPECT_EQ(m.restore_or_initialize(), dir / "ckpt-2");
+    EXPECT_TRUE(bundle_exists(dir / "ckpt-2"));
+  }
+  Variable y = scalar_var("x", 0);
+  Checkpoint fresh({{"x", y}});  // "later" does not exist yet: its value would be restored on creation
+  chorus::testing::LogCapture logs;
+  CheckpointManager m(fresh, dir.path(), 3);
+  EXPECT_EQ(m.restore_or_initialize(), dir / "ckpt-1");
+  EXPECT_EQ(get(y), 1);
+  EXPECT_FALSE(bundle_exists(dir / "ckpt-2"));
+  int warnings = 0;
+  for (const std::string& l : logs.lines()) warnings += l.find("ckpt-2") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(warnings, 1) << "one warning says it was damaged and moved aside";
+  EXPECT_TRUE(logs.contains("moved aside"));
+}
+
 TEST_F(CheckpointManagerHostileTest, NoGoodCheckpointFailsWithoutDeletingAny) {
   TempDir dir;
   Variable x = scalar_var("x", 1);

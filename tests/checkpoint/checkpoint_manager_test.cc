@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "tests/checkpoint/bundle_test_util.h"
 #include "tests/core/test_util.h"
@@ -226,6 +227,27 @@ TEST(CheckpointStateTest, LatestCheckpointNeedsTheIndex) {
   EXPECT_FALSE(latest_checkpoint(dir.path()));  // the files are missing
   testing::spit(dir / "ckpt-1.index", "");
   EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt-1");
+}
+
+// Issue 39: a diverged model's checkpoint must not become the latest over a good one.
+TEST_F(CheckpointManagerTest, NonFiniteValuesAreNotSavedUnlessAsked) {
+  TempDir dir;
+  Variable w = make_variable({.initial_value = Tensor::from_vector<float>({1, 2}), .name = "w"});
+  Variable step = scalar_var("step", 0);
+  Checkpoint ckpt({{"w", w}, {"step", step}});
+  CheckpointManager m(ckpt, dir.path(), 3);
+  EXPECT_EQ(m.save(), dir / "ckpt-1");
+  w.assign(Tensor::from_vector<float>({1, std::numeric_limits<float>::infinity()}));
+  const std::string msg = chorus::testing::message_of<FailedPreconditionError>([&] { m.save(); });
+  EXPECT_NE(msg.find("'w/.ATTRIBUTES/VARIABLE_VALUE' holds NaN or Inf"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("allow_non_finite"), std::string::npos) << msg;
+  EXPECT_EQ(m.latest_checkpoint(), dir / "ckpt-1");
+  EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt-1");
+  EXPECT_FALSE(bundle_exists(dir / "ckpt-2"));
+  EXPECT_EQ(get(ckpt.save_counter()), 1) << "a refused save does not count";
+  EXPECT_EQ(m.save(std::nullopt, true, {.allow_non_finite = true}), dir / "ckpt-2") << "asked: saved";
+  // Checkpoint::write, TF's plain write, writes what it is given.
+  EXPECT_EQ(ckpt.write(dir / "plain"), dir / "plain");
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <chorus/model/layers.h>
 #include <chorus/model/metrics.h>
 #include <chorus/model/model.h>
+#include <chorus/ops/finite.h>
 #include <chorus/optimizer/sgd.h>
 
 namespace chorus {
@@ -78,7 +79,51 @@ TEST_F(FitHostileTest, TerminateOnNaNStopsAtTheFirstNonFiniteLossAndNamesTheStep
   } catch (const InvalidArgumentError& e) {
     msg = e.what();
   }
-  EXPECT_NE(msg.find("TerminateOnNaN: the loss is NaN at epoch 1, step 4"), std::string::npos) << msg;
+  // The summed gradients are checked before the update (Optimizer::set_check_numerics, on with
+  // terminate_on_nan): step 4's NaN stops fit there, naming the variable, before the loss's check at
+  // the batch's end and before any weight changes.
+  EXPECT_NE(msg.find("the gradient of variable '"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("holds NaN or Inf at step 4"), std::string::npos) << msg;
+  for (const Variable& v : m->variables())
+    EXPECT_TRUE(ops::all_finite(v.read_value())) << v.name() << ": the NaN step was applied";
+  EXPECT_FALSE(m->optimizer().check_numerics()) << "fit leaves the optimizer as it found it";
+}
+
+// A last update can overflow the weights while its loss and gradients were finite: the epoch's
+// end stops fit before a checkpoint of them, naming the variable.
+TEST_F(FitHostileTest, TerminateOnNaNStopsAnEpochThatEndsWithNonFiniteWeights) {
+  TempDir dir;
+  distribute::MirroredStrategy strategy;
+  std::unique_ptr<model::Sequential> m;
+  {
+    auto scope = strategy.scope();
+    m = make_model();
+  }
+  train::Checkpoint ckpt({{"model", *m}, {"optimizer", m->optimizer()}});
+  train::CheckpointManager manager(ckpt, dir.path(), 3);
+  auto saver = std::make_shared<callbacks::ModelCheckpoint>(manager);
+  // A callback that breaks one weight at the epoch's last batch, as an overflowing update would.
+  struct Overflow final : callbacks::Callback {
+    int batches = 0;
+    void on_train_batch_end(model::Model& model, std::int64_t, std::int64_t, const callbacks::Logs&) override {
+      if (++batches != 4) return;  // the last of epoch 1's four
+      Variable w = model.variables().back();
+      std::vector<float> v = w.read_value().to_vector<float>();
+      v[0] = std::numeric_limits<float>::infinity();
+      w.assign(Tensor::from_vector<float>(v, w.shape()));
+    }
+  };
+  std::string msg;
+  try {
+    m->fit(blobs(32, 32).batch(8), {.epochs = 2,
+                                    .callbacks = {std::make_shared<Overflow>(), saver},
+                                    .verbose = 0,
+                                    .terminate_on_nan = true});
+  } catch (const InvalidArgumentError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("hold NaN or Inf at the end of epoch 1 (first: '"), std::string::npos) << msg;
+  EXPECT_FALSE(manager.latest_checkpoint().has_value()) << "the non-finite weights were checkpointed";
 }
 
 TEST_F(FitHostileTest, NonFiniteWeightsAreNeverCheckpointed) {

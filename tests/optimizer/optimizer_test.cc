@@ -3,6 +3,8 @@
 // and every error of apply_gradients.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/optimizer/test_util.h"
 #include <chorus/core/distribution.h>
 #include <chorus/distribute/mirrored_strategy.h>
@@ -233,6 +235,45 @@ TEST_P(Mirrored, MissingGradientsWarnOnceForAllReplicas) {
   EXPECT_EQ(warnings, 1);
   for (const Variable& c : mirrored(b)->components()) EXPECT_EQ(c.read_value().item<double>(), 1.0);
   for (const Variable& c : mirrored(a)->components()) EXPECT_EQ(c.read_value().item<double>(), 1.0 - 2 * 0.5 * n());
+}
+
+// Issue 39: a NaN gradient went on into the weights, hidden by relu (which turned NaN into 0); the
+// loss stayed finite and TerminateOnNaN never fired. With check_numerics a non-finite summed
+// gradient stops the update on every replica, naming the variable and the step.
+TEST_P(Mirrored, CheckNumericsStopsANonFiniteGradientBeforeTheUpdateOnEveryReplica) {
+  for (const int stage : {0, 2}) {
+    if (stage == 2 && n() == 1) continue;
+    testing::make_cpus(n());
+    MirroredStrategy strategy(testing::cpus(n()), {.sharding = {.stage = stage}});
+    Variable a, b;
+    std::unique_ptr<Adam> adam;
+    {
+      auto scope = strategy.scope();
+      a = make_variable({.initial_value = f64({1, 2, 3, 4}), .name = "a"});
+      b = make_variable({.initial_value = f64({1, 2, 3, 4}), .name = "b"});
+      adam = std::make_unique<Adam>(0.1);
+    }
+    adam->set_check_numerics(true);
+    strategy.run([&] { adam->apply_gradients({{f64({1, 1, 1, 1}), a}, {f64({1, 1, 1, 1}), b}}); });
+    const auto before = testing::component_bytes(b);
+    std::string message;
+    try {
+      strategy.run([&] {
+        // Only the last replica's gradient of b is bad: the sum is NaN on every replica.
+        const bool last = get_replica_context()->replica_id_in_sync_group() == n() - 1;
+        adam->apply_gradients({{f64({1, 1, 1, 1}), a}, {f64({1, last ? std::nan("") : 1.0, 1, 1}), b}});
+      });
+      ADD_FAILURE() << "stage " << stage << ": no error";
+    } catch (const InvalidArgumentError& e) {
+      message = e.message();
+    }
+    EXPECT_NE(message.find("holds NaN or Inf at step 2"), std::string::npos) << message;
+    if (stage == 0 || n() == 1) EXPECT_NE(message.find("variable 'b'"), std::string::npos) << message;
+    EXPECT_EQ(testing::component_bytes(b), before) << "stage " << stage << ": the update ran";
+    adam->set_check_numerics(false);  // off: the NaN goes into the weights, as Keras's fit does
+    strategy.run([&] { adam->apply_gradients({{f64({1, 1, 1, 1}), a}, {f64({1, std::nan(""), 1, 1}), b}}); });
+    EXPECT_TRUE(std::isnan(b.read_value().to_vector<double>()[1])) << "stage " << stage;
+  }
 }
 
 TEST_P(Mirrored, CrossReplicaContextIsRefused) {
