@@ -114,11 +114,12 @@ MpiEnvironment::~MpiEnvironment() {
                         << " s; MPI_Finalize cannot free a half-made communicator";
     return;
   }
-  if (!g_collective_timed_out && !g_unfinished_duplicate) {
+  if (!g_collective_timed_out && !g_unfinished_duplicate && !g_peer_left_failing) {
     if (const int rc = MPI_Finalize(); rc != MPI_SUCCESS) CHORUS_LOG(ERROR) << "MPI_Finalize failed with code " << rc;
     return;
   }
-  // A collective timed out: MPI_Finalize may wait for a rank on a host that cannot be reached. A
+  // A collective timed out (or failed because a peer left with an error): MPI_Finalize may wait for
+  // a rank on a host that cannot be reached. A
   // watchdog gives it kFinalizeAfterTimeout, then ends the process (exit status 1: a job whose
   // collective timed out has failed) instead of leaving it hanging in MPI.
   std::mutex mu;
@@ -128,7 +129,7 @@ MpiEnvironment::~MpiEnvironment() {
     std::unique_lock<std::mutex> wait_lock(mu);
     if (cv.wait_for(wait_lock, kFinalizeAfterTimeout, [&] { return done; })) return;
     CHORUS_LOG(ERROR) << "MPI_Finalize has not returned " << kFinalizeAfterTimeout.count()
-                      << " s after a collective timed out (a rank on a host that cannot be reached?); exiting "
+                      << " s after a collective timed out or failed (a rank on a host that cannot be reached?); exiting "
                       << "without it, status 1";
     std::fflush(nullptr);
     std::_Exit(1);

@@ -151,6 +151,12 @@ class MpiEnvironment {
 // Call it after MPI is initialized. chorus does not use it yet: GPU tensors are rejected.
 bool mpi_cuda_aware();
 
+class PeerMonitor;  // collective/peer_monitor.h
+// The peer monitor this process's MPI communicators share (started by the first of them); nullptr
+// before, or when it is off (CHORUS_PEER_MONITOR=false) or could not start. For backends that wait
+// beside MPI (nccl_mpi.cc): a wait that sees monitor->any_lost() fails instead of timing out.
+std::shared_ptr<PeerMonitor> process_peer_monitor();
+
 struct MpiCommunicatorOptions {
   // Compare fingerprints across processes before every collective (one small MPI_Iallgather).
   // The knob to turn it off for speed; see the header comment for what a mismatch does then.

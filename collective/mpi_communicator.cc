@@ -141,7 +141,8 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Channel> channel, std::uint64_t
 
 MpiCommunicator::~MpiCommunicator() {
   // A loss seen after this rank's last collective still makes MPI_Finalize wait for the dead.
-  if (monitor_ && monitor_->any_lost()) g_peer_lost = true;
+  if (monitor_ && monitor_->any_lost())
+    for (const PeerLoss& loss : monitor_->losses()) (loss.error.empty() ? g_peer_lost : g_peer_left_failing) = true;
   int finalized = 1;
   MPI_Finalized(&finalized);  // thread-safe, also after MPI_Finalize
   if (finalized && !failed_) CHORUS_LOG(WARNING) << prefix() << "destroyed after MPI_Finalize; its handle is leaked";
@@ -337,8 +338,10 @@ std::shared_ptr<Work> MpiCommunicator::run(const CollectiveCall& c, std::initial
     throw;
   }
   if (!mismatch.empty()) throw InvalidArgumentError(mismatch);  // the communicator stays usable
-  history_.push_back(call.fp.to_string());
-  if (history_.size() > 3) history_.pop_front();
+  Completed& done = history_[completed_++ % kFlightHistory];
+  done.fp = call.fp;
+  done.start = call.start;
+  done.end = Clock::now();
   return std::make_shared<CompletedWork>(call.fp);
 }
 
@@ -377,7 +380,7 @@ void MpiCommunicator::wait(MPI_Request* request, const Call& call, Keep keep) {
       }
       if (std::optional<Notice> n = poll_notice()) {
         if (n->kind == kTimeoutNotice) time_out(call, n);
-        if (n->kind == kLostNotice) lost_elsewhere(call.fp, *n);
+        if (n->kind == kLostNotice || n->kind == kLeftNotice) lost_elsewhere(call.fp, *n);
         fail(n->text);
         throw AbortedError(str_cat(prefix(), call.fp.to_string(), " on rank ", rank_, " aborted: ", n->text));
       }

@@ -20,6 +20,7 @@ using internal::str_cat;
 
 std::atomic<bool> g_peer_lost{false};
 std::atomic<bool> g_collective_timed_out{false};
+std::atomic<bool> g_peer_left_failing{false};
 
 namespace {
 
@@ -62,6 +63,20 @@ std::shared_ptr<PeerMonitor> acquire_peer_monitor(int rank) {
     return nullptr;
   }
 }
+
+}  // namespace chorus::collective::mpi_detail
+
+namespace chorus::collective {
+
+std::shared_ptr<PeerMonitor> process_peer_monitor() {
+  auto& slot = mpi_detail::monitor_slot();
+  std::lock_guard<std::mutex> lock(slot.mu);
+  return slot.current.lock();
+}
+
+}  // namespace chorus::collective
+
+namespace chorus::collective::mpi_detail {
 
 // --- a communicator's failure ---
 
@@ -124,6 +139,7 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
                                 ". A process is stuck, died, or called a different sequence of collectives. This "
                                 "communicator is unusable now; a process that cannot continue should exit non-zero "
                                 "so that mpirun ends the job.");
+  message += flight_record_note(record_flight(call.fp, call.start, "timeout", message));
   CHORUS_LOG(ERROR) << prefix() << message;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
@@ -135,10 +151,17 @@ void MpiCommunicator::time_out(const Call& call, const std::optional<Notice>& ca
 }
 
 void MpiCommunicator::check_usable(const Fingerprint& fp) {
+  std::string note;
   if (!failed_) {
     if (std::optional<Notice> n = poll_notice()) {
-      if (n->kind == kLostNotice) lost_elsewhere(fp, *n);
+      if (n->kind == kLostNotice || n->kind == kLeftNotice) lost_elsewhere(fp, *n);
       fail(n->text);
+      // Another rank timed out: this one's history belongs in the post-mortem too.
+      if (n->kind == kTimeoutNotice)
+        if (const std::string path =
+                record_flight(fp, std::nullopt, "timeout", str_cat("told by rank ", n->rank, ": ", n->text));
+            !path.empty())
+          note = "." + flight_record_note(path);
     }
   }
   // A peer known dead cannot join this call: fail now, and tell the others.
@@ -146,8 +169,8 @@ void MpiCommunicator::check_usable(const Fingerprint& fp) {
   if (failed_) {
     const std::string text =
         str_cat(prefix(), fp.to_string(), " on rank ", rank_, " cannot run: the communicator is unusable: ", failure());
-    if (lost_) throw UnavailableError(text);
-    throw AbortedError(text);
+    if (lost_) throw UnavailableError(text + note);
+    throw AbortedError(text + note);
   }
 }
 
@@ -163,40 +186,48 @@ std::string MpiCommunicator::host_of(int rank) const {
 // `waited`: how long the call had been waiting; nullopt when it had not started.
 void MpiCommunicator::lose_peer(const Fingerprint& fp, std::optional<Clock::duration> waited) {
   std::string who;
-  std::vector<int> dead;
+  std::vector<int> dead;  // and those that left failing: nobody listens there any more
+  bool died = false;      // some were not goodbyes with an error
   for (PeerLoss loss : monitor_->losses()) {
     if (loss.host.empty()) loss.host = host_of(loss.rank);
     who += (who.empty() ? "" : "; ") + loss.to_string();
     dead.push_back(loss.rank);
+    died = died || loss.error.empty();
   }
   const std::string notice = str_cat(who, " (seen by rank ", rank_, " on host ", host_of(rank_), ")");
   const std::string when =
       waited ? str_cat(" after waiting ", std::chrono::duration_cast<milliseconds>(*waited).count(), " ms")
              : std::string(" before it started");
-  const std::string message =
-      str_cat(fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is lost: ", notice, when,
+  std::string message =
+      str_cat(fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is ",
+              died ? "lost: " : "gone (it left with an error and will not join): ", notice, when,
               ". The other ranks are told. This communicator is unusable now; a job that lost a process cannot go on: "
               "exit non-zero and restart it (from the last checkpoint).");
+  message += flight_record_note(record_flight(
+      fp, waited ? std::optional<Clock::time_point>(Clock::now() - *waited) : std::nullopt, "peer lost", message));
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (!failed_) {
       failed_ = true;
       lost_ = true;
       failure_ = message;
-      send_notices_locked(kLostNotice, fp.sequence, notice, dead);
+      send_notices_locked(died ? kLostNotice : kLeftNotice, fp.sequence, notice, dead);
     }
   }
-  g_peer_lost = true;
+  (died ? g_peer_lost : g_peer_left_failing) = true;
   CHORUS_LOG(ERROR) << prefix() << message;
   throw UnavailableError(prefix() + message);
 }
 
 // Another rank told us that it saw a peer die.
 void MpiCommunicator::lost_elsewhere(const Fingerprint& fp, const Notice& n) {
-  const std::string message = str_cat(
-      fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is lost: ", n.text,
+  const bool died = n.kind == kLostNotice;
+  std::string message = str_cat(
+      fp.to_string(), " on rank ", rank_, " cannot complete: a peer process is ",
+      died ? "lost: " : "gone (it left with an error and will not join): ", n.text,
       ". This communicator is unusable now; a job that lost a process cannot go on: exit non-zero and restart it "
       "(from the last checkpoint).");
+  message += flight_record_note(record_flight(fp, std::nullopt, "peer lost", message));
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (!failed_) {
@@ -205,7 +236,7 @@ void MpiCommunicator::lost_elsewhere(const Fingerprint& fp, const Notice& n) {
       failure_ = message;
     }
   }
-  g_peer_lost = true;
+  (died ? g_peer_lost : g_peer_left_failing) = true;
   CHORUS_LOG(ERROR) << prefix() << message;
   throw UnavailableError(prefix() + message);
 }
@@ -271,8 +302,40 @@ std::string MpiCommunicator::failure() const {
 
 std::string MpiCommunicator::history() const {
   std::string s;
-  for (const auto& h : history_) s += (s.empty() ? "" : ", ") + h;
+  const std::uint64_t shown = std::min<std::uint64_t>(completed_, 3);
+  for (std::uint64_t i = completed_ - shown; i < completed_; ++i)
+    s += (s.empty() ? "" : ", ") + history_[i % kFlightHistory].fp.to_string();
   return s.empty() ? "none" : s;
+}
+
+namespace {
+std::int64_t monotonic_us(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+std::string MpiCommunicator::record_flight(const Fingerprint& fp, std::optional<Clock::time_point> start,
+                                           const char* trigger, const std::string& message) const noexcept {
+  try {
+    if (env::flight_record_dir().empty()) return "";
+    FlightRecord r;
+    r.rank = rank_;
+    r.size = size_;
+    r.communicator = str_cat("mpi#", id_);
+    r.backend = "mpi";
+    r.trigger = trigger;
+    r.error = message;
+    r.failing_call = {fp.to_string(), fp.sequence, start ? monotonic_us(*start) : 0, 0};
+    const std::uint64_t kept = std::min<std::uint64_t>(completed_, kFlightHistory);
+    for (std::uint64_t i = completed_ - kept; i < completed_; ++i) {
+      const Completed& c = history_[i % kFlightHistory];
+      r.completed.push_back({c.fp.to_string(), c.fp.sequence, monotonic_us(c.start), monotonic_us(c.end)});
+    }
+    return write_flight_record(r);
+  } catch (const std::exception& e) {  // out of memory: the collective's own error goes on
+    CHORUS_LOG(WARNING) << prefix() << "no flight record: " << e.what();
+    return "";
+  }
 }
 
 }  // namespace chorus::collective::mpi_detail

@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include <chorus/collective/call.h>
 #include <chorus/collective/communicator.h>
 #include <chorus/collective/deadline.h>
+#include <chorus/collective/flight_record.h>
 #include <chorus/collective/peer_monitor.h>
 
 // Calls MPI under the process-wide mutex; an error code becomes InternalError with MPI's text.
@@ -80,7 +82,9 @@ bool same_call(const WireFingerprint& a, const WireFingerprint& b);
 std::string describe(const WireFingerprint& w);
 
 // What a failing rank tells the others, point-to-point on kNoticeTag.
-enum NoticeKind : std::int32_t { kTimeoutNotice = 1, kAbortNotice = 2, kLostNotice = 3 };
+// kLeftNotice: like kLostNotice, but every peer concerned left with an error (said goodbye): it is
+// not dead, so MPI_Finalize still runs (under the watchdog).
+enum NoticeKind : std::int32_t { kTimeoutNotice = 1, kAbortNotice = 2, kLostNotice = 3, kLeftNotice = 4 };
 struct Notice {
   std::uint64_t comm_id;   // which communicator (guards against a message meant for a freed one)
   std::uint64_t sequence;  // the collective the sender gave up in (timeouts)
@@ -150,6 +154,9 @@ extern std::atomic<bool> g_peer_lost;
 // for it until TCP gives up: MpiEnvironment then gives MPI_Finalize kFinalizeAfterTimeout.
 extern std::atomic<bool> g_collective_timed_out;
 inline constexpr std::chrono::seconds kFinalizeAfterTimeout{10};
+// Set once a collective failed because a peer left with an error (its goodbye said so): that peer
+// is alive and finalizing, so MPI_Finalize runs, under the same watchdog as after a timeout.
+extern std::atomic<bool> g_peer_left_failing;
 
 // The process's monitor, started on first use; nullptr when turned off (CHORUS_PEER_MONITOR=false)
 // or when it cannot start (a warning; deaths are then noticed by the timeout only).
@@ -207,6 +214,10 @@ class MpiCommunicator final : public Communicator {
   void fail(const std::string& failure);
   std::string failure() const;
   std::string history() const;
+  // Writes this rank's flight record (collective/flight_record.h) for the failing call `fp`, begun
+  // at `start` (nullopt: unknown); returns the file's path or "" (off, or not written).
+  std::string record_flight(const Fingerprint& fp, std::optional<Clock::time_point> start, const char* trigger,
+                            const std::string& message) const noexcept;
 
   std::unique_ptr<Channel> ch_;
   const std::uint64_t id_;
@@ -215,7 +226,16 @@ class MpiCommunicator final : public Communicator {
   const std::vector<PeerAddress> peers_;        // every rank's address as exchanged (hosts for messages)
   int rank_ = 0;
   int size_ = 1;
-  std::deque<std::string> history_;  // this rank's last completed collectives
+  // This rank's last completed collectives, a ring of kFlightHistory (collective/flight_record.h):
+  // each call overwrites one entry (a Fingerprint assignment that reuses the entry's storage, and
+  // one clock read: no lock, no allocation once the ring went round). Timeout messages show the
+  // last 3, flight records all. Touched only by the thread calling the collectives.
+  struct Completed {
+    Fingerprint fp;
+    Clock::time_point start, end;
+  };
+  std::array<Completed, kFlightHistory> history_;
+  std::uint64_t completed_ = 0;  // calls completed so far; the newest is history_[(completed_ - 1) % size]
   mutable std::mutex state_mu_;      // failure_ and sending notices (abort() may come from any thread)
   std::atomic<bool> failed_{false};
   std::atomic<bool> lost_{false};  // failed because a peer process was lost (UnavailableError)

@@ -21,6 +21,7 @@
 #include <chorus/collective/nccl.h>
 #include <chorus/collective/nccl_bootstrap.h>
 #include <chorus/collective/nccl_check.h>
+#include <chorus/collective/peer_monitor.h>
 #include <chorus/collective/work.h>
 #include <chorus/core/cuda/check.h>
 #include <chorus/core/gpu.h>
@@ -48,6 +49,9 @@ constexpr auto kPoll = std::chrono::microseconds(50);
 // The device of the small host tensors the MPI communicator moves (fingerprints, claims, the id).
 constexpr const char* kHostDevice = "/cpu:0";
 constexpr const char* kPrefix = "nccl_mpi: ";
+// After the peer monitor reported a lost peer, how long a collective may still complete (its data
+// may be in flight) before it fails; as the MPI backend's kLossGrace (mpi_internal.h).
+constexpr milliseconds kLossGrace{250};
 
 // ncclCommGetAsyncError's answer, or its own failure.
 ncclResult_t nccl_state(ncclComm_t comm) {
@@ -95,6 +99,8 @@ struct Shared {
   bool failed = false;
   std::string failure;                // what later calls report
   std::unique_ptr<Communicator> mpi;  // fingerprints, barrier, notices; null once destroyed
+  // The process's peer monitor (collective/mpi.h); null: a dead peer is noticed by the timeout only.
+  std::shared_ptr<PeerMonitor> monitor;
 
   ~Shared() { abort_nccl(comm, ordinal); }  // only if the Communicator never took it over (comm is null then)
 
@@ -112,6 +118,25 @@ struct Shared {
   }
 };
 
+// The waits' look at the peer monitor, as the MPI backend's (mpi_communicator.cc): once a peer
+// process is lost (or left with an error) and `*since` (when this wait first saw it) is kLossGrace
+// old, aborts NCCL, tells the other processes and throws UnavailableError naming the peer(s).
+// Cheap when all is well: one atomic load.
+void check_peers(Shared& shared, const std::string& what, int rank, std::optional<Clock::time_point>* since) {
+  if (!shared.monitor || !shared.monitor->any_lost()) return;
+  const auto now = Clock::now();
+  if (!*since) *since = now;
+  if (now - **since < kLossGrace) return;
+  std::string who;
+  for (const PeerLoss& loss : shared.monitor->losses()) who += (who.empty() ? "" : "; ") + loss.to_string();
+  const std::string failure =
+      str_cat(what, " on rank ", rank, " cannot complete: a peer process is lost or left with an error: ", who);
+  shared.fail(failure + "; the NCCL communicator was aborted", failure);
+  throw UnavailableError(str_cat(kPrefix, failure,
+                                 ". The NCCL communicator was aborted (ncclCommAbort) and the other processes were "
+                                 "told; this communicator is unusable now: exit non-zero and restart the job."));
+}
+
 // Completes with the stream's event recorded after the NCCL call (EventWork's wait, plus what an
 // NCCL call needs: an asynchronous NCCL error or the timeout aborts the communicator, because a
 // kernel waiting for a peer that never comes would otherwise spin on the GPU forever).
@@ -123,9 +148,11 @@ class NcclWork final : public Work {
   using Work::wait;
   void wait(milliseconds timeout) override {
     const auto deadline = deadline_after(Clock::now(), timeout);
+    std::optional<Clock::time_point> loss_seen;
     for (;;) {
       const bool done = done_->query();
       if (settled(done)) return;
+      check_peers(*shared_, description_, rank_, &loss_seen);
       if (Clock::now() >= deadline) {
         const std::string what = str_cat(description_, " on rank ", rank_, " did not complete on the device within ",
                                          timeout.count(), " ms");
@@ -307,7 +334,9 @@ class NcclMpiCommunicator final : public Communicator {
     // A non-blocking communicator may answer ncclInProgress (e.g. while the first collective sets up
     // its connections): the kernel is on the stream only once the state turns ncclSuccess, and the
     // communicator may not be used before. Poll without holding the lock, so abort() gets through.
+    std::optional<Clock::time_point> loss_seen;
     while (r == ncclInProgress) {
+      check_peers(*shared_, fp.to_string(), rank_, &loss_seen);
       if (Clock::now() >= deadline) {
         const std::string what =
             str_cat(fp.to_string(), " on rank ", rank_, ": NCCL did not finish enqueueing it within ", timeout.count(),
@@ -525,6 +554,7 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
     shared->comm = comm;
     shared->ordinal = ctx->gpu_ordinal();
     shared->mpi = std::move(mpi);
+    shared->monitor = process_peer_monitor();
     CHORUS_LOG(INFO) << kPrefix << "rank " << rank << " of " << size << " on " << ctx->name() << " (GPU "
                      << mine.pci_bus_id << " on " << mine.host << "), NCCL " << nccl_version() << ", initialized in "
                      << took << " ms";

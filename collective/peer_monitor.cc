@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <exception>
 #include <random>
 #include <system_error>
 
@@ -50,7 +51,31 @@ std::vector<std::string> local_ipv4_addresses() {
   return out;
 }
 
+struct ProcessFailure {
+  std::mutex mu;
+  std::string message;
+};
+ProcessFailure& process_failure_slot() {
+  static auto* slot = new ProcessFailure;  // never destroyed: goodbyes may be said at exit
+  return *slot;
+}
+
 }  // namespace
+
+void set_process_failure(const std::string& message) noexcept {
+  try {
+    ProcessFailure& f = process_failure_slot();
+    std::lock_guard<std::mutex> lock(f.mu);
+    if (f.message.empty()) f.message = message.substr(0, kMaxGoodbyeText);
+  } catch (...) {  // out of memory: the goodbye stays a clean one
+  }
+}
+
+std::string process_failure() {
+  ProcessFailure& f = process_failure_slot();
+  std::lock_guard<std::mutex> lock(f.mu);
+  return f.message;
+}
 
 std::string PeerLoss::to_string() const {
   return str_cat("rank ", rank, " (host ", host.empty() ? "unknown" : host, ", pid ", pid, "): ", how);
@@ -134,6 +159,8 @@ PeerMonitor::~PeerMonitor() {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.stop = true;
+    // The last communicator destroyed by an exception on its way up: the process is failing.
+    s.unwinding = std::uncaught_exceptions() > 0;
   }
   s.wake();
   if (s.thread.joinable()) s.thread.join();

@@ -18,6 +18,15 @@
 // (destructor, say_goodbye(), or exit() through the hook collective/mpi.cc installs) has departed:
 // never a loss. _Exit, abort, a signal or an exec without goodbye count as deaths.
 //
+// A goodbye with an error. A process that leaves because of an error (an exception outside any
+// collective: its peers would otherwise wait for it until their collective timeout) says so in
+// its goodbye: set_process_failure(message) first (chorus-train and Model::fit do), or let its
+// last communicator be destroyed while an exception unwinds the stack (std::uncaught_exceptions;
+// the message is then unknown). Its peers record it like a loss (any_lost() turns true; losses()
+// lists it with `error` set and how = "it left with an error: <message>"), so that a collective
+// waiting for it fails at once instead of at its timeout. A goodbye without an error (a clean end)
+// stays a departure: nothing happens until someone waits for that process in vain.
+//
 // What is watched. With `size` processes, each watches every other one when size - 1 <=
 // max_watched; beyond that its max_watched nearest ring neighbours (rank ± 1, ± 2, ...), so a
 // process holds at most max_watched sockets. The MPI communicator tells the other ranks about a
@@ -69,6 +78,9 @@ struct PeerLoss {
   std::string host;  // "" when its address was not known (yet)
   std::int64_t pid = 0;
   std::string how;  // "its connection closed without a goodbye (killed or crashed)", ...
+  // Non-empty when the process did not die but said goodbye with this error (it left failing): its
+  // MPI_Finalize may be running, so a survivor still finalizes (collective/mpi.cc).
+  std::string error;
   // "rank 1 (host node7, pid 4242): its connection closed without a goodbye (...)"
   std::string to_string() const;
 };
@@ -92,16 +104,18 @@ class PeerMonitor {
   // exchange) keeps connections to the same monitors and replaces those whose monitor changed.
   void watch(const std::vector<PeerAddress>& everyone);
 
-  // True once any watched peer was lost. Sticky: a lost peer stays lost.
+  // True once any watched peer was lost or left with an error. Sticky: a lost peer stays lost.
   bool any_lost() const noexcept;
+  // The lost peers and those that left with an error (PeerLoss::error non-empty), in the order seen.
   std::vector<PeerLoss> losses() const;
   // Ranks that said goodbye.
   std::vector<int> departed() const;
   // Ranks with an open, identified connection now.
   std::vector<int> connected() const;
 
-  // Sends the goodbye now (idempotent): peers then take the end of this process as graceful. The
-  // monitor stops watching afterwards. Waits at most ~1 s for the thread to send it.
+  // Sends the goodbye now (idempotent): peers then take the end of this process as graceful, or as
+  // leaving with process_failure() when one was recorded. The monitor stops watching afterwards.
+  // Waits at most ~1 s for the thread to send it.
   void say_goodbye();
 
   // The ranks `rank` of `size` watches (and is watched by): all others when size - 1 <=
@@ -112,5 +126,15 @@ class PeerMonitor {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// This process is leaving because of an error: goodbyes said from now on (by every monitor of the
+// process, also at exit) carry `message` (its first kMaxGoodbyeText = 1024 bytes), and peers waiting
+// for this process in a collective raise UnavailableError naming its rank, host, pid and `message`
+// at once. The first non-empty message wins (the root cause; later calls are ignored). Call it
+// where the exception is caught, before communicators are destroyed if possible (a goodbye already
+// said cannot be amended). Thread-safe; never throws.
+void set_process_failure(const std::string& message) noexcept;
+// What set_process_failure recorded; "" when nothing was.
+std::string process_failure();
 
 }  // namespace chorus::collective

@@ -152,16 +152,31 @@ bool PeerMonitor::State::consume_frames(std::uint64_t id) {
     Conn& c = it->second;
     if (c.in.size() < kFrameBytes) return true;
     const std::optional<Frame> f = decode(c.in);
-    c.in.erase(c.in.begin(), c.in.begin() + kFrameBytes);
     if (!f) {
+      c.in.erase(c.in.begin(), c.in.begin() + kFrameBytes);
       stranger(id, "a frame with a bad magic number");
       return false;
     }
-    if (!on_frame(id, *f)) return false;
+    // A goodbye on an identified connection may carry its error text after the frame.
+    std::string text;
+    if (f->kind == kGoodbye && c.rank >= 0 && f->echo > 0) {
+      if (f->echo > kMaxGoodbyeText) {
+        c.in.erase(c.in.begin(), c.in.begin() + kFrameBytes);
+        stranger(id, "a goodbye with an oversized error text");
+        return false;
+      }
+      const auto n = static_cast<std::size_t>(f->echo);
+      if (c.in.size() < kFrameBytes + n) return true;  // the rest of the text is on its way
+      text.assign(c.in.begin() + kFrameBytes, c.in.begin() + static_cast<std::ptrdiff_t>(kFrameBytes + n));
+      c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(kFrameBytes + n));
+    } else {
+      c.in.erase(c.in.begin(), c.in.begin() + kFrameBytes);
+    }
+    if (!on_frame(id, *f, text)) return false;
   }
 }
 
-bool PeerMonitor::State::on_frame(std::uint64_t id, const Frame& f) {
+bool PeerMonitor::State::on_frame(std::uint64_t id, const Frame& f, const std::string& text) {
   Conn& c = conns.at(id);
   const auto now = Clock::now();
   if (c.rank < 0) {  // an accepted connection: it must prove membership first
@@ -216,10 +231,20 @@ bool PeerMonitor::State::on_frame(std::uint64_t id, const Frame& f) {
     c.goodbye = true;
     auto pit = peers.find(c.rank);
     if (pit != peers.end() && pit->second.conn == id) {
-      pit->second.status = Status::kDeparted;
-      pit->second.conn = 0;
-      std::lock_guard<std::mutex> lock(mu);
-      departed.push_back(c.rank);
+      Peer& p = pit->second;
+      p.conn = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        departed.push_back(c.rank);
+      }
+      if (text.empty()) {
+        p.status = Status::kDeparted;
+      } else {  // it left failing: whoever waits for it must not wait for the timeout
+        std::string error = text;
+        for (char& ch : error)  // a peer's bytes: keep messages and logs printable
+          if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t') ch = '?';
+        lose(p, str_cat("it left with an error: ", error), error);
+      }
     }
     drop(id);
     return false;
@@ -281,10 +306,11 @@ void PeerMonitor::State::drop(std::uint64_t id) {
   conns.erase(it);
 }
 
-void PeerMonitor::State::lose(Peer& p, const std::string& how) {
+void PeerMonitor::State::lose(Peer& p, const std::string& how, const std::string& error) {
   p.status = Status::kLost;
-  PeerLoss loss{p.addr.rank, p.addr.host, p.addr.pid, how};
-  CHORUS_LOG(WARNING) << "peer monitor of rank " << self.rank << ": lost " << loss.to_string();
+  PeerLoss loss{p.addr.rank, p.addr.host, p.addr.pid, how, error};
+  CHORUS_LOG(WARNING) << "peer monitor of rank " << self.rank << ": " << (error.empty() ? "lost " : "")
+                      << loss.to_string();
   {
     std::lock_guard<std::mutex> lock(mu);
     losses.push_back(std::move(loss));

@@ -6,7 +6,11 @@
 //   bytes  8..11   the sender's rank (two's complement)
 //   bytes 12..15   the sender's pid (low 32 bits)
 //   bytes 16..23   token: the receiver's token, which only the address exchange told the sender
-//   bytes 24..31   echo: in a hello, the sender's own token, for the acknowledgement; else 0
+//   bytes 24..31   echo: in a hello, the sender's own token, for the acknowledgement; in a goodbye,
+//                  the length of the error text that follows the frame (0: a clean end); else 0
+//
+// A goodbye of a process that leaves because of an error (set_process_failure, peer_monitor.h) is
+// followed by `echo` bytes of its error message (at most kMaxGoodbyeText, not NUL-terminated).
 //
 // The handshake: the lower rank connects and sends kHello; the acceptor checks the token and
 // answers kHelloAck; the connector's first kHeartbeat tells the acceptor that the connection is
@@ -27,6 +31,7 @@ namespace chorus::collective::peer_monitor_detail {
 
 constexpr std::uint32_t kMagic = 0x43484d31;  // "CHM1"
 constexpr std::size_t kFrameBytes = 32;
+constexpr std::size_t kMaxGoodbyeText = 1024;  // a goodbye's error text; longer ones are cut there
 enum FrameKind : std::uint32_t { kHello = 1, kHelloAck = 2, kHeartbeat = 3, kGoodbye = 4 };
 
 struct Frame {

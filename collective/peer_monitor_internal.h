@@ -108,6 +108,7 @@ struct PeerMonitor::State {
   bool stop = false;
   bool goodbye_requested = false;
   bool goodbye_done = false;
+  bool unwinding = false;  // the destructor ran while an exception unwound the stack
   std::vector<PeerLoss> losses;
   std::vector<int> departed;
   std::vector<int> connected;
@@ -148,10 +149,12 @@ struct PeerMonitor::State {
   void accept_all();
   // Handles poll()'s events `ev` on connection `id`: connect completion, writes, reads, the end.
   void on_event(std::uint64_t id, short ev);
-  // Handles every whole frame in the connection's input; false when the connection is gone.
+  // Handles every whole frame in the connection's input (a goodbye with its error text); false
+  // when the connection is gone.
   bool consume_frames(std::uint64_t id);
-  // One frame: the handshake, a heartbeat or a goodbye; false when the connection is gone.
-  bool on_frame(std::uint64_t id, const Frame& f);
+  // One frame: the handshake, a heartbeat or a goodbye (`text`: its error, "" for a clean end);
+  // false when the connection is gone.
+  bool on_frame(std::uint64_t id, const Frame& f, const std::string& text);
   // The connection ended (EOF when `why` is empty, else an error): a failed attempt, a handshake
   // to redo, or a lost peer.
   void closed(std::uint64_t id, const std::string& why);
@@ -161,7 +164,8 @@ struct PeerMonitor::State {
   void drop(std::uint64_t id);
   // The verdicts: lost (sticky; logged, published in `losses` and `lost`), or unreachable (logged once
   // by the side that connects: its death is left to the collective timeout).
-  void lose(Peer& p, const std::string& how);
+  // `error`: the peer said goodbye with this error (it left failing, it did not die).
+  void lose(Peer& p, const std::string& how, const std::string& error = "");
   void unreachable(Peer& p);
   // Appends the frame to the output and sends what it can; an error shows up as POLLERR/POLLHUP.
   void queue(Conn& c, const Frame& f);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <chorus/core/error.h>
@@ -160,12 +161,24 @@ void PeerMonitor::State::publish_connected() {
 
 void PeerMonitor::State::leave() {
   leaving = true;
+  std::string why = process_failure();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (why.empty() && unwinding)
+      why = "an exception was propagating when its last communicator was destroyed (its message was not recorded: "
+            "chorus::collective::set_process_failure)";
+  }
+  why.resize(std::min(why.size(), kMaxGoodbyeText));
   std::vector<std::uint64_t> lingering;
   for (auto it = conns.begin(); it != conns.end();) {
     Conn& c = it->second;
     if (c.rank >= 0 && !c.connecting && !c.goodbye) {  // open, or a handshake the peer may have opened
-      queue(c,
-            {.kind = kGoodbye, .rank = self.rank, .pid = static_cast<std::uint32_t>(self.pid), .token = c.peer_token});
+      queue(c, {.kind = kGoodbye,
+                .rank = self.rank,
+                .pid = static_cast<std::uint32_t>(self.pid),
+                .token = c.peer_token,
+                .echo = why.size()});
+      c.out.insert(c.out.end(), why.begin(), why.end());  // the error text follows the frame
       flush(c);
       ::shutdown(c.fd, SHUT_WR);
       lingering.push_back(it->first);

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include <chorus/collective/deadline.h>
+#include <chorus/collective/flight_record.h>
+#include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
 
@@ -205,7 +207,10 @@ void Rendezvous::give_up_or_complete(int rank, std::uint64_t p, const Fingerprin
   if (withdrawal_hook_) withdrawal_hook_();
   flags_[rank].phase.store(p - 1);
   if (failed_) {
-    if (failed_by_timeout_) throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+    if (failed_by_timeout_) {
+      const std::string message = str_cat(name_, ": ", failure_);
+      throw DeadlineExceededError(message + record_flight(lock, rank, fp));
+    }
     throw AbortedError(str_cat(name_, ": ", fp.to_string(), " on rank ", rank, " aborted: ", failure_));
   }
   // Our own deadline passed: fail the group, naming who never came.
@@ -220,7 +225,28 @@ void Rendezvous::give_up_or_complete(int rank, std::uint64_t p, const Fingerprin
                      ". A replica is stuck, died, or called a different sequence of collectives.");
   cv_.notify_all();
   CHORUS_LOG(ERROR) << name_ << ": " << failure_;
-  throw DeadlineExceededError(str_cat(name_, ": ", failure_));
+  const std::string message = str_cat(name_, ": ", failure_);
+  throw DeadlineExceededError(message + record_flight(lock, rank, fp));
+}
+
+std::string Rendezvous::record_flight(std::unique_lock<std::mutex>& lock, int rank, const Fingerprint& fp) {
+  if (env::flight_record_dir().empty()) return "";
+  FlightRecord r;
+  r.rank = rank;
+  r.size = size_;
+  r.communicator = name_;
+  r.backend = "in_process";
+  r.trigger = "timeout";
+  r.error = str_cat(name_, ": ", failure_);
+  r.failing_call = {fp.to_string(), fp.sequence, 0, 0};
+  for (const Fingerprint& done : completed_locked(rank, kRing)) r.completed.push_back({done.to_string(), done.sequence, 0, 0});
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank) continue;
+    auto& calls = r.peers[q];
+    for (const Fingerprint& done : completed_locked(q, kRing)) calls.push_back(done.to_string());
+  }
+  lock.unlock();  // the file is written without holding up the other ranks
+  return flight_record_note(write_flight_record(r));
 }
 
 std::string Rendezvous::mismatch(std::uint64_t post) const {
@@ -289,23 +315,29 @@ void Rendezvous::check_usable() const {
   if (failed_) throw AbortedError(str_cat(name_, " is unusable: ", failure_));
 }
 
+std::vector<Fingerprint> Rendezvous::completed_locked(int r, std::size_t max) const {
+  const Participant& pr = part_[r];
+  const std::uint64_t posts = pr.published.load(std::memory_order_acquire);
+  const std::uint64_t next = pr.completed.load(std::memory_order_acquire);  // and the marks before it
+  std::vector<Fingerprint> out;
+  // Newest first through its posts, keeping those it completed; returned oldest first. Entry
+  // `posts` may be being written (Participant's comment): only those below it are read.
+  for (std::uint64_t i = posts; i > 0 && posts - i < kRing - 1 && out.size() < max; --i) {
+    const Fingerprint& fp = pr.posted[(i - 1) % kRing];
+    if (fp.sequence >= next || pr.mismatched[(i - 1) % kRing].load(std::memory_order_relaxed)) continue;
+    out.push_back(fp);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 std::string Rendezvous::history_locked() const {
   std::string s;
   for (int r = 0; r < size_; ++r) {
     s += (r ? "; " : "") + str_cat("rank ", r, ": ");
-    const Participant& pr = part_[r];
-    const std::uint64_t posts = pr.published.load(std::memory_order_acquire);
-    const std::uint64_t next = pr.completed.load(std::memory_order_acquire);  // and the marks before it
     std::string mine;
-    std::size_t shown = 0;
-    // Newest first through its posts, keeping those it completed; printed oldest first. Entry
-    // `posts` may be being written (Participant's comment): only those below it are read.
-    for (std::uint64_t i = posts; i > 0 && posts - i < kRing - 1 && shown < kHistory; --i) {
-      const Fingerprint& fp = pr.posted[(i - 1) % kRing];
-      if (fp.sequence >= next || pr.mismatched[(i - 1) % kRing].load(std::memory_order_relaxed)) continue;
-      mine = fp.to_string() + (shown++ ? ", " : "") + mine;
-    }
-    s += shown ? mine : "none";
+    for (const Fingerprint& fp : completed_locked(r, kHistory)) mine += (mine.empty() ? "" : ", ") + fp.to_string();
+    s += mine.empty() ? "none" : mine;
   }
   return s;
 }

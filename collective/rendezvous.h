@@ -137,6 +137,11 @@ class Rendezvous {
   // The message every rank throws when the fingerprints of validating arrival `post` differ.
   std::string mismatch(std::uint64_t post) const;
   std::string history_locked() const;
+  // Rank r's last completed calls (at most `max`, at most kRing - 1), oldest first. Under mu_.
+  std::vector<Fingerprint> completed_locked(int r, std::size_t max) const;
+  // The flight record of `rank`'s timed-out call `fp` (collective/flight_record.h), collected under
+  // mu_ (held by `lock`), written after unlocking it; returns the note for the error message.
+  std::string record_flight(std::unique_lock<std::mutex>& lock, int rank, const Fingerprint& fp);
 
   const int size_;
   const std::string name_;
@@ -177,10 +182,12 @@ class Rendezvous {
   // both calls), or reads them for a timeout message; a rank is never more than one post ahead
   // of any reader, so the entries read are never the one being written.
   static constexpr std::size_t kHistory = 3;
-  // A rank's own current call is posted but not completed: the kHistory completed ones are looked
-  // for among the kHistory + 1 entries below `published` (fewer are listed when one of those
-  // failed validation), and the one above them may be being written.
-  static constexpr std::size_t kRing = kHistory + 2;
+  // A rank's own current call is posted but not completed: the completed ones are looked for among
+  // the kRing - 1 entries below `published` (timeout messages show the last kHistory of them, flight
+  // records all; fewer when some failed validation), and the one above them may be being written.
+  // 16 rather than kHistory + 2 for the flight record (collective/flight_record.h): the same one
+  // store per call, a power of two for the index, ~1.5 KB per participant.
+  static constexpr std::size_t kRing = 16;
   struct alignas(64) Participant {
     std::uint64_t posts = 0;  // its validating arrivals so far (written and read by itself only)
     Slot slot;

@@ -80,4 +80,6 @@ std::optional<std::chrono::milliseconds> collective_timeout() {
 
 bool peer_monitor_enabled() { return get_bool("CHORUS_PEER_MONITOR").value_or(true); }
 
+std::string flight_record_dir() { return get("CHORUS_FLIGHT_RECORD_DIR").value_or(""); }
+
 }  // namespace chorus::env

@@ -20,6 +20,9 @@
 //                               (collective/peer_monitor.h); false leaves it to the timeout.
 //   CHORUS_TIMELINE             a path: record a Chrome trace-event timeline of every replica and
 //                               write it there at exit (core/timeline.h; "%r" → the rank).
+//   CHORUS_FLIGHT_RECORD_DIR    a directory: when a collective times out or a peer process is lost,
+//                               each rank writes its collective history there as flight-<rank>.json
+//                               (collective/flight_record.h); unset or empty (the default): off.
 //   CHORUS_ONEDNN_BF16          true/false (default true): bfloat16 matmul/convolution/pooling on
 //                               the CPU through oneDNN where its ISA allows; false forces the
 //                               float32 fallback (ops/cpu/dnn.h). Read once.
@@ -74,5 +77,8 @@ std::optional<std::chrono::milliseconds> collective_timeout();
 
 // CHORUS_PEER_MONITOR as a boolean (get_bool), true when unset.
 bool peer_monitor_enabled();
+// CHORUS_FLIGHT_RECORD_DIR; "" when unset or empty (no flight records). Read at every failure, so a
+// test may set it while the process runs.
+std::string flight_record_dir();
 
 }  // namespace chorus::env

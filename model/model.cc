@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include <chorus/collective/peer_monitor.h>
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/core/profile.h>
@@ -161,6 +162,16 @@ Tensor Model::forward_step(const data::Element& e, bool training, std::int64_t r
 }
 
 History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
+  try {
+    return fit_impl(dataset, options);
+  } catch (const std::exception& e) {
+    // Before the strategy's communicators go (the goodbye says why this worker leaves).
+    collective::set_process_failure(str_cat("Model::fit of '", name_, "' failed: ", e.what()));
+    throw;
+  }
+}
+
+History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options) {
   CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_, "': call compile() before fit()");
   CHORUS_REQUIRE(options.epochs >= 1, InvalidArgumentError, "fit: epochs must be >= 1, got ", options.epochs);
   std::vector<callbacks::CallbackPtr> cbs = options.callbacks;

@@ -104,6 +104,9 @@ class Model : public train::Trackable {
 
   void compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::LossPtr loss,
                const std::vector<std::string>& metrics = {});
+  // An exception out of fit is recorded as this process's failure first
+  // (collective::set_process_failure): if the process then leaves, its goodbye carries the message
+  // and the other workers' collectives raise at once instead of waiting for their timeout.
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
   // Mean per-example loss and metrics over the dataset: {"loss", "accuracy", ...}.
   std::map<std::string, double> evaluate(const data::Dataset& dataset, int verbose = 0);
@@ -154,6 +157,7 @@ class Model : public train::Trackable {
   virtual Tensor call(const Tensor& x, bool training) = 0;
 
  private:
+  History fit_impl(const data::Dataset& dataset, const FitOptions& options);
   Tensor forward_step(const data::Element& e, bool training, std::int64_t global_rows);
   void reset_metrics();
   // The loss and metrics so far: this worker's (per-batch callbacks), or summed over every worker

@@ -7,6 +7,7 @@
 // below --min-accuracy, 2 a bad command line.
 #include <iostream>
 
+#include <chorus/collective/peer_monitor.h>
 #include <chorus/core/error.h>
 #include <chorus/launch/cli.h>
 #include <chorus/launch/train_options.h>
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
+    // A goodbye still to be said (at exit) tells the other workers why this one leaves.
+    cx::collective::set_process_failure(e.what());
     launch::print_error("chorus-train", e.what());
     return 1;
   }

@@ -4,6 +4,7 @@
 // thread), so the child is an ordinary single-threaded copy. What is checked:
 //   - SIGKILL of the child is a loss within seconds, naming rank, host and pid;
 //   - a goodbye (the child destroys its monitor, then exits) is a departure, never a loss;
+//   - a goodbye after set_process_failure carries the message: reported as a loss with `error`;
 //   - a forked grandchild that outlives the child does not hide the child's death (fork handler);
 //   - a stopped child (SIGSTOP) is lost by silence once heartbeats stop;
 //   - strangers connecting to the port (garbage, a wrong token) change nothing;
@@ -72,8 +73,11 @@ std::string read_line(int fd) {
 enum class ChildPlan {
   kWaitToBeKilled,   // sleeps until killed
   kGoodbyeThenExit,  // destroys its monitor (goodbye), reports, exits 0
+  kFailThenGoodbye,  // records a failure (set_process_failure), then as kGoodbyeThenExit
   kForkThenWait,     // forks a grandchild that sleeps 60 s (reports its pid), then waits to be killed
 };
+
+constexpr const char* kChildFailure = "disk full while writing checkpoint ckpt-7\n(ENOSPC)";
 
 constexpr PeerMonitorOptions kFast{.heartbeat_interval = milliseconds(200),
                                    .silence_limit = milliseconds(1500),
@@ -109,7 +113,8 @@ void start_child(Child& c, ChildPlan plan) {
       const PeerAddress parent = decode(read_line(down[0]));
       monitor->watch({parent, monitor->address()});
       const std::string go = read_line(down[0]);  // the parent is connected: carry out the plan
-      if (plan == ChildPlan::kGoodbyeThenExit) {
+      if (plan == ChildPlan::kFailThenGoodbye) set_process_failure(kChildFailure);
+      if (plan == ChildPlan::kGoodbyeThenExit || plan == ChildPlan::kFailThenGoodbye) {
         monitor.reset();
         write_all(up[1], "gone\n");
         ::_exit(0);
@@ -192,6 +197,24 @@ TEST(PeerMonitor, AGoodbyeIsADepartureNotALoss) {
       << monitor.losses()[0].to_string();
   EXPECT_THAT(monitor.departed(), ElementsAre(1));
   EXPECT_TRUE(monitor.connected().empty());
+}
+
+TEST(PeerMonitor, AGoodbyeWithAnErrorIsReportedWithItsMessage) {
+  Child child;
+  ASSERT_NO_FATAL_FAILURE(start_child(child, ChildPlan::kFailThenGoodbye));
+  PeerMonitor monitor(0, kFast);
+  ASSERT_TRUE(connect_to(monitor, child));
+  write_all(child.to, "go\n");
+  EXPECT_EQ(read_line(child.from), "gone");
+  const double after = seconds_until([&] { return monitor.any_lost(); }, milliseconds(5000));
+  ASSERT_GE(after, 0) << "the goodbye with an error was not reported";
+  const auto losses = monitor.losses();
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].rank, 1);
+  EXPECT_EQ(losses[0].pid, child.pid);
+  EXPECT_EQ(losses[0].error, kChildFailure);  // newlines kept, whole
+  EXPECT_THAT(losses[0].how, HasSubstr("it left with an error: disk full"));
+  EXPECT_THAT(monitor.departed(), ElementsAre(1));
 }
 
 TEST(PeerMonitor, AForkedChildDoesNotKeepADeadPeersConnectionOpen) {

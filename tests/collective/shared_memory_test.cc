@@ -6,8 +6,13 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <thread>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "analytic.h"
 #include "group_harness.h"
@@ -374,6 +379,56 @@ TEST_P(InProcessTest, ATimeoutListsEachRanksLastThreeCollectivesOldestFirst) {
   EXPECT_EQ(m.find("all_reduce #1 "), std::string::npos) << m;  // older ones are not kept
   // The rank that timed out lists three as well, though its own #5 is posted and not completed.
   EXPECT_NE(m.find("rank 0: all_reduce #2"), std::string::npos) << m;
+}
+
+// Flight records (collective/flight_record.h): with CHORUS_FLIGHT_RECORD_DIR set, each rank that
+// times out writes flight-<rank>.json, named by its error; unset, nothing is written.
+TEST_P(InProcessTest, ATimeoutWritesAFlightRecordPerRankOnlyWhenAsked) {
+  const int k = 3;
+  use_cpu_devices(k);
+  const std::string dir = ::testing::TempDir() + "chorus_flight_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const auto run = [&] {
+    auto comms = GetParam()(k, "flight");
+    return run_ranks(comms, [&](int r, Communicator& c) {
+      Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:" + std::to_string(r));
+      for (int i = 0; i < 20; ++i) c.all_reduce(t, t)->wait();  // #0 .. #19 complete everywhere
+      if (r == 2) return;                                     // rank 2 skips #20
+      c.all_reduce(t, t, {.timeout = std::chrono::milliseconds(200)});
+    });
+  };
+  // Off by default: no file.
+  ::unsetenv("CHORUS_FLIGHT_RECORD_DIR");
+  auto errors = run();
+  EXPECT_EQ(deadline_message(errors[0]).find("Flight record"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+
+  ::setenv("CHORUS_FLIGHT_RECORD_DIR", dir.c_str(), 1);
+  errors = run();
+  ::unsetenv("CHORUS_FLIGHT_RECORD_DIR");
+  EXPECT_FALSE(errors[2]);
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = dir + "/flight-" + std::to_string(r) + ".json";
+    const std::string m = deadline_message(errors[r]);
+    EXPECT_NE(m.find("Flight record: " + path), std::string::npos) << m;
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    const auto doc = nlohmann::json::parse(in);  // throws (and fails the test) unless valid JSON
+    const auto& rec = doc.at("chorus_flight_record");
+    EXPECT_EQ(rec.at("rank"), r);
+    EXPECT_EQ(rec.at("size"), k);
+    EXPECT_EQ(rec.at("trigger"), "timeout");
+    EXPECT_EQ(rec.at("failing_call").at("call").get<std::string>().rfind("all_reduce #20 ", 0), 0u) << rec.dump();
+    // Deeper than the message's three, oldest first: the ring's kRing - 1 = 15 entries below the
+    // newest post hold #6..#19 and the posted, unfinished #20 (rank 2's: #5..#19).
+    const auto& done = rec.at("completed");
+    ASSERT_EQ(done.size(), 14u) << rec.dump();
+    for (std::size_t i = 0; i < done.size(); ++i) EXPECT_EQ(done[i].at("sequence"), 6 + i) << rec.dump();
+    EXPECT_EQ(rec.at("peers").at("2").size(), 15u) << rec.dump();
+    EXPECT_EQ(rec.at("peers").at(std::to_string(1 - r)).size(), 14u) << rec.dump();
+    EXPECT_TRUE(doc.at("traceEvents").is_array());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_P(InProcessTest, ACallThatFailedValidationIsNotListedAsCompleted) {
