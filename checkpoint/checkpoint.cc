@@ -195,10 +195,10 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
     std::string first;
     for (std::size_t i = 0; i < sources.size() && first.empty(); ++i)
       if (!ops::all_finite(sources[i])) first = keys[i];
-    throw FailedPreconditionError(str_cat(
-        "CheckpointManager: not saving '", path, "': '", first,
-        "' holds NaN or Inf; a checkpoint of non-finite values never becomes the latest over a good one. "
-        "Nothing was written. Pass SaveOptions{.allow_non_finite = true} to save it anyway"));
+    throw FailedPreconditionError(
+        str_cat("CheckpointManager: not saving '", path, "': '", first,
+                "' holds NaN or Inf; a checkpoint of non-finite values never becomes the latest over a good one. "
+                "Nothing was written. Pass SaveOptions{.allow_non_finite = true} to save it anyway"));
   }
   if (chief) {
     // A synchronous write writes straight from the variables' storage (BundleWriter waits for

@@ -163,8 +163,8 @@ void CheckpointManager::adopt_unrecorded(double clock) {
     try {
       verify_bundle(path);
     } catch (const Error& e) {
-      move_aside(path, str_cat("is newer than every checkpoint the state file names, but cannot be adopted (",
-                               e.what(), ")"));
+      move_aside(
+          path, str_cat("is newer than every checkpoint the state file names, but cannot be adopted (", e.what(), ")"));
       continue;
     }
     CHORUS_LOG(WARNING) << "CheckpointManager: adopted '" << path

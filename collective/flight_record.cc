@@ -45,21 +45,39 @@ Json entry_json(const FlightEntry& e, bool with_end) {
 
 std::string flight_record_json(const FlightRecord& r) {
   Json events = Json::array();
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r.rank},
+  events.push_back({{"ph", "M"},
+                    {"name", "process_name"},
+                    {"pid", r.rank},
                     {"args", {{"name", str_cat("rank ", r.rank, " (", host_name_or("unknown-host"), ")")}}}});
   for (const FlightEntry& e : r.completed) {
     if (e.start_us == 0) continue;  // untimed (in-process backends): listed in the record only
-    events.push_back({{"ph", "X"}, {"cat", "collective"}, {"name", e.call}, {"ts", e.start_us},
-                      {"dur", std::max<std::int64_t>(0, e.end_us - e.start_us)}, {"pid", r.rank}, {"tid", 1},
+    events.push_back({{"ph", "X"},
+                      {"cat", "collective"},
+                      {"name", e.call},
+                      {"ts", e.start_us},
+                      {"dur", std::max<std::int64_t>(0, e.end_us - e.start_us)},
+                      {"pid", r.rank},
+                      {"tid", 1},
                       {"args", {{"state", "completed"}, {"communicator", r.communicator}}}});
   }
   const std::int64_t now = timeline::now_us();
   if (r.failing_call.start_us != 0)
-    events.push_back({{"ph", "X"}, {"cat", "collective"}, {"name", r.failing_call.call},
-                      {"ts", r.failing_call.start_us}, {"dur", std::max<std::int64_t>(0, now - r.failing_call.start_us)},
-                      {"pid", r.rank}, {"tid", 1}, {"args", {{"state", r.trigger}, {"communicator", r.communicator}}}});
-  events.push_back({{"ph", "i"}, {"s", "p"}, {"cat", "collective"}, {"name", str_cat("failed: ", r.trigger)},
-                    {"ts", now}, {"pid", r.rank}, {"tid", 1}, {"args", {{"error", r.error}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "collective"},
+                      {"name", r.failing_call.call},
+                      {"ts", r.failing_call.start_us},
+                      {"dur", std::max<std::int64_t>(0, now - r.failing_call.start_us)},
+                      {"pid", r.rank},
+                      {"tid", 1},
+                      {"args", {{"state", r.trigger}, {"communicator", r.communicator}}}});
+  events.push_back({{"ph", "i"},
+                    {"s", "p"},
+                    {"cat", "collective"},
+                    {"name", str_cat("failed: ", r.trigger)},
+                    {"ts", now},
+                    {"pid", r.rank},
+                    {"tid", 1},
+                    {"args", {{"error", r.error}}}});
 
   Json rec = Json::object();
   rec["version"] = 1;

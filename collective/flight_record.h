@@ -56,13 +56,13 @@ struct FlightEntry {
 struct FlightRecord {
   int rank = 0;
   int size = 1;
-  std::string communicator;  // "mpi#1", the rendezvous' name, ...
-  std::string backend;       // "mpi", "shared_memory", ...
-  std::string trigger;       // "timeout" or "peer lost"
-  std::string error;         // the error's message
-  FlightEntry failing_call;  // end_us unused
-  std::vector<FlightEntry> completed;                // oldest first
-  std::map<int, std::vector<std::string>> peers;     // other ranks' completed calls, where known
+  std::string communicator;                       // "mpi#1", the rendezvous' name, ...
+  std::string backend;                            // "mpi", "shared_memory", ...
+  std::string trigger;                            // "timeout" or "peer lost"
+  std::string error;                              // the error's message
+  FlightEntry failing_call;                       // end_us unused
+  std::vector<FlightEntry> completed;             // oldest first
+  std::map<int, std::vector<std::string>> peers;  // other ranks' completed calls, where known
 };
 
 // The record as the file's JSON text (above). Pure; for tests and write_flight_record.

@@ -128,9 +128,10 @@ MpiEnvironment::~MpiEnvironment() {
   std::thread watchdog([&] {
     std::unique_lock<std::mutex> wait_lock(mu);
     if (cv.wait_for(wait_lock, kFinalizeAfterTimeout, [&] { return done; })) return;
-    CHORUS_LOG(ERROR) << "MPI_Finalize has not returned " << kFinalizeAfterTimeout.count()
-                      << " s after a collective timed out or failed (a rank on a host that cannot be reached?); exiting "
-                      << "without it, status 1";
+    CHORUS_LOG(ERROR)
+        << "MPI_Finalize has not returned " << kFinalizeAfterTimeout.count()
+        << " s after a collective timed out or failed (a rank on a host that cannot be reached?); exiting "
+        << "without it, status 1";
     std::fflush(nullptr);
     std::_Exit(1);
   });

@@ -236,7 +236,7 @@ class MpiCommunicator final : public Communicator {
   };
   std::array<Completed, kFlightHistory> history_;
   std::uint64_t completed_ = 0;  // calls completed so far; the newest is history_[(completed_ - 1) % size]
-  mutable std::mutex state_mu_;      // failure_ and sending notices (abort() may come from any thread)
+  mutable std::mutex state_mu_;  // failure_ and sending notices (abort() may come from any thread)
   std::atomic<bool> failed_{false};
   std::atomic<bool> lost_{false};  // failed because a peer process was lost (UnavailableError)
   std::string failure_;

@@ -165,8 +165,9 @@ void PeerMonitor::State::leave() {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (why.empty() && unwinding)
-      why = "an exception was propagating when its last communicator was destroyed (its message was not recorded: "
-            "chorus::collective::set_process_failure)";
+      why =
+          "an exception was propagating when its last communicator was destroyed (its message was not recorded: "
+          "chorus::collective::set_process_failure)";
   }
   why.resize(std::min(why.size(), kMaxGoodbyeText));
   std::vector<std::uint64_t> lingering;

@@ -239,7 +239,8 @@ std::string Rendezvous::record_flight(std::unique_lock<std::mutex>& lock, int ra
   r.trigger = "timeout";
   r.error = str_cat(name_, ": ", failure_);
   r.failing_call = {fp.to_string(), fp.sequence, 0, 0};
-  for (const Fingerprint& done : completed_locked(rank, kRing)) r.completed.push_back({done.to_string(), done.sequence, 0, 0});
+  for (const Fingerprint& done : completed_locked(rank, kRing))
+    r.completed.push_back({done.to_string(), done.sequence, 0, 0});
   for (int q = 0; q < size_; ++q) {
     if (q == rank) continue;
     auto& calls = r.peers[q];

@@ -8,9 +8,9 @@
 //   for (const auto& a : answers) if (!a.answered) std::cerr << a.host << ": " << a.detail << "\n";
 //
 // How: one child per host, all at once (at most kMaxParallelChecks at a time), each
-// host_check_argv(AGENT, HOST) — `AGENT... [--] HOST true` — with stdin from /dev/null and its stdout and stderr captured (the last 4 KiB), in
-// its own process group; a check still running at the deadline is killed with its group and
-// counts as no answer. This machine itself (is_this_machine) is not checked.
+// host_check_argv(AGENT, HOST) — `AGENT... [--] HOST true` — with stdin from /dev/null and its stdout and stderr
+// captured (the last 4 KiB), in its own process group; a check still running at the deadline is killed with its group
+// and counts as no answer. This machine itself (is_this_machine) is not checked.
 //
 // Errors: InvalidArgumentError for an empty agent or a host name that host_name_problem
 // (mpirun_command.h) refuses — nothing is run then; UnknownError when a pipe or fork fails. A host

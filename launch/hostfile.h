@@ -21,8 +21,8 @@ namespace chorus::launch {
 // or "host slots=N", optionally "max_slots=M" (accepted, M >= N, not passed on: chorus-run never
 // oversubscribes a remote host); '#' starts a comment; blank lines are skipped. The host rules
 // are parse_host_spec's (a name follows kHostNameRule: no leading '-', no ':', ',', whitespace or
-// shell characters; slots 1..kMaxProcesses, each host once, kMaxProcesses in all), and a file must name at least one host. Throws
-// InvalidArgumentError naming `where` (the file) and the line.
+// shell characters; slots 1..kMaxProcesses, each host once, kMaxProcesses in all), and a file must name at least one
+// host. Throws InvalidArgumentError naming `where` (the file) and the line.
 std::vector<HostSlots> parse_hostfile(std::string_view text, std::string_view where);
 
 // The hosts of the hostfile at `path`: a regular file (a FIFO, device or directory is refused

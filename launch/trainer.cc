@@ -141,8 +141,8 @@ std::unique_ptr<train::CheckpointManager> start_over(train::Checkpoint& ckpt, co
   const std::string to =
       (std::filesystem::path(o.checkpoint_dir) / str_cat("replaced-", static_cast<std::int64_t>(std::time(nullptr))))
           .string();
-  auto manager = std::make_unique<train::CheckpointManager>(
-      ckpt, o.checkpoint_dir, /*max_to_keep=*/3, train::CheckpointManagerOptions{.start_over_into = to});
+  auto manager = std::make_unique<train::CheckpointManager>(ckpt, o.checkpoint_dir, /*max_to_keep=*/3,
+                                                            train::CheckpointManagerOptions{.start_over_into = to});
   std::size_t moved = manager->files_moved_aside();
   const std::string backup_dir = o.checkpoint_dir + "/backup";
   std::error_code ec;
@@ -153,8 +153,8 @@ std::unique_ptr<train::CheckpointManager> start_over(train::Checkpoint& ckpt, co
     moved += backup.files_moved_aside();
   }
   if (moved > 0)
-    line(out, str_cat("--no-resume: the earlier checkpoints of ", o.checkpoint_dir, " (", moved, " file(s)) moved to ",
-                      to));
+    line(out,
+         str_cat("--no-resume: the earlier checkpoints of ", o.checkpoint_dir, " (", moved, " file(s)) moved to ", to));
   return manager;
 }
 

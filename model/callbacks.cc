@@ -250,8 +250,9 @@ std::vector<std::string> non_finite_variables(model::Model& m) {
 
 void TerminateOnNaN::on_epoch_end(model::Model& m, int epoch, const Logs&) {
   if (const auto bad = non_finite_variables(m); !bad.empty()) {
-    throw InvalidArgumentError(str_cat("TerminateOnNaN: ", bad.size(), " variable(s) hold NaN or Inf at the end of epoch ",
-                                       epoch + 1, " (first: '", bad.front(),
+    throw InvalidArgumentError(str_cat("TerminateOnNaN: ", bad.size(),
+                                       " variable(s) hold NaN or Inf at the end of epoch ", epoch + 1, " (first: '",
+                                       bad.front(),
                                        "'); training stopped before any checkpoint of them (lower the learning rate, "
                                        "or clip the gradients)"));
   }

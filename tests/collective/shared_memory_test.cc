@@ -6,13 +6,13 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "analytic.h"
 #include "group_harness.h"
@@ -393,7 +393,7 @@ TEST_P(InProcessTest, ATimeoutWritesAFlightRecordPerRankOnlyWhenAsked) {
     return run_ranks(comms, [&](int r, Communicator& c) {
       Tensor t = Tensor::zeros({8}, DType::kFloat32, "/cpu:" + std::to_string(r));
       for (int i = 0; i < 20; ++i) c.all_reduce(t, t)->wait();  // #0 .. #19 complete everywhere
-      if (r == 2) return;                                     // rank 2 skips #20
+      if (r == 2) return;                                       // rank 2 skips #20
       c.all_reduce(t, t, {.timeout = std::chrono::milliseconds(200)});
     });
   };

@@ -114,12 +114,13 @@ TEST_F(ChorusRunHostile, HostNamesThatAreSshOptionsAreRefusedBeforeSshRuns) {
   { std::ofstream(hostfile) << "# a hostile hostfile\nnode1 slots=1\n" << option << " slots=1\n"; }
   const auto from_file = run_with_fakes({"--hostfile", hostfile.string(), "--", "/bin/true"});
   EXPECT_EQ(from_file.exit_code, 2) << from_file.err;
-  EXPECT_THAT(from_file.err, HasSubstr("--hostfile " + hostfile.string() + " line 3: host name '" + option +
-                                       "' starts with '-'"));
+  EXPECT_THAT(from_file.err,
+              HasSubstr("--hostfile " + hostfile.string() + " line 3: host name '" + option + "' starts with '-'"));
   EXPECT_THAT(from_file.err, HasSubstr("letters, digits, '-' or '_'"));
   const auto from_h = run_with_fakes({"-H", option + ":1", "--", "/bin/true"});
   EXPECT_EQ(from_h.exit_code, 2) << from_h.err;
-  EXPECT_THAT(from_h.err, HasSubstr("host entry 1 of -H '" + option + ":1': host name '" + option + "' starts with '-'"));
+  EXPECT_THAT(from_h.err,
+              HasSubstr("host entry 1 of -H '" + option + ":1': host name '" + option + "' starts with '-'"));
   for (const std::string spec : {"node1,-oProxyCommand=touch:1", "node1;touch:1", "$(touch):1", "node1,`id`"}) {
     const auto r = run_with_fakes({"-H", spec, "--", "/bin/true"});
     EXPECT_EQ(r.exit_code, 2) << spec << ": " << r.err;

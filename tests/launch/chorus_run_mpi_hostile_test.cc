@@ -231,7 +231,8 @@ TEST(ChorusRunHostile, EveryRanksErrorIsOneWholeLine) {
     for (std::string line; std::getline(lines, line);) {
       if (line.find("is not a valid timeout") == std::string::npos) continue;
       EXPECT_EQ(line.rfind("chorus-train: --collective-timeout='bogus' is not a valid timeout", 0), 0u)
-          << "run " << run << ": a mangled line: " << line << "\n" << out;
+          << "run " << run << ": a mangled line: " << line << "\n"
+          << out;
       ++whole;
     }
     EXPECT_EQ(whole, 4) << out;

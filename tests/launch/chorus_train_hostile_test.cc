@@ -91,9 +91,9 @@ TEST(ChorusTrainHostile, TfConfigWithoutMpirunSaysHowToStartTheWorkers) {
     if (entry.rfind("TF_CONFIG=", 0) != 0 && entry.rfind("OMPI_", 0) != 0 && entry.rfind("PMI_", 0) != 0)
       env.push_back(entry);
   }
-  const auto r = run_tool(
-      {kTool, "--strategy", "multi_worker", "--model", "mlp", "--epochs", "1", "--train", "64", "--test", "32", "--quiet"},
-      env);
+  const auto r = run_tool({kTool, "--strategy", "multi_worker", "--model", "mlp", "--epochs", "1", "--train", "64",
+                           "--test", "32", "--quiet"},
+                          env);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("FAILED_PRECONDITION: --strategy multi_worker: TF_CONFIG describes 2 workers, but this "
                                "process was not started by mpirun"));
@@ -177,9 +177,8 @@ TEST(ChorusTrainHostile, ATimelinePathThatIsAFifoOrDeviceIsRefusedAndLeftAsItWas
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   env.push_back("CHORUS_TIMELINE=" + fifo.string());
-  const auto r = run_tool({kTool, "--model", "mlp", "--epochs", "1", "--train", "64", "--test", "32", "--batch", "32",
-                           "--quiet"},
-                          env);
+  const auto r = run_tool(
+      {kTool, "--model", "mlp", "--epochs", "1", "--train", "64", "--test", "32", "--batch", "32", "--quiet"}, env);
   EXPECT_NE(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("CHORUS_TIMELINE"));
   EXPECT_THAT(r.err, HasSubstr("is a FIFO (named pipe), not a regular file"));

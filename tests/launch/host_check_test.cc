@@ -64,7 +64,8 @@ TEST(HostCheck, SshGetsDashDashBeforeTheHostAndOptionLikeHostsRunNothing) {
   using Argv = std::vector<std::string>;
   EXPECT_EQ(host_check_argv({"ssh", "-o", "BatchMode=yes"}, "node1"),
             (Argv{"ssh", "-o", "BatchMode=yes", "--", "node1", "true"}));
-  EXPECT_EQ(host_check_argv({"/usr/bin/ssh", "-p", "2222"}, "n"), (Argv{"/usr/bin/ssh", "-p", "2222", "--", "n", "true"}));
+  EXPECT_EQ(host_check_argv({"/usr/bin/ssh", "-p", "2222"}, "n"),
+            (Argv{"/usr/bin/ssh", "-p", "2222", "--", "n", "true"}));
   // Other agents may not take "--" (rsh, wrapper scripts): the host-name rule protects them.
   EXPECT_EQ(host_check_argv({"/bin/sh", "-c", "x"}, "n"), (Argv{"/bin/sh", "-c", "x", "n", "true"}));
   EXPECT_EQ(host_check_argv({"sshpass"}, "n"), (Argv{"sshpass", "n", "true"}));

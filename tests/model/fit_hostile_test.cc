@@ -115,10 +115,8 @@ TEST_F(FitHostileTest, TerminateOnNaNStopsAnEpochThatEndsWithNonFiniteWeights) {
   };
   std::string msg;
   try {
-    m->fit(blobs(32, 32).batch(8), {.epochs = 2,
-                                    .callbacks = {std::make_shared<Overflow>(), saver},
-                                    .verbose = 0,
-                                    .terminate_on_nan = true});
+    m->fit(blobs(32, 32).batch(8),
+           {.epochs = 2, .callbacks = {std::make_shared<Overflow>(), saver}, .verbose = 0, .terminate_on_nan = true});
   } catch (const InvalidArgumentError& e) {
     msg = e.what();
   }
