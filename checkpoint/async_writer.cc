@@ -48,8 +48,8 @@ void AsyncWriter::start(std::function<void()> job) {
     // Until 2026-11-28 it ran at SCHED_IDLE, which gets a core only when nothing else in the
     // machine wants one: on a 2-core VM shared with other work (builds, other jobs) a save then
     // waited 0.2-0.5 s on the run queue for ~3 ms of CPU (seed CNN, 1.1 MB), a 64 MiB save's
-    // snapshot copy took 45-76 ms instead of 17-21, and with one CPU hog per core a 64 MiB async
-    // save did not finish in 10 minutes — while training waited for it: a write into a variable
+    // snapshot copy took 45-76 ms instead of 17-21, and with one busy thread per core 20 ms of
+    // the writer's CPU took 6.1 s — while training waited for it: a write into a variable
     // not yet copied waits (HeldSnapshot), and so does the next save. Work that training may wait
     // for cannot run at a priority that other processes starve (docs/benchmarks.md, 2026-11-28).
     // The measurement that chose SCHED_IDLE (EPYC VM, idle, 2026-11-27): steps 7.4% slower at
