@@ -17,8 +17,10 @@ class AsyncWriter {
 
   // Waits for the write in flight, then rethrows its exception, if any (once).
   void wait();
-  // Runs `job` on a new background thread, at SCHED_IDLE (see the .cc). Call wait() first
-  // (InternalError if one is in flight).
+  // Runs `job` on a new background thread, at SCHED_BATCH (see the .cc). Call wait() first
+  // (InternalError if one is in flight). With the timeline on (core/timeline.h) the job is an
+  // "async write" span on the "checkpoint writer" track with its CPU time, run-queue wait and
+  // minor page faults.
   void start(std::function<void()> job);
   bool in_flight() const { return thread_.joinable(); }
 

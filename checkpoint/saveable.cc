@@ -11,6 +11,7 @@
 #include <chorus/core/distributed_variable.h>
 #include <chorus/core/error.h>
 #include <chorus/core/runtime.h>
+#include <chorus/core/timeline.h>
 
 namespace chorus::train::internal {
 
@@ -122,6 +123,7 @@ HeldSnapshot::~HeldSnapshot() {
 }
 
 std::vector<Tensor> HeldSnapshot::take() {
+  timeline::Span span("checkpoint", "snapshot copy");  // until then, a write into a held variable waits
   std::vector<Tensor> out(values_.size());
   for (std::size_t i = 0; i < values_.size(); ++i) {
     if (!held_[i]) {

@@ -10,6 +10,7 @@
 #include <chorus/core/gpu.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/placement.h>
+#include <chorus/core/timeline.h>
 
 namespace chorus {
 namespace {
@@ -154,6 +155,8 @@ void Buffer::end_hold() {
 }
 
 void Buffer::wait_for_holds() const {
+  // On the timeline: a training thread waiting for an async checkpoint's copy of this buffer.
+  timeline::Span span("checkpoint", "hold wait", timeline::enabled() ? str_cat("\"bytes\": ", bytes_) : std::string());
   std::unique_lock<std::mutex> lock(g_hold_mu);
   g_hold_cv.wait(lock, [&] { return holds_.load(std::memory_order_acquire) == 0; });
 }

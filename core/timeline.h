@@ -13,7 +13,9 @@
 //                packs, ZeRO reduce-scatters and all-gathers, with bytes, dtype and backend;
 //   optimizer    Optimizer::apply_gradients;
 //   step, input  Model::fit's step (strategy.run) and its wait for the next batch;
-//   checkpoint   Checkpoint::write.
+//   checkpoint   Checkpoint::write; an async save's write on the "checkpoint writer" track (tid
+//                3000, with its CPU time, run-queue wait and page faults) and its snapshot copy;
+//                a write into a variable waiting for that copy ("hold wait", core/tensor.cc).
 // Tracks: one process per rank ("pid" = the launcher's rank, 0 without one; named "rank R
 // (host)"), one thread track per replica ("tid" 1000 + replica id in sync group, named "replica
 // R") and one per other thread ("main" for the first). Timestamps are CLOCK_MONOTONIC

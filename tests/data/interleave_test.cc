@@ -60,12 +60,23 @@ TEST(Interleave, ParallelWorkersKeepTheSequentialOrder) {
 }
 
 TEST(Interleave, NondeterministicReturnsReadyElementsFirst) {
-  // Inner dataset 0 is slow; with deterministic = false the others' elements come first.
+  // Inner dataset 0 is slow: each of its elements waits until the others have produced one (up to
+  // 10 s: an interleave that runs the inner datasets one by one gets there only by the deadline),
+  // then 30 ms more for that one to reach the output. With deterministic = false the others'
+  // elements come first.
+  auto others = std::make_shared<std::atomic<int>>(0);
   auto ds = Dataset::range(3).interleave(
-      [](const Element& e) {
+      [others](const Element& e) {
         const std::int64_t x = value_of(e);
-        return Dataset::range(10 * x, 10 * x + 3).map([x](const Element& inner) {
-          if (x == 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        return Dataset::range(10 * x, 10 * x + 3).map([x, others](const Element& inner) {
+          if (x != 0) {
+            ++*others;
+            return inner;
+          }
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (others->load() == 0 && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
           return inner;
         });
       },

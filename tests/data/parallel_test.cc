@@ -125,10 +125,17 @@ TEST(Prefetch, TheBufferIsBounded) {
   });
   auto it = ds.prefetch(3).make_iterator();
   EXPECT_EQ(value_of(*it.next()), 0);
-  std::this_thread::sleep_for(50ms);  // plenty of time to run ahead, were it unbounded
+  // It runs ahead: wait until it has (the consumed element and 3 buffered), however slow the
+  // machine, then give it time to overrun, were it unbounded (a negative check: a fast machine
+  // overruns sooner, a slow one can only hide an overrun, never invent one).
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (c->calls.load() < 4) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the producer did not run ahead within 30 s";
+    std::this_thread::sleep_for(1ms);
+  }
+  std::this_thread::sleep_for(50ms);
   // The consumed element, 3 buffered and at most one being produced.
   EXPECT_LE(c->calls.load(), 5);
-  EXPECT_GE(c->calls.load(), 4);  // it did run ahead
 }
 
 TEST(Prefetch, ProducerErrorsAreRethrownInOrder) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -110,12 +111,21 @@ TEST_F(RankWrapper, AKilledProgramIsRecordedAndTheWrapperDiesOfTheSameSignal) {
 
 TEST_F(RankWrapper, SignalsToTheWrapperReachTheProgram) {
   // mpirun ends a job with SIGTERM to each rank's process, which is the wrapper here.
+  const std::string trapped = dir_ + "/trapped";
   const pid_t pid = ::fork();
   if (pid == 0) {
     setenv("OMPI_COMM_WORLD_RANK", "0", 1);
-    ::_exit(run_rank_and_record(dir_, {"/bin/sh", "-c", "trap 'exit 42' TERM; while :; do sleep 0.05; done"}));
+    ::_exit(run_rank_and_record(
+        dir_, {"/bin/sh", "-c", "trap 'exit 42' TERM; : > \"$0\"; while :; do sleep 0.05; done", trapped}));
   }
-  ::usleep(300 * 1000);  // the shell has set its trap
+  // The signal goes once the shell has set its trap (it then creates `trapped`), not after a fixed
+  // sleep that a loaded machine can outlast: a SIGTERM before the trap ends the shell with 143.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(trapped)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the shell did not set its trap within 30 s";
+    ASSERT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << "the wrapper ended before its shell set the trap";
+    ::usleep(5 * 1000);
+  }
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
