@@ -269,10 +269,25 @@ TEST(ChorusRunHostile, ASigtermedWorkerBacksUpTheSameStepEverywhereAndTheRerunFi
   ASSERT_NE(::mkdtemp(templ), nullptr);
   const std::string root = templ;
   const auto command = [&](const std::string& dir) {
-    return std::vector<std::string>{
-        CHORUS_RUN_PATH, "-np",     "2",        "--",      CHORUS_TRAIN_PATH,  "--strategy", "multi_worker",
-        "--model",       "mlp",     "--epochs", "6",       "--train",          "20000",      "--test",
-        "200",           "--batch", "32",       "--checkpoint-dir", dir};
+    return std::vector<std::string>{CHORUS_RUN_PATH,
+                                    "-np",
+                                    "2",
+                                    "--",
+                                    CHORUS_TRAIN_PATH,
+                                    "--strategy",
+                                    "multi_worker",
+                                    "--model",
+                                    "mlp",
+                                    "--epochs",
+                                    "6",
+                                    "--train",
+                                    "20000",
+                                    "--test",
+                                    "200",
+                                    "--batch",
+                                    "32",
+                                    "--checkpoint-dir",
+                                    dir};
   };
   // The uninterrupted run.
   {
