@@ -67,13 +67,11 @@ fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/chorus-cuda-warnings.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-# chorus's headers are <chorus/...>: an include folder with a link named chorus -> the source root.
-mkdir -p "$work/include" && ln -s "$ROOT" "$work/include/chorus"
 
 # The build's flags for .cu files (cmake/ChorusDependencies.cmake: C++17, Release), plus warnings.
 flags=(-c -std=c++17 -O3 -DNDEBUG "--generate-code=arch=compute_${arch},code=sm_${arch}"
        --Werror all-warnings "-Xcompiler=-fPIC,${host_flags}"
-       "${defines[@]}" "-I$work/include")
+       "${defines[@]}" "-I$ROOT")  # <chorus/...>: the sources are under chorus/
 for dir in "$cuda_include" "${includes[@]}"; do
   [ -n "$dir" ] && [[ " ${flags[*]} " != *" -isystem=$dir "* ]] && flags+=("-isystem=$dir")
 done

@@ -4,7 +4,7 @@ the house"; docs/architecture.md): a module may include only itself and the modu
 
     core, ops, data, collective, distribute, summary, checkpoint, optimizer, model, launch
 
-Scans every .h/.cc/.cu of those folders for `#include <chorus/<module>/...>` (and the old quoted
+Scans every .h/.cc/.cu of those folders (under chorus/) for `#include <chorus/<module>/...>` (and the old quoted
 `#include "<module>/..."`, which the build no longer resolves) and prints file:line: what
 for each violation; exit 1 if any, 0 otherwise. `--self-test` checks the checker on snippets.
 Issue 19, item 3 ("a check in the test suite fails on an upward include against DESIGN's order")."""
@@ -52,7 +52,7 @@ def main():
         return self_test()
     found, files = [], 0
     for module in ORDER:
-        base = os.path.join(a.root, module)
+        base = os.path.join(a.root, "chorus", module)
         for dirpath, _, names in os.walk(base):
             for name in sorted(names):
                 if name.endswith((".h", ".cc", ".cu")):
