@@ -6,7 +6,7 @@
 //
 // Model: L × Dense(W→W) (default 8 × 1024: P = 33.6 MB of float32 weights; --quick 4 × 256),
 // global batch 32 (8 rows per replica), mean squared error, a custom training step
-// (strategy.run: GradientTape, then Optimizer::apply_gradients(std::move(grads_and_vars)) — what
+// (strategy.run: GradientTape, then Optimizer::compute_gradients and apply_gradients — what
 // fit does per step: the optimizer holds the only references to the local gradients).
 // All four stages run in this process on the same devices (the device configuration is the same
 // for all: 4 logical CPU devices of 1024 MiB). Per stage and round: a fresh strategy and model (the
@@ -83,17 +83,14 @@ void run_stage(int stage, const Config& c, StageResult& out) {
     strategy.run(
         [&](const cx::Tensor& xr, const cx::Tensor& yr) {
           std::vector<cx::Variable> vars = m->trainable_variables();
-          std::vector<cx::Tensor> grads;
+          cx::optimizers::Gradients gradients;
           {
             cx::ops::GradientTape tape;
             cx::Tensor loss =
                 cx::ops::reduce_sum(cx::ops::square((*m)(xr, true) - yr)) / static_cast<double>(kGlobalBatch * c.width);
-            grads = tape.gradient(loss, vars);
+            gradients = opt->compute_gradients(loss, vars, tape);
           }
-          cx::optimizers::GradsAndVars gv;
-          for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
-          grads.clear();
-          opt->apply_gradients(std::move(gv));  // as fit: the optimizer releases each local gradient early
+          opt->apply_gradients(std::move(gradients));  // as fit: the optimizer releases each local gradient early
         },
         x, y);
   };

@@ -33,16 +33,17 @@ std::string_view reduce_op_name(ReduceOp op);  // "SUM", "MEAN"
 
 class DistributionStrategy;
 
-// The gradient all-reduce overlapped with the backward pass (PyTorch DDP's reducer; chorus's is
-// distribute/overlapped_reduction.h): GradientTape::gradient(target, variables) hands it each
-// gradient the moment it is final, and it all-reduces (SUM) them in buckets while the rest of the
-// backward pass runs. A later ReplicaContext::all_reduce(kSum, list) of exactly those gradients
-// (the same tensors, in the same order — what Optimizer::apply_gradients passes on) takes the
-// buckets' results instead of reducing again, bitwise equal to reducing then.
+class StepPolicy;  // core/step_policy.h
+
+// The gradient sum overlapped with the backward pass (PyTorch DDP's reducer; chorus's is
+// distribute/overlapped_reduction.h), begun by a StepPolicy (core/step_policy.h) for
+// GradientTape::gradient_and_sum, which hands it each gradient the moment it is final and returns
+// it as a value beside the gradients; Optimizer::apply_gradients takes its result (the same bits
+// as reducing the gradients then) instead of reducing again.
 class GradientReduction {
  public:
   virtual ~GradientReduction() = default;
-  // Gradient `index` of the sources given to begin_gradient_reduction is final: `grad` is what
+  // Gradient `index` of the sources given to begin_gradient_sum is final: `grad` is what
   // GradientTape::gradient returns for it (undefined: none). Called once per source, on the
   // replica thread, in the order the backward pass finishes them.
   virtual void ready(std::size_t index, const Tensor& grad) = 0;
@@ -65,20 +66,9 @@ class ReplicaContext {
   // `axis` only).
   virtual Tensor all_gather(const Tensor& value, int axis) = 0;
 
-  // Overlap (GradientReduction above). GradientTape::gradient(target, variables) asks for a
-  // reduction of the gradients of `sources` (the variables' tensors it differentiates) when it is
-  // the only tape recording on the thread; nullptr (the default, and whenever the strategy does
-  // not overlap) computes the gradients as before and lets apply_gradients reduce them.
-  virtual std::shared_ptr<GradientReduction> begin_gradient_reduction(const std::vector<Tensor>& sources) {
-    (void)sources;
-    return nullptr;
-  }
-  // The optimizer says that gradients will not reach all_reduce as the tape returned them:
-  // drop_gradient_reduction() — the pending reduction will not be taken (a gradient-accumulation
-  // micro-step); skip_next_gradient_reduction() — the next GradientTape::gradient starts none (the
-  // next apply accumulates, or a LossScaleOptimizer unscales each replica's gradients first).
-  virtual void drop_gradient_reduction() {}
-  virtual void skip_next_gradient_reduction() {}
+  // The step's distribution policy on this replica (core/step_policy.h): how its gradients are
+  // summed and its variables updated. The default: the default strategy's (nothing to sum).
+  virtual StepPolicy& step_policy();
 
   // tf.distribute.ReplicaContext.merge_call: every replica passes `value`; once all have, `fn`
   // runs once, in cross-replica context, with all values (index = replica id), and its result is
@@ -122,6 +112,9 @@ class DistributionStrategy {
   // `tag` (checkpoints use it so that no worker runs ahead of the chief's save), or throws like a
   // collective that timed out. One process: returns at once.
   virtual void worker_barrier(std::string_view tag) const { (void)tag; }
+  // The step's distribution policy in cross-replica context (a one-replica strategy's update
+  // outside run; core/step_policy.h). The default: sums nothing, updates whole variables.
+  virtual StepPolicy& step_policy();
 };
 
 // The calling thread's strategy: the innermost active scope's (or the one whose run() called

@@ -12,6 +12,4 @@ ShardLayout ShardLayout::of(std::int64_t num_elements, int num_shards) {
 
 ShardedVariable* as_sharded(const Variable& v) { return dynamic_cast<ShardedVariable*>(v.impl().get()); }
 
-ShardingCollectives* sharding_collectives(ReplicaContext* ctx) { return dynamic_cast<ShardingCollectives*>(ctx); }
-
 }  // namespace chorus

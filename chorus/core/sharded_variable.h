@@ -73,14 +73,14 @@ class ShardedVariable : public DistributedVariable {
   // FailedPreconditionError.
   virtual Tensor local_shard() const = 0;
   // True for a ZeRO stage-3 parameter: value() in a replica context is the whole variable,
-  // gathered (a collective) — for one layer call by ShardingCollectives::gather_parameters, or
+  // gathered (a collective) — for one layer call by StepPolicy::gather_parameters (core/step_policy.h), or
   // alone when read elsewhere — and a GradientTape differentiates the variable through its shard
   // (local_shard(), ops/tape.h): its gradient is this replica's shard [length(r)] of the gradient
   // summed over the replicas, reduce-scattered during the backward pass.
   virtual bool gathers_parameters() const = 0;
 };
 
-// A stage-3 layer call's gathered parameters (ShardingCollectives::gather_parameters): alive for
+// A stage-3 layer call's gathered parameters (StepPolicy::gather_parameters): alive for
 // the call; after_call(y) — with y the layer's output — frees their whole values (the tape keeps
 // their handles, and gathers them again when the backward pass reaches y) and returns the output
 // to use instead of y (y itself when no tape records). The destructor ends the call too, so an
@@ -95,61 +95,9 @@ class ParameterGather {
 // shallow, as with as_distributed.
 ShardedVariable* as_sharded(const Variable& v);
 
-// What a replica context of a strategy that shards state offers besides ReplicaContext
-// (core/distribution.h): its ZeRO stage and the gradient reduce-scatter of stage 2. The optimizer
-// finds it with sharding_collectives(ctx) (nullptr for the default replica context and for
-// strategies that do not shard), so optimizer/ needs no class of distribute/.
-class ShardingCollectives {
- public:
-  virtual ~ShardingCollectives() = default;
-  // The strategy's ZeRO stage (distribute/sharding_options.h): 0 off, 1 slots, 2 slots and
-  // gradients, 3 slots, gradients and parameters.
-  virtual int sharding_stage() const = 0;
-  // Stage 3, FSDP's unit: gathers the stage-3 parameters among `weights` (a layer's own) in one
-  // collective before the layer's call, for this replica; value() of each is then its whole
-  // value until the returned object's after_call/destruction. nullptr when none of `weights`
-  // gathers (stages below 3, no trainable weights). A collective: every replica calls it for the
-  // same layer, in the same order (SPMD).
-  virtual std::unique_ptr<ParameterGather> gather_parameters(const std::vector<Variable>& weights) = 0;
-  // A collective (every replica calls it with the same shapes, dtypes and layouts, in the same
-  // order): this replica's shard [layouts[i].length(r)] (1-D, r = replica_id_in_sync_group) of
-  // op(values[i] over the replicas), on this replica's device, for each i; values[i] has any
-  // shape of layouts[i].num_elements elements (layouts[i].num_shards = the replicas in sync).
-  // Packed: consecutive values of one dtype go in one even-split reduce-scatter, rank-major (each
-  // value flattened, zero-padded to n·c_i and viewed [n, c_i]; the [n, Σc_i] concatenation
-  // reduce-scattered to [Σc_i]), except that a value of at least kDirectShardBytes whose E is
-  // divisible by n (E = n·c_i, no padding) goes alone, as it is: its flat storage already is the
-  // rank-major [n, c_i], so it is the collective's input, with no packed copy. One replica: the
-  // values flattened. Undefined values are an error. The rvalue form releases this function's
-  // reference to each value as soon as it has been copied into a pack (or, sent as it is, once
-  // its collective finished), and each pack once its collective finished: a caller that moves in
-  // the only references (Optimizer::apply_gradients(GradsAndVars&&)) frees its local gradients
-  // during the reduce-scatter instead of after it.
-  virtual std::vector<Tensor> reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
-                                                    const std::vector<ShardLayout>& layouts) = 0;
-  std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
-                                            const std::vector<ShardLayout>& layouts) {
-    return reduce_scatter_shards(op, std::vector<Tensor>(values), layouts);
-  }
-  // A collective (every replica calls it with the same shapes, dtypes and layouts, in the same
-  // order), the inverse of the above: shards[i] is this replica's [layouts[i].length(r)] of a
-  // variable, wholes[i] this replica's whole storage of it (any shape of layouts[i].num_elements
-  // elements, on this replica's device); afterwards every replica's wholes[i] holds every
-  // replica's shards in replica order. Written in place: a whole of at least kDirectShardBytes
-  // whose E is divisible by n is the all-gather's output itself (no temporary); the others are
-  // gathered in padded packs of at most the strategy's bytes_per_pack (gathered size) and copied
-  // out, so the temporary is one pack, never the whole model. Not compressed.
-  virtual void all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
-                                 const std::vector<ShardLayout>& layouts) = 0;
-};
-
 // The size from which a variable's gradient is reduce-scattered and its weight all-gathered on
 // its own, straight from and into its storage, when its element count divides evenly over the
-// replicas (ShardingCollectives above); smaller ones share packed collectives, fewer calls.
+// replicas (distribute/replica_context.h); smaller ones share packed collectives, fewer calls.
 inline constexpr std::int64_t kDirectShardBytes = 64 << 10;
-
-// `ctx`'s sharding collectives, or nullptr (ctx nullptr, the default replica context, or a
-// strategy's context that does not implement them).
-ShardingCollectives* sharding_collectives(ReplicaContext* ctx);
 
 }  // namespace chorus

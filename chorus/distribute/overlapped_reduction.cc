@@ -9,9 +9,6 @@ namespace chorus::distribute::internal {
 OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, std::int64_t pack_bytes,
                                          std::function<DType(DType)> wire, std::string device, Launch launch, Wait wait)
     : grads_(expected.size()),
-      storage_(expected.size()),
-      data_(expected.size(), nullptr),
-      shapes_(expected.size()),
       expected_(expected.size(), 0),
       final_(expected.size(), 0),
       bucket_of_(expected.size(), -1),
@@ -67,9 +64,6 @@ void OverlappedReduction::ready(std::size_t index, const Tensor& grad) {
     return;
   }
   if (!grad.defined()) return;
-  storage_[index] = grad.buffer();
-  data_[index] = grad.data();
-  shapes_[index] = grad.shape();
   grads_[index] = grad;
   Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[index])];
   --b.remaining;
@@ -106,19 +100,11 @@ bool OverlappedReduction::fits(const std::vector<Tensor>& values) const {
   return true;
 }
 
-bool OverlappedReduction::matches(const std::vector<Tensor>& values) const {
-  if (abandoned_ || remaining_ != 0 || next_ >= 0 || values.size() != expected_.size()) return false;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (values[i].defined() != (expected_[i] != 0)) return false;
-    if (!values[i].defined()) continue;
-    if (values[i].buffer() != storage_[i].lock() || values[i].data() != data_[i] || values[i].shape() != shapes_[i])
-      return false;
-  }
-  return true;
-}
+bool OverlappedReduction::complete() const { return !abandoned_ && remaining_ == 0 && next_ < 0 && !taken_; }
 
 std::vector<Tensor> OverlappedReduction::take() {
-  CHORUS_ENFORCE(!abandoned_ && remaining_ == 0 && next_ < 0, "OverlappedReduction::take before every bucket left");
+  CHORUS_ENFORCE(complete(), "OverlappedReduction::take before every bucket left, or twice");
+  taken_ = true;
   std::vector<Tensor> reduced(expected_.size());
   for (Bucket& b : buckets_) {
     wait_(b.ticket);

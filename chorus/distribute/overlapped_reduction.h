@@ -1,7 +1,7 @@
 // The gradient all-reduce overlapped with the backward pass: PyTorch DDP's reducer for chorus
-// (core/distribution.h's GradientReduction). StrategyReplicaContext begins one for
-// GradientTape::gradient(target, variables) when its strategy overlaps (the strategy options'
-// overlap_gradient_all_reduce), and all_reduce(kSum, list) takes its results.
+// (core/distribution.h's GradientReduction). The replica's StepPolicy (distribute/step_policy.h)
+// begins one for GradientTape::gradient_and_sum when its strategy overlaps (the strategy options'
+// overlap_gradient_all_reduce), and takes its results in apply_gradients (sum_gradients).
 //
 // Buckets are all_reduce(list)'s packs (distribute/all_reduce_packs.h) of the gradients the tape
 // expects (consecutive ones of one dtype up to bytes_per_pack, in the variables' order), so the
@@ -17,8 +17,8 @@
 // variable is in no bucket and nothing waits for it. A gradient that turns out different from
 // what the tape expected (undefined after all: its ops did not reach the target) abandons the
 // reduction: the buckets already handed over still run everywhere (the same ones on every
-// replica, which all compute alike), no more are launched, take() declines and apply_gradients
-// reduces as without overlap.
+// replica, which all compute alike), no more are launched, complete() is false and
+// apply_gradients reduces as without overlap.
 //
 // Thread-safety: the replica thread only (the communication thread runs what it is handed).
 #pragma once
@@ -53,14 +53,12 @@ class OverlappedReduction final : public GradientReduction {
   void ready(std::size_t index, const Tensor& grad) override;
 
   // Whether `values` could be its gradients: as many, defined where it expects gradients, with
-  // their shapes and dtypes — what every replica's list has alike (matches() is each replica's).
+  // their shapes and dtypes (the same answer on every replica).
   bool fits(const std::vector<Tensor>& values) const;
-  // True when every gradient was final, every bucket launched (not abandoned), and `values` are
-  // exactly the gradients handed to ready(): the same storage, data and shape, in the same order,
-  // undefined alike. This replica's answer only: the replicas must agree before take()
-  // (StrategyReplicaContext::all_reduce), since one may have changed its gradients and another not.
-  bool matches(const std::vector<Tensor>& values) const;
-  // The summed gradients, once their buckets are reduced (after matches()).
+  // True when every gradient was final and every bucket launched (not abandoned), and the sums
+  // were not taken yet: the same answer on every replica, whose tapes are alike.
+  bool complete() const;
+  // The summed gradients, once their buckets are reduced (after complete()).
   std::vector<Tensor> take();
   // Launches no further bucket (the reduction will not be taken); those launched still run.
   void abandon();
@@ -74,10 +72,7 @@ class OverlappedReduction final : public GradientReduction {
     std::shared_ptr<Pack> pack;
     std::uint64_t ticket = 0;  // 0: not launched
   };
-  std::vector<Tensor> grads_;                   // the final gradients, until their bucket is packed
-  std::vector<std::weak_ptr<Buffer>> storage_;  // what matches() recognises them by, with data_
-  std::vector<const void*> data_;
-  std::vector<Shape> shapes_;
+  std::vector<Tensor> grads_;  // the final gradients, until their bucket is packed
   std::vector<Shape> expected_shapes_;
   std::vector<DType> expected_dtypes_;
   std::vector<char> expected_, final_;
@@ -86,6 +81,7 @@ class OverlappedReduction final : public GradientReduction {
   int next_ = 0;               // the next bucket to launch, counting down; -1: all launched
   std::size_t remaining_ = 0;  // gradients not yet final
   bool abandoned_ = false;
+  bool taken_ = false;
   std::function<DType(DType)> wire_;
   std::string device_;
   Launch launch_;

@@ -10,14 +10,14 @@ namespace chorus::distribute {
 
 namespace {
 
-// The sharding collectives of the replica context running a backward pass (the tape runs it on
-// the replica's thread, inside strategy.run).
-ShardingCollectives& backward_collectives(const char* node) {
-  ShardingCollectives* sc = sharding_collectives(get_replica_context());
-  CHORUS_REQUIRE(sc != nullptr, FailedPreconditionError, "the gradient of ", node,
+// The replica context running a backward pass (the tape runs it on the replica's thread, inside
+// strategy.run), for its sharding collectives.
+StrategyReplicaContext& backward_collectives(const char* node) {
+  auto* ctx = dynamic_cast<StrategyReplicaContext*>(get_replica_context());
+  CHORUS_REQUIRE(ctx != nullptr, FailedPreconditionError, "the gradient of ", node,
                  " (ZeRO stage 3) must be computed in the replica context that recorded it: call tape.gradient "
                  "inside the same strategy.run");
-  return *sc;
+  return *ctx;
 }
 
 struct Gathered {

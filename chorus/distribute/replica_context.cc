@@ -14,6 +14,7 @@
 #include <chorus/distribute/merge_barrier.h>
 #include <chorus/distribute/overlapped_reduction.h>
 #include <chorus/distribute/parameter_gather.h>
+#include <chorus/distribute/step_policy.h>
 #include <chorus/distribute/strategy.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/shape_ops.h>
@@ -29,7 +30,7 @@ collective::ReduceOp to_collective(ReduceOp op) {
 }  // namespace
 
 StrategyReplicaContext::StrategyReplicaContext(Strategy& strategy, int replica)
-    : strategy_(strategy), replica_(replica) {}
+    : strategy_(strategy), replica_(replica), policy_(std::make_unique<ReplicaStepPolicy>(strategy, this)) {}
 
 DistributionStrategy& StrategyReplicaContext::strategy() const { return strategy_; }
 int StrategyReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
@@ -41,7 +42,14 @@ StrategyReplicaContext::~StrategyReplicaContext() {
   if (worker_ != nullptr && !worker_->idle())
     strategy_.comms_[static_cast<std::size_t>(replica_)]->abort(
         str_cat("replica ", replica_id_in_sync_group(), " is being torn down with all-reduces still queued"));
-  pending_.reset();  // it waits for its buckets through the worker: before the worker goes
+  // Its tasks use this context: they must be done before it goes, even when a gradient sum held
+  // elsewhere keeps the worker itself alive.
+  if (worker_ != nullptr) {
+    try {
+      worker_->drain();
+    } catch (const std::exception&) {  // the failed step already reported it
+    }
+  }
   worker_.reset();
 }
 
@@ -141,30 +149,6 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   if (num_replicas_in_sync() == 1) return values;
   const std::int64_t pack_bytes = pack_bytes_of(options);
   const auto timeout = timeout_of(options, strategy_);
-  // The gradients reduced during the backward pass (overlap), when these are they. Whether to
-  // look is decided from what every replica sees alike (the op, the options, the list's shapes);
-  // whether they are the tape's gradients is each replica's own answer, so the replicas agree on
-  // it first (a 4-byte all-reduce, not counted): one replica that changed its gradients makes
-  // every replica reduce the lists it was given.
-  if (pending_ != nullptr && op == ReduceOp::kSum && pending_->fits(values)) {
-    const CommunicationOptions& defaults = strategy_.communication_options();
-    const bool same_options = pack_bytes == pack_bytes_of(defaults) && timeout == timeout_of(defaults, strategy_) &&
-                              compression == defaults.compression.value_or(Compression::kNone);
-    if (same_options) {
-      Tensor differs = Tensor::scalar<std::int32_t>(pending_->matches(values) ? 0 : 1, "/cpu:0");
-      const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
-      differs = local(differs, device);
-      comm().all_reduce(differs, differs, {.op = collective::ReduceOp::kSum, .timeout = timeout})->wait(timeout);
-      if (differs.item<std::int32_t>() == 0) {
-        std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_);
-        return pending->take();
-      }
-      discard_pending(
-          "the gradients passed to apply_gradients (all_reduce) on some replica are not the ones "
-          "GradientTape::gradient returned there (changed in between — clipped or scaled per replica — or a "
-          "gradient the tape expected did not reach the target)");
-    }
-  }
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   // Packs (distribute/all_reduce_packs.h): the order depends only on the shapes and dtypes, so it
   // is the same on every replica; undefined values stay undefined. Reduced last first, the order
@@ -180,28 +164,20 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   return out;
 }
 
-std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_gradient_reduction(
-    const std::vector<Tensor>& sources) {
-  if (!strategy_.overlaps_gradient_all_reduce() || overlap_off_ || num_replicas_in_sync() == 1) return nullptr;
-  if (skip_next_) {
-    skip_next_ = false;
-    return nullptr;
-  }
-  if (pending_ != nullptr)
-    discard_pending(
-        "a second GradientTape::gradient began before the first one's gradients "
-        "were all-reduced");
-  if (overlap_off_) return nullptr;
+std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_sum(const std::vector<Tensor>& sources) {
+  if (!strategy_.overlaps_gradient_all_reduce() || num_replicas_in_sync() == 1) return nullptr;
   const CommunicationOptions& options = strategy_.communication_options();
   const Compression compression = options.compression.value_or(Compression::kNone);
   if (worker_ == nullptr) {
     const int id = replica_id_in_sync_group();
-    worker_ = std::make_unique<internal::CommWorker>(2000 + id, str_cat("replica ", id, " all-reduce"));
+    worker_ = std::make_shared<internal::CommWorker>(2000 + id, str_cat("replica ", id, " all-reduce"));
   }
   const auto timeout = timeout_of(options, strategy_);
   collective::Communicator* communicator = strategy_.comms_[static_cast<std::size_t>(replica_)].get();
   internal::CommWorker* worker = worker_.get();
-  pending_ = std::make_shared<internal::OverlappedReduction>(
+  // Buckets are launched during the backward pass, on this replica's thread, while this context
+  // lives; the reduction waits for them through the worker it shares, whoever holds it last.
+  return std::make_shared<internal::OverlappedReduction>(
       sources, pack_bytes_of(options), [compression](DType d) { return wire_dtype(d, compression); },
       strategy_.devices_[static_cast<std::size_t>(replica_)],
       [this, communicator, worker, timeout](std::shared_ptr<internal::Pack> pack) {
@@ -209,34 +185,14 @@ std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_gradient_reduct
           reduce_pack(*communicator, ReduceOp::kSum, *pack, timeout, true);
         });
       },
-      [worker](std::uint64_t ticket) { worker->wait(ticket); });
-  return pending_;
+      [shared = worker_](std::uint64_t ticket) { shared->wait(ticket); });
 }
-
-void StrategyReplicaContext::discard_pending(const char* why) {
-  std::shared_ptr<internal::OverlappedReduction> pending = std::move(pending_);
-  if (pending == nullptr) return;
-  pending->abandon();  // a tape still feeding it (a backward pass that all-reduces) launches no more
-  if (worker_ != nullptr) worker_->drain();  // its buckets are in flight everywhere: let them land
-  pending.reset();
-  if (why == nullptr) return;
-  overlap_off_ = true;
-  if (!strategy_.overlap_warned_.exchange(true))
-    CHORUS_LOG(WARNING) << strategy_.name() << ": the gradient all-reduce overlapped with the backward pass was not "
-                        << "used, so the gradients were reduced twice: " << why
-                        << ". Overlap is off from now on for this strategy's replicas. Pass apply_gradients the "
-                           "gradients GradientTape::gradient returned, or build the strategy with "
-                           "overlap_gradient_all_reduce = false.";
-}
-
-void StrategyReplicaContext::drop_gradient_reduction() { discard_pending(nullptr); }
-
-void StrategyReplicaContext::skip_next_gradient_reduction() { skip_next_ = true; }
 
 void StrategyReplicaContext::end_step() {
-  if (pending_ != nullptr) discard_pending("the step ended without all-reducing the gradients of its GradientTape");
   if (worker_ != nullptr) worker_->drain();
 }
+
+StepPolicy& StrategyReplicaContext::step_policy() { return *policy_; }
 
 Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
   CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "all_gather: undefined tensor (replica ", replica_, ")");
@@ -249,13 +205,6 @@ Tensor StrategyReplicaContext::all_gather(const Tensor& value, int axis) {
                  value.shape().to_string());
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   return internal::all_gather_uneven(comm(), local(value, device), a, device, strategy_.timeout());
-}
-
-int StrategyReplicaContext::sharding_stage() const { return strategy_.sharding_stage(); }
-
-std::unique_ptr<ParameterGather> StrategyReplicaContext::gather_parameters(const std::vector<Variable>& weights) {
-  if (strategy_.sharding_stage() < 3) return nullptr;
-  return gather_layer_parameters(*this, weights);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include <chorus/core/distribution.h>
 #include <chorus/core/sharded_variable.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/distribute/all_reduce_packs.h>
 #include <chorus/distribute/communication_options.h>
 
@@ -21,10 +22,9 @@ namespace chorus::distribute {
 class Strategy;
 namespace internal {
 class CommWorker;
-class OverlappedReduction;
 }  // namespace internal
 
-class StrategyReplicaContext final : public ReplicaContext, public ShardingCollectives {
+class StrategyReplicaContext final : public ReplicaContext {
  public:
   // `replica`: the local replica index (0..num_local_replicas()-1) on this process.
   StrategyReplicaContext(Strategy& strategy, int replica);
@@ -46,38 +46,46 @@ class StrategyReplicaContext final : public ReplicaContext, public ShardingColle
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) override;
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values, const CommunicationOptions& options);
   Tensor all_gather(const Tensor& value, int axis) override;
-  // ZeRO (core/sharded_variable.h's ShardingCollectives): the strategy's sharding stage, and the
-  // stage-2 gradient reduce-scatter. Packs follow all_reduce's rule (consecutive values of one
-  // dtype up to the strategy's bytes_per_pack, counted padded; a value that moves directly —
-  // core/sharded_variable.h's kDirectShardBytes — goes alone, as it is) and its compression (a float32 or
-  // float64 pack is cast to the wire dtype, reduce-scattered, cast back); the counters count it.
-  // all_gather_shards writes the weights in place (direct ones are the collective's output; the
-  // others go through one padded pack at a time, bytes_per_pack at most), uncompressed, uncounted.
-  int sharding_stage() const override;
-  using ShardingCollectives::reduce_scatter_shards;
+  // ZeRO's collectives (used by distribute/step_policy.h and parameter_gather.h). Every replica
+  // calls them with the same shapes, dtypes and layouts (core/sharded_variable.h's ShardLayout),
+  // in the same order.
+  //
+  // reduce_scatter_shards: this replica's shard [layouts[i].length(r)] (1-D, r =
+  // replica_id_in_sync_group) of op(values[i] over the replicas), on this replica's device, for
+  // each i; values[i] has any shape of layouts[i].num_elements elements. Packed: consecutive
+  // values of one dtype go in one even-split reduce-scatter, rank-major (each value flattened,
+  // zero-padded to n·c_i and viewed [n, c_i]) up to the strategy's bytes_per_pack (counted
+  // padded), except that a value of at least kDirectShardBytes whose E divides by n goes alone,
+  // as it is (its flat storage already is the rank-major [n, c_i]). Compressed like all_reduce
+  // (a float32 or float64 pack is cast to the wire dtype and back); the counters count it. One
+  // replica: the values flattened. Undefined values are an error. It releases its reference to
+  // each value once packed (or, sent as it is, once its collective finished).
   std::vector<Tensor> reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
-                                            const std::vector<ShardLayout>& layouts) override;
+                                            const std::vector<ShardLayout>& layouts);
+  std::vector<Tensor> reduce_scatter_shards(ReduceOp op, const std::vector<Tensor>& values,
+                                            const std::vector<ShardLayout>& layouts) {
+    return reduce_scatter_shards(op, std::vector<Tensor>(values), layouts);
+  }
+  // The inverse: shards[i] is this replica's [layouts[i].length(r)] of a variable, wholes[i] this
+  // replica's whole storage of it; afterwards every replica's wholes[i] holds every replica's
+  // shards in replica order. In place: a whole of at least kDirectShardBytes whose E divides by n
+  // is the all-gather's output itself; the others go through one padded pack at a time
+  // (bytes_per_pack at most), so the temporary is never the whole model. Uncompressed, uncounted.
   void all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
-                         const std::vector<ShardLayout>& layouts) override;
-  // Stage 3: distribute/parameter_gather.h's gather of a layer's parameters.
-  std::unique_ptr<ParameterGather> gather_parameters(const std::vector<Variable>& weights) override;
+                         const std::vector<ShardLayout>& layouts);
   // Replica `root`'s value on every replica (for ONLY_FIRST_REPLICA variables); root is a
   // replica id in sync group.
   Tensor broadcast(const Tensor& value, int root);
 
-  // Overlap (core/distribution.h's GradientReduction; distribute/overlapped_reduction.h): when
-  // the strategy overlaps (its options' overlap_gradient_all_reduce, ZeRO stage 0 or 1), a
-  // reduction whose buckets this replica's communication thread all-reduces during the
-  // backward pass; all_reduce(kSum, list) with the strategy's options takes its results when the
-  // list is exactly its gradients. Anything else — a list that differs (clipped or scaled per
-  // replica), a reduction never taken by the end of the step, a second one begun first — reduces
-  // as without overlap, logs a warning once and turns overlap off for this replica: its buckets
-  // were reduced for nothing.
-  std::shared_ptr<GradientReduction> begin_gradient_reduction(const std::vector<Tensor>& sources) override;
-  void drop_gradient_reduction() override;
-  void skip_next_gradient_reduction() override;
-  // For Strategy::run_replicas, after the step function returned: drops a reduction nobody took
-  // (as above) and waits for the communication thread, rethrowing its error.
+  // Overlap (distribute/overlapped_reduction.h), for this replica's StepPolicy: when the strategy
+  // overlaps (its options' overlap_gradient_all_reduce, ZeRO stage 0 or 1, more than one
+  // replica), a sum of the gradients of `sources` whose buckets this replica's communication
+  // thread all-reduces during the backward pass; else nullptr.
+  std::shared_ptr<GradientReduction> begin_overlapped_sum(const std::vector<Tensor>& sources);
+  // The step's distribution policy of this replica (distribute/step_policy.h).
+  StepPolicy& step_policy() override;
+  // For Strategy::run_replicas, after the step function returned: waits for the communication
+  // thread (a gradient sum begun and never taken still ran), rethrowing its error.
   void end_step();
   ~StrategyReplicaContext() override;
 
@@ -93,14 +101,11 @@ class StrategyReplicaContext final : public ReplicaContext, public ShardingColle
   // AllReduceCounters.
   void reduce_pack(collective::Communicator& communicator, ReduceOp op, internal::Pack& pack,
                    std::chrono::milliseconds timeout, bool overlapped);
-  // Drops pending_ (waiting for what it launched); `why` non-empty: warns once and turns overlap off.
-  void discard_pending(const char* why);
   Strategy& strategy_;
   int replica_;
-  std::unique_ptr<internal::CommWorker> worker_;  // made at the first overlapped reduction
-  std::shared_ptr<internal::OverlappedReduction> pending_;
-  bool skip_next_ = false;
-  bool overlap_off_ = false;  // a reduction was not taken: no more on this replica
+  // Made at the first overlapped sum; shared with the sums, which wait for their buckets through it.
+  std::shared_ptr<internal::CommWorker> worker_;
+  std::unique_ptr<StepPolicy> policy_;
 };
 
 }  // namespace chorus::distribute

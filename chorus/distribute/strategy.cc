@@ -15,6 +15,7 @@
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/replica_pool.h>
 #include <chorus/distribute/sharded_variable.h>
+#include <chorus/distribute/step_policy.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>
@@ -72,6 +73,11 @@ Strategy::Strategy(std::string name, std::vector<std::string> devices, const Wor
   resolve_devices(std::move(devices));
   choice_ = group.choice;
   if (use_threads) pool_ = std::make_unique<ReplicaPool>(devices_);
+}
+
+StepPolicy& Strategy::step_policy() {
+  if (cross_replica_policy_ == nullptr) cross_replica_policy_ = std::make_unique<ReplicaStepPolicy>(*this, nullptr);
+  return *cross_replica_policy_;
 }
 
 void Strategy::resolve_devices(std::vector<std::string> devices) {

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include <chorus/core/distribution.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/core/tensor.h>
 #include <chorus/core/variable.h>
 #include <chorus/data/dataset.h>
@@ -79,6 +80,9 @@ class Strategy : public DistributionStrategy {
   Strategy& operator=(const Strategy&) = delete;
 
   std::string name() const override { return name_; }
+  // The step policy for a one-replica strategy's updates in cross-replica context (inside
+  // scope(), outside run); each replica's own is its StrategyReplicaContext's.
+  StepPolicy& step_policy() override;
   // All replicas of all workers (MultiWorkerMirroredStrategy: workers × local devices).
   int num_replicas_in_sync() const override { return static_cast<int>(devices_.size()) * num_workers_; }
   // This process's replica devices, in local replica order.
@@ -257,7 +261,7 @@ class Strategy : public DistributionStrategy {
   bool broken_ = false;  // a step failed: rebuild communicators before the next
   bool overlap_ = false;
   std::string overlap_reason_;
-  std::atomic<bool> overlap_warned_{false};  // replica_context.cc's warning, once per strategy
+  std::unique_ptr<StepPolicy> cross_replica_policy_;  // made by the first step_policy()
 };
 
 // The strategy of the calling thread (tf.distribute.get_strategy()): the innermost scope's or

@@ -4,7 +4,7 @@
 
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
-#include <chorus/core/sharded_variable.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
 
@@ -73,12 +73,9 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
   timeline::ScopeName scope(name_);
   timeline::Span span("forward", name_);
   // ZeRO stage 3 (FSDP): this layer's sharded parameters are gathered for the call and freed
-  // after it (distribute/parameter_gather.h); nullptr at other stages and for layers without them.
+  // after it (the step policy's, core/step_policy.h); nullptr at other stages.
   std::unique_ptr<ParameterGather> gathered;
-  if (!weights_.empty())
-    if (ShardingCollectives* sc = sharding_collectives(get_replica_context());
-        sc != nullptr && sc->sharding_stage() >= 3)
-      gathered = sc->gather_parameters(weights_);
+  if (!weights_.empty()) gathered = step_policy().gather_parameters(weights_);
   // Keras's autocast: floating inputs in the compute dtype, other dtypes (ids, masks) as given.
   const Tensor y = is_floating(x.dtype()) && x.dtype() != compute_dtype()
                        ? call(ops::cast(x, compute_dtype()), training)

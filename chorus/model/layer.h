@@ -24,7 +24,7 @@
 //
 // ZeRO stage 3 (distribute/sharding_options.h): in a replica context of a strategy at stage 3,
 // operator() gathers the layer's own sharded parameters in one collective before call() and frees
-// them after it (ShardingCollectives::gather_parameters, distribute/parameter_gather.h); read them
+// them after it (StepPolicy::gather_parameters, core/step_policy.h); read them
 // in call() (read_weight / value()) — a layer that keeps a weight's value beyond its call must
 // not use it after the call.
 #pragma once

@@ -148,17 +148,29 @@ std::int64_t global_rows(const distribute::PerReplica<data::Element>& batch) {
 
 }  // namespace
 
-Tensor Model::forward_step(const data::Element& e, bool training, std::int64_t rows) {
-  const Tensor& x = e[0];
-  const Tensor& y = e[1];
-  Tensor pred = (*this)(x, training);
+Tensor Model::compute_loss(const Tensor& y, Tensor y_pred) {
   // Loss and metrics in float32 (Keras's losses cast y_pred to their float32 dtype): a 16-bit
   // output layer under a mixed policy would otherwise round the loss and its gradient's start.
-  if (pred.dtype() == DType::kFloat16 || pred.dtype() == DType::kBFloat16) pred = ops::cast(pred, DType::kFloat32);
-  Tensor per_example = loss_->per_example(y, pred);
+  if (y_pred.dtype() == DType::kFloat16 || y_pred.dtype() == DType::kBFloat16)
+    y_pred = ops::cast(y_pred, DType::kFloat32);
+  Tensor per_example = loss_->per_example(y, y_pred);
   loss_metric_->add(per_example);
-  for (auto& m : metrics_) m->update_state(y, pred);
-  return losses::compute_average_loss(per_example, rows);
+  for (auto& m : metrics_) m->update_state(y, y_pred);
+  return losses::compute_average_loss(per_example, global_batch_rows_);
+}
+
+void Model::train_step(const data::Element& batch) {
+  const std::vector<Variable> vars = trainable_variables();
+  optimizers::Gradients gradients;
+  {
+    ops::GradientTape tape;
+    Tensor loss = compute_loss(batch[1], (*this)(batch[0], true));
+    // Zeros (not "none") for a replica whose slice is empty, so every replica sums the same list.
+    gradients = optimizer_->compute_gradients(loss, vars, tape, ops::UnconnectedGradients::kZero);
+  }
+  // The optimizer holds the only references to the local gradients: it releases each as soon as
+  // it is done with it (at ZeRO stage 2, during the reduce-scatter).
+  optimizer_->apply_gradients(std::move(gradients));
 }
 
 History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
@@ -235,26 +247,13 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
         slots_built = true;
       }
       const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
-      const std::vector<Variable> vars = trainable_variables();
+      global_batch_rows_ = rows;
       try {
         timeline::Span step_span("step", "train step", str_cat("\"epoch\": ", epoch + 1, ", \"step\": ", step + 1));
         strategy.run(
             [&](const data::Element& e) {
               profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
-              optimizers::GradsAndVars gv;
-              {
-                ops::GradientTape tape;
-                Tensor loss = forward_step(e, true, rows);
-                // Zeros (not "none") for a replica whose slice is empty, so every replica all-reduces
-                // the same list.
-                // get_scaled_loss/get_unscaled_gradients: the identity, or a LossScaleOptimizer's scaling.
-                std::vector<Tensor> grads = optimizer_->get_unscaled_gradients(
-                    tape.gradient(optimizer_->get_scaled_loss(loss), vars, Tensor(), ops::UnconnectedGradients::kZero));
-                for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
-              }
-              // The optimizer holds the only references to the local gradients: it releases each
-              // as soon as it is done with it (at ZeRO stage 2, during the reduce-scatter).
-              optimizer_->apply_gradients(std::move(gv));
+              train_step(e);
             },
             *batch);
       } catch (const std::bad_alloc&) {
@@ -308,8 +307,8 @@ std::map<std::string, double> Model::evaluate(const data::Dataset& dataset, int 
   while (auto batch = it.next()) {
     require_xy((*batch)[0], "evaluate");
     if (!built_) build((*batch)[0][0].shape());
-    const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
-    strategy.run([&](const data::Element& e) { forward_step(e, false, rows); }, *batch);
+    global_batch_rows_ = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
+    strategy.run([&](const data::Element& e) { (void)compute_loss(e[1], (*this)(e[0], false)); }, *batch);
     ++steps;
   }
   std::map<std::string, double> out = logs("", /*all_workers=*/true);

@@ -108,6 +108,14 @@ class Model : public train::Trackable {
   // (collective::set_process_failure): if the process then leaves, its goodbye carries the message
   // and the other workers' collectives raise at once instead of waiting for their timeout.
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
+  // Keras's Model.train_step(data): one training step on this replica's slice `batch` = (x, y) of
+  // the global batch. fit (and so chorus-train) runs it on every replica, inside strategy.run
+  // (replica context), between the timeline's "train step" span's ends. The default: the forward
+  // pass, compute_loss, Optimizer::compute_gradients (the gradients' sum over the replicas begun
+  // during the backward pass when the strategy overlaps), Optimizer::apply_gradients. Override it
+  // for a custom step (a second loss, gradient surgery, a GAN's two optimizers); every replica
+  // must make the same collectives in the same order (SPMD), as in strategy.run.
+  virtual void train_step(const data::Element& batch);
   // Mean per-example loss and metrics over the dataset: {"loss", "accuracy", ...}.
   std::map<std::string, double> evaluate(const data::Dataset& dataset, int verbose = 0);
   // Outputs for every x of the dataset (elements (x) or (x, y)), concatenated in order.
@@ -152,13 +160,19 @@ class Model : public train::Trackable {
   void stop_after_this_step() { stop_now_ = true; }
 
  protected:
+  // Keras's compute_loss for train_step: the compiled loss of (y, y_pred) per example, added to
+  // the running loss and metrics fit reports, averaged over the global batch (every replica's and
+  // worker's rows: losses::compute_average_loss), so that the sum over the replicas of the
+  // gradients is the gradient of the global mean. A 16-bit y_pred is cast to float32 first.
+  Tensor compute_loss(const Tensor& y, Tensor y_pred);
+  // The rows of the global batch of the step that fit or evaluate runs now (all replicas and workers).
+  std::int64_t global_batch_size() const { return global_batch_rows_; }
   // Registers a sub-layer: unique name, weight prefix. Returns it.
   layers::LayerPtr track(layers::LayerPtr layer);
   virtual Tensor call(const Tensor& x, bool training) = 0;
 
  private:
   History fit_impl(const data::Dataset& dataset, const FitOptions& options);
-  Tensor forward_step(const data::Element& e, bool training, std::int64_t global_rows);
   void reset_metrics();
   // The loss and metrics so far: this worker's (per-batch callbacks), or summed over every worker
   // (all_workers: a collective every worker calls; epoch ends and evaluate).
@@ -170,6 +184,7 @@ class Model : public train::Trackable {
   bool built_ = false;
   std::optional<std::pair<int, std::int64_t>> resume_;  // set_resume_point, consumed by fit
   bool stop_now_ = false;
+  std::int64_t global_batch_rows_ = 0;  // global_batch_size()
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
   std::shared_ptr<metrics::Mean> loss_metric_;
@@ -177,7 +192,7 @@ class Model : public train::Trackable {
   Shape built_input_;
 };
 
-class Sequential final : public Model {
+class Sequential : public Model {
  public:
   explicit Sequential(std::vector<layers::LayerPtr> layers = {}, std::string name = "sequential");
   void add(layers::LayerPtr layer);

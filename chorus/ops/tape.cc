@@ -8,6 +8,7 @@
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/core/sharded_variable.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
 
@@ -83,23 +84,35 @@ GradientTape::StopRecording::StopRecording(GradientTape& tape) : tape_(tape), wa
 GradientTape::StopRecording::~StopRecording() { tape_.impl_->recording = was_; }
 
 namespace {
-// The tape's gradient (GradientTape::gradient). With a replica context in `overlap` that begins a
-// reduction, each source's gradient is handed to it as soon as it is final.
-// `overlap`: the replica context to ask for a GradientReduction (core/distribution.h), or nullptr.
+// The tensors a tape differentiates for `sources`.
+std::vector<Tensor> variable_sources(const std::vector<Variable>& sources) {
+  std::vector<Tensor> values;
+  values.reserve(sources.size());
+  for (const Variable& v : sources) {
+    CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "GradientTape::gradient: a source variable is undefined");
+    // A non-trainable variable the user watched is watched through its value's id.
+    values.push_back(gradient_source(v));
+  }
+  return values;
+}
+
+// The tape's gradient (GradientTape::gradient). With a step policy in `overlap` that begins a
+// sum (StepPolicy::begin_gradient_sum, core/step_policy.h), each source's gradient is handed to it
+// as soon as it is final, and the sum is stored in *sum.
 std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
                                      const Tensor& output_gradient, UnconnectedGradients unconnected,
-                                     ReplicaContext* overlap);
+                                     StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum);
 }  // namespace
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                            const Tensor& output_gradient, UnconnectedGradients unconnected) {
-  return compute_gradient(*impl_, target, sources, output_gradient, unconnected, nullptr);
+  return compute_gradient(*impl_, target, sources, output_gradient, unconnected, nullptr, nullptr);
 }
 
 namespace {
 std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
                                      const Tensor& output_gradient, UnconnectedGradients unconnected,
-                                     ReplicaContext* overlap) {
+                                     StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum) {
   im.check_thread("gradient");
   CHORUS_REQUIRE(!im.used || im.persistent, FailedPreconditionError,
                  "GradientTape::gradient can only be called once on a non-persistent tape "
@@ -160,7 +173,8 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
         expected[i] = s;
     }
     // Asked only now, with the arguments valid: a reduction, once begun, expects every gradient.
-    reduction = overlap->begin_gradient_reduction(expected);
+    reduction = overlap->begin_gradient_sum(expected);
+    *sum = reduction;
   }
   // Tensors whose gradient can reach a source: the sources, then (in recording order) the
   // outputs of every node with such an input. A node's gradient function is told which of its
@@ -293,22 +307,22 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources,
                                            const Tensor& output_gradient, UnconnectedGradients unconnected) {
-  std::vector<Tensor> values;
-  values.reserve(sources.size());
-  for (const Variable& v : sources) {
-    CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "GradientTape::gradient: a source variable is undefined");
-    // A non-trainable variable the user watched is watched through its value's id.
-    values.push_back(gradient_source(v));
-  }
-  // Overlap (core/distribution.h's GradientReduction): in a replica context, when no other tape
-  // records this backward pass (a gradient of a gradient is not what apply_gradients reduces). A
-  // spent non-persistent tape cannot differentiate anything more, so it does not count: of a GAN
-  // step's two tapes, the one asked second overlaps.
-  ReplicaContext* ctx = get_replica_context();
-  if (ctx != nullptr)
+  return compute_gradient(*impl_, target, variable_sources(sources), output_gradient, unconnected, nullptr, nullptr);
+}
+
+GradientsAndSum GradientTape::gradient_and_sum(const Tensor& target, const std::vector<Variable>& sources,
+                                               const Tensor& output_gradient, UnconnectedGradients unconnected) {
+  const std::vector<Tensor> values = variable_sources(sources);
+  // Overlap, in a replica context, when no other tape records this backward pass (a gradient of a
+  // gradient is not what apply_gradients sums). A spent non-persistent tape cannot differentiate
+  // anything more, so it does not count.
+  StepPolicy* policy = get_replica_context() != nullptr ? &step_policy() : nullptr;
+  if (policy != nullptr)
     for (const Impl* tape : t_tapes)
-      if (tape != impl_.get() && tape->recording && (tape->persistent || !tape->used)) ctx = nullptr;
-  return compute_gradient(*impl_, target, values, output_gradient, unconnected, ctx);
+      if (tape != impl_.get() && tape->recording && (tape->persistent || !tape->used)) policy = nullptr;
+  GradientsAndSum out;
+  out.gradients = compute_gradient(*impl_, target, values, output_gradient, unconnected, policy, &out.sum);
+  return out;
 }
 
 std::vector<std::string> GradientTape::unconnected_names(const std::vector<Variable>& vars,

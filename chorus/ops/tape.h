@@ -40,12 +40,20 @@
 #include <string_view>
 #include <vector>
 
+#include <chorus/core/distribution.h>
 #include <chorus/core/tensor.h>
 #include <chorus/core/variable.h>
 
 namespace chorus::ops {
 
 enum class UnconnectedGradients { kNone, kZero };
+
+// What GradientTape::gradient_and_sum returns: this replica's gradients, and their sum over the
+// replicas begun during the backward pass (nullptr when the strategy does not overlap).
+struct GradientsAndSum {
+  std::vector<Tensor> gradients;
+  std::shared_ptr<GradientReduction> sum;
+};
 
 class GradientTape {
  public:
@@ -63,6 +71,16 @@ class GradientTape {
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
                                const Tensor& output_gradient = Tensor(),
                                UnconnectedGradients unconnected = UnconnectedGradients::kNone);
+
+  // gradient(target, sources), and — in a replica context whose strategy overlaps the gradient
+  // all-reduce with the backward pass (DDP's reducer), when no other tape records this backward
+  // pass — the gradients' sum over the replicas, computed in buckets as each gradient becomes
+  // final (the step policy's begin_gradient_sum, core/step_policy.h). Hand it to
+  // Optimizer::apply_gradients with the unchanged gradients (Optimizer::compute_gradients does
+  // this for you). Every replica must call it alike.
+  GradientsAndSum gradient_and_sum(const Tensor& target, const std::vector<Variable>& sources,
+                                   const Tensor& output_gradient = Tensor(),
+                                   UnconnectedGradients unconnected = UnconnectedGradients::kNone);
 
   // Names of `vars` whose gradient in `grads` is undefined, for messages like Keras's
   // "Gradients do not exist for variables ['dense/bias'] when minimizing the loss".

@@ -71,9 +71,6 @@ std::int64_t LossScaleOptimizer::dynamic_counter() const {
 
 Tensor LossScaleOptimizer::get_scaled_loss(const Tensor& loss) const {
   CHORUS_REQUIRE(loss.defined(), InvalidArgumentError, "LossScaleOptimizer.get_scaled_loss: the loss is undefined");
-  // The gradients are unscaled on each replica before apply_gradients all-reduces them, so an
-  // all-reduce overlapped with the backward pass could not be used (docs/overlap.md).
-  if (ReplicaContext* ctx = get_replica_context()) ctx->skip_next_gradient_reduction();
   return ops::mul(loss, scale_for(current_loss_scale_, loss));
 }
 
@@ -85,9 +82,9 @@ std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(std::vector<Tenso
 }
 
 bool LossScaleOptimizer::update_loss_scale(const std::vector<Tensor>& summed_gradients) {
-  // The same answer on every replica: the gradients are the all-reduced ones — or, at ZeRO stage 2,
-  // this replica's shards followed by a scalar that is NaN when any replica's shard is not finite
-  // (Optimizer::apply_gradients_with), which makes every replica's check fail alike.
+  // The same answer on every replica: the gradients are the summed ones — or, when some are this
+  // replica's slices (ZeRO), followed by a scalar that is NaN when any replica's slice is not
+  // finite (Optimizer::after_summing), which makes every replica's check fail alike.
   bool finite = true;
   for (const Tensor& g : summed_gradients) finite = finite && (!g.defined() || ops::all_finite(g));
   if (!options_.dynamic) return finite;
@@ -110,13 +107,17 @@ bool LossScaleOptimizer::update_loss_scale(const std::vector<Tensor>& summed_gra
 }
 
 void LossScaleOptimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
-  inner_->apply_gradients_with(grads_and_vars,
+  inner_->apply_gradients_with(grads_and_vars, nullptr,
                                [this](std::vector<Tensor>& summed) { return update_loss_scale(summed); });
 }
 
 void LossScaleOptimizer::apply_gradients(GradsAndVars&& grads_and_vars) {
-  inner_->apply_gradients_with(std::move(grads_and_vars),
+  inner_->apply_gradients_with(std::move(grads_and_vars), nullptr,
                                [this](std::vector<Tensor>& summed) { return update_loss_scale(summed); });
+}
+
+void LossScaleOptimizer::apply_gradients(Gradients&& gradients) {
+  apply_gradients(std::move(gradients.grads_and_vars));
 }
 
 std::vector<Variable> LossScaleOptimizer::variables() const {

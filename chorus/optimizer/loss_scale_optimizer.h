@@ -77,6 +77,9 @@ class LossScaleOptimizer final : public Optimizer {
   std::vector<Tensor> get_unscaled_gradients(std::vector<Tensor> grads) const override;
   void apply_gradients(const GradsAndVars& grads_and_vars) override;
   void apply_gradients(GradsAndVars&& grads_and_vars) override;
+  // compute_gradients begins no sum here (sums_during_backward): the gradients are unscaled on
+  // each replica first. A sum passed anyway is not used.
+  void apply_gradients(Gradients&& gradients) override;
 
   void build(const std::vector<Variable>& vars) override { inner_->build(vars); }
   double learning_rate() const override { return inner_->learning_rate(); }
@@ -100,6 +103,7 @@ class LossScaleOptimizer final : public Optimizer {
  protected:
   std::vector<std::string> slot_names_impl() const override { return inner_->slot_names(); }
   void update_step(const Tensor&, Tensor&, std::vector<Tensor>&, const Step&) override;
+  bool sums_during_backward() const override { return false; }
   std::string config_fields() const override { return ""; }
 
  private:

@@ -13,6 +13,7 @@
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/sharded_variable.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/core/strings.h>
 #include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
@@ -99,85 +100,47 @@ void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) 
                  "' is an ON_READ variable; optimizers update ON_WRITE (mirrored) variables only");
 }
 
-// One variable updated shard-wise (sharded slots, ZeRO stage 1): `whole` is this replica's
-// component of the variable, `shard` the updated copy of this replica's slice of it.
-struct ShardedUpdate {
-  Tensor whole;
-  Tensor shard;
-  ShardLayout layout;
-};
-
-// Brings every replica's updated shards into each replica's whole weight: the strategy's
-// ShardingCollectives::all_gather_shards, in place (a collective: every replica calls it with the
-// same variables, in the same order). Sharded slots exist only under a strategy whose replica
-// context implements it; without one there is a single replica (a one-replica strategy in
-// cross-replica context), whose shard is the whole.
-void gather_shards(ReplicaContext* ctx, const std::vector<ShardedUpdate>& updates) {
-  if (updates.empty()) return;
-  if (ShardingCollectives* sc = sharding_collectives(ctx)) {
-    std::vector<Tensor> shards, wholes;
-    std::vector<ShardLayout> layouts;
-    for (const ShardedUpdate& u : updates) {
-      shards.push_back(u.shard);
-      wholes.push_back(u.whole);
-      layouts.push_back(u.layout);
-    }
-    sc->all_gather_shards(shards, wholes, layouts);
-    return;
-  }
-  for (const ShardedUpdate& u : updates) {
-    CHORUS_ENFORCE(u.layout.num_shards == 1, "sharded update over ", u.layout.num_shards,
-                   " replicas without the strategy's sharding collectives");
-    Tensor whole = u.whole;
-    if (u.layout.num_elements > 0) whole.copy_from(ops::reshape(u.shard, whole.shape().dims()));  // update_in_place
-  }
-}
-
-// ZeRO stage 3: `v`'s sharded view when it is a parameter stored as shards (its value() is
-// gathered; the optimizer updates local_shard()), else nullptr.
+// ZeRO stage 3: `v`'s sharded view when it is a parameter stored as shards (its gradient is this
+// replica's shard of the sum, GradientTape's), else nullptr.
 const ShardedVariable* sharded_parameter(const Variable& v) {
   const ShardedVariable* s = as_sharded(v);
   return s != nullptr && s->gathers_parameters() ? s : nullptr;
 }
 
-// ZeRO stage 2: whether `ctx` belongs to a strategy whose gradients are reduce-scattered.
-bool reduces_to_shards(ReplicaContext* ctx) {
-  const ShardingCollectives* sc = sharding_collectives(ctx);
-  return sc != nullptr && sc->sharding_stage() >= 2;
-}
-
-// Stage 2's finite check for a LossScaleOptimizer: Σ (g − g) over this replica's shards in
-// float64, summed over the replicas — 0 when every element of every replica's shards is finite,
-// NaN otherwise (inf − inf and NaN − NaN are NaN), the same bits on every replica.
-Tensor shared_finite_probe(ReplicaContext* ctx, const std::vector<Tensor>& shards) {
+// The finite check shared by the replicas when some gradients are this replica's slices:
+// Σ (g − g) over the slices in float64, summed over the replicas (the policy's sum_partials) — 0
+// when every element of every replica's slices is finite, NaN otherwise (inf − inf and NaN − NaN
+// are NaN), the same bits on every replica. No collective when this replica holds no slice (then
+// no replica does).
+Tensor shared_finite_probe(StepPolicy& policy, const std::vector<Tensor>& slices) {
   Tensor total;
-  for (const Tensor& g : shards) {
+  for (const Tensor& g : slices) {
     Tensor s = ops::reduce_sum(ops::cast(ops::sub(g, g), DType::kFloat64));
     total =
         total.defined() ? ops::add(total, s.device_name() == total.device_name() ? s : s.to(total.device_name())) : s;
   }
   if (!total.defined()) return Tensor::scalar<double>(0.0);
-  return ctx->all_reduce(ReduceOp::kSum, total);
+  return policy.sum_partials(total);
 }
 
 // check_numerics (optimizer.h): throws, on every replica alike, when a summed gradient holds NaN
-// or Inf. `is_shard` (stage 2) marks the gradients that are this replica's shards: their check is
+// or Inf. `slice` (when some gradient is sliced) marks this replica's slices: their check is
 // shared through shared_finite_probe; whole gradients are the same bits everywhere. The variable
-// named is the first, in the list's order, whose gradient (or this replica's shard of it) is bad.
+// named is the first, in the list's order, whose gradient (or this replica's slice of it) is bad.
 void check_gradients_finite(const std::string& who, const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
-                            const std::vector<char>* is_shard, ReplicaContext* ctx, const Variable& iterations) {
+                            const std::vector<char>* slice, StepPolicy& policy, const Variable& iterations) {
   bool finite;
-  if (is_shard != nullptr) {
-    std::vector<Tensor> shards, whole;
-    for (std::size_t i = 0; i < grads.size(); ++i) ((*is_shard)[i] ? shards : whole).push_back(grads[i]);
-    const double probe = shared_finite_probe(ctx, shards).to("/CPU:0").item<double>();
+  if (slice != nullptr) {
+    std::vector<Tensor> slices, whole;
+    for (std::size_t i = 0; i < grads.size(); ++i) ((*slice)[i] ? slices : whole).push_back(grads[i]);
+    const double probe = shared_finite_probe(policy, slices).to("/CPU:0").item<double>();
     finite = std::isfinite(probe) && ops::all_finite(whole);
   } else {
     finite = ops::all_finite(grads);
   }
   if (finite) return;
   const std::int64_t step = iterations.value().to("/CPU:0").item<std::int64_t>() + 1;
-  std::string culprit = "a shard of a gradient that another replica holds (ZeRO stage 2)";
+  std::string culprit = "a slice of a gradient that another replica holds (ZeRO)";
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!ops::all_finite(grads[i])) {
       culprit = chorus::internal::str_cat("the gradient of variable '", vars[i].name(), "'");
@@ -191,45 +154,41 @@ void check_gradients_finite(const std::string& who, const std::vector<Tensor>& g
       "gradients (clipnorm)"));
 }
 
-// Stage 2's clipping: `grads[i]` is this replica's shard of variable i's summed gradient when
-// `is_shard[i]`, else the whole summed gradient (identical on every replica). clipvalue is
-// elementwise; clipnorm and global_clipnorm need whole norms: each replica's float64 sums of
-// squares of its shards, ONE all-reduce of them ([V]: one per sharded gradient, then their
-// total), plus the whole gradients' own sums. A collective: every replica calls it alike.
-std::vector<Tensor> clip_shards(const CommonOptions& common, std::vector<Tensor> grads,
-                                const std::vector<char>& is_shard, ReplicaContext* ctx) {
+// Clipping when some gradients are this replica's slices of their sums (`slice[i]`), the others
+// whole sums (identical on every replica). clipvalue is elementwise; clipnorm and global_clipnorm
+// need whole norms: each replica's float64 sums of squares of its slices, ONE sum over the
+// replicas of them ([V]: one per sliced gradient), plus the whole gradients' own sums.
+std::vector<Tensor> clip_slices(const CommonOptions& common, std::vector<Tensor> grads, const std::vector<char>& slice,
+                                StepPolicy& policy) {
   if (common.clipvalue) {
     for (Tensor& g : grads) g = clip_by_value(g, -*common.clipvalue, *common.clipvalue);
     return grads;
   }
   if (!common.clipnorm && !common.global_clipnorm) return grads;
-  std::vector<std::size_t> sharded;
+  std::vector<std::size_t> sliced;
   std::vector<Tensor> partial;
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!is_shard[i]) continue;
-    sharded.push_back(i);
+    if (!slice[i]) continue;
+    sliced.push_back(i);
     Tensor p = ops::reshape(sum_of_squares(grads[i]), {1});
     if (!partial.empty() && p.device_name() != partial[0].device_name()) p = p.to(partial[0].device_name());
     partial.push_back(p);
   }
-  Tensor sums;  // [V] float64: the whole sums of squares of the sharded gradients
-  if (!partial.empty()) {
-    Tensor local = partial.size() == 1 ? partial[0] : ops::concat(partial, 0);
-    sums = ctx->all_reduce(ReduceOp::kSum, local);
-  }
+  Tensor sums;  // [V] float64: the whole sums of squares of the sliced gradients
+  if (!partial.empty()) sums = policy.sum_partials(partial.size() == 1 ? partial[0] : ops::concat(partial, 0));
   if (common.clipnorm) {
-    for (std::size_t k = 0; k < sharded.size(); ++k) {
-      const std::size_t i = sharded[k];
+    for (std::size_t k = 0; k < sliced.size(); ++k) {
+      const std::size_t i = sliced[k];
       const Tensor norm = ops::sqrt(ops::reshape(ops::slice(sums, {static_cast<std::int64_t>(k)}, {1}), {}));
       grads[i] = clip_by_norm(grads[i], *common.clipnorm, norm);
     }
     for (std::size_t i = 0; i < grads.size(); ++i)
-      if (!is_shard[i]) grads[i] = clip_by_norm(grads[i], *common.clipnorm);
+      if (!slice[i]) grads[i] = clip_by_norm(grads[i], *common.clipnorm);
     return grads;
   }
   Tensor total = sums.defined() ? ops::reduce_sum(sums) : Tensor();
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (is_shard[i] || !grads[i].defined()) continue;
+    if (slice[i] || !grads[i].defined()) continue;
     Tensor s = sum_of_squares(grads[i]);
     if (!total.defined()) {
       total = s;
@@ -427,36 +386,46 @@ std::vector<Tensor> Optimizer::clip(std::vector<Tensor> grads) const {
   return grads;
 }
 
-Tensor Optimizer::get_scaled_loss(const Tensor& loss) const {
-  // Called before the tape's gradient. With gradient accumulation no apply all-reduces the tape's
-  // gradients as they are (a micro-step adds them up; the N-th reduces the mean of the sum), so
-  // the tape need not start the overlapped all-reduce (core/distribution.h's GradientReduction).
-  if (accumulation_steps() > 1)
-    if (ReplicaContext* ctx = get_replica_context()) ctx->skip_next_gradient_reduction();
-  return loss;
+Tensor Optimizer::get_scaled_loss(const Tensor& loss) const { return loss; }
+
+bool Optimizer::sums_during_backward() const {
+  // With gradient accumulation no apply sums the tape's gradients as they are (a micro-step adds
+  // them up; the N-th sums the mean of the sum).
+  return accumulation_steps() == 1;
 }
 
-void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) { apply_gradients_with(grads_and_vars, {}); }
-
-void Optimizer::apply_gradients(GradsAndVars&& grads_and_vars) { apply_gradients_with(std::move(grads_and_vars), {}); }
-
-void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAggregation& after_aggregation) {
-  timeline::Span span("optimizer", name_);  // core/timeline.h
-  ReplicaContext* ctx = get_replica_context();
-  if (ctx == nullptr) {
-    const DistributionStrategy& s = get_strategy();
-    CHORUS_REQUIRE(s.num_replicas_in_sync() == 1, InvalidArgumentError, name_,
-                   ".apply_gradients() cannot be called in cross-replica context of ", s.name(), " (",
-                   s.num_replicas_in_sync(),
-                   " replicas). Use `strategy.run(fn)` to enter replica context and call it there: each replica "
-                   "passes its own gradients, which are summed across replicas before the update");
-  }
-
-  // 1–2. Validate everything before any collective; drop undefined gradients.
+Gradients Optimizer::compute_gradients(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape,
+                                       ops::UnconnectedGradients unconnected) {
+  const Tensor target = get_scaled_loss(loss);
+  Gradients out;
   std::vector<Tensor> grads;
-  std::vector<Variable> vars;
+  if (sums_during_backward()) {
+    ops::GradientsAndSum gs = tape.gradient_and_sum(target, vars, Tensor(), unconnected);
+    grads = std::move(gs.gradients);
+    out.sum = std::move(gs.sum);
+  } else {
+    grads = get_unscaled_gradients(tape.gradient(target, vars, Tensor(), unconnected));
+  }
+  out.grads_and_vars.reserve(vars.size());
+  for (std::size_t i = 0; i < vars.size(); ++i) out.grads_and_vars.emplace_back(std::move(grads[i]), vars[i]);
+  return out;
+}
+
+void Optimizer::apply_gradients(const GradsAndVars& grads_and_vars) {
+  apply_gradients_with(grads_and_vars, nullptr, {});
+}
+
+void Optimizer::apply_gradients(GradsAndVars&& grads_and_vars) {
+  apply_gradients_with(std::move(grads_and_vars), nullptr, {});
+}
+
+void Optimizer::apply_gradients(Gradients&& gradients) {
+  apply_gradients_with(std::move(gradients.grads_and_vars), std::move(gradients.sum), {});
+}
+
+void Optimizer::validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std::vector<Tensor>& grads,
+                         std::vector<Variable>& vars) const {
   std::vector<std::string> missing;
-  std::vector<std::size_t> positions;  // of each kept gradient in grads_and_vars
   std::unordered_set<const VariableBase*> seen;
   for (std::size_t i = 0; i < grads_and_vars.size(); ++i) {
     const auto& [g, v] = grads_and_vars[i];  // `g` is released below, once every pair is valid
@@ -486,211 +455,163 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, const AfterAgg
                      ", but the variable has shape ", v.shape().to_string(), " and dtype ", dtype_name(v.dtype()),
                      "; a gradient must have its variable's shape and dtype");
     }
-    grads.push_back(ops::stop_gradient(g));
-    vars.push_back(v);
-    positions.push_back(i);
   }
-  if (vars.empty()) {
+  if (missing.size() == grads_and_vars.size()) {
     throw InvalidArgumentError(str_cat("No gradients provided for any variable: [", join(missing, kQuoted), "] (",
                                        name_, ".apply_gradients got ", grads_and_vars.size(), " pairs)"));
   }
   // `grads` holds the only references this call keeps (the caller's, when it moved them in, go
-  // here): each is released when the collectives of step 3 are done with it.
-  for (auto& pair : grads_and_vars) pair.first = Tensor();
+  // here): each is released when the step policy's collectives are done with it.
+  grads.reserve(grads_and_vars.size());
+  vars.reserve(grads_and_vars.size());
+  for (auto& [g, v] : grads_and_vars) {
+    grads.push_back(g.defined() ? ops::stop_gradient(g) : Tensor());
+    vars.push_back(v);
+    g = Tensor();
+  }
   check_replicated(iterations_, ctx, "the optimizer's iterations variable");
   if (!missing.empty() && !state_->warned_missing.exchange(true)) {
     CHORUS_LOG(WARNING) << "Gradients do not exist for variables [" << join(missing, kQuoted) << "]"
                         << " when minimizing the loss. If using `model.compile()`, did you forget to provide a "
                            "`loss` argument?";
   }
+}
 
-  // 2b. Gradient accumulation (optimizer.h, "Gradient accumulation"): add to the accumulators and
-  // stop, except on every N-th call, which goes on with the mean. No collective before that.
-  if (const int n = accumulation_steps(); n > 1) {
-    // A loop that did not call get_scaled_loss may have begun an overlapped all-reduce: none of
-    // these gradients is reduced as it is (above), so drop it and begin none for the next call.
-    if (ctx != nullptr) {
-      ctx->drop_gradient_reduction();
-      ctx->skip_next_gradient_reduction();
-    }
-    build(vars);
-    Tensor counter = iterations_.value();
-    const bool update = (counter.item<std::int64_t>() + 1) % n == 0;
-    for (std::size_t i = 0; i < vars.size(); ++i) {
-      const State::Entry* e = state_->find(vars[i]);
-      CHORUS_ENFORCE(e != nullptr && e->accumulator.defined(), "no accumulator for ", vars[i].name());
-      Tensor acc = accumulator_part(e->accumulator, ctx);
-      Tensor g = std::move(grads[i]);
-      if (g.device_name() != acc.device_name()) g = g.to(acc.device_name());
-      if (!update) {
-        acc.add_inplace(g);
-        continue;
-      }
-      grads[i] = ops::div(ops::add(g, acc), ops::scalar_like(g, static_cast<double>(n)));
-      update_in_place(acc, Tensor::zeros(acc.shape(), acc.dtype(), acc.device_name()));
-    }
+bool Optimizer::accumulate(std::vector<Tensor>& grads, const std::vector<Variable>& vars, ReplicaContext* ctx) {
+  const int n = accumulation_steps();
+  Tensor counter = iterations_.value();
+  const bool update = (counter.item<std::int64_t>() + 1) % n == 0;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const State::Entry* e = state_->find(vars[i]);
+    CHORUS_ENFORCE(e != nullptr && e->accumulator.defined(), "no accumulator for ", vars[i].name());
+    Tensor acc = accumulator_part(e->accumulator, ctx);
+    Tensor g = std::move(grads[i]);
+    if (g.device_name() != acc.device_name()) g = g.to(acc.device_name());
     if (!update) {
-      counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
-      return;
+      acc.add_inplace(g);
+      continue;
     }
+    grads[i] = ops::div(ops::add(g, acc), ops::scalar_like(g, static_cast<double>(n)));
+    update_in_place(acc, Tensor::zeros(acc.shape(), acc.dtype(), acc.device_name()));
   }
+  if (!update) counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+  return update;
+}
 
-  // 3. One packed all-reduce of every gradient (the default replica context returns its input).
-  // ZeRO stage 2: the slots come first (a merge_call), since whose gradients are reduce-scattered
-  // depends on them: the gradients of variables with sharded slots go through ONE packed
-  // reduce-scatter (each replica receives its shard [length(r)] of the sum), the others through
-  // the all-reduce as before.
-  // ZeRO stage 3: a sharded parameter's gradient arrives reduced (the tape reduce-scattered it).
-  const bool stage2 = reduces_to_shards(ctx);
-  // Non-zero: the gradient is this replica's shard of the sum (clip_shards), reduce-scattered here
-  // (kScattered) or already by the tape (kReducedByTape, stage-3 parameters).
-  constexpr char kScattered = 1, kReducedByTape = 2;
-  std::vector<char> is_shard(vars.size(), 0);
-  if (stage2) {
-    build(vars);
-    std::vector<Tensor> whole, to_scatter;
-    std::vector<ShardLayout> layouts;
-    for (std::size_t i = 0; i < vars.size(); ++i) {
-      const State::Entry* e = state_->find(vars[i]);
-      CHORUS_ENFORCE(e != nullptr, "no slots for ", vars[i].name());
-      const ShardedVariable* sv = e->slots.empty() ? nullptr : as_sharded(e->slots.front());
-      if (sharded_parameter(vars[i]) != nullptr) {
-        is_shard[i] = kReducedByTape;
-      } else if (sv != nullptr) {
-        is_shard[i] = kScattered;
-        to_scatter.push_back(std::move(grads[i]));
-        layouts.push_back(sv->layout());
-      } else {
-        whole.push_back(std::move(grads[i]));
-      }
-    }
-    if (!whole.empty()) whole = ctx->all_reduce(ReduceOp::kSum, whole);
-    std::vector<Tensor> shards;
-    if (!to_scatter.empty())  // releases each local gradient once packed (or sent as it is)
-      shards = sharding_collectives(ctx)->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
-    for (std::size_t i = 0, a = 0, b = 0; i < vars.size(); ++i)
-      if (is_shard[i] != kReducedByTape) grads[i] = is_shard[i] == kScattered ? shards[b++] : whole[a++];
-  } else if (ctx != nullptr && missing.empty()) {
-    grads = ctx->all_reduce(ReduceOp::kSum, grads);
-  } else if (ctx != nullptr) {
-    // The list as the tape returned it, undefined gradients in their places: its packs are then
-    // the ones the overlapped all-reduce used (core/distribution.h's GradientReduction).
-    std::vector<Tensor> list(grads_and_vars.size());
-    for (std::size_t k = 0; k < grads.size(); ++k) list[positions[k]] = std::move(grads[k]);
-    list = ctx->all_reduce(ReduceOp::kSum, list);
-    for (std::size_t k = 0; k < grads.size(); ++k) grads[k] = std::move(list[positions[k]]);
+void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, std::shared_ptr<GradientReduction> sum,
+                                     const AfterAggregation& after_aggregation) {
+  timeline::Span span("optimizer", name_);  // core/timeline.h
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx == nullptr) {
+    const DistributionStrategy& s = get_strategy();
+    CHORUS_REQUIRE(s.num_replicas_in_sync() == 1, InvalidArgumentError, name_,
+                   ".apply_gradients() cannot be called in cross-replica context of ", s.name(), " (",
+                   s.num_replicas_in_sync(),
+                   " replicas). Use `strategy.run(fn)` to enter replica context and call it there: each replica "
+                   "passes its own gradients, which are summed across replicas before the update");
   }
-  bool proceed = true;
-  if (after_aggregation && stage2) {
-    // Each replica holds only its shards: the callback also gets one float64 scalar, NaN when any
-    // replica's shard is not finite (shared_finite_probe), so that every replica decides alike.
-    std::vector<Tensor> shards;
-    for (std::size_t i = 0; i < vars.size(); ++i)
-      if (is_shard[i]) shards.push_back(grads[i]);
-    grads.push_back(shared_finite_probe(ctx, shards));
-    proceed = after_aggregation(grads);
-    grads.pop_back();
-  } else if (after_aggregation) {
-    proceed = after_aggregation(grads);
-  } else if (check_numerics_) {
-    check_gradients_finite(name_, grads, vars, stage2 ? &is_shard : nullptr, ctx, iterations_);
+  // 1–2. Validate everything before any collective (undefined gradients stay in their places).
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
+  validate(grads_and_vars, ctx, grads, vars);
+  // 4 (first: the policy reads the slots' layout). Slots of new variables, a merge_call in replica
+  // context; then 2b, gradient accumulation: no collective before the N-th call.
+  std::vector<Variable> with_gradient;
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (grads[i].defined()) with_gradient.push_back(vars[i]);
+  build(with_gradient);
+  if (accumulation_steps() > 1) {
+    sum.reset();  // a sum of one micro-batch's gradients is not what the N-th call reduces
+    if (!accumulate(grads, vars, ctx)) return;
   }
-  if (!proceed) {  // a skipped step still counts
-    Tensor counter = iterations_.value();
+  std::vector<std::vector<Variable>> slots(vars.size());
+  std::vector<Variable> state(vars.size());
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const State::Entry* e = state_->find(vars[i]);
+    CHORUS_ENFORCE(e != nullptr, "no slots for ", vars[i].name());
+    for (const Variable& s : e->slots) check_replicated(s, ctx, "slot");
+    slots[i] = e->slots;
+    if (!e->slots.empty()) state[i] = e->slots.front();
+  }
+  // 3. The sums over the replicas, as the step policy hands them over (core/step_policy.h).
+  StepPolicy& policy = step_policy();
+  std::vector<StepPolicy::Summed> summed = policy.sum_gradients(std::move(grads), vars, state, std::move(sum));
+  std::vector<Variable> kept;
+  std::vector<std::vector<Variable>> kept_slots;
+  std::vector<char> slice;
+  grads.clear();
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (!summed[i].gradient.defined()) continue;
+    grads.push_back(std::move(summed[i].gradient));
+    slice.push_back(summed[i].slice ? 1 : 0);
+    kept.push_back(vars[i]);
+    kept_slots.push_back(std::move(slots[i]));
+  }
+  const bool sliced = std::find(slice.begin(), slice.end(), 1) != slice.end();
+  Tensor counter = iterations_.value();
+  if (!after_summing(grads, kept, sliced ? &slice : nullptr, policy, after_aggregation)) {  // a skipped step counts
     counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
     return;
   }
-
-  // 4. Slots of new variables (a merge_call in replica context).
-  if (!stage2) build(vars);
-  std::vector<const State::Entry*> entries;
-  entries.reserve(vars.size());
-  for (const Variable& v : vars) {
-    const State::Entry* e = state_->find(v);
-    CHORUS_ENFORCE(e != nullptr, "no slots for ", v.name());
-    for (const Variable& s : e->slots) check_replicated(s, ctx, "slot");
-    entries.push_back(e);
-  }
-
   // 5. Host scalars: the same on every replica (each reads its own, equal, counter component).
-  Tensor counter = iterations_.value();
   Step step{0.0, 0};
   if (learning_rate_.is_schedule() || needs_iterations())
     step.iterations = counter.item<std::int64_t>() / accumulation_steps();  // updates before this one
   step.learning_rate = learning_rate_.at(step.iterations);
-
-  // 6. Clipping, on the summed gradients (stage 2: on the shards, with whole norms).
-  grads = stage2 ? clip_shards(common_, std::move(grads), is_shard, ctx) : clip(std::move(grads));
-
-  // 7–8. Weight decay and the update, on this replica's components. Sharded slots (ZeRO stage 1,
-  // core/sharded_variable.h): this replica updates only its shard of the variable — the same
-  // elementwise arithmetic on the same inputs as the whole update, so the same bits — and the
-  // shards are all-gathered into every replica's whole weight afterwards. At stage 2 the gradient
-  // already is this replica's shard (step 3).
-  // Stage 3: the variable is its shards; the update writes this replica's in place.
-  std::vector<ShardedUpdate> sharded;
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    const ShardedVariable* parameter = sharded_parameter(vars[i]);
-    Tensor w = ops::stop_gradient(parameter != nullptr ? parameter->local_shard() : vars[i].value());
-    Tensor g = std::move(grads[i]);  // released with `g` (stage 1: the whole sum, once sliced)
-    if (g.device_name() != w.device_name()) g = g.to(w.device_name());
-    const ShardedVariable* shard_view = entries[i]->slots.empty() ? nullptr : as_sharded(entries[i]->slots.front());
-    if (parameter != nullptr) shard_view = parameter;
-    Tensor target = w;  // what the update writes: the weight, or a copy of this replica's slice of it
-    if (parameter != nullptr) {
-      // the gradient is the reduced shard (validated above) and `w` aliases the shard
-    } else if (shard_view != nullptr) {
-      const ShardLayout& layout = shard_view->layout();
-      CHORUS_ENFORCE(layout.num_elements == w.num_elements(), "slot of '", vars[i].name(), "' has ",
-                     layout.num_elements, " elements, the variable ", w.num_elements());
-      const int r = ctx != nullptr ? ctx->replica_id_in_sync_group() : 0;
-      const std::vector<std::int64_t> begin{layout.begin(r)}, length{layout.length(r)};
-      if (is_shard[i])
-        CHORUS_ENFORCE(g.num_elements() == layout.length(r), "reduced shard of '", vars[i].name(), "' has ",
-                       g.num_elements(), " elements, the layout ", layout.length(r));
-      else
-        g = ops::slice(ops::reshape(g, {-1}), begin, length);
-      target = ops::slice(ops::reshape(w, {-1}), begin, length);  // a copy: tensors have no offset views
-      sharded.push_back({w, target, layout});
-    }
-    if (uses_weight_decay(vars[i]))
-      update_in_place(
-          target,
-          ops::sub(target, ops::mul(target, ops::scalar_like(target, *common_.weight_decay * step.learning_rate))));
-    std::vector<Tensor> slots;
-    slots.reserve(entries[i]->slots.size());
-    for (const Variable& s : entries[i]->slots) {
-      const ShardedVariable* sv = as_sharded(s);
-      CHORUS_ENFORCE((sv != nullptr) == (shard_view != nullptr), "slots of '", vars[i].name(), "' are partly sharded");
-      slots.push_back(sv != nullptr ? sv->local_shard() : s.value());
-    }
-    update_step(g, target, slots, step);
-  }
-  gather_shards(ctx, sharded);
-
+  // 6. Clipping, on the summed gradients (slices: with whole norms).
+  grads = sliced ? clip_slices(common_, std::move(grads), slice, policy) : clip(std::move(grads));
+  // 7–8. Weight decay and the update, on what this replica updates (the policy's choice: the
+  // variable's component, its shard, or its slice, gathered afterwards).
+  std::vector<StepPolicy::Summed> clipped(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) clipped[i] = {std::move(grads[i]), slice[i] != 0};
+  policy.update(
+      kept, std::move(clipped), kept_slots,
+      [&](std::size_t i, const Tensor& g, Tensor& weight, std::vector<Tensor>& slot_parts) {
+        if (uses_weight_decay(kept[i]))
+          update_in_place(
+              weight,
+              ops::sub(weight, ops::mul(weight, ops::scalar_like(weight, *common_.weight_decay * step.learning_rate))));
+        update_step(g, weight, slot_parts, step);
+      });
   // 9. This replica's component of the counter.
   counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
 }
 
+bool Optimizer::after_summing(std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                              const std::vector<char>* slice, StepPolicy& policy,
+                              const AfterAggregation& after_aggregation) const {
+  if (after_aggregation && slice != nullptr) {
+    // Each replica holds only its slices: the callback also gets one float64 scalar, NaN when any
+    // replica's slice is not finite (shared_finite_probe), so that every replica decides alike.
+    std::vector<Tensor> slices;
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if ((*slice)[i]) slices.push_back(grads[i]);
+    grads.push_back(shared_finite_probe(policy, slices));
+    const bool proceed = after_aggregation(grads);
+    grads.pop_back();
+    return proceed;
+  }
+  if (after_aggregation) return after_aggregation(grads);
+  if (check_numerics_) check_gradients_finite(name_, grads, vars, slice, policy, iterations_);
+  return true;
+}
+
 Tensor Optimizer::minimize(const std::function<Tensor()>& loss_fn, const std::vector<Variable>& vars) {
   Tensor loss;
-  std::vector<Tensor> grads;
+  Gradients gradients;
   {
     ops::GradientTape tape;
     loss = loss_fn();
-    grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
+    gradients = compute_gradients(loss, vars, tape);
   }
-  GradsAndVars gv;
-  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
-  apply_gradients(std::move(gv));
+  apply_gradients(std::move(gradients));
   return loss;
 }
 
 void Optimizer::minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape) {
-  std::vector<Tensor> grads = get_unscaled_gradients(tape.gradient(get_scaled_loss(loss), vars));
-  GradsAndVars gv;
-  for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(std::move(grads[i]), vars[i]);
-  apply_gradients(std::move(gv));
+  apply_gradients(compute_gradients(loss, vars, tape));
 }
 
 std::string Optimizer::get_config() const {

@@ -19,12 +19,14 @@
 // apply_gradients(grads_and_vars), in this order (Keras 3's BaseOptimizer.apply):
 //   1. validates every pair (errors below) — before any communication, so every replica throws
 //      the same error instead of hanging in a collective;
-//   2. drops pairs whose gradient is undefined (TF's None) and logs, once per optimizer, Keras's
+//   2. skips pairs whose gradient is undefined (TF's None) and logs, once per optimizer, Keras's
 //      warning "Gradients do not exist for variables [...] when minimizing the loss...";
-//   3. in replica context, sums the gradients over the replicas with ONE packed
-//      ReplicaContext::all_reduce(SUM, list) (Keras sums: scale the loss by the global batch size,
-//      as compute_average_loss does). Under the default strategy this returns its input;
-//   4. creates the slots of variables seen for the first time (see build());
+//   3. creates the slots of variables seen for the first time (see build());
+//   4. in replica context, sums the gradients over the replicas as the strategy's step policy
+//      hands them over (core/step_policy.h): ONE packed all-reduce of the list, or the sum begun
+//      during the backward pass (apply_gradients(Gradients&&), compute_gradients), or under ZeRO
+//      this replica's slices of the sums (Keras sums: scale the loss by the global batch size, as
+//      compute_average_loss does). Under the default strategy the sums are the gradients;
 //   5. reads the learning rate at the current `iterations` (the steps completed before this one);
 //   6. clips (clipnorm per gradient, or global_clipnorm over all, or clipvalue — at most one);
 //   7. applies decoupled weight decay if set: w ← w − w·(weight_decay·lr) (Keras's order: before
@@ -56,24 +58,18 @@
 // MirroredVariables: non-trainable, zeros, named "<variable name>/<slot>" ("dense/kernel/m"), in a
 // deterministic order (variables in the order given, slots in the optimizer's order).
 //
-// Sharded slots (ZeRO stage 1, distribute/sharding_options.h, docs/sharding.md): slots ask for
-// VariableArgs::shard_over_replicas, so under MirroredStrategy with sharding stage 1 they are
-// ShardedVariables (core/sharded_variable.h) holding 1/n of the elements per replica. Steps 1–6
-// are unchanged (the full gradients are all-reduced and clipped); steps 7–8 then run on this
-// replica's flat slice of the gradient and of a copy of its weight, with its slot shards, and one
-// all-gather per step writes every replica's updated slices straight into each replica's whole
-// weight (ShardingCollectives::all_gather_shards: a large weight is the collective's output, small
-// ones share padded packs of at most bytes_per_pack). update_step must therefore be elementwise (every built-in one
-// is): it gets tensors of one shape, not necessarily the variable's. The result is bitwise stage 0's. At ZeRO stage 2
-// (the replica context's ShardingCollectives, core/sharded_variable.h) the slots are created before step 3, and the
-// gradients of variables with sharded slots are not all-reduced: a reduce-scatter gives each replica its shard of the
-// sum (packed, except that a large gradient whose size divides by n is sent as it is; the others are all-reduced as
-// before); clipnorm/global_clipnorm all-reduce the shards' float64 sums of squares (one collective) and scale the
-// shards, clipvalue clips them; the result equals stage 0's to rounding. At ZeRO stage 3 the
-// variables themselves are sharded (as_sharded(v)->gathers_parameters()): their gradient must be
-// the 1-D shard [length(r)] that GradientTape::gradient returns (already summed over the
-// replicas in the backward pass), it skips step 3, and steps 7–8 update local_shard() in place —
-// nothing is gathered after the update.
+// Sharded state (ZeRO, distribute/sharding_options.h, docs/sharding.md): slots ask for
+// VariableArgs::shard_over_replicas, so under MirroredStrategy with sharding stage >= 1 they are
+// ShardedVariables (core/sharded_variable.h) holding 1/n of the elements per replica. The
+// optimizer does not know the stage: the step policy (core/step_policy.h) decides what step 4
+// returns — whole sums, or this replica's 1-D slices of them — and what steps 7–8 write — the
+// variable's component, its shard (stage 3), or a copy of this replica's slice, all-gathered into
+// every replica's weights afterwards. update_step must therefore be elementwise (every built-in
+// one is): it gets tensors of one shape, not necessarily the variable's. Clipping by norm over
+// slices sums their float64 squares over the replicas (the policy's sum_partials: one
+// collective). Stage 1 is bitwise stage 0; stage 2 (reduce-scattered sums) equals it to rounding.
+// A stage-3 parameter's gradient must be the 1-D shard [length(r)] that GradientTape::gradient
+// returns (already summed over the replicas in the backward pass).
 //
 // Gradient accumulation (Keras 3's gradient_accumulation_steps = N, PyTorch DDP's no_sync):
 // apply_gradients adds each gradient to the variable's accumulator and returns — no collective,
@@ -119,6 +115,7 @@
 #include <vector>
 
 #include <chorus/checkpoint/trackable.h>
+#include <chorus/core/distribution.h>
 #include <chorus/core/tensor.h>
 #include <chorus/core/variable.h>
 #include <chorus/ops/tape.h>
@@ -127,6 +124,17 @@
 namespace chorus::optimizers {
 
 using GradsAndVars = std::vector<std::pair<Tensor, Variable>>;
+
+// What compute_gradients returns and apply_gradients takes: this replica's gradients with their
+// variables, and — when the strategy overlaps the all-reduce with the backward pass — the sum of
+// exactly these gradients over the replicas, begun during the backward pass
+// (core/step_policy.h). apply_gradients then takes that sum instead of reducing again. Pass it
+// with the gradients unchanged (a changed gradient list goes through apply_gradients(gv) alone);
+// every replica must pass it alike. A sum never passed on still runs, for nothing.
+struct Gradients {
+  GradsAndVars grads_and_vars;
+  std::shared_ptr<GradientReduction> sum;  // nullptr: apply_gradients reduces the gradients itself
+};
 
 // The arguments every Keras optimizer takes besides its own (BaseOptimizer's).
 struct CommonOptions {
@@ -162,6 +170,19 @@ class Optimizer : public train::Trackable {
   // list, `opt->apply_gradients({{g, w}})`, binds here too (the list holds copies of the handles,
   // so the caller's `g` lives on). A wrapper overrides both forms.
   virtual void apply_gradients(GradsAndVars&& grads_and_vars);
+  // The same update with what compute_gradients returned: the gradients' sum over the replicas
+  // comes from the backward pass when it began one (overlap), else from the usual collectives.
+  virtual void apply_gradients(Gradients&& gradients);
+
+  // TF's Optimizer.compute_gradients(loss, var_list, tape): the gradients of `loss` (recorded by
+  // `tape`) with respect to `vars`, as apply_gradients takes them — the loss scaled and the
+  // gradients unscaled (get_scaled_loss, get_unscaled_gradients), and, when the strategy overlaps
+  // and this optimizer sums each call's gradients as they are (no gradient accumulation, no loss
+  // scaling), their sum begun during the backward pass. Model::train_step and minimize use it:
+  //   chorus::optimizers::Gradients g = opt->compute_gradients(loss, vars, tape);
+  //   opt->apply_gradients(std::move(g));
+  Gradients compute_gradients(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape,
+                              ops::UnconnectedGradients unconnected = ops::UnconnectedGradients::kNone);
 
   // Loss scaling (Keras 2's LossScaleOptimizer API, here on every optimizer so that fit and
   // minimize need not know which one they hold): the loss to differentiate, and the gradients of
@@ -170,9 +191,8 @@ class Optimizer : public train::Trackable {
   virtual Tensor get_scaled_loss(const Tensor& loss) const;
   virtual std::vector<Tensor> get_unscaled_gradients(std::vector<Tensor> grads) const { return grads; }
 
-  // Keras 2's minimize with a callable: records loss_fn() on a fresh GradientTape, differentiates
-  // it (get_scaled_loss) with respect to `vars` and applies the (unscaled) gradients. Returns the
-  // loss.
+  // Keras 2's minimize with a callable: records loss_fn() on a fresh GradientTape, then
+  // apply_gradients(compute_gradients(...)). Returns the loss.
   Tensor minimize(const std::function<Tensor()>& loss_fn, const std::vector<Variable>& vars);
   // Keras 2's minimize(loss, var_list, tape=tape): `tape` recorded `loss`.
   void minimize(const Tensor& loss, const std::vector<Variable>& vars, ops::GradientTape& tape);
@@ -246,7 +266,12 @@ class Optimizer : public train::Trackable {
   // LossScaleOptimizer). Same validation, errors, contexts. It owns `grads_and_vars` (pass a copy,
   // or std::move the caller's list to let each gradient go early, as apply_gradients(&&)).
   using AfterAggregation = std::function<bool(std::vector<Tensor>& summed_gradients)>;
-  void apply_gradients_with(GradsAndVars grads_and_vars, const AfterAggregation& after_aggregation);
+  void apply_gradients_with(GradsAndVars grads_and_vars, std::shared_ptr<GradientReduction> sum,
+                            const AfterAggregation& after_aggregation);
+  // Whether compute_gradients asks the backward pass for the gradients' sum: only when each call's
+  // gradients are summed as the tape returns them (no gradient accumulation; a LossScaleOptimizer
+  // unscales each replica's gradients first: false).
+  virtual bool sums_during_backward() const;
 
   // What update_step gets besides the tensors: host scalars, identical on every replica.
   struct Step {
@@ -276,6 +301,17 @@ class Optimizer : public train::Trackable {
   friend class LossScaleOptimizer;  // calls apply_gradients_with on the optimizer it wraps
   struct State;
   void create_slots(const std::vector<Variable>& vars);
+  // apply_gradients' steps 1–2: every pair checked (errors above); fills `grads` (this call's only
+  // references, undefined where none) and `vars` in the list's order.
+  void validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std::vector<Tensor>& grads,
+                std::vector<Variable>& vars) const;
+  // Gradient accumulation: adds `grads` to the accumulators; on the N-th call replaces them by the
+  // mean and returns true (update now), else counts the call and returns false.
+  bool accumulate(std::vector<Tensor>& grads, const std::vector<Variable>& vars, ReplicaContext* ctx);
+  // After the sums: a wrapper's check (false: skip the update), or check_numerics. `slice` marks
+  // this replica's slices (nullptr: none).
+  bool after_summing(std::vector<Tensor>& grads, const std::vector<Variable>& vars, const std::vector<char>* slice,
+                     StepPolicy& policy, const AfterAggregation& after_aggregation) const;
   std::vector<Tensor> clip(std::vector<Tensor> grads) const;
   bool uses_weight_decay(const Variable& var) const;
   int accumulation_steps() const;  // gradient_accumulation_steps, 1 when off

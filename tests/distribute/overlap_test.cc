@@ -2,9 +2,10 @@
 // under MirroredStrategy on 2 and 3 logical CPU devices (the shared-memory backend): fit and a
 // custom loop give bitwise the weights of the non-overlapped path for several bucket sizes and
 // optimizers; the buckets really ran on the communication threads (the counters); unused
-// variables neither hang nor corrupt a bucket; gradients changed before apply_gradients are
-// reduced correctly (and overlap turns itself off with a warning); gradient accumulation runs no
-// collective on its micro-steps; a LossScaleOptimizer and ZeRO stage 2 do not overlap; a replica
+// variables neither hang nor corrupt a bucket; the sum travels as a value from the tape to
+// apply_gradients (Optimizer::compute_gradients), so a loop that changes its gradients, or uses
+// tape.gradient alone, reduces them in apply_gradients and begins no sum; gradient accumulation
+// runs no collective on its micro-steps; a LossScaleOptimizer and ZeRO stage 2 do not overlap; a replica
 // failing with buckets in flight fails the step, never hangs it, and the next step works.
 #include <gtest/gtest.h>
 
@@ -112,15 +113,16 @@ INSTANTIATE_TEST_SUITE_P(SharedMemory, OverlapFit,
                          ::testing::Combine(::testing::Values(2, 3), ::testing::Values<std::int64_t>(256, 4096, 0),
                                             ::testing::Bool()));
 
-// What a custom loop does besides tape.gradient + apply_gradients.
+// What a custom loop does besides opt->compute_gradients + apply_gradients.
 struct Loop {
   int steps = 3;
-  // Applied to every defined gradient of replica `r` before apply_gradients (nullptr: none).
+  // Applied to every defined gradient of replica `r` before apply_gradients (nullptr: none). The
+  // loop then uses tape.gradient and apply_gradients(gv), without a sum.
   std::function<Tensor(int r, const Tensor&)> change;
   bool use_extra_variable = false;  // `unused` is read (and reaches the loss)
   bool dead_head = false;           // a variable `head2` is read, but its output is not in the loss
   int accumulate = 0;               // gradient_accumulation_steps
-  bool scaled_loss = true;          // the loop calls opt->get_scaled_loss (fit does)
+  bool plain = false;               // tape.gradient + apply_gradients(gv), as a TF custom loop
   bool reduce_between = false;      // a MEAN all-reduce of a 2-tensor list between gradient and apply
   bool sync_in_backward = false;    // an op whose gradient is all-reduced inside the backward pass
 };
@@ -169,7 +171,14 @@ Outcome custom_loop(int replicas, bool overlap, const Loop& loop) {
       if (loop.sync_in_backward) h = synced_identity(h);
       if (loop.dead_head) (void)ops::matmul(h, head2.value());  // computed, not in the loss
       const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, w2.value()) - y));
-      std::vector<Tensor> grads = tape.gradient(loop.scaled_loss ? opt->get_scaled_loss(loss) : loss, vars);
+      if (!loop.change && !loop.plain) {
+        optimizers::Gradients g = opt->compute_gradients(loss, vars, tape);
+        if (loop.reduce_between)
+          (void)ctx->all_reduce(ReduceOp::kMean, std::vector<Tensor>{Tensor::scalar<float>(1.0f), loss});
+        opt->apply_gradients(std::move(g));
+        return;
+      }
+      std::vector<Tensor> grads = tape.gradient(loss, vars);
       if (loop.reduce_between)
         (void)ctx->all_reduce(ReduceOp::kMean, std::vector<Tensor>{Tensor::scalar<float>(1.0f), loss});
       optimizers::GradsAndVars gv;
@@ -209,29 +218,20 @@ TEST(Overlap, AnUnusedVariableIsInNoBucketAndNothingWaitsForIt) {
   }
 }
 
-TEST(Overlap, GradientsChangedBeforeApplyAreReducedAsTheyAreAndOverlapTurnsOff) {
+// A loop that changes its gradients (clipped or scaled per replica) applies them without a sum:
+// apply_gradients reduces what it is given, and no sum was begun for nothing. The same for a TF
+// custom loop's tape.gradient + apply_gradients(gv), and for replica 0 alone changing its own.
+TEST(Overlap, GradientsChangedBeforeApplyOrAPlainTapeGradientAreReducedInApplyGradients) {
   chorus::testing::make_cpus(2, 128);
   auto halve = [](int, const Tensor& g) { return g * 0.5; };
-  const Outcome off = custom_loop(2, false, {.change = halve});
-  const Outcome on = custom_loop(2, true, {.change = halve});
-  expect_bitwise(on, off, "halved gradients");
-  // The first step's buckets were reduced for nothing; then overlap is off.
-  EXPECT_GT(on.counters.overlapped, 0);
-  EXPECT_EQ(on.counters.collectives - on.counters.overlapped, off.counters.collectives);
-  const std::int64_t first_step_buckets = on.counters.overlapped;
-  EXPECT_EQ(first_step_buckets * 3, off.counters.collectives) << "buckets of one step only";
-  chorus::internal::reset_runtime_for_testing();
-}
-
-// Replica 0 changes its gradients and replica 1 does not: the replicas agree that the buckets
-// cannot be used, and both reduce what they were given (a disagreement would hang or mix sums).
-TEST(Overlap, OneReplicaChangingItsGradientsMakesEveryReplicaReduceThemAgain) {
-  chorus::testing::make_cpus(2, 128);
   auto first_halves = [](int r, const Tensor& g) { return r == 0 ? g * 0.5 : g; };
-  const Outcome off = custom_loop(2, false, {.change = first_halves});
-  const Outcome on = custom_loop(2, true, {.change = first_halves});
-  expect_bitwise(on, off, "replica 0's gradients halved");
-  EXPECT_EQ(on.counters.collectives - on.counters.overlapped, off.counters.collectives);
+  for (const Loop& loop : {Loop{.change = halve}, Loop{.change = first_halves}, Loop{.plain = true}}) {
+    const Outcome off = custom_loop(2, false, loop);
+    const Outcome on = custom_loop(2, true, loop);
+    expect_bitwise(on, off, "changed or plain gradients");
+    EXPECT_EQ(on.counters.overlapped, 0) << "no sum was begun";
+    EXPECT_EQ(on.counters.collectives, off.counters.collectives);
+  }
   chorus::internal::reset_runtime_for_testing();
 }
 
@@ -254,9 +254,9 @@ TEST(Overlap, OtherCollectivesDuringAndAfterTheBackwardPassKeepTheirOrder) {
 }
 
 // A GAN-like step: two tapes record the same forward pass, each differentiates its own loss with
-// respect to its own variables, two optimizers apply. The tape asked first has the other still
-// recording, so it does not overlap (its gradients could be differentiated again); the one asked
-// second does (the first is spent). The weights are the non-overlapped ones.
+// respect to its own variables (compute_gradients), two optimizers apply. The tape asked first has
+// the other still recording, so it begins no sum (its gradients could be differentiated again);
+// the one asked second does (the first is spent). The weights are the non-overlapped ones.
 TEST(Overlap, OfTwoTapesTheOneAskedSecondOverlaps) {
   chorus::testing::make_cpus(2, 128);
   auto run = [](bool overlap) {
@@ -280,10 +280,11 @@ TEST(Overlap, OfTwoTapesTheOneAskedSecondOverlaps) {
         const Tensor score = ops::matmul(ops::tanh(ops::matmul(z, g.value())), d.value());
         const Tensor g_loss = ops::reduce_mean(ops::square(score - 1.0));
         const Tensor d_loss = ops::reduce_mean(ops::square(score));
-        std::vector<Tensor> dg = d_tape.gradient(d_loss, std::vector<Variable>{d});
-        std::vector<Tensor> gg = g_tape.gradient(g_loss, std::vector<Variable>{g});
-        d_opt->apply_gradients({{dg[0], d}});
-        g_opt->apply_gradients({{gg[0], g}});
+        optimizers::Gradients dg = d_opt->compute_gradients(d_loss, {d}, d_tape);
+        optimizers::Gradients gg = g_opt->compute_gradients(g_loss, {g}, g_tape);
+        EXPECT_EQ(dg.sum, nullptr);
+        d_opt->apply_gradients(std::move(dg));
+        g_opt->apply_gradients(std::move(gg));
       });
     }
     Outcome out;
@@ -310,12 +311,29 @@ TEST(Overlap, GradientAccumulationBeginsNoOverlappedAllReduce) {
   expect_bitwise(on, off, "accumulation");
   EXPECT_EQ(on.counters.collectives, off.counters.collectives) << "collectives on the 2 updating steps only";
   EXPECT_EQ(on.counters.overlapped, 0);
-  // A loop that never calls get_scaled_loss: its first micro-step's buckets are reduced for
-  // nothing (the optimizer learns of the accumulation at its first apply), none after.
-  const Outcome unscaled = custom_loop(2, true, {.steps = 6, .accumulate = 3, .scaled_loss = false});
-  expect_bitwise(unscaled, off, "accumulation without get_scaled_loss");
-  EXPECT_EQ(unscaled.counters.collectives - unscaled.counters.overlapped, off.counters.collectives);
-  EXPECT_EQ(unscaled.counters.overlapped * 2, off.counters.collectives) << "one micro-step's buckets";
+  // A loop that begins a sum anyway (tape.gradient_and_sum) and passes it: the optimizer cannot use
+  // a micro-batch's sum, so its buckets were reduced for nothing, and the updates are unchanged.
+  {
+    MirroredStrategy s(cpus(2), {.overlap_gradient_all_reduce = true});
+    Variable w;
+    std::shared_ptr<optimizers::Optimizer> opt;
+    {
+      auto scope = s.scope();
+      w = make_variable({.initial_value = Tensor::ones({4}, DType::kFloat32), .name = "w"});
+      opt = std::make_shared<optimizers::SGD>(
+          optimizers::SGDOptions{.learning_rate = 0.5, .gradient_accumulation_steps = 2});
+    }
+    for (int step = 0; step < 2; ++step)
+      s.run([&] {
+        ops::GradientTape tape;
+        const Tensor loss = ops::reduce_sum(ops::square(w.value()));
+        ops::GradientsAndSum gs = tape.gradient_and_sum(loss, {w});
+        EXPECT_NE(gs.sum, nullptr);
+        opt->apply_gradients(optimizers::Gradients{{{gs.gradients[0], w}}, gs.sum});
+      });
+    // Each replica's gradient 2w = 2, summed over 2 replicas: 4; the mean of 2 calls: 4; w = 1 - 0.5·4.
+    EXPECT_EQ(w.value().to_vector<float>(), std::vector<float>(4, -1.0f));
+  }
   chorus::internal::reset_runtime_for_testing();
 }
 
@@ -356,9 +374,9 @@ TEST(Overlap, AReplicaFailingWithBucketsInFlightFailsTheStepAndTheNextStepWorks)
       const int r = get_replica_context()->replica_id_in_sync_group();
       ops::GradientTape tape;
       const Tensor loss = ops::reduce_sum(ops::square(w.value()));
-      std::vector<Tensor> g = tape.gradient(loss, std::vector<Variable>{w});
+      optimizers::Gradients g = opt->compute_gradients(loss, {w}, tape);  // buckets in flight
       if (fail && r == 1) throw InvalidArgumentError("replica 1 gives up after its backward pass");
-      opt->apply_gradients({{g[0], w}});
+      opt->apply_gradients(std::move(g));
     });
   };
   const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 // The training run of the overlap tests across backends (overlap_mpi_test.cc,
 // overlap_gpu_test.cc): three steps of a three-layer net, a custom loop (GradientTape, then
-// Optimizer::apply_gradients) on each replica's own rows, and what it left.
+// Optimizer::compute_gradients and apply_gradients: the sum travels as a value) on each replica's own rows, and what it
+// left.
 #pragma once
 
 #include <array>
@@ -48,10 +49,7 @@ inline Outcome train_three_layers(distribute::Strategy& s, std::array<std::int64
       Tensor h = ops::relu(ops::matmul(x, vars[0].value()) + vars[1].value());
       h = ops::relu(ops::matmul(h, vars[2].value()) + vars[3].value());
       const Tensor loss = ops::reduce_mean(ops::square(ops::matmul(h, vars[4].value()) + vars[5].value() - y));
-      std::vector<Tensor> grads = tape.gradient(loss, vars);
-      optimizers::GradsAndVars gv;
-      for (std::size_t i = 0; i < vars.size(); ++i) gv.emplace_back(grads[i], vars[i]);
-      opt->apply_gradients(std::move(gv));
+      opt->apply_gradients(opt->compute_gradients(loss, vars, tape));  // the sum begun during backward
     });
   }
   Outcome result;

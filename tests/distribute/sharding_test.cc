@@ -12,8 +12,10 @@
 #include <chorus/core/distribution.h>
 #include <chorus/core/runtime.h>
 #include <chorus/core/sharded_variable.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/distribute/mirrored_strategy.h>
 #include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/sharded_variable.h>
 #include <chorus/ops/ops.h>
 
@@ -281,9 +283,8 @@ TEST(ReduceScatterShards, EachReplicaGetsItsShardOfTheSum) {
       s.read_and_reset_all_reduce_counters();
       auto results = s.run([&] {
         ReplicaContext* ctx = get_replica_context();
-        ShardingCollectives* sc = sharding_collectives(ctx);
+        auto* sc = dynamic_cast<StrategyReplicaContext*>(ctx);
         EXPECT_NE(sc, nullptr);
-        EXPECT_EQ(sc->sharding_stage(), 2);
         const int q = ctx->replica_id_in_sync_group();
         std::vector<Tensor> values;
         std::vector<ShardLayout> layouts;
@@ -321,9 +322,40 @@ TEST(ReduceScatterShards, EachReplicaGetsItsShardOfTheSum) {
   }
 }
 
-TEST(ReduceScatterShards, TheDefaultReplicaContextHasNone) {
-  EXPECT_EQ(sharding_collectives(get_replica_context()), nullptr);
-  EXPECT_EQ(sharding_collectives(nullptr), nullptr);
+TEST(StepPolicy, TheDefaultStrategysSumsNothingGathersNothingAndOverlapsNothing) {
+  StepPolicy& policy = step_policy();
+  Variable w = make_variable({.initial_value = Tensor::from_vector<float>({1, 2}, {2}), .name = "w"});
+  const Tensor g = Tensor::from_vector<float>({3, 4}, {2});
+  EXPECT_EQ(policy.begin_gradient_sum({w.value()}), nullptr);
+  EXPECT_EQ(policy.gather_parameters({w}), nullptr);
+  std::vector<StepPolicy::Summed> summed = policy.sum_gradients({g}, {w}, {Variable()}, nullptr);
+  ASSERT_EQ(summed.size(), 1u);
+  EXPECT_FALSE(summed[0].slice);
+  EXPECT_EQ(summed[0].gradient.to_vector<float>(), g.to_vector<float>());
+  policy.update({w}, std::move(summed), {{}},
+                [](std::size_t, const Tensor& grad, Tensor& weight, std::vector<Tensor>&) { weight.copy_from(grad); });
+  EXPECT_EQ(w.value().to_vector<float>(), (std::vector<float>{3, 4})) << "the update writes the variable itself";
+}
+
+TEST(StepPolicy, AStageTwoReplicasPolicyReduceScattersTheGradientsOfShardedState) {
+  make_cpus(2);
+  MirroredStrategy s(cpus(2), {.sharding = {.stage = 2}});
+  Variable w, slot;
+  {
+    auto scope = s.scope();
+    w = make_variable({.initial_value = Tensor::zeros({6}), .name = "w"});
+    slot = make_variable(
+        {.initial_value = Tensor::zeros({6}), .name = "w/m", .trainable = false, .shard_over_replicas = true});
+  }
+  auto results = s.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    std::vector<StepPolicy::Summed> summed =
+        step_policy().sum_gradients({Tensor::from_vector<float>({1.f + r, 2, 3, 4, 5, 6}, {6})}, {w}, {slot}, nullptr);
+    EXPECT_TRUE(summed[0].slice);
+    return summed[0].gradient.to_vector<float>();
+  });
+  EXPECT_EQ(results[0], (std::vector<float>{3, 4, 6})) << "replica 0's half of the sum";
+  EXPECT_EQ(results[1], (std::vector<float>{8, 10, 12}));
 }
 
 }  // namespace

@@ -1,0 +1,190 @@
+#include <chorus/distribute/step_policy.h>
+
+#include <chorus/core/error.h>
+#include <chorus/core/sharded_variable.h>
+#include <chorus/distribute/overlapped_reduction.h>
+#include <chorus/distribute/parameter_gather.h>
+#include <chorus/distribute/replica_context.h>
+#include <chorus/distribute/strategy.h>
+#include <chorus/ops/shape_ops.h>
+
+namespace chorus::distribute {
+
+namespace {
+
+// ZeRO stage 3: `v`'s sharded view when it is a parameter stored as shards (its value() is
+// gathered; the update writes local_shard()), else nullptr.
+const ShardedVariable* sharded_parameter(const Variable& v) {
+  const ShardedVariable* s = as_sharded(v);
+  return s != nullptr && s->gathers_parameters() ? s : nullptr;
+}
+
+// Whether `state` (a variable's first slot) is sharded: the variable is then updated in slices.
+const ShardedVariable* sharded_state(const Variable& state) {
+  return state.defined() ? as_sharded(state) : nullptr;
+}
+
+// One variable updated slice-wise (ZeRO stages 1-2): `whole` is this replica's component of the
+// variable, `slice` the updated copy of this replica's part of it.
+struct SlicedUpdate {
+  Tensor whole;
+  Tensor slice;
+  ShardLayout layout;
+};
+
+}  // namespace
+
+ReplicaStepPolicy::ReplicaStepPolicy(Strategy& strategy, StrategyReplicaContext* ctx) : strategy_(strategy), ctx_(ctx) {}
+
+int ReplicaStepPolicy::replica() const { return ctx_ != nullptr ? ctx_->replica_id_in_sync_group() : 0; }
+
+std::shared_ptr<GradientReduction> ReplicaStepPolicy::begin_gradient_sum(const std::vector<Tensor>& sources) {
+  return ctx_ != nullptr ? ctx_->begin_overlapped_sum(sources) : nullptr;
+}
+
+std::unique_ptr<ParameterGather> ReplicaStepPolicy::gather_parameters(const std::vector<Variable>& weights) {
+  if (ctx_ == nullptr || strategy_.sharding_stage() < 3) return nullptr;
+  return gather_layer_parameters(*ctx_, weights);
+}
+
+std::vector<StepPolicy::Summed> ReplicaStepPolicy::sum_gradients(std::vector<Tensor>&& grads,
+                                                                 const std::vector<Variable>& vars,
+                                                                 const std::vector<Variable>& state,
+                                                                 std::shared_ptr<GradientReduction> begun) {
+  CHORUS_ENFORCE(grads.size() == vars.size() && state.size() == vars.size(), "sum_gradients: ", grads.size(),
+                 " gradients, ", vars.size(), " variables, ", state.size(), " states");
+  std::vector<Summed> out(grads.size());
+  auto* overlapped = dynamic_cast<internal::OverlappedReduction*>(begun.get());
+  CHORUS_REQUIRE(begun == nullptr || (ctx_ != nullptr && overlapped != nullptr && overlapped->fits(grads)),
+                 InvalidArgumentError,
+                 "apply_gradients: the gradient sum passed with the gradients was begun for other gradients (another "
+                 "list, another strategy, or outside this replica's run); pass the one GradientTape::gradient_and_sum "
+                 "returned with them");
+  // Stage 3's parameters: the backward pass summed them already, into this replica's shard.
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (grads[i].defined() && sharded_parameter(vars[i]) != nullptr) {
+      CHORUS_ENFORCE(begun == nullptr, "a gradient sum was begun for a stage-3 parameter");
+      out[i] = {std::move(grads[i]), true};
+    }
+  }
+  if (ctx_ == nullptr) {  // one replica in cross-replica context: the sums are the gradients
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (grads[i].defined()) out[i].gradient = std::move(grads[i]);
+    return out;
+  }
+  if (strategy_.sharding_stage() >= 2) {
+    std::vector<Summed> scattered = scatter_and_reduce(std::move(grads), vars, state);
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (scattered[i].gradient.defined()) out[i] = std::move(scattered[i]);
+    return out;
+  }
+  std::vector<Tensor> sums;
+  if (overlapped != nullptr && overlapped->complete()) {
+    grads.clear();  // the sums were reduced during the backward pass: the local gradients can go
+    sums = overlapped->take();
+  } else {
+    // One packed all-reduce of the whole list, undefined entries in their places (the packs are
+    // then the ones an overlapped sum of the same list uses).
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (out[i].gradient.defined()) grads[i] = Tensor();
+    sums = ctx_->all_reduce(ReduceOp::kSum, grads);
+    grads.clear();
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (!out[i].gradient.defined()) out[i].gradient = std::move(sums[i]);
+  return out;
+}
+
+std::vector<StepPolicy::Summed> ReplicaStepPolicy::scatter_and_reduce(std::vector<Tensor>&& grads,
+                                                                      const std::vector<Variable>& vars,
+                                                                      const std::vector<Variable>& state) {
+  // Whose gradients are reduce-scattered depends on the slots' layout (the optimizer built them
+  // before): one packed reduce-scatter for those, one packed all-reduce for the rest, each over
+  // the defined gradients in the variables' order.
+  std::vector<Summed> out(grads.size());
+  std::vector<Tensor> whole, to_scatter;
+  std::vector<ShardLayout> layouts;
+  std::vector<char> kind(grads.size(), 0);  // 1 whole, 2 scattered
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() || sharded_parameter(vars[i]) != nullptr) continue;
+    if (const ShardedVariable* sv = sharded_state(state[i])) {
+      kind[i] = 2;
+      to_scatter.push_back(std::move(grads[i]));
+      layouts.push_back(sv->layout());
+    } else {
+      kind[i] = 1;
+      whole.push_back(std::move(grads[i]));
+    }
+  }
+  if (!whole.empty()) whole = ctx_->all_reduce(ReduceOp::kSum, whole);
+  std::vector<Tensor> shards;
+  if (!to_scatter.empty())  // releases each local gradient once packed (or sent as it is)
+    shards = ctx_->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
+  for (std::size_t i = 0, a = 0, b = 0; i < grads.size(); ++i) {
+    if (kind[i] == 1) out[i] = {std::move(whole[a++]), false};
+    if (kind[i] == 2) out[i] = {std::move(shards[b++]), true};
+  }
+  return out;
+}
+
+Tensor ReplicaStepPolicy::sum_partials(const Tensor& partial) {
+  return ctx_ != nullptr ? ctx_->all_reduce(ReduceOp::kSum, partial) : partial;
+}
+
+void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Summed>&& summed,
+                               const std::vector<std::vector<Variable>>& slots, const UpdateFn& fn) {
+  std::vector<SlicedUpdate> sliced;
+  const int r = replica();
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const ShardedVariable* parameter = sharded_parameter(vars[i]);
+    Tensor w = parameter != nullptr ? parameter->local_shard() : vars[i].value();
+    w = w.reshape(w.shape());  // same storage, a fresh id no tape knows (ops::stop_gradient)
+    Tensor g = std::move(summed[i].gradient);  // released with `g` (stage 1: the whole sum, once sliced)
+    if (g.device_name() != w.device_name()) g = g.to(w.device_name());
+    const ShardedVariable* layout_of = parameter != nullptr ? parameter : sharded_state(slots[i].empty() ? Variable() : slots[i].front());
+    Tensor target = w;  // what the update writes: the weight, its shard, or a copy of this replica's slice
+    if (parameter == nullptr && layout_of != nullptr) {
+      const ShardLayout& layout = layout_of->layout();
+      CHORUS_ENFORCE(layout.num_elements == w.num_elements(), "slot of '", vars[i].name(), "' has ",
+                     layout.num_elements, " elements, the variable ", w.num_elements());
+      const std::vector<std::int64_t> begin{layout.begin(r)}, length{layout.length(r)};
+      if (summed[i].slice)
+        CHORUS_ENFORCE(g.num_elements() == layout.length(r), "reduced slice of '", vars[i].name(), "' has ",
+                       g.num_elements(), " elements, the layout ", layout.length(r));
+      else
+        g = ops::slice(ops::reshape(g, {-1}), begin, length);
+      target = ops::slice(ops::reshape(w, {-1}), begin, length);  // a copy: tensors have no offset views
+      sliced.push_back({w, target, layout});
+    }
+    std::vector<Tensor> parts;
+    parts.reserve(slots[i].size());
+    for (const Variable& s : slots[i]) {
+      const ShardedVariable* sv = as_sharded(s);
+      CHORUS_ENFORCE((sv != nullptr) == (layout_of != nullptr), "slots of '", vars[i].name(), "' are partly sharded");
+      parts.push_back(sv != nullptr ? sv->local_shard() : s.value());
+    }
+    fn(i, g, target, parts);
+  }
+  if (sliced.empty()) return;
+  // Every replica's updated slices into each replica's whole weight, in place: one all-gather
+  // (large weights are its output directly, small ones share padded packs).
+  if (ctx_ != nullptr) {
+    std::vector<Tensor> slices, wholes;
+    std::vector<ShardLayout> layouts;
+    for (const SlicedUpdate& u : sliced) {
+      slices.push_back(u.slice);
+      wholes.push_back(u.whole);
+      layouts.push_back(u.layout);
+    }
+    ctx_->all_gather_shards(slices, wholes, layouts);
+    return;
+  }
+  for (const SlicedUpdate& u : sliced) {  // one replica in cross-replica context: its slice is the whole
+    CHORUS_ENFORCE(u.layout.num_shards == 1, "a sliced update over ", u.layout.num_shards,
+                   " replicas outside their strategy.run");
+    Tensor whole = u.whole;
+    if (u.layout.num_elements > 0) whole.copy_from(ops::reshape(u.slice, whole.shape().dims()));
+  }
+}
+
+}  // namespace chorus::distribute
