@@ -21,10 +21,10 @@
 #include <chorus/collective/communicator.h>
 #include <chorus/collective/hierarchical.h>
 #ifdef CHORUS_WITH_MPI
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #endif
-#include <chorus/collective/nccl.h>
-#include <chorus/collective/nccl_mpi.h>  // always declared: UnavailableError without NCCL or MPI
+#include <chorus/collective/nccl/nccl.h>
+#include <chorus/collective/nccl/nccl_mpi.h>  // always declared: UnavailableError without NCCL or MPI
 #include <chorus/collective/reference.h>
 #include <chorus/collective/shared_memory.h>
 #include <chorus/collective/virtual_gpu.h>

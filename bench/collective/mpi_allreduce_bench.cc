@@ -33,7 +33,7 @@
 #include <vector>
 
 #include <chorus/collective/communicator.h>
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/core/json_internal.h>
 #include <chorus/core/tensor.h>
 #include <chorus/launch/cli.h>

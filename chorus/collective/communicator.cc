@@ -148,6 +148,26 @@ void Communicator::validate(const CollectiveCall& call, const Tensor* input, con
   }
 }
 
+void Communicator::unimplemented(const CollectiveCall& call) const {
+  throw UnimplementedError(str_cat(backend(), ": ", collective_op_name(call.kind),
+                                   " is not implemented by this backend (", call.fp.to_string(), ")"));
+}
+
+std::shared_ptr<Work> Communicator::do_all_reduce(const CollectiveCall& call, const Tensor&, const Tensor&) {
+  unimplemented(call);
+}
+std::shared_ptr<Work> Communicator::do_broadcast(const CollectiveCall& call, const Tensor&) { unimplemented(call); }
+std::shared_ptr<Work> Communicator::do_reduce(const CollectiveCall& call, const Tensor&, const Tensor&) {
+  unimplemented(call);
+}
+std::shared_ptr<Work> Communicator::do_all_gather(const CollectiveCall& call, const Tensor&, const Tensor&) {
+  unimplemented(call);
+}
+std::shared_ptr<Work> Communicator::do_reduce_scatter(const CollectiveCall& call, const Tensor&, const Tensor&) {
+  unimplemented(call);
+}
+std::shared_ptr<Work> Communicator::do_barrier(const CollectiveCall& call) { unimplemented(call); }
+
 std::shared_ptr<Work> Communicator::all_reduce(const Tensor& input, const Tensor& output,
                                                const AllReduceOptions& options) {
   CollectiveCall& call = *call_;

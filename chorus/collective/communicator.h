@@ -1,5 +1,7 @@
-// Collectives: one Communicator interface for every backend (shared memory between replica
-// threads, reduction to one device, and — as they land — virtual GPU, NCCL, MPI, hierarchical).
+// Collectives: one Communicator interface for every backend. The backends: shared memory between
+// replica threads (shared_memory.h), reduction to one device (reference.h), virtual GPUs sharing
+// one physical GPU (virtual_gpu.h), NCCL in one process and across processes (nccl/), MPI between
+// processes (mpi/, with the peer monitor of peer_monitor/), and hierarchical (hierarchical.h).
 //
 // SPMD contract. A communicator connects `size()` participants ("ranks": replica threads in one
 // process, or processes). Every participant calls the same collectives in the same order, each on
@@ -37,7 +39,7 @@
 // abort the communicator is unusable: every later call raises AbortedError at once (create a new
 // one), so a late participant never waits for partners that are gone. Backends that span
 // processes may also notice a dead process without waiting for the clock (the MPI backend: an
-// UnavailableError naming the lost rank and its host, collective/mpi.h).
+// UnavailableError naming the lost rank and its host, collective/mpi/mpi.h).
 //
 // Thread-safety: each Communicator object is used by one thread at a time (its participant);
 // abort() may be called from any thread.
@@ -177,15 +179,17 @@ class Communicator {
 
   // Data movement of a validated call (shapes, dtypes and root already checked; for reduce,
   // `output` is only meaningful on the root). Each returns the call's Work, never nullptr.
-  virtual std::shared_ptr<Work> do_all_reduce(const CollectiveCall& call, const Tensor& input,
-                                              const Tensor& output) = 0;
-  virtual std::shared_ptr<Work> do_broadcast(const CollectiveCall& call, const Tensor& tensor) = 0;
-  virtual std::shared_ptr<Work> do_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output) = 0;
-  virtual std::shared_ptr<Work> do_all_gather(const CollectiveCall& call, const Tensor& input,
-                                              const Tensor& output) = 0;
+  // A backend overrides the collectives it implements. The default of each throws
+  // UnimplementedError "<backend()>: <collective> is not implemented by this backend (<the call's
+  // fingerprint>)" and leaves the communicator usable: every participant of a backend throws the
+  // same, so none waits for another. A new collective therefore needs no change in every backend.
+  virtual std::shared_ptr<Work> do_all_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output);
+  virtual std::shared_ptr<Work> do_broadcast(const CollectiveCall& call, const Tensor& tensor);
+  virtual std::shared_ptr<Work> do_reduce(const CollectiveCall& call, const Tensor& input, const Tensor& output);
+  virtual std::shared_ptr<Work> do_all_gather(const CollectiveCall& call, const Tensor& input, const Tensor& output);
   virtual std::shared_ptr<Work> do_reduce_scatter(const CollectiveCall& call, const Tensor& input,
-                                                  const Tensor& output) = 0;
-  virtual std::shared_ptr<Work> do_barrier(const CollectiveCall& call) = 0;
+                                                  const Tensor& output);
+  virtual std::shared_ptr<Work> do_barrier(const CollectiveCall& call);
 
  private:
   // Validates (kind-specific shape and root checks; every tensor through check_tensor), aborting
@@ -194,6 +198,8 @@ class Communicator {
   // Waits for write holds on `output` (an async checkpoint copying it; core/tensor.h).
   static void await_writable(const Tensor& output);
   void check_tensor(const Tensor& t, const CollectiveCall& call, const char* role) const;
+  // The do_* defaults: throws UnimplementedError naming backend() and the collective.
+  [[noreturn]] void unimplemented(const CollectiveCall& call) const;
 
   std::uint64_t sequence_ = 0;  // the next call's sequence number
   // The record of the call in progress, reused call after call (one thread at a time calls a

@@ -17,7 +17,7 @@
 //                               chorus-run's --collective-timeout sets it on every rank.
 //   CHORUS_PEER_MONITOR         true/false (default true): MPI communicators watch the other
 //                               processes over TCP and fail within seconds when one dies
-//                               (collective/peer_monitor.h); false leaves it to the timeout.
+//                               (collective/peer_monitor/peer_monitor.h); false leaves it to the timeout.
 //   CHORUS_TIMELINE             a path: record a Chrome trace-event timeline of every replica and
 //                               write it there at exit (core/timeline.h; "%r" → the rank).
 //   CHORUS_FLIGHT_RECORD_DIR    a directory: when a collective times out or a peer process is lost,

@@ -17,7 +17,7 @@
 #if defined(CHORUS_WITH_MPI)
 #include <mpi.h>
 
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #endif
 
 namespace chorus::distribute {

@@ -33,7 +33,7 @@
 //                                cuda/fused_reduce.cu)
 //   MPI                          16-bit on the wire; each rank reduces its 1/size block of all
 //                                ranks' 16-bit inputs in float32 and rounds once, then the blocks
-//                                are all-gathered (collective/mpi.h)
+//                                are all-gathered (collective/mpi/mpi.h)
 //   hierarchical                 each level as its backend: the local reduce rounds to 16 bits,
 //                                the cross-process all-reduce rounds again (two roundings)
 //   NCCL                         the 16-bit type itself at every hop (ncclFloat16/ncclBfloat16

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <set>
 
-#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl/nccl.h>
 #include <chorus/collective/reference.h>
 #include <chorus/collective/shared_memory.h>
 #include <chorus/collective/virtual_gpu.h>

@@ -8,8 +8,8 @@
 
 #include <chorus/collective/gpu_claim.h>
 #include <chorus/collective/hierarchical.h>
-#include <chorus/collective/nccl.h>
-#include <chorus/collective/nccl_mpi.h>
+#include <chorus/collective/nccl/nccl.h>
+#include <chorus/collective/nccl/nccl_mpi.h>
 #include <chorus/core/config.h>
 #include <chorus/core/crc32c.h>
 #include <chorus/core/error.h>
@@ -22,7 +22,7 @@
 #include <chorus/ops/shape_ops.h>
 
 #if defined(CHORUS_WITH_MPI)
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #endif
 
 namespace chorus::distribute {

@@ -51,7 +51,7 @@
 // Failure: every collective honours options.timeout (default: collective::default_timeout(), i.e.
 // CHORUS_COLLECTIVE_TIMEOUT or 300 s). A worker that dies (killed, crashed, host lost) makes the
 // others' run() throw UnavailableError naming its rank and host within about a second — the MPI
-// backend's peer monitor sees its connection close (collective/mpi.h, "Failure"). A worker that
+// backend's peer monitor sees its connection close (collective/mpi/mpi.h, "Failure"). A worker that
 // stops calling the collectives makes them throw DeadlineExceededError naming the missing rank(s)
 // within the timeout (or AbortedError naming the rank that failed and why), never a hang. The
 // strategy is then unusable across workers (its next run() rebuilds the communicators, which

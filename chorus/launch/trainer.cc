@@ -26,7 +26,7 @@
 #include <chorus/optimizer/adam.h>
 #include <chorus/optimizer/sgd.h>
 #if defined(CHORUS_WITH_MPI)
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #endif
 
 namespace chorus::launch {

@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/core/profile.h>

@@ -14,7 +14,7 @@
 
 #include "group_harness.h"
 #include <chorus/collective/hierarchical.h>
-#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl/nccl.h>
 #include <chorus/collective/virtual_gpu.h>
 #include <chorus/core/config.h>
 #include <chorus/core/error.h>

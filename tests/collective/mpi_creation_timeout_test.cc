@@ -21,7 +21,7 @@
 #include <optional>
 #include <thread>
 
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/core/error.h>
 
 namespace cx = chorus;

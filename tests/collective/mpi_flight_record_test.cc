@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/core/error.h>
 #include <chorus/core/tensor.h>
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include <chorus/collective/mpi.h>
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/mpi/mpi.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 #include <chorus/core/error.h>
 #include <chorus/core/host.h>
 #include <chorus/core/tensor.h>

@@ -18,7 +18,7 @@
 #include "tests/collective/mpi_test_main.h"
 #include "tests/core/test_util.h"
 #include <chorus/collective/hierarchical.h>
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/collective/shared_memory.h>
 #include <chorus/core/error.h>
 #include <chorus/core/tensor.h>

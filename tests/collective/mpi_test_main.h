@@ -18,7 +18,7 @@
 #include <functional>
 #include <vector>
 
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/core/config.h>
 #include <chorus/core/tensor.h>
 

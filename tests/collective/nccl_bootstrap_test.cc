@@ -1,6 +1,6 @@
 // The host-side logic of the multi-process NCCL backend, without MPI, NCCL or a GPU: the one-GPU-
 // per-rank check, and the wire forms of GPU claims and fingerprints.
-#include <chorus/collective/nccl_bootstrap.h>
+#include <chorus/collective/nccl/nccl_bootstrap.h>
 
 #include <gtest/gtest.h>
 

@@ -19,9 +19,9 @@
 #include "analytic.h"
 #include "tests/collective/mpi_test_main.h"
 #include "tests/core/test_util.h"
-#include <chorus/collective/mpi.h>
-#include <chorus/collective/nccl.h>
-#include <chorus/collective/nccl_mpi.h>
+#include <chorus/collective/mpi/mpi.h>
+#include <chorus/collective/nccl/nccl.h>
+#include <chorus/collective/nccl/nccl_mpi.h>
 #include <chorus/core/error.h>
 #include <chorus/core/gpu.h>
 #include <chorus/core/tensor.h>

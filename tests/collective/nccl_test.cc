@@ -6,7 +6,7 @@
 
 #include "analytic.h"
 #include "group_harness.h"
-#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl/nccl.h>
 #include <chorus/core/config.h>
 #include <chorus/core/error.h>
 #include <chorus/core/gpu.h>

@@ -1,8 +1,8 @@
-// The peer monitor's wire format (collective/peer_monitor_frame_internal.h): a frame survives
+// The peer monitor's wire format (collective/peer_monitor/peer_monitor_frame_internal.h): a frame survives
 // encode/decode with every field at its extremes, lies on the wire as the header's table says
 // (expected bytes written from that table, not from the encoder), and decode rejects what is too
 // short or has the wrong magic number, while leaving kinds, ranks and tokens to the connection.
-#include <chorus/collective/peer_monitor_frame_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor_frame_internal.h>
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 //   - a stopped child (SIGSTOP) is lost by silence once heartbeats stop;
 //   - strangers connecting to the port (garbage, a wrong token) change nothing;
 //   - no sockets (descriptor limit) is an UnavailableError, not a crash or a hang.
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>

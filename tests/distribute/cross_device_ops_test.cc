@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl/nccl.h>
 #include <chorus/core/config.h>
 #include <chorus/core/error.h>
 #include <chorus/core/runtime.h>

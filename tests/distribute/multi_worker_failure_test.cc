@@ -31,7 +31,7 @@
 #include <thread>
 
 #include <chorus/checkpoint/checkpoint_manager.h>
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/core/config.h>
 #include <chorus/core/error.h>
 #include <chorus/distribute/multi_worker_mirrored_strategy.h>

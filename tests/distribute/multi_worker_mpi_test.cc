@@ -18,7 +18,7 @@
 #include "tests/collective/mpi_test_main.h"
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/checkpoint_manager.h>
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 #include <chorus/core/config.h>
 #include <chorus/core/crc32c.h>
 #include <chorus/core/error.h>

@@ -5,7 +5,7 @@
 # chorus::chorus, with no CMAKE_CXX_STANDARD of its own (the package must bring C++20); build it
 # with the build's compiler, going on past failures; fail naming every program that did not build.
 # The programs are compiled, not run: several need mpirun or a GPU. A program that uses
-# collective/mpi.h is skipped, and listed as skipped, only in a build without MPI.
+# collective/mpi/mpi.h is skipped, and listed as skipped, only in a build without MPI.
 #
 # Inputs: BUILD_DIR, SOURCE_ROOT, WORK_DIR, GENERATOR, CXX_COMPILER, EXTRACTOR, WITH_MPI.
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -37,7 +37,7 @@ foreach(entry IN LISTS entries)
   set(target ${CMAKE_MATCH_1})
   set(where_${target} "${CMAKE_MATCH_2}")
   if(CMAKE_MATCH_3 STREQUAL "mpi" AND NOT WITH_MPI)
-    list(APPEND skipped "  ${CMAKE_MATCH_2}: skipped, uses collective/mpi.h and this build has no MPI")
+    list(APPEND skipped "  ${CMAKE_MATCH_2}: skipped, uses collective/mpi/mpi.h and this build has no MPI")
     continue()
   endif()
   list(APPEND targets ${target})

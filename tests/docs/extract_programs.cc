@@ -6,7 +6,7 @@
 // a #line directive, so the compiler reports errors at the markdown file and line
 // ("docs/ops.md:41: error: ..."). <out-dir>/programs.txt lists one program a line:
 // "<name> <file>:<fence line> <needs>", where <needs> is "mpi" for a program that uses a name of
-// collective/mpi.h (chorus.h includes it only in builds with MPI) and "-" otherwise.
+// collective/mpi/mpi.h (chorus.h includes it only in builds with MPI) and "-" otherwise.
 //
 // Exit status: 0 with at least one program written; 1 on an unterminated fence, an unreadable
 // file or no program at all (the test must not pass by finding nothing); 2 on bad arguments.
@@ -32,7 +32,7 @@ struct Program {
 
 // What the program needs beyond a default build: "mpi" or "-".
 std::string needs(const std::string& code) {
-  // Every name collective/mpi.h declares.
+  // Every name collective/mpi/mpi.h declares.
   for (const char* mpi_api :
        {"MpiThreadLevel", "MpiEnvironment", "mpi_cuda_aware", "MpiCommunicatorOptions", "make_mpi_communicator"})
     if (code.find(mpi_api) != std::string::npos) return "mpi";

@@ -7,6 +7,7 @@
 
 #include <chorus/collective/cuda/fused_reduce.h>
 #include <chorus/core/cuda/check.h>
+#include <chorus/core/cuda/float16.cuh>
 
 namespace chorus::collective::cuda {
 namespace {
@@ -16,43 +17,9 @@ struct Pointers {
   void* out[kMaxFused];
 };
 
-template <typename T>
-struct Acc {
-  using type = T;
-};
-template <>
-struct Acc<__half> {
-  using type = float;
-};
-template <>
-struct Acc<__nv_bfloat16> {
-  using type = float;
-};
-
-template <typename T>
-__device__ __forceinline__ typename Acc<T>::type to_acc(T v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float to_acc<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_acc(typename Acc<T>::type v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_acc<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using gpu::acc_t;  // core/cuda/float16.cuh: 16-bit floats reduce in float, rounded once
+using gpu::load;
+using gpu::store;
 
 template <typename A>
 __device__ __forceinline__ A combine(int op, A a, A b) {
@@ -68,13 +35,13 @@ __device__ __forceinline__ A combine(int op, A a, A b) {
 // output. Loads and stores of consecutive threads are consecutive: fully coalesced.
 template <typename T>
 __global__ void fused_reduce_kernel(Pointers p, int k, int m, std::size_t n, int op, int divisor) {
-  using A = typename Acc<T>::type;
+  using A = acc_t<T>;
   const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    A acc = to_acc<T>(static_cast<const T*>(p.in[0])[i]);
-    for (int j = 1; j < k; ++j) acc = combine<A>(op, acc, to_acc<T>(static_cast<const T*>(p.in[j])[i]));
+    A acc = load<T>(static_cast<const T*>(p.in[0])[i]);
+    for (int j = 1; j < k; ++j) acc = combine<A>(op, acc, load<T>(static_cast<const T*>(p.in[j])[i]));
     if (op == 1 && divisor > 1) acc = acc / static_cast<A>(divisor);
-    const T r = from_acc<T>(acc);
+    const T r = store<T>(acc);
     for (int o = 0; o < m; ++o) static_cast<T*>(p.out[o])[i] = r;
   }
 }
@@ -85,7 +52,7 @@ __global__ void fused_reduce_kernel(Pointers p, int k, int m, std::size_t n, int
 // vectors. Each thread still reads a vector from every input before writing it to any output.
 template <typename T>
 __global__ void fused_reduce_vec_kernel(Pointers p, int k, int m, std::size_t nv, int op, int divisor) {
-  using A = typename Acc<T>::type;
+  using A = acc_t<T>;
   constexpr int E = 16 / sizeof(T);
   const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < nv; i += stride) {
@@ -93,18 +60,18 @@ __global__ void fused_reduce_vec_kernel(Pointers p, int k, int m, std::size_t nv
     uint4 v = static_cast<const uint4*>(p.in[0])[i];
     const T* e = reinterpret_cast<const T*>(&v);
 #pragma unroll
-    for (int q = 0; q < E; ++q) acc[q] = to_acc<T>(e[q]);
+    for (int q = 0; q < E; ++q) acc[q] = load<T>(e[q]);
     for (int j = 1; j < k; ++j) {
       v = static_cast<const uint4*>(p.in[j])[i];
 #pragma unroll
-      for (int q = 0; q < E; ++q) acc[q] = combine<A>(op, acc[q], to_acc<T>(e[q]));
+      for (int q = 0; q < E; ++q) acc[q] = combine<A>(op, acc[q], load<T>(e[q]));
     }
     uint4 r;
     T* re = reinterpret_cast<T*>(&r);
 #pragma unroll
     for (int q = 0; q < E; ++q) {
       if (op == 1 && divisor > 1) acc[q] = acc[q] / static_cast<A>(divisor);
-      re[q] = from_acc<T>(acc[q]);
+      re[q] = store<T>(acc[q]);
     }
     for (int o = 0; o < m; ++o) static_cast<uint4*>(p.out[o])[i] = r;
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <chorus/core/cuda/check.h>
+#include <chorus/core/cuda/float16.cuh>
 #include <chorus/core/cuda/kernels.h>
 #include <chorus/core/gpu.h>
 
@@ -21,25 +22,12 @@ __global__ void fill_kernel(T* dst, std::size_t n, T value) {
   }
 }
 
+// 16-bit floats are added in float and rounded back once, as TF's GPU kernels do (float16.cuh).
 template <typename T>
 __global__ void add_inplace_kernel(T* dst, const T* src, std::size_t n) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    dst[i] = dst[i] + src[i];
-  }
-}
-
-// 16-bit floats are added in float and rounded back once, as TF's GPU kernels do.
-__global__ void add_inplace_half_kernel(__half* dst, const __half* src, std::size_t n) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    dst[i] = __float2half_rn(__half2float(dst[i]) + __half2float(src[i]));
-  }
-}
-__global__ void add_inplace_bf16_kernel(__nv_bfloat16* dst, const __nv_bfloat16* src, std::size_t n) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    dst[i] = __float2bfloat16_rn(__bfloat162float(dst[i]) + __bfloat162float(src[i]));
+    dst[i] = store<T>(load<T>(dst[i]) + load<T>(src[i]));
   }
 }
 
@@ -100,11 +88,11 @@ void add_inplace_async(int ordinal, StreamHandle stream, DType dtype, void* dst,
                                            count);
       break;
     case DType::kFloat16:
-      add_inplace_half_kernel<<<g, 256, 0, s>>>(static_cast<__half*>(dst), static_cast<const __half*>(src), count);
+      add_inplace_kernel<<<g, 256, 0, s>>>(static_cast<__half*>(dst), static_cast<const __half*>(src), count);
       break;
     case DType::kBFloat16:
-      add_inplace_bf16_kernel<<<g, 256, 0, s>>>(static_cast<__nv_bfloat16*>(dst),
-                                                static_cast<const __nv_bfloat16*>(src), count);
+      add_inplace_kernel<<<g, 256, 0, s>>>(static_cast<__nv_bfloat16*>(dst), static_cast<const __nv_bfloat16*>(src),
+                                           count);
       break;
     case DType::kBool: throw InvalidArgumentError("assign_add is not defined for bool variables: use assign");
   }

@@ -7,7 +7,7 @@
 // below --min-accuracy, 2 a bad command line.
 #include <iostream>
 
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 #include <chorus/core/error.h>
 #include <chorus/launch/cli.h>
 #include <chorus/launch/train_options.h>

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include <chorus/core/cuda/check.h>
+#include <chorus/core/cuda/float16.cuh>
 #include <chorus/core/dtype.h>
 #include <chorus/core/error.h>
 
@@ -34,47 +35,12 @@ inline unsigned grid_for(std::int64_t n, std::int64_t per_block = kThreads) {
   return static_cast<unsigned>(blocks);
 }
 
-// Arithmetic type: 16-bit floats compute in float and round once on store.
-template <typename T>
-struct Acc {
-  using type = T;
-};
-template <>
-struct Acc<__half> {
-  using type = float;
-};
-template <>
-struct Acc<__nv_bfloat16> {
-  using type = float;
-};
-template <typename T>
-using acc_t = typename Acc<T>::type;
-
-template <typename T>
-__device__ __forceinline__ acc_t<T> load(T v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float load<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float load<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T store(acc_t<T> v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __forceinline__ __half store<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+// Arithmetic type (16-bit floats compute in float and round once on store) and the conversions
+// in and out of it: core/cuda/float16.cuh, shared with core/ and collective/ kernels.
+using ::chorus::gpu::Acc;
+using ::chorus::gpu::acc_t;
+using ::chorus::gpu::load;
+using ::chorus::gpu::store;
 
 // Integer limits usable in device code (std::numeric_limits is host-only without
 // --expt-relaxed-constexpr).

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <chorus/core/cuda/check.h>
+#include <chorus/core/cuda/float16.cuh>
 #include <chorus/core/dtype.h>
 #include <chorus/core/gpu.h>
 #include <chorus/ops/cuda/random.h>
@@ -25,20 +26,7 @@ unsigned grid_for(std::uint64_t items) {
 }
 
 // Store of a float32 result; 16-bit types round to nearest even, as core/dtype.h does on the CPU.
-template <typename T>
-__device__ __forceinline__ T store_f32(float v);
-template <>
-__device__ __forceinline__ float store_f32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half store_f32<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 store_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using ::chorus::gpu::store;  // core/cuda/float16.cuh
 
 // float32, float16, bfloat16 outputs: 4 elements per Philox block.
 template <typename T>
@@ -50,7 +38,7 @@ __global__ void random_f32_kernel(Distribution dist, PhiloxKey key, PhiloxCounte
     float v[4];
     sample_block_f32(dist, key, base, g, p, v);
     const long long first = static_cast<long long>(g) * 4;
-    for (int j = 0; j < 4 && first + j < n; ++j) out[first + j] = store_f32<T>(v[j]);
+    for (int j = 0; j < 4 && first + j < n; ++j) out[first + j] = store<T>(v[j]);
   }
 }
 

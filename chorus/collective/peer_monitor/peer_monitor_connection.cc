@@ -4,7 +4,7 @@
 // and the verdict on the peer when a connection ends: lost (closed or failed without a goodbye
 // after both ends knew it open), departed (a goodbye), unreachable (it never spoke the protocol),
 // or nothing (an attempt or handshake to retry). Runs on the monitor's thread only.
-#include <chorus/collective/peer_monitor_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor_internal.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include <chorus/collective/nccl_bootstrap.h>
+#include <chorus/collective/nccl/nccl_bootstrap.h>
 
 #include <algorithm>
 #include <cstring>

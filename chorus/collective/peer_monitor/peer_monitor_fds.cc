@@ -2,7 +2,7 @@
 // has no monitor thread, so a socket it inherited would keep a dead parent's connection open and
 // hide the death. Every descriptor the monitor opens is tracked here, and a pthread_atfork handler
 // closes them all in the child.
-#include <chorus/collective/peer_monitor_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor_internal.h>
 
 #include <pthread.h>
 #include <unistd.h>

@@ -54,7 +54,7 @@
 //   - abort(reason), or a bad argument on one rank, tells every other rank: those waiting raise
 //     AbortedError naming the rank and reason at once, the others at their next call;
 //   - a process that dies (SIGKILL, a crash, a lost host) is noticed by the transport, not the
-//     clock: every process runs one PeerMonitor (collective/peer_monitor.h), whose address
+//     clock: every process runs one PeerMonitor (collective/peer_monitor/peer_monitor.h), whose address
 //     (host, port, pid, token) make_mpi_communicator all-gathers over the new communicator; the
 //     monitors keep a TCP connection to each other, and a connection that closes without a
 //     goodbye (or stays silent for 30 s) marks that rank lost. A wait that sees a loss gives the
@@ -151,7 +151,7 @@ class MpiEnvironment {
 // Call it after MPI is initialized. chorus does not use it yet: GPU tensors are rejected.
 bool mpi_cuda_aware();
 
-class PeerMonitor;  // collective/peer_monitor.h
+class PeerMonitor;  // collective/peer_monitor/peer_monitor.h
 // The peer monitor this process's MPI communicators share (started by the first of them); nullptr
 // before, or when it is off (CHORUS_PEER_MONITOR=false) or could not start. For backends that wait
 // beside MPI (nccl_mpi.cc): a wait that sees monitor->any_lost() fails instead of timing out.

@@ -1,4 +1,4 @@
-#include <chorus/collective/nccl.h>
+#include <chorus/collective/nccl/nccl.h>
 
 #include <chorus/core/error.h>
 
@@ -7,7 +7,7 @@
 
 #include <chorus/collective/host_reduce.h>
 #include <chorus/collective/in_process.h>
-#include <chorus/collective/nccl_check.h>
+#include <chorus/collective/nccl/nccl_check.h>
 #include <chorus/collective/work.h>
 #include <chorus/core/cuda/check.h>
 #include <chorus/core/logging.h>

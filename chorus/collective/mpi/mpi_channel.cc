@@ -9,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include <chorus/collective/mpi_internal.h>
+#include <chorus/collective/mpi/mpi_internal.h>
 #include <chorus/core/error.h>
 #include <chorus/core/host.h>
 

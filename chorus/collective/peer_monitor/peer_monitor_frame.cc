@@ -1,4 +1,4 @@
-#include <chorus/collective/peer_monitor_frame_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor_frame_internal.h>
 
 namespace chorus::collective::peer_monitor_detail {
 namespace {

@@ -31,7 +31,7 @@
 #include <chorus/collective/communicator.h>
 #include <chorus/collective/deadline.h>
 #include <chorus/collective/flight_record.h>
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 
 // Calls MPI under the process-wide mutex; an error code becomes InternalError with MPI's text.
 #define CHORUS_MPI_CHECK(call)                                                                   \

@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include <chorus/collective/peer_monitor.h>
-#include <chorus/collective/peer_monitor_frame_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
+#include <chorus/collective/peer_monitor/peer_monitor_frame_internal.h>
 
 namespace chorus::collective {
 namespace peer_monitor_detail {

@@ -2,7 +2,7 @@
 // wake-up eventfd and the thread; the destructor stops it (after the goodbye); the accessors read
 // the thread's results under the mutex. The thread itself is peer_monitor_loop.cc and
 // peer_monitor_connection.cc; the pieces they share are in peer_monitor_internal.h.
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -18,7 +18,7 @@
 #include <random>
 #include <system_error>
 
-#include <chorus/collective/peer_monitor_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor_internal.h>
 #include <chorus/core/error.h>
 #include <chorus/core/host.h>
 

@@ -1,4 +1,4 @@
-#include <chorus/collective/nccl_mpi.h>
+#include <chorus/collective/nccl/nccl_mpi.h>
 
 #include <chorus/core/error.h>
 
@@ -17,11 +17,11 @@
 #include <chorus/collective/call.h>
 #include <chorus/collective/deadline.h>
 #include <chorus/collective/host_reduce.h>
-#include <chorus/collective/mpi.h>
-#include <chorus/collective/nccl.h>
-#include <chorus/collective/nccl_bootstrap.h>
-#include <chorus/collective/nccl_check.h>
-#include <chorus/collective/peer_monitor.h>
+#include <chorus/collective/mpi/mpi.h>
+#include <chorus/collective/nccl/nccl.h>
+#include <chorus/collective/nccl/nccl_bootstrap.h>
+#include <chorus/collective/nccl/nccl_check.h>
+#include <chorus/collective/peer_monitor/peer_monitor.h>
 #include <chorus/collective/work.h>
 #include <chorus/core/cuda/check.h>
 #include <chorus/core/gpu.h>
@@ -99,7 +99,7 @@ struct Shared {
   bool failed = false;
   std::string failure;                // what later calls report
   std::unique_ptr<Communicator> mpi;  // fingerprints, barrier, notices; null once destroyed
-  // The process's peer monitor (collective/mpi.h); null: a dead peer is noticed by the timeout only.
+  // The process's peer monitor (collective/mpi/mpi.h); null: a dead peer is noticed by the timeout only.
   std::shared_ptr<PeerMonitor> monitor;
 
   ~Shared() { abort_nccl(comm, ordinal); }  // only if the Communicator never took it over (comm is null then)

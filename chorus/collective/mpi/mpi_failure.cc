@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include <chorus/collective/mpi_internal.h>
+#include <chorus/collective/mpi/mpi_internal.h>
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
@@ -16,7 +16,7 @@ namespace chorus::collective::mpi_detail {
 
 using internal::str_cat;
 
-// --- the peer monitor (collective/peer_monitor.h): one per process, shared by its MPI communicators ---
+// --- the peer monitor (collective/peer_monitor/peer_monitor.h): one per process, shared by its MPI communicators ---
 
 std::atomic<bool> g_peer_lost{false};
 std::atomic<bool> g_collective_timed_out{false};

@@ -2,7 +2,7 @@
 // every MPI call holds, and make_mpi_communicator, which duplicates MPI_COMM_WORLD and exchanges
 // the peer monitors' addresses. The communicator is in mpi_communicator.cc and mpi_failure.cc,
 // what travels between processes in mpi_channel.cc (mpi_internal.h lists them).
-#include <chorus/collective/mpi.h>
+#include <chorus/collective/mpi/mpi.h>
 
 #include <mpi.h>
 #if __has_include(<mpi-ext.h>)
@@ -17,7 +17,7 @@
 #include <cstring>
 #include <thread>
 
-#include <chorus/collective/mpi_internal.h>
+#include <chorus/collective/mpi/mpi_internal.h>
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>

@@ -3,7 +3,7 @@
 // kTick. Each turn applies a new watch(), starts connects, sends heartbeats, ends what timed out and
 // publishes the connected ranks; a goodbye (say_goodbye() or the destructor) ends the watching.
 // What one connection does is in peer_monitor_connection.cc.
-#include <chorus/collective/peer_monitor_internal.h>
+#include <chorus/collective/peer_monitor/peer_monitor_internal.h>
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -2,7 +2,7 @@
 // transport rather than the clock (what NCCL's async error handling and torchrun's heartbeats do).
 //
 //   PeerMonitor monitor(my_rank);                     // listens on a TCP port, starts its thread
-//   publish(monitor.address());                       // e.g. all-gathered over MPI (collective/mpi.cc)
+//   publish(monitor.address());                       // e.g. all-gathered over MPI (collective/mpi/mpi.cc)
 //   monitor.watch(addresses_of_every_rank);           // connects in the background
 //   ...
 //   if (monitor.any_lost()) throw UnavailableError(monitor.losses()[0].to_string());
@@ -15,7 +15,7 @@
 // lost ("its connection closed without a goodbye"). Both ends send a heartbeat every
 // heartbeat_interval; an open connection that stays silent for silence_limit (a host that lost
 // power or network, a process stopped with SIGSTOP) is lost too. A peer that sent a goodbye
-// (destructor, say_goodbye(), or exit() through the hook collective/mpi.cc installs) has departed:
+// (destructor, say_goodbye(), or exit() through the hook collective/mpi/mpi.cc installs) has departed:
 // never a loss. _Exit, abort, a signal or an exec without goodbye count as deaths.
 //
 // A goodbye with an error. A process that leaves because of an error (an exception outside any
@@ -79,7 +79,7 @@ struct PeerLoss {
   std::int64_t pid = 0;
   std::string how;  // "its connection closed without a goodbye (killed or crashed)", ...
   // Non-empty when the process did not die but said goodbye with this error (it left failing): its
-  // MPI_Finalize may be running, so a survivor still finalizes (collective/mpi.cc).
+  // MPI_Finalize may be running, so a survivor still finalizes (collective/mpi/mpi.cc).
   std::string error;
   // "rank 1 (host node7, pid 4242): its connection closed without a goodbye (...)"
   std::string to_string() const;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include <chorus/collective/host_reduce.h>
-#include <chorus/collective/mpi_internal.h>
+#include <chorus/collective/mpi/mpi_internal.h>
 #include <chorus/collective/work.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
