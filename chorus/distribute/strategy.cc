@@ -14,7 +14,7 @@
 #include <chorus/distribute/mirrored_variable.h>
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/replica_pool.h>
-#include <chorus/distribute/sharded_variable.h>
+#include <chorus/distribute/zero_variable.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>
