@@ -44,8 +44,8 @@
 #include <chorus/distribute/preemption.h>
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/replica_pool.h>
-#include <chorus/distribute/sharded_variable.h>
 #include <chorus/distribute/sharding_options.h>
+#include <chorus/distribute/zero_variable.h>
 
 #include <chorus/summary/summary_writer.h>
 #include <chorus/summary/trace.h>

@@ -258,6 +258,77 @@ BundleHeader decode_bundle_header(std::string_view bytes, const std::string& fil
   return h;
 }
 
+namespace {
+// A BundleEntryProto's TensorShapeProto: its dimensions (at most 254) appended to `dims`, and
+// unknown_rank.
+void decode_shape(std::string_view bytes, const std::string& filename, const std::string& key,
+                  std::vector<std::int64_t>& dims, bool& unknown_rank) {
+  ProtoReader s(bytes, "TensorShapeProto");
+  while (s.next()) {
+    if (s.field() == kShapeDim) {
+      ProtoReader d(s.read_bytes(), "TensorShapeProto.Dim");
+      std::int64_t size = 0;
+      while (d.next()) {
+        if (d.field() == kDimSize)
+          size = d.read_int64();
+        else
+          d.skip();
+      }
+      if (dims.size() >= 254) fail(filename, key, "shape has more than 254 dimensions");
+      dims.push_back(size);
+    } else if (s.field() == kShapeUnknownRank) {
+      unknown_rank = s.read_bool();
+    } else {
+      s.skip();
+    }
+  }
+}
+
+// A TensorSliceProto's extents (at most 254), unchecked.
+TensorSliceSpec decode_slice(std::string_view bytes, const std::string& filename, const std::string& key) {
+  TensorSliceSpec spec;
+  ProtoReader t(bytes, "TensorSliceProto");
+  while (t.next()) {
+    if (t.field() != kSliceExtent) {
+      t.skip();
+      continue;
+    }
+    if (spec.size() >= 254) fail(filename, key, "a slice has more than 254 extents");
+    SliceExtent extent;
+    ProtoReader x(t.read_bytes(), "TensorSliceProto.Extent");
+    while (x.next()) {
+      if (x.field() == kExtentStart)
+        extent.start = x.read_int64();
+      else if (x.field() == kExtentLength)
+        extent.length = x.read_int64();
+      else
+        x.skip();
+    }
+    spec.push_back(extent);
+  }
+  return spec;
+}
+
+// Every slice has one extent per dimension of `dims`, each within its dimension.
+void check_slices(const std::vector<TensorSliceSpec>& specs, const std::vector<std::int64_t>& dims,
+                  const std::string& filename, const std::string& key) {
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const TensorSliceSpec& spec = specs[i];
+    if (spec.size() != dims.size())
+      fail(filename, key, str_cat("slice ", i, " has ", spec.size(), " extents for a tensor of rank ", dims.size()));
+    for (std::size_t d = 0; d < spec.size(); ++d) {
+      const SliceExtent& x = spec[d];
+      const bool full = x.length == kFullExtent;
+      if (x.start < 0 || (!full && (x.length < 0 || x.length > dims[d] || x.start > dims[d] - x.length)) ||
+          (full && x.start != 0))
+        fail(filename, key,
+             str_cat("slice ", i, ", dimension ", d, ": start ", x.start, " length ", x.length, " is not within [0, ",
+                     dims[d], ")"));
+    }
+  }
+}
+}  // namespace
+
 BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filename, const std::string& key,
                                 std::int64_t num_shards, int* num_slices, std::vector<TensorSliceSpec>* slice_specs) {
   BundleEntry e;
@@ -271,28 +342,7 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
     while (r.next()) {
       switch (r.field()) {
         case kEntryDtype: e.tf_dtype = static_cast<int>(static_cast<std::int32_t>(r.read_varint())); break;
-        case kEntryShape: {
-          ProtoReader s(r.read_bytes(), "TensorShapeProto");
-          while (s.next()) {
-            if (s.field() == kShapeDim) {
-              ProtoReader d(s.read_bytes(), "TensorShapeProto.Dim");
-              std::int64_t size = 0;
-              while (d.next()) {
-                if (d.field() == kDimSize)
-                  size = d.read_int64();
-                else
-                  d.skip();
-              }
-              if (dims.size() >= 254) fail(filename, key, "shape has more than 254 dimensions");
-              dims.push_back(size);
-            } else if (s.field() == kShapeUnknownRank) {
-              unknown_rank = s.read_bool();
-            } else {
-              s.skip();
-            }
-          }
-          break;
-        }
+        case kEntryShape: decode_shape(r.read_bytes(), filename, key, dims, unknown_rank); break;
         case kEntryShardId: shard = static_cast<std::int32_t>(r.read_varint()); break;
         case kEntryOffset: e.offset = r.read_int64(); break;
         case kEntrySize: e.size = r.read_int64(); break;
@@ -307,27 +357,7 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
             r.skip();
             break;
           }
-          TensorSliceSpec spec;
-          ProtoReader t(r.read_bytes(), "TensorSliceProto");
-          while (t.next()) {
-            if (t.field() != kSliceExtent) {
-              t.skip();
-              continue;
-            }
-            if (spec.size() >= 254) fail(filename, key, "a slice has more than 254 extents");
-            SliceExtent extent;
-            ProtoReader x(t.read_bytes(), "TensorSliceProto.Extent");
-            while (x.next()) {
-              if (x.field() == kExtentStart)
-                extent.start = x.read_int64();
-              else if (x.field() == kExtentLength)
-                extent.length = x.read_int64();
-              else
-                x.skip();
-            }
-            spec.push_back(extent);
-          }
-          specs.push_back(std::move(spec));
+          specs.push_back(decode_slice(r.read_bytes(), filename, key));
           break;
         }
         default: r.skip();
@@ -345,20 +375,7 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
       fail(filename, key, "shape's element count overflows int64");
     elements *= d;
   }
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const TensorSliceSpec& spec = specs[i];
-    if (spec.size() != dims.size())
-      fail(filename, key, str_cat("slice ", i, " has ", spec.size(), " extents for a tensor of rank ", dims.size()));
-    for (std::size_t d = 0; d < spec.size(); ++d) {
-      const SliceExtent& x = spec[d];
-      const bool full = x.length == kFullExtent;
-      if (x.start < 0 || (!full && (x.length < 0 || x.length > dims[d] || x.start > dims[d] - x.length)) ||
-          (full && x.start != 0))
-        fail(filename, key,
-             str_cat("slice ", i, ", dimension ", d, ": start ", x.start, " length ", x.length, " is not within [0, ",
-                     dims[d], ")"));
-    }
-  }
+  check_slices(specs, dims, filename, key);
   if (slice_specs) *slice_specs = std::move(specs);
   e.shape = Shape(std::move(dims));
   if (shard < 0 || shard >= num_shards)

@@ -12,7 +12,7 @@
 // here, before any replica runs. Logs "Using MirroredStrategy with devices (...)" as TF does.
 // OneDeviceStrategy: one replica, on the calling thread, ops and variables placed on `device`.
 // With options.sharding.stage = 1 (ZeRO stage 1) the optimizer's slots are sharded over the
-// replicas (distribute/sharded_variable.h); at stage 2 the gradients are reduce-scattered too; at
+// replicas (distribute/zero_variable.h); at stage 2 the gradients are reduce-scattered too; at
 // stage 3 the parameters are sharded too (gathered per layer call); the log line names the stage;
 // sharding_stage() reports it.
 // Errors: an unknown or repeated device → InvalidArgumentError listing the devices that exist;

@@ -20,55 +20,43 @@
 // ON_READ variables are not trainable (TF makes them non-trainable by default); NONE
 // synchronization is refused at creation (InvalidArgumentError), as in TF.
 // Code above distribute/ sees it through core's DistributedVariable (core/distributed_variable.h:
-// components, strategy, checkpoint_value, restore), never as this class.
+// components, strategy, checkpoint_value, restore), never as this class. The components, strategy,
+// name, replica rule and the replica-context combine are PerReplicaVariable's
+// (distribute/per_replica_variable.h), shared with ZeroVariable.
 #pragma once
 
 #include <vector>
 
 #include <chorus/core/distributed_variable.h>
 #include <chorus/core/variable.h>
+#include <chorus/distribute/per_replica_variable.h>
 #include <chorus/distribute/strategy.h>
 
 namespace chorus::distribute {
 
-class MirroredVariable final : public DistributedVariable {
+class MirroredVariable final : public PerReplicaVariable<DistributedVariable> {
  public:
   MirroredVariable(Strategy& strategy, std::vector<Variable> components, const VariableArgs& args,
                    VariableSynchronization synchronization);
 
-  const std::string& name() const override { return name_; }
-  bool trainable() const override { return trainable_; }
   VariableSynchronization synchronization() const override { return synchronization_; }
-  VariableAggregation aggregation() const override { return aggregation_; }
   const Shape& shape() const override { return components_[0].shape(); }
   DType dtype() const override { return components_[0].dtype(); }
-  // The primary component's device.
-  const std::string& device() const override { return components_[0].device(); }
   Tensor value() const override;
   Tensor read_value() const override;
   void assign(const Tensor& value) override;
   void assign_add(const Tensor& delta) override;
 
-  // DistributedVariable: the per-device components, in replica order (checkpoints write one,
-  // restore all); the strategy whose scope created it; the checkpoint's value and its restore.
-  const std::vector<Variable>& components() const override { return components_; }
-  const Strategy& strategy() const override { return strategy_; }
+  // DistributedVariable: the checkpoint's value and its restore (checkpoints write one value,
+  // restore all components); components() and strategy() are PerReplicaVariable's.
   Tensor checkpoint_value() const override;
   void restore(const Tensor& value) override;
 
  private:
-  // This strategy's replica id on the calling thread, -1 in cross-replica context; throws for a
-  // replica context of another strategy.
-  int replica_or_cross(const char* what) const;
   Tensor aggregate() const;
   void write(const Tensor& value, bool add);
 
-  Strategy& strategy_;
-  std::vector<Variable> components_;
-  std::string name_;
-  bool trainable_;
   VariableSynchronization synchronization_;
-  VariableAggregation aggregation_;
 };
 
 }  // namespace chorus::distribute

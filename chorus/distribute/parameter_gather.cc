@@ -3,7 +3,7 @@
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/distribute/replica_context.h>
-#include <chorus/distribute/sharded_variable.h>
+#include <chorus/distribute/zero_variable.h>
 #include <chorus/ops/tape.h>
 
 namespace chorus::distribute {

@@ -14,8 +14,8 @@
 #include <chorus/distribute/mirrored_variable.h>
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/replica_pool.h>
-#include <chorus/distribute/sharded_variable.h>
 #include <chorus/distribute/step_policy.h>
+#include <chorus/distribute/zero_variable.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>

@@ -205,7 +205,7 @@ class Strategy : public DistributionStrategy {
   bool mirrored_variables_ = true;
   // ZeRO stage (sharding_options.h), set by the derived constructor (already validated): at >= 1,
   // ON_WRITE variables created with VariableArgs::shard_over_replicas become ZeroVariables
-  // (distribute/sharded_variable.h): each worker holds its replicas' shards of the global layout;
+  // (distribute/zero_variable.h): each worker holds its replicas' shards of the global layout;
   // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
   // The options' overlap_gradient_all_reduce: as requested; nullopt: off on GPU devices (until

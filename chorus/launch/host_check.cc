@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include <chorus/core/error.h>
+#include <chorus/core/host.h>
 #include <chorus/core/strings.h>
 #include <chorus/launch/mpirun_command.h>
 
@@ -147,9 +150,9 @@ std::vector<std::string> host_check_argv(const std::vector<std::string>& agent, 
 
 bool is_this_machine(std::string_view host) {
   if (host == "localhost" || host == "127.0.0.1") return true;
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return false;
-  const std::string_view me(name);
+  const std::optional<std::string> name = host_name();
+  if (!name) return false;
+  const std::string_view me(*name);
   return host == me || host == me.substr(0, me.find('.'));
 }
 

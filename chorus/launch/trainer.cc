@@ -158,6 +158,84 @@ std::unique_ptr<train::CheckpointManager> start_over(train::Checkpoint& ckpt, co
   return manager;
 }
 
+// The checkpoints of a run with --checkpoint-dir (all null without one): model and optimizer,
+// saved after every epoch, so save_counter = epochs done.
+struct Checkpoints {
+  std::unique_ptr<train::Checkpoint> ckpt;
+  std::unique_ptr<train::CheckpointManager> manager;
+  int epochs_done = 0;  // by the restored checkpoint, at most o.epochs
+};
+
+// --no-resume: start_over. Otherwise restores the latest epoch checkpoint, if there is one, into
+// `net` — built first on test_ds's first batch (in `owned`'s scope, when there is one) — and throws
+// FailedPreconditionError when it is not a checkpoint of this model.
+Checkpoints open_checkpoints(const TrainOptions& o, model::Sequential& net, distribute::Strategy* owned,
+                             distribute::Strategy& strategy, const data::Dataset& test_ds, std::ostream& out) {
+  Checkpoints ck;
+  if (o.checkpoint_dir.empty()) return ck;
+  ck.ckpt.reset(new train::Checkpoint{{"model", net}, {"optimizer", net.optimizer()}});
+  if (!o.resume) {
+    ck.manager = start_over(*ck.ckpt, o, out);
+    strategy.worker_barrier("chorus-train --no-resume");
+    return ck;
+  }
+  ck.manager = std::make_unique<train::CheckpointManager>(*ck.ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
+  // Build the model first, so that the restore can be checked against every model variable:
+  // a checkpoint of another model (other keys, another program's object graph) must not
+  // "resume" into random weights.
+  if (auto first_batch = test_ds.make_iterator().next()) {
+    std::optional<distribute::Strategy::Scope> scope;
+    if (owned != nullptr) scope.emplace(*owned);
+    net.build((*first_batch)[0].shape());
+  }
+  const auto restored = ck.manager->restore_or_initialize();
+  if (!restored) return ck;
+  const train::LoadStatus& status = *ck.manager->restore_status();
+  // Optimizer slots are created by training and restored then; every model variable (and
+  // the optimizer's iteration count) exists now and must have come from the checkpoint.
+  status.expect_partial();
+  const auto unmatched = status.unmatched_objects();
+  if (!unmatched.empty()) {
+    std::string list;
+    for (const auto& u : unmatched) list += "\n  " + u;
+    throw FailedPreconditionError(
+        str_cat("cannot resume from ", *restored, ": it is not a checkpoint of this model; ", unmatched.size(),
+                " of its variable(s) got no value:", list,
+                "\nUse another --checkpoint-dir, or --no-resume to start over (the old checkpoints are moved aside)"));
+  }
+  const auto done = ck.ckpt->save_counter().value().item<std::int64_t>();
+  ck.epochs_done = static_cast<int>(std::min<std::int64_t>(done, o.epochs));
+  line(out, str_cat("Resumed from ", *restored, " (", net.variables().size(), " model variables restored, ", done,
+                    " epoch(s) done, ", o.epochs - ck.epochs_done, " to go)"));
+  return ck;
+}
+
+// The epoch checkpoints and the preemption backup in `backup_dir` are saved one after the other at
+// each epoch's end: a crash between the two leaves one older than the other. The newer one wins: a
+// backup behind the epoch checkpoints is moved aside by the chief (its restore would take the model
+// back); a backup ahead of them sets the epochs done, and ckpt's save_counter with them, so the
+// next epoch checkpoint gets the right number. Returns the epochs done. Every worker calls it.
+int reconcile_backup(const std::string& backup_dir, int epochs_done, const TrainOptions& o, train::Checkpoint& ckpt,
+                     distribute::Strategy& strategy, bool chief, std::ostream& out) {
+  const auto point = callbacks::BackupAndRestore::saved_point(backup_dir);
+  if (!point) return epochs_done;
+  if (point->first >= epochs_done) {
+    epochs_done = std::min(point->first, o.epochs);
+    Variable counter = ckpt.save_counter();  // a handle: assigning it sets the checkpoint's counter
+    counter.assign(Tensor::scalar<std::int64_t>(epochs_done, "/cpu:0"));
+    return epochs_done;
+  }
+  strategy.worker_barrier("chorus-train: reading the backup");
+  if (chief) {
+    const std::string aside = str_cat(backup_dir, ".stale-", static_cast<std::int64_t>(std::time(nullptr)));
+    std::filesystem::rename(backup_dir, aside);
+    line(out, str_cat("The backup in ", backup_dir, " (epoch ", point->first + 1,
+                      ") is older than the epoch checkpoints (", epochs_done, " epoch(s) done): moved to ", aside));
+  }
+  strategy.worker_barrier("chorus-train: stale backup moved aside");
+  return epochs_done;
+}
+
 }  // namespace
 
 TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string& phase) {
@@ -229,47 +307,9 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   auto train_ds = d.train.shuffle(kShuffleBuffer, o.seed).batch(o.batch_size).prefetch(data::kAutotune);
   auto test_ds = d.test.batch(o.batch_size);
 
-  // Checkpoints: model and optimizer, saved after every epoch, so save_counter = epochs done.
-  std::unique_ptr<train::Checkpoint> ckpt;
-  std::unique_ptr<train::CheckpointManager> manager;
-  int epochs_done = 0;
   phase = "restoring the checkpoint";
-  if (!o.checkpoint_dir.empty()) {
-    ckpt.reset(new train::Checkpoint{{"model", *net}, {"optimizer", net->optimizer()}});
-    if (!o.resume) {
-      manager = start_over(*ckpt, o, out);
-      strategy.worker_barrier("chorus-train --no-resume");
-    } else {
-      manager = std::make_unique<train::CheckpointManager>(*ckpt, o.checkpoint_dir, /*max_to_keep=*/3);
-      // Build the model first, so that the restore can be checked against every model variable:
-      // a checkpoint of another model (other keys, another program's object graph) must not
-      // "resume" into random weights.
-      if (auto first_batch = test_ds.make_iterator().next()) {
-        std::optional<distribute::Strategy::Scope> scope;
-        if (owned) scope.emplace(*owned);
-        net->build((*first_batch)[0].shape());
-      }
-      if (const auto restored = manager->restore_or_initialize()) {
-        const train::LoadStatus& status = *manager->restore_status();
-        // Optimizer slots are created by training and restored then; every model variable (and
-        // the optimizer's iteration count) exists now and must have come from the checkpoint.
-        status.expect_partial();
-        const auto unmatched = status.unmatched_objects();
-        if (!unmatched.empty()) {
-          std::string list;
-          for (const auto& u : unmatched) list += "\n  " + u;
-          throw FailedPreconditionError(str_cat(
-              "cannot resume from ", *restored, ": it is not a checkpoint of this model; ", unmatched.size(),
-              " of its variable(s) got no value:", list,
-              "\nUse another --checkpoint-dir, or --no-resume to start over (the old checkpoints are moved aside)"));
-        }
-        const auto done = ckpt->save_counter().value().item<std::int64_t>();
-        epochs_done = static_cast<int>(std::min<std::int64_t>(done, o.epochs));
-        line(out, str_cat("Resumed from ", *restored, " (", net->variables().size(), " model variables restored, ",
-                          done, " epoch(s) done, ", o.epochs - epochs_done, " to go)"));
-      }
-    }
-  }
+  Checkpoints ck = open_checkpoints(o, *net, owned.get(), strategy, test_ds, out);
+  int epochs_done = ck.epochs_done;
 
   // Epochs are numbered from the run's start (initial_epoch), so a resumed run reads the data in
   // the uninterrupted run's order and a mid-epoch backup's epoch means the same epoch.
@@ -280,36 +320,13 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
                         .terminate_on_nan = o.terminate_on_nan};
   if (!o.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(o.log_dir));
   // Every worker calls save after each epoch; the chief writes (checkpoint/checkpoint.h).
-  if (manager) fit.callbacks.push_back(std::make_shared<callbacks::ModelCheckpoint>(*manager));
+  if (ck.manager) fit.callbacks.push_back(std::make_shared<callbacks::ModelCheckpoint>(*ck.manager));
   // Preemption (SIGTERM to any worker): every worker backs up the same step into
   // <checkpoint-dir>/backup and fit returns; the rerun resumes from it, mid-epoch.
-  std::shared_ptr<callbacks::BackupAndRestore> backup;
-  if (manager) {
+  if (ck.manager) {
     const std::string backup_dir = o.checkpoint_dir + "/backup";
-    // The epoch checkpoints and the backup are saved one after the other at each epoch's end: a
-    // crash between the two leaves one older than the other. The newer one wins: a backup behind
-    // the epoch checkpoints is moved aside (its restore would take the model back); a backup ahead
-    // of them sets the epochs done, and save_counter with them, so the next epoch checkpoint gets
-    // the right number.
-    if (const auto point = callbacks::BackupAndRestore::saved_point(backup_dir)) {
-      if (point->first < epochs_done) {
-        strategy.worker_barrier("chorus-train: reading the backup");
-        if (chief) {
-          const std::string aside = str_cat(backup_dir, ".stale-", static_cast<std::int64_t>(std::time(nullptr)));
-          std::filesystem::rename(backup_dir, aside);
-          line(out,
-               str_cat("The backup in ", backup_dir, " (epoch ", point->first + 1,
-                       ") is older than the epoch checkpoints (", epochs_done, " epoch(s) done): moved to ", aside));
-        }
-        strategy.worker_barrier("chorus-train: stale backup moved aside");
-      } else {
-        epochs_done = std::min(point->first, o.epochs);
-        Variable counter = ckpt->save_counter();  // a handle: assigning it sets the checkpoint's counter
-        counter.assign(Tensor::scalar<std::int64_t>(epochs_done, "/cpu:0"));
-      }
-    }
-    backup = std::make_shared<callbacks::BackupAndRestore>(backup_dir);
-    fit.callbacks.push_back(backup);
+    epochs_done = reconcile_backup(backup_dir, epochs_done, o, *ck.ckpt, strategy, chief, out);
+    fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(backup_dir));
     fit.initial_epoch = epochs_done;
   }
   phase = str_cat("training (--batch ", o.batch_size, ")");

@@ -110,9 +110,11 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 }
 
 namespace {
-std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
-                                     const Tensor& output_gradient, UnconnectedGradients unconnected,
-                                     StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum) {
+using Node = GradientTape::Impl::Node;
+
+// Checks gradient()'s target and output_gradient; returns the gradient the backward pass starts
+// from (output_gradient, or ones shaped like the target).
+Tensor checked_seed(const GradientTape::Impl& im, const Tensor& target, const Tensor& output_gradient) {
   im.check_thread("gradient");
   CHORUS_REQUIRE(!im.used || im.persistent, FailedPreconditionError,
                  "GradientTape::gradient can only be called once on a non-persistent tape "
@@ -120,15 +122,239 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
   CHORUS_REQUIRE(target.defined(), InvalidArgumentError, "GradientTape::gradient: the target is undefined");
   CHORUS_REQUIRE(is_floating(target.dtype()), InvalidArgumentError, "GradientTape::gradient: the target has dtype ",
                  dtype_name(target.dtype()), "; only floating tensors have gradients");
-  Tensor seed = output_gradient;
-  if (seed.defined()) {
-    CHORUS_REQUIRE(seed.shape() == target.shape() && seed.dtype() == target.dtype(), InvalidArgumentError,
-                   "GradientTape::gradient: output_gradient is ", dtype_name(seed.dtype()), seed.shape().to_string(),
-                   " but the target is ", dtype_name(target.dtype()), target.shape().to_string());
-  } else {
-    seed = Tensor::ones(target.shape(), target.dtype(), target.device_name());
+  if (!output_gradient.defined()) return Tensor::ones(target.shape(), target.dtype(), target.device_name());
+  CHORUS_REQUIRE(output_gradient.shape() == target.shape() && output_gradient.dtype() == target.dtype(),
+                 InvalidArgumentError, "GradientTape::gradient: output_gradient is ",
+                 dtype_name(output_gradient.dtype()), output_gradient.shape().to_string(), " but the target is ",
+                 dtype_name(target.dtype()), target.shape().to_string());
+  return output_gradient;
+}
+
+// The backward plan: what a backward pass from a target to its sources computes, and when each
+// source's gradient is final. It is derived from the recorded nodes alone, before any gradient
+// function runs; the nodes then run in reverse recording order (BackwardPass below).
+struct BackwardPlan {
+  std::unordered_set<std::uint64_t> source_ids;
+  // Tensors whose gradient can reach a source: the sources, then (in recording order) the outputs
+  // of every node with such an input. A node's gradient function is told which of its inputs these
+  // are (internal::wants_input_gradient), so that it can skip the rest — the first convolution's
+  // gradient with respect to the input images, as TensorFlow's graph pruning does.
+  std::unordered_set<std::uint64_t> leads_to_source;
+
+  // Planned only for a reduction (plan_backward's `for_reduction`). Source i's gradient is final
+  // once the earliest-recorded node consuming it has run (every other consumer was recorded later,
+  // so ran before): final_after[k] lists the sources whose earliest consumer is node k. A source no
+  // node consumes is final at once (final_at_once). The target itself, when a source, is final
+  // only at the end. The reduction is told which gradients to expect (`expected`; undefined: none):
+  // those of sources the target depends on, or all with kZero.
+  std::vector<Tensor> expected;
+  std::vector<std::vector<std::size_t>> final_after;
+  std::vector<std::size_t> final_at_once;
+};
+
+// Tensors the target depends on: a sweep back from the target over the recorded nodes.
+std::unordered_set<std::uint64_t> reaching_target(const GradientTape::Impl& im, const Tensor& target) {
+  std::unordered_set<std::uint64_t> reaches{target.id()};
+  for (std::size_t k = im.nodes.size(); k-- > 0;) {
+    const Node& node = im.nodes[k];
+    bool live = false;
+    for (const std::uint64_t id : node.outputs) live = live || reaches.count(id) != 0;
+    if (live)
+      for (const std::uint64_t id : node.inputs) reaches.insert(id);
+  }
+  return reaches;
+}
+
+// BackwardPlan's reduction part: expected, final_after, final_at_once.
+void plan_reduction(const GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
+                    UnconnectedGradients unconnected, BackwardPlan& plan) {
+  const std::unordered_set<std::uint64_t> reaches = reaching_target(im, target);
+  std::unordered_map<std::uint64_t, std::size_t> first_use;
+  for (std::size_t k = 0; k < im.nodes.size(); ++k)
+    for (const std::uint64_t id : im.nodes[k].inputs)
+      if (plan.source_ids.count(id) != 0) first_use.try_emplace(id, k);
+  plan.expected.resize(sources.size());
+  plan.final_after.resize(im.nodes.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const Tensor& s = sources[i];
+    if (unconnected == UnconnectedGradients::kZero ||
+        (reaches.count(s.id()) != 0 && im.watches(s) && is_floating(s.dtype())))
+      plan.expected[i] = s;
+    if (s.id() == target.id()) continue;
+    auto it = first_use.find(s.id());
+    if (it != first_use.end())
+      plan.final_after[it->second].push_back(i);
+    else
+      plan.final_at_once.push_back(i);
+  }
+}
+
+// Throws when a source is undefined.
+BackwardPlan plan_backward(const GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
+                           UnconnectedGradients unconnected, bool for_reduction) {
+  BackwardPlan plan;
+  for (const Tensor& s : sources) {
+    CHORUS_REQUIRE(s.defined(), InvalidArgumentError, "GradientTape::gradient: a source is undefined");
+    plan.source_ids.insert(s.id());
+  }
+  if (for_reduction) plan_reduction(im, target, sources, unconnected, plan);
+  plan.leads_to_source = plan.source_ids;
+  for (const Node& node : im.nodes) {
+    bool leads = false;
+    for (const std::uint64_t id : node.inputs) leads = leads || plan.leads_to_source.count(id) != 0;
+    if (leads) plan.leads_to_source.insert(node.outputs.begin(), node.outputs.end());
+  }
+  return plan;
+}
+
+// The execution of a BackwardPlan: runs the gradient functions in reverse recording order,
+// accumulates the gradients, and hands each source's final gradient to the reduction (if any).
+class BackwardPass {
+ public:
+  BackwardPass(GradientTape::Impl& im, const BackwardPlan& plan, const std::vector<Tensor>& sources,
+               UnconnectedGradients unconnected, std::shared_ptr<GradientReduction> reduction)
+      : im_(im),
+        plan_(plan),
+        sources_(sources),
+        unconnected_(unconnected),
+        reduction_(std::move(reduction)),
+        out_(sources.size()),
+        done_(sources.size(), 0) {}
+
+  std::vector<Tensor> run(const Tensor& target, const Tensor& seed) {
+    grads_[target.id()] = seed;
+    if (reduction_ != nullptr)
+      for (const std::size_t i : plan_.final_at_once) finish(i);
+    // Timeline (core/timeline.h): the whole call, and each run of consecutive ops of one layer.
+    timeline::Span span("backward", "gradient");
+    timing_ = timeline::enabled();
+    for (std::size_t k = im_.nodes.size(); k-- > 0;) {
+      run_node(im_.nodes[k]);
+      if (reduction_ != nullptr)
+        for (const std::size_t i : plan_.final_after[k]) finish(i);
+    }
+    if (timing_) end_group(timeline::now_us());
+    for (std::size_t i = 0; i < sources_.size(); ++i) {
+      if (done_[i]) continue;
+      if (reduction_ != nullptr)
+        finish(i);
+      else
+        out_[i] = result(i);
+    }
+    if (!im_.persistent) im_.nodes.clear();  // release what the backward pass needed
+    return std::move(out_);
   }
 
+ private:
+  // What gradient() returns for source i, given the gradient map as it stands.
+  Tensor result(std::size_t i) const {
+    const Tensor& s = sources_[i];
+    auto it = grads_.find(s.id());
+    if (it != grads_.end() && im_.watches(s) && is_floating(s.dtype())) return it->second;
+    if (unconnected_ == UnconnectedGradients::kZero) return Tensor::zeros(s.shape(), s.dtype(), s.device_name());
+    return Tensor();
+  }
+
+  void finish(std::size_t i) {
+    out_[i] = result(i);
+    done_[i] = 1;
+    reduction_->ready(i, out_[i]);
+  }
+
+  void end_group(std::int64_t now) {
+    if (!group_.empty()) timeline::record("backward", group_, group_start_, now);
+  }
+
+  // Drops the gradients of node's outputs (unless requested).
+  void drop_output_gradients(const Node& node) {
+    for (const std::uint64_t id : node.outputs)
+      if (plan_.source_ids.count(id) == 0) grads_.erase(id);
+  }
+
+  // Runs node's gradient function, when any of its outputs has a gradient.
+  void run_node(Node& node) {
+    std::vector<Tensor> out_grads(node.outputs.size());
+    bool any = false;
+    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
+      auto it = grads_.find(node.outputs[i]);
+      if (it != grads_.end()) {
+        out_grads[i] = it->second;
+        any = true;
+      }
+    }
+    std::vector<char> wanted(node.inputs.size());
+    bool wants_any = false;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      wanted[i] = plan_.leads_to_source.count(node.inputs[i]) != 0;
+      wants_any = wants_any || wanted[i];
+    }
+    if (!any) return;
+    if (!wants_any) {  // no input leads to a source: nothing to compute; free what it held now
+      drop_output_gradients(node);
+      if (!im_.persistent) node.backward = nullptr;
+      return;
+    }
+    if (timing_ && node.scope != group_) {
+      const std::int64_t now = timeline::now_us();
+      end_group(now);
+      group_ = node.scope;
+      group_start_ = now;
+    }
+    // The outputs' gradients are complete (every consumer was recorded later, so ran before):
+    // drop them from the map now, unless requested, so that each intermediate gradient lives
+    // only until its producer consumed it — and, on a non-persistent tape, the node's closure
+    // (the tensors its gradient needed) dies with its run. Memory then falls as the backward
+    // pass proceeds instead of peaking at its end.
+    drop_output_gradients(node);
+    std::vector<Tensor> in_grads = call_backward(node, std::move(out_grads), wanted);
+    accumulate(node, in_grads, wanted);
+  }
+
+  // Node's gradient function applied to its outputs' gradients, with internal::wants_input_gradient
+  // answering from `wanted`. On a non-persistent tape the function is released as it runs.
+  std::vector<Tensor> call_backward(Node& node, std::vector<Tensor> out_grads, const std::vector<char>& wanted) {
+    struct Wanted {  // restored also when the gradient function throws
+      const std::vector<char>* was = t_wanted_inputs;
+      ~Wanted() { t_wanted_inputs = was; }
+    } scoped;
+    t_wanted_inputs = &wanted;
+    if (im_.persistent) return node.backward(out_grads);
+    internal::BackwardFn backward = std::move(node.backward);
+    node.backward = nullptr;
+    return backward(out_grads);
+  }
+
+  // Adds the wanted inputs' gradients to the map.
+  void accumulate(const Node& node, const std::vector<Tensor>& in_grads, const std::vector<char>& wanted) {
+    CHORUS_REQUIRE(in_grads.size() == node.inputs.size(), InternalError, "gradient of ", node.op, " returned ",
+                   in_grads.size(), " gradients for ", node.inputs.size(), " inputs");
+    for (std::size_t i = 0; i < in_grads.size(); ++i) {
+      if (!in_grads[i].defined() || !wanted[i]) continue;
+      CHORUS_REQUIRE(in_grads[i].shape() == node.input_shapes[i], InternalError, "gradient of ", node.op, " for input ",
+                     i, " has shape ", in_grads[i].shape().to_string(), ", expected ",
+                     node.input_shapes[i].to_string());
+      auto [it, inserted] = grads_.try_emplace(node.inputs[i], in_grads[i]);
+      if (!inserted) it->second = add(it->second, in_grads[i]);
+    }
+  }
+
+  GradientTape::Impl& im_;
+  const BackwardPlan& plan_;
+  const std::vector<Tensor>& sources_;
+  const UnconnectedGradients unconnected_;
+  const std::shared_ptr<GradientReduction> reduction_;
+  std::unordered_map<std::uint64_t, Tensor> grads_;
+  std::vector<Tensor> out_;
+  std::vector<char> done_;
+  bool timing_ = false;
+  std::string group_;  // the layer whose consecutive ops are being timed
+  std::int64_t group_start_ = 0;
+};
+
+std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
+                                     const Tensor& output_gradient, UnconnectedGradients unconnected,
+                                     StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum) {
+  const Tensor seed = checked_seed(im, target, output_gradient);
   // Work with this tape paused: the gradient computation itself is not recorded here (outer
   // tapes still record it, which is what makes higher-order gradients possible).
   const bool was_recording = im.recording;
@@ -141,167 +367,14 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
 
   // A non-persistent tape is spent from here on, even if a backward function throws.
   im.used = true;
-  std::unordered_set<std::uint64_t> source_ids;
-  for (const Tensor& s : sources) {
-    CHORUS_REQUIRE(s.defined(), InvalidArgumentError, "GradientTape::gradient: a source is undefined");
-    source_ids.insert(s.id());
-  }
-  // With a reduction: source i's gradient is final once the earliest-recorded node consuming it
-  // has run (every other consumer was recorded later, so ran before); final_after[k] lists the
-  // sources whose earliest consumer is node k. A source no node consumes is final at once. The
-  // reduction is told which gradients to expect: those of sources the target depends on (a sweep
-  // back from the target over the recorded nodes), or all with kZero.
-  std::unordered_map<std::uint64_t, std::size_t> first_use;
+  const BackwardPlan plan = plan_backward(im, target, sources, unconnected, overlap != nullptr);
+  // Asked only now, with the arguments valid: a reduction, once begun, expects every gradient.
   std::shared_ptr<GradientReduction> reduction;
   if (overlap != nullptr) {
-    std::unordered_set<std::uint64_t> reaches{target.id()};  // tensors the target depends on
-    for (std::size_t k = im.nodes.size(); k-- > 0;) {
-      const GradientTape::Impl::Node& node = im.nodes[k];
-      bool live = false;
-      for (const std::uint64_t id : node.outputs) live = live || reaches.count(id) != 0;
-      if (live)
-        for (const std::uint64_t id : node.inputs) reaches.insert(id);
-    }
-    for (std::size_t k = 0; k < im.nodes.size(); ++k)
-      for (const std::uint64_t id : im.nodes[k].inputs)
-        if (source_ids.count(id) != 0) first_use.try_emplace(id, k);
-    std::vector<Tensor> expected(sources.size());
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      const Tensor& s = sources[i];
-      if (unconnected == UnconnectedGradients::kZero ||
-          (reaches.count(s.id()) != 0 && im.watches(s) && is_floating(s.dtype())))
-        expected[i] = s;
-    }
-    // Asked only now, with the arguments valid: a reduction, once begun, expects every gradient.
-    reduction = overlap->begin_gradient_sum(expected);
+    reduction = overlap->begin_gradient_sum(plan.expected);
     *sum = reduction;
   }
-  // Tensors whose gradient can reach a source: the sources, then (in recording order) the
-  // outputs of every node with such an input. A node's gradient function is told which of its
-  // inputs these are (internal::wants_input_gradient), so that it can skip the rest — the first
-  // convolution's gradient with respect to the input images, as TensorFlow's graph pruning does.
-  std::unordered_set<std::uint64_t> leads_to_source = source_ids;
-  for (const GradientTape::Impl::Node& node : im.nodes) {
-    bool leads = false;
-    for (const std::uint64_t id : node.inputs) leads = leads || leads_to_source.count(id) != 0;
-    if (leads) leads_to_source.insert(node.outputs.begin(), node.outputs.end());
-  }
-  std::unordered_map<std::uint64_t, Tensor> grads;
-  grads[target.id()] = seed;
-  // What gradient() returns for source i, given the gradient map as it stands.
-  auto result = [&](std::size_t i) {
-    const Tensor& s = sources[i];
-    auto it = grads.find(s.id());
-    if (it != grads.end() && im.watches(s) && is_floating(s.dtype())) return it->second;
-    if (unconnected == UnconnectedGradients::kZero) return Tensor::zeros(s.shape(), s.dtype(), s.device_name());
-    return Tensor();
-  };
-  std::vector<Tensor> out(sources.size());
-  std::vector<char> done(sources.size(), 0);
-  std::vector<std::vector<std::size_t>> final_after;
-  auto finish = [&](std::size_t i) {
-    out[i] = result(i);
-    done[i] = 1;
-    reduction->ready(i, out[i]);
-  };
-  if (reduction != nullptr) {
-    final_after.resize(im.nodes.size());
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      auto it = first_use.find(sources[i].id());
-      if (it != first_use.end() && sources[i].id() != target.id())
-        final_after[it->second].push_back(i);
-      else if (sources[i].id() != target.id())
-        finish(i);
-    }
-  }
-  // Timeline (core/timeline.h): the whole call, and each run of consecutive ops of one layer.
-  timeline::Span span("backward", "gradient");
-  const bool timing = timeline::enabled();
-  std::string group;
-  std::int64_t group_start = 0;
-  auto end_group = [&](std::int64_t now) {
-    if (!group.empty()) timeline::record("backward", group, group_start, now);
-  };
-  // Runs node k's gradient function, when any of its outputs has a gradient.
-  auto run_node = [&](GradientTape::Impl::Node& node) {
-    std::vector<Tensor> out_grads(node.outputs.size());
-    bool any = false;
-    for (std::size_t i = 0; i < node.outputs.size(); ++i) {
-      auto it = grads.find(node.outputs[i]);
-      if (it != grads.end()) {
-        out_grads[i] = it->second;
-        any = true;
-      }
-    }
-    std::vector<char> wanted(node.inputs.size());
-    bool wants_any = false;
-    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
-      wanted[i] = leads_to_source.count(node.inputs[i]) != 0;
-      wants_any = wants_any || wanted[i];
-    }
-    if (!any) return;
-    if (!wants_any) {  // no input leads to a source: nothing to compute; free what it held now
-      for (const std::uint64_t id : node.outputs)
-        if (source_ids.count(id) == 0) grads.erase(id);
-      if (!im.persistent) node.backward = nullptr;
-      return;
-    }
-    if (timing && node.scope != group) {
-      const std::int64_t now = timeline::now_us();
-      end_group(now);
-      group = node.scope;
-      group_start = now;
-    }
-    // The outputs' gradients are complete (every consumer was recorded later, so ran before):
-    // drop them from the map now, unless requested, so that each intermediate gradient lives
-    // only until its producer consumed it — and, on a non-persistent tape, the node's closure
-    // (the tensors its gradient needed) dies with its run. Memory then falls as the backward
-    // pass proceeds instead of peaking at its end.
-    for (const std::uint64_t id : node.outputs)
-      if (source_ids.count(id) == 0) grads.erase(id);
-    std::vector<Tensor> in_grads;
-    {
-      struct Wanted {  // restored also when the gradient function throws
-        const std::vector<char>* was = t_wanted_inputs;
-        ~Wanted() { t_wanted_inputs = was; }
-      } scoped;
-      t_wanted_inputs = &wanted;
-      if (im.persistent) {
-        in_grads = node.backward(out_grads);
-      } else {
-        internal::BackwardFn backward = std::move(node.backward);
-        node.backward = nullptr;
-        in_grads = backward(out_grads);
-      }
-    }
-    out_grads.clear();
-    CHORUS_REQUIRE(in_grads.size() == node.inputs.size(), InternalError, "gradient of ", node.op, " returned ",
-                   in_grads.size(), " gradients for ", node.inputs.size(), " inputs");
-    for (std::size_t i = 0; i < in_grads.size(); ++i) {
-      if (!in_grads[i].defined() || !wanted[i]) continue;
-      CHORUS_REQUIRE(in_grads[i].shape() == node.input_shapes[i], InternalError, "gradient of ", node.op, " for input ",
-                     i, " has shape ", in_grads[i].shape().to_string(), ", expected ",
-                     node.input_shapes[i].to_string());
-      auto [it, inserted] = grads.try_emplace(node.inputs[i], in_grads[i]);
-      if (!inserted) it->second = add(it->second, in_grads[i]);
-    }
-  };
-  for (std::size_t k = im.nodes.size(); k-- > 0;) {
-    run_node(im.nodes[k]);
-    if (reduction != nullptr)
-      for (const std::size_t i : final_after[k]) finish(i);
-  }
-
-  if (timing) end_group(timeline::now_us());
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    if (done[i]) continue;
-    if (reduction != nullptr)
-      finish(i);
-    else
-      out[i] = result(i);
-  }
-  if (!im.persistent) im.nodes.clear();  // release what the backward pass needed
-  return out;
+  return BackwardPass(im, plan, sources, unconnected, std::move(reduction)).run(target, seed);
 }
 }  // namespace
 
@@ -315,7 +388,7 @@ GradientsAndSum GradientTape::gradient_and_sum(const Tensor& target, const std::
   const std::vector<Tensor> values = variable_sources(sources);
   // Overlap, in a replica context, when no other tape records this backward pass (a gradient of a
   // gradient is not what apply_gradients sums). A spent non-persistent tape cannot differentiate
-  // anything more, so it does not count.
+  // anything more, so it does not count: of a GAN step's two tapes, the one asked second sums.
   StepPolicy* policy = get_replica_context() != nullptr ? &step_policy() : nullptr;
   if (policy != nullptr)
     for (const Impl* tape : t_tapes)

@@ -14,7 +14,7 @@
 #include <chorus/core/sharded_variable.h>
 #include <chorus/distribute/mirrored_strategy.h>
 #include <chorus/distribute/mirrored_variable.h>
-#include <chorus/distribute/sharded_variable.h>
+#include <chorus/distribute/zero_variable.h>
 #include <chorus/model/initializers.h>
 #include <chorus/model/layer.h>
 #include <chorus/model/layers.h>

@@ -1,7 +1,7 @@
 // ZeRO sharding under MirroredStrategy (distribute/sharding_options.h): the flat layout
 // (core/sharded_variable.h) for E ∈ {0, 1, 3, 35} × n ∈ {1..4}; the option's validation and log
 // stage; which variables become sharded; ZeroVariable's reads, writes, checkpoint_value and restore
-// (distribute/sharded_variable.h) with uneven and empty shards; stage 2's reduce_scatter_shards
+// (distribute/zero_variable.h) with uneven and empty shards; stage 2's reduce_scatter_shards
 // (distribute/replica_context.h) with uneven, empty and compressed packs.
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <chorus/distribute/mirrored_strategy.h>
 #include <chorus/distribute/mirrored_variable.h>
 #include <chorus/distribute/replica_context.h>
-#include <chorus/distribute/sharded_variable.h>
+#include <chorus/distribute/zero_variable.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus::distribute {

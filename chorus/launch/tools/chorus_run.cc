@@ -94,6 +94,71 @@ std::function<std::string()> failure_watchdog(const std::string& status_dir, std
   };
 }
 
+// chorus-run's command line as mpirun options, but for the rank wrapper and mpirun's path (set by
+// run); build_mpirun_argv validates them.
+launch::MpirunOptions mpirun_options(const launch::RunCommandLine& cl) {
+  launch::MpirunOptions o;
+  if (cl.hosts) o.hosts = launch::parse_host_spec(*cl.hosts);
+  if (cl.hostfile) o.hosts = launch::read_hostfile(*cl.hostfile);
+  if (cl.rsh_agent) o.rsh_agent = *cl.rsh_agent;
+  if (cl.network_interfaces) {
+    o.network_interfaces.clear();
+    std::string_view list = *cl.network_interfaces;
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = list.find(',', start);
+      o.network_interfaces.emplace_back(list.substr(start, comma == std::string_view::npos ? comma : comma - start));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+  }
+  o.mca = cl.mca;
+  if (cl.num_processes) {
+    o.num_processes = *cl.num_processes;
+  } else {
+    for (const auto& h : o.hosts) o.num_processes += h.slots;
+  }
+  o.bind_to = cl.bind_to;
+  o.oversubscribe = cl.oversubscribe;
+  o.local_cores = static_cast<int>(std::thread::hardware_concurrency());
+  o.run_as_root = launch::running_as_root();
+  o.environment = launch::environment_names();
+  o.extra_environment = cl.extra_environment;
+  if (cl.collective_timeout) o.extra_environment.push_back("CHORUS_COLLECTIVE_TIMEOUT=" + *cl.collective_timeout);
+  o.enable_recovery = cl.enable_recovery;
+  o.program = cl.program;
+  return o;
+}
+
+// One start of the job with its ranks wrapped: their exits are recorded in `status_dir` (emptied
+// of an earlier job's records first; a fresh temporary folder, removed after, without
+// --status-dir) and judged. Returns the job's exit status; `job` says how mpirun ended.
+int run_wrapped_job(launch::MpirunOptions& o, const launch::RunCommandLine& cl, std::string& status_dir,
+                    launch::ChildExit& job) {
+  if (cl.status_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(status_dir, ec);
+    for (const auto& r : launch::read_exit_records(status_dir))  // records of an earlier job would count
+      std::filesystem::remove(std::filesystem::path(status_dir) / ("rank-" + r.rank), ec);
+  } else {
+    status_dir = launch::make_temp_directory("chorus-run-");
+  }
+  o.rank_wrapper[2] = status_dir;
+  // mpirun gets SIGTERM (and ends its job) if chorus-run is killed.
+  job = launch::run_child(launch::build_mpirun_argv(o),
+                          {.parent_death_signal = SIGTERM,
+                           .shares_terminal = true,
+                           .watchdog = failure_watchdog(status_dir, std::chrono::seconds(cl.failure_grace_seconds))});
+  const auto verdict = launch::judge_job(job.status(), launch::read_exit_records(status_dir), o.num_processes,
+                                         /*expect_every_rank=*/!job.ended_by_watchdog);
+  for (const auto& line : verdict.lines) std::cerr << line << "\n";
+  const int status = job.ended_by_watchdog && verdict.exit_status == 0 ? 1 : verdict.exit_status;
+  if (!cl.status_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(status_dir, ec);
+  }
+  return status;
+}
+
 int run(const std::vector<std::string>& args) {
   launch::RunCommandLine cl;
   launch::MpirunOptions o;
@@ -118,34 +183,7 @@ int run(const std::vector<std::string>& args) {
     // Every rank would refuse a bad CHORUS_COLLECTIVE_TIMEOUT (one under the floor included): say so
     // once, before mpirun starts.
     cx::env::collective_timeout();
-    if (cl.hosts) o.hosts = launch::parse_host_spec(*cl.hosts);
-    if (cl.hostfile) o.hosts = launch::read_hostfile(*cl.hostfile);
-    if (cl.rsh_agent) o.rsh_agent = *cl.rsh_agent;
-    if (cl.network_interfaces) {
-      o.network_interfaces.clear();
-      std::string_view list = *cl.network_interfaces;
-      for (std::size_t start = 0;;) {
-        const std::size_t comma = list.find(',', start);
-        o.network_interfaces.emplace_back(list.substr(start, comma == std::string_view::npos ? comma : comma - start));
-        if (comma == std::string_view::npos) break;
-        start = comma + 1;
-      }
-    }
-    o.mca = cl.mca;
-    if (cl.num_processes) {
-      o.num_processes = *cl.num_processes;
-    } else {
-      for (const auto& h : o.hosts) o.num_processes += h.slots;
-    }
-    o.bind_to = cl.bind_to;
-    o.oversubscribe = cl.oversubscribe;
-    o.local_cores = static_cast<int>(std::thread::hardware_concurrency());
-    o.run_as_root = launch::running_as_root();
-    o.environment = launch::environment_names();
-    o.extra_environment = cl.extra_environment;
-    if (cl.collective_timeout) o.extra_environment.push_back("CHORUS_COLLECTIVE_TIMEOUT=" + *cl.collective_timeout);
-    o.enable_recovery = cl.enable_recovery;
-    o.program = cl.program;
+    o = mpirun_options(cl);
     wrap = o.hosts.empty() || cl.status_dir;
     // The directory is made only for a real run; --dry-run shows where it would be.
     status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
@@ -206,29 +244,7 @@ int run(const std::vector<std::string>& args) {
       job = launch::run_child(launch::build_mpirun_argv(o), {.parent_death_signal = SIGTERM, .shares_terminal = true});
       status = job.status();
     } else {
-      if (cl.status_dir) {
-        std::error_code ec;
-        std::filesystem::create_directories(status_dir, ec);
-        for (const auto& r : launch::read_exit_records(status_dir))  // records of an earlier job would count
-          std::filesystem::remove(std::filesystem::path(status_dir) / ("rank-" + r.rank), ec);
-      } else {
-        status_dir = launch::make_temp_directory("chorus-run-");
-      }
-      o.rank_wrapper[2] = status_dir;
-      // mpirun gets SIGTERM (and ends its job) if chorus-run is killed.
-      job =
-          launch::run_child(launch::build_mpirun_argv(o),
-                            {.parent_death_signal = SIGTERM,
-                             .shares_terminal = true,
-                             .watchdog = failure_watchdog(status_dir, std::chrono::seconds(cl.failure_grace_seconds))});
-      const auto verdict = launch::judge_job(job.status(), launch::read_exit_records(status_dir), o.num_processes,
-                                             /*expect_every_rank=*/!job.ended_by_watchdog);
-      for (const auto& line : verdict.lines) std::cerr << line << "\n";
-      status = job.ended_by_watchdog && verdict.exit_status == 0 ? 1 : verdict.exit_status;
-      if (!cl.status_dir) {
-        std::error_code ec;
-        std::filesystem::remove_all(status_dir, ec);
-      }
+      status = run_wrapped_job(o, cl, status_dir, job);
     }
     if (status == 0 || attempt >= cl.max_restarts) return status;
     if (job.stop_signal != 0) {

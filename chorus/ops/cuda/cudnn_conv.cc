@@ -351,6 +351,50 @@ bool run_fused_forward(cudnnHandle_t h, DeviceContext& dev, DType dtype, const C
   return false;
 }
 
+// The layouts convolve tries, in order: the cached choice's; NCHW for float64; else NHWC (the
+// callers' layout, no transposes), then NCHW.
+std::vector<Layout> layouts_to_try(const std::optional<Choice>& known, DType dtype) {
+  if (known) return {known->layout};
+  if (dtype == DType::kFloat64) return {Layout::kNCHW};
+  return {Layout::kNHWC, Layout::kNCHW};
+}
+
+// d's descriptors for one layout: x (the input as cuDNN sees it), y, the filter and the
+// convolution. Throws InvalidArgumentError when cuDNN's output size is not the geometry's.
+void set_descriptors(Descs& d, Layout layout, cudnnDataType_t type, DType dtype, const Conv2dGeometry& g,
+                     const InputPlan& in, const char* op) {
+  set_tensor(d.x, layout, type, g.n, g.in_c, in.h, in.w, op);
+  set_tensor(d.y, layout, type, g.n, g.out_c, g.out_h, g.out_w, op);
+  CHORUS_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+      d.w.get(), type, layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, to_int(g.out_c, op, "out_c"),
+      to_int(g.in_c, op, "in_c"), to_int(g.k_h, op, "k_h"), to_int(g.k_w, op, "k_w")));
+  CHORUS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      d.conv.get(), to_int(in.pad_h, op, "pad"), to_int(in.pad_w, op, "pad"), to_int(g.stride_h, op, "stride"),
+      to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
+      CUDNN_CROSS_CORRELATION, compute_type(dtype)));
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  CHORUS_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow));
+  CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h, "x",
+                 g.out_w, " does not match the input, filter, strides and padding (cuDNN computes ", oh, "x", ow,
+                 "): ", describe(g));
+}
+
+// The algorithm (and math type) for one layout, leaving d.conv set to the math type last tried;
+// nullopt when cuDNN offers none for this layout.
+std::optional<Choice> choose_algorithm(DeviceContext& dev, cudnnHandle_t h, Dir dir, DType dtype, const Descs& d,
+                                       const Buffers& b, bool det, Layout layout) {
+  // float32/float64: plain FMA first (no TF32 rounding of float32 inputs, as TF with
+  // tf32 off), then whatever cuDNN offers. 16-bit: tensor cores first — the reason to train
+  // in float16/bfloat16 — accumulating in float (compute_type).
+  for (const cudnnMathType_t math : is_16bit(dtype)
+                                        ? std::vector<cudnnMathType_t>{CUDNN_TENSOR_OP_MATH, CUDNN_DEFAULT_MATH}
+                                        : std::vector<cudnnMathType_t>{CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+    CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), math));
+    if (std::optional<Choice> choice = select(dev, h, dir, d, b, det, layout)) return choice;
+  }
+  return std::nullopt;
+}
+
 // forward: in0 = x, in1 = w, out = y; backward data: in0 = dy, in1 = w, out = dx;
 // backward filter: in0 = x, in1 = dy, out = dw. With an epilogue (forward only), returns whether
 // the fused forward ran (false: nothing was written); without one, always true.
@@ -375,13 +419,7 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   const bool det = op_determinism_enabled();
   const Key key = make_key(dir, dtype, g, det, dev.gpu_ordinal());
   const std::optional<Choice> known = cached(key);
-  std::vector<Layout> layouts;
-  if (known)
-    layouts = {known->layout};
-  else if (dtype == DType::kFloat64)
-    layouts = {Layout::kNCHW};
-  else
-    layouts = {Layout::kNHWC, Layout::kNCHW};
+  const std::vector<Layout> layouts = layouts_to_try(known, dtype);
 
   const InputPlan in = plan_input(g);
   const std::size_t es = dtype_size(dtype);
@@ -431,34 +469,11 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
     if (dir != Dir::kBackwardFilter) copy4(dev, dtype, w_dims, hwio_strides(g), 0, in1, cw, 0, w_buf.get());
 
     Descs d;
-    set_tensor(d.x, layout, type, g.n, g.in_c, in.h, in.w, op);
-    set_tensor(d.y, layout, type, g.n, g.out_c, g.out_h, g.out_w, op);
-    CHORUS_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
-        d.w.get(), type, layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, to_int(g.out_c, op, "out_c"),
-        to_int(g.in_c, op, "in_c"), to_int(g.k_h, op, "k_h"), to_int(g.k_w, op, "k_w")));
-    CHORUS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-        d.conv.get(), to_int(in.pad_h, op, "pad"), to_int(in.pad_w, op, "pad"), to_int(g.stride_h, op, "stride"),
-        to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
-        CUDNN_CROSS_CORRELATION, compute_type(dtype)));
-    int on = 0, oc = 0, oh = 0, ow = 0;
-    CHORUS_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow));
-    CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h, "x",
-                   g.out_w, " does not match the input, filter, strides and padding (cuDNN computes ", oh, "x", ow,
-                   "): ", describe(g));
+    set_descriptors(d, layout, type, dtype, g, in, op);
 
     std::optional<Choice> choice = known;
     if (!choice) {
-      const Buffers b{xp, w_buf.get(), yp};
-      // float32/float64: plain FMA first (no TF32 rounding of float32 inputs, as TF with
-      // tf32 off), then whatever cuDNN offers. 16-bit: tensor cores first — the reason to train
-      // in float16/bfloat16 — accumulating in float (compute_type).
-      for (const cudnnMathType_t math : is_16bit(dtype)
-                                            ? std::vector<cudnnMathType_t>{CUDNN_TENSOR_OP_MATH, CUDNN_DEFAULT_MATH}
-                                            : std::vector<cudnnMathType_t>{CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
-        CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), math));
-        choice = select(dev, h.get(), dir, d, b, det, layout);
-        if (choice) break;
-      }
+      choice = choose_algorithm(dev, h.get(), dir, dtype, d, Buffers{xp, w_buf.get(), yp}, det, layout);
       if (!choice) continue;  // next layout
     }
     CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice->math));

@@ -17,20 +17,19 @@ if ! "$CXX" -fsanitize=fuzzer "$probe" -o "$OUT/probe" 2>"$OUT/probe.log"; then
   echo "SKIPPED: $CXX cannot link -fsanitize=fuzzer (libFuzzer runtime missing: install libclang-rt-14-dev):"
   cat "$OUT/probe.log"; exit 77
 fi
-srcs=(core/error.cc core/crc32c.cc core/shape.cc core/dtype.cc core/proto_wire.cc
-      checkpoint/table.cc checkpoint/bundle_format.cc tests/checkpoint/fuzz/bundle_reader_fuzz.cc)
+srcs=(chorus/core/error.cc chorus/core/crc32c.cc chorus/core/shape.cc chorus/core/dtype.cc chorus/core/proto_wire.cc
+      chorus/checkpoint/table.cc chorus/checkpoint/bundle_format.cc tests/checkpoint/fuzz/bundle_reader_fuzz.cc)
 bin="$OUT/bundle_reader_fuzz"
 need_build=0
 [ -x "$bin" ] || need_build=1
-for s in "${srcs[@]}" checkpoint/*.h core/*.h; do
+for s in "${srcs[@]}" chorus/checkpoint/*.h chorus/core/*.h; do
   [ "$SRC/$s" -nt "$bin" ] && need_build=1
 done
 if [ $need_build = 1 ]; then
   echo "building $bin with $CXX"
-  # chorus's headers are <chorus/...>: a folder with a link named chorus -> the source root.
-  mkdir -p "$OUT/include" && ln -sfn "$SRC" "$OUT/include/chorus"
+  # chorus's headers are <chorus/...>, real paths from the source root (chorus/core/...).
   "$CXX" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$OUT/include" -I"$SRC" "${srcs[@]/#/$SRC/}" -o "$bin"
+    -fno-sanitize-recover=undefined -I"$SRC" "${srcs[@]/#/$SRC/}" -o "$bin"
 fi
 # New inputs go to the scratch corpus (first directory); the seeds are only read.
 exec "$bin" "$OUT/corpus" "$SRC/tests/checkpoint/fuzz/corpus" "$SRC/tests/checkpoint/testdata" \

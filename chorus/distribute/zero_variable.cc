@@ -1,6 +1,5 @@
-#include <chorus/distribute/sharded_variable.h>
+#include <chorus/distribute/zero_variable.h>
 
-#include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/distribute/parameter_gather.h>
 #include <chorus/distribute/replica_context.h>
@@ -9,8 +8,6 @@
 
 namespace chorus::distribute {
 
-using chorus::internal::str_cat;
-
 namespace {
 // Checkpoints gather onto the host, so that a GPU replica 0 never holds a second whole copy.
 constexpr const char* kHostDevice = "/cpu:0";
@@ -18,41 +15,23 @@ constexpr const char* kHostDevice = "/cpu:0";
 
 ZeroVariable::ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape,
                            DType dtype, ShardLayout layout, bool parameter)
-    : strategy_(strategy),
-      components_(std::move(shards)),
-      name_(args.name),
-      trainable_(args.trainable),
-      aggregation_(args.aggregation),
+    : PerReplicaVariable("ZeroVariable", strategy, std::move(shards), args, args.trainable),
       shape_(std::move(shape)),
       dtype_(dtype),
       layout_(layout),
       parameter_(parameter),
       gathered_(components_.size()) {
-  CHORUS_REQUIRE(!components_.empty(), InvalidArgumentError, "ZeroVariable '", name_, "': no components");
   CHORUS_ENFORCE(static_cast<int>(components_.size()) == strategy_.num_local_replicas() &&
                      layout_.num_shards == strategy_.num_replicas_in_sync(),
-                 "ZeroVariable '", name_, "': ", components_.size(), " local shards of a layout of ",
+                 "ZeroVariable '", name(), "': ", components_.size(), " local shards of a layout of ",
                  layout_.num_shards, " for ", strategy_.num_local_replicas(), " local of ",
                  strategy_.num_replicas_in_sync(), " replicas");
   for (std::size_t r = 0; r < components_.size(); ++r) {
     const int global = strategy_.worker_offset() + static_cast<int>(r);
-    CHORUS_ENFORCE(components_[r].shape().num_elements() == layout_.length(global), "ZeroVariable '", name_,
+    CHORUS_ENFORCE(components_[r].shape().num_elements() == layout_.length(global), "ZeroVariable '", name(),
                    "': shard ", global, " has ", components_[r].shape().num_elements(), " elements, the layout ",
                    layout_.length(global));
   }
-}
-
-int ZeroVariable::replica_or_cross(const char* what) const {
-  ReplicaContext* ctx = get_replica_context();
-  if (ctx == nullptr) return -1;
-  if (auto* mine = strategy_.current_replica_context()) return mine->local_replica_id();
-  // As MirroredVariable: the default strategy's replica context (a plain thread) reads like
-  // cross-replica code; another strategy's is a mistake.
-  CHORUS_REQUIRE(&ctx->strategy() == &chorus::get_strategy() && !has_strategy(), FailedPreconditionError, "variable '",
-                 name_, "' was created in the scope of ", strategy_.name(), " (", components_.size(),
-                 " replicas, ZeRO stage ", strategy_.sharding_stage(), ") and cannot be ", what, " in a replica of ",
-                 ctx->strategy().name(), " (a variable belongs to the strategy whose scope created it)");
-  return -1;
 }
 
 Tensor ZeroVariable::whole(const std::string& device) const {
@@ -61,7 +40,7 @@ Tensor ZeroVariable::whole(const std::string& device) const {
     std::vector<Tensor> mine;
     for (const Variable& c : components_) mine.push_back(c.value());
     Tensor all = strategy_.gather(PerReplica<Tensor>(std::move(mine)), 0);
-    CHORUS_ENFORCE(all.num_elements() == layout_.num_elements, "ZeroVariable '", name_, "': gathered ",
+    CHORUS_ENFORCE(all.num_elements() == layout_.num_elements, "ZeroVariable '", name(), "': gathered ",
                    all.num_elements(), " elements of ", layout_.num_elements);
     all = ops::reshape(all, shape_.dims());
     return all.device_name() == device ? all : all.to(device);
@@ -104,14 +83,14 @@ Tensor ZeroVariable::local_shard() const {
   const int r = replica_or_cross("read");
   if (r >= 0) return components_[static_cast<std::size_t>(r)].value();
   CHORUS_REQUIRE(strategy_.num_replicas_in_sync() == 1, FailedPreconditionError, "local_shard of sharded variable '",
-                 name_, "' in cross-replica context of ", strategy_.name(), " (", strategy_.num_replicas_in_sync(),
+                 name(), "' in cross-replica context of ", strategy_.name(), " (", strategy_.num_replicas_in_sync(),
                  " replicas): each replica has its own shard; call it inside strategy.run");
   return components_[0].value();
 }
 
 void ZeroVariable::check_whole(const Tensor& value, const char* what) const {
-  CHORUS_REQUIRE(value.defined(), InvalidArgumentError, "variable '", name_, "': ", what, " of an undefined tensor");
-  CHORUS_REQUIRE(value.shape() == shape_ && value.dtype() == dtype_, InvalidArgumentError, "variable '", name_,
+  check_defined(value, what);
+  CHORUS_REQUIRE(value.shape() == shape_ && value.dtype() == dtype_, InvalidArgumentError, "variable '", name(),
                  "': ", what, " of a tensor with shape ", value.shape().to_string(), " and dtype ",
                  dtype_name(value.dtype()), "; the sharded variable has shape ", shape_.to_string(), " and dtype ",
                  dtype_name(dtype_), " (values are whole; each replica keeps its shard)");
@@ -120,33 +99,13 @@ void ZeroVariable::check_whole(const Tensor& value, const char* what) const {
 void ZeroVariable::write(const Tensor& value, bool add) {
   check_whole(value, add ? "assign_add" : "assign");
   const int r = replica_or_cross("written");
-  auto apply = [add](Variable& v, const Tensor& t) {
-    if (add)
-      v.assign_add(t);
-    else
-      v.assign(t);
-  };
   if (r < 0) {
-    for (std::size_t i = 0; i < components_.size(); ++i) apply(components_[i], slice_of(value, static_cast<int>(i)));
+    for (std::size_t i = 0; i < components_.size(); ++i)
+      write_component(components_[i], slice_of(value, static_cast<int>(i)), add);
     return;
   }
-  Tensor combined = value;
-  const int replicas = strategy_.num_replicas_in_sync();
-  if (replicas > 1) {
-    StrategyReplicaContext* ctx = strategy_.current_replica_context();
-    switch (aggregation_) {
-      case VariableAggregation::kNone:
-        throw InvalidArgumentError(str_cat(
-            "You must specify an aggregation method to update a sharded variable in Replica Context (variable '", name_,
-            "', ", replicas,
-            " replicas). You can do so by passing an explicit value for `aggregation` (kSum, kMean or "
-            "kOnlyFirstReplica) in VariableArgs"));
-      case VariableAggregation::kSum: combined = ctx->all_reduce(ReduceOp::kSum, value); break;
-      case VariableAggregation::kMean: combined = ctx->all_reduce(ReduceOp::kMean, value); break;
-      case VariableAggregation::kOnlyFirstReplica: combined = ctx->broadcast(value, 0); break;
-    }
-  }
-  apply(components_[static_cast<std::size_t>(r)], slice_of(combined, r));
+  const Tensor combined = combine_across_replicas(value, "a sharded variable");
+  write_component(components_[static_cast<std::size_t>(r)], slice_of(combined, r), add);
 }
 
 void ZeroVariable::assign(const Tensor& value) { write(value, false); }

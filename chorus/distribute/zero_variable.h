@@ -29,18 +29,21 @@
 // restore(value): each local shard gets its slice of `value` (any device; global replica id
 // worker_offset() + r), so a checkpoint of any replica or worker count (or of a MirroredVariable)
 // restores; no collective.
-// Components: this process's shards; the layout spans num_replicas_in_sync() (all workers).
+// Components: this process's shards; the layout spans num_replicas_in_sync() (all workers). The
+// components, strategy, name, replica rule and the replica-context combine are
+// PerReplicaVariable's (distribute/per_replica_variable.h), shared with MirroredVariable.
 #pragma once
 
 #include <vector>
 
 #include <chorus/core/sharded_variable.h>
 #include <chorus/core/variable.h>
+#include <chorus/distribute/per_replica_variable.h>
 #include <chorus/distribute/strategy.h>
 
 namespace chorus::distribute {
 
-class ZeroVariable final : public ShardedVariable {
+class ZeroVariable final : public PerReplicaVariable<ShardedVariable> {
  public:
   // `shards`: one per local replica, in replica order, each [layout.length(worker_offset() + r)]
   // on its device (trainable for a parameter, so that tapes watch them); layout.num_shards =
@@ -48,20 +51,14 @@ class ZeroVariable final : public ShardedVariable {
   ZeroVariable(Strategy& strategy, std::vector<Variable> shards, const VariableArgs& args, Shape shape, DType dtype,
                ShardLayout layout, bool parameter);
 
-  const std::string& name() const override { return name_; }
-  bool trainable() const override { return trainable_; }
   VariableSynchronization synchronization() const override { return VariableSynchronization::kOnWrite; }
-  VariableAggregation aggregation() const override { return aggregation_; }
   const Shape& shape() const override { return shape_; }
   DType dtype() const override { return dtype_; }
-  const std::string& device() const override { return components_[0].device(); }
   Tensor value() const override;
   Tensor read_value() const override;
   void assign(const Tensor& value) override;
   void assign_add(const Tensor& delta) override;
 
-  const std::vector<Variable>& components() const override { return components_; }
-  const Strategy& strategy() const override { return strategy_; }
   Tensor checkpoint_value() const override;
   void restore(const Tensor& value) override;
 
@@ -75,9 +72,6 @@ class ZeroVariable final : public ShardedVariable {
   void set_gathered(int r, Tensor whole) { gathered_[static_cast<std::size_t>(r)] = std::move(whole); }
 
  private:
-  // The local replica index on the calling thread, -1 in cross-replica context; throws for a
-  // replica context of another strategy.
-  int replica_or_cross(const char* what) const;
   // The shards concatenated on `device`, with shape() (a new tensor).
   Tensor whole(const std::string& device) const;
   // Shard r's slice of a whole value (any device).
@@ -85,11 +79,6 @@ class ZeroVariable final : public ShardedVariable {
   void check_whole(const Tensor& value, const char* what) const;
   void write(const Tensor& value, bool add);
 
-  Strategy& strategy_;
-  std::vector<Variable> components_;
-  std::string name_;
-  bool trainable_;
-  VariableAggregation aggregation_;
   Shape shape_;
   DType dtype_;
   ShardLayout layout_;
