@@ -10,13 +10,9 @@ cd "$(dirname "$0")/.."
 mode=fix
 [ "${1:-}" = "--check" ] && mode=check
 
-tool=""
-for candidate in clang-format-14 clang-format; do
-  if command -v "$candidate" > /dev/null && "$candidate" --version | grep -q "version 14\."; then
-    tool=$candidate
-    break
-  fi
-done
+# shellcheck source=scripts/find-llvm14.sh
+. scripts/find-llvm14.sh
+tool=$(find_llvm14 clang-format || true)
 if [ -z "$tool" ]; then
   echo "format: skipped: clang-format 14 not found (apt-get install clang-format-14)"
   exit 77
