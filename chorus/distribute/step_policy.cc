@@ -20,9 +20,7 @@ const ShardedVariable* sharded_parameter(const Variable& v) {
 }
 
 // Whether `state` (a variable's first slot) is sharded: the variable is then updated in slices.
-const ShardedVariable* sharded_state(const Variable& state) {
-  return state.defined() ? as_sharded(state) : nullptr;
-}
+const ShardedVariable* sharded_state(const Variable& state) { return state.defined() ? as_sharded(state) : nullptr; }
 
 // One variable updated slice-wise (ZeRO stages 1-2): `whole` is this replica's component of the
 // variable, `slice` the updated copy of this replica's part of it.
@@ -34,7 +32,8 @@ struct SlicedUpdate {
 
 }  // namespace
 
-ReplicaStepPolicy::ReplicaStepPolicy(Strategy& strategy, StrategyReplicaContext* ctx) : strategy_(strategy), ctx_(ctx) {}
+ReplicaStepPolicy::ReplicaStepPolicy(Strategy& strategy, StrategyReplicaContext* ctx)
+    : strategy_(strategy), ctx_(ctx) {}
 
 int ReplicaStepPolicy::replica() const { return ctx_ != nullptr ? ctx_->replica_id_in_sync_group() : 0; }
 
@@ -138,10 +137,11 @@ void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Su
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const ShardedVariable* parameter = sharded_parameter(vars[i]);
     Tensor w = parameter != nullptr ? parameter->local_shard() : vars[i].value();
-    w = w.reshape(w.shape());  // same storage, a fresh id no tape knows (ops::stop_gradient)
+    w = w.reshape(w.shape());                  // same storage, a fresh id no tape knows (ops::stop_gradient)
     Tensor g = std::move(summed[i].gradient);  // released with `g` (stage 1: the whole sum, once sliced)
     if (g.device_name() != w.device_name()) g = g.to(w.device_name());
-    const ShardedVariable* layout_of = parameter != nullptr ? parameter : sharded_state(slots[i].empty() ? Variable() : slots[i].front());
+    const ShardedVariable* layout_of =
+        parameter != nullptr ? parameter : sharded_state(slots[i].empty() ? Variable() : slots[i].front());
     Tensor target = w;  // what the update writes: the weight, its shard, or a copy of this replica's slice
     if (parameter == nullptr && layout_of != nullptr) {
       const ShardLayout& layout = layout_of->layout();
