@@ -43,7 +43,9 @@ struct MirroredStrategyOptions {
   // (MultiWorkerMirroredStrategyOptions::sharding is the same option across processes.)
   ShardingOptions sharding;
   // All-reduce the gradients during the backward pass, in buckets, as PyTorch DDP and Horovod do
-  // (distribute/overlapped_reduction.h, docs/overlap.md); false: one packed all-reduce after it.
+  // (distribute/overlapped_reduction.h, docs/overlap.md), for the steps that ask for the sum:
+  // fit's train_step, minimize, and custom loops through Optimizer::compute_gradients; false: one
+  // packed all-reduce after it.
   // The results are bitwise the same either way. nullopt (the default): on CPU devices, on when the
   // replicas' op threads leave a core of the host free for the communication threads (on a machine
   // whose cores all compute, overlap costs more than it hides: bench_overlap); on GPU devices off
