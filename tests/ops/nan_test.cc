@@ -93,8 +93,15 @@ std::map<std::string, Tensor> chorus_outputs(DType dtype) {
     o["minimum_grad_b"] = gmn[1];
   }
   const Tensor r = make(kR, {8, 3}, dtype);
-  o["reduce_max"] = ops::reduce_max(r, {1});
-  o["reduce_min"] = ops::reduce_min(r, {1});
+  {
+    ops::GradientTape tape(/*persistent=*/true);
+    tape.watch(r);
+    const Tensor mx = ops::reduce_max(r, {1}), mn = ops::reduce_min(r, {1});
+    o["reduce_max"] = mx;
+    o["reduce_min"] = mn;
+    o["reduce_max_grad"] = tape.gradient(mx, std::vector<Tensor>{r})[0];
+    o["reduce_min_grad"] = tape.gradient(mn, std::vector<Tensor>{r})[0];
+  }
   o["reduce_sum"] = ops::reduce_sum(r, {1});
   o["reduce_mean"] = ops::reduce_mean(r, {1});
   const Tensor ar = make(kAr, {8, 2}, dtype);
@@ -142,6 +149,12 @@ std::map<std::string, std::vector<double>> analytic() {
       {"minimum_grad_b", {1, 1, 1, 0, 1, 1}},
       {"reduce_max", {kNan, 3, kInf, kNan, kInf, kNan, -kInf, kNan}},  // any NaN → NaN
       {"reduce_min", {kNan, 1, -kInf, kNan, 1, kNan, -kInf, kNan}},
+      // TF's _MinOrMaxGrad: dy split over the elements equal to the result; a row holding NaN has
+      // none (NaN == NaN is false), so 0/0: the whole row's gradient is NaN.
+      {"reduce_max_grad", {kNan, kNan, kNan, 0, 0, 1, 0, 1, 0, kNan, kNan, kNan, 0.5, 0.5, 0, kNan, kNan, kNan,
+                           1.0 / 3, 1.0 / 3, 1.0 / 3, kNan, kNan, kNan}},
+      {"reduce_min_grad", {kNan, kNan, kNan, 1, 0, 0, 1, 0, 0, kNan, kNan, kNan, 0, 0, 1, kNan, kNan, kNan,
+                           1.0 / 3, 1.0 / 3, 1.0 / 3, kNan, kNan, kNan}},
       {"reduce_sum", {kNan, 6, kNan, kNan, kInf, kNan, -kInf, kNan}},
       {"reduce_mean", {kNan, 2, kNan, kNan, kInf, kNan, -kInf, kNan}},
       // From index 0 and the lowest (highest) float, strictly greater (less) wins: NaN never does.

@@ -36,8 +36,13 @@ out("minimum_grad_b", tape.gradient(mn, b))
 
 r = tf.constant([[1.0, nan, 3.0], [1.0, 2.0, 3.0], [-inf, inf, 0.0], [nan, nan, nan], [inf, inf, 1.0],
                  [nan, 5.0, 3.0], [-inf, -inf, -inf], [2.0, nan, 2.0]])
-out("reduce_max", tf.reduce_max(r, axis=1))
-out("reduce_min", tf.reduce_min(r, axis=1))
+with tf.GradientTape(persistent=True) as tape:
+    tape.watch(r)
+    rmax, rmin = tf.reduce_max(r, axis=1), tf.reduce_min(r, axis=1)
+out("reduce_max", rmax)
+out("reduce_min", rmin)
+out("reduce_max_grad", tape.gradient(rmax, r))
+out("reduce_min_grad", tape.gradient(rmin, r))
 out("reduce_sum", tf.reduce_sum(r, axis=1))
 out("reduce_mean", tf.reduce_mean(r, axis=1))
 ar = tf.constant([[-inf, -inf], [nan, -inf], [-inf, nan], [2.0, nan], [nan, nan], [nan, 5.0], [inf, nan], [nan, inf]])
