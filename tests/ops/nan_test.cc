@@ -151,10 +151,10 @@ std::map<std::string, std::vector<double>> analytic() {
       {"reduce_min", {kNan, 1, -kInf, kNan, 1, kNan, -kInf, kNan}},
       // TF's _MinOrMaxGrad: dy split over the elements equal to the result; a row holding NaN has
       // none (NaN == NaN is false), so 0/0: the whole row's gradient is NaN.
-      {"reduce_max_grad", {kNan, kNan, kNan, 0, 0, 1, 0, 1, 0, kNan, kNan, kNan, 0.5, 0.5, 0, kNan, kNan, kNan,
-                           1.0 / 3, 1.0 / 3, 1.0 / 3, kNan, kNan, kNan}},
-      {"reduce_min_grad", {kNan, kNan, kNan, 1, 0, 0, 1, 0, 0, kNan, kNan, kNan, 0, 0, 1, kNan, kNan, kNan,
-                           1.0 / 3, 1.0 / 3, 1.0 / 3, kNan, kNan, kNan}},
+      {"reduce_max_grad", {kNan, kNan, kNan, 0,    0,    1,    0,       1,       0,       kNan, kNan, kNan,
+                           0.5,  0.5,  0,    kNan, kNan, kNan, 1.0 / 3, 1.0 / 3, 1.0 / 3, kNan, kNan, kNan}},
+      {"reduce_min_grad", {kNan, kNan, kNan, 1,    0,    0,    1,       0,       0,       kNan, kNan, kNan,
+                           0,    0,    1,    kNan, kNan, kNan, 1.0 / 3, 1.0 / 3, 1.0 / 3, kNan, kNan, kNan}},
       {"reduce_sum", {kNan, 6, kNan, kNan, kInf, kNan, -kInf, kNan}},
       {"reduce_mean", {kNan, 2, kNan, kNan, kInf, kNan, -kInf, kNan}},
       // From index 0 and the lowest (highest) float, strictly greater (less) wins: NaN never does.
