@@ -91,11 +91,21 @@ int usage(const char* argv0) {
   return 2;
 }
 
-int run(int argc, char** argv) {
+// The command line; nullopt (after the usage line) when a flag is wrong.
+struct Args {
   bool quick = false, no_mpi = false;
   int rounds = 1;
   std::size_t max_bytes = 256 * kMiB;
   std::vector<std::size_t> sizes;
+};
+
+std::optional<Args> parse_args(int argc, char** argv) {
+  Args a;
+  bool& quick = a.quick;
+  bool& no_mpi = a.no_mpi;
+  int& rounds = a.rounds;
+  std::size_t& max_bytes = a.max_bytes;
+  std::vector<std::size_t>& sizes = a.sizes;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -107,13 +117,15 @@ int run(int argc, char** argv) {
       rounds = static_cast<int>(v);
       if (end == argv[i] || *end != '\0' || v < 1 || v > 20) {
         std::fprintf(stderr, "--rounds: expected 1..20, got '%s'\n", argv[i]);
-        return usage(argv[0]);
+        (void)usage(argv[0]);
+        return std::nullopt;
       }
     } else if (std::strcmp(argv[i], "--max-mib") == 0 && i + 1 < argc) {
       const long v = std::atol(argv[++i]);
       if (v < 1 || v > 4096) {
         std::fprintf(stderr, "--max-mib: expected 1..4096, got '%s'\n", argv[i]);
-        return usage(argv[0]);
+        (void)usage(argv[0]);
+        return std::nullopt;
       }
       max_bytes = static_cast<std::size_t>(v) * kMiB;
     } else if (std::strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
@@ -128,16 +140,28 @@ int run(int argc, char** argv) {
           bytes = v * kMiB, ++end;
         if (end == p || v == 0 || bytes % sizeof(float) != 0 || bytes > 4096 * kMiB || (*end != ',' && *end != '\0')) {
           std::fprintf(stderr, "--sizes: expected a list like 4K,1M,16M, got '%s'\n", argv[i]);
-          return usage(argv[0]);
+          (void)usage(argv[0]);
+          return std::nullopt;
         }
         sizes.push_back(bytes);
         p = *end == ',' ? end + 1 : end;
       }
     } else {
       std::fprintf(stderr, "bench_allreduce: unknown flag '%s'\n", argv[i]);
-      return usage(argv[0]);
+      (void)usage(argv[0]);
+      return std::nullopt;
     }
   }
+  return a;
+}
+
+int run(int argc, char** argv) {
+  const std::optional<Args> args = parse_args(argc, argv);
+  if (!args) return 2;
+  const bool quick = args->quick, no_mpi = args->no_mpi;
+  const int rounds = args->rounds;
+  const std::size_t max_bytes = args->max_bytes;
+  std::vector<std::size_t> sizes = args->sizes;
   if (!sizes.empty()) {
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());

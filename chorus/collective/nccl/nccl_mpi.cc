@@ -466,6 +466,29 @@ std::vector<std::int64_t> pack_outcome(ncclResult_t outcome, std::int64_t took, 
   return w;
 }
 
+// The NCCL unique id, made by rank 0 and broadcast over `mpi` to all (a collective). A failure to
+// make it aborts `mpi`, so the other ranks raise at once instead of waiting for the timeout.
+ncclUniqueId share_unique_id(Communicator& mpi, int rank, milliseconds timeout) {
+  static_assert(sizeof(ncclUniqueId) % sizeof(std::int64_t) == 0);
+  constexpr std::int64_t kIdWords = sizeof(ncclUniqueId) / sizeof(std::int64_t);
+  ncclUniqueId id{};
+  if (rank == 0) {
+    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      const std::exception_ptr error = nccl_error(r, "ncclGetUniqueId", __FILE__, __LINE__);
+      mpi.abort(str_cat("make_nccl_communicator: rank 0 could not create the NCCL unique id: ", message_of(error)));
+      std::rethrow_exception(error);
+    }
+  }
+  try {
+    Tensor words = Tensor::from_host(&id, {kIdWords}, DType::kInt64, kHostDevice);
+    mpi.broadcast(words, {.root = 0, .timeout = timeout})->wait(timeout);
+    std::memcpy(&id, words.data(), sizeof(id));
+  } catch (const Error& e) {
+    rethrow_step(e, rank, "the broadcast of the NCCL unique id");
+  }
+  return id;
+}
+
 std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOptions& options) {
   auto mpi = make_mpi_communicator({.validate = false, .timeout = options.timeout});  // collective
   const int rank = mpi->rank(), size = mpi->size();
@@ -502,23 +525,7 @@ std::unique_ptr<Communicator> create(const std::string& device, const NcclMpiOpt
   check_distinct_gpus(claims);
 
   // 3. The NCCL unique id, from rank 0 to all.
-  static_assert(sizeof(ncclUniqueId) % sizeof(std::int64_t) == 0);
-  constexpr std::int64_t kIdWords = sizeof(ncclUniqueId) / sizeof(std::int64_t);
-  ncclUniqueId id{};
-  if (rank == 0) {
-    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-      const std::exception_ptr error = nccl_error(r, "ncclGetUniqueId", __FILE__, __LINE__);
-      mpi->abort(str_cat("make_nccl_communicator: rank 0 could not create the NCCL unique id: ", message_of(error)));
-      std::rethrow_exception(error);
-    }
-  }
-  try {
-    Tensor words = Tensor::from_host(&id, {kIdWords}, DType::kInt64, kHostDevice);
-    mpi->broadcast(words, {.root = 0, .timeout = timeout})->wait(timeout);
-    std::memcpy(&id, words.data(), sizeof(id));
-  } catch (const Error& e) {
-    rethrow_step(e, rank, "the broadcast of the NCCL unique id");
-  }
+  const ncclUniqueId id = share_unique_id(*mpi, rank, timeout);
 
   // 4. NCCL initialization, then the same verdict everywhere: all processes get a communicator or
   // all throw, so none is left with one whose peers are gone.
