@@ -12,4 +12,9 @@ ShardLayout ShardLayout::of(std::int64_t num_elements, int num_shards) {
 
 ShardedVariable* as_sharded(const Variable& v) { return dynamic_cast<ShardedVariable*>(v.impl().get()); }
 
+const ShardedVariable* as_sharded_parameter(const Variable& v) {
+  const ShardedVariable* s = as_sharded(v);
+  return s != nullptr && s->gathers_parameters() ? s : nullptr;
+}
+
 }  // namespace chorus

@@ -94,6 +94,9 @@ class ParameterGather {
 // The sharded view of `v`, or nullptr when `v` is undefined, plain or mirrored. Constness is
 // shallow, as with as_distributed.
 ShardedVariable* as_sharded(const Variable& v);
+// The sharded view of `v` when it is a ZeRO stage-3 parameter (gathers_parameters(): its gradient
+// is this replica's shard of the sum, its update writes local_shard()), else nullptr.
+const ShardedVariable* as_sharded_parameter(const Variable& v);
 
 // The size from which a variable's gradient is reduce-scattered and its weight all-gathered on
 // its own, straight from and into its storage, when its element count divides evenly over the

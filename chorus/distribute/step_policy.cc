@@ -12,13 +12,6 @@ namespace chorus::distribute {
 
 namespace {
 
-// ZeRO stage 3: `v`'s sharded view when it is a parameter stored as shards (its value() is
-// gathered; the update writes local_shard()), else nullptr.
-const ShardedVariable* sharded_parameter(const Variable& v) {
-  const ShardedVariable* s = as_sharded(v);
-  return s != nullptr && s->gathers_parameters() ? s : nullptr;
-}
-
 // Whether `state` (a variable's first slot) is sharded: the variable is then updated in slices.
 const ShardedVariable* sharded_state(const Variable& state) { return state.defined() ? as_sharded(state) : nullptr; }
 
@@ -61,7 +54,7 @@ std::vector<StepPolicy::Summed> ReplicaStepPolicy::sum_gradients(std::vector<Ten
                  "returned with them");
   // Stage 3's parameters: the backward pass summed them already, into this replica's shard.
   for (std::size_t i = 0; i < vars.size(); ++i) {
-    if (grads[i].defined() && sharded_parameter(vars[i]) != nullptr) {
+    if (grads[i].defined() && as_sharded_parameter(vars[i]) != nullptr) {
       CHORUS_ENFORCE(begun == nullptr, "a gradient sum was begun for a stage-3 parameter");
       out[i] = {std::move(grads[i]), true};
     }
@@ -105,7 +98,7 @@ std::vector<StepPolicy::Summed> ReplicaStepPolicy::scatter_and_reduce(std::vecto
   std::vector<ShardLayout> layouts;
   std::vector<char> kind(grads.size(), 0);  // 1 whole, 2 scattered
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined() || sharded_parameter(vars[i]) != nullptr) continue;
+    if (!grads[i].defined() || as_sharded_parameter(vars[i]) != nullptr) continue;
     if (const ShardedVariable* sv = sharded_state(state[i])) {
       kind[i] = 2;
       to_scatter.push_back(std::move(grads[i]));
@@ -135,7 +128,7 @@ void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Su
   std::vector<SlicedUpdate> sliced;
   const int r = replica();
   for (std::size_t i = 0; i < vars.size(); ++i) {
-    const ShardedVariable* parameter = sharded_parameter(vars[i]);
+    const ShardedVariable* parameter = as_sharded_parameter(vars[i]);
     Tensor w = parameter != nullptr ? parameter->local_shard() : vars[i].value();
     w = w.reshape(w.shape());                  // same storage, a fresh id no tape knows (ops::stop_gradient)
     Tensor g = std::move(summed[i].gradient);  // released with `g` (stage 1: the whole sum, once sliced)

@@ -51,7 +51,7 @@ thread_local const std::vector<char>* t_wanted_inputs = nullptr;
 // The tensor a tape differentiates for `v`: its value() on this thread, or — for a ZeRO stage-3
 // parameter, whose value() is a gathered copy — its shard (core/sharded_variable.h).
 Tensor gradient_source(const Variable& v) {
-  if (const ShardedVariable* s = as_sharded(v); s != nullptr && s->gathers_parameters()) return s->local_shard();
+  if (const ShardedVariable* s = as_sharded_parameter(v)) return s->local_shard();
   return v.value();
 }
 }  // namespace

@@ -100,13 +100,6 @@ void check_replicated(const Variable& v, ReplicaContext* ctx, const char* what) 
                  "' is an ON_READ variable; optimizers update ON_WRITE (mirrored) variables only");
 }
 
-// ZeRO stage 3: `v`'s sharded view when it is a parameter stored as shards (its gradient is this
-// replica's shard of the sum, GradientTape's), else nullptr.
-const ShardedVariable* sharded_parameter(const Variable& v) {
-  const ShardedVariable* s = as_sharded(v);
-  return s != nullptr && s->gathers_parameters() ? s : nullptr;
-}
-
 // The finite check shared by the replicas when some gradients are this replica's slices:
 // Σ (g − g) over the slices in float64, summed over the replicas (the policy's sum_partials) — 0
 // when every element of every replica's slices is finite, NaN otherwise (inf − inf and NaN − NaN
@@ -441,7 +434,7 @@ void Optimizer::validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std:
       missing.push_back(v.name());
       continue;
     }
-    if (const ShardedVariable* p = sharded_parameter(v)) {
+    if (const ShardedVariable* p = as_sharded_parameter(v)) {
       const std::int64_t length = p->layout().length(ctx != nullptr ? ctx->replica_id_in_sync_group() : 0);
       CHORUS_REQUIRE(g.shape() == Shape{length} && g.dtype() == v.dtype(), InvalidArgumentError, name_,
                      ".apply_gradients: variable '", v.name(), "' (shape ", v.shape().to_string(),
