@@ -59,9 +59,11 @@
 #include <chorus/optimizer/optimizers.h>
 
 #include <chorus/model/callbacks.h>
+#include <chorus/model/functional.h>
 #include <chorus/model/initializers.h>
 #include <chorus/model/layers.h>
 #include <chorus/model/losses.h>
+#include <chorus/model/merge_layers.h>
 #include <chorus/model/metrics.h>
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/model.h>

@@ -81,14 +81,14 @@ class ShardedVariable : public DistributedVariable {
 };
 
 // A stage-3 layer call's gathered parameters (StepPolicy::gather_parameters): alive for
-// the call; after_call(y) — with y the layer's output — frees their whole values (the tape keeps
-// their handles, and gathers them again when the backward pass reaches y) and returns the output
-// to use instead of y (y itself when no tape records). The destructor ends the call too, so an
+// the call; after_call(ys) — with ys the layer's outputs — frees their whole values (the tape keeps
+// their handles, and gathers them again when the backward pass reaches the outputs) and returns
+// the outputs to use instead of ys (ys themselves when no tape records). The destructor ends the call too, so an
 // exception in the layer leaves no parameter gathered.
 class ParameterGather {
  public:
   virtual ~ParameterGather() = default;
-  virtual Tensor after_call(const Tensor& y) = 0;
+  virtual std::vector<Tensor> after_call(const std::vector<Tensor>& ys) = 0;
 };
 
 // The sharded view of `v`, or nullptr when `v` is undefined, plain or mirrored. Constness is

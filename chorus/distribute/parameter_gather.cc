@@ -1,5 +1,7 @@
 #include <chorus/distribute/parameter_gather.h>
 
+#include <algorithm>
+
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/distribute/replica_context.h>
@@ -53,26 +55,38 @@ class LayerGather final : public ParameterGather {
   }
   ~LayerGather() override { end_call(); }
 
-  Tensor after_call(const Tensor& y) override {
+  std::vector<Tensor> after_call(const std::vector<Tensor>& ys) override {
     end_call();
-    if (!y.defined() || !is_floating(y.dtype()) || !ops::internal::should_record({y})) return y;  // wholes die
+    std::vector<Tensor> recorded;  // the floating outputs a tape watches
+    for (const Tensor& y : ys)
+      if (y.defined() && is_floating(y.dtype()) && ops::internal::should_record({y})) recorded.push_back(y);
+    if (recorded.empty()) return ys;  // wholes die
     // The backward pass reaches this node before the layer's ops: it brings the bytes back.
-    Tensor y2 = y.reshape(y.shape());  // same storage, an id of its own for the node's output
+    std::vector<Tensor> out = ys, renamed;
+    for (Tensor& y : out)
+      if (std::find_if(recorded.begin(), recorded.end(), [&](const Tensor& r) { return r.id() == y.id(); }) !=
+          recorded.end()) {
+        y = y.reshape(y.shape());  // same storage, an id of its own for the node's output
+        renamed.push_back(y);
+      }
     ops::internal::record(
-        "RegatherParameters", {y}, {y2},
+        "RegatherParameters", recorded, renamed,
         [shards = shards_, wholes = wholes_, layouts = layouts_](const std::vector<Tensor>& dy) -> std::vector<Tensor> {
           for (const Tensor& w : wholes) w.buffer()->restore();
           backward_collectives("RegatherParameters").all_gather_shards(shards, wholes, layouts);
-          return {dy[0]};
+          return dy;
         });
     for (std::size_t i = 0; i < wholes_.size(); ++i) {
-      if (wholes_[i].buffer() == y.buffer()) {
+      const bool aliased = std::any_of(ys.begin(), ys.end(), [&](const Tensor& y) {
+        return y.defined() && wholes_[i].buffer() == y.buffer();
+      });
+      if (aliased) {
         (*keep_)[i] = 1;  // a layer returning (an alias of) its weight keeps it, in backward too
         continue;
       }
       wholes_[i].buffer()->release();
     }
-    return y2;
+    return out;
   }
 
  private:

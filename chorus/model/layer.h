@@ -11,7 +11,18 @@
 // Names: a layer's name defaults to its class in snake case ("conv2d"); a model makes names
 // unique ("conv2d", "conv2d_1") and prefixes its own ("sequential/conv2d/kernel" is the variable
 // name, which checkpoints and summaries use). Subclass Layer for custom layers: override
-// class_name(), build_weights() (call add_weight there) and call().
+// class_name(), build_weights() (call add_weight there) and call(x, training) — or, for a layer of
+// several inputs or outputs (Add, MultiHeadAttention, a functional model), call_list(xs, training)
+// and build_weights(shapes). A layer that owns layers (Keras's attribute tracking) registers them
+// with track_layer(layer, "attribute") in its constructor: their weights are part of weights(),
+// their variables are named "<owner path>/<their name>/...", and the checkpoint finds them under
+// the attribute ("attribute/kernel"), as Keras's keys read.
+//
+// Functional API (model/keras_tensor.h, model/functional.h): calling a layer on KerasTensors
+// builds it and returns KerasTensors; the layer must be held by a LayerPtr (std::shared_ptr). An
+// unnamed layer then takes a process-wide unique name ("dense", "dense_1", ...) as Keras does.
+// A call whose inputs do not fit the layer → InvalidArgumentError naming the layer, the layers
+// that produced its inputs and their shapes.
 // Building inside strategy.run (replica context, several replicas): every replica must call the
 // layer (SPMD); the build runs once, as a merge_call in cross-replica context, so the weights are
 // created once as MirroredVariables. Elsewhere building is serialized by a mutex. Calls are
@@ -40,11 +51,30 @@
 #include <chorus/core/tensor.h>
 #include <chorus/core/variable.h>
 #include <chorus/model/initializers.h>
+#include <chorus/model/keras_tensor.h>
 #include <chorus/model/mixed_precision.h>
 
 namespace chorus::layers {
 
-class Layer : public train::Trackable {
+// What a layer called on a list returns: its outputs, and — for a layer of one output (Add,
+// Concatenate, most) — that output by conversion, as Keras returns a tensor:
+//   KerasTensor y = (*layers::Add())({a, b});
+// The conversion of a list of several outputs → InvalidArgumentError.
+template <typename T>
+class Outputs : public std::vector<T> {
+ public:
+  Outputs() = default;
+  Outputs(std::vector<T> v) : std::vector<T>(std::move(v)) {}  // NOLINT: implicit by design
+  operator T() const {                                        // NOLINT: implicit by design
+    if (this->size() != 1) throw_not_one(this->size());
+    return this->front();
+  }
+
+ private:
+  [[noreturn]] static void throw_not_one(std::size_t n);
+};
+
+class Layer : public train::Trackable, public std::enable_shared_from_this<Layer> {
  public:
   explicit Layer(std::string name = "");
   virtual ~Layer() = default;
@@ -53,10 +83,17 @@ class Layer : public train::Trackable {
 
   // "Dense", "Conv2D", ...
   virtual std::string class_name() const = 0;
-  // Builds on the first call (from x's shape), then call(x, training).
+  // Builds on the first call (from x's shape), then call(x, training). A layer of several
+  // outputs → InvalidArgumentError (call it with a list).
   Tensor operator()(const Tensor& x, bool training = false);
+  // Several inputs and outputs: builds from the inputs' shapes, then call_list(xs, training).
+  Outputs<Tensor> operator()(const std::vector<Tensor>& xs, bool training = false);
+  // On symbolic tensors (the functional API): builds the layer and records the call.
+  KerasTensor operator()(const KerasTensor& x);
+  Outputs<KerasTensor> operator()(const std::vector<KerasTensor>& xs);
   // Creates the weights for inputs of `input_shape` (batch dim included, ignored).
-  void build(const Shape& input_shape);
+  void build(const Shape& input_shape) { build(std::vector<Shape>{input_shape}); }
+  void build(const std::vector<Shape>& input_shapes);
   bool built() const { return built_.load(); }
 
   const std::string& name() const { return name_; }
@@ -70,9 +107,12 @@ class Layer : public train::Trackable {
   void set_dtype_policy(const mixed_precision::Policy& policy);
   DType compute_dtype() const { return policy_.compute_dtype(); }
 
-  std::vector<Variable> weights() const { return weights_; }
+  // The layer's weights, then those of the layers it owns (depth first, each layer once).
+  std::vector<Variable> weights() const;
   std::vector<Variable> trainable_weights() const;
   std::vector<Variable> non_trainable_weights() const;
+  // The layers this layer owns (track_layer), with their attribute names, in tracking order.
+  const std::vector<std::pair<std::string, std::shared_ptr<Layer>>>& sublayers() const { return sublayers_; }
   // The output shape for an input shape (batch dim included); default: run-free shape inference
   // must be provided by layers that change shapes.
   virtual Shape compute_output_shape(const Shape& input_shape) const { return input_shape; }
@@ -81,15 +121,31 @@ class Layer : public train::Trackable {
   // Whether the layer has weights once built (Keras numbers such layers "layer_with_weights-N" in
   // checkpoints, also before they are built): true unless a layer without weights says otherwise.
   virtual bool creates_weights() const { return true; }
-  bool has_weights() const { return built() ? !weights_.empty() : creates_weights(); }
+  bool has_weights() const { return built() ? !weights().empty() : creates_weights(); }
 
-  // Checkpointing (checkpoint/trackable.h): the weights by their short names ("kernel", "bias");
-  // restored values wait for the build if the layer is not built yet.
+  // Checkpointing (checkpoint/trackable.h): the weights by their short names ("kernel", "bias"),
+  // then the owned layers by attribute; restored values wait for the build if the layer is not
+  // built yet.
   std::vector<train::TrackableChild> trackable_children() const override;
 
  protected:
-  virtual void build_weights(const Shape& input_shape) {}
-  virtual Tensor call(const Tensor& x, bool training) = 0;
+  virtual void build_weights(const Shape& input_shape) { (void)input_shape; }
+  // Several inputs: the default passes a single input's shape to build_weights(shape).
+  virtual void build_weights(const std::vector<Shape>& input_shapes);
+  // A layer overrides one of the two. The defaults: call_list passes a single input to call();
+  // call raises InvalidArgumentError (a layer of several inputs called with one).
+  virtual Tensor call(const Tensor& x, bool training);
+  virtual std::vector<Tensor> call_list(const std::vector<Tensor>& xs, bool training);
+  // Registers an owned layer under `attribute` (its checkpoint key; also its name when it has
+  // none). Call before the layer is built. Returns it.
+  std::shared_ptr<Layer> track_layer(std::shared_ptr<Layer> layer, std::string attribute);
+  // Keras's autocast: whether operator() casts floating inputs to the compute dtype (a model
+  // leaves it to its layers).
+  virtual bool autocast() const { return true; }
+  // The shapes (batch dim excluded) the layer was built for.
+  const std::vector<std::vector<std::int64_t>>& built_shapes() const { return built_shapes_; }
+  // The path prefix its weights get ("sequential/"), "" at the top.
+  const std::string& prefix() const { return prefix_; }
   // Creates a weight in `dtype`, or in the policy's variable dtype when `dtype` is not given.
   Variable add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& init,
                       bool trainable = true, VariableSynchronization sync = VariableSynchronization::kAuto,
@@ -105,8 +161,11 @@ class Layer : public train::Trackable {
   mixed_precision::Policy policy_;
   std::vector<Variable> weights_;
   std::vector<std::string> weight_names_;  // short names, parallel to weights_
-  void build_once(const Shape& input_shape);
-  std::vector<std::int64_t> built_shape_;  // input dims without the batch dim
+  void build_once(const std::vector<Shape>& input_shapes);
+  void check_built_shapes(const std::vector<Tensor>& xs) const;
+  void collect_weights(std::vector<Variable>& out, std::vector<const Layer*>& seen) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers_;
+  std::vector<std::vector<std::int64_t>> built_shapes_;  // input dims without the batch dim
   std::atomic<bool> built_{false};
   std::mutex build_mu_;
 };
@@ -115,6 +174,10 @@ using LayerPtr = std::shared_ptr<Layer>;
 
 // "Conv2D" → "conv2d", "MaxPooling2D" → "max_pooling2d", "BatchNormalization" → "batch_normalization".
 std::string to_snake_case(const std::string& class_name);
+// A process-wide unique name from `base` (Keras's backend.unique_object_name): "dense", then
+// "dense_1", "dense_2", ...; with first_suffix 1 (Keras's zero_based=False, Input's names):
+// "input_1", "input_2", ...
+std::string unique_name(const std::string& base, int first_suffix = 0);
 
 // Sets `layer`'s dtype policy and returns it, for use inside a layer list:
 //   Sequential({layers::Dense(512, "relu"), layers::with_dtype_policy(layers::Dense(10), "float32")})

@@ -19,78 +19,58 @@ namespace chorus::model {
 
 using chorus::internal::str_cat;
 
-Model::Model(std::string name) : name_(std::move(name)), strategy_(&distribute::get_strategy()) {}
+Model::Model(std::string name) : layers::Layer(std::move(name)), strategy_(&distribute::get_strategy()) {}
 Model::~Model() = default;
 
 layers::LayerPtr Model::track(layers::LayerPtr layer) {
-  CHORUS_REQUIRE(layer != nullptr, InvalidArgumentError, "model '", name_, "': null layer");
-  CHORUS_REQUIRE(!layer->built() || built_, InvalidArgumentError, "model '", name_, "': layer '", layer->name(),
+  CHORUS_REQUIRE(layer != nullptr, InvalidArgumentError, "model '", name(), "': null layer");
+  CHORUS_REQUIRE(!layer->built() || built(), InvalidArgumentError, "model '", name(), "': layer '", layer->name(),
                  "' is already built (by another model); create a new layer");
   std::set<std::string> taken;
-  for (const auto& l : layers_) taken.insert(l->name());
+  for (const auto& [attribute, l] : sublayers()) taken.insert(attribute);
   std::string base = layer->name().empty() ? layers::to_snake_case(layer->class_name()) : layer->name();
-  std::string name = base;
-  for (int i = 1; taken.count(name); ++i) name = str_cat(base, "_", i);
-  if (!layer->built()) {
-    layer->set_name(name);
-    layer->set_prefix(name_ + "/");
-  }
-  layers_.push_back(layer);
-  return layer;
+  std::string unique = base;
+  for (int i = 1; taken.count(unique); ++i) unique = str_cat(base, "_", i);
+  if (!layer->built()) layer->set_name(unique);
+  return track_layer(std::move(layer), unique);
+}
+
+std::vector<layers::LayerPtr> Model::layers() const {
+  std::vector<layers::LayerPtr> out;
+  for (const auto& [attribute, l] : sublayers()) out.push_back(l);
+  return out;
 }
 
 Tensor Model::operator()(const Tensor& x, bool training) {
-  if (!built_) build(x.shape());
-  if (summary::graph_wanted(name_)) summary::record_graph(name_, graph_def());  // summary/trace.h
-  timeline::ScopeName scope(name_);  // core/timeline.h: the model's span, its layers' path
-  timeline::Span span("forward", name_);
-  return call(x, training);
+  if (!built()) build(x.shape());
+  if (summary::graph_wanted(name())) summary::record_graph(name(), graph_def());  // summary/trace.h
+  return layers::Layer::operator()(x, training);  // the model's timeline span, its layers' path
 }
 
 void Model::build(const Shape& input_shape) {
-  if (built_) return;
-  CHORUS_REQUIRE(input_shape.rank() >= 1, InvalidArgumentError, "model '", name_, "': input needs a batch dimension");
-  // In cross-replica context of the model's strategy, so weights are created once, mirrored.
-  std::vector<std::int64_t> one = input_shape.dims();
-  one[0] = 1;
-  // built_ and built_input_ are written once, by the thread that builds: under several replicas
-  // the others wait in the merge_call meanwhile (and all read built_ == false before it).
-  auto run = [&] {
-    call(Tensor::zeros(Shape(one), DType::kFloat32, strategy_->replica_devices()[0]), false);
-    built_input_ = input_shape;
-    built_ = true;
-  };
+  if (built()) return;
+  // In cross-replica context of the model's strategy, so weights are created once, mirrored
+  // (Layer::build runs build_weights in a merge_call under several replicas).
   if (get_replica_context() != nullptr && get_replica_context()->num_replicas_in_sync() > 1) {
-    get_replica_context()->merge_call<int, int>(
-        [&](const std::vector<int>&) {
-          if (!built_) run();
-          return 0;
-        },
-        0);
+    layers::Layer::build(input_shape);
   } else {
     auto scope = strategy_->scope();
-    run();
+    layers::Layer::build(input_shape);
   }
 }
 
-std::vector<Variable> Model::trainable_variables() const {
-  std::vector<Variable> v;
-  for (const auto& l : layers_)
-    for (auto& w : l->trainable_weights()) v.push_back(w);
-  return v;
+void Model::build_weights(const Shape& input_shape) {
+  std::vector<std::int64_t> one = input_shape.dims();
+  one[0] = 1;
+  // built_input_ is written once, by the thread that builds: under several replicas the others
+  // wait in the merge_call meanwhile.
+  (void)call_list({Tensor::zeros(Shape(one), DType::kFloat32, strategy_->replica_devices()[0])}, false);
+  built_input_ = input_shape;
 }
-std::vector<Variable> Model::non_trainable_variables() const {
-  std::vector<Variable> v;
-  for (const auto& l : layers_)
-    for (auto& w : l->non_trainable_weights()) v.push_back(w);
-  return v;
-}
-std::vector<Variable> Model::variables() const {
-  std::vector<Variable> v;
-  for (const auto& l : layers_)
-    for (auto& w : l->weights()) v.push_back(w);
-  return v;
-}
+
+std::vector<Variable> Model::trainable_variables() const { return trainable_weights(); }
+std::vector<Variable> Model::non_trainable_variables() const { return non_trainable_weights(); }
+std::vector<Variable> Model::variables() const { return weights(); }
 
 void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::LossPtr loss,
                     const std::vector<std::string>& metric_names) {
@@ -106,7 +86,7 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::Lo
 }
 
 optimizers::Optimizer& Model::optimizer() const {
-  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_,
+  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name(),
                  "' is not compiled: call compile() first");
   return *optimizer_;
 }
@@ -135,9 +115,19 @@ callbacks::Logs Model::logs(const std::string& prefix, bool all_workers) const {
 
 namespace {
 
-void require_xy(const data::Element& e, const char* what) {
-  CHORUS_REQUIRE(e.size() >= 2, InvalidArgumentError, what, ": dataset elements must be (x, y), got ", e.size(),
-                 " component(s)");
+void require_xy(const data::Element& e, const char* what, std::size_t inputs, std::size_t outputs) {
+  if (inputs == 1 && outputs == 1) {
+    CHORUS_REQUIRE(e.size() >= 2, InvalidArgumentError, what, ": dataset elements must be (x, y), got ", e.size(),
+                   " component(s)");
+    return;
+  }
+  CHORUS_REQUIRE(e.size() >= inputs + outputs, InvalidArgumentError, what, ": the model has ", inputs,
+                 " input(s) and ", outputs, " output(s), so dataset elements must be (x_1, ..., x_", inputs,
+                 ", y_1, ..., y_", outputs, "), got ", e.size(), " component(s)");
+}
+
+std::vector<Tensor> components(const data::Element& e, std::size_t begin, std::size_t n) {
+  return {e.begin() + static_cast<std::ptrdiff_t>(begin), e.begin() + static_cast<std::ptrdiff_t>(begin + n)};
 }
 
 std::int64_t global_rows(const distribute::PerReplica<data::Element>& batch) {
@@ -148,23 +138,36 @@ std::int64_t global_rows(const distribute::PerReplica<data::Element>& batch) {
 
 }  // namespace
 
-Tensor Model::compute_loss(const Tensor& y, Tensor y_pred) {
-  // Loss and metrics in float32 (Keras's losses cast y_pred to their float32 dtype): a 16-bit
-  // output layer under a mixed policy would otherwise round the loss and its gradient's start.
-  if (y_pred.dtype() == DType::kFloat16 || y_pred.dtype() == DType::kBFloat16)
-    y_pred = ops::cast(y_pred, DType::kFloat32);
-  Tensor per_example = loss_->per_example(y, y_pred);
+Tensor Model::compute_loss(const std::vector<Tensor>& ys, const std::vector<Tensor>& y_preds) {
+  CHORUS_REQUIRE(ys.size() == y_preds.size(), InvalidArgumentError, "compute_loss: ", ys.size(), " targets for ",
+                 y_preds.size(), " outputs");
+  CHORUS_REQUIRE(ys.size() == 1 || metrics_.empty(), InvalidArgumentError, "model '", name(), "': compile metrics ",
+                 "with ", ys.size(), " outputs are not supported; compile without metrics");
+  Tensor per_example, first_pred;
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    // Loss and metrics in float32 (Keras's losses cast y_pred to their float32 dtype): a 16-bit
+    // output layer under a mixed policy would otherwise round the loss and its gradient's start.
+    Tensor p = y_preds[i];
+    if (p.dtype() == DType::kFloat16 || p.dtype() == DType::kBFloat16) p = ops::cast(p, DType::kFloat32);
+    Tensor l = loss_->per_example(ys[i], p);
+    per_example = per_example.defined() ? per_example + l : l;  // several outputs: the losses' sum
+    if (i == 0) first_pred = p;
+  }
   loss_metric_->add(per_example);
-  for (auto& m : metrics_) m->update_state(y, y_pred);
+  for (auto& m : metrics_) m->update_state(ys[0], first_pred);
   return losses::compute_average_loss(per_example, global_batch_rows_);
 }
+
+Tensor Model::compute_loss(const Tensor& y, Tensor y_pred) { return compute_loss(std::vector<Tensor>{y}, {y_pred}); }
 
 void Model::train_step(const data::Element& batch) {
   const std::vector<Variable> vars = trainable_variables();
   optimizers::Gradients gradients;
   {
     ops::GradientTape tape;
-    Tensor loss = compute_loss(batch[1], (*this)(batch[0], true));
+    const std::size_t n = num_inputs(), m = num_outputs();
+    Tensor loss = n == 1 && m == 1 ? compute_loss(batch[1], (*this)(batch[0], true))
+                                   : compute_loss(components(batch, n, m), (*this)(components(batch, 0, n), true));
     // Zeros (not "none") for a replica whose slice is empty, so every replica sums the same list.
     gradients = optimizer_->compute_gradients(loss, vars, tape, ops::UnconnectedGradients::kZero);
   }
@@ -178,13 +181,13 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     return fit_impl(dataset, options);
   } catch (const std::exception& e) {
     // Before the strategy's communicators go (the goodbye says why this worker leaves).
-    collective::set_process_failure(str_cat("Model::fit of '", name_, "' failed: ", e.what()));
+    collective::set_process_failure(str_cat("Model::fit of '", name(), "' failed: ", e.what()));
     throw;
   }
 }
 
 History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options) {
-  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name_, "': call compile() before fit()");
+  CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name(), "': call compile() before fit()");
   CHORUS_REQUIRE(options.epochs >= 1, InvalidArgumentError, "fit: epochs must be >= 1, got ", options.epochs);
   std::vector<callbacks::CallbackPtr> cbs = options.callbacks;
   distribute::Strategy& strategy = *strategy_;
@@ -239,8 +242,8 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
         batch = it.next();
       }
       if (!batch) break;
-      require_xy((*batch)[0], "fit");
-      if (!built_) build((*batch)[0][0].shape());
+      require_xy((*batch)[0], "fit", num_inputs(), num_outputs());
+      if (!built()) build((*batch)[0][0].shape());
       if (!slots_built) {
         auto scope = strategy.scope();
         optimizer_->build(trainable_variables());  // slots in cross-replica context, once (idempotent)
@@ -299,16 +302,24 @@ void Model::set_resume_point(int epoch, std::int64_t step) {
 }
 
 std::map<std::string, double> Model::evaluate(const data::Dataset& dataset, int verbose) {
-  CHORUS_REQUIRE(loss_ != nullptr, FailedPreconditionError, "model '", name_, "': call compile() before evaluate()");
+  CHORUS_REQUIRE(loss_ != nullptr, FailedPreconditionError, "model '", name(), "': call compile() before evaluate()");
   distribute::Strategy& strategy = *strategy_;
   reset_metrics();
   auto it = strategy.experimental_distribute_dataset(dataset).make_iterator();
   std::int64_t steps = 0;
   while (auto batch = it.next()) {
-    require_xy((*batch)[0], "evaluate");
-    if (!built_) build((*batch)[0][0].shape());
+    require_xy((*batch)[0], "evaluate", num_inputs(), num_outputs());
+    if (!built()) build((*batch)[0][0].shape());
     global_batch_rows_ = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
-    strategy.run([&](const data::Element& e) { (void)compute_loss(e[1], (*this)(e[0], false)); }, *batch);
+    strategy.run(
+        [&](const data::Element& e) {
+          const std::size_t n = num_inputs(), m = num_outputs();
+          if (n == 1 && m == 1)
+            (void)compute_loss(e[1], (*this)(e[0], false));
+          else
+            (void)compute_loss(components(e, n, m), (*this)(components(e, 0, n), false));
+        },
+        *batch);
     ++steps;
   }
   std::map<std::string, double> out = logs("", /*all_workers=*/true);
@@ -327,8 +338,16 @@ Tensor Model::predict(const data::Dataset& dataset) {
   std::vector<Tensor> parts;
   while (auto batch = it.next()) {
     CHORUS_REQUIRE(!(*batch)[0].empty(), InvalidArgumentError, "predict: dataset elements are empty");
-    if (!built_) build((*batch)[0][0].shape());
-    auto out = strategy.run([&](const data::Element& e) { return (*this)(e[0], false); }, *batch);
+    if (!built()) build((*batch)[0][0].shape());
+    CHORUS_REQUIRE(num_outputs() == 1, InvalidArgumentError, "predict: model '", name(), "' has ", num_outputs(),
+                   " outputs; call it on the inputs instead (predict returns one tensor)");
+    CHORUS_REQUIRE((*batch)[0].size() >= num_inputs(), InvalidArgumentError, "predict: the model has ", num_inputs(),
+                   " inputs, the dataset's elements ", (*batch)[0].size(), " component(s)");
+    auto out = strategy.run(
+        [&](const data::Element& e) {
+          return num_inputs() == 1 ? (*this)(e[0], false) : (*this)(components(e, 0, num_inputs()), false)[0];
+        },
+        *batch);
     parts.push_back(strategy.gather(out, 0));
   }
   CHORUS_REQUIRE(!parts.empty(), InvalidArgumentError, "predict: the dataset produced no batches");
@@ -338,16 +357,16 @@ Tensor Model::predict(const data::Dataset& dataset) {
 std::string Model::summary() const {
   // A "Dtype policy" column (Keras 3 shows the policy per layer) when any layer is not float32.
   bool mixed = false;
-  for (const auto& l : layers_) mixed = mixed || l->dtype_policy().name() != "float32";
+  for (const auto& l : layers()) mixed = mixed || l->dtype_policy().name() != "float32";
   std::ostringstream os;
-  os << "Model: \"" << name_ << "\"\n";
+  os << "Model: \"" << name() << "\"\n";
   os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape" << std::setw(mixed ? 12 : 0)
      << "Param #" << (mixed ? "Dtype policy" : "") << "\n";
   std::int64_t total = 0, trainable = 0;
   Shape shape = built_input_;
-  for (const auto& l : layers_) {
+  for (const auto& l : layers()) {
     std::string out = "?";
-    if (built_) {
+    if (built()) {
       shape = l->compute_output_shape(shape);
       std::vector<std::int64_t> d = shape.dims();
       std::ostringstream s;
@@ -370,7 +389,7 @@ std::string Model::summary() const {
 }
 
 summary::GraphDef Model::graph_def() const {
-  CHORUS_REQUIRE(built_, FailedPreconditionError, "graph_def: model '", name_,
+  CHORUS_REQUIRE(built(), FailedPreconditionError, "graph_def: model '", name(),
                  "' is not built; call it on an input or build(input_shape) first");
   using summary::AttrValue;
   const std::vector<std::string> devices = strategy_->replica_devices();
@@ -389,7 +408,7 @@ summary::GraphDef Model::graph_def() const {
     return n;
   };
   summary::GraphDef g;
-  const std::string input = name_ + "/input";
+  const std::string input = name() + "/input";
   summary::NodeDef in = node(input, "Placeholder", "", built_input_, DType::kFloat32);
   in.attr.erase("T");  // a Placeholder says its type in "dtype"
   in.attr["dtype"] = AttrValue::dtype(summary::tf_data_type(DType::kFloat32));
@@ -397,23 +416,23 @@ summary::GraphDef Model::graph_def() const {
   g.node.push_back(std::move(in));
   Shape shape = built_input_;
   std::string previous = input;
-  for (const auto& l : layers_) {
+  for (const auto& l : layers()) {
     shape = l->compute_output_shape(shape);
-    std::string name = str_cat(name_, "/", l->name());
-    g.node.push_back(node(name, l->class_name(), previous, shape, l->compute_dtype()));
-    previous = std::move(name);
+    std::string node_name = str_cat(name(), "/", l->name());
+    g.node.push_back(node(node_name, l->class_name(), previous, shape, l->compute_dtype()));
+    previous = std::move(node_name);
   }
   return g;
 }
 
 std::vector<train::TrackableChild> Model::trackable_children() const {
   std::vector<train::TrackableChild> out;
-  for (const auto& l : layers_) out.push_back({l->name(), std::shared_ptr<train::Trackable>(l)});
+  for (const auto& [attribute, l] : sublayers()) out.push_back({attribute, std::shared_ptr<train::Trackable>(l)});
   if (optimizer_) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_)});
   return out;
 }
 
-std::vector<train::TrackableChild> Sequential::trackable_children() const {
+std::vector<train::TrackableChild> Model::numbered_layer_children() const {
   std::vector<train::TrackableChild> out;
   const auto all = layers();
   int with_weights = 0;
@@ -426,6 +445,8 @@ std::vector<train::TrackableChild> Sequential::trackable_children() const {
   if (optimizer_ptr()) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_ptr())});
   return out;
 }
+
+std::vector<train::TrackableChild> Sequential::trackable_children() const { return numbered_layer_children(); }
 
 Sequential::Sequential(std::vector<layers::LayerPtr> layers, std::string name) : Model(std::move(name)) {
   for (auto& l : layers) add(std::move(l));

@@ -84,20 +84,26 @@ struct History {
   bool preempted = false;
 };
 
-class Model : public train::Trackable {
+// A Model is a Layer (Keras): it can be called inside another model or layer, and nests in the
+// checkpoint as Keras nests it.
+class Model : public layers::Layer {
  public:
   explicit Model(std::string name = "model");
-  virtual ~Model();
+  ~Model() override;
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  const std::string& name() const { return name_; }
+  std::string class_name() const override { return "Model"; }
+  using layers::Layer::operator();
   Tensor operator()(const Tensor& x, bool training = false);
   // Builds every layer for inputs of `input_shape` (batch dim included) in cross-replica context.
   void build(const Shape& input_shape);
-  bool built() const { return built_; }
+  // The number of inputs and outputs of call (Functional: as given; other models: 1 and 1). fit,
+  // evaluate and predict read dataset elements as (x_1, ..., x_n, y_1, ..., y_m).
+  virtual std::size_t num_inputs() const { return 1; }
+  virtual std::size_t num_outputs() const { return 1; }
 
-  std::vector<layers::LayerPtr> layers() const { return layers_; }
+  std::vector<layers::LayerPtr> layers() const;
   std::vector<Variable> trainable_variables() const;
   std::vector<Variable> non_trainable_variables() const;
   std::vector<Variable> variables() const;
@@ -167,9 +173,17 @@ class Model : public train::Trackable {
   Tensor compute_loss(const Tensor& y, Tensor y_pred);
   // The rows of the global batch of the step that fit or evaluate runs now (all replicas and workers).
   std::int64_t global_batch_size() const { return global_batch_rows_; }
-  // Registers a sub-layer: unique name, weight prefix. Returns it.
+  // Registers a sub-layer under a unique name ("dense", "dense_1"), which is also its attribute
+  // in the checkpoint. Returns it.
   layers::LayerPtr track(layers::LayerPtr layer);
-  virtual Tensor call(const Tensor& x, bool training) = 0;
+  // Builds the layers by running call once on a batch of one row of zeros (float32).
+  void build_weights(const Shape& input_shape) override;
+  bool autocast() const override { return false; }
+  // Keras's numbering of a model's layers in checkpoints, for Sequential and Functional:
+  // "layer_with_weights-N" over the layers that have weights, "layer-N" over all, then "optimizer".
+  std::vector<train::TrackableChild> numbered_layer_children() const;
+  // compute_loss for several outputs: the compiled loss of each, summed per example.
+  Tensor compute_loss(const std::vector<Tensor>& ys, const std::vector<Tensor>& y_preds);
 
  private:
   History fit_impl(const data::Dataset& dataset, const FitOptions& options);
@@ -178,10 +192,7 @@ class Model : public train::Trackable {
   // (all_workers: a collective every worker calls; epoch ends and evaluate).
   callbacks::Logs logs(const std::string& prefix = "", bool all_workers = false) const;
 
-  std::string name_;
   distribute::Strategy* strategy_;
-  std::vector<layers::LayerPtr> layers_;
-  bool built_ = false;
   std::optional<std::pair<int, std::int64_t>> resume_;  // set_resume_point, consumed by fit
   bool stop_now_ = false;
   std::int64_t global_batch_rows_ = 0;  // global_batch_size()
@@ -195,6 +206,7 @@ class Model : public train::Trackable {
 class Sequential : public Model {
  public:
   explicit Sequential(std::vector<layers::LayerPtr> layers = {}, std::string name = "sequential");
+  std::string class_name() const override { return "Sequential"; }
   void add(layers::LayerPtr layer);
   std::vector<train::TrackableChild> trackable_children() const override;
 
