@@ -432,6 +432,16 @@ std::vector<train::TrackableChild> Model::trackable_children() const {
   return out;
 }
 
+void Model::save_weights(const std::string& path) {
+  train::Checkpoint ckpt(trackable_children());
+  ckpt.write(path);
+}
+
+train::LoadStatus Model::load_weights(const std::string& path) {
+  train::Checkpoint ckpt(trackable_children());
+  return ckpt.read(path).expect_partial();  // the caller asserts what it needs
+}
+
 std::vector<train::TrackableChild> Model::numbered_layer_children() const {
   std::vector<train::TrackableChild> out;
   const auto all = layers();

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include <chorus/checkpoint/checkpoint.h>
 #include <chorus/checkpoint/trackable.h>
 #include <chorus/core/tensor.h>
 #include <chorus/data/dataset.h>
@@ -151,6 +152,17 @@ class Model : public layers::Layer {
   // A model restored before it is built gets its values when build (or the first call) creates
   // the weights.
   std::vector<train::TrackableChild> trackable_children() const override;
+
+  // Keras's save_weights / load_weights in TensorFlow's checkpoint format: the model is the root
+  // of the object graph, so the keys read "layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+  // (and the optimizer's, once compiled) — what tf_keras's model.save_weights(path) writes and its
+  // load_weights(path) reads. `path` is a file prefix: path.index and path.data-00000-of-00001 are
+  // written (crash-safe, checkpoint/checkpoint.h; only the chief writes in a multi-worker job).
+  // load_weights before the model is built keeps the values until the build creates the weights;
+  // the returned status says what matched (assert_consumed() to insist on everything). Errors:
+  // a missing file → NotFoundError; a weight of another shape → InvalidArgumentError naming it.
+  void save_weights(const std::string& path);
+  train::LoadStatus load_weights(const std::string& path);
 
   // Set by callbacks (EarlyStopping) to end fit after the current epoch.
   bool stop_training = false;

@@ -1,0 +1,109 @@
+"""tf_keras's side of tests/model/keras_interop_test.cc (issue 43: functional and nested models).
+
+Run with the interop Python (tests/core/interop_python.h). Prints one line per check; exits 0 only
+when every check passed, 1 otherwise, 2 on bad usage. Arrays travel as "dumps"
+(tests/checkpoint/tf_interop.py explains the format; its helpers are reused).
+
+  functional-reads DIR    (chorus wrote) DIR/prefix: tf.train.Checkpoint(model=outer).write of
+                          chorus's functional model (graph below); DIR/weights: outer.save_weights;
+                          DIR/io: inputs a, b and chorus's outputs out0, out1. tf_keras builds the
+                          same graph, restores each with assert_consumed(), and its outputs on a, b
+                          equal chorus's.
+  functional-writes DIR   (tf_keras writes) the same graph, with tf_keras's initial weights:
+                          DIR/weights (save_weights), DIR/io (a, b and tf_keras's outputs).
+
+The graph (the same layer names and call order on both sides, so Keras's layer order and
+checkpoint numbering must agree): inputs x (4) and y (3); a Dense 'shared' called on x and,
+later, on a Dense 'to_shared' of the sum; Dense 'dense_y' on y; Add 'add'; a nested functional
+model 'inner' (Dense 'inner_hidden' relu, Dense 'inner_out') on the sum; a ResidualBlock layer
+'block' that owns two Dense layers as attributes up/down. Outputs: inner's, and block's.
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+import numpy as np  # noqa: E402
+
+
+def build(K):
+    class ResidualBlock(K.layers.Layer):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.up = K.layers.Dense(8, activation="relu", name="up")
+            self.down = K.layers.Dense(5, name="down")
+
+        def call(self, x):
+            return x + self.down(self.up(x))
+
+    x = K.Input((4,), name="x")
+    y = K.Input((3,), name="y")
+    shared = K.layers.Dense(5, name="shared")
+    a = shared(x)
+    b = K.layers.Dense(5, name="dense_y")(y)
+    s = K.layers.Add(name="add")([a, b])
+    inner_in = K.Input((5,), name="inner_in")
+    h = K.layers.Dense(5, activation="relu", name="inner_hidden")(inner_in)
+    inner = K.Model(inner_in, K.layers.Dense(2, name="inner_out")(h), name="inner")
+    out0 = inner(s)
+    t = shared(K.layers.Dense(4, name="to_shared")(s))
+    out1 = ResidualBlock(name="block")(t)
+    return K.Model([x, y], [out0, out1], name="outer")
+
+
+def functional_reads(root):
+    import tensorflow as tf
+    import tf_keras as K
+    from tf_interop import Checks, read_dump
+
+    c = Checks()
+    io = read_dump(os.path.join(root, "io"))
+    with open(os.path.join(root, "prefix")) as f:
+        prefix = f.read().strip()
+    m = build(K)
+    c.check([l.name for l in m.layers] == ["x", "y", "shared", "dense_y", "add", "to_shared", "inner", "block"],
+            f"tf_keras's layer order: {[l.name for l in m.layers]}")
+    tf.train.Checkpoint(model=m).read(prefix).assert_consumed()
+    c.check(True, "tf.train.Checkpoint(model=outer).read(chorus's checkpoint).assert_consumed()")
+    for name, model in (("checkpoint", m), ("save_weights", None)):
+        if model is None:
+            model = build(K)
+            model.load_weights(os.path.join(root, "weights")).assert_consumed()
+            c.check(True, "load_weights(chorus's save_weights).assert_consumed()")
+        got = model([io["a"], io["b"]])
+        for i in range(2):
+            err = float(np.max(np.abs(got[i].numpy() - io[f"out{i}"])))
+            c.check(err <= 1e-5, f"{name}: output {i} equals chorus's (max |diff| {err:.3g})")
+    return c.done("functional-reads")
+
+
+def functional_writes(root):
+    import tf_keras as K
+    from tf_interop import Checks, write_dump
+
+    c = Checks()
+    m = build(K)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (6, 4)).astype(np.float32)
+    b = rng.uniform(-1, 1, (6, 3)).astype(np.float32)
+    out = m([a, b])
+    m.save_weights(os.path.join(root, "weights"))
+    write_dump(os.path.join(root, "io"), [("a", a), ("b", b), ("out0", out[0].numpy()), ("out1", out[1].numpy())])
+    c.check(True, "tf_keras wrote save_weights and its outputs")
+    return c.done("functional-writes")
+
+
+def main(argv):
+    import tensorflow as tf
+    import tf_interop
+
+    tf_interop.tf = tf  # Checks.done prints TF's version
+    modes = {"functional-reads": functional_reads, "functional-writes": functional_writes}
+    if len(argv) != 3 or argv[1] not in modes:
+        print(f"usage: {argv[0]} {{{'|'.join(modes)}}} DIR", file=sys.stderr)
+        return 2
+    return modes[argv[1]](argv[2])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
