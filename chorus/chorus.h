@@ -59,6 +59,7 @@
 #include <chorus/optimizer/optimizers.h>
 
 #include <chorus/model/callbacks.h>
+#include <chorus/model/conv_layers.h>
 #include <chorus/model/functional.h>
 #include <chorus/model/initializers.h>
 #include <chorus/model/layers.h>
@@ -67,6 +68,7 @@
 #include <chorus/model/metrics.h>
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/model.h>
+#include <chorus/model/shape_layers.h>
 
 #include <chorus/launch/build_info.h>
 #include <chorus/launch/cli.h>

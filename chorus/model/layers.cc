@@ -88,9 +88,10 @@ LayerPtr Dense(std::int64_t units, std::string activation, bool use_bias, initia
 Conv2DLayer::Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kernel, std::array<std::int64_t, 2> strides,
                          ops::Padding padding, std::string activation, bool use_bias,
                          std::array<std::int64_t, 2> dilation, initializers::Initializer kernel_init,
-                         initializers::Initializer bias_init, std::string name)
+                         initializers::Initializer bias_init, std::string name, std::int64_t groups)
     : Layer(std::move(name)),
       filters_(filters),
+      groups_(groups),
       kernel_size_(kernel),
       strides_(strides),
       dilation_(dilation),
@@ -102,6 +103,9 @@ Conv2DLayer::Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kerne
   CHORUS_REQUIRE(filters_ > 0 && kernel[0] > 0 && kernel[1] > 0 && strides[0] > 0 && strides[1] > 0 &&
                      dilation[0] > 0 && dilation[1] > 0,
                  InvalidArgumentError, "Conv2D: filters, kernel_size, strides and dilation must be > 0");
+  CHORUS_REQUIRE(groups_ > 0 && filters_ % groups_ == 0, InvalidArgumentError,
+                 "Conv2D: the number of filters must be a positive multiple of groups, got filters=", filters_,
+                 ", groups=", groups_);
   check_activation(activation_);
 }
 
@@ -117,12 +121,16 @@ void Conv2DLayer::build_weights(const Shape& in) {
   CHORUS_REQUIRE(in.rank() == 4, InvalidArgumentError, "Conv2D '", name(), "': input must be NHWC, got ",
                  in.to_string());
   compute_output_shape(in);  // validates the geometry now
-  kernel_ = add_weight("kernel", Shape{kernel_size_[0], kernel_size_[1], in.dims()[3], filters_}, kernel_init_);
+  CHORUS_REQUIRE(in.dims()[3] % groups_ == 0, InvalidArgumentError, "Conv2D '", name(),
+                 "': the input's channels must be a multiple of groups, got ", in.dims()[3], " channels (input ",
+                 in.to_string(), "), groups=", groups_);
+  kernel_ =
+      add_weight("kernel", Shape{kernel_size_[0], kernel_size_[1], in.dims()[3] / groups_, filters_}, kernel_init_);
   if (use_bias_) bias_ = add_weight("bias", Shape{filters_}, bias_init_);
 }
 
 Tensor Conv2DLayer::call(const Tensor& x, bool) {
-  const ops::Conv2dOptions options{strides_, padding_, dilation_};
+  const ops::Conv2dOptions options{strides_, padding_, dilation_, groups_};
   // Bias and ReLU (or no activation) go into the convolution, as TensorFlow's grappler remaps
   // Conv2D + BiasAdd + Relu into _FusedConv2D.
   if (use_bias_ && (activation_ == "relu" || activation_.empty() || activation_ == "linear")) {
@@ -147,10 +155,10 @@ LayerPtr Conv2D(std::int64_t filters, std::int64_t kernel_size, std::string acti
 LayerPtr Conv2D(std::int64_t filters, std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> strides,
                 std::string padding, std::string activation, std::array<std::int64_t, 2> dilation, bool use_bias,
                 initializers::Initializer kernel_initializer, initializers::Initializer bias_initializer,
-                std::string name) {
+                std::string name, std::int64_t groups) {
   return std::make_shared<Conv2DLayer>(filters, kernel_size, strides, parse_padding(padding), std::move(activation),
                                        use_bias, dilation, std::move(kernel_initializer), std::move(bias_initializer),
-                                       std::move(name));
+                                       std::move(name), groups);
 }
 
 // ---- pooling ----

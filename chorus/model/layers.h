@@ -49,11 +49,17 @@ LayerPtr Dense(std::int64_t units, std::string activation = "", bool use_bias = 
                initializers::Initializer kernel_initializer = initializers::glorot_uniform(),
                initializers::Initializer bias_initializer = initializers::zeros(), std::string name = "");
 
+// Conv2D with `groups` (Keras's groups): the input's channels split into `groups` blocks, each
+// convolved with filters / groups of the filters (ops::conv2d's grouped convolution); the kernel is
+// [kh, kw, in_channels / groups, filters]. filters must be a multiple of groups (checked at
+// construction), and so must the input's channels (checked when built): InvalidArgumentError with
+// both numbers otherwise.
 class Conv2DLayer final : public Layer {
  public:
   Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kernel, std::array<std::int64_t, 2> strides,
               ops::Padding padding, std::string activation, bool use_bias, std::array<std::int64_t, 2> dilation,
-              initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name);
+              initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name,
+              std::int64_t groups = 1);
   std::string class_name() const override { return "Conv2D"; }
   Shape compute_output_shape(const Shape& in) const override;
   const Variable& kernel() const { return kernel_; }
@@ -64,7 +70,7 @@ class Conv2DLayer final : public Layer {
   Tensor call(const Tensor& x, bool training) override;
 
  private:
-  std::int64_t filters_;
+  std::int64_t filters_, groups_;
   std::array<std::int64_t, 2> kernel_size_, strides_, dilation_;
   ops::Padding padding_;
   std::string activation_;
@@ -72,7 +78,9 @@ class Conv2DLayer final : public Layer {
   initializers::Initializer kernel_init_, bias_init_;
   Variable kernel_, bias_;
 };
-// kernel_size and strides as one number (square) or two; padding "valid" or "same".
+// kernel_size and strides as one number (square) or two; padding "valid" or "same". groups comes
+// last (after name) so that the positional arguments before it keep their meaning:
+//   layers::Conv2D(64, {3, 3}, {1, 1}, "same", "relu", {1, 1}, true, glorot_uniform(), zeros(), "", /*groups=*/4)
 LayerPtr Conv2D(std::int64_t filters, std::int64_t kernel_size, std::string activation = "", std::int64_t strides = 1,
                 std::string padding = "valid", bool use_bias = true,
                 initializers::Initializer kernel_initializer = initializers::glorot_uniform(),
@@ -81,7 +89,8 @@ LayerPtr Conv2D(std::int64_t filters, std::array<std::int64_t, 2> kernel_size, s
                 std::string padding = "valid", std::string activation = "",
                 std::array<std::int64_t, 2> dilation = {1, 1}, bool use_bias = true,
                 initializers::Initializer kernel_initializer = initializers::glorot_uniform(),
-                initializers::Initializer bias_initializer = initializers::zeros(), std::string name = "");
+                initializers::Initializer bias_initializer = initializers::zeros(), std::string name = "",
+                std::int64_t groups = 1);
 
 class Pooling2DLayer final : public Layer {
  public:

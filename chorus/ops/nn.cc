@@ -32,16 +32,35 @@ void require_wide_dtype(const char* op, const Tensor& x) {
 
 bool is_16bit(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
+// The number of groups: the input depth over the filters' input depth, as TF infers it, or
+// `requested` when > 0, which must then agree. The output depth must be a multiple of it.
+std::int64_t conv_groups(const char* op, const Shape& x, const Shape& w, std::int64_t requested) {
+  const std::int64_t in_c = x.dims()[3], f_in = w.dims()[2], out_c = w.dims()[3];
+  CHORUS_REQUIRE(requested >= 0, InvalidArgumentError, op, ": groups must be >= 0 (0: inferred), got ", requested);
+  std::int64_t groups = requested;
+  if (groups == 0) {
+    CHORUS_REQUIRE(f_in > 0 ? in_c > 0 && in_c % f_in == 0 : in_c == 0, InvalidArgumentError, op, ": input depth ",
+                   in_c, " must be a multiple of the filters' input depth ", f_in, " (groups = ", in_c, " / ", f_in,
+                   "; input ", x.to_string(), ", filters ", w.to_string(), ")");
+    groups = f_in > 0 ? in_c / f_in : 1;
+  } else {
+    CHORUS_REQUIRE(in_c == groups * f_in, InvalidArgumentError, op, ": input depth ", in_c, " must be groups (", groups,
+                   ") x the filters' input depth ", f_in, " (input ", x.to_string(), ", filters ", w.to_string(), ")");
+  }
+  CHORUS_REQUIRE(out_c % groups == 0, InvalidArgumentError, op, ": output depth ", out_c,
+                 " must be a multiple of the number of groups ", groups, " (input ", x.to_string(), ", filters ",
+                 w.to_string(), ")");
+  return groups;
+}
+
 Conv2dGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dOptions& o) {
   CHORUS_REQUIRE(x.rank() == 4, InvalidArgumentError, op, ": input must be NHWC (rank 4), got ", x.to_string());
   CHORUS_REQUIRE(w.rank() == 4, InvalidArgumentError, op, ": filters must be HWIO (rank 4), got ", w.to_string());
   CHORUS_REQUIRE(o.strides[0] > 0 && o.strides[1] > 0 && o.dilations[0] > 0 && o.dilations[1] > 0, InvalidArgumentError,
                  op, ": strides and dilations must be > 0, got strides (", o.strides[0], ", ", o.strides[1],
                  ") dilations (", o.dilations[0], ", ", o.dilations[1], ")");
-  CHORUS_REQUIRE(x.dims()[3] == w.dims()[2], InvalidArgumentError, op, ": input depth ", x.dims()[3],
-                 " does not match the filters' input depth ", w.dims()[2], " (input ", x.to_string(), ", filters ",
-                 w.to_string(), ")");
   Conv2dGeometry g;
+  g.groups = conv_groups(op, x, w, o.groups);
   g.n = x.dims()[0];
   g.in_h = x.dims()[1];
   g.in_w = x.dims()[2];
@@ -265,6 +284,40 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
     });
   }
   return y;
+}
+
+Tensor depthwise_conv2d(const Tensor& x, const Tensor& filter, const Conv2dOptions& o) {
+  const char* op = "DepthwiseConv2dNative";
+  internal::common_device(op, {x, filter});
+  const Shape& xs = x.shape();
+  const Shape& fs = filter.shape();
+  CHORUS_REQUIRE(xs.rank() == 4, InvalidArgumentError, op, ": input must be NHWC (rank 4), got ", xs.to_string());
+  CHORUS_REQUIRE(fs.rank() == 4, InvalidArgumentError, op, ": filter must be [kh, kw, in_channels, multiplier], got ",
+                 fs.to_string());
+  const std::int64_t c = xs.dims()[3], m = fs.dims()[3];
+  CHORUS_REQUIRE(fs.dims()[2] == c, InvalidArgumentError, op, ": input depth ", c,
+                 " does not match the filter's in-channels ", fs.dims()[2], " (input ", xs.to_string(), ", filter ",
+                 fs.to_string(), ")");
+  CHORUS_REQUIRE(o.groups == 0 || o.groups == c, InvalidArgumentError, op, ": options.groups must be 0 or the ",
+                 "input depth ", c, ", got ", o.groups);
+  Conv2dOptions grouped = o;
+  // No channels: a plain convolution with no input (groups would be 0).
+  grouped.groups = c > 0 ? c : 0;
+  const Tensor w = reshape(filter, {fs.dims()[0], fs.dims()[1], c > 0 ? 1 : 0, c * m});
+  return conv2d(x, w, grouped);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& filters, std::int64_t stride, Padding padding, std::int64_t dilation) {
+  const char* op = "conv1d";
+  CHORUS_REQUIRE(x.shape().rank() == 3, InvalidArgumentError, op, ": input must be [batch, width, channels], got ",
+                 x.shape().to_string());
+  CHORUS_REQUIRE(filters.shape().rank() == 3, InvalidArgumentError, op,
+                 ": filters must be [width, in_channels, out_channels], got ", filters.shape().to_string());
+  CHORUS_REQUIRE(stride > 0 && dilation > 0, InvalidArgumentError, op, ": stride and dilation must be > 0, got stride ",
+                 stride, ", dilation ", dilation);
+  const Tensor y =
+      conv2d(expand_dims(x, 1), expand_dims(filters, 0), Conv2dOptions{{1, stride}, padding, {1, dilation}});
+  return squeeze(y, {1});
 }
 
 namespace {

@@ -6,7 +6,8 @@
 //   Tensor loss = ops::sparse_softmax_cross_entropy_with_logits(labels, logits);   // [n]
 //
 // Kernels: CPU float32 → oneDNN, float64 → reference loops; GPU → cuDNN (see ops/cpu/dnn.h and
-// ops/cuda/libraries.h). Bad shapes → InvalidArgumentError naming the op and the shapes.
+// ops/cuda/libraries.h); grouped and depthwise convolutions too (oneDNN's grouped weights, cuDNN's
+// group count). Bad shapes → InvalidArgumentError naming the op and the shapes.
 //
 // dtypes (non-floating → InvalidArgumentError):
 //   conv2d (+ backprops), max_pool2d, avg_pool2d: float32, float64, bfloat16, float16; the operands
@@ -32,15 +33,36 @@
 
 namespace chorus::ops {
 
+// Grouped convolution (tf.nn.conv2d with input depth = groups × the filters' input depth): the
+// input's channels split into `groups` equal blocks, block i convolved with output channels
+// [i·F/groups, (i+1)·F/groups) of the filters [kh, kw, C/groups, F] only. groups 0 (the default)
+// infers it as TF does, C / the filters' input depth; a value > 0 must agree with the shapes. The
+// output depth F must be a multiple of it. Errors: InvalidArgumentError naming the op, both depths
+// and the groups ("input depth 6 must be a multiple of the filters' input depth 4", "output depth
+// 5 must be a multiple of the number of groups 2").
 struct Conv2dOptions {
   std::array<std::int64_t, 2> strides{1, 1};
   Padding padding = Padding::kValid;
   std::array<std::int64_t, 2> dilations{1, 1};
+  std::int64_t groups = 0;  // 0: inferred from the shapes (TF); else must equal C / filters' input depth
 };
 Tensor conv2d(const Tensor& x, const Tensor& filters, const Conv2dOptions& options = {});
 inline Tensor conv2d(const Tensor& x, const Tensor& filters, std::array<std::int64_t, 2> strides, Padding padding) {
   return conv2d(x, filters, Conv2dOptions{strides, padding, {1, 1}});
 }
+
+// tf.nn.depthwise_conv2d: x [n,h,w,C], filter [kh,kw,C,M] → [n,oh,ow,C·M], output channel c·M + m
+// = channel c convolved with filter[:, :, c, m]. It is conv2d with groups = C on the filter
+// reshaped to [kh,kw,1,C·M] (the same memory), so it has conv2d's kernels, dtypes and gradients.
+// options.groups must be 0 or C. Unlike TF's DepthwiseConv2dNative, unequal strides and strides
+// combined with dilation are accepted. Errors: InvalidArgumentError ("DepthwiseConv2dNative: input
+// depth 3 does not match the filter's in-channels 4"), and conv2d's.
+Tensor depthwise_conv2d(const Tensor& x, const Tensor& filter, const Conv2dOptions& options = {});
+
+// tf.nn.conv1d (data_format NWC): x [n,w,C], filters [k,C/groups,F] → [n,ow,F], run as conv2d on
+// [n,1,w,C] and [1,k,C/groups,F]; groups inferred as in conv2d. stride, dilation > 0.
+Tensor conv1d(const Tensor& x, const Tensor& filters, std::int64_t stride = 1, Padding padding = Padding::kValid,
+              std::int64_t dilation = 1);
 
 // y = act(conv2d(x, filters) + bias) as one op (TensorFlow's _FusedConv2D with BiasAdd and, for
 // kRelu, Relu — what Keras's Conv2D(activation="relu") computes). bias: [filters' out channels],
@@ -48,7 +70,8 @@ inline Tensor conv2d(const Tensor& x, const Tensor& filters, std::array<std::int
 // convolution (one pass over y); on a GPU in cuDNN's fused convolution + bias + activation
 // (cudnnConvolutionBiasActivationForward) where cuDNN has a kernel for the case; elsewhere (float64
 // on the CPU, a case cuDNN refuses) it is conv2d, add and relu in sequence, which is also what the
-// fused result equals up to float32 rounding of the intermediate sum. The
+// fused result equals up to float32 rounding of the intermediate sum. Grouped (options.groups, as
+// conv2d) on every path. The
 // gradient computes the activation's and the bias's gradients in one pass, then the convolution's
 // (skipping the input's when the tape does not want it: the images of a first layer).
 enum class FusedActivation { kNone, kRelu };

@@ -128,6 +128,10 @@ void require_axis(const char* what, const char* axis, std::int64_t in, std::int6
 void require_geometry(const Conv2dGeometry& g, const char* what, bool pooling) {
   CHORUS_REQUIRE(g.n >= 0 && g.in_c > 0 && g.out_c > 0, InvalidArgumentError, what,
                  ": need n >= 0, in_c > 0, out_c > 0, got n=", g.n, " in_c=", g.in_c, " out_c=", g.out_c);
+  CHORUS_REQUIRE(g.groups >= 1 && g.in_c % g.groups == 0 && g.out_c % g.groups == 0 && (!pooling || g.groups == 1),
+                 InvalidArgumentError, what,
+                 ": groups must be >= 1 and divide in_c and out_c (1 for pooling), got groups=", g.groups,
+                 " in_c=", g.in_c, " out_c=", g.out_c);
   require_axis(what, "height", g.in_h, g.k_h, g.stride_h, g.dilation_h, g.pad_top, g.pad_bottom, g.out_h);
   require_axis(what, "width", g.in_w, g.k_w, g.stride_w, g.dilation_w, g.pad_left, g.pad_right, g.out_w);
   if (pooling) {

@@ -12,7 +12,13 @@
 // im2col+GEMM convolution, while with the format of its choice it picks the direct JIT kernels
 // (seed-CNN conv2 forward on AVX-512: 5.0 ms vs 0.63 ms). The filter is small, so each call
 // reorders it into a per-thread buffer (forward, backward data) or out of one (backward weights).
+//
+// Grouped convolution (g.groups > 1, ops/geometry.h): oneDNN's grouped weights, logical dims
+// (G, O/G, I/G, KH, KW). TF's filter [kh, kw, in_c / G, out_c] puts output channel o of group gi at
+// gi·(out_c / G) + o, so that layout is those dims with explicit strides (no format tag names it).
 #ifdef CHORUS_WITH_DNNL
+
+#include <utility>
 
 #include <chorus/ops/cpu/onednn.h>
 
@@ -27,12 +33,24 @@ struct ConvDescs {
   memory::dims strides, dilates, pad_l, pad_r;
 };
 
+// The caller's filter (HWIO) and the convolution's weights of oneDNN's choice (tag::any).
+std::pair<memory::desc, memory::desc> weights_descs(memory::data_type dt, const Conv2dGeometry& g) {
+  if (g.groups == 1) {
+    const memory::dims weights{g.out_c, g.in_c, g.k_h, g.k_w};
+    return {memory::desc(weights, dt, tag::hwio), memory::desc(weights, dt, tag::any)};
+  }
+  const std::int64_t og = g.out_c / g.groups, ic = g.filter_in_c();
+  const memory::dims weights{g.groups, og, ic, g.k_h, g.k_w};
+  const memory::dims hwio_strides{og, 1, g.out_c, g.k_w * ic * g.out_c, ic * g.out_c};
+  return {memory::desc(weights, dt, hwio_strides), memory::desc(weights, dt, tag::any)};
+}
+
 ConvDescs conv_descs(DType dtype, const Conv2dGeometry& g) {
   const memory::data_type dt = data_type(dtype);
-  const memory::dims weights{g.out_c, g.in_c, g.k_h, g.k_w};
+  auto [hwio, any_weights] = weights_descs(dt, g);
   return ConvDescs{memory::desc({g.n, g.in_c, g.in_h, g.in_w}, dt, tag::nhwc),
-                   memory::desc(weights, dt, tag::hwio),
-                   memory::desc(weights, dt, tag::any),
+                   hwio,
+                   any_weights,
                    memory::desc({g.n, g.out_c, g.out_h, g.out_w}, dt, tag::nhwc),
                    {g.stride_h, g.stride_w},
                    {g.dilation_h - 1, g.dilation_w - 1},
@@ -58,7 +76,8 @@ CacheKey conv_key(DType dtype, const Conv2dGeometry& g) {
           g.pad_bottom,
           g.pad_right,
           g.out_h,
-          g.out_w};
+          g.out_w,
+          g.groups};
 }
 
 // The forward primitive descriptor; also the hint the backward ones need (no epilogue there).

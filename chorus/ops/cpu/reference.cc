@@ -47,6 +47,8 @@ void matmul(const T* a, std::int64_t a_batch_stride, const T* b, std::int64_t b_
 
 template <typename T>
 void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y) {
+  // Group gi: input channels [gi·fc, (gi+1)·fc) feed output channels [gi·og, (gi+1)·og).
+  const std::int64_t fc = g.filter_in_c(), og = g.out_c / g.groups;
 #pragma omp parallel
   {
     std::vector<double> acc(static_cast<std::size_t>(g.out_c));
@@ -62,10 +64,13 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y) {
               const std::int64_t iw = tap(ow, kw, g.stride_w, g.dilation_w, g.pad_left);
               if (iw < 0 || iw >= g.in_w) continue;
               const T* xp = x + ((n * g.in_h + ih) * g.in_w + iw) * g.in_c;
-              for (std::int64_t ic = 0; ic < g.in_c; ++ic) {
-                const double xv = xp[ic];
-                const T* wrow = w + ((kh * g.k_w + kw) * g.in_c + ic) * g.out_c;
-                for (std::int64_t oc = 0; oc < g.out_c; ++oc) acc[oc] += xv * static_cast<double>(wrow[oc]);
+              for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+                for (std::int64_t ic = 0; ic < fc; ++ic) {
+                  const double xv = xp[gi * fc + ic];
+                  const T* wrow = w + ((kh * g.k_w + kw) * fc + ic) * g.out_c;
+                  for (std::int64_t oc = gi * og; oc < (gi + 1) * og; ++oc)
+                    acc[oc] += xv * static_cast<double>(wrow[oc]);
+                }
               }
             }
           }
@@ -79,7 +84,9 @@ void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y) {
 
 template <typename T>
 void conv2d_backward_data(const Conv2dGeometry& g, const T* dy, const T* w, T* dx) {
-  // dx[n, ih, iw, ic] = sum over taps (kh, kw) and outputs (oh, ow) that read (ih, iw).
+  // dx[n, ih, iw, ic] = sum over taps (kh, kw) and outputs (oh, ow) that read (ih, iw), over the
+  // output channels of ic's group.
+  const std::int64_t fc = g.filter_in_c(), og = g.out_c / g.groups;
 #pragma omp parallel
   {
     std::vector<double> acc(static_cast<std::size_t>(g.in_c));
@@ -98,9 +105,10 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* dy, const T* w, T* d
               const std::int64_t ow = tw / g.stride_w;
               const T* dyp = dy + ((n * g.out_h + oh) * g.out_w + ow) * g.out_c;
               for (std::int64_t ic = 0; ic < g.in_c; ++ic) {
-                const T* wrow = w + ((kh * g.k_w + kw) * g.in_c + ic) * g.out_c;
+                const std::int64_t gi = ic / fc;  // ic's group: its outputs are [gi·og, (gi+1)·og)
+                const T* wrow = w + ((kh * g.k_w + kw) * fc + ic % fc) * g.out_c;
                 double s = 0;
-                for (std::int64_t oc = 0; oc < g.out_c; ++oc) s += static_cast<double>(dyp[oc]) * wrow[oc];
+                for (std::int64_t oc = gi * og; oc < (gi + 1) * og; ++oc) s += static_cast<double>(dyp[oc]) * wrow[oc];
                 acc[ic] += s;
               }
             }
@@ -115,14 +123,15 @@ void conv2d_backward_data(const Conv2dGeometry& g, const T* dy, const T* w, T* d
 
 template <typename T>
 void conv2d_backward_filter(const Conv2dGeometry& g, const T* x, const T* dy, T* dw) {
-  // dw[kh, kw, ic, oc] = sum over (n, oh, ow) of x at the tap times dy.
+  // dw[kh, kw, ic, oc] = sum over (n, oh, ow) of x at the tap (channel ic of oc's group) times dy.
+  const std::int64_t fc = g.filter_in_c(), og = g.out_c / g.groups;
 #pragma omp parallel
   {
     std::vector<double> acc(static_cast<std::size_t>(g.out_c));
 #pragma omp for collapse(3) schedule(static)
     for (std::int64_t kh = 0; kh < g.k_h; ++kh) {
       for (std::int64_t kw = 0; kw < g.k_w; ++kw) {
-        for (std::int64_t ic = 0; ic < g.in_c; ++ic) {
+        for (std::int64_t ic = 0; ic < fc; ++ic) {
           std::fill(acc.begin(), acc.end(), 0.0);
           for (std::int64_t n = 0; n < g.n; ++n) {
             for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
@@ -131,13 +140,17 @@ void conv2d_backward_filter(const Conv2dGeometry& g, const T* x, const T* dy, T*
               for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
                 const std::int64_t iw = tap(ow, kw, g.stride_w, g.dilation_w, g.pad_left);
                 if (iw < 0 || iw >= g.in_w) continue;
-                const double xv = x[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + ic];
+                const T* xp = x + ((n * g.in_h + ih) * g.in_w + iw) * g.in_c + ic;
                 const T* dyp = dy + ((n * g.out_h + oh) * g.out_w + ow) * g.out_c;
-                for (std::int64_t oc = 0; oc < g.out_c; ++oc) acc[oc] += xv * static_cast<double>(dyp[oc]);
+                for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+                  const double xv = xp[gi * fc];
+                  for (std::int64_t oc = gi * og; oc < (gi + 1) * og; ++oc)
+                    acc[oc] += xv * static_cast<double>(dyp[oc]);
+                }
               }
             }
           }
-          T* dwrow = dw + ((kh * g.k_w + kw) * g.in_c + ic) * g.out_c;
+          T* dwrow = dw + ((kh * g.k_w + kw) * fc + ic) * g.out_c;
           for (std::int64_t oc = 0; oc < g.out_c; ++oc) dwrow[oc] = static_cast<T>(acc[oc]);
         }
       }

@@ -22,6 +22,7 @@ void matmul(const T* a, std::int64_t a_batch_stride, const T* b, std::int64_t b_
             std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
 
 // Windows may reach into the padding; taps there read zeros (convolution) or are skipped (pooling).
+// Convolutions are grouped when g.groups > 1 (ops/geometry.h: filter [k_h, k_w, in_c / groups, out_c]).
 template <typename T>
 void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, T* y);
 template <typename T>

@@ -14,6 +14,9 @@
 // algorithm cuDNN runs it with). When cuDNN refuses, the caller runs the three kernels. Not yet run on a GPU:
 // docs/gpu-validation.md lists it as unverified.
 //
+// Groups (grouped and depthwise convolutions): cudnnSetConvolutionGroupCount on the convolution
+// descriptor, the filter descriptor's C being in_c / groups.
+//
 // Padding. cuDNN pads symmetrically; TF's SAME padding is asymmetric when the total is odd. Then
 // x is copied into a zero-padded workspace (pad_top/left before, pad_bottom/right after) and the
 // convolution runs with padding 0; backward data computes the padded gradient and crops it.
@@ -97,7 +100,7 @@ Key make_key(Dir dir, DType dtype, const Conv2dGeometry& g, bool det, int ordina
           g.pad_right,
           g.out_h,
           g.out_w,
-          0,
+          g.groups,
           0,
           0};
 }
@@ -124,16 +127,17 @@ void remember(const Key& key, const Choice& c) {
 }
 
 std::string describe(const Conv2dGeometry& g) {
-  return str_cat("input ", g.n, "x", g.in_h, "x", g.in_w, "x", g.in_c, ", filter ", g.k_h, "x", g.k_w, "x", g.in_c, "x",
-                 g.out_c, ", strides ", g.stride_h, "x", g.stride_w, ", dilations ", g.dilation_h, "x", g.dilation_w,
-                 ", pads (top ", g.pad_top, ", left ", g.pad_left, ", bottom ", g.pad_bottom, ", right ", g.pad_right,
-                 "), output ", g.out_h, "x", g.out_w);
+  return str_cat("input ", g.n, "x", g.in_h, "x", g.in_w, "x", g.in_c, ", filter ", g.k_h, "x", g.k_w, "x",
+                 g.filter_in_c(), "x", g.out_c, ", groups ", g.groups, ", strides ", g.stride_h, "x", g.stride_w,
+                 ", dilations ", g.dilation_h, "x", g.dilation_w, ", pads (top ", g.pad_top, ", left ", g.pad_left,
+                 ", bottom ", g.pad_bottom, ", right ", g.pad_right, "), output ", g.out_h, "x", g.out_w);
 }
 
 void check_geometry(const Conv2dGeometry& g, const char* op) {
   CHORUS_REQUIRE(g.n >= 0 && g.in_h > 0 && g.in_w > 0 && g.in_c >= 0 && g.k_h > 0 && g.k_w > 0 && g.out_c >= 0 &&
                      g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0 && g.pad_top >= 0 &&
-                     g.pad_left >= 0 && g.pad_bottom >= 0 && g.pad_right >= 0 && g.out_h > 0 && g.out_w > 0,
+                     g.pad_left >= 0 && g.pad_bottom >= 0 && g.pad_right >= 0 && g.out_h > 0 && g.out_w > 0 &&
+                     g.groups >= 1 && g.in_c % g.groups == 0 && g.out_c % g.groups == 0,
                  InvalidArgumentError, op, ": invalid geometry (", describe(g), ")");
 }
 
@@ -149,13 +153,17 @@ InputPlan plan_input(const Conv2dGeometry& g) {
   return {g.in_h, g.in_w, g.pad_top, g.pad_left, false};
 }
 
-// Filter strides for the index order (kh, kw, in_c, out_c).
+// Filter strides for the index order (kh, kw, filter in_c, out_c). Grouped: cuDNN's filter is
+// [out_c, in_c / groups, kh, kw] (the group of output channel k is k / (out_c / groups)), the same
+// index order as TF's HWIO filter, so the transposes below are the ungrouped ones with in_c / groups.
 std::array<std::int64_t, 4> hwio_strides(const Conv2dGeometry& g) {
-  return {g.k_w * g.in_c * g.out_c, g.in_c * g.out_c, g.out_c, 1};
+  const std::int64_t c = g.filter_in_c();
+  return {g.k_w * c * g.out_c, c * g.out_c, g.out_c, 1};
 }
 std::array<std::int64_t, 4> cudnn_filter_strides(Layout layout, const Conv2dGeometry& g) {
-  if (layout == Layout::kNHWC) return {g.k_w * g.in_c, g.in_c, 1, g.k_h * g.k_w * g.in_c};  // KRSC
-  return {g.k_w, 1, g.k_h * g.k_w, g.in_c * g.k_h * g.k_w};                                 // KCRS
+  const std::int64_t c = g.filter_in_c();
+  if (layout == Layout::kNHWC) return {g.k_w * c, c, 1, g.k_h * g.k_w * c};  // KRSC
+  return {g.k_w, 1, g.k_h * g.k_w, c * g.k_h * g.k_w};                       // KCRS
 }
 
 // ---- Algorithm choice -----------------------------------------------------------------------
@@ -367,11 +375,12 @@ void set_descriptors(Descs& d, Layout layout, cudnnDataType_t type, DType dtype,
   set_tensor(d.y, layout, type, g.n, g.out_c, g.out_h, g.out_w, op);
   CHORUS_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
       d.w.get(), type, layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, to_int(g.out_c, op, "out_c"),
-      to_int(g.in_c, op, "in_c"), to_int(g.k_h, op, "k_h"), to_int(g.k_w, op, "k_w")));
+      to_int(g.filter_in_c(), op, "in_c"), to_int(g.k_h, op, "k_h"), to_int(g.k_w, op, "k_w")));
   CHORUS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       d.conv.get(), to_int(in.pad_h, op, "pad"), to_int(in.pad_w, op, "pad"), to_int(g.stride_h, op, "stride"),
       to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
       CUDNN_CROSS_CORRELATION, compute_type(dtype)));
+  CHORUS_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv.get(), to_int(g.groups, op, "groups")));
   int on = 0, oc = 0, oh = 0, ow = 0;
   CHORUS_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow));
   CHORUS_REQUIRE(oh == g.out_h && ow == g.out_w, InvalidArgumentError, op, ": the geometry's output ", g.out_h, "x",
@@ -427,7 +436,7 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   const auto nhwc_y = strides_of(Layout::kNHWC, g.out_h, g.out_w, g.out_c);
   const std::array<std::int64_t, 4> x_dims{g.n, g.in_h, g.in_w, g.in_c};
   const std::array<std::int64_t, 4> y_dims{g.n, g.out_h, g.out_w, g.out_c};
-  const std::array<std::int64_t, 4> w_dims{g.k_h, g.k_w, g.in_c, g.out_c};
+  const std::array<std::int64_t, 4> w_dims{g.k_h, g.k_w, g.filter_in_c(), g.out_c};
   const Blend blend(dtype);
 
   HandleLease h(dev);
