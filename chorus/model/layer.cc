@@ -198,7 +198,7 @@ std::shared_ptr<Layer> Layer::track_layer(std::shared_ptr<Layer> layer, std::str
     CHORUS_REQUIRE(a != attribute, InvalidArgumentError, "layer '", name_, "': attribute '", attribute,
                    "' already holds layer '", l->name(), "'");
   if (!layer->built() && layer->name().empty()) layer->set_name(attribute);
-  if (!layer->built() && built_) layer->set_prefix(str_cat(prefix_, name_, "/"));
+  if (!layer->built() && !name_.empty()) layer->set_prefix(str_cat(prefix_, name_, "/"));
   sublayers_.emplace_back(std::move(attribute), layer);
   return layer;
 }
