@@ -231,11 +231,13 @@ Tensor DropoutLayer::call(const Tensor& x, bool training) {
   // replica uses stateless seeds (layer key, replica, call count). The count is a random draw of
   // its own: recompute_grad (ops/recompute.h) replays it, so a recomputation draws the same mask.
   thread_local std::map<const DropoutLayer*, std::int64_t> calls;
-  const auto n = static_cast<std::int64_t>(ops::internal::replayable_draw(this, "Dropout layer", 1, [&] {
-                                             ops::GeneratorState count;
-                                             count.counter_low = static_cast<std::uint64_t>(calls[this]++);
-                                             return count;
-                                           }).counter_low);
+  const auto next_count = [&] {
+    ops::GeneratorState count;
+    count.counter_low = static_cast<std::uint64_t>(calls[this]++);
+    return count;
+  };
+  const auto n =
+      static_cast<std::int64_t>(ops::internal::replayable_draw(this, "Dropout layer", 1, next_count).counter_low);
   const auto key = static_cast<std::int64_t>(generator_->state().key);
   lock.unlock();
   return ops::dropout(
