@@ -27,7 +27,9 @@
 //
 // Memory: during gradient() each intermediate gradient is dropped once the op that produced its
 // tensor has run, and a non-persistent tape drops each op's saved tensors once its gradient ran,
-// so memory falls as the backward pass proceeds.
+// so memory falls as the backward pass proceeds. To keep a block's inputs instead of its
+// intermediates, and recompute them in the backward pass, wrap it in ops::recompute_grad
+// (ops/recompute.h).
 //
 // Thread-safety: a tape belongs to the thread that created it; using it from another thread →
 // FailedPreconditionError. Tapes must be destroyed in reverse order of creation (C++ scoping).

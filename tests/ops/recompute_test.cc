@@ -255,6 +255,34 @@ TEST_F(RecomputeTest, NestedRecomputeGrad) {
   expect_same_bits(run(true), run(false));
 }
 
+// A tape created inside fn records fn's ops as usual: fn(x) = d/dx sum(x^3 w) = 3 x^2 w.
+TEST_F(RecomputeTest, TapeInsideFunctionRecordsAsUsual) {
+  const Variable w = make_variable({.initial_value = normal({4}, 1, DType::kFloat64), .name = "w"});
+  const Tensor x = normal({4}, 2, DType::kFloat64);
+  const auto run = [&](bool recompute) {
+    ops::RecomputeFn1 fn = [&](const Tensor& t) {
+      GradientTape own;
+      own.watch(t);
+      const Tensor y = ops::reduce_sum(ops::mul(ops::mul(ops::square(t), t), w.value()));
+      return own.gradient(y, std::vector<Tensor>{t})[0];
+    };
+    if (recompute) fn = ops::recompute_grad(fn);
+    GradientTape tape;
+    tape.watch(x);
+    const Tensor g = fn(x);
+    const auto d = tape.gradient(ops::reduce_sum(g), std::vector<Tensor>{x, w.value()});
+    return std::vector<Tensor>{g, d[0], d[1]};
+  };
+  const auto want = run(false);
+  expect_same_bits(run(true), want);
+  const auto xv = x.to_vector<double>(), wv = w.value().to_vector<double>(), dx = want[1].to_vector<double>(),
+             dw = want[2].to_vector<double>();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(dx[i], 6 * xv[i] * wv[i], 1e-12);  // d/dx 3 x^2 w
+    EXPECT_NEAR(dw[i], 3 * xv[i] * xv[i], 1e-12);  // d/dw 3 x^2 w
+  }
+}
+
 // ---- random numbers ----
 
 // Dropout from a Generator inside the block: same mask in the recomputation, the same gradient as
