@@ -236,9 +236,16 @@ Tensor DropoutLayer::call(const Tensor& x, bool training) {
   std::unique_lock<std::mutex> lock(mu_);
   if (replicas == 1) return ops::dropout(x, rate_, *generator_);
   // Counter-based: a per-step base drawn once per step would need a collective; instead each
-  // replica uses stateless seeds (layer key, replica, call count).
+  // replica uses stateless seeds (layer key, replica, call count). The count is a random draw of
+  // its own: recompute_grad (ops/recompute.h) replays it, so a recomputation draws the same mask.
   thread_local std::map<const DropoutLayer*, std::int64_t> calls;
-  const std::int64_t n = calls[this]++;
+  const auto next_count = [&] {
+    ops::GeneratorState count;
+    count.counter_low = static_cast<std::uint64_t>(calls[this]++);
+    return count;
+  };
+  const auto n =
+      static_cast<std::int64_t>(ops::internal::replayable_draw(this, "Dropout layer", 1, next_count).counter_low);
   const auto key = static_cast<std::int64_t>(generator_->state().key);
   lock.unlock();
   return ops::dropout(

@@ -8,6 +8,7 @@
 #include <chorus/ops/linalg.h>
 #include <chorus/ops/nn.h>
 #include <chorus/ops/random.h>
+#include <chorus/ops/recompute.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>
 #include <chorus/ops/tape.h>

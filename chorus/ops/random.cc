@@ -360,12 +360,15 @@ void Generator::set_state(const GeneratorState& state) {
 void Generator::reset_from_seed(std::uint64_t seed) { set_state(state_from_seed(seed)); }
 
 PhiloxCounter Generator::reserve(std::uint64_t blocks, PhiloxKey* key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const PhiloxCounter at = state_.philox_counter();
-  *key = state_.philox_key();
-  const GeneratorState next = GeneratorState::from_philox(*key, philox_skip(at, blocks));
-  state_ = next;
-  return at;
+  // Replayable (recompute_grad, ops/recompute.h): a recomputation draws what the forward drew.
+  const GeneratorState before = internal::replayable_draw(this, "Generator", blocks, [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    const GeneratorState was = state_;
+    state_ = GeneratorState::from_philox(was.philox_key(), philox_skip(was.philox_counter(), blocks));
+    return was;
+  });
+  *key = before.philox_key();
+  return before.philox_counter();
 }
 
 Tensor Generator::uniform(const Shape& shape, const UniformOptions& options) {
@@ -412,6 +415,75 @@ std::vector<Generator> Generator::split(int count) {
   }
   return children;
 }
+
+// ---- replay of random draws ----
+
+namespace internal {
+namespace {
+// This thread's recordings and replays, innermost last: each entry is one or the other.
+struct RandomScope {
+  RandomLog* record = nullptr;
+  ReplayRandomDraws* replay = nullptr;
+};
+thread_local std::vector<RandomScope> t_random_scopes;
+
+// Destructors: removes the scope `which` (the innermost, under C++ scoping).
+void pop_scope(const void* which) {
+  for (std::size_t k = t_random_scopes.size(); k-- > 0;) {
+    if (t_random_scopes[k].record == which || t_random_scopes[k].replay == which) {
+      t_random_scopes.erase(t_random_scopes.begin() + static_cast<std::ptrdiff_t>(k));
+      return;
+    }
+  }
+}
+}  // namespace
+
+GeneratorState replayable_draw(const void* owner, const char* kind, std::uint64_t size,
+                               const std::function<GeneratorState()>& advance) {
+  std::size_t first_recording = 0;  // recordings begun after the innermost replay log what it serves
+  GeneratorState state;
+  bool served = false;
+  for (std::size_t k = t_random_scopes.size(); k-- > 0;) {
+    ReplayRandomDraws* r = t_random_scopes[k].replay;
+    if (r == nullptr) continue;
+    CHORUS_REQUIRE(r->next_ < r->log_->size(), InternalError, r->who_,
+                   ": the recomputation draws more random numbers "
+                   "than the forward did (",
+                   r->log_->size(), " draws logged; now a draw of ", size, " from a ", kind,
+                   "); the function must draw the same random numbers in the same order every time it runs");
+    const RandomDraw& d = (*r->log_)[r->next_];
+    CHORUS_REQUIRE(d.owner == owner && d.size == size, InternalError, r->who_, ": random draw ", r->next_,
+                   " of the recomputation differs from the forward's (forward: ", d.size, " from a ", d.kind, " at ",
+                   d.owner, "; now: ", size, " from a ", kind, " at ", owner,
+                   "); the function must draw the same random numbers in the same order every time it runs");
+    ++r->next_;
+    state = d.state;
+    served = true;
+    first_recording = k + 1;
+    break;
+  }
+  if (!served) state = advance();
+  for (std::size_t k = first_recording; k < t_random_scopes.size(); ++k)
+    if (t_random_scopes[k].record != nullptr) t_random_scopes[k].record->push_back({owner, kind, size, state});
+  return state;
+}
+
+RecordRandomDraws::RecordRandomDraws(RandomLog* log) : log_(log) { t_random_scopes.push_back({log, nullptr}); }
+RecordRandomDraws::~RecordRandomDraws() { pop_scope(log_); }
+
+ReplayRandomDraws::ReplayRandomDraws(const RandomLog* log, const char* who) : log_(log), who_(who) {
+  t_random_scopes.push_back({nullptr, this});
+}
+ReplayRandomDraws::~ReplayRandomDraws() { pop_scope(this); }
+
+void ReplayRandomDraws::finish() const {
+  CHORUS_REQUIRE(next_ == log_->size(), InternalError, who_, ": the recomputation drew ", next_,
+                 " random draws but the forward drew ", log_->size(),
+                 "; the function must draw the same random numbers in the same order every time it runs (a layer "
+                 "built inside it draws its initial weights in the first run only: build it before)");
+}
+
+}  // namespace internal
 
 // ---- global generator ----
 

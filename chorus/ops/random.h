@@ -37,6 +37,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -153,6 +154,62 @@ Tensor random_uniform(const Shape& shape, const UniformOptions& options = {});
 Tensor random_normal(const Shape& shape, const NormalOptions& options = {});
 Tensor truncated_normal(const Shape& shape, const NormalOptions& options = {});
 
+// ---- replay of random draws, for recompute_grad (ops/recompute.h) ----
+namespace internal {
+
+// One stateful random draw: its owner (a Generator, or other random state a seed is derived from,
+// such as a Dropout layer's call count), its size (a Generator's blocks) and the owner's state the
+// draw used.
+struct RandomDraw {
+  const void* owner = nullptr;
+  const char* kind = "";  // what the owner is, for messages ("Generator")
+  std::uint64_t size = 0;
+  GeneratorState state;
+};
+using RandomLog = std::vector<RandomDraw>;
+
+// The state a draw of `size` from `owner` uses. Under a ReplayRandomDraws of this thread: the
+// next logged draw's state (`advance` is not called: the owner's state does not move); a logged
+// draw of another owner or size, or none left → InternalError. Otherwise advance() — which moves
+// the owner's state past the draw and returns the state before it — and every RecordRandomDraws
+// of this thread (those begun after the innermost replay, when one is active) logs the draw.
+// Generator's draws (uniform, normal, truncated_normal, split) go through here.
+GeneratorState replayable_draw(const void* owner, const char* kind, std::uint64_t size,
+                               const std::function<GeneratorState()>& advance);
+
+// RAII: logs this thread's replayable draws into *log while alive. Not copyable; destroy in
+// reverse order of creation, on its thread.
+class RecordRandomDraws {
+ public:
+  explicit RecordRandomDraws(RandomLog* log);
+  ~RecordRandomDraws();
+  RecordRandomDraws(const RecordRandomDraws&) = delete;
+  RecordRandomDraws& operator=(const RecordRandomDraws&) = delete;
+
+ private:
+  RandomLog* log_;
+};
+
+// RAII: serves this thread's replayable draws from `log`, in order, while alive (the log is not
+// consumed: it can be replayed again). finish() checks that every logged draw was served
+// (InternalError otherwise); `who` names the caller in messages.
+class ReplayRandomDraws {
+ public:
+  ReplayRandomDraws(const RandomLog* log, const char* who);
+  ~ReplayRandomDraws();
+  ReplayRandomDraws(const ReplayRandomDraws&) = delete;
+  ReplayRandomDraws& operator=(const ReplayRandomDraws&) = delete;
+  void finish() const;
+
+ private:
+  const RandomLog* log_;
+  const char* who_;
+  std::size_t next_ = 0;
+  friend GeneratorState replayable_draw(const void*, const char*, std::uint64_t,
+                                        const std::function<GeneratorState()>&);
+};
+
+}  // namespace internal
 }  // namespace chorus::ops
 
 namespace chorus::ops::cpu {

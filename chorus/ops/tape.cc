@@ -43,10 +43,56 @@ struct GradientTape::Impl {
   }
 };
 
+// An internal::ObservedForward in progress (recompute_grad's forward, ops/recompute.h).
+struct internal::ObservedForward::State {
+  State* parent = nullptr;        // the enclosing one, which is this one's context
+  std::size_t first_tape = 0;     // tapes from this index of t_tapes were created inside it
+  std::size_t context_begin = 0;  // the context's own tapes: [context_begin, first_tape)
+  std::unordered_set<std::uint64_t> produced;
+  std::unordered_set<std::uint64_t> leaf_ids;
+  std::vector<Tensor> leaves;
+};
+
 namespace {
 thread_local std::vector<GradientTape::Impl*> t_tapes;
 // While a gradient function runs: which of its op's inputs lead to a source (null: all).
 thread_local const std::vector<char>* t_wanted_inputs = nullptr;
+// The innermost ObservedForward of this thread, or null.
+thread_local internal::ObservedForward::State* t_observer = nullptr;
+
+using Observer = internal::ObservedForward::State;
+
+// The tapes that record as usual: those created inside the innermost ObservedForward (all
+// without one); the ones before it are its context and record nothing while it lives.
+std::size_t first_recording_tape() { return t_observer != nullptr ? t_observer->first_tape : 0; }
+
+bool observer_watches(const Observer& o, const Tensor& t);
+
+// Whether o's context would record an op reading t.
+bool context_watches(const Observer& o, const Tensor& t) {
+  for (std::size_t k = o.context_begin; k < o.first_tape && k < t_tapes.size(); ++k)
+    if (t_tapes[k]->recording && t_tapes[k]->watches(t)) return true;
+  return o.parent != nullptr && observer_watches(*o.parent, t);
+}
+
+bool observer_watches(const Observer& o, const Tensor& t) {
+  return t.defined() && (o.produced.count(t.id()) != 0 || context_watches(o, t));
+}
+
+// record() under an ObservedForward: notes the leaves among the inputs, and the outputs.
+void observe(Observer& o, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  bool watched = false;
+  for (const Tensor& t : inputs) watched = watched || observer_watches(o, t);
+  if (!watched) return;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || o.produced.count(t.id()) != 0 || o.leaf_ids.count(t.id()) != 0) continue;
+    if (!context_watches(o, t)) continue;
+    o.leaf_ids.insert(t.id());
+    o.leaves.push_back(t);
+  }
+  for (const Tensor& t : outputs)
+    if (t.defined() && is_floating(t.dtype())) o.produced.insert(t.id());
+}
 
 // The tensor a tape differentiates for `v`: its value() on this thread, or — for a ZeRO stage-3
 // parameter, whose value() is a gathered copy — its shard (core/sharded_variable.h).
@@ -102,6 +148,13 @@ std::vector<Tensor> variable_sources(const std::vector<Variable>& sources) {
 std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& target, const std::vector<Tensor>& sources,
                                      const Tensor& output_gradient, UnconnectedGradients unconnected,
                                      StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum);
+// The backward pass from `seeds` (tensor id, its gradient); `target` (the first seed's tensor) is
+// what a reduction plans from. Throws as gradient() (the seeds are checked by the caller).
+std::vector<Tensor> run_backward(GradientTape::Impl& im, const Tensor& target,
+                                 const std::vector<std::pair<std::uint64_t, Tensor>>& seeds,
+                                 const std::vector<Tensor>& sources, UnconnectedGradients unconnected,
+                                 StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum);
+Tensor checked_seed(const GradientTape::Impl& im, const Tensor& target, const Tensor& output_gradient);
 }  // namespace
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
@@ -221,8 +274,12 @@ class BackwardPass {
         out_(sources.size()),
         done_(sources.size(), 0) {}
 
-  std::vector<Tensor> run(const Tensor& target, const Tensor& seed) {
-    grads_[target.id()] = seed;
+  // Seeds: (tensor id, the gradient the pass starts from there); seeds of one id add up.
+  std::vector<Tensor> run(const std::vector<std::pair<std::uint64_t, Tensor>>& seeds) {
+    for (const auto& [id, seed] : seeds) {
+      auto [it, inserted] = grads_.try_emplace(id, seed);
+      if (!inserted) it->second = add(it->second, seed);
+    }
     if (reduction_ != nullptr)
       for (const std::size_t i : plan_.final_at_once) finish(i);
     // Timeline (core/timeline.h): the whole call, and each run of consecutive ops of one layer.
@@ -355,6 +412,13 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
                                      const Tensor& output_gradient, UnconnectedGradients unconnected,
                                      StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum) {
   const Tensor seed = checked_seed(im, target, output_gradient);
+  return run_backward(im, target, {{target.id(), seed}}, sources, unconnected, overlap, sum);
+}
+
+std::vector<Tensor> run_backward(GradientTape::Impl& im, const Tensor& target,
+                                 const std::vector<std::pair<std::uint64_t, Tensor>>& seeds,
+                                 const std::vector<Tensor>& sources, UnconnectedGradients unconnected,
+                                 StepPolicy* overlap, std::shared_ptr<GradientReduction>* sum) {
   // Work with this tape paused: the gradient computation itself is not recorded here (outer
   // tapes still record it, which is what makes higher-order gradients possible).
   const bool was_recording = im.recording;
@@ -374,7 +438,7 @@ std::vector<Tensor> compute_gradient(GradientTape::Impl& im, const Tensor& targe
     reduction = overlap->begin_gradient_sum(plan.expected);
     *sum = reduction;
   }
-  return BackwardPass(im, plan, sources, unconnected, std::move(reduction)).run(target, seed);
+  return BackwardPass(im, plan, sources, unconnected, std::move(reduction)).run(seeds);
 }
 }  // namespace
 
@@ -417,37 +481,45 @@ bool wants_input_gradient(std::size_t i) {
   return t_wanted_inputs == nullptr || i >= t_wanted_inputs->size() || (*t_wanted_inputs)[i] != 0;
 }
 
-bool should_record(std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
-  if (t_tapes.empty()) return false;
-  for (GradientTape::Impl* tape : t_tapes) {
-    if (!tape->recording) continue;
+namespace {
+template <typename Inputs>
+bool should_record_any(const Inputs& inputs) {
+  if (t_tapes.empty() && t_observer == nullptr) return false;
+  for (std::size_t k = first_recording_tape(); k < t_tapes.size(); ++k) {
+    if (!t_tapes[k]->recording) continue;
     for (const Tensor& t : inputs)
-      if (tape->watches(t)) return true;
+      if (t_tapes[k]->watches(t)) return true;
   }
+  if (t_observer != nullptr)
+    for (const Tensor& t : inputs)
+      if (observer_watches(*t_observer, t)) return true;
   return false;
+}
+}  // namespace
+
+bool should_record(std::initializer_list<std::reference_wrapper<const Tensor>> inputs) {
+  return should_record_any(inputs);
 }
 
-bool should_record(const std::vector<Tensor>& inputs) {
-  if (t_tapes.empty()) return false;
-  for (GradientTape::Impl* tape : t_tapes) {
-    if (!tape->recording) continue;
-    for (const Tensor& t : inputs)
-      if (tape->watches(t)) return true;
-  }
-  return false;
-}
+bool should_record(const std::vector<Tensor>& inputs) { return should_record_any(inputs); }
+
+bool any_tape_active() { return !t_tapes.empty() || t_observer != nullptr; }
 
 void record(std::string_view op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward) {
   // The last tape that records takes `backward` by move (usually the only one): copying it would
   // copy every tensor its closure captured.
+  // Under an ObservedForward, its context's tapes record nothing: it notes what they would need.
+  if (t_observer != nullptr) observe(*t_observer, inputs, outputs);
+  const std::size_t first = first_recording_tape();
   GradientTape::Impl* last = nullptr;
-  for (GradientTape::Impl* tape : t_tapes) {
-    if (!tape->recording) continue;
+  for (std::size_t k = first; k < t_tapes.size(); ++k) {
+    if (!t_tapes[k]->recording) continue;
     for (const Tensor& t : inputs)
-      if (tape->watches(t)) last = tape;
+      if (t_tapes[k]->watches(t)) last = t_tapes[k];
   }
-  for (GradientTape::Impl* tape : t_tapes) {
+  for (std::size_t k = first; k < t_tapes.size(); ++k) {
+    GradientTape::Impl* tape = t_tapes[k];
     if (!tape->recording) continue;
     bool watched = false;
     for (const Tensor& t : inputs) {
@@ -477,6 +549,34 @@ void record(std::string_view op, const std::vector<Tensor>& inputs, const std::v
       node.backward = backward;
     tape->nodes.push_back(std::move(node));
   }
+}
+
+ObservedForward::ObservedForward() : state_(std::make_unique<State>()) {
+  state_->parent = t_observer;
+  state_->context_begin = t_observer != nullptr ? t_observer->first_tape : 0;
+  state_->first_tape = t_tapes.size();
+  t_observer = state_.get();
+}
+
+ObservedForward::~ObservedForward() { t_observer = state_->parent; }
+
+const std::vector<Tensor>& ObservedForward::leaves() const { return state_->leaves; }
+
+bool ObservedForward::produced(const Tensor& t) const { return t.defined() && state_->produced.count(t.id()) != 0; }
+
+std::vector<Tensor> gradient_of_targets(GradientTape& tape, const std::vector<Tensor>& targets,
+                                        const std::vector<Tensor>& output_gradients,
+                                        const std::vector<Tensor>& sources) {
+  CHORUS_REQUIRE(targets.size() == output_gradients.size() && !targets.empty(), InvalidArgumentError,
+                 "GradientTape::gradient: ", targets.size(), " targets and ", output_gradients.size(),
+                 " output gradients (one each, at least one)");
+  std::vector<std::pair<std::uint64_t, Tensor>> seeds;
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    CHORUS_REQUIRE(output_gradients[k].defined(), InvalidArgumentError, "GradientTape::gradient: output gradient ", k,
+                   " is undefined");
+    seeds.emplace_back(targets[k].id(), checked_seed(*tape.impl_, targets[k], output_gradients[k]));
+  }
+  return run_backward(*tape.impl_, targets[0], seeds, sources, UnconnectedGradients::kNone, nullptr, nullptr);
 }
 
 }  // namespace internal

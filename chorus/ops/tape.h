@@ -27,7 +27,9 @@
 //
 // Memory: during gradient() each intermediate gradient is dropped once the op that produced its
 // tensor has run, and a non-persistent tape drops each op's saved tensors once its gradient ran,
-// so memory falls as the backward pass proceeds.
+// so memory falls as the backward pass proceeds. To keep a block's inputs instead of its
+// intermediates, and recompute them in the backward pass, wrap it in ops::recompute_grad
+// (ops/recompute.h).
 //
 // Thread-safety: a tape belongs to the thread that created it; using it from another thread →
 // FailedPreconditionError. Tapes must be destroyed in reverse order of creation (C++ scoping).
@@ -54,6 +56,13 @@ struct GradientsAndSum {
   std::vector<Tensor> gradients;
   std::shared_ptr<GradientReduction> sum;
 };
+
+class GradientTape;
+namespace internal {
+std::vector<Tensor> gradient_of_targets(GradientTape& tape, const std::vector<Tensor>& targets,
+                                        const std::vector<Tensor>& output_gradients,
+                                        const std::vector<Tensor>& sources);
+}  // namespace internal
 
 class GradientTape {
  public:
@@ -103,6 +112,8 @@ class GradientTape {
   struct Impl;
 
  private:
+  friend std::vector<Tensor> internal::gradient_of_targets(GradientTape&, const std::vector<Tensor>&,
+                                                           const std::vector<Tensor>&, const std::vector<Tensor>&);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -128,6 +139,44 @@ bool should_record(const std::vector<Tensor>& inputs);
 // Records an op on every active tape of this thread that watches one of its inputs.
 void record(std::string_view op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward);
+
+// ---- For recompute_grad (ops/recompute.h) ----
+
+// True when some tape is active on this thread, or an ObservedForward is in progress: whether an
+// op run now could be recorded at all.
+bool any_tape_active();
+
+// RAII: while alive, the context it began in — the tapes active on this thread then, and an
+// enclosing ObservedForward — records nothing; instead the ops run meanwhile are observed. leaves()
+// are the tensors they read that this context watches and that no op run meanwhile produced, in
+// order of first use: the inputs a single op standing for them all needs (trainable variables'
+// values, the function's watched arguments, watched tensors it captured, ZeRO stage-3 shards).
+// produced(t): t is an output of an observed op (it would have been recorded). Tapes created while
+// it is alive record as usual (and their ops are observed too). Nests: an inner one's context is
+// the outer one. Must be destroyed on its thread, in reverse order of creation (C++ scoping).
+class ObservedForward {
+ public:
+  ObservedForward();
+  ~ObservedForward();
+  ObservedForward(const ObservedForward&) = delete;
+  ObservedForward& operator=(const ObservedForward&) = delete;
+
+  const std::vector<Tensor>& leaves() const;
+  bool produced(const Tensor& t) const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// tape.gradient with several targets: d sum_k <targets[k], output_gradients[k]> / d sources,
+// the backward pass seeded with output_gradients[k] at targets[k] (TF's gradient(target=[...],
+// output_gradients=[...])). Every output gradient must be defined and shaped like its target. No
+// reduction is begun (no overlap). Errors as GradientTape::gradient.
+std::vector<Tensor> gradient_of_targets(GradientTape& tape, const std::vector<Tensor>& targets,
+                                        const std::vector<Tensor>& output_gradients,
+                                        const std::vector<Tensor>& sources);
 
 }  // namespace internal
 }  // namespace chorus::ops
