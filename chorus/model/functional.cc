@@ -187,4 +187,47 @@ Tensor Functional::call(const Tensor& x, bool training) {
   return call_list({x}, training)[0];
 }
 
+std::string Functional::node_name(const Node* node) const {
+  int k = 0;
+  for (const auto& n : nodes_) {
+    if (n.get() == node) break;
+    if (n->layer == node->layer) ++k;
+  }
+  return str_cat(name(), "/", node->layer->name(), k == 0 ? std::string() : str_cat("_", k));
+}
+
+std::vector<Model::GraphNode> Functional::graph_nodes() const {
+  std::vector<GraphNode> out;
+  for (const KerasTensor& t : inputs_)
+    out.push_back({node_name(t.node().get()), "Placeholder", {}, t.example().shape(), t.dtype(), true});
+  for (const auto& node : nodes_) {
+    std::vector<std::string> in;
+    for (const KerasTensor& t : node->inputs) in.push_back(node_name(t.node().get()));
+    out.push_back({node_name(node.get()), node->layer->class_name(), in, node->examples.at(0).shape(),
+                   node->layer->compute_dtype(), false});
+  }
+  return out;
+}
+
+std::vector<std::string> Functional::layer_output_shapes() const {
+  std::vector<std::string> out;
+  for (const auto& l : layers()) {
+    const Node* found = nullptr;
+    int calls = 0;
+    for (const KerasTensor& t : inputs_)
+      if (t.node()->layer == l) found = t.node().get(), ++calls;
+    for (const auto& n : nodes_)
+      if (n->layer == l) found = n.get(), ++calls;
+    if (calls != 1 || found == nullptr || found->examples.size() != 1) {
+      out.push_back("multiple");
+      continue;
+    }
+    std::string shape = "(None";
+    for (std::size_t i = 1; i < found->examples[0].shape().dims().size(); ++i)
+      shape += str_cat(", ", found->examples[0].shape().dims()[i]);
+    out.push_back(shape + ")");
+  }
+  return out;
+}
+
 }  // namespace chorus::model

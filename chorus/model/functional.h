@@ -83,8 +83,13 @@ class Functional : public Model {
   Tensor call(const Tensor& x, bool training) override;
   std::vector<Tensor> call_list(const std::vector<Tensor>& xs, bool training) override;
   void build_weights(const std::vector<Shape>& input_shapes) override;
+  std::vector<GraphNode> graph_nodes() const override;
+  // Each layer's output shape; "multiple" for a layer called more than once (as Keras prints).
+  std::vector<std::string> layer_output_shapes() const override;
 
  private:
+  // The graph node name of a call: "<model>/<layer>", "<model>/<layer>_<k>" for a later call.
+  std::string node_name(const layers::Node* node) const;
   std::vector<layers::KerasTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<layers::Node>> nodes_;
 };

@@ -9,6 +9,7 @@
 #include <chorus/core/step_policy.h>
 #include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
+#include <chorus/ops/recompute.h>
 
 namespace chorus::layers {
 
@@ -38,6 +39,12 @@ void Layer::set_dtype_policy(const mixed_precision::Policy& policy) {
       !built_, FailedPreconditionError, "layer '", name_.empty() ? class_name() : name_,
       "': cannot change the dtype policy of a built layer (its weights exist); set it before the first call");
   policy_ = policy;
+}
+
+LayerPtr with_recompute(LayerPtr layer, bool on) {
+  CHORUS_REQUIRE(layer != nullptr, InvalidArgumentError, "with_recompute: null layer");
+  layer->set_recompute(on);
+  return layer;
 }
 
 LayerPtr with_dtype_policy(LayerPtr layer, const mixed_precision::Policy& policy) {
@@ -116,6 +123,14 @@ Outputs<Tensor> Layer::operator()(const std::vector<Tensor>& xs, bool training) 
   // Timeline (core/timeline.h): the call as a "forward" span, and its ops tagged with its name.
   timeline::ScopeName scope(name_);
   timeline::Span span("forward", name_);
+  // Recomputed: the tapes keep only the inputs and outputs; the backward pass runs run_call
+  // again, gathering stage-3 parameters and replaying random draws (ops/recompute.h).
+  if (recompute_)  // outside any tape recompute_grad is the call itself
+    return ops::recompute_grad([this, training](const std::vector<Tensor>& in) { return run_call(in, training); })(xs);
+  return run_call(xs, training);
+}
+
+std::vector<Tensor> Layer::run_call(const std::vector<Tensor>& xs, bool training) {
   // ZeRO stage 3 (FSDP): this layer's sharded parameters are gathered for the call and freed
   // after it (the step policy's, core/step_policy.h); nullptr at other stages.
   std::unique_ptr<ParameterGather> gathered;
@@ -123,7 +138,7 @@ Outputs<Tensor> Layer::operator()(const std::vector<Tensor>& xs, bool training) 
   // Keras's autocast: floating inputs in the compute dtype, other dtypes (ids, masks) as given.
   std::vector<Tensor> ys;
   if (autocast() && std::any_of(xs.begin(), xs.end(),
-                  [&](const Tensor& x) { return is_floating(x.dtype()) && x.dtype() != compute_dtype(); })) {
+                                [&](const Tensor& x) { return is_floating(x.dtype()) && x.dtype() != compute_dtype(); })) {
     std::vector<Tensor> cast = xs;
     for (Tensor& x : cast)
       if (is_floating(x.dtype()) && x.dtype() != compute_dtype()) x = ops::cast(x, compute_dtype());

@@ -101,6 +101,15 @@ class Layer : public train::Trackable, public std::enable_shared_from_this<Layer
   void set_name(std::string name);
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
+  // Activation recomputation (gradient checkpointing, ops/recompute.h): when set, a call under a
+  // recording tape keeps only the layer's inputs and outputs, and the backward pass runs the call
+  // again (random ops replaying the same Philox draws; at ZeRO stage 3 the parameters gathered
+  // again) to get its gradients — TF's tf.recompute_grad around the layer. Set it on a built or
+  // unbuilt layer; it takes effect from the next call after the build (the building call records
+  // normally). Owned layers are recomputed with their owner.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+
   // The dtype policy (Keras's layer.dtype_policy): the global policy when the layer was
   // constructed, or the one set here. Setting it on a built layer → FailedPreconditionError.
   const mixed_precision::Policy& dtype_policy() const { return policy_; }
@@ -167,6 +176,8 @@ class Layer : public train::Trackable, public std::enable_shared_from_this<Layer
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers_;
   std::vector<std::vector<std::int64_t>> built_shapes_;  // input dims without the batch dim
   std::atomic<bool> built_{false};
+  bool recompute_ = false;
+  std::vector<Tensor> run_call(const std::vector<Tensor>& xs, bool training);
   std::mutex build_mu_;
 };
 
@@ -185,5 +196,8 @@ LayerPtr with_dtype_policy(LayerPtr layer, const mixed_precision::Policy& policy
 inline LayerPtr with_dtype_policy(LayerPtr layer, std::string_view policy) {
   return with_dtype_policy(std::move(layer), mixed_precision::Policy(policy));
 }
+// Sets `layer`'s recomputation (Layer::set_recompute) and returns it, for a layer list:
+//   Sequential({layers::with_recompute(block), layers::Dense(10)})
+LayerPtr with_recompute(LayerPtr layer, bool on = true);
 
 }  // namespace chorus::layers

@@ -36,8 +36,19 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
 
 Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
   require_same_rows(name(), y_true, y_pred);
-  CHORUS_REQUIRE(y_pred.shape().rank() == 2, InvalidArgumentError, name(), ": y_pred must be [batch, classes], got ",
+  const auto& d = y_pred.shape().dims();
+  CHORUS_REQUIRE(d.size() >= 2, InvalidArgumentError, name(), ": y_pred must be [batch, ..., classes], got ",
                  y_pred.shape().to_string());
+  if (d.size() > 2) {
+    // A sequence ([batch, T, classes], labels [batch, T]): each example's loss is the mean over
+    // its T positions, so the average over the global batch is Keras's mean over every position.
+    const std::int64_t rows = d[0], per_row = y_pred.num_elements() / std::max<std::int64_t>(d.back() * rows, 1);
+    CHORUS_REQUIRE(y_true.num_elements() == rows * per_row, InvalidArgumentError, name(), ": y_true ",
+                   y_true.shape().to_string(), " does not match y_pred ", y_pred.shape().to_string(),
+                   " (one label per position)");
+    const Tensor flat = per_example(ops::reshape(y_true, {rows * per_row}), ops::reshape(y_pred, {rows * per_row, d.back()}));
+    return ops::reduce_mean(ops::reshape(flat, {rows, per_row}), {1});
+  }
   const Tensor labels = y_true.shape().rank() == 2 ? ops::reshape(y_true, {y_true.shape().dims()[0]}) : y_true;
   if (from_logits_) return ops::sparse_softmax_cross_entropy_with_logits(labels, y_pred);
   const Tensor onehot = ops::one_hot(labels, y_pred.shape().dims()[1], 1.0, 0.0, y_pred.dtype());

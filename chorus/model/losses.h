@@ -35,7 +35,9 @@ class SparseCategoricalCrossentropy final : public Loss {
  public:
   explicit SparseCategoricalCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
   std::string name() const override { return "sparse_categorical_crossentropy"; }
-  // y_true: int32/int64 class ids [batch]; y_pred: [batch, classes].
+  // y_true: int32/int64 class ids [batch]; y_pred: [batch, classes]. A sequence: y_true
+  // [batch, T], y_pred [batch, T, classes] → each example's loss is the mean over its T positions
+  // (so the mean over the batch is Keras's mean over every position, a language model's loss).
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
 
  private:

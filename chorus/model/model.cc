@@ -354,6 +354,25 @@ Tensor Model::predict(const data::Dataset& dataset) {
   return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
 }
 
+std::vector<std::string> Model::layer_output_shapes() const {
+  std::vector<std::string> out;
+  Shape shape = built_input_;
+  for (const auto& l : layers()) {
+    if (!built()) {
+      out.push_back("?");
+      continue;
+    }
+    shape = l->compute_output_shape(shape);
+    std::vector<std::int64_t> d = shape.dims();
+    std::ostringstream s;
+    s << "(None";
+    for (std::size_t i = 1; i < d.size(); ++i) s << ", " << d[i];
+    s << ")";
+    out.push_back(s.str());
+  }
+  return out;
+}
+
 std::string Model::summary() const {
   // A "Dtype policy" column (Keras 3 shows the policy per layer) when any layer is not float32.
   bool mixed = false;
@@ -363,19 +382,11 @@ std::string Model::summary() const {
   os << std::left << std::setw(32) << "Layer (type)" << std::setw(24) << "Output Shape" << std::setw(mixed ? 12 : 0)
      << "Param #" << (mixed ? "Dtype policy" : "") << "\n";
   std::int64_t total = 0, trainable = 0;
-  Shape shape = built_input_;
-  for (const auto& l : layers()) {
-    std::string out = "?";
-    if (built()) {
-      shape = l->compute_output_shape(shape);
-      std::vector<std::int64_t> d = shape.dims();
-      std::ostringstream s;
-      s << "(None";
-      for (std::size_t i = 1; i < d.size(); ++i) s << ", " << d[i];
-      s << ")";
-      out = s.str();
-    }
-    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << out;
+  const std::vector<std::string> shapes = layer_output_shapes();
+  const auto all = layers();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& l = all[i];
+    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << shapes[i];
     if (mixed)
       os << std::setw(12) << l->count_params() << l->dtype_policy().name() << "\n";
     else
@@ -386,6 +397,21 @@ std::string Model::summary() const {
   os << "Total params: " << total << "\nTrainable params: " << trainable
      << "\nNon-trainable params: " << total - trainable << "\n";
   return os.str();
+}
+
+std::vector<Model::GraphNode> Model::graph_nodes() const {
+  std::vector<GraphNode> out;
+  const std::string input = name() + "/input";
+  out.push_back({input, "Placeholder", {}, built_input_, DType::kFloat32, true});
+  Shape shape = built_input_;
+  std::string previous = input;
+  for (const auto& l : layers()) {
+    shape = l->compute_output_shape(shape);
+    std::string node_name = str_cat(name(), "/", l->name());
+    out.push_back({node_name, l->class_name(), {previous}, shape, l->compute_dtype(), false});
+    previous = std::move(node_name);
+  }
+  return out;
 }
 
 summary::GraphDef Model::graph_def() const {
@@ -399,37 +425,21 @@ summary::GraphDef Model::graph_def() const {
     if (!d.empty()) d[0] = -1;  // the batch dimension: any size
     return d;
   };
-  auto node = [&](std::string name, std::string op, std::string input, const Shape& out, DType dtype) {
-    summary::NodeDef n{.name = std::move(name), .op = std::move(op), .device = device};
-    if (!input.empty()) n.input.push_back(std::move(input));
-    n.attr["_output_shapes"] = AttrValue::shapes({shape_of(out)});
-    n.attr["T"] = AttrValue::dtype(summary::tf_data_type(dtype));
-    if (devices.size() > 1) n.attr["_replica_devices"] = AttrValue::strings(devices);
-    return n;
-  };
   summary::GraphDef g;
-  const std::string input = name() + "/input";
-  summary::NodeDef in = node(input, "Placeholder", "", built_input_, DType::kFloat32);
-  in.attr.erase("T");  // a Placeholder says its type in "dtype"
-  in.attr["dtype"] = AttrValue::dtype(summary::tf_data_type(DType::kFloat32));
-  in.attr["shape"] = AttrValue::tensor_shape({shape_of(built_input_)});
-  g.node.push_back(std::move(in));
-  Shape shape = built_input_;
-  std::string previous = input;
-  for (const auto& l : layers()) {
-    shape = l->compute_output_shape(shape);
-    std::string node_name = str_cat(name(), "/", l->name());
-    g.node.push_back(node(node_name, l->class_name(), previous, shape, l->compute_dtype()));
-    previous = std::move(node_name);
+  for (const GraphNode& gn : graph_nodes()) {
+    summary::NodeDef n{.name = gn.name, .op = gn.op, .device = device};
+    n.input = gn.inputs;
+    n.attr["_output_shapes"] = AttrValue::shapes({shape_of(gn.shape)});
+    if (gn.placeholder) {  // a Placeholder says its type in "dtype"
+      n.attr["dtype"] = AttrValue::dtype(summary::tf_data_type(gn.dtype));
+      n.attr["shape"] = AttrValue::tensor_shape({shape_of(gn.shape)});
+    } else {
+      n.attr["T"] = AttrValue::dtype(summary::tf_data_type(gn.dtype));
+    }
+    if (devices.size() > 1) n.attr["_replica_devices"] = AttrValue::strings(devices);
+    g.node.push_back(std::move(n));
   }
   return g;
-}
-
-std::vector<train::TrackableChild> Model::trackable_children() const {
-  std::vector<train::TrackableChild> out;
-  for (const auto& [attribute, l] : sublayers()) out.push_back({attribute, std::shared_ptr<train::Trackable>(l)});
-  if (optimizer_) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_)});
-  return out;
 }
 
 void Model::save_weights(const std::string& path) {

@@ -140,7 +140,8 @@ class Model : public layers::Layer {
   // "Placeholder", attrs "dtype" and "shape"), then one node per layer, "<model>/<layer>", op =
   // the layer's class ("Dense"), fed by the node before it — the layers in the order they were
   // tracked, as a Sequential runs them (a subclassed model whose call() is not a chain is drawn as
-  // one). Every node has device = replica 0's device (the strategy's first replica device),
+  // one). A Functional draws its graph: a Placeholder per Input, a node per layer call (a shared
+  // layer's later calls "<layer>_<k>"), fed by the nodes of its inputs. Every node has device = replica 0's device (the strategy's first replica device),
   // "_output_shapes" (a list of one shape, the batch dimension -1 as TF's unknown), "T" (the
   // compute dtype), and, under several replicas, "_replica_devices" (every replica's device).
   // While summary::trace_on(graph) traces, the first call of the model records this graph.
@@ -194,6 +195,19 @@ class Model : public layers::Layer {
   // Keras's numbering of a model's layers in checkpoints, for Sequential and Functional:
   // "layer_with_weights-N" over the layers that have weights, "layer-N" over all, then "optimizer".
   std::vector<train::TrackableChild> numbered_layer_children() const;
+  // graph_def()'s nodes: the default an input Placeholder and one node per layer, each fed by the
+  // one before (a Sequential's chain); Functional draws its graph.
+  struct GraphNode {
+    std::string name, op;
+    std::vector<std::string> inputs;
+    Shape shape;  // batch dimension included (drawn as -1)
+    DType dtype;
+    bool placeholder;
+  };
+  virtual std::vector<GraphNode> graph_nodes() const;
+  // summary()'s "Output Shape" column, one entry per layers() entry: "(None, 10)"; the default
+  // follows the layers as a chain from the built input shape.
+  virtual std::vector<std::string> layer_output_shapes() const;
   // compute_loss for several outputs: the compiled loss of each, summed per example.
   Tensor compute_loss(const std::vector<Tensor>& ys, const std::vector<Tensor>& y_preds);
 

@@ -50,6 +50,13 @@ TEST(Functional, AChainComputesWhatItsLayersCompute) {
   const Tensor in = rand({5, 4}, 3);
   EXPECT_EQ(vec(m(in)), vec((*d2)((*d1)(in)))) << "the model runs the recorded calls";
   EXPECT_EQ(m(in).shape(), Shape({5, 3})) << "any batch size";
+  const std::string summary = m.summary();
+  EXPECT_NE(summary.find("(None, 6)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("Total params: 51"), std::string::npos) << summary;  // 4·6+6 + 6·3+3
+  const summary::GraphDef g = m.graph_def();
+  ASSERT_EQ(g.node.size(), 3u);
+  EXPECT_EQ(g.node[0].op, "Placeholder");
+  EXPECT_EQ(g.node[2].input, std::vector<std::string>{g.node[1].name});
 }
 
 TEST(Functional, SeveralInputsAndOutputsASharedLayerAndFit) {
@@ -168,6 +175,32 @@ TEST(Functional, LayersThatOwnLayers) {
   auto block2 = std::make_shared<ResidualBlock>();
   model::Functional f({x}, {(*block2)(x)});
   EXPECT_EQ(f.trainable_variables().size(), 4u);
+}
+
+// Layer::set_recompute (layers::with_recompute): a block recomputed in the backward pass trains
+// bit for bit as the same block recorded normally, under fit on 2 logical CPU devices, with a
+// Dropout inside the block (its mask replayed).
+TEST(Functional, ARecomputedLayerTrainsBitwiseAsARecordedOne) {
+  std::vector<std::vector<float>> got[2];
+  for (const bool recompute : {false, true}) {
+    chorus::testing::make_cpus(2);
+    distribute::MirroredStrategy strategy(chorus::testing::cpus(2));
+    auto scope = strategy.scope();
+    auto block = std::make_shared<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Dense(16, "relu", true, initializers::glorot_uniform(1)),
+                                      layers::Dropout(0.3, 7),
+                                      layers::Dense(4, "", true, initializers::glorot_uniform(2))},
+        "block");
+    model::Sequential m({layers::with_recompute(block, recompute),
+                         layers::Dense(2, "", true, initializers::glorot_uniform(3))});
+    EXPECT_EQ(block->recompute(), recompute);
+    m.compile(std::make_shared<optimizers::SGD>(0.1), std::make_shared<losses::MeanSquaredError>());
+    auto ds = data::Dataset::from_tensor_slices({rand({32, 4}, 1), rand({32, 2}, 2)}).batch(8);
+    m.fit(ds, {.epochs = 2, .verbose = 0});
+    got[recompute ? 1 : 0] = values(m.trainable_variables());
+  }
+  EXPECT_EQ(got[0], got[1]);
+  chorus::internal::reset_runtime_for_testing();
 }
 
 // The subclass route: layers as members created with track(), call() composes them.
