@@ -1,0 +1,420 @@
+// Fused scaled-dot-product attention on the CPU (ops/cpu/attention.h): FlashAttention-2's forward
+// and backward over tiles, in plain loops the compiler vectorizes (every innermost loop runs over a
+// contiguous row: tiles of k and v are stored transposed for the dot products).
+//
+// Why the special cases look the way they do (the composed reference is where + softmax + matmul):
+//   - masked pairs get weight exactly 0 and are still multiplied in (0 * Inf = NaN, as matmul does);
+//     only whole causal tiles are skipped, and only when the skipped partner tensor is finite;
+//   - the running max propagates NaN (std::max would drop it), and a row whose max is still -inf
+//     subtracts 0 instead (exp(-inf - -inf) would be NaN where the softmax gives 0);
+//   - lse = -inf marks a row with no key at all (uniform weights), NaN a NaN row (see the geometry).
+#include <chorus/ops/cpu/attention.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <chorus/ops/cpu/numeric.h>
+
+namespace chorus::ops::cpu {
+namespace {
+
+constexpr std::int64_t kBq = 32;  // queries per tile
+constexpr std::int64_t kBk = 64;  // keys per tile
+
+template <typename C>
+constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+template <typename C>
+constexpr C kNaN = std::numeric_limits<C>::quiet_NaN();
+
+template <typename T, typename C>
+void load_rows(const T* src, std::int64_t n, C* dst) {
+  for (std::int64_t e = 0; e < n; ++e) dst[e] = static_cast<C>(Num<T>::load(src[e]));
+}
+
+// dst[d * kBk + r] = src[r * width + d] for r < rows.
+template <typename T, typename C>
+void load_transposed(const T* src, std::int64_t rows, std::int64_t width, C* dst) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t d = 0; d < width; ++d) dst[d * kBk + r] = static_cast<C>(Num<T>::load(src[r * width + d]));
+}
+
+// c[r * kBk + j] = sum_d a[r * depth + d] * bt[d * kBk + j] for r < rows, j < n.
+template <typename C>
+void dot_tile(const C* a, std::int64_t rows, std::int64_t depth, const C* bt, std::int64_t n, C* c) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    C* cr = c + r * kBk;
+    std::fill(cr, cr + n, C(0));
+    for (std::int64_t d = 0; d < depth; ++d) {
+      const C av = a[r * depth + d];
+      const C* b = bt + d * kBk;
+      for (std::int64_t j = 0; j < n; ++j) cr[j] += av * b[j];
+    }
+  }
+}
+
+template <typename C>
+void axpy(C* y, C a, const C* x, std::int64_t n) {
+  for (std::int64_t e = 0; e < n; ++e) y[e] += a * x[e];
+}
+
+// max that keeps NaN (once NaN, always NaN).
+template <typename C>
+C nan_max(C running, C x) {
+  return (x > running || x != x) ? x : running;
+}
+
+template <typename C>
+bool finite_all(const C* x, std::int64_t n) {
+  bool ok = true;
+  for (std::int64_t e = 0; e < n; ++e) ok &= std::isfinite(static_cast<double>(x[e]));
+  return ok;
+}
+
+template <typename T>
+bool finite_rows(const T* x, std::int64_t n) {
+  bool ok = true;
+  for (std::int64_t e = 0; e < n; ++e) ok &= std::isfinite(static_cast<double>(Num<T>::load(x[e])));
+  return ok;
+}
+
+// Calls body(unit, thread) for unit in [0, units) on the OpenMP threads (dynamic: causal tiles
+// differ in cost). body must not throw (scratch is allocated before, per thread).
+template <typename Body>
+void parallel_units(std::int64_t units, Body body) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t u = 0; u < units; ++u) body(u, omp_get_thread_num());
+}
+
+// ---- forward ----
+
+template <typename C>
+struct ForwardScratch {
+  std::vector<C> q, kt, v, s, acc, m, l, keep;
+  std::vector<std::uint8_t> seen;
+  ForwardScratch(std::int64_t d, std::int64_t dv)
+      : q(kBq * d), kt(d * kBk), v(kBk * dv), s(kBq * kBk), acc(kBq * dv), m(kBq), l(kBq), keep(kBk), seen(kBq) {}
+};
+
+// Folds key tile [j0, j0 + nk) into row r (query i) of the running softmax. w.s row r holds q.k.
+template <typename C>
+void online_row(const AttentionGeometry& g, std::int64_t bh, std::int64_t i, std::int64_t r, std::int64_t j0,
+                std::int64_t nk, bool skip_ok, ForwardScratch<C>& w) {
+  const std::int64_t dv = g.value_dim;
+  const std::uint8_t* mrow = attention_mask_row(g, bh, i);
+  C* s = w.s.data() + r * kBk;
+  const C scale = static_cast<C>(g.scale);
+  std::int64_t count = 0;
+  C mx = kNegInf<C>;
+  for (std::int64_t j = 0; j < nk; ++j) {
+    if (attention_allowed(g, mrow, i, j0 + j)) {
+      ++count;
+      s[j] *= scale;
+      mx = nan_max(mx, s[j]);
+    } else {
+      s[j] = kNegInf<C>;  // weight exactly 0 below
+    }
+  }
+  if (count == 0 && skip_ok) return;  // nothing changes (no Inf/NaN in v to meet a zero weight)
+  if (count > 0) w.seen[static_cast<std::size_t>(r)] = 1;
+  const C m_old = w.m[static_cast<std::size_t>(r)];
+  const C m_new = nan_max(m_old, mx);
+  const C m_safe = m_new == kNegInf<C> ? C(0) : m_new;
+  const C alpha = std::exp(m_old - m_safe);
+  const bool dropout = g.dropout_rate > 0;
+  if (dropout) attention_dropout_row<C>(g, static_cast<std::uint64_t>((bh * g.tq + i) * g.tk + j0), nk, w.keep.data());
+  C sum = 0;
+  for (std::int64_t j = 0; j < nk; ++j) {
+    const C p = std::exp(s[j] - m_safe);
+    sum += p;
+    s[j] = dropout ? p * w.keep[static_cast<std::size_t>(j)] : p;
+  }
+  w.l[static_cast<std::size_t>(r)] = w.l[static_cast<std::size_t>(r)] * alpha + sum;
+  w.m[static_cast<std::size_t>(r)] = m_new;
+  C* acc = w.acc.data() + r * dv;
+  for (std::int64_t d = 0; d < dv; ++d) acc[d] *= alpha;
+  for (std::int64_t j = 0; j < nk; ++j) axpy(acc, s[j], w.v.data() + j * dv, dv);
+}
+
+// A row that attends to no key: uniform weights 1 / Tk over every key (after dropout), into acc.
+template <typename T, typename C>
+void uniform_row(const AttentionGeometry& g, std::int64_t bh, std::int64_t i, const T* v, C* acc, C* keep) {
+  const std::int64_t dv = g.value_dim;
+  const C p = C(1) / static_cast<C>(g.tk);
+  std::fill(acc, acc + dv, C(0));
+  for (std::int64_t j0 = 0; j0 < g.tk; j0 += kBk) {
+    const std::int64_t nk = std::min(kBk, g.tk - j0);
+    if (g.dropout_rate > 0)
+      attention_dropout_row<C>(g, static_cast<std::uint64_t>((bh * g.tq + i) * g.tk + j0), nk, keep);
+    for (std::int64_t j = 0; j < nk; ++j) {
+      const C pj = g.dropout_rate > 0 ? p * keep[j] : p;
+      const T* vj = v + (bh * g.tk + j0 + j) * dv;
+      for (std::int64_t d = 0; d < dv; ++d) acc[d] += pj * static_cast<C>(Num<T>::load(vj[d]));
+    }
+  }
+}
+
+// Query tile [i0, i0 + kBq) of head bh.
+template <typename T, typename C>
+void forward_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* out, C* lse, std::int64_t bh,
+                  std::int64_t i0, bool skip_ok, ForwardScratch<C>& w) {
+  const std::int64_t d = g.head_dim, dv = g.value_dim;
+  const std::int64_t nq = std::min(kBq, g.tq - i0);
+  load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
+  std::fill(w.m.begin(), w.m.end(), kNegInf<C>);
+  std::fill(w.l.begin(), w.l.end(), C(0));
+  std::fill(w.acc.begin(), w.acc.end(), C(0));
+  std::fill(w.seen.begin(), w.seen.end(), std::uint8_t{0});
+  const std::int64_t k_end = g.causal && skip_ok ? std::min(g.tk, i0 + nq) : g.tk;
+  for (std::int64_t j0 = 0; j0 < k_end; j0 += kBk) {
+    const std::int64_t nk = std::min(kBk, g.tk - j0);
+    load_transposed(k + (bh * g.tk + j0) * d, nk, d, w.kt.data());
+    load_rows(v + (bh * g.tk + j0) * dv, nk * dv, w.v.data());
+    dot_tile(w.q.data(), nq, d, w.kt.data(), nk, w.s.data());
+    for (std::int64_t r = 0; r < nq; ++r) online_row(g, bh, i0 + r, r, j0, nk, skip_ok, w);
+  }
+  for (std::int64_t r = 0; r < nq; ++r) {
+    const std::int64_t i = i0 + r;
+    C* acc = w.acc.data() + r * dv;
+    T* o = out + (bh * g.tq + i) * dv;
+    const std::size_t ru = static_cast<std::size_t>(r);
+    if (!w.seen[ru]) {
+      uniform_row(g, bh, i, v, acc, w.keep.data());
+      for (std::int64_t e = 0; e < dv; ++e) o[e] = Num<T>::store(acc[e]);
+      lse[bh * g.tq + i] = kNegInf<C>;
+      continue;
+    }
+    const C inv = C(1) / w.l[ru];
+    for (std::int64_t e = 0; e < dv; ++e) o[e] = Num<T>::store(acc[e] * inv);
+    const C m_safe = w.m[ru] == kNegInf<C> ? C(0) : w.m[ru];
+    // l == 0: every attended logit was -inf, the softmax is 0/0 (NaN), and so is its gradient.
+    lse[bh * g.tq + i] = w.l[ru] == C(0) ? kNaN<C> : m_safe + std::log(w.l[ru]);
+  }
+}
+
+template <typename T, typename C>
+void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* out, C* lse) {
+  const std::int64_t heads = g.heads_total();
+  // Causal tiles may be skipped in a head whose v is finite (0 * v is then 0).
+  std::vector<std::uint8_t> v_finite(static_cast<std::size_t>(heads));
+  const std::int64_t per_head = g.tk * g.value_dim;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t bh = 0; bh < heads; ++bh)
+    v_finite[static_cast<std::size_t>(bh)] = finite_rows(v + bh * per_head, per_head);
+  std::vector<ForwardScratch<C>> scratch(static_cast<std::size_t>(omp_get_max_threads()),
+                                         ForwardScratch<C>(g.head_dim, g.value_dim));
+  const std::int64_t tiles = (g.tq + kBq - 1) / kBq;
+  parallel_units(heads * tiles, [&](std::int64_t u, int t) {
+    const std::int64_t bh = u / tiles;
+    forward_unit(g, q, k, v, out, lse, bh, (u % tiles) * kBq, v_finite[static_cast<std::size_t>(bh)] != 0,
+                 scratch[static_cast<std::size_t>(t)]);
+  });
+}
+
+// ---- backward ----
+
+template <typename C>
+struct BackwardScratch {
+  std::vector<C> q, kt, k, dout, vt, s, dp, keep, dq, dk, dv;
+  BackwardScratch(std::int64_t d, std::int64_t dv_)
+      : q(kBq * d),
+        kt(d * kBk),
+        k(kBk * d),
+        dout(kBq * dv_),
+        vt(dv_ * kBk),
+        s(kBq * kBk),
+        dp(kBq * kBk),
+        keep(kBk),
+        dq(kBq * d),
+        dk(kBk * d),
+        dv(kBk * dv_) {}
+};
+
+// Per head: whether a causal tile may be skipped in the dq pass (k finite) and in the dk/dv pass
+// (q and dout finite, and no row with uniform or NaN weights, which reach every key).
+struct HeadFlags {
+  bool skip_query = false, skip_key = false;
+};
+
+// For query rows [i0, i0 + nq) x keys [j0, j0 + nk), with w.q, w.kt, w.dout, w.vt loaded: w.s =
+// the weights after dropout, w.dp = the logits' gradient (before the scale).
+template <typename C>
+void weights_and_dlogits(const AttentionGeometry& g, std::int64_t bh, std::int64_t i0, std::int64_t nq, std::int64_t j0,
+                         std::int64_t nk, const C* lse, const C* delta, BackwardScratch<C>& w) {
+  dot_tile(w.q.data(), nq, g.head_dim, w.kt.data(), nk, w.s.data());
+  dot_tile(w.dout.data(), nq, g.value_dim, w.vt.data(), nk, w.dp.data());
+  const C scale = static_cast<C>(g.scale);
+  const bool dropout = g.dropout_rate > 0;
+  for (std::int64_t r = 0; r < nq; ++r) {
+    const std::int64_t i = i0 + r;
+    const C L = lse[bh * g.tq + i], delta_i = delta[bh * g.tq + i];
+    C* s = w.s.data() + r * kBk;
+    C* dp = w.dp.data() + r * kBk;
+    if (dropout)
+      attention_dropout_row<C>(g, static_cast<std::uint64_t>((bh * g.tq + i) * g.tk + j0), nk, w.keep.data());
+    if (L == kNegInf<C>) {  // no key attended: uniform weights, constant logits
+      const C p = C(1) / static_cast<C>(g.tk);
+      for (std::int64_t j = 0; j < nk; ++j) {
+        s[j] = dropout ? p * w.keep[static_cast<std::size_t>(j)] : p;
+        dp[j] = 0;
+      }
+      continue;
+    }
+    const std::uint8_t* mrow = attention_mask_row(g, bh, i);
+    for (std::int64_t j = 0; j < nk; ++j) {
+      const C keep = dropout ? w.keep[static_cast<std::size_t>(j)] : C(1);
+      if (attention_allowed(g, mrow, i, j0 + j)) {
+        const C p = std::exp(s[j] * scale - L);
+        s[j] = p * keep;
+        dp[j] = p * (dp[j] * keep - delta_i);
+      } else {
+        s[j] = L != L ? L : C(0);  // a NaN row's softmax is NaN at masked keys too
+        dp[j] = 0;                 // where() passes no gradient to masked logits
+      }
+    }
+  }
+}
+
+// dk, dv of key tile [j0, j0 + kBk) of head bh.
+template <typename T, typename C>
+void key_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* dout, const C* lse,
+              const C* delta, T* dk, T* dv, std::int64_t bh, std::int64_t j0, bool skip_ok, BackwardScratch<C>& w) {
+  const std::int64_t d = g.head_dim, dvw = g.value_dim;
+  const std::int64_t nk = std::min(kBk, g.tk - j0);
+  load_transposed(k + (bh * g.tk + j0) * d, nk, d, w.kt.data());
+  load_transposed(v + (bh * g.tk + j0) * dvw, nk, dvw, w.vt.data());
+  std::fill(w.dk.begin(), w.dk.end(), C(0));
+  std::fill(w.dv.begin(), w.dv.end(), C(0));
+  // Query tiles whose last row is below j0 attend to none of these keys under the causal rule.
+  const std::int64_t i_begin = g.causal && skip_ok ? (j0 / kBq) * kBq : 0;
+  for (std::int64_t i0 = i_begin; i0 < g.tq; i0 += kBq) {
+    const std::int64_t nq = std::min(kBq, g.tq - i0);
+    load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
+    load_rows(dout + (bh * g.tq + i0) * dvw, nq * dvw, w.dout.data());
+    weights_and_dlogits(g, bh, i0, nq, j0, nk, lse, delta, w);
+    for (std::int64_t j = 0; j < nk; ++j) {
+      for (std::int64_t r = 0; r < nq; ++r) {
+        axpy(w.dv.data() + j * dvw, w.s[static_cast<std::size_t>(r * kBk + j)], w.dout.data() + r * dvw, dvw);
+        axpy(w.dk.data() + j * d, w.dp[static_cast<std::size_t>(r * kBk + j)], w.q.data() + r * d, d);
+      }
+    }
+  }
+  const C scale = static_cast<C>(g.scale);
+  T* dk_out = dk + (bh * g.tk + j0) * d;
+  T* dv_out = dv + (bh * g.tk + j0) * dvw;
+  for (std::int64_t e = 0; e < nk * d; ++e) dk_out[e] = Num<T>::store(w.dk[static_cast<std::size_t>(e)] * scale);
+  for (std::int64_t e = 0; e < nk * dvw; ++e) dv_out[e] = Num<T>::store(w.dv[static_cast<std::size_t>(e)]);
+}
+
+// dq of query tile [i0, i0 + kBq) of head bh.
+template <typename T, typename C>
+void query_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* dout, const C* lse,
+                const C* delta, T* dq, std::int64_t bh, std::int64_t i0, bool skip_ok, BackwardScratch<C>& w) {
+  const std::int64_t d = g.head_dim, dvw = g.value_dim;
+  const std::int64_t nq = std::min(kBq, g.tq - i0);
+  load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
+  load_rows(dout + (bh * g.tq + i0) * dvw, nq * dvw, w.dout.data());
+  std::fill(w.dq.begin(), w.dq.end(), C(0));
+  const std::int64_t k_end = g.causal && skip_ok ? std::min(g.tk, i0 + nq) : g.tk;
+  for (std::int64_t j0 = 0; j0 < k_end; j0 += kBk) {
+    const std::int64_t nk = std::min(kBk, g.tk - j0);
+    load_transposed(k + (bh * g.tk + j0) * d, nk, d, w.kt.data());
+    load_rows(k + (bh * g.tk + j0) * d, nk * d, w.k.data());
+    load_transposed(v + (bh * g.tk + j0) * dvw, nk, dvw, w.vt.data());
+    weights_and_dlogits(g, bh, i0, nq, j0, nk, lse, delta, w);
+    for (std::int64_t r = 0; r < nq; ++r)
+      for (std::int64_t j = 0; j < nk; ++j)
+        axpy(w.dq.data() + r * d, w.dp[static_cast<std::size_t>(r * kBk + j)], w.k.data() + j * d, d);
+  }
+  const C scale = static_cast<C>(g.scale);
+  T* dq_out = dq + (bh * g.tq + i0) * d;
+  for (std::int64_t e = 0; e < nq * d; ++e) dq_out[e] = Num<T>::store(w.dq[static_cast<std::size_t>(e)] * scale);
+}
+
+// delta[row] = dout . out (FlashAttention-2's D; equals sum_j P_ij dP_ij, with dropout too), and
+// the per-head skip flags.
+template <typename T, typename C>
+void backward_prepass(const AttentionGeometry& g, const T* q, const T* k, const T* out, const C* lse, const T* dout,
+                      C* delta, std::vector<HeadFlags>& flags) {
+  const std::int64_t heads = g.heads_total(), d = g.head_dim, dv = g.value_dim;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t bh = 0; bh < heads; ++bh) {
+    bool regular = true;
+    for (std::int64_t i = 0; i < g.tq; ++i) {
+      const std::int64_t row = bh * g.tq + i;
+      C acc = 0;
+      for (std::int64_t e = 0; e < dv; ++e)
+        acc += static_cast<C>(Num<T>::load(dout[row * dv + e])) * static_cast<C>(Num<T>::load(out[row * dv + e]));
+      delta[row] = acc;
+      regular &= lse[row] == lse[row] && lse[row] != kNegInf<C>;
+    }
+    HeadFlags& f = flags[static_cast<std::size_t>(bh)];
+    f.skip_query = finite_rows(k + bh * g.tk * d, g.tk * d);
+    f.skip_key = regular && finite_rows(q + bh * g.tq * d, g.tq * d) && finite_rows(dout + bh * g.tq * dv, g.tq * dv);
+  }
+}
+
+template <typename T, typename C>
+void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* out, const C* lse, const T* dout,
+              T* dq, T* dk, T* dv) {
+  const std::int64_t heads = g.heads_total();
+  std::vector<C> delta(static_cast<std::size_t>(heads * g.tq));
+  std::vector<HeadFlags> flags(static_cast<std::size_t>(heads));
+  backward_prepass(g, q, k, out, lse, dout, delta.data(), flags);
+  std::vector<BackwardScratch<C>> scratch(static_cast<std::size_t>(omp_get_max_threads()),
+                                          BackwardScratch<C>(g.head_dim, g.value_dim));
+  const std::int64_t key_tiles = (g.tk + kBk - 1) / kBk;
+  parallel_units(heads * key_tiles, [&](std::int64_t u, int t) {
+    const std::int64_t bh = u / key_tiles;
+    key_unit(g, q, k, v, dout, lse, delta.data(), dk, dv, bh, (u % key_tiles) * kBk,
+             flags[static_cast<std::size_t>(bh)].skip_key, scratch[static_cast<std::size_t>(t)]);
+  });
+  const std::int64_t query_tiles = (g.tq + kBq - 1) / kBq;
+  parallel_units(heads * query_tiles, [&](std::int64_t u, int t) {
+    const std::int64_t bh = u / query_tiles;
+    query_unit(g, q, k, v, dout, lse, delta.data(), dq, bh, (u % query_tiles) * kBq,
+               flags[static_cast<std::size_t>(bh)].skip_query, scratch[static_cast<std::size_t>(t)]);
+  });
+}
+
+// Storage type T and compute type C of `dtype`.
+template <typename F>
+void dispatch(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(float{}, float{});
+    case DType::kFloat64: return f(double{}, double{});
+    case DType::kBFloat16: return f(bfloat16{}, float{});
+    case DType::kFloat16: return f(float16{}, float{});
+    default: break;
+  }
+  throw InvalidArgumentError(chorus::internal::str_cat("ScaledDotProductAttention: unsupported dtype ",
+                                                       dtype_name(dtype), " (float32, float64, bfloat16, float16)"));
+}
+
+}  // namespace
+
+void attention_forward(DType dtype, const AttentionGeometry& g, const void* q, const void* k, const void* v, void* out,
+                       void* lse) {
+  dispatch(dtype, [&](auto t, auto c) {
+    using T = decltype(t);
+    using C = decltype(c);
+    forward(g, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out),
+            static_cast<C*>(lse));
+  });
+}
+
+void attention_backward(DType dtype, const AttentionGeometry& g, const void* q, const void* k, const void* v,
+                        const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  dispatch(dtype, [&](auto t, auto c) {
+    using T = decltype(t);
+    using C = decltype(c);
+    backward(g, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+             static_cast<const T*>(out), static_cast<const C*>(lse), static_cast<const T*>(dout), static_cast<T*>(dq),
+             static_cast<T*>(dk), static_cast<T*>(dv));
+  });
+}
+
+}  // namespace chorus::ops::cpu
