@@ -1,7 +1,7 @@
 // ops::scaled_dot_product_attention on the CPU against the composed ops (attention_reference.h:
 // matmul, where, softmax, dropout, matmul), forward and gradients: no mask, causal, padding mask,
 // both, a full [B, H, Tq, Tk] mask; Tq == Tk, Tq < Tk, Tq > Tk; head dims that are no multiple of
-// anything and sequence lengths that cross the kernel's 32-query and 64-key tiles; float32,
+// anything and sequence lengths that cross the kernel's 64-query and 64-key tiles; float32,
 // float64, bfloat16 (against float32 on the same bfloat16 values). Plus finite differences, rows
 // with every key masked, dropout from one generator state, NaN/Inf propagation, errors.
 #include <gtest/gtest.h>
@@ -113,7 +113,7 @@ struct Case {
   bool causal;
 };
 
-// Sequence lengths cross the 32-query and 64-key tiles (and leave partial ones); head_dim 13 and
+// Sequence lengths cross the 64-query and 64-key tiles (and leave partial ones); head_dim 13 and
 // value dim 7 are no multiple of any vector width.
 const Case kCases[] = {
     {"no_mask", {2, 3, 37, 70, 13, 7}, MaskKind::kNone, false},
@@ -281,8 +281,8 @@ TEST_F(Attention, NonFiniteInputsPropagateAsComposed) {
     std::int64_t index;
     double value;
   };
-  const Poison poisons[] = {{0, 3 * 3 + 1, nan},  {1, 50 * 3, nan}, {1, 70 * 3 + 65 * 3, inf},
-                            {2, 60 * 2 + 1, nan}, {2, 5 * 2, -inf}, {0, 70 * 3 + 2, inf}};
+  const Poison poisons[] = {{0, 3 * 3 + 1, nan}, {1, 50 * 3, nan},     {1, 70 * 3 + 65 * 3, inf}, {2, 60 * 2 + 1, nan},
+                            {2, 5 * 2, -inf},    {2, 66 * 2 + 1, inf}, {0, 70 * 3 + 2, inf}};
   for (const Poison& p : poisons) {
     for (bool causal : {false, true}) {
       Inputs in = make_inputs(s, DType::kFloat64, 61);

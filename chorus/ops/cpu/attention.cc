@@ -17,12 +17,13 @@
 #include <limits>
 #include <vector>
 
+#include <chorus/ops/cpu/clones.h>
 #include <chorus/ops/cpu/numeric.h>
 
 namespace chorus::ops::cpu {
 namespace {
 
-constexpr std::int64_t kBq = 32;  // queries per tile
+constexpr std::int64_t kBq = 64;  // queries per tile
 constexpr std::int64_t kBk = 64;  // keys per tile
 
 template <typename C>
@@ -42,9 +43,13 @@ void load_transposed(const T* src, std::int64_t rows, std::int64_t width, C* dst
     for (std::int64_t d = 0; d < width; ++d) dst[d * kBk + r] = static_cast<C>(Num<T>::load(src[r * width + d]));
 }
 
+// The three tile products below hold nearly all the arithmetic: compiled for AVX-512, AVX2 and the
+// baseline (clones.h). The clones may contract a * b + c into an FMA, so the last bits of a result
+// depend on the CPU — as oneDNN's do for the composed ops.
+
 // c[r * kBk + j] = sum_d a[r * depth + d] * bt[d * kBk + j] for r < rows, j < n.
 template <typename C>
-void dot_tile(const C* a, std::int64_t rows, std::int64_t depth, const C* bt, std::int64_t n, C* c) {
+CHORUS_CPU_CLONES void dot_tile(const C* a, std::int64_t rows, std::int64_t depth, const C* bt, std::int64_t n, C* c) {
   for (std::int64_t r = 0; r < rows; ++r) {
     C* cr = c + r * kBk;
     std::fill(cr, cr + n, C(0));
@@ -56,22 +61,38 @@ void dot_tile(const C* a, std::int64_t rows, std::int64_t depth, const C* bt, st
   }
 }
 
+// acc[r * width + e] += sum_j p[r * kBk + j] * x[j * width + e] for r < rows (weights times rows).
 template <typename C>
-void axpy(C* y, C a, const C* x, std::int64_t n) {
-  for (std::int64_t e = 0; e < n; ++e) y[e] += a * x[e];
+CHORUS_CPU_CLONES void accumulate_rows(const C* p, std::int64_t rows, std::int64_t nk, const C* x, std::int64_t width,
+                                       C* acc) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    C* a = acc + r * width;
+    for (std::int64_t j = 0; j < nk; ++j) {
+      const C pj = p[r * kBk + j];
+      const C* xj = x + j * width;
+      for (std::int64_t e = 0; e < width; ++e) a[e] += pj * xj[e];
+    }
+  }
+}
+
+// acc[j * width + e] += sum_r p[r * kBk + j] * x[r * width + e] for j < nk (transposed weights).
+template <typename C>
+CHORUS_CPU_CLONES void accumulate_cols(const C* p, std::int64_t rows, std::int64_t nk, const C* x, std::int64_t width,
+                                       C* acc) {
+  for (std::int64_t j = 0; j < nk; ++j) {
+    C* a = acc + j * width;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const C pj = p[r * kBk + j];
+      const C* xr = x + r * width;
+      for (std::int64_t e = 0; e < width; ++e) a[e] += pj * xr[e];
+    }
+  }
 }
 
 // max that keeps NaN (once NaN, always NaN).
 template <typename C>
 C nan_max(C running, C x) {
   return (x > running || x != x) ? x : running;
-}
-
-template <typename C>
-bool finite_all(const C* x, std::int64_t n) {
-  bool ok = true;
-  for (std::int64_t e = 0; e < n; ++e) ok &= std::isfinite(static_cast<double>(x[e]));
-  return ok;
 }
 
 template <typename T>
@@ -118,7 +139,10 @@ void online_row(const AttentionGeometry& g, std::int64_t bh, std::int64_t i, std
       s[j] = kNegInf<C>;  // weight exactly 0 below
     }
   }
-  if (count == 0 && skip_ok) return;  // nothing changes (no Inf/NaN in v to meet a zero weight)
+  if (count == 0 && skip_ok) {  // nothing changes (no Inf/NaN in v to meet a zero weight)
+    std::fill(s, s + nk, C(0));
+    return;
+  }
   if (count > 0) w.seen[static_cast<std::size_t>(r)] = 1;
   const C m_old = w.m[static_cast<std::size_t>(r)];
   const C m_new = nan_max(m_old, mx);
@@ -135,8 +159,7 @@ void online_row(const AttentionGeometry& g, std::int64_t bh, std::int64_t i, std
   w.l[static_cast<std::size_t>(r)] = w.l[static_cast<std::size_t>(r)] * alpha + sum;
   w.m[static_cast<std::size_t>(r)] = m_new;
   C* acc = w.acc.data() + r * dv;
-  for (std::int64_t d = 0; d < dv; ++d) acc[d] *= alpha;
-  for (std::int64_t j = 0; j < nk; ++j) axpy(acc, s[j], w.v.data() + j * dv, dv);
+  for (std::int64_t d = 0; d < dv; ++d) acc[d] *= alpha;  // then the tile's weights are added (forward_unit)
 }
 
 // A row that attends to no key: uniform weights 1 / Tk over every key (after dropout), into acc.
@@ -160,8 +183,11 @@ void uniform_row(const AttentionGeometry& g, std::int64_t bh, std::int64_t i, co
 // Query tile [i0, i0 + kBq) of head bh.
 template <typename T, typename C>
 void forward_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* out, C* lse, std::int64_t bh,
-                  std::int64_t i0, bool skip_ok, ForwardScratch<C>& w) {
+                  std::int64_t i0, ForwardScratch<C>& w) {
   const std::int64_t d = g.head_dim, dv = g.value_dim;
+  // Causal tiles (and wholly masked rows of a tile) may be skipped when this head's v is finite:
+  // 0 * v is then 0. The scan costs about 1 / (2 * kBq) of the unit's work.
+  const bool skip_ok = finite_rows(v + bh * g.tk * dv, g.tk * dv);
   const std::int64_t nq = std::min(kBq, g.tq - i0);
   load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
   std::fill(w.m.begin(), w.m.end(), kNegInf<C>);
@@ -175,6 +201,7 @@ void forward_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v
     load_rows(v + (bh * g.tk + j0) * dv, nk * dv, w.v.data());
     dot_tile(w.q.data(), nq, d, w.kt.data(), nk, w.s.data());
     for (std::int64_t r = 0; r < nq; ++r) online_row(g, bh, i0 + r, r, j0, nk, skip_ok, w);
+    accumulate_rows(w.s.data(), nq, nk, w.v.data(), dv, w.acc.data());
   }
   for (std::int64_t r = 0; r < nq; ++r) {
     const std::int64_t i = i0 + r;
@@ -198,19 +225,11 @@ void forward_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v
 template <typename T, typename C>
 void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* out, C* lse) {
   const std::int64_t heads = g.heads_total();
-  // Causal tiles may be skipped in a head whose v is finite (0 * v is then 0).
-  std::vector<std::uint8_t> v_finite(static_cast<std::size_t>(heads));
-  const std::int64_t per_head = g.tk * g.value_dim;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < heads; ++bh)
-    v_finite[static_cast<std::size_t>(bh)] = finite_rows(v + bh * per_head, per_head);
   std::vector<ForwardScratch<C>> scratch(static_cast<std::size_t>(omp_get_max_threads()),
                                          ForwardScratch<C>(g.head_dim, g.value_dim));
   const std::int64_t tiles = (g.tq + kBq - 1) / kBq;
   parallel_units(heads * tiles, [&](std::int64_t u, int t) {
-    const std::int64_t bh = u / tiles;
-    forward_unit(g, q, k, v, out, lse, bh, (u % tiles) * kBq, v_finite[static_cast<std::size_t>(bh)] != 0,
-                 scratch[static_cast<std::size_t>(t)]);
+    forward_unit(g, q, k, v, out, lse, u / tiles, (u % tiles) * kBq, scratch[static_cast<std::size_t>(t)]);
   });
 }
 
@@ -218,7 +237,7 @@ void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* 
 
 template <typename C>
 struct BackwardScratch {
-  std::vector<C> q, kt, k, dout, vt, s, dp, keep, dq, dk, dv;
+  std::vector<C> q, kt, k, dout, vt, s, dp, keep, delta, dq, dk, dv;
   BackwardScratch(std::int64_t d, std::int64_t dv_)
       : q(kBq * d),
         kt(d * kBk),
@@ -228,29 +247,41 @@ struct BackwardScratch {
         s(kBq * kBk),
         dp(kBq * kBk),
         keep(kBk),
+        delta(kBq),
         dq(kBq * d),
         dk(kBk * d),
         dv(kBk * dv_) {}
 };
 
-// Per head: whether a causal tile may be skipped in the dq pass (k finite) and in the dk/dv pass
-// (q and dout finite, and no row with uniform or NaN weights, which reach every key).
-struct HeadFlags {
-  bool skip_query = false, skip_key = false;
-};
+// Loads query rows [i0, i0 + nq) of q and dout, and their delta = dout . out (FlashAttention-2's
+// D; equals sum_j P_ij dP_ij, with dropout too).
+template <typename T, typename C>
+void load_query_tile(const AttentionGeometry& g, const T* q, const T* out, const T* dout, std::int64_t bh,
+                     std::int64_t i0, std::int64_t nq, BackwardScratch<C>& w) {
+  const std::int64_t d = g.head_dim, dv = g.value_dim;
+  load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
+  load_rows(dout + (bh * g.tq + i0) * dv, nq * dv, w.dout.data());
+  for (std::int64_t r = 0; r < nq; ++r) {
+    const T* o = out + (bh * g.tq + i0 + r) * dv;
+    C acc = 0;
+    for (std::int64_t e = 0; e < dv; ++e)
+      acc += w.dout[static_cast<std::size_t>(r * dv + e)] * static_cast<C>(Num<T>::load(o[e]));
+    w.delta[static_cast<std::size_t>(r)] = acc;
+  }
+}
 
-// For query rows [i0, i0 + nq) x keys [j0, j0 + nk), with w.q, w.kt, w.dout, w.vt loaded: w.s =
-// the weights after dropout, w.dp = the logits' gradient (before the scale).
+// For query rows [i0, i0 + nq) x keys [j0, j0 + nk), with the query tile and w.kt, w.vt loaded:
+// w.s = the weights after dropout, w.dp = the logits' gradient (before the scale).
 template <typename C>
 void weights_and_dlogits(const AttentionGeometry& g, std::int64_t bh, std::int64_t i0, std::int64_t nq, std::int64_t j0,
-                         std::int64_t nk, const C* lse, const C* delta, BackwardScratch<C>& w) {
+                         std::int64_t nk, const C* lse, BackwardScratch<C>& w) {
   dot_tile(w.q.data(), nq, g.head_dim, w.kt.data(), nk, w.s.data());
   dot_tile(w.dout.data(), nq, g.value_dim, w.vt.data(), nk, w.dp.data());
   const C scale = static_cast<C>(g.scale);
   const bool dropout = g.dropout_rate > 0;
   for (std::int64_t r = 0; r < nq; ++r) {
     const std::int64_t i = i0 + r;
-    const C L = lse[bh * g.tq + i], delta_i = delta[bh * g.tq + i];
+    const C L = lse[bh * g.tq + i], delta_i = w.delta[static_cast<std::size_t>(r)];
     C* s = w.s.data() + r * kBk;
     C* dp = w.dp.data() + r * kBk;
     if (dropout)
@@ -278,10 +309,23 @@ void weights_and_dlogits(const AttentionGeometry& g, std::int64_t bh, std::int64
   }
 }
 
+// Whether the dk/dv pass may skip causal query tiles of head bh: q and dout finite (the skipped
+// pairs would add 0 * q and 0 * dout), and every row with an ordinary lse (rows with uniform or
+// NaN weights reach every key). Costs about 1 / (3 * kBk) of a key unit's work.
+template <typename T, typename C>
+bool key_pass_may_skip(const AttentionGeometry& g, const T* q, const C* lse, const T* dout, std::int64_t bh) {
+  for (std::int64_t i = 0; i < g.tq; ++i) {
+    const C L = lse[bh * g.tq + i];
+    if (L != L || L == kNegInf<C>) return false;
+  }
+  return finite_rows(q + bh * g.tq * g.head_dim, g.tq * g.head_dim) &&
+         finite_rows(dout + bh * g.tq * g.value_dim, g.tq * g.value_dim);
+}
+
 // dk, dv of key tile [j0, j0 + kBk) of head bh.
 template <typename T, typename C>
-void key_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* dout, const C* lse,
-              const C* delta, T* dk, T* dv, std::int64_t bh, std::int64_t j0, bool skip_ok, BackwardScratch<C>& w) {
+void key_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* out, const C* lse, const T* dout,
+              T* dk, T* dv, std::int64_t bh, std::int64_t j0, BackwardScratch<C>& w) {
   const std::int64_t d = g.head_dim, dvw = g.value_dim;
   const std::int64_t nk = std::min(kBk, g.tk - j0);
   load_transposed(k + (bh * g.tk + j0) * d, nk, d, w.kt.data());
@@ -289,18 +333,13 @@ void key_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
   std::fill(w.dk.begin(), w.dk.end(), C(0));
   std::fill(w.dv.begin(), w.dv.end(), C(0));
   // Query tiles whose last row is below j0 attend to none of these keys under the causal rule.
-  const std::int64_t i_begin = g.causal && skip_ok ? (j0 / kBq) * kBq : 0;
-  for (std::int64_t i0 = i_begin; i0 < g.tq; i0 += kBq) {
+  const bool skip = g.causal && key_pass_may_skip(g, q, lse, dout, bh);
+  for (std::int64_t i0 = skip ? (j0 / kBq) * kBq : 0; i0 < g.tq; i0 += kBq) {
     const std::int64_t nq = std::min(kBq, g.tq - i0);
-    load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
-    load_rows(dout + (bh * g.tq + i0) * dvw, nq * dvw, w.dout.data());
-    weights_and_dlogits(g, bh, i0, nq, j0, nk, lse, delta, w);
-    for (std::int64_t j = 0; j < nk; ++j) {
-      for (std::int64_t r = 0; r < nq; ++r) {
-        axpy(w.dv.data() + j * dvw, w.s[static_cast<std::size_t>(r * kBk + j)], w.dout.data() + r * dvw, dvw);
-        axpy(w.dk.data() + j * d, w.dp[static_cast<std::size_t>(r * kBk + j)], w.q.data() + r * d, d);
-      }
-    }
+    load_query_tile(g, q, out, dout, bh, i0, nq, w);
+    weights_and_dlogits(g, bh, i0, nq, j0, nk, lse, w);
+    accumulate_cols(w.s.data(), nq, nk, w.dout.data(), dvw, w.dv.data());
+    accumulate_cols(w.dp.data(), nq, nk, w.q.data(), d, w.dk.data());
   }
   const C scale = static_cast<C>(g.scale);
   T* dk_out = dk + (bh * g.tk + j0) * d;
@@ -311,73 +350,47 @@ void key_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
 
 // dq of query tile [i0, i0 + kBq) of head bh.
 template <typename T, typename C>
-void query_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* dout, const C* lse,
-                const C* delta, T* dq, std::int64_t bh, std::int64_t i0, bool skip_ok, BackwardScratch<C>& w) {
+void query_unit(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* out, const C* lse,
+                const T* dout, T* dq, std::int64_t bh, std::int64_t i0, BackwardScratch<C>& w) {
   const std::int64_t d = g.head_dim, dvw = g.value_dim;
   const std::int64_t nq = std::min(kBq, g.tq - i0);
-  load_rows(q + (bh * g.tq + i0) * d, nq * d, w.q.data());
-  load_rows(dout + (bh * g.tq + i0) * dvw, nq * dvw, w.dout.data());
+  load_query_tile(g, q, out, dout, bh, i0, nq, w);
   std::fill(w.dq.begin(), w.dq.end(), C(0));
-  const std::int64_t k_end = g.causal && skip_ok ? std::min(g.tk, i0 + nq) : g.tk;
+  // Causal key tiles may be skipped when k is finite (they would add 0 * k).
+  const bool skip = g.causal && finite_rows(k + bh * g.tk * d, g.tk * d);
+  const std::int64_t k_end = skip ? std::min(g.tk, i0 + nq) : g.tk;
   for (std::int64_t j0 = 0; j0 < k_end; j0 += kBk) {
     const std::int64_t nk = std::min(kBk, g.tk - j0);
     load_transposed(k + (bh * g.tk + j0) * d, nk, d, w.kt.data());
     load_rows(k + (bh * g.tk + j0) * d, nk * d, w.k.data());
     load_transposed(v + (bh * g.tk + j0) * dvw, nk, dvw, w.vt.data());
-    weights_and_dlogits(g, bh, i0, nq, j0, nk, lse, delta, w);
-    for (std::int64_t r = 0; r < nq; ++r)
-      for (std::int64_t j = 0; j < nk; ++j)
-        axpy(w.dq.data() + r * d, w.dp[static_cast<std::size_t>(r * kBk + j)], w.k.data() + j * d, d);
+    weights_and_dlogits(g, bh, i0, nq, j0, nk, lse, w);
+    accumulate_rows(w.dp.data(), nq, nk, w.k.data(), d, w.dq.data());
   }
   const C scale = static_cast<C>(g.scale);
   T* dq_out = dq + (bh * g.tq + i0) * d;
   for (std::int64_t e = 0; e < nq * d; ++e) dq_out[e] = Num<T>::store(w.dq[static_cast<std::size_t>(e)] * scale);
 }
 
-// delta[row] = dout . out (FlashAttention-2's D; equals sum_j P_ij dP_ij, with dropout too), and
-// the per-head skip flags.
-template <typename T, typename C>
-void backward_prepass(const AttentionGeometry& g, const T* q, const T* k, const T* out, const C* lse, const T* dout,
-                      C* delta, std::vector<HeadFlags>& flags) {
-  const std::int64_t heads = g.heads_total(), d = g.head_dim, dv = g.value_dim;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < heads; ++bh) {
-    bool regular = true;
-    for (std::int64_t i = 0; i < g.tq; ++i) {
-      const std::int64_t row = bh * g.tq + i;
-      C acc = 0;
-      for (std::int64_t e = 0; e < dv; ++e)
-        acc += static_cast<C>(Num<T>::load(dout[row * dv + e])) * static_cast<C>(Num<T>::load(out[row * dv + e]));
-      delta[row] = acc;
-      regular &= lse[row] == lse[row] && lse[row] != kNegInf<C>;
-    }
-    HeadFlags& f = flags[static_cast<std::size_t>(bh)];
-    f.skip_query = finite_rows(k + bh * g.tk * d, g.tk * d);
-    f.skip_key = regular && finite_rows(q + bh * g.tq * d, g.tq * d) && finite_rows(dout + bh * g.tq * dv, g.tq * dv);
-  }
-}
-
+// One OpenMP region for both passes (they write disjoint outputs): the dk/dv units over key
+// tiles, then, without a barrier between, the dq units over query tiles.
 template <typename T, typename C>
 void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, const T* out, const C* lse, const T* dout,
               T* dq, T* dk, T* dv) {
   const std::int64_t heads = g.heads_total();
-  std::vector<C> delta(static_cast<std::size_t>(heads * g.tq));
-  std::vector<HeadFlags> flags(static_cast<std::size_t>(heads));
-  backward_prepass(g, q, k, out, lse, dout, delta.data(), flags);
   std::vector<BackwardScratch<C>> scratch(static_cast<std::size_t>(omp_get_max_threads()),
                                           BackwardScratch<C>(g.head_dim, g.value_dim));
-  const std::int64_t key_tiles = (g.tk + kBk - 1) / kBk;
-  parallel_units(heads * key_tiles, [&](std::int64_t u, int t) {
-    const std::int64_t bh = u / key_tiles;
-    key_unit(g, q, k, v, dout, lse, delta.data(), dk, dv, bh, (u % key_tiles) * kBk,
-             flags[static_cast<std::size_t>(bh)].skip_key, scratch[static_cast<std::size_t>(t)]);
-  });
-  const std::int64_t query_tiles = (g.tq + kBq - 1) / kBq;
-  parallel_units(heads * query_tiles, [&](std::int64_t u, int t) {
-    const std::int64_t bh = u / query_tiles;
-    query_unit(g, q, k, v, dout, lse, delta.data(), dq, bh, (u % query_tiles) * kBq,
-               flags[static_cast<std::size_t>(bh)].skip_query, scratch[static_cast<std::size_t>(t)]);
-  });
+  const std::int64_t key_tiles = (g.tk + kBk - 1) / kBk, query_tiles = (g.tq + kBq - 1) / kBq;
+#pragma omp parallel
+  {
+    BackwardScratch<C>& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1) nowait
+    for (std::int64_t u = 0; u < heads * key_tiles; ++u)
+      key_unit(g, q, k, v, out, lse, dout, dk, dv, u / key_tiles, (u % key_tiles) * kBk, w);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (std::int64_t u = 0; u < heads * query_tiles; ++u)
+      query_unit(g, q, k, v, out, lse, dout, dq, u / query_tiles, (u % query_tiles) * kBq, w);
+  }
 }
 
 // Storage type T and compute type C of `dtype`.

@@ -1,13 +1,13 @@
 // chorus's fused attention kernels on the CPU (ops/cpu/attention.cc), behind
 // ops::scaled_dot_product_attention (ops/attention.h). FlashAttention-2's algorithm: the keys are
 // visited in tiles of 64 with an online (running max and sum) softmax, so no [Tq, Tk] matrix is
-// ever in memory — per thread a 32 x 64 tile of logits and the tiles of q, k, v it works on.
+// ever in memory — per thread a 64 x 64 tile of logits and the tiles of q, k, v it works on.
 //
 // Layouts, the meaning of lse and of every (query, key) decision: ops/attention_geometry.h.
 // Pointers are host memory; no aliasing between inputs and outputs. The op layer validates shapes
 // and dtypes; these run synchronously on the calling thread, split over its OpenMP threads
 // (omp_get_max_threads(), which the op layer sets per logical device): the forward and the dq pass
-// over (batch x heads x query tiles of 32), the dk/dv pass over (batch x heads x key tiles of 64).
+// over (batch x heads x query tiles of 64), the dk/dv pass over (batch x heads x key tiles of 64).
 // Each output element is written by one thread in a fixed order, so results do not depend on the
 // thread count.
 //
