@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -45,19 +46,24 @@ void load_transposed(const T* src, std::int64_t rows, std::int64_t width, C* dst
 
 // The three tile products below hold nearly all the arithmetic: compiled for AVX-512, AVX2 and the
 // baseline (clones.h). The clones may contract a * b + c into an FMA, so the last bits of a result
-// depend on the CPU — as oneDNN's do for the composed ops.
+// depend on the CPU — as oneDNN's do for the composed ops. Each keeps its running sums in a local
+// block of kChunk values (registers), not in the output row: a load-add-store chain through memory
+// would wait on store forwarding at every step. Blocks run past a row's end (into the next row or
+// the kChunk values of slack every scratch row buffer has); those lanes are never stored.
+constexpr std::int64_t kChunk = 64;
 
 // c[r * kBk + j] = sum_d a[r * depth + d] * bt[d * kBk + j] for r < rows, j < n.
 template <typename C>
 CHORUS_CPU_CLONES void dot_tile(const C* a, std::int64_t rows, std::int64_t depth, const C* bt, std::int64_t n, C* c) {
+  static_assert(kBk == kChunk, "one block spans a tile row");
   for (std::int64_t r = 0; r < rows; ++r) {
-    C* cr = c + r * kBk;
-    std::fill(cr, cr + n, C(0));
+    C sum[kChunk] = {};
     for (std::int64_t d = 0; d < depth; ++d) {
       const C av = a[r * depth + d];
       const C* b = bt + d * kBk;
-      for (std::int64_t j = 0; j < n; ++j) cr[j] += av * b[j];
+      for (std::int64_t j = 0; j < kChunk; ++j) sum[j] += av * b[j];
     }
+    for (std::int64_t j = 0; j < n; ++j) c[r * kBk + j] = sum[j];
   }
 }
 
@@ -66,11 +72,15 @@ template <typename C>
 CHORUS_CPU_CLONES void accumulate_rows(const C* p, std::int64_t rows, std::int64_t nk, const C* x, std::int64_t width,
                                        C* acc) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    C* a = acc + r * width;
-    for (std::int64_t j = 0; j < nk; ++j) {
-      const C pj = p[r * kBk + j];
-      const C* xj = x + j * width;
-      for (std::int64_t e = 0; e < width; ++e) a[e] += pj * xj[e];
+    for (std::int64_t e0 = 0; e0 < width; e0 += kChunk) {
+      C sum[kChunk] = {};
+      for (std::int64_t j = 0; j < nk; ++j) {
+        const C pj = p[r * kBk + j];
+        const C* xj = x + j * width + e0;
+        for (std::int64_t e = 0; e < kChunk; ++e) sum[e] += pj * xj[e];
+      }
+      const std::int64_t ne = std::min(kChunk, width - e0);
+      for (std::int64_t e = 0; e < ne; ++e) acc[r * width + e0 + e] += sum[e];
     }
   }
 }
@@ -80,13 +90,52 @@ template <typename C>
 CHORUS_CPU_CLONES void accumulate_cols(const C* p, std::int64_t rows, std::int64_t nk, const C* x, std::int64_t width,
                                        C* acc) {
   for (std::int64_t j = 0; j < nk; ++j) {
-    C* a = acc + j * width;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const C pj = p[r * kBk + j];
-      const C* xr = x + r * width;
-      for (std::int64_t e = 0; e < width; ++e) a[e] += pj * xr[e];
+    for (std::int64_t e0 = 0; e0 < width; e0 += kChunk) {
+      C sum[kChunk] = {};
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const C pj = p[r * kBk + j];
+        const C* xr = x + r * width + e0;
+        for (std::int64_t e = 0; e < kChunk; ++e) sum[e] += pj * xr[e];
+      }
+      const std::int64_t ne = std::min(kChunk, width - e0);
+      for (std::int64_t e = 0; e < ne; ++e) acc[j * width + e0 + e] += sum[e];
     }
   }
+}
+
+// exp(x) for float with Cephes's expf polynomial (relative error ~2 ulp, a few ulp from glibc's):
+// written without calls or branches so the clones below vectorize it (glibc's vector expf needs
+// -ffast-math). NaN → NaN, x < -87.5 → 0 (exactly: masked logits are -inf), x > 88.5 → +inf.
+inline float exp_poly(float x) {
+  const float xc = std::min(std::max(x, -87.5f), 88.5f);                    // NaN passes through both
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float y = p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+  return x < -87.5f ? 0.0f : (x > 88.5f ? std::numeric_limits<float>::infinity() : y);
+}
+
+// s[j] = exp(s[j] - shift) for j < n; returns their sum (float: exp_poly, vectorized).
+CHORUS_CPU_CLONES float exp_row(float* s, std::int64_t n, float shift) {
+  float sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) s[j] = exp_poly(s[j] - shift);
+  for (std::int64_t j = 0; j < n; ++j) sum += s[j];
+  return sum;
+}
+double exp_row(double* s, std::int64_t n, double shift) {
+  double sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - shift);
+    sum += s[j];
+  }
+  return sum;
 }
 
 // max that keeps NaN (once NaN, always NaN).
@@ -117,7 +166,15 @@ struct ForwardScratch {
   std::vector<C> q, kt, v, s, acc, m, l, keep;
   std::vector<std::uint8_t> seen;
   ForwardScratch(std::int64_t d, std::int64_t dv)
-      : q(kBq * d), kt(d * kBk), v(kBk * dv), s(kBq * kBk), acc(kBq * dv), m(kBq), l(kBq), keep(kBk), seen(kBq) {}
+      : q(kBq * d),
+        kt(d * kBk),
+        v(kBk * dv + kChunk),
+        s(kBq * kBk),
+        acc(kBq * dv),
+        m(kBq),
+        l(kBq),
+        keep(kBk),
+        seen(kBq) {}
 };
 
 // Folds key tile [j0, j0 + nk) into row r (query i) of the running softmax. w.s row r holds q.k.
@@ -150,12 +207,9 @@ void online_row(const AttentionGeometry& g, std::int64_t bh, std::int64_t i, std
   const C alpha = std::exp(m_old - m_safe);
   const bool dropout = g.dropout_rate > 0;
   if (dropout) attention_dropout_row<C>(g, static_cast<std::uint64_t>((bh * g.tq + i) * g.tk + j0), nk, w.keep.data());
-  C sum = 0;
-  for (std::int64_t j = 0; j < nk; ++j) {
-    const C p = std::exp(s[j] - m_safe);
-    sum += p;
-    s[j] = dropout ? p * w.keep[static_cast<std::size_t>(j)] : p;
-  }
+  const C sum = exp_row(s, nk, m_safe);
+  if (dropout)
+    for (std::int64_t j = 0; j < nk; ++j) s[j] *= w.keep[static_cast<std::size_t>(j)];
   w.l[static_cast<std::size_t>(r)] = w.l[static_cast<std::size_t>(r)] * alpha + sum;
   w.m[static_cast<std::size_t>(r)] = m_new;
   C* acc = w.acc.data() + r * dv;
@@ -239,10 +293,10 @@ template <typename C>
 struct BackwardScratch {
   std::vector<C> q, kt, k, dout, vt, s, dp, keep, delta, dq, dk, dv;
   BackwardScratch(std::int64_t d, std::int64_t dv_)
-      : q(kBq * d),
+      : q(kBq * d + kChunk),
         kt(d * kBk),
-        k(kBk * d),
-        dout(kBq * dv_),
+        k(kBk * d + kChunk),
+        dout(kBq * dv_ + kChunk),
         vt(dv_ * kBk),
         s(kBq * kBk),
         dp(kBq * kBk),
@@ -295,10 +349,16 @@ void weights_and_dlogits(const AttentionGeometry& g, std::int64_t bh, std::int64
       continue;
     }
     const std::uint8_t* mrow = attention_mask_row(g, bh, i);
+    bool allowed[kBk];
+    for (std::int64_t j = 0; j < nk; ++j) {
+      allowed[j] = attention_allowed(g, mrow, i, j0 + j);
+      s[j] = allowed[j] ? s[j] * scale : kNegInf<C>;
+    }
+    exp_row(s, nk, L);  // the weights before dropout
     for (std::int64_t j = 0; j < nk; ++j) {
       const C keep = dropout ? w.keep[static_cast<std::size_t>(j)] : C(1);
-      if (attention_allowed(g, mrow, i, j0 + j)) {
-        const C p = std::exp(s[j] * scale - L);
+      if (allowed[j]) {
+        const C p = s[j];
         s[j] = p * keep;
         dp[j] = p * (dp[j] * keep - delta_i);
       } else {
