@@ -124,9 +124,14 @@ inline float exp_poly(float x) {
 
 // s[j] = exp(s[j] - shift) for j < n; returns their sum (float: exp_poly, vectorized).
 CHORUS_CPU_CLONES float exp_row(float* s, std::int64_t n, float shift) {
-  float sum = 0;
   for (std::int64_t j = 0; j < n; ++j) s[j] = exp_poly(s[j] - shift);
-  for (std::int64_t j = 0; j < n; ++j) sum += s[j];
+  float part[16] = {};  // 16 running sums (one vector), then added up: a fixed order
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int e = 0; e < 16; ++e) part[e] += s[j + e];
+  float sum = 0;
+  for (; j < n; ++j) sum += s[j];
+  for (float x : part) sum += x;
   return sum;
 }
 double exp_row(double* s, std::int64_t n, double shift) {
