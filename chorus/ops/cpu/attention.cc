@@ -1,10 +1,11 @@
 // Fused scaled-dot-product attention on the CPU (ops/cpu/attention.h): FlashAttention-2's forward
 // and backward over tiles, in plain loops the compiler vectorizes (every innermost loop runs over a
-// contiguous row: tiles of k and v are stored transposed for the dot products).
+// contiguous row: tiles of k, and of v in the backward, are stored transposed for the dot products).
 //
 // Why the special cases look the way they do (the composed reference is where + softmax + matmul):
 //   - masked pairs get weight exactly 0 and are still multiplied in (0 * Inf = NaN, as matmul does);
-//     only whole causal tiles are skipped, and only when the skipped partner tensor is finite;
+//     only whole causal tiles (and, in the forward, a row's wholly masked tile) are skipped, and only
+//     when the tensor the skipped zeros would multiply is finite;
 //   - the running max propagates NaN (std::max would drop it), and a row whose max is still -inf
 //     subtracts 0 instead (exp(-inf - -inf) would be NaN where the softmax gives 0);
 //   - lse = -inf marks a row with no key at all (uniform weights), NaN a NaN row (see the geometry).
@@ -107,7 +108,7 @@ CHORUS_CPU_CLONES void accumulate_cols(const C* p, std::int64_t rows, std::int64
 // written without calls or branches so the clones below vectorize it (glibc's vector expf needs
 // -ffast-math). NaN → NaN, x < -87.5 → 0 (exactly: masked logits are -inf), x > 88.5 → +inf.
 inline float exp_poly(float x) {
-  const float xc = std::min(std::max(x, -87.5f), 88.5f);                    // NaN passes through both
+  const float xc = x != x ? 0.0f : std::min(std::max(x, -87.5f), 88.5f);    // NaN: selected at the end
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -119,7 +120,7 @@ inline float exp_poly(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   const float y = p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
-  return x < -87.5f ? 0.0f : (x > 88.5f ? std::numeric_limits<float>::infinity() : y);
+  return x != x ? x : x < -87.5f ? 0.0f : (x > 88.5f ? std::numeric_limits<float>::infinity() : y);
 }
 
 // s[j] = exp(s[j] - shift) for j < n; returns their sum (float: exp_poly, vectorized).
