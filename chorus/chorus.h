@@ -68,6 +68,7 @@
 #include <chorus/model/metrics.h>
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/model.h>
+#include <chorus/model/multi_head_attention.h>
 #include <chorus/model/shape_layers.h>
 
 #include <chorus/launch/build_info.h>

@@ -1,6 +1,7 @@
 // All of ops/: tensor math and autograd (see each header for its contract).
 #pragma once
 
+#include <chorus/ops/attention.h>
 #include <chorus/ops/determinism.h>
 #include <chorus/ops/dropout.h>
 #include <chorus/ops/elementwise.h>
