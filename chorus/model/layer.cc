@@ -97,9 +97,11 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
 }
 
 void Layer::check_built_shapes(const std::vector<Tensor>& xs) const {
-  CHORUS_REQUIRE(xs.size() == built_shapes_.size(), InvalidArgumentError, "layer '", name_, "' (", class_name(),
-                 ") was built for ", built_shapes_.size(), " input(s) and is called with ", xs.size());
-  for (std::size_t i = 0; i < xs.size(); ++i) {
+  const std::size_t checked = shape_checked_inputs();
+  CHORUS_REQUIRE(xs.size() == built_shapes_.size() || checked < xs.size() || checked < built_shapes_.size(),
+                 InvalidArgumentError, "layer '", name_, "' (", class_name(), ") was built for ", built_shapes_.size(),
+                 " input(s) and is called with ", xs.size());
+  for (std::size_t i = 0; i < std::min({xs.size(), built_shapes_.size(), checked}); ++i) {
     const auto& d = xs[i].shape().dims();
     const auto& b = built_shapes_[i];
     CHORUS_REQUIRE(d.size() == b.size() + 1 && std::equal(b.begin(), b.end(), d.begin() + 1), InvalidArgumentError,

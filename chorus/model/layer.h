@@ -148,6 +148,9 @@ class Layer : public train::Trackable, public std::enable_shared_from_this<Layer
   // Registers an owned layer under `attribute` (its checkpoint key; also its name when it has
   // none). Call before the layer is built. Returns it.
   std::shared_ptr<Layer> track_layer(std::shared_ptr<Layer> layer, std::string attribute);
+  // How many leading inputs must keep the shapes the layer was built for (all by default; a layer
+  // whose later inputs are optional or vary — MultiHeadAttention's mask — says fewer).
+  virtual std::size_t shape_checked_inputs() const { return static_cast<std::size_t>(-1); }
   // Keras's autocast: whether operator() casts floating inputs to the compute dtype (a model
   // leaves it to its layers).
   virtual bool autocast() const { return true; }

@@ -442,14 +442,21 @@ summary::GraphDef Model::graph_def() const {
   return g;
 }
 
+std::vector<train::TrackableChild> Model::trackable_children() const {
+  std::vector<train::TrackableChild> out;
+  for (const auto& [attribute, l] : sublayers()) out.push_back({attribute, std::shared_ptr<train::Trackable>(l)});
+  if (optimizer_) out.push_back({"optimizer", std::shared_ptr<train::Trackable>(optimizer_)});
+  return out;
+}
+
 void Model::save_weights(const std::string& path) {
   train::Checkpoint ckpt(trackable_children());
   ckpt.write(path);
 }
 
 train::LoadStatus Model::load_weights(const std::string& path) {
-  train::Checkpoint ckpt(trackable_children());
-  return ckpt.read(path).expect_partial();  // the caller asserts what it needs
+  weights_checkpoint_ = std::make_shared<train::Checkpoint>(trackable_children());
+  return weights_checkpoint_->read(path).expect_partial();  // the caller asserts what it needs
 }
 
 std::vector<train::TrackableChild> Model::numbered_layer_children() const {

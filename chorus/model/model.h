@@ -160,7 +160,8 @@ class Model : public layers::Layer {
   // load_weights(path) reads. `path` is a file prefix: path.index and path.data-00000-of-00001 are
   // written (crash-safe, checkpoint/checkpoint.h; only the chief writes in a multi-worker job).
   // load_weights before the model is built keeps the values until the build creates the weights;
-  // the returned status says what matched (assert_consumed() to insist on everything). Errors:
+  // the returned status says what matched (assert_consumed() to insist on everything; it stays
+  // valid until the next load_weights). Errors:
   // a missing file → NotFoundError; a weight of another shape → InvalidArgumentError naming it.
   void save_weights(const std::string& path);
   train::LoadStatus load_weights(const std::string& path);
@@ -219,6 +220,7 @@ class Model : public layers::Layer {
   callbacks::Logs logs(const std::string& prefix = "", bool all_workers = false) const;
 
   distribute::Strategy* strategy_;
+  std::shared_ptr<train::Checkpoint> weights_checkpoint_;  // load_weights': its status needs it alive
   std::optional<std::pair<int, std::int64_t>> resume_;  // set_resume_point, consumed by fit
   bool stop_now_ = false;
   std::int64_t global_batch_rows_ = 0;  // global_batch_size()

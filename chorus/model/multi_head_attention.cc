@@ -85,12 +85,15 @@ void MultiHeadAttentionLayer::build_weights(const std::vector<Shape>& shapes) {
                    shapes[i].to_string());
   const Shape& q = shapes[0];
   const Shape& v = shapes.size() >= 2 ? shapes[1] : shapes[0];  // one input: self-attention
-  const Shape& k = shapes.size() >= 3 ? shapes[2] : shapes[1];
+  const Shape& k = shapes.size() >= 3 ? shapes[2] : v;
   const std::int64_t out = options_.output_dim > 0 ? options_.output_dim : q.dim(-1);
   const auto& o = options_;
+  // The projections compute in this layer's dtype policy (Keras passes dtype=self.dtype_policy).
   auto make = [&](EinsumDenseLayer::Kind kind, std::int64_t per_head, std::int64_t out_dim, const char* name) {
-    return std::make_shared<EinsumDenseLayer>(kind, o.num_heads, per_head, out_dim, o.use_bias, o.kernel_initializer,
-                                              o.bias_initializer, name);
+    auto l = std::make_shared<EinsumDenseLayer>(kind, o.num_heads, per_head, out_dim, o.use_bias, o.kernel_initializer,
+                                                o.bias_initializer, name);
+    l->set_dtype_policy(dtype_policy());
+    return l;
   };
   using K = EinsumDenseLayer::Kind;
   query_ = std::static_pointer_cast<EinsumDenseLayer>(track_layer(make(K::kSplitHeads, o.key_dim, 0, "query"), "_query_dense"));

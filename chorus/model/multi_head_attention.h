@@ -83,6 +83,7 @@ class MultiHeadAttentionLayer final : public Layer {
 
  protected:
   void build_weights(const std::vector<Shape>& shapes) override;
+  std::size_t shape_checked_inputs() const override { return 3; }  // the mask is optional, of two forms
   std::vector<Tensor> call_list(const std::vector<Tensor>& xs, bool training) override;
 
  private:

@@ -9,6 +9,8 @@ when every check passed, 1 otherwise, 2 on bad usage. Arrays travel as "dumps"
                           DIR/io: inputs a, b and chorus's outputs out0, out1. tf_keras builds the
                           same graph, restores each with assert_consumed(), and its outputs on a, b
                           equal chorus's.
+  mha-writes DIR          (tf_keras writes) a MultiHeadAttention model with a key padding mask input
+                          and use_causal_mask: DIR/weights, DIR/io (x, pad, y).
   functional-writes DIR   (tf_keras writes) the same graph, with tf_keras's initial weights:
                           DIR/weights (save_weights), DIR/io (a, b and tf_keras's outputs).
 
@@ -93,12 +95,35 @@ def functional_writes(root):
     return c.done("functional-writes")
 
 
+def mha_writes(root):
+    """tf_keras's MultiHeadAttention (2 heads, key_dim 4, use_causal_mask) with a key padding
+    mask, as tests/model/multi_head_attention_test.cc builds it: weights and outputs."""
+    import tf_keras as K
+    from tf_interop import Checks, write_dump
+
+    c = Checks()
+    x = K.Input((6, 8), name="x")
+    pad = K.Input((6, 6), dtype="bool", name="pad")  # [B, T, S]: every query's key padding
+    y = K.layers.MultiHeadAttention(2, 4, name="mha")(x, x, x, attention_mask=pad, use_causal_mask=True)
+    m = K.Model([x, pad], y, name="m")
+    rng = np.random.default_rng(3)
+    xv = rng.uniform(-1, 1, (3, 6, 8)).astype(np.float32)
+    pv = np.ones((3, 6, 6), dtype=bool)
+    pv[1, :, 4:] = False
+    pv[2, :, 1:] = False
+    out = m([xv, pv]).numpy()
+    m.save_weights(os.path.join(root, "weights"))
+    write_dump(os.path.join(root, "io"), [("x", xv), ("pad", pv.astype(np.uint8)), ("y", out)])
+    c.check(True, "tf_keras wrote MultiHeadAttention's weights and outputs")
+    return c.done("mha-writes")
+
+
 def main(argv):
     import tensorflow as tf
     import tf_interop
 
     tf_interop.tf = tf  # Checks.done prints TF's version
-    modes = {"functional-reads": functional_reads, "functional-writes": functional_writes}
+    modes = {"functional-reads": functional_reads, "functional-writes": functional_writes, "mha-writes": mha_writes}
     if len(argv) != 3 or argv[1] not in modes:
         print(f"usage: {argv[0]} {{{'|'.join(modes)}}} DIR", file=sys.stderr)
         return 2
