@@ -7,6 +7,7 @@
 #include <chorus/ops/kinds.h>
 #include <chorus/ops/linalg.h>
 #include <chorus/ops/nn.h>
+#include <chorus/ops/normalization.h>
 #include <chorus/ops/random.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>
