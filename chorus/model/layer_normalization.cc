@@ -71,9 +71,8 @@ void LayerNormalizationLayer::build_weights(const Shape& in) {
 Tensor LayerNormalizationLayer::call(const Tensor& x, bool) {
   const Tensor gamma = scale_ ? gamma_.value() : Tensor();
   const Tensor beta = center_ ? beta_.value() : Tensor();
-  return in_variable_dtype(x, dtype_policy().variable_dtype(), [&](const Tensor& v) {
-    return ops::layer_norm(v, gamma, beta, epsilon_, begin_axis_);
-  });
+  return in_variable_dtype(x, dtype_policy().variable_dtype(),
+                           [&](const Tensor& v) { return ops::layer_norm(v, gamma, beta, epsilon_, begin_axis_); });
 }
 
 RMSNormalizationLayer::RMSNormalizationLayer(std::vector<int> axis, double epsilon, std::string name)

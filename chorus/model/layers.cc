@@ -14,12 +14,12 @@ namespace chorus::layers {
 using chorus::internal::str_cat;
 
 void check_activation(const std::string& a) {
-  CHORUS_REQUIRE(a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" ||
-                     a == "softmax" || a == "silu" || a == "swish" || a == "leaky_relu" || a == "elu" ||
-                     a == "softplus",
-                 InvalidArgumentError, "unknown activation '", a,
-                 "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax, silu (or swish), leaky_relu, elu, "
-                 "softplus");
+  CHORUS_REQUIRE(
+      a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" || a == "softmax" ||
+          a == "silu" || a == "swish" || a == "leaky_relu" || a == "elu" || a == "softplus",
+      InvalidArgumentError, "unknown activation '", a,
+      "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax, silu (or swish), leaky_relu, elu, "
+      "softplus");
 }
 
 Tensor activate(const std::string& a, const Tensor& x) {

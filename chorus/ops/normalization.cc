@@ -66,10 +66,10 @@ std::vector<Tensor> norm_grad(const Saved& s, bool has_beta, const Tensor& dy) {
             layer && has_beta ? zeros() : Tensor()};
   }
   Tensor dx = internal::wants_input_gradient(0) ? output(d, s.x.shape(), s.x.dtype()) : Tensor();
-  Tensor dg = s.gamma.defined() && internal::wants_input_gradient(1) ? output(d, s.gamma.shape(), s.param_dtype)
-                                                                      : Tensor();
-  Tensor db = layer && has_beta && internal::wants_input_gradient(2) ? output(d, s.param_shape, s.param_dtype)
-                                                                     : Tensor();
+  Tensor dg =
+      s.gamma.defined() && internal::wants_input_gradient(1) ? output(d, s.gamma.shape(), s.param_dtype) : Tensor();
+  Tensor db =
+      layer && has_beta && internal::wants_input_gradient(2) ? output(d, s.param_shape, s.param_dtype) : Tensor();
   auto ptr = [](const Tensor& t) -> void* { return t.defined() ? t.data() : nullptr; };
   const void* mean = layer ? s.mean.data() : nullptr;
   if (d->is_gpu()) {
@@ -131,9 +131,8 @@ Tensor normalize(NormKind kind, const Tensor& x, const Tensor& gamma_in, const T
   if (internal::should_record({x, gamma, beta})) {
     Saved s{kind, x, gamma, mean, rstd, pshape, rows, cols, pdtype};
     const bool has_beta = beta.defined();
-    internal::record(name, {x, gamma, beta}, {y}, [s, has_beta](const std::vector<Tensor>& gs) {
-      return norm_grad(s, has_beta, gs[0]);
-    });
+    internal::record(name, {x, gamma, beta}, {y},
+                     [s, has_beta](const std::vector<Tensor>& gs) { return norm_grad(s, has_beta, gs[0]); });
   }
   return y;
 }

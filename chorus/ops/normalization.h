@@ -34,8 +34,7 @@
 
 namespace chorus::ops {
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon = 1e-3,
-                  int begin_axis = -1);
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon = 1e-3, int begin_axis = -1);
 
 Tensor rms_norm(const Tensor& x, const Tensor& gamma, double epsilon = 1e-6, int begin_axis = -1);
 

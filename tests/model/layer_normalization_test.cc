@@ -34,13 +34,14 @@ std::vector<double> seq(std::int64_t n, double scale, double shift) {
 }
 
 // Rows of `cols`: (x − mean)·rstd·gamma + beta (rms: x·rstd·gamma with rstd from mean(x²)).
-std::vector<double> reference(bool rms, const std::vector<double>& x, std::size_t cols, const std::vector<double>& gamma,
-                              const std::vector<double>& beta, double eps) {
+std::vector<double> reference(bool rms, const std::vector<double>& x, std::size_t cols,
+                              const std::vector<double>& gamma, const std::vector<double>& beta, double eps) {
   std::vector<double> y(x.size());
   for (std::size_t r = 0; r < x.size() / cols; ++r) {
     double m = 0, v = 0;
     for (std::size_t c = 0; c < cols && !rms; ++c) m += x[r * cols + c] / static_cast<double>(cols);
-    for (std::size_t c = 0; c < cols; ++c) v += (x[r * cols + c] - m) * (x[r * cols + c] - m) / static_cast<double>(cols);
+    for (std::size_t c = 0; c < cols; ++c)
+      v += (x[r * cols + c] - m) * (x[r * cols + c] - m) / static_cast<double>(cols);
     for (std::size_t c = 0; c < cols; ++c)
       y[r * cols + c] = (x[r * cols + c] - m) / std::sqrt(v + eps) * (gamma.empty() ? 1.0 : gamma[c]) +
                         (beta.empty() ? 0.0 : beta[c]);

@@ -1,6 +1,6 @@
-// NaN and Inf through relu, silu, leaky_relu, elu, softplus, maximum/minimum, max pooling (forward and gradient), the reductions,
-// arg-max/min, softmax/log-softmax and the fused sparse softmax cross-entropy: TensorFlow's
-// semantics (docs/ops.md, "NaN and Inf"). Two kinds of check:
+// NaN and Inf through relu, silu, leaky_relu, elu, softplus, maximum/minimum, max pooling (forward and gradient), the
+// reductions, arg-max/min, softmax/log-softmax and the fused sparse softmax cross-entropy: TensorFlow's semantics
+// (docs/ops.md, "NaN and Inf"). Two kinds of check:
 //   - analytic: the rule of each op on inputs chosen to exercise it (NaN in → NaN out, NaN skipped
 //     by max pooling and arg-max, ...), on every CPU path (float32: chorus's loops or oneDNN;
 //     float64: the reference loops; bfloat16 where it applies);
@@ -223,8 +223,8 @@ TEST_F(NanTest, Float32AndFloat64FollowTensorFlowsRules) {
 TEST_F(NanTest, ActivationsKeepTheirNanAndInfRulesInBfloat16) {
   const auto b = chorus_outputs(DType::kBFloat16);
   const auto want = analytic();
-  for (const char* name : {"silu", "silu_grad", "leaky_relu", "leaky_relu_grad", "elu", "elu_grad", "softplus",
-                           "softplus_grad"}) {
+  for (const char* name :
+       {"silu", "silu_grad", "leaky_relu", "leaky_relu_grad", "elu", "elu_grad", "softplus", "softplus_grad"}) {
     const std::vector<double> got = ops::cast(b.at(name), DType::kFloat64).to_vector<double>();
     const std::vector<double>& w = want.at(name);
     ASSERT_EQ(got.size(), w.size()) << name;

@@ -62,7 +62,7 @@ TEST_F(CudaKernelsTest, ActivationsMatchCpuWithNanAndInf) {
   xv.insert(xv.begin(), std::begin(specials), std::end(specials));
   const Shape s{static_cast<i64>(xv.size())};
   const std::vector<double> dyv = uniform(s.num_elements(), -1, 1, 6);
-  const std::pair<const char*, std::function<Tensor(const Tensor&)>> acts[] = {
+  const std::pair<const char*, std::function<Tensor(const Tensor&)> > acts[] = {
       {"silu", ops::silu},
       {"leaky_relu", [](const Tensor& t) { return ops::leaky_relu(t); }},
       {"leaky_relu(-1.5)", [](const Tensor& t) { return ops::leaky_relu(t, -1.5); }},
@@ -108,20 +108,24 @@ TEST_F(CudaKernelsTest, LayerNormAndRmsNormMatchCpu) {
           tape.watch(x);
           tape.watch(g);
           tape.watch(be);
-          const Tensor y = rms ? ops::rms_norm(x, g, 1e-6, nc.begin_axis) : ops::layer_norm(x, g, be, 1e-3, nc.begin_axis);
-          std::vector<Tensor> out = tape.gradient(ops::reduce_sum(ops::mul(ops::cast(y, pd), ops::cast(dy, pd))),
-                                                  {x, g, be});
+          const Tensor y =
+              rms ? ops::rms_norm(x, g, 1e-6, nc.begin_axis) : ops::layer_norm(x, g, be, 1e-3, nc.begin_axis);
+          std::vector<Tensor> out =
+              tape.gradient(ops::reduce_sum(ops::mul(ops::cast(y, pd), ops::cast(dy, pd))), {x, g, be});
           out.insert(out.begin(), y);
           return out;
         };
         const auto g = run(kGpu), c = run("/CPU:0");
-        const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") + std::string(dtype_name(d)) + " " + nc.x.to_string();
+        const std::string what =
+            std::string(rms ? "rms_norm " : "layer_norm ") + std::string(dtype_name(d)) + " " + nc.x.to_string();
         expect_like_cpu(g[0], c[0], tol_of(d), what + " y");
         expect_like_cpu(g[1], c[1], tol_of(d), what + " dx");
         // Column sums over up to 600 rows in different orders: a few float32 roundings of the total.
-        const double ptol = pd == DType::kFloat64 ? 1e-11 : 2e-5 * std::max<double>(1, nc.x.num_elements() / p.num_elements());
+        const double ptol =
+            pd == DType::kFloat64 ? 1e-11 : 2e-5 * std::max<double>(1, nc.x.num_elements() / p.num_elements());
         expect_like_cpu(g[2], c[2], d == DType::kFloat32 || d == DType::kFloat64 ? ptol : 0.02, what + " dgamma");
-        if (!rms) expect_like_cpu(g[3], c[3], d == DType::kFloat32 || d == DType::kFloat64 ? ptol : 0.02, what + " dbeta");
+        if (!rms)
+          expect_like_cpu(g[3], c[3], d == DType::kFloat32 || d == DType::kFloat64 ? ptol : 0.02, what + " dbeta");
       }
     }
   }
@@ -137,7 +141,7 @@ TEST_F(CudaKernelsTest, LayerNormBackwardIsDeterministic) {
     tape.watch(g);
     const Tensor y = ops::layer_norm(x, g, Tensor(), 1e-3);
     const auto gr = tape.gradient(ops::reduce_sum(ops::square(y)), {x, g});
-    return std::pair<std::vector<float>, std::vector<float>>{gr[0].to_vector<float>(), gr[1].to_vector<float>()};
+    return std::pair<std::vector<float>, std::vector<float> >{gr[0].to_vector<float>(), gr[1].to_vector<float>()};
   };
   const auto a = grads(), b = grads();
   EXPECT_EQ(a.first, b.first);

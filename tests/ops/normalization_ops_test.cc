@@ -69,7 +69,8 @@ std::vector<Act> activations() {
 
 TEST_F(NormalizationOpsTest, ActivationGradientsMatchFiniteDifferences) {
   for (const Act& a : activations()) {
-    const Tensor x = a.away_from_zero ? random_away_from_zero({3, 4}, 7, a.lo, a.hi) : random_tensor({3, 4}, 7, a.lo, a.hi);
+    const Tensor x =
+        a.away_from_zero ? random_away_from_zero({3, 4}, 7, a.lo, a.hi) : random_tensor({3, 4}, 7, a.lo, a.hi);
     const Fn op = a.op;
     EXPECT_TRUE(check_gradients([op](const In& in) { return op(in[0]); }, {x})) << a.name;
     if (std::string(a.name).rfind("leaky_relu", 0) == 0) continue;  // piecewise linear: below
@@ -125,7 +126,8 @@ TEST_F(NormalizationOpsTest, ActivationsFloat32AndBfloat16MatchTheFloat64Formula
 
 TEST_F(NormalizationOpsTest, Float32GradientsMatchFloat64) {
   for (const Act& a : activations()) {
-    const Tensor x64 = a.away_from_zero ? random_away_from_zero({40}, 9, a.lo, a.hi) : random_tensor({40}, 9, a.lo, a.hi);
+    const Tensor x64 =
+        a.away_from_zero ? random_away_from_zero({40}, 9, a.lo, a.hi) : random_tensor({40}, 9, a.lo, a.hi);
     auto grad = [&](const Tensor& x) {
       ops::GradientTape tape;
       tape.watch(x);
@@ -142,7 +144,8 @@ TEST_F(NormalizationOpsTest, SoftplusFollowsTensorFlowsThresholdsPerDtype) {
   EXPECT_EQ(sp(2.875, DType::kBFloat16), 2.875);                  // TF 2.21: 2.875
   EXPECT_EQ(sp(2.8125, DType::kBFloat16), 2.875);                 // log1p(exp(2.8125)) = 2.8708 → 2.875
   EXPECT_NEAR(sp(-3.0, DType::kBFloat16), std::exp(-3.0), 2e-4);  // exp branch: TF 0.0498046875
-  EXPECT_EQ(sp(5.0, DType::kFloat16), static_cast<double>(static_cast<float>(float16(static_cast<float>(std::log1p(std::exp(5.0)))))));
+  EXPECT_EQ(sp(5.0, DType::kFloat16),
+            static_cast<double>(static_cast<float>(float16(static_cast<float>(std::log1p(std::exp(5.0)))))));
   EXPECT_EQ(sp(14.0, DType::kFloat32), 14.0);
   EXPECT_EQ(sp(1000.0, DType::kFloat32), 1000.0);
   EXPECT_EQ(sp(-1000.0, DType::kFloat32), 0.0);
@@ -202,8 +205,8 @@ TEST_F(NormalizationOpsTest, LayerNormGradientsMatchFiniteDifferences) {
     const Shape p(std::vector<std::int64_t>(c.x.dims().begin() + b, c.x.dims().end()));
     const Tensor x = random_tensor(c.x, 1, -2, 2), g = random_tensor(p, 2, 0.5, 1.5), be = random_tensor(p, 3);
     const int ax = c.begin_axis;
-    EXPECT_TRUE(check_gradients([ax](const In& in) { return ops::layer_norm(in[0], in[1], in[2], 1e-3, ax); },
-                                {x, g, be}))
+    EXPECT_TRUE(
+        check_gradients([ax](const In& in) { return ops::layer_norm(in[0], in[1], in[2], 1e-3, ax); }, {x, g, be}))
         << "layer_norm " << c.x.to_string() << " from axis " << ax;
     EXPECT_TRUE(check_gradients([ax](const In& in) { return ops::rms_norm(in[0], in[1], 1e-6, ax); }, {x, g}))
         << "rms_norm " << c.x.to_string() << " from axis " << ax;
@@ -226,7 +229,8 @@ TEST_F(NormalizationOpsTest, NormForwardMatchesTheFloat64FormulaInEveryDtype) {
       return rms ? ops::rms_norm(x, gamma, 1e-3) : ops::layer_norm(x, gamma, beta, 1e-3);
     };
     const std::string what = rms ? "rms_norm " : "layer_norm ";
-    const std::vector<double> want = norm_ref(rms, x64.to_vector<double>(), g, rms ? std::vector<double>{} : b, cols, 1e-3);
+    const std::vector<double> want =
+        norm_ref(rms, x64.to_vector<double>(), g, rms ? std::vector<double>{} : b, cols, 1e-3);
     expect_near_all(values(run(x64, g64, b64)), want, 1e-13, 1e-13, what + "float64");
     const Tensor g32 = ops::cast(g64, DType::kFloat32), b32 = ops::cast(b64, DType::kFloat32);
     const std::vector<double> want32 = norm_ref(rms, values(ops::cast(x64, DType::kFloat32)), values(g32),
@@ -247,8 +251,8 @@ TEST_F(NormalizationOpsTest, NormForwardMatchesTheFloat64FormulaInEveryDtype) {
       tape.watch(x16);
       tape.watch(g16);
       const Tensor y16 = run(x16, g16, b16);
-      expect_near_all(values(y16), norm_ref(rms, values(x16), values(g16), rms ? std::vector<double>{} : values(b16),
-                                            cols, 1e-3),
+      expect_near_all(values(y16),
+                      norm_ref(rms, values(x16), values(g16), rms ? std::vector<double>{} : values(b16), cols, 1e-3),
                       ulp, 1e-6, what + std::string(dtype_name(d)) + " with 16-bit gamma");
       const auto grads = tape.gradient(ops::reduce_sum(ops::cast(y16, DType::kFloat32)), {x16, g16});
       EXPECT_EQ(grads[0].dtype(), d);
@@ -360,7 +364,8 @@ std::map<std::string, Tensor> chorus_values() {
   }
   const Shape shape{4, 3, 5};
   const Tensor xn = f32(formula_x(60), shape), wn = f32(formula_w(60), shape);
-  for (const auto& [name, begin] : std::vector<std::pair<std::string, int>>{{"layer_norm", 2}, {"layer_norm_2axes", 1}}) {
+  for (const auto& [name, begin] :
+       std::vector<std::pair<std::string, int>>{{"layer_norm", 2}, {"layer_norm_2axes", 1}}) {
     const Shape p(std::vector<std::int64_t>(shape.dims().begin() + begin, shape.dims().end()));
     std::vector<double> gv, bv;
     for (int j = 0; j < p.num_elements(); ++j) {

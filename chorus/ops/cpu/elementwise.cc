@@ -117,7 +117,7 @@ C softplus_threshold() {
 template <typename T, typename C>
 C softplus(C x) {
   const C threshold = softplus_threshold<T, C>();
-  if (x > -threshold) return x;          // softplus(x) = x within epsilon (and +inf stays +inf)
+  if (x > -threshold) return x;           // softplus(x) = x within epsilon (and +inf stays +inf)
   if (x < threshold) return std::exp(x);  // softplus(x) = exp(x) within epsilon
   return std::log1p(std::exp(x));         // NaN falls through both tests and stays NaN
 }

@@ -197,15 +197,15 @@ __device__ __forceinline__ A binary_float(BinaryOp op, A x, A y, A alpha) {
     case BinaryOp::kPow: return d_pow(x, y);
     case BinaryOp::kMaximum: return (x > y || d_isnan(x)) ? x : y;
     case BinaryOp::kMinimum: return (x < y || d_isnan(x)) ? x : y;
-    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);    // (dy, x)
-    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);  // (dy, y)
-    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);     // (dy, y)
-    case BinaryOp::kGeluGrad: return x * gelu_grad(y);       // (dy, x)
-    case BinaryOp::kSiluGrad: return x * silu_grad(y);       // (dy, x)
+    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);            // (dy, x)
+    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);          // (dy, y)
+    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);             // (dy, y)
+    case BinaryOp::kGeluGrad: return x * gelu_grad(y);               // (dy, x)
+    case BinaryOp::kSiluGrad: return x * silu_grad(y);               // (dy, x)
     case BinaryOp::kLeakyReluGrad: return y > A(0) ? x : x * alpha;  // (dy, x)
     case BinaryOp::kEluGrad: return y < A(0) ? x * (y + A(1)) : x;   // (dy, y)
     case BinaryOp::kSoftplusGrad: return x / (d_exp(-y) + A(1));     // (dy, x)
-    default: break;                                          // comparisons and logical ops take the bool path
+    default: break;                                                  // comparisons and logical ops take the bool path
   }
   return x;
 }
@@ -274,8 +274,8 @@ __device__ __forceinline__ acc_t<S> value(S v) {
 }
 
 template <typename S, bool kDense>
-__global__ void binary_kernel(BinaryOp op, StridedLayout L, const S* a, const S* b, void* out_raw, i64 n,
-                              bool to_bool, double alpha) {
+__global__ void binary_kernel(BinaryOp op, StridedLayout L, const S* a, const S* b, void* out_raw, i64 n, bool to_bool,
+                              double alpha) {
   const i64 stride = static_cast<i64>(blockDim.x) * gridDim.x;
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     i64 off[2];

@@ -168,9 +168,7 @@ void dispatch_norm(DType dtype, const char* what, F&& f) {
 }
 
 // Blocks for `rows` rows at TPR threads per row (the kernels loop over the rest).
-unsigned row_blocks(std::int64_t rows, bool warp_rows) {
-  return grid_for(rows, warp_rows ? kThreads / 32 : 1);
-}
+unsigned row_blocks(std::int64_t rows, bool warp_rows) { return grid_for(rows, warp_rows ? kThreads / 32 : 1); }
 
 }  // namespace
 
@@ -221,8 +219,8 @@ void norm_backward(int ordinal, gpu::StreamHandle stream, NormKind kind, DType d
   auto s = static_cast<cudaStream_t>(stream);
   const std::int64_t splits = splits_for(rows);
   CHORUS_REQUIRE(splits <= 1 || workspace != nullptr || (dgamma == nullptr && dbeta == nullptr), InvalidArgumentError,
-                 "layer_norm_grad: ", rows, " rows need a workspace of ", norm_backward_workspace_bytes(dtype, rows, cols),
-                 " bytes");
+                 "layer_norm_grad: ", rows, " rows need a workspace of ",
+                 norm_backward_workspace_bytes(dtype, rows, cols), " bytes");
   dispatch_norm(dtype, "layer_norm_grad", [&](auto t) {
     using T = decltype(t);
     using A = acc_t<T>;
@@ -241,7 +239,8 @@ void norm_backward(int ordinal, gpu::StreamHandle stream, NormKind kind, DType d
       const auto* pgam = static_cast<const A*>(gamma);
       auto* pdx = static_cast<T*>(dx);
       if (cols <= kWarpRowCols)
-        norm_dx_kernel<T, 32><<<row_blocks(rows, true), kThreads, 0, s>>>(layer, px, pdy, pgam, pm, pr, pdx, rows, cols);
+        norm_dx_kernel<T, 32>
+            <<<row_blocks(rows, true), kThreads, 0, s>>>(layer, px, pdy, pgam, pm, pr, pdx, rows, cols);
       else
         norm_dx_kernel<T, kThreads>
             <<<row_blocks(rows, false), kThreads, 0, s>>>(layer, px, pdy, pgam, pm, pr, pdx, rows, cols);
