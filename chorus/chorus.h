@@ -62,6 +62,7 @@
 #include <chorus/model/conv_layers.h>
 #include <chorus/model/functional.h>
 #include <chorus/model/initializers.h>
+#include <chorus/model/layer_normalization.h>
 #include <chorus/model/layers.h>
 #include <chorus/model/losses.h>
 #include <chorus/model/merge_layers.h>

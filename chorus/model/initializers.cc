@@ -17,6 +17,19 @@ Tensor uniform(const Shape& shape, DType dtype, double lo, double hi, std::optio
   return ops::random_uniform(shape, o);
 }
 
+Tensor truncated(const Shape& shape, DType dtype, double mean, double stddev, std::optional<std::uint64_t> seed) {
+  ops::NormalOptions o;
+  o.mean = mean;
+  o.stddev = stddev;
+  o.dtype = dtype;
+  if (seed) return ops::stateless_truncated_normal(shape, {static_cast<std::int64_t>(*seed), 0}, o);
+  return ops::truncated_normal(shape, o);
+}
+
+// Keras's VarianceScaling(distribution="truncated_normal") divides the std by the std of a unit
+// normal truncated at ±2.
+constexpr double kTruncatedStd = 0.87962566103423978;
+
 }  // namespace
 
 std::pair<double, double> compute_fans(const Shape& shape) {
@@ -36,15 +49,31 @@ Initializer glorot_uniform(std::optional<std::uint64_t> seed) {
   };
 }
 
+Initializer glorot_normal(std::optional<std::uint64_t> seed) {
+  return [seed](const Shape& shape, DType dtype) {
+    auto [in, out] = compute_fans(shape);
+    const double stddev = std::sqrt(2.0 / std::max(1.0, in + out)) / kTruncatedStd;
+    return truncated(shape, dtype, 0.0, stddev, seed);
+  };
+}
+
 Initializer he_normal(std::optional<std::uint64_t> seed) {
   return [seed](const Shape& shape, DType dtype) {
-    const double stddev = std::sqrt(2.0 / std::max(1.0, compute_fans(shape).first)) / 0.87962566103423978;
-    ops::NormalOptions o;
-    o.stddev = stddev;
-    o.dtype = dtype;
-    if (seed) return ops::stateless_truncated_normal(shape, {static_cast<std::int64_t>(*seed), 0}, o);
-    return ops::truncated_normal(shape, o);
+    const double stddev = std::sqrt(2.0 / std::max(1.0, compute_fans(shape).first)) / kTruncatedStd;
+    return truncated(shape, dtype, 0.0, stddev, seed);
   };
+}
+
+Initializer he_uniform(std::optional<std::uint64_t> seed) {
+  return [seed](const Shape& shape, DType dtype) {
+    const double limit = std::sqrt(6.0 / std::max(1.0, compute_fans(shape).first));
+    return uniform(shape, dtype, -limit, limit, seed);
+  };
+}
+
+Initializer truncated_normal(double mean, double stddev, std::optional<std::uint64_t> seed) {
+  CHORUS_REQUIRE(stddev > 0, InvalidArgumentError, "truncated_normal initializer: stddev must be > 0, got ", stddev);
+  return [=](const Shape& shape, DType dtype) { return truncated(shape, dtype, mean, stddev, seed); };
 }
 
 Initializer random_uniform(double minval, double maxval, std::optional<std::uint64_t> seed) {

@@ -23,9 +23,18 @@ using Initializer = std::function<Tensor(const Shape& shape, DType dtype)>;
 
 // U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)) — Keras's default for kernels.
 Initializer glorot_uniform(std::optional<std::uint64_t> seed = std::nullopt);
+// N(0, stddev) truncated at ±2·stddev, stddev = sqrt(2 / (fan_in + fan_out)) / 0.87962566103423978
+// (Keras's correction: the truncated draw's std is 0.8796… of the untruncated one).
+Initializer glorot_normal(std::optional<std::uint64_t> seed = std::nullopt);
 // Truncated normal (±2σ), stddev = sqrt(2 / fan_in) / 0.87962566103423978 (Keras's correction
 // for the truncation), for ReLU networks.
 Initializer he_normal(std::optional<std::uint64_t> seed = std::nullopt);
+// U(-limit, limit), limit = sqrt(6 / fan_in) (Keras's he_uniform).
+Initializer he_uniform(std::optional<std::uint64_t> seed = std::nullopt);
+// N(mean, stddev) with values beyond 2·stddev of the mean redrawn (tf.keras.initializers.
+// TruncatedNormal: no variance correction here, the std of the draws is ≈ 0.88·stddev).
+// stddev must be > 0 (InvalidArgumentError).
+Initializer truncated_normal(double mean = 0.0, double stddev = 0.05, std::optional<std::uint64_t> seed = std::nullopt);
 Initializer random_uniform(double minval = -0.05, double maxval = 0.05,
                            std::optional<std::uint64_t> seed = std::nullopt);
 Initializer zeros();

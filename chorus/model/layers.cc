@@ -15,9 +15,11 @@ using chorus::internal::str_cat;
 
 void check_activation(const std::string& a) {
   CHORUS_REQUIRE(
-      a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" || a == "softmax",
+      a.empty() || a == "linear" || a == "relu" || a == "sigmoid" || a == "tanh" || a == "gelu" || a == "softmax" ||
+          a == "silu" || a == "swish" || a == "leaky_relu" || a == "elu" || a == "softplus",
       InvalidArgumentError, "unknown activation '", a,
-      "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax");
+      "'; use one of: linear (or \"\"), relu, sigmoid, tanh, gelu, softmax, silu (or swish), leaky_relu, elu, "
+      "softplus");
 }
 
 Tensor activate(const std::string& a, const Tensor& x) {
@@ -26,6 +28,10 @@ Tensor activate(const std::string& a, const Tensor& x) {
   if (a == "sigmoid") return ops::sigmoid(x);
   if (a == "tanh") return ops::tanh(x);
   if (a == "gelu") return ops::gelu(x);
+  if (a == "silu" || a == "swish") return ops::silu(x);
+  if (a == "leaky_relu") return ops::leaky_relu(x);  // tf.nn.leaky_relu's alpha 0.2, as Keras's string
+  if (a == "elu") return ops::elu(x);
+  if (a == "softplus") return ops::softplus(x);
   // Keras keeps softmax in float32 under a mixed policy (16-bit exp/normalization loses the
   // small probabilities); its output is float32.
   if (a == "softmax")

@@ -4,8 +4,10 @@
 //   Sequential model({layers::Conv2D(32, 3, "relu"), layers::MaxPooling2D(2), layers::Flatten(),
 //                     layers::Dense(10)});
 //
-// Activations by name: "" or "linear", "relu", "sigmoid", "tanh", "gelu", "softmax" (else
-// InvalidArgumentError listing them). Inputs are float32 NHWC for the 2-D layers, as Keras's
+// Activations by name: "" or "linear", "relu", "sigmoid", "tanh", "gelu", "softmax", "silu" (or
+// "swish"), "leaky_relu" (alpha 0.2, tf.nn.leaky_relu's default), "elu", "softplus" (else
+// InvalidArgumentError listing them). LayerNormalization and RMSNormalization are in
+// model/layer_normalization.h. Inputs are float32 NHWC for the 2-D layers, as Keras's
 // default channels_last.
 #pragma once
 

@@ -20,8 +20,10 @@
 
 namespace chorus::ops {
 
-Tensor unary(UnaryOp op, const Tensor& x);
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// alpha: the slope of the parameterised kinds (kLeakyRelu, kLeakyReluGrad), rounded to float32 and
+// then to the dtype as TF's kernels do (its attr is a float); every other kind ignores it.
+Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0);
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 0.0);
 
 inline Tensor neg(const Tensor& x) { return unary(UnaryOp::kNeg, x); }
 inline Tensor exp(const Tensor& x) { return unary(UnaryOp::kExp, x); }
@@ -36,7 +38,21 @@ inline Tensor relu(const Tensor& x) { return unary(UnaryOp::kRelu, x); }
 inline Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::kSigmoid, x); }
 inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::kTanh, x); }
 // Exact GELU, x·Φ(x) (tf.nn.gelu(approximate=False)).
+// silu, leaky_relu, elu, softplus: floating dtypes only; their gradients are differentiable again.
 inline Tensor gelu(const Tensor& x) { return unary(UnaryOp::kGelu, x); }
+// x·sigmoid(x) (tf.nn.silu = tf.nn.swish with beta 1). silu(-inf) is NaN (-inf·0), as TF's.
+inline Tensor silu(const Tensor& x) { return unary(UnaryOp::kSilu, x); }
+inline Tensor swish(const Tensor& x) { return silu(x); }
+// x > 0 ? x : alpha·x (tf.nn.leaky_relu; any alpha, also > 1 or < 0). NaN stays NaN; the gradient
+// at x = 0 and at NaN is alpha·dy (TF's LeakyReluGrad tests x > 0).
+inline Tensor leaky_relu(const Tensor& x, double alpha = 0.2) { return unary(UnaryOp::kLeakyRelu, x, alpha); }
+// x < 0 ? exp(x) − 1 : x (tf.nn.elu). The gradient uses the output, as TF's EluGrad: y < 0 ?
+// dy·(y + 1) : dy, so a NaN input gets the gradient dy (NaN < 0 is false), as in TF.
+inline Tensor elu(const Tensor& x) { return unary(UnaryOp::kElu, x); }
+// log(1 + exp(x)) (tf.math.softplus), stable for large |x| with TF's thresholds (x itself above
+// −log(ε) − 2, exp(x) below log(ε) + 2; ε of float32 for float32/float16, of float64, and of
+// bfloat16, where TF's threshold is 2.84375). Gradient dy / (1 + exp(−x)) (TF's SoftplusGrad).
+inline Tensor softplus(const Tensor& x) { return unary(UnaryOp::kSoftplus, x); }
 inline Tensor logical_not(const Tensor& x) { return unary(UnaryOp::kLogicalNot, x); }
 
 inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kAdd, a, b); }

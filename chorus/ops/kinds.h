@@ -7,6 +7,12 @@
 //   kSigmoidGrad(dy, y) = dy * y * (1 - y)        (y = sigmoid(x))
 //   kTanhGrad(dy, y)    = dy * (1 - y * y)        (y = tanh(x))
 //   kGeluGrad(dy, x)    = dy * d/dx [x * Phi(x)]  (exact, erf form, as tf.nn.gelu(approximate=False))
+//   kSiluGrad(dy, x)    = dy * s * (1 + x * (1 - s)), s = sigmoid(x)   (tf.nn.silu's gradient)
+//   kLeakyReluGrad(dy, x) = x > 0 ? dy : dy * alpha                     (TF's LeakyReluGrad)
+//   kEluGrad(dy, y)     = y < 0 ? dy * (y + 1) : dy   (y = elu(x))      (TF's EluGrad)
+//   kSoftplusGrad(dy, x) = dy / (exp(-x) + 1)                           (TF's SoftplusGrad)
+// kLeakyRelu and kLeakyReluGrad are the parameterised kinds: the kernels take their slope `alpha`
+// as an extra argument (ignored by every other kind).
 //   kRsqrtGrad etc. are not needed: gradients compose from the kinds below.
 #pragma once
 
@@ -28,6 +34,10 @@ enum class UnaryOp : std::uint8_t {
   kSigmoid,
   kTanh,
   kGelu,
+  kSilu,       // x * sigmoid(x) (tf.nn.silu, Keras's swish)
+  kLeakyRelu,  // x > 0 ? x : alpha * x (tf.nn.leaky_relu)
+  kElu,        // x < 0 ? expm1(x) : x (tf.nn.elu, alpha 1)
+  kSoftplus,   // log(1 + exp(x)), with TF's thresholds for large |x| (tf.math.softplus)
   kLogicalNot,
 };
 
@@ -50,12 +60,22 @@ enum class BinaryOp : std::uint8_t {
   kReluGrad,
   kSigmoidGrad,
   kTanhGrad,
-  kGeluGrad,  // (dy, x or y) → dx
+  kGeluGrad,
+  kSiluGrad,
+  kLeakyReluGrad,
+  kEluGrad,
+  kSoftplusGrad,  // (dy, x or y) → dx
 };
 
 enum class ReduceKind : std::uint8_t { kSum, kMean, kMax, kMin, kProd };
 
 enum class PoolKind : std::uint8_t { kMax, kAvg };
+
+// The row normalizations of ops/normalization.h (rstd = 1/sqrt(var + eps), var biased):
+enum class NormKind : std::uint8_t {
+  kLayer,  // y = (x − mean) · rstd · gamma + beta
+  kRms,    // y = x · rstd · gamma with var = mean(x²): no centering, no beta
+};
 
 // TF's padding strings: 'SAME' pads so that out = ceil(in / stride); 'VALID' does not pad.
 enum class Padding : std::uint8_t { kSame, kValid };

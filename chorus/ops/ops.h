@@ -8,6 +8,7 @@
 #include <chorus/ops/kinds.h>
 #include <chorus/ops/linalg.h>
 #include <chorus/ops/nn.h>
+#include <chorus/ops/normalization.h>
 #include <chorus/ops/random.h>
 #include <chorus/ops/recompute.h>
 #include <chorus/ops/reduction.h>

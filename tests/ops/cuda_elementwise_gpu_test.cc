@@ -17,9 +17,10 @@ using namespace test;  // NOLINT
 // ---- Elementwise -----------------------------------------------------------------------------
 
 TEST_F(CudaKernelsTest, UnaryFloatOpsMatchCpu) {
-  const UnaryOp ops[] = {UnaryOp::kNeg,     UnaryOp::kExp,  UnaryOp::kLog,  UnaryOp::kSqrt,       UnaryOp::kRsqrt,
-                         UnaryOp::kSquare,  UnaryOp::kAbs,  UnaryOp::kSign, UnaryOp::kReciprocal, UnaryOp::kRelu,
-                         UnaryOp::kSigmoid, UnaryOp::kTanh, UnaryOp::kGelu};
+  const UnaryOp ops[] = {
+      UnaryOp::kNeg,  UnaryOp::kExp,  UnaryOp::kLog,        UnaryOp::kSqrt, UnaryOp::kRsqrt,   UnaryOp::kSquare,
+      UnaryOp::kAbs,  UnaryOp::kSign, UnaryOp::kReciprocal, UnaryOp::kRelu, UnaryOp::kSigmoid, UnaryOp::kTanh,
+      UnaryOp::kGelu, UnaryOp::kSilu, UnaryOp::kLeakyRelu,  UnaryOp::kElu,  UnaryOp::kSoftplus};
   const struct {
     DType dtype;
     double tol;
@@ -79,6 +80,10 @@ double binary_ref(BinaryOp op, double x, double y) {
     case BinaryOp::kSigmoidGrad: return x * y * (1 - y);
     case BinaryOp::kTanhGrad: return x * (1 - y * y);
     case BinaryOp::kGeluGrad: return x * gelu_grad(y);
+    case BinaryOp::kSiluGrad: return x * sigmoid(y) * (1 + y * (1 - sigmoid(y)));
+    case BinaryOp::kLeakyReluGrad: return y > 0 ? x : 0;  // alpha 0: the launchers' default
+    case BinaryOp::kEluGrad: return y < 0 ? x * (y + 1) : x;
+    case BinaryOp::kSoftplusGrad: return x / (std::exp(-y) + 1);
   }
   return 0;
 }
@@ -88,11 +93,12 @@ TEST_F(CudaKernelsTest, BinaryBroadcastAndStridedMatchCpu) {
   // broadcast along dim 0. Output [3, 4, 5].
   const StridedLayout l = layout_of({3, 4, 5}, {{5, 0, 1}, {0, 1, 4}}, {0, 2});
   const i64 n = l.num_elements();
-  const BinaryOp ops[] = {BinaryOp::kAdd,          BinaryOp::kSub,        BinaryOp::kMul,       BinaryOp::kDiv,
-                          BinaryOp::kPow,          BinaryOp::kMaximum,    BinaryOp::kMinimum,   BinaryOp::kEqual,
-                          BinaryOp::kNotEqual,     BinaryOp::kLess,       BinaryOp::kLessEqual, BinaryOp::kGreater,
-                          BinaryOp::kGreaterEqual, BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr, BinaryOp::kReluGrad,
-                          BinaryOp::kSigmoidGrad,  BinaryOp::kTanhGrad,   BinaryOp::kGeluGrad};
+  const BinaryOp ops[] = {BinaryOp::kAdd,           BinaryOp::kSub,        BinaryOp::kMul,         BinaryOp::kDiv,
+                          BinaryOp::kPow,           BinaryOp::kMaximum,    BinaryOp::kMinimum,     BinaryOp::kEqual,
+                          BinaryOp::kNotEqual,      BinaryOp::kLess,       BinaryOp::kLessEqual,   BinaryOp::kGreater,
+                          BinaryOp::kGreaterEqual,  BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr,   BinaryOp::kReluGrad,
+                          BinaryOp::kSigmoidGrad,   BinaryOp::kTanhGrad,   BinaryOp::kGeluGrad,    BinaryOp::kSiluGrad,
+                          BinaryOp::kLeakyReluGrad, BinaryOp::kEluGrad,    BinaryOp::kSoftplusGrad};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
     const double tol = dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 1e-5 : 2e-3;
     auto ha = rounded(uniform(15, 0.5, 2, 5), dtype);

@@ -133,6 +133,10 @@ inline double unary_ref(UnaryOp op, double v) {
     case UnaryOp::kSigmoid: return sigmoid(v);
     case UnaryOp::kTanh: return std::tanh(v);
     case UnaryOp::kGelu: return gelu(v);
+    case UnaryOp::kSilu: return v * sigmoid(v);
+    case UnaryOp::kLeakyRelu: return v > 0 ? v : 0.0;  // alpha 0: the launchers' default
+    case UnaryOp::kElu: return v < 0 ? std::expm1(v) : v;
+    case UnaryOp::kSoftplus: return std::log1p(std::exp(v));  // away from TF's thresholds
     case UnaryOp::kLogicalNot: return v != 0 ? 0 : 1;
   }
   return 0;

@@ -1,6 +1,6 @@
-// NaN and Inf through relu, maximum/minimum, max pooling (forward and gradient), the reductions,
-// arg-max/min, softmax/log-softmax and the fused sparse softmax cross-entropy: TensorFlow's
-// semantics (docs/ops.md, "NaN and Inf"). Two kinds of check:
+// NaN and Inf through relu, silu, leaky_relu, elu, softplus, maximum/minimum, max pooling (forward and gradient), the
+// reductions, arg-max/min, softmax/log-softmax and the fused sparse softmax cross-entropy: TensorFlow's semantics
+// (docs/ops.md, "NaN and Inf"). Two kinds of check:
 //   - analytic: the rule of each op on inputs chosen to exercise it (NaN in → NaN out, NaN skipped
 //     by max pooling and arg-max, ...), on every CPU path (float32: chorus's loops or oneDNN;
 //     float64: the reference loops; bfloat16 where it applies);
@@ -78,6 +78,19 @@ std::map<std::string, Tensor> chorus_outputs(DType dtype) {
     o["relu"] = y;
     o["relu_grad"] = tape.gradient(y, std::vector<Tensor>{x})[0];
   }
+  const std::pair<const char*, Tensor (*)(const Tensor&)> activations[] = {
+      {"silu", ops::silu},
+      {"leaky_relu", [](const Tensor& t) { return ops::leaky_relu(t); }},
+      {"elu", ops::elu},
+      {"softplus", ops::softplus}};
+  for (const auto& [name, f] : activations) {
+    const Tensor x = make(kReluX, {6}, dtype);
+    ops::GradientTape tape;
+    tape.watch(x);
+    const Tensor y = f(x);
+    o[name] = y;
+    o[std::string(name) + "_grad"] = tape.gradient(y, std::vector<Tensor>{x})[0];
+  }
   {
     const Tensor a = make(kA, {6}, dtype), b = make(kB, {6}, dtype);
     ops::GradientTape tape(/*persistent=*/true);
@@ -141,6 +154,17 @@ std::map<std::string, std::vector<double>> analytic() {
   return {
       {"relu", {1, kNan, 0, kInf, 0, 0}},  // NaN stays NaN
       {"relu_grad", {1, 0, 0, 1, 0, 0}},   // x > 0: false for NaN
+      // x·sigmoid(x): -inf·0 is NaN; the gradient s·(1 + x·(1 − s)) is NaN at ±inf (inf·0).
+      {"silu", {e1, kNan, -(1 - e1), kInf, kNan, 0}},
+      {"silu_grad", {e1 * (2 - e1), kNan, (1 - e1) * (1 - e1), kNan, kNan, 0.5}},
+      // x > 0 ? x : 0.2·x, alpha in float32 (TF's attr); NaN and 0 take the alpha branch.
+      {"leaky_relu", {1, kNan, -0.2, kInf, -kInf, 0}},
+      {"leaky_relu_grad", {1, 0.2, 0.2, 1, 0.2, 0.2}},
+      // EluGrad tests the output y < 0: NaN is not, so a NaN input gets the gradient dy.
+      {"elu", {1, kNan, std::exp(-1.0) - 1, kInf, -1, 0}},
+      {"elu_grad", {1, 1, std::exp(-1.0), 1, 0, 1}},
+      {"softplus", {1 + l1, kNan, l1, kInf, 0, std::log(2.0)}},
+      {"softplus_grad", {e1, kNan, 1 - e1, 1, 0, 0.5}},
       {"maximum", {kNan, kNan, kNan, kInf, kNan, kInf}},
       {"minimum", {kNan, kNan, kNan, 1, kNan, 2}},
       {"maximum_grad_a", {0, 0, 0, 0, 0, 1}},  // to a where a >= b, else to b
@@ -190,6 +214,26 @@ TEST_F(NanTest, Float32AndFloat64FollowTensorFlowsRules) {
         for (double& v : w)
           if (v == kLowest) v = std::numeric_limits<double>::lowest();
       expect_same(got.at(name), w, std::string(dtype_name(dtype)) + " " + name);
+    }
+  }
+}
+
+// The activations in bfloat16 (computed in float32, rounded once): NaN and ±inf where float32 has
+// them, forward and gradient.
+TEST_F(NanTest, ActivationsKeepTheirNanAndInfRulesInBfloat16) {
+  const auto b = chorus_outputs(DType::kBFloat16);
+  const auto want = analytic();
+  for (const char* name :
+       {"silu", "silu_grad", "leaky_relu", "leaky_relu_grad", "elu", "elu_grad", "softplus", "softplus_grad"}) {
+    const std::vector<double> got = ops::cast(b.at(name), DType::kFloat64).to_vector<double>();
+    const std::vector<double>& w = want.at(name);
+    ASSERT_EQ(got.size(), w.size()) << name;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(w[i]) || std::isinf(w[i])) {
+        EXPECT_TRUE(std::isnan(w[i]) ? std::isnan(got[i]) : got[i] == w[i]) << name << "[" << i << "] = " << got[i];
+      } else {
+        EXPECT_NEAR(got[i], w[i], std::ldexp(1.0, -7) * (std::abs(w[i]) + 1)) << name << "[" << i << "]";
+      }
     }
   }
 }

@@ -21,6 +21,13 @@ with tf.GradientTape() as tape:
     y = tf.nn.relu(x)
 out("relu", y)
 out("relu_grad", tape.gradient(y, x))
+for name, f in [("silu", tf.nn.silu), ("leaky_relu", tf.nn.leaky_relu), ("elu", tf.nn.elu),
+                ("softplus", tf.math.softplus)]:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = f(x)
+    out(name, y)
+    out(name + "_grad", tape.gradient(y, x))
 
 a = tf.constant([nan, 0.0, nan, 1.0, -inf, inf])
 b = tf.constant([0.0, nan, nan, inf, nan, 2.0])

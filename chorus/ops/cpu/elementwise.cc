@@ -97,8 +97,36 @@ C gelu_grad(C x) {
   return cdf + x * pdf;
 }
 
+template <typename C>
+C silu_grad(C x) {
+  const C s = sigmoid(x);
+  return s * (C(1) + x * (C(1) - s));
+}
+
+// TF's Softplus switches to x above -threshold and to exp(x) below threshold, threshold =
+// log(epsilon) + 2 in the element type T: float32 (-13.94) also for float16 (TF computes half in
+// float there, measured with TF 2.21), float64 (-34.04), and bfloat16's coarse -2.84375
+// (bfloat16(log(2^-7)) + 2, both rounded to bfloat16: softplus(2.875) is 2.875 in TF's bfloat16).
+template <typename T, typename C>
+C softplus_threshold() {
+  if constexpr (std::is_same_v<T, bfloat16>) return C(-2.84375);
+  if constexpr (std::is_same_v<T, double>) return std::log(std::numeric_limits<double>::epsilon()) + 2.0;
+  return C(std::log(std::numeric_limits<float>::epsilon()) + 2.f);
+}
+
+template <typename T, typename C>
+C softplus(C x) {
+  const C threshold = softplus_threshold<T, C>();
+  if (x > -threshold) return x;           // softplus(x) = x within epsilon (and +inf stays +inf)
+  if (x < threshold) return std::exp(x);  // softplus(x) = exp(x) within epsilon
+  // NaN falls through both tests and stays NaN. For x >= 0, 1 + e^x loses at most half an ulp
+  // of a result >= log 2, so log (glibc's logf is ~3x faster than log1pf) is as accurate there.
+  const C e = std::exp(x);
+  return x >= C(0) ? std::log(C(1) + e) : std::log1p(e);
+}
+
 template <typename T>
-void unary_typed(UnaryOp op, const T* x, T* y, std::int64_t n) {
+void unary_typed(UnaryOp op, const T* x, T* y, std::int64_t n, double alpha_in) {
   using N = Num<T>;
   using C = typename N::C;
   auto run = [&](auto f) {
@@ -139,6 +167,16 @@ void unary_typed(UnaryOp op, const T* x, T* y, std::int64_t n) {
       case UnaryOp::kSigmoid: return run([](C v) { return sigmoid(v); });
       case UnaryOp::kTanh: return run([](C v) { return std::tanh(v); });
       case UnaryOp::kGelu: return run([](C v) { return gelu(v); });
+      // x / (1 + e^-x): branch-free; -inf / inf is NaN as TF's -inf·sigmoid(-inf), and a large
+      // negative x gives -0 (e^-x overflows to inf), as TF.
+      case UnaryOp::kSilu: return run([](C v) { return v / (C(1) + std::exp(-v)); });
+      case UnaryOp::kLeakyRelu: {
+        const C alpha = static_cast<C>(alpha_in);
+        return run([alpha](C v) { return v > C(0) ? v : v * alpha; });
+      }
+      // expm1, not TF's exp(x) - 1: the same up to one rounding of 1, accurate near 0.
+      case UnaryOp::kElu: return run([](C v) { return v < C(0) ? std::expm1(v) : v; });
+      case UnaryOp::kSoftplus: return run([](C v) { return softplus<T>(v); });
       case UnaryOp::kLogicalNot: break;
     }
     throw InvalidArgumentError("logical_not needs a bool tensor");
@@ -181,7 +219,7 @@ void binary_walk(const StridedLayout& L, const T* a, const T* b, Out* out, F f) 
 }
 
 template <typename T>
-void binary_typed(BinaryOp op, const StridedLayout& L, const T* a, const T* b, void* out_raw) {
+void binary_typed(BinaryOp op, const StridedLayout& L, const T* a, const T* b, void* out_raw, double alpha_in) {
   using N = Num<T>;
   using C = typename N::C;
   if (is_comparison(op) || is_logical(op)) {
@@ -240,6 +278,13 @@ void binary_typed(BinaryOp op, const StridedLayout& L, const T* a, const T* b, v
       case BinaryOp::kSigmoidGrad: return run([](C dy, C y) { return dy * y * (C(1) - y); });
       case BinaryOp::kTanhGrad: return run([](C dy, C y) { return dy * (C(1) - y * y); });
       case BinaryOp::kGeluGrad: return run([](C dy, C x) { return dy * gelu_grad(x); });
+      case BinaryOp::kSiluGrad: return run([](C dy, C x) { return dy * silu_grad(x); });
+      case BinaryOp::kLeakyReluGrad: {
+        const C alpha = static_cast<C>(alpha_in);
+        return run([alpha](C dy, C x) { return x > C(0) ? dy : dy * alpha; });
+      }
+      case BinaryOp::kEluGrad: return run([](C dy, C y) { return y < C(0) ? dy * (y + C(1)) : dy; });
+      case BinaryOp::kSoftplusGrad: return run([](C dy, C x) { return dy / (std::exp(-x) + C(1)); });
       default: break;
     }
     throw InvalidArgumentError("logical ops need bool tensors");
@@ -248,17 +293,18 @@ void binary_typed(BinaryOp op, const StridedLayout& L, const T* a, const T* b, v
 
 }  // namespace
 
-void unary(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
+void unary(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n, double alpha) {
   dispatch_dtype(dtype, "unary", [&](auto t) {
     using T = decltype(t);
-    unary_typed<T>(op, static_cast<const T*>(x), static_cast<T*>(y), n);
+    unary_typed<T>(op, static_cast<const T*>(x), static_cast<T*>(y), n, alpha);
   });
 }
 
-void binary(BinaryOp op, DType dtype, const StridedLayout& layout, const void* a, const void* b, void* out) {
+void binary(BinaryOp op, DType dtype, const StridedLayout& layout, const void* a, const void* b, void* out,
+            double alpha) {
   dispatch_dtype(dtype, "binary", [&](auto t) {
     using T = decltype(t);
-    binary_typed<T>(op, layout, static_cast<const T*>(a), static_cast<const T*>(b), out);
+    binary_typed<T>(op, layout, static_cast<const T*>(a), static_cast<const T*>(b), out, alpha);
   });
 }
 

@@ -19,8 +19,11 @@
 
 namespace chorus::ops::cpu {
 
-void unary(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
-void binary(BinaryOp op, DType dtype, const StridedLayout& layout, const void* a, const void* b, void* out);
+// alpha: the slope of kLeakyRelu / kLeakyReluGrad, used as the compute type's value (the op layer
+// rounds it to the dtype first, as TF does); every other kind ignores it.
+void unary(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n, double alpha = 0.0);
+void binary(BinaryOp op, DType dtype, const StridedLayout& layout, const void* a, const void* b, void* out,
+            double alpha = 0.0);
 void where(DType dtype, const StridedLayout& layout, const void* cond, const void* x, const void* y, void* out);
 void cast(DType from, DType to, const void* x, void* y, std::int64_t n);
 void copy_strided(std::size_t elem_bytes, const CopyLayout& layout, const void* src, void* dst);

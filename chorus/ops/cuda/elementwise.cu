@@ -92,8 +92,37 @@ __device__ __forceinline__ A gelu_grad(A x) {
   return cdf + x * pdf;
 }
 
+__device__ __forceinline__ float d_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double d_expm1(double x) { return expm1(x); }
+__device__ __forceinline__ float d_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double d_log1p(double x) { return log1p(x); }
+
 template <typename A>
-__device__ __forceinline__ A unary_float(UnaryOp op, A v) {
+__device__ __forceinline__ A silu_grad(A x) {
+  const A s = sigmoid(x);
+  return s * (A(1) + x * (A(1) - s));
+}
+
+// TF's thresholds of Softplus in the storage type T (see ops/cpu/elementwise.cc): log(epsilon) + 2
+// of float32 for float32 and float16, of float64, and bfloat16's -2.84375.
+template <typename T>
+__device__ __forceinline__ acc_t<T> softplus_threshold() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return -2.84375f;
+  if constexpr (std::is_same_v<T, double>) return -34.043653389117154;  // log(2^-52) + 2
+  return -13.942384719848633f;                                          // float(log(2^-23)) + 2
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ A softplus(A x) {
+  const A threshold = softplus_threshold<T>();
+  if (x > -threshold) return x;
+  if (x < threshold) return d_exp(x);
+  return d_log1p(d_exp(x));  // NaN falls through both tests and stays NaN
+}
+
+// T: the storage type (Softplus's thresholds depend on it); alpha: kLeakyRelu's slope.
+template <typename T, typename A>
+__device__ __forceinline__ A unary_float(UnaryOp op, A v, A alpha) {
   switch (op) {
     case UnaryOp::kNeg: return -v;
     case UnaryOp::kExp: return d_exp(v);
@@ -108,6 +137,10 @@ __device__ __forceinline__ A unary_float(UnaryOp op, A v) {
     case UnaryOp::kSigmoid: return sigmoid(v);
     case UnaryOp::kTanh: return d_tanh(v);
     case UnaryOp::kGelu: return gelu(v);
+    case UnaryOp::kSilu: return v * sigmoid(v);  // -inf * 0: NaN, as TF
+    case UnaryOp::kLeakyRelu: return v > A(0) ? v : v * alpha;
+    case UnaryOp::kElu: return v < A(0) ? d_expm1(v) : v;
+    case UnaryOp::kSoftplus: return softplus<T>(v);
     case UnaryOp::kLogicalNot: break;  // rejected on the host
   }
   return v;
@@ -131,11 +164,11 @@ __device__ __forceinline__ T unary_int(UnaryOp op, T v) {
 }
 
 template <typename T>
-__global__ void unary_kernel(UnaryOp op, const T* x, T* y, i64 n) {
+__global__ void unary_kernel(UnaryOp op, const T* x, T* y, i64 n, double alpha) {
   const i64 stride = static_cast<i64>(blockDim.x) * gridDim.x;
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     if constexpr (is_float_v<T>) {
-      y[i] = store<T>(unary_float(op, load(x[i])));
+      y[i] = store<T>(unary_float<T>(op, load(x[i]), static_cast<acc_t<T>>(alpha)));
     } else {
       y[i] = unary_int<T>(op, x[i]);
     }
@@ -155,7 +188,7 @@ bool int_unary_ok(UnaryOp op) {
 // ---- Binary ----------------------------------------------------------------------------------
 
 template <typename A>
-__device__ __forceinline__ A binary_float(BinaryOp op, A x, A y) {
+__device__ __forceinline__ A binary_float(BinaryOp op, A x, A y, A alpha) {
   switch (op) {
     case BinaryOp::kAdd: return x + y;
     case BinaryOp::kSub: return x - y;
@@ -164,11 +197,15 @@ __device__ __forceinline__ A binary_float(BinaryOp op, A x, A y) {
     case BinaryOp::kPow: return d_pow(x, y);
     case BinaryOp::kMaximum: return (x > y || d_isnan(x)) ? x : y;
     case BinaryOp::kMinimum: return (x < y || d_isnan(x)) ? x : y;
-    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);    // (dy, x)
-    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);  // (dy, y)
-    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);     // (dy, y)
-    case BinaryOp::kGeluGrad: return x * gelu_grad(y);       // (dy, x)
-    default: break;                                          // comparisons and logical ops take the bool path
+    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);            // (dy, x)
+    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);          // (dy, y)
+    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);             // (dy, y)
+    case BinaryOp::kGeluGrad: return x * gelu_grad(y);               // (dy, x)
+    case BinaryOp::kSiluGrad: return x * silu_grad(y);               // (dy, x)
+    case BinaryOp::kLeakyReluGrad: return y > A(0) ? x : x * alpha;  // (dy, x)
+    case BinaryOp::kEluGrad: return y < A(0) ? x * (y + A(1)) : x;   // (dy, y)
+    case BinaryOp::kSoftplusGrad: return x / (d_exp(-y) + A(1));     // (dy, x)
+    default: break;                                                  // comparisons and logical ops take the bool path
   }
   return x;
 }
@@ -237,8 +274,8 @@ __device__ __forceinline__ acc_t<S> value(S v) {
 }
 
 template <typename S, bool kDense>
-__global__ void binary_kernel(BinaryOp op, StridedLayout L, const S* a, const S* b, void* out_raw, i64 n,
-                              bool to_bool) {
+__global__ void binary_kernel(BinaryOp op, StridedLayout L, const S* a, const S* b, void* out_raw, i64 n, bool to_bool,
+                              double alpha) {
   const i64 stride = static_cast<i64>(blockDim.x) * gridDim.x;
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     i64 off[2];
@@ -253,7 +290,7 @@ __global__ void binary_kernel(BinaryOp op, StridedLayout L, const S* a, const S*
     if (to_bool) {
       static_cast<std::uint8_t*>(out_raw)[i] = binary_bool(op, x, y);
     } else if constexpr (is_float_v<S>) {
-      static_cast<S*>(out_raw)[i] = store<S>(binary_float(op, x, y));
+      static_cast<S*>(out_raw)[i] = store<S>(binary_float(op, x, y, static_cast<acc_t<S>>(alpha)));
     } else {
       static_cast<S*>(out_raw)[i] = binary_int<S>(op, x, y);
     }
@@ -377,7 +414,8 @@ __global__ void cast_kernel(const storage_t<S>* x, storage_t<D>* y, i64 n) {
 
 }  // namespace
 
-void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
+void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n,
+           double alpha) {
   dispatch_all(dtype, "unary", [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bool_tag>) {
@@ -399,21 +437,23 @@ void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void
       logical_not_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const std::uint8_t*>(x),
                                                           static_cast<std::uint8_t*>(y), n);
     } else {
-      unary_kernel<T><<<grid_for(n), kThreads, 0, s>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n);
+      unary_kernel<T><<<grid_for(n), kThreads, 0, s>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n, alpha);
     }
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }
 
 void binary(int ordinal, StreamHandle stream, BinaryOp op, DType dtype, const StridedLayout& layout, const void* a,
-            const void* b, void* out) {
+            const void* b, void* out, double alpha) {
   CHORUS_REQUIRE(layout.rank >= 0 && layout.rank <= kMaxRank, InvalidArgumentError, "binary: rank ", layout.rank,
                  " is not in [0, ", kMaxRank, "]");
   const bool to_bool = is_comparison(op) || is_logical(op);
   if (!to_bool) {
     CHORUS_REQUIRE(dtype != DType::kBool, InvalidArgumentError,
                    "arithmetic on bool tensors is not defined (cast them first)");
-    const bool float_only = op == BinaryOp::kSigmoidGrad || op == BinaryOp::kTanhGrad || op == BinaryOp::kGeluGrad;
+    const bool float_only = op == BinaryOp::kSigmoidGrad || op == BinaryOp::kTanhGrad || op == BinaryOp::kGeluGrad ||
+                            op == BinaryOp::kSiluGrad || op == BinaryOp::kLeakyReluGrad || op == BinaryOp::kEluGrad ||
+                            op == BinaryOp::kSoftplusGrad;
     CHORUS_REQUIRE(is_floating(dtype) || !float_only, InvalidArgumentError,
                    "this binary op needs a floating dtype, got ", dtype_name(dtype));
   }
@@ -436,9 +476,9 @@ void binary(int ordinal, StreamHandle stream, BinaryOp op, DType dtype, const St
       const auto* pa = static_cast<const T*>(a);
       const auto* pb = static_cast<const T*>(b);
       if (is_dense)
-        binary_kernel<T, true><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool);
+        binary_kernel<T, true><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool, alpha);
       else
-        binary_kernel<T, false><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool);
+        binary_kernel<T, false><<<grid_for(n), kThreads, 0, s>>>(op, layout, pa, pb, out, n, to_bool, alpha);
     }
   });
   CHORUS_CUDA_CHECK(cudaGetLastError());

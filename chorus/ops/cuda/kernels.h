@@ -27,12 +27,15 @@ namespace chorus::ops::cuda {
 
 using gpu::StreamHandle;
 
-// y[i] = f(x[i]), contiguous, n elements, same dtype (kLogicalNot: bool).
-void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
+// y[i] = f(x[i]), contiguous, n elements, same dtype (kLogicalNot: bool). alpha: kLeakyRelu's
+// slope, used as the compute type's value (the op layer rounds it to the dtype first, as TF does);
+// every other kind ignores it (likewise kLeakyReluGrad's in binary).
+void unary(int ordinal, StreamHandle stream, UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n,
+           double alpha = 0.0);
 // out = a op b over `layout` (operands 0 = a, 1 = b; out is dense over layout.dims). a and b have
 // `dtype`; out has `dtype`, or kBool for comparisons and logical ops.
 void binary(int ordinal, StreamHandle stream, BinaryOp op, DType dtype, const StridedLayout& layout, const void* a,
-            const void* b, void* out);
+            const void* b, void* out, double alpha = 0.0);
 // out = cond ? x : y over `layout` (operands 0 = cond (bool), 1 = x, 2 = y; out dense, `dtype`).
 void where(int ordinal, StreamHandle stream, DType dtype, const StridedLayout& layout, const void* cond, const void* x,
            const void* y, void* out);

@@ -1,0 +1,108 @@
+// LayerNormalization and RMSNormalization (see model/layer_normalization.h).
+#include <chorus/model/layer_normalization.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include <chorus/core/error.h>
+#include <chorus/ops/ops.h>
+
+namespace chorus::layers {
+namespace {
+
+std::string axes_string(const std::vector<int>& axes) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < axes.size(); ++i) s << (i ? ", " : "") << axes[i];
+  s << "]";
+  return s.str();
+}
+
+// The first axis of `axis` once resolved against `in`; they must be in.rank()'s trailing axes.
+int begin_axis_of(const char* layer, const std::string& name, const std::vector<int>& axis, const Shape& in) {
+  const int rank = in.rank();
+  std::vector<int> a;
+  for (int v : axis) {
+    CHORUS_REQUIRE(v >= -rank && v < rank, InvalidArgumentError, layer, " '", name, "': axis ", v,
+                   " is out of range for input of rank ", rank, " ", in.to_string());
+    a.push_back(v < 0 ? v + rank : v);
+  }
+  std::sort(a.begin(), a.end());
+  a.erase(std::unique(a.begin(), a.end()), a.end());
+  const int begin = rank - static_cast<int>(a.size());
+  bool trailing = begin >= 1;
+  for (std::size_t i = 0; i < a.size() && trailing; ++i) trailing = a[i] == begin + static_cast<int>(i);
+  CHORUS_REQUIRE(trailing, InvalidArgumentError, layer, " '", name, "': axis ", axes_string(axis),
+                 " must be the trailing axes of the input (e.g. -1, or [-2, -1]) without the batch axis; input ",
+                 in.to_string());
+  return begin;
+}
+
+Shape trailing_shape(const Shape& in, int begin) {
+  return Shape(std::vector<std::int64_t>(in.dims().begin() + begin, in.dims().end()));
+}
+
+bool is_16bit(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16; }
+
+// Runs `norm` in the variables' dtype (float32 under a mixed policy) and returns x's dtype. The
+// ops take 16-bit x with float32 parameters directly (normalized in float32, rounded once).
+template <typename Norm>
+Tensor in_variable_dtype(const Tensor& x, DType variable_dtype, Norm norm) {
+  if (x.dtype() == variable_dtype || (is_16bit(x.dtype()) && variable_dtype == DType::kFloat32)) return norm(x);
+  return ops::cast(norm(ops::cast(x, variable_dtype)), x.dtype());
+}
+
+}  // namespace
+
+LayerNormalizationLayer::LayerNormalizationLayer(std::vector<int> axis, double epsilon, bool center, bool scale,
+                                                 std::string name)
+    : Layer(std::move(name)), axis_(std::move(axis)), epsilon_(epsilon), center_(center), scale_(scale) {
+  CHORUS_REQUIRE(!axis_.empty(), InvalidArgumentError, "LayerNormalization: axis must name at least one axis");
+  CHORUS_REQUIRE(epsilon >= 0, InvalidArgumentError, "LayerNormalization: epsilon must be >= 0, got ", epsilon);
+}
+
+void LayerNormalizationLayer::build_weights(const Shape& in) {
+  begin_axis_ = begin_axis_of("LayerNormalization", name(), axis_, in);
+  const Shape p = trailing_shape(in, begin_axis_);
+  if (scale_) gamma_ = add_weight("gamma", p, initializers::ones());
+  if (center_) beta_ = add_weight("beta", p, initializers::zeros());
+}
+
+Tensor LayerNormalizationLayer::call(const Tensor& x, bool) {
+  const Tensor gamma = scale_ ? gamma_.value() : Tensor();
+  const Tensor beta = center_ ? beta_.value() : Tensor();
+  return in_variable_dtype(x, dtype_policy().variable_dtype(),
+                           [&](const Tensor& v) { return ops::layer_norm(v, gamma, beta, epsilon_, begin_axis_); });
+}
+
+RMSNormalizationLayer::RMSNormalizationLayer(std::vector<int> axis, double epsilon, std::string name)
+    : Layer(std::move(name)), axis_(std::move(axis)), epsilon_(epsilon) {
+  CHORUS_REQUIRE(!axis_.empty(), InvalidArgumentError, "RMSNormalization: axis must name at least one axis");
+  CHORUS_REQUIRE(epsilon >= 0, InvalidArgumentError, "RMSNormalization: epsilon must be >= 0, got ", epsilon);
+}
+
+void RMSNormalizationLayer::build_weights(const Shape& in) {
+  begin_axis_ = begin_axis_of("RMSNormalization", name(), axis_, in);
+  scale_ = add_weight("scale", trailing_shape(in, begin_axis_), initializers::ones());
+}
+
+Tensor RMSNormalizationLayer::call(const Tensor& x, bool) {
+  const Tensor scale = scale_.value();
+  return in_variable_dtype(x, dtype_policy().variable_dtype(),
+                           [&](const Tensor& v) { return ops::rms_norm(v, scale, epsilon_, begin_axis_); });
+}
+
+LayerPtr LayerNormalization(int axis, double epsilon, bool center, bool scale, std::string name) {
+  return LayerNormalization(std::vector<int>{axis}, epsilon, center, scale, std::move(name));
+}
+LayerPtr LayerNormalization(std::vector<int> axis, double epsilon, bool center, bool scale, std::string name) {
+  return std::make_shared<LayerNormalizationLayer>(std::move(axis), epsilon, center, scale, std::move(name));
+}
+LayerPtr RMSNormalization(int axis, double epsilon, std::string name) {
+  return RMSNormalization(std::vector<int>{axis}, epsilon, std::move(name));
+}
+LayerPtr RMSNormalization(std::vector<int> axis, double epsilon, std::string name) {
+  return std::make_shared<RMSNormalizationLayer>(std::move(axis), epsilon, std::move(name));
+}
+
+}  // namespace chorus::layers
