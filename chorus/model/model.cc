@@ -438,8 +438,8 @@ void Model::save_weights(const std::string& path) {
 }
 
 train::LoadStatus Model::load_weights(const std::string& path) {
-  train::Checkpoint ckpt(trackable_children());
-  return ckpt.read(path).expect_partial();  // the caller asserts what it needs
+  loaded_ = std::make_shared<train::Checkpoint>(trackable_children());
+  return loaded_->read(path).expect_partial();  // the caller asserts what it needs
 }
 
 std::vector<train::TrackableChild> Model::numbered_layer_children() const {
