@@ -1,6 +1,7 @@
 #include <chorus/model/initializers.h>
 
 #include <cmath>
+#include <functional>
 
 #include <chorus/core/error.h>
 #include <chorus/ops/random.h>
@@ -17,7 +18,24 @@ Tensor uniform(const Shape& shape, DType dtype, double lo, double hi, std::optio
   return ops::random_uniform(shape, o);
 }
 
+// An initializer that remembers what it is (describe()): std::function keeps the callable's type,
+// so target<Described>() finds it again.
+struct Described {
+  InitializerSpec spec;
+  std::function<Tensor(const Shape&, DType)> fn;
+  Tensor operator()(const Shape& shape, DType dtype) const { return fn(shape, dtype); }
+};
+
+Initializer described(InitializerSpec spec, std::function<Tensor(const Shape&, DType)> fn) {
+  return Described{std::move(spec), std::move(fn)};
+}
+
 }  // namespace
+
+std::optional<InitializerSpec> describe(const Initializer& init) {
+  if (const Described* d = init.target<Described>()) return d->spec;
+  return std::nullopt;
+}
 
 std::pair<double, double> compute_fans(const Shape& shape) {
   const auto& d = shape.dims();
@@ -29,38 +47,40 @@ std::pair<double, double> compute_fans(const Shape& shape) {
 }
 
 Initializer glorot_uniform(std::optional<std::uint64_t> seed) {
-  return [seed](const Shape& shape, DType dtype) {
+  return described({.class_name = "GlorotUniform", .seed = seed}, [seed](const Shape& shape, DType dtype) {
     auto [in, out] = compute_fans(shape);
     const double limit = std::sqrt(6.0 / std::max(1.0, in + out));
     return uniform(shape, dtype, -limit, limit, seed);
-  };
+  });
 }
 
 Initializer he_normal(std::optional<std::uint64_t> seed) {
-  return [seed](const Shape& shape, DType dtype) {
+  return described({.class_name = "HeNormal", .seed = seed}, [seed](const Shape& shape, DType dtype) {
     const double stddev = std::sqrt(2.0 / std::max(1.0, compute_fans(shape).first)) / 0.87962566103423978;
     ops::NormalOptions o;
     o.stddev = stddev;
     o.dtype = dtype;
     if (seed) return ops::stateless_truncated_normal(shape, {static_cast<std::int64_t>(*seed), 0}, o);
     return ops::truncated_normal(shape, o);
-  };
+  });
 }
 
 Initializer random_uniform(double minval, double maxval, std::optional<std::uint64_t> seed) {
   CHORUS_REQUIRE(minval < maxval, InvalidArgumentError, "random_uniform initializer: minval ", minval,
                  " must be < maxval ", maxval);
-  return [=](const Shape& shape, DType dtype) { return uniform(shape, dtype, minval, maxval, seed); };
+  return described({.class_name = "RandomUniform", .seed = seed, .minval = minval, .maxval = maxval},
+                   [=](const Shape& shape, DType dtype) { return uniform(shape, dtype, minval, maxval, seed); });
 }
 
 Initializer zeros() {
-  return [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); };
+  return described({.class_name = "Zeros"}, [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); });
 }
 Initializer ones() {
-  return [](const Shape& shape, DType dtype) { return Tensor::ones(shape, dtype); };
+  return described({.class_name = "Ones"}, [](const Shape& shape, DType dtype) { return Tensor::ones(shape, dtype); });
 }
 Initializer constant(double value) {
-  return [value](const Shape& shape, DType dtype) { return Tensor::full(shape, value, dtype); };
+  return described({.class_name = "Constant", .value = value},
+                   [value](const Shape& shape, DType dtype) { return Tensor::full(shape, value, dtype); });
 }
 
 }  // namespace chorus::initializers

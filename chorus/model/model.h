@@ -163,6 +163,10 @@ class Model : public layers::Layer {
   // a missing file → NotFoundError; a weight of another shape → InvalidArgumentError naming it.
   void save_weights(const std::string& path);
   train::LoadStatus load_weights(const std::string& path);
+  // Keras's model.to_json(): the architecture as tf_keras 2.21 writes it (model/serialization.h;
+  // model::model_from_json reads it back). Functional and Sequential only: another model →
+  // InvalidArgumentError, as Keras cannot serialize a subclassed model either.
+  std::string to_json() const;
 
   // Set by callbacks (EarlyStopping) to end fit after the current epoch.
   bool stop_training = false;
@@ -213,6 +217,9 @@ class Model : public layers::Layer {
   std::shared_ptr<metrics::Mean> loss_metric_;
   std::vector<metrics::MetricPtr> metrics_;
   Shape built_input_;
+  // The Checkpoint of the last load_weights: its LoadStatus (assert_consumed) and the restores
+  // deferred until the build need it alive.
+  std::shared_ptr<train::Checkpoint> loaded_;
 };
 
 class Sequential : public Model {
