@@ -68,6 +68,7 @@
 #include <chorus/model/metrics.h>
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/model.h>
+#include <chorus/model/serialization.h>
 #include <chorus/model/shape_layers.h>
 
 #include <chorus/launch/build_info.h>

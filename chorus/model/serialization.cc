@@ -669,7 +669,12 @@ Created create_layer(const Json& entry, const std::string& model, std::size_t po
   if (cls == "Functional" || cls == "Model" || cls == "Sequential") {
     std::shared_ptr<model::Model> m = model_from_config(cls, config, model);
     Created c;
-    c.first_node = m->built() ? 1 : 0;  // Keras's _should_skip_first_node
+    // Keras's _should_skip_first_node: a Functional, or a Sequential that starts with an InputLayer
+    // (listed, or made from its first layer's batch_input_shape), made a call of its own first.
+    const Json& inner = config["layers"];
+    c.first_node = cls != "Sequential" ||
+                   (!inner.empty() && (inner[0].value("class_name", "") == "InputLayer" ||
+                                       inner[0]["config"].contains("batch_input_shape")));
     c.layer = std::move(m);
     return c;
   }
