@@ -70,6 +70,7 @@
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/model.h>
 #include <chorus/model/multi_head_attention.h>
+#include <chorus/model/serialization.h>
 #include <chorus/model/shape_layers.h>
 
 #include <chorus/launch/build_info.h>

@@ -1,5 +1,6 @@
 // DepthwiseConv2D and Conv1D (see model/conv_layers.h).
 #include <chorus/model/conv_layers.h>
+#include <chorus/model/serialization.h>
 
 #include <chorus/core/error.h>
 #include <chorus/model/layers.h>
@@ -156,5 +157,76 @@ LayerPtr Conv1D(std::int64_t filters, std::int64_t kernel_size, std::int64_t str
                                        use_bias, dilation_rate, groups, std::move(kernel_initializer),
                                        std::move(bias_initializer), std::move(name));
 }
+
+// ---- Keras config (model/serialization.h) ----
+
+namespace {
+std::array<std::int64_t, 2> two(const LayerConfig& c, const std::string& key, std::int64_t fallback) {
+  if (!c.has(key) && fallback > 0) return {fallback, fallback};
+  const auto v = c.get_int_list(key, 2);
+  return {v[0], v[1]};
+}
+std::int64_t one(const LayerConfig& c, const std::string& key, std::int64_t fallback) {
+  if (!c.has(key) && fallback > 0) return fallback;
+  return c.get_int_list(key, 1)[0];
+}
+}  // namespace
+
+void DepthwiseConv2DLayer::get_config(LayerConfig& c) const {
+  c.set("kernel_size", std::vector<std::int64_t>{kernel_size_[0], kernel_size_[1]});
+  c.set("strides", std::vector<std::int64_t>{strides_[0], strides_[1]});
+  c.set("padding", padding_ == ops::Padding::kSame ? "same" : "valid");
+  c.set("data_format", "channels_last");
+  c.set("dilation_rate", std::vector<std::int64_t>{dilation_[0], dilation_[1]});
+  c.set("groups", 1);
+  c.set_activation("activation", activation_);
+  c.set("use_bias", use_bias_);
+  c.set_initializer("bias_initializer", bias_init_);
+  c.set_nulls({"bias_regularizer", "activity_regularizer", "bias_constraint"});
+  c.set("depth_multiplier", depth_multiplier_);
+  c.set_initializer("depthwise_initializer", kernel_init_);
+  c.set_nulls({"depthwise_regularizer", "depthwise_constraint"});
+}
+CHORUS_REGISTER_LAYER_CLASS(DepthwiseConv2D, [](const LayerConfig& c) {
+  c.require_nulls({"bias_regularizer", "activity_regularizer", "bias_constraint", "depthwise_regularizer",
+                   "depthwise_constraint"});
+  c.require("data_format", "channels_last");
+  if (c.get_int("groups", 1) != 1) c.fail("groups", "must be 1 for DepthwiseConv2D");
+  return DepthwiseConv2D(two(c, "kernel_size", 0), two(c, "strides", 1),
+                         c.get_string_in("padding", "valid", {"valid", "same"}), c.get_int("depth_multiplier", 1),
+                         c.get_activation("activation"), c.get_bool("use_bias", true), two(c, "dilation_rate", 1),
+                         c.get_initializer("depthwise_initializer", initializers::glorot_uniform()),
+                         c.get_initializer("bias_initializer", initializers::zeros()));
+});
+
+void Conv1DLayer::get_config(LayerConfig& c) const {
+  c.set("filters", filters_);
+  c.set("kernel_size", std::vector<std::int64_t>{kernel_size_});
+  c.set("strides", std::vector<std::int64_t>{strides_});
+  c.set("padding", causal_ ? "causal" : padding_ == ops::Padding::kSame ? "same" : "valid");
+  c.set("data_format", "channels_last");
+  c.set("dilation_rate", std::vector<std::int64_t>{dilation_});
+  c.set("groups", groups_);
+  c.set_activation("activation", activation_);
+  c.set("use_bias", use_bias_);
+  c.set_initializer("kernel_initializer", kernel_init_);
+  c.set_initializer("bias_initializer", bias_init_);
+  c.set_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+               "bias_constraint"});
+}
+CHORUS_REGISTER_LAYER_CLASS(Conv1D, [](const LayerConfig& c) {
+  c.require_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+                   "bias_constraint"});
+  c.require("data_format", "channels_last");
+  return Conv1D(c.get_int("filters"), one(c, "kernel_size", 0), one(c, "strides", 1),
+                c.get_string_in("padding", "valid", {"valid", "same", "causal"}), c.get_activation("activation"),
+                c.get_bool("use_bias", true), one(c, "dilation_rate", 1), c.get_int("groups", 1),
+                c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
+                c.get_initializer("bias_initializer", initializers::zeros()));
+});
+
+namespace registration {
+void link_conv_layers() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

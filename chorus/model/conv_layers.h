@@ -33,6 +33,7 @@ class DepthwiseConv2DLayer final : public Layer {
                        std::array<std::int64_t, 2> dilation, initializers::Initializer depthwise_init,
                        initializers::Initializer bias_init, std::string name);
   std::string class_name() const override { return "DepthwiseConv2D"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   Shape compute_output_shape(const Shape& in) const override;
   const Variable& depthwise_kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
@@ -70,6 +71,7 @@ class Conv1DLayer final : public Layer {
               std::string activation, bool use_bias, std::int64_t dilation, std::int64_t groups,
               initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name);
   std::string class_name() const override { return "Conv1D"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   Shape compute_output_shape(const Shape& in) const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }

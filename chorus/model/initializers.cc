@@ -1,6 +1,7 @@
 #include <chorus/model/initializers.h>
 
 #include <cmath>
+#include <functional>
 
 #include <chorus/core/error.h>
 #include <chorus/ops/random.h>
@@ -30,7 +31,25 @@ Tensor truncated(const Shape& shape, DType dtype, double mean, double stddev, st
 // normal truncated at ±2.
 constexpr double kTruncatedStd = 0.87962566103423978;
 
+
+// An initializer that remembers what it is (describe()): std::function keeps the callable's type,
+// so target<Described>() finds it again.
+struct Described {
+  InitializerSpec spec;
+  std::function<Tensor(const Shape&, DType)> fn;
+  Tensor operator()(const Shape& shape, DType dtype) const { return fn(shape, dtype); }
+};
+
+Initializer described(InitializerSpec spec, std::function<Tensor(const Shape&, DType)> fn) {
+  return Described{std::move(spec), std::move(fn)};
+}
+
 }  // namespace
+
+std::optional<InitializerSpec> describe(const Initializer& init) {
+  if (const Described* d = init.target<Described>()) return d->spec;
+  return std::nullopt;
+}
 
 std::pair<double, double> compute_fans(const Shape& shape) {
   const auto& d = shape.dims();
@@ -42,54 +61,57 @@ std::pair<double, double> compute_fans(const Shape& shape) {
 }
 
 Initializer glorot_uniform(std::optional<std::uint64_t> seed) {
-  return [seed](const Shape& shape, DType dtype) {
+  return described({.class_name = "GlorotUniform", .seed = seed}, [seed](const Shape& shape, DType dtype) {
     auto [in, out] = compute_fans(shape);
     const double limit = std::sqrt(6.0 / std::max(1.0, in + out));
     return uniform(shape, dtype, -limit, limit, seed);
-  };
+  });
 }
 
 Initializer glorot_normal(std::optional<std::uint64_t> seed) {
-  return [seed](const Shape& shape, DType dtype) {
+  return described({.class_name = "GlorotNormal", .seed = seed}, [seed](const Shape& shape, DType dtype) {
     auto [in, out] = compute_fans(shape);
     const double stddev = std::sqrt(2.0 / std::max(1.0, in + out)) / kTruncatedStd;
     return truncated(shape, dtype, 0.0, stddev, seed);
-  };
+  });
 }
 
 Initializer he_normal(std::optional<std::uint64_t> seed) {
-  return [seed](const Shape& shape, DType dtype) {
+  return described({.class_name = "HeNormal", .seed = seed}, [seed](const Shape& shape, DType dtype) {
     const double stddev = std::sqrt(2.0 / std::max(1.0, compute_fans(shape).first)) / kTruncatedStd;
     return truncated(shape, dtype, 0.0, stddev, seed);
-  };
+  });
 }
 
 Initializer he_uniform(std::optional<std::uint64_t> seed) {
-  return [seed](const Shape& shape, DType dtype) {
+  return described({.class_name = "HeUniform", .seed = seed}, [seed](const Shape& shape, DType dtype) {
     const double limit = std::sqrt(6.0 / std::max(1.0, compute_fans(shape).first));
     return uniform(shape, dtype, -limit, limit, seed);
-  };
+  });
 }
 
 Initializer truncated_normal(double mean, double stddev, std::optional<std::uint64_t> seed) {
   CHORUS_REQUIRE(stddev > 0, InvalidArgumentError, "truncated_normal initializer: stddev must be > 0, got ", stddev);
-  return [=](const Shape& shape, DType dtype) { return truncated(shape, dtype, mean, stddev, seed); };
+  return described({.class_name = "TruncatedNormal", .seed = seed, .mean = mean, .stddev = stddev},
+                   [=](const Shape& shape, DType dtype) { return truncated(shape, dtype, mean, stddev, seed); });
 }
 
 Initializer random_uniform(double minval, double maxval, std::optional<std::uint64_t> seed) {
   CHORUS_REQUIRE(minval < maxval, InvalidArgumentError, "random_uniform initializer: minval ", minval,
                  " must be < maxval ", maxval);
-  return [=](const Shape& shape, DType dtype) { return uniform(shape, dtype, minval, maxval, seed); };
+  return described({.class_name = "RandomUniform", .seed = seed, .minval = minval, .maxval = maxval},
+                   [=](const Shape& shape, DType dtype) { return uniform(shape, dtype, minval, maxval, seed); });
 }
 
 Initializer zeros() {
-  return [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); };
+  return described({.class_name = "Zeros"}, [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); });
 }
 Initializer ones() {
-  return [](const Shape& shape, DType dtype) { return Tensor::ones(shape, dtype); };
+  return described({.class_name = "Ones"}, [](const Shape& shape, DType dtype) { return Tensor::ones(shape, dtype); });
 }
 Initializer constant(double value) {
-  return [value](const Shape& shape, DType dtype) { return Tensor::full(shape, value, dtype); };
+  return described({.class_name = "Constant", .value = value},
+                   [value](const Shape& shape, DType dtype) { return Tensor::full(shape, value, dtype); });
 }
 
 }  // namespace chorus::initializers

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include <chorus/core/tensor.h>
 
@@ -40,6 +41,21 @@ Initializer random_uniform(double minval = -0.05, double maxval = 0.05,
 Initializer zeros();
 Initializer ones();
 Initializer constant(double value);
+
+// What a built-in initializer is, in Keras's terms: its class and arguments, which
+// model/serialization.h writes as Keras does ({"class_name": "GlorotUniform", "config": {"seed": null}}).
+// The factories above return initializers that carry it; describe() gives it back, or nullopt for
+// any other function (a lambda of your own: a model holding one cannot be written as JSON).
+struct InitializerSpec {
+  // "GlorotUniform", "GlorotNormal", "HeNormal", "HeUniform", "TruncatedNormal", "RandomUniform",
+  // "Zeros", "Ones", "Constant"
+  std::string class_name;
+  std::optional<std::uint64_t> seed;  // all but Zeros, Ones, Constant
+  double minval = 0, maxval = 0;      // RandomUniform
+  double mean = 0, stddev = 0;        // TruncatedNormal
+  double value = 0;                   // Constant
+};
+std::optional<InitializerSpec> describe(const Initializer& init);
 
 // (fan_in, fan_out) of a weight shape, Keras's rule.
 std::pair<double, double> compute_fans(const Shape& shape);

@@ -56,6 +56,8 @@
 
 namespace chorus::layers {
 
+class LayerConfig;  // model/serialization.h
+
 // What a layer called on a list returns: its outputs, and — for a layer of one output (Add,
 // Concatenate, most) — that output by conversion, as Keras returns a tensor:
 //   KerasTensor y = (*layers::Add())({a, b});
@@ -136,6 +138,13 @@ class Layer : public train::Trackable, public std::enable_shared_from_this<Layer
   // then the owned layers by attribute; restored values wait for the build if the layer is not
   // built yet.
   std::vector<train::TrackableChild> trackable_children() const override;
+
+  // Keras's get_config, for Model::to_json (model/serialization.h): writes the layer's own keys
+  // after "name", "trainable" and "dtype", which the caller writes. The default throws
+  // InvalidArgumentError (a custom layer must override it to be saved).
+  virtual void get_config(LayerConfig& config) const;
+  // The input shapes it was built for, batch dim excluded (Keras's build_config); empty before.
+  const std::vector<std::vector<std::int64_t>>& build_input_shapes() const { return built_shapes_; }
 
  protected:
   virtual void build_weights(const Shape& input_shape) { (void)input_shape; }

@@ -8,6 +8,7 @@
 #include <chorus/core/error.h>
 #include <chorus/ops/geometry.h>
 #include <chorus/ops/ops.h>
+#include <chorus/model/serialization.h>
 
 namespace chorus::layers {
 
@@ -228,7 +229,7 @@ LayerPtr Activation(std::string activation, std::string name) {
 // ---- Dropout ----
 
 DropoutLayer::DropoutLayer(double rate, std::optional<std::uint64_t> seed, std::string name)
-    : Layer(std::move(name)), rate_(rate) {
+    : Layer(std::move(name)), rate_(rate), seed_(seed) {
   CHORUS_REQUIRE(rate >= 0 && rate < 1, InvalidArgumentError, "Dropout: rate must be in [0, 1), got ", rate);
   generator_.emplace(ops::Generator::from_seed(seed ? *seed : std::random_device{}()));
 }
@@ -292,5 +293,131 @@ Tensor EmbeddingLayer::call(const Tensor& ids, bool) {
 LayerPtr Embedding(std::int64_t input_dim, std::int64_t output_dim, initializers::Initializer init, std::string name) {
   return std::make_shared<EmbeddingLayer>(input_dim, output_dim, std::move(init), std::move(name));
 }
+
+// ---- Keras config (model/serialization.h): get_config writes what tf_keras 2.21 writes, the
+// factories read it back ----
+
+namespace {
+
+std::vector<std::int64_t> pair_of(const std::array<std::int64_t, 2>& a) { return {a[0], a[1]}; }
+std::array<std::int64_t, 2> pair_from(const LayerConfig& c, const std::string& key, std::int64_t fallback) {
+  if (!c.has(key) && fallback > 0) return {fallback, fallback};
+  const auto v = c.get_int_list(key, 2);
+  return {v[0], v[1]};
+}
+const char* padding_name(ops::Padding p) { return p == ops::Padding::kSame ? "same" : "valid"; }
+constexpr std::initializer_list<const char*> kKernelNulls = {"kernel_regularizer", "bias_regularizer",
+                                                             "activity_regularizer", "kernel_constraint",
+                                                             "bias_constraint"};
+
+}  // namespace
+
+void DenseLayer::get_config(LayerConfig& c) const {
+  c.set("units", units_);
+  c.set_activation("activation", activation_);
+  c.set("use_bias", use_bias_);
+  c.set_initializer("kernel_initializer", kernel_init_);
+  c.set_initializer("bias_initializer", bias_init_);
+  c.set_nulls(kKernelNulls);
+}
+CHORUS_REGISTER_LAYER_CLASS(Dense, [](const LayerConfig& c) {
+  c.require_nulls(kKernelNulls);
+  return Dense(c.get_int("units"), c.get_activation("activation"), c.get_bool("use_bias", true),
+               c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
+               c.get_initializer("bias_initializer", initializers::zeros()));
+});
+
+void Conv2DLayer::get_config(LayerConfig& c) const {
+  c.set("filters", filters_);
+  c.set("kernel_size", pair_of(kernel_size_));
+  c.set("strides", pair_of(strides_));
+  c.set("padding", padding_name(padding_));
+  c.set("data_format", "channels_last");
+  c.set("dilation_rate", pair_of(dilation_));
+  c.set("groups", groups_);
+  c.set_activation("activation", activation_);
+  c.set("use_bias", use_bias_);
+  c.set_initializer("kernel_initializer", kernel_init_);
+  c.set_initializer("bias_initializer", bias_init_);
+  c.set_nulls(kKernelNulls);
+}
+CHORUS_REGISTER_LAYER_CLASS(Conv2D, [](const LayerConfig& c) {
+  c.require_nulls(kKernelNulls);
+  c.require("data_format", "channels_last");
+  return LayerPtr(std::make_shared<Conv2DLayer>(
+      c.get_int("filters"), pair_from(c, "kernel_size", 0), pair_from(c, "strides", 1),
+      parse_padding(c.get_string_in("padding", "valid", {"valid", "same"})), c.get_activation("activation"),
+      c.get_bool("use_bias", true), pair_from(c, "dilation_rate", 1), c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
+      c.get_initializer("bias_initializer", initializers::zeros()), "", c.get_int("groups", 1)));
+});
+
+void Pooling2DLayer::get_config(LayerConfig& c) const {
+  c.set("pool_size", pair_of(pool_));
+  c.set("padding", padding_name(padding_));
+  c.set("strides", pair_of(strides_));
+  c.set("data_format", "channels_last");
+}
+namespace {
+LayerPtr pooling_from_config(ops::PoolKind kind, const LayerConfig& c) {
+  c.require("data_format", "channels_last");
+  const auto pool = pair_from(c, "pool_size", 2);
+  const auto strides = c.is_null("strides") ? pool : pair_from(c, "strides", 0);
+  return std::make_shared<Pooling2DLayer>(kind, pool, strides,
+                                          parse_padding(c.get_string_in("padding", "valid", {"valid", "same"})), "");
+}
+}  // namespace
+CHORUS_REGISTER_LAYER_CLASS(MaxPooling2D, [](const LayerConfig& c) { return pooling_from_config(ops::PoolKind::kMax, c); });
+CHORUS_REGISTER_LAYER_CLASS(AveragePooling2D,
+                            [](const LayerConfig& c) { return pooling_from_config(ops::PoolKind::kAvg, c); });
+
+void FlattenLayer::get_config(LayerConfig& c) const { c.set("data_format", "channels_last"); }
+CHORUS_REGISTER_LAYER_CLASS(Flatten, [](const LayerConfig& c) {
+  c.require("data_format", "channels_last");
+  return Flatten();
+});
+
+void ActivationLayer::get_config(LayerConfig& c) const { c.set_activation("activation", activation_); }
+CHORUS_REGISTER_LAYER_CLASS(Activation, [](const LayerConfig& c) { return Activation(c.get_activation("activation")); });
+
+void DropoutLayer::get_config(LayerConfig& c) const {
+  c.set("rate", rate_);
+  c.set_null("noise_shape");
+  if (seed_) {
+    c.set("seed", static_cast<std::int64_t>(*seed_));
+  } else {
+    c.set_null("seed");
+  }
+}
+CHORUS_REGISTER_LAYER_CLASS(Dropout, [](const LayerConfig& c) {
+  c.require_null("noise_shape");
+  std::optional<std::uint64_t> seed;
+  if (!c.is_null("seed")) {
+    const std::int64_t s = c.get_int("seed");
+    if (s < 0) c.fail("seed", "must be >= 0");
+    seed = static_cast<std::uint64_t>(s);
+  }
+  return Dropout(c.get_double("rate"), seed);
+});
+
+void EmbeddingLayer::get_config(LayerConfig& c) const {
+  c.set_batch_shape("batch_input_shape", {-1});  // Keras's (None, input_length)
+  c.set("input_dim", input_dim_);
+  c.set("output_dim", output_dim_);
+  c.set_initializer("embeddings_initializer", init_);
+  c.set_nulls({"embeddings_regularizer", "activity_regularizer", "embeddings_constraint"});
+  c.set("mask_zero", false);
+  c.set_null("input_length");
+}
+CHORUS_REGISTER_LAYER_CLASS(Embedding, [](const LayerConfig& c) {
+  c.require_nulls({"embeddings_regularizer", "activity_regularizer", "embeddings_constraint"});
+  c.require("mask_zero", false);
+  c.require("sparse", false);
+  return Embedding(c.get_int("input_dim"), c.get_int("output_dim"),
+                   c.get_initializer("embeddings_initializer", initializers::random_uniform()));
+});
+
+namespace registration {
+void link_layers() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

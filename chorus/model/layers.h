@@ -32,6 +32,7 @@ class DenseLayer final : public Layer {
   DenseLayer(std::int64_t units, std::string activation, bool use_bias, initializers::Initializer kernel_init,
              initializers::Initializer bias_init, std::string name);
   std::string class_name() const override { return "Dense"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   Shape compute_output_shape(const Shape& in) const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
@@ -63,6 +64,7 @@ class Conv2DLayer final : public Layer {
               initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name,
               std::int64_t groups = 1);
   std::string class_name() const override { return "Conv2D"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   Shape compute_output_shape(const Shape& in) const override;
   const Variable& kernel() const { return kernel_; }
   const Variable& bias() const { return bias_; }
@@ -99,6 +101,7 @@ class Pooling2DLayer final : public Layer {
   Pooling2DLayer(ops::PoolKind kind, std::array<std::int64_t, 2> pool, std::array<std::int64_t, 2> strides,
                  ops::Padding padding, std::string name);
   std::string class_name() const override { return kind_ == ops::PoolKind::kMax ? "MaxPooling2D" : "AveragePooling2D"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
 
@@ -120,6 +123,7 @@ class FlattenLayer final : public Layer {
  public:
   explicit FlattenLayer(std::string name) : Layer(std::move(name)) {}
   std::string class_name() const override { return "Flatten"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
 
@@ -132,6 +136,7 @@ class ActivationLayer final : public Layer {
  public:
   ActivationLayer(std::string activation, std::string name);
   std::string class_name() const override { return "Activation"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
 
  protected:
@@ -148,6 +153,7 @@ class DropoutLayer final : public Layer {
  public:
   DropoutLayer(double rate, std::optional<std::uint64_t> seed, std::string name);
   std::string class_name() const override { return "Dropout"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
 
  protected:
@@ -155,6 +161,7 @@ class DropoutLayer final : public Layer {
 
  private:
   double rate_;
+  std::optional<std::uint64_t> seed_;
   std::optional<ops::Generator> generator_;
   std::mutex mu_;
 };
@@ -165,6 +172,7 @@ class EmbeddingLayer final : public Layer {
  public:
   EmbeddingLayer(std::int64_t input_dim, std::int64_t output_dim, initializers::Initializer init, std::string name);
   std::string class_name() const override { return "Embedding"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   Shape compute_output_shape(const Shape& in) const override;
   const Variable& embeddings() const { return table_; }
 
@@ -200,6 +208,7 @@ class BatchNormalizationLayer final : public Layer {
   BatchNormalizationLayer(double momentum, double epsilon, bool center, bool scale, bool synchronized,
                           std::string name);
   std::string class_name() const override { return "BatchNormalization"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   const Variable& moving_mean() const { return moving_mean_; }
   const Variable& moving_variance() const { return moving_var_; }
   const Variable& gamma() const { return gamma_; }

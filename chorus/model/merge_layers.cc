@@ -1,4 +1,5 @@
 #include <chorus/model/merge_layers.h>
+#include <chorus/model/serialization.h>
 
 #include <chorus/core/error.h>
 #include <chorus/ops/elementwise.h>
@@ -67,5 +68,22 @@ std::vector<Tensor> ConcatenateLayer::call_list(const std::vector<Tensor>& xs, b
 }
 
 LayerPtr Concatenate(int axis, std::string name) { return std::make_shared<ConcatenateLayer>(axis, std::move(name)); }
+
+// ---- Keras config (model/serialization.h) ----
+
+void MergeLayer::get_config(LayerConfig& c) const { (void)c; }  // name, trainable, dtype only
+CHORUS_REGISTER_LAYER_CLASS(Add, [](const LayerConfig&) { return Add(); });
+CHORUS_REGISTER_LAYER_CLASS(Multiply, [](const LayerConfig&) { return Multiply(); });
+
+void ConcatenateLayer::get_config(LayerConfig& c) const { c.set("axis", axis_); }
+CHORUS_REGISTER_LAYER_CLASS(Concatenate, [](const LayerConfig& c) {
+  const std::int64_t axis = c.get_int("axis", -1);
+  if (axis < -64 || axis > 64) c.fail("axis", "is out of range");
+  return Concatenate(static_cast<int>(axis));
+});
+
+namespace registration {
+void link_merge_layers() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

@@ -20,6 +20,7 @@ class MergeLayer : public Layer {
   enum class Kind { kAdd, kMultiply };
   MergeLayer(Kind kind, std::string name);
   std::string class_name() const override { return kind_ == Kind::kAdd ? "Add" : "Multiply"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
 
  protected:
@@ -36,6 +37,7 @@ class ConcatenateLayer final : public Layer {
  public:
   ConcatenateLayer(int axis, std::string name);
   std::string class_name() const override { return "Concatenate"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   int axis() const { return axis_; }
 

@@ -165,6 +165,10 @@ class Model : public layers::Layer {
   // a missing file → NotFoundError; a weight of another shape → InvalidArgumentError naming it.
   void save_weights(const std::string& path);
   train::LoadStatus load_weights(const std::string& path);
+  // Keras's model.to_json(): the architecture as tf_keras 2.21 writes it (model/serialization.h;
+  // model::model_from_json reads it back). Functional and Sequential only: another model →
+  // InvalidArgumentError, as Keras cannot serialize a subclassed model either.
+  std::string to_json() const;
 
   // Set by callbacks (EarlyStopping) to end fit after the current epoch.
   bool stop_training = false;

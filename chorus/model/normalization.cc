@@ -2,6 +2,7 @@
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
 #include <chorus/model/layers.h>
+#include <chorus/model/serialization.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus::layers {
@@ -119,5 +120,46 @@ LayerPtr BatchNormalization(double momentum, double epsilon, bool center, bool s
                             std::string name) {
   return std::make_shared<BatchNormalizationLayer>(momentum, epsilon, center, scale, synchronized, std::move(name));
 }
+
+// ---- Keras config (model/serialization.h) ----
+
+void BatchNormalizationLayer::get_config(LayerConfig& c) const {
+  const auto& shapes = build_input_shapes();  // the axis is the last one; Keras writes it resolved once built
+  if (shapes.empty()) {
+    c.set("axis", -1);
+  } else {
+    c.set("axis", std::vector<std::int64_t>{static_cast<std::int64_t>(shapes[0].size())});
+  }
+  c.set("momentum", momentum_);
+  c.set("epsilon", epsilon_);
+  c.set("center", center_);
+  c.set("scale", scale_);
+  c.set_initializer("beta_initializer", initializers::zeros());
+  c.set_initializer("gamma_initializer", initializers::ones());
+  c.set_initializer("moving_mean_initializer", initializers::zeros());
+  c.set_initializer("moving_variance_initializer", initializers::ones());
+  c.set_nulls({"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+  if (synchronized_) c.set("synchronized", true);  // tf_keras accepts it; it writes it nowhere
+}
+CHORUS_REGISTER_LAYER_CLASS(BatchNormalization, [](const LayerConfig& c) {
+  // chorus normalizes over the last axis: -1, or the last axis of build_config's input shape.
+  const std::vector<std::int64_t> axis = c.get_int_list("axis", 1);
+  const auto& shapes = c.build_input_shapes();
+  const bool last = axis[0] == -1 || (shapes.size() == 1 && axis[0] == static_cast<std::int64_t>(shapes[0].size()) - 1);
+  if (!last) c.fail("axis", "must be the last axis (-1); chorus's BatchNormalization normalizes over the last axis only");
+  c.require_nulls({"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+                   "virtual_batch_size", "adjustment"});
+  c.require("renorm", false);
+  c.require_initializer("beta_initializer", "Zeros");
+  c.require_initializer("gamma_initializer", "Ones");
+  c.require_initializer("moving_mean_initializer", "Zeros");
+  c.require_initializer("moving_variance_initializer", "Ones");
+  return BatchNormalization(c.get_double("momentum", 0.99), c.get_double("epsilon", 1e-3), c.get_bool("center", true),
+                            c.get_bool("scale", true), c.get_bool("synchronized", false));
+});
+
+namespace registration {
+void link_normalization() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

@@ -1,5 +1,6 @@
 // ZeroPadding2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Reshape, Permute (see model/shape_layers.h).
 #include <chorus/model/shape_layers.h>
+#include <chorus/model/serialization.h>
 
 #include <algorithm>
 #include <sstream>
@@ -153,5 +154,65 @@ Tensor PermuteLayer::call(const Tensor& x, bool) {
 LayerPtr Permute(std::vector<int> dims, std::string name) {
   return std::make_shared<PermuteLayer>(std::move(dims), std::move(name));
 }
+
+// ---- Keras config (model/serialization.h) ----
+
+void ZeroPadding2DLayer::get_config(LayerConfig& c) const {
+  c.set("padding", std::vector<std::vector<std::int64_t>>{{rows_[0], rows_[1]}, {cols_[0], cols_[1]}});
+  c.set("data_format", "channels_last");
+}
+CHORUS_REGISTER_LAYER_CLASS(ZeroPadding2D, [](const LayerConfig& c) {
+  c.require("data_format", "channels_last");
+  // An int, (rows, cols), or ((top, bottom), (left, right)), as Keras accepts.
+  std::array<std::int64_t, 2> rows{1, 1}, cols{1, 1};
+  if (c.is_int("padding")) {
+    const std::int64_t p = c.get_int("padding");
+    rows = {p, p};
+    cols = {p, p};
+  } else if (c.is_list_of_lists("padding")) {
+    const auto p = c.get_int_lists("padding");
+    if (p.size() != 2 || p[0].size() != 2 || p[1].size() != 2)
+      c.fail("padding", "must be ((top, bottom), (left, right))");
+    rows = {p[0][0], p[0][1]};
+    cols = {p[1][0], p[1][1]};
+  } else if (c.has("padding")) {
+    const auto p = c.get_int_list("padding", 2);
+    rows = {p[0], p[0]};
+    cols = {p[1], p[1]};
+  }
+  return LayerPtr(std::make_shared<ZeroPadding2DLayer>(rows, cols, ""));
+});
+
+void GlobalPooling2DLayer::get_config(LayerConfig& c) const {
+  c.set("data_format", "channels_last");
+  c.set("keepdims", keepdims_);
+}
+CHORUS_REGISTER_LAYER_CLASS(GlobalAveragePooling2D, [](const LayerConfig& c) {
+  c.require("data_format", "channels_last");
+  return GlobalAveragePooling2D(c.get_bool("keepdims", false));
+});
+CHORUS_REGISTER_LAYER_CLASS(GlobalMaxPooling2D, [](const LayerConfig& c) {
+  c.require("data_format", "channels_last");
+  return GlobalMaxPooling2D(c.get_bool("keepdims", false));
+});
+
+void ReshapeLayer::get_config(LayerConfig& c) const { c.set("target_shape", target_); }
+CHORUS_REGISTER_LAYER_CLASS(Reshape, [](const LayerConfig& c) { return Reshape(c.get_int_list("target_shape")); });
+
+void PermuteLayer::get_config(LayerConfig& c) const {
+  c.set("dims", std::vector<std::int64_t>(dims_.begin(), dims_.end()));
+}
+CHORUS_REGISTER_LAYER_CLASS(Permute, [](const LayerConfig& c) {
+  std::vector<int> dims;
+  for (std::int64_t d : c.get_int_list("dims")) {
+    if (d < 1 || d > 64) c.fail("dims", "must list axes 1..k (k <= 64)");
+    dims.push_back(static_cast<int>(d));
+  }
+  return Permute(dims);
+});
+
+namespace registration {
+void link_shape_layers() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

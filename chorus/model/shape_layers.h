@@ -30,6 +30,7 @@ class ZeroPadding2DLayer final : public Layer {
  public:
   ZeroPadding2DLayer(std::array<std::int64_t, 2> rows, std::array<std::int64_t, 2> cols, std::string name);
   std::string class_name() const override { return "ZeroPadding2D"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
   // ((top, bottom), (left, right))
@@ -65,6 +66,7 @@ class GlobalPooling2DLayer final : public Layer {
  public:
   GlobalPooling2DLayer(bool max, bool keepdims, std::string name);
   std::string class_name() const override { return max_ ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
 
@@ -84,6 +86,7 @@ class ReshapeLayer final : public Layer {
  public:
   ReshapeLayer(std::vector<std::int64_t> target_shape, std::string name);
   std::string class_name() const override { return "Reshape"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
   const std::vector<std::int64_t>& target_shape() const { return target_; }
@@ -103,6 +106,7 @@ class PermuteLayer final : public Layer {
  public:
   PermuteLayer(std::vector<int> dims, std::string name);
   std::string class_name() const override { return "Permute"; }
+  void get_config(LayerConfig& config) const override;  // model/serialization.h
   bool creates_weights() const override { return false; }
   Shape compute_output_shape(const Shape& in) const override;
   const std::vector<int>& dims() const { return dims_; }

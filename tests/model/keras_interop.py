@@ -14,6 +14,15 @@ when every check passed, 1 otherwise, 2 on bad usage. Arrays travel as "dumps"
   functional-writes DIR   (tf_keras writes) the same graph, with tf_keras's initial weights:
                           DIR/weights (save_weights), DIR/io (a, b and tf_keras's outputs).
 
+  json-reads DIR          (chorus wrote) DIR/model.json and DIR/seq.json: chorus's to_json of
+                          tests/model/json_models.h's two models; DIR/weights: the functional
+                          one's save_weights; DIR/io: its inputs img, ids and outputs out0, out1.
+                          tf_keras builds both models (json_models below): its to_json equals
+                          chorus's (parsed); model_from_json(chorus's JSON) + load_weights(...)
+                          .assert_consumed() computes chorus's outputs.
+  json-writes DIR         (tf_keras writes) DIR/model.json (to_json), DIR/weights (save_weights)
+                          and DIR/io (inputs and its outputs) of the functional json model.
+
 The graph (the same layer names and call order on both sides, so Keras's layer order and
 checkpoint numbering must agree): inputs x (4) and y (3); a Dense 'shared' called on x and,
 later, on a Dense 'to_shared' of the sum; Dense 'dense_y' on y; Add 'add'; a nested functional
@@ -95,6 +104,99 @@ def functional_writes(root):
     return c.done("functional-writes")
 
 
+def json_models(K):
+    """tests/model/json_models.h's two_input_model and mixed_sequential, in tf_keras."""
+    L, I = K.layers, K.initializers
+    img = K.Input((8, 8, 3), name="img")
+    ids = K.Input((5,), dtype="int32", name="ids")
+    h = L.Conv2D(4, 3, activation="relu", kernel_initializer=I.HeNormal(seed=7), name="conv")(img)
+    h = L.MaxPooling2D(2, name="pool")(h)
+    h = L.BatchNormalization(momentum=0.9, epsilon=1e-3, name="bn")(h)
+    h = L.Flatten(name="flat")(h)
+    h = L.Dropout(0.25, seed=3, name="drop")(h)
+    h = L.Dense(6, kernel_initializer=I.GlorotUniform(seed=1), name="dense_img")(h)
+    e = L.Embedding(10, 4, embeddings_initializer=I.RandomUniform(-0.1, 0.1, seed=2), name="emb")(ids)
+    e = L.Flatten(name="flat_ids")(e)
+    e = L.Dense(6, activation="tanh", kernel_initializer=I.GlorotUniform(seed=3), bias_initializer=I.Constant(0.5),
+                name="dense_ids")(e)
+    shared = L.Dense(6, activation="relu", kernel_initializer=I.GlorotUniform(seed=4), name="shared")
+    a, b = shared(h), shared(e)
+    s = L.Add(name="add")([a, b])
+    cat = L.Concatenate(axis=-1, name="cat")([a, b])
+    inner_in = K.Input((6,), name="inner_in")
+    inner_out = L.Dense(2, activation="sigmoid", kernel_initializer=I.GlorotUniform(seed=5), name="inner_out")(inner_in)
+    inner = K.Model(inner_in, inner_out, name="inner")
+    outer = K.Model([img, ids], [inner(s), L.Activation("gelu", name="act")(cat)], name="outer")
+
+    K.mixed_precision.set_global_policy("mixed_bfloat16")
+    seq = K.Sequential([
+        L.Conv1D(4, 3, padding="causal", activation="relu", kernel_initializer=I.GlorotUniform(seed=1), name="c1"),
+        L.Reshape((6, 4, 1), name="reshape"),
+        L.ZeroPadding2D(((1, 0), (2, 3)), name="pad"),
+        L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, depthwise_initializer=I.GlorotUniform(seed=2),
+                          name="dw"),
+        L.AveragePooling2D(1, strides=1, padding="same", name="avg"),
+        L.Permute((2, 1, 3), name="perm"),
+        L.GlobalMaxPooling2D(keepdims=True, name="gmax"),
+        L.GlobalAveragePooling2D(name="gavg"),
+        L.Dense(3, activation="softmax", kernel_initializer=I.GlorotUniform(seed=3), dtype="float32", name="out"),
+    ], name="seq")
+    K.mixed_precision.set_global_policy("float32")
+    seq.build((None, 6, 5))
+    return outer, seq
+
+
+def json_reads(root):
+    import json
+    import tf_keras as K
+    from tf_interop import Checks, read_dump
+
+    c = Checks()
+    outer, seq = json_models(K)
+    for name, model in (("model.json", outer), ("seq.json", seq)):
+        with open(os.path.join(root, name)) as f:
+            ours = json.loads(f.read())
+        theirs = json.loads(model.to_json())
+        same = ours == theirs
+        if not same:
+            print(json.dumps(ours, sort_keys=True)[:3000])
+            print(json.dumps(theirs, sort_keys=True)[:3000])
+        c.check(same, f"{name}: chorus's to_json equals tf_keras's to_json of the same model")
+    with open(os.path.join(root, "model.json")) as f:
+        m = K.models.model_from_json(f.read())
+    m.load_weights(os.path.join(root, "weights")).assert_consumed()
+    c.check(True, "tf_keras model_from_json(chorus's JSON) + load_weights(chorus's save_weights).assert_consumed()")
+    io = read_dump(os.path.join(root, "io"))
+    got = m([io["img"], io["ids"]], training=False)
+    for i in range(2):
+        err = float(np.max(np.abs(got[i].numpy() - io[f"out{i}"])))
+        c.check(err <= 1e-5, f"model_from_json output {i} equals chorus's (max |diff| {err:.3g})")
+    return c.done("json-reads")
+
+
+def json_writes(root):
+    import tf_keras as K
+    from tf_interop import Checks, write_dump
+
+    c = Checks()
+    outer, _ = json_models(K)
+    rng = np.random.default_rng(6)
+    img = rng.uniform(-1, 1, (3, 8, 8, 3)).astype(np.float32)
+    ids = rng.integers(0, 10, (3, 5)).astype(np.int32)
+    # Moving statistics away from 0 and 1, so that restoring them is visible in the outputs.
+    bn = outer.get_layer("bn")
+    bn.moving_mean.assign(rng.uniform(-0.5, 0.5, bn.moving_mean.shape).astype(np.float32))
+    bn.moving_variance.assign(rng.uniform(0.5, 2, bn.moving_variance.shape).astype(np.float32))
+    out = outer([img, ids], training=False)
+    with open(os.path.join(root, "model.json"), "w") as f:
+        f.write(outer.to_json())
+    outer.save_weights(os.path.join(root, "weights"))
+    write_dump(os.path.join(root, "io"), [("img", img), ("ids", ids), ("out0", out[0].numpy()),
+                                          ("out1", out[1].numpy())])
+    c.check(True, "tf_keras wrote to_json, save_weights and its outputs")
+    return c.done("json-writes")
+
+
 def mha_writes(root):
     """tf_keras's MultiHeadAttention (2 heads, key_dim 4, use_causal_mask) with a key padding
     mask, as tests/model/multi_head_attention_test.cc builds it: weights and outputs."""
@@ -123,7 +225,8 @@ def main(argv):
     import tf_interop
 
     tf_interop.tf = tf  # Checks.done prints TF's version
-    modes = {"functional-reads": functional_reads, "functional-writes": functional_writes, "mha-writes": mha_writes}
+    modes = {"functional-reads": functional_reads, "functional-writes": functional_writes,
+             "json-reads": json_reads, "json-writes": json_writes, "mha-writes": mha_writes}
     if len(argv) != 3 or argv[1] not in modes:
         print(f"usage: {argv[0]} {{{'|'.join(modes)}}} DIR", file=sys.stderr)
         return 2

@@ -7,14 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "tests/checkpoint/tf_interop_util.h"
 #include "tests/core/interop_python.h"
 #include "tests/core/test_util.h"
+#include "tests/model/json_models.h"
 #include <chorus/core/runtime.h>
 #include <chorus/model/functional.h>
 #include <chorus/model/layers.h>
 #include <chorus/model/merge_layers.h>
+#include <chorus/model/serialization.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus {
@@ -106,6 +110,51 @@ TEST(KerasInterop, ChorusLoadsTfKerasSaveWeights) {
   m->load_weights(dir + "/weights").assert_consumed();
   const auto io = train::testing::read_dump(dir + "/io");
   std::vector<Tensor> out = (*m)({train::testing::dumped_tensor(io.at("a")), train::testing::dumped_tensor(io.at("b"))});
+  for (int i = 0; i < 2; ++i) {
+    const auto got = out[i].to_vector<float>();
+    const auto want = train::testing::dumped_tensor(io.at("out" + std::to_string(i))).to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
+  }
+}
+
+// Architecture JSON (model/serialization.h): chorus's to_json is tf_keras's to_json of the same
+// model, and tf_keras rebuilds it with model_from_json, restores chorus's weights and computes its
+// outputs.
+TEST(KerasInterop, TfKerasReadsChorusToJson) {
+  std::string python;
+  CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow, tf_keras");
+  chorus::internal::reset_runtime_for_testing();
+  chorus::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  auto m = chorus::testing::two_input_model();
+  const Tensor img = ops::stateless_random_uniform({3, 8, 8, 3}, {5, 6}, {.minval = -1, .maxval = 1});
+  const Tensor ids = Tensor::from_vector<std::int32_t>({1, 2, 3, 4, 5, 9, 8, 7, 6, 0, 0, 3, 3, 1, 9}, Shape{3, 5});
+  std::vector<Tensor> out = (*m)({img, ids});
+  train::testing::write_text(dir + "/model.json", m->to_json());
+  train::testing::write_text(dir + "/seq.json", chorus::testing::mixed_sequential()->to_json());
+  m->save_weights(dir + "/weights");
+  train::testing::write_dump(dir + "/io", {{"img", img}, {"ids", ids}, {"out0", out[0]}, {"out1", out[1]}});
+  EXPECT_EQ(run_keras(python, "json-reads", dir), 0);
+}
+
+// tf_keras's to_json and save_weights → chorus's model_from_json + load_weights(...).assert_consumed()
+// computes tf_keras's outputs.
+TEST(KerasInterop, ChorusReadsTfKerasToJson) {
+  std::string python;
+  CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow, tf_keras");
+  chorus::internal::reset_runtime_for_testing();
+  chorus::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  ASSERT_EQ(run_keras(python, "json-writes", dir), 0);
+  std::ifstream f(dir + "/model.json");
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto m = model::model_from_json(json);
+  EXPECT_EQ(m->to_json(), json) << "chorus writes back the text tf_keras wrote";
+  m->load_weights(dir + "/weights").assert_consumed();
+  const auto io = train::testing::read_dump(dir + "/io");
+  std::vector<Tensor> out =
+      (*m)({train::testing::dumped_tensor(io.at("img")), train::testing::dumped_tensor(io.at("ids"))});
   for (int i = 0; i < 2; ++i) {
     const auto got = out[i].to_vector<float>();
     const auto want = train::testing::dumped_tensor(io.at("out" + std::to_string(i))).to_vector<float>();

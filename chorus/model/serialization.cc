@@ -1,0 +1,974 @@
+// Keras's architecture JSON (model/serialization.h): LayerConfig, the registry of layer classes,
+// Model::to_json and model_from_json.
+#include <chorus/model/serialization.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <set>
+
+#include <chorus/core/error.h>
+#include <chorus/core/json_internal.h>
+#include <chorus/core/strings.h>
+#include <chorus/model/functional.h>
+#include <chorus/model/layers.h>
+#include <chorus/model/model.h>
+
+namespace chorus::layers {
+
+using chorus::internal::Json;
+using chorus::internal::json_kind;
+using chorus::internal::str_cat;
+
+// ---- LayerConfig ----
+
+struct LayerConfig::Impl {
+  std::string class_name, name;
+  Json config = Json::object();
+  std::vector<std::vector<std::int64_t>> build_shapes;
+};
+
+LayerConfig::LayerConfig(std::string class_name, std::string name) : impl_(std::make_unique<Impl>()) {
+  impl_->class_name = std::move(class_name);
+  impl_->name = std::move(name);
+}
+LayerConfig::~LayerConfig() = default;
+LayerConfig::LayerConfig(const LayerConfig& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+LayerConfig& LayerConfig::operator=(const LayerConfig& other) {
+  if (this != &other) impl_ = std::make_unique<Impl>(*other.impl_);
+  return *this;
+}
+
+const std::string& LayerConfig::class_name() const { return impl_->class_name; }
+const std::string& LayerConfig::name() const { return impl_->name; }
+
+void LayerConfig::fail(const std::string& key, const std::string& what) const {
+  throw InvalidArgumentError(str_cat("layer '", internal::printable(impl_->name, 200), "' (",
+                                     internal::printable(impl_->class_name, 200), "): config key '", key, "' ", what));
+}
+
+void LayerConfig::set(const std::string& key, bool value) { impl_->config[key] = value; }
+void LayerConfig::set(const std::string& key, std::int64_t value) { impl_->config[key] = value; }
+void LayerConfig::set(const std::string& key, double value) { impl_->config[key] = value; }
+void LayerConfig::set(const std::string& key, const std::string& value) { impl_->config[key] = value; }
+void LayerConfig::set(const std::string& key, const std::vector<std::int64_t>& value) { impl_->config[key] = value; }
+void LayerConfig::set(const std::string& key, const std::vector<std::vector<std::int64_t>>& value) {
+  impl_->config[key] = value;
+}
+void LayerConfig::set_null(const std::string& key) { impl_->config[key] = nullptr; }
+void LayerConfig::set_nulls(std::initializer_list<const char*> keys) {
+  for (const char* k : keys) impl_->config[k] = nullptr;
+}
+void LayerConfig::set_batch_shape(const std::string& key, const std::vector<std::int64_t>& dims) {
+  Json s = Json::array({nullptr});
+  for (auto d : dims) s.push_back(d < 0 ? Json(nullptr) : Json(d));
+  impl_->config[key] = std::move(s);
+}
+void LayerConfig::set_activation(const std::string& key, const std::string& activation) {
+  impl_->config[key] = activation.empty() ? std::string("linear") : activation;
+}
+
+namespace {
+
+Json seed_json(const std::optional<std::uint64_t>& seed) { return seed ? Json(*seed) : Json(nullptr); }
+
+// Keras's serialize_keras_object for an initializer.
+Json initializer_json(const initializers::InitializerSpec& s) {
+  Json config = Json::object();
+  if (s.class_name == "GlorotUniform" || s.class_name == "GlorotNormal" || s.class_name == "HeNormal" ||
+      s.class_name == "HeUniform") {
+    config["seed"] = seed_json(s.seed);
+  } else if (s.class_name == "TruncatedNormal") {
+    config["mean"] = s.mean;
+    config["stddev"] = s.stddev;
+    config["seed"] = seed_json(s.seed);
+  } else if (s.class_name == "RandomUniform") {
+    config["minval"] = s.minval;
+    config["maxval"] = s.maxval;
+    config["seed"] = seed_json(s.seed);
+  } else if (s.class_name == "Constant") {
+    config["value"] = s.value;
+  }
+  Json out = Json::object();
+  out["module"] = "keras.initializers";
+  out["class_name"] = s.class_name;
+  out["config"] = std::move(config);
+  out["registered_name"] = nullptr;
+  return out;
+}
+
+}  // namespace
+
+void LayerConfig::set_initializer(const std::string& key, const initializers::Initializer& init) {
+  std::optional<initializers::InitializerSpec> spec = initializers::describe(init);
+  if (!spec)
+    fail(key, "is a function of your own; to_json writes only the initializers of model/initializers.h "
+              "(glorot_uniform, he_normal, random_uniform, zeros, ones, constant)");
+  impl_->config[key] = initializer_json(*spec);
+}
+
+bool LayerConfig::has(const std::string& key) const { return impl_->config.contains(key); }
+bool LayerConfig::is_null(const std::string& key) const {
+  auto it = impl_->config.find(key);
+  return it == impl_->config.end() || it->is_null();
+}
+
+bool LayerConfig::is_int(const std::string& key) const {
+  auto it = impl_->config.find(key);
+  return it != impl_->config.end() && it->is_number_integer();
+}
+bool LayerConfig::is_list_of_lists(const std::string& key) const {
+  auto it = impl_->config.find(key);
+  return it != impl_->config.end() && it->is_array() && !it->empty() && (*it)[0].is_array();
+}
+
+namespace {
+
+const Json& need(const LayerConfig& c, const Json& config, const std::string& key) {
+  auto it = config.find(key);
+  if (it == config.end()) c.fail(key, "is missing");
+  return *it;
+}
+
+std::int64_t as_int(const LayerConfig& c, const std::string& key, const Json& v) {
+  if (v.is_number_unsigned()) {
+    if (v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) c.fail(key, "is out of range");
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  }
+  if (!v.is_number_integer()) c.fail(key, str_cat("must be an integer, got ", json_kind(v)));
+  return v.get<std::int64_t>();
+}
+
+}  // namespace
+
+std::int64_t LayerConfig::get_int(const std::string& key) const {
+  return as_int(*this, key, need(*this, impl_->config, key));
+}
+std::int64_t LayerConfig::get_int(const std::string& key, std::int64_t fallback) const {
+  return has(key) ? get_int(key) : fallback;
+}
+double LayerConfig::get_double(const std::string& key) const {
+  const Json& v = need(*this, impl_->config, key);
+  if (!v.is_number()) fail(key, str_cat("must be a number, got ", json_kind(v)));
+  return v.get<double>();
+}
+double LayerConfig::get_double(const std::string& key, double fallback) const {
+  return has(key) ? get_double(key) : fallback;
+}
+bool LayerConfig::get_bool(const std::string& key) const {
+  const Json& v = need(*this, impl_->config, key);
+  if (!v.is_boolean()) fail(key, str_cat("must be a boolean, got ", json_kind(v)));
+  return v.get<bool>();
+}
+bool LayerConfig::get_bool(const std::string& key, bool fallback) const { return has(key) ? get_bool(key) : fallback; }
+std::string LayerConfig::get_string(const std::string& key) const {
+  const Json& v = need(*this, impl_->config, key);
+  if (!v.is_string()) fail(key, str_cat("must be a string, got ", json_kind(v)));
+  return v.get<std::string>();
+}
+std::string LayerConfig::get_string(const std::string& key, const std::string& fallback) const {
+  return has(key) ? get_string(key) : fallback;
+}
+
+std::string LayerConfig::get_string_in(const std::string& key, const std::string& fallback,
+                                       std::initializer_list<const char*> allowed) const {
+  const std::string v = get_string(key, fallback);
+  for (const char* a : allowed)
+    if (v == a) return v;
+  fail(key, str_cat("is '", internal::printable(v, 100), "'; use one of: ",
+                    internal::join(std::vector<std::string>(allowed.begin(), allowed.end()), {.quote = "'"})));
+}
+
+std::vector<std::int64_t> LayerConfig::get_int_list(const std::string& key, std::size_t size) const {
+  const Json& v = need(*this, impl_->config, key);
+  if (size > 0 && v.is_number_integer()) return std::vector<std::int64_t>(size, as_int(*this, key, v));
+  if (!v.is_array()) fail(key, str_cat("must be a list of integers, got ", json_kind(v)));
+  if (size > 0 && v.size() != size) fail(key, str_cat("must have ", size, " entries, got ", v.size()));
+  std::vector<std::int64_t> out;
+  for (const Json& e : v) out.push_back(as_int(*this, key, e));
+  return out;
+}
+
+std::vector<std::vector<std::int64_t>> LayerConfig::get_int_lists(const std::string& key) const {
+  const Json& v = need(*this, impl_->config, key);
+  if (!v.is_array()) fail(key, str_cat("must be a list of lists of integers, got ", json_kind(v)));
+  std::vector<std::vector<std::int64_t>> out;
+  for (const Json& row : v) {
+    if (!row.is_array()) fail(key, str_cat("must be a list of lists of integers, has ", json_kind(row)));
+    out.emplace_back();
+    for (const Json& e : row) out.back().push_back(as_int(*this, key, e));
+  }
+  return out;
+}
+
+std::string LayerConfig::get_activation(const std::string& key) const {
+  if (is_null(key)) return "";
+  const Json& v = need(*this, impl_->config, key);
+  std::string name;
+  if (v.is_string()) {
+    name = v.get<std::string>();
+  } else if (v.is_object() && v.contains("class_name") && v["class_name"].is_string()) {
+    name = v["class_name"].get<std::string>();  // Keras 3's serialized function
+  } else {
+    fail(key, str_cat("must be an activation name, got ", json_kind(v)));
+  }
+  if (name == "linear") return "";
+  try {
+    check_activation(name);
+  } catch (const InvalidArgumentError& e) {
+    fail(key, e.what());
+  }
+  return name;
+}
+
+initializers::Initializer LayerConfig::get_initializer(const std::string& key) const {
+  const Json& v = need(*this, impl_->config, key);
+  std::string cls;
+  Json config = Json::object();
+  if (v.is_string()) {
+    cls = v.get<std::string>();
+  } else if (v.is_object() && v.contains("class_name") && v["class_name"].is_string()) {
+    cls = v["class_name"].get<std::string>();
+    if (v.contains("config")) config = v["config"];
+    if (!config.is_object()) fail(key, str_cat("has a config that must be an object, got ", json_kind(config)));
+  } else {
+    fail(key, str_cat("must be an initializer (an object with class_name), got ", json_kind(v)));
+  }
+  LayerConfig inner(impl_->class_name, impl_->name);
+  inner.impl_->config = config;
+  const std::string where = key + "." + "config";
+  auto seed = [&]() -> std::optional<std::uint64_t> {
+    if (inner.is_null("seed")) return std::nullopt;
+    const std::int64_t s = inner.get_int("seed");
+    if (s < 0) fail(where, str_cat("seed must be >= 0, got ", s));
+    return static_cast<std::uint64_t>(s);
+  };
+  if (cls == "GlorotUniform" || cls == "glorot_uniform") return initializers::glorot_uniform(seed());
+  if (cls == "HeNormal" || cls == "he_normal") return initializers::he_normal(seed());
+  if (cls == "GlorotNormal" || cls == "glorot_normal") return initializers::glorot_normal(seed());
+  if (cls == "HeUniform" || cls == "he_uniform") return initializers::he_uniform(seed());
+  if (cls == "TruncatedNormal" || cls == "truncated_normal") {
+    const double stddev = inner.get_double("stddev", 0.05);
+    if (!(stddev > 0)) fail(key, str_cat("has stddev ", stddev, ", which must be > 0"));
+    return initializers::truncated_normal(inner.get_double("mean", 0.0), stddev, seed());
+  }
+  if (cls == "Zeros" || cls == "zeros") return initializers::zeros();
+  if (cls == "Ones" || cls == "ones") return initializers::ones();
+  if (cls == "Constant" || cls == "constant") return initializers::constant(inner.get_double("value", 0.0));
+  if (cls == "RandomUniform" || cls == "random_uniform") {
+    const double lo = inner.get_double("minval", -0.05), hi = inner.get_double("maxval", 0.05);
+    if (!(lo < hi)) fail(key, str_cat("has minval ", lo, " >= maxval ", hi));
+    return initializers::random_uniform(lo, hi, seed());
+  }
+  fail(key, str_cat("names initializer '", internal::printable(cls, 100),
+                    "', which chorus does not have; it has GlorotUniform, GlorotNormal, HeNormal, HeUniform, "
+                    "TruncatedNormal, RandomUniform, Zeros, Ones, Constant"));
+}
+
+initializers::Initializer LayerConfig::get_initializer(const std::string& key,
+                                                       initializers::Initializer fallback) const {
+  return is_null(key) ? std::move(fallback) : get_initializer(key);
+}
+
+void LayerConfig::require_null(const std::string& key) const {
+  if (!is_null(key))
+    fail(key, str_cat("is ", internal::printable(impl_->config[key].dump(), 200),
+                      "; chorus has no such feature, only null is accepted"));
+}
+
+void LayerConfig::require_nulls(std::initializer_list<const char*> keys) const {
+  for (const char* k : keys) require_null(k);
+}
+
+void LayerConfig::require_initializer(const std::string& key, const std::string& class_name) const {
+  if (is_null(key)) return;
+  const auto spec = initializers::describe(get_initializer(key));
+  const bool constant_as = spec && spec->class_name == "Constant" &&
+                           ((class_name == "Zeros" && spec->value == 0) || (class_name == "Ones" && spec->value == 1));
+  if (!spec || (spec->class_name != class_name && !constant_as))
+    fail(key, str_cat("is ", spec ? spec->class_name : std::string("?"), "; chorus's ", impl_->class_name,
+                      " supports only ", class_name, " here"));
+}
+
+void LayerConfig::require(const std::string& key, const std::string& value) const {
+  if (has(key) && get_string(key) != value)
+    fail(key, str_cat("is '", internal::printable(get_string(key), 100), "'; chorus supports only '", value, "'"));
+}
+
+void LayerConfig::require(const std::string& key, bool value) const {
+  if (has(key) && get_bool(key) != value)
+    fail(key, str_cat("is ", value ? "false" : "true", "; chorus supports only ", value ? "true" : "false"));
+}
+
+const std::vector<std::vector<std::int64_t>>& LayerConfig::build_input_shapes() const { return impl_->build_shapes; }
+
+void Layer::get_config(LayerConfig& config) const {
+  (void)config;
+  throw InvalidArgumentError(str_cat("layer '", name(), "' (", class_name(),
+                                     ") does not define get_config, so its model cannot be written as JSON; "
+                                     "override Layer::get_config and register the class (model/serialization.h)"));
+}
+
+// ---- the registry ----
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::pair<LayerFactory, bool>> factories;  // class → (factory, builtin)
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: static registrations may outlive main's statics
+  return *r;
+}
+
+}  // namespace
+
+// Built-in layer files register themselves (CHORUS_REGISTER_LAYER_CLASS); a static build links a
+// file only when something refers to it, so these references keep each of them.
+namespace registration {
+void link_layers();
+void link_conv_layers();
+void link_shape_layers();
+void link_merge_layers();
+void link_normalization();
+}  // namespace registration
+
+bool register_layer_class(const std::string& class_name, LayerFactory factory, bool builtin) {
+  CHORUS_REQUIRE(!class_name.empty() && factory, InvalidArgumentError,
+                 "register_layer_class: needs a class name and a factory");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.factories[class_name] = {std::move(factory), builtin};
+  return true;
+}
+
+std::vector<std::string> registered_layer_classes() {
+  registration::link_layers();
+  registration::link_conv_layers();
+  registration::link_shape_layers();
+  registration::link_merge_layers();
+  registration::link_normalization();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out{"Functional", "InputLayer", "Sequential"};
+  for (const auto& [name, f] : r.factories) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+std::optional<std::pair<LayerFactory, bool>> find_factory(const std::string& class_name) {
+  registered_layer_classes();  // links the built-in files
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.factories.find(class_name);
+  if (it == r.factories.end()) return std::nullopt;
+  return it->second;
+}
+
+bool is_builtin(const std::string& class_name) {
+  auto f = find_factory(class_name);
+  return f && f->second;
+}
+
+}  // namespace
+
+// ---- writing ----
+
+namespace {
+
+// Python's json.dumps layout (", " and ": "), which Keras's to_json text has.
+void dump_keras(const Json& v, std::string& out) {
+  if (v.is_object()) {
+    out += '{';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!first) out += ", ";
+      first = false;
+      out += Json(it.key()).dump(-1, ' ', true);
+      out += ": ";
+      dump_keras(it.value(), out);
+    }
+    out += '}';
+  } else if (v.is_array()) {
+    out += '[';
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out += ", ";
+      dump_keras(v[i], out);
+    }
+    out += ']';
+  } else {
+    out += v.dump(-1, ' ', true);
+  }
+}
+
+Json batch_shape(const std::vector<std::int64_t>& dims) {
+  Json s = Json::array({nullptr});
+  for (auto d : dims) s.push_back(d < 0 ? Json(nullptr) : Json(d));
+  return s;
+}
+
+Json build_config(const Layer& layer) {
+  const auto& shapes = layer.build_input_shapes();
+  Json input_shape;
+  if (shapes.size() == 1) {
+    input_shape = batch_shape(shapes[0]);
+  } else {
+    input_shape = Json::array();
+    for (const auto& s : shapes) input_shape.push_back(batch_shape(s));
+  }
+  return Json{{"input_shape", std::move(input_shape)}};
+}
+
+Json dtype_json(const mixed_precision::Policy& p) {
+  if (!p.is_mixed()) return p.name();
+  return Json{{"module", "keras.mixed_precision"},
+              {"class_name", "Policy"},
+              {"config", Json{{"name", p.name()}}},
+              {"registered_name", nullptr}};
+}
+
+Json input_layer_json(const std::string& name, const std::vector<std::int64_t>& shape, DType dtype) {
+  Json config = Json::object();
+  config["batch_input_shape"] = batch_shape(shape);
+  config["dtype"] = std::string(dtype_name(dtype));
+  config["sparse"] = false;
+  config["ragged"] = false;
+  config["name"] = name;
+  config["optional"] = false;
+  return Json{{"module", "keras.layers"}, {"class_name", "InputLayer"}, {"config", std::move(config)},
+              {"registered_name", nullptr}};
+}
+
+Json functional_config(const model::Functional& m);
+Json sequential_config(const model::Sequential& m);
+
+// One entry of config.layers, without "name" and "inbound_nodes" (the functional writer adds them).
+Json layer_json(const Layer& layer) {
+  if (const auto* in = dynamic_cast<const InputLayer*>(&layer))
+    return input_layer_json(in->name(), in->input_shape(), in->dtype());
+  Json entry = Json::object();
+  if (const auto* f = dynamic_cast<const model::Functional*>(&layer)) {
+    entry = Json{{"module", "tf_keras.src.engine.functional"}, {"class_name", "Functional"},
+                 {"config", functional_config(*f)}, {"registered_name", "Functional"}};
+  } else if (const auto* s = dynamic_cast<const model::Sequential*>(&layer)) {
+    entry = Json{{"module", "keras"}, {"class_name", "Sequential"}, {"config", sequential_config(*s)},
+                 {"registered_name", nullptr}};
+  } else {
+    LayerConfig c(layer.class_name(), layer.name());
+    c.set("name", layer.name());
+    c.set("trainable", true);
+    c.impl().config["dtype"] = dtype_json(layer.dtype_policy());
+    layer.get_config(c);
+    const bool builtin = is_builtin(layer.class_name());
+    entry = Json{{"module", builtin ? "keras.layers" : "chorus"}, {"class_name", layer.class_name()},
+                 {"config", std::move(c.impl().config)},
+                 {"registered_name", builtin ? Json(nullptr) : Json(layer.class_name())}};
+  }
+  if (layer.built()) entry["build_config"] = build_config(layer);
+  return entry;
+}
+
+// Keras's node_index of a layer's call inside a model: its place among the layer's calls in this
+// model, after the call a Functional (or a Sequential with an InputLayer) makes when constructed
+// (Keras's _should_skip_first_node).
+int first_node_index(const Layer& layer) {
+  if (dynamic_cast<const model::Functional*>(&layer) != nullptr) return 1;
+  if (dynamic_cast<const model::Sequential*>(&layer) != nullptr && layer.built()) return 1;
+  return 0;
+}
+
+Json functional_config(const model::Functional& m) {
+  // Each layer's calls in this model, in the order they were made.
+  std::map<const Layer*, std::vector<std::shared_ptr<Node>>> calls;
+  for (const auto& node : m.nodes()) calls[node->layer.get()].push_back(node);
+  std::map<const Node*, int> index;
+  for (auto& [layer, nodes] : calls) {
+    std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a->sequence < b->sequence; });
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      index[nodes[i].get()] = first_node_index(*layer) + static_cast<int>(i);
+  }
+  for (const KerasTensor& t : m.inputs()) index[t.node().get()] = 0;
+  auto ref = [&](const KerasTensor& t) {
+    return Json::array({t.node()->layer->name(), index.at(t.node().get()), t.index()});
+  };
+  Json layers = Json::array();
+  for (const LayerPtr& layer : m.layers()) {
+    Json entry = layer_json(*layer);
+    Json inbound = Json::array();
+    for (const auto& node : calls[layer.get()]) {
+      Json args = Json::array();
+      for (const KerasTensor& t : node->inputs) {
+        Json r = ref(t);
+        r.push_back(Json::object());  // the call's keyword arguments: none
+        args.push_back(std::move(r));
+      }
+      inbound.push_back(std::move(args));
+    }
+    entry["name"] = layer->name();
+    entry["inbound_nodes"] = std::move(inbound);
+    layers.push_back(std::move(entry));
+  }
+  Json inputs = Json::array(), outputs = Json::array();
+  for (const KerasTensor& t : m.inputs()) inputs.push_back(ref(t));
+  for (const KerasTensor& t : m.outputs()) outputs.push_back(ref(t));
+  Json config = Json::object();
+  config["name"] = m.name();
+  config["trainable"] = true;
+  config["layers"] = std::move(layers);
+  config["input_layers"] = std::move(inputs);
+  config["output_layers"] = std::move(outputs);
+  return config;
+}
+
+Json sequential_config(const model::Sequential& m) {
+  Json layers = Json::array();
+  const std::vector<LayerPtr> ls = m.layers();
+  if (m.built() && m.build_input_shapes().size() == 1)
+    layers.push_back(input_layer_json(str_cat(ls.empty() ? m.name() : ls[0]->name(), "_input"),
+                                      m.build_input_shapes()[0], DType::kFloat32));
+  for (const LayerPtr& layer : ls) layers.push_back(layer_json(*layer));
+  return Json{{"name", m.name()}, {"layers", std::move(layers)}};
+}
+
+}  // namespace
+
+}  // namespace chorus::layers
+
+// ---- reading ----
+
+namespace chorus::layers {
+namespace {
+
+using internal::printable;
+
+constexpr std::size_t kMaxLayersPerModel = std::size_t{1} << 16;
+
+// "model_from_json: model 'outer': <what>"
+[[noreturn]] void bad(const std::string& model, const std::string& what) {
+  throw InvalidArgumentError(str_cat("model_from_json: model '", printable(model, 200), "': ", what));
+}
+
+const Json& member(const Json& object, const char* key, const std::string& model, const std::string& where) {
+  if (!object.is_object()) bad(model, str_cat(where, " must be an object, got ", json_kind(object)));
+  auto it = object.find(key);
+  if (it == object.end()) bad(model, str_cat(where, " has no key '", key, "'"));
+  return *it;
+}
+
+std::string string_member(const Json& object, const char* key, const std::string& model, const std::string& where) {
+  const Json& v = member(object, key, model, where);
+  if (!v.is_string()) bad(model, str_cat(where, ": key '", key, "' must be a string, got ", json_kind(v)));
+  return v.get<std::string>();
+}
+
+std::int64_t int_of(const Json& v, const std::string& model, const std::string& where) {
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX))
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  if (!v.is_number_integer()) bad(model, str_cat(where, " must be an integer, got ", json_kind(v)));
+  return v.get<std::int64_t>();
+}
+
+mixed_precision::Policy read_policy(const LayerConfig& c) {
+  if (c.is_null("dtype")) return mixed_precision::global_policy();
+  const Json& d = c.impl().config["dtype"];
+  std::string name;
+  if (d.is_string()) {
+    name = d.get<std::string>();
+  } else if (d.is_object() && d.contains("config") && d["config"].is_object() && d["config"].contains("name") &&
+             d["config"]["name"].is_string()) {
+    name = d["config"]["name"].get<std::string>();
+  } else {
+    c.fail("dtype", str_cat("must be a dtype policy name or Keras's Policy object, got ", json_kind(d)));
+  }
+  try {
+    return mixed_precision::Policy(name);
+  } catch (const InvalidArgumentError& e) {
+    c.fail("dtype", e.what());
+  }
+}
+
+// A registered class's factory, with what every layer's config shares: name, trainable, dtype.
+LayerPtr make_layer(const LayerFactory& factory, const LayerConfig& c) {
+  if (!c.get_bool("trainable", true)) c.fail("trainable", "is false; chorus layers are always trainable");
+  const mixed_precision::Policy policy = read_policy(c);
+  LayerPtr layer = factory(c);
+  if (layer == nullptr) c.fail("class_name", "'s factory returned no layer");
+  layer->set_name(c.name());
+  layer->set_dtype_policy(policy);
+  return layer;
+}
+
+std::unique_ptr<model::Model> model_from_config(const std::string& class_name, const Json& config,
+                                                const std::string& parent);
+
+struct Created {
+  LayerPtr layer;
+  KerasTensor input;   // an InputLayer's tensor
+  int first_node = 0;  // Keras's node index of its first call in the enclosing model
+};
+
+struct InputSpec {
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::kFloat32;
+};
+
+InputSpec input_spec(const Json& config, const std::string& name, const std::string& model) {
+  const std::string where = str_cat("InputLayer '", printable(name, 200), "' config");
+  const Json& shape = config.contains("batch_input_shape") ? config["batch_input_shape"]
+                                                           : member(config, "batch_shape", model, where);
+  if (!shape.is_array() || shape.empty())
+    bad(model, str_cat(where, ": batch_input_shape must be a list [null, dims...], got ", json_kind(shape)));
+  InputSpec spec;
+  for (std::size_t i = 1; i < shape.size(); ++i) {
+    if (shape[i].is_null())
+      bad(model, str_cat(where, ": batch_input_shape has an unknown dimension (null) at ", i,
+                         "; chorus builds layers for fixed shapes"));
+    spec.shape.push_back(int_of(shape[i], model, str_cat(where, ": batch_input_shape[", i, "]")));
+  }
+  if (config.contains("dtype") && !config["dtype"].is_null()) {
+    const std::string dtype = string_member(config, "dtype", model, where);
+    try {
+      spec.dtype = parse_dtype(dtype);
+    } catch (const InvalidArgumentError& e) {
+      bad(model, str_cat(where, ": dtype: ", e.what()));
+    }
+  }
+  for (const char* key : {"sparse", "ragged"})
+    if (config.contains(key) && !(config[key].is_boolean() && !config[key].get<bool>()))
+      bad(model, str_cat(where, ": '", key, "' must be false; chorus has dense tensors only"));
+  return spec;
+}
+
+std::vector<std::vector<std::int64_t>> read_build_shapes(const Json& entry) {
+  std::vector<std::vector<std::int64_t>> out;
+  if (!entry.contains("build_config") || !entry["build_config"].is_object()) return out;
+  const Json& bc = entry["build_config"];
+  if (!bc.contains("input_shape") || !bc["input_shape"].is_array()) return out;
+  const Json& s = bc["input_shape"];
+  auto one = [](const Json& dims) {
+    std::vector<std::int64_t> d;
+    for (const Json& v : dims) d.push_back(v.is_number_integer() ? v.get<std::int64_t>() : -1);
+    return d;
+  };
+  if (!s.empty() && s[0].is_array()) {
+    for (const Json& dims : s)
+      if (dims.is_array()) out.push_back(one(dims));
+  } else {
+    out.push_back(one(s));
+  }
+  return out;
+}
+
+Created create_layer(const Json& entry, const std::string& model, std::size_t position) {
+  const std::string where = str_cat("config.layers[", position, "]");
+  const std::string cls = string_member(entry, "class_name", model, where);
+  const Json& config = member(entry, "config", model, where);
+  if (!config.is_object()) bad(model, str_cat(where, ": 'config' must be an object, got ", json_kind(config)));
+  const std::string name = entry.contains("name") ? string_member(entry, "name", model, where)
+                                                  : string_member(config, "name", model, where + ".config");
+  if (cls == "InputLayer") {
+    InputSpec spec = input_spec(config, name, model);
+    Created c;
+    c.input = Input(spec.shape, spec.dtype, name);
+    c.layer = c.input.node()->layer;
+    return c;
+  }
+  if (cls == "Functional" || cls == "Model" || cls == "Sequential") {
+    std::shared_ptr<model::Model> m = model_from_config(cls, config, model);
+    Created c;
+    // Keras's _should_skip_first_node: a Functional, or a Sequential that starts with an InputLayer
+    // (listed, or made from its first layer's batch_input_shape), made a call of its own first.
+    const Json& inner = config["layers"];
+    c.first_node = cls != "Sequential" ||
+                   (!inner.empty() && (inner[0].value("class_name", "") == "InputLayer" ||
+                                       inner[0]["config"].contains("batch_input_shape")));
+    c.layer = std::move(m);
+    return c;
+  }
+  auto factory = find_factory(cls);
+  if (!factory)
+    bad(model, str_cat("layer '", printable(name, 200), "' has class '", printable(cls, 200),
+                       "', which chorus does not have; the classes chorus has: ",
+                       internal::join(registered_layer_classes())));
+  LayerConfig c(cls, name);
+  c.impl().config = config;
+  c.impl().build_shapes = read_build_shapes(entry);
+  return Created{make_layer(factory->first, c), {}, 0};
+}
+
+// A reference [layer name, node index, tensor index(, kwargs)] of inbound_nodes, input_layers or
+// output_layers, resolved to the producing layer's slot and its call (index into its calls here).
+struct Ref {
+  std::size_t slot = 0;
+  std::size_t call = 0;  // ignored for an InputLayer
+  std::size_t tensor = 0;
+};
+
+class GraphReader {
+ public:
+  GraphReader(const Json& config, std::string model) : model_(std::move(model)) {
+    const Json& layers = member(config, "layers", model_, "config");
+    if (!layers.is_array()) bad(model_, str_cat("config.layers must be a list, got ", json_kind(layers)));
+    if (layers.size() > kMaxLayersPerModel)
+      bad(model_, str_cat("config.layers has ", layers.size(), " layers; at most ", kMaxLayersPerModel));
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      Slot s;
+      s.created = create_layer(layers[i], model_, i);
+      s.name = s.created.layer->name();
+      if (!by_name_.emplace(s.name, slots_.size()).second)
+        bad(model_, str_cat("two layers are named '", printable(s.name, 200), "'"));
+      if (layers[i].contains("inbound_nodes")) {
+        const Json& nodes = layers[i]["inbound_nodes"];
+        if (!nodes.is_array())
+          bad(model_, str_cat("layer '", printable(s.name, 200), "': inbound_nodes must be a list, got ",
+                              json_kind(nodes)));
+        if (s.created.input.defined() && !nodes.empty())
+          bad(model_, str_cat("InputLayer '", printable(s.name, 200), "' has inbound nodes; an input has none"));
+        for (const Json& n : nodes) s.nodes.push_back(&n);
+      }
+      s.outputs.resize(s.nodes.size());
+      slots_.push_back(std::move(s));
+    }
+  }
+
+  // Calls every layer on its inbound nodes' tensors, each after the calls it reads (Kahn's
+  // algorithm: linear in the graph's size; what is left over is a cycle).
+  void run() {
+    std::vector<std::size_t> first_id;
+    std::size_t total = 0;
+    for (const Slot& s : slots_) {
+      first_id.push_back(total);
+      total += s.nodes.size();
+    }
+    std::vector<std::vector<Ref>> refs(total);
+    std::vector<std::vector<std::size_t>> readers(total);
+    std::vector<std::size_t> waiting(total, 0);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      for (std::size_t j = 0; j < slots_[i].nodes.size(); ++j) {
+        const std::size_t id = first_id[i] + j;
+        refs[id] = node_refs(*slots_[i].nodes[j], i, j);
+        for (const Ref& r : refs[id]) {
+          if (slots_[r.slot].created.input.defined()) continue;
+          readers[first_id[r.slot] + r.call].push_back(id);
+          ++waiting[id];
+        }
+        if (j > 0) {  // a layer's calls in their order (Keras's node indices)
+          readers[id - 1].push_back(id);
+          ++waiting[id];
+        }
+      }
+    }
+    std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+    for (std::size_t id = 0; id < total; ++id)
+      if (waiting[id] == 0) ready.push(id);
+    std::size_t done = 0;
+    std::vector<std::size_t> slot_of(total);
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      for (std::size_t j = 0; j < slots_[i].nodes.size(); ++j) slot_of[first_id[i] + j] = i;
+    while (!ready.empty()) {
+      const std::size_t id = ready.top();
+      ready.pop();
+      const std::size_t i = slot_of[id];
+      call(i, id - first_id[i], refs[id]);
+      ++done;
+      for (std::size_t r : readers[id])
+        if (--waiting[r] == 0) ready.push(r);
+    }
+    if (done < total) {
+      std::vector<std::string> stuck;
+      for (std::size_t id = 0; id < total; ++id)
+        if (waiting[id] > 0) stuck.push_back(str_cat("'", printable(slots_[slot_of[id]].name, 100), "'"));
+      stuck.erase(std::unique(stuck.begin(), stuck.end()), stuck.end());
+      bad(model_, str_cat("inbound_nodes form a cycle: the calls of layers ",
+                          internal::join(stuck, {.max_items = 10}), " wait on each other"));
+    }
+  }
+
+  // input_layers / output_layers.
+  std::vector<KerasTensor> endpoints(const Json& config, const char* key) {
+    const Json& list = member(config, key, model_, "config");
+    if (!list.is_array() || list.empty())
+      bad(model_, str_cat("config.", key, " must be a non-empty list, got ", json_kind(list)));
+    std::vector<const Json*> items;
+    if (list[0].is_string()) {  // one reference, not in a list
+      items.push_back(&list);
+    } else {
+      for (const Json& r : list) items.push_back(&r);
+    }
+    std::vector<KerasTensor> out;
+    for (const Json* r : items) {
+      const Ref ref = parse_ref(*r, str_cat("config.", key));
+      if (std::string(key) == "input_layers" && !slots_[ref.slot].created.input.defined())
+        bad(model_, str_cat("config.input_layers names layer '", printable(slots_[ref.slot].name, 200),
+                            "', which is not an InputLayer"));
+      out.push_back(tensor(ref, str_cat("config.", key)));
+    }
+    return out;
+  }
+
+ private:
+  struct Slot {
+    Created created;
+    std::string name;
+    std::vector<const Json*> nodes;
+    std::vector<std::vector<KerasTensor>> outputs;  // per call, once made
+  };
+
+  Ref parse_ref(const Json& r, const std::string& who) const {
+    if (!r.is_array() || r.size() < 3 || r.size() > 4 || !r[0].is_string())
+      bad(model_, str_cat(who, ": a tensor reference must be [layer name, node index, tensor index], got ",
+                          printable(r.dump(), 200)));
+    const std::string name = r[0].get<std::string>();
+    const std::int64_t node = int_of(r[1], model_, who + ": the node index");
+    const std::int64_t tensor = int_of(r[2], model_, who + ": the tensor index");
+    if (r.size() == 4 && !(r[3].is_object() && r[3].empty()))
+      bad(model_, str_cat(who, " passes keyword arguments ", printable(r[3].dump(), 200),
+                          "; chorus calls layers with their inputs only"));
+    auto it = by_name_.find(name);
+    if (it == by_name_.end())
+      bad(model_, str_cat(who, " reads layer '", printable(name, 200), "', which is not in config.layers"));
+    const Slot& s = slots_[it->second];
+    if (tensor < 0) bad(model_, str_cat(who, " reads tensor ", tensor, " of layer '", printable(name, 200), "'"));
+    if (s.created.input.defined()) return Ref{it->second, 0, static_cast<std::size_t>(tensor)};  // Keras: node 0
+    const std::int64_t call = node - s.created.first_node;
+    if (call < 0 || call >= static_cast<std::int64_t>(s.nodes.size()))
+      bad(model_, str_cat(who, " reads node ", node, " of layer '", printable(name, 200), "', which has ",
+                          s.nodes.empty() ? std::string("no calls in this model")
+                                          : str_cat("nodes ", s.created.first_node, " to ",
+                                                    s.created.first_node + static_cast<std::int64_t>(s.nodes.size()) - 1)));
+    return Ref{it->second, static_cast<std::size_t>(call), static_cast<std::size_t>(tensor)};
+  }
+
+  std::vector<Ref> node_refs(const Json& node, std::size_t slot, std::size_t call) const {
+    const std::string who = str_cat("layer '", printable(slots_[slot].name, 200), "' inbound node ", call);
+    if (!node.is_array() || node.empty())
+      bad(model_, str_cat(who, " must be a non-empty list of tensor references, got ", json_kind(node)));
+    std::vector<Ref> out;
+    if (node[0].is_string()) {  // one reference, not in a list
+      out.push_back(parse_ref(node, who));
+    } else {
+      for (const Json& r : node) out.push_back(parse_ref(r, who));
+    }
+    return out;
+  }
+
+  KerasTensor tensor(const Ref& r, const std::string& who) const {
+    const Slot& s = slots_[r.slot];
+    const std::vector<KerasTensor>& outs = s.created.input.defined() ? std::vector<KerasTensor>{s.created.input}
+                                                                     : s.outputs[r.call];
+    if (r.tensor >= outs.size())
+      bad(model_, str_cat(who, " reads tensor ", r.tensor, " of layer '", printable(s.name, 200), "', whose call gives ",
+                          outs.size(), " tensor(s)"));
+    return outs[r.tensor];
+  }
+
+  void call(std::size_t slot, std::size_t call, const std::vector<Ref>& refs) {
+    const std::string who = str_cat("layer '", printable(slots_[slot].name, 200), "' inbound node ", call);
+    std::vector<KerasTensor> ins;
+    for (const Ref& r : refs) ins.push_back(tensor(r, who));
+    Outputs<KerasTensor> out = (*slots_[slot].created.layer)(ins);
+    slots_[slot].outputs[call] = std::move(out);
+  }
+
+  std::string model_;
+  std::vector<Slot> slots_;
+  std::map<std::string, std::size_t> by_name_;
+};
+
+std::unique_ptr<model::Model> functional_from_config(const Json& config, const std::string& parent) {
+  const std::string name = string_member(config, "name", parent, "a Functional model's config");
+  GraphReader graph(config, name);
+  graph.run();
+  std::vector<KerasTensor> inputs = graph.endpoints(config, "input_layers");
+  std::vector<KerasTensor> outputs = graph.endpoints(config, "output_layers");
+  return std::make_unique<model::Functional>(std::move(inputs), std::move(outputs), name);
+}
+
+std::unique_ptr<model::Model> sequential_from_config(const Json& config, const std::string& parent) {
+  const std::string name = string_member(config, "name", parent, "a Sequential model's config");
+  const Json& layers = member(config, "layers", name, "config");
+  if (!layers.is_array()) bad(name, str_cat("config.layers must be a list, got ", json_kind(layers)));
+  if (layers.size() > kMaxLayersPerModel)
+    bad(name, str_cat("config.layers has ", layers.size(), " layers; at most ", kMaxLayersPerModel));
+  std::optional<InputSpec> input;
+  std::vector<LayerPtr> made;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const std::string where = str_cat("config.layers[", i, "]");
+    if (string_member(layers[i], "class_name", name, where) == "InputLayer") {
+      if (i != 0) bad(name, str_cat(where, " is an InputLayer; a Sequential model has one, first"));
+      const Json& c = member(layers[i], "config", name, where);
+      input = input_spec(c, c.contains("name") && c["name"].is_string() ? c["name"].get<std::string>() : "", name);
+      continue;
+    }
+    if (i == 0 && layers[i].contains("config") && layers[i]["config"].is_object() &&
+        layers[i]["config"].contains("batch_input_shape"))
+      input = input_spec(layers[i]["config"], "(the first layer's batch_input_shape)", name);
+    made.push_back(create_layer(layers[i], name, i).layer);
+    if (!names.insert(made.back()->name()).second)
+      bad(name, str_cat("two layers are named '", printable(made.back()->name(), 200), "'"));
+  }
+  auto m = std::make_unique<model::Sequential>(std::move(made), name);
+  if (input && input->dtype == DType::kFloat32) {  // Model::build runs a float32 batch
+    std::vector<std::int64_t> dims{1};
+    dims.insert(dims.end(), input->shape.begin(), input->shape.end());
+    m->build(Shape(dims));
+  }
+  return m;
+}
+
+std::unique_ptr<model::Model> model_from_config(const std::string& class_name, const Json& config,
+                                                const std::string& parent) {
+  if (!config.is_object()) bad(parent, str_cat("a model's config must be an object, got ", json_kind(config)));
+  if (class_name == "Functional" || class_name == "Model") return functional_from_config(config, parent);
+  if (class_name == "Sequential") return sequential_from_config(config, parent);
+  bad(parent, str_cat("class_name '", printable(class_name, 200),
+                      "' is not a model chorus can rebuild (Functional, Model or Sequential)"));
+}
+
+}  // namespace
+}  // namespace chorus::layers
+
+namespace chorus::model {
+
+using chorus::internal::Json;
+using chorus::internal::str_cat;
+
+std::string Model::to_json() const {
+  Json top = Json::object();
+  if (const auto* f = dynamic_cast<const Functional*>(this)) {
+    top["class_name"] = "Functional";
+    top["config"] = layers::functional_config(*f);
+  } else if (const auto* s = dynamic_cast<const Sequential*>(this)) {
+    top["class_name"] = "Sequential";
+    top["config"] = layers::sequential_config(*s);
+  } else {
+    throw InvalidArgumentError(str_cat("model '", name(), "' (", class_name(),
+                                       "): to_json writes Functional and Sequential models only; a subclassed "
+                                       "model's call() is code, not a graph (Keras: NotImplementedError)"));
+  }
+  top["keras_version"] = "2.21.0";
+  top["backend"] = "tensorflow";
+  std::string out;
+  layers::dump_keras(top, out);
+  return out;
+}
+
+std::unique_ptr<Model> model_from_json(const std::string& json) {
+  if (json.size() > kMaxModelJsonBytes)
+    throw ResourceExhaustedError(str_cat("model_from_json: the JSON text has ", json.size(),
+                                         " bytes; at most kMaxModelJsonBytes = ", kMaxModelJsonBytes, " are read"));
+  const Json top = chorus::internal::parse_json(json, "the model JSON");
+  if (!top.is_object())
+    throw InvalidArgumentError(str_cat("model_from_json: the JSON must be an object, got ",
+                                       chorus::internal::json_kind(top)));
+  const std::string cls = layers::string_member(top, "class_name", "(top)", "the JSON");
+  return layers::model_from_config(cls, layers::member(top, "config", "(top)", "the JSON"), "(top)");
+}
+
+}  // namespace chorus::model
