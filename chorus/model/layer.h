@@ -143,6 +143,14 @@ class Layer : public train::Trackable, public std::enable_shared_from_this<Layer
   // after "name", "trainable" and "dtype", which the caller writes. The default throws
   // InvalidArgumentError (a custom layer must override it to be saved).
   virtual void get_config(LayerConfig& config) const;
+  // Keras's call keyword arguments, for to_json / model_from_json: the names under which Keras
+  // passes the inputs after the first ("value", "key", "attention_mask" for MultiHeadAttention;
+  // empty, the default: every input positional), and the call options written beside them
+  // (get_call_config: "use_causal_mask") and read back (set_call_config, on an unbuilt layer;
+  // a key the layer does not take → InvalidArgumentError naming it).
+  virtual std::vector<std::string> keyword_inputs() const { return {}; }
+  virtual void get_call_config(LayerConfig& kwargs) const { (void)kwargs; }
+  virtual void set_call_config(const LayerConfig& kwargs);
   // The input shapes it was built for, batch dim excluded (Keras's build_config); empty before.
   const std::vector<std::vector<std::int64_t>>& build_input_shapes() const { return built_shapes_; }
 

@@ -1,6 +1,8 @@
 // LayerNormalization and RMSNormalization (see model/layer_normalization.h).
 #include <chorus/model/layer_normalization.h>
 
+#include <chorus/model/serialization.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -104,5 +106,66 @@ LayerPtr RMSNormalization(int axis, double epsilon, std::string name) {
 LayerPtr RMSNormalization(std::vector<int> axis, double epsilon, std::string name) {
   return std::make_shared<RMSNormalizationLayer>(std::move(axis), epsilon, std::move(name));
 }
+
+// ---- Keras config (model/serialization.h) ----
+
+namespace {
+
+// Keras writes the axes resolved against the built input (batch included): [2] for -1 on [B, T, C].
+std::vector<std::int64_t> resolved_axes(const std::vector<int>& axis, const std::vector<std::vector<std::int64_t>>& shapes) {
+  std::vector<std::int64_t> out;
+  for (int a : axis) {
+    if (a < 0 && !shapes.empty()) a += static_cast<int>(shapes[0].size()) + 1;
+    out.push_back(a);
+  }
+  return out;
+}
+
+// The factory's axes: Keras's (an int or a list), counted from the end when build_config says the rank.
+std::vector<int> config_axes(const LayerConfig& c) {
+  std::vector<int> out;
+  const auto& shapes = c.build_input_shapes();
+  const std::vector<std::int64_t> axes =
+      c.is_int("axis") ? std::vector<std::int64_t>{c.get_int("axis")} : c.get_int_list("axis");
+  for (std::int64_t a : axes) {
+    if (a > 0 && shapes.size() == 1) a -= static_cast<std::int64_t>(shapes[0].size());  // rank incl. batch
+    out.push_back(static_cast<int>(a));
+  }
+  return out;
+}
+
+}  // namespace
+
+void LayerNormalizationLayer::get_config(LayerConfig& c) const {
+  c.set("axis", resolved_axes(axis_, build_input_shapes()));
+  c.set("epsilon", epsilon_);
+  c.set("center", center_);
+  c.set("scale", scale_);
+  c.set_initializer("beta_initializer", initializers::zeros());
+  c.set_initializer("gamma_initializer", initializers::ones());
+  c.set_nulls({"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+}
+CHORUS_REGISTER_LAYER_CLASS(LayerNormalization, [](const LayerConfig& c) {
+  c.require_nulls({"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+  c.require_initializer("beta_initializer", "Zeros");
+  c.require_initializer("gamma_initializer", "Ones");
+  return LayerNormalization(config_axes(c), c.get_double("epsilon", 1e-3), c.get_bool("center", true),
+                            c.get_bool("scale", true));
+});
+
+void RMSNormalizationLayer::get_config(LayerConfig& c) const {  // Keras 3's keys
+  const std::vector<std::int64_t> axes = resolved_axes(axis_, build_input_shapes());
+  if (axes.size() == 1)
+    c.set("axis", axes[0]);
+  else
+    c.set("axis", axes);
+  c.set("epsilon", epsilon_);
+}
+CHORUS_REGISTER_LAYER_CLASS(RMSNormalization,
+                            [](const LayerConfig& c) { return RMSNormalization(config_axes(c), c.get_double("epsilon", 1e-6)); });
+
+namespace registration {
+void link_layer_normalization() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

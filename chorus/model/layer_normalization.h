@@ -32,6 +32,7 @@ class LayerNormalizationLayer final : public Layer {
  public:
   LayerNormalizationLayer(std::vector<int> axis, double epsilon, bool center, bool scale, std::string name);
   std::string class_name() const override { return "LayerNormalization"; }
+  void get_config(LayerConfig& config) const override;
   const Variable& gamma() const { return gamma_; }
   const Variable& beta() const { return beta_; }
 
@@ -51,6 +52,7 @@ class RMSNormalizationLayer final : public Layer {
  public:
   RMSNormalizationLayer(std::vector<int> axis, double epsilon, std::string name);
   std::string class_name() const override { return "RMSNormalization"; }
+  void get_config(LayerConfig& config) const override;
   const Variable& scale() const { return scale_; }
 
  protected:

@@ -5,6 +5,7 @@
 
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
+#include <chorus/model/serialization.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus::layers {
@@ -162,5 +163,82 @@ std::vector<Tensor> MultiHeadAttentionLayer::call_list(const std::vector<Tensor>
 LayerPtr MultiHeadAttention(MultiHeadAttentionOptions options) {
   return std::make_shared<MultiHeadAttentionLayer>(std::move(options));
 }
+
+// ---- Keras config (model/serialization.h) ----
+
+void MultiHeadAttentionLayer::get_config(LayerConfig& c) const {
+  const auto& o = options_;
+  c.set("num_heads", o.num_heads);
+  c.set("key_dim", o.key_dim);
+  c.set("value_dim", o.value_dim);
+  c.set("dropout", o.dropout);
+  c.set("use_bias", o.use_bias);
+  if (o.output_dim > 0)
+    c.set("output_shape", o.output_dim);
+  else
+    c.set_null("output_shape");
+  c.set("attention_axes", std::vector<std::int64_t>{1});
+  c.set_initializer("kernel_initializer", o.kernel_initializer);
+  c.set_initializer("bias_initializer", o.bias_initializer);
+  c.set_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+               "bias_constraint"});
+  const auto& shapes = build_input_shapes();
+  if (shapes.size() >= 2) {
+    c.set_batch_shape("query_shape", shapes[0]);
+    c.set_batch_shape("key_shape", shapes.size() >= 3 ? shapes[2] : shapes[1]);
+    c.set_batch_shape("value_shape", shapes[1]);
+  }
+  c.set("softmax_robust_masking", false);
+}
+
+void MultiHeadAttentionLayer::get_call_config(LayerConfig& kwargs) const {
+  if (options_.use_causal_mask) kwargs.set("use_causal_mask", true);
+}
+
+void MultiHeadAttentionLayer::set_call_config(const LayerConfig& kwargs) {
+  for (const char* mask : {"query_mask", "value_mask", "key_mask"})
+    if (!kwargs.is_null(mask)) kwargs.fail(mask, "is not supported: pass an attention_mask input instead");
+  if (kwargs.get_bool("return_attention_scores", false))
+    kwargs.fail("return_attention_scores", "is not supported by chorus's MultiHeadAttention");
+  for (const std::string& k : kwargs.keys())
+    if (k != "use_causal_mask" && k != "training" && k != "return_attention_scores" && k != "query_mask" &&
+        k != "value_mask" && k != "key_mask")
+      kwargs.fail(k, "is a call keyword argument MultiHeadAttention does not take");
+  const bool causal = kwargs.get_bool("use_causal_mask", false);
+  CHORUS_REQUIRE(!built() || causal == options_.use_causal_mask, InvalidArgumentError, "layer '", name(),
+                 "' (MultiHeadAttention): its calls disagree on use_causal_mask (chorus makes it the layer's option)");
+  options_.use_causal_mask = causal;
+}
+
+CHORUS_REGISTER_LAYER_CLASS(MultiHeadAttention, [](const LayerConfig& c) {
+  c.require_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+                   "bias_constraint"});
+  if (!c.is_null("attention_axes")) {
+    const std::vector<std::int64_t> axes = c.get_int_list("attention_axes");
+    if (axes != std::vector<std::int64_t>{1} && axes != std::vector<std::int64_t>{-2})
+      c.fail("attention_axes", "must be null or [1]: chorus attends over the sequence axis of [batch, seq, features]");
+  }
+  if (c.has("softmax_robust_masking")) c.require("softmax_robust_masking", false);
+  std::int64_t output_dim = 0;
+  if (!c.is_null("output_shape")) {
+    const std::vector<std::int64_t> out =
+        c.is_int("output_shape") ? std::vector<std::int64_t>{c.get_int("output_shape")} : c.get_int_list("output_shape");
+    if (out.size() != 1) c.fail("output_shape", "must be one dimension (chorus projects to [batch, seq, output_shape])");
+    output_dim = out[0];
+  }
+  MultiHeadAttentionOptions o{.num_heads = c.get_int("num_heads"),
+                              .key_dim = c.get_int("key_dim"),
+                              .value_dim = c.is_null("value_dim") ? 0 : c.get_int("value_dim"),
+                              .dropout = c.get_double("dropout", 0.0),
+                              .use_bias = c.get_bool("use_bias", true),
+                              .output_dim = output_dim,
+                              .kernel_initializer = c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
+                              .bias_initializer = c.get_initializer("bias_initializer", initializers::zeros())};
+  return MultiHeadAttention(std::move(o));
+});
+
+namespace registration {
+void link_multi_head_attention() {}
+}  // namespace registration
 
 }  // namespace chorus::layers

@@ -44,6 +44,7 @@ class EinsumDenseLayer final : public Layer {
   EinsumDenseLayer(Kind kind, std::int64_t heads, std::int64_t per_head, std::int64_t out, bool use_bias,
                    initializers::Initializer kernel_init, initializers::Initializer bias_init, std::string name);
   std::string class_name() const override { return "EinsumDense"; }
+  const initializers::Initializer& kernel_initializer() const { return kernel_init_; }
   Shape compute_output_shape(const Shape& in) const override;
 
  protected:
@@ -77,6 +78,11 @@ class MultiHeadAttentionLayer final : public Layer {
   explicit MultiHeadAttentionLayer(MultiHeadAttentionOptions options);
   std::string class_name() const override { return "MultiHeadAttention"; }
   const MultiHeadAttentionOptions& options() const { return options_; }
+  void get_config(LayerConfig& config) const override;
+  // Keras passes value, key and attention_mask as keywords, and use_causal_mask beside them.
+  std::vector<std::string> keyword_inputs() const override { return {"value", "key", "attention_mask"}; }
+  void get_call_config(LayerConfig& kwargs) const override;
+  void set_call_config(const LayerConfig& kwargs) override;
   // Keras's call with every argument: key and attention_mask may be undefined.
   Tensor attend(const Tensor& query, const Tensor& value, const Tensor& key, const Tensor& attention_mask,
                 bool training);

@@ -303,6 +303,18 @@ void LayerConfig::require(const std::string& key, bool value) const {
 
 const std::vector<std::vector<std::int64_t>>& LayerConfig::build_input_shapes() const { return impl_->build_shapes; }
 
+std::vector<std::string> LayerConfig::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : impl_->config.items()) out.push_back(k);
+  return out;
+}
+
+void Layer::set_call_config(const LayerConfig& kwargs) {
+  for (const std::string& k : kwargs.keys())
+    kwargs.fail(k, str_cat("is a call keyword argument ", class_name(), " does not take (chorus calls it with its ",
+                           "inputs only)"));
+}
+
 void Layer::get_config(LayerConfig& config) const {
   (void)config;
   throw InvalidArgumentError(str_cat("layer '", name(), "' (", class_name(),
@@ -334,6 +346,8 @@ void link_conv_layers();
 void link_shape_layers();
 void link_merge_layers();
 void link_normalization();
+void link_layer_normalization();
+void link_multi_head_attention();
 }  // namespace registration
 
 bool register_layer_class(const std::string& class_name, LayerFactory factory, bool builtin) {
@@ -351,6 +365,8 @@ std::vector<std::string> registered_layer_classes() {
   registration::link_shape_layers();
   registration::link_merge_layers();
   registration::link_normalization();
+  registration::link_layer_normalization();
+  registration::link_multi_head_attention();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> out{"Functional", "InputLayer", "Sequential"};
@@ -415,7 +431,8 @@ Json batch_shape(const std::vector<std::int64_t>& dims) {
 Json build_config(const Layer& layer) {
   const auto& shapes = layer.build_input_shapes();
   Json input_shape;
-  if (shapes.size() == 1) {
+  // Keras builds a layer of keyword inputs (MultiHeadAttention) from its first input's shape.
+  if (shapes.size() == 1 || !layer.keyword_inputs().empty()) {
     input_shape = batch_shape(shapes[0]);
   } else {
     input_shape = Json::array();
@@ -500,11 +517,24 @@ Json functional_config(const model::Functional& m) {
   for (const LayerPtr& layer : m.layers()) {
     Json entry = layer_json(*layer);
     Json inbound = Json::array();
+    const std::vector<std::string> keywords = layer->keyword_inputs();
     for (const auto& node : calls[layer.get()]) {
       Json args = Json::array();
-      for (const KerasTensor& t : node->inputs) {
-        Json r = ref(t);
-        r.push_back(Json::object());  // the call's keyword arguments: none
+      if (keywords.empty()) {
+        for (const KerasTensor& t : node->inputs) {
+          Json r = ref(t);
+          r.push_back(Json::object());  // the call's keyword arguments: none
+          args.push_back(std::move(r));
+        }
+      } else {  // the first input positional, the others and the call options as keywords
+        Json kwargs = Json::object();
+        for (std::size_t i = 1; i < node->inputs.size() && i - 1 < keywords.size(); ++i)
+          kwargs[keywords[i - 1]] = ref(node->inputs[i]);
+        LayerConfig options(layer->class_name(), layer->name());
+        layer->get_call_config(options);
+        for (const auto& [k, v] : options.impl().config.items()) kwargs[k] = v;
+        Json r = ref(node->inputs[0]);
+        r.push_back(std::move(kwargs));
         args.push_back(std::move(r));
       }
       inbound.push_back(std::move(args));
@@ -707,6 +737,7 @@ struct Ref {
   std::size_t slot = 0;
   std::size_t call = 0;  // ignored for an InputLayer
   std::size_t tensor = 0;
+  const Json* kwargs = nullptr;  // a non-empty keyword-arguments object of the reference
 };
 
 class GraphReader {
@@ -812,6 +843,7 @@ class GraphReader {
   }
 
  private:
+  mutable std::map<std::pair<std::size_t, std::size_t>, Json> call_options_;  // (slot, call) → options
   struct Slot {
     Created created;
     std::string name;
@@ -826,22 +858,22 @@ class GraphReader {
     const std::string name = r[0].get<std::string>();
     const std::int64_t node = int_of(r[1], model_, who + ": the node index");
     const std::int64_t tensor = int_of(r[2], model_, who + ": the tensor index");
-    if (r.size() == 4 && !(r[3].is_object() && r[3].empty()))
-      bad(model_, str_cat(who, " passes keyword arguments ", printable(r[3].dump(), 200),
-                          "; chorus calls layers with their inputs only"));
+    if (r.size() == 4 && !r[3].is_object())
+      bad(model_, str_cat(who, ": keyword arguments must be an object, got ", printable(r[3].dump(), 200)));
+    const Json* kwargs = r.size() == 4 && !r[3].empty() ? &r[3] : nullptr;
     auto it = by_name_.find(name);
     if (it == by_name_.end())
       bad(model_, str_cat(who, " reads layer '", printable(name, 200), "', which is not in config.layers"));
     const Slot& s = slots_[it->second];
     if (tensor < 0) bad(model_, str_cat(who, " reads tensor ", tensor, " of layer '", printable(name, 200), "'"));
-    if (s.created.input.defined()) return Ref{it->second, 0, static_cast<std::size_t>(tensor)};  // Keras: node 0
+    if (s.created.input.defined()) return Ref{it->second, 0, static_cast<std::size_t>(tensor), kwargs};  // Keras: node 0
     const std::int64_t call = node - s.created.first_node;
     if (call < 0 || call >= static_cast<std::int64_t>(s.nodes.size()))
       bad(model_, str_cat(who, " reads node ", node, " of layer '", printable(name, 200), "', which has ",
                           s.nodes.empty() ? std::string("no calls in this model")
                                           : str_cat("nodes ", s.created.first_node, " to ",
                                                     s.created.first_node + static_cast<std::int64_t>(s.nodes.size()) - 1)));
-    return Ref{it->second, static_cast<std::size_t>(call), static_cast<std::size_t>(tensor)};
+    return Ref{it->second, static_cast<std::size_t>(call), static_cast<std::size_t>(tensor), kwargs};
   }
 
   std::vector<Ref> node_refs(const Json& node, std::size_t slot, std::size_t call) const {
@@ -854,6 +886,44 @@ class GraphReader {
     } else {
       for (const Json& r : node) out.push_back(parse_ref(r, who));
     }
+    for (const Ref& r : out)
+      if (r.kwargs != nullptr) return keyword_refs(out, slot, call, who);
+    return out;
+  }
+
+  // A call with keyword arguments (MultiHeadAttention's value, key, attention_mask, and its
+  // use_causal_mask): the keyword inputs in the layer's order (a missing key is the value, as in
+  // Keras), the other keywords kept for the layer's set_call_config.
+  std::vector<Ref> keyword_refs(const std::vector<Ref>& refs, std::size_t slot, std::size_t call,
+                                const std::string& who) const {
+    const LayerPtr& layer = slots_[slot].created.layer;
+    const std::vector<std::string> names = layer != nullptr ? layer->keyword_inputs() : std::vector<std::string>{};
+    const Json& kwargs = *refs[0].kwargs;
+    if (names.empty() || refs.size() != 1)
+      bad(model_, str_cat(who, " passes keyword arguments ", printable(kwargs.dump(), 200), "; chorus's ",
+                          layer != nullptr ? layer->class_name() : std::string("layer"), " takes its inputs only"));
+    std::vector<Ref> out{refs[0]};
+    out[0].kwargs = nullptr;
+    std::vector<Ref> named(names.size());
+    std::vector<bool> given(names.size(), false);
+    Json options = Json::object();
+    for (const auto& [k, v] : kwargs.items()) {
+      const auto pos = std::find(names.begin(), names.end(), k) - names.begin();
+      if (pos == static_cast<std::ptrdiff_t>(names.size())) {
+        options[k] = v;
+        continue;
+      }
+      named[static_cast<std::size_t>(pos)] = parse_ref(v, str_cat(who, " keyword '", k, "'"));
+      given[static_cast<std::size_t>(pos)] = true;
+    }
+    std::size_t last = 0;  // the inputs up to the last keyword given
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (given[i]) last = i + 1;
+    for (std::size_t i = 0; i < last; ++i) {
+      if (!given[i] && i == 0) bad(model_, str_cat(who, " gives keyword inputs without '", names[0], "'"));
+      out.push_back(given[i] ? named[i] : named[0]);  // Keras: key defaults to value
+    }
+    call_options_[{slot, call}] = std::move(options);
     return out;
   }
 
@@ -871,6 +941,12 @@ class GraphReader {
     const std::string who = str_cat("layer '", printable(slots_[slot].name, 200), "' inbound node ", call);
     std::vector<KerasTensor> ins;
     for (const Ref& r : refs) ins.push_back(tensor(r, who));
+    auto options = call_options_.find({slot, call});
+    if (options != call_options_.end()) {
+      LayerConfig c(slots_[slot].created.layer->class_name(), slots_[slot].name);
+      c.impl().config = options->second;
+      slots_[slot].created.layer->set_call_config(c);
+    }
     Outputs<KerasTensor> out = (*slots_[slot].created.layer)(ins);
     slots_[slot].outputs[call] = std::move(out);
   }

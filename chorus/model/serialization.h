@@ -99,6 +99,7 @@ class LayerConfig {
 
   // ---- reading (factories) ----
   bool has(const std::string& key) const;
+  std::vector<std::string> keys() const;  // in the order written
   bool is_null(const std::string& key) const;  // absent or null
   bool is_int(const std::string& key) const;
   bool is_list_of_lists(const std::string& key) const;  // [[...], ...]

@@ -9,6 +9,8 @@ when every check passed, 1 otherwise, 2 on bad usage. Arrays travel as "dumps"
                           DIR/io: inputs a, b and chorus's outputs out0, out1. tf_keras builds the
                           same graph, restores each with assert_consumed(), and its outputs on a, b
                           equal chorus's.
+  attention-json DIR      (both) reads chorus's JSON + weights of a transformer block and compares
+                          outputs and to_json; writes its own block to DIR/keras.
   mha-writes DIR          (tf_keras writes) a MultiHeadAttention model with a key padding mask input
                           and use_causal_mask: DIR/weights, DIR/io (x, pad, y).
   functional-writes DIR   (tf_keras writes) the same graph, with tf_keras's initial weights:
@@ -104,6 +106,31 @@ def functional_writes(root):
     return c.done("functional-writes")
 
 
+def json_differences(ours, theirs, path=""):
+    """Where two parsed JSON documents differ: ["config/layers[3]/config/axis: [2] vs -1", ...]."""
+    if type(ours) is not type(theirs):
+        return [f"{path}: {json_short(ours)} vs {json_short(theirs)}"]
+    if isinstance(ours, dict):
+        out = []
+        for k in list(ours) + [k for k in theirs if k not in ours]:
+            if k not in ours or k not in theirs:
+                out.append(f"{path}/{k}: only in {'chorus' if k in ours else 'tf_keras'}'s")
+            else:
+                out += json_differences(ours[k], theirs[k], f"{path}/{k}")
+        return out
+    if isinstance(ours, list):
+        out = [] if len(ours) == len(theirs) else [f"{path}: {len(ours)} vs {len(theirs)} items"]
+        for n, (a, b) in enumerate(zip(ours, theirs)):
+            out += json_differences(a, b, f"{path}[{n}]")
+        return out
+    return [] if ours == theirs else [f"{path}: {json_short(ours)} vs {json_short(theirs)}"]
+
+
+def json_short(v):
+    import json
+    return json.dumps(v)[:120]
+
+
 def json_models(K):
     """tests/model/json_models.h's two_input_model and mixed_sequential, in tf_keras."""
     L, I = K.layers, K.initializers
@@ -158,9 +185,8 @@ def json_reads(root):
             ours = json.loads(f.read())
         theirs = json.loads(model.to_json())
         same = ours == theirs
-        if not same:
-            print(json.dumps(ours, sort_keys=True)[:3000])
-            print(json.dumps(theirs, sort_keys=True)[:3000])
+        for d in json_differences(ours, theirs)[:20]:
+            print(f"{name}: chorus vs tf_keras at {d}")
         c.check(same, f"{name}: chorus's to_json equals tf_keras's to_json of the same model")
     with open(os.path.join(root, "model.json")) as f:
         m = K.models.model_from_json(f.read())
@@ -220,13 +246,52 @@ def mha_writes(root):
     return c.done("mha-writes")
 
 
+def attention_json(root):
+    """Reads chorus's JSON of a transformer block (LayerNormalization, MultiHeadAttention with
+    use_causal_mask, Add, Dense gelu), restores chorus's weights and compares the outputs; then
+    builds the same block itself and writes DIR/keras/{model.json, weights, io}."""
+    import json
+    import tf_keras as K
+    from tf_interop import Checks, read_dump, write_dump
+
+    c = Checks()
+    with open(os.path.join(root, "model.json")) as f:
+        text = f.read()
+    m = K.models.model_from_json(text)
+    m.load_weights(os.path.join(root, "weights")).assert_consumed()
+    c.check(True, "tf_keras model_from_json(chorus's attention block) + load_weights(...).assert_consumed()")
+    io = read_dump(os.path.join(root, "io"))
+    err = float(np.max(np.abs(m(io["x"]).numpy() - io["y"])))
+    c.check(err <= 1e-5, f"model_from_json's output equals chorus's (max |diff| {err:.3g})")
+    x = K.Input((6, 8), name="x")
+    h = K.layers.LayerNormalization(epsilon=1e-5, name="ln")(x)
+    a = K.layers.MultiHeadAttention(2, 4, name="mha")(h, h, use_causal_mask=True)
+    r = K.layers.Add(name="residual")([x, a])
+    y = K.layers.Dense(8, activation="gelu", name="mlp")(r)
+    k = K.Model(x, y, name="block")
+    ours, theirs = json.loads(text), json.loads(k.to_json())
+    same = ours == theirs
+    for d in json_differences(ours, theirs)[:20]:
+        print(f"chorus vs tf_keras at {d}")
+    c.check(same, "chorus's to_json equals tf_keras's to_json of the same block")
+    out = os.path.join(root, "keras")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "model.json"), "w") as f:
+        f.write(k.to_json())
+    k.save_weights(os.path.join(out, "weights"))
+    xv = np.random.default_rng(9).uniform(-1, 1, (3, 6, 8)).astype(np.float32)
+    write_dump(os.path.join(out, "io"), [("x", xv), ("y", k(xv).numpy())])
+    return c.done("attention-json")
+
+
 def main(argv):
     import tensorflow as tf
     import tf_interop
 
     tf_interop.tf = tf  # Checks.done prints TF's version
     modes = {"functional-reads": functional_reads, "functional-writes": functional_writes,
-             "json-reads": json_reads, "json-writes": json_writes, "mha-writes": mha_writes}
+             "json-reads": json_reads, "json-writes": json_writes, "mha-writes": mha_writes,
+             "attention-json": attention_json}
     if len(argv) != 3 or argv[1] not in modes:
         print(f"usage: {argv[0]} {{{'|'.join(modes)}}} DIR", file=sys.stderr)
         return 2

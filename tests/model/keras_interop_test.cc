@@ -16,7 +16,9 @@
 #include "tests/model/json_models.h"
 #include <chorus/core/runtime.h>
 #include <chorus/model/functional.h>
+#include <chorus/model/layer_normalization.h>
 #include <chorus/model/layers.h>
+#include <chorus/model/multi_head_attention.h>
 #include <chorus/model/merge_layers.h>
 #include <chorus/model/serialization.h>
 #include <chorus/ops/ops.h>
@@ -161,6 +163,43 @@ TEST(KerasInterop, ChorusReadsTfKerasToJson) {
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
   }
+}
+
+// A transformer block's layers (LayerNormalization, MultiHeadAttention with use_causal_mask,
+// Add, Dense gelu) through the architecture JSON, both ways: tf_keras's model_from_json reads
+// chorus's to_json (the call's keyword arguments included) and computes chorus's outputs from its
+// save_weights; chorus reads tf_keras's JSON and weights and computes tf_keras's outputs.
+std::unique_ptr<model::Functional> attention_block() {
+  auto x = Input({6, 8}, DType::kFloat32, "x");
+  KerasTensor h = (*layers::LayerNormalization(-1, 1e-5, true, true, "ln"))(x);
+  KerasTensor a = (*layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true, .name = "mha"}))(
+      {h, h});
+  KerasTensor r = (*layers::Add("residual"))({x, a});
+  KerasTensor y = (*dense(8, "mlp", "gelu"))(r);
+  return std::make_unique<model::Functional>(std::vector<KerasTensor>{x}, std::vector<KerasTensor>{y}, "block");
+}
+
+TEST(KerasInterop, AttentionBlockJsonBothWays) {
+  std::string python;
+  CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow, tf_keras");
+  chorus::internal::reset_runtime_for_testing();
+  chorus::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  auto m = attention_block();
+  const Tensor x = ops::stateless_random_uniform({3, 6, 8}, {7, 8}, {.minval = -1, .maxval = 1});
+  train::testing::write_text(dir + "/model.json", m->to_json());
+  m->save_weights(dir + "/weights");
+  train::testing::write_dump(dir + "/io", {{"x", x}, {"y", (*m)(x)}});
+  ASSERT_EQ(run_keras(python, "attention-json", dir), 0);  // reads ours, then writes its own beside
+  std::ifstream f(dir + "/keras/model.json");
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto k = model::model_from_json(json);
+  k->load_weights(dir + "/keras/weights").assert_consumed();
+  const auto io = train::testing::read_dump(dir + "/keras/io");
+  const auto got = (*k)(train::testing::dumped_tensor(io.at("x"))).to_vector<float>();
+  const auto want = train::testing::dumped_tensor(io.at("y")).to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << "[" << j << "]";
 }
 
 }  // namespace
