@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/core/test_util.h"
+#include "tests/ops/gradient_check.h"
 #include <chorus/core/config.h>
 #include <chorus/core/runtime.h>
 #include <chorus/distribute/mirrored_strategy.h>
@@ -12,6 +13,7 @@
 #include <chorus/model/layers.h>
 #include <chorus/model/losses.h>
 #include <chorus/model/merge_layers.h>
+#include <chorus/model/mixed_precision.h>
 #include <chorus/ops/ops.h>
 #include <chorus/ops/tape.h>
 #include <chorus/optimizer/sgd.h>
@@ -288,6 +290,32 @@ TEST(Functional, MergeLayersCheckTheirInputs) {
   EXPECT_THROW_WITH((void)(*layers::Concatenate(1))({a, rand({2, 3, 1}, 4)}), InvalidArgumentError,
                    "match except along axis 1");
   EXPECT_THROW_WITH((void)(*layers::Add())(a), InvalidArgumentError, "needs at least 2 inputs, got 1");
+}
+
+// Finite differences through the merge layers (float64 policy) and under mixed_bfloat16: the
+// merge layers cast their floating inputs to the compute dtype, as every Keras layer does.
+TEST(Functional, MergeLayersGradientsAndMixedPrecision) {
+  chorus::internal::reset_runtime_for_testing();
+  const mixed_precision::Policy f64("float64");
+  auto add = layers::with_dtype_policy(layers::Add(), f64);
+  auto mul = layers::with_dtype_policy(layers::Multiply(), f64);
+  auto cat = layers::with_dtype_policy(layers::Concatenate(1), f64);
+  EXPECT_TRUE(chorus::testing::check_gradients(
+      [&](const std::vector<Tensor>& in) {
+        return Tensor((*cat)({(*add)({in[0], in[1]}), (*mul)({in[0], in[1], in[2]})}));
+      },
+      {chorus::testing::random_tensor({2, 3}, 1), chorus::testing::random_tensor({2, 3}, 2),
+       chorus::testing::random_tensor({2, 3}, 3)}));
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  auto add16 = layers::Add();
+  auto cat16 = layers::Concatenate();
+  mixed_precision::set_global_policy("float32");
+  const Tensor a = rand({2, 3}, 4), b = rand({2, 3}, 5);
+  const Tensor y = (*cat16)({(*add16)({a, b}), a});
+  EXPECT_EQ(y.dtype(), DType::kBFloat16);
+  const auto got = ops::cast(y, DType::kFloat32).to_vector<float>();
+  const auto want = ops::concat({a + b, a}, 1).to_vector<float>();
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.02f * (1 + std::abs(want[i])));
 }
 
 }  // namespace
