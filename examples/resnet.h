@@ -60,7 +60,8 @@ inline ResNetGraph build_resnet(const ResNetOptions& o) {
   std::int64_t channels = o.widths.at(0);
   for (std::size_t s = 0; s < o.widths.size(); ++s) {
     for (int b = 0; b < o.blocks_per_stage; ++b) {
-      const std::string p = "s" + std::to_string(s + 1) + "b" + std::to_string(b + 1) + "_";
+      std::string p = "s";  // "s2b1_" (appended: GCC 12 misreads "s" + std::to_string(...) under -Wrestrict)
+      p.append(std::to_string(s + 1)).append("b").append(std::to_string(b + 1)).append("_");
       const std::int64_t width = o.widths[s], stride = s > 0 && b == 0 ? 2 : 1;
       KerasTensor h = (*conv(width, 3, stride, p + "conv1"))(x);
       h = (*L::Activation("relu", p + "relu1"))((*bn(p + "bn1"))(h));
