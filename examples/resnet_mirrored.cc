@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
       const resnet::ResNetGraph g = resnet::build_resnet({});
       model = std::make_unique<cx::model::Functional>(std::vector<cx::layers::KerasTensor>{g.image},
                                                       std::vector<cx::layers::KerasTensor>{g.logits}, "resnet");
-      model->compile(std::make_shared<cx::optimizers::SGD>(cx::optimizers::SGDOptions{.learning_rate = f.lr,
-                                                                                      .momentum = 0.9}),
-                     std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true), {"accuracy"});
+      model->compile(
+          std::make_shared<cx::optimizers::SGD>(cx::optimizers::SGDOptions{.learning_rate = f.lr, .momentum = 0.9}),
+          std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true), {"accuracy"});
     }
     std::cout << model->summary();
     // load_digits: the idx files in f.data, or the synthetic digits when it is empty.
@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
                         .batch(f.batch)
                         .prefetch(cx::data::kAutotune);
     auto test_ds = cx::data::load_digits(f.data, /*train=*/false).take(f.test).batch(f.batch);
-    cx::model::History h = model->fit(train_ds, {.epochs = f.epochs, .steps_per_epoch = f.steps_per_epoch,
-                                                 .validation_data = test_ds});
+    cx::model::History h =
+        model->fit(train_ds, {.epochs = f.epochs, .steps_per_epoch = f.steps_per_epoch, .validation_data = test_ds});
     for (std::size_t e = 0; e < h.history["loss"].size(); ++e)
       std::cout << "epoch " << e + 1 << ": loss " << std::setprecision(4) << h.history["loss"][e] << ", accuracy "
                 << h.history["accuracy"][e] << ", held-out loss " << h.history["val_loss"][e] << "\n";
@@ -115,10 +115,10 @@ int main(int argc, char** argv) {
     const double chance = std::log(10.0);
     const bool loss_ok = held_out.at("loss") <= f.max_loss_ratio * chance;
     const bool accuracy_ok = held_out.at("accuracy") >= f.min_accuracy;
-    std::cout << "held-out loss " << held_out.at("loss") << " (goal <= " << f.max_loss_ratio << " x ln(10) = "
-              << f.max_loss_ratio * chance << ": " << (loss_ok ? "ok" : "MISSED") << "), held-out accuracy "
-              << held_out.at("accuracy") << " (goal >= " << f.min_accuracy << ": " << (accuracy_ok ? "ok" : "MISSED")
-              << ")\n";
+    std::cout << "held-out loss " << held_out.at("loss") << " (goal <= " << f.max_loss_ratio
+              << " x ln(10) = " << f.max_loss_ratio * chance << ": " << (loss_ok ? "ok" : "MISSED")
+              << "), held-out accuracy " << held_out.at("accuracy") << " (goal >= " << f.min_accuracy << ": "
+              << (accuracy_ok ? "ok" : "MISSED") << ")\n";
     return loss_ok && accuracy_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
