@@ -12,7 +12,8 @@
 // Prints the loss per epoch and the held-out loss and accuracy. Exits non-zero unless the
 // held-out accuracy is >= --min-accuracy and the held-out loss fell to <= --max-loss-ratio times
 // ln(10), the loss of a uniform guess over the 10 classes — so CTest's short run checks that the
-// network really learns (examples/CMakeLists.txt; docs/model.md, "A ResNet under MirroredStrategy").
+// network really learns (examples/CMakeLists.txt; docs/functional.md, "Example: a ResNet under
+// MirroredStrategy").
 #include "resnet.h"
 
 #include <cmath>
