@@ -63,6 +63,8 @@ DenseLayer::DenseLayer(std::int64_t units, std::string activation, bool use_bias
 }
 
 Shape DenseLayer::compute_output_shape(const Shape& in) const {
+  CHORUS_REQUIRE(in.rank() >= 2, InvalidArgumentError, "Dense '", name(),
+                 "': input must be [batch, ..., features], got ", in.to_string());
   std::vector<std::int64_t> d = in.dims();
   d.back() = units_;
   return Shape(d);
@@ -117,6 +119,8 @@ Conv2DLayer::Conv2DLayer(std::int64_t filters, std::array<std::int64_t, 2> kerne
 }
 
 Shape Conv2DLayer::compute_output_shape(const Shape& in) const {
+  CHORUS_REQUIRE(in.rank() == 4, InvalidArgumentError, "Conv2D '", name(), "': input must be NHWC, got ",
+                 in.to_string());
   ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], kernel_size_[0], kernel_size_[1],
                         filters_,     strides_[0],  strides_[1],  dilation_[0], dilation_[1]};
   CHORUS_REQUIRE(ops::compute_output_size(g, padding_), InvalidArgumentError, "Conv2D '", name(), "': kernel ",
@@ -178,6 +182,8 @@ Pooling2DLayer::Pooling2DLayer(ops::PoolKind kind, std::array<std::int64_t, 2> p
 }
 
 Shape Pooling2DLayer::compute_output_shape(const Shape& in) const {
+  CHORUS_REQUIRE(in.rank() == 4, InvalidArgumentError, class_name(), " '", name(), "': input must be NHWC, got ",
+                 in.to_string());
   ops::Conv2dGeometry g{in.dims()[0], in.dims()[1], in.dims()[2], in.dims()[3], pool_[0],
                         pool_[1],     in.dims()[3], strides_[0],  strides_[1]};
   CHORUS_REQUIRE(ops::compute_output_size(g, padding_), InvalidArgumentError, class_name(), " '", name(),
