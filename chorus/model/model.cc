@@ -386,7 +386,8 @@ std::string Model::summary() const {
   const auto all = layers();
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto& l = all[i];
-    os << std::setw(32) << (l->name() + " (" + l->class_name() + ")") << std::setw(24) << shapes[i];
+    const std::string title = l->name() + " (" + l->class_name() + ")";  // a space before the shape, always
+    os << std::setw(32) << (title.size() < 32 ? title : title + " ") << std::setw(24) << shapes[i];
     if (mixed)
       os << std::setw(12) << l->count_params() << l->dtype_policy().name() << "\n";
     else
