@@ -110,9 +110,8 @@ std::unique_ptr<cx::model::Functional> gpt(const Flags& f) {
   layers::KerasTensor h = (*std::make_shared<TokenAndPositionEmbedding>(256, f.seq, f.d_model))(tokens);
   for (std::int64_t b = 0; b < f.layers; ++b) {
     layers::KerasTensor a = (*layers::LayerNormalization())(h);
-    a = (*layers::MultiHeadAttention({.num_heads = f.heads,
-                                      .key_dim = f.d_model / f.heads,
-                                      .use_causal_mask = true}))(a);
+    a = (*layers::MultiHeadAttention({.num_heads = f.heads, .key_dim = f.d_model / f.heads, .use_causal_mask = true}))(
+        a);
     h = (*layers::Add())({h, a});
     layers::KerasTensor m = (*layers::LayerNormalization())(h);
     m = (*layers::Dense(f.d_model))((*layers::Dense(4 * f.d_model, "gelu"))(m));
@@ -133,18 +132,30 @@ int parse(int argc, char** argv, Flags& f) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* v = argv[i + 1];
-    if (flag == "--steps") f.steps = std::atoll(v);
-    else if (flag == "--seq") f.seq = std::atoll(v);
-    else if (flag == "--layers") f.layers = std::atoll(v);
-    else if (flag == "--d-model") f.d_model = std::atoll(v);
-    else if (flag == "--heads") f.heads = std::atoll(v);
-    else if (flag == "--batch") f.batch = std::atoll(v);
-    else if (flag == "--corpus") f.corpus = v;
-    else if (flag == "--max-bytes") f.max_bytes = std::atoll(v);
-    else if (flag == "--zero-stage") f.zero_stage = std::atoi(v);
-    else if (flag == "--mixed-bfloat16") f.mixed = std::atoi(v) != 0;
-    else if (flag == "--max-heldout-loss") f.max_heldout_loss = std::atof(v);
-    else return cx::launch::usage_error("gpt_mirrored", flag, kUsage);
+    if (flag == "--steps")
+      f.steps = std::atoll(v);
+    else if (flag == "--seq")
+      f.seq = std::atoll(v);
+    else if (flag == "--layers")
+      f.layers = std::atoll(v);
+    else if (flag == "--d-model")
+      f.d_model = std::atoll(v);
+    else if (flag == "--heads")
+      f.heads = std::atoll(v);
+    else if (flag == "--batch")
+      f.batch = std::atoll(v);
+    else if (flag == "--corpus")
+      f.corpus = v;
+    else if (flag == "--max-bytes")
+      f.max_bytes = std::atoll(v);
+    else if (flag == "--zero-stage")
+      f.zero_stage = std::atoi(v);
+    else if (flag == "--mixed-bfloat16")
+      f.mixed = std::atoi(v) != 0;
+    else if (flag == "--max-heldout-loss")
+      f.max_heldout_loss = std::atof(v);
+    else
+      return cx::launch::usage_error("gpt_mirrored", flag, kUsage);
   }
   return 0;
 }
@@ -179,15 +190,15 @@ int main(int argc, char** argv) {
     namespace opt = cx::optimizers;
     const std::int64_t warmup = std::max<std::int64_t>(f.steps / 10, 1);
     auto schedule = opt::schedules::CosineDecay(0.0, f.steps - warmup, 0.1, 3e-3, warmup);
-    model->compile(std::make_shared<opt::AdamW>(opt::AdamWOptions{.learning_rate = schedule,
-                                                                  .weight_decay = 0.01,
-                                                                  .global_clipnorm = 1.0}),
+    model->compile(std::make_shared<opt::AdamW>(
+                       opt::AdamWOptions{.learning_rate = schedule, .weight_decay = 0.01, .global_clipnorm = 1.0}),
                    std::make_shared<cx::losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
-    std::printf("gpt: %lld blocks, d_model %lld, %lld heads, seq %lld, %lld parameters; %zu bytes of text; "
-                "%d replicas, ZeRO stage %d, policy %s\n",
-                static_cast<long long>(f.layers), static_cast<long long>(f.d_model), static_cast<long long>(f.heads),
-                static_cast<long long>(f.seq), static_cast<long long>(model->count_params()), text.size(),
-                strategy.num_replicas_in_sync(), f.zero_stage, f.mixed ? "mixed_bfloat16" : "float32");
+    std::printf(
+        "gpt: %lld blocks, d_model %lld, %lld heads, seq %lld, %lld parameters; %zu bytes of text; "
+        "%d replicas, ZeRO stage %d, policy %s\n",
+        static_cast<long long>(f.layers), static_cast<long long>(f.d_model), static_cast<long long>(f.heads),
+        static_cast<long long>(f.seq), static_cast<long long>(model->count_params()), text.size(),
+        strategy.num_replicas_in_sync(), f.zero_stage, f.mixed ? "mixed_bfloat16" : "float32");
     const double before = model->evaluate(heldout).at("loss");
     model->fit(train, {.epochs = 1, .steps_per_epoch = f.steps, .verbose = 0});
     const double after = model->evaluate(heldout).at("loss");

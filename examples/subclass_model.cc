@@ -22,9 +22,7 @@ class ResidualBlock : public cx::layers::Layer {
   std::string class_name() const override { return "ResidualBlock"; }
 
  protected:
-  cx::Tensor call(const cx::Tensor& x, bool training) override {
-    return x + (*down_)((*up_)(x, training), training);
-  }
+  cx::Tensor call(const cx::Tensor& x, bool training) override { return x + (*down_)((*up_)(x, training), training); }
 
  private:
   cx::layers::LayerPtr up_, down_;
@@ -51,7 +49,8 @@ class TwoTower : public cx::model::Model {
 };
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: subclass_model\n  a subclassed Model trained under MirroredStrategy on two logical CPUs\n";
+  const char* usage =
+      "usage: subclass_model\n  a subclassed Model trained under MirroredStrategy on two logical CPUs\n";
   if (auto rc = cx::launch::answer_help_or_version(argc, argv, "subclass_model", usage)) return *rc;
   if (argc > 1) return cx::launch::usage_error("subclass_model", argv[1], usage);
   auto cpu = cx::config::list_physical_devices("CPU")[0];

@@ -77,9 +77,8 @@ class LayerGather final : public ParameterGather {
           return dy;
         });
     for (std::size_t i = 0; i < wholes_.size(); ++i) {
-      const bool aliased = std::any_of(ys.begin(), ys.end(), [&](const Tensor& y) {
-        return y.defined() && wholes_[i].buffer() == y.buffer();
-      });
+      const bool aliased = std::any_of(
+          ys.begin(), ys.end(), [&](const Tensor& y) { return y.defined() && wholes_[i].buffer() == y.buffer(); });
       if (aliased) {
         (*keep_)[i] = 1;  // a layer returning (an alias of) its weight keeps it, in backward too
         continue;

@@ -188,8 +188,8 @@ void DepthwiseConv2DLayer::get_config(LayerConfig& c) const {
   c.set_nulls({"depthwise_regularizer", "depthwise_constraint"});
 }
 CHORUS_REGISTER_LAYER_CLASS(DepthwiseConv2D, [](const LayerConfig& c) {
-  c.require_nulls({"bias_regularizer", "activity_regularizer", "bias_constraint", "depthwise_regularizer",
-                   "depthwise_constraint"});
+  c.require_nulls(
+      {"bias_regularizer", "activity_regularizer", "bias_constraint", "depthwise_regularizer", "depthwise_constraint"});
   c.require("data_format", "channels_last");
   if (c.get_int("groups", 1) != 1) c.fail("groups", "must be 1 for DepthwiseConv2D");
   return DepthwiseConv2D(two(c, "kernel_size", 0), two(c, "strides", 1),
@@ -211,12 +211,12 @@ void Conv1DLayer::get_config(LayerConfig& c) const {
   c.set("use_bias", use_bias_);
   c.set_initializer("kernel_initializer", kernel_init_);
   c.set_initializer("bias_initializer", bias_init_);
-  c.set_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-               "bias_constraint"});
+  c.set_nulls(
+      {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"});
 }
 CHORUS_REGISTER_LAYER_CLASS(Conv1D, [](const LayerConfig& c) {
-  c.require_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                   "bias_constraint"});
+  c.require_nulls(
+      {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"});
   c.require("data_format", "channels_last");
   return Conv1D(c.get_int("filters"), one(c, "kernel_size", 0), one(c, "strides", 1),
                 c.get_string_in("padding", "valid", {"valid", "same", "causal"}), c.get_activation("activation"),

@@ -50,9 +50,9 @@ namespace {
 // Keras's _map_graph_network: the calls from the inputs to the outputs in an order that computes
 // every input first (a depth-first post-order), and the layers in Keras's model.layers order.
 struct GraphMap {
-  std::vector<std::shared_ptr<Node>> post_order;   // Input nodes included
-  std::map<const Layer*, int> layer_index;         // the order a depth-first walk meets them
-  std::vector<std::shared_ptr<Layer>> layers;      // Keras's order
+  std::vector<std::shared_ptr<Node>> post_order;  // Input nodes included
+  std::map<const Layer*, int> layer_index;        // the order a depth-first walk meets them
+  std::vector<std::shared_ptr<Layer>> layers;     // Keras's order
 };
 
 class GraphWalk {
@@ -72,12 +72,11 @@ class GraphWalk {
     if (!map_.layer_index.count(node->layer.get()))
       map_.layer_index.emplace(node->layer.get(), static_cast<int>(map_.layer_index.size()));
     if (node->inputs.empty()) {
-      CHORUS_REQUIRE(input_nodes_.count(node.get()), InvalidArgumentError, "model '", model_,
-                     "': graph disconnected: layer ",
-                     reader != nullptr ? str_cat("'", reader->layer->name(), "' (", reader->layer->class_name(), ")")
-                                       : std::string("(an output)"),
-                     " reads Input '", node->layer->name(), "', which is not among the model's inputs [",
-                     input_names_, "]");
+      CHORUS_REQUIRE(
+          input_nodes_.count(node.get()), InvalidArgumentError, "model '", model_, "': graph disconnected: layer ",
+          reader != nullptr ? str_cat("'", reader->layer->name(), "' (", reader->layer->class_name(), ")")
+                            : std::string("(an output)"),
+          " reads Input '", node->layer->name(), "', which is not among the model's inputs [", input_names_, "]");
     } else {
       in_progress_.insert(node.get());
       for (const KerasTensor& in : node->inputs) visit(in, node.get());
@@ -139,10 +138,10 @@ Functional::Functional(std::vector<KerasTensor> inputs, std::vector<KerasTensor>
   CHORUS_REQUIRE(!inputs_.empty() && !outputs_.empty(), InvalidArgumentError, "model '", this->name(),
                  "': a functional model needs at least one input and one output");
   for (const KerasTensor& t : inputs_) {
-    CHORUS_REQUIRE(t.defined() && t.node()->inputs.empty() &&
-                       dynamic_cast<layers::InputLayer*>(t.node()->layer.get()) != nullptr,
-                   InvalidArgumentError, "model '", this->name(), "': its inputs must come from Input(); ",
-                   t.defined() ? t.producer() : std::string("an undefined tensor"), " is not an Input");
+    CHORUS_REQUIRE(
+        t.defined() && t.node()->inputs.empty() && dynamic_cast<layers::InputLayer*>(t.node()->layer.get()) != nullptr,
+        InvalidArgumentError, "model '", this->name(), "': its inputs must come from Input(); ",
+        t.defined() ? t.producer() : std::string("an undefined tensor"), " is not an Input");
   }
   for (const KerasTensor& t : outputs_)
     CHORUS_REQUIRE(t.defined(), InvalidArgumentError, "model '", this->name(), "': an output is undefined");

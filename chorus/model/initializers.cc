@@ -31,7 +31,6 @@ Tensor truncated(const Shape& shape, DType dtype, double mean, double stddev, st
 // normal truncated at ±2.
 constexpr double kTruncatedStd = 0.87962566103423978;
 
-
 // An initializer that remembers what it is (describe()): std::function keeps the callable's type,
 // so target<Described>() finds it again.
 struct Described {
@@ -104,7 +103,8 @@ Initializer random_uniform(double minval, double maxval, std::optional<std::uint
 }
 
 Initializer zeros() {
-  return described({.class_name = "Zeros"}, [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); });
+  return described({.class_name = "Zeros"},
+                   [](const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); });
 }
 Initializer ones() {
   return described({.class_name = "Ones"}, [](const Shape& shape, DType dtype) { return Tensor::ones(shape, dtype); });

@@ -74,7 +74,8 @@ std::string unique_name(const std::string& base, int first_suffix) {
 
 template <typename T>
 void Outputs<T>::throw_not_one(std::size_t n) {
-  throw InvalidArgumentError(str_cat("the layer returned ", n, " outputs; index the list instead of converting it to one"));
+  throw InvalidArgumentError(
+      str_cat("the layer returned ", n, " outputs; index the list instead of converting it to one"));
 }
 template class Outputs<Tensor>;
 template class Outputs<KerasTensor>;
@@ -139,8 +140,9 @@ std::vector<Tensor> Layer::run_call(const std::vector<Tensor>& xs, bool training
   if (!weights_.empty()) gathered = step_policy().gather_parameters(weights_);
   // Keras's autocast: floating inputs in the compute dtype, other dtypes (ids, masks) as given.
   std::vector<Tensor> ys;
-  if (autocast() && std::any_of(xs.begin(), xs.end(),
-                                [&](const Tensor& x) { return is_floating(x.dtype()) && x.dtype() != compute_dtype(); })) {
+  if (autocast() && std::any_of(xs.begin(), xs.end(), [&](const Tensor& x) {
+        return is_floating(x.dtype()) && x.dtype() != compute_dtype();
+      })) {
     std::vector<Tensor> cast = xs;
     for (Tensor& x : cast)
       if (is_floating(x.dtype()) && x.dtype() != compute_dtype()) x = ops::cast(x, compute_dtype());
@@ -192,13 +194,13 @@ KerasTensor Layer::operator()(const KerasTensor& x) {
 Tensor Layer::call(const Tensor& x, bool training) {
   (void)x;
   (void)training;
-  throw InvalidArgumentError(str_cat("layer '", name_, "' (", class_name(),
-                                     ") takes a list of inputs; it was called with one tensor"));
+  throw InvalidArgumentError(
+      str_cat("layer '", name_, "' (", class_name(), ") takes a list of inputs; it was called with one tensor"));
 }
 
 std::vector<Tensor> Layer::call_list(const std::vector<Tensor>& xs, bool training) {
-  CHORUS_REQUIRE(xs.size() == 1, InvalidArgumentError, "layer '", name_, "' (", class_name(),
-                 ") takes one input, got ", xs.size());
+  CHORUS_REQUIRE(xs.size() == 1, InvalidArgumentError, "layer '", name_, "' (", class_name(), ") takes one input, got ",
+                 xs.size());
   return {call(xs[0], training)};
 }
 

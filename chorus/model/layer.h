@@ -67,7 +67,7 @@ class Outputs : public std::vector<T> {
  public:
   Outputs() = default;
   Outputs(std::vector<T> v) : std::vector<T>(std::move(v)) {}  // NOLINT: implicit by design
-  operator T() const {                                        // NOLINT: implicit by design
+  operator T() const {                                         // NOLINT: implicit by design
     if (this->size() != 1) throw_not_one(this->size());
     return this->front();
   }

@@ -112,7 +112,8 @@ LayerPtr RMSNormalization(std::vector<int> axis, double epsilon, std::string nam
 namespace {
 
 // Keras writes the axes resolved against the built input (batch included): [2] for -1 on [B, T, C].
-std::vector<std::int64_t> resolved_axes(const std::vector<int>& axis, const std::vector<std::vector<std::int64_t>>& shapes) {
+std::vector<std::int64_t> resolved_axes(const std::vector<int>& axis,
+                                        const std::vector<std::vector<std::int64_t>>& shapes) {
   std::vector<std::int64_t> out;
   for (int a : axis) {
     if (a < 0 && !shapes.empty()) a += static_cast<int>(shapes[0].size()) + 1;
@@ -161,8 +162,9 @@ void RMSNormalizationLayer::get_config(LayerConfig& c) const {  // Keras 3's key
     c.set("axis", axes);
   c.set("epsilon", epsilon_);
 }
-CHORUS_REGISTER_LAYER_CLASS(RMSNormalization,
-                            [](const LayerConfig& c) { return RMSNormalization(config_axes(c), c.get_double("epsilon", 1e-6)); });
+CHORUS_REGISTER_LAYER_CLASS(RMSNormalization, [](const LayerConfig& c) {
+  return RMSNormalization(config_axes(c), c.get_double("epsilon", 1e-6));
+});
 
 namespace registration {
 void link_layer_normalization() {}

@@ -6,9 +6,9 @@
 
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
+#include <chorus/model/serialization.h>
 #include <chorus/ops/geometry.h>
 #include <chorus/ops/ops.h>
-#include <chorus/model/serialization.h>
 
 namespace chorus::layers {
 
@@ -312,9 +312,8 @@ std::array<std::int64_t, 2> pair_from(const LayerConfig& c, const std::string& k
   return {v[0], v[1]};
 }
 const char* padding_name(ops::Padding p) { return p == ops::Padding::kSame ? "same" : "valid"; }
-constexpr std::initializer_list<const char*> kKernelNulls = {"kernel_regularizer", "bias_regularizer",
-                                                             "activity_regularizer", "kernel_constraint",
-                                                             "bias_constraint"};
+constexpr std::initializer_list<const char*> kKernelNulls = {
+    "kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"};
 
 }  // namespace
 
@@ -353,7 +352,8 @@ CHORUS_REGISTER_LAYER_CLASS(Conv2D, [](const LayerConfig& c) {
   return LayerPtr(std::make_shared<Conv2DLayer>(
       c.get_int("filters"), pair_from(c, "kernel_size", 0), pair_from(c, "strides", 1),
       parse_padding(c.get_string_in("padding", "valid", {"valid", "same"})), c.get_activation("activation"),
-      c.get_bool("use_bias", true), pair_from(c, "dilation_rate", 1), c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
+      c.get_bool("use_bias", true), pair_from(c, "dilation_rate", 1),
+      c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
       c.get_initializer("bias_initializer", initializers::zeros()), "", c.get_int("groups", 1)));
 });
 
@@ -372,7 +372,8 @@ LayerPtr pooling_from_config(ops::PoolKind kind, const LayerConfig& c) {
                                           parse_padding(c.get_string_in("padding", "valid", {"valid", "same"})), "");
 }
 }  // namespace
-CHORUS_REGISTER_LAYER_CLASS(MaxPooling2D, [](const LayerConfig& c) { return pooling_from_config(ops::PoolKind::kMax, c); });
+CHORUS_REGISTER_LAYER_CLASS(MaxPooling2D,
+                            [](const LayerConfig& c) { return pooling_from_config(ops::PoolKind::kMax, c); });
 CHORUS_REGISTER_LAYER_CLASS(AveragePooling2D,
                             [](const LayerConfig& c) { return pooling_from_config(ops::PoolKind::kAvg, c); });
 
@@ -383,7 +384,8 @@ CHORUS_REGISTER_LAYER_CLASS(Flatten, [](const LayerConfig& c) {
 });
 
 void ActivationLayer::get_config(LayerConfig& c) const { c.set_activation("activation", activation_); }
-CHORUS_REGISTER_LAYER_CLASS(Activation, [](const LayerConfig& c) { return Activation(c.get_activation("activation")); });
+CHORUS_REGISTER_LAYER_CLASS(Activation,
+                            [](const LayerConfig& c) { return Activation(c.get_activation("activation")); });
 
 void DropoutLayer::get_config(LayerConfig& c) const {
   c.set("rate", rate_);

@@ -46,7 +46,8 @@ Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true, const Te
     CHORUS_REQUIRE(y_true.num_elements() == rows * per_row, InvalidArgumentError, name(), ": y_true ",
                    y_true.shape().to_string(), " does not match y_pred ", y_pred.shape().to_string(),
                    " (one label per position)");
-    const Tensor flat = per_example(ops::reshape(y_true, {rows * per_row}), ops::reshape(y_pred, {rows * per_row, d.back()}));
+    const Tensor flat =
+        per_example(ops::reshape(y_true, {rows * per_row}), ops::reshape(y_pred, {rows * per_row, d.back()}));
     return ops::reduce_mean(ops::reshape(flat, {rows, per_row}), {1});
   }
   const Tensor labels = y_true.shape().rank() == 2 ? ops::reshape(y_true, {y_true.shape().dims()[0]}) : y_true;

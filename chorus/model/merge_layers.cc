@@ -25,10 +25,10 @@ void MergeLayer::build_weights(const std::vector<Shape>& shapes) {
   CHORUS_REQUIRE(shapes.size() >= 2, InvalidArgumentError, "layer '", name(), "' (", class_name(),
                  ") needs at least 2 inputs, got ", shapes.size());
   for (const Shape& s : shapes)
-    CHORUS_REQUIRE(std::equal(s.dims().begin() + 1, s.dims().end(), shapes[0].dims().begin() + 1,
-                              shapes[0].dims().end()),
-                   InvalidArgumentError, "layer '", name(), "' (", class_name(),
-                   ") needs inputs of one shape (the batch dimension aside), got ", shapes_string(shapes));
+    CHORUS_REQUIRE(
+        std::equal(s.dims().begin() + 1, s.dims().end(), shapes[0].dims().begin() + 1, shapes[0].dims().end()),
+        InvalidArgumentError, "layer '", name(), "' (", class_name(),
+        ") needs inputs of one shape (the batch dimension aside), got ", shapes_string(shapes));
 }
 
 std::vector<Tensor> MergeLayer::call_list(const std::vector<Tensor>& xs, bool training) {

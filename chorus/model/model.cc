@@ -121,9 +121,9 @@ void require_xy(const data::Element& e, const char* what, std::size_t inputs, st
                    " component(s)");
     return;
   }
-  CHORUS_REQUIRE(e.size() >= inputs + outputs, InvalidArgumentError, what, ": the model has ", inputs,
-                 " input(s) and ", outputs, " output(s), so dataset elements must be (x_1, ..., x_", inputs,
-                 ", y_1, ..., y_", outputs, "), got ", e.size(), " component(s)");
+  CHORUS_REQUIRE(e.size() >= inputs + outputs, InvalidArgumentError, what, ": the model has ", inputs, " input(s) and ",
+                 outputs, " output(s), so dataset elements must be (x_1, ..., x_", inputs, ", y_1, ..., y_", outputs,
+                 "), got ", e.size(), " component(s)");
 }
 
 std::vector<Tensor> components(const data::Element& e, std::size_t begin, std::size_t n) {

@@ -141,7 +141,8 @@ class Model : public layers::Layer {
   // the layer's class ("Dense"), fed by the node before it — the layers in the order they were
   // tracked, as a Sequential runs them (a subclassed model whose call() is not a chain is drawn as
   // one). A Functional draws its graph: a Placeholder per Input, a node per layer call (a shared
-  // layer's later calls "<layer>_<k>"), fed by the nodes of its inputs. Every node has device = replica 0's device (the strategy's first replica device),
+  // layer's later calls "<layer>_<k>"), fed by the nodes of its inputs. Every node has device = replica 0's device (the
+  // strategy's first replica device),
   // "_output_shapes" (a list of one shape, the batch dimension -1 as TF's unknown), "T" (the
   // compute dtype), and, under several replicas, "_replica_devices" (every replica's device).
   // While summary::trace_on(graph) traces, the first call of the model records this graph.
@@ -225,7 +226,7 @@ class Model : public layers::Layer {
 
   distribute::Strategy* strategy_;
   std::shared_ptr<train::Checkpoint> weights_checkpoint_;  // load_weights': its status needs it alive
-  std::optional<std::pair<int, std::int64_t>> resume_;  // set_resume_point, consumed by fit
+  std::optional<std::pair<int, std::int64_t>> resume_;     // set_resume_point, consumed by fit
   bool stop_now_ = false;
   std::int64_t global_batch_rows_ = 0;  // global_batch_size()
   std::shared_ptr<optimizers::Optimizer> optimizer_;

@@ -97,9 +97,12 @@ void MultiHeadAttentionLayer::build_weights(const std::vector<Shape>& shapes) {
     return l;
   };
   using K = EinsumDenseLayer::Kind;
-  query_ = std::static_pointer_cast<EinsumDenseLayer>(track_layer(make(K::kSplitHeads, o.key_dim, 0, "query"), "_query_dense"));
-  key_ = std::static_pointer_cast<EinsumDenseLayer>(track_layer(make(K::kSplitHeads, o.key_dim, 0, "key"), "_key_dense"));
-  value_ = std::static_pointer_cast<EinsumDenseLayer>(track_layer(make(K::kSplitHeads, o.value_dim, 0, "value"), "_value_dense"));
+  query_ = std::static_pointer_cast<EinsumDenseLayer>(
+      track_layer(make(K::kSplitHeads, o.key_dim, 0, "query"), "_query_dense"));
+  key_ =
+      std::static_pointer_cast<EinsumDenseLayer>(track_layer(make(K::kSplitHeads, o.key_dim, 0, "key"), "_key_dense"));
+  value_ = std::static_pointer_cast<EinsumDenseLayer>(
+      track_layer(make(K::kSplitHeads, o.value_dim, 0, "value"), "_value_dense"));
   output_ = std::static_pointer_cast<EinsumDenseLayer>(
       track_layer(make(K::kMergeHeads, o.value_dim, out, "attention_output"), "_output_dense"));
   query_->build(q);
@@ -180,8 +183,8 @@ void MultiHeadAttentionLayer::get_config(LayerConfig& c) const {
   c.set("attention_axes", std::vector<std::int64_t>{1});
   c.set_initializer("kernel_initializer", o.kernel_initializer);
   c.set_initializer("bias_initializer", o.bias_initializer);
-  c.set_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-               "bias_constraint"});
+  c.set_nulls(
+      {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"});
   const auto& shapes = build_input_shapes();
   if (shapes.size() >= 2) {
     c.set_batch_shape("query_shape", shapes[0]);
@@ -211,8 +214,8 @@ void MultiHeadAttentionLayer::set_call_config(const LayerConfig& kwargs) {
 }
 
 CHORUS_REGISTER_LAYER_CLASS(MultiHeadAttention, [](const LayerConfig& c) {
-  c.require_nulls({"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                   "bias_constraint"});
+  c.require_nulls(
+      {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"});
   if (!c.is_null("attention_axes")) {
     const std::vector<std::int64_t> axes = c.get_int_list("attention_axes");
     if (axes != std::vector<std::int64_t>{1} && axes != std::vector<std::int64_t>{-2})
@@ -221,19 +224,22 @@ CHORUS_REGISTER_LAYER_CLASS(MultiHeadAttention, [](const LayerConfig& c) {
   if (c.has("softmax_robust_masking")) c.require("softmax_robust_masking", false);
   std::int64_t output_dim = 0;
   if (!c.is_null("output_shape")) {
-    const std::vector<std::int64_t> out =
-        c.is_int("output_shape") ? std::vector<std::int64_t>{c.get_int("output_shape")} : c.get_int_list("output_shape");
-    if (out.size() != 1) c.fail("output_shape", "must be one dimension (chorus projects to [batch, seq, output_shape])");
+    const std::vector<std::int64_t> out = c.is_int("output_shape")
+                                              ? std::vector<std::int64_t>{c.get_int("output_shape")}
+                                              : c.get_int_list("output_shape");
+    if (out.size() != 1)
+      c.fail("output_shape", "must be one dimension (chorus projects to [batch, seq, output_shape])");
     output_dim = out[0];
   }
-  MultiHeadAttentionOptions o{.num_heads = c.get_int("num_heads"),
-                              .key_dim = c.get_int("key_dim"),
-                              .value_dim = c.is_null("value_dim") ? 0 : c.get_int("value_dim"),
-                              .dropout = c.get_double("dropout", 0.0),
-                              .use_bias = c.get_bool("use_bias", true),
-                              .output_dim = output_dim,
-                              .kernel_initializer = c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
-                              .bias_initializer = c.get_initializer("bias_initializer", initializers::zeros())};
+  MultiHeadAttentionOptions o{
+      .num_heads = c.get_int("num_heads"),
+      .key_dim = c.get_int("key_dim"),
+      .value_dim = c.is_null("value_dim") ? 0 : c.get_int("value_dim"),
+      .dropout = c.get_double("dropout", 0.0),
+      .use_bias = c.get_bool("use_bias", true),
+      .output_dim = output_dim,
+      .kernel_initializer = c.get_initializer("kernel_initializer", initializers::glorot_uniform()),
+      .bias_initializer = c.get_initializer("bias_initializer", initializers::zeros())};
   return MultiHeadAttention(std::move(o));
 });
 

@@ -62,7 +62,7 @@ class EinsumDenseLayer final : public Layer {
 struct MultiHeadAttentionOptions {
   std::int64_t num_heads = 1;
   std::int64_t key_dim = 0;
-  std::int64_t value_dim = 0;   // 0: key_dim
+  std::int64_t value_dim = 0;  // 0: key_dim
   double dropout = 0;
   bool use_bias = true;
   std::int64_t output_dim = 0;  // 0: the query's feature dimension (Keras's output_shape=None)

@@ -146,9 +146,10 @@ CHORUS_REGISTER_LAYER_CLASS(BatchNormalization, [](const LayerConfig& c) {
   const std::vector<std::int64_t> axis = c.get_int_list("axis", 1);
   const auto& shapes = c.build_input_shapes();
   const bool last = axis[0] == -1 || (shapes.size() == 1 && axis[0] == static_cast<std::int64_t>(shapes[0].size()) - 1);
-  if (!last) c.fail("axis", "must be the last axis (-1); chorus's BatchNormalization normalizes over the last axis only");
-  c.require_nulls({"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
-                   "virtual_batch_size", "adjustment"});
+  if (!last)
+    c.fail("axis", "must be the last axis (-1); chorus's BatchNormalization normalizes over the last axis only");
+  c.require_nulls({"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint", "virtual_batch_size",
+                   "adjustment"});
   c.require("renorm", false);
   c.require_initializer("beta_initializer", "Zeros");
   c.require_initializer("gamma_initializer", "Ones");

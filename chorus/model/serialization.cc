@@ -103,8 +103,9 @@ Json initializer_json(const initializers::InitializerSpec& s) {
 void LayerConfig::set_initializer(const std::string& key, const initializers::Initializer& init) {
   std::optional<initializers::InitializerSpec> spec = initializers::describe(init);
   if (!spec)
-    fail(key, "is a function of your own; to_json writes only the initializers of model/initializers.h "
-              "(glorot_uniform, he_normal, random_uniform, zeros, ones, constant)");
+    fail(key,
+         "is a function of your own; to_json writes only the initializers of model/initializers.h "
+         "(glorot_uniform, he_normal, random_uniform, zeros, ones, constant)");
   impl_->config[key] = initializer_json(*spec);
 }
 
@@ -457,7 +458,9 @@ Json input_layer_json(const std::string& name, const std::vector<std::int64_t>& 
   config["ragged"] = false;
   config["name"] = name;
   config["optional"] = false;
-  return Json{{"module", "keras.layers"}, {"class_name", "InputLayer"}, {"config", std::move(config)},
+  return Json{{"module", "keras.layers"},
+              {"class_name", "InputLayer"},
+              {"config", std::move(config)},
               {"registered_name", nullptr}};
 }
 
@@ -470,10 +473,14 @@ Json layer_json(const Layer& layer) {
     return input_layer_json(in->name(), in->input_shape(), in->dtype());
   Json entry = Json::object();
   if (const auto* f = dynamic_cast<const model::Functional*>(&layer)) {
-    entry = Json{{"module", "tf_keras.src.engine.functional"}, {"class_name", "Functional"},
-                 {"config", functional_config(*f)}, {"registered_name", "Functional"}};
+    entry = Json{{"module", "tf_keras.src.engine.functional"},
+                 {"class_name", "Functional"},
+                 {"config", functional_config(*f)},
+                 {"registered_name", "Functional"}};
   } else if (const auto* s = dynamic_cast<const model::Sequential*>(&layer)) {
-    entry = Json{{"module", "keras"}, {"class_name", "Sequential"}, {"config", sequential_config(*s)},
+    entry = Json{{"module", "keras"},
+                 {"class_name", "Sequential"},
+                 {"config", sequential_config(*s)},
                  {"registered_name", nullptr}};
   } else {
     LayerConfig c(layer.class_name(), layer.name());
@@ -482,7 +489,8 @@ Json layer_json(const Layer& layer) {
     c.impl().config["dtype"] = dtype_json(layer.dtype_policy());
     layer.get_config(c);
     const bool builtin = is_builtin(layer.class_name());
-    entry = Json{{"module", builtin ? "keras.layers" : "chorus"}, {"class_name", layer.class_name()},
+    entry = Json{{"module", builtin ? "keras.layers" : "chorus"},
+                 {"class_name", layer.class_name()},
                  {"config", std::move(c.impl().config)},
                  {"registered_name", builtin ? Json(nullptr) : Json(layer.class_name())}};
   }
@@ -649,8 +657,8 @@ struct InputSpec {
 
 InputSpec input_spec(const Json& config, const std::string& name, const std::string& model) {
   const std::string where = str_cat("InputLayer '", printable(name, 200), "' config");
-  const Json& shape = config.contains("batch_input_shape") ? config["batch_input_shape"]
-                                                           : member(config, "batch_shape", model, where);
+  const Json& shape =
+      config.contains("batch_input_shape") ? config["batch_input_shape"] : member(config, "batch_shape", model, where);
   if (!shape.is_array() || shape.empty())
     bad(model, str_cat(where, ": batch_input_shape must be a list [null, dims...], got ", json_kind(shape)));
   InputSpec spec;
@@ -714,17 +722,16 @@ Created create_layer(const Json& entry, const std::string& model, std::size_t po
     // Keras's _should_skip_first_node: a Functional, or a Sequential that starts with an InputLayer
     // (listed, or made from its first layer's batch_input_shape), made a call of its own first.
     const Json& inner = config["layers"];
-    c.first_node = cls != "Sequential" ||
-                   (!inner.empty() && (inner[0].value("class_name", "") == "InputLayer" ||
-                                       inner[0]["config"].contains("batch_input_shape")));
+    c.first_node = cls != "Sequential" || (!inner.empty() && (inner[0].value("class_name", "") == "InputLayer" ||
+                                                              inner[0]["config"].contains("batch_input_shape")));
     c.layer = std::move(m);
     return c;
   }
   auto factory = find_factory(cls);
   if (!factory)
-    bad(model, str_cat("layer '", printable(name, 200), "' has class '", printable(cls, 200),
-                       "', which chorus does not have; the classes chorus has: ",
-                       internal::join(registered_layer_classes())));
+    bad(model,
+        str_cat("layer '", printable(name, 200), "' has class '", printable(cls, 200),
+                "', which chorus does not have; the classes chorus has: ", internal::join(registered_layer_classes())));
   LayerConfig c(cls, name);
   c.impl().config = config;
   c.impl().build_shapes = read_build_shapes(entry);
@@ -756,8 +763,8 @@ class GraphReader {
       if (layers[i].contains("inbound_nodes")) {
         const Json& nodes = layers[i]["inbound_nodes"];
         if (!nodes.is_array())
-          bad(model_, str_cat("layer '", printable(s.name, 200), "': inbound_nodes must be a list, got ",
-                              json_kind(nodes)));
+          bad(model_,
+              str_cat("layer '", printable(s.name, 200), "': inbound_nodes must be a list, got ", json_kind(nodes)));
         if (s.created.input.defined() && !nodes.empty())
           bad(model_, str_cat("InputLayer '", printable(s.name, 200), "' has inbound nodes; an input has none"));
         for (const Json& n : nodes) s.nodes.push_back(&n);
@@ -815,8 +822,8 @@ class GraphReader {
       for (std::size_t id = 0; id < total; ++id)
         if (waiting[id] > 0) stuck.push_back(str_cat("'", printable(slots_[slot_of[id]].name, 100), "'"));
       stuck.erase(std::unique(stuck.begin(), stuck.end()), stuck.end());
-      bad(model_, str_cat("inbound_nodes form a cycle: the calls of layers ",
-                          internal::join(stuck, {.max_items = 10}), " wait on each other"));
+      bad(model_, str_cat("inbound_nodes form a cycle: the calls of layers ", internal::join(stuck, {.max_items = 10}),
+                          " wait on each other"));
     }
   }
 
@@ -866,13 +873,15 @@ class GraphReader {
       bad(model_, str_cat(who, " reads layer '", printable(name, 200), "', which is not in config.layers"));
     const Slot& s = slots_[it->second];
     if (tensor < 0) bad(model_, str_cat(who, " reads tensor ", tensor, " of layer '", printable(name, 200), "'"));
-    if (s.created.input.defined()) return Ref{it->second, 0, static_cast<std::size_t>(tensor), kwargs};  // Keras: node 0
+    if (s.created.input.defined())
+      return Ref{it->second, 0, static_cast<std::size_t>(tensor), kwargs};  // Keras: node 0
     const std::int64_t call = node - s.created.first_node;
     if (call < 0 || call >= static_cast<std::int64_t>(s.nodes.size()))
-      bad(model_, str_cat(who, " reads node ", node, " of layer '", printable(name, 200), "', which has ",
-                          s.nodes.empty() ? std::string("no calls in this model")
-                                          : str_cat("nodes ", s.created.first_node, " to ",
-                                                    s.created.first_node + static_cast<std::int64_t>(s.nodes.size()) - 1)));
+      bad(model_,
+          str_cat(who, " reads node ", node, " of layer '", printable(name, 200), "', which has ",
+                  s.nodes.empty() ? std::string("no calls in this model")
+                                  : str_cat("nodes ", s.created.first_node, " to ",
+                                            s.created.first_node + static_cast<std::int64_t>(s.nodes.size()) - 1)));
     return Ref{it->second, static_cast<std::size_t>(call), static_cast<std::size_t>(tensor), kwargs};
   }
 
@@ -929,11 +938,11 @@ class GraphReader {
 
   KerasTensor tensor(const Ref& r, const std::string& who) const {
     const Slot& s = slots_[r.slot];
-    const std::vector<KerasTensor>& outs = s.created.input.defined() ? std::vector<KerasTensor>{s.created.input}
-                                                                     : s.outputs[r.call];
+    const std::vector<KerasTensor>& outs =
+        s.created.input.defined() ? std::vector<KerasTensor>{s.created.input} : s.outputs[r.call];
     if (r.tensor >= outs.size())
-      bad(model_, str_cat(who, " reads tensor ", r.tensor, " of layer '", printable(s.name, 200), "', whose call gives ",
-                          outs.size(), " tensor(s)"));
+      bad(model_, str_cat(who, " reads tensor ", r.tensor, " of layer '", printable(s.name, 200),
+                          "', whose call gives ", outs.size(), " tensor(s)"));
     return outs[r.tensor];
   }
 
@@ -1041,8 +1050,8 @@ std::unique_ptr<Model> model_from_json(const std::string& json) {
                                          " bytes; at most kMaxModelJsonBytes = ", kMaxModelJsonBytes, " are read"));
   const Json top = chorus::internal::parse_json(json, "the model JSON");
   if (!top.is_object())
-    throw InvalidArgumentError(str_cat("model_from_json: the JSON must be an object, got ",
-                                       chorus::internal::json_kind(top)));
+    throw InvalidArgumentError(
+        str_cat("model_from_json: the JSON must be an object, got ", chorus::internal::json_kind(top)));
   const std::string cls = layers::string_member(top, "class_name", "(top)", "the JSON");
   return layers::model_from_config(cls, layers::member(top, "config", "(top)", "the JSON"), "(top)");
 }

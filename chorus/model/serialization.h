@@ -99,13 +99,13 @@ class LayerConfig {
 
   // ---- reading (factories) ----
   bool has(const std::string& key) const;
-  std::vector<std::string> keys() const;  // in the order written
+  std::vector<std::string> keys() const;       // in the order written
   bool is_null(const std::string& key) const;  // absent or null
   bool is_int(const std::string& key) const;
   bool is_list_of_lists(const std::string& key) const;  // [[...], ...]
   std::int64_t get_int(const std::string& key) const;
   std::int64_t get_int(const std::string& key, std::int64_t fallback) const;  // fallback when absent
-  double get_double(const std::string& key) const;  // an integer is accepted
+  double get_double(const std::string& key) const;                            // an integer is accepted
   double get_double(const std::string& key, double fallback) const;
   bool get_bool(const std::string& key) const;
   bool get_bool(const std::string& key, bool fallback) const;
@@ -155,8 +155,8 @@ bool register_layer_class(const std::string& class_name, LayerFactory factory, b
 std::vector<std::string> registered_layer_classes();
 
 // Static registration beside a layer's code: CHORUS_REGISTER_LAYER_CLASS(Dense, factory).
-#define CHORUS_REGISTER_LAYER_CLASS(class_name, ...)                                           \
-  [[maybe_unused]] static const bool chorus_layer_registered_##class_name =                     \
+#define CHORUS_REGISTER_LAYER_CLASS(class_name, ...)                        \
+  [[maybe_unused]] static const bool chorus_layer_registered_##class_name = \
       ::chorus::layers::register_layer_class(#class_name, __VA_ARGS__, /*builtin=*/true)
 
 }  // namespace chorus::layers

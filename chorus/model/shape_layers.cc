@@ -1,6 +1,6 @@
 // ZeroPadding2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Reshape, Permute (see model/shape_layers.h).
-#include <chorus/model/shape_layers.h>
 #include <chorus/model/serialization.h>
+#include <chorus/model/shape_layers.h>
 
 #include <algorithm>
 #include <sstream>

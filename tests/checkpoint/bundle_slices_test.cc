@@ -41,7 +41,8 @@ using wire::ProtoWriter;
 const std::string kW = "w/.ATTRIBUTES/VARIABLE_VALUE";
 
 std::string testdata(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path() / "testdata" / "tf_sharded" / name).string();
+  return (std::filesystem::path(CHORUS_SOURCE_ROOT) / "tests" / "checkpoint" / "testdata" / "tf_sharded" / name)
+      .string();
 }
 
 TEST(BundleSlices, SliceKeysAreTensorFlows) {

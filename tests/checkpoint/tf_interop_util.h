@@ -28,9 +28,7 @@
 namespace chorus::train::testing {
 
 // tests/checkpoint/tf_interop.py (found beside this header, so no build-time definition is needed).
-inline std::string tf_interop_script() {
-  return (std::filesystem::path(__FILE__).parent_path() / "tf_interop.py").string();
-}
+inline std::string tf_interop_script() { return std::string(CHORUS_SOURCE_ROOT) + "/tests/checkpoint/tf_interop.py"; }
 
 // Runs `python tf_interop.py <args>`, echoing its output ("  [tf] ...", without TensorFlow's
 // start-up chatter); returns its exit status (-1 when it did not exit normally).

@@ -139,7 +139,7 @@ struct KerasCase {
 
 std::map<std::string, KerasCase> run_keras(const std::string& python) {
   const std::string cmd =
-      "'" + python + "' '" + std::string(CHORUS_MODEL_TEST_DIR) + "/keras_conv_shape_layers.py' 2>/dev/null";
+      "'" + python + "' '" + std::string(CHORUS_SOURCE_ROOT) + "/tests/model/keras_conv_shape_layers.py' 2>/dev/null";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   EXPECT_NE(p, nullptr);
   std::string text;

@@ -24,7 +24,8 @@ using layers::KerasTensor;
 std::unique_ptr<model::Functional> build() {
   auto x = layers::Input({6, 8}, DType::kFloat32, "x");
   auto pad = layers::Input({6}, DType::kBool, "pad");
-  KerasTensor a = (*layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true}))({x, x, x, pad});
+  KerasTensor a =
+      (*layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true}))({x, x, x, pad});
   KerasTensor h = (*layers::Add())({x, a});
   auto inner_in = layers::Input({6, 16});
   auto inner = std::make_shared<model::Functional>(std::vector<KerasTensor>{inner_in},
@@ -49,13 +50,17 @@ TEST(FunctionalGpu, AttentionModelOnTheGpuEqualsTheCpu) {
       distribute::OneDeviceStrategy strategy(device);
       auto scope = strategy.scope();
       auto m = build();
-      if (device == "/CPU:0") m->save_weights(tmp / "w");
-      else m->load_weights(tmp / "w").assert_consumed();
+      if (device == "/CPU:0")
+        m->save_weights(tmp / "w");
+      else
+        m->load_weights(tmp / "w").assert_consumed();
       ops::GradientTape tape;
       const Tensor y = ops::cast((*m)({x.to(device), pad.to(device)}, true)[0], DType::kFloat32);
       const auto g = tape.gradient(ops::reduce_sum(ops::square(y)), m->trainable_variables());
       (device == "/CPU:0" ? cpu : gpu) = y.to("/CPU:0").to_vector<float>();
-      for (const Tensor& t : g) (device == "/CPU:0" ? cpu_grads : gpu_grads).push_back(ops::cast(t, DType::kFloat32).to("/CPU:0").to_vector<float>());
+      for (const Tensor& t : g)
+        (device == "/CPU:0" ? cpu_grads : gpu_grads)
+            .push_back(ops::cast(t, DType::kFloat32).to("/CPU:0").to_vector<float>());
     }
     const float tol = std::string(policy) == "float32" ? 1e-4f : 5e-2f;
     ASSERT_EQ(cpu.size(), gpu.size());
@@ -63,7 +68,8 @@ TEST(FunctionalGpu, AttentionModelOnTheGpuEqualsTheCpu) {
     ASSERT_EQ(cpu_grads.size(), gpu_grads.size());
     for (std::size_t v = 0; v < cpu_grads.size(); ++v)
       for (std::size_t i = 0; i < cpu_grads[v].size(); ++i)
-        EXPECT_NEAR(gpu_grads[v][i], cpu_grads[v][i], 4 * tol * (1 + std::abs(cpu_grads[v][i]))) << policy << " grad " << v;
+        EXPECT_NEAR(gpu_grads[v][i], cpu_grads[v][i], 4 * tol * (1 + std::abs(cpu_grads[v][i])))
+            << policy << " grad " << v;
   }
   mixed_precision::set_global_policy("float32");
 }

@@ -136,8 +136,8 @@ TEST(Functional, AModelIsALayerAndNests) {
   const auto g = tape.gradient(loss, outer.trainable_variables());
   for (const Tensor& t : g) EXPECT_TRUE(t.defined());
   // A Sequential nests as well (a model is a layer), in a Sequential.
-  model::Sequential seq({layers::Dense(3), std::make_shared<model::Sequential>(
-                                               std::vector<layers::LayerPtr>{layers::Dense(2)}, "tail")});
+  model::Sequential seq(
+      {layers::Dense(3), std::make_shared<model::Sequential>(std::vector<layers::LayerPtr>{layers::Dense(2)}, "tail")});
   EXPECT_EQ(seq(rand({2, 5}, 4)).shape(), Shape({2, 2}));
   EXPECT_EQ(seq.trainable_variables().size(), 4u);
   EXPECT_EQ(seq.trainable_variables()[2].name(), "sequential/tail/dense/kernel");
@@ -193,8 +193,8 @@ TEST(Functional, ARecomputedLayerTrainsBitwiseAsARecordedOne) {
                                       layers::Dropout(0.3, 7),
                                       layers::Dense(4, "", true, initializers::glorot_uniform(2))},
         "block");
-    model::Sequential m({layers::with_recompute(block, recompute),
-                         layers::Dense(2, "", true, initializers::glorot_uniform(3))});
+    model::Sequential m(
+        {layers::with_recompute(block, recompute), layers::Dense(2, "", true, initializers::glorot_uniform(3))});
     EXPECT_EQ(block->recompute(), recompute);
     m.compile(std::make_shared<optimizers::SGD>(0.1), std::make_shared<losses::MeanSquaredError>());
     auto ds = data::Dataset::from_tensor_slices({rand({32, 4}, 1), rand({32, 2}, 2)}).batch(8);
@@ -262,7 +262,7 @@ TEST(Functional, ADisconnectedGraphNamesTheMissingInput) {
   auto z = Input({4}, DType::kFloat32, "z");
   KerasTensor s = (*layers::Add("joined"))({x, z});
   EXPECT_THROW_WITH(model::Functional({x}, {s}), InvalidArgumentError,
-                   "layer 'joined' (Add) reads Input 'z', which is not among the model's inputs ['x']");
+                    "layer 'joined' (Add) reads Input 'z', which is not among the model's inputs ['x']");
   KerasTensor h = (*layers::Dense(2))(x);
   EXPECT_THROW_WITH(model::Functional({h}, {h}), InvalidArgumentError, "is not an Input");
   EXPECT_THROW_WITH(model::Functional({x}, {}), InvalidArgumentError, "at least one input and one output");
@@ -270,7 +270,7 @@ TEST(Functional, ADisconnectedGraphNamesTheMissingInput) {
   KerasTensor p = (*layers::Dense(2, "", true, initializers::zeros(), initializers::zeros(), "same"))(x);
   KerasTensor q = (*layers::Dense(2, "", true, initializers::zeros(), initializers::zeros(), "same"))(x);
   EXPECT_THROW_WITH(model::Functional({x}, {(*layers::Add())({p, q})}), InvalidArgumentError,
-                   "two layers are named 'same'");
+                    "two layers are named 'same'");
   // A layer not held by a shared_ptr cannot be called symbolically.
   layers::DenseLayer stack_layer(2, "", true, initializers::zeros(), initializers::zeros(), "");
   EXPECT_THROW_WITH((void)stack_layer(x), InvalidArgumentError, "must be held by a LayerPtr");
@@ -288,7 +288,7 @@ TEST(Functional, MergeLayersCheckTheirInputs) {
   EXPECT_THROW_WITH((void)(*layers::Multiply())({a, c}), InvalidArgumentError, "(2, 3), (2, 4)");
   EXPECT_THROW_WITH((void)(*layers::Concatenate(0))({a, b}), InvalidArgumentError, "batch axis 0");
   EXPECT_THROW_WITH((void)(*layers::Concatenate(1))({a, rand({2, 3, 1}, 4)}), InvalidArgumentError,
-                   "match except along axis 1");
+                    "match except along axis 1");
   EXPECT_THROW_WITH((void)(*layers::Add())(a), InvalidArgumentError, "needs at least 2 inputs, got 1");
 }
 

@@ -22,8 +22,8 @@ using layers::KerasTensor;
 inline std::unique_ptr<model::Functional> two_input_model() {
   auto img = Input({8, 8, 3}, DType::kFloat32, "img");
   auto ids = Input({5}, DType::kInt32, "ids");
-  KerasTensor h = (*layers::Conv2D(4, 3, "relu", 1, "valid", true, initializers::he_normal(7), initializers::zeros(),
-                                   "conv"))(img);
+  KerasTensor h =
+      (*layers::Conv2D(4, 3, "relu", 1, "valid", true, initializers::he_normal(7), initializers::zeros(), "conv"))(img);
   h = (*layers::MaxPooling2D(2, 0, "valid", "pool"))(h);
   h = (*layers::BatchNormalization(0.9, 1e-3, true, true, false, "bn"))(h);
   h = (*layers::Flatten("flat"))(h);
@@ -51,18 +51,18 @@ inline std::unique_ptr<model::Functional> two_input_model() {
 // Every other layer class, under mixed_bfloat16 with a float32 output layer, built for (6, 5).
 inline std::unique_ptr<model::Sequential> mixed_sequential() {
   mixed_precision::set_global_policy("mixed_bfloat16");
-  auto m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-                       layers::Conv1D(4, 3, 1, "causal", "relu", true, 1, 1, initializers::glorot_uniform(1),
-                                      initializers::zeros(), "c1"),
-                       layers::Reshape({6, 4, 1}, "reshape"), layers::ZeroPadding2D({1, 0}, {2, 3}, "pad"),
-                       layers::DepthwiseConv2D(3, 1, "same", 2, "", true, 1, initializers::glorot_uniform(2),
-                                               initializers::zeros(), "dw"),
-                       layers::AveragePooling2D(1, 1, "same", "avg"), layers::Permute({2, 1, 3}, "perm"),
-                       layers::GlobalMaxPooling2D(true, "gmax"),
-                       layers::GlobalAveragePooling2D(false, "gavg"),
-                       layers::with_dtype_policy(layers::Dense(3, "softmax", true, initializers::glorot_uniform(3),
-                                                               initializers::zeros(), "out"),
-                                                 "float32")},
+  auto m = std::make_unique<model::Sequential>(
+      std::vector<layers::LayerPtr>{
+          layers::Conv1D(4, 3, 1, "causal", "relu", true, 1, 1, initializers::glorot_uniform(1), initializers::zeros(),
+                         "c1"),
+          layers::Reshape({6, 4, 1}, "reshape"), layers::ZeroPadding2D({1, 0}, {2, 3}, "pad"),
+          layers::DepthwiseConv2D(3, 1, "same", 2, "", true, 1, initializers::glorot_uniform(2), initializers::zeros(),
+                                  "dw"),
+          layers::AveragePooling2D(1, 1, "same", "avg"), layers::Permute({2, 1, 3}, "perm"),
+          layers::GlobalMaxPooling2D(true, "gmax"), layers::GlobalAveragePooling2D(false, "gavg"),
+          layers::with_dtype_policy(
+              layers::Dense(3, "softmax", true, initializers::glorot_uniform(3), initializers::zeros(), "out"),
+              "float32")},
       "seq");
   mixed_precision::set_global_policy("float32");
   m->build(Shape{1, 6, 5});

@@ -18,8 +18,8 @@
 #include <chorus/model/functional.h>
 #include <chorus/model/layer_normalization.h>
 #include <chorus/model/layers.h>
-#include <chorus/model/multi_head_attention.h>
 #include <chorus/model/merge_layers.h>
+#include <chorus/model/multi_head_attention.h>
 #include <chorus/model/serialization.h>
 #include <chorus/ops/ops.h>
 
@@ -29,9 +29,7 @@ namespace {
 using layers::Input;
 using layers::KerasTensor;
 
-std::string script() {
-  return std::string(CHORUS_MODEL_TEST_DIR) + "/keras_interop.py";  // a compile definition: __FILE__ may be relative
-}
+std::string script() { return std::string(CHORUS_SOURCE_ROOT) + "/tests/model/keras_interop.py"; }
 
 int run_keras(const std::string& python, const std::string& mode, const std::string& dir) {
   return chorus::testing::run_interop_command("'" + python + "' '" + script() + "' " + mode + " '" + dir + "'",
@@ -42,9 +40,10 @@ int run_keras(const std::string& python, const std::string& mode, const std::str
 class ResidualBlock : public layers::Layer {
  public:
   explicit ResidualBlock(std::string name) : layers::Layer(std::move(name)) {
-    up_ = track_layer(layers::Dense(8, "relu", true, initializers::glorot_uniform(), initializers::zeros(), "up"), "up");
-    down_ = track_layer(layers::Dense(5, "", true, initializers::glorot_uniform(), initializers::zeros(), "down"),
-                        "down");
+    up_ =
+        track_layer(layers::Dense(8, "relu", true, initializers::glorot_uniform(), initializers::zeros(), "up"), "up");
+    down_ =
+        track_layer(layers::Dense(5, "", true, initializers::glorot_uniform(), initializers::zeros(), "down"), "down");
   }
   std::string class_name() const override { return "ResidualBlock"; }
 
@@ -111,12 +110,14 @@ TEST(KerasInterop, ChorusLoadsTfKerasSaveWeights) {
   auto m = build();
   m->load_weights(dir + "/weights").assert_consumed();
   const auto io = train::testing::read_dump(dir + "/io");
-  std::vector<Tensor> out = (*m)({train::testing::dumped_tensor(io.at("a")), train::testing::dumped_tensor(io.at("b"))});
+  std::vector<Tensor> out =
+      (*m)({train::testing::dumped_tensor(io.at("a")), train::testing::dumped_tensor(io.at("b"))});
   for (int i = 0; i < 2; ++i) {
     const auto got = out[i].to_vector<float>();
     const auto want = train::testing::dumped_tensor(io.at("out" + std::to_string(i))).to_vector<float>();
     ASSERT_EQ(got.size(), want.size());
-    for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
+    for (std::size_t j = 0; j < got.size(); ++j)
+      EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
   }
 }
 
@@ -161,7 +162,8 @@ TEST(KerasInterop, ChorusReadsTfKerasToJson) {
     const auto got = out[i].to_vector<float>();
     const auto want = train::testing::dumped_tensor(io.at("out" + std::to_string(i))).to_vector<float>();
     ASSERT_EQ(got.size(), want.size());
-    for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
+    for (std::size_t j = 0; j < got.size(); ++j)
+      EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
   }
 }
 
@@ -172,8 +174,8 @@ TEST(KerasInterop, ChorusReadsTfKerasToJson) {
 std::unique_ptr<model::Functional> attention_block() {
   auto x = Input({6, 8}, DType::kFloat32, "x");
   KerasTensor h = (*layers::LayerNormalization(-1, 1e-5, true, true, "ln"))(x);
-  KerasTensor a = (*layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true, .name = "mha"}))(
-      {h, h});
+  KerasTensor a =
+      (*layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true, .name = "mha"}))({h, h});
   KerasTensor r = (*layers::Add("residual"))({x, a});
   KerasTensor y = (*dense(8, "mlp", "gelu"))(r);
   return std::make_unique<model::Functional>(std::vector<KerasTensor>{x}, std::vector<KerasTensor>{y}, "block");

@@ -28,7 +28,8 @@ Tensor rand(std::vector<std::int64_t> shape, std::int64_t seed, DType dtype = DT
 
 // Keras's MultiHeadAttention written out with the composed ops (einsums as matmuls, softmax with
 // the mask as a large negative, as Keras's Softmax(mask) does).
-Tensor reference(MultiHeadAttentionLayer& mha, const Tensor& q_in, const Tensor& v_in, const Tensor& mask, bool causal) {
+Tensor reference(MultiHeadAttentionLayer& mha, const Tensor& q_in, const Tensor& v_in, const Tensor& mask,
+                 bool causal) {
   const auto& o = mha.options();
   std::map<std::string, Tensor> w;
   for (const auto& [attribute, sub] : mha.sublayers())
@@ -72,8 +73,11 @@ void expect_near(const Tensor& got, const Tensor& want, double tol) {
 TEST(MultiHeadAttention, ComputesKerasFormulaWithCausalAndPaddingMasks) {
   chorus::internal::reset_runtime_for_testing();
   for (const bool causal : {false, true}) {
-    auto layer = std::make_shared<MultiHeadAttentionLayer>(layers::MultiHeadAttentionOptions{
-        .num_heads = 3, .key_dim = 5, .use_causal_mask = causal, .kernel_initializer = initializers::glorot_uniform(4)});
+    auto layer = std::make_shared<MultiHeadAttentionLayer>(
+        layers::MultiHeadAttentionOptions{.num_heads = 3,
+                                          .key_dim = 5,
+                                          .use_causal_mask = causal,
+                                          .kernel_initializer = initializers::glorot_uniform(4)});
     const Tensor q = rand({2, 7, 8}, 1), v = rand({2, 7, 8}, 2);
     const Tensor y = (*layer)({q, v});
     EXPECT_EQ(y.shape(), Shape({2, 7, 8}));
@@ -113,8 +117,10 @@ TEST(MultiHeadAttention, GradientsMatchFiniteDifferences) {
   layer->set_dtype_policy(mixed_precision::Policy("float64"));
   const Tensor v = chorus::testing::random_tensor({2, 4, 5}, 9);
   EXPECT_TRUE(chorus::testing::check_gradients(
-      [&](const std::vector<Tensor>& in) { return (*layer)({in[0], v}); }, {chorus::testing::random_tensor({2, 3, 5}, 8)},
-      {.eps = 1e-6, .tol = 1e-6}));
+      [&](const std::vector<Tensor>& in) {
+        return (*layer)({in[0], v});
+      },
+      {chorus::testing::random_tensor({2, 3, 5}, 8)}, {.eps = 1e-6, .tol = 1e-6}));
   // And with respect to the weights: the tape's gradient of every projection exists.
   ops::GradientTape tape;
   const Tensor loss = ops::reduce_sum(ops::square((*layer)({chorus::testing::random_tensor({2, 3, 5}, 8), v}, true)));
@@ -123,11 +129,11 @@ TEST(MultiHeadAttention, GradientsMatchFiniteDifferences) {
 
 TEST(MultiHeadAttention, MixedBfloat16StaysCloseToFloat32) {
   chorus::internal::reset_runtime_for_testing();
-  auto f32 = std::make_shared<MultiHeadAttentionLayer>(
-      layers::MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 8, .kernel_initializer = initializers::glorot_uniform(1)});
+  auto f32 = std::make_shared<MultiHeadAttentionLayer>(layers::MultiHeadAttentionOptions{
+      .num_heads = 2, .key_dim = 8, .kernel_initializer = initializers::glorot_uniform(1)});
   mixed_precision::set_global_policy("mixed_bfloat16");
-  auto bf16 = std::make_shared<MultiHeadAttentionLayer>(
-      layers::MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 8, .kernel_initializer = initializers::glorot_uniform(1)});
+  auto bf16 = std::make_shared<MultiHeadAttentionLayer>(layers::MultiHeadAttentionOptions{
+      .num_heads = 2, .key_dim = 8, .kernel_initializer = initializers::glorot_uniform(1)});
   mixed_precision::set_global_policy("float32");
   const Tensor x = rand({2, 6, 16}, 5);
   const Tensor a = (*f32)(x), b = (*bf16)(x);
@@ -158,7 +164,7 @@ TEST(MultiHeadAttention, EqualsTfKeras) {
   CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow, tf_keras");
   chorus::internal::reset_runtime_for_testing();
   chorus::testing::TempDir tmp;
-  const std::string script = std::string(CHORUS_MODEL_TEST_DIR) + "/keras_interop.py";
+  const std::string script = std::string(CHORUS_SOURCE_ROOT) + "/tests/model/keras_interop.py";
   ASSERT_EQ(chorus::testing::run_interop_command("'" + python + "' '" + script + "' mha-writes '" + tmp.path() + "'",
                                                  "tf_keras"),
             0);

@@ -138,7 +138,7 @@ void write_config(const std::string& dir) {
     << ", \"steps\": " << kSteps << ", \"snapshot_step\": " << kSnapshotStep << "}\n";
 }
 
-std::string script() { return std::string(CHORUS_MODEL_TEST_DIR) + "/resnet_parity.py"; }
+std::string script() { return std::string(CHORUS_SOURCE_ROOT) + "/tests/model/resnet_parity.py"; }
 
 TEST(ResNetParity, LossesMatchTfKerasOnOneDeviceAndUnderMirroredStrategy) {
   std::string python;

@@ -18,7 +18,7 @@ namespace chorus {
 namespace {
 
 std::filesystem::path seeds() {
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "model_json_fuzz";
+  return std::filesystem::path(CHORUS_SOURCE_ROOT) / "tests" / "fuzz" / "corpus" / "model_json_fuzz";
 }
 
 std::string read(const std::filesystem::path& p) {
@@ -100,9 +100,12 @@ TEST(ModelJsonHostile, AWideFanInAndASelfLoop) {
   const std::string head =
       R"({"class_name": "Functional", "config": {"name": "m", "layers": [{"class_name": "InputLayer", "config": )"
       R"({"batch_input_shape": [null, 2], "name": "x"}, "name": "x", "inbound_nodes": []}, )";
-  auto m = model::model_from_json(head + R"({"class_name": "Add", "config": {"name": "sum"}, "name": "sum", )"
-                                         R"("inbound_nodes": [[)" + refs + R"(]]}], "input_layers": [["x", 0, 0]], )"
-                                         R"("output_layers": [["sum", 0, 0]]}})");
+  auto m = model::model_from_json(head +
+                                  R"({"class_name": "Add", "config": {"name": "sum"}, "name": "sum", )"
+                                  R"("inbound_nodes": [[)" +
+                                  refs +
+                                  R"(]]}], "input_layers": [["x", 0, 0]], )"
+                                  R"("output_layers": [["sum", 0, 0]]}})");
   const Tensor out = (*m)(Tensor::from_vector<float>({1, 2}, Shape{1, 2}));
   EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1000, 2000}));
   EXPECT_THROW_WITH(

@@ -1,7 +1,8 @@
 // Keras's architecture JSON (model/serialization.h, issue 43 item 4): to_json → model_from_json →
 // the same JSON and, after load_weights, the same outputs; every layer class chorus has; shared
 // layers and nested models; custom layers registered by their users; and the errors of a wrong or
-// hostile JSON (more in serialization_hostile_test.cc). tf_keras's side (its to_json text, both directions) is in keras_interop_test.cc.
+// hostile JSON (more in serialization_hostile_test.cc). tf_keras's side (its to_json text, both directions) is in
+// keras_interop_test.cc.
 #include <gtest/gtest.h>
 
 #include "tests/core/test_util.h"
@@ -134,9 +135,8 @@ class Scale : public layers::Layer {
 
 TEST(ModelJson, ACustomLayerRegisteredByItsUserRoundTrips) {
   chorus::internal::reset_runtime_for_testing();
-  layers::register_layer_class("Scale", [](const LayerConfig& c) {
-    return std::make_shared<Scale>(c.get_double("factor"));
-  });
+  layers::register_layer_class("Scale",
+                               [](const LayerConfig& c) { return std::make_shared<Scale>(c.get_double("factor")); });
   auto x = Input({3}, DType::kFloat32, "x");
   model::Functional m({x}, {(*std::make_shared<Scale>(2.5))(x)}, "m");
   const std::string json = m.to_json();
@@ -183,8 +183,8 @@ std::string small(const std::string& d_keys = kDenseD, const std::string& d_inbo
   return R"({"class_name": "Functional", "config": {"name": "m", "trainable": true, "layers": [)"
          R"({"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_input_shape": [null, 4], )"
          R"("dtype": "float32", "sparse": false, "ragged": false, "name": "x"}, "name": "x", "inbound_nodes": []}, )"
-         R"({"class_name": "Dense", "config": {"name": "d", )" + d_keys + R"(}, "name": "d", "inbound_nodes": )" +
-         d_inbound +
+         R"({"class_name": "Dense", "config": {"name": "d", )" +
+         d_keys + R"(}, "name": "d", "inbound_nodes": )" + d_inbound +
          R"(}, {"class_name": "Dense", "config": {"name": "e", "units": 2}, "name": "e", )"
          R"("inbound_nodes": [[["d", 0, 0, {}]]]}], "input_layers": [["x", 0, 0]], "output_layers": )" +
          outputs + "}}";
@@ -204,7 +204,8 @@ TEST(ModelJson, ErrorsNameTheLayerTheKeyAndWhatWasWrong) {
   unknown.replace(unknown.find(R"("class_name": "Dense")"), 21, R"("class_name": "Bogus")");
   EXPECT_THROW_WITH(model_from_json(unknown), InvalidArgumentError, "layer 'd' has class 'Bogus'",
                     "the classes chorus has: ", "Conv2D", "Dense", "Functional", "InputLayer");
-  EXPECT_THROW_WITH(model_from_json(small(kDenseD, R"([[["e", 0, 0, {}]]])")), InvalidArgumentError, "cycle", "'d'", "'e'");
+  EXPECT_THROW_WITH(model_from_json(small(kDenseD, R"([[["e", 0, 0, {}]]])")), InvalidArgumentError, "cycle", "'d'",
+                    "'e'");
   EXPECT_THROW_WITH(model_from_json(small(kDenseD, R"([[["nope", 0, 0, {}]]])")), InvalidArgumentError,
                     "layer 'd' inbound node 0 reads layer 'nope', which is not in config.layers");
   EXPECT_THROW_WITH(model_from_json(small(kDenseD, R"([[["x", 0, 0, {}]]])", R"([["e", 1, 0]])")), InvalidArgumentError,
@@ -213,24 +214,27 @@ TEST(ModelJson, ErrorsNameTheLayerTheKeyAndWhatWasWrong) {
                     "reads tensor 2 of layer 'e', whose call gives 1 tensor(s)");
   EXPECT_THROW_WITH(model_from_json(small(kDenseD, R"([[["x", 0, 0, {"training": true}]]])")), InvalidArgumentError,
                     "passes keyword arguments");
-  EXPECT_THROW_WITH(model_from_json(small(R"("activation": "relu")")), InvalidArgumentError, "layer 'd' (Dense): config key 'units' is missing");
+  EXPECT_THROW_WITH(model_from_json(small(R"("activation": "relu")")), InvalidArgumentError,
+                    "layer 'd' (Dense): config key 'units' is missing");
   EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "use_bias": "yes")")), InvalidArgumentError,
                     "layer 'd' (Dense): config key 'use_bias' must be a boolean, got a string");
-  EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "kernel_regularizer": {"class_name": "L2"})")), InvalidArgumentError,
-                    "config key 'kernel_regularizer'", "only null is accepted");
+  EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "kernel_regularizer": {"class_name": "L2"})")),
+                    InvalidArgumentError, "config key 'kernel_regularizer'", "only null is accepted");
   EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "kernel_initializer": "orthogonal")")), InvalidArgumentError,
                     "names initializer 'orthogonal', which chorus does not have");
   EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "activation": "swishy")")), InvalidArgumentError,
                     "config key 'activation'", "unknown activation 'swishy'");
   EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "trainable": false)")), InvalidArgumentError,
                     "config key 'trainable' is false");
-  EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "dtype": "bfloat16")")), InvalidArgumentError, "config key 'dtype'");
+  EXPECT_THROW_WITH(model_from_json(small(R"("units": 3, "dtype": "bfloat16")")), InvalidArgumentError,
+                    "config key 'dtype'");
   std::string twice = small();
   twice.replace(twice.find(R"("name": "e", "units": 2}, "name": "e")"), 37, R"("name": "d", "units": 2}, "name": "d")");
   EXPECT_THROW_WITH(model_from_json(twice), InvalidArgumentError, "two layers are named 'd'");
   EXPECT_THROW_WITH(model_from_json(small().substr(0, 60)), InvalidArgumentError, "the model JSON is not valid JSON");
-  EXPECT_THROW_WITH(model_from_json(R"({"class_name": "Functional", "config": {"name": "m", "layers": [], "a": 1, "a": 2}})"),
-                    InvalidArgumentError, "appears twice");
+  EXPECT_THROW_WITH(
+      model_from_json(R"({"class_name": "Functional", "config": {"name": "m", "layers": [], "a": 1, "a": 2}})"),
+      InvalidArgumentError, "appears twice");
   EXPECT_THROW_WITH(model_from_json(R"({"class_name": "Conv2D", "config": {}})"), InvalidArgumentError,
                     "class_name 'Conv2D' is not a model");
   EXPECT_THROW_WITH(model_from_json(std::string(model::kMaxModelJsonBytes + 1, ' ')), ResourceExhaustedError,

@@ -152,7 +152,7 @@ TEST(ModelGraph, TensorBoardCallbackWritesTheGraphOnceUnlessToldNot) {
   }
 }
 
-std::string check_script() { return (fs::path(__FILE__).parent_path() / "tensorboard_trace_check.py").string(); }
+std::string check_script() { return std::string(CHORUS_SOURCE_ROOT) + "/tests/model/tensorboard_trace_check.py"; }
 
 // What the script must find: one line per node (name, op, device, input or "-", shape as
 // comma-separated dims), then the host.

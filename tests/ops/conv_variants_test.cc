@@ -214,7 +214,7 @@ struct TfCase {
 };
 
 std::vector<TfCase> run_tf_script(const std::string& python) {
-  const std::string cmd = "'" + python + "' '" + CHORUS_OPS_TEST_DIR + "/tf_conv_variants.py' 2>/dev/null";
+  const std::string cmd = "'" + python + "' '" + CHORUS_SOURCE_ROOT "/tests/ops/tf_conv_variants.py' 2>/dev/null";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   EXPECT_NE(p, nullptr);
   std::vector<TfCase> cases;

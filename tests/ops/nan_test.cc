@@ -295,7 +295,7 @@ TEST_F(NanTest, ReluAndFusedConvolutionReluKeepNan) {
 TEST_F(NanTest, TfInteropSameOutputsAsTensorFlow) {
   std::string python;
   CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow");
-  const std::string script = std::string(CHORUS_OPS_TEST_DIR) + "/tf_nan_semantics.py";
+  const std::string script = std::string(CHORUS_SOURCE_ROOT) + "/tests/ops/tf_nan_semantics.py";
   const std::string cmd = "'" + python + "' '" + script + "' 2>/dev/null";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -401,7 +401,7 @@ std::map<std::string, Tensor> chorus_values() {
 TEST_F(NormalizationOpsTest, TfInteropSameValuesAndGradientsAsTensorFlow) {
   std::string python;
   CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow, tf_keras, keras");
-  const std::string script = std::string(CHORUS_OPS_TEST_DIR) + "/tf_normalization_values.py";
+  const std::string script = std::string(CHORUS_SOURCE_ROOT) + "/tests/ops/tf_normalization_values.py";
   const std::string cmd = "'" + python + "' '" + script + "' 2>/dev/null";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

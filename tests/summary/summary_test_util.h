@@ -30,11 +30,11 @@ inline void write_file(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// ../shared/testdata/tensorflow relative to the repository (this file is
-// <repo>/tests/summary/summary_test_util.h), or $CHORUS_TF_TESTDATA. nullopt when absent.
+// ../shared/testdata/tensorflow relative to the repository (CHORUS_SOURCE_ROOT, tests/CMakeLists.txt),
+// or $CHORUS_TF_TESTDATA. nullopt when absent.
 inline std::optional<std::string> tf_testdata_dir() {
   if (const char* env = std::getenv("CHORUS_TF_TESTDATA")) return std::string(env);
-  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const fs::path repo = CHORUS_SOURCE_ROOT;
   for (const fs::path& candidate :
        {repo.parent_path() / "shared" / "testdata" / "tensorflow", repo / "shared" / "testdata" / "tensorflow"}) {
     std::error_code ec;

@@ -29,7 +29,7 @@ namespace {
 using testing::TempDir;
 using testing::write_file;
 
-std::string check_script() { return (std::filesystem::path(__FILE__).parent_path() / "tensorboard_check.py").string(); }
+std::string check_script() { return std::string(CHORUS_SOURCE_ROOT) + "/tests/summary/tensorboard_check.py"; }
 
 // Writes the run and, beside it, what tensorboard_check.py must find (expected.tsv + raw inputs).
 class Expected {
