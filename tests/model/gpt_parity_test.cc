@@ -61,8 +61,8 @@ std::vector<data::Element> batches() {
 void compile(model::Model& m) {
   namespace opt = optimizers;
   const auto schedule = opt::schedules::CosineDecay(0.0, kDecaySteps, kAlpha, kTarget, kWarmup);
-  m.compile(std::make_shared<opt::AdamW>(
-                opt::AdamWOptions{.learning_rate = schedule, .weight_decay = kWeightDecay, .global_clipnorm = kClipnorm}),
+  m.compile(std::make_shared<opt::AdamW>(opt::AdamWOptions{
+                .learning_rate = schedule, .weight_decay = kWeightDecay, .global_clipnorm = kClipnorm}),
             std::make_shared<losses::SparseCategoricalCrossentropy>(/*from_logits=*/true));
 }
 
