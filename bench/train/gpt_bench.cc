@@ -27,9 +27,11 @@
 // read the figures with it). The data: chorus reads the example's byte windows of
 // /usr/share/common-licenses (pseudo-random bytes where it is missing) through its pipeline
 // (shuffle, repeat, batch); the yardsticks cycle cached random batches (a step's cost does not
-// depend on the token values).
+// depend on the token values). chorus's rows also say the share of the replica threads' time spent
+// in CPU kernels and in collectives (core/profile.h's counters, as bench_train).
 // Last line: one JSON line; ratio = chorus tokens/s ÷ the yardstick's (> 1: chorus is faster).
 #include <chorus/chorus.h>
+#include <chorus/core/profile.h>
 #include <chorus/ops/cpu/dnn.h>
 
 #include <sys/resource.h>
@@ -111,14 +113,21 @@ int run_child(int replicas, int steps, int warmup) {
                 .shuffle(4096, 1)
                 .repeat()
                 .batch(kGlobalBatch, /*drop_remainder=*/true);
+  cx::profile::enable_profiling(true);  // from the warm-up on, as bench_train (its counts dropped below)
   model->fit(ds, {.epochs = 1, .steps_per_epoch = warmup, .verbose = 0});
+  cx::profile::read_and_reset();
   const auto start = Clock::now();
   const auto h = model->fit(ds, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const cx::profile::ProfileCounters c = cx::profile::read_and_reset();
   const double tps = static_cast<double>(steps * kTokensPerStep) / wall;
-  std::printf("RESULT replicas=%d tokens_per_s=%.6g ms_per_step=%.6g peak_rss_mib=%.6g params=%lld loss=%.6g\n",
-              replicas, tps, 1e3 * wall / steps, peak_rss_mib(), static_cast<long long>(model->count_params()),
-              h.history.at("loss").back());
+  const double busy = replicas * wall * 1e9;  // summed replica-thread time, ns
+  std::printf(
+      "RESULT replicas=%d tokens_per_s=%.6g ms_per_step=%.6g peak_rss_mib=%.6g params=%lld loss=%.6g kernels=%.6g "
+      "collectives=%.6g\n",
+      replicas, tps, 1e3 * wall / steps, peak_rss_mib(), static_cast<long long>(model->count_params()),
+      h.history.at("loss").back(), static_cast<double>(c.library_kernel_ns) / busy,
+      static_cast<double>(c.collective_ns) / busy);
   return 0;
 }
 
@@ -127,6 +136,7 @@ struct Side {
   std::string name;     // the table's row
   std::string skipped;  // why it did not run ("" when it did)
   std::vector<double> tps;
+  std::vector<double> kernels, collectives;  // chorus's: fractions of replica-thread time
   double peak_rss_mib = 0;
   std::string line;  // a yardstick's own readable line, the last round's
   std::optional<double> median_tps() const { return tps.empty() ? std::nullopt : std::optional<double>(median(tps)); }
@@ -144,6 +154,8 @@ void run_side(Side& side, const std::string& command, const std::string& tag) {
     return;
   }
   side.tps.push_back(*tps);
+  if (const auto k = result_field(out, "kernels")) side.kernels.push_back(*k);
+  if (const auto k = result_field(out, "collectives")) side.collectives.push_back(*k);
   side.peak_rss_mib = std::max(side.peak_rss_mib, result_field(out, "peak_rss_mib").value_or(0.0));
   if (!tag.empty()) {
     const std::size_t p = out.find(tag);
@@ -239,6 +251,11 @@ int run_parent(int steps, int warmup, int rounds) {
     std::printf("%-72s %10.0f %17s %9.1f %5.0f MiB\n", s->name.c_str(), m, range, 1e3 * kTokensPerStep / m,
                 s->peak_rss_mib);
   }
+  for (const Side* s : {&chorus1, &chorus2})
+    std::printf("  %s: in kernels (oneDNN + chorus loops) %.0f%%, in collectives %.0f%% of replica-thread time "
+                "(medians; core/profile.h)\n",
+                s == &chorus1 ? "chorus 1 device" : "chorus 2 devices", 100 * median(s->kernels),
+                100 * median(s->collectives));
   for (const Side* s : {&tf, &torch2, &torch1})
     if (!s->line.empty()) std::printf("  %s\n", s->line.c_str());
 
