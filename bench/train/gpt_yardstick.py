@@ -21,7 +21,8 @@ a linear warm-up of 10% of the steps, then cosine decay to 10%; gradients clippe
          with is_causal=True), torch.optim.AdamW + LambdaLR of the same schedule,
          clip_grad_norm_; torch.set_num_threads(--threads) and set_num_interop_threads(--threads);
          a loop over 8 fixed random batches. Each window timed with perf_counter around `steps`
-         steps (the loss is read back every step, as fit's logs do).
+         steps (the loss is read back every step, as fit's logs do). bench_gpt runs the 2-thread
+         case with OMP_WAIT_POLICY=PASSIVE (gpt_bench.cc says why).
 Batches are random tokens (uniform over 0..255): the step's cost does not depend on the values.
 
 Prints a readable line and, last, `RESULT tokens_per_s=<median> min_tokens_per_s=.. max_tokens_per_s=..
