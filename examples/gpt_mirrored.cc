@@ -3,6 +3,8 @@
 //   token + position embeddings; N blocks of pre-LayerNormalization causal MultiHeadAttention and
 //   an MLP (Dense 4d gelu, Dense d), each with a residual Add; a final LayerNormalization; logits
 //   over 256 byte values.
+// The model and the byte windows live in examples/gpt_model.h (shared with the parity test against
+// tf_keras and bench_gpt).
 // Training: AdamW with linear warm-up and cosine decay (schedules::CosineDecay), global gradient
 // clipping, the mixed_bfloat16 policy (--mixed-bfloat16 0 for float32), ZeRO stage 2 (--zero-stage).
 // Data: byte-level tokens of a text corpus that ships with every Debian system — the license
@@ -15,16 +17,13 @@
 #include <chorus/chorus.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
-#include <vector>
+
+#include "gpt_model.h"  // the model (gpt) and the byte windows, shared with the parity test and bench_gpt
 
 namespace cx = chorus;
-namespace layers = chorus::layers;
 
 namespace {
 
@@ -42,87 +41,6 @@ struct Flags {
   bool mixed = true;
   double max_heldout_loss = 2.5;
 };
-
-// The corpus: the regular files under `path` (sorted, so every run reads the same bytes), or the
-// file itself, concatenated up to max_bytes.
-std::string read_corpus(const std::string& path, std::int64_t max_bytes) {
-  std::vector<std::filesystem::path> files;
-  if (std::filesystem::is_directory(path)) {
-    for (const auto& e : std::filesystem::directory_iterator(path))
-      if (e.is_regular_file()) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
-  std::string text;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    const auto size = static_cast<std::int64_t>(std::filesystem::file_size(f));
-    const std::int64_t take = std::min<std::int64_t>(size, max_bytes - static_cast<std::int64_t>(text.size()));
-    if (take <= 0) break;
-    std::string chunk(static_cast<std::size_t>(take), '\0');
-    in.read(chunk.data(), take);
-    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  return text;
-}
-
-// Windows of seq + 1 bytes, every `stride` bytes: x = the first seq, y = the next-byte targets.
-cx::data::Dataset windows(const std::string& text, std::int64_t seq, std::int64_t stride) {
-  std::vector<std::int32_t> xs, ys;
-  std::int64_t n = 0;
-  for (std::int64_t i = 0; i + seq + 1 <= static_cast<std::int64_t>(text.size()); i += stride, ++n) {
-    for (std::int64_t j = 0; j < seq; ++j) {
-      xs.push_back(static_cast<unsigned char>(text[static_cast<std::size_t>(i + j)]));
-      ys.push_back(static_cast<unsigned char>(text[static_cast<std::size_t>(i + j + 1)]));
-    }
-  }
-  return cx::data::Dataset::from_tensor_slices(
-      {cx::Tensor::from_vector<std::int32_t>(xs, {n, seq}), cx::Tensor::from_vector<std::int32_t>(ys, {n, seq})});
-}
-
-// Token and position embeddings (Keras's TokenAndPositionEmbedding of its GPT examples): a layer
-// that owns two Embedding layers.
-class TokenAndPositionEmbedding : public layers::Layer {
- public:
-  TokenAndPositionEmbedding(std::int64_t vocab, std::int64_t seq, std::int64_t dim)
-      : layers::Layer("embedding"), seq_(seq) {
-    token_ = track_layer(layers::Embedding(vocab, dim, cx::initializers::random_uniform(), "token"), "token_emb");
-    position_ = track_layer(layers::Embedding(seq, dim, cx::initializers::random_uniform(), "position"), "pos_emb");
-  }
-  std::string class_name() const override { return "TokenAndPositionEmbedding"; }
-
- protected:
-  cx::Tensor call(const cx::Tensor& x, bool training) override {
-    std::vector<std::int32_t> positions(static_cast<std::size_t>(seq_));
-    for (std::int64_t i = 0; i < seq_; ++i) positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-    const cx::Tensor p = cx::Tensor::from_vector<std::int32_t>(positions, {1, seq_}).to(x.device_name());
-    return (*token_)(x, training) + (*position_)(p, training);  // [B, T, d] + [1, T, d]
-  }
-
- private:
-  std::int64_t seq_;
-  layers::LayerPtr token_, position_;
-};
-
-std::unique_ptr<cx::model::Functional> gpt(const Flags& f) {
-  auto tokens = layers::Input({f.seq}, cx::DType::kInt32, "tokens");
-  layers::KerasTensor h = (*std::make_shared<TokenAndPositionEmbedding>(256, f.seq, f.d_model))(tokens);
-  for (std::int64_t b = 0; b < f.layers; ++b) {
-    layers::KerasTensor a = (*layers::LayerNormalization())(h);
-    a = (*layers::MultiHeadAttention({.num_heads = f.heads, .key_dim = f.d_model / f.heads, .use_causal_mask = true}))(
-        a);
-    h = (*layers::Add())({h, a});
-    layers::KerasTensor m = (*layers::LayerNormalization())(h);
-    m = (*layers::Dense(f.d_model))((*layers::Dense(4 * f.d_model, "gelu"))(m));
-    h = (*layers::Add())({h, m});
-  }
-  h = (*layers::LayerNormalization())(h);
-  // The logits in float32 (Keras's advice for the last layer under a mixed policy).
-  layers::KerasTensor logits = (*layers::with_dtype_policy(layers::Dense(256, "", true), "float32"))(h);
-  return std::make_unique<cx::model::Functional>(std::vector<layers::KerasTensor>{tokens},
-                                                 std::vector<layers::KerasTensor>{logits}, "gpt");
-}
 
 int parse(int argc, char** argv, Flags& f) {
   if (argc % 2 == 0) {
@@ -173,20 +91,21 @@ int main(int argc, char** argv) {
     cx::distribute::MirroredStrategy strategy({}, {.sharding = {.stage = f.zero_stage}});
     if (f.mixed) cx::mixed_precision::set_global_policy("mixed_bfloat16");
 
-    const std::string text = read_corpus(f.corpus, f.max_bytes);
+    const std::string text = cx::examples::read_corpus(f.corpus, f.max_bytes);
     const auto split = static_cast<std::int64_t>(text.size()) * 9 / 10;
     if (split < 4 * (f.seq + 1)) {
       std::cerr << "gpt_mirrored: the corpus at " << f.corpus << " has only " << text.size() << " bytes\n";
       return 1;
     }
-    auto train = windows(text.substr(0, static_cast<std::size_t>(split)), f.seq, f.seq / 2)
+    auto train = cx::examples::byte_windows(text.substr(0, static_cast<std::size_t>(split)), f.seq, f.seq / 2)
                      .shuffle(4096, 1)
                      .repeat()
                      .batch(f.batch, /*drop_remainder=*/true);
-    auto heldout = windows(text.substr(static_cast<std::size_t>(split)), f.seq, f.seq).take(512).batch(f.batch);
+    auto heldout =
+        cx::examples::byte_windows(text.substr(static_cast<std::size_t>(split)), f.seq, f.seq).take(512).batch(f.batch);
 
     auto scope = strategy.scope();
-    auto model = gpt(f);
+    auto model = cx::examples::gpt({.seq = f.seq, .layers = f.layers, .d_model = f.d_model, .heads = f.heads});
     namespace opt = cx::optimizers;
     const std::int64_t warmup = std::max<std::int64_t>(f.steps / 10, 1);
     auto schedule = opt::schedules::CosineDecay(0.0, f.steps - warmup, 0.1, 3e-3, warmup);
