@@ -69,29 +69,10 @@ def run_tf(a, total):
     tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     K.mixed_precision.set_global_policy("float32")
 
-    class TokenAndPositionEmbedding(K.layers.Layer):
-        def __init__(self, vocab, seq, dim, **kw):
-            super().__init__(**kw)
-            self.seq = seq
-            self.token_emb = K.layers.Embedding(vocab, dim, name="token")
-            self.pos_emb = K.layers.Embedding(seq, dim, name="position")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+    from gpt_model import build_gpt  # examples/gpt_model.py: the GPT of examples/gpt_model.h
 
-        def call(self, x):
-            return self.token_emb(x) + self.pos_emb(tf.range(self.seq))
-
-    tokens = K.Input((a.seq,), dtype="int32", name="tokens")
-    h = TokenAndPositionEmbedding(256, a.seq, a.d_model, name="embedding")(tokens)
-    for b in range(a.layers):
-        x = K.layers.LayerNormalization(epsilon=1e-3, name=f"block{b}_norm1")(h)
-        x = K.layers.MultiHeadAttention(a.heads, a.d_model // a.heads, name=f"block{b}_attention")(
-            x, x, use_causal_mask=True)
-        h = K.layers.Add(name=f"block{b}_add1")([h, x])
-        m = K.layers.LayerNormalization(epsilon=1e-3, name=f"block{b}_norm2")(h)
-        m = K.layers.Dense(4 * a.d_model, activation="gelu", name=f"block{b}_mlp_up")(m)
-        m = K.layers.Dense(a.d_model, name=f"block{b}_mlp_down")(m)
-        h = K.layers.Add(name=f"block{b}_add2")([h, m])
-    h = K.layers.LayerNormalization(epsilon=1e-3, name="final_norm")(h)
-    model = K.Model(tokens, K.layers.Dense(256, name="logits")(h), name="gpt")
+    model = build_gpt(K, tf, a.seq, a.layers, a.d_model, a.heads)
     warmup, decay = schedule_args(total)
     model.compile(
         optimizer=K.optimizers.AdamW(

@@ -44,19 +44,12 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import numpy as np  # noqa: E402
 
 
 def build(K, tf, a, dense_gradients):
-    class TokenAndPositionEmbedding(K.layers.Layer):
-        def __init__(self, vocab, seq, dim, **kw):
-            super().__init__(**kw)
-            self.seq = seq
-            self.token_emb = K.layers.Embedding(vocab, dim, name="token")
-            self.pos_emb = K.layers.Embedding(seq, dim, name="position")
-
-        def call(self, x):
-            return self.token_emb(x) + self.pos_emb(tf.range(self.seq))  # [B, T, d] + [T, d]
+    from gpt_model import build_gpt  # examples/gpt_model.py
 
     class DenseGradientModel(K.Model):
         """tf_keras's Model.train_step with IndexedSlices made dense before the optimizer."""
@@ -71,22 +64,7 @@ def build(K, tf, a, dense_gradients):
             self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
             return self.compute_metrics(x, y, y_pred, None)
 
-    vocab = 256
-    tokens = K.Input((a.seq,), dtype="int32", name="tokens")
-    h = TokenAndPositionEmbedding(vocab, a.seq, a.d_model, name="embedding")(tokens)
-    for b in range(a.layers):
-        p = f"block{b}_"
-        x = K.layers.LayerNormalization(epsilon=1e-3, name=p + "norm1")(h)
-        x = K.layers.MultiHeadAttention(a.heads, a.d_model // a.heads, name=p + "attention")(x, x, use_causal_mask=True)
-        h = K.layers.Add(name=p + "add1")([h, x])
-        m = K.layers.LayerNormalization(epsilon=1e-3, name=p + "norm2")(h)
-        m = K.layers.Dense(4 * a.d_model, activation="gelu", name=p + "mlp_up")(m)
-        m = K.layers.Dense(a.d_model, name=p + "mlp_down")(m)
-        h = K.layers.Add(name=p + "add2")([h, m])
-    h = K.layers.LayerNormalization(epsilon=1e-3, name="final_norm")(h)
-    logits = K.layers.Dense(vocab, name="logits", dtype="float32")(h)
-    cls = DenseGradientModel if dense_gradients else K.Model
-    return cls(tokens, logits, name="gpt")
+    return build_gpt(K, tf, a.seq, a.layers, a.d_model, a.heads, DenseGradientModel if dense_gradients else None)
 
 
 def train(a):
