@@ -76,6 +76,18 @@ std::unique_ptr<model::Functional> build() {
                                              "outer");
 }
 
+// Each output i equals the dump's "out<i>" (or `key` for one output) within 1e-5.
+void expect_outputs(const std::vector<Tensor>& out, const std::map<std::string, train::testing::Dumped>& io,
+                    const std::string& key = "out") {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto got = out[i].to_vector<float>();
+    const std::string name = out.size() == 1 && io.count(key) ? key : key + std::to_string(i);
+    const auto want = train::testing::dumped_tensor(io.at(name)).to_vector<float>();
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << name << " [" << j << "]";
+  }
+}
+
 std::vector<std::string> names(const model::Model& m) {
   std::vector<std::string> out;
   for (const auto& l : m.layers()) out.push_back(l->name());
@@ -112,13 +124,7 @@ TEST(KerasInterop, ChorusLoadsTfKerasSaveWeights) {
   const auto io = train::testing::read_dump(dir + "/io");
   std::vector<Tensor> out =
       (*m)({train::testing::dumped_tensor(io.at("a")), train::testing::dumped_tensor(io.at("b"))});
-  for (int i = 0; i < 2; ++i) {
-    const auto got = out[i].to_vector<float>();
-    const auto want = train::testing::dumped_tensor(io.at("out" + std::to_string(i))).to_vector<float>();
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t j = 0; j < got.size(); ++j)
-      EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
-  }
+  expect_outputs(out, io);
 }
 
 // Architecture JSON (model/serialization.h): chorus's to_json is tf_keras's to_json of the same
@@ -158,13 +164,7 @@ TEST(KerasInterop, ChorusReadsTfKerasToJson) {
   const auto io = train::testing::read_dump(dir + "/io");
   std::vector<Tensor> out =
       (*m)({train::testing::dumped_tensor(io.at("img")), train::testing::dumped_tensor(io.at("ids"))});
-  for (int i = 0; i < 2; ++i) {
-    const auto got = out[i].to_vector<float>();
-    const auto want = train::testing::dumped_tensor(io.at("out" + std::to_string(i))).to_vector<float>();
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t j = 0; j < got.size(); ++j)
-      EXPECT_NEAR(got[j], want[j], 1e-5f) << "output " << i << " [" << j << "]";
-  }
+  expect_outputs(out, io);
 }
 
 // A transformer block's layers (LayerNormalization, MultiHeadAttention with use_causal_mask,
@@ -198,10 +198,7 @@ TEST(KerasInterop, AttentionBlockJsonBothWays) {
   auto k = model::model_from_json(json);
   k->load_weights(dir + "/keras/weights").assert_consumed();
   const auto io = train::testing::read_dump(dir + "/keras/io");
-  const auto got = (*k)(train::testing::dumped_tensor(io.at("x"))).to_vector<float>();
-  const auto want = train::testing::dumped_tensor(io.at("y")).to_vector<float>();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5f) << "[" << j << "]";
+  expect_outputs({(*k)(train::testing::dumped_tensor(io.at("x")))}, io, "y");
 }
 
 }  // namespace
