@@ -152,7 +152,14 @@ Tensor launch_binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha
     CHORUS_IF_CUDA(cuda::binary(dev->gpu_ordinal(), dev->stream().native_handle(), op, a.dtype(), layout, a.data(),
                                 b.data(), out.data(), alpha));
   } else {
-    internal::run_cpu(*dev, [&] { cpu::binary(op, a.dtype(), layout, a.data(), b.data(), out.data(), alpha); });
+    internal::run_cpu(*dev, [&] {
+      // GeluGrad(dy, x) of one shape in float32: oneDNN's vectorized eltwise backward (the scalar
+      // loop's erf and exp per element were a quarter of a transformer step, docs/benchmarks.md).
+      if (op == BinaryOp::kGeluGrad && a.shape() == b.shape() &&
+          cpu::eltwise_backward(UnaryOp::kGelu, a.dtype(), b.data(), a.data(), out.data(), out.num_elements()))
+        return;
+      cpu::binary(op, a.dtype(), layout, a.data(), b.data(), out.data(), alpha);
+    });
   }
   return out;
 }

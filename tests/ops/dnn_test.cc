@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -628,6 +629,39 @@ TEST(DnnEltwise, EachKindMatchesStdMath) {
   F32 y32(4);
   EXPECT_FALSE(eltwise_forward(UnaryOp::kNeg, DType::kFloat32, x32.data(), y32.data(), 4));
   EXPECT_FALSE(eltwise_forward(UnaryOp::kRsqrt, DType::kFloat32, x32.data(), y32.data(), 4));
+}
+
+// GeluGrad on oneDNN's eltwise backward (dnn.h eltwise_backward): dy · gelu'(x) within float32
+// rounding of the float64 formula, and at NaN / ±Inf what TF's composed gradient gives (NaN: the
+// Inf · 0 of x · pdf(x)); dnn_dispatch says which path runs.
+TEST(DnnEltwise, GeluBackwardMatchesTheFormulaAndTfAtNonFinite) {
+  DnnCall call;
+  call.kernel = DnnKernel::kEltwiseBackward;
+  call.unary = UnaryOp::kGelu;
+  call.elements = 1037;
+  const DnnPath path = dnn_dispatch(call).path;
+  EXPECT_EQ(path == DnnPath::kOneDnn, have_onednn()) << dnn_dispatch(call).reason;
+  call.dtype = DType::kFloat64;
+  EXPECT_EQ(dnn_dispatch(call).path, DnnPath::kChorusLoops);
+  F32 x = random_f32(1037, 1400, -6, 6), dy = random_f32(1037, 1401, -2, 2);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  x[3] = inf, x[4] = -inf, x[5] = nan, dy[6] = inf, x[6] = 0.5f, dy[7] = nan;
+  F32 dx(x.size());
+  const bool done = eltwise_backward(UnaryOp::kGelu, DType::kFloat32, x.data(), dy.data(), dx.data(), 1037);
+  EXPECT_EQ(done, have_onednn());
+  if (!done) return;
+  auto grad = [](double v) {
+    return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+  };
+  F64 expected(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) expected[i] = dy[i] * grad(x[i]);
+  for (std::size_t i : {3, 4, 5, 6, 7}) {
+    EXPECT_EQ(std::isnan(dx[i]), std::isnan(expected[i])) << i << ": " << dx[i] << " vs " << expected[i];
+    if (!std::isnan(expected[i])) EXPECT_EQ(dx[i], expected[i]) << i;
+    expected[i] = dx[i] = 0;
+  }
+  expect_close(dx, expected, 1e-5, "gelu backward");
+  EXPECT_FALSE(eltwise_backward(UnaryOp::kTanh, DType::kFloat32, x.data(), dy.data(), dx.data(), 4));
 }
 
 // ---- the seed CNN -------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ enum class DnnKernel : std::uint8_t {
   kPool2dForward,
   kPool2dBackward,
   kEltwiseForward,
+  kEltwiseBackward,  // the gradient of an activation from its input (kGelu, float32)
 };
 enum class DnnPath : std::uint8_t {
   kOneDnn,           // oneDNN's kernel in the call's own dtype
@@ -202,6 +203,11 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
 // Returns false (doing nothing) for any other kind or dtype, or without oneDNN: the caller uses
 // its loop.
 bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
+// The activation's gradient dx = dy · f'(x) over n contiguous float32 elements with oneDNN's
+// eltwise backward (from the source), for kGelu (erf); non-finite x are then recomputed by
+// chorus's own formula, so NaN and ±Inf give what TF's composed gelu gradient gives. Returns false
+// (doing nothing) for another kind or dtype, or without oneDNN: the caller uses its loop.
+bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, void* dx, std::int64_t n);
 
 struct CacheStats {
   std::int64_t hits = 0, misses = 0, entries = 0;

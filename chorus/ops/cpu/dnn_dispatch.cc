@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -12,6 +13,8 @@
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/ops/cpu/dnn.h>
+
+#include <cmath>
 #include <chorus/ops/cpu/max_pool.h>
 #include <chorus/ops/cpu/onednn.h>
 #include <chorus/ops/cpu/reference.h>
@@ -207,7 +210,8 @@ bool onednn_has_kernel(const DnnCall& c) {
     case DnnKernel::kConv2dBackwardFilter: return onednn::conv2d_backward_filter(c.dtype, g, nullptr, nullptr, nullptr);
     case DnnKernel::kPool2dForward: return onednn::pool2d_forward(c.pool, c.dtype, g, nullptr, nullptr);
     case DnnKernel::kPool2dBackward: return onednn::pool2d_backward(c.pool, c.dtype, g, nullptr, nullptr, nullptr);
-    case DnnKernel::kEltwiseForward: return true;  // every covered op has a bf16 kernel from avx512_core up
+    case DnnKernel::kEltwiseForward: return true;    // every covered op has a bf16 kernel from avx512_core up
+    case DnnKernel::kEltwiseBackward: return false;  // float32 only
   }
   return false;
 }
@@ -220,6 +224,10 @@ DnnDispatch decide(const DnnCall& c) {
       return {DnnPath::kChorusLoops, "no oneDNN eltwise kernel for this op"};
     if (dtype != DType::kFloat32 && dtype != DType::kBFloat16)
       return {DnnPath::kChorusLoops, "oneDNN eltwise is used for float32 and bfloat16 only"};
+  } else if (c.kernel == DnnKernel::kEltwiseBackward) {
+    if (!kWithDnnl || c.unary != UnaryOp::kGelu)
+      return {DnnPath::kChorusLoops, "no oneDNN eltwise backward for this op (gelu only)"};
+    if (dtype != DType::kFloat32) return {DnnPath::kChorusLoops, "oneDNN eltwise backward is used for float32 only"};
   } else if (dtype == DType::kFloat64) {
     return {DnnPath::kChorusLoops, "float64 runs chorus's reference loops"};
   }
@@ -286,7 +294,8 @@ DnnDispatch dnn_dispatch(const DnnCall& c) {
       require_non_negative("dnn_dispatch", "n", c.n);
       require_non_negative("dnn_dispatch", "k", c.k);
       break;
-    case DnnKernel::kEltwiseForward: require_non_negative("dnn_dispatch", "elements", c.elements); break;
+    case DnnKernel::kEltwiseForward:
+    case DnnKernel::kEltwiseBackward: require_non_negative("dnn_dispatch", "elements", c.elements); break;
     case DnnKernel::kPool2dForward:
     case DnnKernel::kPool2dBackward:
     case DnnKernel::kConv2dForward:
@@ -698,6 +707,36 @@ bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64
   return onednn::eltwise_forward(op, dtype, x, y, n);
 #else
   (void)op, (void)x, (void)y;
+  return false;
+#endif
+}
+
+bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) {
+  require_non_negative("eltwise_backward", "n", n);
+  DnnCall call;
+  call.kernel = DnnKernel::kEltwiseBackward;
+  call.dtype = dtype;
+  call.unary = op;
+  call.elements = n;
+  if (decide(call).path != DnnPath::kOneDnn) return false;
+#ifdef CHORUS_WITH_DNNL
+  if (n == 0) return true;
+  const auto* xs = static_cast<const float*>(x);
+  const auto* dys = static_cast<const float*>(dy);
+  auto* dxs = static_cast<float*>(dx);
+  if (!onednn::eltwise_backward(op, xs, dys, dxs, n)) return false;
+  // Non-finite inputs by chorus's loop formula (ops/cpu/elementwise.cc gelu_grad): TF's composed
+  // gradient gives NaN at ±Inf (Inf · 0) and NaN; oneDNN's approximation is not bound to.
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = xs[i];
+    if (std::isfinite(v)) continue;
+    const float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752440f));
+    const float pdf = std::exp(-0.5f * v * v) * 0.39894228040143267794f;
+    dxs[i] = dys[i] * (cdf + v * pdf);
+  }
+  return true;
+#else
+  (void)op, (void)x, (void)dy, (void)dx;
   return false;
 #endif
 }
