@@ -657,7 +657,9 @@ TEST(DnnEltwise, GeluBackwardMatchesTheFormulaAndTfAtNonFinite) {
   for (std::size_t i = 0; i < x.size(); ++i) expected[i] = dy[i] * grad(x[i]);
   for (std::size_t i : {3, 4, 5, 6, 7}) {
     EXPECT_EQ(std::isnan(dx[i]), std::isnan(expected[i])) << i << ": " << dx[i] << " vs " << expected[i];
-    if (!std::isnan(expected[i])) EXPECT_EQ(dx[i], expected[i]) << i;
+    if (!std::isnan(expected[i])) {
+      EXPECT_EQ(dx[i], expected[i]) << i;
+    }
     expected[i] = dx[i] = 0;
   }
   expect_close(dx, expected, 1e-5, "gelu backward");
