@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <chorus/ops/cpu/max_pool.h>
+#include <chorus/ops/cpu/numeric.h>
 #include <chorus/ops/cpu/onednn.h>
 #include <chorus/ops/cpu/reference.h>
 
@@ -694,14 +695,23 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
 
 #undef CHORUS_DNN_CALL
 
-bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
-  require_non_negative("eltwise_forward", "n", n);
+namespace {
+
+// Whether an eltwise call of `kernel` runs on oneDNN (decide()'s answer).
+bool eltwise_runs_on_onednn(DnnKernel kernel, UnaryOp op, DType dtype, std::int64_t n, const char* what) {
+  require_non_negative(what, "n", n);
   DnnCall call;
-  call.kernel = DnnKernel::kEltwiseForward;
+  call.kernel = kernel;
   call.dtype = dtype;
   call.unary = op;
   call.elements = n;
-  if (decide(call).path != DnnPath::kOneDnn) return false;
+  return decide(call).path == DnnPath::kOneDnn;
+}
+
+}  // namespace
+
+bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n) {
+  if (!eltwise_runs_on_onednn(DnnKernel::kEltwiseForward, op, dtype, n, "eltwise_forward")) return false;
 #ifdef CHORUS_WITH_DNNL
   if (n == 0) return true;
   return onednn::eltwise_forward(op, dtype, x, y, n);
@@ -712,28 +722,17 @@ bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64
 }
 
 bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) {
-  require_non_negative("eltwise_backward", "n", n);
-  DnnCall call;
-  call.kernel = DnnKernel::kEltwiseBackward;
-  call.dtype = dtype;
-  call.unary = op;
-  call.elements = n;
-  if (decide(call).path != DnnPath::kOneDnn) return false;
+  if (!eltwise_runs_on_onednn(DnnKernel::kEltwiseBackward, op, dtype, n, "eltwise_backward")) return false;
 #ifdef CHORUS_WITH_DNNL
   if (n == 0) return true;
   const auto* xs = static_cast<const float*>(x);
   const auto* dys = static_cast<const float*>(dy);
   auto* dxs = static_cast<float*>(dx);
   if (!onednn::eltwise_backward(op, xs, dys, dxs, n)) return false;
-  // Non-finite inputs by chorus's loop formula (ops/cpu/elementwise.cc gelu_grad): TF's composed
-  // gradient gives NaN at ±Inf (Inf · 0) and NaN; oneDNN's approximation is not bound to.
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = xs[i];
-    if (std::isfinite(v)) continue;
-    const float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752440f));
-    const float pdf = std::exp(-0.5f * v * v) * 0.39894228040143267794f;
-    dxs[i] = dys[i] * (cdf + v * pdf);
-  }
+  // Non-finite inputs by chorus's loop formula (gelu_grad, numeric.h): TF's composed gradient
+  // gives NaN at ±Inf (Inf · 0) and NaN; oneDNN's approximation is not bound to.
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(xs[i])) dxs[i] = dys[i] * gelu_grad(xs[i]);
   return true;
 #else
   (void)op, (void)x, (void)dy, (void)dx;

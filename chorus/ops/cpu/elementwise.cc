@@ -91,13 +91,6 @@ C gelu(C x) {
 }
 
 template <typename C>
-C gelu_grad(C x) {
-  const C cdf = C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440)));
-  const C pdf = std::exp(C(-0.5) * x * x) * C(0.39894228040143267794);
-  return cdf + x * pdf;
-}
-
-template <typename C>
 C silu_grad(C x) {
   const C s = sigmoid(x);
   return s * (C(1) + x * (C(1) - s));

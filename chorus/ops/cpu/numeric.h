@@ -2,6 +2,7 @@
 // (16-bit floats compute in float and round once on store, as TF's CPU kernels do).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -64,6 +65,15 @@ decltype(auto) dispatch_index(DType dtype, const char* what, F&& f) {
   if (dtype == DType::kInt64) return f(std::int64_t{});
   throw InvalidArgumentError(
       chorus::internal::str_cat(what, ": indices must be int32 or int64, got ", dtype_name(dtype)));
+}
+
+// d/dx of the exact GELU x·Φ(x): Φ(x) + x·φ(x) (TF's composed gradient: NaN at ±Inf, Inf · 0).
+// Shared by the elementwise loop and the oneDNN path's non-finite fix-up (dnn_dispatch.cc).
+template <typename C>
+C gelu_grad(C x) {
+  const C cdf = C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440)));
+  const C pdf = std::exp(C(-0.5) * x * x) * C(0.39894228040143267794);
+  return cdf + x * pdf;
 }
 
 }  // namespace chorus::ops::cpu
