@@ -76,10 +76,11 @@ SparseTensor::SparseTensor(Tensor indices, Tensor values, Shape dense_shape)
                    dense_shape_.to_string(), " has a negative dimension");
   const std::vector<std::int64_t> idx = internal::host_int64s(indices_, "SparseTensor: indices");
   const std::int64_t n = indices_.shape().dim(0);
+  const std::vector<std::int64_t>& dims = dense_shape_.dims();
   for (std::int64_t i = 0; i < n; ++i)
     for (int d = 0; d < rank; ++d) {
       const std::int64_t v = idx[static_cast<std::size_t>(i * rank + d)];
-      CHORUS_REQUIRE(v >= 0 && v < dense_shape_.dim(d), InvalidArgumentError, "SparseTensor: indices[", i,
+      CHORUS_REQUIRE(v >= 0 && v < dims[static_cast<std::size_t>(d)], InvalidArgumentError, "SparseTensor: indices[", i,
                      "] = ", index_row(idx, i, rank), " is out of bounds: need 0 <= index < ",
                      dense_shape_.to_string());
     }

@@ -38,28 +38,35 @@ namespace {
 
 // tf.train.Feature: oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List
 // int64_list = 3; }, each list's values in its field 1. The first list decides, as TF's parser.
-FeatureList parse_feature(std::string_view data) {
-  FeatureList out;
+// Appends the values to out's vector of that kind (out.kind is left alone) and returns the kind.
+ListKind decode_feature(std::string_view data, FeatureList& out) {
+  ListKind kind = ListKind::kNone;
   ProtoReader r(data, "tf.train.Feature");
   while (r.next()) {
     const int field = r.field();
-    if (field < 1 || field > 3 || out.kind != ListKind::kNone) {
+    if (field < 1 || field > 3 || kind != ListKind::kNone) {
       r.skip();
       continue;
     }
-    out.kind = static_cast<ListKind>(field);
-    ProtoReader list(r.read_bytes(), list_kind_name(out.kind));
+    kind = static_cast<ListKind>(field);
+    ProtoReader list(r.read_bytes(), list_kind_name(kind));
     while (list.next()) {
       if (list.field() != 1)
         list.skip();
-      else if (out.kind == ListKind::kBytes)
+      else if (kind == ListKind::kBytes)
         out.bytes.emplace_back(list.read_bytes());
-      else if (out.kind == ListKind::kFloat)
+      else if (kind == ListKind::kFloat)
         wire::read_repeated_floats(list, out.floats);
       else
         wire::read_repeated_int64s(list, out.int64s);
     }
   }
+  return kind;
+}
+
+FeatureList parse_feature(std::string_view data) {
+  FeatureList out;
+  out.kind = decode_feature(data, out);
   return out;
 }
 
@@ -192,21 +199,24 @@ Spec validate(const std::string& name, const FeatureSpec& spec, const char* op) 
   return s;
 }
 
-// The values of one feature across the batch, in the spec's dtype.
+// The values of one feature across the batch, in the spec's dtype: records decode straight into
+// `values` (its vector of the spec's kind).
 struct Column {
-  std::vector<float> floats;
-  std::vector<std::int64_t> int64s;
-  std::vector<std::int64_t> indices;  // VarLen: (record, position) pairs
-  std::vector<std::int64_t> splits{0};  // VarLen and Ragged: values so far after each record
+  FeatureList values;
+  std::vector<std::int64_t> indices;    // VarLen: (record, position) pairs
+  std::vector<std::int64_t> splits{0};  // values so far after each record
   std::int64_t longest = 0;
 
-  void append(const FeatureList& l) {
-    floats.insert(floats.end(), l.floats.begin(), l.floats.end());
-    int64s.insert(int64s.end(), l.int64s.begin(), l.int64s.end());
+  std::size_t count(ListKind kind) const {
+    return kind == ListKind::kFloat ? values.floats.size() : kind == ListKind::kInt64 ? values.int64s.size() : values.bytes.size();
   }
-  Tensor values(DType dtype, const Shape& shape) const {
-    if (dtype == DType::kFloat32) return Tensor::from_vector(floats, shape);
-    return Tensor::from_vector(int64s, shape);
+  void append(const FeatureList& l) {
+    values.floats.insert(values.floats.end(), l.floats.begin(), l.floats.end());
+    values.int64s.insert(values.int64s.end(), l.int64s.begin(), l.int64s.end());
+  }
+  Tensor tensor(DType dtype, const Shape& shape) const {
+    if (dtype == DType::kFloat32) return Tensor::from_vector(values.floats, shape);
+    return Tensor::from_vector(values.int64s, shape);
   }
   std::int64_t size() const { return splits.back(); }
 };
@@ -216,27 +226,35 @@ std::string where(const char* op, const Spec& s, std::size_t record, bool single
                 : str_cat(op, ": feature \"", s.name, "\" of record ", record);
 }
 
-// Adds record `record`'s list for spec `s` to its column.
-void add(const Spec& s, const FeatureList& l, Column& c, std::size_t record, const char* op, bool single) {
+// Decodes record `record`'s Feature for spec `s` into its column; returns the kind found
+// (kNone: absent or no list). Malformed bytes → DataLossError naming the record and the feature.
+ListKind decode(const Spec& s, std::string_view feature, Column& c, std::size_t record, const char* op, bool single) {
+  try {
+    return decode_feature(feature, c.values);
+  } catch (const DataLossError& e) {
+    throw DataLossError(single ? str_cat(op, ": feature \"", s.name, "\": ", e.message())
+                               : str_cat(op, ": record ", record, ": feature \"", s.name, "\": ", e.message()));
+  }
+}
+
+// Checks what decode() appended (n values of kind `got`) against spec `s` and completes the row.
+void finish_row(const Spec& s, ListKind got, std::int64_t n, Column& c, std::size_t record, const char* op, bool single) {
   const ListKind want = kind_of(s.dtype);
-  if (l.kind != ListKind::kNone && l.kind != want)
+  if (got != ListKind::kNone && got != want)
     throw InvalidArgumentError(str_cat(where(op, s, record, single), ": data types don't match: the Example holds a ",
-                                       list_kind_name(l.kind), ", the spec asks for ", dtype_name(s.dtype), " (an ",
+                                       list_kind_name(got), ", the spec asks for ", dtype_name(s.dtype), " (an ",
                                        list_kind_name(want), ")"));
-  const auto n = static_cast<std::int64_t>(l.size());
   if (s.form == 0) {
-    const FeatureList* from = &l;
-    if (l.kind == ListKind::kNone) {
+    if (got == ListKind::kNone) {
       CHORUS_REQUIRE(s.dflt.has_value(), InvalidArgumentError, where(op, s, record, single), " (data type: ",
                      dtype_name(s.dtype), ") is required but could not be found, and its FixedLenFeature has no ",
                      "default_value");
-      from = &*s.dflt;
+      c.append(*s.dflt);
     } else {
       CHORUS_REQUIRE(n == s.count, InvalidArgumentError, where(op, s, record, single), ": ", n, " ",
                      dtype_name(s.dtype), " values but FixedLenFeature shape ", s.shape.to_string(), " needs ",
                      s.count);
     }
-    c.append(*from);
     c.splits.push_back(c.splits.back() + s.count);
     return;
   }
@@ -245,7 +263,6 @@ void add(const Spec& s, const FeatureList& l, Column& c, std::size_t record, con
       c.indices.push_back(static_cast<std::int64_t>(record));
       c.indices.push_back(k);
     }
-  c.append(l);
   c.splits.push_back(c.splits.back() + n);
   c.longest = std::max(c.longest, n);
 }
@@ -254,9 +271,9 @@ ParsedFeature finish(const Spec& s, Column& c, std::int64_t batch, bool single) 
   if (s.form == 0) {
     std::vector<std::int64_t> dims = s.shape.dims();
     if (!single) dims.insert(dims.begin(), batch);
-    return c.values(s.dtype, Shape(std::move(dims)));
+    return c.tensor(s.dtype, Shape(std::move(dims)));
   }
-  Tensor values = c.values(s.dtype, Shape{c.size()});
+  Tensor values = c.tensor(s.dtype, Shape{c.size()});
   if (s.form == 2) {
     if (single) return values;
     return RaggedTensor(std::move(values), Tensor::from_vector(c.splits));
@@ -270,6 +287,17 @@ ParsedFeature finish(const Spec& s, Column& c, std::int64_t batch, bool single) 
                       Shape{batch, c.longest});
 }
 
+// After the first record: room for `batch` records like it (a guess; the vectors still grow as needed).
+void reserve_like_first(std::vector<Column>& columns, std::size_t batch) {
+  for (Column& c : columns) {
+    c.values.floats.reserve(c.values.floats.size() * batch);
+    c.values.int64s.reserve(c.values.int64s.size() * batch);
+    c.values.bytes.reserve(c.values.bytes.size() * batch);
+    c.indices.reserve(c.indices.size() * batch);
+    c.splits.reserve(batch + 1);
+  }
+}
+
 ParsedFeatures parse(std::span<const std::string_view> records, const FeatureSpecs& features, const char* op,
                      bool single) {
   std::vector<Spec> specs;
@@ -279,14 +307,32 @@ ParsedFeatures parse(std::span<const std::string_view> records, const FeatureSpe
     keys.push_back(name);
   }
   std::vector<Column> columns(specs.size());
+  std::vector<std::string_view> found(specs.size());
+  std::vector<char> present(specs.size());
+  std::vector<ListKind> kinds(specs.size());
+  std::vector<std::int64_t> counts(specs.size());
   for (std::size_t r = 0; r < records.size(); ++r) {
-    std::vector<FeatureList> lists;
+    std::fill(present.begin(), present.end(), 0);
     try {
-      lists = read_feature_lists(records[r], keys);
+      walk_entries(records[r], [&](std::string_view key, std::string_view value) {
+        const std::ptrdiff_t at = find_key(keys, key);
+        if (at < 0) return;
+        found[static_cast<std::size_t>(at)] = value;  // the last entry wins
+        present[static_cast<std::size_t>(at)] = 1;
+      });
     } catch (const DataLossError& e) {
       throw DataLossError(single ? str_cat(op, ": ", e.message()) : str_cat(op, ": record ", r, ": ", e.message()));
     }
-    for (std::size_t k = 0; k < specs.size(); ++k) add(specs[k], lists[k], columns[k], r, op, single);
+    // Every feature is decoded before any is checked: a corrupt record is a DataLossError whatever
+    // the spec's order.
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+      const ListKind want = kind_of(specs[k].dtype);
+      const std::size_t before = columns[k].count(want);
+      kinds[k] = present[k] ? decode(specs[k], found[k], columns[k], r, op, single) : ListKind::kNone;
+      counts[k] = static_cast<std::int64_t>(columns[k].count(want) - before);
+    }
+    for (std::size_t k = 0; k < specs.size(); ++k) finish_row(specs[k], kinds[k], counts[k], columns[k], r, op, single);
+    if (r == 0) reserve_like_first(columns, records.size());
   }
   ParsedFeatures out;
   for (std::size_t k = 0; k < specs.size(); ++k)
