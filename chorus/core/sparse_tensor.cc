@@ -1,5 +1,6 @@
 #include <chorus/core/sparse_tensor.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <chorus/core/error.h>
@@ -17,16 +18,36 @@ std::vector<std::int64_t> host_int64s(const Tensor& t, const char* what) {
   return out;
 }
 
+namespace {
+
+// assemble_rows for string tensors: elements are std::string objects (no memcpy), on the host.
+Tensor assemble_string_rows(const Tensor& values, std::int64_t row_elems, const Shape& out_shape,
+                            const std::vector<std::pair<std::int64_t, std::int64_t>>& moves,
+                            const Tensor& default_value) {
+  Tensor out = Tensor::empty(out_shape, DType::kString, values.device_name());
+  const std::span<std::string> dst = out.mutable_strings();
+  if (default_value.defined()) std::fill(dst.begin(), dst.end(), default_value.strings()[0]);
+  const std::span<const std::string> src = values.strings();
+  for (const auto& [from, to] : moves)
+    for (std::int64_t k = 0; k < row_elems; ++k)
+      dst[static_cast<std::size_t>(to * row_elems + k)] = src[static_cast<std::size_t>(from * row_elems + k)];
+  return out;
+}
+
+}  // namespace
+
 Tensor assemble_rows(const Tensor& values, std::int64_t row_elems, const Shape& out_shape,
                      const std::vector<std::pair<std::int64_t, std::int64_t>>& moves, const Tensor& default_value,
                      const char* op) {
   const DType dtype = values.dtype();
-  const std::size_t width = dtype_size(dtype);
-  std::vector<unsigned char> out(static_cast<std::size_t>(out_shape.num_elements()) * width, 0);
-  if (default_value.defined()) {
+  if (default_value.defined())
     CHORUS_REQUIRE(default_value.dtype() == dtype && default_value.shape().rank() == 0, InvalidArgumentError, op,
                    ": default_value must be a scalar of the values' dtype ", dtype_name(dtype), "; got ",
                    dtype_name(default_value.dtype()), " of shape ", default_value.shape().to_string());
+  if (dtype == DType::kString) return assemble_string_rows(values, row_elems, out_shape, moves, default_value);
+  const std::size_t width = dtype_size(dtype);
+  std::vector<unsigned char> out(static_cast<std::size_t>(out_shape.num_elements()) * width, 0);
+  if (default_value.defined()) {
     std::vector<unsigned char> d(width);
     default_value.copy_to_host(d.data());
     for (std::size_t at = 0; at < out.size(); at += width) std::memcpy(out.data() + at, d.data(), width);

@@ -98,6 +98,17 @@ TEST(RaggedTensor, InnerDimsAndRowLengths) {
   EXPECT_EQ(RaggedTensor().nrows(), 0);
 }
 
+TEST(SparseAndRagged, StringValues) {
+  using S = std::vector<std::string>;
+  SparseTensor st(ints({0, 2}, {2, 1}), Tensor::from_vector<std::string>({"a", std::string("\0b", 2)}), Shape{4});
+  EXPECT_EQ(st.to_dense().to_vector<std::string>(), (S{"a", "", std::string("\0b", 2), ""}));
+  EXPECT_EQ(st.to_dense(Tensor::scalar("?")).to_vector<std::string>(), (S{"a", "?", std::string("\0b", 2), "?"}));
+  EXPECT_THROW(st.to_dense(Tensor::scalar(1.0f)), InvalidArgumentError);
+  RaggedTensor rt(Tensor::from_vector<std::string>({"x", "yy", "zzz"}), ints({0, 1, 1, 3}, {4}));
+  EXPECT_EQ(rt.row(2).to_vector<std::string>(), (S{"yy", "zzz"}));
+  EXPECT_EQ(rt.to_tensor(Tensor::scalar("-")).to_vector<std::string>(), (S{"x", "-", "-", "-", "yy", "zzz"}));
+}
+
 TEST(RaggedTensor, ConstructorChecksTheInvariants) {
   const Tensor v = Tensor::from_vector<float>({1, 2, 3});
   EXPECT_THROW(RaggedTensor(v, ints({1, 3}, {2})), InvalidArgumentError);      // does not start at 0

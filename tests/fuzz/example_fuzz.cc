@@ -11,7 +11,7 @@
 //     the single's, dense_shape [2, n]; Ragged: splits [0, n, 2n]), and the values equal the lists.
 // The spec is built from the features the record holds: the selector's bits choose, per feature,
 // FixedLen (shape [n], or [n + 1] to exercise the count error) / VarLen / Ragged, the dtype of its
-// kind (or the other numeric kind: a type mismatch), and whether a missing "zz" FixedLen has a default.
+// kind (or another kind: a type mismatch), and whether a missing "zz" FixedLen has a default.
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -40,6 +40,9 @@ io::FeatureList as_list(const Tensor& t) {
   if (t.dtype() == DType::kFloat32) {
     l.kind = io::ListKind::kFloat;
     l.floats = t.to_vector<float>();
+  } else if (t.dtype() == DType::kString) {
+    l.kind = io::ListKind::kBytes;
+    l.bytes = t.to_vector<std::string>();
   } else {
     l.kind = io::ListKind::kInt64;
     l.int64s = t.to_vector<std::int64_t>();
@@ -56,9 +59,11 @@ io::FeatureSpecs spec_for(const std::map<std::string, io::FeatureList>& lists, s
     return v;
   };
   for (const auto& [name, list] : lists) {
-    if (list.kind == io::ListKind::kBytes || list.kind == io::ListKind::kNone) continue;  // numeric kinds only
-    DType dtype = list.kind == io::ListKind::kFloat ? DType::kFloat32 : DType::kInt64;
-    if (take(3) == 0) dtype = dtype == DType::kFloat32 ? DType::kInt64 : DType::kFloat32;  // a mismatch, 1 in 8
+    if (list.kind == io::ListKind::kNone) continue;
+    static const DType kDTypes[] = {DType::kString, DType::kFloat32, DType::kInt64};  // by ListKind - 1
+    int kind = static_cast<int>(list.kind) - 1;
+    if (take(3) == 0) kind = (kind + 1) % 3;  // a mismatch, 1 in 8
+    const DType dtype = kDTypes[kind];
     const unsigned form = take(2);
     if (form == 1)
       spec.emplace(name, io::VarLenFeature{dtype});

@@ -5,7 +5,6 @@
 
 #include <chorus/core/error.h>
 #include <chorus/core/proto_wire.h>
-#include <chorus/data/tfrecord.h>
 
 namespace chorus::data::io {
 
@@ -161,6 +160,7 @@ namespace {
 ListKind kind_of(DType dtype) {
   if (dtype == DType::kFloat32) return ListKind::kFloat;
   if (dtype == DType::kInt64) return ListKind::kInt64;
+  if (dtype == DType::kString) return ListKind::kBytes;
   return ListKind::kNone;
 }
 
@@ -180,7 +180,7 @@ Spec validate(const std::string& name, const FeatureSpec& spec, const char* op) 
   s.form = static_cast<int>(spec.index());
   std::visit([&](const auto& f) { s.dtype = f.dtype; }, spec);
   CHORUS_REQUIRE(kind_of(s.dtype) != ListKind::kNone, InvalidArgumentError, op, ": feature \"", name, "\": dtype ",
-                 dtype_name(s.dtype), " is not one of float32, int64 (the kinds of a tf.train.Feature)");
+                 dtype_name(s.dtype), " is not one of float32, int64, string (the kinds of a tf.train.Feature)");
   const auto* fixed = std::get_if<FixedLenFeature>(&spec);
   if (!fixed) return s;
   s.shape = fixed->shape;  // Shape itself rejects negative dimensions
@@ -195,6 +195,7 @@ Spec validate(const std::string& name, const FeatureSpec& spec, const char* op) 
   l.kind = kind_of(s.dtype);
   if (l.kind == ListKind::kFloat) l.floats = d.to_vector<float>();
   if (l.kind == ListKind::kInt64) l.int64s = d.to_vector<std::int64_t>();
+  if (l.kind == ListKind::kBytes) l.bytes = d.to_vector<std::string>();
   s.dflt = std::move(l);
   return s;
 }
@@ -213,13 +214,23 @@ struct Column {
   void append(const FeatureList& l) {
     values.floats.insert(values.floats.end(), l.floats.begin(), l.floats.end());
     values.int64s.insert(values.int64s.end(), l.int64s.begin(), l.int64s.end());
+    values.bytes.insert(values.bytes.end(), l.bytes.begin(), l.bytes.end());
   }
-  Tensor tensor(DType dtype, const Shape& shape) const {
+  // The values as a tensor (the strings are moved into it: call once).
+  Tensor tensor(DType dtype, const Shape& shape) {
     if (dtype == DType::kFloat32) return Tensor::from_vector(values.floats, shape);
-    return Tensor::from_vector(values.int64s, shape);
+    if (dtype == DType::kInt64) return Tensor::from_vector(values.int64s, shape);
+    CHORUS_ENFORCE(shape.num_elements() == static_cast<std::int64_t>(values.bytes.size()), shape.to_string());
+    Tensor t = Tensor::empty(shape, DType::kString);
+    std::move(values.bytes.begin(), values.bytes.end(), t.mutable_strings().begin());
+    return t;
   }
   std::int64_t size() const { return splits.back(); }
 };
+
+std::string with_article(ListKind kind) {
+  return str_cat(kind == ListKind::kInt64 ? "an " : "a ", list_kind_name(kind));
+}
 
 std::string where(const char* op, const Spec& s, std::size_t record, bool single) {
   return single ? str_cat(op, ": feature \"", s.name, "\"")
@@ -241,9 +252,9 @@ ListKind decode(const Spec& s, std::string_view feature, Column& c, std::size_t 
 void finish_row(const Spec& s, ListKind got, std::int64_t n, Column& c, std::size_t record, const char* op, bool single) {
   const ListKind want = kind_of(s.dtype);
   if (got != ListKind::kNone && got != want)
-    throw InvalidArgumentError(str_cat(where(op, s, record, single), ": data types don't match: the Example holds a ",
-                                       list_kind_name(got), ", the spec asks for ", dtype_name(s.dtype), " (an ",
-                                       list_kind_name(want), ")"));
+    throw InvalidArgumentError(str_cat(where(op, s, record, single), ": data types don't match: the Example holds ",
+                                       with_article(got), ", the spec asks for ", dtype_name(s.dtype), " (",
+                                       with_article(want), ")"));
   if (s.form == 0) {
     if (got == ListKind::kNone) {
       CHORUS_REQUIRE(s.dflt.has_value(), InvalidArgumentError, where(op, s, record, single), " (data type: ",
@@ -375,7 +386,37 @@ ParsedFeatures parse_example(std::span<const std::string> serialized, const Feat
   return parse(views, features, "parse_example", false);
 }
 
+ParsedFeatures parse_single_example(const Tensor& serialized, const FeatureSpecs& features) {
+  CHORUS_REQUIRE(serialized.defined() && serialized.dtype() == DType::kString && serialized.shape().rank() == 0,
+                 InvalidArgumentError, "parse_single_example: serialized must be a scalar string tensor; got ",
+                 serialized.defined() ? str_cat(dtype_name(serialized.dtype()), " ", serialized.shape().to_string())
+                                      : std::string("an undefined tensor"));
+  return parse_single_example(serialized.strings()[0], features);
+}
+
+ParsedFeatures parse_example(const Tensor& serialized, const FeatureSpecs& features) {
+  CHORUS_REQUIRE(serialized.defined() && serialized.dtype() == DType::kString && serialized.shape().rank() == 1,
+                 InvalidArgumentError, "parse_example: serialized must be a 1-D string tensor [batch]; got ",
+                 serialized.defined() ? str_cat(dtype_name(serialized.dtype()), " ", serialized.shape().to_string())
+                                      : std::string("an undefined tensor"));
+  return parse_example(serialized.strings(), features);
+}
+
 // ---- in a pipeline ----
+
+namespace {
+
+// A record component: a scalar string tensor, or the uint8 [length] form older readers yield.
+std::string record_bytes(const Tensor& t) {
+  if (t.dtype() == DType::kString && t.shape().rank() == 0) return t.strings()[0];
+  CHORUS_REQUIRE(t.dtype() == DType::kUInt8 && t.shape().rank() == 1, InvalidArgumentError,
+                 "example_parser: a record must be a scalar string tensor (or uint8 [length]); got ",
+                 dtype_name(t.dtype()), " ", t.shape().to_string());
+  const std::vector<std::uint8_t> bytes = t.to_vector<std::uint8_t>();
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace
 
 MapFn example_parser(FeatureSpecs features, std::vector<std::string> keys) {
   FeatureSpecs wanted;  // only the features asked for are decoded
@@ -389,7 +430,7 @@ MapFn example_parser(FeatureSpecs features, std::vector<std::string> keys) {
   return [features = std::move(wanted), keys = std::move(keys)](const Element& e) -> Element {
     CHORUS_REQUIRE(e.size() == 1 || e.size() == 2, InvalidArgumentError,
                    "example_parser: an element must be (record) or (index, record); got ", e.size(), " components");
-    const std::string record = record_string(e.back());
+    const std::string record = record_bytes(e.back());
     ParsedFeatures p;
     try {
       p = parse_single_example(record, features);

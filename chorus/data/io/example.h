@@ -73,7 +73,7 @@ namespace chorus::data::io {
 
 struct FixedLenFeature {
   Shape shape;                          // {} = a scalar per record
-  DType dtype = DType::kFloat32;        // kFloat32, kInt64 (or kString)
+  DType dtype = DType::kFloat32;        // kFloat32, kInt64 or kString
   std::optional<Tensor> default_value;  // nullopt: the feature is required
 };
 struct VarLenFeature {
@@ -106,6 +106,10 @@ struct ParsedFeatures {
 ParsedFeatures parse_single_example(std::string_view serialized, const FeatureSpecs& features);
 // tf.io.parse_example(serialized, features): one batch row per record, in order.
 ParsedFeatures parse_example(std::span<const std::string> serialized, const FeatureSpecs& features);
+// The same on string tensors, as TF takes them: a scalar for parse_single_example, a vector [batch]
+// for parse_example (another dtype or rank → InvalidArgumentError).
+ParsedFeatures parse_single_example(const Tensor& serialized, const FeatureSpecs& features);
+ParsedFeatures parse_example(const Tensor& serialized, const FeatureSpecs& features);
 
 // ---- the wire layer (what the functions above and launch/tfrecord_digits.h are built on) ----
 
@@ -144,9 +148,9 @@ std::string serialize_example(const std::map<std::string, FeatureList>& features
 //   VarLenFeature, RaggedFeature     the values as a dense 1-D tensor [n] (n differs per record:
 //                                    batch these with padded_batch, which pads with 0 / "")
 // The input element is either (record) or (index, record) as enumerate() makes it, the index
-// (an int64 scalar) then naming the record in error messages. A record is a scalar string tensor or,
-// as data::tfrecord_dataset yields it today, a uint8 tensor [length] (data::record_string). Errors
-// as parse_single_example, thrown by the iterator's next() for that element.
+// (an int64 scalar) then naming the record in error messages. A record is a scalar string tensor
+// (what data::tfrecord_dataset yields) or a uint8 tensor [length] (the bytes; what it yielded before
+// the string dtype). Errors as parse_single_example, thrown by the iterator's next() for that element.
 //
 //   auto ds = data::tfrecord_dataset(files).enumerate()
 //                 .map(io::example_parser(spec, {"image", "label"}))

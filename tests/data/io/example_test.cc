@@ -238,13 +238,60 @@ TEST(ParseExample, ErrorsNameTheFeatureAndTheRecord) {
 TEST(ParseExample, SpecsAreValidated) {
   const std::vector<std::string> none;
   EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(none, {{"x", VarLenFeature{DType::kInt32}}}); }),
-             "feature \"x\": dtype int32 is not one of");
+             "feature \"x\": dtype int32 is not one of float32, int64, string");
   EXPECT_THROW(parse_example(none, {{"x", RaggedFeature{DType::kFloat64}}}), InvalidArgumentError);
   // The accessors say what the feature is.
   const ParsedFeatures p = parse_example(none, {{"x", VarLenFeature{DType::kFloat32}}});
   EXPECT_HAS(error_of<InvalidArgumentError>([&] { p.dense("x"); }), "is a SparseTensor, not a dense Tensor");
   EXPECT_HAS(error_of<InvalidArgumentError>([&] { p.ragged("y"); }), "no feature \"y\"");
   EXPECT_TRUE(p.contains("x"));
+}
+
+TEST(ParseExample, BytesFeaturesAreStringTensors) {
+  const std::string binary("\x00\xff\x80\n", 4);
+  const std::vector<std::string> batch = {
+      example({{"s", bytes({"a"})}, {"v", bytes({"", binary})}, {"r", bytes({"x", "yy", "zzz"})}}),
+      example({{"v", bytes({})}}),
+      example({{"s", bytes({binary})}, {"r", bytes({""})}}),
+  };
+  const FeatureSpecs spec{{"s", FixedLenFeature{Shape{}, DType::kString, Tensor::scalar("dflt")}},
+                          {"v", VarLenFeature{DType::kString}},
+                          {"r", RaggedFeature{DType::kString}},
+                          {"m", FixedLenFeature{Shape{2}, DType::kString, Tensor::from_vector<std::string>({"p", "q"})}}};
+  const ParsedFeatures p = parse_example(batch, spec);
+  EXPECT_EQ(p.dense("s").dtype(), DType::kString);
+  EXPECT_EQ(p.dense("s").to_vector<std::string>(), (S{"a", "dflt", binary}));
+  EXPECT_EQ(p.dense("m").shape(), (Shape{3, 2}));
+  EXPECT_EQ(p.dense("m").to_vector<std::string>(), (S{"p", "q", "p", "q", "p", "q"}));
+  const SparseTensor& v = p.sparse("v");
+  EXPECT_EQ(v.indices().to_vector<std::int64_t>(), (I{0, 0, 0, 1}));
+  EXPECT_EQ(v.values().to_vector<std::string>(), (S{"", binary}));
+  EXPECT_EQ(v.dense_shape(), (Shape{3, 2}));
+  EXPECT_EQ(v.to_dense(Tensor::scalar("-")).to_vector<std::string>(), (S{"", binary, "-", "-", "-", "-"}));
+  const RaggedTensor& r = p.ragged("r");
+  EXPECT_EQ(r.splits(), (I{0, 3, 3, 4}));
+  EXPECT_EQ(r.row(0).to_vector<std::string>(), (S{"x", "yy", "zzz"}));
+  EXPECT_EQ(r.to_tensor().to_vector<std::string>(), (S{"x", "yy", "zzz", "", "", "", "", "", ""}));
+  // A bytes list for a numeric spec, and the other way round.
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(batch, {{"s", VarLenFeature{DType::kInt64}}}); }),
+             "the Example holds a bytes_list, the spec asks for int64");
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_single_example(example({{"s", floats({1})}}), {{"s", VarLenFeature{DType::kString}}});
+             }),
+             "the Example holds a float_list, the spec asks for string (a bytes_list)");
+}
+
+TEST(ParseExample, StringTensorInputs) {
+  const std::vector<std::string> batch = {example({{"i", int64s({1})}}), example({{"i", int64s({2})}})};
+  const FeatureSpecs spec{{"i", FixedLenFeature{Shape{}, DType::kInt64}}};
+  EXPECT_EQ(parse_example(Tensor::from_vector<std::string>(batch), spec).dense("i").to_vector<std::int64_t>(), (I{1, 2}));
+  EXPECT_EQ(parse_single_example(Tensor::scalar(batch[1]), spec).dense("i").item<std::int64_t>(), 2);
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(Tensor::scalar(batch[1]), spec); }),
+             "must be a 1-D string tensor");
+  EXPECT_HAS(error_of<InvalidArgumentError>(
+                 [&] { parse_single_example(Tensor::from_vector<std::uint8_t>({1, 2}), spec); }),
+             "must be a scalar string tensor; got uint8");
+  EXPECT_THROW(parse_example(Tensor(), spec), InvalidArgumentError);
 }
 
 TEST(ExampleWire, BytesListsAndWireCornerCases) {
