@@ -88,6 +88,7 @@ void compare(const io::ParsedFeature& single, const io::ParsedFeature& batch, co
       io::FeatureList twice = one;
       twice.floats.insert(twice.floats.end(), one.floats.begin(), one.floats.end());
       twice.int64s.insert(twice.int64s.end(), one.int64s.begin(), one.int64s.end());
+      twice.bytes.insert(twice.bytes.end(), one.bytes.begin(), one.bytes.end());
       check(same_list(two, twice), "dense batch rows = the single tensor");
       if (list.kind != io::ListKind::kNone) check(same_list(one, list), "dense values = the list");
       return;
