@@ -30,8 +30,8 @@
 // not missing: for a FixedLenFeature it is a count mismatch (TF raises too, default or not).
 //
 // Errors. Every message names the op, the feature and the record (its index in the batch):
-//   InvalidArgumentError  spec problems (dtype other than float32/int64/string, a
-//                         default of the wrong dtype or size, an empty batch name); the Example's
+//   InvalidArgumentError  spec problems (dtype other than float32/int64/string, a default of the
+//                         wrong dtype or size), records not a string tensor of the rank asked; the Example's
 //                         list is of another kind than the spec's dtype ("data types don't match",
 //                         saying both); a FixedLenFeature count mismatch (values seen vs shape); a
 //                         required feature missing. These are TF's error classes for the same cases.
@@ -39,7 +39,9 @@
 //                         types, packed lists whose size is not a multiple of the element size
 //                         (byte offsets as core/proto_wire.h reports them). TF raises
 //                         InvalidArgumentError "Could not parse example input" here; chorus uses its
-//                         reader-wide class for corrupt data.
+//                         reader-wide class for corrupt data. A record's spec'd features are all
+//                         decoded before any is checked, so a corrupt record is DataLossError
+//                         whatever the order of the spec.
 // Nothing is read past the input, every length is checked against the bytes left before anything
 // is allocated, and the nesting is fixed (Example → Features → entry → Feature → list: no
 // recursion), so no input crashes, hangs or allocates more than ~16× its own size (a bytes_list of
