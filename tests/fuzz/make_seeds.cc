@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <chorus/checkpoint/checkpoint_state.h>
 #include <chorus/checkpoint/object_graph.h>
 #include <chorus/core/proto_wire.h>
+#include <chorus/data/io/example.h>
 #include <chorus/launch/tfrecord_digits.h>
 #include <chorus/summary/event.h>
 #include <chorus/summary/graph_def.h>
@@ -164,6 +166,49 @@ void tf_examples() {
   ProtoWriter example;
   example.add_message(1, features);
   put("tf_example_fuzz", "float_image", example.release());
+}
+
+// example_fuzz: a selector byte, then an Example (tests/fuzz/example_fuzz.cc). Every kind, packed
+// and unpacked, empty lists, an empty Feature, a repeated name, special floats and extreme ints.
+void examples() {
+  namespace io = chorus::data::io;
+  using chorus::wire::ProtoWriter;
+  const auto list = [](io::ListKind kind) {
+    io::FeatureList l;
+    l.kind = kind;
+    return l;
+  };
+  io::FeatureList f = list(io::ListKind::kFloat), i = list(io::ListKind::kInt64), b = list(io::ListKind::kBytes);
+  f.floats = {1.5f, -0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  i.int64s = {0, -1, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+  b.bytes = {"", std::string("\x00\xff", 2), "text"};
+  const std::string all = io::serialize_example({{"f", f}, {"i", i}, {"s", b}, {"e", list(io::ListKind::kFloat)},
+                                                 {"none", io::FeatureList{}}});
+  for (const char selector : {'\x00', '\x55', '\xaa', '\xff'})
+    put("example_fuzz", "all_kinds_" + std::to_string(static_cast<unsigned char>(selector)), selector + all);
+  // Unpacked floats and int64s, an unknown field, and the same name twice.
+  ProtoWriter fl, ff, il, iff;
+  fl.add_float(1, 2.5f);
+  fl.add_float(1, -3.0f);
+  ff.add_message(2, fl);
+  il.add_int64(1, 7);
+  il.add_int64(1, -7);
+  iff.add_message(3, il);
+  const auto entry = [](const char* key, const ProtoWriter& value) {
+    ProtoWriter e;
+    e.add_bytes(1, key);
+    e.add_message(2, value);
+    return e;
+  };
+  ProtoWriter features;
+  features.add_message(1, entry("u", ff));
+  features.add_message(1, entry("v", iff));
+  features.add_message(1, entry("u", ff));
+  features.add_varint(9, 1);
+  ProtoWriter example;
+  example.add_message(1, features);
+  put("example_fuzz", "unpacked_and_repeated", std::string("\x16") + example.release());
+  put("example_fuzz", "empty_example", std::string("\x80"));
 }
 
 // cache(filename) files (data/cache_file_internal.h), written by hand: header, element records
@@ -370,6 +415,7 @@ int main(int argc, char** argv) {
   checkpoint_states();
   tfrecords();
   tf_examples();
+  examples();
   idx_files();
   cache_files();
   event_files();
