@@ -143,4 +143,16 @@ Tensor decode_image(std::string_view bytes, const DecodeImageOptions& options, s
   return image_to_tensor(decode_image_values(bytes, options, what));
 }
 
+Tensor decode_image(const Tensor& contents, const DecodeImageOptions& options, std::string_view what) {
+  return decode_image(internal::scalar_contents("decode_image", contents), options, what);
+}
+
+std::string_view internal::scalar_contents(const char* op, const Tensor& contents) {
+  CHORUS_REQUIRE(contents.defined(), InvalidArgumentError, op, ": 'contents' is an undefined tensor");
+  CHORUS_REQUIRE(contents.dtype() == DType::kString && contents.shape().rank() == 0, InvalidArgumentError, op,
+                 ": 'contents' must be a scalar string tensor, got ", dtype_name(contents.dtype()), " of shape ",
+                 contents.shape().to_string());
+  return contents.strings()[0];
+}
+
 }  // namespace chorus::data

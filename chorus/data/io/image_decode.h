@@ -96,7 +96,16 @@ Image decode_image_values(std::string_view bytes, const DecodeImageOptions& opti
                           std::string_view what = "");
 Tensor decode_image(std::string_view bytes, const DecodeImageOptions& options = {}, std::string_view what = "");
 
+// The op forms, as tf.io takes them: `contents` is a scalar string tensor (a record, a file read
+// into a dataset element), so they compose in Dataset::map:
+//   ds.map([](const Element& e) { return Element{decode_image(e[0], {.channels = 3}), e[1]}; })
+// A tensor that is not a scalar string → InvalidArgumentError naming the op, the dtype and the
+// shape (TF: "contents must be scalar"). decode_png and decode_jpeg have the same form.
+Tensor decode_image(const Tensor& contents, const DecodeImageOptions& options = {}, std::string_view what = "");
+
 namespace internal {
+// The bytes of a scalar string tensor (the op forms' `contents`), else InvalidArgumentError.
+std::string_view scalar_contents(const char* op, const Tensor& contents);
 // "cat.png" or, for an unnamed input, "<N-byte input>": the subject of codec error messages.
 std::string image_subject(std::string_view what, std::size_t size);
 // InvalidArgumentError unless channels is 0, 1, 3 or 4 (TF's DecodePng / DecodeImage check).

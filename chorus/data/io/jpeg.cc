@@ -327,4 +327,8 @@ Tensor decode_jpeg(std::string_view bytes, const DecodeJpegOptions& options, std
   return image_to_tensor(decode_jpeg_values(bytes, options, what));
 }
 
+Tensor decode_jpeg(const Tensor& contents, const DecodeJpegOptions& options, std::string_view what) {
+  return decode_jpeg(internal::scalar_contents("decode_jpeg", contents), options, what);
+}
+
 }  // namespace chorus::data

@@ -53,5 +53,7 @@ struct DecodeJpegOptions {
 Image decode_jpeg_values(std::string_view bytes, const DecodeJpegOptions& options = {}, std::string_view what = "");
 // The kUInt8 tensor [h, w, c].
 Tensor decode_jpeg(std::string_view bytes, const DecodeJpegOptions& options = {}, std::string_view what = "");
+// The op form: `contents` a scalar string tensor (image_decode.h).
+Tensor decode_jpeg(const Tensor& contents, const DecodeJpegOptions& options = {}, std::string_view what = "");
 
 }  // namespace chorus::data

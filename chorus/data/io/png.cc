@@ -279,6 +279,14 @@ Tensor decode_png(std::string_view bytes, const DecodePngOptions& options, std::
   return image_to_tensor(decode_png_values(bytes, options, what));
 }
 
+Tensor decode_png(const Tensor& contents, const DecodePngOptions& options, std::string_view what) {
+  return decode_png(internal::scalar_contents("decode_png", contents), options, what);
+}
+
+Tensor encode_png_tensor(const Tensor& image, int compression) {
+  return Tensor::scalar(encode_png(image, compression));
+}
+
 std::string encode_png(const void* pixels, std::int64_t height, std::int64_t width, int channels, int bits,
                        int compression) {
   static constexpr int kColorTypes[] = {PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB,

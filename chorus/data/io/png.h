@@ -43,6 +43,8 @@ struct DecodePngOptions {
 Image decode_png_values(std::string_view bytes, const DecodePngOptions& options = {}, std::string_view what = "");
 // The tensor [h, w, c]: kUInt8, or kInt32 holding the uint16 values (chorus has no uint16 dtype).
 Tensor decode_png(std::string_view bytes, const DecodePngOptions& options = {}, std::string_view what = "");
+// The op form: `contents` a scalar string tensor (image_decode.h).
+Tensor decode_png(const Tensor& contents, const DecodePngOptions& options = {}, std::string_view what = "");
 
 // tf.io.encode_png(image, compression): `pixels` holds height·width·channels samples, row-major,
 // 8-bit (bits = 8, uint8_t) or 16-bit (bits = 16, uint16_t in host order). channels 1 gray,
@@ -58,5 +60,7 @@ std::string encode_png(const Image& image, int compression = -1);
 // decode_png returns for uint16); another dtype, rank or an int32 value outside 0..65535 →
 // InvalidArgumentError.
 std::string encode_png(const Tensor& image, int compression = -1);
+// The op form of tf.io.encode_png: the PNG as a scalar string tensor on the host.
+Tensor encode_png_tensor(const Tensor& image, int compression = -1);
 
 }  // namespace chorus::data

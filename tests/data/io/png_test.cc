@@ -73,6 +73,23 @@ TEST(Png, TensorFormsRoundTrip) {
   EXPECT_THROW(encode_png(Tensor::from_vector<std::uint8_t>({1, 2, 3, 4, 5}, Shape{1, 1, 5})), InvalidArgumentError);
 }
 
+// The op forms take and give scalar string tensors, as tf.io.encode_png / decode_png / decode_image
+// do, so they compose in a Dataset::map over records or file contents.
+TEST(Png, OpFormsTakeAndGiveScalarStringTensors) {
+  const Tensor img = Tensor::from_vector<std::uint8_t>({1, 2, 3, 4, 5, 6}, Shape{1, 2, 3});
+  const Tensor png = encode_png_tensor(img);
+  EXPECT_EQ(png.dtype(), DType::kString);
+  EXPECT_EQ(png.shape(), Shape{});
+  EXPECT_EQ(png.item<std::string>(), encode_png(img));
+  EXPECT_EQ(decode_png(png).to_vector<std::uint8_t>(), img.to_vector<std::uint8_t>());
+  EXPECT_EQ(decode_image(png, {.channels = 1}).shape(), (Shape{1, 2, 1}));
+  EXPECT_THROW(decode_jpeg(png), DataLossError);  // a PNG is no JPEG: the bytes, not the name, decide
+  const Tensor two = Tensor::from_vector<std::string>({png.item<std::string>(), png.item<std::string>()});
+  EXPECT_THROW(decode_png(two), InvalidArgumentError);   // not a scalar
+  EXPECT_THROW(decode_image(img), InvalidArgumentError);  // not a string
+  EXPECT_THROW(decode_png(Tensor()), InvalidArgumentError);
+}
+
 TEST(Png, TensorFlowDecodesWhatChorusEncodes) {
   std::string python;
   CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow");
