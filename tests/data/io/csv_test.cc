@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/core/interop_python.h"
+#include "tests/core/test_util.h"
+#include "tests/data/io/text_line_test_util.h"
 #include <chorus/core/error.h>
 #include <chorus/data/io/csv_internal.h>
 
@@ -232,6 +235,130 @@ TEST(CsvRecordsTest, RecordPastTheCeiling) {
           << e.what();
     }
   }
+}
+
+// ---- against TensorFlow 2.21 ------------------------------------------------------------------
+
+// A value as csv_interop.py writes TF's: i:<int>, f:<float bits, little-endian hex>, f:nan, s:<hex>.
+std::string token(const CsvValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return "s:" + testing::to_hex(x);
+        } else if constexpr (std::is_floating_point_v<T>) {
+          if (std::isnan(x)) return "f:nan";
+          return "f:" + testing::to_hex(std::string_view(reinterpret_cast<const char*>(&x), sizeof x));
+        } else {
+          return "i:" + std::to_string(x);
+        }
+      },
+      v);
+}
+
+std::vector<std::int64_t> col_list(const std::string& word) {  // "l1:3" → {1, 3}
+  std::vector<std::int64_t> out;
+  std::string cur;
+  for (char ch : word.substr(1) + ":") {
+    if (ch == ':') {
+      if (!cur.empty()) out.push_back(std::stoll(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  return out;
+}
+
+// CASE name file compression header delim_hex quote n<na_hex> l<select> l<exclude> kind[=hex],...
+CsvSpec spec_of(const testing::InteropCase& c) {
+  CsvSpec s;
+  s.delim = testing::from_hex(c.words[5])[0];
+  s.use_quote_delim = c.words[6] == "1";
+  s.na_value = testing::from_hex(c.words[7].substr(1));
+  s.select_cols = col_list(c.words[8]);
+  s.exclude_cols = col_list(c.words[9]);
+  std::string cols = c.words[10] + ",";
+  for (std::size_t at = 0, comma; (comma = cols.find(',', at)) != std::string::npos; at = comma + 1) {
+    const std::string col = cols.substr(at, comma - at);
+    const std::size_t eq = col.find('=');
+    const std::string kind = col.substr(0, eq);
+    const CsvKind k = kind == "i32" ? CsvKind::kInt32 : kind == "i64" ? CsvKind::kInt64 : kind == "f32" ? CsvKind::kFloat32
+                      : kind == "f64" ? CsvKind::kFloat64 : CsvKind::kString;
+    s.kinds.push_back(k);
+    if (eq == std::string::npos) {
+      s.defaults.emplace_back();
+      continue;
+    }
+    const std::string text = testing::from_hex(col.substr(eq + 1));
+    switch (k) {
+      case CsvKind::kInt32: s.defaults.emplace_back(*parse_int32(text)); break;
+      case CsvKind::kInt64: s.defaults.emplace_back(*parse_int64(text)); break;
+      case CsvKind::kFloat32: s.defaults.emplace_back(*parse_float(text)); break;
+      case CsvKind::kFloat64: s.defaults.emplace_back(*parse_double(text)); break;
+      default: s.defaults.emplace_back(text);
+    }
+  }
+  return s;
+}
+
+// What chorus's reader returns for the file, as tokens (errors: "E <class>", then on).
+std::vector<std::string> chorus_tokens(const std::string& path, const testing::InteropCase& c) {
+  const CsvSpec s = spec_of(c);
+  const auto comp = c.words[3] == "-" ? internal::TextCompression::kNone : internal::parse_text_compression(c.words[3], "test");
+  internal::BufferedInput in(std::make_unique<internal::TextFileSource>(path, comp, 1ull << 32), 1 << 16);
+  internal::CsvRecordReader reader(in, s);
+  std::vector<std::string> out;
+  if (c.words[4] == "1") {
+    try {
+      reader.skip_header();
+    } catch (const InvalidArgumentError& e) {
+      out.push_back(testing::error_token(e));
+    }
+  }
+  for (;;) {
+    try {
+      auto r = reader.next();
+      if (!r) break;
+      std::string line = "R";
+      for (const CsvValue& v : *r) line += " " + token(v);
+      out.push_back(line);
+    } catch (const InvalidArgumentError& e) {
+      out.push_back(testing::error_token(e));
+    }
+  }
+  return out;
+}
+
+class CsvInterop : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const auto found = chorus::testing::find_interop_python("tensorflow");
+    if (found.path.empty()) return;
+    dir_ = new chorus::testing::TempDir();
+    const std::string cmd = "'" + found.path + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/csv_interop.py' " + dir_->path();
+    if (chorus::testing::run_interop_command(cmd, "tf") == 0) cases_ = testing::read_interop_output(dir_->file("tf_csv.txt"));
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  void SetUp() override {
+    std::string python;
+    CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow");
+    ASSERT_FALSE(cases_.empty()) << "csv_interop.py failed";
+  }
+  static inline chorus::testing::TempDir* dir_ = nullptr;
+  static inline std::vector<testing::InteropCase> cases_;
+};
+
+TEST_F(CsvInterop, RecordsEqualTensorFlowsOnTheSameFiles) {
+  std::size_t records = 0, errors = 0;
+  for (const auto& c : cases_) {
+    SCOPED_TRACE(c.words[1]);
+    const auto got = chorus_tokens(dir_->file(c.words[2]), c);
+    EXPECT_EQ(got, c.tokens);
+    for (const auto& t : got) (t[0] == 'R' ? records : errors)++;
+  }
+  EXPECT_GT(records, 500u);
+  EXPECT_GT(errors, 100u);
 }
 
 }  // namespace

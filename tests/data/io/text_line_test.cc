@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/core/interop_python.h"
+#include "tests/core/test_util.h"
+#include "tests/data/io/text_line_test_util.h"
 #include <chorus/core/error.h>
 #include <chorus/data/io/text_line_internal.h>
 
@@ -62,6 +65,47 @@ TEST(LineReaderTest, OffsetsAreLineBoundaries) {
   std::vector<std::uint64_t> offsets;
   while (reader.next(&line)) offsets.push_back(in.offset());
   EXPECT_EQ(offsets, (std::vector<std::uint64_t>{4, 7, 8, 10}));
+}
+
+// TensorFlow 2.21 wrote the files (csv_interop.py) and read them with tf.data.TextLineDataset;
+// chorus's lines are the same, byte for byte, for every case, plain, GZIP and ZLIB.
+class TextLineInterop : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string python;
+    const auto found = chorus::testing::find_interop_python("tensorflow");
+    if (found.path.empty()) return;
+    dir_ = new chorus::testing::TempDir();
+    const std::string cmd = "'" + found.path + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/csv_interop.py' " + dir_->path();
+    if (chorus::testing::run_interop_command(cmd, "tf") == 0)
+      cases_ = testing::read_interop_output(dir_->file("tf_text.txt"));
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  void SetUp() override {
+    std::string python;
+    CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow");
+    ASSERT_FALSE(cases_.empty()) << "csv_interop.py failed";
+  }
+  static std::string file(const std::string& name) { return dir_->file(name); }
+  static inline chorus::testing::TempDir* dir_ = nullptr;
+  static inline std::vector<testing::InteropCase> cases_;
+};
+
+internal::TextCompression compression_of(const std::string& word) {
+  return word == "-" ? internal::TextCompression::kNone : internal::parse_text_compression(word, "test");
+}
+
+TEST_F(TextLineInterop, LinesEqualTensorFlowsOnTheSameFiles) {
+  std::size_t lines = 0;
+  for (const auto& c : cases_) {
+    SCOPED_TRACE(c.words[1] + " " + c.words[3]);
+    std::vector<std::string> got;
+    for (const std::string& line : testing::read_file_lines(file(c.words[2]), compression_of(c.words[3])))
+      got.push_back("L " + testing::to_hex(line));
+    EXPECT_EQ(got, c.tokens);
+    lines += got.size();
+  }
+  EXPECT_GT(lines, 10000u);  // the random cases were there
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <chorus/core/error.h>
@@ -79,6 +80,62 @@ std::string error_within(int seconds, F f) {
     std::_Exit(1);
   }
   return fut.get();
+}
+
+}  // namespace chorus::data::testing
+
+namespace chorus::data::testing {
+
+inline std::string to_hex(std::string_view bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += d[c >> 4];
+    out += d[c & 15];
+  }
+  return out;
+}
+inline std::string from_hex(std::string_view hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16));
+  return out;
+}
+
+// One case of csv_interop.py's output: its CASE line split into words, and TF's token lines.
+struct InteropCase {
+  std::vector<std::string> words;  // "CASE", name, file, compression, ...
+  std::vector<std::string> tokens;
+};
+inline std::vector<InteropCase> read_interop_output(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<InteropCase> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("CASE ", 0) == 0) {
+      InteropCase c;
+      std::string w;
+      for (std::size_t i = 0; i <= line.size(); ++i) {
+        if (i == line.size() || line[i] == ' ') {
+          c.words.push_back(w);
+          w.clear();
+        } else {
+          w += line[i];
+        }
+      }
+      out.push_back(c);
+    } else if (line != "END" && !out.empty()) {
+      out.back().tokens.push_back(line);
+    }
+  }
+  return out;
+}
+
+// The interop script's error token for a chorus error ("E <TF class name>").
+inline std::string error_token(const chorus::Error& e) {
+  if (dynamic_cast<const InvalidArgumentError*>(&e)) return "E InvalidArgumentError";
+  if (dynamic_cast<const DataLossError*>(&e)) return "E DataLossError";
+  if (dynamic_cast<const ResourceExhaustedError*>(&e)) return "E ResourceExhaustedError";
+  if (dynamic_cast<const NotFoundError*>(&e)) return "E NotFoundError";
+  return std::string("E other: ") + e.what();
 }
 
 }  // namespace chorus::data::testing
