@@ -41,7 +41,7 @@
 // ResourceExhaustedError naming the file and offset, with at most max_record_bytes of it held in
 // memory; the files' errors as text_line.h (missing, a directory or device, corrupt or truncated
 // compressed data, max_inflated_bytes). After a ResourceExhaustedError or DataLossError the iterator
-// goes on with the next file.
+// goes on with the next file; an error opening a file is thrown again by the next next().
 // Building the dataset (InvalidArgumentError, TF's checks): no record_defaults; a column dtype other
 // than the five; select_cols or exclude_cols not strictly increasing or negative; both given;
 // select_cols of another length than record_defaults; field_delim not one byte; buffer_size <= 0
@@ -50,6 +50,8 @@
 // Iterator state: the file index, whether it is open, the byte offset of the next record and the
 // record count (for messages). Restoring seeks (or re-reads a compressed file, as TFRecord).
 // Cardinality: unknown.
+// Thread-safety: as dataset.h (the Dataset may be shared; each iterator is used by one thread at a
+// time). String components are scalar tf.string tensors in host memory (core/tensor.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // tf.data.TextLineDataset: the lines of text files, each element one scalar string tensor.
 //
-//   auto ds = chorus::data::text_line_dataset({"/data/a.txt", "/data/b.txt.gz"} ...);
+//   auto ds = chorus::data::text_line_dataset({"/data/a.txt.gz", "/data/b.txt.gz"}, {.compression_type = "GZIP"});
+//   for (auto it = ds.make_iterator(); auto e = it.next();) std::string line = (*e)[0].item<std::string>();
 //
 // Lines: TensorFlow's rules, checked against TF 2.21 (text_line_internal.h has them in full): a
 // line ends at '\n'; every '\r' is dropped ("\r\n" ends a line as "\n" does, a lone '\r' is
@@ -25,12 +26,15 @@
 //     size and the uncompressed offset reached (TF returns the lines read so far and a partial last
 //     line without an error; chorus returns the complete lines, then the error);
 //   - after a DataLossError or ResourceExhaustedError the iterator goes on with the next file (the
-//     rest of that file is not read); each such error is thrown once.
+//     rest of that file is not read); each such error is thrown once. An error opening a file is
+//     thrown again by the next next() (TF and tfrecord_dataset do the same).
 // Building the dataset: a bad compression_type, buffer_size < 0 or > 64 MiB → InvalidArgumentError.
 //
 // Iterator state: the file index and the (uncompressed) byte offset of the next line. Restoring
 // seeks a plain file; a compressed one is read again from its start up to the offset (as TFRecord).
 // Cardinality: unknown (TF's too).
+// Thread-safety: as dataset.h (the Dataset may be shared; each iterator is used by one thread at a
+// time). String components are scalar tf.string tensors in host memory (core/tensor.h).
 #pragma once
 
 #include <cstdint>
