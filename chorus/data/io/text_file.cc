@@ -62,6 +62,7 @@ std::size_t TextFileSource::read(char* out, std::size_t n) {
     return got;
   }
   if (ended_) return 0;
+  if (truncated_) throw_truncated();
   // Ask for at most one byte past the ceiling: reaching it proves the stream is longer, and the
   // memory in use stays one buffer whatever the stream's ratio.
   const std::uint64_t room = max_inflated_bytes_ - std::min(position_, max_inflated_bytes_);
@@ -75,14 +76,23 @@ std::size_t TextFileSource::read(char* out, std::size_t n) {
         "; it was read up to there and no further (a decompression bomb, or a larger data set: then raise "
         "the option)"));
   if (got < want) {
-    if (!zlib_->at_clean_end())
-      throw DataLossError(str_cat("truncated or trailing data in ", path_, ": the file (", size_,
-                                  " bytes) does not end exactly where its compressed stream does (cut short, a "
-                                  "writer not closed, or bytes after the stream), after ",
-                                  position_, " uncompressed bytes"));
+    if (!zlib_->at_clean_end()) {
+      // The bytes that did arrive are delivered first (the lines or records complete in them are
+      // good); the next read reports the cut.
+      truncated_ = true;
+      if (got == 0) throw_truncated();
+      return got;
+    }
     ended_ = true;
   }
   return got;
+}
+
+void TextFileSource::throw_truncated() const {
+  throw DataLossError(str_cat("truncated or trailing data in ", path_, ": the file (", size_,
+                              " bytes) does not end exactly where its compressed stream does (cut short, a "
+                              "writer not closed, or bytes after the stream), after ",
+                              position_, " uncompressed bytes"));
 }
 
 void TextFileSource::skip_to(std::uint64_t offset) {
@@ -90,6 +100,7 @@ void TextFileSource::skip_to(std::uint64_t offset) {
     zlib_->rewind();
     position_ = 0;
     ended_ = false;
+    truncated_ = false;
   } else {
     if (std::fseek(file_.get(), 0, SEEK_SET) != 0) throw_file_error(errno, "cannot seek in", path_);
     position_ = 0;

@@ -13,7 +13,8 @@
 //     socket → InvalidArgumentError naming it (data/internal.h's open_file);
 //   - compressed: a corrupt stream → DataLossError naming the path and the compressed byte offset
 //     (zlib's message); a file that ends inside the stream, or bytes after a ZLIB stream →
-//     DataLossError naming the path, the file's size and the uncompressed offset reached;
+//     DataLossError naming the path, the file's size and the uncompressed offset reached, thrown by
+//     the read after the one that delivered the last bytes (so what is complete in them is used);
 //     more than max_inflated_bytes → ResourceExhaustedError naming the path, the ceiling and the
 //     option, with at most one buffer of memory in use;
 //   - skip_to past the end → InvalidArgumentError.
@@ -77,7 +78,9 @@ class TextFileSource final : public ByteSource {
   std::uint64_t size_ = 0;      // on disk, at open
   std::uint64_t position_ = 0;  // uncompressed bytes delivered
   std::unique_ptr<ZlibReader> zlib_;
-  bool ended_ = false;  // compressed: the stream ended cleanly
+  [[noreturn]] void throw_truncated() const;
+  bool ended_ = false;      // compressed: the stream ended cleanly
+  bool truncated_ = false;  // compressed: it did not; the next read throws
 };
 
 class BufferedInput {

@@ -9,6 +9,7 @@
 #include "tests/core/test_util.h"
 #include "tests/data/io/text_line_test_util.h"
 #include <chorus/core/error.h>
+#include <chorus/data/io/text_line.h>
 #include <chorus/data/io/text_line_internal.h>
 
 namespace chorus::data {
@@ -104,6 +105,10 @@ TEST_F(TextLineInterop, LinesEqualTensorFlowsOnTheSameFiles) {
       got.push_back("L " + testing::to_hex(line));
     EXPECT_EQ(got, c.tokens);
     lines += got.size();
+    std::vector<std::string> from_dataset;
+    const auto ds = text_line_dataset({file(c.words[2])}, {.compression_type = c.words[3] == "-" ? "" : c.words[3]});
+    for (auto it = ds.make_iterator(); auto e = it.next();) from_dataset.push_back("L " + testing::to_hex((*e)[0].item<std::string>()));
+    EXPECT_EQ(from_dataset, c.tokens) << "text_line_dataset";
   }
   EXPECT_GT(lines, 10000u);  // the random cases were there
 }
