@@ -137,6 +137,44 @@ void tfrecords() {
   }
 }
 
+std::string deflated(const std::string& bytes, bool gzip) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, gzip ? 31 : 15, 9, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, static_cast<uLong>(bytes.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// text_line_fuzz.cc: a mode byte (0 in memory, 1 plain file, 2 GZIP, 3 ZLIB), then the file.
+void text_lines() {
+  const std::string text = std::string("first\nsecond\r\n\nlone\rcr\n") + std::string("nul\0byte\n", 9) + "last";
+  put("text_line_fuzz", "memory", '\0' + text);
+  put("text_line_fuzz", "memory_long_line", '\0' + std::string(70, 'x') + "\nshort\n");
+  put("text_line_fuzz", "plain_file", '\1' + text);
+  put("text_line_fuzz", "gzip_file", '\2' + deflated(text, true));
+  put("text_line_fuzz", "gzip_two_members", '\2' + deflated("one\ntw", true) + deflated("o\nthree\n", true));
+  put("text_line_fuzz", "zlib_file", '\3' + deflated(text, false));
+}
+
+// csv_fuzz.cc: an options byte, a columns byte, a select/exclude byte, then the file.
+void csv_files() {
+  // Options byte: delimiter (bits 0-1), quotes off (4), header (8), na_value "NA" (16).
+  put("csv_fuzz", "quoted", std::string("\x00\x33\x00") + "1,2.5,\"a,\"\"b\"\"\",7\r\n-3,,\"multi\nline\",8\n");
+  put("csv_fuzz", "numbers", std::string("\x10\xf3\x00") +
+                                 " 12 ,nan,0x1p-3,NA\n+4,-inf,1e39,-0\n2147483648,1.5e-45,inf,9223372036854775807\n");
+  put("csv_fuzz", "header_semicolon", std::string("\x09\x21\x00") + "h1;h2\n1;x\n2;\"y;z\"\n");
+  put("csv_fuzz", "no_quotes_tab", std::string("\x06\x11\x00") + "a\"b\t1\n\tc\n");
+  put("csv_fuzz", "select", std::string("\x00\x31\x2b") + "1,2,3,4,5,6,7,8\n9,8,7,6,5,4,3,2\n");
+  put("csv_fuzz", "exclude", std::string("\x00\x31\x0e") + "1,2,3,4\n5,6,7,8\n");
+  put("csv_fuzz", "bad_quotes", std::string("\x00\x02\x00") + "\"a\"x,b\n\"c,d\n");
+}
+
 void tf_examples() {
   put("tf_example_fuzz", "bytes_image", chorus::launch::serialize_digit_example(digit_pixels(0), 7));
 
@@ -416,6 +454,8 @@ int main(int argc, char** argv) {
   tfrecords();
   tf_examples();
   examples();
+  text_lines();
+  csv_files();
   idx_files();
   cache_files();
   event_files();
