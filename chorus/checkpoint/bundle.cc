@@ -53,7 +53,7 @@ std::string shard_filename(const std::string& prefix, std::int64_t shard, std::i
 
 }  // namespace
 
-bool BundleEntry::supported() const { return internal::dtype_from_tf(tf_dtype).has_value(); }
+bool BundleEntry::supported() const { return is_string || internal::dtype_from_tf(tf_dtype).has_value(); }
 
 std::string index_filename(const std::string& prefix) { return prefix + ".index"; }
 std::string data_filename(const std::string& prefix) { return shard_filename(prefix, 0, 1); }
@@ -231,6 +231,7 @@ void BundleWriter::add(const std::string& key, const Tensor& tensor) {
   m.require_usable("add");
   m.check_key(key);
   CHORUS_REQUIRE(tensor.defined(), InvalidArgumentError, "BundleWriter::add('", key, "'): undefined tensor");
+  if (tensor.is_string()) return add_strings(key, tensor.to_vector<std::string>(), tensor.shape());
   BundleEntry e;
   e.dtype = tensor.dtype();
   e.tf_dtype = internal::tf_dtype_of(tensor.dtype());
@@ -486,13 +487,12 @@ const BundleEntry& BundleReader::entry(const std::string& key) const {
 Tensor BundleReader::read(const std::string& key) const {
   const BundleEntry& e = entry(key);
   const Impl& m = *impl_;
-  CHORUS_REQUIRE(!e.is_string, InvalidArgumentError, "BundleReader::read('", key,
-                 "'): a DT_STRING entry; use read_strings");
+  if (e.is_string) return Tensor::from_vector(read_strings(key), e.shape, "/CPU:0");
   if (!internal::dtype_from_tf(e.tf_dtype))
     throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix, "' has TF dtype ",
                                      internal::tf_dtype_name(e.tf_dtype),
                                      ", which chorus has no DType for (chorus reads ",
-                                     internal::supported_dtype_names(), ", and strings with read_strings)"));
+                                     internal::supported_dtype_names(), ")"));
   Tensor t = Tensor::empty(e.shape, e.dtype, "/CPU:0");  // e.size == its nbytes (checked at open)
   char* dst = static_cast<char*>(t.data());
   const auto sliced = m.index.sliced.find(key);

@@ -50,7 +50,7 @@ namespace chorus::train {
 // One tensor's index entry (TF's BundleEntryProto without its slices; a partitioned tensor's
 // entry has its full shape and no data of its own).
 struct BundleEntry {
-  bool is_string = false;  // DT_STRING (then `dtype` is meaningless)
+  bool is_string = false;  // DT_STRING (then `dtype` is DType::kString; its data is TF's string payload)
   // Meaningful only when `supported()`: a TF dtype chorus lacks leaves the default here.
   DType dtype = DType::kFloat32;
   int tf_dtype = 0;  // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
@@ -59,7 +59,7 @@ struct BundleEntry {
   std::int64_t offset = 0;  // into the data file
   std::int64_t size = 0;    // bytes in the data file
   std::uint32_t masked_crc32c = 0;
-  // Whether tf_dtype is one of chorus's DTypes (then `dtype` is it); false for DT_STRING too.
+  // Whether tf_dtype is one of chorus's DTypes (then `dtype` is it), DT_STRING included.
   bool supported() const;
 };
 
@@ -73,8 +73,9 @@ class BundleWriter {
   BundleWriter(const BundleWriter&) = delete;
   BundleWriter& operator=(const BundleWriter&) = delete;
 
-  // Appends a numeric tensor's bytes (any device: copied to the host first) under `key`. Keys may
-  // come in any order; a key given twice → InvalidArgumentError. The empty key is reserved.
+  // Appends a numeric tensor's bytes (any device: copied to the host first) under `key`, or a
+  // string tensor as a DT_STRING entry (as add_strings). Keys may come in any order; a key given
+  // twice → InvalidArgumentError. The empty key is reserved.
   void add(const std::string& key, const Tensor& tensor);
   // A DT_STRING tensor of `shape` (rank 0 by default) with `values` (row-major; as many values as
   // the shape has elements, InvalidArgumentError otherwise).
@@ -115,8 +116,8 @@ class BundleReader {
   // A host tensor (on "/CPU:0") with the entry's dtype and shape; the data's CRC32C is checked
   // (DataLossError "checksum does not match" naming file and key). A partitioned tensor is
   // assembled from its slices (each CRC-checked; slices that leave elements uncovered →
-  // DataLossError). A DT_STRING entry → InvalidArgumentError; a TF dtype chorus lacks →
-  // UnimplementedError (see above).
+  // DataLossError). A DT_STRING entry gives a string tensor (as read_strings); a TF dtype chorus
+  // lacks → UnimplementedError (see above).
   Tensor read(const std::string& key) const;
   // The values of a DT_STRING entry (CRC-checked); a numeric entry → InvalidArgumentError; a
   // partitioned DT_STRING tensor (TF cannot read one either) → UnimplementedError.

@@ -24,6 +24,7 @@ int tf_dtype_of(DType dtype) {
     case DType::kInt64: return kTfInt64;
     case DType::kUInt8: return kTfUInt8;
     case DType::kBool: return kTfBool;
+    case DType::kString: return kTfString;
   }
   CHORUS_ENFORCE(false, "unknown DType ", static_cast<int>(dtype));
   return 0;
@@ -384,6 +385,7 @@ BundleEntry decode_bundle_entry(std::string_view bytes, const std::string& filen
   if (e.offset < 0 || e.size < 0 || e.size > std::numeric_limits<std::int64_t>::max() - e.offset)
     fail(filename, key, str_cat("offset ", e.offset, " and size ", e.size, " are not a valid byte range"));
   e.is_string = e.tf_dtype == kTfString;
+  if (e.is_string) e.dtype = DType::kString;
   if (const auto dt = dtype_from_tf(e.tf_dtype)) {
     e.dtype = *dt;
     const auto esize = static_cast<std::int64_t>(dtype_size(*dt));

@@ -51,14 +51,16 @@ inline constexpr std::int64_t kMaxShards = 99999;
 inline constexpr int kTfFloat = 1, kTfDouble = 2, kTfInt32 = 3, kTfUInt8 = 4, kTfString = 7, kTfInt64 = 9, kTfBool = 10,
                      kTfBFloat16 = 14, kTfHalf = 19;
 
+// DT_STRING (7) for DType::kString.
 int tf_dtype_of(DType dtype);
-// The chorus DType of a TF DataType number; nullopt for DT_STRING and types chorus lacks.
+// The chorus DType of a TF DataType number with fixed-size elements; nullopt for DT_STRING (its
+// entries are decoded apart: BundleEntry::is_string) and types chorus lacks.
 std::optional<DType> dtype_from_tf(int tf_dtype);
 // TF's enum name and, where TF has one, its Python name: "DT_FLOAT (float32)", "DT_INT8 (int8)",
 // "DT_HALF (float16)", "DT_STRING (string)", "DT_RESOURCE"; "DT_<number>" for a number TF does
 // not define (for messages).
 std::string tf_dtype_name(int tf_dtype);
-// The DTypes chorus reads and writes, for messages: "float32, float64, ..., bool".
+// The DTypes chorus reads and writes, for messages: "float32, float64, ..., bool, string".
 std::string supported_dtype_names();
 
 // ---- Partitioned (sliced) tensors: TensorSliceProto and the keys of their pieces ----

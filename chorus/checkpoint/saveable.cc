@@ -132,8 +132,15 @@ std::vector<Tensor> HeldSnapshot::take() {
     }
     const Tensor& t = values_[i];
     out[i] = Tensor::empty(t.shape(), t.dtype(), kHostDevice);
-    // The source's stream was drained and every write into it waits for the hold: a plain copy.
-    std::memcpy(out[i].data(), t.data(), t.nbytes());
+    // The source's stream was drained and every write into it waits for the hold: a plain copy
+    // (for strings, of the std::string objects, read from the storage without waiting on the
+    // stream again: queued work may be a writer waiting for this very hold).
+    if (t.is_string()) {
+      const auto* src = static_cast<const std::string*>(t.buffer()->data());
+      std::copy_n(src, t.num_elements(), out[i].mutable_strings().begin());
+    } else {
+      std::memcpy(out[i].data(), t.data(), t.nbytes());
+    }
     t.buffer()->end_hold();
     held_[i] = false;
   }

@@ -1,10 +1,10 @@
 // The batching transformations beside batch (transformations.cc): padded_batch and unbatch.
+#include <algorithm>
 #include <cstring>
 
 #include <chorus/core/error.h>
 #include <chorus/data/dataset.h>
 #include <chorus/data/internal.h>
-#include <chorus/ops/shape_ops.h>
 
 namespace chorus::data {
 
@@ -66,8 +66,14 @@ class PaddedBatchDataset final : public DatasetBase {
         CHORUS_REQUIRE(v.defined(), InvalidArgumentError, "padded_batch: padding_values[", c, "] is undefined");
         CHORUS_REQUIRE(v.shape().rank() == 0, InvalidArgumentError, "padded_batch: padding_values[", c,
                        "] must be a scalar, got shape ", v.shape().to_string());
-        padding_bytes_.emplace_back(dtype_size(v.dtype()));
-        v.copy_to_host(padding_bytes_.back().data());
+        Padding p;
+        if (v.is_string()) {
+          p.str = v.item<std::string>();
+        } else {
+          p.bytes.resize(dtype_size(v.dtype()));
+          v.copy_to_host(p.bytes.data());
+        }
+        padding_.push_back(std::move(p));
       }
   }
   std::string name() const override { return "PaddedBatchDataset"; }
@@ -137,16 +143,49 @@ class PaddedBatchDataset final : public DatasetBase {
                          dims_string(padded), " (TensorFlow 2.21 raises DataLossError here)");
         }
       }
-      std::vector<std::uint8_t> fill(dtype_size(dtype), 0);
+      // The padding: 0 (false, "") unless padding_values gives one.
+      Padding fill;
       if (values_) {
         const Tensor& v = (*values_)[c];
         CHORUS_REQUIRE(v.dtype() == dtype, InvalidArgumentError, "padded_batch: padding_values[", c, "] is ",
                        dtype_name(v.dtype()), " but component ", c, " is ", dtype_name(dtype));
-        fill = padding_bytes_[c];
+        fill = padding_[c];
+      } else if (dtype != DType::kString) {
+        fill.bytes.assign(dtype_size(dtype), 0);
       }
-      out.push_back(stack_padded(rows, c, padded, fill, device));
+      out.push_back(dtype == DType::kString ? stack_padded_strings(rows, c, padded, fill.str, device)
+                                            : stack_padded(rows, c, padded, fill.bytes, device));
     }
     return out;
+  }
+
+  // Calls run(src, dst, n) for each innermost row of a tensor of shape `dims` placed at the
+  // top-left corner of a padded slot of `padded` dims: n elements from element `src` of the
+  // tensor go to element `dst` of the slot (row-major offsets).
+  template <typename Run>
+  static void for_each_run(const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& padded, Run&& run) {
+    const int rank = static_cast<int>(padded.size());
+    if (rank == 0) return run(0, 0, 1);
+    std::vector<std::int64_t> stride(static_cast<std::size_t>(rank), 1);  // of the padded slot, in elements
+    for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * padded[d + 1];
+    const std::int64_t row_len = dims[rank - 1];
+    const std::int64_t nrows = row_len == 0 ? 0 : Shape(dims).num_elements() / row_len;
+    std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);  // over dims[0..rank-2]
+    for (std::int64_t k = 0; k < nrows; ++k) {
+      std::int64_t offset = 0;
+      for (int d = 0; d < rank - 1; ++d) offset += index[d] * stride[d];
+      run(k * row_len, offset, row_len);
+      for (int d = rank - 2; d >= 0; --d) {
+        if (++index[d] < dims[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+
+  static std::vector<std::int64_t> batched_shape(std::size_t rows, const std::vector<std::int64_t>& padded) {
+    std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows)};
+    shape.insert(shape.end(), padded.begin(), padded.end());
+    return shape;
   }
 
   // [rows, padded...]: each row's bytes at the top-left corner of its slot, `fill` elsewhere.
@@ -156,44 +195,50 @@ class PaddedBatchDataset final : public DatasetBase {
     const std::int64_t slot = Shape(padded).num_elements();
     std::vector<std::uint8_t> bytes(static_cast<std::size_t>(slot) * rows.size() * esize);
     for (std::size_t i = 0; i < bytes.size(); i += esize) std::memcpy(bytes.data() + i, fill.data(), esize);
-    const int rank = static_cast<int>(padded.size());
-    // Strides (in elements) of the padded slot.
-    std::vector<std::int64_t> stride(static_cast<std::size_t>(rank), 1);
-    for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * padded[d + 1];
     std::vector<std::uint8_t> src;
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const Tensor& t = rows[r][c];
       src.resize(t.nbytes());
       if (!src.empty()) t.copy_to_host(src.data());
-      const auto& dims = t.shape().dims();
       std::uint8_t* base = bytes.data() + r * static_cast<std::size_t>(slot) * esize;
-      if (rank == 0) {
-        std::memcpy(base, src.data(), esize);
-        continue;
-      }
-      const std::int64_t row_len = dims[rank - 1];
-      const std::int64_t nrows = row_len == 0 ? 0 : t.num_elements() / row_len;
-      std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);  // over dims[0..rank-2]
-      for (std::int64_t k = 0; k < nrows; ++k) {
-        std::int64_t offset = 0;
-        for (int d = 0; d < rank - 1; ++d) offset += index[d] * stride[d];
-        std::memcpy(base + offset * esize, src.data() + k * row_len * esize, static_cast<std::size_t>(row_len) * esize);
-        for (int d = rank - 2; d >= 0; --d) {
-          if (++index[d] < dims[d]) break;
-          index[d] = 0;
-        }
-      }
+      for_each_run(t.shape().dims(), padded, [&](std::int64_t from, std::int64_t to, std::int64_t n) {
+        std::memcpy(base + to * esize, src.data() + from * esize, static_cast<std::size_t>(n) * esize);
+      });
     }
-    std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows.size())};
-    shape.insert(shape.end(), padded.begin(), padded.end());
-    return Tensor::from_host(bytes.data(), Shape(shape), rows[0][c].dtype(), device);
+    return Tensor::from_host(bytes.data(), Shape(batched_shape(rows.size(), padded)), rows[0][c].dtype(), device);
   }
+
+  // The same for strings, on the pipeline's host device.
+  static Tensor stack_padded_strings(const std::vector<Element>& rows, std::size_t c,
+                                     const std::vector<std::int64_t>& padded, const std::string& fill,
+                                     const std::string& device) {
+    const std::int64_t slot = Shape(padded).num_elements();
+    Tensor out = Tensor::empty(Shape(batched_shape(rows.size(), padded)), DType::kString,
+                               internal::host_device_for(device));
+    const std::span<std::string> dst = out.mutable_strings();
+    if (!fill.empty()) std::fill(dst.begin(), dst.end(), fill);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Tensor& t = rows[r][c];
+      const std::span<const std::string> src = t.strings();
+      std::string* base = dst.data() + r * static_cast<std::size_t>(slot);
+      for_each_run(t.shape().dims(), padded, [&](std::int64_t from, std::int64_t to, std::int64_t n) {
+        std::copy_n(src.begin() + from, n, base + to);
+      });
+    }
+    return out;
+  }
+
+  // A padding value: bytes of one numeric element, or a string.
+  struct Padding {
+    std::vector<std::uint8_t> bytes;
+    std::string str;
+  };
 
   std::shared_ptr<const DatasetBase> input_;
   std::int64_t batch_;
   std::optional<std::vector<PaddedShape>> shapes_;
   std::optional<std::vector<Tensor>> values_;
-  std::vector<std::vector<std::uint8_t>> padding_bytes_;
+  std::vector<Padding> padding_;
   bool drop_;
 };
 
@@ -218,13 +263,7 @@ class UnbatchDataset final : public DatasetBase {
           set_current(std::move(*e), 0);
         }
         Element out;
-        for (const Tensor& c : *current_) {
-          std::vector<std::int64_t> begin(static_cast<std::size_t>(c.shape().rank()), 0), size = c.shape().dims();
-          begin[0] = row_;
-          size[0] = 1;
-          std::vector<std::int64_t> rest(c.shape().dims().begin() + 1, c.shape().dims().end());
-          out.push_back(ops::reshape(ops::slice(c, begin, size), rest));
-        }
+        for (const Tensor& c : *current_) out.push_back(internal::slice_row(c, row_));
         ++row_;
         return out;
       }

@@ -52,6 +52,18 @@ class Cursor {
   const std::string& where_;
 };
 
+// A string component's elements (u64 length, bytes, each): the caller checked that the record
+// holds 8 bytes per element, and each length is checked against what is left before it is used.
+Tensor decode_strings(Cursor& c, const Shape& shape, const std::string& device) {
+  Tensor t = Tensor::empty(shape, DType::kString, host_device_for(device));
+  for (std::string& v : t.mutable_strings()) {
+    const std::uint64_t n = c.u(8, "a string's length");
+    if (n > c.left()) c.fail(str_cat("a string of ", n, " bytes, more than the ", c.left(), " the record has left"));
+    v = c.take(static_cast<std::size_t>(n), "a string's bytes");
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string encode_cache_element(const Element& element) {
@@ -64,6 +76,13 @@ std::string encode_cache_element(const Element& element) {
     out.push_back(static_cast<char>(t.dtype()));
     out.push_back(static_cast<char>(t.shape().rank()));
     for (std::int64_t d : t.shape().dims()) put_u64(out, static_cast<std::uint64_t>(d));
+    if (t.is_string()) {
+      for (const std::string& v : t.strings()) {
+        put_u64(out, v.size());
+        out += v;
+      }
+      continue;
+    }
     const std::size_t at = out.size();
     out.resize(at + t.nbytes());
     if (t.nbytes() != 0) t.copy_to_host(out.data() + at);
@@ -85,7 +104,8 @@ Element decode_cache_element(std::string_view data, const std::string& device, c
     const std::uint64_t rank = c.u(1, "a rank");
     if (rank > kCacheMaxRank) c.fail(str_cat("component ", k, " has rank ", rank, " (at most ", kCacheMaxRank, ")"));
     std::vector<std::int64_t> dims;
-    std::uint64_t bytes = dtype_size(dtype);
+    // The least bytes one element takes: its size, or a string's u64 length.
+    std::uint64_t bytes = dtype == DType::kString ? 8 : dtype_size(dtype);
     for (std::uint64_t d = 0; d < rank; ++d) {
       const std::uint64_t dim = c.u(8, "a dimension");
       // The product can never exceed the bytes left (checked at each step, so it cannot overflow).
@@ -94,6 +114,10 @@ Element decode_cache_element(std::string_view data, const std::string& device, c
                        " remaining bytes hold"));
       bytes *= dim;
       dims.push_back(static_cast<std::int64_t>(dim));
+    }
+    if (dtype == DType::kString) {
+      e.push_back(decode_strings(c, Shape(std::move(dims)), device));
+      continue;
     }
     std::string_view raw = c.take(static_cast<std::size_t>(bytes), "a tensor's bytes");
     e.push_back(Tensor::from_host(raw.data(), Shape(std::move(dims)), dtype, device));

@@ -7,7 +7,10 @@
 //   1. the header: the 20 bytes "chorus.data.cache/1\n";
 //   2. one record per element: 'E', u32 number of components, then per component: u8 dtype
 //      (core/dtype.h's code), u8 rank (<= kMaxRank), rank x u64 dimensions, and the tensor's bytes
-//      (row-major; exactly dims' product x dtype size of them);
+//      (row-major; exactly dims' product x dtype size of them). A string component (dtype code 8,
+//      DType::kString) holds instead, per element in row-major order, a u64 length and that many
+//      bytes. Files written before strings existed never hold code 8, so they read unchanged (the
+//      header stays "/1"); a reader from before refuses a string component as an unknown dtype;
 //   3. the footer: 'F', u64 number of elements, u64 byte offset of the footer record itself.
 // Nothing follows the footer. A reader checks the header and the footer before it returns any
 // element (a file cut short or grown has no valid footer at its end), and every record's CRCs as

@@ -3,9 +3,13 @@
 // transformations.cc, map and prefetch (which own threads) in parallel.cc.
 #include <chorus/data/dataset.h>
 
+#include <algorithm>
+
+#include <chorus/core/device_spec.h>
 #include <chorus/core/error.h>
 #include <chorus/core/placement.h>
 #include <chorus/data/internal.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::data {
 
@@ -64,6 +68,46 @@ std::string pipeline_device() {
   if (!spec.type) return "/CPU:0";
   if (!spec.index) spec.index = 0;
   return spec.to_string();
+}
+
+std::string host_device_for(const std::string& device) {
+  const DeviceSpec spec = DeviceSpec::parse(device);
+  return spec.type && *spec.type != "CPU" ? std::string("/CPU:0") : device;
+}
+
+Tensor slice_row(const Tensor& c, std::int64_t i) {
+  const auto& dims = c.shape().dims();
+  std::vector<std::int64_t> rest(dims.begin() + 1, dims.end());
+  if (!c.is_string()) {
+    std::vector<std::int64_t> begin(dims.size(), 0), size = dims;
+    begin[0] = i;
+    size[0] = 1;
+    return ops::reshape(ops::slice(c, begin, size), rest);
+  }
+  CHORUS_REQUIRE(!dims.empty() && i >= 0 && i < dims[0], InvalidArgumentError, "row ", i, " of a string tensor of shape ",
+                 c.shape().to_string());
+  Tensor out = Tensor::empty(Shape(rest), DType::kString, c.device_name());
+  const std::int64_t n = out.num_elements();
+  const std::span<const std::string> src = c.strings();
+  std::copy_n(src.begin() + i * n, n, out.mutable_strings().begin());
+  return out;
+}
+
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  CHORUS_REQUIRE(!parts.empty(), InvalidArgumentError, "stack of no tensors");
+  if (!parts[0].is_string()) return ops::stack(parts, 0);
+  std::vector<std::int64_t> dims{static_cast<std::int64_t>(parts.size())};
+  const auto& row = parts[0].shape().dims();
+  dims.insert(dims.end(), row.begin(), row.end());
+  Tensor out = Tensor::empty(Shape(dims), DType::kString, parts[0].device_name());
+  const std::span<std::string> dst = out.mutable_strings();
+  std::size_t at = 0;
+  for (const Tensor& p : parts) {
+    const std::span<const std::string> src = p.strings();
+    std::copy(src.begin(), src.end(), dst.begin() + static_cast<std::ptrdiff_t>(at));
+    at += src.size();
+  }
+  return out;
 }
 
 void save_element(IteratorState& state, const std::string& key, const Element& element) {

@@ -20,6 +20,13 @@
 // prefetch) install a DeviceScope for it, so ops inside a map function land where they would
 // have landed on the calling thread.
 //
+// String components (DType::kString, core/tensor.h) flow through every transformation as TF's
+// tf.string components do: from_tensor_slices, batch, padded_batch (padding "" unless a string
+// padding value is given), unbatch, shuffle, take/skip/repeat, cache() in memory and on disk,
+// map, filter, and iterator save/restore (which keeps them as tensors; a checkpoint writes them as
+// DT_STRING). tfrecord_dataset and list_files yield scalar string tensors. String tensors live on
+// the host: where the pipeline device is a GPU, the data module makes them on CPU:0.
+//
 // Errors (thrown when the transformation is built, i.e. at the API boundary): bad arguments
 // (batch_size <= 0, shuffle buffer <= 0, take/skip/repeat count < -1, components with different
 // row counts, prefetch buffer < -1, num_parallel_calls 0 or < -1) → InvalidArgumentError naming the
@@ -242,7 +249,7 @@ class Dataset {
   // padded_batch: batches elements whose shapes differ by padding each component. padded_shapes
   // (one per component, each of the element's rank; -1 = TF's None: the largest in the batch):
   // nullopt pads every dimension to the batch's largest. padding_values: one scalar per component
-  // of its dtype; nullopt = 0 (false for bool). An element larger than a fixed padded dimension,
+  // of its dtype; nullopt = 0 (false for bool, "" for string). An element larger than a fixed padded dimension,
   // a padded shape of another rank, components of different ranks or dtypes within a batch →
   // InvalidArgumentError from next(); a padding value of another dtype or not a scalar, a count
   // of padded shapes or values other than the components' → InvalidArgumentError from next().
@@ -259,8 +266,8 @@ class Dataset {
   // 0 <= index < num_shards, else InvalidArgumentError. State: the input's, its position.
   Dataset shard(std::int64_t num_shards, std::int64_t index) const;
   // tf.data.Dataset.list_files(patterns, shuffle, seed): the files matching any glob pattern
-  // (glob(3): *, ?, [...]), each an element of one uint8 tensor [length] holding the path
-  // (chorus has no string dtype; record_string gives it back). Matched when this is called,
+  // (glob(3): *, ?, [...]), each an element of one scalar string tensor holding the path (on the
+  // pipeline device, or CPU:0 when that is a GPU: strings live on the host). Matched when this is called,
   // as TF does eagerly; duplicates removed, sorted. No match → InvalidArgumentError naming the
   // patterns ("No files matched pattern", as TF). shuffle (TF's default true): a full shuffle,
   // seed as shuffle(); a new order each pass. State: as shuffle, or the next file.

@@ -17,6 +17,18 @@ namespace chorus::data::internal {
 // a device type (index 0 when it names none), else "/CPU:0".
 std::string pipeline_device();
 
+// Where string tensors of a pipeline on `device` go: `device` itself when it is a CPU device,
+// else "/CPU:0" (string tensors live in host memory; TF runs tf.data on the host anyway).
+std::string host_device_for(const std::string& device);
+
+// Row `i` of `c` along axis 0 (shape c.shape()[1:]) on c's device: from_tensor_slices and unbatch.
+// Numeric components go through ops::slice; string components (which ops refuse) are copied
+// element by element.
+Tensor slice_row(const Tensor& c, std::int64_t i);
+// `parts` (one dtype and shape, checked by the caller) stacked on a new axis 0, on parts[0]'s
+// device: batch. Numeric through ops::stack, strings element by element.
+Tensor stack_rows(const std::vector<Tensor>& parts);
+
 // Where a one-input transformation saves its input iterator's state: "<prefix>input/".
 inline std::string input_prefix(const std::string& prefix) { return prefix + "input/"; }
 

@@ -13,7 +13,7 @@ using chorus::internal::str_cat;
 
 namespace {
 
-// Names as uint8 [length] tensors, in the given order (from_tensor_slices of strings in TF).
+// Names as scalar string tensors, in the given order (from_tensor_slices of strings in TF).
 class FilenamesDataset final : public DatasetBase {
  public:
   explicit FilenamesDataset(std::vector<std::string> names) : names_(std::move(names)) {}
@@ -23,11 +23,11 @@ class FilenamesDataset final : public DatasetBase {
     class It final : public IteratorBase {
      public:
       explicit It(std::shared_ptr<const FilenamesDataset> ds)
-          : ds_(std::move(ds)), device_(internal::pipeline_device()) {}
+          : ds_(std::move(ds)), device_(internal::host_device_for(internal::pipeline_device())) {}
       std::optional<Element> next() override {
         if (i_ >= ds_->names_.size()) return std::nullopt;
         const std::string& n = ds_->names_[i_++];
-        return Element{Tensor::from_vector(std::vector<std::uint8_t>(n.begin(), n.end()), device_)};
+        return Element{Tensor::scalar(n, device_)};
       }
       void save(IteratorState& state, const std::string& prefix) override {
         state.set_int(prefix + "list_files.next", static_cast<std::int64_t>(i_));

@@ -2,7 +2,6 @@
 #include <chorus/core/error.h>
 #include <chorus/data/dataset.h>
 #include <chorus/data/internal.h>
-#include <chorus/ops/shape_ops.h>
 
 namespace chorus::data {
 
@@ -34,13 +33,7 @@ class SliceDataset final : public DatasetBase {
       std::optional<Element> next() override {
         if (i_ >= ds_.cardinality()) return std::nullopt;
         Element e;
-        for (const Tensor& c : ds_.components_) {
-          std::vector<std::int64_t> begin(static_cast<std::size_t>(c.shape().rank()), 0), size = c.shape().dims();
-          begin[0] = i_;
-          size[0] = 1;
-          std::vector<std::int64_t> rest(c.shape().dims().begin() + 1, c.shape().dims().end());
-          e.push_back(ops::reshape(ops::slice(c, begin, size), rest));
-        }
+        for (const Tensor& c : ds_.components_) e.push_back(internal::slice_row(c, i_));
         ++i_;
         return e;
       }

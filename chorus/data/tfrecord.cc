@@ -396,15 +396,6 @@ void write_tfrecord_file(const std::string& path, const std::vector<std::string>
   writer.close();
 }
 
-std::string record_string(const Tensor& record) {
-  CHORUS_REQUIRE(record.defined() && record.dtype() == DType::kUInt8 && record.shape().rank() == 1,
-                 InvalidArgumentError, "record_string: needs a rank-1 uint8 tensor, got ",
-                 record.defined() ? str_cat(record.shape().to_string(), " ", dtype_name(record.dtype())) : "undefined");
-  std::string out(static_cast<std::size_t>(record.num_elements()), '\0');
-  if (!out.empty()) record.copy_to_host(out.data());
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------------
 // TFRecordDataset
 
@@ -420,7 +411,7 @@ class TFRecordDataset final : public DatasetBase {
     class It final : public IteratorBase {
      public:
       explicit It(std::shared_ptr<const TFRecordDataset> ds)
-          : ds_(std::move(ds)), device_(internal::pipeline_device()) {}
+          : ds_(std::move(ds)), device_(internal::host_device_for(internal::pipeline_device())) {}
       std::optional<Element> next() override {
         while (file_ < ds_->files_.size()) {
           if (!reader_) {
@@ -438,10 +429,7 @@ class TFRecordDataset final : public DatasetBase {
             next_file();  // a record over max_record_bytes: the same, rather than throw forever
             throw;
           }
-          if (record) {
-            return Element{Tensor::from_host(record->data(), Shape{static_cast<std::int64_t>(record->size())},
-                                             DType::kUInt8, device_)};
-          }
+          if (record) return Element{Tensor::scalar(std::move(*record), device_)};
           next_file();
         }
         return std::nullopt;

@@ -7,7 +7,7 @@
 //     w.write("hello");
 //   }                                                      // closed (and flushed) here
 //   for (auto it = chorus::data::tfrecord_dataset({"/tmp/x.tfrecord"}).make_iterator(); auto e = it.next();)
-//     std::string bytes = chorus::data::record_string((*e)[0]);
+//     std::string bytes = (*e)[0].item<std::string>();   // a scalar string tensor
 //
 // Framing of one record, all integers little-endian:
 //   uint64 length | uint32 masked_crc32c(length's 8 bytes) | data[length] | uint32 masked_crc32c(data)
@@ -146,15 +146,13 @@ std::vector<std::string> read_tfrecord_file(const std::string& path, TFRecordOpt
 void write_tfrecord_file(const std::string& path, const std::vector<std::string>& records,
                          TFRecordOptions options = {});
 
-// tf.data.TFRecordDataset(filenames): the records of the files in order, each element one uint8
-// tensor of shape [length] on the pipeline device (chorus has no string dtype; record_string turns
-// it back into bytes). Cardinality unknown. Files are opened when the iterator reaches them
+// tf.data.TFRecordDataset(filenames): the records of the files in order, each element one scalar
+// string tensor (as TF's) on the pipeline device, or on CPU:0 when that is a GPU (string tensors
+// live on the host). Cardinality unknown. Files are opened when the iterator reaches them
 // (NotFoundError from next()). After a DataLossError, or a ResourceExhaustedError for a record
 // over options.max_record_bytes, the iterator continues with the next file: the rest of a file
 // with a broken frame cannot be located (each such error is thrown once, never silently). State: file index and byte
 // offset. `options`: TFRecordDataset's compression_type, the same for every file.
 Dataset tfrecord_dataset(std::vector<std::string> filenames, TFRecordOptions options = {});
-// The bytes of a record tensor (uint8, rank 1).
-std::string record_string(const Tensor& record);
 
 }  // namespace chorus::data

@@ -8,7 +8,6 @@
 #include <chorus/data/dataset.h>
 #include <chorus/data/internal.h>
 #include <chorus/ops/random.h>
-#include <chorus/ops/shape_ops.h>
 
 namespace chorus::data {
 
@@ -58,7 +57,7 @@ class BatchDataset final : public UnaryDataset {
           std::vector<Tensor> parts;
           parts.reserve(rows.size());
           for (auto& r : rows) parts.push_back(r[c]);
-          out.push_back(ops::stack(parts, 0));
+          out.push_back(internal::stack_rows(parts));
         }
         return out;
       }

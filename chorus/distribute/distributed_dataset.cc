@@ -3,18 +3,58 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <utility>
 
+#include <chorus/core/device_spec.h>
 #include <chorus/core/error.h>
 #include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
 
 using chorus::internal::str_cat;
+
+namespace {
+
+// Rows [at, at + len) of `t` (axis 0). String tensors, which ops refuse, are copied on the host.
+Tensor slice_rows(const Tensor& t, std::int64_t at, std::int64_t len) {
+  std::vector<std::int64_t> dims = t.shape().dims();
+  if (!t.is_string()) {
+    std::vector<std::int64_t> begin(dims.size(), 0), size = dims;
+    begin[0] = at;
+    size[0] = len;
+    return ops::slice(t, begin, size);
+  }
+  const std::int64_t row = dims[0] == 0 ? 0 : t.num_elements() / dims[0];
+  dims[0] = len;
+  Tensor out = Tensor::empty(Shape(dims), DType::kString, t.device_name());
+  const std::span<const std::string> src = t.strings();
+  std::copy_n(src.begin() + at * row, len * row, out.mutable_strings().begin());
+  return out;
+}
+
+// Where a replica on `device` keeps a component of `dtype`: its device, except strings for a
+// GPU replica, which stay on the host (/CPU:0).
+std::string device_for(DType dtype, const std::string& device) {
+  if (dtype != DType::kString) return device;
+  const DeviceSpec spec = DeviceSpec::parse(device);
+  return spec.type && *spec.type == "GPU" ? std::string("/CPU:0") : device;
+}
+
+// `t` on the replica's device (or, for strings, the host device device_for names).
+Tensor to_replica(const Tensor& t, const std::string& device) {
+  const std::string where = device_for(t.dtype(), device);
+  if (t.device_name() == where) return t;
+  if (t.is_string() && where == "/CPU:0") return t;  // already on a host device: no copy for a GPU replica
+  return t.to(where);
+}
+
+}  // namespace
 
 const char* auto_shard_policy_name(AutoShardPolicy policy) {
   switch (policy) {
@@ -67,12 +107,7 @@ struct DistributedDataset::Iterator::State {
     std::int64_t at = 0;
     for (int r = 0; r < parts; ++r) {
       const std::int64_t len = base + (r < extra ? 1 : 0);
-      for (const Tensor& t : element) {
-        std::vector<std::int64_t> begin(static_cast<std::size_t>(t.shape().rank()), 0), size = t.shape().dims();
-        begin[0] = at;
-        size[0] = len;
-        out[static_cast<std::size_t>(r)].push_back(ops::slice(t, begin, size));
-      }
+      for (const Tensor& t : element) out[static_cast<std::size_t>(r)].push_back(slice_rows(t, at, len));
       at += len;
     }
     return out;
@@ -80,7 +115,7 @@ struct DistributedDataset::Iterator::State {
 
   static data::Element to_device(const data::Element& e, const std::string& device) {
     data::Element out;
-    for (const Tensor& t : e) out.push_back(t.device_name() == device ? t : t.to(device));
+    for (const Tensor& t : e) out.push_back(to_replica(t, device));
     return out;
   }
 
@@ -93,7 +128,7 @@ struct DistributedDataset::Iterator::State {
                      "distributed dataset: a component is a scalar; batches need "
                      "a batch dimension to split");
       dims[0] = 0;
-      e.push_back(Tensor::empty(Shape(dims), t.dtype(), device));
+      e.push_back(Tensor::empty(Shape(dims), t.dtype(), device_for(t.dtype(), device)));
     }
     return e;
   }
@@ -132,8 +167,10 @@ struct DistributedDataset::Iterator::State {
       for (int r = 0; r < n; ++r) {
         auto element = input.next();
         if (!element) break;
-        for (const Tensor& t : *element)
-          parts[static_cast<std::size_t>(r)].push_back(t.to(devices[static_cast<std::size_t>(r)]));
+        for (const Tensor& t : *element) {
+          const std::string& d = devices[static_cast<std::size_t>(r)];
+          parts[static_cast<std::size_t>(r)].push_back(t.is_string() ? to_replica(t, d) : t.to(d));
+        }
         ++got;
       }
       if (got == 0) return std::nullopt;

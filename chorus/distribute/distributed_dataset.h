@@ -24,6 +24,10 @@
 // Every worker must read the same data (same seeds), or the steps of the workers do not match.
 // Both copy each replica's part to its device one step ahead, on a background thread, so the copy
 // overlaps the running step (TF's prefetch to device). Errors of the pipeline surface from next().
+// String components (file names, serialized records) stay in host memory, as TF keeps string
+// tensors on the host: a replica on a CPU device gets them on its device; a replica on a GPU gets
+// them on /CPU:0 (its numeric components still on its GPU). They are split into per-replica rows
+// like the others.
 #pragma once
 
 #include <deque>

@@ -69,7 +69,7 @@ data::Dataset digits_of(const std::string& file, const data::TFRecordOptions& op
   return data::tfrecord_dataset({file}, options).enumerate().map([file](const data::Element& e) -> data::Element {
     DigitExample d;
     try {
-      d = parse_digit_example(data::record_string(e.at(1)));
+      d = parse_digit_example(e.at(1).item<std::string>());
     } catch (const DataLossError& err) {
       throw DataLossError(str_cat("record ", e.at(0).item<std::int64_t>(), " of '", file, "': ", err.message()));
     }

@@ -133,7 +133,11 @@ TEST(BundleRoundTrip, Strings) {
   std::string crc_input(reinterpret_cast<const char*>(&len), 4);
   crc_input += payload.substr(1);
   EXPECT_EQ(g.masked_crc32c, mask_crc32c(crc32c(crc_input.data(), crc_input.size())));
-  EXPECT_THROW(r.read("graph"), InvalidArgumentError);
+  // read() of a DT_STRING entry gives a string tensor (core/tensor.h) with the same values.
+  const Tensor graph = r.read("graph");
+  EXPECT_EQ(graph.dtype(), DType::kString);
+  EXPECT_EQ(graph.shape(), Shape{});
+  EXPECT_EQ(graph.item<std::string>(), "serialized graph bytes");
   EXPECT_THROW(r.read_strings("after"), InvalidArgumentError);
 }
 

@@ -3,7 +3,7 @@
 // skipped without it outside CI, FAILED under CI=true), one Python process per test.
 //
 //   ChorusWritesTensorFlowReads: chorus saves nested objects (names TF must escape), a variable of
-//     each of chorus's 8 dtypes with edge values (NaN, ±inf, −0, subnormals, integer limits) and a
+//     each of chorus's 8 numeric dtypes with edge values (NaN, ±inf, −0, subnormals, integer limits) and a
 //     100 MiB variable; tf.train.list_variables lists exactly chorus's keys, shapes and dtypes,
 //     tf.train.load_checkpoint reads every value bit for bit, and tf.train.Checkpoint(...) restores
 //     each into matching TF objects with assert_consumed().
@@ -244,7 +244,6 @@ const UnsupportedDType kUnsupported[] = {
     {"uint64", 23, "DT_UINT64 (uint64)"},
     {"complex64", 8, "DT_COMPLEX64 (complex64)"},
     {"complex128", 18, "DT_COMPLEX128 (complex128)"},
-    {"string", 7, "DT_STRING (string)"},
 };
 const char* const kSupported[] = {"float16", "bfloat16", "float32", "float64", "bool", "int32", "int64", "uint8"};
 // tf_interop.py STRINGS.
@@ -279,7 +278,8 @@ void check_dtypes(const std::string& case_dir) {
   BundleReader reader(prefix);
   EXPECT_EQ(reader.keys().size(), 17u);  // + string + the object graph
 
-  // Supported: restored bit for bit; the unsupported values are left unused, nothing else.
+  // Supported: restored bit for bit (and the DT_STRING variable value for value); the
+  // unsupported values are left unused, nothing else.
   std::vector<TrackableChild> children;
   std::map<std::string, Variable> vars;
   for (const char* name : kSupported) {
@@ -287,6 +287,8 @@ void check_dtypes(const std::string& case_dir) {
     vars.emplace(name, zeros_like(name, want.at(key_of(name))));
     children.push_back({name, vars.at(name)});
   }
+  vars.emplace("string", var("string", Tensor::empty({4}, DType::kString, "/CPU:0")));
+  children.push_back({"string", vars.at("string")});
   Checkpoint ckpt(std::move(children));
   const LoadStatus status = ckpt.read(prefix);
   status.assert_existing_objects_matched();
@@ -308,6 +310,13 @@ void check_dtypes(const std::string& case_dir) {
   EXPECT_EQ(vars.at("uint8").read_value().to_vector<std::uint8_t>()[3], 255);
   EXPECT_EQ(vars.at("bool").read_value().to_vector<bool>(), (std::vector<bool>{true, false, true, true, false, false}));
   EXPECT_EQ(float16_to_float(static_cast<const std::uint16_t*>(vars.at("float16").read_value().data())[8]), 65504.0f);
+  // DT_STRING: a string tensor, through the variable, read() and read_strings().
+  const BundleEntry& str = reader.entry(key_of("string"));
+  EXPECT_TRUE(str.is_string && str.supported());
+  EXPECT_EQ(str.dtype, DType::kString);
+  EXPECT_EQ(vars.at("string").read_value().to_vector<std::string>(), kStrings);
+  EXPECT_EQ(reader.read(key_of("string")).to_vector<std::string>(), kStrings);
+  EXPECT_EQ(reader.read_strings(key_of("string")), kStrings);
 
   // Unsupported: listed with TF's dtype and shape; reading or restoring one names key and dtype.
   for (const UnsupportedDType& u : kUnsupported) {
@@ -317,13 +326,9 @@ void check_dtypes(const std::string& case_dir) {
     const BundleEntry& e = reader.entry(key);
     EXPECT_EQ(e.tf_dtype, u.tf_enum);
     EXPECT_FALSE(e.supported());
-    const Shape shape = std::string(u.name) == "string" ? Shape{4} : want.at(key).shape;
+    const Shape shape = want.at(key).shape;
     EXPECT_EQ(e.shape, shape);
-    if (std::string(u.name) == "string") {
-      EXPECT_EQ(reader.read_strings(key), kStrings);
-      const std::string m = message_of<InvalidArgumentError>([&] { reader.read(key); });
-      EXPECT_NE(m.find("DT_STRING entry; use read_strings"), std::string::npos) << m;
-    } else {
+    {
       const std::string m = message_of<UnimplementedError>([&] { reader.read(key); });
       EXPECT_NE(m.find("tensor '" + key + "' of checkpoint '" + prefix + "' has TF dtype " + u.message +
                        ", which chorus has no DType for"),

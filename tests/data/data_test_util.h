@@ -42,8 +42,11 @@ inline std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
 
 using TempDir = chorus::testing::TempDir;  // tests/core/test_util.h
 
+// The first component of an element, a scalar string (a record, a file name).
+inline std::string first_string(const Element& e) { return e.at(0).item<std::string>(); }
+
 // For k = 0 .. records: an iterator of build() that has read k elements, saved and restored into
-// a fresh one, yields the same rest as the original (record_string of the first component), and
+// a fresh one, yields the same rest as the original (the first component, a string scalar), and
 // that rest has records - k elements.
 template <typename Build>
 void expect_resumes_after_every_element(Build build, std::size_t records) {
@@ -54,8 +57,8 @@ void expect_resumes_after_every_element(Build build, std::size_t records) {
     auto resumed = build().make_iterator();
     resumed.restore(state);
     std::vector<std::string> a, b;
-    while (auto e = it.next()) a.push_back(record_string((*e)[0]));
-    while (auto e = resumed.next()) b.push_back(record_string((*e)[0]));
+    while (auto e = it.next()) a.push_back(first_string(*e));
+    while (auto e = resumed.next()) b.push_back(first_string(*e));
     EXPECT_EQ(a, b) << "after " << k;
     EXPECT_EQ(a.size(), records - k);
   }
@@ -63,7 +66,7 @@ void expect_resumes_after_every_element(Build build, std::size_t records) {
 
 // An element as text, the form the TF interop script prints (numpy's dtype name, the shape and the
 // flattened values of each component, components joined by " ; "): "int64[2][3, 4] ; int64[][7]".
-// Integer and bool dtypes only.
+// Integer, bool and string dtypes (strings: "string[2]['61', '']", each value's bytes in hex).
 inline std::string describe(const Element& e) {
   std::string out;
   for (std::size_t c = 0; c < e.size(); ++c) {
@@ -86,6 +89,14 @@ inline std::string describe(const Element& e) {
         break;
       case DType::kBool:
         for (bool v : t.to_vector<bool>()) vals.push_back(v ? "True" : "False");
+        break;
+      case DType::kString:
+        for (const std::string& v : t.strings()) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          std::string hex = "'";
+          for (unsigned char b : v) hex += {kHex[b >> 4], kHex[b & 15]};
+          vals.push_back(hex + "'");
+        }
         break;
       default: vals.push_back("?");
     }

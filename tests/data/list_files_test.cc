@@ -18,7 +18,11 @@ using testing::TempDir;
 
 std::vector<std::string> names(const Dataset& ds) {
   std::vector<std::string> out;
-  for (auto it = ds.make_iterator(); auto e = it.next();) out.push_back(record_string((*e)[0]));
+  for (auto it = ds.make_iterator(); auto e = it.next();) {
+    EXPECT_EQ((*e)[0].dtype(), DType::kString);
+    EXPECT_EQ((*e)[0].shape().rank(), 0);  // a scalar string tensor, as TF's
+    out.push_back((*e)[0].item<std::string>());
+  }
   return out;
 }
 
@@ -78,7 +82,7 @@ TEST_F(ListFiles, FeedsInterleavedTFRecordReaders) {
     write_tfrecord_file(dir_ / ("part" + std::to_string(f) + ".tfrecord"), records);
   }
   auto ds = Dataset::list_files({dir_ / "part*.tfrecord"}, false)
-                .interleave([](const Element& e) { return tfrecord_dataset({record_string(e[0])}); }, 2, 2, 2);
+                .interleave([](const Element& e) { return tfrecord_dataset({e[0].item<std::string>()}); }, 2, 2, 2);
   EXPECT_EQ(names(ds), (std::vector<std::string>{"0:0", "0:1", "1:0", "1:1", "0:2", "0:3", "1:2", "1:3", "2:0", "2:1",
                                                  "2:2", "2:3"}));
 }

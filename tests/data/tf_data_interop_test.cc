@@ -1,5 +1,7 @@
 // The element order of filter, zip, concatenate, enumerate, shard, flat_map, interleave
-// (deterministic, sequential and parallel), padded_batch and unbatch, compared exactly with
+// (deterministic, sequential and parallel), padded_batch and unbatch — with numeric and string
+// components (from_tensor_slices, batch, padded_batch with "" and a string padding value,
+// unbatch, zip, map) —, compared exactly with
 // TensorFlow's for the same arguments: one Python run builds every case with tf.data and prints
 // its elements (dtype, shape, values of each component), chorus builds the same cases here.
 #include <gtest/gtest.h>
@@ -19,6 +21,12 @@ using testing::spit;
 using testing::TempDir;
 
 std::int64_t value_of(const Element& e, std::size_t c = 0) { return e[c].item<std::int64_t>(); }
+using Strings = std::vector<std::string>;
+// tf.fill([n], tf.strings.as_string(x)): n copies of x's decimal digits.
+Tensor fill_text(std::int64_t n, std::int64_t x) {
+  return Tensor::from_vector(Strings(static_cast<std::size_t>(n), std::to_string(x)));
+}
+const Strings kWords = {"a", "bb", "", std::string("\0\xff", 2), "e"};
 Tensor fill(std::int64_t n, std::int64_t v) { return Tensor::full(Shape{n}, static_cast<double>(v), DType::kInt64); }
 Dataset R(std::int64_t a, std::int64_t b) { return Dataset::range(a, b); }
 Dataset R(std::int64_t b) { return Dataset::range(b); }
@@ -120,6 +128,33 @@ const Case kCases[] = {
            .padded_batch(4)
            .unbatch();
      }},
+    {"string_slices_batch", "tf.data.Dataset.from_tensor_slices(WORDS).batch(2)",
+     [] { return Dataset::from_tensor_slices({Tensor::from_vector(kWords)}).batch(2); }},
+    {"string_zip_batch_unbatch",
+     "tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(WORDS), R(5))).batch(3).unbatch()",
+     [] { return Dataset::zip({Dataset::from_tensor_slices({Tensor::from_vector(kWords)}), R(5)}).batch(3).unbatch(); }},
+    {"string_rows", "tf.data.Dataset.from_tensor_slices(tf.reshape(tf.constant(WORDS[:4]), [2, 2])).unbatch()",
+     [] {
+       const Strings four(kWords.begin(), kWords.begin() + 4);
+       return Dataset::from_tensor_slices({Tensor::from_vector(four, {2, 2})}).unbatch();
+     }},
+    {"string_padded_batch", "R(1, 6).map(lambda x: tf.fill([x], tf.strings.as_string(x))).padded_batch(2)",
+     [] {
+       return R(1, 6).map([](const Element& e) { return Element{fill_text(value_of(e), value_of(e))}; }).padded_batch(2);
+     }},
+    {"string_padded_batch_value",
+     "R(1, 5).map(lambda x: (tf.fill([x % 3 + 1, x], tf.strings.as_string(x)), x)).padded_batch(3, "
+     "padded_shapes=([4, None], []), padding_values=(tf.constant(b'pad'), tf.constant(0, tf.int64)))",
+     [] {
+       return R(1, 5)
+           .map([](const Element& e) {
+             const std::int64_t x = value_of(e);
+             Tensor t = fill_text((x % 3 + 1) * x, x).reshape(Shape{x % 3 + 1, x});
+             return Element{t, e[0]};
+           })
+           .padded_batch(3, std::vector<std::vector<std::int64_t>>{{4, -1}, {}},
+                         std::vector<Tensor>{Tensor::scalar("pad"), Tensor::scalar<std::int64_t>(0)});
+     }},
 };
 
 TEST(TFDataInterop, ElementOrderMatchesTensorFlow) {
@@ -129,11 +164,17 @@ TEST(TFDataInterop, ElementOrderMatchesTensorFlow) {
   std::string script = R"(import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import tensorflow as tf
+import numpy as np
 R = tf.data.Dataset.range
+WORDS = [b"a", b"bb", b"", b"\x00\xff", b"e"]
 def describe(e):
     parts = []
     for a in tf.nest.flatten(e):
-        parts.append(f"{a.dtype.name}{list(a.shape)}{a.flatten().tolist()}")
+        if isinstance(a, bytes) or a.dtype == object:  # tf.string: bytes, or an object array of them
+            a = np.array(a, dtype=object)
+            parts.append(f"string{list(a.shape)}{[v.hex() for v in a.flatten().tolist()]}")
+        else:
+            parts.append(f"{a.dtype.name}{list(a.shape)}{a.flatten().tolist()}")
     return " ; ".join(parts)
 cases = [
 )";

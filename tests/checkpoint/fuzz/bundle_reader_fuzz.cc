@@ -44,6 +44,8 @@ void read_entry(const std::string& key, const BundleEntry& e, std::string_view d
     check(!e.is_string && e.dtype == *dt);
   } else {
     check(e.is_string == (e.tf_dtype == internal::kTfString));
+    // BundleReader::read makes a string tensor of exactly the entry's shape for these.
+    if (e.is_string) check(e.dtype == chorus::DType::kString);
   }
   // decode(encode(entry)) == entry.
   int slices = 0;
@@ -58,6 +60,14 @@ void read_entry(const std::string& key, const BundleEntry& e, std::string_view d
   if (e.is_string) {
     const auto values = internal::decode_string_tensor(bytes, n, e.masked_crc32c, "fuzz.data", key);
     check(static_cast<std::int64_t>(values.size()) == n);
+    // The values account for every byte of the entry: lengths, their checksum, the strings.
+    std::size_t total = 0;
+    for (const std::string& v : values) total += v.size();
+    check(total <= bytes.size());
+    // What BundleWriter writes for them decodes to the same values (the re-encoding is TF's).
+    std::uint32_t crc = 0;
+    const std::string again = internal::encode_string_tensor(values, &crc);
+    check(internal::decode_string_tensor(again, n, chorus::mask_crc32c(crc), "re.data", key) == values);
   } else if (internal::dtype_from_tf(e.tf_dtype)) {
     // The tensor BundleReader allocates holds n × dtype_size bytes; it copies e.size into it.
     check(static_cast<std::uint64_t>(e.size) == static_cast<std::uint64_t>(n) * chorus::dtype_size(e.dtype));
