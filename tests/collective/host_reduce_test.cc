@@ -52,6 +52,7 @@ TEST(HostReduceTest, RejectsUnsupportedDtypes) {
   void* o[] = {&v};
   EXPECT_THROW(reduce_range(DType::kUInt8, ReduceOp::kSum, in, 1, o, 1, 0, 1, 1), InvalidArgumentError);
   EXPECT_THROW(check_collective_dtype(DType::kBool, "all_reduce"), InvalidArgumentError);
+  EXPECT_THROW(check_collective_dtype(DType::kString, "all_reduce"), InvalidArgumentError);
 }
 
 TEST(PartitionTest, CoversEverythingOnceOnCacheLineBoundaries) {

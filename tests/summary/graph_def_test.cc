@@ -158,6 +158,7 @@ TEST(GraphDef, DataTypeNumbersAreTensorFlows) {
   EXPECT_EQ(tf_data_type(DType::kFloat64), 2);
   EXPECT_EQ(tf_data_type(DType::kInt32), 3);
   EXPECT_EQ(tf_data_type(DType::kUInt8), 4);
+  EXPECT_EQ(tf_data_type(DType::kString), 7);
   EXPECT_EQ(tf_data_type(DType::kInt64), 9);
   EXPECT_EQ(tf_data_type(DType::kBool), 10);
   EXPECT_EQ(tf_data_type(DType::kBFloat16), 14);
