@@ -52,8 +52,9 @@
 // and the allowed formats; a missing directory → NotFoundError (unreadable: PermissionDeniedError).
 // Folders below it that cannot be read are skipped, as os.walk does. With follow_links, a folder
 // that is already on the path being walked (a symlink loop) is not entered again, and the walk stops
-// 40 folders deep (Keras walks a loop until the OS refuses the path, listing its files at every
-// level: its file list differs from chorus's then).
+// 40 folders below the class folder (Keras walks a loop until the OS refuses the path, listing its
+// files at every level: its file list differs from chorus's then). More than 2^20 folders in one
+// class's walk → ResourceExhaustedError.
 // While iterating, a file that cannot be read, is not an image, is corrupt, or is a BMP/GIF (not
 // decoded by chorus yet) raises the reader's or decoder's error (DataLossError for corrupt data,
 // NotFoundError, PermissionDeniedError, ...) from next(), its message starting with the file's path;

@@ -83,7 +83,9 @@ bool is_link(const std::string& path) {
 }
 
 struct Walk {
+  std::string directory;  // for messages
   bool follow_links;
+  std::int64_t folders_seen = 0;
   std::vector<std::pair<std::string, std::vector<std::string>>> folders;  // (root, file names)
   std::vector<std::pair<dev_t, ino_t>> ancestors;                        // the folders on the current path
 };
@@ -94,10 +96,13 @@ void walk(const std::string& top, Walk& w, int depth) {
   if (::stat(top.c_str(), &st) != 0) return;
   const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
   if (std::find(w.ancestors.begin(), w.ancestors.end(), id) != w.ancestors.end()) return;
+  CHORUS_REQUIRE(++w.folders_seen <= kMaxWalkFolders, ResourceExhaustedError, "image_dataset_from_directory: more than ",
+                 kMaxWalkFolders, " folders under ", w.directory,
+                 w.follow_links ? " (with follow_links: symbolic links may make the tree larger than the disk)" : "");
   std::vector<std::string> dirs, files;
   if (!list_folder(top, dirs, files)) return;
   w.folders.emplace_back(top, std::move(files));
-  if (depth >= kMaxWalkDepth) return;
+  if (w.follow_links && depth >= kMaxWalkDepth) return;
   w.ancestors.push_back(id);
   for (const std::string& name : dirs) {
     const std::string path = path_join(top, name);
@@ -111,7 +116,7 @@ void walk(const std::string& top, Walk& w, int depth) {
 std::vector<std::string> index_subdirectory(const std::string& directory, const std::string& subdir,
                                             bool follow_links) {
   const std::string top = path_join(directory, subdir);
-  Walk w{follow_links, {}, {}};
+  Walk w{directory, follow_links, 0, {}, {}};
   walk(top, w, 0);
   std::stable_sort(w.folders.begin(), w.folders.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -67,11 +67,13 @@ struct DirectoryIndex {
 // class_names (inferred only): the classes to index, in this order; each must be a class folder.
 // seed: used only with shuffle. Errors: a missing directory → NotFoundError; class_names not among
 // the folders, repeated, or given without inferred labels; explicit labels not one per file →
-// InvalidArgumentError. Folders that cannot be read are skipped, as os.walk does. With
+// InvalidArgumentError; more than kMaxWalkFolders folders in one class's walk →
+// ResourceExhaustedError. Folders that cannot be read are skipped, as os.walk does. With
 // follow_links, a folder already on the path being walked (a symlink loop) is not entered again,
-// and nothing deeper than kMaxWalkDepth folders is entered (Python walks a loop until the OS
-// refuses the path, listing its files again at every level).
+// and nothing deeper than kMaxWalkDepth folders below a class folder is entered (Python walks a
+// loop until the OS refuses the path, listing its files again at every level).
 inline constexpr int kMaxWalkDepth = 40;
+inline constexpr std::int64_t kMaxWalkFolders = std::int64_t{1} << 20;
 DirectoryIndex index_directory(const std::string& directory, const std::string& labels,
                                const std::vector<std::int64_t>& explicit_labels,
                                const std::vector<std::string>& class_names, bool shuffle, std::uint32_t seed,

@@ -223,5 +223,48 @@ with open(sys.argv[2], "w") as out:
   EXPECT_EQ(chorus_lines(root + "/", cases()[0].options)[1], root + "/Bee/00.jpg\t0");
 }
 
+// Keras's argument errors (ValueError → InvalidArgumentError), checked before the folder is read.
+TEST(ImageFolderIndex, ArgumentErrorsAsKeras) {
+  auto error = [](ImageFolderOptions o) -> std::string {
+    o.verbose = false;
+    try {
+      internal::plan_image_folder(o);
+    } catch (const InvalidArgumentError& e) {
+      return e.message();
+    }
+    return "no error";
+  };
+  auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(error({.label_mode = "sparse"}), "`label_mode` argument must be one of"));
+  EXPECT_TRUE(has(error({.color_mode = "cmyk"}), "`color_mode` must be one of"));
+  EXPECT_TRUE(has(error({.image_size = {0, 5}}), "Invalid `image_size` value"));
+  EXPECT_TRUE(has(error({.batch_size = 0}), "batch_size must be > 0"));
+  EXPECT_TRUE(has(error({.interpolation = "cubic"}), "Argument `interpolation` should be one of"));
+  EXPECT_TRUE(has(error({.seed = 1, .validation_split = 1.0, .subset = "training"}),
+                  "`validation_split` must be between 0 and 1, received: 1"));
+  EXPECT_TRUE(has(error({.seed = 1, .validation_split = -0.1, .subset = "training"}), "must be between 0 and 1"));
+  EXPECT_TRUE(has(error({.seed = 1, .subset = "training"}), "If `subset` is set, `validation_split` must be set"));
+  EXPECT_TRUE(has(error({.seed = 1, .validation_split = 0.2}), "If `subset` is set, `validation_split` must be set"));
+  EXPECT_TRUE(has(error({.seed = 1, .validation_split = 0.2, .subset = "test"}), "`subset` must be either"));
+  EXPECT_TRUE(has(error({.validation_split = 0.2, .subset = "training"}), "you must provide a `seed` argument"));
+  EXPECT_TRUE(has(error({.seed = 1ull << 32}), "Seed must be between 0 and 2**32 - 1"));
+  EXPECT_TRUE(has(error({.labels = "folders"}), "`labels` must be"));
+  EXPECT_TRUE(has(error({.explicit_labels = {1, 2}}), "explicit_labels given with labels"));
+  // Without a shuffle the split needs no seed (Keras's rule), and "Bilinear" is lowercased as Keras does.
+  EXPECT_EQ(error({.shuffle = false, .validation_split = 0.2, .subset = "training", .interpolation = "Bilinear"}),
+            "no error");
+  EXPECT_THROW(internal::plan_image_folder({.interpolation = "bicubic"}), UnimplementedError);
+  // No seed: one drawn in [0, 10^6), reproducible after ops::set_seed.
+  const auto a = internal::plan_image_folder({.verbose = false});
+  EXPECT_LT(a.seed, 1000000u);
+  EXPECT_EQ(a.channels, 3);
+  EXPECT_EQ(internal::plan_image_folder({.color_mode = "grayscale"}).channels, 1);
+  EXPECT_EQ(internal::plan_image_folder({.color_mode = "rgba"}).channels, 4);
+  // label_mode none turns the labels off (the whole tree is listed), as Keras.
+  EXPECT_EQ(internal::plan_image_folder({.label_mode = "none", .seed = 1}).options.labels, "none");
+}
+
 }  // namespace
 }  // namespace chorus::data
