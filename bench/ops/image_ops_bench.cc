@@ -66,11 +66,36 @@ int main(int argc, char** argv) {
     const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::int64_t b = quick ? 2 : 32;
     const std::vector<Case> cases = {
-        {"uint8 256x256x3 -> 224 bilinear", {b, 256, 256, 3}, {224, 224}, cx::DType::kUInt8, img::ResizeMethod::kBilinear, false},
-        {"float32 256x256x3 -> 224 bilinear", {b, 256, 256, 3}, {224, 224}, cx::DType::kFloat32, img::ResizeMethod::kBilinear, false},
-        {"float32 64x64x3 -> 224 bilinear", {b, 64, 64, 3}, {224, 224}, cx::DType::kFloat32, img::ResizeMethod::kBilinear, false},
-        {"uint8 256x256x3 -> 224 nearest", {b, 256, 256, 3}, {224, 224}, cx::DType::kUInt8, img::ResizeMethod::kNearestNeighbor, false},
-        {"float32 64x64x16 -> 128 bilinear grad", {b, 64, 64, 16}, {128, 128}, cx::DType::kFloat32, img::ResizeMethod::kBilinear, true},
+        {"uint8 256x256x3 -> 224 bilinear",
+         {b, 256, 256, 3},
+         {224, 224},
+         cx::DType::kUInt8,
+         img::ResizeMethod::kBilinear,
+         false},
+        {"float32 256x256x3 -> 224 bilinear",
+         {b, 256, 256, 3},
+         {224, 224},
+         cx::DType::kFloat32,
+         img::ResizeMethod::kBilinear,
+         false},
+        {"float32 64x64x3 -> 224 bilinear",
+         {b, 64, 64, 3},
+         {224, 224},
+         cx::DType::kFloat32,
+         img::ResizeMethod::kBilinear,
+         false},
+        {"uint8 256x256x3 -> 224 nearest",
+         {b, 256, 256, 3},
+         {224, 224},
+         cx::DType::kUInt8,
+         img::ResizeMethod::kNearestNeighbor,
+         false},
+        {"float32 64x64x16 -> 128 bilinear grad",
+         {b, 64, 64, 16},
+         {128, 128},
+         cx::DType::kFloat32,
+         img::ResizeMethod::kBilinear,
+         true},
     };
     std::string tf_py = cx::bench::tf_python(), skipped;
     if (tf_py.empty()) skipped = "no Python for TensorFlow (set CHORUS_TF_PYTHON or make the test venv)";
@@ -82,15 +107,16 @@ int main(int argc, char** argv) {
       std::optional<double> tf_ms;
       if (skipped.empty()) {
         int status = 0;
-        const std::string out = capture(
-            "'" + tf_py + "' '" + CHORUS_IMAGE_BENCH_DIR + "/tf_image_resize.py' --shape " + csv(c.shape.dims()) +
-                " --size " + csv({c.size[0], c.size[1]}) + " --dtype " + std::string(cx::dtype_name(c.dtype)) +
-                " --method " + (c.method == img::ResizeMethod::kBilinear ? "bilinear" : "nearest") + " --grad " +
-                (c.grad ? "1" : "0") + " --threads " + std::to_string(threads) + " --repeats " +
-                std::to_string(repeats) + " 2>&1",
-            &status);
+        const std::string out = capture("'" + tf_py + "' '" + CHORUS_IMAGE_BENCH_DIR + "/tf_image_resize.py' --shape " +
+                                            csv(c.shape.dims()) + " --size " + csv({c.size[0], c.size[1]}) +
+                                            " --dtype " + std::string(cx::dtype_name(c.dtype)) + " --method " +
+                                            (c.method == img::ResizeMethod::kBilinear ? "bilinear" : "nearest") +
+                                            " --grad " + (c.grad ? "1" : "0") + " --threads " +
+                                            std::to_string(threads) + " --repeats " + std::to_string(repeats) + " 2>&1",
+                                        &status);
         tf_ms = result_field(out, "ms");
-        if (status != 0 || !tf_ms) skipped = "TensorFlow run failed (exit " + std::to_string(status) + "): " + out.substr(0, 300);
+        if (status != 0 || !tf_ms)
+          skipped = "TensorFlow run failed (exit " + std::to_string(status) + "): " + out.substr(0, 300);
       }
       const std::optional<double> ratio = tf_ms ? std::optional<double>(*tf_ms / ms) : std::nullopt;
       std::printf("%-40s %12.3f %12s %8s\n", c.name, ms, tf_ms ? std::to_string(*tf_ms).c_str() : "-",

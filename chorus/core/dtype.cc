@@ -16,7 +16,7 @@ namespace {
 using internal::str_cat;
 
 constexpr std::string_view kValidNames =
-    "float32, float64, float16, bfloat16, int32, int64, uint8, bool (aliases: float, double, half)";
+    "float32, float64, float16, bfloat16, int32, int64, uint8, bool, string (aliases: float, double, half)";
 
 [[noreturn]] void throw_bad_dtype(DType dtype) {
   throw InvalidArgumentError(
@@ -246,6 +246,7 @@ void convert_from(const void* src, void* dst, DType dst_type, std::size_t count)
     case DType::kInt64: return convert_loop<Src, DType::kInt64>(src, dst, count);
     case DType::kUInt8: return convert_loop<Src, DType::kUInt8>(src, dst, count);
     case DType::kBool: return convert_loop<Src, DType::kBool>(src, dst, count);
+    case DType::kString: break;  // refused by convert() before the dispatch
   }
   throw_bad_dtype(dst_type);
 }
@@ -262,6 +263,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::kInt64: return 8;
     case DType::kUInt8: return 1;
     case DType::kBool: return 1;
+    case DType::kString: return sizeof(std::string);
   }
   throw_bad_dtype(dtype);
 }
@@ -276,6 +278,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kInt64: return "int64";
     case DType::kUInt8: return "uint8";
     case DType::kBool: return "bool";
+    case DType::kString: return "string";
   }
   throw_bad_dtype(dtype);
 }
@@ -375,6 +378,12 @@ bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_by
 }  // namespace
 
 void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t count) {
+  if (src_type == DType::kString || dst_type == DType::kString) {
+    throw InvalidArgumentError(str_cat(
+        "convert: cannot convert ", src_type, " to ", dst_type,
+        ": string elements are std::string objects holding bytes, not numbers (TF has no cast between "
+        "string and numeric dtypes either); read them with Tensor::strings() or to_vector<std::string>()"));
+  }
   if (src_type == dst_type) {
     // Bit-for-bit copy: NaN payloads and bool bytes other than 0/1 pass through unchanged.
     const std::size_t bytes = count * dtype_size(src_type);
@@ -398,11 +407,14 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, std::si
     case DType::kInt64: return convert_from<DType::kInt64>(src, dst, dst_type, count);
     case DType::kUInt8: return convert_from<DType::kUInt8>(src, dst, dst_type, count);
     case DType::kBool: return convert_from<DType::kBool>(src, dst, dst_type, count);
+    case DType::kString: break;  // refused above
   }
   throw_bad_dtype(src_type);
 }
 
 double element_as_double(const void* data, DType dtype, std::size_t index) {
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError,
+                 "element_as_double: a string element is not a number");
   double out;
   convert(static_cast<const unsigned char*>(data) + index * dtype_size(dtype), dtype, &out, DType::kFloat64, 1);
   return out;

@@ -1,4 +1,9 @@
-// Element types: the eight dtypes chorus tensors hold, their sizes and names, and conversions.
+// Element types: the nine dtypes chorus tensors hold, their sizes and names, and conversions.
+//
+// kString (TF's tf.string, DT_STRING) holds arbitrary bytes per element as a std::string; string
+// tensors live in host memory only (core/tensor.h "String tensors"). It is not a number: convert()
+// and element_as_double() to or from it throw InvalidArgumentError (TF has no cast either; parse
+// numbers with a decoder), and its dtype_size() is sizeof(std::string), the in-place object.
 //
 // Names are TensorFlow's ("float32", "bfloat16", ...). float16 is IEEE 754 binary16; bfloat16 is
 // the upper 16 bits of a float32. Conversions to the 16-bit types round to nearest even, keep
@@ -26,12 +31,14 @@ enum class DType : std::uint8_t {
   kInt64,
   kUInt8,
   kBool,
+  kString,
 };
-inline constexpr int kNumDTypes = 8;
+inline constexpr int kNumDTypes = 9;
 
-// Bytes per element: 4, 8, 2, 2, 4, 8, 1, 1.
+// Bytes per element: 4, 8, 2, 2, 4, 8, 1, 1, sizeof(std::string) (the object; the bytes of a long
+// string live on the heap).
 std::size_t dtype_size(DType dtype);
-// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool".
+// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool", "string".
 std::string_view dtype_name(DType dtype);
 // Parses a TF name (also "float", "double", "half"); throws InvalidArgumentError listing names.
 DType parse_dtype(std::string_view name);
@@ -123,12 +130,18 @@ template <>
 constexpr DType dtype_of<bool>() {
   return DType::kBool;
 }
+template <>
+constexpr DType dtype_of<std::string>() {
+  return DType::kString;
+}
 
 // Converts `count` elements from host buffer `src` of `src_type` to host buffer `dst` of
-// `dst_type` (buffers must not overlap unless identical with equal types). Rules above.
+// `dst_type` (buffers must not overlap unless identical with equal types). Rules above. Either
+// type kString → InvalidArgumentError (std::string objects are not bytes to copy or convert).
 void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t count);
 
 // Reads element `index` of a host buffer of `dtype` as double (for printing and item<T>()).
+// kString → InvalidArgumentError.
 double element_as_double(const void* data, DType dtype, std::size_t index);
 
 }  // namespace chorus

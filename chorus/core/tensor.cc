@@ -1,12 +1,15 @@
 #include <chorus/core/tensor.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include <chorus/core/cuda/kernels.h>
+#include <chorus/core/device_spec.h>
 #include <chorus/core/gpu.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/placement.h>
@@ -64,9 +67,37 @@ void add_host(DType dtype, void* dst, const void* src, std::size_t n) {
     case DType::kUInt8: return add_loop<std::uint8_t>(dst, src, n);
     case DType::kFloat16: return add_loop_16<float16>(dst, src, n);
     case DType::kBFloat16: return add_loop_16<bfloat16>(dst, src, n);
-    case DType::kBool: break;
+    case DType::kBool:
+    case DType::kString: break;
   }
-  throw InvalidArgumentError("assign_add is not defined for bool tensors: use assign");
+  throw InvalidArgumentError(str_cat("assign_add is not defined for ", dtype, " tensors: use assign"));
+}
+
+// The device for string op `op` (Empty, Const, Copy): a CPU device. An explicit GPU request is an
+// error; otherwise the op is placed as one without a GPU kernel (a GPU DeviceScope soft-places it
+// on the host, as TF places string ops).
+std::shared_ptr<DeviceContext> place_strings(std::string_view op, std::string_view device) {
+  if (!device.empty()) {
+    const DeviceSpec spec = DeviceSpec::parse(device);
+    CHORUS_REQUIRE(!spec.type || *spec.type != "GPU", InvalidArgumentError, op, ": a string tensor cannot be placed on '",
+                   device, "': string tensors live in host memory (use a CPU device such as \"/CPU:0\")");
+  }
+  return place_op(op, device, /*has_gpu_kernel=*/false);
+}
+
+// Copies the std::string elements of `src` into `dst` (both host buffers of `n` strings): in
+// stream order of dst's device, after src's device finished its pending work.
+void copy_strings(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buffer>& dst, std::size_t n) {
+  if (n == 0 || src == dst) return;
+  CHORUS_REQUIRE(!src->released() && !dst->released(), FailedPreconditionError,
+                 "copy of string elements from or into tensor storage that was released");
+  DeviceContext& s = src->device();
+  DeviceContext& d = dst->device();
+  if (&s != &d) s.stream().synchronize();  // the source's pending work (and its errors) first
+  const auto* from = static_cast<const std::string*>(src->data());
+  auto* to = static_cast<std::string*>(dst->data());
+  auto copy = [&] { std::copy_n(from, n, to); };
+  d.stream().execute_host([&copy] { copy(); });
 }
 
 // Copies `bytes` from `src` (on its device) into `dst` (on its device). Returns once the copy is
@@ -128,7 +159,24 @@ Buffer::Buffer(std::shared_ptr<DeviceContext> device, std::size_t bytes, std::st
   data_ = device_->allocator().allocate(bytes, tag);
 }
 
+Buffer::Buffer(std::shared_ptr<DeviceContext> device, Strings strings, std::string_view tag)
+    : device_(std::move(device)), bytes_(strings.count * sizeof(std::string)), holds_strings_(true) {
+  CHORUS_REQUIRE(!device_->is_gpu(), InvalidArgumentError, "string tensor storage cannot live on ", device_->name(),
+                 ": string tensors live in host memory (a CPU device)");
+  data_ = device_->allocator().allocate(bytes_, tag);
+  construct_strings();
+}
+
+void Buffer::construct_strings() {
+  if (bytes_ > 0) std::uninitialized_value_construct_n(static_cast<std::string*>(data_), bytes_ / sizeof(std::string));
+}
+
+void Buffer::destroy_strings() {
+  if (bytes_ > 0) std::destroy_n(static_cast<std::string*>(data_), bytes_ / sizeof(std::string));
+}
+
 Buffer::~Buffer() {
+  if (holds_strings_ && !released_) destroy_strings();
   try {
     device_->allocator().deallocate(data_);
   } catch (const Error& e) {
@@ -165,6 +213,7 @@ void Buffer::release() {
   if (released_) return;
   await_writable();
   if (!device_->is_gpu()) device_->stream().synchronize();  // queued host work may still use the bytes
+  if (holds_strings_) destroy_strings();
   device_->allocator().deallocate(data_);
   data_ = nullptr;
   released_ = true;
@@ -173,14 +222,18 @@ void Buffer::release() {
 void Buffer::restore() {
   if (!released_) return;
   data_ = device_->allocator().allocate(bytes_, "restored tensor storage");
+  if (holds_strings_) construct_strings();
   released_ = false;
 }
 
 void Buffer::exchange(Buffer& other) {
-  CHORUS_REQUIRE(device_ == other.device_ && bytes_ == other.bytes_ && !released_ && !other.released_,
-                 InvalidArgumentError, "Buffer::exchange needs two live buffers of one device and size; got ", bytes_,
-                 " bytes on ", device_->name(), released_ ? " (released)" : "", " and ", other.bytes_, " bytes on ",
-                 other.device_->name(), other.released_ ? " (released)" : "");
+  CHORUS_REQUIRE(device_ == other.device_ && bytes_ == other.bytes_ && holds_strings_ == other.holds_strings_ &&
+                     !released_ && !other.released_,
+                 InvalidArgumentError, "Buffer::exchange needs two live buffers of one device, size and kind; got ",
+                 bytes_, " bytes", holds_strings_ ? " of strings" : "", " on ", device_->name(),
+                 released_ ? " (released)" : "", " and ", other.bytes_, " bytes",
+                 other.holds_strings_ ? " of strings" : "", " on ", other.device_->name(),
+                 other.released_ ? " (released)" : "");
   await_writable();
   other.await_writable();
   if (!device_->is_gpu()) device_->stream().synchronize();
@@ -199,6 +252,10 @@ Tensor internal_mark_trainable_variable(Tensor t) {
 }
 
 Tensor Tensor::allocate(std::shared_ptr<DeviceContext> device, const Shape& shape, DType dtype) {
+  if (dtype == DType::kString) {
+    const Buffer::Strings strings{static_cast<std::size_t>(shape.num_elements())};
+    return Tensor(std::make_shared<Buffer>(std::move(device), strings, tag_for(shape, dtype)), shape, dtype);
+  }
   const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
   return Tensor(std::make_shared<Buffer>(std::move(device), bytes, tag_for(shape, dtype)), shape, dtype);
 }
@@ -209,10 +266,13 @@ Tensor Tensor::empty_on(std::shared_ptr<DeviceContext> device, const Shape& shap
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, std::string_view device) {
+  if (dtype == DType::kString) return allocate(place_strings("Empty", device), shape, dtype);
   return allocate(place_op("Empty", device), shape, dtype);
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, std::string_view device) {
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError, "Fill: cannot fill a string tensor with the number ",
+                 value, "; use from_vector<std::string> (or empty()/zeros(): empty strings)");
   Tensor t = allocate(place_op("Fill", device), shape, dtype);
   DeviceContext& ctx = t.device_context();
   const std::uint64_t pattern = pattern_of(value, dtype);
@@ -230,6 +290,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, std::string_v
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, std::string_view device) {
+  if (dtype == DType::kString) return empty(shape, dtype, device);  // tf.zeros(dtype=tf.string): b''
   return full(shape, 0.0, dtype, device);
 }
 Tensor Tensor::ones(const Shape& shape, DType dtype, std::string_view device) {
@@ -237,6 +298,8 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, std::string_view device) {
 }
 
 Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, std::string_view device) {
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError,
+                 "from_host: a string tensor is not made from raw bytes; use from_vector<std::string>");
   Tensor t = allocate(place_op("Const", device), shape, dtype);
   const std::size_t bytes = t.nbytes();
   CHORUS_REQUIRE(data != nullptr || bytes == 0, InvalidArgumentError, "from_host: data is null for shape ",
@@ -253,6 +316,44 @@ Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, std:
   return t;
 }
 
+Tensor Tensor::from_strings(std::vector<std::string> values, const Shape& shape, std::string_view device) {
+  CHORUS_REQUIRE(static_cast<std::int64_t>(values.size()) == shape.num_elements(), InvalidArgumentError,
+                 "from_vector: ", values.size(), " strings do not fill shape ", shape.to_string(), " (",
+                 shape.num_elements(), " elements)");
+  Tensor t = allocate(place_strings("Const", device), shape, DType::kString);
+  // Fresh storage: no queued work can touch it, so fill it here (as from_host).
+  std::move(values.begin(), values.end(), static_cast<std::string*>(t.buffer_->data()));
+  return t;
+}
+
+void Tensor::require_string_access(const char* what, bool wants_string) const {
+  if (wants_string == (dtype_ == DType::kString)) return;
+  if (wants_string)
+    throw InvalidArgumentError(str_cat(what, "<std::string>: the tensor has dtype ", dtype_,
+                                       ", not string (TF has no cast from numbers to strings either)"));
+  throw InvalidArgumentError(str_cat(what, ": a string tensor of shape ", shape_.to_string(),
+                                     " holds std::string elements, not numbers; read it with strings(), "
+                                     "to_vector<std::string>() or item<std::string>()"));
+}
+
+std::span<const std::string> Tensor::strings() const {
+  require_defined("strings");
+  require_string_access("strings", true);
+  device_context().stream().synchronize();  // rethrows errors of pending work
+  CHORUS_REQUIRE(!buffer_->released(), FailedPreconditionError, "strings() of a tensor whose storage was released");
+  return {static_cast<const std::string*>(buffer_->data()), static_cast<std::size_t>(num_elements())};
+}
+
+std::span<std::string> Tensor::mutable_strings() const {
+  require_defined("mutable_strings");
+  require_string_access("mutable_strings", true);
+  buffer_->await_writable();
+  device_context().stream().synchronize();
+  CHORUS_REQUIRE(!buffer_->released(), FailedPreconditionError,
+                 "mutable_strings() of a tensor whose storage was released");
+  return {static_cast<std::string*>(buffer_->data()), static_cast<std::size_t>(num_elements())};
+}
+
 void Tensor::require_defined(const char* what) const {
   if (!buffer_) throw FailedPreconditionError(str_cat(what, "() called on an undefined (default-constructed) Tensor"));
 }
@@ -267,6 +368,8 @@ DeviceContext& Tensor::device_context() const {
 }
 void* Tensor::data() const {
   require_defined("data");
+  CHORUS_REQUIRE(dtype_ != DType::kString, InvalidArgumentError, "data() of a string tensor of shape ", shape_.to_string(),
+                 ": its elements are std::string objects, not bytes; use strings() or mutable_strings()");
   if (buffer_->released())
     throw FailedPreconditionError(str_cat("data() of a ", dtype_name(dtype_), shape_.to_string(), " tensor on ",
                                           device_name(),
@@ -277,6 +380,11 @@ void* Tensor::data() const {
 
 Tensor Tensor::to(std::string_view device) const {
   require_defined("to");
+  if (dtype_ == DType::kString) {
+    Tensor out = allocate(place_strings("Copy", device), shape_, dtype_);
+    copy_strings(buffer_, out.buffer_, static_cast<std::size_t>(num_elements()));
+    return out;
+  }
   Tensor out = allocate(place_op("Copy", device), shape_, dtype_);
   copy_buffers(buffer_, out.buffer_, nbytes());
   return out;
@@ -298,7 +406,10 @@ void Tensor::copy_from(const Tensor& src) {
                  shape_.to_string());
   place_op("Assign", device_name());
   buffer_->await_writable();
-  copy_buffers(src.buffer_, buffer_, nbytes());
+  if (dtype_ == DType::kString)
+    copy_strings(src.buffer_, buffer_, static_cast<std::size_t>(num_elements()));
+  else
+    copy_buffers(src.buffer_, buffer_, nbytes());
 }
 
 void Tensor::add_inplace(const Tensor& src) {
@@ -307,8 +418,8 @@ void Tensor::add_inplace(const Tensor& src) {
   CHORUS_REQUIRE(src.shape_ == shape_ && src.dtype_ == dtype_, InvalidArgumentError, "assign_add: value of ",
                  dtype_name(src.dtype_), src.shape_.to_string(), " does not match the target's ", dtype_name(dtype_),
                  shape_.to_string());
-  CHORUS_REQUIRE(dtype_ != DType::kBool, InvalidArgumentError,
-                 "assign_add is not defined for bool tensors: use assign");
+  CHORUS_REQUIRE(dtype_ != DType::kBool && dtype_ != DType::kString, InvalidArgumentError, "assign_add is not defined for ",
+                 dtype_, " tensors: use assign");
   place_op("AssignAdd", device_name());
   buffer_->await_writable();
   // Bring the addend to this device first (a no-op share when it already lives here).
@@ -327,6 +438,7 @@ void Tensor::add_inplace(const Tensor& src) {
 
 void Tensor::copy_to_host(void* dst) const {
   require_defined("copy_to_host");
+  require_string_access("copy_to_host", false);
   DeviceContext& ctx = device_context();
   const std::size_t bytes = nbytes();
   if (ctx.is_gpu()) {

@@ -65,6 +65,9 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::kLeakyReluGrad: return "LeakyReluGrad";
     case BinaryOp::kEluGrad: return "EluGrad";
     case BinaryOp::kSoftplusGrad: return "SoftplusGrad";
+    case BinaryOp::kSqrtGrad: return "SqrtGrad";
+    case BinaryOp::kRsqrtGrad: return "RsqrtGrad";
+    case BinaryOp::kReciprocalGrad: return "ReciprocalGrad";
   }
   return "Binary";
 }
@@ -213,6 +216,14 @@ std::vector<Tensor> binary_grad(BinaryOp op, const Tensor& a, const Tensor& b, c
     case BinaryOp::kSoftplusGrad:  // TF's _SoftplusGradGrad: g * dy / (exp(-x) + 2 + exp(x))
       return {red(binary(BinaryOp::kSoftplusGrad, g, b), a),
               red(div(mul(g, a), add(add(exp(neg(b)), scalar_like(b, 2.0)), exp(b))), b)};
+    case BinaryOp::kSqrtGrad: {  // TF's _SqrtGradGrad: ga = g / y; (0.5 * ga, -ga * SqrtGrad(dy, y))
+      const Tensor ga = div(g, b);
+      return {red(mul(ga, scalar_like(b, 0.5)), a), red(neg(mul(ga, binary(BinaryOp::kSqrtGrad, a, b))), b)};
+    }
+    case BinaryOp::kRsqrtGrad:  // TF's _RsqrtGradGrad: (RsqrtGrad(g, y), -1.5 * g * dy * y^2)
+      return {red(binary(BinaryOp::kRsqrtGrad, g, b), a), red(mul(mul(g, a), mul(square(b), scalar_like(b, -1.5))), b)};
+    case BinaryOp::kReciprocalGrad:  // TF's _ReciprocalGradGrad: (ReciprocalGrad(g, y), -2 * g * dy * y)
+      return {red(binary(BinaryOp::kReciprocalGrad, g, b), a), red(mul(mul(g, a), mul(b, scalar_like(b, -2.0))), b)};
     default: return {Tensor(), Tensor()};
   }
 }
@@ -231,12 +242,12 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha_in) {
         case UnaryOp::kNeg: return {neg(g)};
         case UnaryOp::kExp: return {mul(g, y)};
         case UnaryOp::kLog: return {div(g, x)};
-        case UnaryOp::kSqrt: return {div(g, mul(y, scalar_like(y, 2.0)))};
-        case UnaryOp::kRsqrt: return {mul(g, mul(scalar_like(y, -0.5), mul(y, square(y))))};
+        case UnaryOp::kSqrt: return {binary(BinaryOp::kSqrtGrad, g, y)};
+        case UnaryOp::kRsqrt: return {binary(BinaryOp::kRsqrtGrad, g, y)};
         case UnaryOp::kSquare: return {mul(g, mul(x, scalar_like(x, 2.0)))};
         case UnaryOp::kAbs: return {mul(g, sign(x))};
         case UnaryOp::kSign: return {zeros_like(x)};
-        case UnaryOp::kReciprocal: return {neg(mul(g, square(y)))};
+        case UnaryOp::kReciprocal: return {binary(BinaryOp::kReciprocalGrad, g, y)};
         case UnaryOp::kRelu: return {binary(BinaryOp::kReluGrad, g, x)};
         case UnaryOp::kSigmoid: return {binary(BinaryOp::kSigmoidGrad, g, y)};
         case UnaryOp::kTanh: return {binary(BinaryOp::kTanhGrad, g, y)};

@@ -50,8 +50,8 @@ Tensor reverse_axis(const Tensor& x, int axis) {
         internal::copy_layout("ReverseV2", dims, src, off, internal::contiguous_strides(x.shape()), 0);
     const std::size_t es = dtype_size(x.dtype());
     if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::copy_strided(dev->gpu_ordinal(), dev->stream().native_handle(), es, layout, x.data(),
-                                        y.data()));
+      CHORUS_IF_CUDA(
+          cuda::copy_strided(dev->gpu_ordinal(), dev->stream().native_handle(), es, layout, x.data(), y.data()));
     } else {
       internal::run_cpu(*dev, [&] { cpu::copy_strided(es, layout, x.data(), y.data()); });
     }
@@ -106,9 +106,7 @@ Tensor crop_at(const Tensor& value, const std::vector<i64>& size, const std::vec
   return slice(value, begin, size);
 }
 
-UniformOptions crop_draw() {
-  return {.minval = 0, .maxval = 2147483647.0, .dtype = DType::kInt32, .device = "/CPU:0"};
-}
+UniformOptions crop_draw() { return {.minval = 0, .maxval = 2147483647.0, .dtype = DType::kInt32, .device = "/CPU:0"}; }
 
 }  // namespace
 
@@ -227,11 +225,9 @@ Tensor per_image_standardization(const Tensor& image) {
   const Tensor centered = sub(x, mean);
   const Tensor variance = reduce_mean(square(centered), {-1, -2, -3}, true);
   const Tensor min_stddev = rsqrt(scalar_like(x, static_cast<double>(static_cast<float>(n))));
-  // max(sqrt(v), m) == max(sqrt(max(v, m^2 / 4)), m) for every v (NaN stays NaN), and the floor
-  // keeps sqrt's gradient finite where the maximum sends it nothing (a constant image): TF's
-  // SqrtGrad returns 0 for a 0 upstream gradient, chorus's sqrt gradient would give 0 * Inf.
-  const Tensor floor = scalar_like(x, 0.25 / static_cast<double>(n));
-  const Tensor stddev = sqrt(maximum(variance, floor));
+  // A constant image: the maximum picks min_stddev and sends sqrt a zero gradient, which TF's
+  // SqrtGrad (and chorus's) turns into 0 although sqrt'(0) is infinite.
+  const Tensor stddev = sqrt(variance);
   return div(centered, maximum(stddev, min_stddev));
 }
 

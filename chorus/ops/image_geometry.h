@@ -64,8 +64,8 @@ CHORUS_IMAGE_HD std::int64_t nearest_source(std::int64_t o, std::int64_t in_size
 
 // The smallest o in [0, out_size) whose key(o) > threshold (key non-decreasing), out_size if none.
 // kind 0: bilinear upper, 1: bilinear lower, 2: nearest source.
-CHORUS_IMAGE_HD std::int64_t first_output(int kind, std::int64_t threshold, std::int64_t out_size,
-                                          std::int64_t in_size, float scale) {
+CHORUS_IMAGE_HD std::int64_t first_output(int kind, std::int64_t threshold, std::int64_t out_size, std::int64_t in_size,
+                                          float scale) {
   std::int64_t lo = 0, hi = out_size;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
@@ -76,7 +76,10 @@ CHORUS_IMAGE_HD std::int64_t first_output(int kind, std::int64_t threshold, std:
       const BilinearTap t = bilinear_tap(mid, in_size, scale);
       key = kind == 0 ? t.upper : t.lower;
     }
-    if (key > threshold) hi = mid; else lo = mid + 1;
+    if (key > threshold)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   return lo;
 }

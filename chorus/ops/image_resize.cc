@@ -144,9 +144,8 @@ Tensor resize(const Tensor& images, std::array<std::int64_t, 2> size, const Resi
                  ": input image must be of non-zero size, got shape ", images.shape().to_string());
   if (options.preserve_aspect_ratio) size = aspect_size(g, size);
   // A side may round to 0 under preserve_aspect_ratio (a very thin image): TF fails in the kernel.
-  CHORUS_REQUIRE(size[0] > 0 && size[1] > 0, InvalidArgumentError, name,
-                 ": output dimensions must be positive, got (", size[0], ", ", size[1],
-                 ") after preserve_aspect_ratio for shape ", images.shape().to_string());
+  CHORUS_REQUIRE(size[0] > 0 && size[1] > 0, InvalidArgumentError, name, ": output dimensions must be positive, got (",
+                 size[0], ", ", size[1], ") after preserve_aspect_ratio for shape ", images.shape().to_string());
   return forward(options.method, images, size[0], size[1]);
 }
 

@@ -32,6 +32,10 @@ std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs)
   int i = 0;
   for (const Tensor& t : inputs) {
     CHORUS_REQUIRE(t.defined(), InvalidArgumentError, op, ": input ", i, " is an undefined tensor");
+    // No op of this layer reads strings: their elements are std::string objects, not bytes.
+    CHORUS_REQUIRE(t.dtype() != DType::kString, InvalidArgumentError, op, ": input ", i, " has dtype string (shape ",
+                   t.shape().to_string(), "); ", op,
+                   " is not defined for string tensors, whose elements are byte strings, not numbers");
     const auto& d = t.buffer()->device_ptr();
     if (!dev)
       dev = d;
@@ -109,10 +113,15 @@ void run_cpu_ref(DeviceContext& dev, void (*call)(void*), void* fn) {
 }
 
 Tensor output(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype) {
+  // Ops that take a target dtype (Cast) reach here before touching data: refuse string outputs.
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError, "an op asked for an output of dtype string (shape ",
+                 shape.to_string(), "): the ops of chorus::ops are not defined for string tensors");
   return Tensor::empty_on(dev, shape, dtype);
 }
 
 Tensor zeros_on(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype) {
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError, "an op asked for a zero-filled output of dtype string (shape ",
+                 shape.to_string(), "): the ops of chorus::ops are not defined for string tensors");
   return Tensor::zeros(shape, dtype, dev->name());
 }
 

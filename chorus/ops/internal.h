@@ -39,6 +39,8 @@ using Inputs = std::initializer_list<std::reference_wrapper<const Tensor>>;
 // The device all `inputs` live on. An undefined input, or inputs on different devices →
 // InvalidArgumentError naming the op and every input's device (TF copies silently; chorus asks
 // the user to move data explicitly with Tensor::to, so that no hidden copy costs a step).
+// A string input → InvalidArgumentError naming the op (no op here reads std::string elements;
+// string tensors are for data pipelines and checkpoints: core/tensor.h "String tensors").
 // Logs the placement when config::set_log_device_placement(true).
 std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs);
 // The device of a single input (same checks).
@@ -62,7 +64,7 @@ void run_cpu(DeviceContext& dev, Fn&& fn) {
       dev, [](void* f) { (*static_cast<std::remove_reference_t<Fn>*>(f))(); }, &fn);
 }
 
-// Outputs: uninitialized / zero-filled tensors on `dev`.
+// Outputs: uninitialized / zero-filled tensors on `dev`. dtype string → InvalidArgumentError.
 Tensor output(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype);
 Tensor zeros_on(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype);
 

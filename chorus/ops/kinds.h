@@ -11,9 +11,13 @@
 //   kLeakyReluGrad(dy, x) = x > 0 ? dy : dy * alpha                     (TF's LeakyReluGrad)
 //   kEluGrad(dy, y)     = y < 0 ? dy * (y + 1) : dy   (y = elu(x))      (TF's EluGrad)
 //   kSoftplusGrad(dy, x) = dy / (exp(-x) + 1)                           (TF's SoftplusGrad)
+//   kSqrtGrad(dy, y)    = dy == 0 ? 0 : dy * 0.5 / y     (y = sqrt(x))    (TF's SqrtGrad)
+//   kRsqrtGrad(dy, y)   = dy == 0 ? 0 : -0.5 * dy * y^3  (y = rsqrt(x))   (TF's RsqrtGrad)
+//   kReciprocalGrad(dy, y) = dy == 0 ? 0 : -dy * y^2    (y = 1/x)        (TF's ReciprocalGrad)
+// The last three return 0 for a zero upstream gradient whatever y is (0, inf, NaN), as TF's
+// kernels do: sqrt(0) with a zero gradient flowing back gives 0, not 0/0.
 // kLeakyRelu and kLeakyReluGrad are the parameterised kinds: the kernels take their slope `alpha`
 // as an extra argument (ignored by every other kind).
-//   kRsqrtGrad etc. are not needed: gradients compose from the kinds below.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +68,10 @@ enum class BinaryOp : std::uint8_t {
   kSiluGrad,
   kLeakyReluGrad,
   kEluGrad,
-  kSoftplusGrad,  // (dy, x or y) → dx
+  kSoftplusGrad,
+  kSqrtGrad,
+  kRsqrtGrad,
+  kReciprocalGrad,  // (dy, x or y) → dx
 };
 
 enum class ReduceKind : std::uint8_t { kSum, kMean, kMax, kMin, kProd };

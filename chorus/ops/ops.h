@@ -5,6 +5,7 @@
 #include <chorus/ops/determinism.h>
 #include <chorus/ops/dropout.h>
 #include <chorus/ops/elementwise.h>
+#include <chorus/ops/image.h>
 #include <chorus/ops/kinds.h>
 #include <chorus/ops/linalg.h>
 #include <chorus/ops/nn.h>

@@ -205,7 +205,9 @@ TEST_F(TensorFlowInterop, ChorusWritesTensorFlowReads) {
     }
     std::set<DType> covered;
     for (const auto& [name, t] : values) covered.insert(t.dtype());
-    EXPECT_EQ(covered.size(), static_cast<std::size_t>(kNumDTypes)) << "every chorus dtype";
+    // Every numeric chorus dtype (strings, which this dump of raw bytes cannot carry, have their
+    // own interop test: string_checkpoint_test.cc).
+    EXPECT_EQ(covered.size(), static_cast<std::size_t>(kNumDTypes - 1)) << "every numeric chorus dtype";
     std::filesystem::create_directories(dir / "dtypes");
     const std::string prefix = Checkpoint(std::move(children)).write(dir / "dtypes" + "/ckpt");
     write_text(dir / "dtypes/prefix", prefix);

@@ -59,6 +59,7 @@ TEST(DTypeTest, SizesNamesAndCategories) {
       {DType::kFloat16, 2, "float16", true, false}, {DType::kBFloat16, 2, "bfloat16", true, false},
       {DType::kInt32, 4, "int32", false, true},     {DType::kInt64, 8, "int64", false, true},
       {DType::kUInt8, 1, "uint8", false, true},     {DType::kBool, 1, "bool", false, false},
+      {DType::kString, sizeof(std::string), "string", false, false},
   };
   ASSERT_EQ(std::size(rows), static_cast<std::size_t>(kNumDTypes));
   for (const Row& r : rows) {
@@ -82,6 +83,7 @@ TEST(DTypeTest, DtypeOfMatchesStorageTypes) {
   static_assert(dtype_of<std::int64_t>() == DType::kInt64);
   static_assert(dtype_of<std::uint8_t>() == DType::kUInt8);
   static_assert(dtype_of<bool>() == DType::kBool);
+  static_assert(dtype_of<std::string>() == DType::kString);
   EXPECT_EQ(sizeof(float16), 2u);
   EXPECT_EQ(sizeof(bfloat16), 2u);
 }
@@ -96,6 +98,29 @@ TEST(DTypeTest, ParseAcceptsAliasesInAnyCase) {
   EXPECT_EQ(parse_dtype("DOUBLE"), DType::kFloat64);
   EXPECT_EQ(parse_dtype("Bool"), DType::kBool);
   EXPECT_EQ(parse_dtype("UINT8"), DType::kUInt8);
+  EXPECT_EQ(parse_dtype("String"), DType::kString);
+}
+
+TEST(DTypeTest, StringIsLastAndHasNoConversions) {
+  EXPECT_EQ(static_cast<int>(DType::kString), kNumDTypes - 1);
+  const std::string s[2] = {"1", "2"};
+  float f[2] = {};
+  for (DType numeric : {DType::kFloat32, DType::kInt64, DType::kBool}) {
+    try {
+      convert(s, DType::kString, f, numeric, 2);
+      ADD_FAILURE() << "string -> " << numeric << " converted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot convert string to " + std::string(dtype_name(numeric))),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(convert(f, numeric, nullptr, DType::kString, 2), InvalidArgumentError);
+  }
+  // Not even string -> string: std::string objects are not bytes to memmove.
+  std::string out[2];
+  EXPECT_THROW(convert(s, DType::kString, out, DType::kString, 2), InvalidArgumentError);
+  EXPECT_TRUE(out[0].empty());
+  EXPECT_THROW(element_as_double(s, DType::kString, 0), InvalidArgumentError);
 }
 
 TEST(DTypeTest, ParseErrorQuotesTheNameAndListsValidOnes) {
@@ -511,6 +536,7 @@ std::vector<unsigned char> encode(DType dtype, const std::vector<double>& values
       case DType::kInt64: put(i, static_cast<std::int64_t>(v)); break;
       case DType::kUInt8: put(i, static_cast<std::uint8_t>(v)); break;
       case DType::kBool: put(i, static_cast<std::uint8_t>(v != 0)); break;
+      case DType::kString: ADD_FAILURE() << "string has no numeric encoding"; break;
       case DType::kFloat16:
       case DType::kBFloat16: {
         // 0, 1, 3, 100 and -2.5 worked out by hand; see KnownEncodingsBothWays.
@@ -534,12 +560,15 @@ std::vector<unsigned char> encode(DType dtype, const std::vector<double>& values
   return out;
 }
 
+// The numeric dtypes: every one but string, the last (StringIsLastAndHasNoConversions).
+constexpr int kNumNumericDTypes = kNumDTypes - 1;
+
 TEST(ConvertTest, AllPairsConvertExactValues) {
   const std::vector<double> values = {0, 1, 3, 100};
-  for (int s = 0; s < kNumDTypes; ++s) {
+  for (int s = 0; s < kNumNumericDTypes; ++s) {
     const auto src_type = static_cast<DType>(s);
     const auto src = encode(src_type, values);
-    for (int d = 0; d < kNumDTypes; ++d) {
+    for (int d = 0; d < kNumNumericDTypes; ++d) {
       const auto dst_type = static_cast<DType>(d);
       std::vector<unsigned char> dst(values.size() * dtype_size(dst_type), 0xAB);
       convert(src.data(), src_type, dst.data(), dst_type, values.size());
@@ -562,7 +591,7 @@ TEST(ConvertTest, AllPairsFromANegativeFraction) {
   // to 0, bool gets true.
   for (DType src_type : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     const auto src = encode(src_type, {-2.5});
-    for (int d = 0; d < kNumDTypes; ++d) {
+    for (int d = 0; d < kNumNumericDTypes; ++d) {
       const auto dst_type = static_cast<DType>(d);
       std::vector<unsigned char> dst(dtype_size(dst_type));
       convert(src.data(), src_type, dst.data(), dst_type, 1);

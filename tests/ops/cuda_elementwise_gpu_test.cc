@@ -84,6 +84,9 @@ double binary_ref(BinaryOp op, double x, double y) {
     case BinaryOp::kLeakyReluGrad: return y > 0 ? x : 0;  // alpha 0: the launchers' default
     case BinaryOp::kEluGrad: return y < 0 ? x * (y + 1) : x;
     case BinaryOp::kSoftplusGrad: return x / (std::exp(-y) + 1);
+    case BinaryOp::kSqrtGrad: return x == 0 ? 0 : x * 0.5 / y;
+    case BinaryOp::kRsqrtGrad: return x == 0 ? 0 : -0.5 * x * (y * y * y);
+    case BinaryOp::kReciprocalGrad: return x == 0 ? 0 : -x * (y * y);
   }
   return 0;
 }
@@ -93,12 +96,14 @@ TEST_F(CudaKernelsTest, BinaryBroadcastAndStridedMatchCpu) {
   // broadcast along dim 0. Output [3, 4, 5].
   const StridedLayout l = layout_of({3, 4, 5}, {{5, 0, 1}, {0, 1, 4}}, {0, 2});
   const i64 n = l.num_elements();
-  const BinaryOp ops[] = {BinaryOp::kAdd,           BinaryOp::kSub,        BinaryOp::kMul,         BinaryOp::kDiv,
-                          BinaryOp::kPow,           BinaryOp::kMaximum,    BinaryOp::kMinimum,     BinaryOp::kEqual,
-                          BinaryOp::kNotEqual,      BinaryOp::kLess,       BinaryOp::kLessEqual,   BinaryOp::kGreater,
-                          BinaryOp::kGreaterEqual,  BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr,   BinaryOp::kReluGrad,
-                          BinaryOp::kSigmoidGrad,   BinaryOp::kTanhGrad,   BinaryOp::kGeluGrad,    BinaryOp::kSiluGrad,
-                          BinaryOp::kLeakyReluGrad, BinaryOp::kEluGrad,    BinaryOp::kSoftplusGrad};
+  const BinaryOp ops[] = {
+      BinaryOp::kAdd,           BinaryOp::kSub,           BinaryOp::kMul,          BinaryOp::kDiv,
+      BinaryOp::kPow,           BinaryOp::kMaximum,       BinaryOp::kMinimum,      BinaryOp::kEqual,
+      BinaryOp::kNotEqual,      BinaryOp::kLess,          BinaryOp::kLessEqual,    BinaryOp::kGreater,
+      BinaryOp::kGreaterEqual,  BinaryOp::kLogicalAnd,    BinaryOp::kLogicalOr,    BinaryOp::kReluGrad,
+      BinaryOp::kSigmoidGrad,   BinaryOp::kTanhGrad,      BinaryOp::kGeluGrad,     BinaryOp::kSiluGrad,
+      BinaryOp::kLeakyReluGrad, BinaryOp::kEluGrad,       BinaryOp::kSoftplusGrad, BinaryOp::kSqrtGrad,
+      BinaryOp::kRsqrtGrad,     BinaryOp::kReciprocalGrad};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
     const double tol = dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 1e-5 : 2e-3;
     auto ha = rounded(uniform(15, 0.5, 2, 5), dtype);

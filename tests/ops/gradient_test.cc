@@ -154,6 +154,28 @@ TEST_P(UnaryGradientTest, SecondDerivative) {
       << c.name;
 }
 
+// TF's SqrtGrad, RsqrtGrad and ReciprocalGrad return 0 where the upstream gradient is 0, whatever
+// the output is: d/dx sum(m * sqrt(x)) at x = 0 with m = 0 is 0, not 0/0 (values from TF 2.21:
+// x = [0, 0, 4, nan], m = [0, 1, 1, 0]).
+TEST_F(GradientTest, SqrtRsqrtReciprocalGiveZeroForAZeroUpstreamGradient) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor x = Tensor::from_vector<float>({0, 0, 4, std::nanf("")}, "/CPU:0");
+  const Tensor m = Tensor::from_vector<float>({0, 1, 1, 0}, "/CPU:0");
+  const struct {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    std::vector<double> expected;
+  } cases[] = {{"sqrt", ops::sqrt, {0, inf, 0.25, 0}},
+               {"rsqrt", ops::rsqrt, {0, -inf, -0.0625, 0}},
+               {"reciprocal", ops::reciprocal, {0, -inf, -0.0625, 0}}};
+  for (const auto& c : cases) {
+    ops::GradientTape tape;
+    tape.watch(x);
+    const Tensor loss = ops::reduce_sum(ops::mul(c.op(x), m));
+    EXPECT_EQ(tape.gradient(loss, {x})[0].to_vector<double>(), c.expected) << c.name;
+  }
+}
+
 TEST_F(GradientTest, WhereBroadcastsAndRoutesGradients) {
   const Tensor cond = Tensor::from_vector<bool>({true, false, true, false, false, true}, {2, 3}, "/CPU:0");
   EXPECT_TRUE(check_gradients([cond](const In& x) { return ops::where(cond, x[0], x[1]); },

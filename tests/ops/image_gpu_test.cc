@@ -85,10 +85,16 @@ TEST_F(CudaKernelsTest, ResizeForwardAndGradientsEqualTheCpuBitForBit) {
 TEST_F(CudaKernelsTest, ImageOpsOnTheGpuEqualTheCpu) {
   const Tensor x = input({4, 6, 7, 3}, DType::kFloat32, true);
   const Tensor xg = x.to("/GPU:0");
-  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> fs = {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)> > > fs = {
       {"flip_left_right", [](const Tensor& v) { return img::flip_left_right(v); }},
-      {"stateless_flip", [](const Tensor& v) { return img::stateless_random_flip_up_down(v, {4, 2}); }},
-      {"stateless_crop", [](const Tensor& v) { return img::stateless_random_crop(v, {2, 3, 4, 3}, {9, 9}); }},
+      {"stateless_flip",
+       [](const Tensor& v) {
+         return img::stateless_random_flip_up_down(v, {4, 2});
+       }},
+      {"stateless_crop",
+       [](const Tensor& v) {
+         return img::stateless_random_crop(v, {2, 3, 4, 3}, {9, 9});
+       }},
       {"central_crop", [](const Tensor& v) { return img::central_crop(v, 0.6); }},
       {"pad", [](const Tensor& v) { return img::pad_to_bounding_box(v, 1, 1, 9, 9); }},
       {"to_uint8", [](const Tensor& v) { return img::convert_image_dtype(v, DType::kUInt8, true); }},
@@ -96,7 +102,8 @@ TEST_F(CudaKernelsTest, ImageOpsOnTheGpuEqualTheCpu) {
   };
   for (const auto& [name, f] : fs) expect_same(f(xg), f(x), name);
   // Standardization reduces in another order on the GPU: float32 rounding.
-  const std::vector<double> g = host(img::per_image_standardization(input({2, 5, 6, 3}, DType::kFloat32, false).to("/GPU:0")));
+  const std::vector<double> g =
+      host(img::per_image_standardization(input({2, 5, 6, 3}, DType::kFloat32, false).to("/GPU:0")));
   const std::vector<double> c = host(img::per_image_standardization(input({2, 5, 6, 3}, DType::kFloat32, false)));
   for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(g[i], c[i], 1e-5 * std::max(1.0, std::abs(c[i]))) << i;
 }

@@ -78,8 +78,8 @@ std::map<std::string, Tensor> chorus_values() {
       {"up", {11, 13}}, {"down", {3, 4}}, {"mixed", {9, 4}}, {"same", {5, 7}}};
   for (const auto& [tag, size] : sizes) {
     for (auto method : {img::ResizeMethod::kBilinear, img::ResizeMethod::kNearestNeighbor}) {
-      const std::string n = std::string("resize_") + (method == img::ResizeMethod::kBilinear ? "bilinear" : "nearest") +
-                            "_" + tag;
+      const std::string n =
+          std::string("resize_") + (method == img::ResizeMethod::kBilinear ? "bilinear" : "nearest") + "_" + tag;
       auto f = [size = size, method](const Tensor& v) { return img::resize(v, size, {.method = method}); };
       o[n] = f(xs(b));
       o[n + "_grad"] = grad_of(f, xs(b));
@@ -106,14 +106,12 @@ std::map<std::string, Tensor> chorus_values() {
   o["standardize_const_grad"] = grad_of(img::per_image_standardization, constant);
 
   const std::vector<double> ints[] = {
-      {0, 1, 7, 128, 200, 254, 255},
-      {0, 1, 5, 255, 65536, -1, -7, -2147483648.0, 2147483647.0, 123456789},
-      {}};
+      {0, 1, 7, 128, 200, 254, 255}, {0, 1, 5, 255, 65536, -1, -7, -2147483648.0, 2147483647.0, 123456789}, {}};
   const std::vector<i64> int64s = {0, 1, 5, 255, -1, -9, (i64{1} << 40) + 3, INT64_MIN, INT64_MAX, 1234567890123456789};
   const std::vector<double> floats = {0.0, 0.25, 0.5, 1.0, 0.999, 0.001, 0.7, 1.0 / 3.0};
   for (int s = 0; s < 7; ++s) {
     const DType src = parse_dtype(kDtypeNames[s]);
-    const Tensor x = s == 2 ? Tensor::from_vector<i64>(int64s, Shape{10}, "/CPU:0")
+    const Tensor x = s == 2  ? Tensor::from_vector<i64>(int64s, Shape{10}, "/CPU:0")
                      : s < 2 ? of(ints[s], Shape{static_cast<i64>(ints[s].size())}, src)
                              : of(floats, Shape{8}, src);
     for (int d = 0; d < 7; ++d)
@@ -200,7 +198,7 @@ TEST(ImageOpsTest, ResizeGradientsMatchFiniteDifferences) {
     // float32 rounding of the outputs (~1e-7 / eps relative).
     EXPECT_TRUE(check_gradients(
         [size](const std::vector<Tensor>& in) { return ops::cast(img::resize(in[0], size), DType::kFloat64); },
-                                {random_tensor({2, 4, 5, 2}, 3)}, {.eps = 1e-2, .tol = 1e-4}))
+        {random_tensor({2, 4, 5, 2}, 3)}, {.eps = 1e-2, .tol = 1e-4}))
         << size[0] << "x" << size[1];
     EXPECT_TRUE(check_gradients(
         [size](const std::vector<Tensor>& in) {
@@ -219,8 +217,12 @@ TEST(ImageOpsTest, CropFlipPadStandardizeGradientsMatchFiniteDifferences) {
       [](const Tensor& x) { return img::pad_to_bounding_box(x, 1, 0, 6, 7); },
       [](const Tensor& x) { return img::flip_left_right(x); },
       [](const Tensor& x) { return img::flip_up_down(x); },
-      [](const Tensor& x) { return img::stateless_random_flip_left_right(x, {3, 4}); },
-      [](const Tensor& x) { return img::stateless_random_crop(x, {2, 3, 3, 1}, {5, 6}); },
+      [](const Tensor& x) {
+        return img::stateless_random_flip_left_right(x, {3, 4});
+      },
+      [](const Tensor& x) {
+        return img::stateless_random_crop(x, {2, 3, 3, 1}, {5, 6});
+      },
       [gen_state](const Tensor& x) {
         ops::Generator g(gen_state);  // the same draw on every evaluation
         return img::random_flip_up_down(img::random_crop(x, {3, 3, 4, 2}, g), g);
@@ -233,10 +235,8 @@ TEST(ImageOpsTest, CropFlipPadStandardizeGradientsMatchFiniteDifferences) {
         << "case " << i;
   // per_image_standardization computes in float32, as TF.
   EXPECT_TRUE(check_gradients(
-      [](const std::vector<Tensor>& in) {
-        return ops::cast(img::per_image_standardization(in[0]), DType::kFloat64);
-      },
-                              {random_tensor({2, 3, 4, 2}, 9)}, {.eps = 1e-3, .tol = 2e-3}));
+      [](const std::vector<Tensor>& in) { return ops::cast(img::per_image_standardization(in[0]), DType::kFloat64); },
+      {random_tensor({2, 3, 4, 2}, 9)}, {.eps = 1e-3, .tol = 2e-3}));
 }
 
 // ---- the Generator ops resume from a saved state ----
@@ -272,7 +272,9 @@ TEST(ImageOpsTest, RandomFlipFlipsAboutHalfOfABatchAndKeepsTheOthers) {
   const std::vector<double> x = values(image), f = values(img::flip_left_right(image));
   int flipped = 0;
   for (int b = 0; b < 200; ++b) {
-    const auto at = [b](const std::vector<double>& v) { return std::vector<double>(v.begin() + b * 6, v.begin() + b * 6 + 6); };
+    const auto at = [b](const std::vector<double>& v) {
+      return std::vector<double>(v.begin() + b * 6, v.begin() + b * 6 + 6);
+    };
     const bool is_f = at(y) == at(f), is_x = at(y) == at(x);
     ASSERT_TRUE(is_f || is_x) << "image " << b << " is neither the image nor its mirror";
     flipped += is_f && !is_x;

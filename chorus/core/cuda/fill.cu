@@ -95,6 +95,7 @@ void add_inplace_async(int ordinal, StreamHandle stream, DType dtype, void* dst,
                                            count);
       break;
     case DType::kBool: throw InvalidArgumentError("assign_add is not defined for bool variables: use assign");
+    case DType::kString: throw InvalidArgumentError("assign_add is not defined for string variables: use assign");
   }
   CHORUS_CUDA_CHECK(cudaGetLastError());
 }

@@ -278,6 +278,9 @@ void binary_typed(BinaryOp op, const StridedLayout& L, const T* a, const T* b, v
       }
       case BinaryOp::kEluGrad: return run([](C dy, C y) { return y < C(0) ? dy * (y + C(1)) : dy; });
       case BinaryOp::kSoftplusGrad: return run([](C dy, C x) { return dy / (std::exp(-x) + C(1)); });
+      case BinaryOp::kSqrtGrad: return run([](C dy, C y) { return dy == C(0) ? C(0) : dy * C(0.5) / y; });
+      case BinaryOp::kRsqrtGrad: return run([](C dy, C y) { return dy == C(0) ? C(0) : C(-0.5) * dy * (y * y * y); });
+      case BinaryOp::kReciprocalGrad: return run([](C dy, C y) { return dy == C(0) ? C(0) : -dy * (y * y); });
       default: break;
     }
     throw InvalidArgumentError("logical ops need bool tensors");

@@ -96,7 +96,8 @@ void bilinear_backward(const float* dy, T* dx, const ResizeGeometry& g) {
       }
     }
     T* out = dx + r * g.in_w * C;
-    for (i64 k = 0; k < g.in_w * C; ++k) out[k] = Num<T>::store(static_cast<typename Num<T>::C>(acc[static_cast<std::size_t>(k)]));
+    for (i64 k = 0; k < g.in_w * C; ++k)
+      out[k] = Num<T>::store(static_cast<typename Num<T>::C>(acc[static_cast<std::size_t>(k)]));
   }
 }
 
@@ -121,7 +122,8 @@ void nearest_backward(const T* dy, T* dx, const ResizeGeometry& g) {
   const i64 C = g.channels, rows = g.batch * g.in_h;
   std::vector<i64> xb(static_cast<std::size_t>(g.in_w)), xe(static_cast<std::size_t>(g.in_w));
   for (i64 ix = 0; ix < g.in_w; ++ix)
-    nearest_readers(ix, g.out_w, g.in_w, g.scale_w, &xb[static_cast<std::size_t>(ix)], &xe[static_cast<std::size_t>(ix)]);
+    nearest_readers(ix, g.out_w, g.in_w, g.scale_w, &xb[static_cast<std::size_t>(ix)],
+                    &xe[static_cast<std::size_t>(ix)]);
 #pragma omp parallel for schedule(static) if (g.batch * g.out_h * g.out_w * C >= kParallelElements)
   for (i64 r = 0; r < rows; ++r) {
     const i64 b = r / g.in_h, iy = r % g.in_h;
@@ -137,7 +139,8 @@ void nearest_backward(const T* dy, T* dx, const ResizeGeometry& g) {
       }
     }
     T* out = dx + r * g.in_w * C;
-    for (i64 k = 0; k < g.in_w * C; ++k) out[k] = Num<T>::store(static_cast<typename Num<T>::C>(acc[static_cast<std::size_t>(k)]));
+    for (i64 k = 0; k < g.in_w * C; ++k)
+      out[k] = Num<T>::store(static_cast<typename Num<T>::C>(acc[static_cast<std::size_t>(k)]));
   }
 }
 
@@ -165,8 +168,8 @@ void resize_nearest(std::size_t elem_bytes, const void* x, void* y, const Resize
     case 4: return nearest_forward(static_cast<const std::uint32_t*>(x), static_cast<std::uint32_t*>(y), g);
     case 8: return nearest_forward(static_cast<const std::uint64_t*>(x), static_cast<std::uint64_t*>(y), g);
   }
-  throw InvalidArgumentError(chorus::internal::str_cat("ResizeNearestNeighbor: element size ", elem_bytes,
-                                                       " is not 1, 2, 4 or 8"));
+  throw InvalidArgumentError(
+      chorus::internal::str_cat("ResizeNearestNeighbor: element size ", elem_bytes, " is not 1, 2, 4 or 8"));
 }
 
 void resize_nearest_grad(DType dtype, const void* dy, void* dx, const ResizeGeometry& g) {

@@ -43,6 +43,7 @@ decltype(auto) dispatch_dtype(DType dtype, const char* what, F&& f) {
     case DType::kInt64: return f(std::int64_t{});
     case DType::kUInt8: return f(std::uint8_t{});
     case DType::kBool: return f(bool{});
+    case DType::kString: break;  // never reached: ops refuse string inputs (ops/internal.h)
   }
   throw InvalidArgumentError(chorus::internal::str_cat(what, ": unsupported dtype ", dtype_name(dtype)));
 }

@@ -197,15 +197,18 @@ __device__ __forceinline__ A binary_float(BinaryOp op, A x, A y, A alpha) {
     case BinaryOp::kPow: return d_pow(x, y);
     case BinaryOp::kMaximum: return (x > y || d_isnan(x)) ? x : y;
     case BinaryOp::kMinimum: return (x < y || d_isnan(x)) ? x : y;
-    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);            // (dy, x)
-    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);          // (dy, y)
-    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);             // (dy, y)
-    case BinaryOp::kGeluGrad: return x * gelu_grad(y);               // (dy, x)
-    case BinaryOp::kSiluGrad: return x * silu_grad(y);               // (dy, x)
-    case BinaryOp::kLeakyReluGrad: return y > A(0) ? x : x * alpha;  // (dy, x)
-    case BinaryOp::kEluGrad: return y < A(0) ? x * (y + A(1)) : x;   // (dy, y)
-    case BinaryOp::kSoftplusGrad: return x / (d_exp(-y) + A(1));     // (dy, x)
-    default: break;                                                  // comparisons and logical ops take the bool path
+    case BinaryOp::kReluGrad: return y > A(0) ? x : A(0);                            // (dy, x)
+    case BinaryOp::kSigmoidGrad: return x * y * (A(1) - y);                          // (dy, y)
+    case BinaryOp::kTanhGrad: return x * (A(1) - y * y);                             // (dy, y)
+    case BinaryOp::kGeluGrad: return x * gelu_grad(y);                               // (dy, x)
+    case BinaryOp::kSiluGrad: return x * silu_grad(y);                               // (dy, x)
+    case BinaryOp::kLeakyReluGrad: return y > A(0) ? x : x * alpha;                  // (dy, x)
+    case BinaryOp::kEluGrad: return y < A(0) ? x * (y + A(1)) : x;                   // (dy, y)
+    case BinaryOp::kSoftplusGrad: return x / (d_exp(-y) + A(1));                     // (dy, x)
+    case BinaryOp::kSqrtGrad: return x == A(0) ? A(0) : x * A(0.5) / y;              // (dy, y)
+    case BinaryOp::kRsqrtGrad: return x == A(0) ? A(0) : A(-0.5) * x * (y * y * y);  // (dy, y)
+    case BinaryOp::kReciprocalGrad: return x == A(0) ? A(0) : -x * (y * y);          // (dy, y)
+    default: break;  // comparisons and logical ops take the bool path
   }
   return x;
 }
@@ -453,7 +456,8 @@ void binary(int ordinal, StreamHandle stream, BinaryOp op, DType dtype, const St
                    "arithmetic on bool tensors is not defined (cast them first)");
     const bool float_only = op == BinaryOp::kSigmoidGrad || op == BinaryOp::kTanhGrad || op == BinaryOp::kGeluGrad ||
                             op == BinaryOp::kSiluGrad || op == BinaryOp::kLeakyReluGrad || op == BinaryOp::kEluGrad ||
-                            op == BinaryOp::kSoftplusGrad;
+                            op == BinaryOp::kSoftplusGrad || op == BinaryOp::kSqrtGrad || op == BinaryOp::kRsqrtGrad ||
+                            op == BinaryOp::kReciprocalGrad;
     CHORUS_REQUIRE(is_floating(dtype) || !float_only, InvalidArgumentError,
                    "this binary op needs a floating dtype, got ", dtype_name(dtype));
   }

@@ -111,8 +111,8 @@ void resize_bilinear(int ordinal, gpu::StreamHandle stream, DType dtype, const v
     } else {
       if (total == 0) return;
       gpu::internal::DeviceGuard guard(ordinal);
-      bilinear_forward_kernel<T><<<grid_for(total), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<const T*>(x), y, g);
+      bilinear_forward_kernel<T>
+          <<<grid_for(total), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const T*>(x), y, g);
       CHORUS_CUDA_CHECK(cudaGetLastError());
     }
   });
@@ -125,8 +125,8 @@ void resize_bilinear_grad(int ordinal, gpu::StreamHandle stream, DType dtype, co
     using T = decltype(v);
     if (total == 0) return;
     gpu::internal::DeviceGuard guard(ordinal);
-    bilinear_backward_kernel<T><<<grid_for(total), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        dy, static_cast<T*>(dx), g);
+    bilinear_backward_kernel<T>
+        <<<grid_for(total), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dy, static_cast<T*>(dx), g);
     CHORUS_CUDA_CHECK(cudaGetLastError());
   });
 }
