@@ -5,6 +5,10 @@
 find_package(Threads REQUIRED)
 # zlib (Debian zlib1g-dev): compressed TFRecord files (data/) and PNG image summaries (summary/).
 find_package(ZLIB REQUIRED)
+# libpng (Debian libpng-dev) and libjpeg-turbo (Debian libjpeg62-turbo-dev): the image codecs of
+# data/io (decode_png, encode_png, decode_jpeg, decode_image), which TensorFlow builds on the same two.
+find_package(PNG REQUIRED)
+find_package(JPEG REQUIRED)
 # nlohmann-json (Debian nlohmann-json3-dev, header only): every JSON chorus reads or writes
 # (TF_CONFIG, timeline traces, bench output). Private to the libraries (core/json_internal.h).
 find_package(nlohmann_json 3.10 QUIET)

@@ -22,8 +22,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${FUZZ_OUT:-$ROOT/build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
-ALL=(bundle_reader object_graph checkpoint_state tfrecord tf_example idx cache_file event_file graph_def tf_config
-     run_command_line hostfile train_options)
+ALL=(bundle_reader object_graph checkpoint_state tfrecord tf_example example idx cache_file png jpeg event_file graph_def tf_config
+     run_command_line hostfile train_options text_line csv)
 
 build=1 run=1 fresh=0 seconds=60 targets=()
 for arg in "$@"; do
@@ -58,7 +58,7 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 # Targets that take a reader's .cc without the library behind its other functions: they link with
 # lld --gc-sections (tests/fuzz/Makefile), which GNU ld cannot replace (it reports the references
 # of discarded functions). Without lld the others still build and run.
-NEEDS_LLD=" checkpoint_state tfrecord tf_example idx cache_file "
+NEEDS_LLD=" checkpoint_state tfrecord tf_example example idx cache_file text_line csv "
 
 if [ "$build" != 0 ]; then
   CXX="${CXX:-$(command -v clang++ || command -v clang++-14 || true)}"

@@ -3,110 +3,49 @@
 #include <glob.h>
 
 #include <algorithm>
-#include <optional>
 
 #include <chorus/core/error.h>
-#include <chorus/core/proto_wire.h>
 #include <chorus/core/tensor.h>
+#include <chorus/data/io/example.h>
 #include <chorus/data/tfrecord.h>
 
 namespace chorus::launch {
-namespace {
 
 using internal::str_cat;
-using wire::ProtoReader;
-
-// The feature values we care about, as found in one Feature message.
-struct FeatureValue {
-  std::optional<std::string> bytes;  // the first bytes_list value
-  std::vector<float> floats;
-  std::vector<std::int64_t> ints;
-  int kind = 0;  // 1 bytes, 2 float, 3 int64, 0 none
-};
-
-FeatureValue parse_feature(std::string_view data) {
-  FeatureValue out;
-  ProtoReader r(data, "tf.train.Feature");
-  while (r.next()) {
-    const int kind = r.field();
-    if (kind < 1 || kind > 3) {
-      r.skip();
-      continue;
-    }
-    out.kind = kind;
-    ProtoReader list(r.read_bytes(), "tf.train.Feature list");
-    while (list.next()) {
-      if (list.field() != 1) {
-        list.skip();
-      } else if (kind == 1) {
-        std::string_view v = list.read_bytes();
-        if (!out.bytes) out.bytes = std::string(v);
-      } else if (kind == 2) {
-        wire::read_repeated_floats(list, out.floats);
-      } else {
-        wire::read_repeated_int64s(list, out.ints);
-      }
-    }
-  }
-  return out;
-}
-
-}  // namespace
+using data::io::FeatureList;
+using data::io::ListKind;
 
 DigitExample parse_digit_example(std::string_view record) {
-  std::optional<FeatureValue> image, label;
-  ProtoReader example(record, "tf.train.Example");
-  while (example.next()) {
-    if (example.field() != 1) {
-      example.skip();
-      continue;
-    }
-    ProtoReader features(example.read_bytes(), "tf.train.Features");
-    while (features.next()) {
-      if (features.field() != 1) {
-        features.skip();
-        continue;
-      }
-      ProtoReader entry(features.read_bytes(), "tf.train.Features map entry");
-      std::string key;
-      std::string_view value;
-      while (entry.next()) {
-        if (entry.field() == 1)
-          key = std::string(entry.read_bytes());
-        else if (entry.field() == 2)
-          value = entry.read_bytes();
-        else
-          entry.skip();
-      }
-      if (key == "image")
-        image = parse_feature(value);
-      else if (key == "label")
-        label = parse_feature(value);
-    }
-  }
+  static const std::string kKeys[] = {"image", "label"};
+  std::vector<FeatureList> lists = data::io::read_feature_lists(record, kKeys);  // DataLossError if malformed
+  FeatureList& image = lists[0];
+  FeatureList& label = lists[1];
   CHORUS_REQUIRE(
-      image.has_value(), DataLossError,
+      image.kind != ListKind::kNone, DataLossError,
       "tf.train.Example has no \"image\" feature; expected \"image\" (bytes, 784 uint8) and \"label\" (int64)");
-  CHORUS_REQUIRE(label.has_value(), DataLossError, "tf.train.Example has no \"label\" feature; expected an int64_list");
+  CHORUS_REQUIRE(label.kind != ListKind::kNone, DataLossError,
+                 "tf.train.Example has no \"label\" feature; expected an int64_list");
 
   DigitExample out;
-  if (image->kind == 1 && image->bytes) {
-    CHORUS_REQUIRE(image->bytes->size() == static_cast<std::size_t>(kDigitPixels), DataLossError, "\"image\" has ",
-                   image->bytes->size(), " bytes; expected ", kDigitPixels, " (28x28 uint8)");
+  if (image.kind == ListKind::kBytes && !image.bytes.empty()) {
+    const std::string& bytes = image.bytes.front();  // one value: the 784 pixels
+    CHORUS_REQUIRE(bytes.size() == static_cast<std::size_t>(kDigitPixels), DataLossError, "\"image\" has ",
+                   bytes.size(), " bytes; expected ", kDigitPixels, " (28x28 uint8)");
     out.pixels.reserve(kDigitPixels);
-    for (unsigned char c : *image->bytes) out.pixels.push_back(static_cast<float>(c) / 255.0f);
-  } else if (image->kind == 2) {
-    CHORUS_REQUIRE(image->floats.size() == static_cast<std::size_t>(kDigitPixels), DataLossError, "\"image\" has ",
-                   image->floats.size(), " floats; expected ", kDigitPixels, " (28x28 in [0, 1])");
-    out.pixels = std::move(image->floats);
+    for (unsigned char c : bytes) out.pixels.push_back(static_cast<float>(c) / 255.0f);
+  } else if (image.kind == ListKind::kFloat) {
+    CHORUS_REQUIRE(image.floats.size() == static_cast<std::size_t>(kDigitPixels), DataLossError, "\"image\" has ",
+                   image.floats.size(), " floats; expected ", kDigitPixels, " (28x28 in [0, 1])");
+    out.pixels = std::move(image.floats);
   } else {
     throw DataLossError(str_cat("\"image\" must be a bytes_list (784 uint8) or a float_list (784 values); got ",
-                                image->kind == 3 ? "an int64_list" : "an empty feature"));
+                                image.kind == ListKind::kInt64 ? "an int64_list" : "an empty bytes_list"));
   }
-  CHORUS_REQUIRE(label->kind == 3 && label->ints.size() == 1, DataLossError,
+  CHORUS_REQUIRE(label.kind == ListKind::kInt64 && label.int64s.size() == 1, DataLossError,
                  "\"label\" must be an int64_list with one value; got ",
-                 label->kind == 3 ? str_cat(label->ints.size(), " values") : std::string("another kind of list"));
-  out.label = label->ints[0];
+                 label.kind == ListKind::kInt64 ? str_cat(label.int64s.size(), " values")
+                                                : str_cat("a ", data::io::list_kind_name(label.kind)));
+  out.label = label.int64s[0];
   CHORUS_REQUIRE(out.label >= 0 && out.label <= 9, DataLossError, "\"label\" is ", out.label,
                  "; expected a digit class 0..9");
   return out;
@@ -115,26 +54,12 @@ DigitExample parse_digit_example(std::string_view record) {
 std::string serialize_digit_example(const std::vector<std::uint8_t>& pixels, std::int64_t label) {
   CHORUS_REQUIRE(pixels.size() == static_cast<std::size_t>(kDigitPixels), InvalidArgumentError,
                  "serialize_digit_example: ", pixels.size(), " pixels; expected ", kDigitPixels);
-  using wire::ProtoWriter;
-  const auto entry = [](std::string_view key, const ProtoWriter& feature) {
-    ProtoWriter e;
-    e.add_bytes(1, key);
-    e.add_message(2, feature);
-    return e;
-  };
-  ProtoWriter bytes_list, image;
-  bytes_list.add_bytes(1, std::string_view(reinterpret_cast<const char*>(pixels.data()), pixels.size()));
-  image.add_message(1, bytes_list);
-  ProtoWriter int64_list, label_feature;
-  const std::int64_t values[] = {label};
-  int64_list.add_packed_varints(1, values);
-  label_feature.add_message(3, int64_list);
-  ProtoWriter features;
-  features.add_message(1, entry("image", image));
-  features.add_message(1, entry("label", label_feature));
-  ProtoWriter example;
-  example.add_message(1, features);
-  return example.release();
+  FeatureList image, label_list;
+  image.kind = ListKind::kBytes;
+  image.bytes.emplace_back(reinterpret_cast<const char*>(pixels.data()), pixels.size());
+  label_list.kind = ListKind::kInt64;
+  label_list.int64s = {label};
+  return data::io::serialize_example({{"image", std::move(image)}, {"label", std::move(label_list)}});
 }
 
 namespace {

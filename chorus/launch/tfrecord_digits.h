@@ -11,9 +11,9 @@
 // (image [28, 28, 1] float32, label int32 scalar), exactly what data::synthetic_digits and
 // data::mnist_dataset yield, so a model trained on one reads the others.
 //
-// The protobuf wire format is read with core/proto_wire.h (no protobuf library): Example field
-// 1 = Features; Features field 1 = map<string, Feature> entries (key 1, value 2); Feature field 1 =
-// BytesList, 2 = FloatList, 3 = Int64List; each list's field 1 = the values (packed or not).
+// The Example is read by chorus's one tf.Example parser, data/io/example.h (read_feature_lists, on
+// core/proto_wire.h; its wire rules: the last entry of a repeated name wins, a Feature's first list
+// decides, a Feature with no list is missing). "image" as bytes takes the list's first value.
 //
 // Errors: a record that is not a valid Example, or lacks "image" or "label", or has an image of
 // another size or a label outside 0..9 → DataLossError naming the problem and the value seen

@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <chorus/checkpoint/checkpoint_state.h>
 #include <chorus/checkpoint/object_graph.h>
 #include <chorus/core/proto_wire.h>
+#include <chorus/data/io/example.h>
 #include <chorus/launch/tfrecord_digits.h>
 #include <chorus/summary/event.h>
 #include <chorus/summary/graph_def.h>
@@ -135,6 +137,44 @@ void tfrecords() {
   }
 }
 
+std::string deflated(const std::string& bytes, bool gzip) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, gzip ? 31 : 15, 9, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, static_cast<uLong>(bytes.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// text_line_fuzz.cc: a mode byte (0 in memory, 1 plain file, 2 GZIP, 3 ZLIB), then the file.
+void text_lines() {
+  const std::string text = std::string("first\nsecond\r\n\nlone\rcr\n") + std::string("nul\0byte\n", 9) + "last";
+  put("text_line_fuzz", "memory", '\0' + text);
+  put("text_line_fuzz", "memory_long_line", '\0' + std::string(70, 'x') + "\nshort\n");
+  put("text_line_fuzz", "plain_file", '\1' + text);
+  put("text_line_fuzz", "gzip_file", '\2' + deflated(text, true));
+  put("text_line_fuzz", "gzip_two_members", '\2' + deflated("one\ntw", true) + deflated("o\nthree\n", true));
+  put("text_line_fuzz", "zlib_file", '\3' + deflated(text, false));
+}
+
+// csv_fuzz.cc: an options byte, a columns byte, a select/exclude byte, then the file.
+void csv_files() {
+  // Options byte: delimiter (bits 0-1), quotes off (4), header (8), na_value "NA" (16).
+  put("csv_fuzz", "quoted", std::string("\x00\x33\x00") + "1,2.5,\"a,\"\"b\"\"\",7\r\n-3,,\"multi\nline\",8\n");
+  put("csv_fuzz", "numbers", std::string("\x10\xf3\x00") +
+                                 " 12 ,nan,0x1p-3,NA\n+4,-inf,1e39,-0\n2147483648,1.5e-45,inf,9223372036854775807\n");
+  put("csv_fuzz", "header_semicolon", std::string("\x09\x21\x00") + "h1;h2\n1;x\n2;\"y;z\"\n");
+  put("csv_fuzz", "no_quotes_tab", std::string("\x06\x11\x00") + "a\"b\t1\n\tc\n");
+  put("csv_fuzz", "select", std::string("\x00\x31\x2b") + "1,2,3,4,5,6,7,8\n9,8,7,6,5,4,3,2\n");
+  put("csv_fuzz", "exclude", std::string("\x00\x31\x0e") + "1,2,3,4\n5,6,7,8\n");
+  put("csv_fuzz", "bad_quotes", std::string("\x00\x02\x00") + "\"a\"x,b\n\"c,d\n");
+}
+
 void tf_examples() {
   put("tf_example_fuzz", "bytes_image", chorus::launch::serialize_digit_example(digit_pixels(0), 7));
 
@@ -164,6 +204,49 @@ void tf_examples() {
   ProtoWriter example;
   example.add_message(1, features);
   put("tf_example_fuzz", "float_image", example.release());
+}
+
+// example_fuzz: a selector byte, then an Example (tests/fuzz/example_fuzz.cc). Every kind, packed
+// and unpacked, empty lists, an empty Feature, a repeated name, special floats and extreme ints.
+void examples() {
+  namespace io = chorus::data::io;
+  using chorus::wire::ProtoWriter;
+  const auto list = [](io::ListKind kind) {
+    io::FeatureList l;
+    l.kind = kind;
+    return l;
+  };
+  io::FeatureList f = list(io::ListKind::kFloat), i = list(io::ListKind::kInt64), b = list(io::ListKind::kBytes);
+  f.floats = {1.5f, -0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  i.int64s = {0, -1, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+  b.bytes = {"", std::string("\x00\xff", 2), "text"};
+  const std::string all = io::serialize_example({{"f", f}, {"i", i}, {"s", b}, {"e", list(io::ListKind::kFloat)},
+                                                 {"none", io::FeatureList{}}});
+  for (const char selector : {'\x00', '\x55', '\xaa', '\xff'})
+    put("example_fuzz", "all_kinds_" + std::to_string(static_cast<unsigned char>(selector)), selector + all);
+  // Unpacked floats and int64s, an unknown field, and the same name twice.
+  ProtoWriter fl, ff, il, iff;
+  fl.add_float(1, 2.5f);
+  fl.add_float(1, -3.0f);
+  ff.add_message(2, fl);
+  il.add_int64(1, 7);
+  il.add_int64(1, -7);
+  iff.add_message(3, il);
+  const auto entry = [](const char* key, const ProtoWriter& value) {
+    ProtoWriter e;
+    e.add_bytes(1, key);
+    e.add_message(2, value);
+    return e;
+  };
+  ProtoWriter features;
+  features.add_message(1, entry("u", ff));
+  features.add_message(1, entry("v", iff));
+  features.add_message(1, entry("u", ff));
+  features.add_varint(9, 1);
+  ProtoWriter example;
+  example.add_message(1, features);
+  put("example_fuzz", "unpacked_and_repeated", std::string("\x16") + example.release());
+  put("example_fuzz", "empty_example", std::string("\x80"));
 }
 
 // cache(filename) files (data/cache_file_internal.h), written by hand: header, element records
@@ -370,6 +453,9 @@ int main(int argc, char** argv) {
   checkpoint_states();
   tfrecords();
   tf_examples();
+  examples();
+  text_lines();
+  csv_files();
   idx_files();
   cache_files();
   event_files();

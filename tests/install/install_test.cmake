@@ -5,7 +5,7 @@
 # - the package is relocatable: no absolute path of this machine in its CMake files, and the
 #   consumer builds and runs from a prefix chorus was never installed to;
 # - only the public link interface is found: with shared chorus libraries the consumer configures
-#   with CUDA, MPI, oneDNN, zlib and OpenMP all hidden from find_package.
+#   with CUDA, MPI, oneDNN, zlib, libpng, libjpeg and OpenMP all hidden from find_package.
 # With -DSTATIC_PACKAGE=<file> (the test install_static_package, in a shared build) the package is a
 # static chorus's, made without compiling: SOURCE_DIR is configured again with BUILD_SHARED_LIBS=OFF
 # in WORK_DIR/static-build, each module's static library is archived there from the object files
@@ -79,7 +79,7 @@ foreach(header ${installed})
       list(APPEND problems "${header} includes <${included}>, which is not installed")
     endif()
   endforeach()
-  file(STRINGS ${include_root}/${header} external REGEX "^#include <(cuda|cudnn|nccl|mpi|dnnl|zlib|omp)[a-z_]*\\.h")
+  file(STRINGS ${include_root}/${header} external REGEX "^#include <(cuda|cudnn|nccl|mpi|dnnl|zlib|png|jpeg|omp)[a-z_]*\\.h")
   foreach(line ${external})
     list(APPEND problems "${header}: ${line} (a library chorus uses privately)")
   endforeach()
@@ -122,7 +122,7 @@ if(CUDA_COMPILER)
 endif()
 file(STRINGS ${prefix}/lib/cmake/chorus/chorusConfig.cmake shared REGEX "^set\\(CHORUS_SHARED_LIBS ON\\)")
 if(shared)
-  foreach(pkg CUDAToolkit MPI dnnl ZLIB OpenMP)
+  foreach(pkg CUDAToolkit MPI dnnl ZLIB PNG JPEG OpenMP)
     list(APPEND extra -DCMAKE_DISABLE_FIND_PACKAGE_${pkg}=ON)
   endforeach()
 endif()
