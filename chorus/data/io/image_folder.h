@@ -56,9 +56,12 @@
 // files at every level: its file list differs from chorus's then). More than 2^20 folders in one
 // class's walk → ResourceExhaustedError.
 // While iterating, a file that cannot be read, is not an image, is corrupt, or is a BMP/GIF (not
-// decoded by chorus yet) raises the reader's or decoder's error (DataLossError for corrupt data,
-// NotFoundError, PermissionDeniedError, ...) from next(), its message starting with the file's path;
-// the next call continues with the next element (Dataset::map's semantics). A file larger than
+// decoded by chorus yet) raises the reader's or decoder's error class from the next() that would
+// return it — DataLossError for corrupt, truncated or empty data; InvalidArgumentError for bytes
+// that are no PNG/JPEG, a FIFO or other non-file, or a JPEG asked for 4 channels (as TF); NotFoundError
+// for a dangling link; PermissionDeniedError — with the message "image_dataset_from_directory:
+// <path>: <the reader's message>"; the next call continues with the next element (Dataset::map's
+// rule; batched, the elements already taken into that batch are lost with it). A file larger than
 // kMaxImageFileBytes → ResourceExhaustedError naming it.
 //
 // Thread-safety: a free function; the returned Dataset is as every Dataset (dataset.h). The files

@@ -4,13 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "tests/data/data_test_util.h"
 #include <chorus/core/error.h>
+#include <chorus/data/io/image_folder.h>
 #include <chorus/data/io/image_folder_internal.h>
+#include <chorus/data/io/png.h>
 
 namespace chorus::data {
 namespace {
@@ -137,6 +140,45 @@ TEST(ImageFolderHostile, UnreadableFoldersAreSkipped) {
   const auto idx = listing(dir.path(), {.shuffle = false});
   fs::permissions(dir / "a/locked", fs::perms::owner_all);
   EXPECT_EQ(idx.file_paths, std::vector<std::string>{dir / "a/x.png"});
+}
+
+// Bad files among good ones: each bad one is an error from the next() that would return it, naming
+// the file (and the decoder's reason); the next call returns the next image.
+TEST(ImageFolderHostile, BadFilesFailOneElementEachAndNameTheFile) {
+  TempDir dir;
+  std::vector<std::uint8_t> px(6 * 5 * 3, 77);
+  const std::string good = encode_png(px.data(), 6, 5, 3);
+  fs::create_directories(dir / "c");
+  testing::spit(dir / "c/a_good.png", good);
+  testing::spit(dir / "c/b_truncated.png", good.substr(0, good.size() / 2));
+  std::string flipped = good;
+  flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x55);  // a CRC/zlib error
+  testing::spit(dir / "c/c_corrupt.png", flipped);
+  testing::spit(dir / "c/d_empty.jpg", "");
+  testing::spit(dir / "c/e_text.jpeg", "hello, I am not a JPEG");
+  fs::create_symlink(dir / "c/nowhere.png", dir / "c/f_dangling.png");
+  ASSERT_EQ(::mkfifo((dir / "c/g_fifo.png").c_str(), 0600), 0);
+  testing::spit(dir / "c/h_good.png", good);
+  auto ds = image_dataset_from_directory(dir.path(), {.batch_size = std::nullopt, .image_size = {4, 4},
+                                                      .shuffle = false, .num_parallel_calls = 2, .verbose = false});
+  auto it = ds.dataset.make_iterator();
+  std::vector<std::string> seen;
+  for (int i = 0; i < 20; ++i) {
+    try {
+      auto e = it.next();
+      if (!e) break;
+      EXPECT_EQ((*e)[0].shape(), (Shape{4, 4, 3}));
+      seen.push_back("ok");
+    } catch (const Error& err) {
+      const std::string m = err.message();
+      const std::size_t slash = m.find(dir.path() + "/c/");
+      EXPECT_EQ(m.rfind("image_dataset_from_directory: " + dir.path() + "/c/", 0), 0u) << m;
+      seen.push_back(std::string(error_code_name(err.code())) + " " +
+                     (slash == std::string::npos ? m : m.substr(slash + dir.path().size() + 3, 1)));
+    }
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"ok", "DATA_LOSS b", "DATA_LOSS c", "DATA_LOSS d", "INVALID_ARGUMENT e",
+                                            "NOT_FOUND f", "INVALID_ARGUMENT g", "ok"}));
 }
 
 }  // namespace
