@@ -10,7 +10,9 @@
 #include <chorus/data/internal.h>
 #include <chorus/data/io/image_decode.h>
 #include <chorus/data/io/image_folder_internal.h>
-#include <chorus/ops/image.h>
+#include <chorus/ops/cpu/dnn.h>
+#include <chorus/ops/cpu/image.h>
+#include <chorus/ops/image_geometry.h>
 
 namespace chorus::data {
 namespace {
@@ -61,17 +63,45 @@ Image crop_to_aspect_ratio(const Image& img, std::int64_t target_h, std::int64_t
   return out;
 }
 
-// _load_image_tf: read_file, decode_image(channels, first frame), [crop,] resize.
+// ops::image::resize's CPU kernels (the same code, so the same values) on the decoded bytes, on
+// the calling thread alone. tf.data runs each map call's kernels on one thread
+// (max_intra_op_parallelism = 1); through the op, every parallel call would start an OpenMP team
+// of all the cores, and the map's workers × cores threads would fight for them (bench_data:
+// 1.1-1.5 ms per 256² → 224² image alone, ~10 ms per image in 2-thread teams on the loaded 2-core VM).
+Tensor resize_on_this_thread(const Image& img, const internal::ImageFolderPlan& plan, const std::string& device) {
+  const std::array<std::int64_t, 2>& size = plan.options.image_size;
+  ops::ResizeGeometry g;
+  g.batch = 1;
+  g.in_h = img.height;
+  g.in_w = img.width;
+  g.channels = img.channels;
+  g.out_h = size[0];
+  g.out_w = size[1];
+  g.scale_h = ops::resize_scale(g.in_h, g.out_h);
+  g.scale_w = ops::resize_scale(g.in_w, g.out_w);
+  const bool nearest = plan.options.interpolation == "nearest";  // keeps uint8, as TF's
+  const Shape shape{size[0], size[1], img.channels};
+  const DType dtype = nearest ? DType::kUInt8 : DType::kFloat32;
+  // A fresh tensor on a CPU device has no pending work: this thread may write it directly.
+  Tensor out = Tensor::empty(shape, dtype, device);
+  const bool on_host = !out.device_context().is_gpu();
+  Tensor host = on_host ? out : Tensor::empty(shape, dtype, "/CPU:0");
+  ops::cpu::use_threads(1);  // every op sets its own count again, so this changes nothing else
+  if (nearest)
+    ops::cpu::resize_nearest(1, img.u8.data(), host.data(), g);
+  else
+    ops::cpu::resize_bilinear(DType::kUInt8, img.u8.data(), static_cast<float*>(host.data()), g);
+  return on_host ? host : host.to(device);
+}
+
+// _load_image_tf: read_file, decode_image(channels, first frame), [crop,] resize; on the pipeline
+// device (a copy when that is not the host).
 Tensor load_image(const std::string& path, const internal::ImageFolderPlan& plan, const std::string& device) {
   const ImageFolderOptions& o = plan.options;
   const std::string bytes = read_image_file(path);
   Image img = decode_image_values(bytes, {.channels = static_cast<int>(plan.channels)}, path);
   if (o.crop_to_aspect_ratio) img = crop_to_aspect_ratio(img, o.image_size[0], o.image_size[1]);
-  const Tensor decoded =
-      Tensor::from_host(img.u8.data(), Shape{img.height, img.width, img.channels}, DType::kUInt8, device);
-  const auto method = o.interpolation == "nearest" ? ops::image::ResizeMethod::kNearestNeighbor
-                                                   : ops::image::ResizeMethod::kBilinear;
-  return ops::image::resize(decoded, o.image_size, {.method = method});
+  return resize_on_this_thread(img, plan, device);
 }
 
 // The label column: int → int32 [n]; categorical → float32 one-hot [n, classes] (rows of zeros for a
