@@ -33,7 +33,8 @@
 //     the validation set is not shuffled by the buffer then, as in Keras). As in Keras, n_val = 0
 //     gives an empty training set (an error) and a validation set of every file.
 //   - Each element: read_file, decode_image(channels = 1/3/4 for grayscale/rgb/rgba, first frame
-//     only), resize to image_size (ops::resize, TF's half-pixel bilinear or nearest) — bilinear
+//     only), resize to image_size (ops::image::resize's CPU kernel — TF's half-pixel bilinear or
+//     nearest — on the map's worker thread alone, as tf.data's max_intra_op_parallelism = 1) — bilinear
 //     gives float32 values 0..255 (not rescaled, as Keras), nearest keeps uint8 (as tf.image.resize
 //     does, so Keras's nearest dataset is uint8 too). crop_to_aspect_ratio first crops the largest
 //     central window of image_size's aspect ratio (keras.utils.smart_resize's arithmetic).
