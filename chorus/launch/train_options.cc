@@ -49,6 +49,13 @@ po::options_description describe(TrainOptions& o) {
      "comma-separated lists (repeatable); the first --test records are held out")
     ("tfrecord-compression", po::value(&o.tfrecord_compression),
      "compression_type of the --tfrecord files, as TensorFlow's: ZLIB or GZIP (default: none)")
+    ("image-dir", po::value(&o.image_dir),
+     "a folder of PNG/JPEG images, one subfolder per class (Keras's image_dataset_from_directory): the classes "
+     "are the sorted subfolder names, the model's output has one unit per class, pixels are scaled to [0, 1]")
+    ("image-size", po::value<std::string>()->default_value("64,64"),
+     "with --image-dir: the size images are resized to (bilinear), \"H,W\" or \"N\" for N,N")
+    ("validation-split", po::value(&o.validation_split)->default_value(o.validation_split, "0.2"),
+     "with --image-dir: the fraction of the files held out (the last ones after the seeded shuffle, as Keras)")
     ("train", po::value(&o.train_size)->default_value(o.train_size),
      "training examples to use (0: all; synthetic digits: 60000)")
     ("test", po::value(&o.test_size)->default_value(o.test_size),
@@ -100,6 +107,26 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
+// --image-size: "N" or "H,W", each a positive integer of at most 5 digits (larger images are not a
+// size for this tool's models).
+std::array<std::int64_t, 2> parse_image_size(const std::string& text) {
+  const std::vector<std::string> parts = split_commas(text);
+  const bool shape_ok = (parts.size() == 1 || parts.size() == 2) &&
+                        std::count(text.begin(), text.end(), ',') == static_cast<long>(parts.size()) - 1;
+  std::array<std::int64_t, 2> size{0, 0};
+  bool ok = shape_ok;
+  for (std::size_t i = 0; ok && i < parts.size(); ++i) {
+    ok = !parts[i].empty() && parts[i].size() <= 5 &&
+         std::all_of(parts[i].begin(), parts[i].end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (ok) size[i] = std::stoll(parts[i]);
+    ok = ok && size[i] > 0;
+  }
+  CHORUS_REQUIRE(ok, InvalidArgumentError, "--image-size '", text,
+                 "' is not a size: give \"H,W\" or \"N\" with positive integers (e.g. 64,64)");
+  if (parts.size() == 1) size[1] = size[0];
+  return size;
+}
+
 }  // namespace
 
 TrainOptions parse_train_options(int argc, const char* const argv[]) {
@@ -130,7 +157,7 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
     o.devices = split_commas(vm["devices"].as<std::string>());
     CHORUS_REQUIRE(!o.devices.empty(), InvalidArgumentError, "--devices is empty; give e.g. /gpu:0,/gpu:1");
   }
-  for (const char* flag : {"checkpoint-dir", "log-dir", "data-dir"}) {
+  for (const char* flag : {"checkpoint-dir", "log-dir", "data-dir", "image-dir"}) {
     // An empty path would save or read nothing and still exit 0 (`--checkpoint-dir "$UNSET"`).
     CHORUS_REQUIRE(!vm.count(flag) || !vm[flag].as<std::string>().empty(), InvalidArgumentError, "--", flag,
                    " is empty; give a directory path (omit the flag to go without)");
@@ -157,8 +184,11 @@ TrainOptions parse_train_options(int argc, const char* const argv[]) {
   CHORUS_REQUIRE(o.test_size >= 0, InvalidArgumentError, "--test must be >= 0 (0: all), got ", o.test_size);
   CHORUS_REQUIRE(o.min_accuracy >= 0 && o.min_accuracy <= 1, InvalidArgumentError,
                  "--min-accuracy must be in [0, 1], got ", o.min_accuracy);
-  CHORUS_REQUIRE(o.data_dir.empty() || o.tfrecord.empty(), InvalidArgumentError,
-                 "--data-dir and --tfrecord both given; choose one source of data");
+  CHORUS_REQUIRE(o.data_dir.empty() + o.tfrecord.empty() + o.image_dir.empty() >= 2, InvalidArgumentError,
+                 "more than one of --data-dir, --tfrecord and --image-dir given; choose one source of data");
+  o.image_size = parse_image_size(vm["image-size"].as<std::string>());
+  CHORUS_REQUIRE(o.validation_split > 0 && o.validation_split < 1, InvalidArgumentError,
+                 "--validation-split must be in (0, 1), got ", o.validation_split);
   if (!o.tfrecord_compression.empty()) check_choice("tfrecord-compression", o.tfrecord_compression, {"ZLIB", "GZIP"});
   CHORUS_REQUIRE(o.strategy != "one_device" || o.devices.size() <= 1, InvalidArgumentError,
                  "--strategy one_device takes one device, got --devices with ", o.devices.size());
@@ -176,8 +206,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& args) {
 std::string train_usage() {
   TrainOptions defaults;
   std::ostringstream os;
-  os << "chorus-train: train a built-in model on digits (synthetic, MNIST idx or TFRecord) under a\n"
-        "tf.distribute-style strategy; alone or under chorus-run/mpirun.\n\n"
+  os << "chorus-train: train a built-in model on digits (synthetic, MNIST idx or TFRecord) or on a folder\n"
+        "of images, under a tf.distribute-style strategy; alone or under chorus-run/mpirun.\n\n"
         "usage: chorus-train [options]\n\n"
      << describe(defaults)
      << "\nExit status: 0 trained (and reached --min-accuracy), 1 a training error or accuracy below\n"

@@ -12,6 +12,7 @@
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/file_io.h>
+#include <chorus/data/io/image_folder.h>
 #include <chorus/data/mnist.h>
 #include <chorus/data/synthetic_digits.h>
 #include <chorus/distribute/cluster_resolver.h>
@@ -22,6 +23,7 @@
 #include <chorus/model/layers.h>
 #include <chorus/model/losses.h>
 #include <chorus/model/model.h>
+#include <chorus/ops/elementwise.h>
 #include <chorus/ops/random.h>
 #include <chorus/optimizer/adam.h>
 #include <chorus/optimizer/sgd.h>
@@ -91,11 +93,11 @@ std::unique_ptr<distribute::Strategy> make_strategy(const TrainOptions& o,
   throw InternalError(str_cat("make_strategy: unhandled --strategy ", o.strategy));
 }
 
-std::vector<layers::LayerPtr> make_layers(const std::string& model) {
+std::vector<layers::LayerPtr> make_layers(const std::string& model, std::int64_t classes) {
   namespace L = layers;
-  if (model == "mlp") return {L::Flatten(), L::Dense(128, "relu"), L::Dense(10)};
+  if (model == "mlp") return {L::Flatten(), L::Dense(128, "relu"), L::Dense(classes)};
   return {L::Conv2D(32, 3, "relu"), L::MaxPooling2D(2), L::Conv2D(64, 3, "relu"), L::MaxPooling2D(2),
-          L::Conv2D(64, 3, "relu"), L::Flatten(),       L::Dense(64, "relu"),     L::Dense(10)};
+          L::Conv2D(64, 3, "relu"), L::Flatten(),       L::Dense(64, "relu"),     L::Dense(classes)};
 }
 
 std::shared_ptr<optimizers::Optimizer> make_optimizer(const TrainOptions& o) {
@@ -110,9 +112,29 @@ data::Dataset first(const data::Dataset& ds, std::int64_t n) { return n > 0 ? ds
 struct Data {
   data::Dataset train, test;
   std::string description;
+  std::int64_t classes = 10;
+  bool shuffled = false;  // the training set is shuffled already (an image folder)
 };
 
+// --image-dir: image_dataset_from_directory's training and validation subsets (seeded, so every
+// worker lists the same split), single images scaled from 0..255 to [0, 1] as a Keras model's
+// Rescaling(1/255) does.
+Data image_folder_data(const TrainOptions& o) {
+  CHORUS_REQUIRE(o.seed <= 0xffffffffull, InvalidArgumentError, "--seed ", o.seed,
+                 " with --image-dir must be below 2^32 (numpy's RandomState, whose shuffle splits the files)");
+  auto [train, val] = data::image_dataset_from_directory_both(
+      o.image_dir, {.batch_size = std::nullopt, .image_size = o.image_size, .seed = o.seed,
+                    .validation_split = o.validation_split, .subset = "both", .verbose = false});
+  const auto scale = [](const data::Element& e) { return data::Element{e[0] * (1.0 / 255.0), e[1]}; };
+  Data d{first(train.dataset.map(scale), o.train_size), first(val.dataset.map(scale), o.test_size),
+         str_cat("image folder ", o.image_dir, ": ", train.class_names.size(), " classes, ", train.file_paths.size(),
+                 " train / ", val.file_paths.size(), " held out, ", o.image_size[0], "x", o.image_size[1]),
+         static_cast<std::int64_t>(train.class_names.size()), true};
+  return d;
+}
+
 Data make_data(const TrainOptions& o) {
+  if (!o.image_dir.empty()) return image_folder_data(o);
   if (!o.tfrecord.empty()) {
     const auto files = expand_file_patterns(o.tfrecord);
     const std::int64_t test = o.test_size > 0 ? o.test_size : kTFRecordTest;
@@ -283,28 +305,30 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
     result.strategy += str_cat(" (", distribute::cross_device_ops_name(strategy.cross_device_ops().ops), ")");
   line(out, "Strategy: " + result.strategy);
 
+  phase = str_cat("making the data set (--train ", o.train_size, ", --test ", o.test_size, ")");
+  Data d = make_data(o);
+  line(out, "Data: " + d.description);
+
   std::unique_ptr<model::Sequential> net;
   {
     std::optional<distribute::Strategy::Scope> scope;
     if (owned) scope.emplace(*owned);
-    net = std::make_unique<model::Sequential>(make_layers(o.model), o.model);
+    net = std::make_unique<model::Sequential>(make_layers(o.model, d.classes), o.model);
     net->compile(make_optimizer(o), std::make_shared<losses::SparseCategoricalCrossentropy>(/*from_logits=*/true),
                  {"accuracy"});
   }
 
-  phase = str_cat("making the data set (--train ", o.train_size, ", --test ", o.test_size, ")");
-  Data d = make_data(o);
-  line(out, "Data: " + d.description);
   if (multi_worker) {
     // Workers with different data would take different numbers of steps, and the one with more
     // would wait for the others until the collective timeout: compare the sizes first, so that
     // every worker fails at once with the same message.
     phase = "comparing the data set sizes of the workers";
     static_cast<const distribute::MultiWorkerMirroredStrategy&>(strategy).check_counts_agree(
-        "the data sets (--train, --test, --data-dir, --tfrecord)",
+        "the data sets (--train, --test, --data-dir, --tfrecord, --image-dir)",
         {{"training examples", d.train.cardinality()}, {"held-out examples", d.test.cardinality()}});
   }
-  auto train_ds = d.train.shuffle(kShuffleBuffer, o.seed).batch(o.batch_size).prefetch(data::kAutotune);
+  auto train_ds =
+      (d.shuffled ? d.train : d.train.shuffle(kShuffleBuffer, o.seed)).batch(o.batch_size).prefetch(data::kAutotune);
   auto test_ds = d.test.batch(o.batch_size);
 
   phase = "restoring the checkpoint";

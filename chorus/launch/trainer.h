@@ -20,15 +20,21 @@
 //      (local rank mod GPUs; --virtual-devices are carved out of that GPU), else its
 //      --virtual-devices CPU devices (at least one). --batch is the global batch over all workers;
 //      the data are sharded across workers. Only the chief (worker 0) prints.
-//   4. The model (mlp or the seed CNN), compiled inside the strategy's scope with Adam or SGD,
-//      SparseCategoricalCrossentropy(from_logits) and accuracy.
+//   4. The model (mlp or the seed CNN, its last Dense with one unit per class: 10 for digits),
+//      compiled inside the strategy's scope with Adam or SGD, SparseCategoricalCrossentropy(from_logits)
+//      and accuracy. (The data set is made first: an image folder says how many classes.)
 //   5. Data, elements (image [28,28,1] float32, label int32):
 //      - default: data::synthetic_digits(train or 60000, seed) for training and
 //        synthetic_digits(test or 10000, seed + 1) held out;
 //      - --data-dir: the MNIST idx train and t10k files, the first --train / --test of each;
 //      - --tfrecord: launch/tfrecord_digits.h; the first --test records (1000 when 0) are held out
 //        and the rest (the first --train of them) are trained on.
-//      Training data is shuffled (buffer 10000, seed), batched by --batch and prefetched.
+//      - --image-dir: data::image_dataset_from_directory_both (subset "both", --validation-split,
+//        seed --seed, --image-size, rgb, bilinear), unbatched, pixels scaled by 1/255; the first
+//        --train / --test of the training and validation subsets (elements: image [H,W,3] float32,
+//        label int32, one class per subfolder).
+//      Training data is shuffled (buffer 10000, seed; an image folder's by image_dataset_from_directory),
+//      batched by --batch and prefetched.
 //      Under multi_worker the workers then compare their numbers of training and held-out examples
 //      (MultiWorkerMirroredStrategy::check_counts_agree): a difference is an InvalidArgumentError
 //      on every worker naming each worker's sizes, before anything is trained.

@@ -122,6 +122,27 @@ TEST(TrainOptions, ValuesAreValidated) {
   EXPECT_THAT(error_of({"--strategy", "default", "--devices", "/cpu:0"}), HasSubstr("--strategy default"));
 }
 
+TEST(TrainOptions, ImageDirFlags) {
+  const TrainOptions d = parse_train_options(Args{});
+  EXPECT_TRUE(d.image_dir.empty());
+  EXPECT_EQ(d.image_size, (std::array<std::int64_t, 2>{64, 64}));
+  EXPECT_DOUBLE_EQ(d.validation_split, 0.2);
+  const TrainOptions o =
+      parse_train_options(Args{"--image-dir", "/data/flowers", "--image-size", "180,120", "--validation-split", "0.1"});
+  EXPECT_EQ(o.image_dir, "/data/flowers");
+  EXPECT_EQ(o.image_size, (std::array<std::int64_t, 2>{180, 120}));
+  EXPECT_DOUBLE_EQ(o.validation_split, 0.1);
+  EXPECT_EQ(parse_train_options(Args{"--image-size=32"}).image_size, (std::array<std::int64_t, 2>{32, 32}));
+  for (const char* bad : {"0", "0,4", "16,", ",16", "16,16,3", "x", "-4", "16x16", "123456", ""})
+    EXPECT_THAT(error_of({"--image-size", bad}), HasSubstr(std::string("--image-size '") + bad + "' is not a size"))
+        << bad;
+  EXPECT_THAT(error_of({"--image-dir", ""}), HasSubstr("--image-dir is empty"));
+  EXPECT_THAT(error_of({"--image-dir", "d", "--tfrecord", "x"}), HasSubstr("choose one source of data"));
+  EXPECT_THAT(error_of({"--image-dir", "d", "--data-dir", "x"}), HasSubstr("choose one source of data"));
+  for (const char* bad : {"0", "1", "-0.5", "1.5"})
+    EXPECT_THAT(error_of({"--validation-split", bad}), HasSubstr("--validation-split must be in (0, 1)")) << bad;
+}
+
 TEST(TrainOptions, CollectiveTimeoutIsSecondsAboveZero) {
   EXPECT_EQ(parse_train_options(Args{}).collective_timeout.count(), 0) << "0: the default";
   EXPECT_EQ(parse_train_options(Args{"--collective-timeout", "30"}).collective_timeout.count(), 30000);
@@ -156,6 +177,9 @@ TEST(TrainOptions, HelpListsEveryFlag) {
                            "--data-dir",
                            "--tfrecord",
                            "--tfrecord-compression",
+                           "--image-dir",
+                           "--image-size",
+                           "--validation-split",
                            "--train",
                            "--test",
                            "--seed",
