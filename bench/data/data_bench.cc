@@ -172,7 +172,13 @@ Stages profile_stages(const std::string& dir, const Options& o) {
     // As image_dataset_from_directory's map: decode, then the resize kernel on this thread alone.
     const data::Image img = data::decode_image_values(bytes, {.channels = 3}, f);
     auto t2 = clock::now();
-    const ops::ResizeGeometry g{1, img.height, img.width, o.out, o.out, 3, ops::resize_scale(img.height, o.out),
+    const ops::ResizeGeometry g{1,
+                                img.height,
+                                img.width,
+                                o.out,
+                                o.out,
+                                3,
+                                ops::resize_scale(img.height, o.out),
                                 ops::resize_scale(img.width, o.out)};
     Tensor y = Tensor::empty(Shape{o.out, o.out, 3}, DType::kFloat32, "/CPU:0");
     ops::cpu::use_threads(1);
@@ -195,9 +201,8 @@ std::string script() { return std::string(CHORUS_DATA_BENCH_DIR) + "/tf_image_fo
 // One TF pass in a fresh Python process; nullopt (and `why`) when it fails.
 std::optional<double> tf_pass(const std::string& py, const std::string& dir, const Options& o, std::string& why) {
   int status = 0;
-  const std::string out = bench::capture(str_cat("'", py, "' '", script(), "' time '", dir, "' ", o.threads, " ",
-                                                 o.batch, " ", o.out, " 2>&1"),
-                                         &status);
+  const std::string out = bench::capture(
+      str_cat("'", py, "' '", script(), "' time '", dir, "' ", o.threads, " ", o.batch, " ", o.out, " 2>&1"), &status);
   const auto v = bench::result_field(out, "images_per_s");
   const auto n = bench::result_field(out, "images");
   if (status != 0 || !v || !n || static_cast<std::int64_t>(*n) != o.images) {
@@ -263,11 +268,12 @@ int run(int argc, char** argv) {
   }
 
   const std::string machine = bench::machine(true) + ", oneDNN " + ops::cpu::onednn_isa();
-  std::printf("decode + resize %lldx%lld -> %lldx%lld (bilinear, float32) + batch %lld of %lld images, %d threads; "
-              "%lld rounds alternating chorus and TensorFlow (images/s: median [min-max])\nmachine: %s\n",
-              static_cast<long long>(o.size), static_cast<long long>(o.size), static_cast<long long>(o.out),
-              static_cast<long long>(o.out), static_cast<long long>(o.batch), static_cast<long long>(o.images),
-              o.threads, static_cast<long long>(o.rounds), machine.c_str());
+  std::printf(
+      "decode + resize %lldx%lld -> %lldx%lld (bilinear, float32) + batch %lld of %lld images, %d threads; "
+      "%lld rounds alternating chorus and TensorFlow (images/s: median [min-max])\nmachine: %s\n",
+      static_cast<long long>(o.size), static_cast<long long>(o.size), static_cast<long long>(o.out),
+      static_cast<long long>(o.out), static_cast<long long>(o.batch), static_cast<long long>(o.images), o.threads,
+      static_cast<long long>(o.rounds), machine.c_str());
   std::printf("%-6s %10s %17s %12s %17s %7s\n", "format", "chorus", "[min-max]", "tensorflow", "[min-max]", "ratio");
   std::vector<bench::Json> cases;
   for (const Row& row : rows) {
@@ -287,8 +293,8 @@ int run(int argc, char** argv) {
     std::snprintf(crange, sizeof crange, "[%.0f-%.0f]", *cmin, *cmax);
     std::printf("%-6s %10.1f %17s %12s %17s %7s\n", row.name.c_str(), c, crange, tcol, trange, rcol);
     cases.push_back(bench::json_case(str_cat(row.name, " images/s, ", o.threads, " threads"), c, "images/s",
-                                     str_cat("tf.keras.utils.image_dataset_from_directory, ", o.threads, " threads"),
-                                     t, ratio));
+                                     str_cat("tf.keras.utils.image_dataset_from_directory, ", o.threads, " threads"), t,
+                                     ratio));
   }
   std::printf("chorus, one thread, ms per image (first 200 files): read, decode, resize, batch\n");
   for (const auto& [name, t] : stages)

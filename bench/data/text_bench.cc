@@ -12,8 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <stdexcept>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,9 +38,11 @@ std::string tf_python() {
 void write_gzip(const std::string& path, const std::string& bytes, const std::string& python) {
   std::ofstream(path + ".src", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   int st = 0;
-  chorus::bench::capture("'" + python + "' -c 'import gzip,sys; open(sys.argv[2],\"wb\").write(gzip.compress(open(sys.argv[1],\"rb\").read(), 6))' '" +
-                             path + ".src' '" + path + "'",
-                         &st);
+  chorus::bench::capture(
+      "'" + python +
+          "' -c 'import gzip,sys; open(sys.argv[2],\"wb\").write(gzip.compress(open(sys.argv[1],\"rb\").read(), 6))' '" +
+          path + ".src' '" + path + "'",
+      &st);
   if (st != 0) throw std::runtime_error("could not gzip " + path);
 }
 
@@ -94,9 +96,10 @@ int run(int argc, char** argv) {
     cases.push_back({"text_line_gzip", "t.txt.gz", "GZIP", false});
     cases.push_back({"csv_gzip", "c.csv.gz", "GZIP", true});
   }
-  std::string script = "import os, sys, time\nos.environ['TF_CPP_MIN_LOG_LEVEL']='3'\nimport tensorflow as tf\n"
-                       "d, reps = sys.argv[1], int(sys.argv[2])\n"
-                       "cols = [tf.int32, tf.constant([0.0]), tf.constant([''], tf.string), tf.int64, tf.float64]\n";
+  std::string script =
+      "import os, sys, time\nos.environ['TF_CPP_MIN_LOG_LEVEL']='3'\nimport tensorflow as tf\n"
+      "d, reps = sys.argv[1], int(sys.argv[2])\n"
+      "cols = [tf.int32, tf.constant([0.0]), tf.constant([''], tf.string), tf.int64, tf.float64]\n";
   std::printf("%-16s %14s %14s %8s\n", "case", "chorus /s", "tf.data /s", "ratio");
   std::vector<Json> jcases;
   for (const Case& c : cases) {
@@ -110,15 +113,16 @@ int run(int argc, char** argv) {
     if (have_tf) {
       const std::string ds_expr = c.is_csv ? "tf.data.experimental.CsvDataset(p, cols, compression_type=comp)"
                                            : "tf.data.TextLineDataset(p, compression_type=comp)";
-      std::ofstream(dir + "/tf.py") << script << "p, comp = os.path.join(d, '" << c.file << "'), '" << c.comp << "'\n"
-                                    << "ds = " << ds_expr << "\n"
-                                    << "ts = []\nfor _ in range(reps):\n  a = time.perf_counter()\n"
-                                    << "  n = sum(int(b[0].shape[0] if isinstance(b, tuple) else b.shape[0]) for b in ds.batch(1024))\n"
-                                    << "  ts.append(time.perf_counter() - a)\n"
-                                    << "ts.sort()\nprint('RESULT n=%d seconds=%g' % (n, ts[len(ts) // 2]))\n";
+      std::ofstream(dir + "/tf.py")
+          << script << "p, comp = os.path.join(d, '" << c.file << "'), '" << c.comp << "'\n"
+          << "ds = " << ds_expr << "\n"
+          << "ts = []\nfor _ in range(reps):\n  a = time.perf_counter()\n"
+          << "  n = sum(int(b[0].shape[0] if isinstance(b, tuple) else b.shape[0]) for b in ds.batch(1024))\n"
+          << "  ts.append(time.perf_counter() - a)\n"
+          << "ts.sort()\nprint('RESULT n=%d seconds=%g' % (n, ts[len(ts) // 2]))\n";
       int st = 0;
-      const std::string out =
-          chorus::bench::capture("'" + python + "' '" + dir + "/tf.py' '" + dir + "' " + std::to_string(reps) + " 2>/dev/null", &st);
+      const std::string out = chorus::bench::capture(
+          "'" + python + "' '" + dir + "/tf.py' '" + dir + "' " + std::to_string(reps) + " 2>/dev/null", &st);
       const auto secs = chorus::bench::result_field(out, "seconds");
       const auto tn = chorus::bench::result_field(out, "n");
       if (st == 0 && secs && tn && *tn == lines) tf_rate = lines / *secs;
@@ -129,7 +133,8 @@ int run(int argc, char** argv) {
                 tf_rate ? std::to_string(rate / *tf_rate).substr(0, 5).c_str() : "-");
     jcases.push_back(chorus::bench::json_case(c.name, rate, c.is_csv ? "records/s" : "lines/s",
                                               c.is_csv ? "tf.data.experimental.CsvDataset" : "tf.data.TextLineDataset",
-                                              tf_rate, tf_rate ? std::optional<double>(rate / *tf_rate) : std::nullopt));
+                                              tf_rate,
+                                              tf_rate ? std::optional<double>(rate / *tf_rate) : std::nullopt));
   }
   std::filesystem::remove_all(dir);
   chorus::bench::print_json_line("data_text", chorus::bench::machine(true), jcases);

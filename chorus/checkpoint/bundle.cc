@@ -489,10 +489,9 @@ Tensor BundleReader::read(const std::string& key) const {
   const Impl& m = *impl_;
   if (e.is_string) return Tensor::from_vector(read_strings(key), e.shape, "/CPU:0");
   if (!internal::dtype_from_tf(e.tf_dtype))
-    throw UnimplementedError(str_cat("tensor '", key, "' of checkpoint '", m.prefix, "' has TF dtype ",
-                                     internal::tf_dtype_name(e.tf_dtype),
-                                     ", which chorus has no DType for (chorus reads ",
-                                     internal::supported_dtype_names(), ")"));
+    throw UnimplementedError(
+        str_cat("tensor '", key, "' of checkpoint '", m.prefix, "' has TF dtype ", internal::tf_dtype_name(e.tf_dtype),
+                ", which chorus has no DType for (chorus reads ", internal::supported_dtype_names(), ")"));
   Tensor t = Tensor::empty(e.shape, e.dtype, "/CPU:0");  // e.size == its nbytes (checked at open)
   char* dst = static_cast<char*>(t.data());
   const auto sliced = m.index.sliced.find(key);

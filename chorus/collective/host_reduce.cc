@@ -192,8 +192,8 @@ void reduce_direct(ReduceOp op, const void* const* inputs, int k, void* const* o
 }  // namespace
 
 void check_collective_dtype(DType dtype, const char* what) {
-  CHORUS_REQUIRE(dtype != DType::kUInt8 && dtype != DType::kBool && dtype != DType::kString, InvalidArgumentError, what, ": dtype ",
-                 dtype_name(dtype),
+  CHORUS_REQUIRE(dtype != DType::kUInt8 && dtype != DType::kBool && dtype != DType::kString, InvalidArgumentError, what,
+                 ": dtype ", dtype_name(dtype),
                  " is not supported by collectives; use float32, float64, float16, bfloat16, "
                  "int32 or int64");
 }

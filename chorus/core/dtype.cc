@@ -379,10 +379,10 @@ bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_by
 
 void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t count) {
   if (src_type == DType::kString || dst_type == DType::kString) {
-    throw InvalidArgumentError(str_cat(
-        "convert: cannot convert ", src_type, " to ", dst_type,
-        ": string elements are std::string objects holding bytes, not numbers (TF has no cast between "
-        "string and numeric dtypes either); read them with Tensor::strings() or to_vector<std::string>()"));
+    throw InvalidArgumentError(
+        str_cat("convert: cannot convert ", src_type, " to ", dst_type,
+                ": string elements are std::string objects holding bytes, not numbers (TF has no cast between "
+                "string and numeric dtypes either); read them with Tensor::strings() or to_vector<std::string>()"));
   }
   if (src_type == dst_type) {
     // Bit-for-bit copy: NaN payloads and bool bytes other than 0/1 pass through unchanged.
@@ -413,8 +413,7 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, std::si
 }
 
 double element_as_double(const void* data, DType dtype, std::size_t index) {
-  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError,
-                 "element_as_double: a string element is not a number");
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError, "element_as_double: a string element is not a number");
   double out;
   convert(static_cast<const unsigned char*>(data) + index * dtype_size(dtype), dtype, &out, DType::kFloat64, 1);
   return out;

@@ -75,8 +75,9 @@ Tensor RaggedTensor::to_tensor(const Tensor& default_value) const {
   for (std::int64_t r = 0; r < nrows(); ++r)
     for (std::int64_t k = splits_[static_cast<std::size_t>(r)]; k < splits_[static_cast<std::size_t>(r) + 1]; ++k)
       moves.emplace_back(k, r * longest + (k - splits_[static_cast<std::size_t>(r)]));
-  return internal::assemble_rows(values_, inner_elems(values_.shape()), with_leading({nrows(), longest}, values_.shape()),
-                                 moves, default_value, "RaggedTensor::to_tensor");
+  return internal::assemble_rows(values_, inner_elems(values_.shape()),
+                                 with_leading({nrows(), longest}, values_.shape()), moves, default_value,
+                                 "RaggedTensor::to_tensor");
 }
 
 }  // namespace chorus

@@ -11,8 +11,7 @@ namespace internal {
 
 std::vector<std::int64_t> host_int64s(const Tensor& t, const char* what) {
   CHORUS_REQUIRE(t.defined(), InvalidArgumentError, what, " is undefined");
-  CHORUS_REQUIRE(t.dtype() == DType::kInt64, InvalidArgumentError, what, " must be int64; got ",
-                 dtype_name(t.dtype()));
+  CHORUS_REQUIRE(t.dtype() == DType::kInt64, InvalidArgumentError, what, " must be int64; got ", dtype_name(t.dtype()));
   std::vector<std::int64_t> out(static_cast<std::size_t>(t.num_elements()));
   if (!out.empty()) t.copy_to_host(out.data());
   return out;
@@ -87,11 +86,11 @@ SparseTensor::SparseTensor(Tensor indices, Tensor values, Shape dense_shape)
                  "SparseTensor: indices must be an int64 matrix [N, rank]; got ", dtype_name(indices_.dtype()), " ",
                  indices_.shape().to_string());
   CHORUS_REQUIRE(indices_.shape().dim(1) == rank, InvalidArgumentError, "SparseTensor: indices ",
-                 indices_.shape().to_string(), " has ", indices_.shape().dim(1),
-                 " columns but dense_shape ", dense_shape_.to_string(), " has rank ", rank);
-  CHORUS_REQUIRE(values_.shape().rank() == 1 && values_.shape().dim(0) == indices_.shape().dim(0),
-                 InvalidArgumentError, "SparseTensor: values must be a vector [N] with N = indices.dim(0) = ",
-                 indices_.shape().dim(0), "; got ", values_.shape().to_string());
+                 indices_.shape().to_string(), " has ", indices_.shape().dim(1), " columns but dense_shape ",
+                 dense_shape_.to_string(), " has rank ", rank);
+  CHORUS_REQUIRE(values_.shape().rank() == 1 && values_.shape().dim(0) == indices_.shape().dim(0), InvalidArgumentError,
+                 "SparseTensor: values must be a vector [N] with N = indices.dim(0) = ", indices_.shape().dim(0),
+                 "; got ", values_.shape().to_string());
   for (int d = 0; d < rank; ++d)
     CHORUS_REQUIRE(dense_shape_.dim(d) >= 0, InvalidArgumentError, "SparseTensor: dense_shape ",
                    dense_shape_.to_string(), " has a negative dimension");

@@ -79,8 +79,9 @@ void add_host(DType dtype, void* dst, const void* src, std::size_t n) {
 std::shared_ptr<DeviceContext> place_strings(std::string_view op, std::string_view device) {
   if (!device.empty()) {
     const DeviceSpec spec = DeviceSpec::parse(device);
-    CHORUS_REQUIRE(!spec.type || *spec.type != "GPU", InvalidArgumentError, op, ": a string tensor cannot be placed on '",
-                   device, "': string tensors live in host memory (use a CPU device such as \"/CPU:0\")");
+    CHORUS_REQUIRE(!spec.type || *spec.type != "GPU", InvalidArgumentError, op,
+                   ": a string tensor cannot be placed on '", device,
+                   "': string tensors live in host memory (use a CPU device such as \"/CPU:0\")");
   }
   return place_op(op, device, /*has_gpu_kernel=*/false);
 }
@@ -368,7 +369,8 @@ DeviceContext& Tensor::device_context() const {
 }
 void* Tensor::data() const {
   require_defined("data");
-  CHORUS_REQUIRE(dtype_ != DType::kString, InvalidArgumentError, "data() of a string tensor of shape ", shape_.to_string(),
+  CHORUS_REQUIRE(dtype_ != DType::kString, InvalidArgumentError, "data() of a string tensor of shape ",
+                 shape_.to_string(),
                  ": its elements are std::string objects, not bytes; use strings() or mutable_strings()");
   if (buffer_->released())
     throw FailedPreconditionError(str_cat("data() of a ", dtype_name(dtype_), shape_.to_string(), " tensor on ",
@@ -418,8 +420,8 @@ void Tensor::add_inplace(const Tensor& src) {
   CHORUS_REQUIRE(src.shape_ == shape_ && src.dtype_ == dtype_, InvalidArgumentError, "assign_add: value of ",
                  dtype_name(src.dtype_), src.shape_.to_string(), " does not match the target's ", dtype_name(dtype_),
                  shape_.to_string());
-  CHORUS_REQUIRE(dtype_ != DType::kBool && dtype_ != DType::kString, InvalidArgumentError, "assign_add is not defined for ",
-                 dtype_, " tensors: use assign");
+  CHORUS_REQUIRE(dtype_ != DType::kBool && dtype_ != DType::kString, InvalidArgumentError,
+                 "assign_add is not defined for ", dtype_, " tensors: use assign");
   place_op("AssignAdd", device_name());
   buffer_->await_writable();
   // Bring the addend to this device first (a no-op share when it already lives here).

@@ -170,9 +170,7 @@ class Tensor {
       return from_host(&value, Shape{}, dtype_of<T>(), device);
   }
   // A string scalar: scalar("abc") is scalar(std::string("abc")).
-  static Tensor scalar(const char* value, std::string_view device = "") {
-    return scalar(std::string(value), device);
-  }
+  static Tensor scalar(const char* value, std::string_view device = "") { return scalar(std::string(value), device); }
 
   bool defined() const { return buffer_ != nullptr; }
   bool is_string() const { return dtype_ == DType::kString; }

@@ -66,8 +66,8 @@ std::string bytes_repr(std::string_view v) {
 
 using Formatter = std::function<std::string(std::int64_t)>;
 
-void print_axis(std::ostringstream& os, const Formatter& format, const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& strides, int axis,
-                std::int64_t offset, bool elide, int indent) {
+void print_axis(std::ostringstream& os, const Formatter& format, const std::vector<std::int64_t>& dims,
+                const std::vector<std::int64_t>& strides, int axis, std::int64_t offset, bool elide, int indent) {
   const std::int64_t n = dims[axis];
   os << '[';
   const bool cut = elide && n > 2 * kEdge;

@@ -213,8 +213,8 @@ class PaddedBatchDataset final : public DatasetBase {
                                      const std::vector<std::int64_t>& padded, const std::string& fill,
                                      const std::string& device) {
     const std::int64_t slot = Shape(padded).num_elements();
-    Tensor out = Tensor::empty(Shape(batched_shape(rows.size(), padded)), DType::kString,
-                               internal::host_device_for(device));
+    Tensor out =
+        Tensor::empty(Shape(batched_shape(rows.size(), padded)), DType::kString, internal::host_device_for(device));
     const std::span<std::string> dst = out.mutable_strings();
     if (!fill.empty()) std::fill(dst.begin(), dst.end(), fill);
     for (std::size_t r = 0; r < rows.size(); ++r) {

@@ -84,8 +84,8 @@ Tensor slice_row(const Tensor& c, std::int64_t i) {
     size[0] = 1;
     return ops::reshape(ops::slice(c, begin, size), rest);
   }
-  CHORUS_REQUIRE(!dims.empty() && i >= 0 && i < dims[0], InvalidArgumentError, "row ", i, " of a string tensor of shape ",
-                 c.shape().to_string());
+  CHORUS_REQUIRE(!dims.empty() && i >= 0 && i < dims[0], InvalidArgumentError, "row ", i,
+                 " of a string tensor of shape ", c.shape().to_string());
   Tensor out = Tensor::empty(Shape(rest), DType::kString, c.device_name());
   const std::int64_t n = out.num_elements();
   const std::span<const std::string> src = c.strings();

@@ -11,9 +11,9 @@
 
 namespace chorus::launch {
 
-using internal::str_cat;
 using data::io::FeatureList;
 using data::io::ListKind;
+using internal::str_cat;
 
 DigitExample parse_digit_example(std::string_view record) {
   static const std::string kKeys[] = {"image", "label"};

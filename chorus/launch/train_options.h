@@ -7,11 +7,11 @@
 // Every flag, its default and meaning is in train_usage() (the text of `chorus-train --help`) and
 // docs/launch.md. Validation happens here, once: an unknown flag, a missing or malformed value (Boost's
 // own message), an unknown --model/--strategy/--optimizer, an out-of-range number, more than one
-// of --data-dir, --tfrecord and --image-dir, an --image-size that is not "N" or "H,W" (positive), a --collective-timeout that is not a number of seconds >= 0.01 (core/env.h), or a badly
-// set CHORUS_COLLECTIVE_TIMEOUT → InvalidArgumentError naming the flag (or variable), the value and
-// what is valid.
-// Thread-safe: pure functions. Part of chorus-train: the target chorus_launch_cli, which links
-// Boost and is not installed (chorus::chorus users do not need Boost).
+// of --data-dir, --tfrecord and --image-dir, an --image-size that is not "N" or "H,W" (positive), a
+// --collective-timeout that is not a number of seconds >= 0.01 (core/env.h), or a badly set CHORUS_COLLECTIVE_TIMEOUT →
+// InvalidArgumentError naming the flag (or variable), the value and what is valid. Thread-safe: pure functions. Part of
+// chorus-train: the target chorus_launch_cli, which links Boost and is not installed (chorus::chorus users do not need
+// Boost).
 #pragma once
 
 #include <array>
@@ -42,8 +42,8 @@ struct TrainOptions {
   std::string image_dir;
   std::array<std::int64_t, 2> image_size = {64, 64};
   double validation_split = 0.2;
-  std::int64_t train_size = 0;        // 0: all (synthetic: 60000)
-  std::int64_t test_size = 0;         // 0: all (synthetic: 10000; TFRecord: 10% of the records, see trainer.h)
+  std::int64_t train_size = 0;  // 0: all (synthetic: 60000)
+  std::int64_t test_size = 0;   // 0: all (synthetic: 10000; TFRecord: 10% of the records, see trainer.h)
   std::uint64_t seed = 1;
   std::string checkpoint_dir;    // empty: no checkpoints
   bool resume = true;            // --no-resume: start fresh even if checkpoint_dir has one

@@ -122,9 +122,12 @@ struct Data {
 Data image_folder_data(const TrainOptions& o) {
   CHORUS_REQUIRE(o.seed <= 0xffffffffull, InvalidArgumentError, "--seed ", o.seed,
                  " with --image-dir must be below 2^32 (numpy's RandomState, whose shuffle splits the files)");
-  auto [train, val] = data::image_dataset_from_directory_both(
-      o.image_dir, {.batch_size = std::nullopt, .image_size = o.image_size, .seed = o.seed,
-                    .validation_split = o.validation_split, .subset = "both", .verbose = false});
+  auto [train, val] = data::image_dataset_from_directory_both(o.image_dir, {.batch_size = std::nullopt,
+                                                                            .image_size = o.image_size,
+                                                                            .seed = o.seed,
+                                                                            .validation_split = o.validation_split,
+                                                                            .subset = "both",
+                                                                            .verbose = false});
   const auto scale = [](const data::Element& e) { return data::Element{e[0] * (1.0 / 255.0), e[1]}; };
   Data d{first(train.dataset.map(scale), o.train_size), first(val.dataset.map(scale), o.test_size),
          str_cat("image folder ", o.image_dir, ": ", train.class_names.size(), " classes, ", train.file_paths.size(),

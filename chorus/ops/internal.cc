@@ -120,8 +120,9 @@ Tensor output(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DTy
 }
 
 Tensor zeros_on(const std::shared_ptr<DeviceContext>& dev, const Shape& shape, DType dtype) {
-  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError, "an op asked for a zero-filled output of dtype string (shape ",
-                 shape.to_string(), "): the ops of chorus::ops are not defined for string tensors");
+  CHORUS_REQUIRE(dtype != DType::kString, InvalidArgumentError,
+                 "an op asked for a zero-filled output of dtype string (shape ", shape.to_string(),
+                 "): the ops of chorus::ops are not defined for string tensors");
   return Tensor::zeros(shape, dtype, dev->name());
 }
 

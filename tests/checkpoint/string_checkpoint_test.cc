@@ -157,8 +157,8 @@ print("ok")
     for (std::string l; std::getline(in, l);) want.push_back(l);
   }
   ASSERT_EQ(want.size(), 4u);
-  Variable got = make_variable(
-      {.initial_value = Tensor::empty({4}, DType::kString, "/CPU:0"), .name = "v", .trainable = false});
+  Variable got =
+      make_variable({.initial_value = Tensor::empty({4}, DType::kString, "/CPU:0"), .name = "v", .trainable = false});
   Checkpoint({{"v", got}}).read(dir / "tf").assert_consumed();
   EXPECT_EQ(hex_all(got.read_value().to_vector<std::string>()), want);
   EXPECT_EQ(got.read_value().strings()[0].size(), 256u);

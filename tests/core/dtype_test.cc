@@ -55,10 +55,14 @@ TEST(DTypeTest, SizesNamesAndCategories) {
     bool integer;
   };
   const Row rows[] = {
-      {DType::kFloat32, 4, "float32", true, false}, {DType::kFloat64, 8, "float64", true, false},
-      {DType::kFloat16, 2, "float16", true, false}, {DType::kBFloat16, 2, "bfloat16", true, false},
-      {DType::kInt32, 4, "int32", false, true},     {DType::kInt64, 8, "int64", false, true},
-      {DType::kUInt8, 1, "uint8", false, true},     {DType::kBool, 1, "bool", false, false},
+      {DType::kFloat32, 4, "float32", true, false},
+      {DType::kFloat64, 8, "float64", true, false},
+      {DType::kFloat16, 2, "float16", true, false},
+      {DType::kBFloat16, 2, "bfloat16", true, false},
+      {DType::kInt32, 4, "int32", false, true},
+      {DType::kInt64, 8, "int64", false, true},
+      {DType::kUInt8, 1, "uint8", false, true},
+      {DType::kBool, 1, "bool", false, false},
       {DType::kString, sizeof(std::string), "string", false, false},
   };
   ASSERT_EQ(std::size(rows), static_cast<std::size_t>(kNumDTypes));

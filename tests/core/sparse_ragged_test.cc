@@ -43,11 +43,10 @@ TEST(SparseTensor, ConstructorChecksTheInvariants) {
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(e.message().find("indices[1] = [2,0] is out of bounds"), std::string::npos) << e.message();
   }
-  EXPECT_THROW(SparseTensor(ints({0, -1}, {1, 2}), Tensor::from_vector<float>({1}), Shape{2, 3}),
-               InvalidArgumentError);
-  EXPECT_THROW(SparseTensor(ints({0, 0}, {1, 2}), v2, Shape{2, 3}), InvalidArgumentError);         // N mismatch
-  EXPECT_THROW(SparseTensor(ints({0, 0}, {2, 1}), v2, Shape{2, 3}), InvalidArgumentError);         // rank mismatch
-  EXPECT_THROW(SparseTensor(Tensor::zeros(Shape{2, 2}), v2, Shape{2, 3}), InvalidArgumentError);   // float indices
+  EXPECT_THROW(SparseTensor(ints({0, -1}, {1, 2}), Tensor::from_vector<float>({1}), Shape{2, 3}), InvalidArgumentError);
+  EXPECT_THROW(SparseTensor(ints({0, 0}, {1, 2}), v2, Shape{2, 3}), InvalidArgumentError);        // N mismatch
+  EXPECT_THROW(SparseTensor(ints({0, 0}, {2, 1}), v2, Shape{2, 3}), InvalidArgumentError);        // rank mismatch
+  EXPECT_THROW(SparseTensor(Tensor::zeros(Shape{2, 2}), v2, Shape{2, 3}), InvalidArgumentError);  // float indices
   EXPECT_THROW(SparseTensor(ints({0, 1}, {2, 1}), v2.reshape({1, 2}), Shape{3}), InvalidArgumentError);
   EXPECT_THROW(SparseTensor(ints({}, {0, 2}), Tensor::zeros(Shape{0}), Shape{2, -1}), InvalidArgumentError);
 }
@@ -63,8 +62,8 @@ TEST(SparseTensor, ToDenseNeedsSortedUniqueIndices) {
   SparseTensor repeated(ints({1, 1}, {2, 1}), Tensor::from_vector<float>({1, 2}), Shape{3});
   EXPECT_THROW(repeated.to_dense(), InvalidArgumentError);
   SparseTensor ok(ints({1}, {1, 1}), Tensor::from_vector<float>({1}), Shape{3});
-  EXPECT_THROW(ok.to_dense(Tensor::scalar<std::int64_t>(1)), InvalidArgumentError);       // default dtype
-  EXPECT_THROW(ok.to_dense(Tensor::from_vector<float>({1, 2})), InvalidArgumentError);    // not a scalar
+  EXPECT_THROW(ok.to_dense(Tensor::scalar<std::int64_t>(1)), InvalidArgumentError);     // default dtype
+  EXPECT_THROW(ok.to_dense(Tensor::from_vector<float>({1, 2})), InvalidArgumentError);  // not a scalar
 }
 
 TEST(RaggedTensor, RowsAndToTensor) {
@@ -84,8 +83,8 @@ TEST(RaggedTensor, RowsAndToTensor) {
 
 TEST(RaggedTensor, InnerDimsAndRowLengths) {
   // values [3, 2]: rows of pairs.
-  RaggedTensor rt = RaggedTensor::from_row_lengths(Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6}, {3, 2}),
-                                                   {1, 0, 2});
+  RaggedTensor rt =
+      RaggedTensor::from_row_lengths(Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6}, {3, 2}), {1, 0, 2});
   EXPECT_EQ(rt.splits(), (I{0, 1, 1, 3}));
   EXPECT_EQ(rt.row(2).shape(), (Shape{2, 2}));
   EXPECT_EQ(rt.row(2).to_vector<std::int64_t>(), (I{3, 4, 5, 6}));
@@ -111,11 +110,11 @@ TEST(SparseAndRagged, StringValues) {
 
 TEST(RaggedTensor, ConstructorChecksTheInvariants) {
   const Tensor v = Tensor::from_vector<float>({1, 2, 3});
-  EXPECT_THROW(RaggedTensor(v, ints({1, 3}, {2})), InvalidArgumentError);      // does not start at 0
-  EXPECT_THROW(RaggedTensor(v, ints({0, 2, 1, 3}, {4})), InvalidArgumentError);  // decreases
-  EXPECT_THROW(RaggedTensor(v, ints({0, 2}, {2})), InvalidArgumentError);       // last != 3
-  EXPECT_THROW(RaggedTensor(v, ints({}, {0})), InvalidArgumentError);           // empty splits
-  EXPECT_THROW(RaggedTensor(v, Tensor::from_vector<float>({0, 3})), InvalidArgumentError);  // float splits
+  EXPECT_THROW(RaggedTensor(v, ints({1, 3}, {2})), InvalidArgumentError);                     // does not start at 0
+  EXPECT_THROW(RaggedTensor(v, ints({0, 2, 1, 3}, {4})), InvalidArgumentError);               // decreases
+  EXPECT_THROW(RaggedTensor(v, ints({0, 2}, {2})), InvalidArgumentError);                     // last != 3
+  EXPECT_THROW(RaggedTensor(v, ints({}, {0})), InvalidArgumentError);                         // empty splits
+  EXPECT_THROW(RaggedTensor(v, Tensor::from_vector<float>({0, 3})), InvalidArgumentError);    // float splits
   EXPECT_THROW(RaggedTensor(Tensor::scalar(1.0f), ints({0, 1}, {2})), InvalidArgumentError);  // scalar values
   EXPECT_THROW(RaggedTensor::from_row_lengths(v, {2, -1, 2}), InvalidArgumentError);
   try {

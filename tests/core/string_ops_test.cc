@@ -33,9 +33,18 @@ TEST_F(StringOpsTest, EveryKindOfOpRefusesStringInputsNamingOpAndDtype) {
       {"reduce_sum", [&] { ops::reduce_sum(s); }},
       {"cast from string", [&] { ops::cast(s, DType::kFloat32); }},
       {"reshape", [&] { ops::reshape(s, {4}); }},
-      {"transpose", [&] { ops::transpose(s, {1, 0}); }},
-      {"concat", [&] { ops::concat({s, s}, 0); }},
-      {"stack", [&] { ops::stack({s, s}); }},
+      {"transpose",
+       [&] {
+         ops::transpose(s, {1, 0});
+       }},
+      {"concat",
+       [&] {
+         ops::concat({s, s}, 0);
+       }},
+      {"stack",
+       [&] {
+         ops::stack({s, s});
+       }},
       {"gather", [&] { ops::gather(s, idx); }},
   };
   for (const auto& [what, call] : calls) {

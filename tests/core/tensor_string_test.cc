@@ -42,8 +42,8 @@ std::string invalid_argument(Fn&& fn) {
   return "";
 }
 
-const std::string kBinary("a\0\xff\n", 4);                  // NUL and a non-UTF-8 byte inside
-const std::string kLong(1000, 'x');                         // past the small-string buffer
+const std::string kBinary("a\0\xff\n", 4);  // NUL and a non-UTF-8 byte inside
+const std::string kLong(1000, 'x');         // past the small-string buffer
 
 TEST_F(StringTensorTest, FromVectorKeepsArbitraryBytesRowMajor) {
   Tensor t = Tensor::from_vector<std::string>({"ab", kBinary, "", kLong, "z", "é"}, {2, 3});
@@ -221,8 +221,8 @@ TEST_F(StringTensorTest, ReleaseRestoreAndExchangeKeepObjectsValid) {
 }
 
 TEST_F(StringTensorTest, StringVariableAssignsAndReads) {
-  Variable v = make_variable({.initial_value = Tensor::from_vector<std::string>({"a", "b"}), .name = "vocab",
-                              .trainable = false});
+  Variable v = make_variable(
+      {.initial_value = Tensor::from_vector<std::string>({"a", "b"}), .name = "vocab", .trainable = false});
   EXPECT_EQ(v.dtype(), DType::kString);
   v.assign(Tensor::from_vector<std::string>({"c", kLong}, "/cpu:1"));
   EXPECT_EQ(v.read_value().to_vector<std::string>(), (Strings{"c", kLong}));

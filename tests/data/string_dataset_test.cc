@@ -116,13 +116,12 @@ TEST(StringDataset, ShuffleTakeSkipRepeatMapFilter) {
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(shuffled, sorted);
   EXPECT_EQ(scalars(words().skip(1).take(2).repeat(2)), (Strings{"bb", "", "bb", ""}));
-  auto upper = words()
-                   .filter([](const Element& e) { return !e[0].item<std::string>().empty(); })
-                   .map([](const Element& e) {
-                     std::string s = e[0].item<std::string>();
-                     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-                     return Element{Tensor::scalar(s)};
-                   });
+  auto upper =
+      words().filter([](const Element& e) { return !e[0].item<std::string>().empty(); }).map([](const Element& e) {
+        std::string s = e[0].item<std::string>();
+        for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        return Element{Tensor::scalar(s)};
+      });
   EXPECT_EQ(scalars(upper), (Strings{"A", "BB", std::string("\0\xff", 2), std::string(300, 'L'), "F"}));
 }
 

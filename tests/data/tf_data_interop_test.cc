@@ -132,7 +132,9 @@ const Case kCases[] = {
      [] { return Dataset::from_tensor_slices({Tensor::from_vector(kWords)}).batch(2); }},
     {"string_zip_batch_unbatch",
      "tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(WORDS), R(5))).batch(3).unbatch()",
-     [] { return Dataset::zip({Dataset::from_tensor_slices({Tensor::from_vector(kWords)}), R(5)}).batch(3).unbatch(); }},
+     [] {
+       return Dataset::zip({Dataset::from_tensor_slices({Tensor::from_vector(kWords)}), R(5)}).batch(3).unbatch();
+     }},
     {"string_rows", "tf.data.Dataset.from_tensor_slices(tf.reshape(tf.constant(WORDS[:4]), [2, 2])).unbatch()",
      [] {
        const Strings four(kWords.begin(), kWords.begin() + 4);
@@ -140,7 +142,9 @@ const Case kCases[] = {
      }},
     {"string_padded_batch", "R(1, 6).map(lambda x: tf.fill([x], tf.strings.as_string(x))).padded_batch(2)",
      [] {
-       return R(1, 6).map([](const Element& e) { return Element{fill_text(value_of(e), value_of(e))}; }).padded_batch(2);
+       return R(1, 6)
+           .map([](const Element& e) { return Element{fill_text(value_of(e), value_of(e))}; })
+           .padded_batch(2);
      }},
     {"string_padded_batch_value",
      "R(1, 5).map(lambda x: (tf.fill([x % 3 + 1, x], tf.strings.as_string(x)), x)).padded_batch(3, "

@@ -78,7 +78,8 @@ void check_reserializes(const std::vector<CsvValue>& row, const internal::CsvSpe
   check(back.size() == 1 && back[0].index() == 0, "a re-serialized record parses");
   const auto& row2 = std::get<0>(back[0]);
   check(row2.size() == row.size(), "a re-serialized record has as many fields");
-  for (std::size_t i = 0; i < row.size(); ++i) check(same(row[i], row2[i]), "a re-serialized field parses to its value");
+  for (std::size_t i = 0; i < row.size(); ++i)
+    check(same(row[i], row2[i]), "a re-serialized field parses to its value");
 }
 
 std::string show(const std::vector<internal::CsvResult>& rs) {

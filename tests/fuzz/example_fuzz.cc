@@ -30,7 +30,8 @@ using chorus::Tensor;
 namespace {
 
 bool same_list(const io::FeatureList& a, const io::FeatureList& b) {
-  if (a.kind != b.kind || a.bytes != b.bytes || a.int64s != b.int64s || a.floats.size() != b.floats.size()) return false;
+  if (a.kind != b.kind || a.bytes != b.bytes || a.int64s != b.int64s || a.floats.size() != b.floats.size())
+    return false;
   return a.floats.empty() || std::memcmp(a.floats.data(), b.floats.data(), a.floats.size() * sizeof(float)) == 0;
 }
 
@@ -70,7 +71,8 @@ io::FeatureSpecs spec_for(const std::map<std::string, io::FeatureList>& lists, s
     else if (form == 2)
       spec.emplace(name, io::RaggedFeature{dtype});
     else
-      spec.emplace(name, io::FixedLenFeature{Shape{static_cast<std::int64_t>(list.size()) + (form == 3 ? 1 : 0)}, dtype});
+      spec.emplace(name,
+                   io::FixedLenFeature{Shape{static_cast<std::int64_t>(list.size()) + (form == 3 ? 1 : 0)}, dtype});
   }
   if (!lists.count("zz")) {
     io::FixedLenFeature missing{Shape{2}, DType::kInt64};

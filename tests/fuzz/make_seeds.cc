@@ -166,8 +166,9 @@ void text_lines() {
 void csv_files() {
   // Options byte: delimiter (bits 0-1), quotes off (4), header (8), na_value "NA" (16).
   put("csv_fuzz", "quoted", std::string("\x00\x33\x00") + "1,2.5,\"a,\"\"b\"\"\",7\r\n-3,,\"multi\nline\",8\n");
-  put("csv_fuzz", "numbers", std::string("\x10\xf3\x00") +
-                                 " 12 ,nan,0x1p-3,NA\n+4,-inf,1e39,-0\n2147483648,1.5e-45,inf,9223372036854775807\n");
+  put("csv_fuzz", "numbers",
+      std::string("\x10\xf3\x00") +
+          " 12 ,nan,0x1p-3,NA\n+4,-inf,1e39,-0\n2147483648,1.5e-45,inf,9223372036854775807\n");
   put("csv_fuzz", "header_semicolon", std::string("\x09\x21\x00") + "h1;h2\n1;x\n2;\"y;z\"\n");
   put("csv_fuzz", "no_quotes_tab", std::string("\x06\x11\x00") + "a\"b\t1\n\tc\n");
   put("csv_fuzz", "select", std::string("\x00\x31\x2b") + "1,2,3,4,5,6,7,8\n9,8,7,6,5,4,3,2\n");
@@ -220,8 +221,8 @@ void examples() {
   f.floats = {1.5f, -0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   i.int64s = {0, -1, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
   b.bytes = {"", std::string("\x00\xff", 2), "text"};
-  const std::string all = io::serialize_example({{"f", f}, {"i", i}, {"s", b}, {"e", list(io::ListKind::kFloat)},
-                                                 {"none", io::FeatureList{}}});
+  const std::string all = io::serialize_example(
+      {{"f", f}, {"i", i}, {"s", b}, {"e", list(io::ListKind::kFloat)}, {"none", io::FeatureList{}}});
   for (const char selector : {'\x00', '\x55', '\xaa', '\xff'})
     put("example_fuzz", "all_kinds_" + std::to_string(static_cast<unsigned char>(selector)), selector + all);
   // Unpacked floats and int64s, an unknown field, and the same name twice.

@@ -53,8 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(im.channels == 3 || im.channels == 4, "a palette gives RGB or RGBA");
   else
     check(color_type <= 6 && im.channels == kFileChannels[color_type], "the file's channels");
-  check(im.dtype == dtype && static_cast<std::int64_t>(dtype == data::ImageDType::kUInt8 ? im.u8.size() : im.u16.size()) ==
-                                 im.num_values(),
+  check(im.dtype == dtype && static_cast<std::int64_t>(
+                                 dtype == data::ImageDType::kUInt8 ? im.u8.size() : im.u16.size()) == im.num_values(),
         "the values fill the shape");
   const data::Image again =
       data::decode_png_values(bytes, {.channels = channels, .dtype = dtype, .limits = limits}, "fuzz.png");

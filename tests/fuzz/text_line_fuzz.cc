@@ -124,8 +124,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const std::string& path = chorus::fuzz::scratch_file().hold(bytes);
-  const auto c = mode == 1 ? internal::TextCompression::kNone
-                 : mode == 2 ? internal::TextCompression::kGzip : internal::TextCompression::kZlib;
+  const auto c = mode == 1   ? internal::TextCompression::kNone
+                 : mode == 2 ? internal::TextCompression::kGzip
+                             : internal::TextCompression::kZlib;
   Outcome o;
   try {
     o = read_all(std::make_unique<internal::TextFileSource>(path, c, kInflateCap), 4096, 1 << 16);

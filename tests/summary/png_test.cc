@@ -60,7 +60,9 @@ std::string idat(const std::vector<Chunk>& cs) {
 // Undoes the PNG row filters (None, Sub, Up, Average, Paeth; 8-bit samples, `bpp` bytes a pixel).
 std::string unfilter(const std::string& raw, int h, int row_bytes, int bpp) {
   std::string out(static_cast<std::size_t>(h * row_bytes), '\0');
-  auto at = [&](int y, int x) -> int { return (y < 0 || x < 0) ? 0 : std::uint8_t(out[std::size_t(y * row_bytes + x)]); };
+  auto at = [&](int y, int x) -> int {
+    return (y < 0 || x < 0) ? 0 : std::uint8_t(out[std::size_t(y * row_bytes + x)]);
+  };
   for (int y = 0; y < h; ++y) {
     const int type = std::uint8_t(raw[std::size_t(y * (row_bytes + 1))]);
     EXPECT_LE(type, 4) << "filter type of row " << y;

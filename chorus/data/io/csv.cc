@@ -14,8 +14,7 @@ using chorus::internal::printable;
 using chorus::internal::str_cat;
 
 CsvColumn CsvColumn::optional(CsvValue value) {
-  static constexpr DType kByIndex[] = {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64,
-                                       DType::kString};
+  static constexpr DType kByIndex[] = {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64, DType::kString};
   const DType dtype = kByIndex[value.index()];
   return {dtype, std::move(value)};
 }
@@ -59,13 +58,13 @@ void check_cols(const std::vector<std::int64_t>& cols, const char* name) {
 CsvSpec CsvSpec::make(const std::vector<CsvColumn>& columns, const CsvOptions& o) {
   CHORUS_REQUIRE(!columns.empty(), InvalidArgumentError, "CsvDataset: record_defaults is empty: give one per column");
   for (std::size_t i = 0; i < columns.size(); ++i) {
-    CHORUS_REQUIRE(csv_dtype_name(columns[i].dtype) != nullptr, InvalidArgumentError, "CsvDataset: record_defaults[",
-                   i, "] has dtype ", dtype_name(columns[i].dtype),
+    CHORUS_REQUIRE(csv_dtype_name(columns[i].dtype) != nullptr, InvalidArgumentError, "CsvDataset: record_defaults[", i,
+                   "] has dtype ", dtype_name(columns[i].dtype),
                    "; CSV columns are int32, int64, float32, float64 or string");
-    CHORUS_REQUIRE(!columns[i].default_value ||
-                       CsvColumn::optional(*columns[i].default_value).dtype == columns[i].dtype,
-                   InvalidArgumentError, "CsvDataset: record_defaults[", i, "]: the default value is not a ",
-                   csv_dtype_name(columns[i].dtype));
+    CHORUS_REQUIRE(
+        !columns[i].default_value || CsvColumn::optional(*columns[i].default_value).dtype == columns[i].dtype,
+        InvalidArgumentError, "CsvDataset: record_defaults[", i, "]: the default value is not a ",
+        csv_dtype_name(columns[i].dtype));
   }
   CHORUS_REQUIRE(o.field_delim.size() == 1, InvalidArgumentError, "CsvDataset: field_delim must be one byte, got '",
                  printable(o.field_delim), "' (", o.field_delim.size(), " bytes)");

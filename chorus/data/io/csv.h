@@ -79,16 +79,16 @@ struct CsvColumn {
   static CsvColumn optional(CsvValue value);
 };
 
-inline constexpr std::int64_t kCsvDefaultBufferBytes = 4 << 20;           // TF's 4 MB
+inline constexpr std::int64_t kCsvDefaultBufferBytes = 4 << 20;                       // TF's 4 MB
 inline constexpr std::uint64_t kDefaultMaxCsvRecordBytes = std::uint64_t{256} << 20;  // 256 MiB
 
 struct CsvOptions {
-  std::string compression_type;                  // "", "NONE", "ZLIB", "GZIP"
+  std::string compression_type;                       // "", "NONE", "ZLIB", "GZIP"
   std::int64_t buffer_size = kCsvDefaultBufferBytes;  // bytes per read, 1..64 MiB
   bool header = false;
-  std::string field_delim = ",";                 // one byte
+  std::string field_delim = ",";  // one byte
   bool use_quote_delim = true;
-  std::string na_value;                          // "" : only empty fields are missing
+  std::string na_value;  // "" : only empty fields are missing
   std::vector<std::int64_t> select_cols;
   std::vector<std::int64_t> exclude_cols;
   std::uint64_t max_record_bytes = kDefaultMaxCsvRecordBytes;   // chorus's own bound

@@ -26,8 +26,8 @@ enum class CsvKind : std::uint8_t { kInt32 = 0, kInt64, kFloat32, kFloat64, kStr
 
 // CsvOptions and record_defaults, validated once (csv_dataset's checks: InvalidArgumentError).
 struct CsvSpec {
-  std::vector<CsvKind> kinds;                        // one per returned column
-  std::vector<std::optional<CsvValue>> defaults;     // nullopt: required
+  std::vector<CsvKind> kinds;                     // one per returned column
+  std::vector<std::optional<CsvValue>> defaults;  // nullopt: required
   char delim = ',';
   bool use_quote_delim = true;
   std::string na_value;

@@ -20,8 +20,8 @@ void CsvRecordReader::fail(const std::string& what) {
 void CsvRecordReader::check_ceiling(std::uint64_t end_offset) const {
   if (end_offset - record_start_ <= spec_.max_record_bytes) return;
   throw ResourceExhaustedError(str_cat("CsvDataset: record ", record_, " at byte offset ", record_start_, " of ",
-                                       in_.name(), " is longer than max_record_bytes = ",
-                                       describe_bytes(spec_.max_record_bytes),
+                                       in_.name(),
+                                       " is longer than max_record_bytes = ", describe_bytes(spec_.max_record_bytes),
                                        "; if its records really are this long, raise the option"));
 }
 
@@ -55,19 +55,30 @@ void CsvRecordReader::emit(bool include) {
   };
   switch (spec_.kinds[i]) {
     case CsvKind::kInt32:
-      if (auto v = parse_int32(field_)) values_.emplace_back(*v); else bad("int32");
+      if (auto v = parse_int32(field_))
+        values_.emplace_back(*v);
+      else
+        bad("int32");
       break;
     case CsvKind::kInt64:
-      if (auto v = parse_int64(field_)) values_.emplace_back(*v); else bad("int64");
+      if (auto v = parse_int64(field_))
+        values_.emplace_back(*v);
+      else
+        bad("int64");
       break;
     case CsvKind::kFloat32:
-      if (auto v = parse_float(field_)) values_.emplace_back(*v); else bad("float32");
+      if (auto v = parse_float(field_))
+        values_.emplace_back(*v);
+      else
+        bad("float32");
       break;
     case CsvKind::kFloat64:
-      if (auto v = parse_double(field_)) values_.emplace_back(*v); else bad("float64");
+      if (auto v = parse_double(field_))
+        values_.emplace_back(*v);
+      else
+        bad("float64");
       break;
-    default:
-      values_.emplace_back(field_);
+    default: values_.emplace_back(field_);
   }
 }
 

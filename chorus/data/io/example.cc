@@ -169,8 +169,8 @@ struct Spec {
   std::string name;
   int form = 0;  // 0 FixedLen, 1 VarLen, 2 Ragged
   DType dtype = DType::kFloat32;
-  Shape shape;                     // FixedLen
-  std::int64_t count = 0;          // FixedLen: shape.num_elements()
+  Shape shape;                      // FixedLen
+  std::int64_t count = 0;           // FixedLen: shape.num_elements()
   std::optional<FeatureList> dflt;  // FixedLen default, as a list of its kind
 };
 
@@ -209,7 +209,9 @@ struct Column {
   std::int64_t longest = 0;
 
   std::size_t count(ListKind kind) const {
-    return kind == ListKind::kFloat ? values.floats.size() : kind == ListKind::kInt64 ? values.int64s.size() : values.bytes.size();
+    return kind == ListKind::kFloat   ? values.floats.size()
+           : kind == ListKind::kInt64 ? values.int64s.size()
+                                      : values.bytes.size();
   }
   void append(const FeatureList& l) {
     values.floats.insert(values.floats.end(), l.floats.begin(), l.floats.end());
@@ -249,7 +251,8 @@ ListKind decode(const Spec& s, std::string_view feature, Column& c, std::size_t 
 }
 
 // Checks what decode() appended (n values of kind `got`) against spec `s` and completes the row.
-void finish_row(const Spec& s, ListKind got, std::int64_t n, Column& c, std::size_t record, const char* op, bool single) {
+void finish_row(const Spec& s, ListKind got, std::int64_t n, Column& c, std::size_t record, const char* op,
+                bool single) {
   const ListKind want = kind_of(s.dtype);
   if (got != ListKind::kNone && got != want)
     throw InvalidArgumentError(str_cat(where(op, s, record, single), ": data types don't match: the Example holds ",
@@ -257,9 +260,9 @@ void finish_row(const Spec& s, ListKind got, std::int64_t n, Column& c, std::siz
                                        with_article(want), ")"));
   if (s.form == 0) {
     if (got == ListKind::kNone) {
-      CHORUS_REQUIRE(s.dflt.has_value(), InvalidArgumentError, where(op, s, record, single), " (data type: ",
-                     dtype_name(s.dtype), ") is required but could not be found, and its FixedLenFeature has no ",
-                     "default_value");
+      CHORUS_REQUIRE(s.dflt.has_value(), InvalidArgumentError, where(op, s, record, single),
+                     " (data type: ", dtype_name(s.dtype),
+                     ") is required but could not be found, and its FixedLenFeature has no ", "default_value");
       c.append(*s.dflt);
     } else {
       CHORUS_REQUIRE(n == s.count, InvalidArgumentError, where(op, s, record, single), ": ", n, " ",
@@ -294,8 +297,7 @@ ParsedFeature finish(const Spec& s, Column& c, std::int64_t batch, bool single) 
     for (std::size_t i = 1; i < c.indices.size(); i += 2) positions.push_back(c.indices[i]);
     return SparseTensor(Tensor::from_vector(positions, Shape{c.size(), 1}), std::move(values), Shape{c.longest});
   }
-  return SparseTensor(Tensor::from_vector(c.indices, Shape{c.size(), 2}), std::move(values),
-                      Shape{batch, c.longest});
+  return SparseTensor(Tensor::from_vector(c.indices, Shape{c.size(), 2}), std::move(values), Shape{batch, c.longest});
 }
 
 // After the first record: room for `batch` records like it (a guess; the vectors still grow as needed).

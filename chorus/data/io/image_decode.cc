@@ -27,9 +27,9 @@ void check_image_limits(const char* op, const std::string& subject, std::int64_t
   // height and width are below 2^32 (PNG and JPEG store them in 32 and 16 bits): no overflow.
   const std::int64_t pixels = height * width;
   if (pixels > limits.max_pixels)
-    throw ResourceExhaustedError(chorus::internal::str_cat(
-        op, ": ", subject, " declares ", width, "x", height, " (width x height) = ", pixels,
-        " pixels, past the ceiling DecodeLimits::max_pixels = ", limits.max_pixels));
+    throw ResourceExhaustedError(
+        chorus::internal::str_cat(op, ": ", subject, " declares ", width, "x", height, " (width x height) = ", pixels,
+                                  " pixels, past the ceiling DecodeLimits::max_pixels = ", limits.max_pixels));
   const std::int64_t bytes = pixels * channels * static_cast<std::int64_t>(element_size);
   if (bytes > limits.max_output_bytes)
     throw ResourceExhaustedError(chorus::internal::str_cat(
@@ -42,14 +42,12 @@ void check_image_limits(const char* op, const std::string& subject, std::int64_t
 Tensor image_to_tensor(const Image& image) {
   const Shape shape{image.height, image.width, image.channels};
   switch (image.dtype) {
-    case ImageDType::kUInt8:
-      return Tensor::from_host(image.u8.data(), shape, DType::kUInt8);
+    case ImageDType::kUInt8: return Tensor::from_host(image.u8.data(), shape, DType::kUInt8);
     case ImageDType::kUInt16: {
       std::vector<std::int32_t> wide(image.u16.begin(), image.u16.end());
       return Tensor::from_host(wide.data(), shape, DType::kInt32);
     }
-    case ImageDType::kFloat32:
-      return Tensor::from_host(image.f32.data(), shape, DType::kFloat32);
+    case ImageDType::kFloat32: return Tensor::from_host(image.f32.data(), shape, DType::kFloat32);
   }
   throw InvalidArgumentError("image_to_tensor: unknown ImageDType");
 }
@@ -115,7 +113,8 @@ Image decode_image_values(std::string_view bytes, const DecodeImageOptions& opti
   if (format == "PNG") {
     // float32 is decoded at 16 bits first (lossless for 16-bit files), as TF.
     const ImageDType bits = options.dtype == ImageDType::kUInt8 ? ImageDType::kUInt8 : ImageDType::kUInt16;
-    Image image = decode_png_values(bytes, {.channels = options.channels, .dtype = bits, .limits = options.limits}, what);
+    Image image =
+        decode_png_values(bytes, {.channels = options.channels, .dtype = bits, .limits = options.limits}, what);
     if (options.dtype == ImageDType::kFloat32) convert_u16_to_float(image);
     return image;
   }

@@ -92,8 +92,7 @@ struct DecodeImageOptions {
 // tf.io.decode_image(contents, channels, dtype) for PNG and JPEG (by signature, not by file
 // name). JPEGs are decoded with TF's decode_image settings (fancy upscaling, INTEGER_FAST DCT, no
 // truncation recovery). `what` names the input in error messages (a file name).
-Image decode_image_values(std::string_view bytes, const DecodeImageOptions& options = {},
-                          std::string_view what = "");
+Image decode_image_values(std::string_view bytes, const DecodeImageOptions& options = {}, std::string_view what = "");
 Tensor decode_image(std::string_view bytes, const DecodeImageOptions& options = {}, std::string_view what = "");
 
 // The op forms, as tf.io takes them: `contents` is a scalar string tensor (a record, a file read

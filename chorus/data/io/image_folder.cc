@@ -23,9 +23,8 @@ using chorus::internal::str_cat;
 std::string read_image_file(const std::string& path) {
   io::File f = io::File::open_for_read(path);
   const std::uint64_t size = f.size();
-  CHORUS_REQUIRE(size <= static_cast<std::uint64_t>(kMaxImageFileBytes), ResourceExhaustedError, "the file is ",
-                 size, " bytes, more than the ceiling for one image file (kMaxImageFileBytes = ", kMaxImageFileBytes,
-                 ")");
+  CHORUS_REQUIRE(size <= static_cast<std::uint64_t>(kMaxImageFileBytes), ResourceExhaustedError, "the file is ", size,
+                 " bytes, more than the ceiling for one image file (kMaxImageFileBytes = ", kMaxImageFileBytes, ")");
   std::string bytes(static_cast<std::size_t>(size), '\0');
   std::size_t got = 0;
   while (got < bytes.size()) {
@@ -58,7 +57,8 @@ Image crop_to_aspect_ratio(const Image& img, std::int64_t target_h, std::int64_t
   out.u8.resize(static_cast<std::size_t>(crop_h * crop_w) * c);
   for (std::int64_t y = 0; y < crop_h; ++y) {
     const std::uint8_t* src = img.u8.data() + (static_cast<std::size_t>((h0 + y) * w + w0)) * c;
-    std::copy(src, src + static_cast<std::size_t>(crop_w) * c, out.u8.data() + static_cast<std::size_t>(y * crop_w) * c);
+    std::copy(src, src + static_cast<std::size_t>(crop_w) * c,
+              out.u8.data() + static_cast<std::size_t>(y * crop_w) * c);
   }
   return out;
 }
@@ -176,7 +176,7 @@ ImageFolderDataset image_dataset_from_directory(const std::string& directory, co
 }
 
 std::pair<ImageFolderDataset, ImageFolderDataset> image_dataset_from_directory_both(const std::string& directory,
-                                                                                  const ImageFolderOptions& options) {
+                                                                                    const ImageFolderOptions& options) {
   CHORUS_REQUIRE(options.subset == "both", InvalidArgumentError,
                  "image_dataset_from_directory_both: options.subset must be \"both\", got \"", options.subset, "\"");
   const internal::ImageFolderPlan plan = internal::plan_image_folder(options);

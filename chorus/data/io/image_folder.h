@@ -89,15 +89,15 @@ struct ImageFolderOptions {
   // sorted distinct labels as text.
   std::string labels = "inferred";
   std::vector<std::int64_t> explicit_labels;
-  std::string label_mode = "int";        // int | categorical | binary | none
-  std::vector<std::string> class_names;  // inferred only; empty: every class folder, sorted
-  std::string color_mode = "rgb";        // grayscale | rgb | rgba (1, 3, 4 channels)
-  std::optional<std::int64_t> batch_size = 32;  // nullopt: elements are single images
+  std::string label_mode = "int";                       // int | categorical | binary | none
+  std::vector<std::string> class_names;                 // inferred only; empty: every class folder, sorted
+  std::string color_mode = "rgb";                       // grayscale | rgb | rgba (1, 3, 4 channels)
+  std::optional<std::int64_t> batch_size = 32;          // nullopt: elements are single images
   std::array<std::int64_t, 2> image_size = {256, 256};  // (height, width)
   bool shuffle = true;
-  std::optional<std::uint64_t> seed;  // < 2^32
-  double validation_split = 0;        // 0: none; else in (0, 1)
-  std::string subset;                 // "" | training | validation | both (with validation_split)
+  std::optional<std::uint64_t> seed;       // < 2^32
+  double validation_split = 0;             // 0: none; else in (0, 1)
+  std::string subset;                      // "" | training | validation | both (with validation_split)
   std::string interpolation = "bilinear";  // bilinear | nearest
   bool follow_links = false;
   bool crop_to_aspect_ratio = false;
@@ -117,7 +117,7 @@ struct ImageFolderDataset {
 ImageFolderDataset image_dataset_from_directory(const std::string& directory, const ImageFolderOptions& options = {});
 
 // subset "both" (options.subset must be "both"): the training and the validation dataset.
-std::pair<ImageFolderDataset, ImageFolderDataset> image_dataset_from_directory_both(
-    const std::string& directory, const ImageFolderOptions& options);
+std::pair<ImageFolderDataset, ImageFolderDataset> image_dataset_from_directory_both(const std::string& directory,
+                                                                                    const ImageFolderOptions& options);
 
 }  // namespace chorus::data

@@ -87,7 +87,7 @@ struct Walk {
   bool follow_links;
   std::int64_t folders_seen = 0;
   std::vector<std::pair<std::string, std::vector<std::string>>> folders;  // (root, file names)
-  std::vector<std::pair<dev_t, ino_t>> ancestors;                        // the folders on the current path
+  std::vector<std::pair<dev_t, ino_t>> ancestors;                         // the folders on the current path
 };
 
 // os.walk(top, followlinks), top-down, into w.folders; see index_directory for the loop rule.
@@ -96,8 +96,8 @@ void walk(const std::string& top, Walk& w, int depth) {
   if (::stat(top.c_str(), &st) != 0) return;
   const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
   if (std::find(w.ancestors.begin(), w.ancestors.end(), id) != w.ancestors.end()) return;
-  CHORUS_REQUIRE(++w.folders_seen <= kMaxWalkFolders, ResourceExhaustedError, "image_dataset_from_directory: more than ",
-                 kMaxWalkFolders, " folders under ", w.directory,
+  CHORUS_REQUIRE(++w.folders_seen <= kMaxWalkFolders, ResourceExhaustedError,
+                 "image_dataset_from_directory: more than ", kMaxWalkFolders, " folders under ", w.directory,
                  w.follow_links ? " (with follow_links: symbolic links may make the tree larger than the disk)" : "");
   std::vector<std::string> dirs, files;
   if (!list_folder(top, dirs, files)) return;
@@ -118,8 +118,7 @@ std::vector<std::string> index_subdirectory(const std::string& directory, const 
   const std::string top = path_join(directory, subdir);
   Walk w{directory, follow_links, 0, {}, {}};
   walk(top, w, 0);
-  std::stable_sort(w.folders.begin(), w.folders.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(w.folders.begin(), w.folders.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> paths;
   for (auto& [root, files] : w.folders) {
     std::sort(files.begin(), files.end());
@@ -160,8 +159,8 @@ std::vector<std::string> chosen_classes(const std::string& directory, const std:
                    "image_dataset_from_directory: The `class_names` passed did not match the names of the "
                    "subdirectories of the target directory. Expected: ",
                    join_names(subdirs), " (or a subset of it), but received: class_names=", join_names(class_names));
-    CHORUS_REQUIRE(seen.insert(c).second, InvalidArgumentError, "image_dataset_from_directory: class_names names '",
-                   c, "' twice: ", join_names(class_names));
+    CHORUS_REQUIRE(seen.insert(c).second, InvalidArgumentError, "image_dataset_from_directory: class_names names '", c,
+                   "' twice: ", join_names(class_names));
   }
   return class_names;
 }
@@ -173,8 +172,7 @@ DirectoryIndex index_directory(const std::string& directory, const std::string& 
                                const std::vector<std::string>& class_names, bool shuffle, std::uint32_t seed,
                                bool follow_links) {
   CHORUS_REQUIRE(!directory.empty(), InvalidArgumentError, "image_dataset_from_directory: an empty directory name");
-  CHORUS_REQUIRE(labels == "inferred" || class_names.empty(), InvalidArgumentError,
-                 "image_dataset_from_directory: ",
+  CHORUS_REQUIRE(labels == "inferred" || class_names.empty(), InvalidArgumentError, "image_dataset_from_directory: ",
                  labels == "none" ? "When `labels=None` (no labels), argument `class_names` cannot be specified."
                                   : "When argument `labels` is specified, argument `class_names` cannot be specified "
                                     "(the `class_names` will be the sorted list of labels).");
@@ -221,9 +219,10 @@ DirectoryIndex training_or_validation_split(const DirectoryIndex& index, double 
   } else if (subset == "validation") {
     begin = n_val == 0 ? 0 : n - n_val;
   } else {
-    throw InvalidArgumentError(str_cat("image_dataset_from_directory: `subset` must be either \"training\" or "
-                                       "\"validation\", received: ",
-                                       subset));
+    throw InvalidArgumentError(
+        str_cat("image_dataset_from_directory: `subset` must be either \"training\" or "
+                "\"validation\", received: ",
+                subset));
   }
   DirectoryIndex out;
   out.class_names = index.class_names;
@@ -266,10 +265,11 @@ void check_interpolation(const std::string& interpolation) {
       throw UnimplementedError(str_cat("image_dataset_from_directory: interpolation \"", interpolation,
                                        "\" is TensorFlow's but not implemented in chorus; use \"bilinear\" or "
                                        "\"nearest\""));
-  throw InvalidArgumentError(str_cat("image_dataset_from_directory: Argument `interpolation` should be one of "
-                                     "('bilinear', 'nearest', 'bicubic', 'area', 'lanczos3', 'lanczos5', 'gaussian', "
-                                     "'mitchellcubic'). Received: interpolation=",
-                                     interpolation));
+  throw InvalidArgumentError(
+      str_cat("image_dataset_from_directory: Argument `interpolation` should be one of "
+              "('bilinear', 'nearest', 'bicubic', 'area', 'lanczos3', 'lanczos5', 'gaussian', "
+              "'mitchellcubic'). Received: interpolation=",
+              interpolation));
 }
 
 }  // namespace
@@ -284,21 +284,25 @@ ImageFolderPlan plan_image_folder(const ImageFolderOptions& options) {
   CHORUS_REQUIRE(o.labels == "explicit" || o.explicit_labels.empty(), InvalidArgumentError,
                  "image_dataset_from_directory: explicit_labels given with labels \"", o.labels,
                  "\"; set labels = \"explicit\"");
-  CHORUS_REQUIRE(o.label_mode == "int" || o.label_mode == "categorical" || o.label_mode == "binary" ||
-                     o.label_mode == "none",
-                 InvalidArgumentError,
-                 "image_dataset_from_directory: `label_mode` argument must be one of \"int\", \"categorical\", "
-                 "\"binary\", or \"none\". Received: label_mode=",
-                 o.label_mode);
+  CHORUS_REQUIRE(
+      o.label_mode == "int" || o.label_mode == "categorical" || o.label_mode == "binary" || o.label_mode == "none",
+      InvalidArgumentError,
+      "image_dataset_from_directory: `label_mode` argument must be one of \"int\", \"categorical\", "
+      "\"binary\", or \"none\". Received: label_mode=",
+      o.label_mode);
   if (o.labels == "none" || o.label_mode == "none") o.labels = o.label_mode = "none";
   const std::string color = o.color_mode;
-  if (color == "rgb") plan.channels = 3;
-  else if (color == "rgba") plan.channels = 4;
-  else if (color == "grayscale") plan.channels = 1;
+  if (color == "rgb")
+    plan.channels = 3;
+  else if (color == "rgba")
+    plan.channels = 4;
+  else if (color == "grayscale")
+    plan.channels = 1;
   else
-    throw InvalidArgumentError(str_cat("image_dataset_from_directory: `color_mode` must be one of {\"rgb\", "
-                                       "\"rgba\", \"grayscale\"}. Received: color_mode=",
-                                       color));
+    throw InvalidArgumentError(
+        str_cat("image_dataset_from_directory: `color_mode` must be one of {\"rgb\", "
+                "\"rgba\", \"grayscale\"}. Received: color_mode=",
+                color));
   CHORUS_REQUIRE(o.image_size[0] > 0 && o.image_size[1] > 0, InvalidArgumentError,
                  "image_dataset_from_directory: Invalid `image_size` value. Expected a tuple of 2 positive integers. "
                  "Received: image_size=(",
@@ -310,13 +314,13 @@ ImageFolderPlan plan_image_folder(const ImageFolderOptions& options) {
   check_interpolation(o.interpolation);
   check_split(o);
   if (o.seed) {
-    CHORUS_REQUIRE(*o.seed <= 0xffffffffull, InvalidArgumentError,
-                   "image_dataset_from_directory: seed ", *o.seed,
+    CHORUS_REQUIRE(*o.seed <= 0xffffffffull, InvalidArgumentError, "image_dataset_from_directory: seed ", *o.seed,
                    " is outside numpy's range for RandomState: Seed must be between 0 and 2**32 - 1");
     plan.seed = static_cast<std::uint32_t>(*o.seed);
   } else {
     // np.random.randint(1e6), from chorus's global generator (reproducible after ops::set_seed).
-    const auto drawn = ops::random_uniform({}, {.minval = 0, .maxval = 1e6, .dtype = DType::kInt64, .device = "/CPU:0"});
+    const auto drawn =
+        ops::random_uniform({}, {.minval = 0, .maxval = 1e6, .dtype = DType::kInt64, .device = "/CPU:0"});
     plan.seed = static_cast<std::uint32_t>(drawn.item<std::int64_t>());
     o.seed = plan.seed;
   }
@@ -325,8 +329,8 @@ ImageFolderPlan plan_image_folder(const ImageFolderOptions& options) {
 
 DirectoryIndex list_image_folder(const std::string& directory, const ImageFolderPlan& plan) {
   const ImageFolderOptions& o = plan.options;
-  DirectoryIndex index = index_directory(directory, o.labels, o.explicit_labels, o.class_names, o.shuffle, plan.seed,
-                                         o.follow_links);
+  DirectoryIndex index =
+      index_directory(directory, o.labels, o.explicit_labels, o.class_names, o.shuffle, plan.seed, o.follow_links);
   if (o.verbose) {
     if (o.labels == "none")
       std::cout << str_cat("Found ", index.file_paths.size(), " files.\n");

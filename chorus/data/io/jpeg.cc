@@ -107,10 +107,10 @@ struct JpegJob {
   bool fancy_upscaling;
   bool recover;
   J_DCT_METHOD dct_method;
-  bool cmyk;                    // decoded as CMYK, converted to RGB row by row
-  unsigned char* out;           // output_height · output_width · channels bytes
-  unsigned char* cmyk_row;      // output_width · 4 bytes when cmyk
-  unsigned long rows_read;      // rows decoded (all of them when recovered)
+  bool cmyk;                // decoded as CMYK, converted to RGB row by row
+  unsigned char* out;       // output_height · output_width · channels bytes
+  unsigned char* cmyk_row;  // output_width · 4 bytes when cmyk
+  unsigned long rows_read;  // rows decoded (all of them when recovered)
   bool premature_end;
 };
 
@@ -120,7 +120,8 @@ int jpeg_phase_header(jpeg_decompress_struct* cinfo, JpegJob* job, int requested
   auto* err = reinterpret_cast<JpegErrors*>(cinfo->err);
   if (setjmp(err->jump)) return kPhaseError;
   if (jpeg_read_header(cinfo, TRUE) != JPEG_HEADER_OK) return kPhaseSuspended;
-  job->channels = requested_channels != 0 ? requested_channels : (cinfo->num_components < 3 ? cinfo->num_components : 3);
+  job->channels =
+      requested_channels != 0 ? requested_channels : (cinfo->num_components < 3 ? cinfo->num_components : 3);
   if (job->channels == 1) {
     cinfo->out_color_space = JCS_GRAYSCALE;
   } else {
@@ -233,17 +234,15 @@ J_DCT_METHOD parse_dct_method(const std::string& name) {
       throw ResourceExhaustedError(chorus::internal::str_cat(
           "decode_jpeg: JPEG ", subject, " needs more working memory than the ceiling (max_memory_to_use ",
           d.cinfo.mem->max_memory_to_use, " bytes, 2 * DecodeLimits::max_output_bytes + 64 MiB)", at, d.err.message));
-    default:
-      throw DataLossError("decode_jpeg: corrupt JPEG " + subject + at + d.err.message);
+    default: throw DataLossError("decode_jpeg: corrupt JPEG " + subject + at + d.err.message);
   }
 }
 
 [[noreturn]] void throw_truncated(const std::string& subject, const JpegDecoder& d, const JpegSource& src,
                                   const std::string& where) {
-  throw DataLossError(chorus::internal::str_cat("decode_jpeg: truncated JPEG ", subject, " at byte ",
-                                                source_offset(src), " of ", src.size, ": the data ends ", where,
-                                                d.err.last_warning[0] != '\0' ? " (" : "", d.err.last_warning,
-                                                d.err.last_warning[0] != '\0' ? ")" : ""));
+  throw DataLossError(chorus::internal::str_cat(
+      "decode_jpeg: truncated JPEG ", subject, " at byte ", source_offset(src), " of ", src.size, ": the data ends ",
+      where, d.err.last_warning[0] != '\0' ? " (" : "", d.err.last_warning, d.err.last_warning[0] != '\0' ? ")" : ""));
 }
 
 }  // namespace
@@ -271,12 +270,13 @@ Image decode_jpeg_values(std::string_view bytes, const DecodeJpegOptions& option
   d.err.pub.error_exit = on_jpeg_error;
   d.err.pub.emit_message = on_jpeg_message;
   d.err.pub.output_message = on_jpeg_output;
-  if (!jpeg_phase_create(&d.cinfo, &d.err)) throw ResourceExhaustedError("decode_jpeg: libjpeg could not allocate its state");
+  if (!jpeg_phase_create(&d.cinfo, &d.err))
+    throw ResourceExhaustedError("decode_jpeg: libjpeg could not allocate its state");
   d.created = true;
   const std::int64_t limit = options.limits.max_output_bytes;
   d.cinfo.mem->max_memory_to_use = limit > (std::int64_t{1} << 40) ? 0 : static_cast<long>(2 * limit + (64 << 20));
-  auto* src = static_cast<JpegSource*>((*d.cinfo.mem->alloc_small)(reinterpret_cast<j_common_ptr>(&d.cinfo),
-                                                                    JPOOL_PERMANENT, sizeof(JpegSource)));
+  auto* src = static_cast<JpegSource*>(
+      (*d.cinfo.mem->alloc_small)(reinterpret_cast<j_common_ptr>(&d.cinfo), JPOOL_PERMANENT, sizeof(JpegSource)));
   *src = JpegSource{};
   src->pub.init_source = source_init;
   src->pub.fill_input_buffer = source_fill;
@@ -316,8 +316,8 @@ Image decode_jpeg_values(std::string_view bytes, const DecodeJpegOptions& option
     const float needed = options.acceptable_fraction < 1.0f ? options.acceptable_fraction : 1.0f;
     if (fraction < needed)
       throw_truncated(subject, d, *src,
-                      chorus::internal::str_cat("after row ", job.rows_read, " of ", height,
-                                                " (acceptable_fraction ", options.acceptable_fraction, ")"));
+                      chorus::internal::str_cat("after row ", job.rows_read, " of ", height, " (acceptable_fraction ",
+                                                options.acceptable_fraction, ")"));
     // The rows not read stay zero (black), as TF leaves them.
   }
   return image;

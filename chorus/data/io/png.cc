@@ -78,10 +78,10 @@ void on_png_flush(png_structp /*png*/) {}
 // The transformations TF's CommonInitDecode asks libpng for (tensorflow/core/lib/png/png_io.cc),
 // as a plain struct so the setjmp phase below can take it.
 struct PngPlan {
-  int channels;      // output channels (0 resolved from the file)
-  int bits;          // output sample bits, 8 or 16
-  int color_type;    // the file's
-  int bit_depth;     // the file's
+  int channels;    // output channels (0 resolved from the file)
+  int bits;        // output sample bits, 8 or 16
+  int color_type;  // the file's
+  int bit_depth;   // the file's
   bool has_trns;
   bool synthesize16;  // 8-bit samples asked for as uint16: v·257 after decoding, as TF
 };
@@ -123,8 +123,8 @@ bool png_phase_configure(png_structp png, png_infop info, const PngPlan* plan, i
   return true;
 }
 
-bool png_phase_read_rows(png_structp png, png_infop info, unsigned char* out, std::size_t stride,
-                         png_uint_32 height, int passes) {
+bool png_phase_read_rows(png_structp png, png_infop info, unsigned char* out, std::size_t stride, png_uint_32 height,
+                         int passes) {
   if (setjmp(png_jmpbuf(png))) return false;
   for (int pass = 0; pass < passes; ++pass)  // png_read_row combines the Adam7 passes in place
     for (png_uint_32 y = 0; y < height; ++y) png_read_row(png, out + static_cast<std::size_t>(y) * stride, nullptr);
@@ -192,9 +192,10 @@ void precheck_ihdr(std::string_view bytes, const std::string& subject, png_struc
   const std::uint32_t width = be32(p + 16), height = be32(p + 20);
   if (width == 0 || height == 0 || width > 0x7fffffffU || height > 0x7fffffffU) return;  // libpng: corrupt
   if (width > png_get_user_width_max(png) || height > png_get_user_height_max(png))
-    throw ResourceExhaustedError(chorus::internal::str_cat(
-        "decode_png: PNG ", subject, " declares ", width, "x", height, " (width x height) pixels; libpng decodes at most ",
-        png_get_user_width_max(png), " per side (its default user limit, which TensorFlow has too)"));
+    throw ResourceExhaustedError(
+        chorus::internal::str_cat("decode_png: PNG ", subject, " declares ", width, "x", height,
+                                  " (width x height) pixels; libpng decodes at most ", png_get_user_width_max(png),
+                                  " per side (its default user limit, which TensorFlow has too)"));
   internal::check_image_limits("decode_png", subject, height, width, 1, 1, limits);
 }
 
@@ -226,7 +227,8 @@ Image decode_png_values(std::string_view bytes, const DecodePngOptions& options,
   PngReader r;
   r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &io, on_png_error, on_png_warning);
   if (r.png != nullptr) r.info = png_create_info_struct(r.png);
-  if (r.png == nullptr || r.info == nullptr) throw ResourceExhaustedError("decode_png: libpng could not allocate its state");
+  if (r.png == nullptr || r.info == nullptr)
+    throw ResourceExhaustedError("decode_png: libpng could not allocate its state");
   png_set_read_fn(r.png, &io, on_png_read);
   png_set_chunk_malloc_max(r.png, kChunkMallocMax);
   precheck_ihdr(bytes, subject, r.png, options.limits);
@@ -241,9 +243,9 @@ Image decode_png_values(std::string_view bytes, const DecodePngOptions& options,
   const std::size_t libpng_row = png_get_rowbytes(r.png, r.info);
   const std::size_t want_row = row_values * (plan.synthesize16 ? 1 : plan.bits / 8);
   if (png_get_channels(r.png, r.info) != plan.channels || libpng_row != want_row)
-    throw InternalError(chorus::internal::str_cat("decode_png: libpng's row layout (", int(png_get_channels(r.png, r.info)),
-                                                  " channels, ", libpng_row, " bytes) is not the planned (",
-                                                  plan.channels, ", ", want_row, ") for ", subject));
+    throw InternalError(chorus::internal::str_cat(
+        "decode_png: libpng's row layout (", int(png_get_channels(r.png, r.info)), " channels, ", libpng_row,
+        " bytes) is not the planned (", plan.channels, ", ", want_row, ") for ", subject));
 
   Image image;
   image.height = height;
@@ -304,10 +306,11 @@ std::string encode_png(const void* pixels, std::int64_t height, std::int64_t wid
   PngWriter w;
   w.png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &w.io, on_png_error, on_png_warning);
   if (w.png != nullptr) w.info = png_create_info_struct(w.png);
-  if (w.png == nullptr || w.info == nullptr) throw ResourceExhaustedError("encode_png: libpng could not allocate its state");
+  if (w.png == nullptr || w.info == nullptr)
+    throw ResourceExhaustedError("encode_png: libpng could not allocate its state");
   png_set_write_fn(w.png, &w.io, on_png_write, on_png_flush);
-  const std::size_t stride = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels) *
-                             static_cast<std::size_t>(bits / 8);
+  const std::size_t stride =
+      static_cast<std::size_t>(width) * static_cast<std::size_t>(channels) * static_cast<std::size_t>(bits / 8);
   if (!png_phase_write(w.png, w.info, static_cast<const unsigned char*>(pixels), static_cast<png_uint_32>(height),
                        static_cast<png_uint_32>(width), bits, kColorTypes[channels - 1], stride,
                        compression < 0 ? Z_DEFAULT_COMPRESSION : compression)) {
@@ -340,7 +343,8 @@ std::string encode_png(const Tensor& image, int compression) {
   CHORUS_REQUIRE(image.shape().dim(2) >= 1 && image.shape().dim(2) <= 4, InvalidArgumentError,
                  "encode_png: image must have 1 to 4 channels, got shape ", image.shape().to_string());
   const int c = static_cast<int>(image.shape().dim(2));
-  if (image.dtype() == DType::kUInt8) return encode_png(image.to_vector<std::uint8_t>().data(), h, w, c, 8, compression);
+  if (image.dtype() == DType::kUInt8)
+    return encode_png(image.to_vector<std::uint8_t>().data(), h, w, c, 8, compression);
   const std::vector<std::int32_t> values = image.to_vector<std::int32_t>();
   std::vector<std::uint16_t> wide(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {

@@ -34,7 +34,7 @@
 namespace chorus::data {
 
 struct DecodePngOptions {
-  int channels = 0;  // 0, 1, 3 or 4
+  int channels = 0;                       // 0, 1, 3 or 4
   ImageDType dtype = ImageDType::kUInt8;  // kUInt8 or kUInt16 (kFloat32 → InvalidArgumentError)
   DecodeLimits limits;
 };

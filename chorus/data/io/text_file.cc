@@ -70,11 +70,11 @@ std::size_t TextFileSource::read(char* out, std::size_t n) {
   const std::size_t got = zlib_->read(out, want);
   position_ += got;
   if (position_ > max_inflated_bytes_)
-    throw ResourceExhaustedError(str_cat(
-        "the compressed stream in ", path_, " (", size_, " bytes on disk) inflates past max_inflated_bytes = ",
-        describe_bytes(max_inflated_bytes_),
-        "; it was read up to there and no further (a decompression bomb, or a larger data set: then raise "
-        "the option)"));
+    throw ResourceExhaustedError(
+        str_cat("the compressed stream in ", path_, " (", size_,
+                " bytes on disk) inflates past max_inflated_bytes = ", describe_bytes(max_inflated_bytes_),
+                "; it was read up to there and no further (a decompression bomb, or a larger data set: then raise "
+                "the option)"));
   if (got < want) {
     if (!zlib_->at_clean_end()) {
       // The bytes that did arrive are delivered first (the lines or records complete in them are

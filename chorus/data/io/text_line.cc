@@ -16,8 +16,8 @@ void LineReader::append(std::string* line, std::string_view piece, std::uint64_t
   // Checked before the bytes are kept: a line never holds more than max_ bytes.
   if (piece.size() > max_ - line->size())
     throw ResourceExhaustedError(str_cat("the line at byte offset ", start, " in ", in_.name(),
-                                         " is longer than max_line_bytes = ", describe_bytes(max_),
-                                         " (", line->size() + piece.size(),
+                                         " is longer than max_line_bytes = ", describe_bytes(max_), " (",
+                                         line->size() + piece.size(),
                                          " bytes read so far); if its lines really are this long, raise the option"));
   line->append(piece);
 }

@@ -46,8 +46,8 @@
 namespace chorus::data {
 
 // The default ceilings (TextLineOptions, CsvOptions).
-inline constexpr std::uint64_t kDefaultMaxLineBytes = std::uint64_t{256} << 20;       // 256 MiB
-inline constexpr std::uint64_t kDefaultMaxInflatedBytes = std::uint64_t{64} << 30;    // 64 GiB per file
+inline constexpr std::uint64_t kDefaultMaxLineBytes = std::uint64_t{256} << 20;     // 256 MiB
+inline constexpr std::uint64_t kDefaultMaxInflatedBytes = std::uint64_t{64} << 30;  // 64 GiB per file
 // TF's default read size for TextLineDataset (buffer_size = 0 picks it) and chorus's largest.
 inline constexpr std::int64_t kTextLineDefaultBufferBytes = 256 << 10;
 inline constexpr std::int64_t kTextMaxBufferBytes = 64 << 20;

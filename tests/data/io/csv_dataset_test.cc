@@ -79,7 +79,9 @@ TEST(CsvDatasetTest, RestoredIteratorYieldsExactlyTheRemainingRecords) {
 }
 
 TEST(CsvDatasetTest, ArgumentsAreCheckedWhenBuilt) {
-  const auto bad = [](std::vector<CsvColumn> cols, CsvOptions o) { EXPECT_THROW(csv_dataset({"x"}, cols, o), InvalidArgumentError); };
+  const auto bad = [](std::vector<CsvColumn> cols, CsvOptions o) {
+    EXPECT_THROW(csv_dataset({"x"}, cols, o), InvalidArgumentError);
+  };
   bad({}, {});
   bad({CsvColumn::required(DType::kBool)}, {});
   bad({CsvColumn::required(DType::kUInt8)}, {});
@@ -103,7 +105,8 @@ TEST(CsvDatasetTest, OversizedRecordAndBrokenFileThenTheNextFile) {
   const std::string gz = deflate_bytes("4,4,d\n5,5,e\n", true);
   write_bytes(dir.file("cut.gz"), gz.substr(0, gz.size() - 4));
   write_bytes(dir.file("ok.csv"), "6,6,f\n");
-  auto it = csv_dataset({dir.file("wide.csv"), dir.file("ok.csv")}, kColumns, {.max_record_bytes = 100}).make_iterator();
+  auto it =
+      csv_dataset({dir.file("wide.csv"), dir.file("ok.csv")}, kColumns, {.max_record_bytes = 100}).make_iterator();
   EXPECT_EQ((*it.next())[0].item<std::int32_t>(), 1);
   EXPECT_THROW(it.next(), ResourceExhaustedError);
   EXPECT_EQ((*it.next())[0].item<std::int32_t>(), 6);

@@ -114,8 +114,7 @@ TEST(CsvHostileTest, GzipBombOfEmptyRecordsStopsAtMaxInflatedBytes) {
   spec.kinds = {CsvKind::kInt32};
   spec.defaults = {CsvValue(std::int32_t{7})};
   std::vector<std::int32_t> rows;
-  const std::string err =
-      error_within(60, [&] { read_csv_file(path, TextCompression::kGzip, spec, &rows, 8 << 20); });
+  const std::string err = error_within(60, [&] { read_csv_file(path, TextCompression::kGzip, spec, &rows, 8 << 20); });
   EXPECT_TRUE(has(err, "ResourceExhaustedError: ") && has(err, "max_inflated_bytes = 8388608 (8 MiB)")) << err;
   EXPECT_EQ(rows.size(), std::size_t{8} << 20);  // every record before the ceiling was read
 }

@@ -38,8 +38,8 @@ TEST(CsvNumbersTest, IntegersAsAbslSimpleAtoi) {
   EXPECT_EQ(parse_int32("007"), 7);
   EXPECT_EQ(parse_int32("2147483647"), 2147483647);
   EXPECT_EQ(parse_int32("-2147483648"), std::numeric_limits<std::int32_t>::min());
-  for (const char* bad : {"2147483648", "-2147483649", "0x10", "1.0", "1e3", "- 1", "+-1", "--1", "", " ", "12a",
-                          "1 2", "+", "-", "99999999999999999999"})
+  for (const char* bad : {"2147483648", "-2147483649", "0x10", "1.0", "1e3", "- 1", "+-1", "--1", "", " ", "12a", "1 2",
+                          "+", "-", "99999999999999999999"})
     EXPECT_EQ(parse_int32(bad), std::nullopt) << bad;
   EXPECT_EQ(parse_int64("9223372036854775807"), std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(parse_int64("-9223372036854775808"), std::numeric_limits<std::int64_t>::min());
@@ -79,8 +79,8 @@ TEST(CsvNumbersTest, FloatsAsAbslSimpleAtof) {
   // float32 rounding, not double's then float's: this decimal lies just above the midpoint of two
   // floats, but rounds (as a double) to exactly that midpoint, whose tie goes to the other one.
   EXPECT_EQ(parse_float("1.00000005960464477550"), 1.00000011920928955078125f);
-  for (const char* bad : {"0x", ".", "1e", "1e+", "1_0", "- 1", "1 e5", "", " ", "+-1", "--1", "0x1p", "0xg",
-                          "nan(", "nan(a-b)", "infinit", "inf1", "0x-1", "0xinf", "1,5", "1..2", "e5"})
+  for (const char* bad : {"0x",   ".",   "1e",   "1e+",      "1_0",     "- 1",  "1 e5", "",      " ",   "+-1",  "--1",
+                          "0x1p", "0xg", "nan(", "nan(a-b)", "infinit", "inf1", "0x-1", "0xinf", "1,5", "1..2", "e5"})
     EXPECT_EQ(parse_float(bad), std::nullopt) << bad;
   EXPECT_EQ(parse_float(std::string("1\0", 2)), std::nullopt);
   EXPECT_EQ(parse_double("1e39"), 1e39);
@@ -115,9 +115,15 @@ std::string show(const std::vector<CsvResult>& rs) {
     }
     out += "(";
     for (const auto& v : std::get<Row>(r))
-      out += std::visit([](const auto& x) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) return x; else return std::to_string(x);
-      }, v) + "|";
+      out += std::visit(
+                 [](const auto& x) {
+                   if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>)
+                     return x;
+                   else
+                     return std::to_string(x);
+                 },
+                 v) +
+             "|";
     out += ") ";
   }
   return out;
@@ -153,8 +159,7 @@ TEST(CsvRecordsTest, QuotedFields) {
   auto r = parse_all("\"a,b\",\"c\"\"d\"\n\"e\nf\",g\n", spec({S, S}));
   EXPECT_EQ(show(r), "(a,b|c\"d|) (e\nf|g|) ");
   EXPECT_EQ(show(parse_all("\"a\"\r\n\"b\"\r", spec({S}))), "(a|) (b|) ");
-  EXPECT_EQ(show(parse_all("\"\",\"\"\"\"\n", spec({S, S}, {CsvValue(std::string("d")), std::nullopt}))),
-            "(d|\"|) ");
+  EXPECT_EQ(show(parse_all("\"\",\"\"\"\"\n", spec({S, S}, {CsvValue(std::string("d")), std::nullopt}))), "(d|\"|) ");
   // A bad quote: an error for the record, which ends where TF's does.
   r = parse_all("\"a\"x\"y\",b\nc,d\n", spec({S, S}));
   ASSERT_EQ(r.size(), 2u) << show(r);
@@ -230,8 +235,9 @@ TEST(CsvRecordsTest, RecordPastTheCeiling) {
       parse_csv(text, s, false, 3);
       FAIL() << text;
     } catch (const ResourceExhaustedError& e) {
-      EXPECT_NE(std::string(e.what()).find("record 1 at byte offset 3 of <string> is longer than max_record_bytes = 10"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("record 1 at byte offset 3 of <string> is longer than max_record_bytes = 10"),
+          std::string::npos)
           << e.what();
     }
   }
@@ -289,8 +295,11 @@ CaseArgs args_of(const testing::InteropCase& c) {
     const std::string col = cols.substr(at, comma - at);
     const std::size_t eq = col.find('=');
     const std::string kind = col.substr(0, eq);
-    const DType d = kind == "i32" ? DType::kInt32 : kind == "i64" ? DType::kInt64 : kind == "f32" ? DType::kFloat32
-                    : kind == "f64" ? DType::kFloat64 : DType::kString;
+    const DType d = kind == "i32"   ? DType::kInt32
+                    : kind == "i64" ? DType::kInt64
+                    : kind == "f32" ? DType::kFloat32
+                    : kind == "f64" ? DType::kFloat64
+                                    : DType::kString;
     if (eq == std::string::npos) {
       a.columns.push_back(CsvColumn::required(d));
       continue;
@@ -346,7 +355,8 @@ std::vector<std::string> dataset_tokens(const std::string& path, const testing::
 // What chorus's record reader returns for the file, as tokens (errors: "E <class>", then on).
 std::vector<std::string> chorus_tokens(const std::string& path, const testing::InteropCase& c) {
   const CsvSpec s = spec_of(c);
-  const auto comp = c.words[3] == "-" ? internal::TextCompression::kNone : internal::parse_text_compression(c.words[3], "test");
+  const auto comp =
+      c.words[3] == "-" ? internal::TextCompression::kNone : internal::parse_text_compression(c.words[3], "test");
   internal::BufferedInput in(std::make_unique<internal::TextFileSource>(path, comp, 1ull << 32), 1 << 16);
   internal::CsvRecordReader reader(in, s);
   std::vector<std::string> out;
@@ -380,8 +390,10 @@ class CsvInterop : public ::testing::Test {
     const auto found = chorus::testing::find_interop_python("tensorflow");
     if (found.path.empty()) return;
     dir_ = new chorus::testing::TempDir();
-    const std::string cmd = "'" + found.path + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/csv_interop.py' " + dir_->path();
-    if (chorus::testing::run_interop_command(cmd, "tf") == 0) cases_ = testing::read_interop_output(dir_->file("tf_csv.txt"));
+    const std::string cmd =
+        "'" + found.path + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/csv_interop.py' " + dir_->path();
+    if (chorus::testing::run_interop_command(cmd, "tf") == 0)
+      cases_ = testing::read_interop_output(dir_->file("tf_csv.txt"));
   }
   static void TearDownTestSuite() { delete dir_; }
   void SetUp() override {

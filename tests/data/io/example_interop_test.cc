@@ -202,7 +202,8 @@ TEST(ExampleInterop, ParseExampleEqualsTensorFlowElementByElement) {
   CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow");
   testing::TempDir dir;
   testing::spit(dir.file("make.py"), kScript);
-  ASSERT_EQ(chorus::testing::run_interop_command("'" + python + "' " + dir.file("make.py") + " " + dir.path(), "tf"), 0);
+  ASSERT_EQ(chorus::testing::run_interop_command("'" + python + "' " + dir.file("make.py") + " " + dir.path(), "tf"),
+            0);
   const std::vector<std::string> records = read_tfrecord_file(dir.file("examples.tfrecord"));
   ASSERT_EQ(records.size(), 5u);
 
@@ -228,17 +229,30 @@ TEST(ExampleInterop, ParseExampleEqualsTensorFlowElementByElement) {
   const std::string truncated = records[3].substr(0, records[3].size() - 3);
   const std::vector<std::string> one_empty = {records[1]};
   const std::map<std::string, std::string> mine_class = {
-      {"missing_required",
-       class_of([&] { parse_example(records, {{"fixed_f", FixedLenFeature{Shape{}, DType::kFloat32}}}); })},
-      {"wrong_kind_fixed",
-       class_of([&] { parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{2}, DType::kFloat32}}}); })},
-      {"wrong_kind_varlen", class_of([&] { parse_example(records, {{"var_f", VarLenFeature{DType::kInt64}}}); })},
-      {"wrong_kind_ragged", class_of([&] { parse_example(records, {{"rag_i", RaggedFeature{DType::kFloat32}}}); })},
-      {"bytes_as_int64", class_of([&] { parse_example(records, {{"var_s", VarLenFeature{DType::kInt64}}}); })},
-      {"int64_as_bytes",
-       class_of([&] { parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{2}, DType::kString}}}); })},
-      {"too_many", class_of([&] { parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{1}, DType::kInt64}}}); })},
-      {"too_few", class_of([&] { parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{3}, DType::kInt64}}}); })},
+      {"missing_required", class_of([&] {
+         parse_example(records, {{"fixed_f", FixedLenFeature{Shape{}, DType::kFloat32}}});
+       })},
+      {"wrong_kind_fixed", class_of([&] {
+         parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{2}, DType::kFloat32}}});
+       })},
+      {"wrong_kind_varlen", class_of([&] {
+         parse_example(records, {{"var_f", VarLenFeature{DType::kInt64}}});
+       })},
+      {"wrong_kind_ragged", class_of([&] {
+         parse_example(records, {{"rag_i", RaggedFeature{DType::kFloat32}}});
+       })},
+      {"bytes_as_int64", class_of([&] {
+         parse_example(records, {{"var_s", VarLenFeature{DType::kInt64}}});
+       })},
+      {"int64_as_bytes", class_of([&] {
+         parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{2}, DType::kString}}});
+       })},
+      {"too_many", class_of([&] {
+         parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{1}, DType::kInt64}}});
+       })},
+      {"too_few", class_of([&] {
+         parse_example(records, {{"fixed_i2", FixedLenFeature{Shape{3}, DType::kInt64}}});
+       })},
       {"empty_list_with_default", class_of([&] {
          parse_example(one_empty, {{"var_f", FixedLenFeature{Shape{}, DType::kFloat32, Tensor::scalar(1.0f)}}});
        })},
@@ -246,7 +260,8 @@ TEST(ExampleInterop, ParseExampleEqualsTensorFlowElementByElement) {
          parse_example(std::vector<std::string>{truncated}, {{"var_f", VarLenFeature{DType::kFloat32}}});
        })},
       {"bad_length", class_of([&] {
-         parse_example(std::vector<std::string>{std::string("\x0a\x7f\x0a", 3)}, {{"var_f", VarLenFeature{DType::kFloat32}}});
+         parse_example(std::vector<std::string>{std::string("\x0a\x7f\x0a", 3)},
+                       {{"var_f", VarLenFeature{DType::kFloat32}}});
        })},
   };
   ASSERT_EQ(tf_class.size(), mine_class.size());

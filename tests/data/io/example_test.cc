@@ -98,7 +98,8 @@ TEST(ParseExample, FixedLenScalarsAndShapesWithDefaults) {
 
 TEST(ParseExample, DefaultOfAnyShapeWithTheRightCount) {
   // TF reshapes the default to the feature's shape: [4] for [2, 2] is fine, a scalar for [2] is not.
-  const FeatureSpecs spec{{"m", FixedLenFeature{Shape{2, 2}, DType::kFloat32, Tensor::from_vector<float>({1, 2, 3, 4})}}};
+  const FeatureSpecs spec{
+      {"m", FixedLenFeature{Shape{2, 2}, DType::kFloat32, Tensor::from_vector<float>({1, 2, 3, 4})}}};
   EXPECT_EQ(parse_single_example(example({}), spec).dense("m").to_vector<float>(), (F{1, 2, 3, 4}));
   const FeatureSpecs bad{{"m", FixedLenFeature{Shape{2}, DType::kInt64, Tensor::scalar<std::int64_t>(5)}}};
   EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_single_example(example({}), bad); }), "must hold 2 int64");
@@ -194,7 +195,8 @@ TEST(ParseExample, EmptyListsAreNotMissing) {
 TEST(ParseExample, FloatSpecialValuesPassThrough) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::string rec = example({{"f", floats({std::nanf(""), inf, -inf, -0.0f, 1e-45f})}});
-  const F v = parse_single_example(rec, {{"f", VarLenFeature{DType::kFloat32}}}).sparse("f").values().to_vector<float>();
+  const F v =
+      parse_single_example(rec, {{"f", VarLenFeature{DType::kFloat32}}}).sparse("f").values().to_vector<float>();
   ASSERT_EQ(v.size(), 5u);
   EXPECT_TRUE(std::isnan(v[0]));
   EXPECT_EQ(v[1], inf);
@@ -207,37 +209,46 @@ TEST(ParseExample, ErrorsNameTheFeatureAndTheRecord) {
   const std::vector<std::string> batch = {example({{"a", floats({1, 2, 3})}, {"b", int64s({1})}}),
                                           example({{"a", floats({1})}})};
   // A required feature missing in record 1.
-  EXPECT_HAS(error_of<InvalidArgumentError>(
-                 [&] { parse_example(batch, {{"b", FixedLenFeature{Shape{}, DType::kInt64}}}); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_example(batch, {{"b", FixedLenFeature{Shape{}, DType::kInt64}}});
+             }),
              "parse_example: feature \"b\" of record 1 (data type: int64) is required but could not be found");
-  EXPECT_HAS(error_of<InvalidArgumentError>(
-                 [&] { parse_single_example(batch[1], {{"b", FixedLenFeature{Shape{}, DType::kInt64}}}); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_single_example(batch[1], {{"b", FixedLenFeature{Shape{}, DType::kInt64}}});
+             }),
              "parse_single_example: feature \"b\" (data type: int64) is required");
   // The wrong kind of list, for every form.
-  for (const FeatureSpec& s : {FeatureSpec{FixedLenFeature{Shape{3}, DType::kInt64}}, FeatureSpec{VarLenFeature{DType::kInt64}},
-                               FeatureSpec{RaggedFeature{DType::kInt64}}})
-    EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(batch, {{"a", s}}); }),
+  for (const FeatureSpec& s : {FeatureSpec{FixedLenFeature{Shape{3}, DType::kInt64}},
+                               FeatureSpec{VarLenFeature{DType::kInt64}}, FeatureSpec{RaggedFeature{DType::kInt64}}})
+    EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+                 parse_example(batch, {{"a", s}});
+               }),
                "feature \"a\" of record 0: data types don't match: the Example holds a float_list, the spec asks for "
                "int64 (an int64_list)");
   // Too many and too few values.
-  EXPECT_HAS(error_of<InvalidArgumentError>(
-                 [&] { parse_example(batch, {{"a", FixedLenFeature{Shape{2}, DType::kFloat32}}}); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_example(batch, {{"a", FixedLenFeature{Shape{2}, DType::kFloat32}}});
+             }),
              "feature \"a\" of record 0: 3 float32 values but FixedLenFeature shape (2,) needs 2");
-  EXPECT_HAS(error_of<InvalidArgumentError>(
-                 [&] { parse_example(batch, {{"a", FixedLenFeature{Shape{3}, DType::kFloat32}}}); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_example(batch, {{"a", FixedLenFeature{Shape{3}, DType::kFloat32}}});
+             }),
              "feature \"a\" of record 1: 1 float32 values but FixedLenFeature shape (3,) needs 3");
   // Malformed wire data in record 1: DataLossError naming the record and the feature.
   std::string broken = example({{"a", floats({1, 2})}});
   broken.resize(broken.size() - 2);
-  const std::string msg = error_of<DataLossError>(
-      [&] { parse_example(std::vector<std::string>{batch[0], broken}, {{"a", VarLenFeature{DType::kFloat32}}}); });
+  const std::string msg = error_of<DataLossError>([&] {
+    parse_example(std::vector<std::string>{batch[0], broken}, {{"a", VarLenFeature{DType::kFloat32}}});
+  });
   EXPECT_HAS(msg, "parse_example: record 1: ");
   EXPECT_HAS(msg, "malformed");
 }
 
 TEST(ParseExample, SpecsAreValidated) {
   const std::vector<std::string> none;
-  EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(none, {{"x", VarLenFeature{DType::kInt32}}}); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_example(none, {{"x", VarLenFeature{DType::kInt32}}});
+             }),
              "feature \"x\": dtype int32 is not one of float32, int64, string");
   EXPECT_THROW(parse_example(none, {{"x", RaggedFeature{DType::kFloat64}}}), InvalidArgumentError);
   // The accessors say what the feature is.
@@ -254,10 +265,11 @@ TEST(ParseExample, BytesFeaturesAreStringTensors) {
       example({{"v", bytes({})}}),
       example({{"s", bytes({binary})}, {"r", bytes({""})}}),
   };
-  const FeatureSpecs spec{{"s", FixedLenFeature{Shape{}, DType::kString, Tensor::scalar("dflt")}},
-                          {"v", VarLenFeature{DType::kString}},
-                          {"r", RaggedFeature{DType::kString}},
-                          {"m", FixedLenFeature{Shape{2}, DType::kString, Tensor::from_vector<std::string>({"p", "q"})}}};
+  const FeatureSpecs spec{
+      {"s", FixedLenFeature{Shape{}, DType::kString, Tensor::scalar("dflt")}},
+      {"v", VarLenFeature{DType::kString}},
+      {"r", RaggedFeature{DType::kString}},
+      {"m", FixedLenFeature{Shape{2}, DType::kString, Tensor::from_vector<std::string>({"p", "q"})}}};
   const ParsedFeatures p = parse_example(batch, spec);
   EXPECT_EQ(p.dense("s").dtype(), DType::kString);
   EXPECT_EQ(p.dense("s").to_vector<std::string>(), (S{"a", "dflt", binary}));
@@ -273,7 +285,9 @@ TEST(ParseExample, BytesFeaturesAreStringTensors) {
   EXPECT_EQ(r.row(0).to_vector<std::string>(), (S{"x", "yy", "zzz"}));
   EXPECT_EQ(r.to_tensor().to_vector<std::string>(), (S{"x", "yy", "zzz", "", "", "", "", "", ""}));
   // A bytes list for a numeric spec, and the other way round.
-  EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(batch, {{"s", VarLenFeature{DType::kInt64}}}); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_example(batch, {{"s", VarLenFeature{DType::kInt64}}});
+             }),
              "the Example holds a bytes_list, the spec asks for int64");
   EXPECT_HAS(error_of<InvalidArgumentError>([&] {
                parse_single_example(example({{"s", floats({1})}}), {{"s", VarLenFeature{DType::kString}}});
@@ -284,12 +298,14 @@ TEST(ParseExample, BytesFeaturesAreStringTensors) {
 TEST(ParseExample, StringTensorInputs) {
   const std::vector<std::string> batch = {example({{"i", int64s({1})}}), example({{"i", int64s({2})}})};
   const FeatureSpecs spec{{"i", FixedLenFeature{Shape{}, DType::kInt64}}};
-  EXPECT_EQ(parse_example(Tensor::from_vector<std::string>(batch), spec).dense("i").to_vector<std::int64_t>(), (I{1, 2}));
+  EXPECT_EQ(parse_example(Tensor::from_vector<std::string>(batch), spec).dense("i").to_vector<std::int64_t>(),
+            (I{1, 2}));
   EXPECT_EQ(parse_single_example(Tensor::scalar(batch[1]), spec).dense("i").item<std::int64_t>(), 2);
   EXPECT_HAS(error_of<InvalidArgumentError>([&] { parse_example(Tensor::scalar(batch[1]), spec); }),
              "must be a 1-D string tensor");
-  EXPECT_HAS(error_of<InvalidArgumentError>(
-                 [&] { parse_single_example(Tensor::from_vector<std::uint8_t>({1, 2}), spec); }),
+  EXPECT_HAS(error_of<InvalidArgumentError>([&] {
+               parse_single_example(Tensor::from_vector<std::uint8_t>({1, 2}), spec);
+             }),
              "must be a scalar string tensor; got uint8");
   EXPECT_THROW(parse_example(Tensor(), spec), InvalidArgumentError);
 }
@@ -309,8 +325,9 @@ TEST(ExampleWire, BytesListsAndWireCornerCases) {
   EXPECT_EQ(serialize_example(read_all_feature_lists(rec)), rec);
   // Two Examples concatenated merge; a repeated name: the last entry wins (TF and protobuf).
   const std::string twice = example({{"a", floats({1})}}) + example({{"a", floats({2})}, {"b", floats({3})}});
-  EXPECT_EQ(parse_single_example(twice, {{"a", VarLenFeature{DType::kFloat32}}}).sparse("a").values().to_vector<float>(),
-            (F{2}));
+  EXPECT_EQ(
+      parse_single_example(twice, {{"a", VarLenFeature{DType::kFloat32}}}).sparse("a").values().to_vector<float>(),
+      (F{2}));
   // A Feature with a float_list and then an int64_list: TF's parser takes the first list.
   wire::ProtoWriter fl, il, feature;
   fl.add_packed_floats(1, std::vector<float>{1.5f});
@@ -318,8 +335,9 @@ TEST(ExampleWire, BytesListsAndWireCornerCases) {
   feature.add_message(2, fl);
   feature.add_message(3, il);
   const std::string two_lists = raw_example("a", feature);
-  EXPECT_EQ(parse_single_example(two_lists, {{"a", VarLenFeature{DType::kFloat32}}}).sparse("a").values().to_vector<float>(),
-            (F{1.5f}));
+  EXPECT_EQ(
+      parse_single_example(two_lists, {{"a", VarLenFeature{DType::kFloat32}}}).sparse("a").values().to_vector<float>(),
+      (F{1.5f}));
   EXPECT_THROW(parse_single_example(two_lists, {{"a", VarLenFeature{DType::kInt64}}}), InvalidArgumentError);
   // Unknown fields anywhere are skipped.
   wire::ProtoWriter extra;
@@ -333,13 +351,17 @@ TEST(ExampleWire, BytesListsAndWireCornerCases) {
 TEST(ExampleParser, MapsRecordsInAPipeline) {
   testing::TempDir dir;
   const std::string path = dir.file("ex.tfrecord");
-  write_tfrecord_file(path, {example({{"label", int64s({3})}, {"tokens", int64s({5, 6, 7})}}),
-                             example({{"label", int64s({4})}}),
-                             example({{"label", int64s({5})}, {"tokens", int64s({8})}})});
+  write_tfrecord_file(
+      path, {example({{"label", int64s({3})}, {"tokens", int64s({5, 6, 7})}}), example({{"label", int64s({4})}}),
+             example({{"label", int64s({5})}, {"tokens", int64s({8})}})});
   const FeatureSpecs spec{{"label", FixedLenFeature{Shape{}, DType::kInt64}},
                           {"tokens", VarLenFeature{DType::kInt64}},
                           {"unused", FixedLenFeature{Shape{}, DType::kInt64}}};  // not asked for: not required
-  auto it = tfrecord_dataset({path}).enumerate().map(example_parser(spec, {"tokens", "label"})).padded_batch(2).make_iterator();
+  auto it = tfrecord_dataset({path})
+                .enumerate()
+                .map(example_parser(spec, {"tokens", "label"}))
+                .padded_batch(2)
+                .make_iterator();
   auto b0 = it.next();
   ASSERT_TRUE(b0);
   ASSERT_EQ(b0->size(), 2u);

@@ -24,7 +24,8 @@ std::string be32(std::uint32_t v) {
 std::string chunk(const std::string& type, const std::string& data) {
   const std::string td = type + data;
   return be32(static_cast<std::uint32_t>(data.size())) + td +
-         be32(static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(td.data()), static_cast<uInt>(td.size()))));
+         be32(static_cast<std::uint32_t>(
+             crc32(0, reinterpret_cast<const Bytef*>(td.data()), static_cast<uInt>(td.size()))));
 }
 
 std::string ihdr(std::uint32_t w, std::uint32_t h, int bits = 8, int color = 2) {
@@ -118,13 +119,13 @@ TEST(ImageCodecHostile, IdatZlibBombKeepsMemoryBounded) {
   const Image im = decode_png_values(png, {}, "bomb.png");
   EXPECT_EQ(im.num_values(), 1);
   // A declared 16384 x 16384 image with a tiny IDAT, ceiling lowered: refused before inflating.
-  const std::string big = kSig + ihdr(16384, 16384, 8, 0) + chunk("IDAT", deflate(std::string(1000, '\0'))) +
-                          chunk("IEND", "");
+  const std::string big =
+      kSig + ihdr(16384, 16384, 8, 0) + chunk("IDAT", deflate(std::string(1000, '\0'))) + chunk("IEND", "");
   EXPECT_THROW(decode_png(big, {.limits = {.max_pixels = 1 << 26}}), ResourceExhaustedError);
   // Under the ceiling it is a truncated file: the IDAT ends after 1000 of 16384 * 16385 bytes.
   try {
-    decode_png(kSig + ihdr(2048, 2048, 8, 0) + chunk("IDAT", deflate(std::string(1000, '\0'))) + chunk("IEND", ""),
-               {}, "short.png");
+    decode_png(kSig + ihdr(2048, 2048, 8, 0) + chunk("IDAT", deflate(std::string(1000, '\0'))) + chunk("IEND", ""), {},
+               "short.png");
     FAIL() << "decoded";
   } catch (const DataLossError& e) {
     EXPECT_NE(std::string(e.what()).find("short.png"), std::string::npos) << e.what();

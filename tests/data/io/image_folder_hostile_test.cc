@@ -44,8 +44,7 @@ TEST(ImageFolderHostile, SymlinkLoopsAreWalkedOnce) {
   for (bool follow : {false, true}) {
     SCOPED_TRACE(follow);
     const auto idx = listing(dir.path(), {.shuffle = false, .follow_links = follow});
-    EXPECT_EQ(idx.file_paths,
-              (std::vector<std::string>{dir / "a/self.png", dir / "a/x.png", dir / "a/sub/y.png"}));
+    EXPECT_EQ(idx.file_paths, (std::vector<std::string>{dir / "a/self.png", dir / "a/x.png", dir / "a/sub/y.png"}));
   }
 }
 
@@ -57,7 +56,8 @@ TEST(ImageFolderHostile, SymlinkDagsAreWalkedPathByPath) {
   for (int i = 0; i < levels; ++i) touch(dir / ("c/l" + std::to_string(i) + "/img.png"));
   for (int i = 0; i + 1 < levels; ++i)
     for (const char* name : {"p", "q"})
-      fs::create_directory_symlink(dir / ("c/l" + std::to_string(i + 1)), dir / ("c/l" + std::to_string(i) + "/" + name));
+      fs::create_directory_symlink(dir / ("c/l" + std::to_string(i + 1)),
+                                   dir / ("c/l" + std::to_string(i) + "/" + name));
   EXPECT_EQ(listing(dir.path(), {.shuffle = false}).file_paths.size(), static_cast<std::size_t>(levels));
   std::size_t expected = 0;
   for (int r = 0; r < levels; ++r)
@@ -159,8 +159,9 @@ TEST(ImageFolderHostile, BadFilesFailOneElementEachAndNameTheFile) {
   fs::create_symlink(dir / "c/nowhere.png", dir / "c/f_dangling.png");
   ASSERT_EQ(::mkfifo((dir / "c/g_fifo.png").c_str(), 0600), 0);
   testing::spit(dir / "c/h_good.png", good);
-  auto ds = image_dataset_from_directory(dir.path(), {.batch_size = std::nullopt, .image_size = {4, 4},
-                                                      .shuffle = false, .num_parallel_calls = 2, .verbose = false});
+  auto ds = image_dataset_from_directory(
+      dir.path(),
+      {.batch_size = std::nullopt, .image_size = {4, 4}, .shuffle = false, .num_parallel_calls = 2, .verbose = false});
   auto it = ds.dataset.make_iterator();
   std::vector<std::string> seen;
   for (int i = 0; i < 20; ++i) {

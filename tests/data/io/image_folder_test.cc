@@ -29,7 +29,8 @@ void write_png(const std::string& path, std::int64_t h, std::int64_t w, int c, i
   for (std::int64_t y = 0; y < h; ++y)
     for (std::int64_t x = 0; x < w; ++x)
       for (int k = 0; k < c; ++k)
-        px[static_cast<std::size_t>((y * w + x) * c + k)] = static_cast<std::uint8_t>((y * 7 + x * 3 + k * 50 + seed) % 256);
+        px[static_cast<std::size_t>((y * w + x) * c + k)] =
+            static_cast<std::uint8_t>((y * 7 + x * 3 + k * 50 + seed) % 256);
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   testing::spit(path, encode_png(px.data(), h, w, c));
 }
@@ -94,10 +95,12 @@ TEST(ImageFolder, LabelModesDTypesAndShapes) {
 
 TEST(ImageFolder, IteratorResumesFromACheckpoint) {
   TempDir dir;
-  for (int i = 0; i < 11; ++i) write_png(dir / ("c" + std::to_string(i % 3) + "/" + std::to_string(i) + ".png"), 5 + i, 7, 3, i);
+  for (int i = 0; i < 11; ++i)
+    write_png(dir / ("c" + std::to_string(i % 3) + "/" + std::to_string(i) + ".png"), 5 + i, 7, 3, i);
   const auto build = [&] {
-    return image_dataset_from_directory(dir.path(), {.batch_size = std::nullopt, .image_size = {4, 4}, .seed = 9,
-                                                     .num_parallel_calls = 3, .verbose = false})
+    return image_dataset_from_directory(
+               dir.path(),
+               {.batch_size = std::nullopt, .image_size = {4, 4}, .seed = 9, .num_parallel_calls = 3, .verbose = false})
         .dataset;
   };
   auto describe = [](const Element& e) {
@@ -162,19 +165,32 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
       {"rgb_bilinear", "image_size=(20, 24), batch_size=4, shuffle=False",
        quiet({.batch_size = 4, .image_size = {20, 24}, .shuffle = false}), true},
-      {"gray_nearest", "image_size=(13, 9), batch_size=5, shuffle=False, color_mode='grayscale', interpolation='nearest'",
-       quiet({.color_mode = "grayscale", .batch_size = 5, .image_size = {13, 9}, .shuffle = false,
+      {"gray_nearest",
+       "image_size=(13, 9), batch_size=5, shuffle=False, color_mode='grayscale', interpolation='nearest'",
+       quiet({.color_mode = "grayscale",
+              .batch_size = 5,
+              .image_size = {13, 9},
+              .shuffle = false,
               .interpolation = "nearest"}),
        true},
       {"rgba_categorical_crop",
        "image_size=(16, 10), batch_size=None, shuffle=False, color_mode='rgba', label_mode='categorical', "
        "crop_to_aspect_ratio=True, class_names=['date']",
-       quiet({.label_mode = "categorical", .class_names = {"date"}, .color_mode = "rgba",
-              .batch_size = std::nullopt, .image_size = {16, 10}, .shuffle = false, .crop_to_aspect_ratio = true}),
+       quiet({.label_mode = "categorical",
+              .class_names = {"date"},
+              .color_mode = "rgba",
+              .batch_size = std::nullopt,
+              .image_size = {16, 10},
+              .shuffle = false,
+              .crop_to_aspect_ratio = true}),
        true},
-      {"binary_classes", "image_size=(8, 8), batch_size=3, shuffle=False, label_mode='binary', "
+      {"binary_classes",
+       "image_size=(8, 8), batch_size=3, shuffle=False, label_mode='binary', "
        "class_names=['cherry', 'apple']",
-       quiet({.label_mode = "binary", .class_names = {"cherry", "apple"}, .batch_size = 3, .image_size = {8, 8},
+       quiet({.label_mode = "binary",
+              .class_names = {"cherry", "apple"},
+              .batch_size = 3,
+              .image_size = {8, 8},
               .shuffle = false}),
        true},
       {"no_labels", "image_size=(11, 7), batch_size=6, shuffle=False, label_mode=None",
@@ -268,7 +284,8 @@ root = sys.argv[1]
   script += kWriteFolder;
   script += "cases = [\n";
   for (const Case& c : cases())
-    script += std::string("    (\"") + c.name + "\", " + (c.elements ? "True" : "False") + ", dict(" + c.keras + ")),\n";
+    script +=
+        std::string("    (\"") + c.name + "\", " + (c.elements ? "True" : "False") + ", dict(" + c.keras + ")),\n";
   script += R"(]
 def line(tag, a):
     a = np.asarray(a)
@@ -294,8 +311,10 @@ with open(sys.argv[2], "w") as out:
   std::string current;
   std::istringstream text(testing::slurp(dir.file("out.txt")));
   for (std::string l; std::getline(text, l);) {
-    if (l.rfind("case ", 0) == 0) current = l.substr(5);
-    else keras[current].push_back(l);
+    if (l.rfind("case ", 0) == 0)
+      current = l.substr(5);
+    else
+      keras[current].push_back(l);
   }
   ASSERT_EQ(keras.size(), cases().size());
   for (const Case& c : cases()) {
@@ -307,9 +326,10 @@ with open(sys.argv[2], "w") as out:
   }
   // rgba of a JPEG: TF's map fails ("JPEG does not support 4 channels", InvalidArgumentError), and
   // so does chorus's, for that element only (Banana/img0.jpeg, then img1.png decodes).
-  auto it = image_dataset_from_directory(root, quiet({.class_names = {"Banana"}, .color_mode = "rgba",
-                                                      .batch_size = std::nullopt, .shuffle = false}))
-                .dataset.make_iterator();
+  auto it =
+      image_dataset_from_directory(
+          root, quiet({.class_names = {"Banana"}, .color_mode = "rgba", .batch_size = std::nullopt, .shuffle = false}))
+          .dataset.make_iterator();
   try {
     it.next();
     ADD_FAILURE() << "an rgba JPEG decoded";

@@ -49,8 +49,10 @@ inline ImageDType parse_image_dtype(const std::string& s) {
 }
 
 // Runs image_cases.py <dir> <kind>; returns the manifest's cases (empty after a FAIL/skip).
-inline std::vector<ImageCase> tf_image_cases(const std::string& python, const std::string& dir, const std::string& kind) {
-  const std::string cmd = "'" + python + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/image_cases.py' '" + dir + "' " + kind;
+inline std::vector<ImageCase> tf_image_cases(const std::string& python, const std::string& dir,
+                                             const std::string& kind) {
+  const std::string cmd =
+      "'" + python + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/image_cases.py' '" + dir + "' " + kind;
   EXPECT_EQ(chorus::testing::run_interop_command(cmd, "tf"), 0) << cmd;
   std::vector<ImageCase> cases;
   std::ifstream in(dir + "/manifest.txt");
@@ -136,8 +138,8 @@ inline int check_cases(const std::vector<ImageCase>& cases, const std::string& d
       got = e.what();
     }
     if (reported++ < 20)
-      ADD_FAILURE() << k.op << " " << k.file << " channels " << k.channels << " " << k.dtype << " " << k.opts
-                    << ": TF " << k.status << " " << k.h << "x" << k.w << "x" << k.c << " hash " << std::hex << k.hash
+      ADD_FAILURE() << k.op << " " << k.file << " channels " << k.channels << " " << k.dtype << " " << k.opts << ": TF "
+                    << k.status << " " << k.h << "x" << k.w << "x" << k.c << " hash " << std::hex << k.hash
                     << ", chorus " << got;
   }
   return agreed;

@@ -43,7 +43,8 @@ TEST(Png, EncodeDecodeRoundTripsEveryChannelCountAndDepth) {
   for (int c = 1; c <= 4; ++c)
     for (ImageDType dt : {ImageDType::kUInt8, ImageDType::kUInt16})
       for (int level : {-1, 0, 9}) {
-        SCOPED_TRACE(::testing::Message() << c << " channels, 16-bit " << (dt == ImageDType::kUInt16) << ", level " << level);
+        SCOPED_TRACE(::testing::Message()
+                     << c << " channels, 16-bit " << (dt == ImageDType::kUInt16) << ", level " << level);
         const Image im = random_image(7, 5, c, dt, static_cast<unsigned>(c * 10 + level));
         const Image back = decode_png_values(encode_png(im, level), {.dtype = dt});
         EXPECT_EQ(back.height, 7);
@@ -85,7 +86,7 @@ TEST(Png, OpFormsTakeAndGiveScalarStringTensors) {
   EXPECT_EQ(decode_image(png, {.channels = 1}).shape(), (Shape{1, 2, 1}));
   EXPECT_THROW(decode_jpeg(png), DataLossError);  // a PNG is no JPEG: the bytes, not the name, decide
   const Tensor two = Tensor::from_vector<std::string>({png.item<std::string>(), png.item<std::string>()});
-  EXPECT_THROW(decode_png(two), InvalidArgumentError);   // not a scalar
+  EXPECT_THROW(decode_png(two), InvalidArgumentError);    // not a scalar
   EXPECT_THROW(decode_image(img), InvalidArgumentError);  // not a string
   EXPECT_THROW(decode_png(Tensor()), InvalidArgumentError);
 }
@@ -108,7 +109,8 @@ TEST(Png, TensorFlowDecodesWhatChorusEncodes) {
                 "), t.shape\nassert t.tobytes() == open(d + '/" + name + ".raw', 'rb').read(), '" + name + "'\n";
     }
   spit(dir.str("check.py"), script);
-  EXPECT_EQ(chorus::testing::run_interop_command("'" + python + "' " + dir.str("check.py") + " " + dir.str(""), "tf"), 0);
+  EXPECT_EQ(chorus::testing::run_interop_command("'" + python + "' " + dir.str("check.py") + " " + dir.str(""), "tf"),
+            0);
 }
 
 TEST(Png, BadArgumentsAreInvalidArgument) {

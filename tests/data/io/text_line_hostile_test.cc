@@ -42,7 +42,8 @@ TEST(TextLineHostileTest, TruncatedGzipGivesTheCompleteLinesThenDataLoss) {
     const std::size_t cut = std::max<std::size_t>(1, static_cast<std::size_t>(gz.size() * frac));
     write_bytes(path, gz.substr(0, cut));
     std::vector<std::string> got;
-    const std::string err = error_within(10, [&] { read_file_lines(path, TextCompression::kGzip, 1 << 20, 1ull << 32, &got); });
+    const std::string err =
+        error_within(10, [&] { read_file_lines(path, TextCompression::kGzip, 1 << 20, 1ull << 32, &got); });
     EXPECT_TRUE(has(err, "DataLossError: ")) << err;
     EXPECT_TRUE(has(err, path)) << err;
     EXPECT_TRUE(has(err, "(" + std::to_string(cut) + " bytes)")) << err;
@@ -101,7 +102,8 @@ TEST(TextLineHostileTest, GzipBombStopsAtMaxInflatedBytes) {
     for (std::string line; reader.next(&line);) {
     }
   });
-  EXPECT_TRUE(has(err, "ResourceExhaustedError: ") && has(err, path) && has(err, "max_inflated_bytes = 67108864 (64 MiB)"))
+  EXPECT_TRUE(has(err, "ResourceExhaustedError: ") && has(err, path) &&
+              has(err, "max_inflated_bytes = 67108864 (64 MiB)"))
       << err;
   EXPECT_LT(max_rss_kib() - before, 32 << 10) << "KiB more at peak";
 }

@@ -77,7 +77,8 @@ class TextLineInterop : public ::testing::Test {
     const auto found = chorus::testing::find_interop_python("tensorflow");
     if (found.path.empty()) return;
     dir_ = new chorus::testing::TempDir();
-    const std::string cmd = "'" + found.path + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/csv_interop.py' " + dir_->path();
+    const std::string cmd =
+        "'" + found.path + "' '" CHORUS_SOURCE_ROOT "/tests/data/io/csv_interop.py' " + dir_->path();
     if (chorus::testing::run_interop_command(cmd, "tf") == 0)
       cases_ = testing::read_interop_output(dir_->file("tf_text.txt"));
   }
@@ -107,7 +108,8 @@ TEST_F(TextLineInterop, LinesEqualTensorFlowsOnTheSameFiles) {
     lines += got.size();
     std::vector<std::string> from_dataset;
     const auto ds = text_line_dataset({file(c.words[2])}, {.compression_type = c.words[3] == "-" ? "" : c.words[3]});
-    for (auto it = ds.make_iterator(); auto e = it.next();) from_dataset.push_back("L " + testing::to_hex((*e)[0].item<std::string>()));
+    for (auto it = ds.make_iterator(); auto e = it.next();)
+      from_dataset.push_back("L " + testing::to_hex((*e)[0].item<std::string>()));
     EXPECT_EQ(from_dataset, c.tokens) << "text_line_dataset";
   }
   EXPECT_GT(lines, 10000u);  // the random cases were there
