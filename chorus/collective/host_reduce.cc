@@ -209,7 +209,8 @@ void reduce_range(DType dtype, ReduceOp op, const void* const* inputs, int k, vo
     case DType::kInt32: return reduce_direct<std::int32_t>(op, inputs, k, outputs, num_out, begin, end, divisor);
     case DType::kInt64: return reduce_direct<std::int64_t>(op, inputs, k, outputs, num_out, begin, end, divisor);
     case DType::kUInt8:
-    case DType::kBool: break;
+    case DType::kBool:
+    case DType::kString: break;
   }
   check_collective_dtype(dtype, "reduce");
 }

@@ -18,7 +18,6 @@ using testing::values;
 using V = std::vector<std::int64_t>;
 
 std::int64_t value_of(const Element& e) { return e[0].item<std::int64_t>(); }
-Element scalar(std::int64_t v) { return Element{Tensor::scalar<std::int64_t>(v)}; }
 // [v, v, ..., v] (n times), int64 — tf.fill([n], v).
 Tensor fill(std::int64_t n, std::int64_t v) { return Tensor::full(Shape{n}, static_cast<double>(v), DType::kInt64); }
 

@@ -33,6 +33,29 @@ std::vector<BilinearTap> taps(i64 out_size, i64 in_size, float scale) {
   return t;
 }
 
+// One output row of a bilinear resize. kC > 0: the channel count known at compile time (1, 3, 4:
+// grayscale, RGB, RGBA), so the channel loop unrolls; kC == 0: C at run time. The arithmetic is
+// the same in both (TF's: top and bottom lerps, then the vertical one), so the values are too.
+template <int kC, typename T>
+void bilinear_row(const T* top, const T* bot, float* out, const BilinearTap* tx, i64 out_w, float ylerp, i64 C_rt) {
+  const i64 C = kC > 0 ? kC : C_rt;
+  for (i64 ox = 0; ox < out_w; ++ox) {
+    const BilinearTap& t = tx[ox];
+    const T* tl_p = top + t.lower * C;
+    const T* tr_p = top + t.upper * C;
+    const T* bl_p = bot + t.lower * C;
+    const T* br_p = bot + t.upper * C;
+    float* o = out + ox * C;
+    for (i64 c = 0; c < C; ++c) {
+      const float tl = to_float(tl_p[c]), tr = to_float(tr_p[c]);
+      const float bl = to_float(bl_p[c]), br = to_float(br_p[c]);
+      const float t_ = tl + (tr - tl) * t.lerp;
+      const float b_ = bl + (br - bl) * t.lerp;
+      o[c] = t_ + (b_ - t_) * ylerp;
+    }
+  }
+}
+
 template <typename T>
 void bilinear_forward(const T* x, float* y, const ResizeGeometry& g) {
   const i64 C = g.channels, rows = g.batch * g.out_h;
@@ -43,24 +66,17 @@ void bilinear_forward(const T* x, float* y, const ResizeGeometry& g) {
     return;
   }
   const std::vector<BilinearTap> tx = taps(g.out_w, g.in_w, g.scale_w);
+  const auto row = C == 3   ? bilinear_row<3, T>
+                   : C == 1 ? bilinear_row<1, T>
+                   : C == 4 ? bilinear_row<4, T>
+                            : bilinear_row<0, T>;
 #pragma omp parallel for schedule(static) if (rows * g.out_w * C >= kParallelElements)
   for (i64 r = 0; r < rows; ++r) {
     const i64 b = r / g.out_h, oy = r % g.out_h;
     const BilinearTap ty = bilinear_tap(oy, g.in_h, g.scale_h);
     const T* top = x + (b * g.in_h + ty.lower) * g.in_w * C;
     const T* bot = x + (b * g.in_h + ty.upper) * g.in_w * C;
-    float* out = y + r * g.out_w * C;
-    for (i64 ox = 0; ox < g.out_w; ++ox) {
-      const BilinearTap& t = tx[static_cast<std::size_t>(ox)];
-      const i64 l = t.lower * C, u = t.upper * C;
-      for (i64 c = 0; c < C; ++c) {
-        const float tl = to_float(top[l + c]), tr = to_float(top[u + c]);
-        const float bl = to_float(bot[l + c]), br = to_float(bot[u + c]);
-        const float t_ = tl + (tr - tl) * t.lerp;
-        const float b_ = bl + (br - bl) * t.lerp;
-        out[ox * C + c] = t_ + (b_ - t_) * ty.lerp;
-      }
-    }
+    row(top, bot, y + r * g.out_w * C, tx.data(), g.out_w, ty.lerp, C);
   }
 }
 

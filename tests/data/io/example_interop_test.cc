@@ -270,7 +270,9 @@ TEST(ExampleInterop, ParseExampleEqualsTensorFlowElementByElement) {
     // DataLossError, the class of every corrupt-data error in chorus's readers.
     const bool wire = name == "truncated" || name == "bad_length";
     EXPECT_EQ(cls, wire && tf_class[name] == "InvalidArgumentError" ? "DataLossError" : tf_class[name]) << name;
-    if (wire) EXPECT_EQ(tf_class[name], "InvalidArgumentError") << name;
+    if (wire) {
+      EXPECT_EQ(tf_class[name], "InvalidArgumentError") << name;
+    }
   }
 }
 

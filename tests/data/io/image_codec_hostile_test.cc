@@ -54,7 +54,7 @@ TEST(ImageCodecHostile, EveryTruncationAndByteFlipMatchesTensorFlow) {
   // try_recover_truncated on the cuts TF cannot be asked about (it loops forever on some: see
   // image_cases.py): chorus returns an image or DataLossError, for every one.
   int images = 0, errors = 0;
-  for (const std::string& base : {"small.jpg", "small_progressive.jpg"}) {
+  for (const char* base : {"small.jpg", "small_progressive.jpg"}) {
     const std::string whole = testing::slurp(dir.str(base));
     for (std::size_t n = 1; n < whole.size(); ++n) {
       try {
