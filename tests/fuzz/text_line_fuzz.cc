@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/zlib_oracle.h"
 #include <chorus/data/io/text_line_internal.h>
 
 using chorus::fuzz::check;
@@ -79,36 +80,6 @@ void check_against(const Outcome& o, std::string_view original, std::uint64_t ma
   }
 }
 
-std::string inflate_independently(std::string_view file, bool gzip, bool* complete) {
-  *complete = false;
-  std::string out;
-  z_stream z{};
-  if (inflateInit2(&z, gzip ? 31 : 15) != Z_OK) return out;
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(file.data()));
-  z.avail_in = static_cast<uInt>(file.size());
-  unsigned char buf[1 << 16];
-  for (;;) {
-    z.next_out = buf;
-    z.avail_out = sizeof buf;
-    const int ret = inflate(&z, Z_NO_FLUSH);
-    out.append(reinterpret_cast<char*>(buf), sizeof buf - z.avail_out);
-    if (out.size() > kInflateCap) break;
-    if (ret == Z_STREAM_END) {
-      if (z.avail_in == 0) {
-        *complete = true;
-        break;
-      }
-      if (!gzip) break;
-      inflateReset(&z);
-      continue;
-    }
-    if (ret != Z_OK) break;
-    if (z.avail_in == 0 && z.avail_out != 0) break;
-  }
-  inflateEnd(&z);
-  return out;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -140,7 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   bool complete = false;
-  const std::string inflated = inflate_independently(bytes, mode == 2, &complete);
+  const std::string inflated = chorus::fuzz::inflate_independently(bytes, mode == 2, kInflateCap, &complete);
   if (!o.error) check(complete, "a read that succeeded read a stream zlib calls complete");
   check_against(o, inflated, 1 << 16, complete && inflated.size() <= kInflateCap);
   return 0;

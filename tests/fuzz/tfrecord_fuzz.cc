@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/zlib_oracle.h"
 #include <chorus/data/tfrecord.h>
 #include <chorus/summary/record.h>
 
@@ -52,38 +53,6 @@ void check_seek_rereads(chorus::data::TFRecordReader& reader, const std::vector<
   reader.seek(offsets[k]);
   const std::optional<std::string> again = reader.read();
   check(again && *again == records[k], "seek + read returns the same record");
-}
-
-// zlib's inflate of `file` as one stream (gzip: members one after another, as gzip(1) reads them),
-// up to `cap` bytes; `complete` when the stream ended exactly at the end of the file.
-std::string inflate_independently(std::string_view file, bool gzip, std::size_t cap, bool* complete) {
-  *complete = false;
-  std::string out;
-  z_stream z{};
-  if (inflateInit2(&z, gzip ? 31 : 15) != Z_OK) return out;
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(file.data()));
-  z.avail_in = static_cast<uInt>(file.size());
-  unsigned char buf[1 << 16];
-  for (;;) {
-    z.next_out = buf;
-    z.avail_out = sizeof buf;
-    const int ret = inflate(&z, Z_NO_FLUSH);
-    out.append(reinterpret_cast<char*>(buf), sizeof buf - z.avail_out);
-    if (out.size() > cap) break;
-    if (ret == Z_STREAM_END) {
-      if (z.avail_in == 0) {
-        *complete = true;
-        break;
-      }
-      if (!gzip) break;
-      inflateReset(&z);
-      continue;
-    }
-    if (ret != Z_OK) break;
-    if (z.avail_in == 0 && z.avail_out != 0) break;  // the file ends inside the stream
-  }
-  inflateEnd(&z);
-  return out;
 }
 
 int fuzz_compressed(std::string_view in, bool gzip) {
@@ -117,7 +86,7 @@ int fuzz_compressed(std::string_view in, bool gzip) {
   }
   check_seek_rereads(reader, offsets, records);
   bool complete = false;
-  const std::string inflated = inflate_independently(in, gzip, std::size_t{64} << 20, &complete);
+  const std::string inflated = chorus::fuzz::inflate_independently(in, gzip, std::size_t{64} << 20, &complete);
   if (inflated.size() <= (std::size_t{64} << 20)) {
     check(inflated.compare(0, framed.size(), framed) == 0, "the records are a prefix of zlib's inflate");
     if (clean) check(complete && inflated == framed, "a clean end is the whole stream");

@@ -97,6 +97,7 @@ void dispatch_all(DType dtype, const char* what, F&& f) {
     case DType::kInt64: return f(i64{});
     case DType::kUInt8: return f(std::uint8_t{});
     case DType::kBool: return f(bool_tag{});
+    case DType::kString: break;  // host-only objects: no device kernel reads them
   }
   throw InvalidArgumentError(::chorus::internal::str_cat(what, ": unsupported dtype ", dtype_name(dtype)));
 }
