@@ -63,6 +63,15 @@ struct Options {
   bool tf = true;
 };
 
+// A flag parse() understands (main answers any other with usage_error's exit status 2).
+bool known_flag(const std::string& a) {
+  if (a == "--quick" || a == "--no-tf") return true;
+  for (const char* key : {"--images=", "--size=", "--out=", "--batch=", "--threads=", "--intra-op-threads=",
+                          "--rounds=", "--dir="})
+    if (a.rfind(key, 0) == 0) return true;
+  return false;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -313,10 +322,11 @@ int run(int argc, char** argv) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
-  if (auto rc = chorus::launch::answer_help_or_version(
-          argc, argv, "bench_data",
-          "usage: bench_data [--images=2000] [--size=256] [--out=224] [--batch=32] [--threads=N] [--rounds=5] "
-          "[--intra-op-threads=N] [--dir=/tmp] [--quick] [--no-tf]\n"))
-    return *rc;
+  static constexpr const char* kUsage =
+      "usage: bench_data [--images=2000] [--size=256] [--out=224] [--batch=32] [--threads=N] [--rounds=5] "
+      "[--intra-op-threads=N] [--dir=/tmp] [--quick] [--no-tf]\n";
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_data", kUsage)) return *rc;
+  for (int i = 1; i < argc; ++i)
+    if (!chorus::known_flag(argv[i])) return chorus::launch::usage_error("bench_data", argv[i], kUsage);
   return chorus::bench::run_main("bench_data", [&] { return chorus::run(argc, argv); });
 }
