@@ -66,8 +66,8 @@ struct Options {
 // A flag parse() understands (main answers any other with usage_error's exit status 2).
 bool known_flag(const std::string& a) {
   if (a == "--quick" || a == "--no-tf") return true;
-  for (const char* key : {"--images=", "--size=", "--out=", "--batch=", "--threads=", "--intra-op-threads=",
-                          "--rounds=", "--dir="})
+  for (const char* key :
+       {"--images=", "--size=", "--out=", "--batch=", "--threads=", "--intra-op-threads=", "--rounds=", "--dir="})
     if (a.rfind(key, 0) == 0) return true;
   return false;
 }

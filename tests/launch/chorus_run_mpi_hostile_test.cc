@@ -185,9 +185,11 @@ TEST(ChorusRunHostile, WorkersWithDifferentTrainSizesFailBeforeTheFirstStep) {
   ASSERT_TRUE(status) << "still running after 60 s: the workers wait for each other\n" << out;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30)) << out;
   EXPECT_NE(*status, 0) << out;
-  EXPECT_THAT(out, HasSubstr("INVALID_ARGUMENT: the data sets (--train, --test, --data-dir, --tfrecord) differ across "
-                             "workers: worker 0: 600 training examples, 200 held-out examples; worker 1: 1000 "
-                             "training examples, 200 held-out examples"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("INVALID_ARGUMENT: the data sets (--train, --test, --data-dir, --tfrecord, --image-dir) differ across "
+                "workers: worker 0: 600 training examples, 200 held-out examples; worker 1: 1000 "
+                "training examples, 200 held-out examples"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("held-out accuracy"))) << "it trained";
 }
 
