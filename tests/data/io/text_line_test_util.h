@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <chrono>
@@ -19,6 +20,21 @@
 #include <chorus/data/io/text_line_internal.h>
 
 namespace chorus::data::testing {
+
+// The process's peak resident set in KiB (getrusage), for the bombs' memory bounds.
+inline std::int64_t max_rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// The factor on those bounds: under AddressSanitizer freed blocks stay resident in its quarantine
+// (and every block carries redzones), so the peak measures ASan as much as the reader.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr std::int64_t kRssBoundScale = 4;
+#else
+inline constexpr std::int64_t kRssBoundScale = 1;
+#endif
 
 // `bytes` deflated by zlib as one gzip member (gzip = true) or a zlib stream.
 inline std::string deflate_bytes(const std::string& bytes, bool gzip, int level = 6) {
