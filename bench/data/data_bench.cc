@@ -17,9 +17,13 @@
 // Each side first runs a warm-up pass over 4 batches (TF traces its functions, the page cache and
 // the allocators fill), then times one full pass; the dataset is built before the clock starts
 // (both list the folder then). Rounds alternate chorus and TF; reported: median (min–max) images/s,
-// and the ratio chorus / TF (> 1: chorus faster). Goal (issue 44): ratio >= 1.0.
-// Before the rounds, one thread times chorus's stages per image (read, decode, resize, batch) on the
-// first 200 files of each folder: where the time goes. --intra-op-threads sets chorus's
+// and the ratio chorus / TF (> 1: chorus faster). Goal (issue 44): ratio >= 1.0. Beside it, each
+// side's CPU time per image (every thread of the process over the timed pass: chorus from
+// CLOCK_PROCESS_CPUTIME_ID, TF from time.process_time()) and the ratio TF / chorus (> 1: chorus
+// spends less), which a loaded machine disturbs much less than images/s.
+// Before the rounds, one thread times chorus's stages per image (read, decode, resize into its place
+// in the batch: the pipeline fuses map and batch) on the first 200 files of each folder: where the
+// time goes. --intra-op-threads sets chorus's
 // config::set_intra_op_parallelism_threads (the OpenMP threads of batch's stack; the map's resize
 // runs on one thread per call, as tf.data's max_intra_op_parallelism = 1).
 // The exit status is 0 unless something broke (a pass that yields the wrong number of images, a
@@ -28,6 +32,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -47,7 +52,6 @@
 #include <chorus/ops/cpu/dnn.h>
 #include <chorus/ops/cpu/image.h>
 #include <chorus/ops/image_geometry.h>
-#include <chorus/ops/shape_ops.h>
 
 namespace chorus {
 namespace {
@@ -137,8 +141,19 @@ void write_png_folder(const std::string& root, const Options& o) {
   }
 }
 
-// One pass of chorus's pipeline over `dir`: images/s (the dataset is built before the clock).
-double chorus_pass(const std::string& dir, const Options& o, bool warm_up) {
+// What one timed pass measured: images/s, and the process's CPU time (every thread) per image.
+struct Pass {
+  double images_per_s = 0, cpu_ms_per_image = 0;
+};
+
+double process_cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+// One pass of chorus's pipeline over `dir` (the dataset is built before the clock).
+Pass chorus_pass(const std::string& dir, const Options& o, bool warm_up) {
   auto ds = data::image_dataset_from_directory(dir, {.batch_size = o.batch,
                                                      .image_size = {o.out, o.out},
                                                      .shuffle = false,
@@ -147,21 +162,23 @@ double chorus_pass(const std::string& dir, const Options& o, bool warm_up) {
   auto it = ds.dataset.make_iterator();
   std::int64_t images = 0, batches = 0;
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_ms();
   while (auto e = it.next()) {
     images += (*e)[0].shape().dims()[0];
-    if (warm_up && ++batches == 4) return 0;
+    if (warm_up && ++batches == 4) return {};
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu = process_cpu_ms() - cpu_start;
   CHORUS_REQUIRE(images == o.images, InternalError, "bench_data: chorus's pass yielded ", images, " images of ",
                  o.images);
-  return static_cast<double>(images) / s;
+  return {static_cast<double>(images) / s, cpu / static_cast<double>(images)};
 }
 
 // Where one thread's time goes, per image, over the first 200 files of `dir` (sorted): reading
-// the file, decoding it, resizing it (the bilinear kernel on one thread, as the pipeline's map
-// does) and stacking --batch of them (ops::stack as batch() does, per image). Milliseconds.
+// the file, decoding it, and resizing it into its place in a batch tensor (the bilinear kernel on
+// one thread, as the pipeline's fused map and batch does). Milliseconds.
 struct Stages {
-  double read = 0, decode = 0, resize = 0, batch = 0;
+  double read = 0, decode = 0, resize = 0;
 };
 Stages profile_stages(const std::string& dir, const Options& o) {
   std::vector<std::string> files;
@@ -172,13 +189,13 @@ Stages profile_stages(const std::string& dir, const Options& o) {
   using clock = std::chrono::steady_clock;
   const auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   Stages t;
-  std::vector<Tensor> batch;
+  const Tensor batch = Tensor::empty(Shape{o.batch, o.out, o.out, 3}, DType::kFloat32, "/CPU:0");
+  std::int64_t slot = 0;
   for (const std::string& f : files) {
     auto t0 = clock::now();
     std::ifstream in(f, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto t1 = clock::now();
-    // As image_dataset_from_directory's map: decode, then the resize kernel on this thread alone.
     const data::Image img = data::decode_image_values(bytes, {.channels = 3}, f);
     auto t2 = clock::now();
     const ops::ResizeGeometry g{1,
@@ -189,41 +206,37 @@ Stages profile_stages(const std::string& dir, const Options& o) {
                                 3,
                                 ops::resize_scale(img.height, o.out),
                                 ops::resize_scale(img.width, o.out)};
-    Tensor y = Tensor::empty(Shape{o.out, o.out, 3}, DType::kFloat32, "/CPU:0");
     ops::cpu::use_threads(1);
-    ops::cpu::resize_bilinear(DType::kUInt8, img.u8.data(), static_cast<float*>(y.data()), g);
-    batch.push_back(y);
+    float* dst = static_cast<float*>(batch.data()) + (slot++ % o.batch) * o.out * o.out * 3;
+    ops::cpu::resize_bilinear(DType::kUInt8, img.u8.data(), dst, g);
     auto t3 = clock::now();
-    if (static_cast<std::int64_t>(batch.size()) == o.batch) {
-      const Tensor stacked = ops::stack(batch, 0);
-      batch.clear();
-    }
-    auto t4 = clock::now();
-    t.read += ms(t1 - t0), t.decode += ms(t2 - t1), t.resize += ms(t3 - t2), t.batch += ms(t4 - t3);
+    t.read += ms(t1 - t0), t.decode += ms(t2 - t1), t.resize += ms(t3 - t2);
   }
   const double n = static_cast<double>(files.size());
-  return {t.read / n, t.decode / n, t.resize / n, t.batch / n};
+  return {t.read / n, t.decode / n, t.resize / n};
 }
 
 std::string script() { return std::string(CHORUS_DATA_BENCH_DIR) + "/tf_image_folder.py"; }
 
 // One TF pass in a fresh Python process; nullopt (and `why`) when it fails.
-std::optional<double> tf_pass(const std::string& py, const std::string& dir, const Options& o, std::string& why) {
+std::optional<Pass> tf_pass(const std::string& py, const std::string& dir, const Options& o, std::string& why) {
   int status = 0;
   const std::string out = bench::capture(
       str_cat("'", py, "' '", script(), "' time '", dir, "' ", o.threads, " ", o.batch, " ", o.out, " 2>&1"), &status);
   const auto v = bench::result_field(out, "images_per_s");
   const auto n = bench::result_field(out, "images");
-  if (status != 0 || !v || !n || static_cast<std::int64_t>(*n) != o.images) {
+  const auto cpu = bench::result_field(out, "cpu_ms_per_image");
+  if (status != 0 || !v || !n || !cpu || static_cast<std::int64_t>(*n) != o.images) {
     why = str_cat("TensorFlow run failed (exit ", status, "): ", out.substr(out.size() > 600 ? out.size() - 600 : 0));
     return std::nullopt;
   }
-  return v;
+  return Pass{*v, *cpu};
 }
 
 struct Row {
   std::string name;
-  std::vector<double> chorus, tf;
+  std::vector<double> chorus, tf;          // images/s
+  std::vector<double> chorus_cpu, tf_cpu;  // CPU ms per image
 };
 
 int run(int argc, char** argv) {
@@ -259,14 +272,17 @@ int run(int argc, char** argv) {
   std::vector<std::pair<std::string, Stages>> stages;
   for (const auto& [name, dir] : folders) {
     stages.emplace_back(name, profile_stages(dir, o));
-    Row row{name, {}, {}};
+    Row row{name, {}, {}, {}, {}};
     chorus_pass(dir, o, /*warm_up=*/true);
     for (std::int64_t r = 0; r < o.rounds; ++r) {
-      row.chorus.push_back(chorus_pass(dir, o, false));
+      const Pass c = chorus_pass(dir, o, false);
+      row.chorus.push_back(c.images_per_s);
+      row.chorus_cpu.push_back(c.cpu_ms_per_image);
       if (!py.empty()) {
         std::string why;
         if (auto v = tf_pass(py, dir, o, why)) {
-          row.tf.push_back(*v);
+          row.tf.push_back(v->images_per_s);
+          row.tf_cpu.push_back(v->cpu_ms_per_image);
         } else {
           std::fprintf(stderr, "bench_data: %s\n", why.c_str());
           return 1;
@@ -305,10 +321,28 @@ int run(int argc, char** argv) {
                                      str_cat("tf.keras.utils.image_dataset_from_directory, ", o.threads, " threads"), t,
                                      ratio));
   }
-  std::printf("chorus, one thread, ms per image (first 200 files): read, decode, resize, batch\n");
+  // CPU time per image: what each side spends, whatever else the machine runs (the images/s above
+  // depend on how many cores the pass got; this does much less).
+  std::printf("CPU ms per image, every thread of the process over the timed pass (median)\n");
+  std::printf("%-6s %10s %12s %22s\n", "format", "chorus", "tensorflow", "ratio (tf / chorus)");
+  for (const Row& row : rows) {
+    const double c = bench::median(row.chorus_cpu);
+    std::optional<double> t, ratio;
+    char tcol[32] = "skipped", rcol[16] = "-";
+    if (!row.tf_cpu.empty()) {
+      t = bench::median(row.tf_cpu);
+      ratio = *t / c;
+      std::snprintf(tcol, sizeof tcol, "%.3f", *t);
+      std::snprintf(rcol, sizeof rcol, "%.2f", *ratio);
+    }
+    std::printf("%-6s %10.3f %12s %22s\n", row.name.c_str(), c, tcol, rcol);
+    cases.push_back(bench::json_case(str_cat(row.name, " CPU ms per image, ", o.threads, " threads"), c, "ms",
+                                     "tf.keras.utils.image_dataset_from_directory (ratio: tf / chorus)", t, ratio));
+  }
+  std::printf("chorus, one thread, ms per image (first 200 files): read, decode, resize into the batch\n");
   for (const auto& [name, t] : stages)
-    std::printf("  %-5s %7.3f %7.3f %7.3f %7.3f  (= %.0f images/s per thread)\n", name.c_str(), t.read, t.decode,
-                t.resize, t.batch, 1000.0 / (t.read + t.decode + t.resize + t.batch));
+    std::printf("  %-5s %7.3f %7.3f %7.3f  (= %.0f images/s per thread)\n", name.c_str(), t.read, t.decode, t.resize,
+                1000.0 / (t.read + t.decode + t.resize));
   bench::Json extra = bench::Json::object();
   if (!skipped.empty()) {
     std::printf("tensorflow: skipped (%s)\n", skipped.c_str());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include <chorus/ops/cpu/clones.h>
 #include <chorus/ops/internal.h>
 
 namespace chorus::ops {
@@ -29,18 +30,11 @@ inline void adam_element(T* w, T* m, T* v, const T* g, std::int64_t i, T alpha, 
 // parameter): blocks of 16 with a fixed trip count, over storage that does not alias (checked by
 // the caller), are vectorized (this file is built with -fno-math-errno, so std::sqrt is a plain
 // vsqrtps; SIMD sqrt and division round exactly as the scalar ones), and compiled for AVX2 and
-// the baseline. AVX2 has no FMA, so nothing is contracted.
-// Not under TSan: an ifunc resolver runs during relocation, before the TSan runtime is up, and its
-// instrumented entry crashes the process (the sanitized build takes the baseline loop).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define CHORUS_ADAM_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define CHORUS_ADAM_CLONES
-#endif
+// the baseline (CHORUS_CPU_CLONES_NO_FMA: nothing is contracted; under TSan the baseline loop).
 
 template <typename T>
-CHORUS_ADAM_CLONES void adam_blocks(T* __restrict w, T* __restrict m, T* __restrict v, const T* __restrict g,
-                                    std::int64_t n, T alpha, T b1, T b2, T e) {
+CHORUS_CPU_CLONES_NO_FMA void adam_blocks(T* __restrict w, T* __restrict m, T* __restrict v, const T* __restrict g,
+                                          std::int64_t n, T alpha, T b1, T b2, T e) {
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     for (std::int64_t j = 0; j < 16; ++j) adam_element(w, m, v, g, i + j, alpha, b1, b2, e);

@@ -10,6 +10,7 @@
 // outside the integer range, or NaN, cast to an integer) are not compared: ops/image.h.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "tests/core/interop_python.h"
 
 #include <chorus/ops/image.h>
+#include <chorus/ops/image_geometry.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus {
@@ -186,6 +188,42 @@ TEST(ImageOpsTest, TfInteropSameValuesAndGradientsAsTensorFlow) {
         ++bad;
         ADD_FAILURE() << name << "[" << i << "]: chorus " << h << ", TensorFlow " << w;
       }
+    }
+  }
+}
+
+// The CPU kernel's row cache and its 4-lane pixel path (C = 3, 4) against TF's formula written out
+// per element (ResizeBilinear's compute_lerp), bit for bit, for every channel-count path, down and
+// up, with NaN and Inf in the input.
+TEST(ImageOpsTest, BilinearResizeIsTfsLerpPerElementForEveryChannelCount) {
+  for (const i64 C : {1, 2, 3, 4, 5}) {
+    for (const std::array<i64, 2> out : {std::array<i64, 2>{5, 6}, std::array<i64, 2>{13, 17}}) {
+      const Shape in_shape{2, 9, 11, C};
+      std::vector<float> v(static_cast<std::size_t>(in_shape.num_elements()));
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 100);
+      v[7] = std::nanf("");
+      v[40] = INFINITY;
+      const Tensor y = img::resize(Tensor::from_vector(v, in_shape, "/CPU:0"), {out[0], out[1]});
+      const std::vector<float> got = y.to_vector<float>();
+      const float sh = ops::resize_scale(9, out[0]), sw = ops::resize_scale(11, out[1]);
+      const auto at = [&](i64 b, i64 yy, i64 xx, i64 c) {
+        return v[static_cast<std::size_t>(((b * 9 + yy) * 11 + xx) * C + c)];
+      };
+      for (i64 b = 0; b < 2; ++b)
+        for (i64 oy = 0; oy < out[0]; ++oy)
+          for (i64 ox = 0; ox < out[1]; ++ox)
+            for (i64 c = 0; c < C; ++c) {
+              const ops::BilinearTap ty = ops::bilinear_tap(oy, 9, sh), tx = ops::bilinear_tap(ox, 11, sw);
+              const float tl = at(b, ty.lower, tx.lower, c), tr = at(b, ty.lower, tx.upper, c);
+              const float bl = at(b, ty.upper, tx.lower, c), br = at(b, ty.upper, tx.upper, c);
+              const float top = tl + (tr - tl) * tx.lerp, bot = bl + (br - bl) * tx.lerp;
+              const float want = top + (bot - top) * ty.lerp;
+              const float have = got[static_cast<std::size_t>(((b * out[0] + oy) * out[1] + ox) * C + c)];
+              ASSERT_TRUE(std::isnan(want) ? std::isnan(have) : have == want)
+                  << "C " << C << " out " << out[0] << "x" << out[1] << " at " << b << "," << oy << "," << ox << ","
+                  << c << ": " << have << " vs " << want;
+            }
     }
   }
 }

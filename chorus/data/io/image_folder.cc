@@ -1,5 +1,6 @@
 // image_dataset_from_directory: the file list (image_folder_index.cc) into a pipeline of
-// (index, label) slices → shuffle → parallel map (read, decode, crop, resize) → batch → prefetch.
+// (index, label) slices → shuffle → batch → parallel map (read, decode, crop, resize each image of
+// the batch into its place) → prefetch.
 #include <chorus/data/io/image_folder.h>
 
 #include <algorithm>
@@ -64,11 +65,12 @@ Image crop_to_aspect_ratio(const Image& img, std::int64_t target_h, std::int64_t
 }
 
 // ops::image::resize's CPU kernels (the same code, so the same values) on the decoded bytes, on
-// the calling thread alone. tf.data runs each map call's kernels on one thread
-// (max_intra_op_parallelism = 1); through the op, every parallel call would start an OpenMP team
-// of all the cores, and the map's workers × cores threads would fight for them (bench_data:
-// 1.1-1.5 ms per 256² → 224² image alone, ~10 ms per image in 2-thread teams on the loaded 2-core VM).
-Tensor resize_on_this_thread(const Image& img, const internal::ImageFolderPlan& plan, const std::string& device) {
+// the calling thread alone, into `dst` (host memory for one image of the plan's size). tf.data
+// runs each map call's kernels on one thread (max_intra_op_parallelism = 1); through the op, every
+// parallel call would start an OpenMP team of all the cores, and the map's workers × cores threads
+// would fight for them (bench_data: 1.1-1.5 ms per 256² → 224² image alone, ~10 ms per image in
+// 2-thread teams on the loaded 2-core VM).
+void resize_on_this_thread(const Image& img, const internal::ImageFolderPlan& plan, void* dst) {
   const std::array<std::int64_t, 2>& size = plan.options.image_size;
   ops::ResizeGeometry g;
   g.batch = 1;
@@ -79,29 +81,51 @@ Tensor resize_on_this_thread(const Image& img, const internal::ImageFolderPlan& 
   g.out_w = size[1];
   g.scale_h = ops::resize_scale(g.in_h, g.out_h);
   g.scale_w = ops::resize_scale(g.in_w, g.out_w);
-  const bool nearest = plan.options.interpolation == "nearest";  // keeps uint8, as TF's
-  const Shape shape{size[0], size[1], img.channels};
-  const DType dtype = nearest ? DType::kUInt8 : DType::kFloat32;
+  ops::cpu::use_threads(1);                     // every op sets its own count again, so this changes nothing else
+  if (plan.options.interpolation == "nearest")  // keeps uint8, as TF's
+    ops::cpu::resize_nearest(1, img.u8.data(), dst, g);
+  else
+    ops::cpu::resize_bilinear(DType::kUInt8, img.u8.data(), static_cast<float*>(dst), g);
+}
+
+// _load_image_tf: read_file, decode_image(channels, first frame), [crop,] resize, into `dst`.
+// Errors name the file.
+void load_image(const std::string& path, const internal::ImageFolderPlan& plan, void* dst) {
+  try {
+    const ImageFolderOptions& o = plan.options;
+    const std::string bytes = read_image_file(path);
+    Image img = decode_image_values(bytes, {.channels = static_cast<int>(plan.channels)}, path);
+    if (o.crop_to_aspect_ratio) img = crop_to_aspect_ratio(img, o.image_size[0], o.image_size[1]);
+    resize_on_this_thread(img, plan, dst);
+  } catch (const Error& err) {
+    // The decoder names the file already; a read or resize error may not: say which file, keep the class.
+    throw_error(err.code(), str_cat("image_dataset_from_directory: ", path, ": ", err.message()));
+  }
+}
+
+// The images of `rows` (file indices), each loaded straight into its place in one tensor
+// [rows, height, width, channels] on the pipeline device (through a host tensor when that is a
+// GPU): tf.data's map_and_batch fusion, with no tensor per image and no stack. `batched`: false
+// for one image (rows has one entry, the result has no batch dimension).
+Tensor load_images(const std::vector<std::int64_t>& rows, bool batched, const std::vector<std::string>& paths,
+                   const internal::ImageFolderPlan& plan) {
+  const std::array<std::int64_t, 2>& size = plan.options.image_size;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const Shape shape = batched ? Shape{n, size[0], size[1], plan.channels} : Shape{size[0], size[1], plan.channels};
+  const DType dtype = plan.options.interpolation == "nearest" ? DType::kUInt8 : DType::kFloat32;
+  const std::string device = internal::pipeline_device();
   // A fresh tensor on a CPU device has no pending work: this thread may write it directly.
   Tensor out = Tensor::empty(shape, dtype, device);
   const bool on_host = !out.device_context().is_gpu();
   Tensor host = on_host ? out : Tensor::empty(shape, dtype, "/CPU:0");
-  ops::cpu::use_threads(1);  // every op sets its own count again, so this changes nothing else
-  if (nearest)
-    ops::cpu::resize_nearest(1, img.u8.data(), host.data(), g);
-  else
-    ops::cpu::resize_bilinear(DType::kUInt8, img.u8.data(), static_cast<float*>(host.data()), g);
+  const std::size_t image_bytes = static_cast<std::size_t>(size[0] * size[1] * plan.channels) * dtype_size(dtype);
+  auto* base = static_cast<std::uint8_t*>(host.data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t row = rows[static_cast<std::size_t>(i)];
+    CHORUS_ENFORCE(row >= 0 && row < static_cast<std::int64_t>(paths.size()), "row ", row);
+    load_image(paths[static_cast<std::size_t>(row)], plan, base + static_cast<std::size_t>(i) * image_bytes);
+  }
   return on_host ? host : host.to(device);
-}
-
-// _load_image_tf: read_file, decode_image(channels, first frame), [crop,] resize; on the pipeline
-// device (a copy when that is not the host).
-Tensor load_image(const std::string& path, const internal::ImageFolderPlan& plan, const std::string& device) {
-  const ImageFolderOptions& o = plan.options;
-  const std::string bytes = read_image_file(path);
-  Image img = decode_image_values(bytes, {.channels = static_cast<int>(plan.channels)}, path);
-  if (o.crop_to_aspect_ratio) img = crop_to_aspect_ratio(img, o.image_size[0], o.image_size[1]);
-  return resize_on_this_thread(img, plan, device);
 }
 
 // The label column: int → int32 [n]; categorical → float32 one-hot [n, classes] (rows of zeros for a
@@ -138,22 +162,16 @@ ImageFolderDataset make_dataset(internal::DirectoryIndex files, const internal::
   if (shuffle) ds = ds.shuffle(o.batch_size ? *o.batch_size * 8 : 1024, plan.seed);
 
   auto paths = std::make_shared<const std::vector<std::string>>(files.file_paths);
-  auto load = [paths, plan, labelled](const Element& e) -> Element {
-    const std::int64_t row = e.at(0).item<std::int64_t>();
-    CHORUS_ENFORCE(row >= 0 && row < static_cast<std::int64_t>(paths->size()), "row ", row);
-    const std::string& path = (*paths)[static_cast<std::size_t>(row)];
-    Tensor image;
-    try {
-      image = load_image(path, plan, internal::pipeline_device());
-    } catch (const Error& err) {
-      // The decoder names the file already; a read or resize error may not: say which file, keep the class.
-      throw_error(err.code(), str_cat("image_dataset_from_directory: ", path, ": ", err.message()));
-    }
-    if (!labelled) return Element{std::move(image)};
-    return Element{std::move(image), e.at(1)};
+  const bool batched = o.batch_size.has_value();
+  // Batched: the rows are batched first and each map call loads a whole batch into one tensor
+  // (the same elements as map then batch, without the per-image tensors and the stack's copy).
+  if (batched) ds = ds.batch(*o.batch_size);
+  auto load = [paths, plan, labelled, batched](const Element& e) -> Element {
+    Tensor images = load_images(e.at(0).to_vector<std::int64_t>(), batched, *paths, plan);
+    if (!labelled) return Element{std::move(images)};
+    return Element{std::move(images), e.at(1)};
   };
   ds = ds.map(load, o.num_parallel_calls);
-  if (o.batch_size) ds = ds.batch(*o.batch_size);
   ds = ds.prefetch(kAutotune);
   ImageFolderDataset out;
   out.dataset = ds;

@@ -38,8 +38,10 @@
 //     gives float32 values 0..255 (not rescaled, as Keras), nearest keeps uint8 (as tf.image.resize
 //     does, so Keras's nearest dataset is uint8 too). crop_to_aspect_ratio first crops the largest
 //     central window of image_size's aspect ratio (keras.utils.smart_resize's arithmetic).
-//     Decoding runs in a parallel map (num_parallel_calls, kAutotune by default), deterministic order;
-//     then batch(batch_size) (the last batch may be smaller) and prefetch(kAutotune).
+//     Decoding runs in a parallel map (num_parallel_calls, kAutotune by default), deterministic order,
+//     fused with batch(batch_size) as tf.data's map_and_batch: the file indices are batched first
+//     and each call loads its batch's images straight into one tensor (the last batch may be
+//     smaller); then prefetch(kAutotune). The elements are those of map, then batch.
 //   - Labels: "int" int32 []; "categorical" float32 one-hot [num_classes]; "binary" float32 [1]
 //     (exactly 2 classes). Batched: a leading batch dimension.
 //

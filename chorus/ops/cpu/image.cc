@@ -1,12 +1,17 @@
-// Resize kernels (ops/cpu/image.h). The loops mirror ops/cuda/image.cu's element for element;
-// only the work split differs (here: one (image, row) per OpenMP iteration).
+// Resize kernels (ops/cpu/image.h). Each element's arithmetic mirrors ops/cuda/image.cu's, so the
+// values are the same; the work split differs (here: runs of rows per OpenMP thread, and the
+// bilinear forward pass lerps each source row once per run: see LerpedRows).
 #include <chorus/ops/cpu/image.h>
 
+#include <climits>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include <omp.h>
+
 #include <chorus/core/error.h>
+#include <chorus/ops/cpu/clones.h>
 #include <chorus/ops/cpu/numeric.h>
 
 namespace chorus::ops::cpu {
@@ -33,50 +38,128 @@ std::vector<BilinearTap> taps(i64 out_size, i64 in_size, float scale) {
   return t;
 }
 
-// One output row of a bilinear resize. kC > 0: the channel count known at compile time (1, 3, 4:
-// grayscale, RGB, RGBA), so the channel loop unrolls; kC == 0: C at run time. The arithmetic is
-// the same in both (TF's: top and bottom lerps, then the vertical one), so the values are too.
-template <int kC, typename T>
-void bilinear_row(const T* top, const T* bot, float* out, const BilinearTap* tx, i64 out_w, float ylerp, i64 C_rt) {
-  const i64 C = kC > 0 ? kC : C_rt;
-  for (i64 ox = 0; ox < out_w; ++ox) {
-    const BilinearTap& t = tx[ox];
-    const T* tl_p = top + t.lower * C;
-    const T* tr_p = top + t.upper * C;
-    const T* bl_p = bot + t.lower * C;
-    const T* br_p = bot + t.upper * C;
-    float* o = out + ox * C;
-    for (i64 c = 0; c < C; ++c) {
-      const float tl = to_float(tl_p[c]), tr = to_float(tr_p[c]);
-      const float bl = to_float(bl_p[c]), br = to_float(br_p[c]);
-      const float t_ = tl + (tr - tl) * t.lerp;
-      const float b_ = bl + (br - bl) * t.lerp;
-      o[c] = t_ + (b_ - t_) * ylerp;
+// The bilinear forward pass in two steps with TF's arithmetic, so TF's values: a source row's
+// horizontal lerps h[k] = l + (u - l) * xlerp (l, u: the row's float32 values at the column taps),
+// then each output row = top + (bottom - top) * ylerp of two such rows. Each source row's lerps are
+// computed once per run of output rows that reads it (a two-row cache), not once per output row
+// that reads it, and every innermost loop runs over a whole row: the compiler vectorizes the
+// vertical lerp and the cast of a source row to float32.
+struct ColumnTaps {
+  std::vector<std::int32_t> lower, upper;  // per output pixel: its taps' first value in the row (x · C)
+  std::vector<float> lerp;
+};
+
+ColumnTaps column_taps(const ResizeGeometry& g) {
+  const i64 C = g.channels;
+  CHORUS_REQUIRE((g.in_w + 1) * C <= INT32_MAX, InvalidArgumentError, "ResizeBilinear: an input row of ", g.in_w, " x ",
+                 C, " values is past the CPU kernel's 2^31 - 1");
+  ColumnTaps t;
+  t.lower.resize(static_cast<std::size_t>(g.out_w));
+  t.upper.resize(static_cast<std::size_t>(g.out_w));
+  t.lerp.resize(static_cast<std::size_t>(g.out_w));
+  for (i64 ox = 0; ox < g.out_w; ++ox) {
+    const BilinearTap tap = bilinear_tap(ox, g.in_w, g.scale_w);
+    const auto k = static_cast<std::size_t>(ox);
+    t.lower[k] = static_cast<std::int32_t>(tap.lower * C);
+    t.upper[k] = static_cast<std::int32_t>(tap.upper * C);
+    t.lerp[k] = tap.lerp;
+  }
+  return t;
+}
+
+// h[x·C + c] = l + (u - l) · w[x] with l = s[lo[x] + c], u = s[up[x] + c], for the n pixels of a row.
+// kLanes == 4 (C = 3 or 4): four values per pixel in one vector (for C = 3 the fourth is the next
+// pixel's first, overwritten by that pixel's store: `s` and `h` have one value of slack at the end).
+// kLanes == 0: C at run time, one value at a time. Never an FMA (the values are TF's).
+template <int kLanes>
+CHORUS_CPU_CLONES_NO_FMA void lerp_columns(const float* __restrict s, const ColumnTaps& t, float* __restrict h, i64 n,
+                                           i64 C) {
+  const std::int32_t* lo = t.lower.data();
+  const std::int32_t* up = t.upper.data();
+  const float* w = t.lerp.data();
+  for (i64 x = 0; x < n; ++x) {
+    const float* l = s + lo[x];
+    const float* u = s + up[x];
+    float* o = h + x * C;
+    if constexpr (kLanes == 4) {
+      float v[4];
+      for (int c = 0; c < 4; ++c) v[c] = l[c] + (u[c] - l[c]) * w[x];
+      std::memcpy(o, v, sizeof v);
+    } else {
+      for (i64 c = 0; c < C; ++c) o[c] = l[c] + (u[c] - l[c]) * w[x];
     }
   }
 }
 
+// out[k] = top[k] + (bot[k] - top[k]) * w.
+CHORUS_CPU_CLONES_NO_FMA void lerp_rows(const float* __restrict top, const float* __restrict bot, float w,
+                                        float* __restrict out, i64 n) {
+  for (i64 k = 0; k < n; ++k) out[k] = top[k] + (bot[k] - top[k]) * w;
+}
+
+// A thread's horizontally lerped source rows: two slots, keyed by source row (image × in_h + y).
+template <typename T>
+class LerpedRows {
+ public:
+  LerpedRows(const T* x, const ResizeGeometry& g, const ColumnTaps& taps)
+      : x_(x), taps_(taps), C_(g.channels), out_w_(g.out_w), in_row_(g.in_w * C_), out_row_(g.out_w * C_) {
+    src_.assign(static_cast<std::size_t>(in_row_ + 1), 0.0f);  // + 1: lerp_columns<4>'s slack
+    for (auto& s : slot_) s.assign(static_cast<std::size_t>(out_row_ + 1), 0.0f);
+  }
+  // The lerped row `key`. The row returned last stays valid through this call: a miss evicts the
+  // other slot.
+  const float* get(i64 key) {
+    for (int i = 0; i < 2; ++i)
+      if (key_[i] == key) {
+        last_ = i;
+        return slot_[i].data();
+      }
+    const int i = 1 - last_;
+    last_ = i;
+    key_[i] = key;
+    const T* in = x_ + key * in_row_;
+    float* s = src_.data();
+    for (i64 k = 0; k < in_row_; ++k) s[k] = to_float(in[k]);
+    if (C_ == 3 || C_ == 4)
+      lerp_columns<4>(s, taps_, slot_[i].data(), out_w_, C_);
+    else
+      lerp_columns<0>(s, taps_, slot_[i].data(), out_w_, C_);
+    return slot_[i].data();
+  }
+
+ private:
+  const T* x_;
+  const ColumnTaps& taps_;
+  i64 C_, out_w_, in_row_, out_row_;
+  std::vector<float> src_;
+  std::vector<float> slot_[2];
+  i64 key_[2] = {-1, -1};
+  int last_ = 1;
+};
+
 template <typename T>
 void bilinear_forward(const T* x, float* y, const ResizeGeometry& g) {
-  const i64 C = g.channels, rows = g.batch * g.out_h;
+  const i64 C = g.channels, rows = g.batch * g.out_h, n_out = g.out_w * C;
   if (g.in_h == g.out_h && g.in_w == g.out_w) {  // TF's no-op resize: a cast (an Inf stays Inf)
-    const i64 n = rows * g.out_w * C;
+    const i64 n = rows * n_out;
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (i64 i = 0; i < n; ++i) y[i] = to_float(x[i]);
     return;
   }
-  const std::vector<BilinearTap> tx = taps(g.out_w, g.in_w, g.scale_w);
-  const auto row = C == 3   ? bilinear_row<3, T>
-                   : C == 1 ? bilinear_row<1, T>
-                   : C == 4 ? bilinear_row<4, T>
-                            : bilinear_row<0, T>;
-#pragma omp parallel for schedule(static) if (rows * g.out_w * C >= kParallelElements)
-  for (i64 r = 0; r < rows; ++r) {
-    const i64 b = r / g.out_h, oy = r % g.out_h;
-    const BilinearTap ty = bilinear_tap(oy, g.in_h, g.scale_h);
-    const T* top = x + (b * g.in_h + ty.lower) * g.in_w * C;
-    const T* bot = x + (b * g.in_h + ty.upper) * g.in_w * C;
-    row(top, bot, y + r * g.out_w * C, tx.data(), g.out_w, ty.lerp, C);
+  const ColumnTaps taps = column_taps(g);
+  // Each thread takes one contiguous run of output rows, so that its cache sees rows in order.
+#pragma omp parallel if (rows * n_out >= kParallelElements)
+  {
+    const i64 threads = omp_get_num_threads(), me = omp_get_thread_num();
+    const i64 begin = rows * me / threads, end = rows * (me + 1) / threads;
+    LerpedRows<T> lerped(x, g, taps);
+    for (i64 r = begin; r < end; ++r) {
+      const i64 b = r / g.out_h, oy = r % g.out_h;
+      const BilinearTap ty = bilinear_tap(oy, g.in_h, g.scale_h);
+      const float* top = lerped.get(b * g.in_h + ty.lower);
+      const float* bot = lerped.get(b * g.in_h + ty.upper);
+      lerp_rows(top, bot, ty.lerp, y + r * n_out, n_out);
+    }
   }
 }
 
