@@ -22,6 +22,7 @@
 
 #include "bench/bench_util.h"
 #include <chorus/core/crc32c.h>
+#include <chorus/launch/cli.h>
 
 namespace {
 
@@ -61,11 +62,11 @@ double throughput(const std::function<void()>& fn, std::size_t bytes, int reps, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  if (argc > 2 || (argc == 2 && !quick)) {
-    std::fprintf(stderr, "usage: bench_crc32c [--quick]\n");
-    return 2;
-  }
+  static constexpr const char* kUsage = "usage: bench_crc32c [--quick]\n";
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_crc32c", kUsage)) return *rc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) != "--quick") return chorus::launch::usage_error("bench_crc32c", argv[i], kUsage);
+  const bool quick = argc > 1;
   const int reps = quick ? 3 : 5;
   const double seconds = quick ? 0.02 : 0.2;
   std::printf("crc32c bench: median of %d, hardware crc32: %s; machine: %s\n", reps,

@@ -20,6 +20,7 @@
 #include "bench/bench_util.h"
 #include <chorus/data/io/csv.h>
 #include <chorus/data/io/text_line.h>
+#include <chorus/launch/cli.h>
 
 namespace {
 
@@ -144,6 +145,10 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  static constexpr const char* kUsage = "usage: bench_data_text [--quick]\n";
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_data_text", kUsage)) return *rc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) != "--quick") return chorus::launch::usage_error("bench_data_text", argv[i], kUsage);
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

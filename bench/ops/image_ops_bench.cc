@@ -11,6 +11,7 @@
 
 #include "bench/bench_util.h"
 
+#include <chorus/launch/cli.h>
 #include <chorus/ops/cpu/dnn.h>
 #include <chorus/ops/image.h>
 #include <chorus/ops/ops.h>
@@ -60,6 +61,10 @@ double chorus_ms(const Case& c, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  static constexpr const char* kUsage = "usage: bench_image_ops [--quick]\n";
+  if (auto rc = cx::launch::answer_help_or_version(argc, argv, "bench_image_ops", kUsage)) return *rc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) != "--quick") return cx::launch::usage_error("bench_image_ops", argv[i], kUsage);
   return cx::bench::run_main("bench_image_ops", [&] {
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     const int repeats = quick ? 1 : 10;
