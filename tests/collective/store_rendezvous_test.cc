@@ -82,6 +82,17 @@ TEST(StoreRendezvousTest, ThreeWorkersOverTheTcpStoreOfRankZero) {
   out[1].result->store->set("hello", "from 1");
   EXPECT_EQ(out[0].result->store->get("hello", 1s), "from 1");
   EXPECT_TRUE(contains(out[0].result->store->describe(), "attempt/0/"));
+  // Goodbye: rank 0 (out[2]) returns only after the others left.
+  EXPECT_THROW_WITH(out[2].result->leave(100ms), DeadlineExceededError, "for the other 2 workers", "; 0 did");
+  out[0].result->leave(1s);
+  std::thread last([&] {
+    std::this_thread::sleep_for(100ms);
+    out[1].result->leave(1s);
+  });
+  const auto start = Clock::now();
+  out[2].result->leave(5s);
+  EXPECT_GE(Clock::now() - start, 50ms);
+  last.join();
 }
 
 TEST(StoreRendezvousTest, OneWorkerNeedsNoPort) {

@@ -114,6 +114,22 @@ std::string RendezvousWorker::to_string() const {
   return str_cat("rank ", rank, " (pid ", pid, " on ", host, address.empty() ? "" : ", address ", address, ")");
 }
 
+void StoreRendezvous::leave(milliseconds timeout) {
+  if (size == 1) return;
+  if (rank != 0) {
+    // The last to leave tells rank 0; this is each worker's last call on the store.
+    if (store->add("rdzv/left", 1) == size - 1) store->set("rdzv/all_left", "");
+    return;
+  }
+  try {
+    store->wait({"rdzv/all_left"}, timeout);
+  } catch (const DeadlineExceededError&) {
+    const std::string left = store->check({"rdzv/left"}) ? store->get("rdzv/left", milliseconds(0)) : "0";
+    throw DeadlineExceededError(str_cat("rendezvous: rank 0 waited ", timeout.count(), " ms for the other ", size - 1,
+                                        " workers to leave the store; ", left, " did"));
+  }
+}
+
 namespace internal {
 
 std::string format_worker(const RendezvousWorker& w, int world_size) {

@@ -26,7 +26,9 @@
 //     store) is named the same way, with the store's host:port;
 //   - options out of range (rank >= size, size < 1) → InvalidArgumentError.
 // Rank 0 owns the server (`server` in the result): keep the result alive until every worker is done
-// with the store (e.g. after a final barrier); destroying it closes the store under the others.
+// with the store; destroying it closes the store under the others. leave() is that goodbye: every
+// worker calls it after its last use of the store, and rank 0's returns only when all others have
+// called theirs (DeadlineExceededError naming how many left otherwise).
 //
 // Thread-safety: store_rendezvous may be called from any thread; the result's store is store.h's.
 #pragma once
@@ -76,6 +78,9 @@ struct StoreRendezvous {
   std::shared_ptr<Store> store;               // this attempt's keys ("attempt/<attempt>/...")
   std::vector<RendezvousWorker> workers;      // by rank
   std::shared_ptr<TcpStoreServer> server;     // rank 0 only (null elsewhere, or with a given store)
+
+  // The last call on the store (see above). Rank 0 waits up to `timeout` for the others.
+  void leave(std::chrono::milliseconds timeout);
 };
 
 // See the header comment. Blocks until every worker arrived or `timeout`.
