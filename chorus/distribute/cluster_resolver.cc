@@ -70,13 +70,15 @@ std::vector<std::string> ClusterResolver::worker_addresses() const {
   std::vector<std::string> order;
   if (source_ != "TF_CONFIG") return order;
   for (const char* job : {"chief", "worker"})
-    if (auto it = spec_.jobs.find(job); it != spec_.jobs.end()) order.insert(order.end(), it->second.begin(), it->second.end());
+    if (auto it = spec_.jobs.find(job); it != spec_.jobs.end())
+      order.insert(order.end(), it->second.begin(), it->second.end());
   return order;
 }
 
-collective::StoreRendezvousOptions store_rendezvous_options(const ClusterResolver& r, std::chrono::milliseconds timeout) {
-  CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError, "store_rendezvous_options: this task (",
-                 r.task_type(), ":", r.task_id(), ") is not a worker; only workers join the rendezvous");
+collective::StoreRendezvousOptions store_rendezvous_options(const ClusterResolver& r,
+                                                            std::chrono::milliseconds timeout) {
+  CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError, "store_rendezvous_options: this task (", r.task_type(),
+                 ":", r.task_id(), ") is not a worker; only workers join the rendezvous");
   collective::StoreRendezvousOptions o;
   o.rank = r.worker_index();
   o.world_size = r.num_workers();
@@ -85,7 +87,8 @@ collective::StoreRendezvousOptions store_rendezvous_options(const ClusterResolve
   o.timeout = timeout;
   if (r.num_workers() == 1 && !r.store_address()) return o;  // one process: its own store on any port
   CHORUS_REQUIRE(r.store_address().has_value(), InvalidArgumentError, "store_rendezvous_options: ", r.to_string(),
-                 " names no store address (", r.source() == "TF_CONFIG"
+                 " names no store address (",
+                 r.source() == "TF_CONFIG"
                      ? str_cat("the chief's address \"", o.addresses.empty() ? "" : o.addresses.front(),
                                "\" in TF_CONFIG has no port 1..65535")
                      : "under MPI, use the MPI backend; without it set TF_CONFIG or MASTER_ADDR/MASTER_PORT",

@@ -37,7 +37,8 @@ std::vector<std::string> run_ranks(int size, const std::function<void(int, NcclS
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < ranks.size(); ++i)
     threads.emplace_back([&, i] {
-      auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), TcpStoreOptions{.connect_timeout = 5s, .timeout = 5s});
+      auto store =
+          std::make_shared<TcpStore>("127.0.0.1", server.port(), TcpStoreOptions{.connect_timeout = 5s, .timeout = 5s});
       auto side = make_store_side(std::make_shared<PrefixStore>("job", store), ranks[i], size);
       try {
         fn(ranks[i], *side);
@@ -109,19 +110,20 @@ TEST(NcclStoreSideTest, AnAbortNoticeReleasesTheWaitingRanksAtOnce) {
 
 TEST(NcclStoreSideTest, ARankThatNeverComesIsNamedAfterTheTimeout) {
   const auto start = Clock::now();
-  const auto errors = run_ranks(
-      3, [](int rank, NcclSide& side) { side.all_gather({rank}, "gpu_claims", 400ms); }, {0, 1});
+  const auto errors =
+      run_ranks(3, [](int rank, NcclSide& side) { side.all_gather({rank}, "gpu_claims", 400ms); }, {0, 1});
   EXPECT_GE(Clock::now() - start, 350ms);
   EXPECT_LT(Clock::now() - start, 5s);
   for (const auto& e : errors) {
     EXPECT_TRUE(contains(e, "DEADLINE_EXCEEDED")) << e;
     EXPECT_TRUE(contains(e, "rank(s) [2] did not take part")) << e;
   }
-  const auto bcast = run_ranks(
-      2, [](int, NcclSide& side) {
-        std::vector<std::int64_t> w(16);
-        side.broadcast(w, 300ms);
-      }, {1});
+  const auto bcast = run_ranks(2,
+                               [](int, NcclSide& side) {
+                                 std::vector<std::int64_t> w(16);
+                                 side.broadcast(w, 300ms);
+                               },
+                               {1});
   EXPECT_TRUE(contains(bcast[0], "rank 0 did not send it")) << bcast[0];
 }
 
@@ -135,7 +137,8 @@ TEST(NcclStoreSideTest, ABlockOfTheWrongSizeIsDataLossNamingTheRank) {
 
 TEST(NcclStoreTest, ArgumentsAndAMachineWithoutAGpu) {
   TcpStoreServer server(0);
-  auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), TcpStoreOptions{.connect_timeout = 2s, .timeout = 2s});
+  auto store =
+      std::make_shared<TcpStore>("127.0.0.1", server.port(), TcpStoreOptions{.connect_timeout = 2s, .timeout = 2s});
   EXPECT_THROW(make_nccl_communicator("/gpu:0", store, 2, 2), InvalidArgumentError);
   EXPECT_THROW(make_nccl_communicator("/gpu:0", nullptr, 0, 1), InvalidArgumentError);
   if (nccl_version().empty()) {

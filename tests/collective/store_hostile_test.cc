@@ -143,10 +143,9 @@ TEST(StoreHostileTest, GarbageFromAClientClosesOnlyThatConnection) {
   TcpStore good = client_of(server.port());
   good.set("k", "v");
   const auto deadline = Clock::now() + 2s;
-  for (const std::string& junk :
-       {std::string("GET / HTTP/1.1\r\n\r\n"), std::string("CST\x01\xff\xff\xff\xff", 8),
-        store_protocol::encode({.kind = 77, .number = 0, .fields = {}}),
-        store_protocol::encode({.kind = 1, .number = 0, .fields = {"only a key"}})}) {
+  for (const std::string& junk : {std::string("GET / HTTP/1.1\r\n\r\n"), std::string("CST\x01\xff\xff\xff\xff", 8),
+                                  store_protocol::encode({.kind = 77, .number = 0, .fields = {}}),
+                                  store_protocol::encode({.kind = 1, .number = 0, .fields = {"only a key"}})}) {
     Socket s = store_socket::connect_until("127.0.0.1", server.port(), deadline);
     send_raw(s, junk);
     std::string reply;

@@ -170,8 +170,8 @@ TEST(ClusterResolverTest, MoreMalformedTfConfigs) {
   EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})"), "task.type must be a string"));
   EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0.5}})"),
                        "non-negative integer"));
-  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1e300}})"),
-                       "out of range"));
+  EXPECT_TRUE(
+      contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1e300}})"), "out of range"));
   EXPECT_TRUE(contains(err(""), "TF_CONFIG is not valid JSON"));
   EXPECT_TRUE(contains(err(std::string(100000, '[')), "TF_CONFIG"));  // deep nesting: an error, not a crash
 }
@@ -199,7 +199,8 @@ TEST(ClusterResolverTest, TfConfigNamesTheChiefAsTheStore) {
   auto no_port = ClusterResolver::from_tf_config(
       R"({"cluster": {"worker": ["a", "b:1"]}, "task": {"type": "worker", "index": 1}})");
   EXPECT_FALSE(no_port.store_address().has_value());
-  const std::string m = message_of<InvalidArgumentError>([&] { store_rendezvous_options(no_port, std::chrono::seconds(1)); });
+  const std::string m =
+      message_of<InvalidArgumentError>([&] { store_rendezvous_options(no_port, std::chrono::seconds(1)); });
   EXPECT_TRUE(contains(m, "\"a\" in TF_CONFIG has no port")) << m;
   auto eval = ClusterResolver::from_tf_config(
       R"({"cluster": {"worker": ["a:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator", "index": 0}})");
@@ -239,10 +240,8 @@ TEST(ClusterResolverTest, TorchrunEnvironment) {
   // Order: TF_CONFIG, then the MPI launcher, then torchrun.
   auto env = fake_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}});
   EXPECT_EQ(ClusterResolver::from_environment(env).source(), "torchrun environment");
-  auto mpi = ClusterResolver::from_environment(fake_env({{"RANK", "1"},
-                                                         {"WORLD_SIZE", "2"},
-                                                         {"OMPI_COMM_WORLD_RANK", "0"},
-                                                         {"OMPI_COMM_WORLD_SIZE", "3"}}));
+  auto mpi = ClusterResolver::from_environment(
+      fake_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "3"}}));
   EXPECT_EQ(mpi.source(), "Open MPI environment");
 }
 
@@ -303,11 +302,13 @@ TEST(ClusterResolverTest, MalformedTorchrunVariablesAreNamed) {
 
 TEST(ClusterResolverTest, TorchrunVariablesThatDisagreeWithTfConfigAreNamed) {
   const std::string tf = R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})";
-  std::string m = message_of<InvalidArgumentError>(
-      [&] { ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"WORLD_SIZE", "3"}})); });
+  std::string m = message_of<InvalidArgumentError>([&] {
+    ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"WORLD_SIZE", "3"}}));
+  });
   EXPECT_TRUE(contains(m, "WORLD_SIZE=3 disagrees with TF_CONFIG, whose cluster has 2 workers")) << m;
-  m = message_of<InvalidArgumentError>(
-      [&] { ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"RANK", "0"}})); });
+  m = message_of<InvalidArgumentError>([&] {
+    ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"RANK", "0"}}));
+  });
   EXPECT_TRUE(contains(m, "RANK=0 disagrees with TF_CONFIG")) << m;
   auto agree = ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}));
   EXPECT_EQ(agree.source(), "TF_CONFIG");

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include <chorus/checkpoint/checkpoint_state.h>
-#include <chorus/collective/store/store_protocol.h>
 #include <chorus/checkpoint/object_graph.h>
+#include <chorus/collective/store/store_protocol.h>
 #include <chorus/core/proto_wire.h>
 #include <chorus/data/io/example.h>
 #include <chorus/launch/tfrecord_digits.h>

@@ -52,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string again;
   for (const sp::StoreMessage& m : whole.messages) {
     again += sp::encode(m);
-    for (const sp::StoreOp op : {sp::StoreOp::kSet, sp::StoreOp::kGet, sp::StoreOp::kAdd, sp::StoreOp::kWait,
-                                 sp::StoreOp::kCheck}) {
+    for (const sp::StoreOp op :
+         {sp::StoreOp::kSet, sp::StoreOp::kGet, sp::StoreOp::kAdd, sp::StoreOp::kWait, sp::StoreOp::kCheck}) {
       try {
         sp::check_reply(m, op, "fuzz peer");
       } catch (const chorus::Error& e) {

@@ -79,10 +79,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(const std::string& device, 
 #else
   const char* missing = "MPI";
 #endif
-  throw UnavailableError(str_cat("make_nccl_communicator(\"", device, "\"): chorus was built without ", missing,
-                                 "; NCCL across processes needs both (MPI carries the bootstrap). In one process, "
-                                 "make_nccl_group spans the GPUs; across processes without NCCL, make_mpi_communicator "
-                                 "moves host tensors; without MPI, make_nccl_communicator over a store (nccl_store.h)"));
+  throw UnavailableError(
+      str_cat("make_nccl_communicator(\"", device, "\"): chorus was built without ", missing,
+              "; NCCL across processes needs both (MPI carries the bootstrap). In one process, "
+              "make_nccl_group spans the GPUs; across processes without NCCL, make_mpi_communicator "
+              "moves host tensors; without MPI, make_nccl_communicator over a store (nccl_store.h)"));
 }
 
 #endif

@@ -97,7 +97,7 @@ struct Shared {
   ncclComm_t comm = nullptr;  // null once aborted or destroyed
   int ordinal = 0;            // CUDA ordinal of the GPU
   bool failed = false;
-  std::string failure;                // what later calls report
+  std::string failure;             // what later calls report
   std::unique_ptr<NcclSide> side;  // fingerprints, barrier, notices (MPI or a store); null once destroyed
   // The process's peer monitor (collective/mpi/mpi.h); null: a dead peer is noticed by the timeout only.
   std::shared_ptr<PeerMonitor> monitor;
@@ -310,9 +310,9 @@ class NcclProcessCommunicator final : public Communicator {
   // The side channel's step of `fp` failed (timeout: its message names the missing ranks; abort
   // notice; its own error): abort NCCL here too, and throw the same kind of error with the call named.
   [[noreturn]] void failed_over_side(const Fingerprint& fp, const Error& e) {
-    const std::string what = str_cat(fp.to_string(), " on rank ", rank_, ": before NCCL was called, ",
-                                     shared_->side ? shared_->side->transport() : "the side channel",
-                                     " reported: ", e.message());
+    const std::string what =
+        str_cat(fp.to_string(), " on rank ", rank_, ": before NCCL was called, ",
+                shared_->side ? shared_->side->transport() : "the side channel", " reported: ", e.message());
     shared_->fail(what, what);  // the side channel has already told the others, or does now
     throw_error(e.code(), kPrefix + what);
   }

@@ -9,8 +9,8 @@
 
 namespace chorus::collective {
 
-std::unique_ptr<Communicator> make_nccl_communicator(const std::string& device, std::shared_ptr<Store> store,
-                                                     int rank, int size, const NcclStoreOptions& options) {
+std::unique_ptr<Communicator> make_nccl_communicator(const std::string& device, std::shared_ptr<Store> store, int rank,
+                                                     int size, const NcclStoreOptions& options) {
   auto side = make_store_side(std::move(store), rank, size);  // checks the arguments in every build
 #if defined(CHORUS_WITH_NCCL)
   return create_nccl_communicator(device, std::move(side), options.validate, options.timeout, nullptr);

@@ -54,7 +54,7 @@ struct NcclStoreOptions {
   std::chrono::milliseconds timeout = default_timeout();
 };
 
-std::unique_ptr<Communicator> make_nccl_communicator(const std::string& device, std::shared_ptr<Store> store,
-                                                     int rank, int size, const NcclStoreOptions& options = {});
+std::unique_ptr<Communicator> make_nccl_communicator(const std::string& device, std::shared_ptr<Store> store, int rank,
+                                                     int size, const NcclStoreOptions& options = {});
 
 }  // namespace chorus::collective

@@ -68,13 +68,14 @@ std::optional<std::string> read_value(const std::string& file, const std::string
     CHORUS_REQUIRE(errno == ENOENT, UnavailableError, "file store: cannot open ", file, ": ", std::strerror(errno));
     return std::nullopt;
   }
-  struct stat st{};
-  CHORUS_REQUIRE(::fstat(f.fd, &st) == 0, UnavailableError, "file store: cannot stat ", file, ": ", std::strerror(errno));
+  struct stat st {};
+  CHORUS_REQUIRE(::fstat(f.fd, &st) == 0, UnavailableError, "file store: cannot stat ", file, ": ",
+                 std::strerror(errno));
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  CHORUS_REQUIRE(S_ISREG(st.st_mode) && size >= kHeaderBytes &&
-                     size <= kHeaderBytes + Store::kMaxKeyBytes + Store::kMaxValueBytes,
-                 DataLossError, "file store: ", file, " (key \"", key, "\") is not a store file: ", size,
-                 " bytes, expected ", kHeaderBytes, "..", kHeaderBytes + Store::kMaxKeyBytes + Store::kMaxValueBytes);
+  CHORUS_REQUIRE(
+      S_ISREG(st.st_mode) && size >= kHeaderBytes && size <= kHeaderBytes + Store::kMaxKeyBytes + Store::kMaxValueBytes,
+      DataLossError, "file store: ", file, " (key \"", key, "\") is not a store file: ", size, " bytes, expected ",
+      kHeaderBytes, "..", kHeaderBytes + Store::kMaxKeyBytes + Store::kMaxValueBytes);
   std::string bytes(size, '\0');
   std::size_t at = 0;
   while (at < bytes.size()) {
@@ -109,8 +110,7 @@ std::string FileStore::describe() const { return str_cat("file store ", path_); 
 
 std::string FileStore::file_of(const std::string& key) const {
   char hex[33];
-  std::snprintf(hex, sizeof(hex), "%016llx%016llx",
-                static_cast<unsigned long long>(fnv1a(key, 0xcbf29ce484222325ULL)),
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(fnv1a(key, 0xcbf29ce484222325ULL)),
                 static_cast<unsigned long long>(fnv1a(key, 0x84222325cbf29ce4ULL)));
   return str_cat(path_, "/k", hex);
 }

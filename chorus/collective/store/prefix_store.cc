@@ -8,8 +8,8 @@ namespace chorus::collective {
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {
   CHORUS_REQUIRE(prefix_.size() > 1 && base_ != nullptr, InvalidArgumentError,
-                 "PrefixStore needs a non-empty prefix and a store (got prefix \"", prefix_.substr(0, prefix_.size() - 1),
-                 "\"", base_ ? "" : " and no store", ")");
+                 "PrefixStore needs a non-empty prefix and a store (got prefix \"",
+                 prefix_.substr(0, prefix_.size() - 1), "\"", base_ ? "" : " and no store", ")");
   set_default_timeout(base_->default_timeout());
 }
 

@@ -36,8 +36,8 @@ std::string show(std::string_view bytes) {
   std::string out;
   for (std::size_t i = 0; i < bytes.size() && i < 8; ++i) {
     const auto c = static_cast<unsigned char>(bytes[i]);
-    out += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c)) : str_cat("\\x", "0123456789abcdef"[c >> 4],
-                                                                                     "0123456789abcdef"[c & 15]);
+    out += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c))
+                                   : str_cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
   }
   return out;
 }
@@ -45,8 +45,9 @@ std::string show(std::string_view bytes) {
 // Parses one body (its length already bounded) into a message, every field length checked against
 // what is left of it.
 StoreMessage parse_body(std::string_view body, std::string_view peer) {
-  CHORUS_REQUIRE(body.size() >= kBodyFixedBytes, DataLossError, "store protocol: a frame from ", peer, " has a body of ",
-                 body.size(), " bytes, less than the ", kBodyFixedBytes, " every message has (not a chorus store?)");
+  CHORUS_REQUIRE(body.size() >= kBodyFixedBytes, DataLossError, "store protocol: a frame from ", peer,
+                 " has a body of ", body.size(), " bytes, less than the ", kBodyFixedBytes,
+                 " every message has (not a chorus store?)");
   StoreMessage m;
   m.kind = static_cast<std::uint8_t>(body[0]);
   m.number = static_cast<std::int64_t>(get_u64(body.data() + 1));
@@ -175,8 +176,8 @@ void check_reply(const StoreMessage& m, StoreOp op, std::string_view peer) {
   }
   CHORUS_REQUIRE(kind == expected && m.fields.size() == fields, DataLossError, "store protocol: ", peer,
                  " answered request kind ", int{static_cast<std::uint8_t>(op)}, " with reply kind ", int{m.kind},
-                 " and ", m.fields.size(), " fields (expected kind ", int{static_cast<std::uint8_t>(expected)}, " with ",
-                 fields, ")");
+                 " and ", m.fields.size(), " fields (expected kind ", int{static_cast<std::uint8_t>(expected)},
+                 " with ", fields, ")");
   CHORUS_REQUIRE(op != StoreOp::kCheck || m.number == 0 || m.number == 1, DataLossError, "store protocol: ", peer,
                  " answered a check with ", m.number, " (expected 0 or 1)");
 }

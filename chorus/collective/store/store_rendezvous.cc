@@ -36,9 +36,7 @@ std::string claim_key(int rank, std::int64_t n) { return str_cat("rdzv/rank/", r
   }
   throw_error(code, message);
 }
-[[noreturn]] void fail_all(Store& s, const std::string& message) {
-  fail_all(s, ErrorCode::kInvalidArgument, message);
-}
+[[noreturn]] void fail_all(Store& s, const std::string& message) { fail_all(s, ErrorCode::kInvalidArgument, message); }
 
 // Throws the error another worker published, if any.
 void rethrow_published(Store& s) {
@@ -156,16 +154,16 @@ RendezvousWorker parse_worker(const std::string& text, const std::string& key, i
     } else {
       long n = 0;
       const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      CHORUS_REQUIRE(!value.empty() && ec == std::errc() && p == value.data() + value.size() && n >= 0,
-                     DataLossError, "rendezvous: the record at key \"", key, "\" has ", name, "=\"", value,
+      CHORUS_REQUIRE(!value.empty() && ec == std::errc() && p == value.data() + value.size() && n >= 0, DataLossError,
+                     "rendezvous: the record at key \"", key, "\" has ", name, "=\"", value,
                      "\", not a non-negative integer");
       if (prefix == "rank=") w.rank = static_cast<int>(std::min<long>(n, 1 << 30));
       if (prefix == "size=") *world_size = static_cast<int>(std::min<long>(n, 1 << 30));
       if (prefix == "pid=") w.pid = n;
     }
   }
-  CHORUS_REQUIRE(at == text.size(), DataLossError, "rendezvous: the record at key \"", key, "\" has ",
-                 text.size() - at, " bytes after its last field");
+  CHORUS_REQUIRE(at == text.size(), DataLossError, "rendezvous: the record at key \"", key, "\" has ", text.size() - at,
+                 " bytes after its last field");
   return w;
 }
 
@@ -196,7 +194,7 @@ void rendezvous_on(const StoreRendezvousOptions& o, Clock::time_point deadline, 
   const RendezvousWorker me{.rank = o.rank,
                             .host = host_name_or("unknown-host"),
                             .pid = static_cast<long>(::getpid()),
-                            .address = !o.address.empty()     ? o.address
+                            .address = !o.address.empty()    ? o.address
                                        : o.addresses.empty() ? host_name_or("unknown-host")
                                                              : o.addresses[static_cast<std::size_t>(o.rank)]};
   // 2. Register. The first call reaches the store: nobody serving it means rank 0 is not there.
@@ -205,9 +203,9 @@ void rendezvous_on(const StoreRendezvousOptions& o, Clock::time_point deadline, 
     n = s.add(str_cat("rdzv/rank/", o.rank, "/count"), 1);
   } catch (const UnavailableError& e) {
     if (o.rank == 0 || o.store) throw;
-    fail_all(s, ErrorCode::kDeadlineExceeded, str_cat("rendezvous of ", o.world_size, " workers: ", who(0, o),
-                                        ", which serves the store, did not arrive within ", o.timeout.count(),
-                                        " ms: ", e.message()));
+    fail_all(s, ErrorCode::kDeadlineExceeded,
+             str_cat("rendezvous of ", o.world_size, " workers: ", who(0, o),
+                     ", which serves the store, did not arrive within ", o.timeout.count(), " ms: ", e.message()));
   }
   s.set(claim_key(o.rank, n), internal::format_worker(me, o.world_size));
   if (n > 1) {
@@ -221,8 +219,8 @@ void rendezvous_on(const StoreRendezvousOptions& o, Clock::time_point deadline, 
   // Every worker checks its world size against rank 0's (and so against every other's).
   if (o.rank != 0) {
     const auto missing = wait_watching(s, {kSizeKey}, deadline);
-    CHORUS_REQUIRE(missing.empty(), DeadlineExceededError, "rendezvous of ", o.world_size, " workers on ",
-                   s.describe(), ": ", who(0, o), " did not arrive within ", o.timeout.count(), " ms");
+    CHORUS_REQUIRE(missing.empty(), DeadlineExceededError, "rendezvous of ", o.world_size, " workers on ", s.describe(),
+                   ": ", who(0, o), " did not arrive within ", o.timeout.count(), " ms");
     const std::string theirs = s.get(kSizeKey, milliseconds(0));
     if (theirs != std::to_string(o.world_size))
       fail_all(s, str_cat("rendezvous: the world size disagrees: rank 0 says ", theirs, " but rank ", o.rank, " says ",
@@ -235,10 +233,10 @@ void rendezvous_on(const StoreRendezvousOptions& o, Clock::time_point deadline, 
     std::vector<std::string> names;
     for (int r = 0; r < o.world_size; ++r)
       if (std::find(missing.begin(), missing.end(), claim_key(r, 1)) != missing.end()) names.push_back(who(r, o));
-    fail_all(s, ErrorCode::kDeadlineExceeded, str_cat("rendezvous of ", o.world_size, " workers on ", s.describe(), ": ",
-                                        join(names, {.last_separator = " and ", .max_items = 16}),
-                                        " did not arrive within ", o.timeout.count(),
-                                        " ms (", o.world_size - static_cast<int>(names.size()), " did)"));
+    fail_all(s, ErrorCode::kDeadlineExceeded,
+             str_cat("rendezvous of ", o.world_size, " workers on ", s.describe(), ": ",
+                     join(names, {.last_separator = " and ", .max_items = 16}), " did not arrive within ",
+                     o.timeout.count(), " ms (", o.world_size - static_cast<int>(names.size()), " did)"));
   }
   for (int r = 0; r < o.world_size; ++r) {
     int size = 0;

@@ -75,9 +75,9 @@ struct RendezvousWorker {
 struct StoreRendezvous {
   int rank = 0;
   int size = 1;
-  std::shared_ptr<Store> store;               // this attempt's keys ("attempt/<attempt>/...")
-  std::vector<RendezvousWorker> workers;      // by rank
-  std::shared_ptr<TcpStoreServer> server;     // rank 0 only (null elsewhere, or with a given store)
+  std::shared_ptr<Store> store;            // this attempt's keys ("attempt/<attempt>/...")
+  std::vector<RendezvousWorker> workers;   // by rank
+  std::shared_ptr<TcpStoreServer> server;  // rank 0 only (null elsewhere, or with a given store)
 
   // The last call on the store (see above). Rank 0 waits up to `timeout` for the others.
   void leave(std::chrono::milliseconds timeout);

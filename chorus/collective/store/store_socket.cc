@@ -109,12 +109,14 @@ Socket connect_until(const std::string& host, int port, Clock::time_point deadli
   }
   throw UnavailableError(str_cat("store: cannot reach the tcp store at ", endpoint(host, port), " (tried for ",
                                  std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                                 " ms; last: ", why, "): is its server (rank 0 / the chief) running and the address "
+                                 " ms; last: ", why,
+                                 "): is its server (rank 0 / the chief) running and the address "
                                  "and port right?"));
 }
 
 Socket listen_on(const std::string& bind_host, int port) {
-  CHORUS_REQUIRE(port >= 0 && port <= 65535, InvalidArgumentError, "store: port ", port, " is not a TCP port (0..65535)");
+  CHORUS_REQUIRE(port >= 0 && port <= 65535, InvalidArgumentError, "store: port ", port,
+                 " is not a TCP port (0..65535)");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -123,8 +125,8 @@ Socket listen_on(const std::string& bind_host, int port) {
   const std::string service = std::to_string(port);
   const char* node = bind_host.empty() ? nullptr : bind_host.c_str();
   if (const int rc = ::getaddrinfo(node, service.c_str(), &hints, &list); rc != 0)
-    throw UnavailableError(str_cat("store: cannot resolve the address to serve on \"", bind_host,
-                                   "\": ", ::gai_strerror(rc)));
+    throw UnavailableError(
+        str_cat("store: cannot resolve the address to serve on \"", bind_host, "\": ", ::gai_strerror(rc)));
   std::string why;
   Socket result;
   for (addrinfo* a = list; a != nullptr && !result.valid(); a = a->ai_next) {
@@ -187,9 +189,9 @@ bool recv_some(const Socket& s, std::string& out, std::size_t max, Clock::time_p
     out.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     if (n > 0) return true;
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    throw UnavailableError(str_cat("store: ", peer, n == 0 ? " closed the connection" : " connection failed: ",
-                                   n == 0 ? "" : std::strerror(errno),
-                                   " (the store's server stopped or the network failed)"));
+    throw UnavailableError(str_cat(
+        "store: ", peer, n == 0 ? " closed the connection" : " connection failed: ", n == 0 ? "" : std::strerror(errno),
+        " (the store's server stopped or the network failed)"));
   }
 }
 

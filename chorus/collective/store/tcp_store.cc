@@ -10,12 +10,12 @@ namespace chorus::collective {
 
 using chorus::internal::join;
 using chorus::internal::str_cat;
+using std::chrono::milliseconds;
 using store_protocol::StoreMessage;
 using store_protocol::StoreOp;
 using store_protocol::StoreReply;
 using store_socket::Clock;
 using store_socket::Socket;
-using std::chrono::milliseconds;
 
 namespace {
 
@@ -33,7 +33,6 @@ void check_keys(const std::vector<std::string>& keys, const std::string& peer) {
                  " keys in one call; at most ", store_protocol::kMaxStoreFields);
   for (const auto& k : keys) check_key(k, peer);
 }
-
 
 std::string quoted(const std::vector<std::string>& keys) { return join(keys, {.quote = "\"", .max_items = 8}); }
 
@@ -106,8 +105,8 @@ TcpStore::Reply TcpStore::call(std::uint8_t op, std::int64_t number, std::vector
   }
   if (reply->kind == static_cast<std::uint8_t>(StoreReply::kTimeout)) {
     give_back(std::move(s));
-    throw DeadlineExceededError(str_cat(peer_, ": key(s) ", quoted(reply->fields), " still missing after ",
-                                        timeout.count(), " ms"));
+    throw DeadlineExceededError(
+        str_cat(peer_, ": key(s) ", quoted(reply->fields), " still missing after ", timeout.count(), " ms"));
   }
   give_back(std::move(s));
   return Reply{std::move(*reply)};

@@ -25,11 +25,10 @@
 // the server is not there (yet), until `connect_timeout`: then UnavailableError naming host:port.
 // get/wait send their timeout to the server, which answers when the keys are there or at that
 // timeout; the client waits for the answer at most the timeout plus kAnswerAllowance (100 ms: the
-// round trip, so that get(key, 0ms) can look once). Any call that runs out of time (a server that accepts and never answers) raises
-// DeadlineExceededError naming the keys and host:port, and its connection is dropped. A
-// connection closed under a call → UnavailableError naming host:port; an answer that is not the
-// protocol → DataLossError naming host:port. set/add/check wait at most the store's default
-// timeout (store.h) for their answer.
+// round trip, so that get(key, 0ms) can look once). Any call that runs out of time (a server that accepts and never
+// answers) raises DeadlineExceededError naming the keys and host:port, and its connection is dropped. A connection
+// closed under a call → UnavailableError naming host:port; an answer that is not the protocol → DataLossError naming
+// host:port. set/add/check wait at most the store's default timeout (store.h) for their answer.
 //
 // Thread-safety: TcpStore as store.h (every method from any thread). TcpStoreServer: port(),
 // address() and the destructor from any one thread.

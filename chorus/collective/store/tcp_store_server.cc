@@ -24,12 +24,12 @@
 namespace chorus::collective {
 
 using chorus::internal::str_cat;
+using std::chrono::milliseconds;
 using store_protocol::StoreMessage;
 using store_protocol::StoreOp;
 using store_protocol::StoreReply;
 using store_socket::Clock;
 using store_socket::Socket;
-using std::chrono::milliseconds;
 
 namespace {
 
@@ -52,7 +52,7 @@ struct Connection {
   Socket socket;
   std::string peer;  // "client 10.0.0.2:41234" for the log
   store_protocol::StoreFrameDecoder decoder;
-  std::string out;                    // reply bytes not yet sent
+  std::string out;                     // reply bytes not yet sent
   std::optional<StoreMessage> parked;  // a get/wait waiting for keys
   Clock::time_point deadline;          // of `parked`
 };
@@ -79,9 +79,7 @@ struct TcpStoreServer::Loop {
 
 std::optional<StoreMessage> TcpStoreServer::Loop::answer(const StoreMessage& m) {
   switch (static_cast<StoreOp>(m.kind)) {
-    case StoreOp::kSet:
-      data[m.fields[0]] = m.fields[1];
-      return reply(StoreReply::kOk);
+    case StoreOp::kSet: data[m.fields[0]] = m.fields[1]; return reply(StoreReply::kOk);
     case StoreOp::kGet: {
       const auto it = data.find(m.fields[0]);
       if (it == data.end()) return std::nullopt;
@@ -95,8 +93,9 @@ std::optional<StoreMessage> TcpStoreServer::Loop::answer(const StoreMessage& m) 
                      {str_cat("store: add on key \"", m.fields[0], "\", whose value is not a decimal integer")});
       std::int64_t sum = 0;
       if (__builtin_add_overflow(*old, m.number, &sum))
-        return reply(StoreReply::kError, static_cast<std::int64_t>(ErrorCode::kInvalidArgument),
-                     {str_cat("store: add of ", m.number, " to key \"", m.fields[0], "\" (", *old, ") overflows int64")});
+        return reply(
+            StoreReply::kError, static_cast<std::int64_t>(ErrorCode::kInvalidArgument),
+            {str_cat("store: add of ", m.number, " to key \"", m.fields[0], "\" (", *old, ") overflows int64")});
       v = std::to_string(sum);
       return reply(StoreReply::kNumber, sum);
     }
@@ -202,8 +201,7 @@ milliseconds TcpStoreServer::Loop::poll_wait() const {
   auto wait = kMaxPollWait;
   const auto now = Clock::now();
   for (const auto& [fd, c] : connections)
-    if (c.parked)
-      wait = std::min(wait, std::max(milliseconds(0), std::chrono::ceil<milliseconds>(c.deadline - now)));
+    if (c.parked) wait = std::min(wait, std::max(milliseconds(0), std::chrono::ceil<milliseconds>(c.deadline - now)));
   return wait;
 }
 
