@@ -79,7 +79,7 @@ TEST(FileStoreTest, AddIsAtomicAcrossThreadsAndProcesses) {
       for (int i = 0; i < kAdds; ++i) s.add("counter", 1);
     });
   for (auto& t : threads) t.join();
-  for (const pid_t pid : pids) {
+  for (const pid_t pid : pids) {  // no early return above: every child is reaped here
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

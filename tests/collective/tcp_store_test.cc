@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
@@ -158,20 +159,22 @@ TEST(TcpStoreTest, AClientStartedBeforeItsServerRetriesUntilItIsThere) {
 }
 
 TEST(TcpStoreTest, ForkedProcessesMeetThroughTheStore) {
-  TcpStoreServer server(0);
-  const int port = server.port();
+  // Fork before any thread runs (the server's comes after): a child of a multi-threaded process may
+  // deadlock in malloc (ASan's allocator does), and the children retry until the server is there.
+  int port = 0;
+  { port = TcpStoreServer(0).port(); }  // a free port; its thread is joined again
   constexpr int kChildren = 3;
   std::vector<pid_t> pids;
   for (int c = 0; c < kChildren; ++c) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) {  // the child: only async-safe-ish work and _exit
+    if (pid == 0) {
       int rc = 1;
       try {
-        TcpStore s("127.0.0.1", port, {.connect_timeout = 10s, .timeout = 10s});
+        TcpStore s("127.0.0.1", port, {.connect_timeout = 20s, .timeout = 20s});
         const auto n = s.add("arrived", 1);
         s.set("child/" + std::to_string(c), std::to_string(::getpid()));
-        s.wait({"go"}, 10s);
+        s.wait({"go"}, 20s);
         rc = (n >= 1 && n <= kChildren && s.get("go", 1s) == "now") ? 0 : 2;
       } catch (...) {
         rc = 3;
@@ -180,13 +183,25 @@ TEST(TcpStoreTest, ForkedProcessesMeetThroughTheStore) {
     }
     pids.push_back(pid);
   }
+  // Reaps the children on every way out (a failed expectation must not leave them behind).
+  struct Reaper {
+    std::vector<pid_t>& pids;
+    ~Reaper() {
+      for (const pid_t pid : pids) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pids};
+  TcpStoreServer server(port);
   TcpStore s = client(server);
   s.wait({"child/0", "child/1", "child/2"}, 20s);
   EXPECT_EQ(s.get("arrived", 1s), std::to_string(kChildren));
   s.set("go", "now");
-  for (const pid_t pid : pids) {
+  while (!pids.empty()) {
     int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_EQ(::waitpid(pids.back(), &status, 0), pids.back());
+    pids.pop_back();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   }
 }
