@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <csignal>
 #include <unistd.h>
+#include <csignal>
 
 #include <functional>
 #include <thread>

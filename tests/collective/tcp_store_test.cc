@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <csignal>
 #include <unistd.h>
+#include <csignal>
 
 #include <atomic>
 #include <thread>
