@@ -62,6 +62,42 @@ std::string ClusterSpec::to_string() const {
 
 ClusterResolver::ClusterResolver() { spec_.jobs["worker"] = {"localhost"}; }
 
+std::string StoreAddress::to_string() const {
+  return host.find(':') != std::string::npos ? str_cat("[", host, "]:", port) : str_cat(host, ":", port);
+}
+
+std::vector<std::string> ClusterResolver::worker_addresses() const {
+  std::vector<std::string> order;
+  if (source_ != "TF_CONFIG") return order;
+  for (const char* job : {"chief", "worker"})
+    if (auto it = spec_.jobs.find(job); it != spec_.jobs.end())
+      order.insert(order.end(), it->second.begin(), it->second.end());
+  return order;
+}
+
+collective::StoreRendezvousOptions store_rendezvous_options(const ClusterResolver& r,
+                                                            std::chrono::milliseconds timeout) {
+  CHORUS_REQUIRE(r.worker_index() >= 0, InvalidArgumentError, "store_rendezvous_options: this task (", r.task_type(),
+                 ":", r.task_id(), ") is not a worker; only workers join the rendezvous");
+  collective::StoreRendezvousOptions o;
+  o.rank = r.worker_index();
+  o.world_size = r.num_workers();
+  o.attempt = std::to_string(r.restart_count());
+  o.addresses = r.worker_addresses();
+  o.timeout = timeout;
+  if (r.num_workers() == 1 && !r.store_address()) return o;  // one process: its own store on any port
+  CHORUS_REQUIRE(r.store_address().has_value(), InvalidArgumentError, "store_rendezvous_options: ", r.to_string(),
+                 " names no store address (",
+                 r.source() == "TF_CONFIG"
+                     ? str_cat("the chief's address \"", o.addresses.empty() ? "" : o.addresses.front(),
+                               "\" in TF_CONFIG has no port 1..65535")
+                     : "under MPI, use the MPI backend; without it set TF_CONFIG or MASTER_ADDR/MASTER_PORT",
+                 ")");
+  o.store_host = r.store_address()->host;
+  o.store_port = r.store_address()->port;
+  return o;
+}
+
 std::string ClusterResolver::to_string() const {
   return str_cat("worker ", worker_index_, " of ", num_workers_, is_chief() ? " (chief)" : "", " (task ", task_type_,
                  ":", task_id_, ", local rank ", local_rank_, " of ", local_size_, ", from ", source_, ")");
@@ -78,8 +114,9 @@ std::string host_of(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-// An integer environment variable, or nullopt when unset; InvalidArgumentError when not an int.
-std::optional<int> env_int(const EnvLookup& env, const char* name) {
+// An integer environment variable, or nullopt when unset; InvalidArgumentError when not an int
+// (naming `setter`, who sets it).
+std::optional<int> env_int(const EnvLookup& env, const char* name, const char* setter = "the MPI launcher") {
   auto v = env(name);
   if (!v) return std::nullopt;
   errno = 0;
@@ -87,8 +124,22 @@ std::optional<int> env_int(const EnvLookup& env, const char* name) {
   const long n = std::strtol(v->c_str(), &end, 10);
   CHORUS_REQUIRE(!v->empty() && end != nullptr && *end == '\0' && errno == 0 && n >= 0 && n <= 1 << 24,
                  InvalidArgumentError, "environment variable ", name, "='", *v,
-                 "' is not a non-negative integer (it is set by the MPI launcher; unset it or fix it)");
+                 "' is not a non-negative integer (it is set by ", setter, "; unset it or fix it)");
   return static_cast<int>(n);
+}
+
+// "host:port" or "[v6]:port" → its parts; nullopt without a port 1..65535.
+std::optional<StoreAddress> parse_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) return std::nullopt;
+  const std::string port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  const int p = std::stoi(port);
+  if (p < 1 || p > 65535) return std::nullopt;
+  return StoreAddress{std::move(host), p};
 }
 
 }  // namespace
@@ -162,6 +213,7 @@ ClusterResolver ClusterResolver::from_tf_config(std::string_view json) {
     r.worker_index_ = chiefs + r.task_id_;
   else
     r.worker_index_ = -1;
+  r.store_address_ = parse_address(order.front());  // the chief (or worker 0) serves the store
   const std::string my_host = host_of(r.spec_.jobs.at(r.task_type_)[static_cast<std::size_t>(r.task_id_)]);
   r.local_rank_ = 0;
   r.local_size_ = 0;
@@ -212,6 +264,48 @@ std::optional<ClusterResolver> ClusterResolver::from_mpi_launcher(const EnvLooku
   return std::nullopt;
 }
 
+std::optional<ClusterResolver> ClusterResolver::from_torchrun(const EnvLookup& lookup) {
+  const EnvLookup env = lookup ? lookup : EnvLookup([](const char* n) { return env::get(n); });
+  constexpr const char* kSetter = "torchrun or the job's launcher";
+  const auto size = env_int(env, "WORLD_SIZE", kSetter);
+  const auto rank = env_int(env, "RANK", kSetter);
+  if (!size && !rank) return std::nullopt;
+  CHORUS_REQUIRE(size && rank, InvalidArgumentError, size ? "WORLD_SIZE" : "RANK", " is set but ",
+                 size ? "RANK" : "WORLD_SIZE", " is not: torchrun-style launchers set both (RANK=0..WORLD_SIZE-1)");
+  CHORUS_REQUIRE(*size >= 1 && *rank < *size, InvalidArgumentError, "RANK=", *rank, " must be below WORLD_SIZE=", *size,
+                 " (valid: 0..", *size - 1, ")");
+  const auto local_rank = env_int(env, "LOCAL_RANK", kSetter);
+  const auto local_size = env_int(env, "LOCAL_WORLD_SIZE", kSetter);
+  ClusterResolver r;
+  r.source_ = "torchrun environment";
+  r.num_workers_ = *size;
+  r.worker_index_ = *rank;
+  r.task_id_ = *rank;
+  r.local_rank_ = local_rank.value_or(0);
+  r.local_size_ = local_size.value_or(local_rank ? *local_rank + 1 : 1);
+  CHORUS_REQUIRE(r.local_size_ >= 1 && r.local_rank_ < r.local_size_ && r.local_size_ <= *size, InvalidArgumentError,
+                 "LOCAL_RANK=", r.local_rank_, " and LOCAL_WORLD_SIZE=", r.local_size_,
+                 " are inconsistent (need LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE=", *size, ")");
+  r.restart_count_ = env_int(env, "TORCHELASTIC_RESTART_COUNT", kSetter).value_or(0);
+  const auto addr = env("MASTER_ADDR");
+  const auto port = env("MASTER_PORT");
+  if (*size > 1 || addr || port) {
+    CHORUS_REQUIRE(addr && !addr->empty(), InvalidArgumentError, "MASTER_ADDR is ", addr ? "empty" : "not set",
+                   " but WORLD_SIZE=", *size,
+                   ": it names the host of rank 0, which serves the rendezvous store (e.g. MASTER_ADDR=10.0.0.1)");
+    CHORUS_REQUIRE(port.has_value(), InvalidArgumentError, "MASTER_PORT is not set but WORLD_SIZE=", *size,
+                   ": it is the port rank 0 serves the rendezvous store on (e.g. MASTER_PORT=29500)");
+    const auto parsed = parse_address(str_cat("x:", *port));
+    CHORUS_REQUIRE(parsed.has_value(), InvalidArgumentError, "MASTER_PORT='", *port,
+                   "' is not a TCP port (valid: 1..65535)");
+    r.store_address_ = StoreAddress{*addr, parsed->port};
+  }
+  r.spec_.jobs.clear();
+  auto& workers = r.spec_.jobs["worker"];
+  for (int i = 0; i < *size; ++i) workers.push_back(str_cat("torchrun:rank", i));
+  return r;
+}
+
 ClusterResolver ClusterResolver::from_mpi() {
 #if defined(CHORUS_WITH_MPI)
   // Through the collective layer (its MPI lock, error checks and timeouts), not raw MPI calls.
@@ -252,8 +346,21 @@ ClusterResolver ClusterResolver::from_mpi() {
 
 ClusterResolver ClusterResolver::from_environment(const EnvLookup& lookup) {
   const EnvLookup env = lookup ? lookup : EnvLookup([](const char* n) { return env::get(n); });
-  if (auto tf_config = env("TF_CONFIG"); tf_config && !tf_config->empty()) return from_tf_config(*tf_config);
+  if (auto tf_config = env("TF_CONFIG"); tf_config && !tf_config->empty()) {
+    ClusterResolver r = from_tf_config(*tf_config);
+    // A launcher that also sets torchrun's variables must agree with TF_CONFIG.
+    const auto size = env_int(env, "WORLD_SIZE", "torchrun or the job's launcher");
+    const auto rank = env_int(env, "RANK", "torchrun or the job's launcher");
+    CHORUS_REQUIRE(!size || *size == r.num_workers_, InvalidArgumentError, "WORLD_SIZE=", size.value_or(0),
+                   " disagrees with TF_CONFIG, whose cluster has ", r.num_workers_, " workers ", r.spec_.to_string(),
+                   ": unset WORLD_SIZE or make them agree");
+    CHORUS_REQUIRE(!rank || *rank == r.worker_index_, InvalidArgumentError, "RANK=", rank.value_or(0),
+                   " disagrees with TF_CONFIG, whose task ", r.task_type_, ":", r.task_id_, " is worker ",
+                   r.worker_index_, ": unset RANK or make them agree");
+    return r;
+  }
   if (auto r = from_mpi_launcher(env)) return *r;
+  if (auto r = from_torchrun(env)) return *r;
 #if defined(CHORUS_WITH_MPI)
   // MPI initialized by a launcher whose variables we do not know (e.g. a singleton MPI_Init).
   if (!lookup && internal::mpi_initialized()) return from_mpi();

@@ -161,6 +161,160 @@ TEST(ClusterResolverTest, FromEnvironmentPrefersTfConfigThenLauncherThenOneWorke
   EXPECT_TRUE(contains(m, "TF_CONFIG is not valid JSON")) << m;
 }
 
+TEST(ClusterResolverTest, MoreMalformedTfConfigs) {
+  auto err = [](const std::string& json) {
+    return message_of<InvalidArgumentError>([&] { ClusterResolver::from_tf_config(json); });
+  };
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": [""]}, "task": {"type": "worker"}})"), "non-empty"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": [0]})"), "needs a \"task\" object"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})"), "task.type must be a string"));
+  EXPECT_TRUE(contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0.5}})"),
+                       "non-negative integer"));
+  EXPECT_TRUE(
+      contains(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1e300}})"), "out of range"));
+  EXPECT_TRUE(contains(err(""), "TF_CONFIG is not valid JSON"));
+  EXPECT_TRUE(contains(err(std::string(100000, '[')), "TF_CONFIG"));  // deep nesting: an error, not a crash
+}
+
+TEST(ClusterResolverTest, TfConfigNamesTheChiefAsTheStore) {
+  auto chief = ClusterResolver::from_tf_config(
+      R"({"cluster": {"chief": ["c0:2222"], "worker": ["w0:2223", "[fe80::1]:2224"]}, "task": {"type": "worker", "index": 1}})");
+  ASSERT_TRUE(chief.store_address().has_value());
+  EXPECT_EQ(chief.store_address()->host, "c0");
+  EXPECT_EQ(chief.store_address()->port, 2222);
+  EXPECT_EQ(chief.worker_addresses(), (std::vector<std::string>{"c0:2222", "w0:2223", "[fe80::1]:2224"}));
+  auto opts = store_rendezvous_options(chief, std::chrono::seconds(7));
+  EXPECT_EQ(opts.rank, 2);
+  EXPECT_EQ(opts.world_size, 3);
+  EXPECT_EQ(opts.store_host, "c0");
+  EXPECT_EQ(opts.store_port, 2222);
+  EXPECT_EQ(opts.addresses.size(), 3u);
+  EXPECT_EQ(opts.attempt, "0");
+  EXPECT_EQ(opts.timeout, std::chrono::seconds(7));
+  auto v6 = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["[fe80::1]:2224", "b:1"]}, "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(v6.store_address()->host, "fe80::1");
+  EXPECT_EQ(v6.store_address()->to_string(), "[fe80::1]:2224");
+  // A chief address without a usable port: parsed as before, but there is no store to meet at.
+  auto no_port = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["a", "b:1"]}, "task": {"type": "worker", "index": 1}})");
+  EXPECT_FALSE(no_port.store_address().has_value());
+  const std::string m =
+      message_of<InvalidArgumentError>([&] { store_rendezvous_options(no_port, std::chrono::seconds(1)); });
+  EXPECT_TRUE(contains(m, "\"a\" in TF_CONFIG has no port")) << m;
+  auto eval = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["a:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator", "index": 0}})");
+  EXPECT_THROW(store_rendezvous_options(eval, std::chrono::seconds(1)), InvalidArgumentError);
+}
+
+TEST(ClusterResolverTest, TorchrunEnvironment) {
+  auto r = ClusterResolver::from_torchrun(fake_env({{"RANK", "5"},
+                                                    {"WORLD_SIZE", "8"},
+                                                    {"LOCAL_RANK", "1"},
+                                                    {"LOCAL_WORLD_SIZE", "4"},
+                                                    {"MASTER_ADDR", "10.0.0.1"},
+                                                    {"MASTER_PORT", "29500"},
+                                                    {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->source(), "torchrun environment");
+  EXPECT_EQ(r->num_workers(), 8);
+  EXPECT_EQ(r->worker_index(), 5);
+  EXPECT_EQ(r->local_rank(), 1);
+  EXPECT_EQ(r->local_size(), 4);
+  EXPECT_EQ(r->restart_count(), 2);
+  ASSERT_TRUE(r->store_address().has_value());
+  EXPECT_EQ(r->store_address()->to_string(), "10.0.0.1:29500");
+  EXPECT_TRUE(r->worker_addresses().empty());
+  auto o = store_rendezvous_options(*r, std::chrono::seconds(3));
+  EXPECT_EQ(o.rank, 5);
+  EXPECT_EQ(o.world_size, 8);
+  EXPECT_EQ(o.store_host, "10.0.0.1");
+  EXPECT_EQ(o.store_port, 29500);
+  EXPECT_EQ(o.attempt, "2");
+  // One process: MASTER_* may be absent.
+  auto one = ClusterResolver::from_torchrun(fake_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  ASSERT_TRUE(one.has_value());
+  EXPECT_FALSE(one->store_address().has_value());
+  EXPECT_EQ(store_rendezvous_options(*one, std::chrono::seconds(1)).world_size, 1);
+  EXPECT_FALSE(ClusterResolver::from_torchrun(fake_env({{"MASTER_ADDR", "x"}})).has_value());
+  // Order: TF_CONFIG, then the MPI launcher, then torchrun.
+  auto env = fake_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}});
+  EXPECT_EQ(ClusterResolver::from_environment(env).source(), "torchrun environment");
+  auto mpi = ClusterResolver::from_environment(
+      fake_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "3"}}));
+  EXPECT_EQ(mpi.source(), "Open MPI environment");
+}
+
+TEST(ClusterResolverTest, MalformedTorchrunVariablesAreNamed) {
+  auto err = [](std::map<std::string, std::string> vars) {
+    return message_of<InvalidArgumentError>([&] { ClusterResolver::from_torchrun(fake_env(vars)); });
+  };
+  const std::map<std::string, std::string> good = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "29500"}};
+  auto with = [&](const std::string& k, const std::string& v) {
+    auto vars = good;
+    vars[k] = v;
+    return vars;
+  };
+  auto without = [&](const std::string& k) {
+    auto vars = good;
+    vars.erase(k);
+    return vars;
+  };
+  std::string m = err(with("RANK", "one"));
+  EXPECT_TRUE(contains(m, "RANK='one' is not a non-negative integer")) << m;
+  EXPECT_TRUE(contains(m, "torchrun")) << m;
+  m = err(with("WORLD_SIZE", "2.0"));
+  EXPECT_TRUE(contains(m, "WORLD_SIZE='2.0'")) << m;
+  m = err(with("RANK", "-1"));
+  EXPECT_TRUE(contains(m, "RANK='-1'")) << m;
+  m = err(with("RANK", "99999999999999999999"));
+  EXPECT_TRUE(contains(m, "RANK='99999999999999999999'")) << m;
+  m = err(with("RANK", "2"));
+  EXPECT_TRUE(contains(m, "RANK=2 must be below WORLD_SIZE=2")) << m;
+  m = err(with("WORLD_SIZE", "0"));
+  EXPECT_TRUE(contains(m, "must be below WORLD_SIZE=0")) << m;
+  m = err(without("MASTER_PORT"));
+  EXPECT_TRUE(contains(m, "MASTER_PORT is not set but WORLD_SIZE=2")) << m;
+  m = err(without("MASTER_ADDR"));
+  EXPECT_TRUE(contains(m, "MASTER_ADDR is not set")) << m;
+  m = err(with("MASTER_ADDR", ""));
+  EXPECT_TRUE(contains(m, "MASTER_ADDR is empty")) << m;
+  for (const char* port : {"0", "65536", "http", "", "29500x", "-1"}) {
+    m = err(with("MASTER_PORT", port));
+    EXPECT_TRUE(contains(m, std::string("MASTER_PORT='") + port + "' is not a TCP port")) << m;
+  }
+  m = err(without("RANK"));
+  EXPECT_TRUE(contains(m, "WORLD_SIZE is set but RANK is not")) << m;
+  m = err(without("WORLD_SIZE"));
+  EXPECT_TRUE(contains(m, "RANK is set but WORLD_SIZE is not")) << m;
+  auto local = with("LOCAL_RANK", "3");
+  local["LOCAL_WORLD_SIZE"] = "2";
+  m = err(local);
+  EXPECT_TRUE(contains(m, "LOCAL_RANK=3 and LOCAL_WORLD_SIZE=2 are inconsistent")) << m;
+  m = err(with("LOCAL_WORLD_SIZE", "3"));  // more local workers than workers
+  EXPECT_TRUE(contains(m, "inconsistent")) << m;
+  m = err(with("TORCHELASTIC_RESTART_COUNT", "again"));
+  EXPECT_TRUE(contains(m, "TORCHELASTIC_RESTART_COUNT='again'")) << m;
+  // Through from_environment too: no fallback to one worker.
+  EXPECT_THROW(ClusterResolver::from_environment(fake_env(without("MASTER_PORT"))), InvalidArgumentError);
+}
+
+TEST(ClusterResolverTest, TorchrunVariablesThatDisagreeWithTfConfigAreNamed) {
+  const std::string tf = R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})";
+  std::string m = message_of<InvalidArgumentError>([&] {
+    ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"WORLD_SIZE", "3"}}));
+  });
+  EXPECT_TRUE(contains(m, "WORLD_SIZE=3 disagrees with TF_CONFIG, whose cluster has 2 workers")) << m;
+  m = message_of<InvalidArgumentError>([&] {
+    ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"RANK", "0"}}));
+  });
+  EXPECT_TRUE(contains(m, "RANK=0 disagrees with TF_CONFIG")) << m;
+  auto agree = ClusterResolver::from_environment(fake_env({{"TF_CONFIG", tf}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}));
+  EXPECT_EQ(agree.source(), "TF_CONFIG");
+  EXPECT_EQ(agree.store_address()->to_string(), "a:1");
+}
+
 LogicalDevice dev(const std::string& type, int index, int physical) {
   LogicalDevice d;
   d.device_type = type;

@@ -16,6 +16,7 @@
 
 #include <chorus/checkpoint/checkpoint_state.h>
 #include <chorus/checkpoint/object_graph.h>
+#include <chorus/collective/store/store_protocol.h>
 #include <chorus/core/proto_wire.h>
 #include <chorus/data/io/example.h>
 #include <chorus/launch/tfrecord_digits.h>
@@ -355,6 +356,26 @@ void tf_configs() {
       R"({"cluster": {"chief": ["h\u00e9\ud83d\ude00:1"], "worker": ["a\/b\"c\\d\b\f\n\r\t:2"]}, "task": {"type": "chief"}})");
 }
 
+// TCP store frames (collective/store/store_protocol.h); the first byte is the fuzz target's chunk size.
+void store_frames() {
+  namespace sp = chorus::collective::store_protocol;
+  const auto op = [](sp::StoreOp o, std::int64_t n, std::vector<std::string> f) {
+    return sp::encode({.kind = static_cast<std::uint8_t>(o), .number = n, .fields = std::move(f)});
+  };
+  const auto reply = [](sp::StoreReply r, std::int64_t n, std::vector<std::string> f) {
+    return sp::encode({.kind = static_cast<std::uint8_t>(r), .number = n, .fields = std::move(f)});
+  };
+  put("store_protocol_fuzz", "requests",
+      std::string(1, '\0') + op(sp::StoreOp::kSet, 0, {"attempt/0/rdzv/rank/1/1", "rank=1\nsize=2\n"}) +
+          op(sp::StoreOp::kGet, 30000, {"k"}) + op(sp::StoreOp::kAdd, -1, {"n"}) +
+          op(sp::StoreOp::kWait, 100, {"a", "b"}) + op(sp::StoreOp::kCheck, 0, {"a"}));
+  put("store_protocol_fuzz", "replies",
+      std::string(1, '\x03') + reply(sp::StoreReply::kOk, 0, {}) + reply(sp::StoreReply::kValue, 0, {"v"}) +
+          reply(sp::StoreReply::kNumber, 7, {}) + reply(sp::StoreReply::kTimeout, 0, {"missing"}) +
+          reply(sp::StoreReply::kError, 3, {"store: add on key \"w\""}));
+  put("store_protocol_fuzz", "truncated", std::string(1, '\x01') + op(sp::StoreOp::kGet, 1, {"key"}).substr(0, 15));
+}
+
 void command_lines() {
   put("run_command_line_fuzz", "np", argv_bytes({"-np", "2", "--", "./chorus-train", "--epochs", "1"}));
   put("run_command_line_fuzz", "hosts",
@@ -462,6 +483,7 @@ int main(int argc, char** argv) {
   event_files();
   graph_defs();
   tf_configs();
+  store_frames();
   command_lines();
   return 0;
 }

@@ -23,7 +23,9 @@
 // InvalidArgumentError naming the key). Errors: DeadlineExceededError when get/wait time out,
 // naming the keys still missing and describe(); UnavailableError when the store cannot be reached
 // or drops the connection; DataLossError when it answers something that is not the protocol. No
-// call waits past its timeout (a call without one uses the store's default timeout).
+// call waits past its timeout, but for the time a networked store's answer takes to travel back
+// (tcp_store.h: at most 100 ms more), so that get(key, 0ms) can look once; a call without a
+// timeout uses the store's default timeout.
 //
 // Thread-safety: every method may be called from any thread at the same time.
 #pragma once
