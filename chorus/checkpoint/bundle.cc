@@ -303,12 +303,15 @@ void BundleWriter::add_flat_slice(const std::string& key, const Shape& full_shap
                  full_shape.to_string(), " after ", dtype_name(it->second.first.dtype),
                  it->second.first.shape.to_string());
   const auto esize = static_cast<std::int64_t>(dtype_size(values.dtype()));
+  std::vector<internal::FlatSlice> boxes = internal::flat_range_slices(full_shape.dims(), begin, n);
+  for (const internal::FlatSlice& box : boxes)
+    CHORUS_REQUIRE(!m.entries.count(internal::encode_tensor_name_slice(key, box.spec)), InvalidArgumentError,
+                   "BundleWriter::add_flat_slice('", key, "'): elements [", box.begin, ", ", box.begin + box.length,
+                   ") were already added");
   m.guarded([&] {
     const char* src = m.host_bytes(values);
-    for (internal::FlatSlice& box : internal::flat_range_slices(full_shape.dims(), begin, n)) {
+    for (internal::FlatSlice& box : boxes) {
       std::string slice_key = internal::encode_tensor_name_slice(key, box.spec);
-      CHORUS_REQUIRE(!m.entries.count(slice_key), InvalidArgumentError, "BundleWriter::add_flat_slice('", key,
-                     "'): elements [", box.begin, ", ", box.begin + box.length, ") were already added");
       BundleEntry e = full;
       e.shape = Shape(std::move(box.shape));
       e.shard_id = m.shard_id;

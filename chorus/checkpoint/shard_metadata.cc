@@ -1,5 +1,6 @@
 #include <chorus/checkpoint/shard_metadata.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -23,6 +24,33 @@ std::int64_t slice_elements(const TensorSliceSpec& spec, const std::vector<std::
   std::int64_t n = 1;
   for (std::size_t d = 0; d < spec.size(); ++d) n *= spec[d].length == kFullExtent ? dims[d] : spec[d].length;
   return n;
+}
+
+// A key for messages: slice keys start with OrderedCode bytes ('\0', ...), shown as \xNN.
+std::string printable(const std::string& key) {
+  std::string out;
+  for (const char c : key) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(c));
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// Whether two slices of a tensor with `dims` share an element.
+bool overlap(const TensorSliceSpec& a, const TensorSliceSpec& b, const std::vector<std::int64_t>& dims) {
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    const std::int64_t a0 = a[d].length == kFullExtent ? 0 : a[d].start;
+    const std::int64_t a1 = a[d].length == kFullExtent ? dims[d] : a[d].start + a[d].length;
+    const std::int64_t b0 = b[d].length == kFullExtent ? 0 : b[d].start;
+    const std::int64_t b1 = b[d].length == kFullExtent ? dims[d] : b[d].start + b[d].length;
+    if (a1 <= b0 || b1 <= a0) return false;
+  }
+  return true;
 }
 
 // A sliced tensor's full entry, merged over the workers.
@@ -130,11 +158,11 @@ std::string merge_shard_index(const std::vector<ShardMetadata>& shards, std::int
       std::vector<TensorSliceSpec> slices;
       BundleEntry e = decode_bundle_entry(proto, index_name, key, num_shards, &num_slices, &slices);
       if (num_slices == 0 && e.shard_id != m.worker)
-        throw DataLossError(str_cat("'", index_name, "': worker ", m.worker, "'s entry '", key, "' names data file ",
+        throw DataLossError(str_cat("'", index_name, "': worker ", m.worker, "'s entry '", printable(key), "' names data file ",
                                     e.shard_id));
       if (num_slices == 0) {
         if (full.count(key) || !plain.emplace(key, proto).second)
-          throw DataLossError(str_cat("'", index_name, "': key '", key, "' was written twice (worker ", m.worker, ")"));
+          throw DataLossError(str_cat("'", index_name, "': key '", printable(key), "' was written twice (worker ", m.worker, ")"));
         continue;
       }
       auto [it, fresh] = full.try_emplace(key, FullEntry{e, {}});
@@ -145,8 +173,16 @@ std::string merge_shard_index(const std::vector<ShardMetadata>& shards, std::int
     }
   }
   for (const auto& [key, f] : full) {
+    // Disjoint slices (pairwise: a tensor has a few per worker) holding as many elements as the
+    // tensor cover it exactly.
+    const std::vector<std::int64_t>& dims = f.entry.shape.dims();
     std::int64_t covered = 0;
-    for (const TensorSliceSpec& s : f.slices) covered += slice_elements(s, f.entry.shape.dims());
+    for (std::size_t i = 0; i < f.slices.size(); ++i) {
+      covered += slice_elements(f.slices[i], dims);
+      for (std::size_t j = 0; j < i; ++j)
+        if (overlap(f.slices[i], f.slices[j], dims))
+          throw DataLossError(str_cat("sharded save of '", index_name, "': two slices of '", key, "' overlap"));
+    }
     if (covered != f.entry.shape.num_elements())
       throw DataLossError(str_cat("sharded save of '", index_name, "': the ", f.slices.size(), " slices of '", key,
                                   "' ", f.entry.shape.to_string(), " hold ", covered, " elements, the tensor ",
