@@ -124,17 +124,19 @@ int run_child(const std::string& mode, int mib, int reps, const std::string& dir
     c.chief = c.strategy->is_chief();
   } else {
     config::set_visible_devices({}, "GPU");
-    config::set_logical_device_configuration(config::list_physical_devices("CPU")[0],
-                                             std::vector<LogicalDeviceConfiguration>(4, {.memory_limit_mb = 2 * mib + 64}));
-    c.strategy = std::make_unique<distribute::MirroredStrategy>(
-        std::vector<std::string>{"/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"},
-        distribute::MirroredStrategyOptions{.sharding = {.stage = 3}});
+    config::set_logical_device_configuration(
+        config::list_physical_devices("CPU")[0],
+        std::vector<LogicalDeviceConfiguration>(4, {.memory_limit_mb = 2 * mib + 64}));
+    c.strategy =
+        std::make_unique<distribute::MirroredStrategy>(std::vector<std::string>{"/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"},
+                                                       distribute::MirroredStrategyOptions{.sharding = {.stage = 3}});
   }
   const int n = std::max(1, mib / 16);
   {
     auto scope = c.strategy->scope();
     for (int i = 0; i < n; ++i)
-      c.vars.push_back(make_variable({.initial_value = Tensor::full({kVariableFloats}, 1.0), .name = "v" + std::to_string(i)}));
+      c.vars.push_back(
+          make_variable({.initial_value = Tensor::full({kVariableFloats}, 1.0), .name = "v" + std::to_string(i)}));
   }
   std::vector<train::TrackableChild> children;
   for (const Variable& v : c.vars) children.push_back({v.name(), train::TrackableRef(v)});
@@ -269,7 +271,9 @@ int run(int argc, char** argv) {
     if (r.config == std::to_string(workers) + " workers") goal = r.save_sharded >= 1.5 * r.save_chief;
   }
   std::printf("goal: sharded save >= 1.5x the chief save with %d workers: %s\n", workers,
-              rows.empty() ? "not measured" : goal ? "PASS" : "FAIL");
+              rows.empty() ? "not measured"
+              : goal       ? "PASS"
+                           : "FAIL");
   for (const std::string& f : failures) std::printf("failed: %s\n", f.c_str());
   bench::print_json_line("sharded_checkpoint", bench::machine(true), cases);
   return failures.empty() ? 0 : 1;

@@ -410,9 +410,8 @@ std::string BundleWriter::finish_shard(bool chief) {
 
 void write_sharded_index(const std::string& prefix, std::int64_t num_shards, std::string_view metadata) {
   const std::string index_final = index_filename(prefix);
-  const std::string index =
-      internal::merge_shard_index(internal::decode_shard_metadata(metadata, "the writers of '" + prefix + "'"),
-                                  num_shards, index_final);
+  const std::string index = internal::merge_shard_index(
+      internal::decode_shard_metadata(metadata, "the writers of '" + prefix + "'"), num_shards, index_final);
   const std::string tmp = temporary_filename(index_final);
   try {
     File f = File::create_new(tmp);
@@ -537,8 +536,8 @@ struct BundleReader::Impl {
   // `dims`, stored row-major in `piece` — that fall in a target range. The piece is read in
   // chunks and CRC-checked; a piece that overlaps no target is not read.
   void read_box_into(const std::string& key, const BundleEntry& piece, const std::vector<std::int64_t>& start,
-                     const std::vector<std::int64_t>& length, const std::vector<std::int64_t>& dims,
-                     std::int64_t esize, std::vector<RangeTarget>& targets) const {
+                     const std::vector<std::int64_t>& length, const std::vector<std::int64_t>& dims, std::int64_t esize,
+                     std::vector<RangeTarget>& targets) const {
     const std::size_t rank = dims.size();
     std::vector<std::int64_t> stride(rank, 1);
     for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * dims[d];
@@ -706,8 +705,8 @@ std::vector<Tensor> BundleReader::read_flat_ranges(
     const std::string& key, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) const {
   const BundleEntry& e = entry(key);
   const Impl& m = *impl_;
-  CHORUS_REQUIRE(!e.is_string && e.supported(), UnimplementedError, "BundleReader::read_flat_ranges('", key,
-                 "'): a ", internal::tf_dtype_name(e.tf_dtype), " tensor; ranges are read of numeric ones");
+  CHORUS_REQUIRE(!e.is_string && e.supported(), UnimplementedError, "BundleReader::read_flat_ranges('", key, "'): a ",
+                 internal::tf_dtype_name(e.tf_dtype), " tensor; ranges are read of numeric ones");
   const std::int64_t total = e.shape.num_elements();
   std::vector<Tensor> out;
   std::vector<Impl::RangeTarget> targets;

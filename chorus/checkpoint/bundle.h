@@ -5,7 +5,10 @@
 // lists and reads what BundleWriter writes; BundleReader reads what TensorFlow writes (any number
 // of `.data-<i>-of-<n>` shards, partitioned tensors whose slices lie in several shards — what
 // tf.train.CheckpointOptions(experimental_sharding_callback=MaxShardSizePolicy(...)) writes —,
-// uncompressed tables, numeric and DT_STRING tensors).
+// uncompressed tables, numeric and DT_STRING tensors). A sharded save (docs/checkpoints.md
+// "Sharded checkpoints") has one BundleWriter per process, each writing its own
+// `.data-<k>-of-<n>` with ZeRO shards as TF slices (add_flat_slice, finish_shard), and the chief
+// writing the index from their metadata (write_sharded_index).
 //
 //   train::BundleWriter w("/ckpt/ckpt-1");
 //   w.add("model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE", host_tensor);

@@ -255,7 +255,8 @@ void Checkpoint::commit_sharded(const std::string& path, const DistributionStrat
   const auto reports = internal::decode_shard_metadata(all, "the workers of '" + path + "'");
   internal::check_shard_reports(reports, num_workers, index_filename(path));  // a failed worker: all throw
   for (const internal::ShardMetadata& r : reports)
-    if (r.chief && r.worker == internal::worker_group(strategy).worker_index) write_sharded_index(path, num_workers, all);
+    if (r.chief && r.worker == internal::worker_group(strategy).worker_index)
+      write_sharded_index(path, num_workers, all);
   if (written) written(path);
 }
 

@@ -41,6 +41,12 @@
 // then all processes meet in that strategy's worker barrier (DistributionStrategy::
 // worker_barrier, a no-op in one process), so no worker goes on before the chief's bundle is
 // durable. In a multi-worker run every worker must call save/write at the same points.
+// Sharded variables (ZeRO, core/sharded_variable.h) are the exception (SaveOptions::sharded, on
+// by default): every process writes its own shards as TF slices into its own data file
+// `<path>.data-<w>-of-<N>` straight from their storage; the processes then exchange their index
+// entries (a collective of metadata) and the chief writes the index, the commit point. A process
+// that fails to write makes every process throw (its own error there, AbortedError elsewhere),
+// and nothing is committed. A restore reads only the slices each local shard overlaps.
 //
 // Async (SaveOptions::async, TF's CheckpointOptions(enable_async=True)): save() returns without
 // copying host values: it puts a write hold on each (core/tensor.h Buffer::hold_writes; GPU values

@@ -119,7 +119,8 @@ std::vector<ShardMetadata> decode_shard_metadata(std::string_view bytes, const s
   return out;
 }
 
-void check_shard_reports(const std::vector<ShardMetadata>& shards, std::int64_t num_shards, const std::string& index_name) {
+void check_shard_reports(const std::vector<ShardMetadata>& shards, std::int64_t num_shards,
+                         const std::string& index_name) {
   for (const ShardMetadata& m : shards) {
     if (!m.error.empty())
       throw AbortedError(str_cat("sharded save of '", index_name, "': worker ", m.worker,
@@ -158,15 +159,17 @@ std::string merge_shard_index(const std::vector<ShardMetadata>& shards, std::int
       std::vector<TensorSliceSpec> slices;
       BundleEntry e = decode_bundle_entry(proto, index_name, key, num_shards, &num_slices, &slices);
       if (num_slices == 0 && e.shard_id != m.worker)
-        throw DataLossError(str_cat("'", index_name, "': worker ", m.worker, "'s entry '", printable(key), "' names data file ",
-                                    e.shard_id));
+        throw DataLossError(str_cat("'", index_name, "': worker ", m.worker, "'s entry '", printable(key),
+                                    "' names data file ", e.shard_id));
       if (num_slices == 0) {
         if (full.count(key) || !plain.emplace(key, proto).second)
-          throw DataLossError(str_cat("'", index_name, "': key '", printable(key), "' was written twice (worker ", m.worker, ")"));
+          throw DataLossError(
+              str_cat("'", index_name, "': key '", printable(key), "' was written twice (worker ", m.worker, ")"));
         continue;
       }
       auto [it, fresh] = full.try_emplace(key, FullEntry{e, {}});
-      if (plain.count(key) || (!fresh && (it->second.entry.tf_dtype != e.tf_dtype || !(it->second.entry.shape == e.shape))))
+      if (plain.count(key) ||
+          (!fresh && (it->second.entry.tf_dtype != e.tf_dtype || !(it->second.entry.shape == e.shape))))
         throw DataLossError(str_cat("'", index_name, "': workers disagree on tensor '", key, "' (worker ", m.worker,
                                     ": ", tf_dtype_name(e.tf_dtype), " ", e.shape.to_string(), ")"));
       for (TensorSliceSpec& s : slices) it->second.slices.push_back(std::move(s));

@@ -34,7 +34,7 @@ namespace chorus::train::internal {
 struct ShardMetadata {
   std::int64_t worker = 0;
   bool chief = false;  // the worker that writes the index (and the values that are not shards)
-  std::string error;  // non-empty: this worker's write failed (then no entries)
+  std::string error;   // non-empty: this worker's write failed (then no entries)
   std::vector<std::pair<std::string, std::string>> entries;  // key → serialized BundleEntryProto
 };
 

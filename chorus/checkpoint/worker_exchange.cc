@@ -29,8 +29,8 @@ std::string gather_across_workers(const DistributionStrategy& strategy, const st
   // Collectives move numbers, not bytes: each worker sends int32 words — its byte count, then its
   // bytes padded to whole words. Replica 0 carries them, the other local replicas nothing: the
   // gather over all replicas is then every worker's words in worker order.
-  CHORUS_REQUIRE(mine.size() < (std::size_t{1} << 30), ResourceExhaustedError, "checkpoint metadata of ",
-                 mine.size(), " bytes is too large to exchange between workers");
+  CHORUS_REQUIRE(mine.size() < (std::size_t{1} << 30), ResourceExhaustedError, "checkpoint metadata of ", mine.size(),
+                 " bytes is too large to exchange between workers");
   const std::vector<std::string> devices = s->replica_devices();
   std::vector<Tensor> parts;
   for (std::size_t r = 0; r < devices.size(); ++r) {

@@ -36,12 +36,14 @@ int run_job(const std::string& dir, int victim, int delay_us) {
 #if defined(CHORUS_MPIEXEC) && defined(CHORUS_SHARDED_MPI_BIN)
   std::vector<std::string> args{CHORUS_MPIEXEC, "--oversubscribe"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  for (const std::string& e : {"CHORUS_SHARDED_CRASH_DIR=" + dir, "CHORUS_SHARDED_CRASH_VICTIM=" + std::to_string(victim),
-                               "CHORUS_SHARDED_CRASH_DELAY_US=" + std::to_string(delay_us)}) {
+  for (const std::string& e :
+       {"CHORUS_SHARDED_CRASH_DIR=" + dir, "CHORUS_SHARDED_CRASH_VICTIM=" + std::to_string(victim),
+        "CHORUS_SHARDED_CRASH_DELAY_US=" + std::to_string(delay_us)}) {
     args.push_back("-x");
     args.push_back(e);
   }
-  for (const char* a : {"-np", "2", CHORUS_SHARDED_MPI_BIN, "--gtest_filter=ShardedCrashChild.SaveLoop"}) args.push_back(a);
+  for (const char* a : {"-np", "2", CHORUS_SHARDED_MPI_BIN, "--gtest_filter=ShardedCrashChild.SaveLoop"})
+    args.push_back(a);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -65,7 +65,8 @@ std::vector<Variable> make_params(distribute::Strategy& strategy, float offset) 
   for (std::size_t i = 0; i < kShapes.size(); ++i) {
     std::vector<float> v(static_cast<std::size_t>(kShapes[i].num_elements()));
     for (std::size_t j = 0; j < v.size(); ++j) v[j] = offset + static_cast<float>(i * 1000 + j);
-    vars.push_back(make_variable({.initial_value = Tensor::from_vector(v, kShapes[i]), .name = "p" + std::to_string(i)}));
+    vars.push_back(
+        make_variable({.initial_value = Tensor::from_vector(v, kShapes[i]), .name = "p" + std::to_string(i)}));
   }
   vars.push_back(make_variable({.initial_value = Tensor::scalar<std::int64_t>(7), .name = "step", .trainable = false}));
   return vars;

@@ -23,9 +23,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <string>
 
@@ -82,8 +82,8 @@ std::vector<std::int64_t> box_elements(const std::vector<std::int64_t>& dims, co
 }
 
 TEST(FlatRangeSlices, EveryRangeIsCutIntoContiguousBoxesInFlatOrder) {
-  for (const std::vector<std::int64_t>& dims : std::vector<std::vector<std::int64_t>>{
-           {7}, {3, 5}, {2, 3, 4}, {4, 1, 3}, {2, 2, 2, 3}}) {
+  for (const std::vector<std::int64_t>& dims :
+       std::vector<std::vector<std::int64_t>>{{7}, {3, 5}, {2, 3, 4}, {4, 1, 3}, {2, 2, 2, 3}}) {
     std::int64_t total = 1;
     for (std::int64_t d : dims) total *= d;
     for (std::int64_t b = 0; b <= total; ++b) {
@@ -134,7 +134,8 @@ TEST(BundleWriterSlices, ShardsWrittenAsSlicesReadBackWholeAndAsAnyOtherLayout) 
   {
     BundleWriter w(prefix);
     const ShardLayout layout = ShardLayout::of(35, 4);  // 9, 9, 9, 8
-    for (int r = 0; r < 4; ++r) w.add_flat_slice("v", shape, layout.begin(r), piece(value, layout.begin(r), layout.length(r)));
+    for (int r = 0; r < 4; ++r)
+      w.add_flat_slice("v", shape, layout.begin(r), piece(value, layout.begin(r), layout.length(r)));
     w.add("whole", value);
     w.finish();
   }
@@ -150,7 +151,8 @@ TEST(BundleWriterSlices, ShardsWrittenAsSlicesReadBackWholeAndAsAnyOtherLayout) 
       const std::vector<Tensor> got = reader.read_flat_ranges(key, ranges);
       ASSERT_EQ(got.size(), ranges.size());
       for (int r = 0; r < n; ++r)
-        EXPECT_EQ(got[r].to_vector<float>(), range_of(value, l.begin(r), l.length(r))) << key << " n=" << n << " r=" << r;
+        EXPECT_EQ(got[r].to_vector<float>(), range_of(value, l.begin(r), l.length(r)))
+            << key << " n=" << n << " r=" << r;
     }
   }
   EXPECT_THROW(reader.read_flat_ranges("v", {{30, 6}}), InvalidArgumentError);
@@ -168,12 +170,12 @@ TEST(BundleWriterSlices, ARangeThatIsTheWholeTensorIsAPlainEntryAndMisuseIsRefus
   TempDir dir;
   const std::string prefix = dir.path() + "/b";
   BundleWriter w(prefix);
-  w.add_flat_slice("one", Shape{1}, 0, iota(Shape{1}));  // E = 1 over 4 replicas: shard 0 is all
+  w.add_flat_slice("one", Shape{1}, 0, iota(Shape{1}));      // E = 1 over 4 replicas: shard 0 is all
   w.add_flat_slice("one", Shape{1}, 1, Tensor::zeros({0}));  // an empty shard: nothing
-  EXPECT_THROW(w.add_flat_slice("x", Shape{2, 2}, 3, iota(Shape{2})), InvalidArgumentError);  // past the end
+  EXPECT_THROW(w.add_flat_slice("x", Shape{2, 2}, 3, iota(Shape{2})), InvalidArgumentError);     // past the end
   EXPECT_THROW(w.add_flat_slice("x", Shape{2, 2}, 0, iota(Shape{2, 2})), InvalidArgumentError);  // not 1-D
   w.add_flat_slice("x", Shape{2, 2}, 0, iota(Shape{2}));
-  EXPECT_THROW(w.add_flat_slice("x", Shape{4}, 2, iota(Shape{2})), InvalidArgumentError);  // another shape
+  EXPECT_THROW(w.add_flat_slice("x", Shape{4}, 2, iota(Shape{2})), InvalidArgumentError);     // another shape
   EXPECT_THROW(w.add_flat_slice("x", Shape{2, 2}, 0, iota(Shape{2})), InvalidArgumentError);  // twice
   w.add_flat_slice("x", Shape{2, 2}, 2, piece(iota(Shape{4}), 2, 2));
   w.finish();
@@ -188,7 +190,8 @@ TEST(BundleWriterSlices, ARangeThatIsTheWholeTensorIsAPlainEntryAndMisuseIsRefus
 // ---- ShardMetadataMerge ----
 
 // Worker w's metadata: slice [w·per, (w+1)·per) of "v" [n·per], written by a real writer.
-std::string worker_metadata(const std::string& prefix, int w, int n, std::int64_t per, bool chief, std::int64_t begin = -1) {
+std::string worker_metadata(const std::string& prefix, int w, int n, std::int64_t per, bool chief,
+                            std::int64_t begin = -1) {
   BundleWriter writer(prefix, w, n);
   const std::int64_t b = begin >= 0 ? begin : w * per;
   writer.add_flat_slice("v", Shape{n * per}, b, piece(iota(Shape{n * per}), b, per));
@@ -198,8 +201,8 @@ std::string worker_metadata(const std::string& prefix, int w, int n, std::int64_
 TEST(ShardMetadataMerge, TheChiefMergesEveryWorkersSlicesAndRefusesInconsistentReports) {
   TempDir dir;
   const std::string p = dir.path() + "/m";
-  const std::string all = worker_metadata(p, 1, 3, 4, false) + worker_metadata(p, 0, 3, 4, true) +
-                          worker_metadata(p, 2, 3, 4, false);
+  const std::string all =
+      worker_metadata(p, 1, 3, 4, false) + worker_metadata(p, 0, 3, 4, true) + worker_metadata(p, 2, 3, 4, false);
   EXPECT_FALSE(bundle_exists(p)) << "no index before the chief commits";
   write_sharded_index(p, 3, all);
   EXPECT_EQ(BundleReader(p).read("v").to_vector<float>(), iota(Shape{12}).to_vector<float>());
@@ -208,18 +211,20 @@ TEST(ShardMetadataMerge, TheChiefMergesEveryWorkersSlicesAndRefusesInconsistentR
   const std::string w0 = worker_metadata(dir.path() + "/a", 0, 2, 4, true);
   const std::string w1 = worker_metadata(dir.path() + "/a", 1, 2, 4, false);
   EXPECT_NO_THROW(internal::merge_shard_index(reports(w0 + w1), 2, "a.index"));
-  EXPECT_NE(message_of<DataLossError>([&] { internal::merge_shard_index(reports(w0), 2, "a.index"); })
-                .find("1 of 2 workers"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of<DataLossError>([&] { internal::merge_shard_index(reports(w0), 2, "a.index"); }).find("1 of 2 workers"),
+      std::string::npos);
   EXPECT_THROW(internal::merge_shard_index(reports(w0 + w0), 2, "a.index"), DataLossError);
   // Worker 1 writes worker 0's elements again: the slice key repeats.
   const std::string dup = worker_metadata(dir.path() + "/b", 1, 2, 4, false, 0);
-  const std::string twice = message_of<DataLossError>([&] { internal::merge_shard_index(reports(w0 + dup), 2, "b.index"); });
+  const std::string twice =
+      message_of<DataLossError>([&] { internal::merge_shard_index(reports(w0 + dup), 2, "b.index"); });
   EXPECT_NE(twice.find("written twice"), std::string::npos) << twice;
   // Worker 1 writes elements [2, 6): they overlap worker 0's and leave [6, 8) uncovered.
   const std::string gap = worker_metadata(dir.path() + "/c", 1, 2, 4, false, 2);
-  EXPECT_NE(message_of<DataLossError>([&] { internal::merge_shard_index(reports(w0 + gap), 2, "c.index"); })
-                .find("two slices of 'v' overlap"),
+  EXPECT_NE(message_of<DataLossError>([&] {
+              internal::merge_shard_index(reports(w0 + gap), 2, "c.index");
+            }).find("two slices of 'v' overlap"),
             std::string::npos);
   // A worker's entry naming another worker's data file.
   internal::ShardMetadata forged = reports(w1)[0];
@@ -231,8 +236,9 @@ TEST(ShardMetadataMerge, TheChiefMergesEveryWorkersSlicesAndRefusesInconsistentR
   EXPECT_THROW(internal::merge_shard_index({forged, other}, 2, "d.index"), DataLossError);
   // A worker's error: AbortedError naming it; no chief or two chiefs: refused.
   internal::ShardMetadata failed{1, false, "disk full", {}};
-  EXPECT_NE(message_of<AbortedError>([&] { internal::check_shard_reports({reports(w0)[0], failed}, 2, "e.index"); })
-                .find("worker 1 could not write its data file, nothing was committed: disk full"),
+  EXPECT_NE(message_of<AbortedError>([&] {
+              internal::check_shard_reports({reports(w0)[0], failed}, 2, "e.index");
+            }).find("worker 1 could not write its data file, nothing was committed: disk full"),
             std::string::npos);
   internal::ShardMetadata second_chief = reports(w1)[0];
   second_chief.chief = true;
@@ -264,7 +270,8 @@ Params make_params(distribute::MirroredStrategy& strategy, float offset) {
     p.vars.push_back(
         make_variable({.initial_value = Tensor::from_vector(v, kShapes[i]), .name = "p" + std::to_string(i)}));
   }
-  p.vars.push_back(make_variable({.initial_value = Tensor::scalar<std::int64_t>(7), .name = "step", .trainable = false}));
+  p.vars.push_back(
+      make_variable({.initial_value = Tensor::scalar<std::int64_t>(7), .name = "step", .trainable = false}));
   return p;
 }
 
@@ -308,7 +315,8 @@ TEST_F(ShardedSave, StageThreeWritesSlicesThatRestoreOntoAnyStageAndReplicaCount
   const internal::BundleIndex index = internal::parse_bundle_index(read_file(index_filename(sharded)), "index");
   const internal::BundleIndex whole = internal::parse_bundle_index(read_file(index_filename(gathered)), "index");
   EXPECT_TRUE(whole.sliced.empty());
-  for (const std::string key : {"p0", "p1", "p3", "p4"}) EXPECT_TRUE(index.sliced.count(key + std::string("/.ATTRIBUTES/VARIABLE_VALUE"))) << key;
+  for (const std::string key : {"p0", "p1", "p3", "p4"})
+    EXPECT_TRUE(index.sliced.count(key + std::string("/.ATTRIBUTES/VARIABLE_VALUE"))) << key;
   EXPECT_FALSE(index.sliced.count("p2/.ATTRIBUTES/VARIABLE_VALUE")) << "one element: shard 0 holds it whole";
   const BundleReader rs(sharded), rg(gathered);
   EXPECT_EQ(rs.keys(), rg.keys());
@@ -371,7 +379,7 @@ constexpr bool kSanitized = false;
 TEST(ShardedSaveMemory, ASaveOfAModelLargerThanTheLimitPeaksUnderIt) {
   make_cpus(4, 512);
   constexpr std::int64_t kRows = 4096, kCols = 4096;  // 64 MiB of float32 per variable
-  constexpr std::int64_t kLimitMib = 48;               // one shard is 16 MiB; the model 256 MiB
+  constexpr std::int64_t kLimitMib = 48;              // one shard is 16 MiB; the model 256 MiB
   TempDir dir;
   {
     distribute::MirroredStrategy strategy(cpus(4), {.sharding = {.stage = 3}});
@@ -379,7 +387,8 @@ TEST(ShardedSaveMemory, ASaveOfAModelLargerThanTheLimitPeaksUnderIt) {
     {
       auto scope = strategy.scope();
       for (int i = 0; i < 4; ++i)
-        vars.push_back(make_variable({.initial_value = Tensor::full({kRows, kCols}, 1.0 + i), .name = "w" + std::to_string(i)}));
+        vars.push_back(
+            make_variable({.initial_value = Tensor::full({kRows, kCols}, 1.0 + i), .name = "w" + std::to_string(i)}));
     }
     std::vector<TrackableChild> children;
     for (const Variable& v : vars) children.push_back({v.name(), TrackableRef(v)});
@@ -391,7 +400,10 @@ TEST(ShardedSaveMemory, ASaveOfAModelLargerThanTheLimitPeaksUnderIt) {
               << " MiB (model 256 MiB, limit " << kLimitMib << " MiB)\n";
     if (!kSanitized) EXPECT_LE(sharded, kLimitMib) << "a sharded save holds no whole tensor";
     EXPECT_GT(gathered, kLimitMib) << "the gather-to-chief save holds whole tensors: the bound can fail";
-    EXPECT_EQ(BundleReader(dir.path() + "/sharded").read("w3/.ATTRIBUTES/VARIABLE_VALUE").to_vector<float>()[kRows * kCols - 1], 4.0f);
+    EXPECT_EQ(BundleReader(dir.path() + "/sharded")
+                  .read("w3/.ATTRIBUTES/VARIABLE_VALUE")
+                  .to_vector<float>()[kRows * kCols - 1],
+              4.0f);
   }
   chorus::internal::reset_runtime_for_testing();
 }
