@@ -110,6 +110,7 @@ Checkpoint::Checkpoint(std::vector<TrackableChild> children)
 
 Checkpoint::~Checkpoint() {
   async_.reset();  // joins the writer (it may still run a manager's callback)
+  commit_pending_logged();
   for (auto& weak : coordinators_) {
     if (auto c = weak.lock()) {
       c->warn_if_unused();
@@ -148,6 +149,17 @@ std::string Checkpoint::save(const std::string& file_prefix, const SaveOptions& 
 std::string Checkpoint::write(const std::string& file_path, const SaveOptions& options) {
   CHORUS_REQUIRE(!file_path.empty(), InvalidArgumentError, "Checkpoint::write: empty path");
   return write_impl(file_path, options);
+}
+
+void Checkpoint::commit_pending_logged() noexcept {
+  if (!commit_pending_) return;
+  const auto commit = std::move(commit_pending_);
+  commit_pending_ = nullptr;
+  try {
+    commit();
+  } catch (const std::exception& e) {
+    CHORUS_LOG(ERROR) << "Checkpoint: the last async sharded save could not be committed: " << e.what();
+  }
 }
 
 void Checkpoint::meet_barrier() {

@@ -169,6 +169,9 @@ class Checkpoint final : public Trackable {
   // exchange of metadata, the chief's index, `written`.
   void commit_sharded(const std::string& path, const DistributionStrategy& strategy, int num_workers,
                       const std::string& metadata, const std::function<void(const std::string&)>& written);
+  // Runs a pending commit_sharded (an async multi-process sharded save nobody synced), logging
+  // its error: the destructors' (the manager's first, as the commit may call back into it).
+  void commit_pending_logged() noexcept;
   const DistributionStrategy& owning_strategy() const;
 
   std::vector<TrackableChild> children_;
