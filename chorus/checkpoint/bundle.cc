@@ -15,6 +15,7 @@
 #include <chorus/checkpoint/atomic_file.h>
 #include <chorus/checkpoint/bundle_format.h>
 #include <chorus/checkpoint/checksum_worker.h>
+#include <chorus/checkpoint/shard_metadata.h>
 #include <chorus/checkpoint/table.h>
 #include <chorus/core/crc32c.h>
 #include <chorus/core/error.h>
@@ -121,11 +122,15 @@ int remove_stray_temporaries(const std::string& dir) {
 
 struct BundleWriter::Impl {
   std::string prefix;
+  int shard_id = 0;
+  int num_shards = 1;
   std::string data_tmp;
   std::string index_tmp;  // set during finish
   File data;
   std::int64_t offset = 0;
-  std::map<std::string, BundleEntry> entries;
+  std::map<std::string, BundleEntry> entries;  // whole tensors and the data entries of slices
+  // Partitioned tensors: key → the full-tensor entry (dtype, shape) and the slices written here.
+  std::map<std::string, std::pair<BundleEntry, std::vector<internal::TensorSliceSpec>>> sliced;
   std::uint64_t written = 0;    // bytes handed to write(2) so far
   std::uint64_t writeback = 0;  // bytes whose writeback was started
   std::string buffer;
@@ -141,8 +146,34 @@ struct BundleWriter::Impl {
   void check_key(const std::string& key) const {
     CHORUS_REQUIRE(!key.empty(), InvalidArgumentError, "BundleWriter('", prefix,
                    "'): the empty key is reserved for the bundle header");
-    CHORUS_REQUIRE(!entries.count(key), InvalidArgumentError, "BundleWriter('", prefix, "'): key '", key,
-                   "' was already added");
+    CHORUS_REQUIRE(!entries.count(key) && !sliced.count(key), InvalidArgumentError, "BundleWriter('", prefix,
+                   "'): key '", key, "' was already added");
+  }
+
+  std::string data_final() const { return shard_filename(prefix, shard_id, num_shards); }
+
+  // This writer's index entries (serialized BundleEntryProtos), for the merge.
+  internal::ShardMetadata metadata(bool chief) const {
+    internal::ShardMetadata md;
+    md.worker = shard_id;
+    md.chief = chief;
+    for (const auto& [key, e] : entries) md.entries.emplace_back(key, internal::encode_bundle_entry(e));
+    for (const auto& [key, full] : sliced)
+      md.entries.emplace_back(key, internal::encode_bundle_entry(full.first, full.second));
+    return md;
+  }
+
+  // A host pointer to `tensor`'s bytes: its storage (after the work queued on it), or a copy in
+  // `scratch` for a GPU tensor.
+  const char* host_bytes(const Tensor& tensor) {
+    DeviceContext& ctx = tensor.device_context();
+    if (ctx.is_gpu()) {
+      scratch.resize(tensor.nbytes());
+      tensor.copy_to_host(scratch.data());
+      return scratch.data();
+    }
+    ctx.stream().synchronize();  // pending CPU work on the storage has run (rethrows its errors)
+    return static_cast<const char*>(tensor.data());
   }
 
   void write_through(std::string_view bytes) {
@@ -207,8 +238,14 @@ struct BundleWriter::Impl {
   }
 };
 
-BundleWriter::BundleWriter(std::string prefix) : impl_(std::make_unique<Impl>()) {
+BundleWriter::BundleWriter(std::string prefix) : BundleWriter(std::move(prefix), 0, 1) {}
+
+BundleWriter::BundleWriter(std::string prefix, int shard_id, int num_shards) : impl_(std::make_unique<Impl>()) {
+  CHORUS_REQUIRE(num_shards >= 1 && num_shards <= internal::kMaxShards && shard_id >= 0 && shard_id < num_shards,
+                 InvalidArgumentError, "BundleWriter('", prefix, "'): data file ", shard_id, " of ", num_shards);
   impl_->prefix = std::move(prefix);
+  impl_->shard_id = shard_id;
+  impl_->num_shards = num_shards;
   const std::string& p = impl_->prefix;
   CHORUS_REQUIRE(!p.empty() && p.back() != '/', InvalidArgumentError, "BundleWriter: prefix '", p,
                  "' must name a file path without suffix, like '/dir/ckpt-1'");
@@ -216,7 +253,7 @@ BundleWriter::BundleWriter(std::string prefix) : impl_(std::make_unique<Impl>())
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) throw_errno(errno, "BundleWriter: cannot use checkpoint directory", dir);
   if (!S_ISDIR(st.st_mode)) throw_errno(ENOTDIR, "BundleWriter: cannot use checkpoint directory", dir);
-  impl_->data_tmp = temporary_filename(data_filename(p));
+  impl_->data_tmp = temporary_filename(impl_->data_final());
   impl_->data = File::create_new(impl_->data_tmp);
 }
 
@@ -236,22 +273,56 @@ void BundleWriter::add(const std::string& key, const Tensor& tensor) {
   e.dtype = tensor.dtype();
   e.tf_dtype = internal::tf_dtype_of(tensor.dtype());
   e.shape = tensor.shape();
+  e.shard_id = m.shard_id;
   e.offset = m.offset;
   e.size = static_cast<std::int64_t>(tensor.nbytes());
-  m.guarded([&] {
-    const void* src = nullptr;
-    DeviceContext& ctx = tensor.device_context();
-    if (ctx.is_gpu()) {
-      m.scratch.resize(tensor.nbytes());
-      tensor.copy_to_host(m.scratch.data());
-      src = m.scratch.data();
-    } else {
-      ctx.stream().synchronize();  // pending CPU work on the storage has run (rethrows its errors)
-      src = tensor.data();
-    }
-    e.masked_crc32c = mask_crc32c(m.append(std::string_view(static_cast<const char*>(src), tensor.nbytes())));
-  });
+  m.guarded([&] { e.masked_crc32c = mask_crc32c(m.append(std::string_view(m.host_bytes(tensor), tensor.nbytes()))); });
   m.entries.emplace(key, std::move(e));
+}
+
+void BundleWriter::add_flat_slice(const std::string& key, const Shape& full_shape, std::int64_t begin,
+                                  const Tensor& values) {
+  Impl& m = *impl_;
+  m.require_usable("add_flat_slice");
+  CHORUS_REQUIRE(values.defined() && !values.is_string() && values.shape().rank() == 1, InvalidArgumentError,
+                 "BundleWriter::add_flat_slice('", key, "'): values must be a 1-D numeric tensor");
+  const std::int64_t total = full_shape.num_elements(), n = values.num_elements();
+  CHORUS_REQUIRE(begin >= 0 && begin <= total - n, InvalidArgumentError, "BundleWriter::add_flat_slice('", key,
+                 "'): elements [", begin, ", ", begin + n, ") of a tensor ", full_shape.to_string(), " of ", total);
+  if (n == 0) return;
+  CHORUS_REQUIRE(!key.empty() && !m.entries.count(key), InvalidArgumentError, "BundleWriter('", m.prefix,
+                 "')::add_flat_slice: key '", key, "' is empty or was added whole");
+  if (n == total) return add(key, values.reshape(full_shape));  // the whole tensor: a plain entry
+  BundleEntry full;
+  full.dtype = values.dtype();
+  full.tf_dtype = internal::tf_dtype_of(values.dtype());
+  full.shape = full_shape;
+  auto [it, fresh] = m.sliced.try_emplace(key, full, std::vector<internal::TensorSliceSpec>{});
+  CHORUS_REQUIRE(fresh || (it->second.first.dtype == full.dtype && it->second.first.shape == full_shape),
+                 InvalidArgumentError, "BundleWriter::add_flat_slice('", key, "'): ", dtype_name(full.dtype),
+                 full_shape.to_string(), " after ", dtype_name(it->second.first.dtype),
+                 it->second.first.shape.to_string());
+  const auto esize = static_cast<std::int64_t>(dtype_size(values.dtype()));
+  std::vector<internal::FlatSlice> boxes = internal::flat_range_slices(full_shape.dims(), begin, n);
+  for (const internal::FlatSlice& box : boxes)
+    CHORUS_REQUIRE(!m.entries.count(internal::encode_tensor_name_slice(key, box.spec)), InvalidArgumentError,
+                   "BundleWriter::add_flat_slice('", key, "'): elements [", box.begin, ", ", box.begin + box.length,
+                   ") were already added");
+  m.guarded([&] {
+    const char* src = m.host_bytes(values);
+    for (internal::FlatSlice& box : boxes) {
+      std::string slice_key = internal::encode_tensor_name_slice(key, box.spec);
+      BundleEntry e = full;
+      e.shape = Shape(std::move(box.shape));
+      e.shard_id = m.shard_id;
+      e.offset = m.offset;
+      e.size = box.length * esize;
+      const char* p = src + (box.begin - begin) * esize;
+      e.masked_crc32c = mask_crc32c(m.append(std::string_view(p, static_cast<std::size_t>(e.size))));
+      m.entries.emplace(std::move(slice_key), std::move(e));
+      it->second.second.push_back(std::move(box.spec));
+    }
+  });
 }
 
 void BundleWriter::add_strings(const std::string& key, const std::vector<std::string>& values, const Shape& shape) {
@@ -265,6 +336,7 @@ void BundleWriter::add_strings(const std::string& key, const std::vector<std::st
   e.is_string = true;
   e.tf_dtype = internal::kTfString;
   e.shape = shape;
+  e.shard_id = m.shard_id;
   e.offset = m.offset;
   std::uint32_t crc = 0;
   const std::string bytes = internal::encode_string_tensor(values, &crc);
@@ -277,6 +349,8 @@ void BundleWriter::add_strings(const std::string& key, const std::vector<std::st
 void BundleWriter::finish() {
   Impl& m = *impl_;
   m.require_usable("finish");
+  CHORUS_REQUIRE(m.num_shards == 1, FailedPreconditionError, "BundleWriter('", m.prefix, "')::finish: this writer ",
+                 "writes data file ", m.shard_id, " of ", m.num_shards, "; call finish_shard()");
   m.spent = true;
   const std::string index_final = index_filename(m.prefix);
   const std::string data_final = data_filename(m.prefix);
@@ -286,10 +360,7 @@ void BundleWriter::finish() {
     m.data.sync();
     m.data.close();
 
-    internal::TableBuilder table;
-    table.add("", internal::encode_bundle_header());
-    for (const auto& [key, entry] : m.entries) table.add(key, internal::encode_bundle_entry(entry));
-    const std::string index = table.finish();
+    const std::string index = internal::merge_shard_index({m.metadata(true)}, 1, index_final);
     m.index_tmp = temporary_filename(index_final);
     File f = File::create_new(m.index_tmp);
     f.write_all(index);
@@ -312,6 +383,48 @@ void BundleWriter::finish() {
     if (data_renamed && !bundle_exists(m.prefix)) ::unlink(data_final.c_str());  // no index refers to it
     throw;
   }
+}
+
+std::string BundleWriter::finish_shard(bool chief) {
+  Impl& m = *impl_;
+  m.require_usable("finish_shard");
+  m.spent = true;
+  const std::string index_final = index_filename(m.prefix);
+  const std::string data_final = m.data_final();
+  try {
+    m.flush();
+    m.data.sync();
+    m.data.close();
+    io::require_replaceable(index_final);
+    io::require_replaceable(data_final);
+    remove_file_if_exists(index_final);  // an old bundle under this prefix stops being complete
+    rename_file(m.data_tmp, data_final);
+    m.data_tmp.clear();
+    sync_directory(directory_of(m.prefix));  // durable before the chief's index can name it
+  } catch (...) {
+    m.remove_temporaries();
+    throw;
+  }
+  return internal::encode_shard_metadata(m.metadata(chief));
+}
+
+void write_sharded_index(const std::string& prefix, std::int64_t num_shards, std::string_view metadata) {
+  const std::string index_final = index_filename(prefix);
+  const std::string index = internal::merge_shard_index(
+      internal::decode_shard_metadata(metadata, "the writers of '" + prefix + "'"), num_shards, index_final);
+  const std::string tmp = temporary_filename(index_final);
+  try {
+    File f = File::create_new(tmp);
+    f.write_all(index);
+    f.sync();
+    f.close();
+    io::require_replaceable(index_final);
+    rename_file(tmp, index_final);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  sync_directory(directory_of(prefix));
 }
 
 // =============================================================================================
@@ -409,6 +522,77 @@ struct BundleReader::Impl {
       throw DataLossError(str_cat("corrupt checkpoint '", prefix, "': the ", sliced.slices.size(),
                                   " slices of partitioned tensor '", key, "' ", full.shape.to_string(), " cover ",
                                   covered_count, " of its ", total, " elements"));
+  }
+
+  // One range of read_flat_ranges: its destination and the flat intervals copied into it so far.
+  struct RangeTarget {
+    std::int64_t begin = 0;
+    std::int64_t length = 0;
+    char* dst = nullptr;
+    std::vector<std::pair<std::int64_t, std::int64_t>> copied;  // (flat start, count)
+  };
+
+  // Copies the elements of one stored piece — the box [start, start + length) of a tensor of
+  // `dims`, stored row-major in `piece` — that fall in a target range. The piece is read in
+  // chunks and CRC-checked; a piece that overlaps no target is not read.
+  void read_box_into(const std::string& key, const BundleEntry& piece, const std::vector<std::int64_t>& start,
+                     const std::vector<std::int64_t>& length, const std::vector<std::int64_t>& dims, std::int64_t esize,
+                     std::vector<RangeTarget>& targets) const {
+    const std::size_t rank = dims.size();
+    std::vector<std::int64_t> stride(rank, 1);
+    for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * dims[d];
+    // Dimensions [outer, rank) form contiguous runs: the trailing whole ones and the next.
+    std::size_t outer = rank;
+    std::int64_t run = 1;
+    while (outer > 0 && start[outer - 1] == 0 && length[outer - 1] == dims[outer - 1]) run *= dims[--outer];
+    if (outer > 0) run *= length[--outer];
+    std::int64_t first = 0, last = 0, inner_base = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      first += start[d] * stride[d];
+      last += (start[d] + length[d] - 1) * stride[d];
+      if (d >= outer) inner_base += start[d] * stride[d];
+    }
+    const std::int64_t count = piece.shape.num_elements();
+    const bool needed = std::any_of(targets.begin(), targets.end(), [&](const RangeTarget& t) {
+      return t.begin <= last && first < t.begin + t.length;
+    });
+    if (count == 0 || !needed) return;
+    const auto run_flat = [&](std::int64_t r) {  // flat index of run r's first element
+      std::int64_t flat = inner_base;
+      for (std::size_t d = outer; d-- > 0;) {
+        flat += (start[d] + r % length[d]) * stride[d];
+        r /= length[d];
+      }
+      return flat;
+    };
+    const DataShard& s = open_shard(key, piece);
+    const std::int64_t chunk = kReadChunk / esize * esize;
+    std::vector<char> buffer(static_cast<std::size_t>(std::min(chunk, piece.size)));
+    std::uint32_t crc = 0;
+    for (std::int64_t done = 0; done < piece.size;) {
+      const auto n = static_cast<std::size_t>(std::min(piece.size - done, chunk));
+      const std::size_t got = s.file->read_at(static_cast<std::uint64_t>(piece.offset + done), buffer.data(), n);
+      if (got != n)
+        throw DataLossError(str_cat("corrupt checkpoint data '", s.filename, "': tensor '", key, "' needs bytes [",
+                                    piece.offset, ", ", piece.offset + piece.size, ") but the file ends at ",
+                                    piece.offset + done + got));
+      crc = crc32c(buffer.data(), n, crc);
+      const std::int64_t p0 = done / esize, p1 = (done + static_cast<std::int64_t>(n)) / esize;
+      for (std::int64_t p = p0; p < p1;) {
+        const std::int64_t within = p % run, seg = std::min(run - within, p1 - p);
+        const std::int64_t flat = run_flat(p / run) + within;
+        for (RangeTarget& t : targets) {
+          const std::int64_t lo = std::max(flat, t.begin), hi = std::min(flat + seg, t.begin + t.length);
+          if (lo >= hi) continue;
+          std::memcpy(t.dst + (lo - t.begin) * esize, buffer.data() + (p - p0 + lo - flat) * esize,
+                      static_cast<std::size_t>((hi - lo) * esize));
+          t.copied.emplace_back(lo, hi - lo);
+        }
+        p += seg;
+      }
+      done += static_cast<std::int64_t>(n);
+    }
+    internal::check_numeric_crc(crc, piece, s.filename, key);
   }
 
   // Reads entry's bytes into dst (exactly e.size bytes).
@@ -515,6 +699,52 @@ std::vector<std::string> BundleReader::read_strings(const std::string& key) cons
   std::string bytes(static_cast<std::size_t>(e.size), '\0');  // e.size ≤ the file's size (checked)
   m.read_bytes(key, e, bytes.data());
   return internal::decode_string_tensor(bytes, e.shape.num_elements(), e.masked_crc32c, s.filename, key);
+}
+
+std::vector<Tensor> BundleReader::read_flat_ranges(
+    const std::string& key, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) const {
+  const BundleEntry& e = entry(key);
+  const Impl& m = *impl_;
+  CHORUS_REQUIRE(!e.is_string && e.supported(), UnimplementedError, "BundleReader::read_flat_ranges('", key, "'): a ",
+                 internal::tf_dtype_name(e.tf_dtype), " tensor; ranges are read of numeric ones");
+  const std::int64_t total = e.shape.num_elements();
+  std::vector<Tensor> out;
+  std::vector<Impl::RangeTarget> targets;
+  for (const auto& [begin, length] : ranges) {
+    CHORUS_REQUIRE(begin >= 0 && length >= 0 && begin <= total - length, InvalidArgumentError,
+                   "BundleReader::read_flat_ranges('", key, "'): elements [", begin, ", ", begin + length, ") of ",
+                   total);
+    out.push_back(Tensor::empty({length}, e.dtype, "/CPU:0"));
+    targets.push_back({begin, length, static_cast<char*>(out.back().data()), {}});
+  }
+  const auto esize = static_cast<std::int64_t>(dtype_size(e.dtype));
+  const std::vector<std::int64_t>& dims = e.shape.dims();
+  const auto sliced = m.index.sliced.find(key);
+  if (sliced == m.index.sliced.end()) {
+    m.read_box_into(key, e, std::vector<std::int64_t>(dims.size(), 0), dims, dims, esize, targets);
+  } else {
+    for (std::size_t i = 0; i < sliced->second.slices.size(); ++i) {
+      const internal::TensorSliceSpec& spec = sliced->second.slices[i];
+      std::vector<std::int64_t> start(dims.size()), length(dims.size());
+      for (std::size_t d = 0; d < dims.size(); ++d) {
+        const bool whole = spec[d].length == internal::kFullExtent;
+        start[d] = whole ? 0 : spec[d].start;
+        length[d] = whole ? dims[d] : spec[d].length;
+      }
+      m.read_box_into(key, sliced->second.pieces[i], start, length, dims, esize, targets);
+    }
+  }
+  for (Impl::RangeTarget& t : targets) {  // every element of every range was copied
+    std::sort(t.copied.begin(), t.copied.end());
+    std::int64_t reached = t.begin;
+    for (const auto& [lo, n] : t.copied)
+      if (lo <= reached) reached = std::max(reached, lo + n);
+    if (reached < t.begin + t.length)
+      throw DataLossError(str_cat("corrupt checkpoint '", m.prefix, "': the slices of partitioned tensor '", key,
+                                  "' do not cover element ", reached, " (reading elements [", t.begin, ", ",
+                                  t.begin + t.length, "))"));
+  }
+  return out;
 }
 
 void verify_bundle(const std::string& prefix) {

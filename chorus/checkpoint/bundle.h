@@ -5,7 +5,10 @@
 // lists and reads what BundleWriter writes; BundleReader reads what TensorFlow writes (any number
 // of `.data-<i>-of-<n>` shards, partitioned tensors whose slices lie in several shards — what
 // tf.train.CheckpointOptions(experimental_sharding_callback=MaxShardSizePolicy(...)) writes —,
-// uncompressed tables, numeric and DT_STRING tensors).
+// uncompressed tables, numeric and DT_STRING tensors). A sharded save (docs/checkpoints.md
+// "Sharded checkpoints") has one BundleWriter per process, each writing its own
+// `.data-<k>-of-<n>` with ZeRO shards as TF slices (add_flat_slice, finish_shard), and the chief
+// writing the index from their metadata (write_sharded_index).
 //
 //   train::BundleWriter w("/ckpt/ckpt-1");
 //   w.add("model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE", host_tensor);
@@ -39,6 +42,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <chorus/core/dtype.h>
@@ -55,7 +60,7 @@ struct BundleEntry {
   DType dtype = DType::kFloat32;
   int tf_dtype = 0;  // TF's DataType enum value as stored (DT_FLOAT = 1, DT_STRING = 7, ...)
   Shape shape;
-  int shard_id = 0;         // which `.data-<shard>-of-<num_shards>` file (BundleWriter: always 0)
+  int shard_id = 0;         // which `.data-<shard>-of-<num_shards>` file
   std::int64_t offset = 0;  // into the data file
   std::int64_t size = 0;    // bytes in the data file
   std::uint32_t masked_crc32c = 0;
@@ -68,6 +73,11 @@ class BundleWriter {
   // `prefix` is a path without suffix ("/dir/ckpt-3"); its directory must exist
   // (NotFoundError otherwise). Opens the temporary data file.
   explicit BundleWriter(std::string prefix);
+  // One of several writers of a sharded save (docs/checkpoints.md "Sharded checkpoints"): this
+  // one writes `<prefix>.data-<shard_id>-of-<num_shards>` and ends with finish_shard(); the
+  // chief merges every writer's metadata with write_sharded_index. 0 ≤ shard_id < num_shards ≤
+  // 99999 (InvalidArgumentError otherwise).
+  BundleWriter(std::string prefix, int shard_id, int num_shards);
   // Not finished: the temporary files are removed.
   ~BundleWriter();
   BundleWriter(const BundleWriter&) = delete;
@@ -80,12 +90,29 @@ class BundleWriter {
   // A DT_STRING tensor of `shape` (rank 0 by default) with `values` (row-major; as many values as
   // the shape has elements, InvalidArgumentError otherwise).
   void add_strings(const std::string& key, const std::vector<std::string>& values, const Shape& shape = Shape{});
+  // Elements [begin, begin + values.num_elements()) of the row-major flattening of the numeric
+  // tensor `key` of `full_shape` — a ZeRO shard (core/sharded_variable.h) — written straight from
+  // `values`' storage (1-D, any device; a GPU tensor is copied to the host) as TF slices: one
+  // slice entry per box of flat_range_slices (bundle_format.h) and the box in the full-tensor
+  // entry of `key`, as TF's BundleWriter::AddSlice writes them. A range that is the whole tensor
+  // (or a scalar's) is a plain entry. Several calls for one key add disjoint ranges (the key's
+  // dtype and shape must agree, InvalidArgumentError otherwise); the slices of all writers of the
+  // save must cover the tensor once (checked when the index is merged). An empty range writes
+  // nothing.
+  void add_flat_slice(const std::string& key, const Shape& full_shape, std::int64_t begin, const Tensor& values);
   // Writes the index and commits as described above. Errors from the OS (ENOSPC →
   // ResourceExhaustedError, ...) throw; the temporary files are removed, and no new file is left
   // under `prefix` (the previous files, if any, are untouched unless the failure came after the
   // commit started, see above). Call once: add/finish afterwards → FailedPreconditionError.
   // add() may also throw the OS's errors (it writes as it goes); the writer is then spent.
   void finish();
+  // For a writer of a sharded save: fsyncs the data file, renames it into place (removing the
+  // `.index` of a bundle previously under `prefix` first, so that it stops being complete), fsyncs
+  // the directory, and returns this file's index entries as the metadata the chief merges
+  // (checkpoint/shard_metadata.h); `chief`: this writer's process writes the index (exactly one
+  // of the save's writers). The bundle is complete only once the chief has written the index.
+  // Errors as finish(); call once.
+  std::string finish_shard(bool chief);
 
   const std::string& prefix() const;
 
@@ -122,6 +149,14 @@ class BundleReader {
   // The values of a DT_STRING entry (CRC-checked); a numeric entry → InvalidArgumentError; a
   // partitioned DT_STRING tensor (TF cannot read one either) → UnimplementedError.
   std::vector<std::string> read_strings(const std::string& key) const;
+  // Ranges of the row-major flattening of numeric tensor `key`: for each (begin, length), a 1-D
+  // host tensor [length] with elements [begin, begin + length) — what a ZeRO shard of another
+  // replica count needs. Reads only the entries whose elements overlap a range (each whole, to
+  // check its CRC, in pieces of 512 KiB: memory beyond the results is one piece), never the full
+  // tensor. Ranges outside the tensor → InvalidArgumentError; slices that leave an element of a
+  // range uncovered → DataLossError; otherwise the errors of read().
+  std::vector<Tensor> read_flat_ranges(const std::string& key,
+                                       const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) const;
 
   const std::string& prefix() const;
 
@@ -138,6 +173,12 @@ bool bundle_exists(const std::string& prefix);
 // Removes `<prefix>.index` and every `<prefix>.data-*-of-*` (index first, so a half-deleted
 // bundle is never mistaken for a complete one). Missing files are not an error.
 void delete_bundle(const std::string& prefix);
+// The commit of a sharded save (the chief, once every writer's finish_shard() has returned):
+// merges `metadata` (every writer's finish_shard() result, concatenated in any order; see
+// checkpoint/shard_metadata.h for what is checked) into `<prefix>.index` for `num_shards` data
+// files, written to a temporary file, fsynced, renamed into place, the directory fsynced. A
+// writer that failed (its metadata carries the error) → AbortedError, nothing written.
+void write_sharded_index(const std::string& prefix, std::int64_t num_shards, std::string_view metadata);
 // Reads every tensor of the bundle at `prefix` and checks its CRC32C: returns normally when the
 // bundle is complete and intact, throws what BundleReader throws otherwise (DataLossError naming
 // the file and the key, NotFoundError for a missing data file). Entries of a dtype chorus cannot

@@ -154,19 +154,72 @@ std::string encode_tensor_name_slice(std::string_view name, const TensorSliceSpe
   return out;
 }
 
+namespace {
+
+// Appends the boxes of [lo, hi) of the sub-tensor at dimension d (offsets relative to it, whose
+// element 0 is flat element `base`); `prefix` fixes the dimensions before d.
+void decompose(const std::vector<std::int64_t>& dims, std::size_t d, std::vector<std::int64_t>& prefix,
+               std::int64_t base, std::int64_t lo, std::int64_t hi, std::vector<FlatSlice>& out) {
+  if (lo >= hi) return;
+  std::int64_t row = 1;  // elements per index of dimension d
+  for (std::size_t i = d + 1; i < dims.size(); ++i) row *= dims[i];
+  const auto box = [&](std::int64_t start, std::int64_t count) {
+    FlatSlice s;
+    for (std::int64_t i : prefix) {
+      s.spec.push_back({i, 1});
+      s.shape.push_back(1);
+    }
+    s.spec.push_back({start, count});
+    s.shape.push_back(count);
+    for (std::size_t i = d + 1; i < dims.size(); ++i) {
+      s.spec.push_back({0, kFullExtent});
+      s.shape.push_back(dims[i]);
+    }
+    s.begin = base + start * row;
+    s.length = count * row;
+    out.push_back(std::move(s));
+  };
+  if (row == 1) return box(lo, hi - lo);
+  const std::int64_t first_full = (lo + row - 1) / row, last_full = hi / row;
+  const auto inside = [&](std::int64_t i, std::int64_t from, std::int64_t to) {
+    prefix.push_back(i);
+    decompose(dims, d + 1, prefix, base + i * row, from, to, out);
+    prefix.pop_back();
+  };
+  if (first_full > last_full) return inside(lo / row, lo % row, hi - lo / row * row);  // within one index
+  if (lo < first_full * row) inside(lo / row, lo % row, row);
+  if (first_full < last_full) box(first_full, last_full - first_full);
+  if (last_full * row < hi) inside(last_full, 0, hi - last_full * row);
+}
+
+}  // namespace
+
+std::vector<FlatSlice> flat_range_slices(const std::vector<std::int64_t>& dims, std::int64_t begin,
+                                         std::int64_t length) {
+  std::int64_t elements = 1;
+  for (std::int64_t d : dims) elements *= d;
+  CHORUS_REQUIRE(!dims.empty() && begin >= 0 && length >= 0 && begin <= elements - length, InvalidArgumentError,
+                 "flat_range_slices: range [", begin, ", ", begin + length, ") of a tensor of rank ", dims.size(),
+                 " with ", elements, " elements");
+  std::vector<FlatSlice> out;
+  std::vector<std::int64_t> prefix;
+  decompose(dims, 0, prefix, 0, begin, begin + length, out);
+  return out;
+}
+
 // ---- encoding ----
 
-std::string encode_bundle_header() {
+std::string encode_bundle_header(std::int64_t num_shards) {
   ProtoWriter version;
   version.add_varint(kVersionProducer, kTensorBundleVersion);
   ProtoWriter header;
-  header.add_varint(kHeaderNumShards, 1);
+  header.add_varint(kHeaderNumShards, static_cast<std::uint64_t>(num_shards));
   // endianness LITTLE = 0: omitted (proto3 default), as TF writes it.
   header.add_message(kHeaderVersion, version);
   return header.release();
 }
 
-std::string encode_bundle_entry(const BundleEntry& entry) {
+std::string encode_bundle_entry(const BundleEntry& entry, const std::vector<TensorSliceSpec>& slices) {
   ProtoWriter shape;
   for (std::int64_t d : entry.shape.dims()) {
     ProtoWriter dim;
@@ -179,13 +232,26 @@ std::string encode_bundle_entry(const BundleEntry& entry) {
   if (entry.shard_id != 0) e.add_int64(kEntryShardId, entry.shard_id);
   if (entry.offset != 0) e.add_int64(kEntryOffset, entry.offset);
   if (entry.size != 0) e.add_int64(kEntrySize, entry.size);
+  std::string out = e.release();
   if (entry.masked_crc32c != 0) {
-    std::string crc;
-    wire::append_varint(crc, (kEntryCrc32c << 3) | 5);
-    wire::append_fixed32(crc, entry.masked_crc32c);
-    return e.release() + crc;
+    wire::append_varint(out, (kEntryCrc32c << 3) | 5);
+    wire::append_fixed32(out, entry.masked_crc32c);
   }
-  return e.release();
+  if (slices.empty()) return out;
+  ProtoWriter tail;  // field 7 follows the crc (field 6), in field order as TF serializes
+  for (const TensorSliceSpec& spec : slices) {
+    ProtoWriter slice;
+    for (const SliceExtent& x : spec) {
+      ProtoWriter extent;
+      if (x.length != kFullExtent) {
+        if (x.start != 0) extent.add_int64(kExtentStart, x.start);
+        extent.add_int64(kExtentLength, x.length);  // in a oneof: written even when 0
+      }
+      slice.add_message(kSliceExtent, extent);
+    }
+    tail.add_message(kEntrySlices, slice);
+  }
+  return out + tail.release();
 }
 
 // ---- decoding ----

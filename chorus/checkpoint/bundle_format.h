@@ -76,13 +76,31 @@ using TensorSliceSpec = std::vector<SliceExtent>;  // one extent per dimension
 // NumIncreasing(rank), then SignedNumIncreasing(start) and SignedNumIncreasing(length) per
 // dimension (length −1 for a full one). Such keys start with '\0', below every variable key.
 std::string encode_tensor_name_slice(std::string_view name, const TensorSliceSpec& slice);
+// One box of a flat range: elements [begin, begin + length) of the row-major flattening, which
+// are exactly the box `spec` (of shape `shape`) in its own row-major order.
+struct FlatSlice {
+  TensorSliceSpec spec;
+  std::vector<std::int64_t> shape;
+  std::int64_t begin = 0;
+  std::int64_t length = 0;
+};
+// The boxes, in flat order, whose union is the flat range [begin, begin + length) of a tensor of
+// `dims` (how a ZeRO shard, a piece of the flattened variable, is stored as TF slices): at most
+// 2·rank − 1 of them, each of the form (fixed indices, one range, whole dimensions), so each is
+// contiguous in the flattening. Dimensions a box spans whole are kFullExtent. An empty range →
+// none. Requires rank ≥ 1 and 0 ≤ begin ≤ begin + length ≤ elements (InvalidArgumentError).
+std::vector<FlatSlice> flat_range_slices(const std::vector<std::int64_t>& dims, std::int64_t begin,
+                                         std::int64_t length);
 
 // ---- Encoding (writer side) ----
-// The serialized BundleHeaderProto we write: num_shards=1, LITTLE endian, version{producer=1}
-// = 08 01 1a 02 08 01.
-std::string encode_bundle_header();
-// BundleEntryProto for one shard-0 tensor; proto3 defaults (0) are omitted as TF's writer does.
-std::string encode_bundle_entry(const BundleEntry& entry);
+// The serialized BundleHeaderProto we write: num_shards, LITTLE endian, version{producer=1}
+// (num_shards 1: 08 01 1a 02 08 01).
+std::string encode_bundle_header(std::int64_t num_shards = 1);
+// BundleEntryProto for one tensor; proto3 defaults (0) are omitted as TF's writer does. With
+// `slices`, the full-tensor entry of a partitioned tensor (TF's BundleWriter::AddSlice: dtype,
+// shape and one TensorSliceProto per slice, no data of its own); an extent of length kFullExtent
+// is written as an empty Extent, as TF's TensorSlice::AsProto does.
+std::string encode_bundle_entry(const BundleEntry& entry, const std::vector<TensorSliceSpec>& slices = {});
 
 // ---- Decoding (reader side) ----
 struct BundleHeader {

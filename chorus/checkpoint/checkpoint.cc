@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <utility>
 
 #include <chorus/checkpoint/async_writer.h>
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/restore_coordinator.h>
 #include <chorus/checkpoint/saveable.h>
+#include <chorus/checkpoint/shard_metadata.h>
+#include <chorus/checkpoint/worker_exchange.h>
 #include <chorus/core/distributed_variable.h>
 #include <chorus/core/distribution.h>
 #include <chorus/core/env.h>
@@ -106,6 +110,7 @@ Checkpoint::Checkpoint(std::vector<TrackableChild> children)
 
 Checkpoint::~Checkpoint() {
   async_.reset();  // joins the writer (it may still run a manager's callback)
+  commit_pending_logged();
   for (auto& weak : coordinators_) {
     if (auto c = weak.lock()) {
       c->warn_if_unused();
@@ -146,7 +151,28 @@ std::string Checkpoint::write(const std::string& file_path, const SaveOptions& o
   return write_impl(file_path, options);
 }
 
+void Checkpoint::commit_pending_logged() noexcept {
+  if (!commit_pending_) return;
+  const auto commit = std::move(commit_pending_);
+  commit_pending_ = nullptr;
+  try {
+    commit();
+  } catch (const std::exception& e) {
+    CHORUS_LOG(ERROR) << "Checkpoint: the last async sharded save could not be committed: " << e.what();
+  }
+}
+
 void Checkpoint::meet_barrier() {
+  if (commit_pending_) {
+    const auto commit = std::move(commit_pending_);
+    commit_pending_ = nullptr;
+    try {
+      commit();
+    } catch (...) {
+      barrier_pending_.clear();  // every worker saw the same failed reports and throws alike
+      throw;
+    }
+  }
   if (!barrier_pending_.empty()) {
     const std::string tag = std::move(barrier_pending_);
     barrier_pending_.clear();
@@ -165,6 +191,87 @@ const DistributionStrategy& Checkpoint::owning_strategy() const {
   return get_strategy();
 }
 
+namespace {
+
+// The first key whose value is not all finite ("" when all are).
+std::string first_non_finite(const std::vector<internal::SaveItem>& items) {
+  std::vector<Tensor> values;
+  for (const internal::SaveItem& item : items) values.push_back(item.value);
+  if (ops::all_finite(values)) return {};
+  for (const internal::SaveItem& item : items)
+    if (!ops::all_finite(item.value)) return item.key;
+  return {};
+}
+
+// The first key any worker found not finite: each worker checks its own shards, so they ask
+// each other (the metadata exchange, with the key as the "error").
+std::string first_non_finite_of_all(const DistributionStrategy& strategy, const internal::WorkerGroup& group,
+                                    const std::string& mine) {
+  internal::ShardMetadata m;
+  m.worker = group.worker_index;
+  m.error = mine;
+  for (const internal::ShardMetadata& r : internal::decode_shard_metadata(
+           internal::gather_across_workers(strategy, internal::encode_shard_metadata(m)), "the workers"))
+    if (!r.error.empty()) return r.error;
+  return {};
+}
+
+// Writes `items` (values in `values`) and the object graph as one bundle (one process).
+void write_bundle(const std::string& path, const std::vector<internal::SaveItem>& items,
+                  const std::vector<Tensor>& values, const std::string& graph) {
+  BundleWriter writer(path);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (items[i].shard) {
+      writer.add_flat_slice(items[i].key, items[i].full_shape, items[i].begin, values[i]);
+    } else {
+      writer.add(items[i].key, values[i]);
+    }
+  }
+  writer.add_strings(internal::kObjectGraphKey, {graph});
+  writer.finish();
+}
+
+// This worker's data file of a multi-process sharded save: its shards, and (the chief) the whole
+// values and the object graph. Returns the metadata for the chief; an error is returned in it
+// (so that every worker still meets the exchange) and stored in `error`.
+std::string write_shard_file(const std::string& path, const internal::WorkerGroup& group, bool chief,
+                             const std::vector<internal::SaveItem>& items, const std::vector<Tensor>& values,
+                             const std::string& graph, std::exception_ptr& error) {
+  try {
+    BundleWriter writer(path, group.worker_index, group.num_workers);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (items[i].shard) {
+        writer.add_flat_slice(items[i].key, items[i].full_shape, items[i].begin, values[i]);
+      } else if (chief) {
+        writer.add(items[i].key, values[i]);
+      }
+    }
+    if (chief) writer.add_strings(internal::kObjectGraphKey, {graph});
+    return writer.finish_shard(chief);
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    internal::ShardMetadata m;
+    m.worker = group.worker_index;
+    m.chief = chief;
+    m.error = e.what();
+    return internal::encode_shard_metadata(m);
+  }
+}
+
+}  // namespace
+
+void Checkpoint::commit_sharded(const std::string& path, const DistributionStrategy& strategy, int num_workers,
+                                const std::string& metadata, const std::function<void(const std::string&)>& written) {
+  timeline::Span span("checkpoint", "sharded commit");
+  const std::string all = internal::gather_across_workers(strategy, metadata);
+  const auto reports = internal::decode_shard_metadata(all, "the workers of '" + path + "'");
+  internal::check_shard_reports(reports, num_workers, index_filename(path));  // a failed worker: all throw
+  for (const internal::ShardMetadata& r : reports)
+    if (r.chief && r.worker == internal::worker_group(strategy).worker_index)
+      write_sharded_index(path, num_workers, all);
+  if (written) written(path);
+}
+
 std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& options,
                                    std::function<void(const std::string&)> written, bool refuse_non_finite) {
   timeline::Span span("checkpoint", "save",
@@ -174,44 +281,67 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
   const DistributionStrategy& strategy = owning_strategy();
   const auto rank = env::launcher_rank();
   const bool chief = options.chief.value_or(strategy.is_chief() && (!rank || *rank == 0));
-  // Every worker walks the graph and takes the sources in the same order: an ON_READ variable's
-  // aggregate is a collective in a multi-worker strategy. Only the chief copies and writes.
+  const internal::WorkerGroup group = internal::worker_group(strategy);
+  // Every worker walks the graph and takes the values in the same order: an ON_READ variable's
+  // aggregate (and, gathered to the chief, a sharded variable's value) is a collective in a
+  // multi-worker strategy. Only the chief writes the objects' attributes.
   internal::LiveGraph g = internal::build_live_graph(*this, /*with_values=*/chief);
-  std::vector<std::string> keys;
-  std::vector<Tensor> sources;
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    const internal::LiveNode& n = g.nodes[i];
+  std::vector<internal::SaveItem> items;
+  for (const internal::LiveNode& n : g.nodes) {
     if (n.ref.is_variable()) {
-      keys.push_back(internal::attribute_key(n.path, internal::kVariableValue));
-      sources.push_back(internal::snapshot_source(n.ref.variable()));
+      internal::append_save_items(n.ref.variable(), internal::attribute_key(n.path, internal::kVariableValue),
+                                  options.sharded.value_or(true), items);
     } else {
-      for (const auto& [name, tensor] : n.attributes) {
-        keys.push_back(internal::attribute_key(n.path, name));
-        sources.push_back(tensor);
-      }
+      for (const auto& [name, tensor] : n.attributes) items.push_back({internal::attribute_key(n.path, name), tensor});
     }
   }
-  if (refuse_non_finite && !ops::all_finite(sources)) {
-    std::string first;
-    for (std::size_t i = 0; i < sources.size() && first.empty(); ++i)
-      if (!ops::all_finite(sources[i])) first = keys[i];
-    throw FailedPreconditionError(
-        str_cat("CheckpointManager: not saving '", path, "': '", first,
-                "' holds NaN or Inf; a checkpoint of non-finite values never becomes the latest over a good one. "
-                "Nothing was written. Pass SaveOptions{.allow_non_finite = true} to save it anyway"));
+  const bool sharded = std::any_of(items.begin(), items.end(), [](const auto& i) { return i.shard; });
+  const bool several = sharded && group.num_workers > 1;  // every worker writes its data file
+  if (refuse_non_finite) {
+    std::string first = first_non_finite(items);
+    if (several) first = first_non_finite_of_all(strategy, group, first);
+    if (!first.empty())
+      throw FailedPreconditionError(
+          str_cat("CheckpointManager: not saving '", path, "': '", first,
+                  "' holds NaN or Inf; a checkpoint of non-finite values never becomes the latest over a good one. "
+                  "Nothing was written. Pass SaveOptions{.allow_non_finite = true} to save it anyway"));
   }
-  if (chief) {
-    // A synchronous write writes straight from the variables' storage (BundleWriter waits for
-    // the work queued on it, and copies a GPU tensor to the host piece by piece): the caller is in
-    // this call until the bundle is durable, and a copy would only cost time and memory. An async
-    // write holds the variables' writes until the writer thread has copied them (HeldSnapshot),
-    // so the caller returns at once and training reads them meanwhile.
-    std::string graph = internal::serialize_object_graph(g.proto);
-    auto write = [path, keys, graph = std::move(graph), done = std::move(written)](const std::vector<Tensor>& values) {
-      BundleWriter writer(path);
-      for (std::size_t i = 0; i < keys.size(); ++i) writer.add(keys[i], values[i]);
-      writer.add_strings(internal::kObjectGraphKey, {graph});
-      writer.finish();
+  std::vector<Tensor> sources;
+  for (internal::SaveItem& item : items) sources.push_back(std::exchange(item.value, Tensor()));
+  std::string graph = internal::serialize_object_graph(g.proto);
+  // A synchronous write writes straight from the variables' storage (BundleWriter waits for the
+  // work queued on it, and copies a GPU tensor to the host piece by piece): the caller is in this
+  // call until the bundle is durable, and a copy would only cost time and memory. An async write
+  // holds the variables' writes until the writer thread has copied them (HeldSnapshot), so the
+  // caller returns at once and training reads them meanwhile.
+  if (several) {
+    // Each worker writes its data file (on the writer thread when async); the exchange and the
+    // chief's index follow on this thread, at once or (async) in sync() / the next save.
+    struct Shard {
+      std::string metadata;
+      std::exception_ptr error;
+    };
+    auto shard = std::make_shared<Shard>();
+    auto write = [shard, path, group, chief, items, graph](const std::vector<Tensor>& values) {
+      shard->metadata = write_shard_file(path, group, chief, items, values, graph, shard->error);
+    };
+    commit_pending_ = [this, shard, path, &strategy, n = group.num_workers, done = std::move(written)] {
+      try {
+        commit_sharded(path, strategy, n, shard->metadata, done);
+      } catch (...) {
+        if (shard->error) std::rethrow_exception(shard->error);  // this worker's own failure, as it was
+        throw;
+      }
+    };
+    if (options.async) {
+      auto snapshot = std::make_shared<internal::HeldSnapshot>(sources);
+      async_->start([write = std::move(write), snapshot] { write(snapshot->take()); });
+    } else {
+      write(sources);
+    }
+  } else if (chief) {
+    auto write = [path, items, graph = std::move(graph), done = std::move(written)](const std::vector<Tensor>& values) {
+      write_bundle(path, items, values, graph);
       if (done) done(path);
     };
     if (options.async) {

@@ -41,6 +41,12 @@
 // then all processes meet in that strategy's worker barrier (DistributionStrategy::
 // worker_barrier, a no-op in one process), so no worker goes on before the chief's bundle is
 // durable. In a multi-worker run every worker must call save/write at the same points.
+// Sharded variables (ZeRO, core/sharded_variable.h) are the exception (SaveOptions::sharded, on
+// by default): every process writes its own shards as TF slices into its own data file
+// `<path>.data-<w>-of-<N>` straight from their storage; the processes then exchange their index
+// entries (a collective of metadata) and the chief writes the index, the commit point. A process
+// that fails to write makes every process throw (its own error there, AbortedError elsewhere),
+// and nothing is committed. A restore reads only the slices each local shard overlaps.
 //
 // Async (SaveOptions::async, TF's CheckpointOptions(enable_async=True)): save() returns without
 // copying host values: it puts a write hold on each (core/tensor.h Buffer::hold_writes; GPU values
@@ -82,6 +88,12 @@ struct SaveOptions {
   // (to look at a divergence). Checkpoint::save and write, TF's plain writes, ignore it and write
   // what they are given.
   bool allow_non_finite = false;
+  // Sharded variables (ZeRO, core/sharded_variable.h) of more than one shard: true (nullopt) —
+  // every process writes its own shards into its own data file as TF slices, straight from their
+  // storage, and the chief writes the index from the others' metadata (docs/checkpoints.md
+  // "Sharded checkpoints"); false — each is gathered whole to the chief, which writes alone (the
+  // layout before 2026-11-28, and bench_checkpoint's yardstick). Either restores anywhere.
+  std::optional<bool> sharded;
 };
 
 namespace internal {
@@ -153,12 +165,20 @@ class Checkpoint final : public Trackable {
   LoadStatus restore_impl(const std::string& path, bool expect_save_counter);
   void ensure_save_counter();
   void meet_barrier();
+  // The rest of a multi-process sharded save once this process's data file is written: the
+  // exchange of metadata, the chief's index, `written`.
+  void commit_sharded(const std::string& path, const DistributionStrategy& strategy, int num_workers,
+                      const std::string& metadata, const std::function<void(const std::string&)>& written);
+  // Runs a pending commit_sharded (an async multi-process sharded save nobody synced), logging
+  // its error: the destructors' (the manager's first, as the commit may call back into it).
+  void commit_pending_logged() noexcept;
   const DistributionStrategy& owning_strategy() const;
 
   std::vector<TrackableChild> children_;
   Variable save_counter_;
   std::unique_ptr<internal::AsyncWriter> async_;
-  std::string barrier_pending_;  // the tag of a save whose worker barrier is still to be met
+  std::function<void()> commit_pending_;  // an async multi-process sharded save's commit_sharded
+  std::string barrier_pending_;           // the tag of a save whose worker barrier is still to be met
   const DistributionStrategy* barrier_strategy_ = nullptr;
   std::vector<std::weak_ptr<internal::RestoreCoordinator>> coordinators_;
 };

@@ -282,6 +282,7 @@ CheckpointManager::~CheckpointManager() {
   } catch (const std::exception& e) {
     CHORUS_LOG(ERROR) << "CheckpointManager: the last async save failed: " << e.what();
   }
+  checkpoint_.commit_pending_logged();  // its callback updates this manager's state file
   // lock_'s destructor closes the file, which releases the flock.
 }
 

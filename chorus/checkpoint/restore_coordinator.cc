@@ -230,16 +230,16 @@ void RestoreCoordinator::execute(Plan& plan) {
     throw InvalidArgumentError(describe_problems(plan));
   }
   // Read (and CRC-check) everything before assigning anything.
-  std::vector<Tensor> values;
+  std::vector<std::vector<Tensor>> values;  // per variable: its whole value, or its local shards
   values.reserve(plan.variables.size());
-  for (const auto& [v, key] : plan.variables) values.push_back(reader_.read(key));
+  for (const auto& [v, key] : plan.variables) values.push_back(read_for_restore(reader_, v, key));
   std::vector<std::map<std::string, Tensor>> attributes;
   for (const auto& [object, attrs] : plan.objects) {
     std::map<std::string, Tensor> tensors;
     for (const auto& [name, key] : attrs) tensors[name] = reader_.read(key);
     attributes.push_back(std::move(tensors));
   }
-  for (std::size_t i = 0; i < values.size(); ++i) assign_restored(plan.variables[i].first, std::move(values[i]));
+  for (std::size_t i = 0; i < values.size(); ++i) assign_read(plan.variables[i].first, std::move(values[i]));
   for (std::size_t i = 0; i < plan.objects.size(); ++i) plan.objects[i].first->restore_from_tensors(attributes[i]);
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -8,9 +8,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include <chorus/checkpoint/worker_exchange.h>
 #include <chorus/core/distributed_variable.h>
 #include <chorus/core/error.h>
 #include <chorus/core/runtime.h>
+#include <chorus/core/sharded_variable.h>
 #include <chorus/core/timeline.h>
 
 namespace chorus::train::internal {
@@ -100,6 +102,53 @@ LiveGraph build_live_graph(const Trackable& root, bool with_values) {
 Tensor snapshot_source(const Variable& variable) {
   if (const DistributedVariable* distributed = as_distributed(variable)) return distributed->checkpoint_value();
   return variable.impl()->value();
+}
+
+namespace {
+
+// The sharded view of `variable` when it has more than one shard (then its value is saved and
+// restored shard by shard), else nullptr.
+const ShardedVariable* multi_shard(const Variable& variable) {
+  const ShardedVariable* s = as_sharded(variable);
+  return s && s->layout().num_shards > 1 ? s : nullptr;
+}
+
+}  // namespace
+
+void append_save_items(const Variable& variable, const std::string& key, bool sharded, std::vector<SaveItem>& out) {
+  const ShardedVariable* s = sharded ? multi_shard(variable) : nullptr;
+  if (!s) {
+    out.push_back({key, snapshot_source(variable), false, {}, 0});
+    return;
+  }
+  const int first = first_local_shard(*s);
+  const std::vector<Variable>& shards = s->components();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::int64_t begin = s->layout().begin(first + static_cast<int>(i));
+    out.push_back({key, shards[i].impl()->value(), true, s->shape(), begin});
+  }
+}
+
+std::vector<Tensor> read_for_restore(const BundleReader& reader, const Variable& variable, const std::string& key) {
+  const ShardedVariable* s = multi_shard(variable);
+  if (!s) return {reader.read(key)};
+  const int first = first_local_shard(*s);
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  for (std::size_t i = 0; i < s->components().size(); ++i) {
+    const int g = first + static_cast<int>(i);
+    ranges.emplace_back(s->layout().begin(g), s->layout().length(g));
+  }
+  return reader.read_flat_ranges(key, ranges);
+}
+
+void assign_read(const Variable& variable, std::vector<Tensor> values) {
+  const ShardedVariable* s = multi_shard(variable);
+  if (!s) return assign_restored(variable, std::move(values.at(0)));
+  const std::vector<Variable>& shards = s->components();
+  CHORUS_ENFORCE(values.size() == shards.size(), "restore of '", variable.name(), "': ", values.size(),
+                 " shards read for ", shards.size());
+  // Each shard takes its values' storage when it can (a host replica), else copies them to its device.
+  for (std::size_t i = 0; i < shards.size(); ++i) Variable(shards[i]).impl()->assign_taking(std::move(values[i]));
 }
 
 HeldSnapshot::HeldSnapshot(const std::vector<Tensor>& sources) : values_(sources.size()), held_(sources.size(), false) {

@@ -2,10 +2,12 @@
 // matches) and how a variable's value is read for saving and written back on restore.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/object_graph.h>
 #include <chorus/checkpoint/trackable.h>
 
@@ -36,6 +38,29 @@ std::string attribute_key(const std::string& path, const std::string& attribute)
 // a collective in multi-worker strategies; the first component otherwise), a plain variable's
 // value.
 Tensor snapshot_source(const Variable& variable);
+// One value a save writes: a whole tensor, or one local shard of a sharded variable (written as
+// TF slices, BundleWriter::add_flat_slice: docs/checkpoints.md "Sharded checkpoints").
+struct SaveItem {
+  std::string key;
+  Tensor value;  // the whole value (not copied: it may alias the variable), or the shard
+  bool shard = false;
+  Shape full_shape;        // shard: the variable's shape
+  std::int64_t begin = 0;  // shard: its first element in the row-major flattening
+};
+// Appends what a save writes of `variable` under `key`: with `sharded`, a sharded variable
+// (core/sharded_variable.h) of more than one shard gives its local shards — no collective, no
+// copy, no whole tensor; otherwise the one item of snapshot_source (a collective for some).
+void append_save_items(const Variable& variable, const std::string& key, bool sharded, std::vector<SaveItem>& out);
+
+// The checkpoint value under `key` read as `variable` will hold it: for a sharded variable of
+// more than one shard its local shards, each read from the entries that overlap it
+// (BundleReader::read_flat_ranges: never the whole tensor, whatever layout or replica count
+// wrote it); for any other variable the whole value (BundleReader::read). CRC-checked.
+std::vector<Tensor> read_for_restore(const BundleReader& reader, const Variable& variable, const std::string& key);
+// Writes what read_for_restore read: shards into the local components, a whole value by
+// assign_restored.
+void assign_read(const Variable& variable, std::vector<Tensor> values);
+
 // An async save's snapshot of `sources`, taken without blocking the caller on a copy. The
 // constructor (on the caller's thread) waits for the work queued on each source's stream, copies
 // GPU sources to the host at once (device-to-host), and puts a write hold (core/tensor.h

@@ -7,6 +7,8 @@
 //     100 MiB variable; tf.train.list_variables lists exactly chorus's keys, shapes and dtypes,
 //     tf.train.load_checkpoint reads every value bit for bit, and tf.train.Checkpoint(...) restores
 //     each into matching TF objects with assert_consumed().
+//   TensorFlowReadsChorusShardedStageThreeCheckpoint: ZeRO stage 3 on 4 replicas writes each
+//     parameter as its replicas' TF slices; TF reads and restores the full tensors bit for bit.
 //   ChorusReadsTensorFlowCheckpoints: TF writes a nested tf.Module, a variable of each of the 16
 //     dtypes it saves, a 100 MiB variable, a checkpoint with each tensor in its own
 //     `.data-K-of-N` file, one whose tensors MaxShardSizePolicy sliced over several data files, and
@@ -55,6 +57,7 @@
 #include <chorus/model/losses.h>
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/model.h>
+#include <chorus/ops/elementwise.h>
 #include <chorus/ops/random.h>
 #include <chorus/optimizer/adam.h>
 #include <chorus/optimizer/loss_scale_optimizer.h>
@@ -634,6 +637,45 @@ TEST_F(TensorFlowInterop, KerasRestoresChorusZeroStageThreeModel) {
   ASSERT_NE(as_sharded(cnn.adam->get_slot(kernel, "m")), nullptr);
   write_keras_restores_cases(dir, cnn);
   EXPECT_EQ(run_tf_interop(python_, "keras-restores " + quoted(dir.path())), 0);
+}
+
+// ZeRO stage 3 on 4 replicas saves each parameter as every replica's slices (sharded checkpoints,
+// docs/checkpoints.md): TF lists and reads the full tensors bit for bit and restores them into
+// tf.Variables with assert_consumed().
+TEST_F(TensorFlowInterop, TensorFlowReadsChorusShardedStageThreeCheckpoint) {
+  CHORUS_REQUIRE_INTEROP_PYTHON(python_, "tensorflow");
+  chorus::testing::make_cpus(4, 256);
+  TempDir dir;
+  distribute::MirroredStrategy strategy(chorus::testing::cpus(4), {.sharding = {.stage = 3}});
+  std::vector<Variable> vars;
+  {
+    auto scope = strategy.scope();
+    const std::vector<std::pair<Shape, DType>> params{{{5, 7}, DType::kFloat32},
+                                                      {{3, 4, 5}, DType::kFloat64},
+                                                      {{64, 130}, DType::kFloat32},
+                                                      {{6}, DType::kFloat32},
+                                                      {{1}, DType::kFloat32}};
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& [shape, dtype] = params[i];
+      std::vector<double> v(static_cast<std::size_t>(shape.num_elements()));
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = static_cast<double>(i) * 1000 + static_cast<double>(j) / 8;
+      vars.push_back(make_variable({.initial_value = ops::cast(Tensor::from_vector(v, shape, "/CPU:0"), dtype),
+                                    .name = "w" + std::to_string(i)}));
+      ASSERT_NE(as_sharded(vars.back()), nullptr);
+    }
+  }
+  std::vector<TrackableChild> children;
+  std::vector<std::pair<std::string, Tensor>> expected;
+  for (const Variable& v : vars) {
+    children.push_back({v.name(), TrackableRef(v)});
+    expected.emplace_back(key_of(v.name()), as_distributed(v)->checkpoint_value());
+  }
+  const std::string prefix = Checkpoint(children).write(dir.path() + "/sharded");
+  const std::string case_dir = dir.path() + "/case";
+  write_dump(case_dir + "/expected", expected);
+  write_text(case_dir + "/prefix", prefix);
+  write_text(case_dir + "/data_files", "1");
+  EXPECT_EQ(run_tf_interop(python_, "chorus-wrote-sharded " + quoted(case_dir)), 0);
 }
 
 // Every value of a Keras case's dump: listed by chorus's reader with its shape and read bit for bit.

@@ -15,6 +15,12 @@ and one raw little-endian, row-major file per array.
                              graph) with their shapes and dtypes; tf.train.load_checkpoint reads
                              every value bit for bit; object-based restore into matching TF objects
                              (case-specific, see chorus_wrote) consumes the checkpoint.
+  chorus-wrote-sharded DIR   (chorus wrote, every replica or worker its own shards as TF slices)
+                             DIR/prefix, DIR/data_files (how many .data-K-of-N files), a dump
+                             DIR/expected/: the data files are exactly those N, list_variables and
+                             load_checkpoint read every full tensor bit for bit, and
+                             tf.train.Checkpoint(<name>=tf.Variable) restores every one with
+                             assert_consumed().
   keras-restores DIR         (chorus wrote) DIR/seq: a tf_keras Sequential Dense(3)-Dropout-Dense(2)
                              restores chorus's Sequential (layer_with_weights-N keys). DIR/cnn: the
                              seed CNN with tf_keras.optimizers.legacy.Adam restores chorus's
@@ -212,6 +218,27 @@ def chorus_wrote(root):
         if case in restorers:
             restorers[case](c, prefix, expected)
     return c.done("chorus-wrote")
+
+
+def chorus_wrote_sharded(root):
+    c = Checks()
+    with open(os.path.join(root, "prefix")) as f:
+        prefix = f.read().strip()
+    with open(os.path.join(root, "data_files")) as f:
+        n = int(f.read())
+    base = os.path.basename(prefix)
+    files = sorted(x for x in os.listdir(os.path.dirname(prefix)) if x.startswith(base + ".data-"))
+    want = [f"{base}.data-{k:05d}-of-{n:05d}" for k in range(n)]
+    c.check(files == want, f"sharded: data files {files} vs {want}")
+    expected = read_dump(os.path.join(root, "expected"))
+    check_listing_and_values(c, "sharded", prefix, expected)
+    vs = {}
+    for key, value in expected.items():
+        vs[key[: -len(VAR)]] = tf.Variable(tf.zeros(value.shape, tf.as_dtype(value.dtype)))
+    tf.train.Checkpoint(**vs).read(prefix).assert_consumed()
+    for name, v in vs.items():
+        c.equal_bits(v.numpy(), expected[name + VAR], f"sharded: restored tf.Variable {name}")
+    return c.done("chorus-wrote-sharded")
 
 
 # ---- the seed CNN ----
@@ -607,7 +634,8 @@ def keras_writes(root):
 
 def main(argv):
     global tf
-    modes = {"chorus-wrote": (chorus_wrote, 1), "keras-restores": (keras_restores, 1),
+    modes = {"chorus-wrote": (chorus_wrote, 1), "chorus-wrote-sharded": (chorus_wrote_sharded, 1),
+             "keras-restores": (keras_restores, 1),
              "keras-restores-lso": (keras_restores_lso, 1), "keras-restores-mixed": (keras_restores_mixed, 1),
              "tf-writes": (tf_writes, 1), "keras-writes": (keras_writes, 1)}
     if len(argv) < 2 or argv[1] not in modes or len(argv) != 2 + modes[argv[1]][1]:

@@ -10,6 +10,12 @@
 // mutations reach the block, entry and BundleEntryProto decoders instead of dying at the CRC
 // check, which is where plain mutation stops (coverage plateaued there).
 //
+// "CHSM" + one byte k + bytes: the metadata workers of a sharded save send the chief
+// (checkpoint/shard_metadata.h): decoded, checked for k % 8 + 1 workers and merged into an index,
+// which must then parse (merge_shard_index parses it itself: an accepted merge is an index the
+// reader accepts, and its sliced tensors' slices cover each exactly). "FLAT" + bytes: dims and a
+// range for flat_range_slices, whose boxes must tile the range in flat order.
+//
 // Findings: any crash, sanitizer report, leak or huge allocation (run with -malloc_limit_mb), any
 // exception that is not a chorus::Error (it escapes and aborts), and any accepted entry that
 // breaks the invariants BundleReader relies on before it allocates or copies (checked below with
@@ -18,8 +24,10 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <chorus/checkpoint/bundle_format.h>
+#include <chorus/checkpoint/shard_metadata.h>
 #include <chorus/core/crc32c.h>
 #include <chorus/core/error.h>
 #include <chorus/core/proto_wire.h>
@@ -118,10 +126,64 @@ std::string wrap_block(std::string_view block) {
   return table;
 }
 
+// The chief's side of a sharded save on untrusted metadata.
+void merge_metadata(std::string_view in) {
+  const std::int64_t workers = static_cast<unsigned char>(in[0]) % 8 + 1;
+  try {
+    const auto reports = internal::decode_shard_metadata(in.substr(1), "fuzz");
+    internal::check_shard_reports(reports, workers, "fuzz.index");
+    const std::string index = internal::merge_shard_index(reports, workers, "fuzz.index");
+    const internal::BundleIndex parsed = internal::parse_bundle_index(index, "fuzz.index");
+    check(parsed.header.num_shards == workers);
+    for (const auto& [key, sliced] : parsed.sliced) {
+      std::int64_t covered = 0;
+      const auto& dims = parsed.entries.at(key).shape.dims();
+      for (const auto& spec : sliced.slices) {
+        std::int64_t n = 1;
+        for (std::size_t d = 0; d < spec.size(); ++d)
+          n *= spec[d].length == internal::kFullExtent ? dims[d] : spec[d].length;
+        covered += n;
+      }
+      check(covered == parsed.entries.at(key).shape.num_elements());
+    }
+  } catch (const chorus::Error&) {
+  }
+}
+
+// flat_range_slices on dims and a range taken from the input (at most 4 dims of at most 15).
+void flat_slices(std::string_view in) {
+  std::vector<std::int64_t> dims;
+  std::int64_t total = 1;
+  for (std::size_t i = 1; i < in.size() && i <= 4; ++i) {
+    dims.push_back(static_cast<unsigned char>(in[i]) % 16);
+    total *= dims.back();
+  }
+  if (dims.empty() || total == 0) return;
+  const std::int64_t b = static_cast<unsigned char>(in[0]) % (total + 1);
+  const std::int64_t n = in.size() > 5 ? static_cast<unsigned char>(in[5]) % (total - b + 1) : total - b;
+  std::int64_t next = b;
+  for (const internal::FlatSlice& box : internal::flat_range_slices(dims, b, n)) {
+    check(box.begin == next && box.length > 0 && box.spec.size() == dims.size());
+    std::int64_t elements = 1;
+    for (std::int64_t d : box.shape) elements *= d;
+    check(elements == box.length);
+    next += box.length;
+  }
+  check(next == b + n);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* raw, std::size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(raw), size);
+  if (in.size() >= 5 && in.substr(0, 4) == "CHSM") {
+    merge_metadata(in.substr(4));
+    return 0;
+  }
+  if (in.size() >= 5 && in.substr(0, 4) == "FLAT") {
+    flat_slices(in.substr(4));
+    return 0;
+  }
   std::string_view index = in, data;
   std::string wrapped;
   if (in.size() >= 4 && in.substr(0, 4) == "BLCK") {

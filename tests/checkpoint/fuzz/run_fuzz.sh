@@ -18,7 +18,8 @@ if ! "$CXX" -fsanitize=fuzzer "$probe" -o "$OUT/probe" 2>"$OUT/probe.log"; then
   cat "$OUT/probe.log"; exit 77
 fi
 srcs=(chorus/core/error.cc chorus/core/crc32c.cc chorus/core/shape.cc chorus/core/dtype.cc chorus/core/proto_wire.cc
-      chorus/checkpoint/table.cc chorus/checkpoint/bundle_format.cc tests/checkpoint/fuzz/bundle_reader_fuzz.cc)
+      chorus/checkpoint/table.cc chorus/checkpoint/bundle_format.cc chorus/checkpoint/shard_metadata.cc
+      tests/checkpoint/fuzz/bundle_reader_fuzz.cc)
 bin="$OUT/bundle_reader_fuzz"
 need_build=0
 [ -x "$bin" ] || need_build=1
