@@ -172,7 +172,8 @@ void run_offload_stage(int stage, const Config& c, OffloadResult& out) {
   };
   for (int i = 0; i < 2; ++i) step();
   std::vector<std::string> hosts;
-  for (int r = 0; r < kReplicas; ++r) hosts.push_back(cx::distribute::offload_device(devs[static_cast<std::size_t>(r)], r));
+  for (int r = 0; r < kReplicas; ++r)
+    hosts.push_back(cx::distribute::offload_device(devs[static_cast<std::size_t>(r)], r));
   for (const std::string& d : devs) cx::config::get_memory_info(d);
   for (const std::string& d : devs) cx::config::reset_memory_stats(d);
   for (const std::string& h : hosts) cx::config::reset_memory_stats(h);
@@ -205,8 +206,9 @@ bool offload_section(const Config& c, const StageResult* without, std::vector<cx
     std::printf(
         "stage %d + offload: peak per replica %8.2f MiB (%.2fx stage 0, %.2f P), host memory %8.2f MiB  "
         "step %7.1f ms (%s; %.2fx stage %d without offload)\n",
-        stage, peak / (1 << 20), peak / peak0, peak / (params * 4), static_cast<double>(res[stage].host_peak) / (1 << 20),
-        t, min_max(res[stage].step_ms).c_str(), t / t_without, stage);
+        stage, peak / (1 << 20), peak / peak0, peak / (params * 4),
+        static_cast<double>(res[stage].host_peak) / (1 << 20), t, min_max(res[stage].step_ms).c_str(), t / t_without,
+        stage);
     const std::string s = "stage " + std::to_string(stage) + " offload";
     cases.push_back(cx::bench::json_case(s + " peak per replica", peak, "bytes", "stage 0 peak per replica", peak0,
                                          peak / peak0, 15));

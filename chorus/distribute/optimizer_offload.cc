@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 
 #include <chorus/core/config.h>
 #include <chorus/core/error.h>
@@ -18,7 +19,9 @@ std::string offload_device(const std::string& replica_device, int local_replica)
     return runtime::host_memory(local_replica, /*pinned=*/false, device->device().intra_op_threads)->name();
   int gpus = 0;
   for (const auto& d : runtime::devices()) gpus += d->is_gpu() ? 1 : 0;
-  const int threads = std::max(1, config::get_intra_op_parallelism_threads() / std::max(1, gpus));
+  const int configured = config::get_intra_op_parallelism_threads();  // 0: every core
+  const int budget = configured > 0 ? configured : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::max(1, budget / std::max(1, gpus));
   return runtime::host_memory(local_replica, /*pinned=*/true, threads)->name();
 }
 
@@ -78,8 +81,7 @@ void update_on_host_from_gpu(std::vector<UpdateJob>& jobs, const std::vector<std
     HostCopies& c = copies[j];
     c.gradient = Tensor::empty_on(hosts[j], jobs[j].gradient.shape(), jobs[j].gradient.dtype());
     c.target = Tensor::empty_on(hosts[j], jobs[j].target.shape(), jobs[j].target.dtype());
-    enqueue_copy(device, c.gradient.data(), jobs[j].gradient.data(), c.gradient.nbytes(),
-                 gpu::CopyKind::kDeviceToHost);
+    enqueue_copy(device, c.gradient.data(), jobs[j].gradient.data(), c.gradient.nbytes(), gpu::CopyKind::kDeviceToHost);
     enqueue_copy(device, c.target.data(), jobs[j].target.data(), c.target.nbytes(), gpu::CopyKind::kDeviceToHost);
     c.landed = side.record_event();
   }

@@ -51,7 +51,8 @@ namespace chorus::distribute {
 // The host memory device a slot shard of replica `local_replica`, whose device is
 // `replica_device`, lives on with offload (core/host_memory.h), created at the first call: pinned
 // for a GPU replica; its intra-op threads are the replica's CPU share (a logical CPU device), or
-// an equal share of config::get_intra_op_parallelism_threads() among the GPU logical devices.
+// an equal share of config::get_intra_op_parallelism_threads() (0: every core) among the GPU
+// logical devices.
 std::string offload_device(const std::string& replica_device, int local_replica);
 
 namespace internal {

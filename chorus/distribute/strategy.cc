@@ -12,10 +12,10 @@
 #include <chorus/distribute/distributed_dataset.h>
 #include <chorus/distribute/merge_barrier.h>
 #include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/optimizer_offload.h>
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/replica_pool.h>
 #include <chorus/distribute/step_policy.h>
-#include <chorus/distribute/optimizer_offload.h>
 #include <chorus/distribute/zero_variable.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/reduction.h>

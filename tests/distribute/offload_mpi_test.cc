@@ -118,9 +118,9 @@ TEST_P(OffloadMpi, ACheckpointSavedWithOffloadRestoresWithout) {
   const Trained saved = train(k, 2, true, Opt::kAdam, kFirst, dir);
   const State uninterrupted = train(k, 2, false, Opt::kAdam, kFirst + kMore).state;
   MultiWorkerMirroredStrategy strategy = make_strategy(k, 0, false);
-  const State resumed = resume_and_train(strategy, saved.saved, kFirst, [&](model::Sequential& m, optimizers::Optimizer& opt) {
-    train_loop_mw(strategy, m, opt, kFirst, kMore);
-  });
+  const State resumed = resume_and_train(
+      strategy, saved.saved, kFirst,
+      [&](model::Sequential& m, optimizers::Optimizer& opt) { train_loop_mw(strategy, m, opt, kFirst, kMore); });
   expect_states_equal(resumed, uninterrupted, 1e-6, "stage 2 with offload → stage 0 without");
   comm->barrier({.timeout = kTimeout})->wait(kTimeout);
   if (probe.is_chief()) std::filesystem::remove_all(dir);
