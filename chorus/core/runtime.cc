@@ -8,6 +8,7 @@
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/gpu.h>
+#include <chorus/core/host_memory.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/timeline.h>
 
@@ -151,6 +152,8 @@ bool initialized() {
 }
 
 std::shared_ptr<DeviceContext> match(const DeviceSpec& spec) {
+  // Host memory devices (core/host_memory.h) are no logical devices: their own job names them.
+  if (auto host = internal::match_host_memory(spec)) return *host;
   for (const auto& d : devices()) {
     if (spec.job && *spec.job != "localhost") continue;
     if (spec.replica && *spec.replica != 0) continue;

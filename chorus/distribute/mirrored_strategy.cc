@@ -28,6 +28,7 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
     : Strategy("MirroredStrategy", default_devices(std::move(devices)), checked(options).cross_device_ops, true,
                options.timeout) {
   sharding_stage_ = options.sharding.stage;
+  offload_optimizer_state_ = options.sharding.offload_optimizer_state;
   set_communication_options(options.communication_options);
   set_overlap(options.overlap_gradient_all_reduce);
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("
@@ -39,6 +40,7 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
                            : chorus::internal::str_cat("; gradient compression: ",
                                                        compression_name(*communication_options().compression)))
                    << sharding_description(sharding_stage_, num_replicas_in_sync())
+                   << offload_description(offload_optimizer_state_)
                    << "; all-reduce overlapped with backward: " << overlap_reason();
 }
 

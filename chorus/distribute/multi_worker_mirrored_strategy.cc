@@ -232,6 +232,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       gpu_(plan.gpu) {
   set_communication_options(options.communication_options);
   sharding_stage_ = options.sharding.stage;
+  offload_optimizer_state_ = options.sharding.offload_optimizer_state;
   set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size());
   const int workers = resolver_.num_workers();
   if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too
@@ -291,6 +292,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   CHORUS_LOG(INFO) << "Using MultiWorkerMirroredStrategy: " << resolver_.to_string() << ", local devices ("
                    << join(replica_devices(), kQuoted) << "), " << num_replicas_in_sync() << " replicas in sync; "
                    << cross_device_ops().reason << sharding_description(sharding_stage_, num_replicas_in_sync())
+                   << offload_description(offload_optimizer_state_)
                    << "; all-reduce overlapped with backward: " << overlap_reason();
 }
 

@@ -9,6 +9,10 @@ void check_sharding(const ShardingOptions& options, const char* strategy) {
                  ": sharding.stage must be 0 (off), 1 (ZeRO stage 1: optimizer slots partitioned), 2 (slots and "
                  "gradients partitioned) or 3 (slots, gradients and parameters partitioned), got ",
                  options.stage);
+  CHORUS_REQUIRE(!options.offload_optimizer_state || options.stage >= 1, InvalidArgumentError, strategy,
+                 ": sharding.offload_optimizer_state needs sharding.stage 1, 2 or 3 (it offloads each replica's "
+                 "shards of the optimizer slots to host memory), got stage ",
+                 options.stage);
 }
 
 std::string sharding_description(int stage, int replicas) {
@@ -17,6 +21,10 @@ std::string sharding_description(int stage, int replicas) {
   if (stage <= 0 || stage > 3) return "; sharding: off (ZeRO stage 0)";
   return chorus::internal::str_cat("; sharding: ZeRO stage ", stage, " (", kWhat[stage], " partitioned over ", replicas,
                                    " replicas)");
+}
+
+std::string offload_description(bool offload) {
+  return offload ? "; optimizer state offloaded to host memory (ZeRO-Offload)" : "";
 }
 
 }  // namespace chorus::distribute

@@ -36,12 +36,19 @@ namespace chorus::distribute {
 
 struct ShardingOptions {
   int stage = 0;  // 0 (off), 1, 2 or 3; see above
+  // ZeRO-Offload (FSDP's CPUOffloadPolicy), stages 1-3: each replica's shards of the optimizer
+  // slots live in host memory and the update runs there (distribute/optimizer_offload.h).
+  // At stage 0 → InvalidArgumentError at construction.
+  bool offload_optimizer_state = false;
 };
 
-// InvalidArgumentError naming `strategy` unless options.stage is 0..3.
+// InvalidArgumentError naming `strategy` unless options.stage is 0..3 (and >= 1 with
+// offload_optimizer_state).
 void check_sharding(const ShardingOptions& options, const char* strategy);
 // "; sharding: ZeRO stage 2 (optimizer slots and gradients partitioned over 4 replicas)" for the
 // strategy's log line ("; sharding: off (ZeRO stage 0)" at 0).
 std::string sharding_description(int stage, int replicas);
+// "; optimizer state offloaded to host memory (ZeRO-Offload)" when `offload`, else "".
+std::string offload_description(bool offload);
 
 }  // namespace chorus::distribute

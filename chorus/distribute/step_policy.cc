@@ -2,6 +2,7 @@
 
 #include <chorus/core/error.h>
 #include <chorus/core/sharded_variable.h>
+#include <chorus/distribute/optimizer_offload.h>
 #include <chorus/distribute/overlapped_reduction.h>
 #include <chorus/distribute/parameter_gather.h>
 #include <chorus/distribute/replica_context.h>
@@ -126,6 +127,7 @@ Tensor ReplicaStepPolicy::sum_partials(const Tensor& partial) {
 void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Summed>&& summed,
                                const std::vector<std::vector<Variable>>& slots, const UpdateFn& fn) {
   std::vector<SlicedUpdate> sliced;
+  std::vector<internal::UpdateJob> jobs;
   const int r = replica();
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const ShardedVariable* parameter = as_sharded_parameter(vars[i]);
@@ -156,8 +158,11 @@ void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Su
       CHORUS_ENFORCE((sv != nullptr) == (layout_of != nullptr), "slots of '", vars[i].name(), "' are partly sharded");
       parts.push_back(sv != nullptr ? sv->local_shard() : s.value());
     }
-    fn(i, g, target, parts);
+    jobs.push_back({i, std::move(g), target, std::move(parts)});
   }
+  // In place, or on the host where the slots were offloaded (distribute/optimizer_offload.h).
+  internal::run_updates(jobs, fn);
+  jobs.clear();
   if (sliced.empty()) return;
   // Every replica's updated slices into each replica's whole weight, in place: one all-gather
   // (large weights are its output directly, small ones share padded packs).

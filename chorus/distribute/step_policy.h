@@ -8,6 +8,8 @@
 //     also reduce-scatters those variables' gradients (this replica receives its slice of the
 //     sum); stage 3's parameters arrive summed by the backward pass as this replica's shard, are
 //     updated in place, and are gathered per layer call (distribute/parameter_gather.h);
+//   - offload (ShardingOptions::offload_optimizer_state): update() runs the update of each variable
+//     whose slots live in host memory there, on copies (distribute/optimizer_offload.h);
 //   - otherwise one packed all-reduce of the gradients (ReplicaContext::all_reduce of the list).
 // The results are bitwise those of reducing then updating whole variables (stage 2 to rounding
 // of the sum's order, as documented in docs/sharding.md).

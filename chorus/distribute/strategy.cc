@@ -12,6 +12,7 @@
 #include <chorus/distribute/distributed_dataset.h>
 #include <chorus/distribute/merge_barrier.h>
 #include <chorus/distribute/mirrored_variable.h>
+#include <chorus/distribute/optimizer_offload.h>
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/replica_pool.h>
 #include <chorus/distribute/step_policy.h>
@@ -287,7 +288,8 @@ Variable Strategy::create_sharded(const VariableArgs& args, const NextCreator& n
     VariableArgs a = args;
     a.initial_value = ops::slice(flat, {layout.begin(g)}, {layout.length(g)});
     a.name = str_cat(args.name, "/shard_", r);
-    a.device = devices_[r];
+    // Offload: an optimizer slot's shard lives in host memory (distribute/optimizer_offload.h).
+    a.device = offload_optimizer_state_ && !parameter ? offload_device(devices_[r], static_cast<int>(r)) : devices_[r];
     a.synchronization = VariableSynchronization::kOnWrite;
     a.shard_over_replicas = false;
     shards.push_back(next(a));

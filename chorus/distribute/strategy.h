@@ -100,6 +100,9 @@ class Strategy : public DistributionStrategy {
   // The ZeRO stage of this strategy's sharding (distribute/sharding_options.h): MirroredStrategy's
   // and MultiWorkerMirroredStrategy's options.sharding.stage; 0 (no sharding) for the others.
   int sharding_stage() const { return sharding_stage_; }
+  // ShardingOptions::offload_optimizer_state (stages 1-3): the optimizer slots' shards live in host
+  // memory and the update runs there (distribute/optimizer_offload.h). false for the others.
+  bool offloads_optimizer_state() const { return offload_optimizer_state_; }
   // Whether the replicas all-reduce the gradients during the backward pass (the options'
   // overlap_gradient_all_reduce, at ZeRO stage 0 or 1: replica_context.h), and
   // why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
@@ -208,6 +211,8 @@ class Strategy : public DistributionStrategy {
   // (distribute/zero_variable.h): each worker holds its replicas' shards of the global layout;
   // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
+  // Set with sharding_stage_ (validated): slots' shards are created in host memory.
+  bool offload_optimizer_state_ = false;
   // The options' overlap_gradient_all_reduce: as requested; nullopt: off on GPU devices (until
   // validated on a GPU), else on when `processes_on_host` processes like this one leave a core
   // free (their replicas' op threads < the host's cores).
