@@ -169,6 +169,25 @@ inline void missing_rank_times_out(Communicator& comm, const std::string& dev) {
   }
 }
 
+// validate=false: no fingerprints, so the timeout comes in Gloo's data phase and names no rank;
+// it is still a DeadlineExceededError within the timeout, and the late rank is refused.
+inline void missing_rank_times_out_in_the_data_phase(Communicator& comm, const std::string& dev) {
+  const int me = comm.rank(), last = comm.size() - 1;
+  Tensor t = Tensor::ones({1024}, DType::kFloat32, dev);
+  comm.all_reduce(t, t, {.timeout = kTimeout})->wait();
+  if (me != last) {
+    const auto start = Clock::now();
+    const std::string m =
+        message_of<DeadlineExceededError>([&] { comm.all_reduce(t, t, {.timeout = milliseconds(300)}); });
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+    EXPECT_TRUE(contains(m, "all_reduce #1 float32(1024,) op=sum on rank")) << m;
+    EXPECT_TRUE(contains(m, "data phase") || contains(m, "timed out with rank")) << m;
+  } else {
+    std::this_thread::sleep_for(milliseconds(1500));
+    EXPECT_THROW(comm.all_reduce(t, t, {.timeout = kTimeout}), Error);
+  }
+}
+
 inline void abort_wakes_everyone_with_the_reason(Communicator& comm, const std::string& dev) {
   const int k = comm.size(), me = comm.rank(), last = k - 1;
   if (me == last) {

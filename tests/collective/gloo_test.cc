@@ -62,6 +62,9 @@ TEST(GlooTest, MismatchedCallsRaiseOnEveryRankAndTheCommunicatorRecovers) {
 TEST(GlooHostileTest, MissingRankTimesOutNamingIt) {
   for (int k : {2, 3}) run_gloo(k, gloo_cases::missing_rank_times_out);
 }
+TEST(GlooHostileTest, MissingRankTimesOutInTheDataPhaseWithoutValidation) {
+  for (int k : {2, 3}) run_gloo(k, gloo_cases::missing_rank_times_out_in_the_data_phase, false);
+}
 TEST(GlooHostileTest, AbortWakesEveryoneWithTheReason) {
   for (int k : {2, 3}) run_gloo(k, gloo_cases::abort_wakes_everyone_with_the_reason);
 }

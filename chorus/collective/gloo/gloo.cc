@@ -5,7 +5,10 @@
 #include <chorus/core/error.h>
 
 #if CHORUS_WITH_GLOO
+#include <signal.h>
 #include <unistd.h>
+
+#include <mutex>
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -57,6 +60,23 @@ std::vector<Peer> arrive(Store& store, const std::string& prefix, int rank, int 
   return peers;
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that closed its connection (a dead
+// process, or one that failed and closed on purpose) would kill this process with SIGPIPE. Ignore
+// it (as Python does for PyTorch's Gloo) unless the program installed a handler of its own.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    if (::sigaction(SIGPIPE, &ignore, nullptr) == 0)
+      CHORUS_LOG(INFO) << "gloo: SIGPIPE is ignored from now on in this process (Gloo's sockets would raise it "
+                          "when a peer closes its connection)";
+  });
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int size,
@@ -68,6 +88,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int
                  "make_gloo_communicator: the prefix must be 1..1024 bytes, got ", options.prefix.size());
   CHORUS_REQUIRE(options.timeout.count() > 0, InvalidArgumentError,
                  "make_gloo_communicator: the timeout must be > 0 ms, got ", options.timeout.count());
+  ignore_sigpipe();
   std::vector<Peer> peers = arrive(store, options.prefix, rank, size, options.timeout);
   std::shared_ptr<::gloo::transport::Device> device;
   try {

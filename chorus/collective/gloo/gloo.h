@@ -61,7 +61,13 @@
 //   CHORUS_FLIGHT_RECORD_DIR is set.
 //
 // Threads. Each communicator is used by one thread at a time (communicator.h); abort() may come from
-// any thread. Gloo runs one event-loop thread per process for its TCP transport.
+// any thread. Each communicator has its own Gloo TCP device, which runs one event-loop thread.
+//
+// Signals. Gloo writes to its sockets without MSG_NOSIGNAL, so a write to a peer that closed its
+// connection raises SIGPIPE, which by default ends the process. The first make_gloo_communicator
+// therefore sets SIGPIPE to SIG_IGN when it is at SIG_DFL (logged once; Python does the same for
+// PyTorch's Gloo): the write then fails with EPIPE and the collective raises the error above. A
+// handler the program installed itself is left alone.
 //
 // Without Gloo (chorus built without libgloo-dev, or -DCHORUS_ENABLE_GLOO=OFF), gloo_available()
 // is false and make_gloo_communicator throws UnavailableError saying so.

@@ -127,7 +127,8 @@ std::vector<unsigned char> bytes_of(const void* p, std::size_t n) {
 milliseconds Call::left() const {
   const auto now = Clock::now();
   if (now >= deadline) return kMinWait;
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
+  // Rounded up: Gloo must not give up before the deadline (fail_call tells timeouts by the clock).
+  const auto left = std::chrono::ceil<milliseconds>(deadline - now);
   return std::clamp(left, kMinWait, kMaxWait);
 }
 
