@@ -40,9 +40,8 @@ std::vector<int> run_processes(int k, const Case& fn, bool validate = true) {
       int code = 0;
       try {
         chorus::testing::DirStore store(dir);
-        auto comm = make_gloo_communicator(store, r, k,
-                                           {.prefix = "job", .hostname = "127.0.0.1", .validate = validate,
-                                            .timeout = kTimeout});
+        auto comm = make_gloo_communicator(
+            store, r, k, {.prefix = "job", .hostname = "127.0.0.1", .validate = validate, .timeout = kTimeout});
         fn(*comm, "/cpu:0");
         code = ::testing::Test::HasFailure() ? 1 : 0;
       } catch (const std::exception& e) {
@@ -120,6 +119,10 @@ void killed_peer(bool in_data_phase) {
       EXPECT_TRUE(contains(m, "a peer process is lost")) << m;
       EXPECT_TRUE(contains(m, "rank " + std::to_string(last) + " (host ")) << m;
       EXPECT_TRUE(contains(m, "[127.0.0.1]:")) << m;
+      for (int r = 0; r < last; ++r)  // the survivors are not taken for dead
+        EXPECT_FALSE(contains(m, "lost: rank " + std::to_string(r) + " (host") ||
+                     contains(m, "; rank " + std::to_string(r) + " (host"))
+            << m;
       EXPECT_THROW(comm.barrier({.timeout = kTimeout}), UnavailableError);
     });
     ASSERT_EQ(statuses.size(), static_cast<std::size_t>(k));

@@ -119,8 +119,9 @@ TEST(GlooTest, WireFormsRoundTripAndRefuseGarbage) {
   EXPECT_EQ(back->missing, r.missing);
   EXPECT_EQ(back->text, r.text);
   EXPECT_TRUE(decode_failure("abort 0 1 -\nx").has_value());
-  for (const char* bad : {"", "timeout", "timeout 1\nx", "nope 1 2 -\nx", "lost x 2 -\nx", "lost 1 -2 -\nx", "abort 1 2 3 4\nx",
-                          "abort 1 2\nx", "abort 1 2 1,\nx", "abort 1 2 ,1\nx", "abort 1 2 1,-3\nx"})
+  for (const char* bad :
+       {"", "timeout", "timeout 1\nx", "nope 1 2 -\nx", "lost x 2 -\nx", "lost 1 -2 -\nx", "abort 1 2 3 4\nx",
+        "abort 1 2\nx", "abort 1 2 1,\nx", "abort 1 2 ,1\nx", "abort 1 2 1,-3\nx"})
     EXPECT_FALSE(decode_failure(bad).has_value()) << bad;
   const Peer p = decode_peer(encode_peer({"node7", 4242, ""}));
   EXPECT_EQ(p.to_string(1), "rank 1 (host node7, pid 4242)");

@@ -28,7 +28,8 @@
 namespace chorus::testing {
 
 namespace store_doubles_detail {
-inline std::string missing_of(const std::vector<std::string>& keys, const std::function<bool(const std::string&)>& has) {
+inline std::string missing_of(const std::vector<std::string>& keys,
+                              const std::function<bool(const std::string&)>& has) {
   std::string s;
   for (const auto& k : keys)
     if (!has(k)) s += (s.empty() ? "" : ", ") + k;
@@ -120,20 +121,19 @@ class DirStore final : public collective::Store {
     while (!std::all_of(keys.begin(), keys.end(), has)) {
       if (std::chrono::steady_clock::now() >= end)
         throw DeadlineExceededError("dir store " + dir_ + ": keys still missing after " +
-                                    std::to_string(timeout.count()) + " ms: " +
-                                    store_doubles_detail::missing_of(keys, has));
+                                    std::to_string(timeout.count()) +
+                                    " ms: " + store_doubles_detail::missing_of(keys, has));
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
   bool check(const std::vector<std::string>& keys) override {
-    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return std::filesystem::exists(path(k)); });
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const std::string& k) { return std::filesystem::exists(path(k)); });
   }
   std::string describe() const override { return "dir test store " + dir_; }
 
  private:
-  std::string path(const std::string& key) const {
-    return dir_ + "/" + std::to_string(std::hash<std::string>{}(key));
-  }
+  std::string path(const std::string& key) const { return dir_ + "/" + std::to_string(std::hash<std::string>{}(key)); }
   std::string read(const std::string& key) const {
     std::ifstream f(path(key), std::ios::binary);
     std::ostringstream s;

@@ -49,14 +49,15 @@ std::vector<Peer> arrive(Store& store, const std::string& prefix, int rank, int 
     std::string missing;
     for (int r = 0; r < size; ++r)
       if (!store.check({keys[static_cast<std::size_t>(r)]})) missing += str_cat(missing.empty() ? "" : ", ", r);
-    throw DeadlineExceededError(str_cat(
-        "gloo: rank ", rank, " of ", size, " waited ",
-        std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(), " ms for rank(s) [", missing,
-        "] to create their communicator (prefix '", prefix, "' of ", store.describe(),
-        "); a process did not start, crashed, or uses another store or prefix."));
+    throw DeadlineExceededError(str_cat("gloo: rank ", rank, " of ", size, " waited ",
+                                        std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                                        " ms for rank(s) [", missing, "] to create their communicator (prefix '",
+                                        prefix, "' of ", store.describe(),
+                                        "); a process did not start, crashed, or uses another store or prefix."));
   }
   std::vector<Peer> peers;
-  for (int r = 0; r < size; ++r) peers.push_back(gloo_detail::decode_peer(store.get(keys[static_cast<std::size_t>(r)])));
+  for (int r = 0; r < size; ++r)
+    peers.push_back(gloo_detail::decode_peer(store.get(keys[static_cast<std::size_t>(r)])));
   return peers;
 }
 
@@ -105,9 +106,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int
   try {
     context->connectFullMesh(gstore, device);
   } catch (const ::gloo::Exception& e) {
-    throw UnavailableError(str_cat("gloo: rank ", rank, " of ", size,
-                                   " could not connect to its peers (prefix '", options.prefix, "' of ",
-                                   store.describe(), "): ", e.what()));
+    throw UnavailableError(str_cat("gloo: rank ", rank, " of ", size, " could not connect to its peers (prefix '",
+                                   options.prefix, "' of ", store.describe(), "): ", e.what()));
   }
   return std::make_unique<gloo_detail::GlooCommunicator>(store, options.prefix, std::move(context), std::move(peers),
                                                          options.validate);

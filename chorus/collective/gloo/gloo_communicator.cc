@@ -124,6 +124,12 @@ std::vector<unsigned char> bytes_of(const void* p, std::size_t n) {
 
 }  // namespace
 
+void bury(std::vector<std::shared_ptr<void>> remains) {
+  static auto* graveyard = new std::pair<std::mutex, std::vector<std::shared_ptr<void>>>;  // never freed
+  std::lock_guard<std::mutex> lock(graveyard->first);
+  for (auto& r : remains) graveyard->second.push_back(std::move(r));
+}
+
 milliseconds Call::left() const {
   const auto now = Clock::now();
   if (now >= deadline) return kMinWait;
@@ -143,7 +149,7 @@ GlooCommunicator::GlooCommunicator(collective::Store& store, std::string prefix,
       size_(context_->size) {
   connections_ = find_connections(*context_);
   for (int r = 0; r < size_; ++r)
-    peers_[static_cast<std::size_t>(r)].address = connections_[static_cast<std::size_t>(r)].peer_address;
+    peers_[static_cast<std::size_t>(r)].address = connections_[static_cast<std::size_t>(r)].peer_address();
 }
 
 GlooCommunicator::~GlooCommunicator() = default;
@@ -212,9 +218,9 @@ std::shared_ptr<Work> GlooCommunicator::do_reduce(const CollectiveCall& c, const
     if (n == 0) return;
     // Gloo's reduce writes a full-size output on every rank (its ring's scratch): the non-root
     // ranks and 16-bit dtypes reduce into a private buffer, which also frees input/output of overlaps.
-    const bool stage = is_16bit(input.dtype()) || !is_root ||
-                       (input.data() != output.data() && overlaps(input.data(), input.nbytes(), output.data(),
-                                                                  output.nbytes()));
+    const bool stage =
+        is_16bit(input.dtype()) || !is_root ||
+        (input.data() != output.data() && overlaps(input.data(), input.nbytes(), output.data(), output.nbytes()));
     const DType wire = is_16bit(input.dtype()) ? DType::kFloat32 : input.dtype();
     std::vector<float> f;
     std::vector<unsigned char> scratch;
@@ -325,7 +331,7 @@ std::shared_ptr<Work> GlooCommunicator::run(const CollectiveCall& c, std::initia
     if (validate_) mismatch = exchange_fingerprints(call);
     if (mismatch.empty()) body(call);
   } catch (const ::gloo::Exception& e) {
-    fail_call(call, e.what(), {});
+    fail_call(call, e.what(), {}, broken_peers());
   } catch (const Error&) {
     throw;  // already the communicator's verdict (fail_call), or a chorus error of the body
   } catch (const std::exception& e) {
@@ -345,34 +351,37 @@ std::shared_ptr<Work> GlooCommunicator::run(const CollectiveCall& c, std::initia
 std::string GlooCommunicator::exchange_fingerprints(const Call& call) {
   if (size_ == 1) return "";
   const auto n = static_cast<std::size_t>(size_);
-  std::vector<WireFingerprint> all(n);
-  WireFingerprint mine = to_wire(call, rank_);
-  all[static_cast<std::size_t>(rank_)] = mine;
+  // On the heap: after a failure they go to abandoned_ (Gloo's event loop may still touch them).
+  auto mine = std::make_shared<WireFingerprint>(to_wire(call, rank_));
+  auto fps = std::make_shared<std::vector<WireFingerprint>>(n);
+  std::vector<WireFingerprint>& all = *fps;
+  all[static_cast<std::size_t>(rank_)] = *mine;
   std::vector<char> got(n, 0);
   got[static_cast<std::size_t>(rank_)] = 1;
-  {
-    auto send = context_->createUnboundBuffer(&mine, sizeof mine);
-    auto recv = context_->createUnboundBuffer(all.data(), n * sizeof(WireFingerprint));
-    const std::uint64_t slot = ::gloo::Slot::build(kFingerprintSlotPrefix, tag_of(call));
-    try {
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        recv->recv(r, slot, static_cast<std::size_t>(r) * sizeof(WireFingerprint), sizeof(WireFingerprint));
-        send->send(r, slot);
-      }
-      for (int i = 1; i < size_; ++i) {
-        int src = -1;
-        recv->waitRecv(&src, call.left());
-        if (src >= 0 && src < size_) got[static_cast<std::size_t>(src)] = 1;
-      }
-      for (int i = 1; i < size_; ++i) send->waitSend(call.left());
-    } catch (const ::gloo::Exception& e) {
-      std::vector<int> missing;
-      for (int r = 0; r < size_; ++r)
-        if (!got[static_cast<std::size_t>(r)]) missing.push_back(r);
-      close_connections();  // before the buffers go: nothing may land in them any more
-      fail_call(call, e.what(), missing);
+  std::shared_ptr<::gloo::transport::UnboundBuffer> send = context_->createUnboundBuffer(mine.get(), sizeof *mine);
+  std::shared_ptr<::gloo::transport::UnboundBuffer> recv =
+      context_->createUnboundBuffer(all.data(), n * sizeof(WireFingerprint));
+  const std::uint64_t slot = ::gloo::Slot::build(kFingerprintSlotPrefix, tag_of(call));
+  try {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      recv->recv(r, slot, static_cast<std::size_t>(r) * sizeof(WireFingerprint), sizeof(WireFingerprint));
+      send->send(r, slot);
     }
+    for (int i = 1; i < size_; ++i) {
+      int src = -1;
+      recv->waitRecv(&src, call.left());
+      if (src >= 0 && src < size_) got[static_cast<std::size_t>(src)] = 1;
+    }
+    for (int i = 1; i < size_; ++i) send->waitSend(call.left());
+  } catch (const ::gloo::Exception& e) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r)
+      if (!got[static_cast<std::size_t>(r)]) missing.push_back(r);
+    // Gloo's event loop may still signal these buffers (destroying one races with it, and Gloo
+    // gives no way to wait for it): they and their memory are kept until the process exits.
+    bury({send, recv, mine, fps});
+    fail_call(call, e.what(), missing, broken_peers());
   }
   for (int r = 1; r < size_; ++r) {
     if (same_call(all[0], all[static_cast<std::size_t>(r)])) continue;

@@ -33,16 +33,13 @@ std::int64_t monotonic_us(Clock::time_point t) {
 }  // namespace
 
 void GlooCommunicator::close_connections() noexcept {
-  for (const Connection& c : connections_)
-    if (c.is_open()) ::shutdown(c.fd, SHUT_RDWR);
+  for (const Connection& c : connections_) c.shut_down();
 }
 
 std::vector<int> GlooCommunicator::broken_peers() const {
   std::vector<int> out;
-  for (int r = 0; r < size_; ++r) {
-    const Connection& c = connections_[static_cast<std::size_t>(r)];
-    if (r != rank_ && c.fd >= 0 && !c.is_open()) out.push_back(r);
-  }
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && connections_[static_cast<std::size_t>(r)].peer_closed()) out.push_back(r);
   return out;
 }
 
@@ -68,7 +65,8 @@ void GlooCommunicator::check_usable(const Fingerprint& fp) {
   throw AbortedError(text);
 }
 
-void GlooCommunicator::fail_call(const Call& call, const std::string& what, const std::vector<int>& missing) {
+void GlooCommunicator::fail_call(const Call& call, const std::string& what, const std::vector<int>& missing,
+                                 const std::vector<int>& broken) {
   if (failed_) {  // abort() from another thread woke us, or an earlier failure
     close_connections();
     check_usable(call.fp);
@@ -77,7 +75,7 @@ void GlooCommunicator::fail_call(const Call& call, const std::string& what, cons
   // call's deadline (Call::left rounds up); the clock decides, the text covers a coarse clock.
   if (Clock::now() >= call.deadline || what.find("Timed out waiting") != std::string::npos) time_out(call, missing);
   if (std::optional<FailureRecord> r = first_failure(kRecordGrace)) raise_recorded(call, *r);
-  lose_peers(call, what);
+  lose_peers(call, what, broken);
 }
 
 void GlooCommunicator::time_out(const Call& call, const std::vector<int>& missing) {
@@ -88,10 +86,10 @@ void GlooCommunicator::time_out(const Call& call, const std::vector<int>& missin
     who += str_cat(who.empty() ? "" : "; ", peer_name(r));
   }
   const std::string what =
-      missing.empty()
-          ? std::string(" in its data phase, after every rank had arrived (a rank is stuck, or the network is cut; "
-                        "with validate=false the ranks may have called different collectives)")
-          : str_cat(" waiting for rank(s) [", ranks, "] of ", size_, " (", who, ")");
+      missing.empty() ? std::string(
+                            " in its data phase, after every rank had arrived (a rank is stuck, or the network is cut; "
+                            "with validate=false the ranks may have called different collectives)")
+                      : str_cat(" waiting for rank(s) [", ranks, "] of ", size_, " (", who, ")");
   std::string message =
       str_cat(call.fp.to_string(), " on rank ", rank_, " timed out after ", waited, " ms", what,
               ". Last completed collectives on rank ", rank_, ": ", history(),
@@ -114,8 +112,7 @@ void GlooCommunicator::raise_recorded(const Call& call, const FailureRecord& r) 
                                 same_timeout ? " timed out with rank "
                                 : late       ? " came too late: the communicator is unusable: told by rank "
                                              : " cannot complete: told by rank ",
-                                r.rank,
-                                ": ", r.text);
+                                r.rank, ": ", r.text);
   const FailureKind kind = r.kind == FailureKind::kLost ? FailureKind::kLost : r.kind;
   if (r.kind != FailureKind::kAbort)
     message += flight_record_note(
@@ -128,9 +125,19 @@ void GlooCommunicator::raise_recorded(const Call& call, const FailureRecord& r) 
   throw AbortedError(prefix() + message);
 }
 
-void GlooCommunicator::lose_peers(const Call& call, const std::string& what) {
+void GlooCommunicator::lose_peers(const Call& call, const std::string& what, std::vector<int> broken) {
+  // Gloo's message names the connection it failed on by the peer's address ("Connection closed by
+  // peer [10.0.0.2]:40123"): that rank is lost even if Gloo had not yet closed its socket when the
+  // snapshot was taken.
+  for (int r = 0; r < size_; ++r) {
+    const std::string& address = peers_[static_cast<std::size_t>(r)].address;
+    if (r != rank_ && !address.empty() && what.find(address) != std::string::npos &&
+        std::find(broken.begin(), broken.end(), r) == broken.end())
+      broken.push_back(r);
+  }
+  std::sort(broken.begin(), broken.end());
   std::string who;
-  for (int r : broken_peers()) who += str_cat(who.empty() ? "" : "; ", peer_name(r));
+  for (int r : broken) who += str_cat(who.empty() ? "" : "; ", peer_name(r));
   who = who.empty() ? str_cat("a connection failed: ", without_location(what))
                     : str_cat(who, ": its connection closed (", without_location(what), ")");
   const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - call.start).count();

@@ -82,7 +82,7 @@ std::string describe(const WireFingerprint& w);
 struct Peer {
   std::string host = "unknown";
   long pid = 0;
-  std::string address;  // its TCP address as this rank's connection sees it, "[10.0.0.2]:40123"
+  std::string address;                    // its TCP address as this rank's connection sees it, "[10.0.0.2]:40123"
   std::string to_string(int rank) const;  // "rank 1 (host node7, pid 4242, [10.0.0.2]:40123)"
 };
 std::string encode_peer(const Peer& p);  // "host\npid"
@@ -91,17 +91,36 @@ Peer decode_peer(const std::string& s);
 
 // --- gloo_connection.cc -----------------------------------------------------------------------------
 
-// The TCP socket of one Gloo connection. Gloo's TCP pair keeps its socket private and offers no way
-// to wake a thread of this process that waits on it (closeConnections() closes the socket and
-// leaves that thread to its timeout). shutdown(2) on the socket does both: Gloo's event loop reads
-// end of file and fails every pending operation (the local waiter wakes), and the peer reads end of
-// file too. The socket is found once, after connecting, by its local address (Pair::address()).
-struct Connection {
-  int fd = -1;  // -1: not found (then this rank cannot close it early; timeouts still end waits)
-  unsigned long device = 0, inode = 0;  // the socket's identity: a reused descriptor is not it
-  std::string peer_address;             // "[10.0.0.2]:40123"
-  // Whether `fd` is still this socket (Gloo closes it after an error).
-  bool is_open() const;
+// The TCP socket of one Gloo connection, held through a descriptor of this backend's own. Gloo's
+// TCP pair keeps its socket private and offers no way to wake a thread of this process that waits
+// on it (closeConnections() closes the socket and leaves that thread to its timeout). shutdown(2)
+// on the socket does both: Gloo's event loop reads end of file and fails every pending operation
+// (the local waiter wakes), and the peer reads end of file too. The socket is found once, after
+// connecting, by its local address (Pair::address()), and duplicated (close-on-exec): Gloo may close
+// its descriptor at any time, and the number could then name another file, never this duplicate.
+// Holding the duplicate keeps the socket open after Gloo closed its descriptor, so every failure
+// path shuts it down (close_connections) and the destructor closes it. Move-only.
+class Connection {
+ public:
+  Connection() = default;
+  Connection(int fd, std::string peer_address) : fd_(fd), peer_address_(std::move(peer_address)) {}
+  ~Connection();
+  Connection(Connection&& other) noexcept;
+  Connection& operator=(Connection&& other) noexcept;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  bool found() const { return fd_ >= 0; }
+  // "[10.0.0.2]:40123", "" when not found.
+  const std::string& peer_address() const { return peer_address_; }
+  // Shuts the socket down both ways (idempotent; nothing when not found).
+  void shut_down() const noexcept;
+  // Whether the peer closed or reset the connection (end of file or an error is waiting on it).
+  bool peer_closed() const noexcept;
+
+ private:
+  int fd_ = -1;  // -1: not found (then this rank cannot close it early; timeouts still end waits)
+  std::string peer_address_;
 };
 // One entry per rank (this rank's entry is empty). Never throws: a socket not found stays fd -1.
 std::vector<Connection> find_connections(::gloo::Context& context) noexcept;
@@ -122,6 +141,11 @@ std::string encode_failure(const FailureRecord& r);
 std::optional<FailureRecord> decode_failure(const std::string& s);
 
 // --- the communicator -------------------------------------------------------------------------------
+
+// Keeps `remains` (Gloo buffers a failed call left, their memory) until the process exits, reachable
+// from a static (leak checkers see them as reachable): as the MPI backend keeps a failed
+// communicator's requests (mpi.h, "Resources of a failed communicator").
+void bury(std::vector<std::shared_ptr<void>> remains);
 
 struct Call : CollectiveCall {
   Clock::time_point start, deadline;
@@ -165,11 +189,13 @@ class GlooCommunicator final : public Communicator {
   // gloo_failure.cc
   void check_usable(const Fingerprint& fp);
   // A Gloo exception `what` in `call`; `missing`: the ranks whose fingerprints had not come (empty
-  // in the data phase). Works out the cause, records it, closes the connections, throws.
-  [[noreturn]] void fail_call(const Call& call, const std::string& what, const std::vector<int>& missing);
+  // in the data phase); `broken`: broken_peers() when it was caught, before this rank closed anything.
+  // Works out the cause, records it, closes the connections, throws.
+  [[noreturn]] void fail_call(const Call& call, const std::string& what, const std::vector<int>& missing,
+                              const std::vector<int>& broken);
   [[noreturn]] void time_out(const Call& call, const std::vector<int>& missing);
   [[noreturn]] void raise_recorded(const Call& call, const FailureRecord& r);
-  [[noreturn]] void lose_peers(const Call& call, const std::string& what);
+  [[noreturn]] void lose_peers(const Call& call, const std::string& what, std::vector<int> broken);
   // Writes `r` as the next failure record (errors are logged: the store may be what died).
   void record_failure(const FailureRecord& r) noexcept;
   // The first failure record, waiting up to `within` for it; nullopt when none came.
@@ -177,7 +203,8 @@ class GlooCommunicator final : public Communicator {
   // Shuts every TCP connection of this rank down: the peers see end of file at once, and a local
   // thread waiting in Gloo wakes with an exception. Idempotent, any thread.
   void close_connections() noexcept;
-  // The peers whose connection Gloo closed (after an error: end of file, a reset).
+  // The peers that closed or reset their connection to this rank. Only meaningful before this rank
+  // shuts its own down (close_connections).
   std::vector<int> broken_peers() const;
   std::string peer_name(int rank) const;
   // Sets the failure (first one wins); returns false when one was set already.

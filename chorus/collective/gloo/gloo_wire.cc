@@ -114,8 +114,7 @@ std::optional<FailureRecord> decode_failure(const std::string& s) {
   const auto sp1 = head.find(' ');
   const auto sp2 = sp1 == std::string::npos ? sp1 : head.find(' ', sp1 + 1);
   const auto sp3 = sp2 == std::string::npos ? sp2 : head.find(' ', sp2 + 1);
-  if (sp3 == std::string::npos || !parse_ranks(std::string_view(head).substr(sp3 + 1), &r.missing))
-    return std::nullopt;
+  if (sp3 == std::string::npos || !parse_ranks(std::string_view(head).substr(sp3 + 1), &r.missing)) return std::nullopt;
   const std::string kind = head.substr(0, sp1);
   const auto* k = std::find(std::begin(kKindNames), std::end(kKindNames), kind);
   if (k == std::end(kKindNames)) return std::nullopt;
