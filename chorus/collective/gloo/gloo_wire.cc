@@ -41,8 +41,11 @@ bool same_call(const WireFingerprint& a, const WireFingerprint& b) {
 }
 
 std::string describe(const WireFingerprint& w) {
+  // A dimension Shape refuses (negative) is garbage too (gloo_wire_fuzz found it throwing).
+  const bool dims_ok =
+      std::all_of(w.dims, w.dims + std::clamp(w.ndim, 0, kWireDims), [](std::int64_t d) { return d >= 0; });
   const bool known = w.op >= 0 && w.op < kNumCollectiveOps && w.dtype >= 0 && w.dtype < kNumDTypes &&
-                     w.reduce_op >= -1 && w.reduce_op <= static_cast<int>(ReduceOp::kProd);
+                     w.reduce_op >= -1 && w.reduce_op <= static_cast<int>(ReduceOp::kProd) && w.ndim >= 0 && dims_ok;
   if (!known) return str_cat("an unrecognised call (op ", w.op, ", dtype ", w.dtype, ", sequence ", w.sequence, ")");
   Fingerprint fp;
   fp.op = collective_op_name(static_cast<CollectiveOp>(w.op));
