@@ -24,12 +24,14 @@ set(CHORUS_JSON "$<BUILD_INTERFACE:nlohmann_json::nlohmann_json>")
 option(CHORUS_ENABLE_CUDA "Use CUDA if found" ON)
 option(CHORUS_ENABLE_MPI "Use MPI if found" ON)
 option(CHORUS_ENABLE_DNNL "Use oneDNN if found" ON)
+option(CHORUS_ENABLE_GLOO "Use Gloo if found (CPU collectives over TCP without MPI)" ON)
 
 set(CHORUS_WITH_CUDA OFF)
 set(CHORUS_WITH_NCCL OFF)
 set(CHORUS_WITH_CUDNN OFF)
 set(CHORUS_WITH_MPI OFF)
 set(CHORUS_WITH_DNNL OFF)
+set(CHORUS_WITH_GLOO OFF)
 
 # --- CUDA runtime, cuBLAS, cuDNN, NCCL ------------------------------------------------------
 if(CHORUS_ENABLE_CUDA)
@@ -83,6 +85,23 @@ if(CHORUS_ENABLE_MPI)
   else()
     message(STATUS "chorus: MPI not found: multi-process OFF (apt-get install libopenmpi-dev openmpi-bin)")
   endif()
+endif()
+
+# --- Gloo ---------------------------------------------------------------------------------------
+# Debian's libgloo-dev ships a CMake package (/usr/share/cmake/Gloo) whose imported target `gloo`
+# names only its include directory: libgloo.so itself pulls hiredis and ibverbs (DT_NEEDED), and
+# its TCP transport runs a thread of its own, so chorus adds Threads. CMAKE_DISABLE_FIND_PACKAGE_Gloo=ON
+# (or CHORUS_ENABLE_GLOO=OFF) hides it: collective/gloo/gloo.h then throws UnavailableError.
+if(CHORUS_ENABLE_GLOO)
+  find_package(Gloo CONFIG QUIET)
+  if(Gloo_FOUND AND TARGET gloo)
+    set(CHORUS_WITH_GLOO ON)
+    message(STATUS "chorus: Gloo ${GLOO_VERSION} found (${Gloo_DIR}): Gloo collectives over TCP ON")
+  else()
+    message(STATUS "chorus: Gloo not found: Gloo collectives OFF (apt-get install libgloo-dev)")
+  endif()
+else()
+  message(STATUS "chorus: Gloo disabled by CHORUS_ENABLE_GLOO=OFF: Gloo collectives OFF")
 endif()
 
 # --- oneDNN ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${FUZZ_OUT:-$ROOT/build-fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
 ALL=(bundle_reader object_graph checkpoint_state tfrecord tf_example example idx cache_file png jpeg event_file graph_def tf_config
-     run_command_line hostfile train_options text_line csv store_protocol)
+     run_command_line hostfile train_options text_line csv store_protocol gloo_wire)
 
 build=1 run=1 fresh=0 seconds=60 targets=()
 for arg in "$@"; do

@@ -28,7 +28,7 @@ for a in "$@"; do
 done
 [ "$with_test$build_only" = 11 ] && { echo "install-deps: --test and --build-only exclude each other" >&2; exit 2; }
 pkgs=(cmake ninja-build g++ make zlib1g-dev libpng-dev libjpeg62-turbo-dev nlohmann-json3-dev
-      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libboost-program-options-dev)
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libgloo-dev libboost-program-options-dev)
 if [ "$build_only" = 0 ]; then
   pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev lld)
 fi

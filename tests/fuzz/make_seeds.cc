@@ -465,6 +465,22 @@ void graph_defs() {
 
 }  // namespace
 
+// gloo_wire_fuzz: a selector byte, then a failure record (0), a peer record (1) or a fingerprint (2).
+void gloo_wire() {
+  put("gloo_wire_fuzz", "timeout",
+      std::string("\0", 1) + "timeout 7 0 1,2\nall_reduce #7 float32(8,) op=sum timed out");
+  put("gloo_wire_fuzz", "abort", std::string("\0", 1) + "abort 0 2 -\nrank 2 aborted the communicator: NaN loss");
+  put("gloo_wire_fuzz", "lost", std::string("\0", 1) + "lost 3 1 -\nrank 0 (host vm, pid 7): connection closed");
+  put("gloo_wire_fuzz", "peer", std::string("\1", 1) + "node7\n4242");
+  std::string fp(1 + 104, '\0');
+  fp[0] = 2;
+  fp[1] = 5;   // sequence 5
+  fp[13] = 3;  // dtype
+  fp[29] = 1;  // ndim 1
+  fp[33] = 8;  // dims[0] = 8
+  put("gloo_wire_fuzz", "fingerprint", fp);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s <corpus root, e.g. tests/fuzz/corpus>\n", argv[0]);
@@ -485,5 +501,6 @@ int main(int argc, char** argv) {
   tf_configs();
   store_frames();
   command_lines();
+  gloo_wire();
   return 0;
 }
