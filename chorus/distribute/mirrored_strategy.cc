@@ -28,6 +28,7 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
     : Strategy("MirroredStrategy", default_devices(std::move(devices)), checked(options).cross_device_ops, true,
                options.timeout) {
   sharding_stage_ = options.sharding.stage;
+  prefetch_limit_ = options.sharding.prefetch_limit;
   set_communication_options(options.communication_options);
   set_overlap(options.overlap_gradient_all_reduce);
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("

@@ -232,6 +232,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       gpu_(plan.gpu) {
   set_communication_options(options.communication_options);
   sharding_stage_ = options.sharding.stage;
+  prefetch_limit_ = options.sharding.prefetch_limit;
   set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size());
   const int workers = resolver_.num_workers();
   if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too

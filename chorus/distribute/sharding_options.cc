@@ -9,6 +9,9 @@ void check_sharding(const ShardingOptions& options, const char* strategy) {
                  ": sharding.stage must be 0 (off), 1 (ZeRO stage 1: optimizer slots partitioned), 2 (slots and "
                  "gradients partitioned) or 3 (slots, gradients and parameters partitioned), got ",
                  options.stage);
+  CHORUS_REQUIRE(options.prefetch_limit >= 0 && options.prefetch_limit <= kMaxPrefetchLimit, InvalidArgumentError,
+                 strategy, ": sharding.prefetch_limit must be 0 (no prefetch) to ", kMaxPrefetchLimit,
+                 " (layers whose parameters are gathered ahead at ZeRO stage 3), got ", options.prefetch_limit);
 }
 
 std::string sharding_description(int stage, int replicas) {

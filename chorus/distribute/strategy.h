@@ -100,10 +100,12 @@ class Strategy : public DistributionStrategy {
   // The ZeRO stage of this strategy's sharding (distribute/sharding_options.h): MirroredStrategy's
   // and MultiWorkerMirroredStrategy's options.sharding.stage; 0 (no sharding) for the others.
   int sharding_stage() const { return sharding_stage_; }
-  // Whether the replicas all-reduce the gradients during the backward pass (the options'
-  // overlap_gradient_all_reduce, at ZeRO stage 0 or 1: replica_context.h), and
-  // why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
-  bool overlaps_gradient_all_reduce() const { return overlap_ && sharding_stage_ < 2; }
+  // Stage 3's gathers run ahead by this many layers (ShardingOptions::prefetch_limit; 0: none).
+  int prefetch_limit() const { return sharding_stage_ >= 3 ? prefetch_limit_ : 0; }
+  // Whether the replicas reduce the gradients during the backward pass (the options'
+  // overlap_gradient_all_reduce: all-reduced at ZeRO stage 0 or 1, reduce-scattered at 2 and 3:
+  // replica_context.h), and why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
+  bool overlaps_gradient_all_reduce() const { return overlap_; }
   const std::string& overlap_reason() const { return overlap_reason_; }
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
@@ -208,6 +210,7 @@ class Strategy : public DistributionStrategy {
   // (distribute/zero_variable.h): each worker holds its replicas' shards of the global layout;
   // at 3, trainable floating ON_WRITE variables too (parameters, gathered for each use).
   int sharding_stage_ = 0;
+  int prefetch_limit_ = 0;  // ShardingOptions::prefetch_limit, set with sharding_stage_
   // The options' overlap_gradient_all_reduce: as requested; nullopt: off on GPU devices (until
   // validated on a GPU), else on when `processes_on_host` processes like this one leave a core
   // free (their replicas' op threads < the host's cores).
