@@ -43,6 +43,8 @@ StrategyReplicaContext::~StrategyReplicaContext() {
   if (worker_ != nullptr && !worker_->idle())
     strategy_.comms_[static_cast<std::size_t>(replica_)]->abort(
         str_cat("replica ", replica_id_in_sync_group(), " is being torn down with all-reduces still queued"));
+  // Prefetched gathers (waited for; their errors were the failed step's) go before the worker.
+  prefetcher_.reset();
   // Its tasks use this context: they must be done before it goes, even when a gradient sum held
   // elsewhere keeps the worker itself alive.
   if (worker_ != nullptr) {

@@ -14,7 +14,9 @@
 //      summed gradient; clipping by norm all-reduces the partial sums of squares (one small
 //      collective), a LossScaleOptimizer's finite check one flag. The weights equal stage 0's to
 //      rounding (a norm's sum order differs; without clipnorm/global_clipnorm the reduced values
-//      are those of the backend's reduce-scatter instead of its all-reduce).
+//      are those of the backend's reduce-scatter instead of its all-reduce). With the strategy's
+//      overlap_gradient_all_reduce the reduce-scatter runs in buckets during the backward pass on
+//      the communication threads (distribute/overlapped_reduction.h), bitwise as after it.
 //   3  plus parameters (FSDP): every trainable floating ON_WRITE variable is sharded too; a layer's
 //      parameters are all-gathered just before its call and their storage freed after it,
 //      gathered again when the backward pass reaches the layer, and their gradients
