@@ -96,7 +96,8 @@ std::unique_ptr<cx::distribute::Strategy> make_strategy(const Variant& v, const 
                                                            .sharding = sharding,
                                                            .overlap_gradient_all_reduce = v.overlap});
   return std::make_unique<cx::distribute::MirroredStrategy>(
-      devices(c), cx::distribute::MirroredStrategyOptions{.sharding = sharding, .overlap_gradient_all_reduce = v.overlap});
+      devices(c),
+      cx::distribute::MirroredStrategyOptions{.sharding = sharding, .overlap_gradient_all_reduce = v.overlap});
 }
 
 void run_variant(const Variant& v, const Config& c, StageResult& out, bool& chief) {
@@ -165,9 +166,7 @@ std::string min_max(const std::vector<double>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto rc = chorus::launch::answer_help_or_version(
-          argc, argv, "bench_zero", kUsage))
-    return *rc;
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_zero", kUsage)) return *rc;
   return cx::bench::run_main("bench_zero", [&] {
     Config c;
     for (int i = 1; i < argc; ++i) {
@@ -230,10 +229,11 @@ int main(int argc, char** argv) {
     std::vector<cx::bench::Json> cases;
     for (std::size_t v = 0; v < n; ++v) {
       const double peak = static_cast<double>(res[v].peak), t = median(res[v].step_ms);
-      std::printf("%-29s peak per replica %8.2f MiB (%.2fx stage 0, %.2f P)  step %7.1f ms (%s; %.2fx stage 0, "
-                  "%.2fx stage 0 + overlap)\n",
-                  kVariants[v].name().c_str(), peak / (1 << 20), peak / peak0, peak / (params * 4), t,
-                  min_max(res[v].step_ms).c_str(), t / time0, t / time0_overlap);
+      std::printf(
+          "%-29s peak per replica %8.2f MiB (%.2fx stage 0, %.2f P)  step %7.1f ms (%s; %.2fx stage 0, "
+          "%.2fx stage 0 + overlap)\n",
+          kVariants[v].name().c_str(), peak / (1 << 20), peak / peak0, peak / (params * 4), t,
+          min_max(res[v].step_ms).c_str(), t / time0, t / time0_overlap);
       if (v == 0) continue;
       const std::string s = kVariants[v].name();
       cases.push_back(cx::bench::json_case(s + " peak per replica", peak, "bytes", "stage 0 peak per replica", peak0,
@@ -241,9 +241,8 @@ int main(int argc, char** argv) {
       // ratio > 1: faster than the yardstick (stage 0 with overlap for the overlapped variants).
       const bool overlapped = kVariants[v].overlap;
       const double yard = overlapped ? time0_overlap : time0;
-      cases.push_back(cx::bench::json_case(s + " step time", t, "ms",
-                                           overlapped ? "stage 0 + overlap step time" : "stage 0 step time", yard,
-                                           yard / t));
+      cases.push_back(cx::bench::json_case(
+          s + " step time", t, "ms", overlapped ? "stage 0 + overlap step time" : "stage 0 step time", yard, yard / t));
     }
     bool all_pass = true;
     auto goal = [&](const std::string& what, double ratio, double bound) {

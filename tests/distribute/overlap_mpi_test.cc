@@ -17,6 +17,8 @@
 #include "tests/collective/mpi_test_main.h"
 #include "tests/distribute/overlap_util.h"
 #include <chorus/core/config.h>
+#include <chorus/core/error.h>
+#include <chorus/distribute/cluster_resolver.h>
 #include <chorus/distribute/gather_prefetch.h>
 #include <chorus/distribute/multi_worker_mirrored_strategy.h>
 #include <chorus/distribute/replica_context.h>
@@ -88,8 +90,8 @@ Layered train_layers(int local_devices, int stage, bool overlap, int prefetch) {
   {
     auto scope = s.scope();
     ops::set_seed(11);  // the chief's initial values are everyone's; the same in every run
-    m = std::make_unique<model::Sequential>(std::vector<layers::LayerPtr>{
-        layers::Dense(64, "relu"), layers::Dense(48, "relu"), layers::Dense(3)});
+    m = std::make_unique<model::Sequential>(
+        std::vector<layers::LayerPtr>{layers::Dense(64, "relu"), layers::Dense(48, "relu"), layers::Dense(3)});
     m->build(Shape{1, 16});
     opt = std::make_shared<optimizers::Adam>(1e-2);
   }
@@ -145,6 +147,18 @@ TEST_P(OverlapMpi, ZeroStageThreePrefetchGivesBitwiseTheWeightsWithout) {
   EXPECT_EQ(plain.prefetched, 0);
   // Three layer calls: from the second step on, 2 gathers ahead in forward and 2 in backward.
   EXPECT_EQ(ahead.prefetched, 3 * 4 * k);
+}
+
+// Workers that would prefetch differently would issue their gathers in another order: every
+// worker refuses at construction, naming the option, instead of meeting in mismatched collectives.
+TEST(OverlapMpiOptions, WorkersWithDifferentPrefetchLimitsAreRefused) {
+  const int me = ClusterResolver::from_environment().worker_index();
+  try {
+    MultiWorkerMirroredStrategy s({.timeout = kTimeout, .sharding = {.stage = 3, .prefetch_limit = me == 0 ? 1 : 2}});
+    ADD_FAILURE() << "worker " << me << ": different prefetch limits accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("prefetch_limit differs"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
