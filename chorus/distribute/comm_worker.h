@@ -1,6 +1,7 @@
 // A replica's communication thread: runs the collectives the replica hands it, one at a time and
 // in the order handed, while the replica thread goes on computing (the overlapped gradient
-// all-reduce, distribute/overlapped_reduction.h). A replica's communicator is used by one thread
+// all-reduce and, at ZeRO stages 2-3, reduce-scatter: distribute/overlapped_reduction.h; stage 3's
+// prefetched parameter gathers: distribute/gather_prefetch.h). A replica's communicator is used by one thread
 // at a time (collective/communicator.h), so the replica thread drains this worker before it calls
 // a collective itself (StrategyReplicaContext::comm()).
 //

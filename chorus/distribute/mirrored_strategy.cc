@@ -29,6 +29,7 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, const Mirro
                options.timeout) {
   sharding_stage_ = options.sharding.stage;
   offload_optimizer_state_ = options.sharding.offload_optimizer_state;
+  prefetch_limit_ = options.sharding.prefetch_limit;
   set_communication_options(options.communication_options);
   set_overlap(options.overlap_gradient_all_reduce);
   CHORUS_LOG(INFO) << "Using MirroredStrategy with devices ("

@@ -49,8 +49,10 @@ struct MirroredStrategyOptions {
   // The results are bitwise the same either way. nullopt (the default): on CPU devices, on when the
   // replicas' op threads leave a core of the host free for the communication threads (on a machine
   // whose cores all compute, overlap costs more than it hides: bench_overlap); on GPU devices off
-  // until validated on a GPU (true: each device's side stream). Used at ZeRO stages 0 and 1; at 2
-  // and 3 the gradients are reduce-scattered as docs/sharding.md says.
+  // until validated on a GPU (true: each device's side stream). At ZeRO stages 2 and 3 the
+  // reduce-scatters (and the all-reduces of gradients without sharded slots) run so, in the
+  // buckets they would use after the backward pass, from an optimizer's second step on
+  // (docs/sharding.md, "Prefetch and overlap").
   std::optional<bool> overlap_gradient_all_reduce;
 };
 

@@ -233,6 +233,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   set_communication_options(options.communication_options);
   sharding_stage_ = options.sharding.stage;
   offload_optimizer_state_ = options.sharding.offload_optimizer_state;
+  prefetch_limit_ = options.sharding.prefetch_limit;
   set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size());
   const int workers = resolver_.num_workers();
   if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too
@@ -261,14 +262,14 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       for (const auto& d : logical_devices()) pcis.push_back(physical_pci(d));
     const std::string mine =
         str_cat(resolver_.worker_index(), "|", num_local_replicas(), "|", host_name_or("unknown-host"), "|",
-                join(pcis, {.separator = ","}), "|", overlaps_gradient_all_reduce() ? 1 : 0);
+                join(pcis, {.separator = ","}), "|", overlaps_gradient_all_reduce() ? 1 : 0, "|", prefetch_limit());
     const std::vector<std::string> all = all_gather_strings(*worker_comm_, mine, options.timeout);
     std::vector<WorkerGpus> claims;
     std::string counts;
     bool same_count = true;
     for (int r = 0; r < workers; ++r) {
       const std::vector<std::string> f = split(all[static_cast<std::size_t>(r)], '|');
-      CHORUS_REQUIRE(f.size() == 5, InternalError, "MultiWorkerMirroredStrategy: bad worker record '",
+      CHORUS_REQUIRE(f.size() == 6, InternalError, "MultiWorkerMirroredStrategy: bad worker record '",
                      all[static_cast<std::size_t>(r)], "' from rank ", r);
       CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError, "MultiWorkerMirroredStrategy: MPI rank ", r,
                      " is worker ", f[0],
@@ -277,6 +278,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       same_count = same_count && std::stoi(f[1]) == num_local_replicas();
       counts += str_cat(r ? ", " : "", "rank ", r, ": ", f[1]);
       if (!f[3].empty()) claims.push_back({r, f[2], split(f[3], ',')});
+      // Stage 3's prefetch moves gathers earlier: every worker must prefetch alike.
+      CHORUS_REQUIRE(std::stoi(f[5]) == prefetch_limit(), InvalidArgumentError,
+                     "MultiWorkerMirroredStrategy: sharding.prefetch_limit differs between workers: worker ", r, " on ",
+                     f[2], " has ", f[5], ", this worker (", resolver_.worker_index(), ") ", prefetch_limit(),
+                     "; give every worker the same ShardingOptions");
       // Overlap must be the same everywhere (the replicas' collectives come in another order with
       // it): off on one worker (its host has no core free) is off on all.
       if (f[4] == "0" && overlaps_gradient_all_reduce())

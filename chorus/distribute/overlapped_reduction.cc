@@ -1,5 +1,7 @@
 #include <chorus/distribute/overlapped_reduction.h>
 
+#include <algorithm>
+
 #include <chorus/core/error.h>
 #include <chorus/core/strings.h>
 #include <chorus/core/timeline.h>
@@ -8,6 +10,17 @@ namespace chorus::distribute::internal {
 
 OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, std::int64_t pack_bytes,
                                          std::function<DType(DType)> wire, std::string device, Launch launch, Wait wait)
+    : OverlappedReduction(expected, {}, {}, std::move(wire), std::move(device), std::move(launch), ScatterOps{},
+                          std::move(wait)) {
+  // The plan reads only definedness, dtypes and sizes: the expected sources stand in for their
+  // gradients (a gradient has its source's shape and dtype).
+  add_buckets(plan_all_reduce_packs(expected, pack_bytes), {});
+}
+
+OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected,
+                                         std::vector<std::vector<std::size_t>> whole, std::vector<ShardPiece> pieces,
+                                         std::function<DType(DType)> wire, std::string device, Launch launch,
+                                         ScatterOps scatter, Wait wait)
     : grads_(expected.size()),
       expected_(expected.size(), 0),
       final_(expected.size(), 0),
@@ -16,6 +29,7 @@ OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, st
       wire_(std::move(wire)),
       device_(std::move(device)),
       launch_(std::move(launch)),
+      scatter_(std::move(scatter)),
       wait_(std::move(wait)) {
   expected_shapes_.resize(expected.size());
   expected_dtypes_.resize(expected.size(), DType::kFloat32);
@@ -25,14 +39,33 @@ OverlappedReduction::OverlappedReduction(const std::vector<Tensor>& expected, st
     expected_shapes_[i] = expected[i].shape();
     expected_dtypes_[i] = expected[i].dtype();
   }
-  // The plan reads only definedness, dtypes and sizes: the expected sources stand in for their
-  // gradients (a gradient has its source's shape and dtype).
-  for (std::vector<std::size_t>& members : plan_all_reduce_packs(expected, pack_bytes)) {
+  add_buckets(std::move(whole), std::move(pieces));
+}
+
+void OverlappedReduction::add_buckets(std::vector<std::vector<std::size_t>> whole, std::vector<ShardPiece> pieces) {
+  CHORUS_ENFORCE(buckets_.empty(), "OverlappedReduction: buckets planned twice");
+  for (std::vector<std::size_t>& members : whole) {
     Bucket b;
-    b.remaining = members.size();
-    for (const std::size_t m : members) bucket_of_[m] = static_cast<int>(buckets_.size());
     b.members = std::move(members);
     buckets_.push_back(std::move(b));
+  }
+  for (ShardPiece& piece : pieces) {
+    Bucket b;
+    b.members = piece.members;
+    b.piece = std::make_shared<ShardPiece>(std::move(piece));
+    buckets_.push_back(std::move(b));
+  }
+  // Launched from the back: by each bucket's last member (members are disjoint and ascending), so
+  // that the last layers' buckets go first, in one order on every replica.
+  std::sort(buckets_.begin(), buckets_.end(),
+            [](const Bucket& a, const Bucket& b) { return a.members.back() < b.members.back(); });
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+    buckets_[k].remaining = buckets_[k].members.size();
+    for (const std::size_t m : buckets_[k].members) {
+      CHORUS_ENFORCE(m < bucket_of_.size() && expected_[m] && bucket_of_[m] < 0, "bucket member ", m,
+                     " out of range, not expected, or in two buckets");
+      bucket_of_[m] = static_cast<int>(k);
+    }
   }
   next_ = static_cast<int>(buckets_.size()) - 1;
 }
@@ -63,7 +96,7 @@ void OverlappedReduction::ready(std::size_t index, const Tensor& grad) {
     abandon();
     return;
   }
-  if (!grad.defined()) return;
+  if (!grad.defined() || bucket_of_[index] < 0) return;  // none, or not reduced here
   grads_[index] = grad;
   Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[index])];
   --b.remaining;
@@ -73,6 +106,15 @@ void OverlappedReduction::ready(std::size_t index, const Tensor& grad) {
 void OverlappedReduction::launch_ready_buckets() {
   while (next_ >= 0 && buckets_[static_cast<std::size_t>(next_)].remaining == 0) {
     Bucket& b = buckets_[static_cast<std::size_t>(next_)];
+    if (b.piece != nullptr) {  // a reduce-scatter piece: packed here, reduced there
+      {
+        timeline::Span span("collective", "bucket");
+        scatter_.pack(*b.piece, grads_);  // releases its references to the members' gradients
+      }
+      b.ticket = scatter_.launch(b.piece);
+      --next_;
+      continue;
+    }
     const DType dtype = grads_[b.members.front()].dtype();
     {
       // On the replica's track, inside its backward pass (core/timeline.h): the bucket handed over.
@@ -109,6 +151,11 @@ std::vector<Tensor> OverlappedReduction::take() {
   for (Bucket& b : buckets_) {
     wait_(b.ticket);
     b.ticket = 0;
+    if (b.piece != nullptr) {
+      scatter_.unpack(*b.piece, reduced);
+      b.piece.reset();
+      continue;
+    }
     // A GPU pack: what follows on this replica's stream waits for the collective's stream.
     if (b.pack->done) b.pack->out.device_context().stream().wait_event(b.pack->done);
     unpack(*b.pack, reduced);

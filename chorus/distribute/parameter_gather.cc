@@ -4,6 +4,7 @@
 
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
+#include <chorus/distribute/gather_prefetch.h>
 #include <chorus/distribute/replica_context.h>
 #include <chorus/distribute/zero_variable.h>
 #include <chorus/ops/tape.h>
@@ -22,36 +23,51 @@ StrategyReplicaContext& backward_collectives(const char* node) {
   return *ctx;
 }
 
-struct Gathered {
-  std::vector<Tensor> shards;  // this replica's shards, as the tape saw them
-  std::vector<Tensor> wholes;  // the whole values (one Buffer each)
-  std::vector<ShardLayout> layouts;
-};
-
-Gathered gather(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars) {
-  Gathered g;
-  const std::string device = ctx.owner().replica_devices()[static_cast<std::size_t>(ctx.local_replica_id())];
-  for (ZeroVariable* v : vars) {
-    g.shards.push_back(v->local_shard());
-    g.wholes.push_back(Tensor::empty(v->shape(), v->dtype(), device));
-    g.layouts.push_back(v->layout());
-  }
-  ctx.all_gather_shards(g.shards, g.wholes, g.layouts);
-  return g;
+// The GatherParameters node (parameter_gather.h) of `shards` → `wholes`, when a tape records the shards.
+void record_gather(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                   const std::vector<ShardLayout>& layouts, std::shared_ptr<std::vector<char>> keep) {
+  if (!ops::internal::should_record(shards)) return;
+  ops::internal::record(
+      "GatherParameters", shards, wholes,
+      [wholes, layouts, keep](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
+        // Every replica sends the same list: a whole gradient no op produced is zeros.
+        std::vector<Tensor> grads(dwholes.size());
+        for (std::size_t i = 0; i < dwholes.size(); ++i)
+          grads[i] = dwholes[i].defined()
+                         ? dwholes[i]
+                         : Tensor::zeros(wholes[i].shape(), wholes[i].dtype(), wholes[i].device_name());
+        std::vector<Tensor> result =
+            backward_collectives("GatherParameters").reduce_scatter_shards(ReduceOp::kSum, std::move(grads), layouts);
+        // Every use of them has run — unless an outer tape recorded this backward pass, whose own
+        // backward will run those uses' gradients again.
+        if (keep != nullptr && !ops::internal::should_record(dwholes))
+          for (std::size_t i = 0; i < wholes.size(); ++i)
+            if (!(*keep)[i]) wholes[i].buffer()->release();
+        return result;
+      });
 }
 
 class LayerGather final : public ParameterGather {
  public:
   LayerGather(StrategyReplicaContext& ctx, std::vector<Variable> vars, std::vector<ZeroVariable*> zero)
-      : replica_(ctx.local_replica_id()), vars_(std::move(vars)), zero_(std::move(zero)) {
-    keep_ = std::make_shared<std::vector<char>>(zero_.size(), 0);
-    const std::vector<Tensor> wholes = gather_whole_values(ctx, zero_, keep_);
-    for (ZeroVariable* v : zero_) shards_.push_back(v->local_shard());
-    for (std::size_t i = 0; i < zero_.size(); ++i) {
-      zero_[i]->set_gathered(replica_, wholes[i]);
-      layouts_.push_back(zero_[i]->layout());
+      : replica_(ctx.local_replica_id()), unit_(std::make_shared<internal::GatherUnit>()) {
+    unit_->vars = std::move(vars);
+    unit_->zero = std::move(zero);
+    for (ZeroVariable* v : unit_->zero) {
+      unit_->shards.push_back(v->local_shard());
+      unit_->layouts.push_back(v->layout());
     }
-    wholes_ = wholes;
+    if (internal::GatherPrefetcher* prefetcher = ctx.prefetcher()) {
+      prefetcher->forward(unit_);  // taken from a prefetch, or gathered now; then prefetches the next
+    } else {
+      const std::string device = ctx.owner().replica_devices()[static_cast<std::size_t>(replica_)];
+      for (ZeroVariable* v : unit_->zero) unit_->wholes.push_back(Tensor::empty(v->shape(), v->dtype(), device));
+      ctx.all_gather_shards(unit_->shards, unit_->wholes, unit_->layouts);
+    }
+    keep_ = std::make_shared<std::vector<char>>(unit_->zero.size(), 0);
+    record_gather(unit_->shards, unit_->wholes, unit_->layouts, keep_);
+    for (std::size_t i = 0; i < unit_->zero.size(); ++i) unit_->zero[i]->set_gathered(replica_, unit_->wholes[i]);
+    zero_ = unit_->zero;
   }
   ~LayerGather() override { end_call(); }
 
@@ -69,21 +85,26 @@ class LayerGather final : public ParameterGather {
         y = y.reshape(y.shape());  // same storage, an id of its own for the node's output
         renamed.push_back(y);
       }
-    ops::internal::record(
-        "RegatherParameters", recorded, renamed,
-        [shards = shards_, wholes = wholes_, layouts = layouts_](const std::vector<Tensor>& dy) -> std::vector<Tensor> {
-          for (const Tensor& w : wholes) w.buffer()->restore();
-          backward_collectives("RegatherParameters").all_gather_shards(shards, wholes, layouts);
-          return dy;
-        });
-    for (std::size_t i = 0; i < wholes_.size(); ++i) {
-      const bool aliased = std::any_of(
-          ys.begin(), ys.end(), [&](const Tensor& y) { return y.defined() && wholes_[i].buffer() == y.buffer(); });
+    ops::internal::record("RegatherParameters", recorded, renamed,
+                          [unit = unit_](const std::vector<Tensor>& dy) -> std::vector<Tensor> {
+                            StrategyReplicaContext& ctx = backward_collectives("RegatherParameters");
+                            if (internal::GatherPrefetcher* prefetcher = ctx.prefetcher()) {
+                              prefetcher->backward(unit);  // a prefetch, or gathered now; prefetches the next
+                            } else {
+                              for (const Tensor& w : unit->wholes) w.buffer()->restore();
+                              ctx.all_gather_shards(unit->shards, unit->wholes, unit->layouts);
+                            }
+                            return dy;
+                          });
+    for (std::size_t i = 0; i < unit_->wholes.size(); ++i) {
+      const Tensor& whole = unit_->wholes[i];
+      const bool aliased = std::any_of(ys.begin(), ys.end(),
+                                       [&](const Tensor& y) { return y.defined() && whole.buffer() == y.buffer(); });
       if (aliased) {
         (*keep_)[i] = 1;  // a layer returning (an alias of) its weight keeps it, in backward too
         continue;
       }
-      wholes_[i].buffer()->release();
+      whole.buffer()->release();
     }
     return out;
   }
@@ -95,39 +116,26 @@ class LayerGather final : public ParameterGather {
   }
 
   int replica_;
-  std::vector<Variable> vars_;  // keeps the variables alive for the call
-  std::vector<ZeroVariable*> zero_;
-  std::vector<Tensor> shards_, wholes_;
-  std::vector<ShardLayout> layouts_;
-  std::shared_ptr<std::vector<char>> keep_;  // shared with the GatherParameters node
+  std::shared_ptr<internal::GatherUnit> unit_;  // shared with the RegatherParameters node and the prefetcher
+  std::vector<ZeroVariable*> zero_;             // gathered for the call, until end_call
+  std::shared_ptr<std::vector<char>> keep_;     // shared with the GatherParameters node
 };
 
 }  // namespace
 
 std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::vector<ZeroVariable*>& vars,
                                         std::shared_ptr<std::vector<char>> keep) {
-  Gathered g = gather(ctx, vars);
-  if (ops::internal::should_record(g.shards)) {
-    ops::internal::record(
-        "GatherParameters", g.shards, g.wholes,
-        [wholes = g.wholes, layouts = g.layouts, keep](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
-          // Every replica sends the same list: a whole gradient no op produced is zeros.
-          std::vector<Tensor> grads(dwholes.size());
-          for (std::size_t i = 0; i < dwholes.size(); ++i)
-            grads[i] = dwholes[i].defined()
-                           ? dwholes[i]
-                           : Tensor::zeros(wholes[i].shape(), wholes[i].dtype(), wholes[i].device_name());
-          std::vector<Tensor> shards =
-              backward_collectives("GatherParameters").reduce_scatter_shards(ReduceOp::kSum, std::move(grads), layouts);
-          // Every use of them has run — unless an outer tape recorded this backward pass, whose own
-          // backward will run those uses' gradients again.
-          if (keep != nullptr && !ops::internal::should_record(dwholes))
-            for (std::size_t i = 0; i < wholes.size(); ++i)
-              if (!(*keep)[i]) wholes[i].buffer()->release();
-          return shards;
-        });
+  const std::string device = ctx.owner().replica_devices()[static_cast<std::size_t>(ctx.local_replica_id())];
+  std::vector<Tensor> shards, wholes;
+  std::vector<ShardLayout> layouts;
+  for (ZeroVariable* v : vars) {
+    shards.push_back(v->local_shard());
+    wholes.push_back(Tensor::empty(v->shape(), v->dtype(), device));
+    layouts.push_back(v->layout());
   }
-  return g.wholes;
+  ctx.all_gather_shards(shards, wholes, layouts);
+  record_gather(shards, wholes, layouts, std::move(keep));
+  return wholes;
 }
 
 std::unique_ptr<ParameterGather> gather_layer_parameters(StrategyReplicaContext& ctx,

@@ -22,6 +22,12 @@
 // call. Storage that a layer's output shares with a parameter (a layer returning its weight) is
 // never released.
 //
+// Prefetch (ShardingOptions::prefetch_limit, distribute/gather_prefetch.h): a layer call's gather
+// and its RegatherParameters node take their whole values from a gather issued ahead on the
+// replica's communication thread while the previous layer ran, when there is one; the bytes are
+// the same. The GatherParameters node's reduce-scatter runs on the replica thread, inside the
+// backward pass (it must hand the tape its result).
+//
 // Every gather and every reduce-scatter is a collective over the strategy's communicators (shared
 // memory, MPI, hierarchical, virtual GPU, NCCL): the replicas must call layers and read stage-3
 // parameters in the same order, and their backward passes must reach the same layers (SPMD, as the

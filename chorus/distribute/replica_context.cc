@@ -11,6 +11,7 @@
 #include <chorus/core/profile.h>
 #include <chorus/core/timeline.h>
 #include <chorus/distribute/comm_worker.h>
+#include <chorus/distribute/gather_prefetch.h>
 #include <chorus/distribute/merge_barrier.h>
 #include <chorus/distribute/overlapped_reduction.h>
 #include <chorus/distribute/parameter_gather.h>
@@ -42,6 +43,8 @@ StrategyReplicaContext::~StrategyReplicaContext() {
   if (worker_ != nullptr && !worker_->idle())
     strategy_.comms_[static_cast<std::size_t>(replica_)]->abort(
         str_cat("replica ", replica_id_in_sync_group(), " is being torn down with all-reduces still queued"));
+  // Prefetched gathers (waited for; their errors were the failed step's) go before the worker.
+  prefetcher_.reset();
   // Its tasks use this context: they must be done before it goes, even when a gradient sum held
   // elsewhere keeps the worker itself alive.
   if (worker_ != nullptr) {
@@ -164,31 +167,94 @@ std::vector<Tensor> StrategyReplicaContext::all_reduce(ReduceOp op, const std::v
   return out;
 }
 
-std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_sum(const std::vector<Tensor>& sources) {
-  if (!strategy_.overlaps_gradient_all_reduce() || num_replicas_in_sync() == 1) return nullptr;
-  const CommunicationOptions& options = strategy_.communication_options();
-  const Compression compression = options.compression.value_or(Compression::kNone);
+internal::CommWorker& StrategyReplicaContext::worker() {
   if (worker_ == nullptr) {
     const int id = replica_id_in_sync_group();
     worker_ = std::make_shared<internal::CommWorker>(2000 + id, str_cat("replica ", id, " all-reduce"));
   }
+  return *worker_;
+}
+
+std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_sum(const std::vector<Tensor>& sources) {
+  if (!strategy_.overlaps_gradient_all_reduce() || num_replicas_in_sync() == 1) return nullptr;
+  const CommunicationOptions& options = strategy_.communication_options();
+  const Compression compression = options.compression.value_or(Compression::kNone);
   const auto timeout = timeout_of(options, strategy_);
   collective::Communicator* communicator = strategy_.comms_[static_cast<std::size_t>(replica_)].get();
-  internal::CommWorker* worker = worker_.get();
+  internal::CommWorker* w = &worker();
   // Buckets are launched during the backward pass, on this replica's thread, while this context
   // lives; the reduction waits for them through the worker it shares, whoever holds it last.
   return std::make_shared<internal::OverlappedReduction>(
       sources, pack_bytes_of(options), [compression](DType d) { return wire_dtype(d, compression); },
       strategy_.devices_[static_cast<std::size_t>(replica_)],
-      [this, communicator, worker, timeout](std::shared_ptr<internal::Pack> pack) {
-        return worker->submit([this, communicator, pack = std::move(pack), timeout] {
+      [this, communicator, w, timeout](std::shared_ptr<internal::Pack> pack) {
+        return w->submit([this, communicator, pack = std::move(pack), timeout] {
           reduce_pack(*communicator, ReduceOp::kSum, *pack, timeout, true);
         });
       },
       [shared = worker_](std::uint64_t ticket) { shared->wait(ticket); });
 }
 
+std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_sharded_sum(
+    const std::vector<Tensor>& sources, const std::vector<char>& kinds, const std::vector<ShardLayout>& layouts) {
+  if (!strategy_.overlaps_gradient_all_reduce() || num_replicas_in_sync() == 1) return nullptr;
+  CHORUS_ENFORCE(kinds.size() == sources.size() && layouts.size() == sources.size(),
+                 "begin_overlapped_sharded_sum: ", sources.size(), " sources, ", kinds.size(), " kinds, ",
+                 layouts.size(), " layouts");
+  // The plans of the non-overlapped path (ReplicaStepPolicy::scatter_and_reduce): all_reduce of the
+  // list with only the whole ones defined, reduce_scatter_shards of the scattered ones in order
+  // (the others' layouts empty: in no piece, as if left out).
+  const CommunicationOptions& options = strategy_.communication_options();
+  std::vector<Tensor> whole(sources.size());
+  std::vector<ShardLayout> scattered(sources.size());
+  std::vector<DType> dtypes(sources.size(), DType::kFloat32);
+  bool any = false;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].defined() || kinds[i] == 0) continue;
+    dtypes[i] = sources[i].dtype();
+    if (kinds[i] == 1) whole[i] = sources[i];
+    if (kinds[i] == 2) scattered[i] = layouts[i];
+    any = true;
+  }
+  if (!any) return nullptr;
+  std::vector<internal::ShardPiece> pieces = plan_shard_pieces(scattered, dtypes, std::vector<char>(sources.size(), 1));
+  const Compression compression = options.compression.value_or(Compression::kNone);
+  const auto timeout = timeout_of(options, strategy_);
+  collective::Communicator* communicator = strategy_.comms_[static_cast<std::size_t>(replica_)].get();
+  internal::CommWorker* w = &worker();
+  internal::OverlappedReduction::ScatterOps scatter{
+      [this, scattered](internal::ShardPiece& piece, std::vector<Tensor>& grads) {
+        pack_scatter(piece, grads, scattered);
+      },
+      [this, communicator, w](std::shared_ptr<internal::ShardPiece> piece) {
+        return w->submit([this, communicator, piece = std::move(piece)] {
+          run_scatter(*communicator, ReduceOp::kSum, *piece, true);
+        });
+      },
+      [this, scattered](internal::ShardPiece& piece, std::vector<Tensor>& out) {
+        unpack_scatter(piece, scattered, out);
+      }};
+  return std::make_shared<internal::OverlappedReduction>(
+      sources, internal::plan_all_reduce_packs(whole, pack_bytes_of(options)), std::move(pieces),
+      [compression](DType d) { return wire_dtype(d, compression); },
+      strategy_.devices_[static_cast<std::size_t>(replica_)],
+      [this, communicator, w, timeout](std::shared_ptr<internal::Pack> pack) {
+        return w->submit([this, communicator, pack = std::move(pack), timeout] {
+          reduce_pack(*communicator, ReduceOp::kSum, *pack, timeout, true);
+        });
+      },
+      std::move(scatter), [shared = worker_](std::uint64_t ticket) { shared->wait(ticket); });
+}
+
+internal::GatherPrefetcher* StrategyReplicaContext::prefetcher() {
+  const int limit = strategy_.prefetch_limit();
+  if (limit <= 0 || num_replicas_in_sync() == 1) return nullptr;
+  if (prefetcher_ == nullptr) prefetcher_ = std::make_unique<internal::GatherPrefetcher>(*this, limit);
+  return prefetcher_.get();
+}
+
 void StrategyReplicaContext::end_step() {
+  if (prefetcher_ != nullptr) prefetcher_->end_step();
   if (worker_ != nullptr) worker_->drain();
 }
 
@@ -217,43 +283,48 @@ bool moves_directly(const ShardLayout& layout, std::size_t size) {
 }
 }  // namespace
 
-namespace {
-// The packs of the sharding collectives, in the order of `layouts` — so the same on every replica:
-// they depend only on the layouts and dtypes. A value without elements moves nothing (`empty(i)`);
-// `alone(i)` may move a value by itself (it returns whether it did); the others go in runs of one
-// dtype of at most `pack_bytes` padded bytes (n·c elements each) to `send(members)`.
-void for_each_shard_pack(const std::vector<ShardLayout>& layouts, const std::function<DType(std::size_t)>& dtype,
-                         std::int64_t pack_bytes, const std::function<void(std::size_t)>& empty,
-                         const std::function<bool(std::size_t)>& alone,
-                         const std::function<void(const std::vector<std::size_t>&)>& send) {
+std::vector<internal::ShardPiece> StrategyReplicaContext::plan_shard_pieces(
+    const std::vector<ShardLayout>& layouts, const std::vector<DType>& dtypes,
+    const std::vector<char>& may_go_direct) const {
+  // In the order of `layouts` — so the same on every replica: the pieces depend only on the
+  // layouts and dtypes. A value without elements moves nothing (in no piece); a large even one
+  // may go alone; the others go in runs of one dtype of at most bytes_per_pack padded bytes.
+  const std::int64_t pack_bytes = pack_bytes_of(strategy_.communication_options());
   auto padded_bytes = [&](std::size_t i) {
     return static_cast<std::int64_t>(layouts[i].num_shards) * layouts[i].padded *
-           static_cast<std::int64_t>(dtype_size(dtype(i)));
+           static_cast<std::int64_t>(dtype_size(dtypes[i]));
   };
-  std::vector<std::size_t> pack;
+  std::vector<internal::ShardPiece> pieces;
+  internal::ShardPiece run;
   std::int64_t bytes = 0;
+  auto flush = [&] {
+    if (run.members.empty()) return;
+    pieces.push_back(std::move(run));
+    run = internal::ShardPiece();
+    bytes = 0;
+  };
   for (std::size_t i = 0; i < layouts.size(); ++i) {
-    if (layouts[i].num_elements == 0) {
-      empty(i);
+    if (layouts[i].num_elements == 0) continue;
+    if (may_go_direct[i] && moves_directly(layouts[i], dtype_size(dtypes[i]))) {
+      internal::ShardPiece alone;
+      alone.members = {i};
+      alone.dtype = dtypes[i];
+      alone.direct = true;
+      pieces.push_back(std::move(alone));
       continue;
     }
-    if (alone(i)) continue;
-    if (!pack.empty() && (dtype(i) != dtype(pack.front()) || bytes + padded_bytes(i) > pack_bytes)) {
-      send(pack);
-      pack.clear();
-      bytes = 0;
-    }
-    pack.push_back(i);
+    if (!run.members.empty() && (dtypes[i] != run.dtype || bytes + padded_bytes(i) > pack_bytes)) flush();
+    run.dtype = dtypes[i];
+    run.members.push_back(i);
     bytes += padded_bytes(i);
   }
-  if (!pack.empty()) send(pack);
+  flush();
+  return pieces;
 }
-}  // namespace
 
-std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
-                                                                  const std::vector<ShardLayout>& layouts) {
+void StrategyReplicaContext::check_shard_values(const std::vector<Tensor>& values,
+                                                const std::vector<ShardLayout>& layouts) const {
   const int n = num_replicas_in_sync();
-  const int r = replica_id_in_sync_group();
   CHORUS_REQUIRE(values.size() == layouts.size(), InvalidArgumentError, "reduce_scatter_shards: ", values.size(),
                  " values and ", layouts.size(), " layouts");
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -264,83 +335,101 @@ std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, s
                    " elements, its layout ", layouts[i].num_elements, " over ", layouts[i].num_shards, " shards (", n,
                    " replicas)");
   }
+}
+
+void StrategyReplicaContext::pack_scatter(internal::ShardPiece& piece, std::vector<Tensor>& values,
+                                          const std::vector<ShardLayout>& layouts) {
+  // One rank-major pack [n, Σc] (each value flattened, zero-padded to n·c_i and viewed [n, c_i]);
+  // a single member without padding is sent as it is (its flat storage is the [n, c] pack).
+  const int n = num_replicas_in_sync();
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  const Compression compression = strategy_.communication_options().compression.value_or(Compression::kNone);
+  const DType dtype = piece.dtype;
+  const DType wire = wire_dtype(dtype, compression);
+  std::int64_t width = 0;
+  std::vector<Tensor> blocks;
+  for (std::size_t m : piece.members) {
+    const ShardLayout& l = layouts[m];
+    Tensor flat = ops::reshape(local(values[m], device), {-1});
+    const std::int64_t pad = static_cast<std::int64_t>(n) * l.padded - l.num_elements;
+    if (pad > 0) flat = ops::concat({flat, Tensor::zeros({pad}, dtype, device)}, 0);
+    blocks.push_back(ops::reshape(flat, {n, l.padded}));
+    width += l.padded;
+  }
+  Tensor packed = blocks.size() == 1 ? blocks[0] : ops::concat(blocks, 1);
+  blocks.clear();
+  packed = ops::reshape(packed, {-1});
+  // Copied into the pack (or the pack is the value itself: then `send` keeps it until sent).
+  for (std::size_t m : piece.members) values[m] = Tensor();
+  piece.in_bytes = static_cast<std::int64_t>(packed.nbytes());
+  piece.send = wire != dtype ? ops::cast(packed, wire) : packed;
+  piece.received = Tensor::empty({width}, wire, device);
+}
+
+void StrategyReplicaContext::run_scatter(collective::Communicator& communicator, ReduceOp op,
+                                         internal::ShardPiece& piece, bool overlapped) {
+  const auto timeout = timeout_of(strategy_.communication_options(), strategy_);
+  {
+    if (!overlapped) drain_if_profiling(piece.send);  // the communication thread must not drain the replica's stream
+    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+    timeline::Span span("collective", "reduce-scatter", collective_args(piece.send, strategy_));
+    communicator.reduce_scatter(piece.send, piece.received, {.op = to_collective(op), .timeout = timeout})
+        ->wait(timeout);
+  }
+  auto& c = strategy_.counters_;
+  c.collectives.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(static_cast<std::int64_t>(piece.send.nbytes()), std::memory_order_relaxed);
+  c.uncompressed_bytes.fetch_add(piece.in_bytes, std::memory_order_relaxed);
+  if (overlapped) c.overlapped.fetch_add(1, std::memory_order_relaxed);
+  piece.send = Tensor();
+}
+
+void StrategyReplicaContext::unpack_scatter(internal::ShardPiece& piece, const std::vector<ShardLayout>& layouts,
+                                            std::vector<Tensor>& out) const {
+  const int r = replica_id_in_sync_group();
+  Tensor received = piece.received.dtype() != piece.dtype ? ops::cast(piece.received, piece.dtype) : piece.received;
+  piece.received = Tensor();
+  const std::int64_t width = received.num_elements();
+  std::int64_t offset = 0;
+  for (std::size_t m : piece.members) {
+    const ShardLayout& l = layouts[m];
+    const std::int64_t len = l.length(r);
+    // A slice is a copy, so the shard does not keep the whole pack alive.
+    out[m] = len == width ? received : ops::slice(received, {offset}, {len});
+    offset += l.padded;
+  }
+}
+
+std::vector<Tensor> StrategyReplicaContext::reduce_scatter_shards(ReduceOp op, std::vector<Tensor>&& values,
+                                                                  const std::vector<ShardLayout>& layouts) {
+  check_shard_values(values, layouts);
   const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
   std::vector<Tensor> out(values.size());
-  if (n == 1) {
+  if (num_replicas_in_sync() == 1) {
     for (std::size_t i = 0; i < values.size(); ++i) {
       out[i] = ops::reshape(local(values[i], device), {-1});
       values[i] = Tensor();
     }
     return out;
   }
-  const CommunicationOptions& options = strategy_.communication_options();
-  const Compression compression = options.compression.value_or(Compression::kNone);
-  const std::int64_t pack_bytes = pack_bytes_of(options);
-  const auto timeout = timeout_of(options, strategy_);
-  // Reduce-scatters `members` (one dtype) as one rank-major pack [n, Σc] and gives each its shard.
-  // A single member without padding is sent as it is (its flat storage is the [n, c] pack).
-  auto scatter = [&](const std::vector<std::size_t>& members) {
-    const DType dtype = values[members.front()].dtype();
-    const DType wire = wire_dtype(dtype, compression);
-    std::int64_t width = 0;
-    std::vector<Tensor> blocks;
-    for (std::size_t m : members) {
-      const ShardLayout& l = layouts[m];
-      Tensor flat = ops::reshape(local(values[m], device), {-1});
-      const std::int64_t pad = static_cast<std::int64_t>(n) * l.padded - l.num_elements;
-      if (pad > 0) flat = ops::concat({flat, Tensor::zeros({pad}, dtype, device)}, 0);
-      blocks.push_back(ops::reshape(flat, {n, l.padded}));
-      width += l.padded;
+  std::vector<DType> dtypes;
+  for (const Tensor& v : values) dtypes.push_back(v.dtype());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (layouts[i].num_elements == 0) {  // an empty shard everywhere: nothing to move
+      out[i] = Tensor::zeros({0}, values[i].dtype(), device);
+      values[i] = Tensor();
     }
-    Tensor packed = blocks.size() == 1 ? blocks[0] : ops::concat(blocks, 1);
-    blocks.clear();
-    packed = ops::reshape(packed, {-1});
-    // Copied into the pack (or the pack is the value itself: then `packed` keeps it until sent).
-    for (std::size_t m : members) values[m] = Tensor();
-    const bool compress = wire != dtype;
-    Tensor send = compress ? ops::cast(packed, wire) : packed;
-    const std::int64_t in_bytes = static_cast<std::int64_t>(packed.nbytes());
-    packed = Tensor();
-    Tensor received = Tensor::empty({width}, wire, device);
-    {
-      drain_if_profiling(send);
-      profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-      timeline::Span span("collective", "reduce-scatter", collective_args(send, strategy_));
-      comm().reduce_scatter(send, received, {.op = to_collective(op), .timeout = timeout})->wait(timeout);
-    }
-    auto& c = strategy_.counters_;
-    c.collectives.fetch_add(1, std::memory_order_relaxed);
-    c.bytes.fetch_add(static_cast<std::int64_t>(send.nbytes()), std::memory_order_relaxed);
-    c.uncompressed_bytes.fetch_add(in_bytes, std::memory_order_relaxed);
-    send = Tensor();
-    if (compress) received = ops::cast(received, dtype);
-    std::int64_t offset = 0;
-    for (std::size_t m : members) {
-      const ShardLayout& l = layouts[m];
-      const std::int64_t len = l.length(r);
-      // A slice is a copy, so the shard does not keep the whole pack alive.
-      out[m] = len == width ? received : ops::slice(received, {offset}, {len});
-      offset += l.padded;
-    }
-  };
-  // A value that moves directly (core/sharded_variable.h) goes alone, as it is; the others in packs.
-  for_each_shard_pack(
-      layouts, [&](std::size_t i) { return values[i].dtype(); }, pack_bytes,
-      [&](std::size_t i) {  // an empty shard everywhere: nothing to move
-        out[i] = Tensor::zeros({0}, values[i].dtype(), device);
-        values[i] = Tensor();
-      },
-      [&](std::size_t i) {
-        if (!moves_directly(layouts[i], dtype_size(values[i].dtype()))) return false;
-        scatter({i});
-        return true;
-      },
-      scatter);
+  // One piece at a time, so the temporaries are one pack's.
+  for (internal::ShardPiece& piece : plan_shard_pieces(layouts, dtypes, std::vector<char>(values.size(), 1))) {
+    pack_scatter(piece, values, layouts);
+    run_scatter(comm(), op, piece, false);
+    unpack_scatter(piece, layouts, out);
+  }
   return out;
 }
 
-void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
-                                               const std::vector<ShardLayout>& layouts) {
+void StrategyReplicaContext::check_gather(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                                          const std::vector<ShardLayout>& layouts) const {
   const int n = num_replicas_in_sync();
   const int r = replica_id_in_sync_group();
   CHORUS_REQUIRE(shards.size() == layouts.size() && wholes.size() == layouts.size(), InvalidArgumentError,
@@ -357,60 +446,124 @@ void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards
                    ", its layout ", layouts[i].num_elements, " over ", layouts[i].num_shards, " shards (replica ", r,
                    " of ", n, " on ", device, ")");
   }
-  if (n == 1) {
+}
+
+std::vector<internal::ShardPiece> StrategyReplicaContext::plan_gather(const std::vector<Tensor>& wholes,
+                                                                      const std::vector<ShardLayout>& layouts) const {
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  std::vector<DType> dtypes;
+  std::vector<char> direct;
+  for (const Tensor& w : wholes) {
+    dtypes.push_back(w.dtype());
+    direct.push_back(w.device_name() == device ? 1 : 0);  // the whole's storage is the collective's output
+  }
+  return plan_shard_pieces(layouts, dtypes, direct);
+}
+
+void StrategyReplicaContext::pack_gather(internal::ShardPiece& piece, const std::vector<Tensor>& shards,
+                                         const std::vector<Tensor>& wholes,
+                                         const std::vector<ShardLayout>& layouts) const {
+  const std::string& device = strategy_.devices_[static_cast<std::size_t>(replica_)];
+  if (piece.direct) {
+    // The whole's flat storage is the gathered [n·c]: replica q's shard lands at q·c.
+    const std::size_t m = piece.members.front();
+    piece.send = ops::reshape(local(shards[m], device), {-1});
+    piece.received = wholes[m].reshape(Shape{layouts[m].num_elements});
+    return;
+  }
+  // A padded pack: each member's shard zero-padded to c, gathered to [n, Σc] (row q: replica q's shards).
+  std::int64_t width = 0;
+  std::vector<Tensor> pieces;
+  for (std::size_t m : piece.members) {
+    const std::int64_t c = layouts[m].padded, len = shards[m].num_elements();
+    width += c;
+    if (len > 0) pieces.push_back(ops::reshape(local(shards[m], device), {-1}));
+    if (len < c) pieces.push_back(Tensor::zeros({c - len}, piece.dtype, device));
+  }
+  piece.send = pieces.size() == 1 ? pieces[0] : ops::concat(pieces, 0);
+  piece.received = Tensor::empty({static_cast<std::int64_t>(num_replicas_in_sync()) * width}, piece.dtype, device);
+}
+
+void StrategyReplicaContext::run_gather(collective::Communicator& communicator, internal::ShardPiece& piece,
+                                        bool overlapped) {
+  const auto timeout = timeout_of(strategy_.communication_options(), strategy_);
+  if (!overlapped) drain_if_profiling(piece.send);
+  profile::ScopedTimer timer(profile::TimeCategory::kCollective);
+  timeline::Span span("collective", "all-gather", collective_args(piece.received, strategy_));
+  communicator.all_gather(piece.send, piece.received, {.timeout = timeout})->wait(timeout);
+  piece.send = Tensor();
+}
+
+void StrategyReplicaContext::unpack_gather(internal::ShardPiece& piece, const std::vector<Tensor>& wholes,
+                                           const std::vector<ShardLayout>& layouts) const {
+  if (piece.direct) {
+    piece.received = Tensor();
+    return;
+  }
+  // Each member's c columns of [n, Σc] flattened (its shards in replica order), the first E copied
+  // into its whole.
+  const std::int64_t n = num_replicas_in_sync();
+  const std::int64_t width = piece.received.num_elements() / n;
+  const Tensor all = ops::reshape(piece.received, {n, width});
+  piece.received = Tensor();
+  std::int64_t offset = 0;
+  for (std::size_t m : piece.members) {
+    const std::int64_t c = layouts[m].padded, e = layouts[m].num_elements;
+    const Tensor flat = ops::reshape(c == width ? all : ops::slice(all, {0, offset}, {n, c}), {-1});
+    Tensor whole = wholes[m];
+    whole.copy_from(ops::reshape(e == n * c ? flat : ops::slice(flat, {0}, {e}), whole.shape().dims()));
+    offset += c;
+  }
+}
+
+void StrategyReplicaContext::all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                                               const std::vector<ShardLayout>& layouts) {
+  check_gather(shards, wholes, layouts);
+  if (num_replicas_in_sync() == 1) {
     for (std::size_t i = 0; i < layouts.size(); ++i) {
       Tensor whole = wholes[i];
       if (layouts[i].num_elements > 0) whole.copy_from(ops::reshape(shards[i], whole.shape().dims()));
     }
     return;
   }
-  const CommunicationOptions& options = strategy_.communication_options();
-  const std::int64_t pack_bytes = pack_bytes_of(options);
-  const auto timeout = timeout_of(options, strategy_);
-  auto gather = [&](const Tensor& in, const Tensor& result) {
-    drain_if_profiling(in);
-    profile::ScopedTimer timer(profile::TimeCategory::kCollective);
-    timeline::Span span("collective", "all-gather", collective_args(result, strategy_));
-    comm().all_gather(in, result, {.timeout = timeout})->wait(timeout);
-  };
-  // A padded pack: each member's shard zero-padded to c, gathered to [n, Σc] (row q: replica q's
-  // shards), each member's c columns flattened (its shards in replica order), the first E copied
-  // into its whole.
-  auto gather_pack = [&](const std::vector<std::size_t>& members) {
-    const DType dtype = wholes[members.front()].dtype();
-    std::int64_t width = 0;
-    std::vector<Tensor> pieces;
-    for (std::size_t m : members) {
-      const std::int64_t c = layouts[m].padded, len = shards[m].num_elements();
-      width += c;
-      if (len > 0) pieces.push_back(ops::reshape(local(shards[m], device), {-1}));
-      if (len < c) pieces.push_back(Tensor::zeros({c - len}, dtype, device));
-    }
-    Tensor send = pieces.size() == 1 ? pieces[0] : ops::concat(pieces, 0);
-    pieces.clear();
-    Tensor all = Tensor::empty({static_cast<std::int64_t>(n) * width}, dtype, device);
-    gather(send, all);
-    send = Tensor();
-    all = ops::reshape(all, {n, width});
-    std::int64_t offset = 0;
-    for (std::size_t m : members) {
-      const std::int64_t c = layouts[m].padded, e = layouts[m].num_elements;
-      const Tensor flat = ops::reshape(c == width ? all : ops::slice(all, {0, offset}, {n, c}), {-1});
-      Tensor whole = wholes[m];
-      whole.copy_from(ops::reshape(e == n * c ? flat : ops::slice(flat, {0}, {e}), whole.shape().dims()));
-      offset += c;
-    }
-  };
-  for_each_shard_pack(
-      layouts, [&](std::size_t i) { return wholes[i].dtype(); }, pack_bytes, [](std::size_t) {},
-      [&](std::size_t i) {
-        if (!moves_directly(layouts[i], dtype_size(wholes[i].dtype())) || wholes[i].device_name() != device)
-          return false;
-        // The whole's flat storage is the gathered [n·c]: replica q's shard lands at q·c.
-        gather(ops::reshape(local(shards[i], device), {-1}), wholes[i].reshape(Shape{layouts[i].num_elements}));
-        return true;
-      },
-      gather_pack);
+  // One piece at a time: the temporary is one pack (bytes_per_pack at most), never the model.
+  for (internal::ShardPiece& piece : plan_gather(wholes, layouts)) {
+    pack_gather(piece, shards, wholes, layouts);
+    run_gather(comm(), piece, false);
+    unpack_gather(piece, wholes, layouts);
+  }
+}
+
+std::shared_ptr<internal::PendingGather> StrategyReplicaContext::begin_all_gather_shards(
+    const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes, const std::vector<ShardLayout>& layouts) {
+  check_gather(shards, wholes, layouts);
+  auto pending = std::make_shared<internal::PendingGather>();
+  pending->wholes = wholes;
+  pending->layouts = layouts;
+  if (num_replicas_in_sync() == 1) {
+    all_gather_shards(shards, wholes, layouts);
+    return pending;
+  }
+  // Every pack is built now, on this thread (the shards do not change before the update, which
+  // settles what is in flight first); the worker only runs the collectives, in order.
+  pending->pieces = plan_gather(wholes, layouts);
+  for (internal::ShardPiece& piece : pending->pieces) pack_gather(piece, shards, wholes, layouts);
+  collective::Communicator* communicator = strategy_.comms_[static_cast<std::size_t>(replica_)].get();
+  internal::CommWorker& w = worker();
+  pending->worker = worker_;
+  pending->ticket = w.submit([this, communicator, pending] {
+    for (internal::ShardPiece& piece : pending->pieces) run_gather(*communicator, piece, true);
+  });
+  return pending;
+}
+
+void StrategyReplicaContext::finish_gather(internal::PendingGather& pending) const {
+  if (pending.worker != nullptr) {
+    pending.worker->wait(pending.ticket);
+    pending.worker.reset();
+  }
+  for (internal::ShardPiece& piece : pending.pieces) unpack_gather(piece, pending.wholes, pending.layouts);
+  pending.pieces.clear();
 }
 
 Tensor StrategyReplicaContext::broadcast(const Tensor& value, int root) {

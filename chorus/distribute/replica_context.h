@@ -6,6 +6,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <chorus/core/distribution.h>
 #include <chorus/core/sharded_variable.h>
@@ -22,6 +25,28 @@ namespace chorus::distribute {
 class Strategy;
 namespace internal {
 class CommWorker;
+class GatherPrefetcher;
+
+// One collective of the sharding collectives (reduce_scatter_shards, all_gather_shards): the
+// members (indices into the call's lists) that travel together, and their buffers. `direct`: one
+// member moved straight from (scatter) or into (gather) its own storage.
+struct ShardPiece {
+  std::vector<std::size_t> members;
+  DType dtype = DType::kFloat32;  // the members' (a compressed scatter's `send` is the wire dtype)
+  bool direct = false;
+  std::int64_t in_bytes = 0;  // scatter: the packed bytes before compression (the counters)
+  Tensor send, received;
+};
+
+// An all_gather_shards begun on the replica's communication thread (begin_all_gather_shards):
+// the wholes hold the gathered values once finish_gather(pending) returned, not before.
+struct PendingGather {
+  std::vector<Tensor> wholes;
+  std::vector<ShardLayout> layouts;
+  std::vector<ShardPiece> pieces;
+  std::shared_ptr<CommWorker> worker;  // null once finished (or when nothing was queued)
+  std::uint64_t ticket = 0;
+};
 }  // namespace internal
 
 class StrategyReplicaContext final : public ReplicaContext {
@@ -73,19 +98,43 @@ class StrategyReplicaContext final : public ReplicaContext {
   // (bytes_per_pack at most), so the temporary is never the whole model. Uncompressed, uncounted.
   void all_gather_shards(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
                          const std::vector<ShardLayout>& layouts);
+  // all_gather_shards on this replica's communication thread (ZeRO stage 3's prefetch,
+  // distribute/gather_prefetch.h): the packs are built now, on the calling (replica) thread, and
+  // the collectives — the same ones all_gather_shards runs, so the same bytes — queued behind what
+  // the thread has (every replica queues the same ones in the same order). The wholes must not be
+  // read or written, nor the shards written, until finish_gather(pending) returned on the replica
+  // thread (which waits and unpacks; it rethrows the collective's error).
+  std::shared_ptr<internal::PendingGather> begin_all_gather_shards(const std::vector<Tensor>& shards,
+                                                                   const std::vector<Tensor>& wholes,
+                                                                   const std::vector<ShardLayout>& layouts);
+  void finish_gather(internal::PendingGather& pending) const;
   // Replica `root`'s value on every replica (for ONLY_FIRST_REPLICA variables); root is a
   // replica id in sync group.
   Tensor broadcast(const Tensor& value, int root);
 
   // Overlap (distribute/overlapped_reduction.h), for this replica's StepPolicy: when the strategy
-  // overlaps (its options' overlap_gradient_all_reduce, ZeRO stage 0 or 1, more than one
-  // replica), a sum of the gradients of `sources` whose buckets this replica's communication
-  // thread all-reduces during the backward pass; else nullptr.
+  // overlaps (its options' overlap_gradient_all_reduce, more than one replica), a sum of the
+  // gradients of `sources` whose buckets this replica's communication thread all-reduces during
+  // the backward pass; else nullptr.
   std::shared_ptr<GradientReduction> begin_overlapped_sum(const std::vector<Tensor>& sources);
+  // The same at ZeRO stages 2 and 3 (when it overlaps; else nullptr): kinds[i] says what becomes
+  // of source i's gradient — 0 nothing (none expected, or a stage-3 parameter's shard, already
+  // summed), 1 all-reduced whole, 2 reduce-scattered to this replica's shard of layouts[i]. The
+  // buckets are the packs all_reduce(list with only the kind-1 entries defined) and
+  // reduce_scatter_shards(the kind-2 entries, in order) move, so the sums are bitwise theirs;
+  // take() gives the whole sums and the shards in the sources' places. nullptr also when nothing
+  // is of kind 1 or 2.
+  std::shared_ptr<GradientReduction> begin_overlapped_sharded_sum(const std::vector<Tensor>& sources,
+                                                                  const std::vector<char>& kinds,
+                                                                  const std::vector<ShardLayout>& layouts);
+  // Stage 3's gather prefetcher of this replica (distribute/gather_prefetch.h); nullptr when the
+  // strategy does not prefetch (prefetch_limit 0, stage < 3, or one replica).
+  internal::GatherPrefetcher* prefetcher();
   // The step's distribution policy of this replica (distribute/step_policy.h).
   StepPolicy& step_policy() override;
   // For Strategy::run_replicas, after the step function returned: waits for the communication
-  // thread (a gradient sum begun and never taken still ran), rethrowing its error.
+  // thread (a gradient sum begun and never taken still ran; a prefetched gather not used), rethrowing
+  // its error, and ends the prefetcher's step (it learns the step's order of layer calls).
   void end_step();
   ~StrategyReplicaContext() override;
 
@@ -101,10 +150,36 @@ class StrategyReplicaContext final : public ReplicaContext {
   // AllReduceCounters.
   void reduce_pack(collective::Communicator& communicator, ReduceOp op, internal::Pack& pack,
                    std::chrono::milliseconds timeout, bool overlapped);
+  // The sharding collectives' pieces, in order (the same on every replica: they depend only on
+  // the layouts and dtypes); may_go_direct[i]: value i may move alone, straight from/into its storage.
+  std::vector<internal::ShardPiece> plan_shard_pieces(const std::vector<ShardLayout>& layouts,
+                                                      const std::vector<DType>& dtypes,
+                                                      const std::vector<char>& may_go_direct) const;
+  void check_shard_values(const std::vector<Tensor>& values, const std::vector<ShardLayout>& layouts) const;
+  // A reduce-scatter piece: packed on the replica thread (releasing values[m]), run on `communicator`
+  // (the replica's thread or its communication thread: `overlapped`), unpacked into out[m].
+  void pack_scatter(internal::ShardPiece& piece, std::vector<Tensor>& values, const std::vector<ShardLayout>& layouts);
+  void run_scatter(collective::Communicator& communicator, ReduceOp op, internal::ShardPiece& piece, bool overlapped);
+  void unpack_scatter(internal::ShardPiece& piece, const std::vector<ShardLayout>& layouts,
+                      std::vector<Tensor>& out) const;
+  // An all-gather piece, likewise (a direct one gathers into the whole's own storage).
+  void check_gather(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                    const std::vector<ShardLayout>& layouts) const;
+  std::vector<internal::ShardPiece> plan_gather(const std::vector<Tensor>& wholes,
+                                                const std::vector<ShardLayout>& layouts) const;
+  void pack_gather(internal::ShardPiece& piece, const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
+                   const std::vector<ShardLayout>& layouts) const;
+  void run_gather(collective::Communicator& communicator, internal::ShardPiece& piece, bool overlapped);
+  void unpack_gather(internal::ShardPiece& piece, const std::vector<Tensor>& wholes,
+                     const std::vector<ShardLayout>& layouts) const;
+  // The communication thread, made at first use.
+  internal::CommWorker& worker();
+
   Strategy& strategy_;
   int replica_;
-  // Made at the first overlapped sum; shared with the sums, which wait for their buckets through it.
+  // Made at first use; shared with the sums and pending gathers, which wait through it.
   std::shared_ptr<internal::CommWorker> worker_;
+  std::unique_ptr<internal::GatherPrefetcher> prefetcher_;  // made at first use (stage 3)
   std::unique_ptr<StepPolicy> policy_;
 };
 

@@ -13,6 +13,9 @@ void check_sharding(const ShardingOptions& options, const char* strategy) {
                  ": sharding.offload_optimizer_state needs sharding.stage 1, 2 or 3 (it offloads each replica's "
                  "shards of the optimizer slots to host memory), got stage ",
                  options.stage);
+  CHORUS_REQUIRE(options.prefetch_limit >= 0 && options.prefetch_limit <= kMaxPrefetchLimit, InvalidArgumentError,
+                 strategy, ": sharding.prefetch_limit must be 0 (no prefetch) to ", kMaxPrefetchLimit,
+                 " (layers whose parameters are gathered ahead at ZeRO stage 3), got ", options.prefetch_limit);
 }
 
 std::string sharding_description(int stage, int replicas) {

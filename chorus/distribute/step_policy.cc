@@ -2,6 +2,7 @@
 
 #include <chorus/core/error.h>
 #include <chorus/core/sharded_variable.h>
+#include <chorus/distribute/gather_prefetch.h>
 #include <chorus/distribute/optimizer_offload.h>
 #include <chorus/distribute/overlapped_reduction.h>
 #include <chorus/distribute/parameter_gather.h>
@@ -32,7 +33,26 @@ ReplicaStepPolicy::ReplicaStepPolicy(Strategy& strategy, StrategyReplicaContext*
 int ReplicaStepPolicy::replica() const { return ctx_ != nullptr ? ctx_->replica_id_in_sync_group() : 0; }
 
 std::shared_ptr<GradientReduction> ReplicaStepPolicy::begin_gradient_sum(const std::vector<Tensor>& sources) {
-  return ctx_ != nullptr ? ctx_->begin_overlapped_sum(sources) : nullptr;
+  if (ctx_ == nullptr) return nullptr;
+  if (strategy_.sharding_stage() < 2) return ctx_->begin_overlapped_sum(sources);
+  // Stages 2-3: what becomes of each gradient depends on the optimizer's slots, which the policy
+  // saw at the last sum of a list like this one (the first step of an optimizer learns it, and
+  // does not overlap). sum_gradients checks the plan against the slots before taking the sums.
+  if (planned_.size() != sources.size()) return nullptr;
+  std::vector<char> kinds(sources.size(), 0);
+  std::vector<ShardLayout> layouts(sources.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const Planned& p = planned_[i];
+    if (sources[i].defined() != p.defined) return nullptr;
+    if (!p.defined) continue;
+    if (sources[i].shape() != p.shape || sources[i].dtype() != p.dtype) return nullptr;
+    kinds[i] = p.kind;
+    layouts[i] = p.layout;
+  }
+  std::shared_ptr<GradientReduction> sum = ctx_->begin_overlapped_sharded_sum(sources, kinds, layouts);
+  begun_ = sum;
+  begun_kinds_ = std::move(kinds);
+  return sum;
 }
 
 std::unique_ptr<ParameterGather> ReplicaStepPolicy::gather_parameters(const std::vector<Variable>& weights) {
@@ -54,19 +74,15 @@ std::vector<StepPolicy::Summed> ReplicaStepPolicy::sum_gradients(std::vector<Ten
                  "list, another strategy, or outside this replica's run); pass the one GradientTape::gradient_and_sum "
                  "returned with them");
   // Stage 3's parameters: the backward pass summed them already, into this replica's shard.
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    if (grads[i].defined() && as_sharded_parameter(vars[i]) != nullptr) {
-      CHORUS_ENFORCE(begun == nullptr, "a gradient sum was begun for a stage-3 parameter");
-      out[i] = {std::move(grads[i]), true};
-    }
-  }
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (grads[i].defined() && as_sharded_parameter(vars[i]) != nullptr) out[i] = {std::move(grads[i]), true};
   if (ctx_ == nullptr) {  // one replica in cross-replica context: the sums are the gradients
     for (std::size_t i = 0; i < vars.size(); ++i)
       if (grads[i].defined()) out[i].gradient = std::move(grads[i]);
     return out;
   }
   if (strategy_.sharding_stage() >= 2) {
-    std::vector<Summed> scattered = scatter_and_reduce(std::move(grads), vars, state);
+    std::vector<Summed> scattered = sharded_sums(std::move(grads), vars, state, overlapped);
     for (std::size_t i = 0; i < vars.size(); ++i)
       if (scattered[i].gradient.defined()) out[i] = std::move(scattered[i]);
     return out;
@@ -88,34 +104,66 @@ std::vector<StepPolicy::Summed> ReplicaStepPolicy::sum_gradients(std::vector<Ten
   return out;
 }
 
-std::vector<StepPolicy::Summed> ReplicaStepPolicy::scatter_and_reduce(std::vector<Tensor>&& grads,
-                                                                      const std::vector<Variable>& vars,
-                                                                      const std::vector<Variable>& state) {
+std::vector<StepPolicy::Summed> ReplicaStepPolicy::sharded_sums(std::vector<Tensor>&& grads,
+                                                                const std::vector<Variable>& vars,
+                                                                const std::vector<Variable>& state,
+                                                                internal::OverlappedReduction* overlapped) {
   // Whose gradients are reduce-scattered depends on the slots' layout (the optimizer built them
-  // before): one packed reduce-scatter for those, one packed all-reduce for the rest, each over
-  // the defined gradients in the variables' order.
-  std::vector<Summed> out(grads.size());
-  std::vector<Tensor> whole, to_scatter;
-  std::vector<ShardLayout> layouts;
-  std::vector<char> kind(grads.size(), 0);  // 1 whole, 2 scattered
+  // before): kind 2 for those, 1 (all-reduced whole) for the rest, 0 for none or a stage-3 parameter.
+  std::vector<char> kinds(grads.size(), 0);
+  std::vector<ShardLayout> layouts(grads.size());
+  std::vector<Planned> planned(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined() || as_sharded_parameter(vars[i]) != nullptr) continue;
-    if (const ShardedVariable* sv = sharded_state(state[i])) {
-      kind[i] = 2;
+    planned[i].defined = grads[i].defined();
+    if (!grads[i].defined()) continue;
+    planned[i].shape = grads[i].shape();
+    planned[i].dtype = grads[i].dtype();
+    if (as_sharded_parameter(vars[i]) != nullptr) continue;
+    const ShardedVariable* sv = sharded_state(state[i]);
+    kinds[i] = sv != nullptr ? 2 : 1;
+    if (sv != nullptr) layouts[i] = sv->layout();
+    planned[i].kind = kinds[i];
+    planned[i].layout = layouts[i];
+  }
+  planned_ = std::move(planned);  // the next begin_gradient_sum plans from it
+  std::vector<Summed> out(grads.size());
+  // Overlapped: the backward pass reduced exactly these buckets (the same on every replica, whose
+  // optimizers built the same slots) — unless the slots changed since it was planned.
+  const bool take =
+      overlapped != nullptr && overlapped == begun_.lock().get() && begun_kinds_ == kinds && overlapped->complete();
+  if (take) {
+    grads.clear();
+    std::vector<Tensor> sums = overlapped->take();
+    const std::string device = strategy_.replica_devices()[static_cast<std::size_t>(ctx_->local_replica_id())];
+    for (std::size_t i = 0; i < sums.size(); ++i) {
+      if (kinds[i] == 2 && !sums[i].defined())  // a value without elements is in no bucket
+        sums[i] = Tensor::zeros({0}, planned_[i].dtype, device);
+      if (kinds[i] != 0) out[i] = {std::move(sums[i]), kinds[i] == 2};
+    }
+    return out;
+  }
+  if (overlapped != nullptr) overlapped->abandon();  // its buckets ran for nothing
+  // One packed all-reduce of the whole ones in their places (the packs an overlapped sum of the
+  // same list moves), then one packed reduce-scatter of the others, in order.
+  std::vector<Tensor> whole(grads.size()), to_scatter;
+  std::vector<ShardLayout> scatter_layouts;
+  bool any_whole = false;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (kinds[i] == 1) {
+      whole[i] = std::move(grads[i]);
+      any_whole = true;
+    } else if (kinds[i] == 2) {
       to_scatter.push_back(std::move(grads[i]));
-      layouts.push_back(sv->layout());
-    } else {
-      kind[i] = 1;
-      whole.push_back(std::move(grads[i]));
+      scatter_layouts.push_back(layouts[i]);
     }
   }
-  if (!whole.empty()) whole = ctx_->all_reduce(ReduceOp::kSum, whole);
+  if (any_whole) whole = ctx_->all_reduce(ReduceOp::kSum, whole);
   std::vector<Tensor> shards;
   if (!to_scatter.empty())  // releases each local gradient once packed (or sent as it is)
-    shards = ctx_->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), layouts);
-  for (std::size_t i = 0, a = 0, b = 0; i < grads.size(); ++i) {
-    if (kind[i] == 1) out[i] = {std::move(whole[a++]), false};
-    if (kind[i] == 2) out[i] = {std::move(shards[b++]), true};
+    shards = ctx_->reduce_scatter_shards(ReduceOp::kSum, std::move(to_scatter), scatter_layouts);
+  for (std::size_t i = 0, b = 0; i < grads.size(); ++i) {
+    if (kinds[i] == 1) out[i] = {std::move(whole[i]), false};
+    if (kinds[i] == 2) out[i] = {std::move(shards[b++]), true};
   }
   return out;
 }
@@ -126,6 +174,8 @@ Tensor ReplicaStepPolicy::sum_partials(const Tensor& partial) {
 
 void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Summed>&& summed,
                                const std::vector<std::vector<Variable>>& slots, const UpdateFn& fn) {
+  // Stage 3: no prefetched gather may still read a shard the update writes in place.
+  if (internal::GatherPrefetcher* prefetcher = ctx_ != nullptr ? ctx_->prefetcher() : nullptr) prefetcher->settle();
   std::vector<SlicedUpdate> sliced;
   std::vector<internal::UpdateJob> jobs;
   const int r = replica();

@@ -103,10 +103,12 @@ class Strategy : public DistributionStrategy {
   // ShardingOptions::offload_optimizer_state (stages 1-3): the optimizer slots' shards live in host
   // memory and the update runs there (distribute/optimizer_offload.h). false for the others.
   bool offloads_optimizer_state() const { return offload_optimizer_state_; }
-  // Whether the replicas all-reduce the gradients during the backward pass (the options'
-  // overlap_gradient_all_reduce, at ZeRO stage 0 or 1: replica_context.h), and
-  // why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
-  bool overlaps_gradient_all_reduce() const { return overlap_ && sharding_stage_ < 2; }
+  // Stage 3's gathers run ahead by this many layers (ShardingOptions::prefetch_limit; 0: none).
+  int prefetch_limit() const { return sharding_stage_ >= 3 ? prefetch_limit_ : 0; }
+  // Whether the replicas reduce the gradients during the backward pass (the options'
+  // overlap_gradient_all_reduce: all-reduced at ZeRO stage 0 or 1, reduce-scattered at 2 and 3:
+  // replica_context.h), and why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
+  bool overlaps_gradient_all_reduce() const { return overlap_; }
   const std::string& overlap_reason() const { return overlap_reason_; }
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
@@ -213,6 +215,7 @@ class Strategy : public DistributionStrategy {
   int sharding_stage_ = 0;
   // Set with sharding_stage_ (validated): slots' shards are created in host memory.
   bool offload_optimizer_state_ = false;
+  int prefetch_limit_ = 0;  // ShardingOptions::prefetch_limit, set with sharding_stage_
   // The options' overlap_gradient_all_reduce: as requested; nullopt: off on GPU devices (until
   // validated on a GPU), else on when `processes_on_host` processes like this one leave a core
   // free (their replicas' op threads < the host's cores).
