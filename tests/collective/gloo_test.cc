@@ -113,6 +113,8 @@ TEST(GlooTest, RejectsBadArguments) {
   EXPECT_TRUE(gloo_available());
   // Every rank makes the same bad call, so each fails on its own.
   run_gloo(2, [](Communicator& comm, const std::string& dev) {
+    // A bad argument aborts the communicator (gloo.h): first let every rank finish connecting.
+    comm.barrier({.timeout = kTimeout})->wait();
     Tensor u8 = Tensor::zeros({4}, DType::kUInt8, dev);
     EXPECT_THROW(comm.all_reduce(u8, u8), InvalidArgumentError);
   });
