@@ -5,9 +5,10 @@
 //                             [--gloo-host 127.0.0.1|auto] [--quick]
 //
 // Every rank makes both communicators: make_mpi_communicator() and make_gloo_communicator() over a
-// directory store (tests/collective/store_doubles.h's DirStore, in a directory rank 0 makes under
-// /tmp and broadcasts: the processes share one host; collective/store/'s file store replaces it
-// when it lands). Both run with fingerprint validation on, as a training step would. For each
+// TCP store (collective/store/tcp_store.h) that rank 0 serves on a port the OS picks, as a job
+// without MPI would (c10d's TCPStore); rank 0 broadcasts its address (its --gloo-host, or its host
+// name with "auto") and the port over MPI. Both run with fingerprint validation on, as a training
+// step would. For each
 // size: a zero-filled float32 CPU tensor, in-place all_reduce(t, t) + wait(). Timing: 2 warm-up
 // calls; a batch size B doubled until a batch takes >= 5 ms; then R rounds, each timing one batch
 // of B calls per backend, in alternating order (MPI first in even rounds, Gloo first in odd ones);
@@ -16,20 +17,20 @@
 // (> 1: Gloo faster). The last line is the JSON line of docs/style.md habit 11.
 #include <mpi.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "tests/collective/store_doubles.h"
 #include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/mpi/mpi.h>
+#include <chorus/collective/store/tcp_store.h>
 #include <chorus/core/tensor.h>
 #include <chorus/launch/cli.h>
 
@@ -84,6 +85,30 @@ bool parse_sizes(const std::string& s, std::vector<std::size_t>* out) {
   return !out->empty();
 }
 
+// Rank 0 serves the store (returned; null elsewhere); every rank gets a client of it at rank 0's
+// `host` (its --gloo-host, or its host name when that is empty) and the port, broadcast over MPI.
+std::unique_ptr<chorus::collective::TcpStoreServer> serve_store(int rank, const std::string& host,
+                                                                std::unique_ptr<chorus::collective::TcpStore>* store) {
+  std::unique_ptr<chorus::collective::TcpStoreServer> server;
+  char address[256] = {};
+  int port = 0;
+  if (rank == 0) {
+    server = std::make_unique<chorus::collective::TcpStoreServer>(0, "0.0.0.0");
+    port = server->port();
+    if (host.empty()) {
+      ::gethostname(address, sizeof address - 1);
+    } else {
+      std::snprintf(address, sizeof address, "%s", host.c_str());
+    }
+  }
+  MPI_Bcast(address, sizeof address, MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  address[sizeof address - 1] = '\0';
+  *store = std::make_unique<chorus::collective::TcpStore>(
+      address, port, chorus::collective::TcpStoreOptions{.connect_timeout = std::chrono::seconds(60)});
+  return server;
+}
+
 std::string human(std::size_t bytes) {
   if (bytes % (1024 * 1024) == 0) return std::to_string(bytes / (1024 * 1024)) + "MiB";
   if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + "KiB";
@@ -121,17 +146,15 @@ int run(int argc, char** argv) {
 
   chorus::collective::MpiEnvironment mpi;
   const int rank = mpi.world_rank(), np = mpi.world_size();
-  char dir[64] = "/tmp/chorus-bench-gloo-XXXXXX";
-  if (rank == 0 && ::mkdtemp(dir) == nullptr) std::snprintf(dir, sizeof dir, "%s", "");
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (dir[0] == '\0') throw chorus::UnavailableError("bench_gloo: rank 0 could not make a store directory in /tmp");
-  chorus::testing::DirStore store(dir);
+  std::unique_ptr<chorus::collective::TcpStore> store;
+  auto server = serve_store(rank, host, &store);
   auto mpi_comm = chorus::collective::make_mpi_communicator();
-  auto gloo_comm = chorus::collective::make_gloo_communicator(store, rank, np, {.prefix = "bench", .hostname = host});
+  auto gloo_comm = chorus::collective::make_gloo_communicator(*store, rank, np, {.prefix = "bench", .hostname = host});
 
   if (rank == 0) {
     std::printf("bench_gloo: all_reduce (sum, float32, in place), %d processes on one host, %d rounds\n", np, rounds);
     std::printf("machine: %s\n", chorus::bench::machine(/*cpu_model=*/true).c_str());
+    std::printf("gloo meets through: %s (served by rank 0)\n", store->describe().c_str());
     std::printf("%-8s %12s %12s %12s %12s %8s\n", "size", "gloo_us", "mpi_us", "gloo_GB/s", "mpi_GB/s", "ratio");
   }
   std::vector<chorus::bench::Json> cases;
@@ -159,10 +182,11 @@ int run(int argc, char** argv) {
     }
   }
   gloo_comm.reset();
-  mpi_comm.reset();  // before MPI ends
-  MPI_Barrier(MPI_COMM_WORLD);
+  mpi_comm.reset();             // before MPI ends
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank is done with the store before rank 0 stops serving it
+  store.reset();
+  server.reset();
   if (rank == 0) {
-    std::filesystem::remove_all(dir);
     chorus::bench::print_json_line("gloo", chorus::bench::machine(/*cpu_model=*/true), cases);
   }
   return 0;

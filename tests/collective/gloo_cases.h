@@ -1,7 +1,8 @@
 // The Gloo backend's test cases, run by gloo_test.cc (every rank a thread of one process, over
-// TCP loopback and an in-memory store) and by gloo_process_test.cc (every rank a forked process,
-// over a directory store). Rank r contributes x_r[i] = (r + 1) + (i % 7) (analytic.h). Each case
-// is called by every rank with its communicator and its CPU device ("/cpu:r" or "/cpu:0").
+// TCP loopback and a TCP store served by the test) and by gloo_process_test.cc (every rank a forked
+// process, over a FileStore or the parent's TCP store). Rank r contributes x_r[i] = (r + 1) +
+// (i % 7) (analytic.h). Each case is called by every rank with its communicator and its CPU device
+// ("/cpu:r" or "/cpu:0").
 #pragma once
 
 #include <gtest/gtest.h>
@@ -50,7 +51,9 @@ inline void all_reduce_every_op_dtype_and_size(Communicator& comm, const std::st
           ASSERT_NEAR(got[i], want, tolerance(dt, want))
               << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op) << " i=" << i;
         }
-        if (!in_place && n > 0) ASSERT_EQ(in.to_vector<double>()[n - 1], x(comm.rank(), n - 1)) << "input untouched";
+        if (!in_place && n > 0) {
+          ASSERT_EQ(in.to_vector<double>()[n - 1], x(comm.rank(), n - 1)) << "input untouched";
+        }
       }
   // Large and odd: several of Gloo's 1 MiB segments per rank, a remainder.
   const std::int64_t n = (1 << 19) + 3;

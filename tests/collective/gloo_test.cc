@@ -1,6 +1,7 @@
 // The Gloo backend with every rank a thread of this process: each thread its own Gloo context and
-// TCP connections over loopback, all meeting through one in-memory store (store_doubles.h), as
-// Gloo's own tests run. The cases are gloo_cases.h's; gloo_process_test.cc runs them in processes.
+// TCP connections over loopback, all meeting through one TCP store (collective/store/tcp_store.h)
+// that the test serves on 127.0.0.1, as Gloo's own tests run. The cases are gloo_cases.h's; gloo_process_test.cc runs
+// them in processes.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,9 +9,9 @@
 
 #include "gloo_cases.h"
 #include "group_harness.h"
-#include "store_doubles.h"
 #include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/gloo/gloo_internal.h>
+#include <chorus/collective/store/tcp_store.h>
 
 namespace chorus::collective {
 namespace {
@@ -18,6 +19,13 @@ namespace {
 using gloo_cases::contains;
 using gloo_cases::kTimeout;
 using std::chrono::milliseconds;
+
+// A TCP store served by this process on a port the OS picks, and its client (shared by the ranks'
+// threads: TcpStore is thread-safe, each call on its own pooled connection).
+struct LoopbackStore {
+  TcpStoreServer server{0, "127.0.0.1"};
+  TcpStore store{"127.0.0.1", server.port(), {.connect_timeout = std::chrono::seconds(10)}};
+};
 
 std::string fresh_prefix() {
   static std::atomic<int> n{0};
@@ -28,7 +36,8 @@ std::string fresh_prefix() {
 // error a rank threw (gtest failures inside are recorded by gtest itself).
 void run_gloo(int k, const std::function<void(Communicator&, const std::string&)>& fn, bool validate = true) {
   chorus::testing::use_cpu_devices(k);
-  chorus::testing::InMemoryStore store;
+  LoopbackStore loopback;
+  TcpStore& store = loopback.store;
   const std::string prefix = fresh_prefix();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(k));
   std::vector<std::thread> threads;
@@ -77,7 +86,8 @@ TEST(GlooHostileTest, BadArgumentOnOneRankFailsItAndReleasesTheOthers) {
 
 // Two of three ranks create the communicator; the third never comes.
 TEST(GlooHostileTest, CreationTimesOutNamingTheMissingRank) {
-  chorus::testing::InMemoryStore store;
+  LoopbackStore loopback;
+  TcpStore& store = loopback.store;
   std::vector<std::string> messages(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
@@ -89,12 +99,13 @@ TEST(GlooHostileTest, CreationTimesOutNamingTheMissingRank) {
   for (auto& t : threads) t.join();
   for (const std::string& m : messages) {
     EXPECT_TRUE(contains(m, "rank(s) [2] to create their communicator")) << m;
-    EXPECT_TRUE(contains(m, "prefix 'late' of in-memory test store")) << m;
+    EXPECT_TRUE(contains(m, "prefix 'late' of tcp store 127.0.0.1:" + std::to_string(loopback.server.port()))) << m;
   }
 }
 
 TEST(GlooTest, RejectsBadArguments) {
-  chorus::testing::InMemoryStore store;
+  LoopbackStore loopback;
+  TcpStore& store = loopback.store;
   EXPECT_THROW(make_gloo_communicator(store, 2, 2), InvalidArgumentError);
   EXPECT_THROW(make_gloo_communicator(store, -1, 2), InvalidArgumentError);
   EXPECT_THROW(make_gloo_communicator(store, 0, 0), InvalidArgumentError);
@@ -102,6 +113,8 @@ TEST(GlooTest, RejectsBadArguments) {
   EXPECT_TRUE(gloo_available());
   // Every rank makes the same bad call, so each fails on its own.
   run_gloo(2, [](Communicator& comm, const std::string& dev) {
+    // A bad argument aborts the communicator (gloo.h): first let every rank finish connecting.
+    comm.barrier({.timeout = kTimeout})->wait();
     Tensor u8 = Tensor::zeros({4}, DType::kUInt8, dev);
     EXPECT_THROW(comm.all_reduce(u8, u8), InvalidArgumentError);
   });
