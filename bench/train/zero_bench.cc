@@ -60,15 +60,17 @@ struct Config {
   bool multi_worker = false;
 };
 
-// One configuration of the strategy: its ZeRO stage, overlap, stage 3's prefetch.
+// One configuration of the strategy: its ZeRO stage, overlap, stage 3's prefetch, offload.
 struct Variant {
   int stage = 0;
   bool overlap = false;
   int prefetch = 0;
+  bool offload = false;
   std::string name() const {
     std::string n = "stage " + std::to_string(stage);
     if (prefetch > 0) n += " + prefetch";
     if (overlap) n += " + overlap";
+    if (offload) n += " + offload";
     return n;
   }
 };
@@ -79,7 +81,8 @@ const std::vector<Variant> kVariants{{0, false, 0}, {0, true, 0}, {1, false, 0},
 
 struct StageResult {
   std::vector<double> step_ms;
-  std::int64_t peak = 0;  // bytes, max over replicas and rounds
+  std::int64_t peak = 0;       // bytes, max over the replicas' devices and rounds
+  std::int64_t host_peak = 0;  // with offload: bytes, max over the replicas' host memory devices and rounds
 };
 
 // This process's replicas: all 4, or 4 / the worker count under --multi-worker.
@@ -94,7 +97,8 @@ std::vector<std::string> devices(const Config& c) {
 }
 
 std::unique_ptr<cx::distribute::Strategy> make_strategy(const Variant& v, const Config& c) {
-  const cx::distribute::ShardingOptions sharding{.stage = v.stage, .prefetch_limit = v.prefetch};
+  const cx::distribute::ShardingOptions sharding{
+      .stage = v.stage, .prefetch_limit = v.prefetch, .offload_optimizer_state = v.offload};
   if (c.multi_worker)
     return std::make_unique<cx::distribute::MultiWorkerMirroredStrategy>(
         cx::distribute::MultiWorkerMirroredStrategyOptions{.cpu_devices_per_worker = local_replicas(c),
@@ -148,8 +152,13 @@ void run_variant(const Variant& v, const Config& c, StageResult& out, bool& chie
         x, y);
   };
   for (int i = 0; i < 2; ++i) step();
+  std::vector<std::string> hosts;  // the replicas' host memory devices, with offload
+  if (v.offload)
+    for (int local = 0; local < static_cast<int>(devs.size()); ++local)
+      hosts.push_back(cx::distribute::offload_device(devs[static_cast<std::size_t>(local)], local));
   for (const std::string& d : devs) cx::config::get_memory_info(d);  // waits for queued work
   for (const std::string& d : devs) cx::config::reset_memory_stats(d);
+  for (const std::string& h : hosts) cx::config::reset_memory_stats(h);
   for (int i = 0; i < c.steps; ++i) {
     strategy.worker_barrier("bench_zero step");  // the workers start each timed step together
     const auto t0 = Clock::now();
@@ -159,6 +168,8 @@ void run_variant(const Variant& v, const Config& c, StageResult& out, bool& chie
   }
   for (const std::string& d : devs)
     out.peak = std::max(out.peak, static_cast<std::int64_t>(cx::config::get_memory_info(d).peak));
+  for (const std::string& h : hosts)
+    out.host_peak = std::max(out.host_peak, static_cast<std::int64_t>(cx::config::get_memory_info(h).peak));
 }
 
 std::string min_max(const std::vector<double>& v) {
@@ -169,82 +180,20 @@ std::string min_max(const std::vector<double>& v) {
 }
 
 // --- Offload (issue 45, item 3): ZeRO stages 1-3 with ShardingOptions::offload_optimizer_state ---
-// Separate from run_stage on purpose (one section of its own in the output): the same model, data
-// and step; per replica the peak of its device (what the offloaded slots leave there) and of its
-// host memory device (core/host_memory.h: the slots and the host update's copies).
-
-struct OffloadResult {
-  std::vector<double> step_ms;
-  std::int64_t peak = 0;       // bytes, max over the replicas' devices and rounds
-  std::int64_t host_peak = 0;  // bytes, max over the replicas' host memory devices and rounds
-};
-
-void run_offload_stage(int stage, const Config& c, OffloadResult& out) {
-  const std::vector<std::string> devs = devices();
-  cx::distribute::MirroredStrategy strategy(devs, {.sharding = {.stage = stage, .offload_optimizer_state = true}});
-  std::unique_ptr<cx::model::Sequential> m;
-  std::shared_ptr<cx::optimizers::Adam> opt;
-  {
-    auto scope = strategy.scope();
-    std::vector<cx::layers::LayerPtr> ls;
-    for (int i = 0; i < c.layers; ++i)
-      ls.push_back(cx::layers::Dense(c.width, i + 1 < c.layers ? "relu" : "", true,
-                                     cx::initializers::glorot_uniform(static_cast<unsigned>(i + 1))));
-    m = std::make_unique<cx::model::Sequential>(std::move(ls));
-    m->build(cx::Shape({kGlobalBatch, c.width}));
-    opt = std::make_shared<cx::optimizers::Adam>(cx::optimizers::AdamOptions{.learning_rate = 1e-4});
-  }
-  const std::int64_t rows = kGlobalBatch / kReplicas;
-  std::vector<cx::Tensor> xs, ys;
-  for (int r = 0; r < kReplicas; ++r) {
-    xs.push_back(cx::ops::stateless_random_uniform({rows, c.width}, {1, r}, {.minval = -1, .maxval = 1})
-                     .to(devs[static_cast<std::size_t>(r)]));
-    ys.push_back(cx::ops::stateless_random_uniform({rows, c.width}, {2, r}, {.minval = -1, .maxval = 1})
-                     .to(devs[static_cast<std::size_t>(r)]));
-  }
-  const cx::distribute::PerReplica<cx::Tensor> x(xs), y(ys);
-  auto step = [&] {
-    strategy.run(
-        [&](const cx::Tensor& xr, const cx::Tensor& yr) {
-          std::vector<cx::Variable> vars = m->trainable_variables();
-          cx::optimizers::Gradients gradients;
-          {
-            cx::ops::GradientTape tape;
-            cx::Tensor loss =
-                cx::ops::reduce_sum(cx::ops::square((*m)(xr, true) - yr)) / static_cast<double>(kGlobalBatch * c.width);
-            gradients = opt->compute_gradients(loss, vars, tape);
-          }
-          opt->apply_gradients(std::move(gradients));
-        },
-        x, y);
-  };
-  for (int i = 0; i < 2; ++i) step();
-  std::vector<std::string> hosts;
-  for (int r = 0; r < kReplicas; ++r)
-    hosts.push_back(cx::distribute::offload_device(devs[static_cast<std::size_t>(r)], r));
-  for (const std::string& d : devs) cx::config::get_memory_info(d);
-  for (const std::string& d : devs) cx::config::reset_memory_stats(d);
-  for (const std::string& h : hosts) cx::config::reset_memory_stats(h);
-  for (int i = 0; i < c.steps; ++i) {
-    const auto t0 = Clock::now();
-    step();
-    for (const std::string& d : devs) cx::config::get_memory_info(d);
-    out.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  for (const std::string& d : devs)
-    out.peak = std::max(out.peak, static_cast<std::int64_t>(cx::config::get_memory_info(d).peak));
-  for (const std::string& h : hosts)
-    out.host_peak = std::max(out.host_peak, static_cast<std::int64_t>(cx::config::get_memory_info(h).peak));
-}
+// A section of its own in the output: the same model, data and step (run_variant); per replica the
+// peak of its device (what the offloaded slots leave there) and of its host memory device
+// (core/host_memory.h: the slots and the host update's copies).
 
 // Runs stages 1-3 with offload (R rounds, the stages in turn), prints the section against stage 0
 // (peak) and the same stage without offload (step time, from `without`), appends the JSON cases;
 // returns whether the goal holds: stage 3 with offload peak per replica <= 0.15x stage 0 (Adam).
 bool offload_section(const Config& c, const StageResult* without, std::vector<cx::bench::Json>& cases) {
   constexpr int kStages = 4;
-  OffloadResult res[kStages];
+  StageResult res[kStages];
+  bool chief = true;
   for (int round = 0; round < c.rounds; ++round)
-    for (int stage = 1; stage < kStages; ++stage) run_offload_stage(stage, c, res[stage]);
+    for (int stage = 1; stage < kStages; ++stage)
+      run_variant({.stage = stage, .overlap = false, .prefetch = 0, .offload = true}, c, res[stage], chief);
   const double params = static_cast<double>(c.layers) * (static_cast<double>(c.width) * c.width + c.width);
   const double peak0 = static_cast<double>(without[0].peak);
   std::printf("offload (optimizer state in host memory, ZeRO-Offload):\n");

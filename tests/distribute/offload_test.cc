@@ -137,6 +137,34 @@ INSTANTIATE_TEST_SUITE_P(MixedPrecision, OffloadParity,
                                             ::testing::Values("LossScale"), ::testing::Values(true)),
                          param_name);
 
+// Offload with stage 2-3's overlapped reduce-scatter and stage 3's prefetch (two features that
+// landed apart): the weights and slots are bitwise those of the same stage without offload, overlap
+// or prefetch.
+TEST(OffloadParity, WithOverlapAndPrefetchBitwiseEqualThePlainStage) {
+  make_cpus(2);
+  for (const int stage : {2, 3}) {
+    const auto run = [&](bool offload, bool overlap) {
+      distribute::MirroredStrategy strategy(
+          cpus(2), {.sharding = {.stage = stage, .prefetch_limit = overlap ? 1 : 0, .offload_optimizer_state = offload},
+                    .overlap_gradient_all_reduce = overlap});
+      EXPECT_EQ(strategy.overlaps_gradient_all_reduce(), overlap);
+      std::unique_ptr<model::Sequential> m;
+      std::shared_ptr<optimizers::Optimizer> opt;
+      {
+        auto scope = strategy.scope();
+        m = make_model();
+        opt = make("Adam");
+      }
+      train_loop(strategy, *m, *opt, 0, kSteps);
+      return snapshot(*m, *opt);
+    };
+    const State plain = run(false, false);
+    const State both = run(true, true);
+    EXPECT_EQ(both.iterations, kSteps);
+    expect_states_equal(both, plain, 0.0, "offload + overlap + prefetch, stage " + std::to_string(stage));
+  }
+}
+
 // --- where the slots live ---
 
 // Adam on 4 replicas at stage 1: the slot shards are variables on host memory device r (their
