@@ -1,8 +1,9 @@
 // libFuzzer target: what the ranks of a Gloo communicator read from each other outside Gloo's own
 // protocol (collective/gloo/gloo_internal.h): the failure records and peer records of the store
 // (decode_failure, decode_peer: another process wrote them, or a store answering garbage) and the
-// 104-byte fingerprints every call exchanges (describe, same_call). Input: a selector byte (0
-// failure record, 1 peer record, 2 fingerprint), then the bytes.
+// 104-byte fingerprints every call exchanges (collective/wire_fingerprint.h: describe, same_call,
+// shared with the MPI backend). Input: a selector byte (0 failure record, 1 peer record, 2
+// fingerprint), then the bytes.
 //
 // Contract: none of them throws. A failure record that decodes re-encodes to a record that decodes
 // to the same fields; a peer record gives a host (never empty) and a pid > 0, or host "unknown" and
@@ -45,11 +46,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       return 0;
     }
     default: {
-      g::WireFingerprint w;
+      chorus::collective::WireFingerprint w;
       std::memset(&w, 0, sizeof w);
       std::memcpy(&w, bytes.data(), std::min(bytes.size(), sizeof w));
-      check(!g::describe(w).empty(), "a description");
-      check(g::same_call(w, w), "a fingerprint equals itself");
+      check(!chorus::collective::describe(w).empty(), "a description");
+      check(chorus::collective::same_call(w, w), "a fingerprint equals itself");
       return 0;
     }
   }

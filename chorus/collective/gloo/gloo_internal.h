@@ -31,6 +31,7 @@
 #include <chorus/collective/flight_record.h>
 #include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/store/store.h>
+#include <chorus/collective/wire_fingerprint.h>
 
 namespace chorus::collective::gloo_detail {
 
@@ -62,21 +63,8 @@ class GlooStore final : public ::gloo::rendezvous::Store {
 
 // --- gloo_wire.cc -----------------------------------------------------------------------------------
 
-// The Fingerprint as fixed-size bytes (the MPI backend's layout): shapes of rank > 8 are compared
-// through a hash of the dims past the 8th.
-inline constexpr int kWireDims = 8;
-struct WireFingerprint {
-  std::uint64_t sequence;
-  std::int32_t op, dtype, root, reduce_op, rank, ndim;
-  std::int64_t dims[kWireDims];
-  std::uint64_t tail_hash;
-};
-static_assert(std::is_trivially_copyable_v<WireFingerprint> && sizeof(WireFingerprint) == 104);
-WireFingerprint to_wire(const CollectiveCall& call, int rank);
-// The same call (everything but the sender's rank).
-bool same_call(const WireFingerprint& a, const WireFingerprint& b);
-// For messages; tolerates garbage from a peer.
-std::string describe(const WireFingerprint& w);
+// Fingerprints travel as WireFingerprint (collective/wire_fingerprint.h: to_wire, same_call,
+// describe), as in every process backend.
 
 // Who a rank is, as it published itself at creation ("<prefix>/peer/<rank>").
 struct Peer {

@@ -32,6 +32,7 @@
 #include <chorus/collective/deadline.h>
 #include <chorus/collective/flight_record.h>
 #include <chorus/collective/peer_monitor/peer_monitor.h>
+#include <chorus/collective/wire_fingerprint.h>
 
 // Calls MPI under the process-wide mutex; an error code becomes InternalError with MPI's text.
 #define CHORUS_MPI_CHECK(call)                                                                   \
@@ -65,21 +66,8 @@ void check_mpi(int code, const char* expr, const char* file, int line);
 
 // --- mpi_channel.cc -------------------------------------------------------------------------------
 
-// The Fingerprint as fixed-size bytes for MPI_Iallgather. Shapes of rank > 8 are compared through
-// a hash of the dims past the 8th (messages then show the first 8).
-inline constexpr int kWireDims = 8;
-struct WireFingerprint {
-  std::uint64_t sequence;
-  std::int32_t op, dtype, root, reduce_op, rank, ndim;  // op: the CollectiveOp
-  std::int64_t dims[kWireDims];
-  std::uint64_t tail_hash;
-};
-static_assert(std::is_trivially_copyable_v<WireFingerprint> && sizeof(WireFingerprint) == 104);
-WireFingerprint to_wire(const CollectiveCall& call, int rank);
-// The same call (everything but the sender's rank).
-bool same_call(const WireFingerprint& a, const WireFingerprint& b);
-// For messages; tolerates garbage from a peer built from other sources.
-std::string describe(const WireFingerprint& w);
+// Fingerprints travel as WireFingerprint (collective/wire_fingerprint.h: to_wire, same_call,
+// describe), as in every process backend.
 
 // What a failing rank tells the others, point-to-point on kNoticeTag.
 // kLeftNotice: like kLostNotice, but every peer concerned left with an error (said goodbye): it is
