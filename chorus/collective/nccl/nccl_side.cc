@@ -8,6 +8,7 @@
 
 #include <chorus/collective/nccl/nccl_bootstrap.h>
 #include <chorus/collective/store/store.h>
+#include <chorus/collective/store/store_wait.h>
 #include <chorus/core/error.h>
 #include <chorus/core/strings.h>
 
@@ -90,28 +91,20 @@ class StoreSide final : public NcclSide {
   // deadline naming who is missing (`missing`: the ranks whose keys are not there, or for a single
   // key what that means).
   void wait_for(const std::vector<std::string>& keys, const char* step, milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (true) {
+    const std::vector<std::string> absent = wait_watching(*store_, keys, Clock::now() + timeout, kSlice, [&] {
       if (store_->check({kAbortKey}))
         throw AbortedError(str_cat("nccl over ", transport(), ": rank ", rank_, " stopped waiting for \"", step,
                                    "\": another process aborted: ", store_->get(kAbortKey, milliseconds(0))));
-      const auto left = std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero());
-      try {
-        store_->wait(keys, std::chrono::duration_cast<milliseconds>(std::min<Clock::duration>(left, kSlice)));
-        return;
-      } catch (const DeadlineExceededError&) {
-      }
-      if (Clock::now() < deadline) continue;
-      std::vector<int> missing;
-      for (std::size_t i = 0; i < keys.size(); ++i)
-        if (!store_->check({keys[i]})) missing.push_back(static_cast<int>(i));
-      if (missing.empty()) return;
-      const std::string who = keys.size() > 1 ? str_cat("rank(s) [", join(missing), "] did not take part")
-                              : std::string(step) == "broadcast" ? std::string("rank 0 did not send it")
-                                                                 : std::string("not every rank arrived");
-      throw DeadlineExceededError(str_cat("nccl over ", transport(), ": rank ", rank_, " waited ", timeout.count(),
-                                          " ms for \"", step, "\": ", who, " (a process stuck, died or never came?)"));
-    }
+    });
+    if (absent.empty()) return;
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (std::find(absent.begin(), absent.end(), keys[i]) != absent.end()) missing.push_back(static_cast<int>(i));
+    const std::string who = keys.size() > 1 ? str_cat("rank(s) [", join(missing), "] did not take part")
+                            : std::string(step) == "broadcast" ? std::string("rank 0 did not send it")
+                                                               : std::string("not every rank arrived");
+    throw DeadlineExceededError(str_cat("nccl over ", transport(), ": rank ", rank_, " waited ", timeout.count(),
+                                        " ms for \"", step, "\": ", who, " (a process stuck, died or never came?)"));
   }
 
   std::shared_ptr<Store> store_;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <chorus/collective/store/prefix_store.h>
+#include <chorus/collective/store/store_wait.h>
 #include <chorus/collective/store/tcp_store.h>
 #include <chorus/core/error.h>
 #include <chorus/core/host.h>
@@ -53,22 +54,7 @@ void rethrow_published(Store& s) {
 // Waits for `keys` until `deadline`, looking for a published error every kSlice (it is rethrown
 // as InvalidArgumentError). Returns the keys still missing at the deadline (empty: all there).
 std::vector<std::string> wait_watching(Store& s, const std::vector<std::string>& keys, Clock::time_point deadline) {
-  while (true) {
-    rethrow_published(s);
-    const auto now = Clock::now();
-    const auto slice = std::min<Clock::duration>(kSlice, std::max<Clock::duration>(deadline - now, {}));
-    try {
-      s.wait(keys, std::chrono::duration_cast<milliseconds>(slice));
-      return {};
-    } catch (const DeadlineExceededError&) {
-    }
-    if (Clock::now() >= deadline) {
-      std::vector<std::string> missing;
-      for (const auto& k : keys)
-        if (!s.check({k})) missing.push_back(k);
-      if (!missing.empty()) return missing;
-    }
-  }
+  return collective::wait_watching(s, keys, deadline, kSlice, [&s] { rethrow_published(s); });
 }
 
 std::string who(int rank, const StoreRendezvousOptions& o) {
