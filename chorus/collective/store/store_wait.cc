@@ -7,8 +7,8 @@
 namespace chorus::collective {
 
 std::vector<std::string> wait_watching(Store& store, const std::vector<std::string>& keys,
-                                       std::chrono::steady_clock::time_point deadline,
-                                       std::chrono::milliseconds slice, const std::function<void()>& watch) {
+                                       std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds slice,
+                                       const std::function<void()>& watch) {
   using Clock = std::chrono::steady_clock;
   while (true) {
     watch();

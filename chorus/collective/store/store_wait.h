@@ -15,7 +15,7 @@ namespace chorus::collective {
 // Waits for `keys` until `deadline` in slices of at most `slice`, calling `watch()` before each
 // (it throws to stop the wait). Returns the keys still missing at the deadline (empty: all there).
 std::vector<std::string> wait_watching(Store& store, const std::vector<std::string>& keys,
-                                       std::chrono::steady_clock::time_point deadline,
-                                       std::chrono::milliseconds slice, const std::function<void()>& watch);
+                                       std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds slice,
+                                       const std::function<void()>& watch);
 
 }  // namespace chorus::collective
