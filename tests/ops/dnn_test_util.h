@@ -145,7 +145,7 @@ inline void check_conv(const Conv2dGeometry& g, std::uint32_t seed) {
 }
 
 inline Conv2dGeometry pool_geometry(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t k,
-                             std::int64_t s, Padding p) {
+                                    std::int64_t s, Padding p) {
   return make_geometry({n, h, w, c, k, k, c, s, 1, p});
 }
 
