@@ -23,6 +23,7 @@ int tf_dtype_of(DType dtype) {
     case DType::kInt32: return kTfInt32;
     case DType::kInt64: return kTfInt64;
     case DType::kUInt8: return kTfUInt8;
+    case DType::kUInt16: return kTfUInt16;
     case DType::kBool: return kTfBool;
     case DType::kString: return kTfString;
   }
@@ -39,6 +40,7 @@ std::optional<DType> dtype_from_tf(int tf_dtype) {
     case kTfInt32: return DType::kInt32;
     case kTfInt64: return DType::kInt64;
     case kTfUInt8: return DType::kUInt8;
+    case kTfUInt16: return DType::kUInt16;
     case kTfBool: return DType::kBool;
     default: return std::nullopt;
   }

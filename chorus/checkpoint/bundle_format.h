@@ -49,7 +49,7 @@ inline constexpr std::int64_t kMaxShards = 99999;
 
 // ---- TF's DataType enum (tensorflow/core/framework/types.proto) ----
 inline constexpr int kTfFloat = 1, kTfDouble = 2, kTfInt32 = 3, kTfUInt8 = 4, kTfString = 7, kTfInt64 = 9, kTfBool = 10,
-                     kTfBFloat16 = 14, kTfHalf = 19;
+                     kTfBFloat16 = 14, kTfUInt16 = 17, kTfHalf = 19;
 
 // DT_STRING (7) for DType::kString.
 int tf_dtype_of(DType dtype);

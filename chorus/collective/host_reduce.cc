@@ -192,8 +192,8 @@ void reduce_direct(ReduceOp op, const void* const* inputs, int k, void* const* o
 }  // namespace
 
 void check_collective_dtype(DType dtype, const char* what) {
-  CHORUS_REQUIRE(dtype != DType::kUInt8 && dtype != DType::kBool && dtype != DType::kString, InvalidArgumentError, what,
-                 ": dtype ", dtype_name(dtype),
+  CHORUS_REQUIRE(dtype != DType::kUInt8 && dtype != DType::kUInt16 && dtype != DType::kBool && dtype != DType::kString,
+                 InvalidArgumentError, what, ": dtype ", dtype_name(dtype),
                  " is not supported by collectives; use float32, float64, float16, bfloat16, "
                  "int32 or int64");
 }
@@ -209,6 +209,7 @@ void reduce_range(DType dtype, ReduceOp op, const void* const* inputs, int k, vo
     case DType::kInt32: return reduce_direct<std::int32_t>(op, inputs, k, outputs, num_out, begin, end, divisor);
     case DType::kInt64: return reduce_direct<std::int64_t>(op, inputs, k, outputs, num_out, begin, end, divisor);
     case DType::kUInt8:
+    case DType::kUInt16:
     case DType::kBool:
     case DType::kString: break;
   }

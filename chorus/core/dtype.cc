@@ -16,7 +16,7 @@ namespace {
 using internal::str_cat;
 
 constexpr std::string_view kValidNames =
-    "float32, float64, float16, bfloat16, int32, int64, uint8, bool, string (aliases: float, double, half)";
+    "float32, float64, float16, bfloat16, int32, int64, uint8, uint16, bool, string (aliases: float, double, half)";
 
 [[noreturn]] void throw_bad_dtype(DType dtype) {
   throw InvalidArgumentError(
@@ -109,11 +109,11 @@ std::uint16_t integer_to_narrow(I v) {
   }
 }
 
-// ---- Element storage and the 8x8 conversion table --------------------------------------------
+// ---- Element storage and the 9x9 conversion table --------------------------------------------
 //
-// Every element is loaded to one of five "value" types (float, double, int32, int64, uint8) with
+// Every element is loaded to one of six "value" types (float, double, int32, int64, uint8, uint16) with
 // no rounding — float16/bfloat16 widen to float exactly, bool to uint8 0/1 — and stored with the
-// destination's rules. That gives all 64 pairs from 8 loaders and 8 storers. Loads and stores use
+// destination's rules. That gives all 81 pairs from 9 loaders and 9 storers. Loads and stores use
 // memcpy: buffers come in as void* and may be unaligned (element_as_double on a byte offset).
 
 template <DType D>
@@ -145,6 +145,10 @@ struct Storage<DType::kInt64> {
 template <>
 struct Storage<DType::kUInt8> {
   using type = std::uint8_t;
+};
+template <>
+struct Storage<DType::kUInt16> {
+  using type = std::uint16_t;
 };
 // bool is stored as one byte read as "nonzero is true": reading a byte that is not 0/1 through a
 // C++ bool would be UB, and tensors may come from foreign memory.
@@ -245,6 +249,7 @@ void convert_from(const void* src, void* dst, DType dst_type, std::size_t count)
     case DType::kInt32: return convert_loop<Src, DType::kInt32>(src, dst, count);
     case DType::kInt64: return convert_loop<Src, DType::kInt64>(src, dst, count);
     case DType::kUInt8: return convert_loop<Src, DType::kUInt8>(src, dst, count);
+    case DType::kUInt16: return convert_loop<Src, DType::kUInt16>(src, dst, count);
     case DType::kBool: return convert_loop<Src, DType::kBool>(src, dst, count);
     case DType::kString: break;  // refused by convert() before the dispatch
   }
@@ -262,6 +267,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
     case DType::kUInt8: return 1;
+    case DType::kUInt16: return 2;
     case DType::kBool: return 1;
     case DType::kString: return sizeof(std::string);
   }
@@ -277,6 +283,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kUInt8: return "uint8";
+    case DType::kUInt16: return "uint16";
     case DType::kBool: return "bool";
     case DType::kString: return "string";
   }
@@ -301,7 +308,9 @@ bool is_floating(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
 
-bool is_integer(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8; }
+bool is_integer(DType dtype) {
+  return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8 || dtype == DType::kUInt16;
+}
 
 std::ostream& operator<<(std::ostream& os, DType dtype) {
   // Printing must not throw (it is used inside error messages), so bad values print raw.
@@ -406,6 +415,7 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, std::si
     case DType::kInt32: return convert_from<DType::kInt32>(src, dst, dst_type, count);
     case DType::kInt64: return convert_from<DType::kInt64>(src, dst, dst_type, count);
     case DType::kUInt8: return convert_from<DType::kUInt8>(src, dst, dst_type, count);
+    case DType::kUInt16: return convert_from<DType::kUInt16>(src, dst, dst_type, count);
     case DType::kBool: return convert_from<DType::kBool>(src, dst, dst_type, count);
     case DType::kString: break;  // refused above
   }

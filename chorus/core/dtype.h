@@ -1,4 +1,4 @@
-// Element types: the nine dtypes chorus tensors hold, their sizes and names, and conversions.
+// Element types: the ten dtypes chorus tensors hold, their sizes and names, and conversions.
 //
 // kString (TF's tf.string, DT_STRING) holds arbitrary bytes per element as a std::string; string
 // tensors live in host memory only (core/tensor.h "String tensors"). It is not a number: convert()
@@ -32,18 +32,19 @@ enum class DType : std::uint8_t {
   kUInt8,
   kBool,
   kString,
+  kUInt16,  // after kString: dtype codes are stable (cache files, wire fingerprints)
 };
-inline constexpr int kNumDTypes = 9;
+inline constexpr int kNumDTypes = 10;
 
 // Bytes per element: 4, 8, 2, 2, 4, 8, 1, 1, sizeof(std::string) (the object; the bytes of a long
-// string live on the heap).
+// string live on the heap), 2.
 std::size_t dtype_size(DType dtype);
-// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool", "string".
+// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool", "string", "uint16".
 std::string_view dtype_name(DType dtype);
 // Parses a TF name (also "float", "double", "half"); throws InvalidArgumentError listing names.
 DType parse_dtype(std::string_view name);
 bool is_floating(DType dtype);  // float32/64/16, bfloat16
-bool is_integer(DType dtype);   // int32/64, uint8
+bool is_integer(DType dtype);   // int32/64, uint8, uint16
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
 // IEEE binary16 stored as bits.
@@ -125,6 +126,10 @@ constexpr DType dtype_of<std::int64_t>() {
 template <>
 constexpr DType dtype_of<std::uint8_t>() {
   return DType::kUInt8;
+}
+template <>
+constexpr DType dtype_of<std::uint16_t>() {
+  return DType::kUInt16;
 }
 template <>
 constexpr DType dtype_of<bool>() {

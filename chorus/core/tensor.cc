@@ -65,6 +65,7 @@ void add_host(DType dtype, void* dst, const void* src, std::size_t n) {
     case DType::kInt32: return add_loop<std::int32_t>(dst, src, n);
     case DType::kInt64: return add_loop<std::int64_t>(dst, src, n);
     case DType::kUInt8: return add_loop<std::uint8_t>(dst, src, n);
+    case DType::kUInt16: return add_loop<std::uint16_t>(dst, src, n);
     case DType::kFloat16: return add_loop_16<float16>(dst, src, n);
     case DType::kBFloat16: return add_loop_16<bfloat16>(dst, src, n);
     case DType::kBool:

@@ -90,7 +90,7 @@ void check_unary_dtype(UnaryOp op, const Tensor& x) {
   if (unary_needs_float(op)) return internal::require_float(name, x);
   internal::require_dtype(name, x,
                           {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                           DType::kInt64, DType::kUInt8});
+                           DType::kInt64, DType::kUInt8, DType::kUInt16});
 }
 
 void check_binary_dtype(BinaryOp op, const Tensor& a) {
@@ -102,7 +102,7 @@ void check_binary_dtype(BinaryOp op, const Tensor& a) {
       op == BinaryOp::kReluGrad)
     return internal::require_dtype(name, a,
                                    {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                                    DType::kInt64, DType::kUInt8});
+                                    DType::kInt64, DType::kUInt8, DType::kUInt16});
   internal::require_float(name, a);
 }
 

@@ -17,13 +17,14 @@ using i64 = std::int64_t;
 
 void require_image_dtype(const char* what, DType d) {
   CHORUS_REQUIRE(d != DType::kBool, InvalidArgumentError, "convert_image_dtype: ", what,
-                 " must be a floating point or integer dtype (uint8, int32, int64, float16, bfloat16, float32, "
-                 "float64), got bool");
+                 " must be a floating point or integer dtype (uint8, uint16, int32, int64, float16, bfloat16, "
+                 "float32, float64), got bool");
 }
 
 // The value bits of the integer dtypes: max = 2^bits - 1.
-int value_bits(DType d) { return d == DType::kUInt8 ? 8 : d == DType::kInt32 ? 31 : 63; }
-double int_min(DType d) { return d == DType::kUInt8 ? 0.0 : -std::ldexp(1.0, value_bits(d)); }
+int value_bits(DType d) { return d == DType::kUInt8 ? 8 : d == DType::kUInt16 ? 16 : d == DType::kInt32 ? 31 : 63; }
+bool is_unsigned(DType d) { return d == DType::kUInt8 || d == DType::kUInt16; }
+double int_min(DType d) { return is_unsigned(d) ? 0.0 : -std::ldexp(1.0, value_bits(d)); }
 // The max as a double, as Python's float(dtype.max) rounds it (int64: 2^63).
 double int_max(DType d) { return std::ldexp(1.0, value_bits(d)) - 1.0; }
 double float_max(DType d) {

@@ -100,7 +100,7 @@ Tensor reduce(ReduceKind kind, const Tensor& x, const Axes& axes_in, bool keepdi
   auto dev = internal::device_of(name, x);
   internal::require_dtype(name, x,
                           {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                           DType::kInt64, DType::kUInt8});
+                           DType::kInt64, DType::kUInt8, DType::kUInt16});
   const std::vector<int> axes = resolve_axes(name, axes_in, x.shape().rank());
   const Shape out_shape = reduced_shape(x.shape(), axes, keepdims);
   Tensor y = output(dev, out_shape, x.dtype());
@@ -144,7 +144,7 @@ Tensor arg(bool min, const Tensor& x, int axis) {
   auto dev = internal::device_of(name, x);
   internal::require_dtype(name, x,
                           {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                           DType::kInt64, DType::kUInt8});
+                           DType::kInt64, DType::kUInt8, DType::kUInt16});
   const int a = internal::normalize_axis(name, axis, x.shape().rank());
   const auto& d = x.shape().dims();
   const std::int64_t r = d[static_cast<std::size_t>(a)];

@@ -56,7 +56,8 @@ std::size_t numeric_size(int dtype) {
     case tf_dtype::kDouble:
     case tf_dtype::kInt64: return 8;
     case tf_dtype::kHalf:
-    case tf_dtype::kInt16: return 2;
+    case tf_dtype::kInt16:
+    case tf_dtype::kUInt16: return 2;
     case tf_dtype::kUInt8:
     case tf_dtype::kInt8:
     case tf_dtype::kBool: return 1;
@@ -70,7 +71,7 @@ std::vector<double> TensorProto::to_doubles() const {
   const std::size_t elem = numeric_size(dtype);
   CHORUS_REQUIRE(elem != 0, InvalidArgumentError, "TensorProto::to_doubles: DataType ", dtype,
                  " has no numeric reading (valid: FLOAT 1, DOUBLE 2, INT32 3, UINT8 4, INT16 5, INT8 6, INT64 9, BOOL "
-                 "10, HALF 19)");
+                 "10, UINT16 17, HALF 19)");
   std::vector<double> out(static_cast<std::size_t>(num_elements()));
   if (!tensor_content.empty()) {
     if (tensor_content.size() != out.size() * elem)
@@ -83,6 +84,7 @@ std::vector<double> TensorProto::to_doubles() const {
       case tf_dtype::kInt32: decode_content<std::int32_t>(tensor_content, out); break;
       case tf_dtype::kInt64: decode_content<std::int64_t>(tensor_content, out); break;
       case tf_dtype::kInt16: decode_content<std::int16_t>(tensor_content, out); break;
+      case tf_dtype::kUInt16: decode_content<std::uint16_t>(tensor_content, out); break;
       case tf_dtype::kInt8: decode_content<std::int8_t>(tensor_content, out); break;
       case tf_dtype::kUInt8:
       case tf_dtype::kBool: decode_content<std::uint8_t>(tensor_content, out); break;
@@ -97,7 +99,7 @@ std::vector<double> TensorProto::to_doubles() const {
     case tf_dtype::kHalf:
       throw InvalidArgumentError(
           "TensorProto::to_doubles: HALF values in half_val are not decoded (only tensor_content)");
-    default: fill_from_field(int_val, out, "int_val"); break;  // INT32, UINT8, INT16, INT8
+    default: fill_from_field(int_val, out, "int_val"); break;  // INT32, UINT8, INT16, INT8, UINT16
   }
   return out;
 }

@@ -25,7 +25,7 @@ namespace chorus::summary {
 // tensorflow.DataType numbers (types.proto); the ones chorus writes or converts.
 namespace tf_dtype {
 inline constexpr int kInvalid = 0, kFloat = 1, kDouble = 2, kInt32 = 3, kUInt8 = 4, kInt16 = 5, kInt8 = 6, kString = 7,
-                     kInt64 = 9, kBool = 10, kBFloat16 = 14, kHalf = 19;
+                     kInt64 = 9, kBool = 10, kBFloat16 = 14, kUInt16 = 17, kHalf = 19;
 }
 
 // SummaryMetadata.data_class.
@@ -40,7 +40,7 @@ struct TensorProto {
   std::string tensor_content;           // raw little-endian elements, row-major (numeric tensors)
   std::vector<float> float_val;         // 5
   std::vector<double> double_val;       // 6
-  std::vector<std::int64_t> int_val;    // 7 (int32, uint8, int16, int8 values)
+  std::vector<std::int64_t> int_val;    // 7 (int32, uint8, int16, int8, uint16 values)
   std::vector<std::string> string_val;  // 8
   std::vector<std::int64_t> int64_val;  // 10
   std::vector<std::int64_t> bool_val;   // 11
@@ -48,7 +48,7 @@ struct TensorProto {
   // Product of the shape's dims (1 for rank 0 or no shape).
   std::int64_t num_elements() const;
   // Every element as a double, row-major, for FLOAT, DOUBLE, HALF, INT32, UINT8, INT16, INT8,
-  // INT64, BOOL — from tensor_content when it is set, else from the typed field (a typed field
+  // UINT16, INT64, BOOL — from tensor_content when it is set, else from the typed field (a typed field
   // holding one value for a larger shape is broadcast, as TF does). Throws DataLossError when
   // the byte count or value count does not fit the shape, InvalidArgumentError for a dtype with
   // no numeric reading (STRING, ...).

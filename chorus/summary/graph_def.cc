@@ -26,6 +26,7 @@ int tf_data_type(DType dtype) {
     case DType::kInt32: return tf_dtype::kInt32;
     case DType::kInt64: return tf_dtype::kInt64;
     case DType::kUInt8: return tf_dtype::kUInt8;
+    case DType::kUInt16: return tf_dtype::kUInt16;
     case DType::kBool: return tf_dtype::kBool;
     case DType::kString: return tf_dtype::kString;
   }

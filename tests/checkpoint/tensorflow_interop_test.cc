@@ -198,6 +198,7 @@ TEST_F(TensorFlowInterop, ChorusWritesTensorFlowReads) {
                       {std::numeric_limits<std::int64_t>::min(), -1, 0, 1, std::numeric_limits<std::int64_t>::max()},
                       {5}, "/CPU:0")},
         {"uint8", Tensor::from_vector<std::uint8_t>({0, 1, 127, 128, 255}, {5}, "/CPU:0")},
+        {"uint16", Tensor::from_vector<std::uint16_t>({0, 1, 255, 256, 32768, 65535}, {6}, "/CPU:0")},
         {"bool", Tensor::from_vector<bool>({true, false, true, true, false, false}, {3, 2}, "/CPU:0")},
     };
     std::vector<TrackableChild> children;
@@ -242,13 +243,13 @@ struct UnsupportedDType {
 const UnsupportedDType kUnsupported[] = {
     {"int8", 6, "DT_INT8 (int8)"},
     {"int16", 5, "DT_INT16 (int16)"},
-    {"uint16", 17, "DT_UINT16 (uint16)"},
     {"uint32", 22, "DT_UINT32 (uint32)"},
     {"uint64", 23, "DT_UINT64 (uint64)"},
     {"complex64", 8, "DT_COMPLEX64 (complex64)"},
     {"complex128", 18, "DT_COMPLEX128 (complex128)"},
 };
-const char* const kSupported[] = {"float16", "bfloat16", "float32", "float64", "bool", "int32", "int64", "uint8"};
+const char* const kSupported[] = {"float16", "bfloat16", "float32", "float64", "bool",
+                                  "int32",   "int64",    "uint8",   "uint16"};
 // tf_interop.py STRINGS.
 const std::vector<std::string> kStrings = {"alpha", "", std::string("with\0nul", 8),
                                            "\xc3\xbc"

@@ -64,6 +64,7 @@ TEST(DTypeTest, SizesNamesAndCategories) {
       {DType::kUInt8, 1, "uint8", false, true},
       {DType::kBool, 1, "bool", false, false},
       {DType::kString, sizeof(std::string), "string", false, false},
+      {DType::kUInt16, 2, "uint16", false, true},
   };
   ASSERT_EQ(std::size(rows), static_cast<std::size_t>(kNumDTypes));
   for (const Row& r : rows) {
@@ -86,6 +87,7 @@ TEST(DTypeTest, DtypeOfMatchesStorageTypes) {
   static_assert(dtype_of<std::int32_t>() == DType::kInt32);
   static_assert(dtype_of<std::int64_t>() == DType::kInt64);
   static_assert(dtype_of<std::uint8_t>() == DType::kUInt8);
+  static_assert(dtype_of<std::uint16_t>() == DType::kUInt16);
   static_assert(dtype_of<bool>() == DType::kBool);
   static_assert(dtype_of<std::string>() == DType::kString);
   EXPECT_EQ(sizeof(float16), 2u);
@@ -102,11 +104,22 @@ TEST(DTypeTest, ParseAcceptsAliasesInAnyCase) {
   EXPECT_EQ(parse_dtype("DOUBLE"), DType::kFloat64);
   EXPECT_EQ(parse_dtype("Bool"), DType::kBool);
   EXPECT_EQ(parse_dtype("UINT8"), DType::kUInt8);
+  EXPECT_EQ(parse_dtype("UInt16"), DType::kUInt16);
   EXPECT_EQ(parse_dtype("String"), DType::kString);
 }
 
-TEST(DTypeTest, StringIsLastAndHasNoConversions) {
-  EXPECT_EQ(static_cast<int>(DType::kString), kNumDTypes - 1);
+// The codes are stable (dataset cache files and iterator states store them): a new dtype goes
+// after the last one.
+TEST(DTypeTest, CodesAreStable) {
+  EXPECT_EQ(static_cast<int>(DType::kFloat32), 0);
+  EXPECT_EQ(static_cast<int>(DType::kUInt8), 6);
+  EXPECT_EQ(static_cast<int>(DType::kBool), 7);
+  EXPECT_EQ(static_cast<int>(DType::kString), 8);
+  EXPECT_EQ(static_cast<int>(DType::kUInt16), 9);
+  EXPECT_EQ(kNumDTypes, 10);
+}
+
+TEST(DTypeTest, StringHasNoConversions) {
   const std::string s[2] = {"1", "2"};
   float f[2] = {};
   for (DType numeric : {DType::kFloat32, DType::kInt64, DType::kBool}) {
@@ -479,6 +492,15 @@ TEST(ConvertTest, FloatToIntegerTruncatesAndSaturates) {
   EXPECT_EQ(d2u8(-100.0), 0);
   EXPECT_EQ(d2u8(std::numeric_limits<double>::quiet_NaN()), 0);
   EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{0x7C00}, DType::kFloat16, DType::kUInt8), 255);
+  auto d2u16 = [](double d) { return convert_one<std::uint16_t>(d, DType::kFloat64, DType::kUInt16); };
+  EXPECT_EQ(d2u16(65535.9), 65535);
+  EXPECT_EQ(d2u16(1e9), 65535);
+  EXPECT_EQ(d2u16(-3.0), 0);
+  EXPECT_EQ(d2u16(1234.99), 1234);
+  EXPECT_EQ(d2u16(std::numeric_limits<double>::quiet_NaN()), 0);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{0x7BFF}, DType::kFloat16, DType::kUInt16), 65504);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint16_t{65535}, DType::kUInt16, DType::kFloat16),
+            0x7C00);  // rounds to inf
   EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{0xFF80}, DType::kBFloat16, DType::kUInt8), 0);
   EXPECT_EQ(convert_one<std::int32_t>(std::uint16_t{0x7BFF}, DType::kFloat16, DType::kInt32), 65504);
   EXPECT_EQ(convert_one<std::int32_t>(std::uint16_t{0x7E00}, DType::kFloat16, DType::kInt32), 0);  // NaN
@@ -494,6 +516,12 @@ TEST(ConvertTest, IntegerToIntegerWrapsLikeStaticCast) {
   EXPECT_EQ(convert_one<std::int32_t>(std::int64_t{-1}, DType::kInt64, DType::kInt32), -1);
   EXPECT_EQ(convert_one<std::int64_t>(std::uint8_t{200}, DType::kUInt8, DType::kInt64), 200);
   EXPECT_EQ(convert_one<std::int64_t>(std::int32_t{-7}, DType::kInt32, DType::kInt64), -7);
+  // uint16 (tf.cast int32 → uint16 wraps as numpy's astype does).
+  EXPECT_EQ(convert_one<std::uint16_t>(std::int32_t{70000}, DType::kInt32, DType::kUInt16), 4464);  // 70000 - 65536
+  EXPECT_EQ(convert_one<std::uint16_t>(std::int32_t{-1}, DType::kInt32, DType::kUInt16), 65535);
+  EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{0x1234}, DType::kUInt16, DType::kUInt8), 0x34);
+  EXPECT_EQ(convert_one<std::int32_t>(std::uint16_t{65535}, DType::kUInt16, DType::kInt32), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint8_t{255}, DType::kUInt8, DType::kUInt16), 255);
 }
 
 TEST(ConvertTest, BoolIsNonzeroAndNaNIsTrue) {
@@ -539,6 +567,7 @@ std::vector<unsigned char> encode(DType dtype, const std::vector<double>& values
       case DType::kInt32: put(i, static_cast<std::int32_t>(v)); break;
       case DType::kInt64: put(i, static_cast<std::int64_t>(v)); break;
       case DType::kUInt8: put(i, static_cast<std::uint8_t>(v)); break;
+      case DType::kUInt16: put(i, static_cast<std::uint16_t>(v)); break;
       case DType::kBool: put(i, static_cast<std::uint8_t>(v != 0)); break;
       case DType::kString: ADD_FAILURE() << "string has no numeric encoding"; break;
       case DType::kFloat16:
@@ -564,16 +593,19 @@ std::vector<unsigned char> encode(DType dtype, const std::vector<double>& values
   return out;
 }
 
-// The numeric dtypes: every one but string, the last (StringIsLastAndHasNoConversions).
-constexpr int kNumNumericDTypes = kNumDTypes - 1;
+// The numeric dtypes: every one but string (StringHasNoConversions).
+std::vector<DType> numeric_dtypes() {
+  std::vector<DType> out;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (static_cast<DType>(i) != DType::kString) out.push_back(static_cast<DType>(i));
+  return out;
+}
 
 TEST(ConvertTest, AllPairsConvertExactValues) {
   const std::vector<double> values = {0, 1, 3, 100};
-  for (int s = 0; s < kNumNumericDTypes; ++s) {
-    const auto src_type = static_cast<DType>(s);
+  for (const DType src_type : numeric_dtypes()) {
     const auto src = encode(src_type, values);
-    for (int d = 0; d < kNumNumericDTypes; ++d) {
-      const auto dst_type = static_cast<DType>(d);
+    for (const DType dst_type : numeric_dtypes()) {
       std::vector<unsigned char> dst(values.size() * dtype_size(dst_type), 0xAB);
       convert(src.data(), src_type, dst.data(), dst_type, values.size());
       for (std::size_t i = 0; i < values.size(); ++i) {
@@ -591,17 +623,16 @@ TEST(ConvertTest, AllPairsConvertExactValues) {
 }
 
 TEST(ConvertTest, AllPairsFromANegativeFraction) {
-  // -2.5 in every floating source: floats keep it, int32/int64 truncate to -2, uint8 saturates
-  // to 0, bool gets true.
+  // -2.5 in every floating source: floats keep it, int32/int64 truncate to -2, uint8 and uint16
+  // saturate to 0, bool gets true.
   for (DType src_type : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     const auto src = encode(src_type, {-2.5});
-    for (int d = 0; d < kNumNumericDTypes; ++d) {
-      const auto dst_type = static_cast<DType>(d);
+    for (const DType dst_type : numeric_dtypes()) {
       std::vector<unsigned char> dst(dtype_size(dst_type));
       convert(src.data(), src_type, dst.data(), dst_type, 1);
       double want = -2.5;
       if (dst_type == DType::kInt32 || dst_type == DType::kInt64) want = -2;
-      if (dst_type == DType::kUInt8) want = 0;
+      if (dst_type == DType::kUInt8 || dst_type == DType::kUInt16) want = 0;
       if (dst_type == DType::kBool) want = 1;
       EXPECT_EQ(element_as_double(dst.data(), dst_type, 0), want) << src_type << " -> " << dst_type;
     }

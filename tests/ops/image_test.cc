@@ -70,7 +70,7 @@ Tensor grad_of(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
   return tape.gradient(ops::reduce_sum(ops::mul(w, y)), {x})[0];
 }
 
-const char* const kDtypeNames[] = {"uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+const char* const kDtypeNames[] = {"uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "uint16"};
 
 // The same cases as tf_image_values.py, by name.
 std::map<std::string, Tensor> chorus_values() {
@@ -110,20 +110,22 @@ std::map<std::string, Tensor> chorus_values() {
   const std::vector<double> ints[] = {
       {0, 1, 7, 128, 200, 254, 255}, {0, 1, 5, 255, 65536, -1, -7, -2147483648.0, 2147483647.0, 123456789}, {}};
   const std::vector<i64> int64s = {0, 1, 5, 255, -1, -9, (i64{1} << 40) + 3, INT64_MIN, INT64_MAX, 1234567890123456789};
+  const std::vector<double> uint16s = {0, 1, 7, 255, 256, 4660, 32768, 65534, 65535};
   const std::vector<double> floats = {0.0, 0.25, 0.5, 1.0, 0.999, 0.001, 0.7, 1.0 / 3.0};
-  for (int s = 0; s < 7; ++s) {
+  for (int s = 0; s < 8; ++s) {
     const DType src = parse_dtype(kDtypeNames[s]);
-    const Tensor x = s == 2  ? Tensor::from_vector<i64>(int64s, Shape{10}, "/CPU:0")
-                     : s < 2 ? of(ints[s], Shape{static_cast<i64>(ints[s].size())}, src)
-                             : of(floats, Shape{8}, src);
-    for (int d = 0; d < 7; ++d)
+    const Tensor x = s == 2   ? Tensor::from_vector<i64>(int64s, Shape{10}, "/CPU:0")
+                     : s < 2  ? of(ints[s], Shape{static_cast<i64>(ints[s].size())}, src)
+                     : s == 7 ? of(uint16s, Shape{9}, src)
+                              : of(floats, Shape{8}, src);
+    for (int d = 0; d < 8; ++d)
       for (int sat = 0; sat < 2; ++sat)
         o[std::string("convert_") + kDtypeNames[s] + "_" + kDtypeNames[d] + "_" + std::to_string(sat)] =
             img::convert_image_dtype(x, parse_dtype(kDtypeNames[d]), sat == 1);
   }
   for (int s = 3; s < 7; ++s) {
     const std::vector<double> v = {-2.0, -0.5, 1.5, 3e4, -3e4, s == 3 ? 6e4 : 1e30, INFINITY, -INFINITY, std::nan("")};
-    for (int d = 0; d < 3; ++d)
+    for (int d : {0, 1, 2, 7})
       o[std::string("convert_sat_") + kDtypeNames[s] + "_" + kDtypeNames[d]] =
           img::convert_image_dtype(of(v, Shape{9}, parse_dtype(kDtypeNames[s])), parse_dtype(kDtypeNames[d]), true);
   }

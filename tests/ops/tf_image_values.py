@@ -83,12 +83,14 @@ out("standardize_const_grad", grad(tf.image.per_image_standardization, np.full([
 # float -> int casts of values outside the integer range (or NaN) are left to the hardware by TF's
 # CPU kernel (x86: INT_MIN or wrap-around; e.g. 1.0 -> int32 is 1.0 * 2^31 -> INT_MIN): those
 # elements are printed as nan and not compared (ops/image.h promises no value there).
-names = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+names = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "uint16"]
 ints = {"uint8": [0, 1, 7, 128, 200, 254, 255],
         "int32": [0, 1, 5, 255, 65536, -1, -7, -2**31, 2**31 - 1, 123456789],
-        "int64": [0, 1, 5, 255, -1, -9, 2**40 + 3, -2**63, 2**63 - 1, 1234567890123456789]}
+        "int64": [0, 1, 5, 255, -1, -9, 2**40 + 3, -2**63, 2**63 - 1, 1234567890123456789],
+        "uint16": [0, 1, 7, 255, 256, 4660, 32768, 65534, 65535]}
 floats = [0.0, 0.25, 0.5, 1.0, 0.999, 0.001, 0.7, 1.0 / 3.0]
-RANGE = {"uint8": (-1.0, 256.0), "int32": (-2.0**31 - 1, 2.0**31), "int64": (-2.0**63 - 1, 2.0**63)}
+RANGE = {"uint8": (-1.0, 256.0), "int32": (-2.0**31 - 1, 2.0**31), "int64": (-2.0**63 - 1, 2.0**63),
+         "uint16": (-1.0, 65536.0)}
 
 
 def convert_case(name, vals, src, dst, sat):
@@ -111,7 +113,7 @@ for src in names:
         for sat in [False, True]:
             convert_case(f"convert_{src}_{dst}_{int(sat)}", ints.get(src, floats), src, dst, sat)
 for src in ["float16", "bfloat16", "float32", "float64"]:
-    for dst in ["uint8", "int32", "int64"]:
+    for dst in ["uint8", "int32", "int64", "uint16"]:
         vals = [-2.0, -0.5, 1.5, 3e4, -3e4, 1e30 if src != "float16" else 6e4, np.inf, -np.inf, np.nan]
         convert_case(f"convert_sat_{src}_{dst}", vals, src, dst, True)
 

@@ -84,6 +84,21 @@ TEST(SummaryValues, HistogramValueIsAKx3DoubleTensor) {
   EXPECT_EQ(v.tensor->to_doubles(), (std::vector<double>{0, 1, 2, 1, 2, 5}));
 }
 
+// UINT16 (a 16-bit image's pixels) reads from tensor_content (little-endian) and from int_val.
+TEST(SummaryValues, Uint16TensorsReadAsDoubles) {
+  TensorProto t;
+  t.dtype = tf_dtype::kUInt16;
+  t.shape = std::vector<std::int64_t>{3};
+  t.tensor_content = std::string("\x00\x00\x01\x01\xff\xff", 6);
+  EXPECT_EQ(t.to_doubles(), (std::vector<double>{0, 257, 65535}));
+  t.tensor_content.clear();
+  t.int_val = {7, 65535, 0};
+  EXPECT_EQ(t.to_doubles(), (std::vector<double>{7, 65535, 0}));
+  t.int_val.clear();
+  t.tensor_content = std::string("\x01\x00\x02", 3);  // 1.5 elements
+  EXPECT_THROW(t.to_doubles(), DataLossError);
+}
+
 TEST(SummaryValues, ScalarAndTextValues) {
   const SummaryValue s = scalar_value("loss", 0.25f);
   EXPECT_EQ(s.plugin_name(), "scalars");

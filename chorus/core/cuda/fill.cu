@@ -87,6 +87,10 @@ void add_inplace_async(int ordinal, StreamHandle stream, DType dtype, void* dst,
       add_inplace_kernel<<<g, 256, 0, s>>>(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src),
                                            count);
       break;
+    case DType::kUInt16:
+      add_inplace_kernel<<<g, 256, 0, s>>>(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src),
+                                           count);
+      break;
     case DType::kFloat16:
       add_inplace_kernel<<<g, 256, 0, s>>>(static_cast<__half*>(dst), static_cast<const __half*>(src), count);
       break;

@@ -43,10 +43,7 @@ Tensor image_to_tensor(const Image& image) {
   const Shape shape{image.height, image.width, image.channels};
   switch (image.dtype) {
     case ImageDType::kUInt8: return Tensor::from_host(image.u8.data(), shape, DType::kUInt8);
-    case ImageDType::kUInt16: {
-      std::vector<std::int32_t> wide(image.u16.begin(), image.u16.end());
-      return Tensor::from_host(wide.data(), shape, DType::kInt32);
-    }
+    case ImageDType::kUInt16: return Tensor::from_host(image.u16.data(), shape, DType::kUInt16);
     case ImageDType::kFloat32: return Tensor::from_host(image.f32.data(), shape, DType::kFloat32);
   }
   throw InvalidArgumentError("image_to_tensor: unknown ImageDType");

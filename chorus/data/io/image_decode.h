@@ -8,11 +8,9 @@
 // the same libraries (libpng, libjpeg-turbo), the same transformations and the same pixels
 // (tests/data/io/png_test.cc and jpeg_test.cc compare with TF 2.21 element by element).
 //
-// dtype. TensorFlow decodes PNGs to uint8 or uint16 and decode_image also to float32. chorus has
-// no uint16 tensor dtype, so:
-//   - `Image` (the byte-level result) holds uint8, uint16 or float32 values exactly as TF's tensor;
-//   - the Tensor forms return uint8 → DType::kUInt8, uint16 → DType::kInt32 (the same values,
-//     0..65535, widened), float32 → DType::kFloat32.
+// dtype. TensorFlow decodes PNGs to uint8 or uint16 and decode_image also to float32. `Image`
+// (the byte-level result) holds those values exactly as TF's tensor; the Tensor forms return
+// DType::kUInt8, kUInt16 or kFloat32.
 // Conversions as TF's kernels do them: 8-bit samples asked for as uint16 (PNG) are v·257; 16-bit
 // samples asked for as uint8 keep their high byte (libpng's png_set_strip_16); decode_image's
 // float32 is a PNG decoded as uint16 times float(1/65535), a JPEG's uint8 times float(1/255);
@@ -75,8 +73,8 @@ struct Image {
   std::int64_t num_values() const { return height * width * channels; }
 };
 
-// The Tensor [height, width, channels] of an Image: uint8 → kUInt8, uint16 → kInt32, float32 →
-// kFloat32, on the default (CPU) device.
+// The Tensor [height, width, channels] of an Image (kUInt8, kUInt16 or kFloat32) on the default
+// (CPU) device.
 Tensor image_to_tensor(const Image& image);
 
 // What the first bytes of `bytes` are: "PNG", "JPEG", "GIF", "BMP", "WebP", "TIFF", "JPEG XL",

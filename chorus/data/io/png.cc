@@ -337,22 +337,15 @@ std::string encode_png(const Tensor& image, int compression) {
   CHORUS_REQUIRE(image.defined() && image.shape().rank() == 3, InvalidArgumentError,
                  "encode_png: image must be a 3-D tensor [height, width, channels], got ",
                  image.defined() ? image.shape().to_string() : std::string("an undefined tensor"));
-  CHORUS_REQUIRE(image.dtype() == DType::kUInt8 || image.dtype() == DType::kInt32, InvalidArgumentError,
-                 "encode_png: image must be uint8, or int32 holding uint16 values, got ", dtype_name(image.dtype()));
+  CHORUS_REQUIRE(image.dtype() == DType::kUInt8 || image.dtype() == DType::kUInt16, InvalidArgumentError,
+                 "encode_png: image must be uint8 or uint16, got ", dtype_name(image.dtype()));
   const std::int64_t h = image.shape().dim(0), w = image.shape().dim(1);
   CHORUS_REQUIRE(image.shape().dim(2) >= 1 && image.shape().dim(2) <= 4, InvalidArgumentError,
                  "encode_png: image must have 1 to 4 channels, got shape ", image.shape().to_string());
   const int c = static_cast<int>(image.shape().dim(2));
   if (image.dtype() == DType::kUInt8)
     return encode_png(image.to_vector<std::uint8_t>().data(), h, w, c, 8, compression);
-  const std::vector<std::int32_t> values = image.to_vector<std::int32_t>();
-  std::vector<std::uint16_t> wide(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    CHORUS_REQUIRE(values[i] >= 0 && values[i] <= 65535, InvalidArgumentError, "encode_png: int32 image value ",
-                   values[i], " at flat index ", i, " is outside uint16's 0..65535");
-    wide[i] = static_cast<std::uint16_t>(values[i]);
-  }
-  return encode_png(wide.data(), h, w, c, 16, compression);
+  return encode_png(image.to_vector<std::uint16_t>().data(), h, w, c, 16, compression);
 }
 
 }  // namespace chorus::data

@@ -41,7 +41,7 @@ struct DecodePngOptions {
 
 // The values (uint8 or uint16 in Image::u8 / u16).
 Image decode_png_values(std::string_view bytes, const DecodePngOptions& options = {}, std::string_view what = "");
-// The tensor [h, w, c]: kUInt8, or kInt32 holding the uint16 values (chorus has no uint16 dtype).
+// The tensor [h, w, c]: kUInt8 or kUInt16.
 Tensor decode_png(std::string_view bytes, const DecodePngOptions& options = {}, std::string_view what = "");
 // The op form: `contents` a scalar string tensor (image_decode.h).
 Tensor decode_png(const Tensor& contents, const DecodePngOptions& options = {}, std::string_view what = "");
@@ -56,9 +56,8 @@ std::string encode_png(const void* pixels, std::int64_t height, std::int64_t wid
                        int compression = -1);
 // An Image (uint8 or uint16; float32 → InvalidArgumentError).
 std::string encode_png(const Image& image, int compression = -1);
-// A tensor [h, w, c] of kUInt8, or kInt32 with values 0..65535 (written 16-bit, the form
-// decode_png returns for uint16); another dtype, rank or an int32 value outside 0..65535 →
-// InvalidArgumentError.
+// A tensor [h, w, c] of kUInt8 (written 8-bit) or kUInt16 (written 16-bit); another dtype or
+// rank → InvalidArgumentError.
 std::string encode_png(const Tensor& image, int compression = -1);
 // The op form of tf.io.encode_png: the PNG as a scalar string tensor on the host.
 Tensor encode_png_tensor(const Tensor& image, int compression = -1);

@@ -42,6 +42,7 @@ decltype(auto) dispatch_dtype(DType dtype, const char* what, F&& f) {
     case DType::kInt32: return f(std::int32_t{});
     case DType::kInt64: return f(std::int64_t{});
     case DType::kUInt8: return f(std::uint8_t{});
+    case DType::kUInt16: return f(std::uint16_t{});
     case DType::kBool: return f(bool{});
     case DType::kString: break;  // never reached: ops refuse string inputs (ops/internal.h)
   }

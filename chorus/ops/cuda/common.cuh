@@ -58,6 +58,10 @@ template <>
 struct Limits<std::uint8_t> {
   static constexpr std::uint8_t lowest = 0, max = 255;
 };
+template <>
+struct Limits<std::uint16_t> {
+  static constexpr std::uint16_t lowest = 0, max = 65535;
+};
 
 template <typename T>
 constexpr bool is_float_v =
@@ -96,6 +100,7 @@ void dispatch_all(DType dtype, const char* what, F&& f) {
     case DType::kInt32: return f(int{});
     case DType::kInt64: return f(i64{});
     case DType::kUInt8: return f(std::uint8_t{});
+    case DType::kUInt16: return f(std::uint16_t{});
     case DType::kBool: return f(bool_tag{});
     case DType::kString: break;  // host-only objects: no device kernel reads them
   }

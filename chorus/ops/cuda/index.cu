@@ -53,10 +53,13 @@ __device__ __forceinline__ T add_elem(T a, T b) {
   }
 }
 
-// Byte atomics do not exist: compare-and-swap the aligned 32-bit word holding the byte. The word
-// stays inside the allocation: chorus's allocators hand out 256-byte aligned, 256-byte rounded
-// blocks.
-__device__ __forceinline__ void atomic_add_u8(std::uint8_t* p, std::uint8_t v) {
+// 8- and 16-bit integer atomics do not exist: compare-and-swap the aligned 32-bit word holding
+// the value. The word stays inside the allocation: chorus's allocators hand out 256-byte aligned,
+// 256-byte rounded blocks.
+template <typename T>
+__device__ __forceinline__ void atomic_add_subword(T* p, T v) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "8- or 16-bit values");
+  constexpr unsigned kMask = sizeof(T) == 1 ? 0xffu : 0xffffu;
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   auto* word = reinterpret_cast<unsigned int*>(addr & ~static_cast<std::uintptr_t>(3));
   const unsigned shift = static_cast<unsigned>(addr & 3) * 8u;
@@ -64,8 +67,8 @@ __device__ __forceinline__ void atomic_add_u8(std::uint8_t* p, std::uint8_t v) {
   unsigned assumed;
   do {
     assumed = old;
-    const unsigned byte = ((assumed >> shift) + v) & 0xffu;
-    const unsigned next = (assumed & ~(0xffu << shift)) | (byte << shift);
+    const unsigned value = ((assumed >> shift) + v) & kMask;
+    const unsigned next = (assumed & ~(kMask << shift)) | (value << shift);
     old = atomicCAS(word, assumed, next);
   } while (assumed != old);
 }
@@ -74,8 +77,8 @@ template <typename T>
 __device__ __forceinline__ void atomic_add(T* p, T v) {
   if constexpr (std::is_same_v<T, i64>) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));  // wraps
-  } else if constexpr (std::is_same_v<T, std::uint8_t>) {
-    atomic_add_u8(p, v);
+  } else if constexpr (std::is_same_v<T, std::uint8_t> || std::is_same_v<T, std::uint16_t>) {
+    atomic_add_subword(p, v);
   } else {
     atomicAdd(p, v);  // float, double, int, __half (sm_70+), __nv_bfloat16 (sm_80+)
   }
