@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -216,7 +217,12 @@ Outcome Agent::end_attempt(WorkerGroup& group, int attempt, const std::vector<Ra
   else
     why = remote->what;
   std::vector<std::string> killed;
-  const auto stopped = group.stop(o_.failure_grace, stop_signal_ != 0 ? stop_signal_ : SIGTERM, &killed);
+  auto stopped = group.stop(o_.failure_grace, stop_signal_ != 0 ? stop_signal_ : SIGTERM, &killed);
+  // In rank order (the ranks are this agent's numbers), not the order they happened to end in.
+  std::sort(stopped.begin(), stopped.end(),
+            [](const RankExit& a, const RankExit& b) { return std::stoi(a.rank) < std::stoi(b.rank); });
+  std::sort(killed.begin(), killed.end(),
+            [](const std::string& a, const std::string& b) { return std::stoi(a) < std::stoi(b); });
   for (const auto& f : failed) std::cerr << "chorus-run: " << f.describe() << "\n";
   if (!stopped.empty()) {
     std::vector<std::string> ranks;

@@ -107,20 +107,26 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"CHORUS_RESTART_COUNT", std::to_string(attempt)},
   };
-  std::vector<std::string> set_here;
-  for (const auto& [name, value] : ours) set_here.push_back(name);
-  for (const auto& e : o.extra_environment)
-    if (e.find('=') != std::string::npos) set_here.emplace_back(name_of(e));
+  // -x NAME=VALUE wins over the list above; a bare -x NAME changes nothing (inherited anyway).
+  std::vector<std::string> extras;
+  for (const auto& e : o.extra_environment) {
+    if (e.find('=') == std::string::npos) continue;
+    const std::string_view name = name_of(e);
+    const auto it = std::find_if(ours.begin(), ours.end(), [&](const auto& v) { return v.first == name; });
+    if (it != ours.end())
+      it->second = e.substr(name.size() + 1);
+    else
+      extras.push_back(e);
+  }
   std::vector<std::string> out;
   for (const auto& e : base) {
     const std::string_view name = name_of(e);
-    if (is_mpi_launcher_variable(name) || std::find(set_here.begin(), set_here.end(), name) != set_here.end())
-      continue;
-    out.push_back(e);
+    const bool set_here = std::any_of(ours.begin(), ours.end(), [&](const auto& v) { return v.first == name; }) ||
+                          std::any_of(extras.begin(), extras.end(), [&](const auto& x) { return name_of(x) == name; });
+    if (!set_here && !is_mpi_launcher_variable(name)) out.push_back(e);
   }
   for (const auto& [name, value] : ours) out.push_back(name + "=" + value);
-  for (const auto& e : o.extra_environment)
-    if (e.find('=') != std::string::npos) out.push_back(e);
+  out.insert(out.end(), extras.begin(), extras.end());
   return out;
 }
 

@@ -76,7 +76,8 @@ int agent_store_port(const RdzvEndpoint& endpoint);
 //   GROUP_RANK, GROUP_WORLD_SIZE     node_rank, nnodes
 //   TORCHELASTIC_RESTART_COUNT       attempt (also CHORUS_RESTART_COUNT, as under mpirun)
 //   TORCHELASTIC_MAX_RESTARTS        max_restarts
-// then each NAME=VALUE of extra_environment. The launcher variables of an enclosing MPI job
+// then each NAME=VALUE of extra_environment (one naming a variable above replaces its value there).
+// The launcher variables of an enclosing MPI job
 // (OMPI_COMM_WORLD_*, PMI_RANK, PMI_SIZE) are dropped: distribute/cluster_resolver.h would
 // prefer them to the torchrun variables. Order: base's, then the list above, then the extras.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const AgentOptions& options,
