@@ -26,8 +26,8 @@ using internal::str_cat;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kTick{100};        // the longest a signal or a worker's end waits to be seen
-constexpr milliseconds kStorePoll{250};   // how often the agents' store is read while workers run
+constexpr milliseconds kTick{100};       // the longest a signal or a worker's end waits to be seen
+constexpr milliseconds kStorePoll{250};  // how often the agents' store is read while workers run
 constexpr milliseconds kConnectSlice{1000};
 
 std::string join_list(const std::vector<std::string>& items) {
@@ -138,8 +138,8 @@ bool Agent::join(int attempt) {
     }
     if (const int sig = intake_.wait(kTick); SignalIntake::is_stop(sig)) {
       stop_signal_ = sig;
-      agents_->report_failure(attempt, false, str_cat("node ", o_.node_rank, ": chorus-run was asked to stop (",
-                                                      signal_name(sig), ")"));
+      agents_->report_failure(
+          attempt, false, str_cat("node ", o_.node_rank, ": chorus-run was asked to stop (", signal_name(sig), ")"));
       agents_->leave(milliseconds(0));
       return false;
     }
@@ -192,9 +192,9 @@ Outcome Agent::run_attempt(int attempt) {
       if (!silent.empty()) {
         std::vector<std::string> nodes;
         for (int n : silent) nodes.push_back(std::to_string(n));
-        const std::string what = str_cat("the agent of node(s) ", join_list(nodes), " has not been heard from for ",
-                                         (o_.failure_grace + std::chrono::seconds(10)).count(),
-                                         " s (its host may be down)");
+        const std::string what =
+            str_cat("the agent of node(s) ", join_list(nodes), " has not been heard from for ",
+                    (o_.failure_grace + std::chrono::seconds(10)).count(), " s (its host may be down)");
         agents_->report_failure(attempt, false, what);
         return end_attempt(group, attempt, {}, AgentStore::Decision{AgentStore::Decision::kFail, what});
       }

@@ -41,8 +41,8 @@ RdzvEndpoint parse_rdzv_endpoint(std::string_view text) {
   CHORUS_REQUIRE(!out.host.empty(), InvalidArgumentError, "--rdzv-endpoint '", text,
                  "' has no host: give HOST:PORT, e.g. node0:29500");
   const std::string problem = host_name_problem(out.host);
-  CHORUS_REQUIRE(problem.empty() && out.host.find('@') == std::string::npos, InvalidArgumentError,
-                 "--rdzv-endpoint '", text, "': host name '", out.host, "' ",
+  CHORUS_REQUIRE(problem.empty() && out.host.find('@') == std::string::npos, InvalidArgumentError, "--rdzv-endpoint '",
+                 text, "': host name '", out.host, "' ",
                  problem.empty() ? std::string("has the character '@'") : problem, "; ", kHostNameRule,
                  ", without user@");
   int n = 0;

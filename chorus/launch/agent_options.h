@@ -53,11 +53,11 @@ struct AgentOptions {
   int node_rank = 0;       // --node-rank: this agent's node, 0..nnodes-1
   // --rdzv-endpoint; nullopt: 127.0.0.1 and a free port (nnodes = 1 only).
   std::optional<RdzvEndpoint> endpoint;
-  int max_restarts = 0;                             // --max-restarts
-  std::chrono::seconds failure_grace{30};           // --failure-grace: SIGTERM → SIGKILL
-  std::chrono::seconds rdzv_timeout{300};           // --rdzv-timeout: how long agents wait for each other
-  std::vector<std::string> extra_environment;       // NAME=VALUE set in every worker (-x, --collective-timeout)
-  std::vector<std::string> program;                 // the program and its arguments (PATH searched)
+  int max_restarts = 0;                        // --max-restarts
+  std::chrono::seconds failure_grace{30};      // --failure-grace: SIGTERM → SIGKILL
+  std::chrono::seconds rdzv_timeout{300};      // --rdzv-timeout: how long agents wait for each other
+  std::vector<std::string> extra_environment;  // NAME=VALUE set in every worker (-x, --collective-timeout)
+  std::vector<std::string> program;            // the program and its arguments (PATH searched)
   int world_size() const { return nnodes * nproc_per_node; }
 };
 

@@ -39,14 +39,14 @@ pid_t start_worker(const WorkerSpec& spec) {
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    throw UnknownError(internal::str_cat("cannot start rank ", spec.rank, " (", spec.argv[0],
-                                         "): fork failed: ", std::strerror(err)));
+    throw UnknownError(
+        internal::str_cat("cannot start rank ", spec.rank, " (", spec.argv[0], "): fork failed: ", std::strerror(err)));
   }
   if (pid == 0) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the agent is already gone
-    ::pthread_sigmask(SIG_SETMASK, &none, nullptr);    // the agent's blocked signals are not the program's
+    ::pthread_sigmask(SIG_SETMASK, &none, nullptr);     // the agent's blocked signals are not the program's
     ::execvpe(argv[0], argv.data(), envp.data());
     const int err = errno;
     const char* parts[] = {"chorus-run: cannot execute ", argv[0], ": ", std::strerror(err), "\n"};
@@ -95,8 +95,7 @@ bool SignalIntake::is_stop(int sig) { return sig == SIGTERM || sig == SIGINT || 
 
 WorkerGroup::WorkerGroup(std::vector<WorkerSpec> specs) {
   for (const auto& s : specs) {
-    CHORUS_REQUIRE(!s.argv.empty() && !s.argv[0].empty(), InvalidArgumentError, "rank ", s.rank,
-                   ": no program to run");
+    CHORUS_REQUIRE(!s.argv.empty() && !s.argv[0].empty(), InvalidArgumentError, "rank ", s.rank, ": no program to run");
   }
   workers_.reserve(specs.size());
   for (const auto& s : specs) {
@@ -155,8 +154,7 @@ void WorkerGroup::signal(int sig) {
     if (!w.reaped) ::killpg(w.pid, sig);
 }
 
-std::vector<RankExit> WorkerGroup::stop(std::chrono::milliseconds grace, int first,
-                                        std::vector<std::string>* killed) {
+std::vector<RankExit> WorkerGroup::stop(std::chrono::milliseconds grace, int first, std::vector<std::string>* killed) {
   std::vector<RankExit> out;
   signal(first);
   const auto kill_at = std::chrono::steady_clock::now() + grace;

@@ -123,8 +123,9 @@ TEST(WorkerEnvironment, TorchrunVariablesOfEachWorker) {
 TEST(WorkerEnvironment, InheritedOverriddenAndExtraVariables) {
   auto o = two_nodes();
   o.extra_environment = {"CHORUS_COLLECTIVE_TIMEOUT=60", "HOME", "MASTER_PORT=1"};
-  const Env base = {"PATH=/bin", "RANK=99", "OMPI_COMM_WORLD_RANK=5", "PMI_RANK=5", "PMI_SIZE=9",
-                    "CHORUS_COLLECTIVE_TIMEOUT=5", "HOME=/root", "WEIRD"};
+  const Env base = {"PATH=/bin",  "RANK=99",    "OMPI_COMM_WORLD_RANK=5",
+                    "PMI_RANK=5", "PMI_SIZE=9", "CHORUS_COLLECTIVE_TIMEOUT=5",
+                    "HOME=/root", "WEIRD"};
   const Env env = worker_environment(base, o, *o.endpoint, 0, 0);
   // The base without what is set here (RANK, MASTER_PORT, the extras' names) and without an
   // enclosing MPI job's rank variables; a bare -x NAME keeps the inherited value.

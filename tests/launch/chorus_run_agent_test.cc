@@ -4,9 +4,9 @@
 //
 // run_tool returns when chorus-run's stdout and stderr close, i.e. when chorus-run and every worker
 // it started are gone: the time bounds below also show that no worker outlives its agent.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,8 +46,7 @@ std::map<int, ProbeLine> lines_of(const std::string& out, const std::string& pre
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(prefix + " ", 0) != 0) continue;
     ProbeLine p;
-    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it)
-      p.fields[(*it)[1]] = (*it)[2];
+    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it) p.fields[(*it)[1]] = (*it)[2];
     by_rank[std::stoi(p.fields.at("rank"))] = p;
   }
   return by_rank;
@@ -140,7 +139,8 @@ TEST(ChorusRunAgent, MaxRestartsStartsAgainWithTheNextRestartCount) {
                              "--fail-attempt", "0", "--exit-code", "5"});
   EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_THAT(r.err, HasSubstr("chorus-run: rank 1 exited with status 5\n"));
-  EXPECT_THAT(r.err, HasSubstr("chorus-run: the job failed (rank 1 exited with status 5)\nchorus-run: restart 1 of 1\n"));
+  EXPECT_THAT(r.err,
+              HasSubstr("chorus-run: the job failed (rank 1 exited with status 5)\nchorus-run: restart 1 of 1\n"));
   const auto rdzv = lines_of(r.out, "rdzv");  // only the second attempt gets there
   ASSERT_EQ(rdzv.size(), 2u) << r.out;
   for (const auto& [rank, line] : rdzv) {
@@ -155,8 +155,8 @@ TEST(ChorusRunAgent, MaxRestartsStartsAgainWithTheNextRestartCount) {
   EXPECT_EQ(restart_one, 2) << r.out;
 
   // Restarts used up: the last failure's status, one restart only.
-  const auto failed = chorus_run({"--nproc-per-node", "2", "--max-restarts", "1", "--", kProbe, "--fail-rank", "0",
-                                  "--exit-code", "4"});
+  const auto failed = chorus_run(
+      {"--nproc-per-node", "2", "--max-restarts", "1", "--", kProbe, "--fail-rank", "0", "--exit-code", "4"});
   EXPECT_EQ(failed.exit_code, 4) << failed.err;
   EXPECT_THAT(failed.err, HasSubstr("restart 1 of 1"));
   EXPECT_THAT(failed.err, Not(HasSubstr("restart 2")));
@@ -245,13 +245,13 @@ TEST(ChorusRunAgent, AFailureOnOneNodeWithoutRestartsEndsBothNonZero) {
 TEST(ChorusRunAgent, AgentsThatDoNotMeetAreNamedAfterTheTimeout) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port_pair());
   const int store_port = std::stoi(endpoint.substr(endpoint.find(':') + 1)) + 1;
-  const auto alone1 = chorus_run({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint, "--rdzv-timeout",
-                                  "2", "--", "/bin/true"});
+  const auto alone1 = chorus_run(
+      {"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "2", "--", "/bin/true"});
   EXPECT_EQ(alone1.exit_code, 1);
   EXPECT_THAT(alone1.err, HasSubstr("node 1: the agent of node 0 did not answer at 127.0.0.1:" +
                                     std::to_string(store_port) + " within --rdzv-timeout 2 s"));
-  const auto alone0 = chorus_run({"--nnodes", "3", "--node-rank", "0", "--rdzv-endpoint", endpoint, "--rdzv-timeout",
-                                  "2", "--", "/bin/true"});
+  const auto alone0 = chorus_run(
+      {"--nnodes", "3", "--node-rank", "0", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "2", "--", "/bin/true"});
   EXPECT_EQ(alone0.exit_code, 1);
   EXPECT_THAT(alone0.err, HasSubstr("node(s) 1, 2 did not join attempt 0 within --rdzv-timeout 2 s"));
   // Agents that disagree on the job.

@@ -92,9 +92,25 @@ TEST(RunCommandLine, TheRankWrapperNeedsOnlyItsDirectoryAndAProgram) {
 
 TEST(RunCommandLine, UsageMentionsEveryOption) {
   const std::string usage = run_usage();
-  for (const char* flag : {"-np", "-H", "--bind-to", "--oversubscribe", "-x", "--dry-run", "--check-build", "--version",
-                           "--help", "--collective-timeout", "--enable-recovery", "--status-dir", "openmpi-bin", "--nnodes",
-                           "--nproc-per-node", "--node-rank", "--rdzv-endpoint", "--rdzv-timeout", "MASTER_ADDR",
+  for (const char* flag : {"-np",
+                           "-H",
+                           "--bind-to",
+                           "--oversubscribe",
+                           "-x",
+                           "--dry-run",
+                           "--check-build",
+                           "--version",
+                           "--help",
+                           "--collective-timeout",
+                           "--enable-recovery",
+                           "--status-dir",
+                           "openmpi-bin",
+                           "--nnodes",
+                           "--nproc-per-node",
+                           "--node-rank",
+                           "--rdzv-endpoint",
+                           "--rdzv-timeout",
+                           "MASTER_ADDR",
                            "TORCHELASTIC_RESTART_COUNT"})
     EXPECT_THAT(usage, HasSubstr(flag));
 }
@@ -135,9 +151,9 @@ TEST(RunCommandLine, RestartsMinimumHostsAndFailureGrace) {
 }
 
 TEST(RunCommandLine, WithoutMpiTorchrunFlags) {
-  const auto cl = parse_run_command_line({"--nnodes", "2", "--nproc-per-node=4", "--node-rank", "1", "--rdzv-endpoint",
-                                          "h0:29500", "--rdzv-timeout", "60", "--max-restarts", "2", "-x", "A=1",
-                                          "--", "./train", "-np", "3"});
+  const auto cl =
+      parse_run_command_line({"--nnodes", "2", "--nproc-per-node=4", "--node-rank", "1", "--rdzv-endpoint", "h0:29500",
+                              "--rdzv-timeout", "60", "--max-restarts", "2", "-x", "A=1", "--", "./train", "-np", "3"});
   EXPECT_TRUE(cl.without_mpi());
   EXPECT_EQ(cl.nnodes, 2);
   EXPECT_EQ(cl.nproc_per_node, 4);

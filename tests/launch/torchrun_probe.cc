@@ -51,15 +51,14 @@ int main(int argc, char** argv) {
     for (char& c : source)
       if (c == ' ') c = '_';
     say("probe rank=" + env_or("RANK") + " world=" + env_or("WORLD_SIZE") + " local_rank=" + env_or("LOCAL_RANK") +
-        " local_world=" + env_or("LOCAL_WORLD_SIZE") + " group_rank=" + env_or("GROUP_RANK") +
-        " group_world=" + env_or("GROUP_WORLD_SIZE") + " master=" + env_or("MASTER_ADDR") + ":" +
-        env_or("MASTER_PORT") + " restart=" + env_or("TORCHELASTIC_RESTART_COUNT") +
-        " chorus_restart=" + env_or("CHORUS_RESTART_COUNT") + " extra=" + env_or("CHORUS_PROBE_EXTRA") +
-        " resolver=" + source + ":" + std::to_string(r.worker_index()) + "/" + std::to_string(r.num_workers()) +
-        "/" + std::to_string(r.restart_count()));
+        " local_world=" + env_or("LOCAL_WORLD_SIZE") + " group_rank=" + env_or("GROUP_RANK") + " group_world=" +
+        env_or("GROUP_WORLD_SIZE") + " master=" + env_or("MASTER_ADDR") + ":" + env_or("MASTER_PORT") +
+        " restart=" + env_or("TORCHELASTIC_RESTART_COUNT") + " chorus_restart=" + env_or("CHORUS_RESTART_COUNT") +
+        " extra=" + env_or("CHORUS_PROBE_EXTRA") + " resolver=" + source + ":" + std::to_string(r.worker_index()) +
+        "/" + std::to_string(r.num_workers()) + "/" + std::to_string(r.restart_count()));
     if (r.worker_index() == fail_rank && (fail_attempt < 0 || r.restart_count() == fail_attempt)) return exit_code;
-    auto rdzv = chorus::collective::store_rendezvous(
-        chorus::distribute::store_rendezvous_options(r, std::chrono::seconds(60)));
+    auto rdzv =
+        chorus::collective::store_rendezvous(chorus::distribute::store_rendezvous_options(r, std::chrono::seconds(60)));
     say("rdzv rank=" + std::to_string(rdzv.rank) + " size=" + std::to_string(rdzv.size) +
         " workers=" + std::to_string(rdzv.workers.size()) + " attempt=" + std::to_string(r.restart_count()));
     if (hold > 0) std::this_thread::sleep_for(std::chrono::seconds(hold));

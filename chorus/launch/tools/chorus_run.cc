@@ -193,6 +193,8 @@ int run_wrapped_job(launch::MpirunOptions& o, const launch::RunCommandLine& cl, 
   return status;
 }
 
+int run_mpirun(const launch::RunCommandLine& cl, launch::MpirunOptions& o, bool wrap, std::string& status_dir);
+
 int run(const std::vector<std::string>& args) {
   launch::RunCommandLine cl;
   launch::MpirunOptions o;
@@ -226,23 +228,28 @@ int run(const std::vector<std::string>& args) {
       }
     } else {
       o = mpirun_options(cl);
-    wrap = o.hosts.empty() || cl.status_dir;
-    // The directory is made only for a real run; --dry-run shows where it would be.
-    status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
-    if (wrap)
-      o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
-    const auto argv = launch::build_mpirun_argv(o);  // validates with the name "mpirun"
-    if (cl.dry_run) {
-      std::cout << launch::shell_join(argv) << "\n";
-      return 0;
-    }
+      wrap = o.hosts.empty() || cl.status_dir;
+      // The directory is made only for a real run; --dry-run shows where it would be.
+      status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
+      if (wrap)
+        o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
+      const auto argv = launch::build_mpirun_argv(o);  // validates with the name "mpirun"
+      if (cl.dry_run) {
+        std::cout << launch::shell_join(argv) << "\n";
+        return 0;
+      }
     }
   } catch (const cx::InvalidArgumentError& e) {
     launch::print_error("chorus-run", e.message(), "Run 'chorus-run --help' for usage.");
     return kUsageError;
   }
   if (agent) return launch::run_agent(*agent);
+  return run_mpirun(cl, o, wrap, status_dir);
+}
 
+// The job under mpirun, restarted up to --max-restarts times. `o` and `status_dir` are checked
+// already (run: build_mpirun_argv).
+int run_mpirun(const launch::RunCommandLine& cl, launch::MpirunOptions& o, bool wrap, std::string& status_dir) {
   const char* path = std::getenv("PATH");
   const auto mpirun = launch::find_executable("mpirun", path ? path : "");
   if (!mpirun) {
