@@ -29,6 +29,9 @@ using std::chrono::milliseconds;
 constexpr milliseconds kTick{100};       // the longest a signal or a worker's end waits to be seen
 constexpr milliseconds kStorePoll{250};  // how often the agents' store is read while workers run
 constexpr milliseconds kConnectSlice{1000};
+// How long node 0's agent keeps serving the agents' store for the others after a stop signal
+// before they started workers (so that they read why).
+constexpr milliseconds kLeaveAfterStop{2000};
 
 std::string join_list(const std::vector<std::string>& items) {
   std::string out;
@@ -55,7 +58,7 @@ class Agent {
 
  private:
   bool connect();
-  bool join(int attempt);
+  std::optional<int> join(int attempt);
   Outcome run_attempt(int attempt);
   Outcome end_attempt(WorkerGroup& group, int attempt, const std::vector<RankExit>& failed,
                       const std::optional<AgentStore::Decision>& remote);
@@ -77,7 +80,8 @@ int Agent::run() {
   try {
     if (o_.nnodes > 1 && !connect()) return 128 + stop_signal_;
     for (int attempt = 0;; ++attempt) {
-      if (agents_ && !join(attempt)) return 128 + stop_signal_;
+      if (agents_)
+        if (const auto status = join(attempt)) return *status;
       const Outcome out = run_attempt(attempt);
       if (out.kind == Outcome::kFailed && out.restart) {
         std::cerr << "chorus-run: restart " << attempt + 1 << " of " << o_.max_restarts << "\n";
@@ -125,7 +129,9 @@ bool Agent::connect() {
   }
 }
 
-bool Agent::join(int attempt) {
+// The barrier before `attempt` (agent_store.h). nullopt: every agent is here; else the agent's
+// exit status (told to stop, or another agent ended the job meanwhile).
+std::optional<int> Agent::join(int attempt) {
   agents_->arrive(attempt);
   const auto deadline = Clock::now() + o_.rdzv_timeout;
   while (!agents_->joined(attempt)) {
@@ -140,11 +146,16 @@ bool Agent::join(int attempt) {
       stop_signal_ = sig;
       agents_->report_failure(
           attempt, false, str_cat("node ", o_.node_rank, ": chorus-run was asked to stop (", signal_name(sig), ")"));
-      agents_->leave(milliseconds(0));
-      return false;
+      agents_->leave(kLeaveAfterStop);
+      return 128 + sig;
+    }
+    if (const auto d = agents_->decision(attempt); d.kind == AgentStore::Decision::kFail) {
+      std::cerr << "chorus-run: another node reported: " << d.what << "\n";
+      agents_->leave(kLeaveAfterStop);
+      return 1;
     }
   }
-  return true;
+  return std::nullopt;
 }
 
 std::vector<WorkerSpec> Agent::worker_specs(const RdzvEndpoint& endpoint, int attempt) const {

@@ -270,6 +270,22 @@ TEST(ChorusRunAgent, AgentsThatDoNotMeetAreNamedAfterTheTimeout) {
   EXPECT_THAT(node0.err, HasSubstr("node(s) 1 did not join attempt 0"));
 }
 
+TEST(ChorusRunAgent, AnAgentStoppedBeforeTheStartEndsTheOthersWaiting) {
+  // --nnodes 3 with nodes 0 and 1 only: both wait for node 2 until node 0 gets SIGTERM; node 1
+  // then reads fail/0 and ends too, long before --rdzv-timeout 60.
+  const auto start = Clock::now();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port_pair());
+  const std::string agent =
+      "'" + kTool + "' --nnodes 3 --rdzv-endpoint " + endpoint + " --rdzv-timeout 60 --node-rank ";
+  const std::string script = agent + "0 -- /bin/true & p0=$!; " + agent +
+                             "1 -- /bin/true & p1=$!; sleep 1.5; kill -TERM $p0; wait $p0; echo s0=$?; wait $p1; "
+                             "echo s1=$?";
+  const auto r = run_tool({"/bin/sh", "-c", script});
+  EXPECT_THAT(r.out, HasSubstr("s0=143\ns1=1\n"));
+  EXPECT_THAT(r.err, HasSubstr("chorus-run: another node reported: node 0: chorus-run was asked to stop (SIGTERM)"));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(ChorusRunAgent, DryRunPrintsEachWorkersVariables) {
   const auto r = run_tool({kTool, "--dry-run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
                            "--rdzv-endpoint", "h0:29500", "-x", "A=1", "--", "./x", "a b"},
