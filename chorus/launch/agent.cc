@@ -29,6 +29,9 @@ using std::chrono::milliseconds;
 constexpr milliseconds kTick{100};       // the longest a signal or a worker's end waits to be seen
 constexpr milliseconds kStorePoll{250};  // how often the agents' store is read while workers run
 constexpr milliseconds kConnectSlice{1000};
+// The longest one call to the agents' store waits for its answer (a host that vanished without a
+// reset): then the store counts as lost.
+constexpr milliseconds kStoreAnswer{10000};
 // How long node 0's agent keeps serving the agents' store for the others after a stop signal
 // before they started workers (so that they read why).
 constexpr milliseconds kLeaveAfterStop{2000};
@@ -87,7 +90,9 @@ int Agent::run() {
         std::cerr << "chorus-run: restart " << attempt + 1 << " of " << o_.max_restarts << "\n";
         continue;
       }
-      if (agents_) agents_->leave(o_.failure_grace + std::chrono::seconds(5));
+      // Node 0 serves the others until they have read the end (not long after a stop signal).
+      if (agents_)
+        agents_->leave(out.kind == Outcome::kStopped ? kLeaveAfterStop : o_.failure_grace + std::chrono::seconds(5));
       return out.status;
     }
   } catch (const Error& e) {
@@ -105,7 +110,7 @@ bool Agent::connect() {
   if (o_.node_rank == 0) server_ = std::make_unique<collective::TcpStoreServer>(port, "0.0.0.0");
   const std::string host = o_.node_rank == 0 ? "127.0.0.1" : ep.host;
   auto store = std::make_shared<collective::TcpStore>(
-      host, port, collective::TcpStoreOptions{.connect_timeout = kConnectSlice, .timeout = std::chrono::seconds(30)});
+      host, port, collective::TcpStoreOptions{.connect_timeout = kConnectSlice, .timeout = kStoreAnswer});
   agents_ = std::make_unique<AgentStore>(store, o_.node_rank, o_.nnodes);
   const std::string job =
       str_cat("nnodes=", o_.nnodes, " nproc_per_node=", o_.nproc_per_node, " max_restarts=", o_.max_restarts);
