@@ -1,5 +1,6 @@
 // chorus-run's own command line, parsed into a plain struct (the tool in launch/tools/chorus_run.cc
-// turns it into MpirunOptions and executes it).
+// turns it into MpirunOptions and executes it, or, without MPI, into AgentOptions for
+// launch/agent.h).
 //
 //   chorus-run [options] [--] program [args...]
 //
