@@ -1,5 +1,6 @@
 #include <chorus/launch/worker_group.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -36,6 +37,7 @@ pid_t start_worker(const WorkerSpec& spec) {
   sigset_t none;
   sigemptyset(&none);
   const pid_t parent = ::getpid();
+  const bool stdin_is_terminal = ::isatty(0) == 1;
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -47,6 +49,13 @@ pid_t start_worker(const WorkerSpec& spec) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the agent is already gone
     ::pthread_sigmask(SIG_SETMASK, &none, nullptr);     // the agent's blocked signals are not the program's
+    if (stdin_is_terminal) {  // read from a group that is not the terminal's, it would stop the worker (SIGTTIN)
+      const int null = ::open("/dev/null", O_RDONLY);
+      if (null > 0) {
+        ::dup2(null, 0);
+        ::close(null);
+      }
+    }
     ::execvpe(argv[0], argv.data(), envp.data());
     const int err = errno;
     const char* parts[] = {"chorus-run: cannot execute ", argv[0], ": ", std::strerror(err), "\n"};
@@ -157,6 +166,7 @@ void WorkerGroup::signal(int sig) {
 std::vector<RankExit> WorkerGroup::stop(std::chrono::milliseconds grace, int first, std::vector<std::string>* killed) {
   std::vector<RankExit> out;
   signal(first);
+  if (first != SIGKILL) signal(SIGCONT);  // a stopped worker acts on `first` only once it runs again
   const auto kill_at = std::chrono::steady_clock::now() + grace;
   bool sent_kill = first == SIGKILL;
   for (;;) {

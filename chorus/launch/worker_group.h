@@ -14,7 +14,8 @@
 // the environment given. A worker that cannot execute its program prints why on stderr and exits
 // 127 (126: not executable), as run_child's child does (launch/process.h). A worker's own process
 // group is not the terminal's: a Ctrl-C typed at the terminal reaches the agent only, which passes
-// it on (launch/agent.h).
+// it on (launch/agent.h), and a worker reading the terminal would be stopped (SIGTTIN), so when
+// stdin is a terminal the workers read /dev/null instead (a pipe or file given as stdin is kept).
 //
 // Thread-safety: one thread drives a WorkerGroup. SignalIntake blocks signals in the thread that
 // makes it (threads started afterwards inherit the mask): make it first, before any thread.
@@ -79,7 +80,8 @@ class WorkerGroup {
   // Sends `sig` to the process group of every worker not reaped yet.
   void signal(int sig);
 
-  // Ends every worker still running: `first` (SIGTERM unless told) to each group now, SIGKILL to
+  // Ends every worker still running: `first` (SIGTERM unless told) to each group now (then SIGCONT,
+  // so that a stopped worker acts on it), SIGKILL to
   // those still there `grace` later; returns when all are reaped (a SIGKILLed worker always ends),
   // with their exits. `killed` (when given) receives the ranks that needed SIGKILL.
   std::vector<RankExit> stop(std::chrono::milliseconds grace, int first = SIGTERM,

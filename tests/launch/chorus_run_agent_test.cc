@@ -134,6 +134,17 @@ TEST(ChorusRunAgent, AKilledWorkerAndOneThatIgnoresSigtermEndTheJob) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
 }
 
+TEST(ChorusRunAgent, AStoppedWorkerIsWokenToTakeSigterm) {
+  // Rank 0 stops itself (SIGSTOP, as a worker reading the terminal would be with SIGTTIN); rank 1
+  // fails. SIGTERM then SIGCONT end rank 0 at once, not after --failure-grace 60.
+  const auto start = Clock::now();
+  const std::string body = "if [ $RANK = 0 ]; then kill -STOP $$; sleep 60; fi; sleep 0.5; exit 2";
+  const auto r = chorus_run({"--nproc-per-node", "2", "--failure-grace", "60", "--", "/bin/sh", "-c", body});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stopped rank 0 because rank 1 exited with status 2 (SIGTERM)\n"));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(ChorusRunAgent, MaxRestartsStartsAgainWithTheNextRestartCount) {
   const auto r = chorus_run({"--nproc-per-node", "2", "--max-restarts", "1", "--", kProbe, "--fail-rank", "1",
                              "--fail-attempt", "0", "--exit-code", "5"});
