@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include <chorus/core/error.h>
+#include <chorus/launch/process.h>
 
 namespace chorus::launch {
 namespace {
@@ -29,6 +31,10 @@ RankExit exit_of(const std::string& rank, int status) {
 // process with threads (the agents' store server) may fork, and the child then calls only
 // async-signal-safe functions until exec.
 pid_t start_worker(const WorkerSpec& spec) {
+  // PATH is searched here (execvp's rule, launch/process.h), not in the child: a search there may
+  // allocate. A program not found keeps its name, and the child's execve names the failure.
+  const char* search = std::getenv("PATH");
+  const std::string path = find_executable(spec.argv[0], search ? search : "").value_or(spec.argv[0]);
   std::vector<char*> argv, envp;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -56,7 +62,7 @@ pid_t start_worker(const WorkerSpec& spec) {
         ::close(null);
       }
     }
-    ::execvpe(argv[0], argv.data(), envp.data());
+    ::execve(path.c_str(), argv.data(), envp.data());
     const int err = errno;
     const char* parts[] = {"chorus-run: cannot execute ", argv[0], ": ", std::strerror(err), "\n"};
     for (const char* part : parts) {
