@@ -243,12 +243,13 @@ Outcome Agent::end_attempt(WorkerGroup& group, int attempt, const std::vector<Ra
   if (!stopped.empty()) {
     std::vector<std::string> ranks;
     for (const auto& s : stopped) ranks.push_back(s.rank);
-    std::cerr << "chorus-run: stopped rank" << (ranks.size() == 1 ? " " : "s ") << join_list(ranks) << " because "
-              << (remote ? "another node reported: " : "") << why << " ("
-              << signal_name(stop_signal_ != 0 ? stop_signal_ : SIGTERM);
+    // How they were stopped: SIGTERM, or the signal chorus-run got (already named in `why`).
+    std::string how = stop_signal_ != 0 ? "" : "SIGTERM";
     if (!killed.empty())
-      std::cerr << "; SIGKILL after --failure-grace " << o_.failure_grace.count() << " s: " << join_list(killed);
-    std::cerr << ")\n";
+      how += str_cat(how.empty() ? "" : "; ", "SIGKILL after --failure-grace ", o_.failure_grace.count(),
+                     " s: ", join_list(killed));
+    std::cerr << "chorus-run: stopped rank" << (ranks.size() == 1 ? " " : "s ") << join_list(ranks) << " because "
+              << (remote ? "another node reported: " : "") << why << (how.empty() ? "" : " (" + how + ")") << "\n";
   } else if (remote) {
     std::cerr << "chorus-run: another node reported: " << why << "\n";
   }

@@ -180,7 +180,7 @@ TEST(ChorusRunAgent, SigtermToTheAgentStopsTheWorkersWithoutRestart) {
                              "sleep 1; kill -TERM $pid; wait $pid; echo status=$?";
   const auto r = run_tool({"/bin/sh", "-c", script});
   EXPECT_THAT(r.out, HasSubstr("status=143"));
-  EXPECT_THAT(r.err, HasSubstr("chorus-run: stopped ranks 0, 1 because chorus-run was asked to stop (SIGTERM)"));
+  EXPECT_THAT(r.err, HasSubstr("chorus-run: stopped ranks 0, 1 because chorus-run was asked to stop (SIGTERM)\n"));
   EXPECT_THAT(r.err, Not(HasSubstr("restart")));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
 }
