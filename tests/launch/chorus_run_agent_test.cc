@@ -14,7 +14,6 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -42,11 +41,12 @@ struct ProbeLine {
 std::map<int, ProbeLine> lines_of(const std::string& out, const std::string& prefix) {
   std::map<int, ProbeLine> by_rank;
   std::istringstream in(out);
-  const std::regex field(R"((\w+)=(\S+))");
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(prefix + " ", 0) != 0) continue;
     ProbeLine p;
-    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it) p.fields[(*it)[1]] = (*it)[2];
+    std::istringstream words(line);
+    for (std::string w; words >> w;)
+      if (const auto eq = w.find('='); eq != std::string::npos) p.fields[w.substr(0, eq)] = w.substr(eq + 1);
     by_rank[std::stoi(p.fields.at("rank"))] = p;
   }
   return by_rank;
