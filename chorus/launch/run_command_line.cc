@@ -4,6 +4,7 @@
 
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
+#include <chorus/launch/agent_options.h>
 #include <chorus/launch/mpirun_command.h>
 #include <chorus/launch/rank_status.h>
 
@@ -27,11 +28,32 @@ int parse_bounded(const std::string& flag, const std::string& value, int low, in
   return n;
 }
 
+// mpirun's own flags: they mean nothing without MPI.
+bool is_mpirun_flag(const std::string& flag) {
+  for (const char* f : {"-np", "-n", "--np", "-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile",
+                        "--rsh-agent", "--network-interface", "--mca", "--no-host-check", "--min-hosts", "--bind-to",
+                        "--oversubscribe", "--enable-recovery", "--status-dir"})
+    if (flag == f) return true;
+  return false;
+}
+
+// torchrun's flags, in both spellings, by their '-' name.
+std::string agent_flag_name(const std::string& flag) {
+  std::string name = flag;
+  if (name.rfind("--", 0) == 0)
+    for (std::size_t k = 2; k < name.size(); ++k)
+      if (name[k] == '_') name[k] = '-';
+  for (const char* f : {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-endpoint", "--rdzv-timeout"})
+    if (name == f) return name;
+  return "";
+}
+
 }  // namespace
 
 RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
   RunCommandLine out;
   std::size_t i = 0;
+  std::string first_mpirun_flag, first_agent_flag;  // as typed, for the message when they are mixed
   // The value of the option at args[i]: the "=value" part of a long option, else the next word.
   const auto value_of = [&](const std::string& flag, const std::string* inline_value) -> std::string {
     if (inline_value) return *inline_value;
@@ -55,6 +77,12 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       }
     }
     const std::string* iv = inline_value ? &*inline_value : nullptr;
+    if (first_mpirun_flag.empty() && is_mpirun_flag(flag)) first_mpirun_flag = flag;
+    const std::string agent_flag = agent_flag_name(flag);
+    if (!agent_flag.empty()) {
+      if (first_agent_flag.empty()) first_agent_flag = flag;
+      flag = agent_flag;
+    }
     const auto no_value = [&] {
       CHORUS_REQUIRE(!inline_value, InvalidArgumentError, "option ", flag, " takes no value, got '", word, "'");
     };
@@ -82,6 +110,20 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       out.min_hosts = parse_bounded(flag, value_of(flag, iv), 1, static_cast<int>(kMaxProcesses));
     } else if (flag == "--failure-grace") {
       out.failure_grace_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
+    } else if (flag == "--nnodes") {
+      const std::string v = value_of(flag, iv);
+      CHORUS_REQUIRE(v.find(':') == std::string::npos, InvalidArgumentError, "--nnodes '", v,
+                     "': a range of nodes (torchrun's elastic MIN:MAX) is not supported; give the number of nodes");
+      out.nnodes = parse_bounded(flag, v, 1, static_cast<int>(kMaxProcesses));
+    } else if (flag == "--nproc-per-node") {
+      out.nproc_per_node = parse_bounded(flag, value_of(flag, iv), 1, static_cast<int>(kMaxProcesses));
+    } else if (flag == "--node-rank") {
+      out.node_rank = parse_bounded(flag, value_of(flag, iv), 0, static_cast<int>(kMaxProcesses) - 1);
+    } else if (flag == "--rdzv-endpoint") {
+      out.rdzv_endpoint = value_of(flag, iv);
+      parse_rdzv_endpoint(*out.rdzv_endpoint);  // throws when invalid
+    } else if (flag == "--rdzv-timeout") {
+      out.rdzv_timeout_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
     } else if (flag == "--no-host-check") {
       no_value();
       out.check_hosts = false;
@@ -120,7 +162,8 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       throw InvalidArgumentError(internal::str_cat(
           "unknown option '", word,
           "'; chorus-run takes -np, -H, --hostfile, --rsh-agent, --network-interface, --mca, --no-host-check, "
-          "--max-restarts, --min-hosts, --failure-grace, "
+          "--max-restarts, --min-hosts, --failure-grace, --nnodes, --nproc-per-node, --node-rank, --rdzv-endpoint, "
+          "--rdzv-timeout, "
           "--bind-to, --oversubscribe, -x, --collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the "
           "program "
           "(after '--' if its name starts with '-')"));
@@ -135,6 +178,15 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
 
   CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError,
                  "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
+  if (out.without_mpi()) {
+    CHORUS_REQUIRE(!out.min_hosts, InvalidArgumentError, "--min-hosts is not supported with ", first_agent_flag,
+                   " (chorus-run without MPI): every one of --nnodes agents must join; it is for mpirun's host list");
+    CHORUS_REQUIRE(first_mpirun_flag.empty(), InvalidArgumentError, first_agent_flag, " (chorus-run without MPI) and ",
+                   first_mpirun_flag,
+                   " (mpirun's) cannot be mixed: give --nproc-per-node (with --nnodes, --node-rank, "
+                   "--rdzv-endpoint) or -np/-H/--hostfile");
+    return out;
+  }
   CHORUS_REQUIRE(!(out.hosts && out.hostfile), InvalidArgumentError,
                  "-H and --hostfile both name the hosts: give one of them");
   CHORUS_REQUIRE(!out.min_hosts || out.hosts || out.hostfile, InvalidArgumentError,
@@ -149,6 +201,7 @@ std::string run_usage() {
   return R"(chorus-run: start a chorus program on several processes with Open MPI's mpirun.
 
 usage: chorus-run [options] [--] program [args...]
+       chorus-run --nproc-per-node N [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT] [options] [--] program
        chorus-run --check-build
 
 options:
@@ -191,7 +244,24 @@ options:
                        report the loss themselves (mpirun then exits 0; chorus-run does not)
   --status-dir DIR     where each rank records how it ended; with -H give a directory every host
                        sees (shared file system), else chorus-run makes a temporary one
-  --dry-run            print the mpirun command line (shell-quoted) instead of running it
+  --dry-run            print the mpirun command line (shell-quoted) instead of running it; without
+                       MPI, each local worker's variables and program
+
+without MPI (torchrun style: chorus-run starts this node's workers itself; no mpirun, no ssh):
+  --nnodes M           nodes in the job: one chorus-run per node (default 1)
+  --nproc-per-node N   workers this node starts (default 1)
+  --node-rank R        this node, 0..M-1 (default 0); worker RANK = R * N + LOCAL_RANK
+  --rdzv-endpoint HOST:PORT
+                       node 0's address: worker rank 0 serves the workers' rendezvous store on PORT,
+                       node 0's chorus-run serves the agents' store on PORT+1 (both must be open
+                       between the nodes). Needed with M > 1; default 127.0.0.1 and a free port
+  --rdzv-timeout S     how long the agents wait for each other before each start (default 300)
+  Each worker gets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+  GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT (and CHORUS_RESTART_COUNT). When a
+  worker fails, the others (on every node) get SIGTERM, SIGKILL after --failure-grace; with
+  --max-restarts left every node starts its workers again. -x NAME=VALUE, --collective-timeout,
+  --max-restarts, --failure-grace and --dry-run apply; mpirun's flags (-np, -H, --hostfile,
+  --min-hosts, --mca, ...) do not mix with these.
   --check-build        print what this build of chorus contains (CUDA, cuDNN, cuBLAS, NCCL, MPI,
                        oneDNN) and how many GPUs are visible, then exit
   --version            chorus's version, git commit and build type, then the same facts
@@ -204,7 +274,10 @@ are not wrapped, and mpirun's exit status is returned.)
 Exit status: mpirun's when non-zero, else the first failed rank's (128 + signal for a killed one),
 else 0; 2: a bad command line; 3: a host did not answer the host check; 127: mpirun not found
 (apt-get install openmpi-bin).
+Without MPI: 0 when every worker of every node exited 0, else the first failed local rank's status
+(128 + signal), 128 + signal when chorus-run was told to stop, 1 when another node failed the job.
 Example: chorus-run -np 2 -- chorus-train --strategy multi_worker --epochs 1
+         chorus-run --nproc-per-node 2 -- ./train
 )";
 }
 

@@ -1,5 +1,6 @@
 // chorus-run's own command line, parsed into a plain struct (the tool in launch/tools/chorus_run.cc
-// turns it into MpirunOptions and executes it).
+// turns it into MpirunOptions and executes it, or, without MPI, into AgentOptions for
+// launch/agent.h).
 //
 //   chorus-run [options] [--] program [args...]
 //
@@ -30,10 +31,24 @@
 //                           e.g. on a shared file system; default: a new temporary directory when
 //                           every rank runs on this machine — launch/rank_status.h)
 //   --record-exit-status DIR  internal: chorus-run as the per-rank wrapper (launch/rank_status.h)
-//   --dry-run               print the mpirun line instead of running it
+//   --dry-run               print the mpirun line instead of running it (without MPI: each
+//                           worker's variables and program)
 //   --check-build           print what this build of chorus contains and exit
 //   --version               chorus's version, git commit, build type, and the same build facts
 //   -h, --help              usage
+//
+// Without MPI (torchrun style, launch/agent.h: chorus-run starts this node's workers itself):
+//   --nnodes N              agents (nodes) in the job (default 1)
+//   --nproc-per-node N      workers this node starts (default 1)
+//   --node-rank R           this node, 0..N-1 (default 0)
+//   --rdzv-endpoint H:P     where the job meets (node 0's address); optional with one node
+//   --rdzv-timeout S        how long the agents wait for each other (default 300)
+// Any of these selects the mode; torchrun's spellings with '_' (--nproc_per_node, --node_rank,
+// --rdzv_endpoint) are taken too. --max-restarts, --failure-grace, -x, --collective-timeout and
+// --dry-run apply to both modes; mpirun's own flags (-np, -H, --hostfile, --rsh-agent,
+// --network-interface, --mca, --no-host-check, --min-hosts, --bind-to, --oversubscribe,
+// --enable-recovery, --status-dir) do not mix with them: InvalidArgumentError naming both.
+// Value rules (node rank below --nnodes, the endpoint's port...) are agent_options.h's.
 //
 // Long options also take the `--name=value` form. The program starts at `--` or at the first word
 // that does not start with '-' (as with mpirun); everything from there on belongs to the program,
@@ -79,6 +94,15 @@ struct RunCommandLine {
   std::string bind_to = "none";
   std::vector<std::string> extra_environment;
   std::vector<std::string> program;  // program and arguments
+
+  // Without MPI (launch/agent.h); set only when given.
+  std::optional<int> nnodes;                 // --nnodes
+  std::optional<int> nproc_per_node;         // --nproc-per-node
+  std::optional<int> node_rank;              // --node-rank
+  std::optional<std::string> rdzv_endpoint;  // --rdzv-endpoint as given (parse_rdzv_endpoint)
+  std::optional<int> rdzv_timeout_seconds;   // --rdzv-timeout
+  // True when any of the five flags above was given.
+  bool without_mpi() const { return nnodes || nproc_per_node || node_rank || rdzv_endpoint || rdzv_timeout_seconds; }
 };
 
 // `args` excludes argv[0].

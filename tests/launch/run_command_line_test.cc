@@ -92,8 +92,26 @@ TEST(RunCommandLine, TheRankWrapperNeedsOnlyItsDirectoryAndAProgram) {
 
 TEST(RunCommandLine, UsageMentionsEveryOption) {
   const std::string usage = run_usage();
-  for (const char* flag : {"-np", "-H", "--bind-to", "--oversubscribe", "-x", "--dry-run", "--check-build", "--version",
-                           "--help", "--collective-timeout", "--enable-recovery", "--status-dir", "openmpi-bin"})
+  for (const char* flag : {"-np",
+                           "-H",
+                           "--bind-to",
+                           "--oversubscribe",
+                           "-x",
+                           "--dry-run",
+                           "--check-build",
+                           "--version",
+                           "--help",
+                           "--collective-timeout",
+                           "--enable-recovery",
+                           "--status-dir",
+                           "openmpi-bin",
+                           "--nnodes",
+                           "--nproc-per-node",
+                           "--node-rank",
+                           "--rdzv-endpoint",
+                           "--rdzv-timeout",
+                           "MASTER_ADDR",
+                           "TORCHELASTIC_RESTART_COUNT"})
     EXPECT_THAT(usage, HasSubstr(flag));
 }
 
@@ -130,6 +148,48 @@ TEST(RunCommandLine, RestartsMinimumHostsAndFailureGrace) {
   EXPECT_THAT(error_of({"-np", "1", "--failure-grace", "0", "./x"}), HasSubstr("--failure-grace expects"));
   EXPECT_THAT(error_of({"-np", "2", "--min-hosts", "1", "./x"}), HasSubstr("--min-hosts needs the hosts"));
   EXPECT_THAT(error_of({"-H", "a", "--min-hosts", "0", "./x"}), HasSubstr("from 1 to"));
+}
+
+TEST(RunCommandLine, WithoutMpiTorchrunFlags) {
+  const auto cl =
+      parse_run_command_line({"--nnodes", "2", "--nproc-per-node=4", "--node-rank", "1", "--rdzv-endpoint", "h0:29500",
+                              "--rdzv-timeout", "60", "--max-restarts", "2", "-x", "A=1", "--", "./train", "-np", "3"});
+  EXPECT_TRUE(cl.without_mpi());
+  EXPECT_EQ(cl.nnodes, 2);
+  EXPECT_EQ(cl.nproc_per_node, 4);
+  EXPECT_EQ(cl.node_rank, 1);
+  EXPECT_EQ(cl.rdzv_endpoint, "h0:29500");
+  EXPECT_EQ(cl.rdzv_timeout_seconds, 60);
+  EXPECT_EQ(cl.max_restarts, 2);
+  EXPECT_EQ(cl.program, (Args{"./train", "-np", "3"}));  // the program's own -np
+  // torchrun's underscore spellings; one flag is enough to select the mode (no -np needed).
+  const auto us = parse_run_command_line({"--nproc_per_node", "2", "--node_rank=0", "--rdzv_endpoint=a:1", "./x"});
+  EXPECT_EQ(us.nproc_per_node, 2);
+  EXPECT_EQ(us.node_rank, 0);
+  EXPECT_EQ(us.rdzv_endpoint, "a:1");
+  EXPECT_TRUE(parse_run_command_line({"--nproc-per-node", "1", "./x"}).without_mpi());
+  EXPECT_FALSE(parse_run_command_line({"-np", "1", "./x"}).without_mpi());
+}
+
+TEST(RunCommandLine, WithoutMpiDoesNotMixWithMpirunFlags) {
+  EXPECT_THAT(error_of({"--nproc-per-node", "2", "-np", "2", "./x"}),
+              HasSubstr("--nproc-per-node (chorus-run without MPI) and -np (mpirun's) cannot be mixed"));
+  EXPECT_THAT(error_of({"-H", "a:2", "--nnodes", "1", "./x"}),
+              HasSubstr("--nnodes (chorus-run without MPI) and -H (mpirun's) cannot be mixed"));
+  EXPECT_THAT(error_of({"--hostfile", "hf", "--nproc_per_node", "1", "./x"}),
+              HasSubstr("--nproc_per_node (chorus-run without MPI) and --hostfile (mpirun's)"));
+  for (const char* flag : {"--oversubscribe", "--enable-recovery", "--no-host-check"})
+    EXPECT_THAT(error_of({"--nproc-per-node", "2", flag, "./x"}), HasSubstr(std::string(flag) + " (mpirun's)"));
+  EXPECT_THAT(error_of({"--nproc-per-node", "2", "--status-dir", "/s", "./x"}), HasSubstr("--status-dir (mpirun's)"));
+  EXPECT_THAT(error_of({"--nproc-per-node", "2", "--min-hosts", "1", "./x"}),
+              HasSubstr("--min-hosts is not supported with --nproc-per-node (chorus-run without MPI)"));
+  EXPECT_THAT(error_of({"--nnodes", "1:2", "./x"}), HasSubstr("a range of nodes (torchrun's elastic MIN:MAX)"));
+  EXPECT_THAT(error_of({"--nnodes", "0", "./x"}), HasSubstr("--nnodes expects a whole number from 1 to 4096"));
+  EXPECT_THAT(error_of({"--nproc-per-node", "x", "./x"}), HasSubstr("--nproc-per-node expects a whole number"));
+  EXPECT_THAT(error_of({"--node-rank", "-1", "./x"}), HasSubstr("--node-rank expects a whole number from 0"));
+  EXPECT_THAT(error_of({"--rdzv-endpoint", "h0", "./x"}), HasSubstr("'h0' has no port"));
+  EXPECT_THAT(error_of({"--rdzv-timeout", "0", "./x"}), HasSubstr("--rdzv-timeout expects"));
+  EXPECT_THAT(error_of({"--nproc-per-node", "2"}), HasSubstr("no program to run"));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // chorus-run: starts a chorus program on several processes with Open MPI's mpirun, with the flags
 // a chorus job needs (process binding, forwarded environment, root and oversubscription flags);
-// `--dry-run` prints the command, `--check-build` prints what this build contains.
+// `--dry-run` prints the command, `--check-build` prints what this build contains. With
+// --nproc-per-node/--nnodes/--node-rank/--rdzv-endpoint it runs without MPI instead, as torchrun
+// does: it starts this node's workers itself (launch/agent.h, whose exit statuses apply then).
 // Usage: launch/run_command_line.cc (run_usage); guide: docs/launch.md.
 //
 // Exit status: mpirun's when it is non-zero, else the first failed rank's (each rank runs under
@@ -22,6 +24,8 @@
 
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
+#include <chorus/launch/agent.h>
+#include <chorus/launch/agent_options.h>
 #include <chorus/launch/build_info.h>
 #include <chorus/launch/cli.h>
 #include <chorus/launch/host_check.h>
@@ -129,6 +133,36 @@ launch::MpirunOptions mpirun_options(const launch::RunCommandLine& cl) {
   return o;
 }
 
+// chorus-run's command line for the agent (without MPI); validate_agent_options checks it.
+launch::AgentOptions agent_options(const launch::RunCommandLine& cl) {
+  launch::AgentOptions o;
+  o.nnodes = cl.nnodes.value_or(1);
+  o.nproc_per_node = cl.nproc_per_node.value_or(1);
+  o.node_rank = cl.node_rank.value_or(0);
+  if (cl.rdzv_endpoint) o.endpoint = launch::parse_rdzv_endpoint(*cl.rdzv_endpoint);
+  o.max_restarts = cl.max_restarts;
+  o.failure_grace = std::chrono::seconds(cl.failure_grace_seconds);
+  if (cl.rdzv_timeout_seconds) o.rdzv_timeout = std::chrono::seconds(*cl.rdzv_timeout_seconds);
+  o.extra_environment = cl.extra_environment;
+  if (cl.collective_timeout) o.extra_environment.push_back("CHORUS_COLLECTIVE_TIMEOUT=" + *cl.collective_timeout);
+  o.program = cl.program;
+  launch::validate_agent_options(o);
+  return o;
+}
+
+// --dry-run without MPI: one line per local worker, its variables and program as `env` would run
+// them (the whole environment of this process is inherited besides).
+void print_agent_dry_run(const launch::AgentOptions& o) {
+  const launch::RdzvEndpoint endpoint = o.endpoint ? *o.endpoint : launch::RdzvEndpoint{"127.0.0.1", 0};
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    std::vector<std::string> words{"env"};
+    for (auto& v : launch::worker_environment({}, o, endpoint, local, 0)) words.push_back(std::move(v));
+    words.insert(words.end(), o.program.begin(), o.program.end());
+    std::cout << launch::shell_join(words) << "\n";
+  }
+  if (!o.endpoint) std::cout << "# MASTER_PORT=0: a free port of 127.0.0.1 is chosen at each start\n";
+}
+
 // One start of the job with its ranks wrapped: their exits are recorded in `status_dir` (emptied
 // of an earlier job's records first; a fresh temporary folder, removed after, without
 // --status-dir) and judged. Returns the job's exit status; `job` says how mpirun ended.
@@ -159,12 +193,15 @@ int run_wrapped_job(launch::MpirunOptions& o, const launch::RunCommandLine& cl, 
   return status;
 }
 
+int run_mpirun(const launch::RunCommandLine& cl, launch::MpirunOptions& o, bool wrap, std::string& status_dir);
+
 int run(const std::vector<std::string>& args) {
   launch::RunCommandLine cl;
   launch::MpirunOptions o;
   // The ranks are wrapped (their exits recorded) where the record directory is visible to all.
   bool wrap = false;
   std::string status_dir;
+  std::optional<launch::AgentOptions> agent;  // without MPI
   try {
     cl = launch::parse_run_command_line(args);
     if (cl.record_exit_status) return launch::run_rank_and_record(*cl.record_exit_status, cl.program);
@@ -183,22 +220,36 @@ int run(const std::vector<std::string>& args) {
     // Every rank would refuse a bad CHORUS_COLLECTIVE_TIMEOUT (one under the floor included): say so
     // once, before mpirun starts.
     cx::env::collective_timeout();
-    o = mpirun_options(cl);
-    wrap = o.hosts.empty() || cl.status_dir;
-    // The directory is made only for a real run; --dry-run shows where it would be.
-    status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
-    if (wrap)
-      o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
-    const auto argv = launch::build_mpirun_argv(o);  // validates with the name "mpirun"
-    if (cl.dry_run) {
-      std::cout << launch::shell_join(argv) << "\n";
-      return 0;
+    if (cl.without_mpi()) {
+      agent = agent_options(cl);
+      if (cl.dry_run) {
+        print_agent_dry_run(*agent);
+        return 0;
+      }
+    } else {
+      o = mpirun_options(cl);
+      wrap = o.hosts.empty() || cl.status_dir;
+      // The directory is made only for a real run; --dry-run shows where it would be.
+      status_dir = cl.status_dir ? *cl.status_dir : launch::temp_directory() + "/chorus-run-XXXXXX";
+      if (wrap)
+        o.rank_wrapper = {launch::self_executable(), std::string(launch::kRecordExitStatusFlag), status_dir, "--"};
+      const auto argv = launch::build_mpirun_argv(o);  // validates with the name "mpirun"
+      if (cl.dry_run) {
+        std::cout << launch::shell_join(argv) << "\n";
+        return 0;
+      }
     }
   } catch (const cx::InvalidArgumentError& e) {
     launch::print_error("chorus-run", e.message(), "Run 'chorus-run --help' for usage.");
     return kUsageError;
   }
+  if (agent) return launch::run_agent(*agent);
+  return run_mpirun(cl, o, wrap, status_dir);
+}
 
+// The job under mpirun, restarted up to --max-restarts times. `o` and `status_dir` are checked
+// already (run: build_mpirun_argv).
+int run_mpirun(const launch::RunCommandLine& cl, launch::MpirunOptions& o, bool wrap, std::string& status_dir) {
   const char* path = std::getenv("PATH");
   const auto mpirun = launch::find_executable("mpirun", path ? path : "");
   if (!mpirun) {
