@@ -10,6 +10,8 @@
 #include <chorus/core/strings.h>
 
 #if defined(CHORUS_WITH_MPI)
+#include <mpi.h>
+
 #include <chorus/collective/mpi/mpi.h>
 #endif
 
@@ -35,6 +37,15 @@ std::string host_part(const std::string& address) {
   return host;
 }
 
+// Processes in MPI_COMM_WORLD (MPI initialized): 1 for a program started without mpirun (a singleton).
+int mpi_world_size() {
+  int size = 1;
+#if defined(CHORUS_WITH_MPI)
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+#endif
+  return size;
+}
+
 // The address Gloo binds to and advertises (see the header, "Communicators").
 std::string gloo_hostname(const ClusterResolver& r) {
   const std::vector<std::string> addresses = r.worker_addresses();
@@ -47,7 +58,7 @@ std::string gloo_hostname(const ClusterResolver& r) {
 }  // namespace
 
 WorkerTransportChoice choose_worker_transport(const ClusterResolver& r, bool gpu) {
-  if (internal::mpi_initialized())
+  if (internal::mpi_initialized() && mpi_world_size() > 1)
     return {true, gpu ? "NCCL between processes (unique id over MPI)" : "MPI between processes"};
   CHORUS_REQUIRE(r.store_address().has_value(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ",
                  r.num_workers(), " workers (", r.to_string(),

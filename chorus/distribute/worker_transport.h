@@ -1,10 +1,13 @@
 // How the workers of a MultiWorkerMirroredStrategy reach each other: "MPI or store".
 //
 //   MPI    the process runs under mpirun and MPI is initialized (a collective::MpiEnvironment
-//          lives): the worker communicator and CPU replicas' cross-process reduction are MPI
-//          communicators, GPU replicas use NCCL with its unique id over MPI. Nothing is served.
-//   store  otherwise (TF_CONFIG or torchrun's variables, distribute/cluster_resolver.h): the
-//          workers meet through collective::store_rendezvous — rank 0 serves a TCP store at the
+//          lives) with more than one process: the worker communicator and CPU replicas'
+//          cross-process reduction are MPI communicators, GPU replicas use NCCL with its unique id
+//          over MPI. Nothing is served.
+//   store  otherwise — also when MPI was initialized by a program started without mpirun (a
+//          singleton: MPI_COMM_WORLD of one process), so that one program runs both ways. The
+//          workers, known from TF_CONFIG or torchrun's variables (distribute/cluster_resolver.h),
+//          meet through collective::store_rendezvous — rank 0 serves a TCP store at the
 //          resolver's store_address() (the chief's TF_CONFIG address, or MASTER_ADDR:MASTER_PORT)
 //          and every worker registers there — then build their communicators on that store: Gloo
 //          (collective/gloo/gloo.h) for the worker communicator and for CPU replicas, NCCL over
@@ -17,10 +20,11 @@
 //
 // Communicators. Each make_* call is collective (every worker calls it, in the same order). On the
 // store each communicator gets keys of its own: "gloo/worker" for the worker communicator, then
-// "gloo/cross/<n>" (CPU: Gloo's prefix) or "nccl/cross/<n>" (GPU: a PrefixStore) for the n-th cross
-// communicator of this transport, so that communicators re-created after a failure (Strategy::make_communicators after
-// a failed step) never read the keys of the ones they replace. Every worker must therefore create
-// them the same number of times (the strategy does: every worker rebuilds after the same failure).
+// "gloo/cross/<n>" (CPU: Gloo's prefix) or "nccl/cross/<n>" (GPU: a PrefixStore) for the n-th
+// cross communicator of this transport, so that communicators re-created after a failure
+// (Strategy::make_communicators after a failed step) never read the keys of the ones they replace.
+// Every worker must therefore create them the same number of times (the strategy does: every
+// worker rebuilds after the same failure).
 // Gloo binds to the host part of this worker's TF_CONFIG address; under torchrun to 127.0.0.1
 // when MASTER_ADDR is a loopback address (every worker is on this host), else to this host's name
 // (as Gloo and PyTorch do: the name must resolve to an address the other workers can reach).
@@ -64,7 +68,7 @@ struct WorkerTransportChoice {
   std::string description;
 };
 
-// MPI when it is initialized, else the store (see above). `gpu`: the replicas are GPUs. Call it
+// MPI when it is initialized with several processes, else the store (see above). `gpu`: the replicas are GPUs. Call it
 // with more than one worker only.
 WorkerTransportChoice choose_worker_transport(const ClusterResolver& resolver, bool gpu);
 

@@ -4,7 +4,10 @@
 //   mpirun -np 2 multi_worker_parity mpi   DEVICES OUT_A   # MPI; rank 0 writes OUT_A
 //   multi_worker_parity store DEVICES OUT_B                 # forks 2 workers; rank 0 writes OUT_B
 //   multi_worker_parity compare OUT_A OUT_B                 # exit 0 only when bitwise equal
-// with 1 and 2 logical CPU devices per worker. Each worker builds the same small Keras-style model
+// with 1 and 2 logical CPU devices per worker. Both ways run the same code, MpiEnvironment
+// included (without mpirun MPI is a singleton of one process, so the strategy meets the other
+// worker through the store); each run checks that its strategy used the transport it is named
+// for. Each worker builds the same small Keras-style model
 // (Flatten, Dense(16, relu), Dense(10); Adam), sets its weights to fixed values, fits 2 epochs of
 // synthetic digits and rank 0 writes the initial and the trained weights. With two workers every
 // cross-process sum has two operands, whose float sum does not depend on the order: MPI and Gloo
@@ -57,8 +60,8 @@ std::vector<float> flat_weights(const cx::model::Model& m) {
 }
 
 // Trains the job's model on this worker; rank 0 writes kMagic, the count n, n initial and n
-// trained weights to `out`.
-void train(int devices, const std::string& out) {
+// trained weights to `out`. `transport`: what cross_device_ops().reason must name.
+void train(int devices, const std::string& out, const std::string& transport) {
   cx::distribute::MultiWorkerMirroredStrategy s(
       {.device_policy = cx::distribute::WorkerDevicePolicy::kCpu, .cpu_devices_per_worker = devices});
   std::unique_ptr<cx::model::Sequential> m;
@@ -81,7 +84,11 @@ void train(int devices, const std::string& out) {
   const int R = s.num_replicas_in_sync();
   m->fit(cx::data::synthetic_digits(8 * R * 4, /*seed=*/11).batch(8 * R), {.epochs = 2, .verbose = 0});
   const std::vector<float> trained = flat_weights(*m);
-  std::printf("worker %d: %s\n", s.worker_index(), s.cross_device_ops().reason.c_str());
+  const std::string& reason = s.cross_device_ops().reason;
+  std::printf("worker %d: %s\n", s.worker_index(), reason.c_str());
+  if (s.num_workers() != 2 || reason.find(transport) == std::string::npos)
+    throw std::runtime_error("expected 2 workers and " + transport + ", got " + s.cluster_resolver().to_string() +
+                             ": " + reason);
   if (!s.is_chief()) return;
   std::ofstream f(out, std::ios::binary | std::ios::trunc);
   const std::uint64_t n = initial.size();
@@ -92,14 +99,15 @@ void train(int devices, const std::string& out) {
   if (!f) throw std::runtime_error("cannot write " + out);
 }
 
-int run_mpi(int devices, const std::string& out) {
-  cx::collective::MpiEnvironment mpi;  // outlives the strategy
+// The job's program (both ways): MPI outlives the strategy.
+int run_job(int devices, const std::string& out, const std::string& transport) {
+  cx::collective::MpiEnvironment mpi;
   configure_cpus(devices);
-  train(devices, out);
+  train(devices, out, transport);
   return 0;
 }
 
-// Two forked workers with only torchrun's variables; 0 when both exited 0.
+// Two forked workers with only torchrun's variables, each running the job; 0 when both exited 0.
 int run_store(int devices, const std::string& out) {
   const int port = cx::collective::TcpStoreServer(0, "127.0.0.1").port();
   std::fflush(nullptr);
@@ -107,15 +115,16 @@ int run_store(int devices, const std::string& out) {
   for (int r = 0; r < 2; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-      ::clearenv();
+      const std::string path = ::getenv("PATH") != nullptr ? ::getenv("PATH") : "/usr/bin:/bin";
+      ::clearenv();  // torchrun's variables, and PATH (MPI_Init of a singleton starts Open MPI's orted)
+      ::setenv("PATH", path.c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", "2", 1);
       int code = 0;
       try {
-        configure_cpus(devices);
-        train(devices, out);
+        code = run_job(devices, out, "Gloo between processes (store at 127.0.0.1:" + std::to_string(port) + ")");
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         code = 1;
@@ -184,7 +193,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "compare") return compare(argv[2], argv[3]);
     const int devices = std::atoi(argv[2]);
-    return mode == "mpi" ? run_mpi(devices, argv[3]) : run_store(devices, argv[3]);
+    return mode == "mpi" ? run_job(devices, argv[3], "MPI between processes") : run_store(devices, argv[3]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", mode.c_str(), e.what());
     return 1;

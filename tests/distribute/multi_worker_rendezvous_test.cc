@@ -211,6 +211,21 @@ TEST(MultiWorkerRendezvousTest, TfConfigOnly) {
     }
 }
 
+// Under mpirun's variables, but with MPI not initialized by the program, there is no store to meet
+// at: the strategy says what to do (before any I/O), on every worker.
+TEST(MultiWorkerRendezvousHostileTest, AnMpiLaunchWithoutMpiEnvironmentIsToldWhatToDo) {
+  std::vector<Env> envs;
+  for (int r = 0; r < 2; ++r) envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  expect_all_passed(run_workers(envs, 1,
+                                [](int, int, int) {
+                                  const std::string m = message_of<FailedPreconditionError>(
+                                      [] { MultiWorkerMirroredStrategy s(options(1)); });
+                                  EXPECT_TRUE(contains(m, "create a chorus::collective::MpiEnvironment")) << m;
+                                  EXPECT_TRUE(contains(m, "MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE")) << m;
+                                }),
+                    "OMPI_COMM_WORLD_* without MPI_Init");
+}
+
 // Workers step until `victim` kills itself (SIGKILL) before its 5th step, while the others are in
 // that step's all-reduce. The others' run() must raise UnavailableError naming the victim's rank
 // within 10 s — the timeout is 60 s, so only the closed connections can tell them that soon.
