@@ -241,8 +241,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   if (workers > 1) {
     transport_ = std::make_unique<WorkerTransport>(std::move(plan.transport), resolver_, options.timeout);
     worker_comm_ = transport_->make_worker_communicator();
-    CHORUS_REQUIRE(worker_comm_->size() == workers, FailedPreconditionError, "MultiWorkerMirroredStrategy: the cluster has ",
-                   workers, " workers (", resolver_.source(), ") but ",
+    CHORUS_REQUIRE(worker_comm_->size() == workers, FailedPreconditionError,
+                   "MultiWorkerMirroredStrategy: the cluster has ", workers, " workers (", resolver_.source(), ") but ",
                    transport_->uses_mpi() ? "MPI_COMM_WORLD" : "the rendezvous", " has ", worker_comm_->size(),
                    " processes; start one process per worker");
     // One exchange tells every worker everything it must agree on, so all reach the same verdict.
@@ -260,8 +260,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       const std::vector<std::string> f = split(all[static_cast<std::size_t>(r)], '|');
       CHORUS_REQUIRE(f.size() == 6, InternalError, "MultiWorkerMirroredStrategy: bad worker record '",
                      all[static_cast<std::size_t>(r)], "' from rank ", r);
-      CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError, "MultiWorkerMirroredStrategy: ",
-                     transport_->uses_mpi() ? "MPI rank " : "rendezvous rank ", r, " is worker ", f[0],
+      CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError,
+                     "MultiWorkerMirroredStrategy: ", transport_->uses_mpi() ? "MPI rank " : "rendezvous rank ", r,
+                     " is worker ", f[0],
                      " according to its cluster resolver; the worker index must equal the rank (TF_CONFIG's "
                      "order: chief, then workers)");
       same_count = same_count && std::stoi(f[1]) == num_local_replicas();

@@ -25,9 +25,7 @@ namespace {
 // How long the communicators' store client retries connecting (see worker_transport.h, store_).
 constexpr milliseconds kReconnect{2000};
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 // "10.0.0.2:2222" → "10.0.0.2"; "[fe80::1]:2222" → "fe80::1".
 std::string host_part(const std::string& address) {
@@ -60,8 +58,8 @@ std::string gloo_hostname(const ClusterResolver& r) {
 WorkerTransportChoice choose_worker_transport(const ClusterResolver& r, bool gpu) {
   if (internal::mpi_initialized() && mpi_world_size() > 1)
     return {true, gpu ? "NCCL between processes (unique id over MPI)" : "MPI between processes"};
-  CHORUS_REQUIRE(r.store_address().has_value(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ",
-                 r.num_workers(), " workers (", r.to_string(),
+  CHORUS_REQUIRE(r.store_address().has_value(), FailedPreconditionError,
+                 "MultiWorkerMirroredStrategy: ", r.num_workers(), " workers (", r.to_string(),
                  ") and no way to reach them: MPI is not initialized in this process and the cluster names no "
                  "rendezvous store. Under mpirun/chorus-run, create a chorus::collective::MpiEnvironment before the "
                  "strategy (and destroy it after); without MPI, start the workers with TF_CONFIG or torchrun's "
@@ -146,8 +144,7 @@ std::unique_ptr<collective::Communicator> WorkerTransport::make_cross_communicat
 
 bool WorkerTransport::failure_recorded() noexcept {
   try {
-    for (const std::string& prefix : gloo_prefixes_)
-      failed_ = failed_ || store_->check({prefix + "/failure/1"});
+    for (const std::string& prefix : gloo_prefixes_) failed_ = failed_ || store_->check({prefix + "/failure/1"});
   } catch (const std::exception&) {
     failed_ = true;  // the store is gone: rank 0 is
   }

@@ -102,7 +102,7 @@ class WorkerTransport {
   bool failed_ = false;  // failure_recorded() said so once
   std::string gloo_hostname_;
   std::vector<std::string> gloo_prefixes_;  // the rendezvous store's keys of every Gloo communicator made
-  int generation_ = 0;  // cross communicators made so far
+  int generation_ = 0;                      // cross communicators made so far
 };
 
 }  // namespace chorus::distribute

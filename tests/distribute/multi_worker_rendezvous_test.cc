@@ -120,8 +120,7 @@ std::vector<Env> torchrun_envs(int k, int port) {
 std::vector<Env> tf_config_envs(int k, int port) {
   std::string workers;
   for (int r = 1; r < k; ++r) workers += (r > 1 ? ",\"127.0.0.1:" : "\"127.0.0.1:") + std::to_string(port + r) + "\"";
-  const std::string cluster =
-      "{\"chief\":[\"127.0.0.1:" + std::to_string(port) + "\"],\"worker\":[" + workers + "]}";
+  const std::string cluster = "{\"chief\":[\"127.0.0.1:" + std::to_string(port) + "\"],\"worker\":[" + workers + "]}";
   std::vector<Env> envs;
   for (int r = 0; r < k; ++r) {
     const std::string task =
@@ -215,7 +214,8 @@ TEST(MultiWorkerRendezvousTest, TfConfigOnly) {
 // at: the strategy says what to do (before any I/O), on every worker.
 TEST(MultiWorkerRendezvousHostileTest, AnMpiLaunchWithoutMpiEnvironmentIsToldWhatToDo) {
   std::vector<Env> envs;
-  for (int r = 0; r < 2; ++r) envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  for (int r = 0; r < 2; ++r)
+    envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"}});
   expect_all_passed(run_workers(envs, 1,
                                 [](int, int, int) {
                                   const std::string m = message_of<FailedPreconditionError>(
@@ -235,9 +235,7 @@ void step_until_a_worker_dies(int rank, int /*workers*/, int devices, int victim
     if (rank == victim && step == 5) ::kill(::getpid(), SIGKILL);
     const auto start = Clock::now();
     try {
-      s.run([] {
-        get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::full({1024}, 1.0));
-      });
+      s.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::full({1024}, 1.0)); });
     } catch (const UnavailableError& e) {
       const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
       EXPECT_EQ(step, 5) << e.what();
@@ -257,9 +255,8 @@ TEST(MultiWorkerRendezvousHostileTest, AKilledWorkerIsNamedWithinTenSeconds) {
   };
   for (const Case c : {Case{2, 1}, Case{0, 1}, Case{1, 2}}) {  // rank 0 serves the store
     const auto start = Clock::now();
-    const std::vector<int> st =
-        run_workers(torchrun_envs(3, free_port()), c.devices,
-                    [c](int r, int k, int d) { step_until_a_worker_dies(r, k, d, c.victim); });
+    const std::vector<int> st = run_workers(torchrun_envs(3, free_port()), c.devices,
+                                            [c](int r, int k, int d) { step_until_a_worker_dies(r, k, d, c.victim); });
     const std::string what = "victim " + std::to_string(c.victim) + ", " + std::to_string(c.devices) + " device(s)";
     for (int r = 0; r < 3; ++r) {
       const int s = st[static_cast<std::size_t>(r)];
