@@ -1,6 +1,7 @@
 #include <chorus/distribute/multi_worker_mirrored_strategy.h>
 
 #include <chorus/distribute/uneven_all_gather.h>
+#include <chorus/distribute/worker_transport.h>
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +10,6 @@
 #include <chorus/collective/gpu_claim.h>
 #include <chorus/collective/hierarchical.h>
 #include <chorus/collective/nccl/nccl.h>
-#include <chorus/collective/nccl/nccl_mpi.h>
 #include <chorus/core/config.h>
 #include <chorus/core/crc32c.h>
 #include <chorus/core/error.h>
@@ -20,10 +20,6 @@
 #include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/shape_ops.h>
-
-#if defined(CHORUS_WITH_MPI)
-#include <chorus/collective/mpi/mpi.h>
-#endif
 
 namespace chorus::distribute {
 
@@ -143,14 +139,18 @@ struct MultiWorkerMirroredStrategy::Plan {
   std::vector<std::string> devices;
   WorkerGroup group;
   bool gpu = false;
+  WorkerTransportChoice transport;  // with several workers
 };
+
+internal::WorkerTransportOwner::WorkerTransportOwner() = default;
+internal::WorkerTransportOwner::~WorkerTransportOwner() = default;
 
 namespace {
 
 std::string_view implementation_name(CommunicationImplementation c) {
   switch (c) {
     case CommunicationImplementation::kAuto: return "auto";
-    case CommunicationImplementation::kRing: return "ring (MPI)";
+    case CommunicationImplementation::kRing: return "ring (MPI or Gloo)";
     case CommunicationImplementation::kNccl: return "nccl";
   }
   return "?";
@@ -183,8 +183,8 @@ MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const M
   const int workers = r.num_workers();
   const auto impl = o.implementation;
   CHORUS_REQUIRE(!(plan.gpu && impl == CommunicationImplementation::kRing), InvalidArgumentError,
-                 "MultiWorkerMirroredStrategy: implementation ring (MPI) was requested but the devices are GPUs; the "
-                 "MPI backend moves host tensors only — use kNccl or kAuto");
+                 "MultiWorkerMirroredStrategy: implementation ring (MPI or Gloo) was requested but the devices are "
+                 "GPUs; the MPI and Gloo backends move host tensors only — use kNccl or kAuto");
   CHORUS_REQUIRE(!(!plan.gpu && impl == CommunicationImplementation::kNccl), InvalidArgumentError,
                  "MultiWorkerMirroredStrategy: implementation nccl was requested but the devices are CPUs (",
                  join(plan.devices, kQuoted), "); NCCL needs GPUs — use kRing or kAuto");
@@ -196,7 +196,8 @@ MultiWorkerMirroredStrategy::Plan MultiWorkerMirroredStrategy::make_plan(const M
   CrossDeviceChoice local =
       k > 1 ? choose_cross_device_ops(logical) : CrossDeviceChoice{CrossDeviceOps::kSharedMemory, ""};
   if (k == 1 && plan.gpu) local.ops = CrossDeviceOps::kVirtualGpu;
-  const std::string across = plan.gpu ? "NCCL between processes (unique id over MPI)" : "MPI between processes";
+  if (workers > 1) plan.transport = choose_worker_transport(r, plan.gpu);  // MPI or the store: no I/O yet
+  const std::string& across = plan.transport.description;
   std::string reason;
   if (workers == 1)
     reason = k > 1 ? local.reason : "one replica: no reduction";
@@ -238,23 +239,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   const int workers = resolver_.num_workers();
   if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too
   if (workers > 1) {
-#if defined(CHORUS_WITH_MPI)
-    CHORUS_REQUIRE(internal::mpi_initialized(), FailedPreconditionError, "MultiWorkerMirroredStrategy: ", workers,
-                   " workers (", resolver_.to_string(),
-                   ") need MPI, which is not initialized in this process: in the program, create a "
-                   "chorus::collective::MpiEnvironment before the strategy (and destroy it after); and start one "
-                   "process per worker with chorus-run or mpirun (e.g. chorus-run -np ",
-                   workers, " -- ./program)");
-    worker_comm_ = collective::make_mpi_communicator({.validate = true, .timeout = options.timeout});
-#else
-    throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", workers,
-                                   " workers need MPI, which this build "
-                                   "does not have"));
-#endif
+    transport_ = std::make_unique<WorkerTransport>(std::move(plan.transport), resolver_, options.timeout);
+    worker_comm_ = transport_->make_worker_communicator();
     CHORUS_REQUIRE(worker_comm_->size() == workers, FailedPreconditionError,
-                   "MultiWorkerMirroredStrategy: the cluster "
-                   "has ",
-                   workers, " workers (", resolver_.source(), ") but MPI_COMM_WORLD has ", worker_comm_->size(),
+                   "MultiWorkerMirroredStrategy: the cluster has ", workers, " workers (", resolver_.source(), ") but ",
+                   transport_->uses_mpi() ? "MPI_COMM_WORLD" : "the rendezvous", " has ", worker_comm_->size(),
                    " processes; start one process per worker");
     // One exchange tells every worker everything it must agree on, so all reach the same verdict.
     std::vector<std::string> pcis;
@@ -271,10 +260,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
       const std::vector<std::string> f = split(all[static_cast<std::size_t>(r)], '|');
       CHORUS_REQUIRE(f.size() == 6, InternalError, "MultiWorkerMirroredStrategy: bad worker record '",
                      all[static_cast<std::size_t>(r)], "' from rank ", r);
-      CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError, "MultiWorkerMirroredStrategy: MPI rank ", r,
+      CHORUS_REQUIRE(std::stoi(f[0]) == r, FailedPreconditionError,
+                     "MultiWorkerMirroredStrategy: ", transport_->uses_mpi() ? "MPI rank " : "rendezvous rank ", r,
                      " is worker ", f[0],
-                     " according to its cluster resolver; the worker index must equal the MPI "
-                     "rank (TF_CONFIG's order: chief, then workers)");
+                     " according to its cluster resolver; the worker index must equal the rank (TF_CONFIG's "
+                     "order: chief, then workers)");
       same_count = same_count && std::stoi(f[1]) == num_local_replicas();
       counts += str_cat(r ? ", " : "", "rank ", r, ": ", f[1]);
       if (!f[3].empty()) claims.push_back({r, f[2], split(f[3], ',')});
@@ -302,21 +292,17 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
                    << "; all-reduce overlapped with backward: " << overlap_reason();
 }
 
-MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
+  // Before any communicator closes (worker_comm_ now, Strategy's after this body): see the header's "End".
+  if (transport_) transport_->goodbye();
+}
 
 std::vector<std::unique_ptr<collective::Communicator>> MultiWorkerMirroredStrategy::create_communicators() {
   const int workers = num_workers();
   if (workers == 1) return Strategy::create_communicators();
   const int k = num_local_replicas();
-  const auto timeout = options_.timeout;
-  auto cross = [&]() -> std::unique_ptr<collective::Communicator> {
-    if (gpu_) return collective::make_nccl_communicator(replica_devices()[0], {.validate = true, .timeout = timeout});
-#if defined(CHORUS_WITH_MPI)
-    return collective::make_mpi_communicator({.validate = true, .timeout = timeout});
-#else
-    throw UnavailableError("MultiWorkerMirroredStrategy: no MPI in this build");
-#endif
-  };
+  // A fresh communicator (on the store: fresh keys) at every call, also after a failure.
+  auto cross = [&] { return transport_->make_cross_communicator(gpu_ ? replica_devices()[0] : std::string()); };
   std::vector<std::unique_ptr<collective::Communicator>> out;
   if (k == 1) {
     out.push_back(cross());

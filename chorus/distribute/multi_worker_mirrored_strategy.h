@@ -1,19 +1,31 @@
 // MultiWorkerMirroredStrategy (tf.distribute.MultiWorkerMirroredStrategy): synchronous training
-// over several processes ("workers", started by mpirun), each with one or more local devices.
+// over several processes ("workers"), each with one or more local devices. The workers are
+// started by mpirun (or chorus-run), or without MPI by anything that sets TF_CONFIG or torchrun's
+// variables (Kubernetes operators, torchrun, a shell loop).
 //
 //   int main() {
-//     chorus::collective::MpiEnvironment mpi;                 // first: MPI outlives the strategy
+//     chorus::collective::MpiEnvironment mpi;                 // under mpirun: MPI outlives the strategy
 //     chorus::distribute::MultiWorkerMirroredStrategy strategy;  // cluster from the environment
 //     // strategy.num_replicas_in_sync() == workers × local devices; same API as MirroredStrategy
 //   }
 //   $ mpirun -np 2 ./train
+//   $ for r in 0 1; do MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=$r ./train & done
 //
 // Cluster: options.cluster_resolver, else ClusterResolver::from_environment() (TF_CONFIG, then
-// mpirun's variables, then MPI; distribute/cluster_resolver.h). With more than one worker, MPI must
-// be initialized (an MpiEnvironment created before the strategy, destroyed after it) and the
-// resolver must agree with MPI_COMM_WORLD (num_workers == size, worker_index == rank; checked on
-// every worker) → FailedPreconditionError otherwise. chorus has no TCP transport yet: a TF_CONFIG
-// cluster of several workers must also be one MPI job. One worker works without MPI.
+// mpirun's variables, then torchrun's, then MPI; distribute/cluster_resolver.h). Create one
+// strategy per program, at its start, as TF asks. With more than one worker the transport between
+// the processes (distribute/worker_transport.h) is:
+//   - MPI when it is initialized (an MpiEnvironment created before the strategy, destroyed after
+//     it); the resolver must then agree with MPI_COMM_WORLD (num_workers == size, worker_index ==
+//     rank; checked on every worker) → FailedPreconditionError otherwise;
+//   - else the store: the workers meet through collective::store_rendezvous at the resolver's
+//     store address (rank 0 — the chief — serves a TCP store there: TF_CONFIG's chief address, or
+//     MASTER_ADDR:MASTER_PORT), then talk over Gloo (CPU) and NCCL bootstrapped over the store
+//     (GPU). The rendezvous blocks until every worker arrived, at most options.timeout
+//     (DeadlineExceededError naming the missing ranks). Built without Gloo → UnavailableError
+//     (install libgloo-dev, or use mpirun). Under an MPI launcher without MpiEnvironment (no store
+//     address) → FailedPreconditionError saying to create one.
+// One worker works without MPI or a store.
 //
 // Local devices (options.devices, else device_policy):
 //   kAuto           GPUs when the process sees any (kLocalRankGpu), else kCpu
@@ -27,13 +39,16 @@
 // on every worker before NCCL sees them: InvalidArgumentError naming both ranks, the GPU, the host.
 //
 // Replicas: replica id in sync group = worker_index × k + local index; PerReplica values hold this
-// worker's k replicas. Reduction (cross_device_ops().reason says which):
-//   CPU devices:  MPI between processes (k = 1), or hierarchical: shared memory in the process,
-//                 MPI between the processes' first replicas (k > 1)
-//   GPU devices:  NCCL between processes (unique id over MPI; k = 1), or hierarchical: the local
-//                 GPU group (NCCL / virtual GPU) + NCCL between processes (k > 1)
-// implementation forces kRing (MPI; CPU devices only) or kNccl (GPU devices only): anything else
-// → InvalidArgumentError; NCCL missing from the build → UnavailableError.
+// worker's k replicas. Reduction (cross_device_ops().reason and the INFO line say which, e.g.
+// "2 workers x 1 CPU device: Gloo between processes (store at 10.0.0.1:29500)"):
+//   CPU devices:  MPI (under mpirun) or Gloo (otherwise) between processes (k = 1), or
+//                 hierarchical: shared memory in the process, then MPI or Gloo between the
+//                 processes' first replicas (k > 1)
+//   GPU devices:  NCCL between processes (unique id over MPI or over the store; k = 1), or
+//                 hierarchical: the local GPU group (NCCL / virtual GPU) + NCCL between processes
+// implementation forces kRing (MPI under mpirun, Gloo otherwise; CPU devices only) or kNccl (GPU
+// devices only): anything else → InvalidArgumentError; NCCL missing from the build →
+// UnavailableError.
 //
 // Variables: created in scope() or run() as MirroredVariables; right after creation each
 // variable's initial value is broadcast from the chief (worker 0) to every worker, so all start
@@ -51,12 +66,19 @@
 // Failure: every collective honours options.timeout (default: collective::default_timeout(), i.e.
 // CHORUS_COLLECTIVE_TIMEOUT or 300 s). A worker that dies (killed, crashed, host lost) makes the
 // others' run() throw UnavailableError naming its rank and host within about a second — the MPI
-// backend's peer monitor sees its connection close (collective/mpi/mpi.h, "Failure"). A worker that
+// backend's peer monitor (collective/mpi/mpi.h, "Failure"), or Gloo's own TCP connections
+// (collective/gloo/gloo.h), see its connection close. A worker that
 // stops calling the collectives makes them throw DeadlineExceededError naming the missing rank(s)
 // within the timeout (or AbortedError naming the rank that failed and why), never a hang. The
 // strategy is then unusable across workers (its next run() rebuilds the communicators, which
-// times out the same way while a worker is gone): save what you can and exit non-zero; mpirun
-// then ends the job.
+// times out the same way while a worker is gone; on the store each rebuilt communicator has keys
+// of its own): save what you can and exit non-zero; mpirun then ends the job.
+//
+// End (store only): the destructor first waits for every worker to reach its own destructor (a
+// barrier through the store, so that no worker closes its connections under a peer still in its
+// last collective), then closes the communicators and leaves the rendezvous; rank 0 keeps serving
+// the store until every worker left. Each wait is bounded by options.timeout and skipped once a
+// failure was recorded; the destructor never throws (a failure to say goodbye is logged).
 //
 // Thread-safety: as Strategy. worker_communicator(), reduce(), gather() and the variable checks
 // use one process-level communicator: call them from the program's thread, not from replicas.
@@ -81,6 +103,19 @@ namespace chorus::distribute {
 enum class CommunicationImplementation { kAuto, kRing, kNccl };
 
 enum class WorkerDevicePolicy { kAuto, kLocalRankGpu, kAllLocalGpus, kCpu };
+
+class WorkerTransport;  // distribute/worker_transport.h
+
+namespace internal {
+// Holds the strategy's transport (the rendezvous, rank 0's store server) in a base listed before
+// Strategy: bases are destroyed in reverse order, so the transport outlives the communicators that
+// Strategy owns (a Gloo communicator writes failures to the store and must go first).
+struct WorkerTransportOwner {
+  WorkerTransportOwner();
+  ~WorkerTransportOwner();
+  std::unique_ptr<WorkerTransport> transport_;
+};
+}  // namespace internal
 
 struct MultiWorkerMirroredStrategyOptions {
   std::optional<ClusterResolver> cluster_resolver;  // default: ClusterResolver::from_environment()
@@ -107,7 +142,7 @@ struct MultiWorkerMirroredStrategyOptions {
   std::optional<bool> overlap_gradient_all_reduce;
 };
 
-class MultiWorkerMirroredStrategy final : public Strategy {
+class MultiWorkerMirroredStrategy final : private internal::WorkerTransportOwner, public Strategy {
  public:
   explicit MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategyOptions& options = {});
   ~MultiWorkerMirroredStrategy() override;
