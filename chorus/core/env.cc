@@ -44,7 +44,8 @@ std::optional<int> rank_from(const char* rank_var, const char* size_var) {
 std::optional<int> launcher_rank() {
   static const std::optional<int> rank = [] {
     auto r = rank_from("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-    return r ? r : rank_from("PMI_RANK", "PMI_SIZE");
+    if (!r) r = rank_from("PMI_RANK", "PMI_SIZE");
+    return r ? r : rank_from("RANK", "WORLD_SIZE");  // torchrun, chorus-run --nproc-per-node
   }();
   return rank;
 }

@@ -45,7 +45,8 @@ std::optional<std::string> get(const char* name);
 std::optional<bool> get_bool(const char* name);
 
 // The rank of this process when a launcher started several (OMPI_COMM_WORLD_RANK with
-// OMPI_COMM_WORLD_SIZE > 1, else PMI_RANK with PMI_SIZE > 1); nullopt for a single process or
+// OMPI_COMM_WORLD_SIZE > 1, else PMI_RANK with PMI_SIZE > 1, else torchrun's RANK with
+// WORLD_SIZE > 1 — chorus-run --nproc-per-node sets those); nullopt for a single process or
 // unparsable values. Read once.
 std::optional<int> launcher_rank();
 

@@ -267,7 +267,7 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   const bool multi_worker = o.strategy == "multi_worker";
   if (const auto rank = env::launcher_rank(); rank && !multi_worker)
     line(all_out,
-         str_cat("warning: process ", *rank, " of an mpirun job with --strategy ", o.strategy,
+         str_cat("warning: process ", *rank, " of a multi-process job with --strategy ", o.strategy,
                  ": every process trains its own copy of the model; --strategy multi_worker trains one model"));
 
   // Destruction order matters: the model (declared below) before the strategy, the strategy before
@@ -278,18 +278,21 @@ TrainResult train_impl(const TrainOptions& o, std::ostream& all_out, std::string
   if (multi_worker && collective::MpiEnvironment::launched_by_mpirun()) mpi.emplace();
 #endif
   if (multi_worker) cluster = distribute::ClusterResolver::from_environment();
+  // Workers talk over MPI (started by mpirun) or meet through a store (TF_CONFIG's chief address,
+  // torchrun's MASTER_ADDR/MASTER_PORT: chorus-run --nproc-per-node, a Kubernetes operator). The
+  // strategy's own refusal speaks to a C++ programmer; a command-line user needs the command.
+  bool over_mpi = false;
 #if defined(CHORUS_WITH_MPI)
-  // Workers talk over MPI, which only a process started by mpirun has. The strategy's own refusal
-  // speaks to a C++ programmer (create an MpiEnvironment); a command-line user needs the command.
-  if (cluster && cluster->num_workers() > 1 && !mpi)
+  over_mpi = mpi.has_value();
+#endif
+  if (cluster && cluster->num_workers() > 1 && !over_mpi && !cluster->store_address())
     throw FailedPreconditionError(str_cat(
         "--strategy multi_worker: ", cluster->source(), " describes ", cluster->num_workers(),
-        " workers, but this process was not started by mpirun, and chorus-train's workers talk over MPI. Start one "
-        "process per worker: chorus-run -np ",
-        cluster->num_workers(), " -- chorus-train --strategy multi_worker ... (or mpirun -np ", cluster->num_workers(),
-        "; add -H host:slots,... or --hostfile for several machines); the ranks then come from mpirun, so TF_CONFIG "
-        "is not needed. Or unset TF_CONFIG to train as one worker"));
-#endif
+        " workers, but this process was not started by mpirun and the cluster names no rendezvous store (a "
+        "TF_CONFIG chief address with a port, or MASTER_ADDR/MASTER_PORT). Start one process per worker: chorus-run "
+        "--nproc-per-node ",
+        cluster->num_workers(), " -- chorus-train --strategy multi_worker ... (torchrun style), or chorus-run -np ",
+        cluster->num_workers(), " -- ... (mpirun); or unset TF_CONFIG to train as one worker"));
   // Only the chief of a multi-worker job prints progress; the other workers print errors only.
   const bool chief = !cluster || cluster->is_chief();
   std::ostream silent(nullptr);

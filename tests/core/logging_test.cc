@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include <chorus/core/env.h>
 #include <chorus/core/error.h>
 
 namespace chorus {
@@ -71,6 +72,29 @@ TEST(LoggingTest, RankComesFromMpirunWhenNotSetByAStrategy) {
         ScopedLogContext ctx(-1, 1);
         ok = ok && log_context_prefix() == "[rank 2 replica 1] ";
         std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// torchrun's variables (chorus-run --nproc-per-node sets them): the same rank, read the same way.
+TEST(LoggingTest, RankComesFromTorchrunsVariablesWithoutMpirun) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        unsetenv("PMI_SIZE");
+        setenv("WORLD_SIZE", "3", 1);
+        setenv("RANK", "1", 1);
+        std::exit(env::launcher_rank() == 1 && log_context_prefix() == "[rank 1] " ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        unsetenv("PMI_SIZE");
+        setenv("WORLD_SIZE", "1", 1);  // one process: no rank
+        setenv("RANK", "0", 1);
+        std::exit(!env::launcher_rank() ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
 }

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "tests/launch/tool_runner.h"
 
@@ -44,8 +47,8 @@ TEST(ChorusRunMpi, ChorusTrainUnderChorusRun) {
   const auto r = run_tool({CHORUS_RUN_PATH, "-np", "2", "--", CHORUS_TRAIN_PATH, "--model", "mlp", "--strategy",
                            "default", "--epochs", "1", "--train", "300", "--test", "100", "--batch", "32", "--quiet"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("warning: process 0 of an mpirun job"));
-  EXPECT_THAT(r.out, HasSubstr("warning: process 1 of an mpirun job"));
+  EXPECT_THAT(r.out, HasSubstr("warning: process 0 of a multi-process job"));
+  EXPECT_THAT(r.out, HasSubstr("warning: process 1 of a multi-process job"));
 }
 
 TEST(ChorusRunMpi, ChorusTrainMultiWorkerTrainsOneModel) {
@@ -75,6 +78,52 @@ TEST(ChorusRunMpi, ChorusTrainMultiWorkerTrainsOneModel) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("Strategy: MultiWorkerMirroredStrategy on 2 devices in 2 worker(s)"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning: process")));
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Issue 46: the same two-worker chorus-train job started torchrun style (chorus-run
+// --nproc-per-node: no mpirun, the workers meet through the store and reduce over Gloo) and under
+// mpirun ends with the same checkpoint, byte for byte.
+TEST(ChorusRunMpi, ChorusTrainMultiWorkerWithoutMpiSavesTheCheckpointMpirunSaves) {
+  char tmpl[] = "/tmp/chorus-run-nompi-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path dir = tmpl;
+  const std::vector<std::string> train = {CHORUS_TRAIN_PATH,
+                                          "--model",
+                                          "mlp",
+                                          "--strategy",
+                                          "multi_worker",
+                                          "--epochs",
+                                          "1",
+                                          "--train",
+                                          "600",
+                                          "--test",
+                                          "200",
+                                          "--batch",
+                                          "32",
+                                          "--learning-rate",
+                                          "0.003",
+                                          "--quiet",
+                                          "--checkpoint-dir"};
+  auto job = [&](std::vector<std::string> launcher, const std::string& name) {
+    launcher.push_back("--");
+    launcher.insert(launcher.end(), train.begin(), train.end());
+    launcher.push_back((dir / name).string());
+    const auto r = run_tool(launcher);
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("Strategy: MultiWorkerMirroredStrategy on 2 devices in 2 worker(s)")) << name;
+    return read_bytes(dir / name / "ckpt-1.data-00000-of-00001");
+  };
+  const std::string under_mpirun = job({CHORUS_RUN_PATH, "-np", "2"}, "mpirun");
+  const std::string without_mpi = job({CHORUS_RUN_PATH, "--nproc-per-node", "2"}, "torchrun");
+  EXPECT_GT(under_mpirun.size(), 10000u) << "the MLP's weights and Adam's slots";
+  EXPECT_TRUE(under_mpirun == without_mpi)
+      << "checkpoints differ (" << under_mpirun.size() << " vs " << without_mpi.size() << " bytes)";
+  std::filesystem::remove_all(dir);
 }
 
 // Logs, not terminals: mpirun hands its ranks a pty even when its own output goes to a pipe or a
