@@ -25,9 +25,13 @@
 // (Strategy::make_communicators after a failed step) never read the keys of the ones they replace.
 // Every worker must therefore create them the same number of times (the strategy does: every
 // worker rebuilds after the same failure).
-// Gloo binds to the host part of this worker's TF_CONFIG address; under torchrun to 127.0.0.1
-// when MASTER_ADDR is a loopback address (every worker is on this host), else to this host's name
-// (as Gloo and PyTorch do: the name must resolve to an address the other workers can reach).
+// Gloo binds to the address of the interface GLOO_SOCKET_IFNAME names (PyTorch's variable; the
+// first of a comma-separated list; its IPv4 address, else its IPv6 one), else to the host part of
+// this worker's TF_CONFIG address; under torchrun to 127.0.0.1 when MASTER_ADDR is a loopback
+// address (every worker is on this host), else to this host's name (as Gloo and PyTorch do: the
+// name must resolve to an address the other workers can reach — set GLOO_SOCKET_IFNAME where it
+// does not). An interface that does not exist or has no address → InvalidArgumentError naming
+// this host's interfaces.
 //
 // Lifetime. The transport owns the rendezvous (and on rank 0 the store's server): every
 // communicator it made must be destroyed before it (they write failures to the store). goodbye()
@@ -104,5 +108,11 @@ class WorkerTransport {
   std::vector<std::string> gloo_prefixes_;  // the rendezvous store's keys of every Gloo communicator made
   int generation_ = 0;                      // cross communicators made so far
 };
+
+namespace internal {
+// The numeric address of network interface `name` (IPv4 first, else IPv6); InvalidArgumentError
+// naming the interfaces that have addresses when it has none or does not exist.
+std::string interface_address(const std::string& name);
+}  // namespace internal
 
 }  // namespace chorus::distribute

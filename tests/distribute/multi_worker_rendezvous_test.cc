@@ -27,6 +27,7 @@
 #include <chorus/core/variable.h>
 #include <chorus/distribute/multi_worker_mirrored_strategy.h>
 #include <chorus/distribute/replica_context.h>
+#include <chorus/distribute/worker_transport.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/tape.h>
@@ -208,6 +209,21 @@ TEST(MultiWorkerRendezvousTest, TfConfigOnly) {
                                     [port](int r, int k, int d) { train_and_check(r, k, d, port); }),
                         "TF_CONFIG " + std::to_string(workers) + " workers x " + std::to_string(devices));
     }
+}
+
+// PyTorch's GLOO_SOCKET_IFNAME picks the interface Gloo binds to and advertises (the test hosts'
+// eth0 in tests/hosts/; here the loopback interface).
+TEST(MultiWorkerRendezvousTest, GlooSocketIfnameNamesTheInterface) {
+  EXPECT_EQ(internal::interface_address("lo"), "127.0.0.1");
+  const std::string m =
+      chorus::testing::message_of<InvalidArgumentError>([] { internal::interface_address("no-such-if0"); });
+  EXPECT_NE(m.find("GLOO_SOCKET_IFNAME='no-such-if0'"), std::string::npos) << m;
+  EXPECT_NE(m.find("'lo'"), std::string::npos) << "names the interfaces there are: " << m;
+  const int port = free_port();
+  std::vector<Env> envs = torchrun_envs(2, port);
+  for (Env& e : envs) e.emplace_back("GLOO_SOCKET_IFNAME", "lo,eth0");  // the first of a list
+  expect_all_passed(run_workers(envs, 1, [port](int r, int k, int d) { train_and_check(r, k, d, port); }),
+                    "torchrun 2 workers with GLOO_SOCKET_IFNAME=lo");
 }
 
 // Under mpirun's variables, but with MPI not initialized by the program, there is no store to meet

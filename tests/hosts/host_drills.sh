@@ -23,20 +23,31 @@
 #                                    epoch: the survivors time out, chorus-run ends the mpirun that
 #                                    waits on h2's daemon (--failure-grace), finds h2 silent, and
 #                                    restarts on h0 and h1 (--min-hosts 2), which finish the run
+#   host_drills.sh torchrun TRAIN [RUN]  3 hosts, no mpirun: one chorus-run agent per host
+#                                    (--nnodes 3 --node-rank I --rdzv-endpoint on h0,
+#                                    GLOO_SOCKET_IFNAME=eth0) around chorus-train: on 2 hosts its
+#                                    final checkpoint equals the same job's under mpirun byte for
+#                                    byte; then, on 3, the worker on h1 is killed, and in a second job h1's link
+#                                    is cut: the workers on h0 and h2 name rank 1 on h1 within 10 s
+#                                    (collective timeout 5 s for the cut), every agent ends non-zero
+#                                    and no process is left
 #
 # Exit 0 when the drill holds, 1 with the reason when not, 77 (skip) when the hosts are not up.
 set -uo pipefail
 
 readonly HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly HOSTS=$HERE/test_hosts.sh
-mode=${1:?usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host CHORUS_TRAIN [CHORUS_RUN]}
+mode=${1:?usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host|torchrun CHORUS_TRAIN [CHORUS_RUN]}
 program=${2:?the drill program}
 
 "$HOSTS" require true || exit $?
 work=$(mktemp -d "${TMPDIR:-/tmp}/chorus-host-drill-XXXXXX")
 job=""
+agent_pids=()
 cleanup() {
   [[ -n $job ]] && kill -9 "$job" 2>/dev/null
+  local p
+  for p in "${agent_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   local h
   for h in h1 h2; do "$HOSTS" link $h up 2>/dev/null; done  # whichever link a failed drill left cut
   "$HOSTS" slow h1 off 2>/dev/null
@@ -225,5 +236,100 @@ case $mode in
       echo "host_drills.sh lost-host: held: h2 lost after epoch 1, finished on h0 and h1 $took s after the cut"
     fi
     ;;
-  *) echo "usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host CHORUS_TRAIN [CHORUS_RUN]" >&2; exit 2 ;;
+  torchrun)
+    chorus_run=${3:-$(dirname "$program")/chorus-run}
+    agents() {  # agents N DIR EPOCHS [CHORUS_RUN_OPTIONS...]: one agent on each of h0..h(N-1), in the background
+      local n=$1 dir=$2 epochs=$3 i
+      shift 3
+      agent_pids=()
+      rm -f "$work"/out.h*
+      for ((i = 0; i < n; ++i)); do
+        CHORUS_PROGRESS=none "$HOSTS" exec h$i "$chorus_run" --nnodes "$n" --nproc-per-node 1 --node-rank $i \
+          --rdzv-endpoint 10.231.0.1:29500 --rdzv-timeout 60 -x GLOO_SOCKET_IFNAME=eth0 "$@" -- "$program" \
+          --strategy multi_worker --model mlp --epochs "$epochs" --train 1800 --test 200 --batch 60 --quiet \
+          --checkpoint-dir "$dir" >"$work/out.h$i" 2>&1 &
+        agent_pids+=($!)
+      done
+    }
+    wait_agents() {  # wait_agents SECONDS: their exit statuses in $codes
+      local limit=$1 t0 p
+      t0=$(now)
+      codes=""
+      for p in "${agent_pids[@]}"; do
+        while kill -0 "$p" 2>/dev/null; do
+          (($(awk -v e="$(elapsed "$t0")" -v l="$limit" 'BEGIN { print (e > l) }'))) &&
+            { cat "$work"/out.h* >"$work/out"; fail "the agents did not end within $limit s (a hang)"; }
+          sleep 0.1
+        done
+        wait "$p"
+        codes+="$? "
+      done
+      agent_pids=()
+      cat "$work"/out.h* >"$work/out"
+    }
+    named_within() {  # named_within T0 SECONDS: the workers on h0 and h2 name rank 1 on h1 in time
+      local t0=$1 limit=$2 h
+      for h in h0 h2; do
+        until grep -q "rank 1 (host h1" "$work/out.$h"; do
+          (($(awk -v e="$(elapsed "$t0")" -v l="$limit" 'BEGIN { print (e > l) }'))) &&
+            { cat "$work"/out.h* >"$work/out"; fail "the worker on $h did not name rank 1 on h1 within $limit s"; }
+          sleep 0.1
+        done
+        echo "worker on $h: named rank 1 on h1 after $(elapsed "$t0") s"
+      done
+    }
+    wait_for_ckpt() {
+      local t0
+      t0=$(now)
+      until [[ -e $1 ]]; do
+        (($(awk -v e="$(elapsed "$t0")" 'BEGIN { print (e > 120) }'))) &&
+          { cat "$work"/out.h* >"$work/out"; fail "no $1 within 120 s"; }
+        sleep 0.05
+      done
+    }
+    # 1. the same job under mpirun (chorus-run --hostfile on h0) and without it, on 2 hosts (with
+    #    3, MPI and Gloo add the three workers' gradients in different orders: not bit for bit)
+    printf 'h0\nh1\n' >"$work/hostfile"
+    CHORUS_PROGRESS=none timeout 300 "$HOSTS" exec h0 "$chorus_run" --hostfile "$work/hostfile" \
+      --rsh-agent "$HERE/rsh_agent.sh" --network-interface 10.231.0.0/24 --mca btl tcp,self -- "$program" \
+      --strategy multi_worker --model mlp --epochs 2 --train 1800 --test 200 --batch 60 --quiet \
+      --checkpoint-dir "$work/mpirun" >"$work/out" 2>&1 || fail "the job under mpirun failed"
+    agents 2 "$work/torchrun" 2
+    wait_agents 300
+    [[ $codes == "0 0 " ]] || fail "the agents exited $codes"
+    compared=0
+    for f in "$work"/mpirun/ckpt-2.*; do
+      [[ -e $f ]] || continue
+      cmp -s "$f" "$work/torchrun/$(basename "$f")" || fail "$(basename "$f") differs from the mpirun job's"
+      ((++compared))
+    done
+    ((compared >= 2)) || fail "the mpirun job left no final checkpoint to compare"
+    echo "2 hosts without mpirun: final checkpoint equal to mpirun's byte for byte"
+    # 2. the worker on h1 killed
+    agents 3 "$work/killed" 1000
+    wait_for_ckpt "$work/killed/ckpt-1.index"
+    victim=""
+    for pid in $("$HOSTS" pids h1); do
+      [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
+    done
+    [[ -n $victim ]] || fail "no chorus-train on h1"
+    t0=$(now)
+    kill -9 "$victim"
+    named_within "$t0" 10
+    wait_agents 60
+    for c in $codes; do ((c != 0)) || fail "an agent exited 0 after the kill: $codes"; done
+    no_process_left h0 h1 h2
+    # 3. h1's link cut (found by the collective timeout: no connection closes)
+    agents 3 "$work/cut" 1000 -x CHORUS_COLLECTIVE_TIMEOUT=5
+    wait_for_ckpt "$work/cut/ckpt-1.index"
+    t0=$(now)
+    "$HOSTS" link h1 down
+    named_within "$t0" 15
+    "$HOSTS" link h1 up || fail "h1 not reachable again after its link came back"
+    wait_agents 90
+    for c in $codes; do ((c != 0)) || fail "an agent exited 0 after the cut: $codes"; done
+    no_process_left h0 h1 h2
+    echo "host_drills.sh torchrun: held (agents after the cut exited $codes)"
+    ;;
+  *) echo "usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host|torchrun CHORUS_TRAIN [CHORUS_RUN]" >&2; exit 2 ;;
 esac

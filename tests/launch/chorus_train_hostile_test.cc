@@ -12,11 +12,14 @@
 #include <iterator>
 #include <sstream>
 
+#include <future>
+
 #include "tests/launch/tool_runner.h"
 #include <chorus/checkpoint/checkpoint.h>
 #include <chorus/checkpoint/checkpoint_manager.h>
 #include <chorus/core/runtime.h>
 #include <chorus/core/variable.h>
+#include <chorus/launch/agent.h>
 
 extern char** environ;
 
@@ -99,6 +102,42 @@ TEST(ChorusTrainHostile, TfConfigWithoutMpirunSaysHowToStartTheWorkers) {
   EXPECT_THAT(r.err, HasSubstr("chorus-run --nproc-per-node 2 -- chorus-train --strategy multi_worker"));
   EXPECT_THAT(r.err, HasSubstr("chorus-run -np 2 -- ..."));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("MpiEnvironment"))) << "advice for a C++ programmer";
+}
+
+// Issue 46: two workers started by hand with nothing but a TF_CONFIG whose addresses have ports
+// (no mpirun): they meet at the chief's port, train one model, and only the chief manages the
+// checkpoint directory (both locked it, and the job hung, before the managers were made in the
+// strategy's scope).
+TEST(ChorusTrainHostile, TfConfigWorkersStartedByHandTrainOneModelAndTheChiefCheckpoints) {
+  char tmpl[] = "/tmp/chorus-train-tfconfig-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const int port = free_local_port();
+  auto worker = [&](int index) {
+    std::vector<std::string> env = {R"(TF_CONFIG={"cluster": {"worker": ["127.0.0.1:)" + std::to_string(port) +
+                                        R"(", "127.0.0.1:1"]}, "task": )" + R"({"type": "worker", "index": )" +
+                                        std::to_string(index) + "}}",
+                                    "CHORUS_COLLECTIVE_TIMEOUT=60"};
+    for (char** e = environ; *e; ++e) {
+      const std::string entry = *e;
+      if (entry.rfind("TF_CONFIG=", 0) != 0 && entry.rfind("OMPI_", 0) != 0 && entry.rfind("PMI_", 0) != 0 &&
+          entry.rfind("RANK=", 0) != 0 && entry.rfind("WORLD_SIZE=", 0) != 0 &&
+          entry.rfind("CHORUS_COLLECTIVE_TIMEOUT=", 0) != 0)
+        env.push_back(entry);
+    }
+    return run_tool({kTool, "--strategy", "multi_worker", "--model", "mlp", "--epochs", "1", "--train", "320", "--test",
+                     "64", "--batch", "32", "--quiet", "--checkpoint-dir", dir},
+                    env);
+  };
+  auto other = std::async(std::launch::async, worker, 1);
+  const auto chief = worker(0);
+  const auto second = other.get();
+  EXPECT_EQ(chief.exit_code, 0) << chief.out << chief.err;
+  EXPECT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_THAT(chief.out, HasSubstr("Strategy: MultiWorkerMirroredStrategy on 2 devices in 2 worker(s)"));
+  EXPECT_THAT(chief.err + second.err, ::testing::Not(HasSubstr("another CheckpointManager is active")));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt-1.index"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ChorusTrainHostile, EmptyPathsAreRefused) {
