@@ -95,6 +95,7 @@ collective::StoreRendezvousOptions store_rendezvous_options(const ClusterResolve
                  ")");
   o.store_host = r.store_address()->host;
   o.store_port = r.store_address()->port;
+  o.serve = !r.agent_serves_store();
   return o;
 }
 
@@ -287,6 +288,8 @@ std::optional<ClusterResolver> ClusterResolver::from_torchrun(const EnvLookup& l
                  "LOCAL_RANK=", r.local_rank_, " and LOCAL_WORLD_SIZE=", r.local_size_,
                  " are inconsistent (need LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE=", *size, ")");
   r.restart_count_ = env_int(env, "TORCHELASTIC_RESTART_COUNT", kSetter).value_or(0);
+  const auto agent_store = env("TORCHELASTIC_USE_AGENT_STORE");
+  r.agent_serves_store_ = agent_store && (*agent_store == "True" || *agent_store == "true" || *agent_store == "1");
   const auto addr = env("MASTER_ADDR");
   const auto port = env("MASTER_PORT");
   if (*size > 1 || addr || port) {

@@ -19,7 +19,8 @@
 //   3. torchrun's variables (PyTorch's launchers, Kubernetes operators), when RANK or WORLD_SIZE is
 //      set: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (both optional: 0 of 1), MASTER_ADDR
 //      and MASTER_PORT (required when WORLD_SIZE > 1: the store's address), and
-//      TORCHELASTIC_RESTART_COUNT (optional: the restart attempt). Worker index = RANK.
+//      TORCHELASTIC_RESTART_COUNT (optional: the restart attempt), TORCHELASTIC_USE_AGENT_STORE
+//      (optional: True when the launcher's agent serves the store). Worker index = RANK.
 //   4. MPI itself, when it is initialized (MPI_Comm_rank/size of MPI_COMM_WORLD; local rank from
 //      MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)).
 //   5. Nothing: one worker, index 0 ("single process").
@@ -119,6 +120,9 @@ class ClusterResolver {
   std::vector<std::string> worker_addresses() const;
   // The restart attempt (TORCHELASTIC_RESTART_COUNT; 0 when unset or under other sources).
   int restart_count() const { return restart_count_; }
+  // Whether the launcher's agent serves the store (torchrun's TORCHELASTIC_USE_AGENT_STORE=True,
+  // set by chorus-run across nodes): then worker 0 connects to it instead of serving it.
+  bool agent_serves_store() const { return agent_serves_store_; }
 
   // "worker 1 of 2 (task worker:1, local rank 1 of 2, from Open MPI environment)".
   std::string to_string() const;
@@ -134,6 +138,7 @@ class ClusterResolver {
   int local_size_ = 1;
   std::optional<StoreAddress> store_address_;
   int restart_count_ = 0;
+  bool agent_serves_store_ = false;
 };
 
 // The options of collective::store_rendezvous for this worker: its rank and the world size, the

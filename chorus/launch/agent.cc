@@ -75,6 +75,7 @@ class Agent {
   const AgentOptions& o_;
   SignalIntake intake_;  // first: the store server's thread inherits the mask
   std::unique_ptr<collective::TcpStoreServer> server_;
+  std::unique_ptr<collective::TcpStoreServer> worker_server_;  // node 0: the workers' store (agent.h)
   std::unique_ptr<AgentStore> agents_;
   int stop_signal_ = 0;
 };
@@ -107,7 +108,10 @@ int Agent::run() {
 bool Agent::connect() {
   const RdzvEndpoint& ep = *o_.endpoint;
   const int port = agent_store_port(ep);
-  if (o_.node_rank == 0) server_ = std::make_unique<collective::TcpStoreServer>(port, "0.0.0.0");
+  if (o_.node_rank == 0) {
+    worker_server_ = std::make_unique<collective::TcpStoreServer>(ep.port, "0.0.0.0");
+    server_ = std::make_unique<collective::TcpStoreServer>(port, "0.0.0.0");
+  }
   const std::string host = o_.node_rank == 0 ? "127.0.0.1" : ep.host;
   auto store = std::make_shared<collective::TcpStore>(
       host, port, collective::TcpStoreOptions{.connect_timeout = kConnectSlice, .timeout = kStoreAnswer});

@@ -2,7 +2,9 @@
 // node's workers itself (launch/worker_group.h), each with torchrun's variables
 // (launch/agent_options.h: MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK, ...), which
 // distribute/cluster_resolver.h reads; the workers then meet through collective/store's
-// rendezvous, served by worker rank 0 on the endpoint's port.
+// rendezvous on the endpoint's port, served by worker rank 0 on one node, and by node 0's agent
+// across nodes (TORCHELASTIC_USE_AGENT_STORE=True, as torchrun's agent): the store then outlives
+// rank 0, so the others can still record and read why a collective failed after rank 0 died.
 //
 //   chorus-run --nproc-per-node 2 -- ./train                      # one node
 //   chorus-run --nnodes 2 --nproc-per-node 4 --node-rank 0 --rdzv-endpoint h0:29500 -- ./train

@@ -106,6 +106,8 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"CHORUS_RESTART_COUNT", std::to_string(attempt)},
+      // Across nodes the agent of node 0 serves the workers' store (agent.h): it outlives rank 0.
+      {"TORCHELASTIC_USE_AGENT_STORE", o.nnodes > 1 ? "True" : "False"},
   };
   // -x NAME=VALUE wins over the list above; a bare -x NAME changes nothing (inherited anyway).
   std::vector<std::string> extras;

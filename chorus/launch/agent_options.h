@@ -76,6 +76,7 @@ int agent_store_port(const RdzvEndpoint& endpoint);
 //   GROUP_RANK, GROUP_WORLD_SIZE     node_rank, nnodes
 //   TORCHELASTIC_RESTART_COUNT       attempt (also CHORUS_RESTART_COUNT, as under mpirun)
 //   TORCHELASTIC_MAX_RESTARTS        max_restarts
+//   TORCHELASTIC_USE_AGENT_STORE     True with nnodes > 1 (node 0's agent serves the store), else False
 // then each NAME=VALUE of extra_environment (one naming a variable above replaces its value there).
 // The launcher variables of an enclosing MPI job
 // (OMPI_COMM_WORLD_*, PMI_RANK, PMI_SIZE) are dropped: distribute/cluster_resolver.h would

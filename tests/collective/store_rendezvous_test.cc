@@ -96,6 +96,28 @@ TEST(StoreRendezvousTest, ThreeWorkersOverTheTcpStoreOfRankZero) {
   last.join();
 }
 
+// serve = false (an agent serves the store, TORCHELASTIC_USE_AGENT_STORE): rank 0 connects like
+// the others, and the store outlives every worker's result, rank 0's included.
+TEST(StoreRendezvousTest, RankZeroConnectsToAStoreServedByTheAgent) {
+  auto agent = std::make_unique<TcpStoreServer>(0);
+  std::vector<StoreRendezvousOptions> all;
+  for (int r : {1, 0}) {
+    all.push_back(options(r, 2, agent->port()));
+    all.back().serve = false;
+  }
+  auto out = run_all(all);
+  for (const auto& o : out) ASSERT_TRUE(o.result) << o.error;
+  EXPECT_EQ(out[1].result->rank, 0);
+  EXPECT_EQ(out[1].result->server, nullptr);
+  out[1].result->store->set("from-rank-0", "x");
+  out[1].result.reset();  // rank 0 is gone: the store is not
+  EXPECT_EQ(out[0].result->store->get("from-rank-0", 1s), "x");
+  // Without an agent nobody serves: rank 0 is named with the store's address after the timeout.
+  StoreRendezvousOptions alone = options(0, 2, free_port(), 300ms);
+  alone.serve = false;
+  EXPECT_THROW(store_rendezvous(alone), Error);
+}
+
 TEST(StoreRendezvousTest, OneWorkerNeedsNoPort) {
   StoreRendezvousOptions o;
   o.timeout = 5s;

@@ -231,6 +231,26 @@ TEST(ClusterResolverTest, TorchrunEnvironment) {
   EXPECT_EQ(o.store_host, "10.0.0.1");
   EXPECT_EQ(o.store_port, 29500);
   EXPECT_EQ(o.attempt, "2");
+  EXPECT_FALSE(r->agent_serves_store());
+  EXPECT_TRUE(o.serve);  // rank 0 serves the store (torchrun's default)
+  // TORCHELASTIC_USE_AGENT_STORE=True (chorus-run across nodes, torchrun's agent): rank 0 connects.
+  for (const char* yes : {"True", "true", "1"}) {
+    auto agent = ClusterResolver::from_torchrun(fake_env({{"RANK", "0"},
+                                                          {"WORLD_SIZE", "2"},
+                                                          {"MASTER_ADDR", "10.0.0.1"},
+                                                          {"MASTER_PORT", "29500"},
+                                                          {"TORCHELASTIC_USE_AGENT_STORE", yes}}));
+    ASSERT_TRUE(agent.has_value());
+    EXPECT_TRUE(agent->agent_serves_store()) << yes;
+    EXPECT_FALSE(store_rendezvous_options(*agent, std::chrono::seconds(1)).serve) << yes;
+  }
+  auto no_agent = ClusterResolver::from_torchrun(fake_env({{"RANK", "0"},
+                                                           {"WORLD_SIZE", "2"},
+                                                           {"MASTER_ADDR", "10.0.0.1"},
+                                                           {"MASTER_PORT", "29500"},
+                                                           {"TORCHELASTIC_USE_AGENT_STORE", "False"}}));
+  ASSERT_TRUE(no_agent.has_value());
+  EXPECT_FALSE(no_agent->agent_serves_store());
   // One process: MASTER_* may be absent.
   auto one = ClusterResolver::from_torchrun(fake_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
   ASSERT_TRUE(one.has_value());

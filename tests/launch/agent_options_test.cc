@@ -113,7 +113,7 @@ TEST(WorkerEnvironment, TorchrunVariablesOfEachWorker) {
   // RANK = node_rank * nproc_per_node + local_rank = 1 * 4 + 3.
   EXPECT_EQ(env, (Env{"MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "RANK=7", "WORLD_SIZE=8", "LOCAL_RANK=3",
                       "LOCAL_WORLD_SIZE=4", "GROUP_RANK=1", "GROUP_WORLD_SIZE=2", "TORCHELASTIC_RESTART_COUNT=1",
-                      "TORCHELASTIC_MAX_RESTARTS=2", "CHORUS_RESTART_COUNT=1"}));
+                      "TORCHELASTIC_MAX_RESTARTS=2", "CHORUS_RESTART_COUNT=1", "TORCHELASTIC_USE_AGENT_STORE=True"}));
   o.node_rank = 0;
   const Env first = worker_environment({}, o, *o.endpoint, 0, 0);
   EXPECT_EQ(first[2], "RANK=0");

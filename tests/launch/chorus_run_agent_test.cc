@@ -304,7 +304,7 @@ TEST(ChorusRunAgent, DryRunPrintsEachWorkersVariables) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const std::string common =
       " WORLD_SIZE=4 LOCAL_RANK=%L LOCAL_WORLD_SIZE=2 GROUP_RANK=1 GROUP_WORLD_SIZE=2 TORCHELASTIC_RESTART_COUNT=0 "
-      "TORCHELASTIC_MAX_RESTARTS=0 CHORUS_RESTART_COUNT=0 A=1 ./x 'a b'\n";
+      "TORCHELASTIC_MAX_RESTARTS=0 CHORUS_RESTART_COUNT=0 TORCHELASTIC_USE_AGENT_STORE=True A=1 ./x 'a b'\n";
   std::string expected;
   for (int local : {0, 1}) {
     std::string line = "env MASTER_ADDR=h0 MASTER_PORT=29500 RANK=" + std::to_string(2 + local) + common;

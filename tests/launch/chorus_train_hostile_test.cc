@@ -166,8 +166,12 @@ TEST(ChorusTrainHostile, ADivergingRunStopsAtTheFirstNonFiniteLossAndKeepsTheGoo
   const bool by_gradient = r.err.find("holds NaN or Inf at step") != std::string::npos;
   const bool by_loss = r.err.find("TerminateOnNaN: the loss is") != std::string::npos;
   EXPECT_TRUE(by_gradient || by_loss) << r.err;
-  if (by_gradient) EXPECT_THAT(r.err, HasSubstr("the gradient of variable '"));
-  if (by_loss) EXPECT_THAT(r.err, HasSubstr("at epoch 2, step"));  // numbered from the run's start
+  if (by_gradient) {
+    EXPECT_THAT(r.err, HasSubstr("the gradient of variable '"));
+  }
+  if (by_loss) {
+    EXPECT_THAT(r.err, HasSubstr("at epoch 2, step"));  // numbered from the run's start
+  }
   EXPECT_FALSE(fs::exists(dir.path / "ckpt-2.index")) << "no checkpoint of the diverged weights";
   std::ifstream f(dir.path / "ckpt-1.data-00000-of-00001", std::ios::binary);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), good);

@@ -43,8 +43,11 @@
 //   - timeout: a rank whose peers did not all send their fingerprint in time raises
 //     DeadlineExceededError naming the missing ranks (host, pid), the call and this rank's last
 //     completed calls; the ranks waiting with it raise DeadlineExceededError with the same cause.
-//     A timeout in the data phase (every rank had arrived) names no rank: one is stuck or the
-//     network is cut.
+//     A timeout in the data phase (every rank had arrived): each rank that times out marks itself
+//     in the store and waits up to a second for the others' marks; the ranks with none are named
+//     (a host cut off from the network, a process stuck outside the collective), and a rank that
+//     cannot reach the store says it is probably the one cut off. When every rank timed out in
+//     the call, none is named (a deadlock; with validate=false, different collectives).
 //   - abort(reason), or a bad argument on one rank: AbortedError on every rank naming it and the reason,
 //     at once for those waiting (also the local one, when abort() comes from another thread),
 //     at the next call for the others.

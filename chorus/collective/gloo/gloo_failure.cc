@@ -7,6 +7,7 @@
 #include <gloo/common/error.h>
 
 #include <algorithm>
+#include <thread>
 
 #include <chorus/collective/gloo/gloo_internal.h>
 #include <chorus/core/env.h>
@@ -78,18 +79,48 @@ void GlooCommunicator::fail_call(const Call& call, const std::string& what, cons
   lose_peers(call, what, broken);
 }
 
-void GlooCommunicator::time_out(const Call& call, const std::vector<int>& missing) {
-  const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - call.start).count();
+std::vector<int> GlooCommunicator::silent_in_data_phase(const Call& call, std::string* store_error) noexcept {
+  const std::string key = str_cat(prefix_, "/stalled/", call.fp.sequence);
+  std::vector<int> silent;
+  try {
+    store_.set(str_cat(key, "/", rank_), "");
+    const auto until = Clock::now() + kRecordGrace;
+    for (std::int64_t stalled = store_.add(key, 1); stalled < size_ && Clock::now() < until;
+         stalled = store_.add(key, 0))
+      std::this_thread::sleep_for(milliseconds(20));
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && !store_.check({str_cat(key, "/", r)})) silent.push_back(r);
+  } catch (const DeadlineExceededError& e) {
+    *store_error = str_cat("; the store (", store_.describe(), ") does not answer either (", e.message(),
+                           "): this rank's host is probably the one cut off");
+    return {};
+  } catch (const std::exception& e) {
+    *store_error = str_cat("; the ranks stuck with it could not be asked: ", e.what());
+    return {};
+  }
+  return silent;
+}
+
+void GlooCommunicator::time_out(const Call& call, std::vector<int> missing) {
+  std::string what;
+  if (missing.empty() && size_ > 1) {
+    std::string store_error;
+    missing = silent_in_data_phase(call, &store_error);
+    what = str_cat(" in its data phase, after every rank had arrived", store_error);
+    if (missing.empty() && store_error.empty())
+      what += ", and every rank timed out in it (with validate=false the ranks may have called different collectives)";
+  }
   std::string who, ranks;
   for (int r : missing) {
     ranks += str_cat(ranks.empty() ? "" : ", ", r);
     who += str_cat(who.empty() ? "" : "; ", peer_name(r));
   }
-  const std::string what =
-      missing.empty() ? std::string(
-                            " in its data phase, after every rank had arrived (a rank is stuck, or the network is cut; "
-                            "with validate=false the ranks may have called different collectives)")
-                      : str_cat(" waiting for rank(s) [", ranks, "] of ", size_, " (", who, ")");
+  if (!missing.empty())
+    what += what.empty() ? str_cat(" waiting for rank(s) [", ranks, "] of ", size_, " (", who, ")")
+                         : str_cat(": rank(s) [", ranks, "] of ", size_, " (", who, ") did not report the timeout ",
+                                   "through the store within ", kRecordGrace.count(),
+                                   " ms (cut off from the network, or stuck outside the collective)");
+  const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - call.start).count();
   std::string message =
       str_cat(call.fp.to_string(), " on rank ", rank_, " timed out after ", waited, " ms", what,
               ". Last completed collectives on rank ", rank_, ": ", history(),

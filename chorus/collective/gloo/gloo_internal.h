@@ -120,7 +120,7 @@ struct FailureRecord {
   FailureKind kind = FailureKind::kAbort;
   std::uint64_t sequence = 0;  // the call it happened in
   int rank = -1;               // who wrote it
-  std::vector<int> missing;    // timeouts: the ranks that did not arrive
+  std::vector<int> missing;    // timeouts: the ranks that did not arrive (or, in the data phase, report)
   std::string text;            // what it says happened
 };
 // "<kind> <sequence> <rank> <missing ranks, comma-separated, or ->\n<text>"
@@ -181,7 +181,13 @@ class GlooCommunicator final : public Communicator {
   // Works out the cause, records it, closes the connections, throws.
   [[noreturn]] void fail_call(const Call& call, const std::string& what, const std::vector<int>& missing,
                               const std::vector<int>& broken);
-  [[noreturn]] void time_out(const Call& call, const std::vector<int>& missing);
+  // `missing` empty (the data phase): asks the store which peers time out in the same call
+  // (silent_in_data_phase) and names the others.
+  [[noreturn]] void time_out(const Call& call, std::vector<int> missing);
+  // A data-phase timeout: marks this rank stalled in `call` in the store, waits up to kRecordGrace
+  // for every peer's mark, returns the peers with none (the ones cut off or stuck elsewhere).
+  // {} and `store_error` ("; the store ... does not answer ...") when the store cannot be asked.
+  std::vector<int> silent_in_data_phase(const Call& call, std::string* store_error) noexcept;
   [[noreturn]] void raise_recorded(const Call& call, const FailureRecord& r);
   [[noreturn]] void lose_peers(const Call& call, const std::string& what, std::vector<int> broken);
   // Writes `r` as the next failure record (errors are logged: the store may be what died).

@@ -68,7 +68,7 @@ std::shared_ptr<Store> open_store(const StoreRendezvousOptions& o, std::shared_p
   if (!base) {
     std::string host = o.store_host;
     int port = o.store_port;
-    if (o.rank == 0) {
+    if (o.rank == 0 && o.serve) {
       *server = std::make_shared<TcpStoreServer>(o.store_port, o.bind_host);
       port = (*server)->port();
       if (o.bind_host.empty() || o.bind_host == "0.0.0.0") host = "127.0.0.1";

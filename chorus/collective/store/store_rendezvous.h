@@ -10,8 +10,8 @@
 //
 // Steps (every key under "attempt/<attempt>/", so a restarted job never reads its previous
 // attempt's keys even when the store outlived it):
-//   1. rank 0 starts a TcpStoreServer on `store_port` (unless `store` is given: a FileStore, or a
-//      store someone else serves); every rank connects, retrying until `timeout`;
+//   1. rank 0 starts a TcpStoreServer on `store_port` (unless `serve` is false: an agent serves it,
+//      or `store` is given: a FileStore); every rank connects, retrying until `timeout`;
 //   2. each worker registers: the n-th claim of rank r is stored as "rdzv/rank/r/n" (add() numbers
 //      them) with its rank, world size, host, pid and address; rank 0 publishes its world size;
 //   3. each waits until every rank 0..size-1 has a first claim, looking for a published error every
@@ -52,6 +52,10 @@ struct StoreRendezvousOptions {
   std::string store_host = "127.0.0.1";
   int store_port = 0;
   std::string bind_host = "0.0.0.0";  // rank 0's listening address
+  // false: someone else serves the store at store_host:store_port and outlives the workers
+  // (chorus-run's agent of node 0; torchrun's agent with TORCHELASTIC_USE_AGENT_STORE=True): rank 0
+  // connects like the others, and its death does not take the store from them.
+  bool serve = true;
   // Keys live under "attempt/<attempt>/" (e.g. torchrun's TORCHELASTIC_RESTART_COUNT).
   std::string attempt = "0";
   // Known addresses of workers 0..size-1 (TF_CONFIG), for messages; empty when unknown. When given,
