@@ -110,6 +110,24 @@ inline std::map<std::size_t, double> mpi_allreduce_medians_us(const std::string&
   return us;
 }
 
+// bench_gloo's result line ({"bench": "gloo", "cases": [{"bytes": N, "value": Gloo us,
+// "yardstick_value": MPI backend us, ...}, ...]}): bytes -> {Gloo us, MPI us}. Empty without one.
+inline std::map<std::size_t, std::pair<double, double>> gloo_medians_us(const std::string& output) {
+  std::map<std::size_t, std::pair<double, double>> us;
+  std::size_t start = 0;
+  for (std::size_t end; start < output.size(); start = end + 1) {
+    end = output.find('\n', start);
+    if (end == std::string::npos) end = output.size();
+    const Json line = Json::parse(output.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
+    if (!line.is_object() || line.value("bench", "") != "gloo" || !line.contains("cases")) continue;
+    for (const Json& c : line.at("cases"))
+      if (c.contains("bytes") && c.value("value", Json()).is_number() && c.value("yardstick_value", Json()).is_number())
+        us[c.at("bytes").get<std::size_t>()] = {c.at("value").get<double>(), c.at("yardstick_value").get<double>()};
+    break;
+  }
+  return us;
+}
+
 // Benchmarks that measure in child processes (a device configuration is frozen per process):
 // capture() runs `command` through the shell and returns its stdout, setting `*status` to its exit
 // code (-1 when it could not start or did not exit); result_field() reads `key=<number>` from the

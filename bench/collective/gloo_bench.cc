@@ -2,18 +2,18 @@
 // run, on the same processes.
 //
 //   mpirun -np <k> bench_gloo [--sizes 4K,64K,1M,16M,64M] [--rounds R] [--target-s S]
-//                             [--gloo-host 127.0.0.1|auto] [--quick]
+//                             [--gloo-host 127.0.0.1|auto] [--no-validate] [--quick]
 //
 // Every rank makes both communicators: make_mpi_communicator() and make_gloo_communicator() over a
 // TCP store (collective/store/tcp_store.h) that rank 0 serves on a port the OS picks, as a job
 // without MPI would (c10d's TCPStore); rank 0 broadcasts its address (its --gloo-host, or its host
-// name with "auto") and the port over MPI. Both run with fingerprint validation on, as a training
-// step would. For each
-// size: a zero-filled float32 CPU tensor, in-place all_reduce(t, t) + wait(). Timing: 2 warm-up
-// calls; a batch size B doubled until a batch takes >= 5 ms; then R rounds, each timing one batch
-// of B calls per backend, in alternating order (MPI first in even rounds, Gloo first in odd ones);
-// one batch = MPI_Barrier, B calls, the slowest rank's time. Reported: the median over rounds of
-// batch time / B, the bus bandwidth 2(k-1)/k * bytes / time, and ratio = MPI time / Gloo time
+// name with "auto"; --no-validate: Gloo without fingerprints, to show what they cost; with GLOO_SOCKET_IFNAME set, each
+// rank's address on that interface, as MultiWorkerMirroredStrategy takes it: the way across test hosts, bench_hosts)
+// and the port over MPI. Both run with fingerprint validation on, as a training step would. For each size: a
+// zero-filled float32 CPU tensor, in-place all_reduce(t, t) + wait(). Timing: 2 warm-up calls; a batch size B doubled
+// until a batch takes >= 5 ms; then R rounds, each timing one batch of B calls per backend, in alternating order (MPI
+// first in even rounds, Gloo first in odd ones); one batch = MPI_Barrier, B calls, the slowest rank's time. Reported:
+// the median over rounds of batch time / B, the bus bandwidth 2(k-1)/k * bytes / time, and ratio = MPI time / Gloo time
 // (> 1: Gloo faster). The last line is the JSON line of docs/style.md habit 11.
 #include <mpi.h>
 #include <stdlib.h>
@@ -31,7 +31,9 @@
 #include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/mpi/mpi.h>
 #include <chorus/collective/store/tcp_store.h>
+#include <chorus/core/env.h>
 #include <chorus/core/tensor.h>
+#include <chorus/distribute/worker_transport.h>
 #include <chorus/launch/cli.h>
 
 namespace {
@@ -40,7 +42,7 @@ using chorus::collective::Communicator;
 
 constexpr const char* kUsage =
     "usage: mpirun -np <k> bench_gloo [--sizes 4K,64K,1M,16M,64M] [--rounds R] [--target-s S]\n"
-    "                                 [--gloo-host 127.0.0.1|auto] [--quick]\n"
+    "                                 [--gloo-host 127.0.0.1|auto] [--no-validate] [--quick]\n"
     "Gloo all_reduce against the MPI backend's, in the same run; sizes in bytes (K, M suffixes).\n";
 constexpr double kCalibrateSeconds = 5e-3;
 
@@ -120,6 +122,7 @@ int run(int argc, char** argv) {
   int rounds = 5;
   double target_s = 1.0;
   std::string host = "127.0.0.1";
+  bool validate = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has = i + 1 < argc;
@@ -134,6 +137,8 @@ int run(int argc, char** argv) {
     } else if (a == "--gloo-host" && has) {
       host = argv[++i];
       if (host == "auto") host.clear();
+    } else if (a == "--no-validate") {
+      validate = false;
     } else if (a == "--quick") {
       sizes = {4096, 1 << 20};
       rounds = 3;
@@ -143,18 +148,22 @@ int run(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  if (const auto ifname = chorus::env::get("GLOO_SOCKET_IFNAME"); ifname && !ifname->empty())
+    host = chorus::distribute::internal::interface_address(*ifname);
 
   chorus::collective::MpiEnvironment mpi;
   const int rank = mpi.world_rank(), np = mpi.world_size();
   std::unique_ptr<chorus::collective::TcpStore> store;
   auto server = serve_store(rank, host, &store);
   auto mpi_comm = chorus::collective::make_mpi_communicator();
-  auto gloo_comm = chorus::collective::make_gloo_communicator(*store, rank, np, {.prefix = "bench", .hostname = host});
+  auto gloo_comm = chorus::collective::make_gloo_communicator(
+      *store, rank, np, {.prefix = "bench", .hostname = host, .validate = validate});
 
   if (rank == 0) {
-    std::printf("bench_gloo: all_reduce (sum, float32, in place), %d processes on one host, %d rounds\n", np, rounds);
+    std::printf("bench_gloo: all_reduce (sum, float32, in place), %d processes, %d rounds\n", np, rounds);
     std::printf("machine: %s\n", chorus::bench::machine(/*cpu_model=*/true).c_str());
-    std::printf("gloo meets through: %s (served by rank 0)\n", store->describe().c_str());
+    std::printf("gloo meets through: %s (served by rank 0); fingerprints %s\n", store->describe().c_str(),
+                validate ? "on" : "off (--no-validate)");
     std::printf("%-8s %12s %12s %12s %12s %8s\n", "size", "gloo_us", "mpi_us", "gloo_GB/s", "mpi_GB/s", "ratio");
   }
   std::vector<chorus::bench::Json> cases;
@@ -179,6 +188,7 @@ int run(int argc, char** argv) {
       std::fflush(stdout);
       cases.push_back(chorus::bench::json_case("gloo_all_reduce_np" + std::to_string(np) + "_" + human(bytes), gs * 1e6,
                                                "us", "mpi backend all_reduce", ms * 1e6, ms / gs));
+      cases.back()["bytes"] = bytes;  // for bench_hosts (bench_util.h gloo_medians_us)
     }
   }
   gloo_comm.reset();

@@ -17,6 +17,11 @@
 //              polling starves that work (a 4-byte all-reduce took 4.3 ms instead of 21 us on the
 //              2-core dev VM); Open MPI itself yields when it knows a node is oversubscribed;
 //     ratio = raw time / chorus time (> 1: chorus faster); busbw = N / t (k = 2: 2(k-1)/k = 1).
+//   Gloo against MPI (issue 46; built with Gloo), for the same sizes: bench_gloo, which times
+//     chorus's Gloo all_reduce and its MPI backend's in the same processes, alternating:
+//     2 hosts   one process on each host (GLOO_SOCKET_IFNAME=eth0, Open MPI's tcp BTL);
+//     1 host    the same 2 processes on h0 (Gloo over loopback TCP, MPI over shared memory);
+//     ratio = MPI backend time / Gloo time (> 1: Gloo faster).
 //   seed CNN (bench_train --worker-child: MultiWorkerMirroredStrategy, 1 logical CPU device and 1
 //     op thread per process, global batch 128, 3 warm-up + N steps, default 30):
 //     2 hosts   one process on each host, over TCP;
@@ -131,6 +136,8 @@ int main(int argc, char** argv) {
   const std::string policy = " --target-s 0.3 --reps 5";
 
   std::map<std::size_t, std::vector<double>> chorus_us, raw_us;
+  // Gloo against MPI, on 2 hosts and on 1: bytes -> per-round Gloo / MPI backend microseconds.
+  std::map<std::size_t, std::vector<double>> gloo2_us, mpi2_us, gloo1_us, mpi1_us;
   std::vector<double> cnn_two, cnn_one;
   bool failed = false;
   for (int r = 0; r < rounds && !failed; ++r) {
@@ -145,6 +152,23 @@ int main(int argc, char** argv) {
       }
       for (const auto& [b, t] : us) (std::string(backend) == "chorus" ? chorus_us : raw_us)[b].push_back(t);
     }
+#ifdef CHORUS_GLOO_BENCH_PATH
+    for (const bool two : {true, false}) {
+      const std::string where =
+          two ? quote(kHosts) + " mpirun 2" + root + " -x GLOO_SOCKET_IFNAME=eth0 -np 2 " : one_host;
+      const auto out = run(where + quote(CHORUS_GLOO_BENCH_PATH) + " --sizes " + list + " --rounds 3 --target-s 0.3");
+      const auto us = out ? bench::gloo_medians_us(*out) : std::map<std::size_t, std::pair<double, double>>{};
+      if (us.size() != sizes.size()) {
+        failed = true;
+        break;
+      }
+      for (const auto& [b, t] : us) {
+        (two ? gloo2_us : gloo1_us)[b].push_back(t.first);
+        (two ? mpi2_us : mpi1_us)[b].push_back(t.second);
+      }
+    }
+    if (failed) break;
+#endif
     for (const std::string& where : {two_hosts, one_host}) {
       const auto out =
           run(where + quote(kTrainBench) + " --worker-child --steps " + std::to_string(steps) + " --repeats 1");
@@ -182,6 +206,23 @@ int main(int argc, char** argv) {
     cases.push_back(bench::json_case("all_reduce " + size_name(b) + " 2 hosts", c.median, "us",
                                      "raw MPI_Allreduce (mpi_yield_when_idle 1), same hosts", m.median,
                                      m.median / c.median));
+  }
+  if (!gloo2_us.empty()) {
+    std::printf(
+        "Gloo against chorus's MPI backend (bench_gloo: both in the same processes, alternating; ratio = MPI time / "
+        "Gloo time, > 1: Gloo faster)\n");
+    std::printf("%-8s %12s %12s %8s   %12s %12s %8s\n", "size", "2h gloo us", "2h mpi us", "ratio", "1h gloo us",
+                "1h mpi us", "ratio");
+    for (std::size_t b : sizes) {
+      const double g2 = bench::median(gloo2_us[b]), m2 = bench::median(mpi2_us[b]);
+      const double g1 = bench::median(gloo1_us[b]), m1 = bench::median(mpi1_us[b]);
+      std::printf("%-8s %12.1f %12.1f %8.2f   %12.1f %12.1f %8.2f\n", size_name(b).c_str(), g2, m2, m2 / g2, g1, m1,
+                  m1 / g1);
+      cases.push_back(bench::json_case("gloo all_reduce " + size_name(b) + " 2 hosts", g2, "us",
+                                       "chorus MPI backend all_reduce, same processes", m2, m2 / g2));
+      cases.push_back(bench::json_case("gloo all_reduce " + size_name(b) + " 1 host", g1, "us",
+                                       "chorus MPI backend all_reduce, same processes", m1, m1 / g1));
+    }
   }
   const Spread two = spread(cnn_two), one = spread(cnn_one);
   std::printf("seed CNN, MultiWorkerMirroredStrategy, 2 processes x 1 CPU device, global batch 128, %d steps:\n",

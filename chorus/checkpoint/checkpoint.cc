@@ -37,7 +37,7 @@ constexpr chorus::internal::JoinOptions kOnePerLine{.separator = "\n  ", .max_it
 }  // namespace
 
 bool is_checkpoint_chief() {
-  const auto rank = env::launcher_rank();
+  const auto rank = env::process_rank();
   return get_strategy().is_chief() && (!rank || *rank == 0);
 }
 
@@ -279,7 +279,7 @@ std::string Checkpoint::write_impl(const std::string& path, const SaveOptions& o
   async_->wait();  // the previous write's error surfaces here
   meet_barrier();
   const DistributionStrategy& strategy = owning_strategy();
-  const auto rank = env::launcher_rank();
+  const auto rank = env::process_rank();
   const bool chief = options.chief.value_or(strategy.is_chief() && (!rank || *rank == 0));
   const internal::WorkerGroup group = internal::worker_group(strategy);
   // Every worker walks the graph and takes the values in the same order: an ON_READ variable's

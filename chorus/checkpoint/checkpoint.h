@@ -128,7 +128,9 @@ class LoadStatus {
 };
 
 // Whether this process writes checkpoint files when SaveOptions::chief is not given: the
-// strategy's chief (DistributionStrategy::is_chief) with launcher rank 0, or a single process.
+// strategy's chief (DistributionStrategy::is_chief) in process rank 0 (core/env.h process_rank: the
+// launcher's, or the worker index a MultiWorkerMirroredStrategy registered — so also outside its
+// scope, and for workers that TF_CONFIG alone numbered), or a single process.
 bool is_checkpoint_chief();
 
 class Checkpoint final : public Trackable {

@@ -1,5 +1,6 @@
 #include <chorus/core/env.h>
 
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -48,6 +49,19 @@ std::optional<int> launcher_rank() {
     return r ? r : rank_from("RANK", "WORLD_SIZE");  // torchrun, chorus-run --nproc-per-node
   }();
   return rank;
+}
+
+namespace {
+std::atomic<int> g_process_rank{-1};  // set_process_rank's; -1: none
+}  // namespace
+
+std::optional<int> process_rank() {
+  if (const int r = g_process_rank.load(std::memory_order_relaxed); r >= 0) return r;
+  return launcher_rank();
+}
+
+void set_process_rank(std::optional<int> rank) {
+  g_process_rank.store(rank && *rank >= 0 ? *rank : -1, std::memory_order_relaxed);
 }
 
 std::chrono::milliseconds parse_timeout_seconds(std::string_view text, std::string_view source) {

@@ -50,6 +50,14 @@ std::optional<bool> get_bool(const char* name);
 // unparsable values. Read once.
 std::optional<int> launcher_rank();
 
+// This process's worker rank: the one set_process_rank registered, else launcher_rank().
+// MultiWorkerMirroredStrategy registers its worker index when it spans several workers, so that
+// workers no launcher numbered (TF_CONFIG started by hand, a Kubernetes operator) know it too:
+// checkpoint.h's is_checkpoint_chief, the timeline's pid and file name, log lines. Any thread.
+std::optional<int> process_rank();
+// nullopt goes back to launcher_rank().
+void set_process_rank(std::optional<int> rank);
+
 // The variable behind collective::default_timeout().
 inline constexpr const char* kCollectiveTimeoutVariable = "CHORUS_COLLECTIVE_TIMEOUT";
 // The longest timeout accepted, in seconds (30 days): longer is a typo, not a plan.

@@ -97,7 +97,7 @@ const LogContext& log_context() { return t_context; }
 
 std::string log_context_prefix() {
   LogContext c = t_context;
-  if (c.rank < 0) c.rank = env::launcher_rank().value_or(-1);  // every line of an mpirun job names its rank
+  if (c.rank < 0) c.rank = env::process_rank().value_or(-1);  // every line of a multi-worker job names its rank
   if (c.rank < 0 && c.replica < 0) return "";
   std::string s = "[";
   if (c.rank >= 0) s += "rank " + std::to_string(c.rank);

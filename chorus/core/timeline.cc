@@ -52,12 +52,7 @@ thread_local std::pair<int, std::string> t_named_track;  // set_thread_track's, 
 thread_local std::string t_scope;
 
 constexpr std::size_t kMaxEvents = std::size_t{1} << 22;
-std::atomic<int> g_rank_override{-1};
-
-std::optional<int> process_rank() {
-  if (const int r = g_rank_override.load(std::memory_order_relaxed); r >= 0) return r;
-  return env::launcher_rank();
-}
+std::optional<int> process_rank() { return env::process_rank(); }
 int rank() { return process_rank().value_or(0); }
 
 using chorus::internal::Json;
@@ -147,8 +142,6 @@ void write_at_exit() {
 }  // namespace
 
 void set_thread_track(int tid, std::string name) { t_named_track = {tid, std::move(name)}; }
-
-void set_process_rank(std::optional<int> rank) { g_rank_override.store(rank.value_or(-1), std::memory_order_relaxed); }
 
 std::string quoted(std::string_view s) { return dump(Json(std::string(s))); }
 

@@ -83,11 +83,6 @@ void start_capture();
 // Stops a capture and returns what it recorded, writing nothing; nullopt when no capture runs.
 std::optional<Capture> stop_capture();
 
-// This process's rank for the timeline (its "pid" and the "%r" of the path), when the launcher's
-// variables do not say it (workers started from TF_CONFIG): MultiWorkerMirroredStrategy sets its
-// worker index. nullopt goes back to the launcher's rank.
-void set_process_rank(std::optional<int> rank);
-
 // The calling thread's own track, instead of its replica's or a numbered one: `tid` (>= 2000,
 // clear of the replicas' 1000 + id) named `name` — a replica's communication thread,
 // distribute/comm_worker.h, "replica R all-reduce".

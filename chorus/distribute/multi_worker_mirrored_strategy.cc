@@ -12,12 +12,12 @@
 #include <chorus/collective/nccl/nccl.h>
 #include <chorus/core/config.h>
 #include <chorus/core/crc32c.h>
+#include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/host.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/runtime.h>
 #include <chorus/core/strings.h>
-#include <chorus/core/timeline.h>
 #include <chorus/ops/elementwise.h>
 #include <chorus/ops/shape_ops.h>
 
@@ -237,7 +237,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   prefetch_limit_ = options.sharding.prefetch_limit;
   set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size());
   const int workers = resolver_.num_workers();
-  if (workers > 1) timeline::set_process_rank(resolver_.worker_index());  // core/timeline.h: TF_CONFIG too
+  if (workers > 1) env::set_process_rank(resolver_.worker_index());  // core/env.h: TF_CONFIG too
   if (workers > 1) {
     transport_ = std::make_unique<WorkerTransport>(std::move(plan.transport), resolver_, options.timeout);
     worker_comm_ = transport_->make_worker_communicator();

@@ -11,7 +11,6 @@
 #include <chorus/collective/nccl/nccl_mpi.h>
 #include <chorus/collective/nccl/nccl_store.h>
 #include <chorus/collective/store/prefix_store.h>
-#include <chorus/collective/store/tcp_store.h>
 #include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
@@ -29,9 +28,6 @@ using chorus::internal::str_cat;
 using std::chrono::milliseconds;
 
 namespace {
-
-// How long the communicators' store client retries connecting (see worker_transport.h, store_).
-constexpr milliseconds kReconnect{2000};
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
@@ -128,13 +124,9 @@ WorkerTransport::WorkerTransport(WorkerTransportChoice choice, const ClusterReso
   CHORUS_REQUIRE(rdzv_->rank == r.worker_index() && rdzv_->size == r.num_workers(), InternalError,
                  "MultiWorkerMirroredStrategy: the rendezvous made this worker rank ", rdzv_->rank, " of ", rdzv_->size,
                  " but its resolver says ", r.to_string());
-  // The same server and keys as the rendezvous's store (store_rendezvous.h: "attempt/<attempt>/";
-  // rank 0 serves on every address and reaches itself through 127.0.0.1).
-  const bool serving = rdzv_->server != nullptr;
-  auto client = std::make_shared<collective::TcpStore>(
-      serving ? std::string("127.0.0.1") : o.store_host, serving ? rdzv_->server->port() : o.store_port,
-      collective::TcpStoreOptions{.connect_timeout = std::min(kReconnect, timeout), .timeout = timeout});
-  store_ = std::make_shared<collective::PrefixStore>(str_cat("attempt/", o.attempt), std::move(client));
+  // The rendezvous's store and keys ("attempt/<attempt>/"); once connected its client gives up
+  // reconnecting after seconds (tcp_store.h), so a dead rank 0 is learnt at once.
+  store_ = rdzv_->store;
   gloo_hostname_ = gloo_hostname(r);
 }
 

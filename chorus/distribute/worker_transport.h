@@ -99,9 +99,7 @@ class WorkerTransport {
   WorkerTransportChoice choice_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<collective::StoreRendezvous> rdzv_;  // store only
-  // The communicators' client of the same store and keys as rdzv_->store, but one that gives up
-  // reconnecting after kReconnect: once rank 0 (the server) is dead, a Gloo communicator writing
-  // its failure, and goodbye(), must not retry for the whole timeout as the rendezvous's client does.
+  // rdzv_->store: the communicators' keys ("attempt/<attempt>/").
   std::shared_ptr<collective::Store> store_;
   bool failed_ = false;  // failure_recorded() said so once
   std::string gloo_hostname_;

@@ -56,7 +56,7 @@ struct Outcome {
 
 class Agent {
  public:
-  explicit Agent(const AgentOptions& o) : o_(o) {}
+  explicit Agent(const AgentOptions& o) : o_(o), group_{o.node_rank, o.nnodes} {}
   int run();
 
  private:
@@ -67,7 +67,7 @@ class Agent {
                       const std::optional<AgentStore::Decision>& remote);
   std::vector<WorkerSpec> worker_specs(const RdzvEndpoint& endpoint, int attempt) const;
   std::string ranks_of_node() const {
-    const int first = o_.node_rank * o_.nproc_per_node;
+    const int first = group_.rank * o_.nproc_per_node;
     return o_.nproc_per_node == 1 ? str_cat("rank ", first)
                                   : str_cat("ranks ", first, "..", first + o_.nproc_per_node - 1);
   }
@@ -78,6 +78,7 @@ class Agent {
   std::unique_ptr<collective::TcpStoreServer> worker_server_;  // node 0: the workers' store (agent.h)
   std::unique_ptr<AgentStore> agents_;
   int stop_signal_ = 0;
+  NodeGroup group_;  // this node among the current attempt's members
 };
 
 int Agent::run() {
@@ -115,9 +116,9 @@ bool Agent::connect() {
   const std::string host = o_.node_rank == 0 ? "127.0.0.1" : ep.host;
   auto store = std::make_shared<collective::TcpStore>(
       host, port, collective::TcpStoreOptions{.connect_timeout = kConnectSlice, .timeout = kStoreAnswer});
-  agents_ = std::make_unique<AgentStore>(store, o_.node_rank, o_.nnodes);
-  const std::string job =
-      str_cat("nnodes=", o_.nnodes, " nproc_per_node=", o_.nproc_per_node, " max_restarts=", o_.max_restarts);
+  agents_ = std::make_unique<AgentStore>(store, o_.node_rank, o_.nnodes, o_.min_nodes);
+  const std::string job = str_cat("nnodes=", o_.elastic() ? str_cat(o_.min_nodes, ":") : std::string(), o_.nnodes,
+                                  " nproc_per_node=", o_.nproc_per_node, " max_restarts=", o_.max_restarts);
   const auto deadline = Clock::now() + o_.rdzv_timeout;
   for (;;) {
     try {
@@ -138,18 +139,22 @@ bool Agent::connect() {
   }
 }
 
-// The barrier before `attempt` (agent_store.h). nullopt: every agent is here; else the agent's
-// exit status (told to stop, or another agent ended the job meanwhile).
+// The barrier before `attempt` (agent_store.h). nullopt: the attempt's members are known (group_
+// is this node's place among them); else the agent's exit status (told to stop, another agent
+// ended the job meanwhile, or the attempt started without this node).
 std::optional<int> Agent::join(int attempt) {
   agents_->arrive(attempt);
   const auto deadline = Clock::now() + o_.rdzv_timeout;
-  while (!agents_->joined(attempt)) {
+  std::optional<std::vector<int>> members;
+  while (!(members = agents_->members(attempt, o_.rdzv_last_call))) {
     if (Clock::now() >= deadline) {
       std::vector<std::string> missing;
       for (int n : agents_->missing(attempt)) missing.push_back(std::to_string(n));
-      throw DeadlineExceededError(str_cat("node(s) ", join_list(missing), " did not join attempt ", attempt,
-                                          " within --rdzv-timeout ", o_.rdzv_timeout.count(), " s (",
-                                          agents_->store().describe(), "); not starting the workers"));
+      throw DeadlineExceededError(
+          str_cat("node(s) ", join_list(missing), " did not join attempt ", attempt, " within --rdzv-timeout ",
+                  o_.rdzv_timeout.count(), " s (",
+                  o_.elastic() ? str_cat("fewer than the least ", o_.min_nodes, " of ", o_.nnodes, " nodes; ") : "",
+                  agents_->store().describe(), "); not starting the workers"));
     }
     if (const int sig = intake_.wait(kTick); SignalIntake::is_stop(sig)) {
       stop_signal_ = sig;
@@ -164,6 +169,22 @@ std::optional<int> Agent::join(int attempt) {
       return 1;
     }
   }
+  const auto me = std::find(members->begin(), members->end(), o_.node_rank);
+  if (me == members->end()) {
+    std::cerr << "chorus-run: node " << o_.node_rank << " came too late: attempt " << attempt
+              << " started without it (node 0 closed the rendezvous --rdzv-last-call " << o_.rdzv_last_call.count()
+              << " s after the least " << o_.min_nodes << " nodes had joined)\n";
+    return 1;
+  }
+  group_ = {static_cast<int>(me - members->begin()), static_cast<int>(members->size())};
+  if (group_.size < o_.nnodes) {
+    std::vector<std::string> absent;
+    for (int n = 0; n < o_.nnodes; ++n)
+      if (std::find(members->begin(), members->end(), n) == members->end()) absent.push_back(std::to_string(n));
+    std::cerr << "chorus-run: attempt " << attempt << " goes on with " << group_.size << " of " << o_.nnodes
+              << " nodes (without node(s) " << join_list(absent) << "): this is node " << o_.node_rank
+              << " as group rank " << group_.rank << "\n";
+  }
   return std::nullopt;
 }
 
@@ -172,8 +193,8 @@ std::vector<WorkerSpec> Agent::worker_specs(const RdzvEndpoint& endpoint, int at
   for (char** e = environ; e && *e; ++e) base.emplace_back(*e);
   std::vector<WorkerSpec> specs;
   for (int local = 0; local < o_.nproc_per_node; ++local)
-    specs.push_back({std::to_string(o_.node_rank * o_.nproc_per_node + local), o_.program,
-                     worker_environment(base, o_, endpoint, local, attempt)});
+    specs.push_back({std::to_string(group_.rank * o_.nproc_per_node + local), o_.program,
+                     worker_environment(base, o_, endpoint, local, attempt, group_)});
   return specs;
 }
 
@@ -181,8 +202,8 @@ Outcome Agent::run_attempt(int attempt) {
   const RdzvEndpoint endpoint = o_.endpoint ? *o_.endpoint : RdzvEndpoint{"127.0.0.1", free_local_port()};
   if (agents_)
     std::cerr << "chorus-run: node " << o_.node_rank << " of " << o_.nnodes << ": starting " << ranks_of_node()
-              << " of " << o_.world_size() << " (attempt " << attempt << ", rendezvous at " << endpoint.host << ":"
-              << endpoint.port << ")\n";
+              << " of " << group_.size * o_.nproc_per_node << " (attempt " << attempt << ", rendezvous at "
+              << endpoint.host << ":" << endpoint.port << ")\n";
   WorkerGroup group(worker_specs(endpoint, attempt));
   std::vector<RankExit> failed;
   bool done_reported = false;
@@ -215,8 +236,12 @@ Outcome Agent::run_attempt(int attempt) {
         const std::string what =
             str_cat("the agent of node(s) ", join_list(nodes), " has not been heard from for ",
                     (o_.failure_grace + std::chrono::seconds(10)).count(), " s (its host may be down)");
-        agents_->report_failure(attempt, false, what);
-        return end_attempt(group, attempt, {}, AgentStore::Decision{AgentStore::Decision::kFail, what});
+        // A restart goes on without it when the job is elastic, else waits for it (--rdzv-timeout).
+        const bool restart = attempt < o_.max_restarts;
+        agents_->report_failure(attempt, restart, what);
+        return end_attempt(
+            group, attempt, {},
+            AgentStore::Decision{restart ? AgentStore::Decision::kRestart : AgentStore::Decision::kFail, what});
       }
     } catch (const Error& e) {
       std::cerr << "chorus-run: node " << o_.node_rank << " lost the agents' store: " << e.what() << "\n";

@@ -18,9 +18,15 @@
 //     prints one line per failed rank (RankExit::describe, as under mpirun) and one naming the ranks
 //     it stopped, and tells the other agents (restart/<attempt> while restarts are left, else
 //     fail/<attempt>); an agent that reads either stops its workers the same way;
-//   - an agent whose heartbeat stops (--failure-grace + 10 s) fails the job the same way;
+//   - an agent whose heartbeat stops (--failure-grace + 10 s) fails the attempt the same way;
 //   - with restarts left every agent starts attempt + 1 (TORCHELASTIC_RESTART_COUNT and
 //     CHORUS_RESTART_COUNT = attempt + 1); otherwise the job ends.
+// Elastic (--nnodes MIN:MAX, or --min-hosts MIN, as mpirun's restarts on the hosts that answer):
+// each attempt goes ahead with the nodes that joined once at least MIN have and --rdzv-last-call
+// passed without the rest; the members are numbered anew by node rank (GROUP_RANK, RANK,
+// WORLD_SIZE follow), so a job that lost a host restarts on the others and resumes from its
+// checkpoint. A node that arrives after its attempt started ends with status 1, naming why.
+// Node 0 serves the stores: the job cannot go on without it.
 // The job succeeds when every worker of every node exited 0 in the same attempt.
 //
 // Signals: SIGTERM, SIGINT, SIGHUP, SIGQUIT to the agent (a Ctrl-C at the terminal included: the

@@ -82,6 +82,10 @@ void validate_agent_options(const AgentOptions& o) {
                  o.failure_grace.count());
   CHORUS_REQUIRE(o.rdzv_timeout.count() >= 1, InvalidArgumentError, "--rdzv-timeout must be at least 1 s, got ",
                  o.rdzv_timeout.count());
+  CHORUS_REQUIRE(o.min_nodes >= 0 && o.min_nodes <= o.nnodes, InvalidArgumentError, "--nnodes MIN:MAX: MIN ",
+                 o.min_nodes, " is not from 1 to MAX ", o.nnodes);
+  CHORUS_REQUIRE(o.rdzv_last_call.count() >= 0, InvalidArgumentError, "--rdzv-last-call must be at least 0 s, got ",
+                 o.rdzv_last_call.count());
   for (const auto& e : o.extra_environment)
     CHORUS_REQUIRE(is_variable_name(name_of(e)), InvalidArgumentError, "-x '", e,
                    "': a variable is NAME or NAME=VALUE with NAME made of letters, digits and '_', not starting "
@@ -93,16 +97,18 @@ void validate_agent_options(const AgentOptions& o) {
 int agent_store_port(const RdzvEndpoint& endpoint) { return endpoint.port + 1; }
 
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const AgentOptions& o,
-                                            const RdzvEndpoint& endpoint, int local_rank, int attempt) {
+                                            const RdzvEndpoint& endpoint, int local_rank, int attempt,
+                                            std::optional<NodeGroup> group) {
+  const NodeGroup g = group.value_or(NodeGroup{o.node_rank, o.nnodes});
   std::vector<std::pair<std::string, std::string>> ours = {
       {"MASTER_ADDR", endpoint.host},
       {"MASTER_PORT", std::to_string(endpoint.port)},
-      {"RANK", std::to_string(o.node_rank * o.nproc_per_node + local_rank)},
-      {"WORLD_SIZE", std::to_string(o.world_size())},
+      {"RANK", std::to_string(g.rank * o.nproc_per_node + local_rank)},
+      {"WORLD_SIZE", std::to_string(g.size * o.nproc_per_node)},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(o.node_rank)},
-      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"GROUP_RANK", std::to_string(g.rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(g.size)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"CHORUS_RESTART_COUNT", std::to_string(attempt)},

@@ -21,7 +21,8 @@
 //     there (collective/store/store_rendezvous.h). With nnodes > 1 the endpoint is required and the
 //     agent of node 0 also serves the agents' store on PORT + 1 (agent_store.h), so PORT <= 65534.
 //     With nnodes = 1 it may be left out: 127.0.0.1 and a free port (chosen by the agent).
-//   - 0 <= max_restarts <= kMaxRestarts (run_command_line.h); failure_grace and rdzv_timeout >= 1 s.
+//   - 0 <= max_restarts <= kMaxRestarts (run_command_line.h); failure_grace and rdzv_timeout >= 1 s;
+//     min_nodes is 0 or 1..nnodes; rdzv_last_call >= 0 s.
 //   - extra_environment entries are NAME=VALUE (NAME: [A-Za-z_][A-Za-z0-9_]*), set in every worker; a
 //     bare NAME is allowed and changes nothing (workers inherit this process's environment).
 //   - program is non-empty.
@@ -48,7 +49,8 @@ struct RdzvEndpoint {
 RdzvEndpoint parse_rdzv_endpoint(std::string_view text);
 
 struct AgentOptions {
-  int nnodes = 1;          // --nnodes: agents in the job, one per node
+  int nnodes = 1;          // --nnodes: agents in the job, one per node (MAX of MIN:MAX)
+  int min_nodes = 0;       // --nnodes MIN:MAX's MIN (or --min-hosts); 0: every node, nnodes
   int nproc_per_node = 1;  // --nproc-per-node: workers this agent starts
   int node_rank = 0;       // --node-rank: this agent's node, 0..nnodes-1
   // --rdzv-endpoint; nullopt: 127.0.0.1 and a free port (nnodes = 1 only).
@@ -56,9 +58,18 @@ struct AgentOptions {
   int max_restarts = 0;                        // --max-restarts
   std::chrono::seconds failure_grace{30};      // --failure-grace: SIGTERM → SIGKILL
   std::chrono::seconds rdzv_timeout{300};      // --rdzv-timeout: how long agents wait for each other
+  std::chrono::seconds rdzv_last_call{30};     // --rdzv-last-call: elastic, the wait for the rest
   std::vector<std::string> extra_environment;  // NAME=VALUE set in every worker (-x, --collective-timeout)
   std::vector<std::string> program;            // the program and its arguments (PATH searched)
   int world_size() const { return nnodes * nproc_per_node; }
+  bool elastic() const { return min_nodes != 0 && min_nodes < nnodes; }
+};
+
+// This node's place among the members of one attempt (agent_store.h): its group rank (position
+// among them) and their number. Without elastic nodes: node_rank of nnodes.
+struct NodeGroup {
+  int rank = 0;
+  int size = 1;
 };
 
 // Throws InvalidArgumentError for any rule above.
@@ -70,10 +81,11 @@ int agent_store_port(const RdzvEndpoint& endpoint);
 // The variables a worker gets, set on top of `base` (the agent's own environment as NAME=VALUE
 // entries, e.g. from environ; entries naming a variable set here are dropped):
 //   MASTER_ADDR, MASTER_PORT         the endpoint
-//   RANK                             node_rank * nproc_per_node + local_rank
-//   WORLD_SIZE                       nnodes * nproc_per_node
+//   RANK                             group.rank * nproc_per_node + local_rank
+//   WORLD_SIZE                       group.size * nproc_per_node
 //   LOCAL_RANK, LOCAL_WORLD_SIZE     local_rank, nproc_per_node
-//   GROUP_RANK, GROUP_WORLD_SIZE     node_rank, nnodes
+//   GROUP_RANK, GROUP_WORLD_SIZE     group.rank, group.size
+// (group: nullopt → {node_rank, nnodes}; an elastic attempt's place among its members)
 //   TORCHELASTIC_RESTART_COUNT       attempt (also CHORUS_RESTART_COUNT, as under mpirun)
 //   TORCHELASTIC_MAX_RESTARTS        max_restarts
 //   TORCHELASTIC_USE_AGENT_STORE     True with nnodes > 1 (node 0's agent serves the store), else False
@@ -82,6 +94,7 @@ int agent_store_port(const RdzvEndpoint& endpoint);
 // (OMPI_COMM_WORLD_*, PMI_RANK, PMI_SIZE) are dropped: distribute/cluster_resolver.h would
 // prefer them to the torchrun variables. Order: base's, then the list above, then the extras.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const AgentOptions& options,
-                                            const RdzvEndpoint& endpoint, int local_rank, int attempt);
+                                            const RdzvEndpoint& endpoint, int local_rank, int attempt,
+                                            std::optional<NodeGroup> group = std::nullopt);
 
 }  // namespace chorus::launch

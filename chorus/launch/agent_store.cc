@@ -1,5 +1,7 @@
 #include <chorus/launch/agent_store.h>
 
+#include <algorithm>
+#include <charconv>
 #include <thread>
 
 #include <chorus/core/error.h>
@@ -19,11 +21,17 @@ std::string cut(std::string text) {
 
 }  // namespace
 
-AgentStore::AgentStore(std::shared_ptr<collective::Store> store, int node_rank, int nnodes)
-    : store_(std::move(store)), node_rank_(node_rank), nnodes_(nnodes) {
+AgentStore::AgentStore(std::shared_ptr<collective::Store> store, int node_rank, int nnodes, int min_nodes)
+    : store_(std::move(store)),
+      node_rank_(node_rank),
+      nnodes_(nnodes),
+      min_nodes_(min_nodes == 0 ? nnodes : min_nodes) {
   CHORUS_REQUIRE(store_ != nullptr, InvalidArgumentError, "AgentStore: no store");
   CHORUS_REQUIRE(nnodes >= 1 && node_rank >= 0 && node_rank < nnodes, InvalidArgumentError, "AgentStore: node rank ",
                  node_rank, " is not a node of ", nnodes);
+  CHORUS_REQUIRE(min_nodes_ >= 1 && min_nodes_ <= nnodes, InvalidArgumentError, "AgentStore: at least ", min_nodes,
+                 " of ", nnodes, " nodes is not a range");
+  for (int n = 0; n < nnodes; ++n) members_.push_back(n);
 }
 
 std::string AgentStore::key(std::string_view what) const { return str_cat("chorus-run/", what); }
@@ -48,7 +56,41 @@ void AgentStore::arrive(int attempt) {
   store_->add(key(str_cat("join/", attempt)), 1);
 }
 
-bool AgentStore::joined(int attempt) { return store_->add(key(str_cat("join/", attempt)), 0) >= nnodes_; }
+std::optional<std::vector<int>> AgentStore::members(int attempt, std::chrono::milliseconds last_call) {
+  const std::string list_key = key(str_cat("members/", attempt));
+  if (node_rank_ == 0 && !store_->check({list_key})) {
+    const std::int64_t arrived = store_->add(key(str_cat("join/", attempt)), 0);
+    if (arrived < min_nodes_) return std::nullopt;
+    const auto now = std::chrono::steady_clock::now();
+    if (quorum_attempt_ != attempt) {
+      quorum_attempt_ = attempt;
+      quorum_since_ = now;
+    }
+    if (arrived < nnodes_ && now - *quorum_since_ < last_call) return std::nullopt;
+    std::string list;
+    for (int n = 0; n < nnodes_; ++n)
+      if (store_->check({key(str_cat("join/", attempt, "/", n))})) list += str_cat(list.empty() ? "" : ",", n);
+    store_->set(list_key, list);
+  }
+  if (!store_->check({list_key})) return std::nullopt;
+  const std::string text = cut(store_->get(list_key, std::chrono::seconds(10)));
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    int n = -1;
+    const auto [end, ec] = std::from_chars(text.data() + at, text.data() + comma, n);
+    CHORUS_REQUIRE(
+        ec == std::errc() && end == text.data() + comma && n >= 0 && n < nnodes_ && (out.empty() || n > out.back()),
+        DataLossError, "chorus-run: the members of attempt ", attempt, " in ", store_->describe(), " are '", text,
+        "', not ascending node ranks 0..", nnodes_ - 1, " (another program writes to the store?)");
+    out.push_back(n);
+    at = comma + 1;
+  }
+  members_ = out;
+  beats_.clear();
+  return out;
+}
 
 std::vector<int> AgentStore::missing(int attempt) {
   std::vector<int> out;
@@ -68,7 +110,8 @@ AgentStore::Decision AgentStore::decision(int attempt) {
     const std::string k = key(str_cat(kind == Decision::kFail ? "fail/" : "restart/", attempt));
     if (store_->check({k})) return {kind, cut(store_->get(k, std::chrono::seconds(10)))};
   }
-  if (store_->add(key(str_cat("done/", attempt)), 0) >= nnodes_) return {Decision::kDone, ""};
+  if (store_->add(key(str_cat("done/", attempt)), 0) >= static_cast<std::int64_t>(members_.size()))
+    return {Decision::kDone, ""};
   return {};
 }
 
@@ -76,7 +119,7 @@ std::vector<int> AgentStore::beat(std::chrono::milliseconds silence) {
   store_->add(key(str_cat("beat/", node_rank_)), 1);
   const auto now = std::chrono::steady_clock::now();
   std::vector<int> silent;
-  for (int n = 0; n < nnodes_; ++n) {
+  for (int n : members_) {
     if (n == node_rank_) continue;
     const std::int64_t v = store_->add(key(str_cat("beat/", n)), 0);
     auto [it, first] = beats_.try_emplace(n, Seen{v, now});
@@ -91,7 +134,9 @@ void AgentStore::leave(std::chrono::milliseconds timeout) {
     store_->add(key("left"), 1);
     if (node_rank_ != 0) return;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (store_->add(key("left"), 0) < nnodes_ && std::chrono::steady_clock::now() < deadline)
+    // The agents of nodes that are not members (lost, or too late) may never come to leave.
+    while (store_->add(key("left"), 0) < static_cast<std::int64_t>(members_.size()) &&
+           std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   } catch (const Error&) {
     // The job is over: a store that is gone changes nothing.

@@ -31,7 +31,7 @@ int parse_bounded(const std::string& flag, const std::string& value, int low, in
 // mpirun's own flags: they mean nothing without MPI.
 bool is_mpirun_flag(const std::string& flag) {
   for (const char* f : {"-np", "-n", "--np", "-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile",
-                        "--rsh-agent", "--network-interface", "--mca", "--no-host-check", "--min-hosts", "--bind-to",
+                        "--rsh-agent", "--network-interface", "--mca", "--no-host-check", "--bind-to",
                         "--oversubscribe", "--enable-recovery", "--status-dir"})
     if (flag == f) return true;
   return false;
@@ -43,7 +43,8 @@ std::string agent_flag_name(const std::string& flag) {
   if (name.rfind("--", 0) == 0)
     for (std::size_t k = 2; k < name.size(); ++k)
       if (name[k] == '_') name[k] = '-';
-  for (const char* f : {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-endpoint", "--rdzv-timeout"})
+  for (const char* f :
+       {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-endpoint", "--rdzv-timeout", "--rdzv-last-call"})
     if (name == f) return name;
   return "";
 }
@@ -111,10 +112,16 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
     } else if (flag == "--failure-grace") {
       out.failure_grace_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
     } else if (flag == "--nnodes") {
+      // torchrun's elastic MIN:MAX: start (and restart) with the nodes there once at least MIN are
       const std::string v = value_of(flag, iv);
-      CHORUS_REQUIRE(v.find(':') == std::string::npos, InvalidArgumentError, "--nnodes '", v,
-                     "': a range of nodes (torchrun's elastic MIN:MAX) is not supported; give the number of nodes");
-      out.nnodes = parse_bounded(flag, v, 1, static_cast<int>(kMaxProcesses));
+      const std::size_t colon = v.find(':');
+      out.nnodes =
+          parse_bounded(flag, v.substr(colon == std::string::npos ? 0 : colon + 1), 1, static_cast<int>(kMaxProcesses));
+      if (colon != std::string::npos) {
+        out.min_hosts = parse_bounded(flag, v.substr(0, colon), 1, static_cast<int>(kMaxProcesses));
+        CHORUS_REQUIRE(*out.min_hosts <= *out.nnodes, InvalidArgumentError, "--nnodes '", v, "': MIN ", *out.min_hosts,
+                       " is above MAX ", *out.nnodes, " (torchrun's MIN:MAX)");
+      }
     } else if (flag == "--nproc-per-node") {
       out.nproc_per_node = parse_bounded(flag, value_of(flag, iv), 1, static_cast<int>(kMaxProcesses));
     } else if (flag == "--node-rank") {
@@ -124,6 +131,8 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
       parse_rdzv_endpoint(*out.rdzv_endpoint);  // throws when invalid
     } else if (flag == "--rdzv-timeout") {
       out.rdzv_timeout_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
+    } else if (flag == "--rdzv-last-call") {
+      out.rdzv_last_call_seconds = parse_bounded(flag, value_of(flag, iv), 0, 86400);
     } else if (flag == "--no-host-check") {
       no_value();
       out.check_hosts = false;
@@ -179,8 +188,9 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
   CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError,
                  "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
   if (out.without_mpi()) {
-    CHORUS_REQUIRE(!out.min_hosts, InvalidArgumentError, "--min-hosts is not supported with ", first_agent_flag,
-                   " (chorus-run without MPI): every one of --nnodes agents must join; it is for mpirun's host list");
+    CHORUS_REQUIRE(!out.min_hosts || *out.min_hosts <= out.nnodes.value_or(1), InvalidArgumentError, "--min-hosts ",
+                   *out.min_hosts, " is above --nnodes ", out.nnodes.value_or(1),
+                   ": at least M of the nodes must join each start");
     CHORUS_REQUIRE(first_mpirun_flag.empty(), InvalidArgumentError, first_agent_flag, " (chorus-run without MPI) and ",
                    first_mpirun_flag,
                    " (mpirun's) cannot be mixed: give --nproc-per-node (with --nnodes, --node-rank, "
@@ -189,8 +199,10 @@ RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
   }
   CHORUS_REQUIRE(!(out.hosts && out.hostfile), InvalidArgumentError,
                  "-H and --hostfile both name the hosts: give one of them");
+  CHORUS_REQUIRE(!out.rdzv_last_call_seconds, InvalidArgumentError,
+                 "--rdzv-last-call is for chorus-run without MPI (with --nnodes MIN:MAX)");
   CHORUS_REQUIRE(!out.min_hosts || out.hosts || out.hostfile, InvalidArgumentError,
-                 "--min-hosts needs the hosts (-H or --hostfile)");
+                 "--min-hosts needs the hosts (-H or --hostfile), or --nnodes without MPI");
   CHORUS_REQUIRE(out.num_processes || out.hosts || out.hostfile, InvalidArgumentError,
                  "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... or "
                  "--hostfile FILE to start one per slot");
@@ -225,7 +237,8 @@ options:
                        checkpoint (chorus-train --checkpoint-dir); CHORUS_RESTART_COUNT tells it
                        which start this is. Not after SIGTERM/SIGINT to chorus-run
   --min-hosts M        start or restart on the hosts that answer when at least M of them do,
-                       -np following their slots (default: all hosts must answer)
+                       -np following their slots (default: all hosts must answer). Without
+                       MPI: the same as --nnodes M:N
   --failure-grace S    a rank failed and mpirun has not ended the job S seconds later (a host that
                        cannot be reached): end mpirun (default 30; needs the rank records)
   --bind-to WHAT       mpirun's process binding (default none: each chorus process runs several
@@ -249,15 +262,22 @@ options:
 
 without MPI (torchrun style: chorus-run starts this node's workers itself; no mpirun, no ssh):
   --nnodes M           nodes in the job: one chorus-run per node (default 1)
+  --nnodes MIN:MAX     elastic (torchrun's): each start (and restart) goes ahead with the nodes
+                       that joined once at least MIN of the MAX have and --rdzv-last-call passed;
+                       their workers are numbered anew (a lost node's place is taken)
+  --rdzv-last-call S   with MIN:MAX: how long node 0 waits for the rest once MIN nodes joined
+                       (default 30, torchrun's last call)
   --nproc-per-node N   workers this node starts (default 1)
   --node-rank R        this node, 0..M-1 (default 0); worker RANK = R * N + LOCAL_RANK
   --rdzv-endpoint HOST:PORT
-                       node 0's address: worker rank 0 serves the workers' rendezvous store on PORT,
-                       node 0's chorus-run serves the agents' store on PORT+1 (both must be open
-                       between the nodes). Needed with M > 1; default 127.0.0.1 and a free port
+                       node 0's address: its chorus-run serves the workers' rendezvous store on
+                       PORT (worker rank 0 does with one node) and the agents' store on PORT+1
+                       (both must be open between the nodes). Needed with M > 1; default
+                       127.0.0.1 and a free port
   --rdzv-timeout S     how long the agents wait for each other before each start (default 300)
   Each worker gets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-  GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT (and CHORUS_RESTART_COUNT). When a
+  GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT (and CHORUS_RESTART_COUNT),
+  TORCHELASTIC_USE_AGENT_STORE (True with M > 1). When a
   worker fails, the others (on every node) get SIGTERM, SIGKILL after --failure-grace; with
   --max-restarts left every node starts its workers again. -x NAME=VALUE, --collective-timeout,
   --max-restarts, --failure-grace and --dry-run apply; mpirun's flags (-np, -H, --hostfile,

@@ -43,10 +43,12 @@
 //   --node-rank R           this node, 0..N-1 (default 0)
 //   --rdzv-endpoint H:P     where the job meets (node 0's address); optional with one node
 //   --rdzv-timeout S        how long the agents wait for each other (default 300)
+//   --nnodes MIN:MAX        elastic, torchrun's spelling (min_hosts = MIN; --min-hosts M is the same)
+//   --rdzv-last-call S      elastic: how long node 0 waits for the rest once MIN joined (default 30)
 // Any of these selects the mode; torchrun's spellings with '_' (--nproc_per_node, --node_rank,
 // --rdzv_endpoint) are taken too. --max-restarts, --failure-grace, -x, --collective-timeout and
-// --dry-run apply to both modes; mpirun's own flags (-np, -H, --hostfile, --rsh-agent,
-// --network-interface, --mca, --no-host-check, --min-hosts, --bind-to, --oversubscribe,
+// --dry-run apply to both modes (--min-hosts too: the least nodes without MPI); mpirun's own flags
+// (-np, -H, --hostfile, --rsh-agent, --network-interface, --mca, --no-host-check, --bind-to, --oversubscribe,
 // --enable-recovery, --status-dir) do not mix with them: InvalidArgumentError naming both.
 // Value rules (node rank below --nnodes, the endpoint's port...) are agent_options.h's.
 //
@@ -96,13 +98,16 @@ struct RunCommandLine {
   std::vector<std::string> program;  // program and arguments
 
   // Without MPI (launch/agent.h); set only when given.
-  std::optional<int> nnodes;                 // --nnodes
-  std::optional<int> nproc_per_node;         // --nproc-per-node
-  std::optional<int> node_rank;              // --node-rank
-  std::optional<std::string> rdzv_endpoint;  // --rdzv-endpoint as given (parse_rdzv_endpoint)
-  std::optional<int> rdzv_timeout_seconds;   // --rdzv-timeout
-  // True when any of the five flags above was given.
-  bool without_mpi() const { return nnodes || nproc_per_node || node_rank || rdzv_endpoint || rdzv_timeout_seconds; }
+  std::optional<int> nnodes;                  // --nnodes
+  std::optional<int> nproc_per_node;          // --nproc-per-node
+  std::optional<int> node_rank;               // --node-rank
+  std::optional<std::string> rdzv_endpoint;   // --rdzv-endpoint as given (parse_rdzv_endpoint)
+  std::optional<int> rdzv_timeout_seconds;    // --rdzv-timeout
+  std::optional<int> rdzv_last_call_seconds;  // --rdzv-last-call
+  // True when any of the six flags above was given.
+  bool without_mpi() const {
+    return nnodes || nproc_per_node || node_rank || rdzv_endpoint || rdzv_timeout_seconds || rdzv_last_call_seconds;
+  }
 };
 
 // `args` excludes argv[0].

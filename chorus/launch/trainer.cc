@@ -198,10 +198,6 @@ Checkpoints open_checkpoints(const TrainOptions& o, model::Sequential& net, dist
                              distribute::Strategy& strategy, const data::Dataset& test_ds, std::ostream& out) {
   Checkpoints ck;
   if (o.checkpoint_dir.empty()) return ck;
-  // In the strategy's scope, the managers know which worker is the chief (checkpoint.h
-  // is_checkpoint_chief: the scope's strategy), also for workers that no mpirun numbered (TF_CONFIG).
-  std::optional<distribute::Strategy::Scope> in_scope;
-  if (owned != nullptr) in_scope.emplace(*owned);
   ck.ckpt.reset(new train::Checkpoint{{"model", net}, {"optimizer", net.optimizer()}});
   if (!o.resume) {
     ck.manager = start_over(*ck.ckpt, o, out);

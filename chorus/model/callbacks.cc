@@ -314,13 +314,7 @@ void BackupAndRestore::on_train_begin(model::Model& m) {
   for (std::size_t i = 0; i < metric_state.size(); ++i)
     children.push_back({str_cat("metric_state_", i), metric_state[i]});
   state_->checkpoint = std::make_unique<train::Checkpoint>(std::move(children));
-  {
-    // In the model's strategy's scope the manager knows whether this worker is the chief
-    // (checkpoint.h is_checkpoint_chief), also when fit runs outside the scope and no mpirun
-    // numbered the workers (TF_CONFIG): else every worker would manage the directory.
-    distribute::Strategy::Scope scope(m.strategy());
-    state_->manager = std::make_unique<train::CheckpointManager>(*state_->checkpoint, dir_, /*max_to_keep=*/1);
-  }
+  state_->manager = std::make_unique<train::CheckpointManager>(*state_->checkpoint, dir_, /*max_to_keep=*/1);
   restored_ = state_->manager->restore_or_initialize();
   const auto epoch = state_->epoch.read_value().item<std::int64_t>();
   const auto batch = state_->batch.read_value().item<std::int64_t>();

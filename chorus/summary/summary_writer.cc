@@ -130,7 +130,7 @@ SummaryWriter::SummaryWriter(const std::string& logdir, const SummaryWriterOptio
   if (options.chief.has_value()) {
     s.chief = *options.chief;
   } else {
-    const std::optional<int> rank = env::launcher_rank();
+    const std::optional<int> rank = env::process_rank();  // TF_CONFIG workers: the strategy's index
     s.chief = !rank.has_value() || *rank == 0;
   }
   if (!s.chief) {

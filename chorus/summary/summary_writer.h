@@ -26,9 +26,10 @@
 //     strategy.run) writes only when replica_id_in_sync_group() == 0; on other replicas it is a
 //     no-op returning false, as TF records summaries only on replica 0. Writes from the program's
 //     thread (no strategy, or cross-replica context inside strategy.scope()) always write.
-//   - Across processes, only the chief writes. By default the chief is the process whose launcher
-//     rank (OMPI_COMM_WORLD_RANK / PMI_RANK, core/env.h) is 0 or absent; options.chief overrides
-//     it. A non-chief writer creates no directory and no file; every write returns false.
+//   - Across processes, only the chief writes. By default the chief is the process whose rank
+//     (core/env.h process_rank: the launcher's OMPI_COMM_WORLD_RANK / PMI_RANK / RANK, or the worker
+//     index a MultiWorkerMirroredStrategy registered, TF_CONFIG's) is 0 or absent; options.chief
+//     overrides it. A non-chief writer creates no directory and no file; every write returns false.
 //   Non-recording calls still validate their arguments, so every replica fails alike.
 //
 // Errors (never an abort): a logdir that cannot be created or written → PermissionDeniedError /

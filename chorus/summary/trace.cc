@@ -81,8 +81,7 @@ std::string profile_dir(const std::string& outdir) { return outdir + "/plugins/p
 // Writes the profile run; returns its directory.
 std::string write_profile(const std::string& outdir, const timeline::Capture& capture) {
   std::string host = host_name_or("localhost");
-  if (env::launcher_rank().has_value() || capture.pid != 0)
-    host = chorus::internal::str_cat(host, ".rank", capture.pid);
+  if (env::process_rank().has_value() || capture.pid != 0) host = chorus::internal::str_cat(host, ".rank", capture.pid);
   io::create_directories(profile_dir(outdir));
   const std::string run = new_run_dir(profile_dir(outdir));
   io::replace_file(run + "/" + host + ".xplane.pb", encode_xspace(capture, host), /*durable=*/true);

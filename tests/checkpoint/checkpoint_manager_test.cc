@@ -11,6 +11,7 @@
 #include "tests/core/test_util.h"
 #include <chorus/checkpoint/bundle.h>
 #include <chorus/checkpoint/checkpoint_state.h>
+#include <chorus/core/env.h>
 #include <chorus/core/runtime.h>
 
 namespace chorus::train {
@@ -118,6 +119,35 @@ TEST_F(CheckpointManagerTest, OneManagerPerDirectory) {
                       "another CheckpointManager is active in", dir.path(), std::to_string(::getpid()));
   }
   CheckpointManager again(ckpt, dir.path(), 1);  // released by the first's destructor
+}
+
+// A worker that only TF_CONFIG numbered, outside any strategy's scope: the worker index its
+// MultiWorkerMirroredStrategy registered (env::process_rank) makes it a non-chief, which neither
+// locks the directory nor writes files, so the chief's manager can own it.
+TEST_F(CheckpointManagerTest, AWorkerWhoseRegisteredRankIsNotZeroIsNotTheChief) {
+  if (env::launcher_rank()) GTEST_SKIP() << "run by a launcher (rank " << *env::launcher_rank() << ")";
+  TempDir dir;
+  Variable x = scalar_var("x", 1);
+  Checkpoint ckpt({{"x", x}});
+  EXPECT_TRUE(is_checkpoint_chief());
+  CheckpointManager chief(ckpt, dir.path(), 1);
+  env::set_process_rank(1);
+  const bool worker_chief = is_checkpoint_chief();
+  std::optional<CheckpointManager> worker;
+  std::string error;
+  try {
+    worker.emplace(ckpt, dir.path(), 1);
+    worker->save();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  env::set_process_rank(std::nullopt);
+  EXPECT_FALSE(worker_chief);
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(worker->checkpoints().empty() || !std::filesystem::exists(worker->checkpoints().back() + ".index"));
+  EXPECT_TRUE(is_checkpoint_chief());
+  EXPECT_TRUE(chief.save());
+  EXPECT_TRUE(std::filesystem::exists(chief.checkpoints().back() + ".index"));
 }
 
 TEST_F(CheckpointManagerTest, IntervalsFollowTheStepCounter) {

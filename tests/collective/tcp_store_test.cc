@@ -158,6 +158,19 @@ TEST(TcpStoreTest, AClientStartedBeforeItsServerRetriesUntilItIsThere) {
   EXPECT_EQ(s.get("k", 1s), "v");
 }
 
+// A server that was reached and is gone (its rank died): the client tries again for
+// reconnect_timeout, not connect_timeout, and names the store.
+TEST(TcpStoreTest, AServerThatIsGoneIsNamedWithinTheReconnectTimeout) {
+  auto server = std::make_unique<TcpStoreServer>(0);
+  TcpStore s("127.0.0.1", server->port(), {.connect_timeout = 60s, .reconnect_timeout = 300ms, .timeout = 60s});
+  s.set("k", "v");
+  server.reset();
+  const auto start = Clock::now();
+  EXPECT_THROW(s.set("k", "w"), UnavailableError);  // the pooled connection is closed
+  EXPECT_THROW(s.get("k", 1s), UnavailableError);   // a new one is refused for 300 ms
+  EXPECT_LT(Clock::now() - start, 5s);
+}
+
 TEST(TcpStoreTest, ForkedProcessesMeetThroughTheStore) {
   // Fork before any thread runs (the server's comes after): a child of a multi-threaded process may
   // deadlock in malloc (ASan's allocator does), and the children retry until the server is there.

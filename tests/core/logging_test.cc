@@ -99,6 +99,23 @@ TEST(LoggingTest, RankComesFromTorchrunsVariablesWithoutMpirun) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// Workers no launcher numbered (TF_CONFIG): the rank a multi-worker strategy registers
+// (env::set_process_rank) names the lines, and wins over the launcher's; nullopt goes back to it.
+TEST(LoggingTest, RankRegisteredByTheStrategyWhenNoLauncherNumberedTheWorkers) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}) unsetenv(v);
+        bool ok = !env::process_rank() && log_context_prefix().empty();
+        env::set_process_rank(2);
+        ok = ok && env::process_rank() == 2 && log_context_prefix() == "[rank 2] ";
+        env::set_process_rank(std::nullopt);
+        ok = ok && !env::process_rank() && log_context_prefix().empty();
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // TensorFlow's variables, without CHORUS_LOG_LEVEL: TF_CPP_MIN_LOG_LEVEL hides the n lowest
 // severities, TF_CPP_MAX_VLOG_LEVEL >= 1 shows DEBUG lines (INFO-severity VLOGs in TF, so a
 // min level >= 1 hides them too); CHORUS_LOG_LEVEL wins over both; bad values are ignored.

@@ -30,14 +30,26 @@
 #                                    byte; then, on 3, the worker on h1 is killed, and in a second job h1's link
 #                                    is cut: the workers on h0 and h2 name rank 1 on h1 within 10 s
 #                                    (collective timeout 5 s for the cut), every agent ends non-zero
-#                                    and no process is left
+#                                    and no process is left. Also on 2 hosts: chorus-train started by
+#                                    hand with TF_CONFIG only (no launcher) reaches the same bytes
+#   host_drills.sh torchrun-restart TRAIN [RUN]  3 hosts, no mpirun: an uninterrupted run of 3
+#                                    agents; the same job with TF_CONFIG only reaches its bytes; then
+#                                    agents with --max-restarts 2 whose worker on h1 is killed after
+#                                    the first epoch's checkpoint: every agent restarts, the workers
+#                                    resume, and the final checkpoint equals the uninterrupted run's
+#                                    byte for byte
+#   host_drills.sh torchrun-lost-host TRAIN [RUN]  3 hosts, no mpirun, elastic agents (--nnodes 2:3
+#                                    --max-restarts 1): h2's link is cut for good after the first
+#                                    epoch; the workers on h0 and h1 time out, their agents restart
+#                                    without node 2 (2 of 3 nodes, renumbered), and the job resumes
+#                                    from its checkpoint and finishes on h0 and h1
 #
 # Exit 0 when the drill holds, 1 with the reason when not, 77 (skip) when the hosts are not up.
 set -uo pipefail
 
 readonly HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly HOSTS=$HERE/test_hosts.sh
-mode=${1:?usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host|torchrun CHORUS_TRAIN [CHORUS_RUN]}
+mode=${1:?usage: host_drills.sh link|sigterm PROGRAM | slow|restart|lost-host|torchrun|torchrun-restart|torchrun-lost-host CHORUS_TRAIN [CHORUS_RUN]}
 program=${2:?the drill program}
 
 "$HOSTS" require true || exit $?
@@ -236,8 +248,10 @@ case $mode in
       echo "host_drills.sh lost-host: held: h2 lost after epoch 1, finished on h0 and h1 $took s after the cut"
     fi
     ;;
-  torchrun)
+  torchrun | torchrun-restart | torchrun-lost-host)
     chorus_run=${3:-$(dirname "$program")/chorus-run}
+    train=1800
+    [[ $mode != torchrun ]] && train=9000  # long enough epochs to act in the second
     agents() {  # agents N DIR EPOCHS [CHORUS_RUN_OPTIONS...]: one agent on each of h0..h(N-1), in the background
       local n=$1 dir=$2 epochs=$3 i
       shift 3
@@ -246,10 +260,32 @@ case $mode in
       for ((i = 0; i < n; ++i)); do
         CHORUS_PROGRESS=none "$HOSTS" exec h$i "$chorus_run" --nnodes "$n" --nproc-per-node 1 --node-rank $i \
           --rdzv-endpoint 10.231.0.1:29500 --rdzv-timeout 60 -x GLOO_SOCKET_IFNAME=eth0 "$@" -- "$program" \
-          --strategy multi_worker --model mlp --epochs "$epochs" --train 1800 --test 200 --batch 60 --quiet \
+          --strategy multi_worker --model mlp --epochs "$epochs" --train "$train" --test 200 --batch 60 --quiet \
           --checkpoint-dir "$dir" >"$work/out.h$i" 2>&1 &
         agent_pids+=($!)
       done
+    }
+    tf_config_workers() {  # tf_config_workers N DIR EPOCHS: chorus-train on h0..h(N-1) with TF_CONFIG only
+      local n=$1 dir=$2 epochs=$3 i cluster=""
+      agent_pids=()
+      rm -f "$work"/out.h*
+      for ((i = 0; i < n; ++i)); do cluster+="${cluster:+,}\"10.231.0.$((i + 1)):29600\""; done
+      for ((i = 0; i < n; ++i)); do
+        CHORUS_PROGRESS=none GLOO_SOCKET_IFNAME=eth0 \
+          TF_CONFIG="{\"cluster\": {\"worker\": [$cluster]}, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+          "$HOSTS" exec h$i "$program" --strategy multi_worker --model mlp --epochs "$epochs" --train "$train" \
+          --test 200 --batch 60 --quiet --checkpoint-dir "$dir" >"$work/out.h$i" 2>&1 &
+        agent_pids+=($!)
+      done
+    }
+    same_checkpoint() {  # same_checkpoint DIR_A DIR_B STEP WHAT: every file of ckpt-STEP byte for byte
+      local f compared=0
+      for f in "$1"/ckpt-"$3".*; do
+        [[ -e $f ]] || continue
+        cmp -s "$f" "$2/$(basename "$f")" || fail "$(basename "$f") of $4 differs"
+        ((++compared))
+      done
+      ((compared >= 2)) || fail "no final checkpoint in $1 to compare with $4"
     }
     wait_agents() {  # wait_agents SECONDS: their exit statuses in $codes
       local limit=$1 t0 p
@@ -287,6 +323,53 @@ case $mode in
         sleep 0.05
       done
     }
+    if [[ $mode == torchrun-lost-host ]]; then
+      agents 3 "$work/shrunk" 3 --nnodes 2:3 --max-restarts 1 --rdzv-last-call 2 --failure-grace 5 \
+        --collective-timeout 10
+      wait_for_ckpt "$work/shrunk/ckpt-1.index"
+      cut=$(now)
+      "$HOSTS" link h2 down
+      wait_agents 240
+      took=$(elapsed "$cut")
+      [[ $codes == "0 0 "* ]] || fail "the agents on h0 and h1 exited $codes"
+      [[ $codes != *" 0 " ]] || fail "the agent on h2 exited 0 though its host was cut off"
+      grep -q "attempt 1 goes on with 2 of 3 nodes (without node(s) 2)" "$work/out.h0" ||
+        fail "node 0 did not restart without node 2"
+      grep -q "node 1 of 3: starting rank 1 of 2 (attempt 1" "$work/out.h1" || fail "node 1 was not renumbered"
+      [[ -e $work/shrunk/ckpt-3.index ]] || fail "no final checkpoint"
+      grep -q "Resumed from .*ckpt-1" "$work/out" || fail "the restarted workers did not resume from ckpt-1"
+      "$HOSTS" link h2 up || fail "h2 not reachable again after its link came back"
+      no_process_left h0 h1 h2
+      echo "host_drills.sh torchrun-lost-host: held: h2 lost after epoch 1, finished on h0 and h1 $took s after" \
+        "the cut (agents exited $codes)"
+      exit 0
+    fi
+    if [[ $mode == torchrun-restart ]]; then
+      agents 3 "$work/whole" 3
+      wait_agents 300
+      [[ $codes == "0 0 0 " ]] || fail "the uninterrupted run's agents exited $codes"
+      tf_config_workers 3 "$work/tf_config3" 3
+      wait_agents 300
+      [[ $codes == "0 0 0 " ]] || fail "the TF_CONFIG workers on 3 hosts exited $codes"
+      same_checkpoint "$work/whole" "$work/tf_config3" 3 "the TF_CONFIG job on 3 hosts"
+      echo "3 hosts with TF_CONFIG only: final checkpoint equal to the agents' byte for byte"
+      agents 3 "$work/restarted" 3 --max-restarts 2
+      wait_for_ckpt "$work/restarted/ckpt-1.index"
+      victim=""
+      for pid in $("$HOSTS" pids h1); do
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
+      done
+      [[ -n $victim ]] || fail "no chorus-train on h1"
+      kill -9 "$victim"
+      wait_agents 240
+      [[ $codes == "0 0 0 " ]] || fail "the restarted job's agents exited $codes"
+      grep -q "restart 1 of 2" "$work/out" || fail "the agents did not restart the job"
+      same_checkpoint "$work/whole" "$work/restarted" 3 "the restarted job"
+      no_process_left h0 h1 h2
+      echo "host_drills.sh torchrun-restart: held: worker on h1 killed after epoch 1, every agent restarted," \
+        "final checkpoint equal to the uninterrupted run's byte for byte"
+      exit 0
+    fi
     # 1. the same job under mpirun (chorus-run --hostfile on h0) and without it, on 2 hosts (with
     #    3, MPI and Gloo add the three workers' gradients in different orders: not bit for bit)
     printf 'h0\nh1\n' >"$work/hostfile"
@@ -297,14 +380,13 @@ case $mode in
     agents 2 "$work/torchrun" 2
     wait_agents 300
     [[ $codes == "0 0 " ]] || fail "the agents exited $codes"
-    compared=0
-    for f in "$work"/mpirun/ckpt-2.*; do
-      [[ -e $f ]] || continue
-      cmp -s "$f" "$work/torchrun/$(basename "$f")" || fail "$(basename "$f") differs from the mpirun job's"
-      ((++compared))
-    done
-    ((compared >= 2)) || fail "the mpirun job left no final checkpoint to compare"
+    same_checkpoint "$work/mpirun" "$work/torchrun" 2 "the job without mpirun (torchrun variables)"
     echo "2 hosts without mpirun: final checkpoint equal to mpirun's byte for byte"
+    tf_config_workers 2 "$work/tf_config" 2
+    wait_agents 300
+    [[ $codes == "0 0 " ]] || fail "the TF_CONFIG workers exited $codes"
+    same_checkpoint "$work/mpirun" "$work/tf_config" 2 "the TF_CONFIG job"
+    echo "2 hosts with TF_CONFIG only: final checkpoint equal to mpirun's byte for byte"
     # 2. the worker on h1 killed
     agents 3 "$work/killed" 1000
     wait_for_ckpt "$work/killed/ckpt-1.index"

@@ -120,6 +120,25 @@ TEST(WorkerEnvironment, TorchrunVariablesOfEachWorker) {
   EXPECT_EQ(first[6], "GROUP_RANK=0");
 }
 
+// Elastic: an attempt's place among its members, not the node rank, numbers the workers.
+TEST(WorkerEnvironment, AnElasticAttemptNumbersTheMembers) {
+  auto o = two_nodes();
+  o.nnodes = 3;
+  o.min_nodes = 2;
+  o.node_rank = 2;
+  ASSERT_TRUE(o.elastic());
+  validate_agent_options(o);
+  const Env env = worker_environment({}, o, *o.endpoint, /*local_rank=*/1, /*attempt=*/1, NodeGroup{1, 2});
+  EXPECT_EQ(env[2], "RANK=5");  // group rank 1 x 4 + 1
+  EXPECT_EQ(env[3], "WORLD_SIZE=8");
+  EXPECT_EQ(env[6], "GROUP_RANK=1");
+  EXPECT_EQ(env[7], "GROUP_WORLD_SIZE=2");
+  o.min_nodes = 4;
+  EXPECT_THAT(options_error(o), HasSubstr("--nnodes MIN:MAX: MIN 4 is not from 1 to MAX 3"));
+  o.min_nodes = 3;
+  EXPECT_FALSE(o.elastic());
+}
+
 TEST(WorkerEnvironment, InheritedOverriddenAndExtraVariables) {
   auto o = two_nodes();
   o.extra_environment = {"CHORUS_COLLECTIVE_TIMEOUT=60", "HOME", "MASTER_PORT=1"};

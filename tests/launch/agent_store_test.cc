@@ -38,11 +38,12 @@ TEST(AgentStore, TwoAgentsJoinReportAndDecide) {
   a0.register_node(kJob, milliseconds(2000));
   a1.register_node(kJob, milliseconds(2000));
   a0.arrive(0);
-  EXPECT_FALSE(a0.joined(0));
+  EXPECT_FALSE(a0.members(0, milliseconds(0)));
   EXPECT_THAT(a0.missing(0), ElementsAre(1));
   a1.arrive(0);
-  EXPECT_TRUE(a0.joined(0));
-  EXPECT_TRUE(a1.joined(0));
+  EXPECT_FALSE(a1.members(0, milliseconds(0)));  // node 0 has not closed the round yet
+  EXPECT_THAT(*a0.members(0, milliseconds(0)), ElementsAre(0, 1));
+  EXPECT_THAT(*a1.members(0, milliseconds(0)), ElementsAre(0, 1));
   EXPECT_TRUE(a0.missing(0).empty());
 
   EXPECT_EQ(a0.decision(0).kind, Decision::kRunning);
@@ -65,6 +66,41 @@ TEST(AgentStore, TwoAgentsJoinReportAndDecide) {
   const auto start = std::chrono::steady_clock::now();
   a0.leave(milliseconds(5000));  // node 0 waits for the others: node 1 already left
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// Elastic (3 nodes, at least 2): node 0 closes the round with the nodes there once 2 have joined
+// and the last call passed; a node that comes later is not a member; the attempt is done when its
+// members are, and only members' heartbeats count.
+TEST(AgentStore, ElasticRoundsCloseWithTheNodesThereAfterTheLastCall) {
+  Job job;
+  AgentStore a0(job.client(), 0, 3, 2), a1(job.client(), 1, 3, 2), a2(job.client(), 2, 3, 2);
+  a0.arrive(0);
+  EXPECT_FALSE(a0.members(0, milliseconds(0)));  // 1 of at least 2
+  a1.arrive(0);
+  EXPECT_FALSE(a1.members(0, milliseconds(0)));    // only node 0 closes the round
+  EXPECT_FALSE(a0.members(0, milliseconds(300)));  // quorum seen now: the last call starts
+  std::this_thread::sleep_for(milliseconds(350));
+  EXPECT_THAT(*a0.members(0, milliseconds(300)), ElementsAre(0, 1));
+  EXPECT_THAT(*a1.members(0, milliseconds(300)), ElementsAre(0, 1));
+  a2.arrive(0);  // too late: the round is closed
+  EXPECT_THAT(*a2.members(0, milliseconds(300)), ElementsAre(0, 1));
+  a0.report_done(0);
+  EXPECT_EQ(a1.decision(0).kind, Decision::kRunning);
+  a1.report_done(0);
+  EXPECT_EQ(a0.decision(0).kind, Decision::kDone);  // 2 members done, not 3 nodes
+  EXPECT_TRUE(a0.beat(milliseconds(100)).empty());
+  std::this_thread::sleep_for(milliseconds(150));
+  EXPECT_THAT(a0.beat(milliseconds(100)), ElementsAre(1));  // node 2 is no member: not waited for
+  // Every node there: the round closes at once, whatever the last call.
+  for (AgentStore* a : {&a0, &a1, &a2}) a->arrive(1);
+  EXPECT_THAT(*a0.members(1, std::chrono::hours(1)), ElementsAre(0, 1, 2));
+  // Not elastic (at least 3 of 3): two nodes never close the round.
+  AgentStore s0(job.client(), 0, 3), s1(job.client(), 1, 3);
+  s0.arrive(7);
+  s1.arrive(7);
+  EXPECT_FALSE(s0.members(7, milliseconds(0)));
+  EXPECT_THAT(s0.missing(7), ElementsAre(2));
+  EXPECT_THROW(AgentStore(job.client(), 0, 3, 4), InvalidArgumentError);
 }
 
 TEST(AgentStore, NodeZeroWaitsForTheOthersToLeaveButNotForever) {
@@ -125,7 +161,14 @@ TEST(AgentStore, GarbageInTheStoreIsNamedOrBounded) {
   const std::string m = chorus::testing::message_of<InvalidArgumentError>([&] { a0.decision(1); });
   EXPECT_THAT(m, HasSubstr("chorus-run/done/1"));
   raw->set("chorus-run/join/2", "\xff\xfe");
-  EXPECT_THROW(a0.joined(2), InvalidArgumentError);
+  EXPECT_THROW(a0.members(2, milliseconds(0)), InvalidArgumentError);
+  // Members that are not ascending node ranks of this job: DataLossError naming them.
+  AgentStore a1(job.client(), 1, 2);
+  for (const char* bad : {"", "0,5", "1,0", "0,,1", "x", "0,1,"}) {
+    raw->set("chorus-run/members/3", bad);
+    const std::string e = chorus::testing::message_of<DataLossError>([&] { a1.members(3, milliseconds(0)); });
+    EXPECT_THAT(e, HasSubstr("the members of attempt 3")) << bad;
+  }
   // A node key claimed before this agent came.
   raw->add("chorus-run/node/0", 5);
   EXPECT_THROW(a0.register_node(kJob, milliseconds(100)), InvalidArgumentError);

@@ -240,6 +240,50 @@ TEST(ChorusRunAgent, AFailureOnOneNodeRestartsBothNodes) {
   }
 }
 
+// Elastic (--nnodes 2:3): node 2's host is lost in attempt 0 (its worker kills its agent; the
+// worker dies with it). Nodes 0 and 1 hear nothing from it for --failure-grace + 10 s, restart, and
+// attempt 1 goes on with the two of them, renumbered: WORLD_SIZE 2, ranks 0 and 1.
+TEST(ChorusRunAgent, ElasticNodesRestartWithoutALostNode) {
+  const auto start = Clock::now();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port_pair());
+  const auto agent = [&](int node, const Args& program) {
+    Args a = {"--nnodes",
+              "2:3",
+              "--node-rank",
+              std::to_string(node),
+              "--rdzv-endpoint",
+              endpoint,
+              "--max-restarts",
+              "1",
+              "--failure-grace",
+              "1",
+              "--rdzv-last-call",
+              "1",
+              "--"};
+    a.insert(a.end(), program.begin(), program.end());
+    return chorus_run(a);
+  };
+  auto two = std::async(std::launch::async, agent, 2, Args{"/bin/sh", "-c", "sleep 1; kill -9 $PPID"});
+  auto one = std::async(std::launch::async, agent, 1, Args{kProbe});
+  const auto zero = agent(0, {kProbe});
+  const auto r1 = one.get(), r2 = two.get();
+  ASSERT_EQ(zero.exit_code, 0) << zero.err << zero.out;
+  ASSERT_EQ(r1.exit_code, 0) << r1.err << r1.out;
+  EXPECT_NE(r2.exit_code, 0);
+  EXPECT_THAT(zero.err, HasSubstr("the agent of node(s) 2 has not been heard from for 11 s"));
+  for (const auto* r : {&zero, &r1}) {
+    EXPECT_THAT(r->err, HasSubstr("restart 1 of 1"));
+    EXPECT_THAT(r->err, HasSubstr("attempt 1 goes on with 2 of 3 nodes (without node(s) 2)"));
+    const auto rdzv = lines_of(r->out, "rdzv");
+    ASSERT_EQ(rdzv.size(), 1u) << r->out;
+    EXPECT_EQ(rdzv.begin()->second.fields.at("attempt"), "1");
+    EXPECT_EQ(rdzv.begin()->second.fields.at("size"), "2");
+  }
+  EXPECT_THAT(zero.err, HasSubstr("node 0 of 3: starting rank 0 of 2 (attempt 1"));
+  EXPECT_THAT(r1.err, HasSubstr("node 1 of 3: starting rank 1 of 2 (attempt 1"));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(60));
+}
+
 TEST(ChorusRunAgent, AFailureOnOneNodeWithoutRestartsEndsBothNonZero) {
   const auto start = Clock::now();
   const auto [zero, one] =
@@ -329,7 +373,8 @@ TEST(ChorusRunAgent, BadCommandLinesExitTwoNamingTheProblem) {
       {{"--rdzv-endpoint", "h0", "--", "./x"}, "--rdzv-endpoint 'h0' has no port"},
       {{"--rdzv-endpoint", "h0:70000", "--", "./x"}, "port '70000' is not a TCP port (valid: 1..65535)"},
       {{"--nnodes", "2", "--rdzv-endpoint", "h0:65535", "--", "./x"}, "give a port up to 65534"},
-      {{"--nproc-per-node", "2", "--min-hosts", "1", "--", "./x"}, "--min-hosts is not supported"},
+      {{"--nproc-per-node", "2", "--min-hosts", "2", "--", "./x"}, "--min-hosts 2 is above --nnodes 1"},
+      {{"--nnodes", "3:2", "--rdzv-endpoint", "h:1", "--", "./x"}, "--nnodes '3:2': MIN 3 is above MAX 2"},
       {{"--nproc-per-node", "2", "-x", "9=1", "--", "./x"}, "-x '9=1'"},
   };
   for (const auto& c : cases) {

@@ -168,6 +168,16 @@ TEST(RunCommandLine, WithoutMpiTorchrunFlags) {
   EXPECT_EQ(us.node_rank, 0);
   EXPECT_EQ(us.rdzv_endpoint, "a:1");
   EXPECT_TRUE(parse_run_command_line({"--nproc-per-node", "1", "./x"}).without_mpi());
+  // Elastic: torchrun's --nnodes MIN:MAX, or --min-hosts (mpirun's name for the same policy).
+  const auto elastic = parse_run_command_line(
+      {"--nnodes", "2:3", "--node-rank", "2", "--rdzv-endpoint", "h0:1", "--rdzv-last-call", "5", "./x"});
+  EXPECT_EQ(elastic.nnodes, 3);
+  EXPECT_EQ(elastic.min_hosts, 2);
+  EXPECT_EQ(elastic.rdzv_last_call_seconds, 5);
+  const auto min_hosts =
+      parse_run_command_line({"--nnodes", "3", "--min-hosts", "2", "--rdzv-endpoint", "h0:1", "./x"});
+  EXPECT_EQ(min_hosts.nnodes, 3);
+  EXPECT_EQ(min_hosts.min_hosts, 2);
   EXPECT_FALSE(parse_run_command_line({"-np", "1", "./x"}).without_mpi());
 }
 
@@ -181,9 +191,13 @@ TEST(RunCommandLine, WithoutMpiDoesNotMixWithMpirunFlags) {
   for (const char* flag : {"--oversubscribe", "--enable-recovery", "--no-host-check"})
     EXPECT_THAT(error_of({"--nproc-per-node", "2", flag, "./x"}), HasSubstr(std::string(flag) + " (mpirun's)"));
   EXPECT_THAT(error_of({"--nproc-per-node", "2", "--status-dir", "/s", "./x"}), HasSubstr("--status-dir (mpirun's)"));
-  EXPECT_THAT(error_of({"--nproc-per-node", "2", "--min-hosts", "1", "./x"}),
-              HasSubstr("--min-hosts is not supported with --nproc-per-node (chorus-run without MPI)"));
-  EXPECT_THAT(error_of({"--nnodes", "1:2", "./x"}), HasSubstr("a range of nodes (torchrun's elastic MIN:MAX)"));
+  EXPECT_THAT(error_of({"--nproc-per-node", "2", "--min-hosts", "2", "./x"}),
+              HasSubstr("--min-hosts 2 is above --nnodes 1"));
+  EXPECT_THAT(error_of({"--nnodes", "3:2", "./x"}), HasSubstr("--nnodes '3:2': MIN 3 is above MAX 2"));
+  EXPECT_THAT(error_of({"--nnodes", "0:2", "./x"}), HasSubstr("--nnodes expects a whole number from 1"));
+  EXPECT_THAT(error_of({"--nnodes", "1:", "./x"}), HasSubstr("--nnodes expects a whole number from 1"));
+  EXPECT_THAT(error_of({"-np", "2", "--rdzv-last-call", "3", "./x"}),
+              HasSubstr("--rdzv-last-call (chorus-run without MPI) and -np (mpirun's) cannot be mixed"));
   EXPECT_THAT(error_of({"--nnodes", "0", "./x"}), HasSubstr("--nnodes expects a whole number from 1 to 4096"));
   EXPECT_THAT(error_of({"--nproc-per-node", "x", "./x"}), HasSubstr("--nproc-per-node expects a whole number"));
   EXPECT_THAT(error_of({"--node-rank", "-1", "./x"}), HasSubstr("--node-rank expects a whole number from 0"));

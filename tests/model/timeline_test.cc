@@ -15,6 +15,7 @@
 
 #include "tests/core/test_util.h"
 #include <chorus/checkpoint/checkpoint.h>
+#include <chorus/core/env.h>
 #include <chorus/core/json_internal.h>
 #include <chorus/core/timeline.h>
 #include <chorus/data/dataset.h>
@@ -254,11 +255,11 @@ TEST(Timeline, APlantedLinkIsReplacedNotFollowed) {
 // names the file and the process. A second recording keeps the tracks' names.
 TEST(Timeline, TheProcessRankCanBeSetAndTracksKeepTheirNamesAcrossRecordings) {
   TempDir dir;
-  timeline::set_process_rank(3);
+  env::set_process_rank(3);
   timeline::start(dir.path() + "/t-%r.json");
   timeline::record("test", "first", 1, 2);
   EXPECT_EQ(timeline::stop(), dir.path() + "/t-3.json");
-  timeline::set_process_rank(std::nullopt);
+  env::set_process_rank(std::nullopt);
   Trace t;
   parse(dir.path() + "/t-3.json", t);
   EXPECT_EQ(t.doc.at("dropped_events"), 0);

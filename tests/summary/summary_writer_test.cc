@@ -16,6 +16,7 @@
 #include "tests/summary/summary_test_util.h"
 #include <chorus/core/config.h>
 #include <chorus/core/distribution.h>
+#include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/runtime.h>
 #include <chorus/core/tensor.h>
@@ -297,6 +298,22 @@ TEST(SummaryWriter, ANonChiefWriterCreatesNothingAndRecordsNothing) {
   // Still validates, so chief and non-chief fail alike.
   SummaryWriter other(logdir, {.chief = false});
   EXPECT_THROW(other.scalar("", 1, 1), InvalidArgumentError);
+}
+
+// A TF_CONFIG worker: no launcher rank, but the strategy registered worker index 1.
+TEST(SummaryWriter, AWorkerIndexRegisteredByTheStrategyOtherThanZeroIsNotTheChief) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  const std::string logdir = dir.str("worker1");
+  EXPECT_EXIT(
+      {
+        for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}) unsetenv(v);
+        env::set_process_rank(1);
+        SummaryWriter writer(logdir);
+        const bool ok = !writer.is_chief() && !writer.scalar("loss", 1, 1) && !fs::exists(logdir);
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(SummaryWriter, ALauncherRankOtherThanZeroIsNotTheChief) {

@@ -65,8 +65,11 @@ Socket TcpStore::borrow(Clock::time_point deadline) {
       return s;
     }
   }
-  const auto connect_deadline = Clock::now() + options_.connect_timeout;
-  return store_socket::connect_until(host_, port_, std::min(deadline, connect_deadline));
+  const auto window = connected_once_.load() ? std::min(options_.connect_timeout, options_.reconnect_timeout)
+                                             : options_.connect_timeout;
+  Socket s = store_socket::connect_until(host_, port_, std::min(deadline, Clock::now() + window));
+  connected_once_.store(true);
+  return s;
 }
 
 void TcpStore::give_back(Socket s) {

@@ -22,7 +22,10 @@
 //
 // Client. Each call borrows an idle connection from the client's pool or opens one (so a get that
 // waits does not hold up a set from another thread of the same client). Connecting retries while
-// the server is not there (yet), until `connect_timeout`: then UnavailableError naming host:port.
+// the server is not there yet, until `connect_timeout`: then UnavailableError naming host:port.
+// Once this client has reached the server, a new connection retries only `reconnect_timeout`: a
+// server that was there and is gone has stopped (its rank died), and the callers — a rank writing
+// why a collective failed, a goodbye — must learn it in seconds, not after the rendezvous's minutes.
 // get/wait send their timeout to the server, which answers when the keys are there or at that
 // timeout; the client waits for the answer at most the timeout plus kAnswerAllowance (100 ms: the
 // round trip, so that get(key, 0ms) can look once). Any call that runs out of time (a server that accepts and never
@@ -34,6 +37,7 @@
 // address() and the destructor from any one thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -74,6 +78,8 @@ class TcpStoreServer {
 struct TcpStoreOptions {
   // How long a call keeps trying to reach a server that is not there (yet).
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};
+  // The same once this client has been connected (at most connect_timeout).
+  std::chrono::milliseconds reconnect_timeout{std::chrono::seconds(2)};
   // store.h's default timeout (calls that name none, and set/add/check's answer).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
@@ -109,6 +115,7 @@ class TcpStore final : public Store {
   const std::string peer_;  // "tcp store host:port"
   std::mutex mu_;           // idle_
   std::vector<store_socket::Socket> idle_;
+  std::atomic<bool> connected_once_{false};
 };
 
 }  // namespace chorus::collective

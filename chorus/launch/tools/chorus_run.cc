@@ -143,6 +143,8 @@ launch::AgentOptions agent_options(const launch::RunCommandLine& cl) {
   o.max_restarts = cl.max_restarts;
   o.failure_grace = std::chrono::seconds(cl.failure_grace_seconds);
   if (cl.rdzv_timeout_seconds) o.rdzv_timeout = std::chrono::seconds(*cl.rdzv_timeout_seconds);
+  if (cl.rdzv_last_call_seconds) o.rdzv_last_call = std::chrono::seconds(*cl.rdzv_last_call_seconds);
+  o.min_nodes = cl.min_hosts.value_or(0);
   o.extra_environment = cl.extra_environment;
   if (cl.collective_timeout) o.extra_environment.push_back("CHORUS_COLLECTIVE_TIMEOUT=" + *cl.collective_timeout);
   o.program = cl.program;
