@@ -91,22 +91,28 @@ inline void print_json_line(const std::string& bench, const std::string& machine
   std::printf("%s\n", json_text(line).c_str());
 }
 
+// The first line of `output` that is a result line of bench `bench` ({"bench": "<bench>", ...,
+// "cases": [...]}), parsed; null when there is none (or it is not valid JSON).
+inline Json result_line(const std::string& output, const std::string& bench) {
+  for (std::size_t start = 0, end; start < output.size(); start = end + 1) {
+    end = output.find('\n', start);
+    if (end == std::string::npos) end = output.size();
+    Json line = Json::parse(output.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
+    if (line.is_object() && line.value("bench", "") == bench && line.contains("cases")) return line;
+  }
+  return nullptr;
+}
+
 // bench_mpi_allreduce's result line ({"bench": "mpi_allreduce", ..., "cases": [{"bytes": N,
 // "median_us": T, ...}, ...]}), found anywhere in `output`: bytes -> median microseconds per call.
 // Empty when there is no such line (or it is not valid JSON).
 inline std::map<std::size_t, double> mpi_allreduce_medians_us(const std::string& output) {
   std::map<std::size_t, double> us;
-  std::size_t start = 0;
-  for (std::size_t end; start < output.size(); start = end + 1) {
-    end = output.find('\n', start);
-    if (end == std::string::npos) end = output.size();
-    const Json line = Json::parse(output.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
-    if (!line.is_object() || line.value("bench", "") != "mpi_allreduce" || !line.contains("cases")) continue;
-    for (const Json& c : line.at("cases"))
-      if (c.contains("bytes") && c.contains("median_us"))
-        us[c.at("bytes").get<std::size_t>()] = c.at("median_us").get<double>();
-    break;
-  }
+  const Json line = result_line(output, "mpi_allreduce");
+  if (line.is_null()) return us;
+  for (const Json& c : line.at("cases"))
+    if (c.contains("bytes") && c.contains("median_us"))
+      us[c.at("bytes").get<std::size_t>()] = c.at("median_us").get<double>();
   return us;
 }
 
@@ -114,17 +120,11 @@ inline std::map<std::size_t, double> mpi_allreduce_medians_us(const std::string&
 // "yardstick_value": MPI backend us, ...}, ...]}): bytes -> {Gloo us, MPI us}. Empty without one.
 inline std::map<std::size_t, std::pair<double, double>> gloo_medians_us(const std::string& output) {
   std::map<std::size_t, std::pair<double, double>> us;
-  std::size_t start = 0;
-  for (std::size_t end; start < output.size(); start = end + 1) {
-    end = output.find('\n', start);
-    if (end == std::string::npos) end = output.size();
-    const Json line = Json::parse(output.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
-    if (!line.is_object() || line.value("bench", "") != "gloo" || !line.contains("cases")) continue;
-    for (const Json& c : line.at("cases"))
-      if (c.contains("bytes") && c.value("value", Json()).is_number() && c.value("yardstick_value", Json()).is_number())
-        us[c.at("bytes").get<std::size_t>()] = {c.at("value").get<double>(), c.at("yardstick_value").get<double>()};
-    break;
-  }
+  const Json line = result_line(output, "gloo");
+  if (line.is_null()) return us;
+  for (const Json& c : line.at("cases"))
+    if (c.contains("bytes") && c.value("value", Json()).is_number() && c.value("yardstick_value", Json()).is_number())
+      us[c.at("bytes").get<std::size_t>()] = {c.at("value").get<double>(), c.at("yardstick_value").get<double>()};
   return us;
 }
 

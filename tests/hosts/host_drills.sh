@@ -107,6 +107,14 @@ wait_job() {
   job=""
 }
 
+kill_train_on() {  # kill_train_on HOST: SIGKILL to the chorus-train running on HOST
+  local pid victim=""
+  for pid in $("$HOSTS" pids "$1"); do
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
+  done
+  [[ -n $victim ]] || fail "no chorus-train on $1"
+  kill -9 "$victim"
+}
 no_process_left() {
   local host pids try
   for host in "$@"; do
@@ -210,12 +218,7 @@ case $mode in
       train "$work/restarted" --max-restarts 2 >"$work/out" 2>&1 &
       job=$!
       wait_for_file "$work/restarted/ckpt-1.index" 120
-      victim=""
-      for pid in $("$HOSTS" pids h1); do
-        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
-      done
-      [[ -n $victim ]] || fail "no chorus-train on h1"
-      kill -9 "$victim"
+      kill_train_on h1
       wait_job 240
       ((rc == 0)) || fail "the restarted job exited $rc"
       grep -q "restart 1 of 2" "$work/out" || fail "chorus-run did not restart the job"
@@ -355,12 +358,7 @@ case $mode in
       echo "3 hosts with TF_CONFIG only: final checkpoint equal to the agents' byte for byte"
       agents 3 "$work/restarted" 3 --max-restarts 2
       wait_for_ckpt "$work/restarted/ckpt-1.index"
-      victim=""
-      for pid in $("$HOSTS" pids h1); do
-        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
-      done
-      [[ -n $victim ]] || fail "no chorus-train on h1"
-      kill -9 "$victim"
+      kill_train_on h1
       wait_agents 240
       [[ $codes == "0 0 0 " ]] || fail "the restarted job's agents exited $codes"
       grep -q "restart 1 of 2" "$work/out" || fail "the agents did not restart the job"
@@ -390,13 +388,8 @@ case $mode in
     # 2. the worker on h1 killed
     agents 3 "$work/killed" 1000
     wait_for_ckpt "$work/killed/ckpt-1.index"
-    victim=""
-    for pid in $("$HOSTS" pids h1); do
-      [[ $(cat "/proc/$pid/comm" 2>/dev/null) == chorus-train ]] && victim=$pid
-    done
-    [[ -n $victim ]] || fail "no chorus-train on h1"
     t0=$(now)
-    kill -9 "$victim"
+    kill_train_on h1
     named_within "$t0" 10
     wait_agents 60
     for c in $codes; do ((c != 0)) || fail "an agent exited 0 after the kill: $codes"; done
