@@ -49,165 +49,210 @@ std::string agent_flag_name(const std::string& flag) {
   return "";
 }
 
-}  // namespace
+// One pass over the options: each flag is taken by the common, the mpirun or the agent group (in
+// that order); the checks that depend on the mode run after the program is found.
+class Parser {
+ public:
+  explicit Parser(const std::vector<std::string>& args) : args_(args) {}
 
-RunCommandLine parse_run_command_line(const std::vector<std::string>& args) {
-  RunCommandLine out;
-  std::size_t i = 0;
-  std::string first_mpirun_flag, first_agent_flag;  // as typed, for the message when they are mixed
-  // The value of the option at args[i]: the "=value" part of a long option, else the next word.
-  const auto value_of = [&](const std::string& flag, const std::string* inline_value) -> std::string {
-    if (inline_value) return *inline_value;
-    CHORUS_REQUIRE(i + 1 < args.size(), InvalidArgumentError, "option ", flag, " needs a value");
-    return args[++i];
-  };
-  for (; i < args.size(); ++i) {
-    const std::string& word = args[i];
-    if (word == "--") {
-      ++i;
-      break;
+  RunCommandLine parse() {
+    for (; i_ < args_.size(); ++i_) {
+      word_ = args_[i_];
+      if (word_ == "--") {
+        ++i_;
+        break;
+      }
+      if (word_.empty() || word_[0] != '-') break;  // the program starts here, as with mpirun
+      split(word_);
+      if (first_mpirun_flag_.empty() && is_mpirun_flag(flag_)) first_mpirun_flag_ = flag_;
+      if (const std::string agent = agent_flag_name(flag_); !agent.empty()) {
+        if (first_agent_flag_.empty()) first_agent_flag_ = flag_;
+        flag_ = agent;
+      }
+      if (!common_flag() && !mpirun_flag() && !agent_flag())
+        throw InvalidArgumentError(internal::str_cat(
+            "unknown option '", word_,
+            "'; chorus-run takes -np, -H, --hostfile, --rsh-agent, --network-interface, --mca, --no-host-check, "
+            "--max-restarts, --min-hosts, --failure-grace, --nnodes, --nproc-per-node, --node-rank, --rdzv-endpoint, "
+            "--rdzv-timeout, --rdzv-last-call, --bind-to, --oversubscribe, -x, --collective-timeout, "
+            "--enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the program (after "
+            "'--' if its name starts with '-')"));
     }
-    if (word.empty() || word[0] != '-') break;  // the program starts here, as with mpirun
+    out_.program.assign(args_.begin() + static_cast<std::ptrdiff_t>(i_), args_.end());
+    if (out_.help || out_.check_build || out_.version) return out_;
+    if (out_.record_exit_status) {
+      CHORUS_REQUIRE(!out_.program.empty(), InvalidArgumentError, kRecordExitStatusFlag, " needs a program after '--'");
+      return out_;
+    }
+    CHORUS_REQUIRE(!out_.program.empty(), InvalidArgumentError,
+                   "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
+    if (out_.without_mpi())
+      check_agent_mode();
+    else
+      check_mpirun_mode();
+    return out_;
+  }
 
-    std::string flag = word;
-    std::optional<std::string> inline_value;
-    if (word.rfind("--", 0) == 0) {
-      if (const auto eq = word.find('='); eq != std::string::npos) {
-        flag = word.substr(0, eq);
-        inline_value = word.substr(eq + 1);
-      }
+ private:
+  // "--flag=value" → flag_ "--flag", value_ "value" (long options only); else flag_ = word.
+  void split(const std::string& word) {
+    flag_ = word;
+    inline_value_.reset();
+    if (word.rfind("--", 0) != 0) return;
+    if (const auto eq = word.find('='); eq != std::string::npos) {
+      flag_ = word.substr(0, eq);
+      inline_value_ = word.substr(eq + 1);
     }
-    const std::string* iv = inline_value ? &*inline_value : nullptr;
-    if (first_mpirun_flag.empty() && is_mpirun_flag(flag)) first_mpirun_flag = flag;
-    const std::string agent_flag = agent_flag_name(flag);
-    if (!agent_flag.empty()) {
-      if (first_agent_flag.empty()) first_agent_flag = flag;
-      flag = agent_flag;
-    }
-    const auto no_value = [&] {
-      CHORUS_REQUIRE(!inline_value, InvalidArgumentError, "option ", flag, " takes no value, got '", word, "'");
-    };
-    if (flag == "-np" || flag == "-n" || flag == "--np") {
-      out.num_processes = parse_count(flag, value_of(flag, iv));
-    } else if (flag == "-H" || flag == "--host" || flag == "-host") {
-      out.hosts = value_of(flag, iv);
-    } else if (flag == "--hostfile" || flag == "-hostfile" || flag == "--machinefile") {
-      out.hostfile = value_of(flag, iv);
-      CHORUS_REQUIRE(!out.hostfile->empty(), InvalidArgumentError, flag, " is empty; give the hostfile's path");
-    } else if (flag == "--rsh-agent") {
-      out.rsh_agent = value_of(flag, iv);
-      CHORUS_REQUIRE(!out.rsh_agent->empty(), InvalidArgumentError,
-                     "--rsh-agent is empty; give a command such as ssh or 'ssh -p 2222'");
-    } else if (flag == "--network-interface") {
-      out.network_interfaces = value_of(flag, iv);
-    } else if (flag == "--mca") {
-      CHORUS_REQUIRE(!inline_value && i + 2 < args.size(), InvalidArgumentError,
-                     "option --mca needs a name and a value, e.g. --mca btl tcp,self");
-      out.mca.emplace_back(args[i + 1], args[i + 2]);
-      i += 2;
-    } else if (flag == "--max-restarts") {
-      out.max_restarts = parse_bounded(flag, value_of(flag, iv), 0, kMaxRestarts);
-    } else if (flag == "--min-hosts") {
-      out.min_hosts = parse_bounded(flag, value_of(flag, iv), 1, static_cast<int>(kMaxProcesses));
-    } else if (flag == "--failure-grace") {
-      out.failure_grace_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
-    } else if (flag == "--nnodes") {
-      // torchrun's elastic MIN:MAX: start (and restart) with the nodes there once at least MIN are
-      const std::string v = value_of(flag, iv);
-      const std::size_t colon = v.find(':');
-      out.nnodes =
-          parse_bounded(flag, v.substr(colon == std::string::npos ? 0 : colon + 1), 1, static_cast<int>(kMaxProcesses));
-      if (colon != std::string::npos) {
-        out.min_hosts = parse_bounded(flag, v.substr(0, colon), 1, static_cast<int>(kMaxProcesses));
-        CHORUS_REQUIRE(*out.min_hosts <= *out.nnodes, InvalidArgumentError, "--nnodes '", v, "': MIN ", *out.min_hosts,
-                       " is above MAX ", *out.nnodes, " (torchrun's MIN:MAX)");
-      }
-    } else if (flag == "--nproc-per-node") {
-      out.nproc_per_node = parse_bounded(flag, value_of(flag, iv), 1, static_cast<int>(kMaxProcesses));
-    } else if (flag == "--node-rank") {
-      out.node_rank = parse_bounded(flag, value_of(flag, iv), 0, static_cast<int>(kMaxProcesses) - 1);
-    } else if (flag == "--rdzv-endpoint") {
-      out.rdzv_endpoint = value_of(flag, iv);
-      parse_rdzv_endpoint(*out.rdzv_endpoint);  // throws when invalid
-    } else if (flag == "--rdzv-timeout") {
-      out.rdzv_timeout_seconds = parse_bounded(flag, value_of(flag, iv), 1, 86400);
-    } else if (flag == "--rdzv-last-call") {
-      out.rdzv_last_call_seconds = parse_bounded(flag, value_of(flag, iv), 0, 86400);
-    } else if (flag == "--no-host-check") {
+  }
+  // The value of the option: the "=value" part of a long option, else the next word.
+  std::string value() {
+    if (inline_value_) return *inline_value_;
+    CHORUS_REQUIRE(i_ + 1 < args_.size(), InvalidArgumentError, "option ", flag_, " needs a value");
+    return args_[++i_];
+  }
+  void no_value() const {
+    CHORUS_REQUIRE(!inline_value_, InvalidArgumentError, "option ", flag_, " takes no value, got '", word_, "'");
+  }
+  int bounded(int low, int high) { return parse_bounded(flag_, value(), low, high); }
+
+  // Flags of both modes.
+  bool common_flag() {
+    const std::string& f = flag_;
+    if (f == "--max-restarts") {
+      out_.max_restarts = bounded(0, kMaxRestarts);
+    } else if (f == "--min-hosts") {
+      out_.min_hosts = bounded(1, static_cast<int>(kMaxProcesses));
+    } else if (f == "--failure-grace") {
+      out_.failure_grace_seconds = bounded(1, 86400);
+    } else if (f == "-x") {
+      out_.extra_environment.push_back(value());
+    } else if (f == "--collective-timeout") {
+      out_.collective_timeout = value();
+      env::parse_timeout_seconds(*out_.collective_timeout, "--collective-timeout");  // throws when invalid
+    } else if (f == kRecordExitStatusFlag) {
+      out_.record_exit_status = value();
+    } else if (f == "--dry-run") {
       no_value();
-      out.check_hosts = false;
-    } else if (flag == "--bind-to") {
-      out.bind_to = value_of(flag, iv);
-    } else if (flag == "-x") {
-      out.extra_environment.push_back(value_of(flag, iv));
-    } else if (flag == "--oversubscribe") {
+      out_.dry_run = true;
+    } else if (f == "--check-build") {
       no_value();
-      out.oversubscribe = true;
-    } else if (flag == "--enable-recovery") {
+      out_.check_build = true;
+    } else if (f == "-h" || f == "--help") {
       no_value();
-      out.enable_recovery = true;
-    } else if (flag == "--collective-timeout") {
-      out.collective_timeout = value_of(flag, iv);
-      env::parse_timeout_seconds(*out.collective_timeout, "--collective-timeout");  // throws when invalid
-    } else if (flag == "--status-dir") {
-      out.status_dir = value_of(flag, iv);
-      CHORUS_REQUIRE(!out.status_dir->empty(), InvalidArgumentError,
-                     "--status-dir is empty; give a directory every rank can write (or omit it)");
-    } else if (flag == kRecordExitStatusFlag) {
-      out.record_exit_status = value_of(flag, iv);
-    } else if (flag == "--dry-run") {
+      out_.help = true;
+    } else if (f == "--version") {
       no_value();
-      out.dry_run = true;
-    } else if (flag == "--check-build") {
-      no_value();
-      out.check_build = true;
-    } else if (flag == "-h" || flag == "--help") {
-      no_value();
-      out.help = true;
-    } else if (flag == "--version") {
-      no_value();
-      out.version = true;
+      out_.version = true;
     } else {
-      throw InvalidArgumentError(internal::str_cat(
-          "unknown option '", word,
-          "'; chorus-run takes -np, -H, --hostfile, --rsh-agent, --network-interface, --mca, --no-host-check, "
-          "--max-restarts, --min-hosts, --failure-grace, --nnodes, --nproc-per-node, --node-rank, --rdzv-endpoint, "
-          "--rdzv-timeout, "
-          "--bind-to, --oversubscribe, -x, --collective-timeout, --enable-recovery, --status-dir, --dry-run, --check-build, --version, --help, then the "
-          "program "
-          "(after '--' if its name starts with '-')"));
+      return false;
     }
-  }
-  out.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (out.help || out.check_build || out.version) return out;
-  if (out.record_exit_status) {
-    CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError, kRecordExitStatusFlag, " needs a program after '--'");
-    return out;
+    return true;
   }
 
-  CHORUS_REQUIRE(!out.program.empty(), InvalidArgumentError,
-                 "no program to run: put it after the options, e.g. chorus-run -np 2 -- ./chorus-train");
-  if (out.without_mpi()) {
-    CHORUS_REQUIRE(!out.min_hosts || *out.min_hosts <= out.nnodes.value_or(1), InvalidArgumentError, "--min-hosts ",
-                   *out.min_hosts, " is above --nnodes ", out.nnodes.value_or(1),
+  // mpirun's own flags (is_mpirun_flag).
+  bool mpirun_flag() {
+    const std::string& f = flag_;
+    if (f == "-np" || f == "-n" || f == "--np") {
+      out_.num_processes = parse_count(f, value());
+    } else if (f == "-H" || f == "--host" || f == "-host") {
+      out_.hosts = value();
+    } else if (f == "--hostfile" || f == "-hostfile" || f == "--machinefile") {
+      out_.hostfile = value();
+      CHORUS_REQUIRE(!out_.hostfile->empty(), InvalidArgumentError, f, " is empty; give the hostfile's path");
+    } else if (f == "--rsh-agent") {
+      out_.rsh_agent = value();
+      CHORUS_REQUIRE(!out_.rsh_agent->empty(), InvalidArgumentError,
+                     "--rsh-agent is empty; give a command such as ssh or 'ssh -p 2222'");
+    } else if (f == "--network-interface") {
+      out_.network_interfaces = value();
+    } else if (f == "--mca") {
+      CHORUS_REQUIRE(!inline_value_ && i_ + 2 < args_.size(), InvalidArgumentError,
+                     "option --mca needs a name and a value, e.g. --mca btl tcp,self");
+      out_.mca.emplace_back(args_[i_ + 1], args_[i_ + 2]);
+      i_ += 2;
+    } else if (f == "--no-host-check") {
+      no_value();
+      out_.check_hosts = false;
+    } else if (f == "--bind-to") {
+      out_.bind_to = value();
+    } else if (f == "--oversubscribe") {
+      no_value();
+      out_.oversubscribe = true;
+    } else if (f == "--enable-recovery") {
+      no_value();
+      out_.enable_recovery = true;
+    } else if (f == "--status-dir") {
+      out_.status_dir = value();
+      CHORUS_REQUIRE(!out_.status_dir->empty(), InvalidArgumentError,
+                     "--status-dir is empty; give a directory every rank can write (or omit it)");
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // torchrun's flags (agent_flag_name, already in their '-' spelling).
+  bool agent_flag() {
+    const std::string& f = flag_;
+    if (f == "--nnodes") {
+      // torchrun's elastic MIN:MAX: start (and restart) with the nodes there once at least MIN are
+      const std::string v = value();
+      const std::size_t colon = v.find(':');
+      out_.nnodes =
+          parse_bounded(f, v.substr(colon == std::string::npos ? 0 : colon + 1), 1, static_cast<int>(kMaxProcesses));
+      if (colon != std::string::npos) {
+        out_.min_hosts = parse_bounded(f, v.substr(0, colon), 1, static_cast<int>(kMaxProcesses));
+        CHORUS_REQUIRE(*out_.min_hosts <= *out_.nnodes, InvalidArgumentError, "--nnodes '", v, "': MIN ",
+                       *out_.min_hosts, " is above MAX ", *out_.nnodes, " (torchrun's MIN:MAX)");
+      }
+    } else if (f == "--nproc-per-node") {
+      out_.nproc_per_node = bounded(1, static_cast<int>(kMaxProcesses));
+    } else if (f == "--node-rank") {
+      out_.node_rank = bounded(0, static_cast<int>(kMaxProcesses) - 1);
+    } else if (f == "--rdzv-endpoint") {
+      out_.rdzv_endpoint = value();
+      parse_rdzv_endpoint(*out_.rdzv_endpoint);  // throws when invalid
+    } else if (f == "--rdzv-timeout") {
+      out_.rdzv_timeout_seconds = bounded(1, 86400);
+    } else if (f == "--rdzv-last-call") {
+      out_.rdzv_last_call_seconds = bounded(0, 86400);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  void check_agent_mode() const {
+    CHORUS_REQUIRE(!out_.min_hosts || *out_.min_hosts <= out_.nnodes.value_or(1), InvalidArgumentError, "--min-hosts ",
+                   *out_.min_hosts, " is above --nnodes ", out_.nnodes.value_or(1),
                    ": at least M of the nodes must join each start");
-    CHORUS_REQUIRE(first_mpirun_flag.empty(), InvalidArgumentError, first_agent_flag, " (chorus-run without MPI) and ",
-                   first_mpirun_flag,
+    CHORUS_REQUIRE(first_mpirun_flag_.empty(), InvalidArgumentError, first_agent_flag_,
+                   " (chorus-run without MPI) and ", first_mpirun_flag_,
                    " (mpirun's) cannot be mixed: give --nproc-per-node (with --nnodes, --node-rank, "
                    "--rdzv-endpoint) or -np/-H/--hostfile");
-    return out;
   }
-  CHORUS_REQUIRE(!(out.hosts && out.hostfile), InvalidArgumentError,
-                 "-H and --hostfile both name the hosts: give one of them");
-  CHORUS_REQUIRE(!out.rdzv_last_call_seconds, InvalidArgumentError,
-                 "--rdzv-last-call is for chorus-run without MPI (with --nnodes MIN:MAX)");
-  CHORUS_REQUIRE(!out.min_hosts || out.hosts || out.hostfile, InvalidArgumentError,
-                 "--min-hosts needs the hosts (-H or --hostfile), or --nnodes without MPI");
-  CHORUS_REQUIRE(out.num_processes || out.hosts || out.hostfile, InvalidArgumentError,
-                 "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... or "
-                 "--hostfile FILE to start one per slot");
-  return out;
-}
+
+  void check_mpirun_mode() const {
+    CHORUS_REQUIRE(!(out_.hosts && out_.hostfile), InvalidArgumentError,
+                   "-H and --hostfile both name the hosts: give one of them");
+    CHORUS_REQUIRE(!out_.min_hosts || out_.hosts || out_.hostfile, InvalidArgumentError,
+                   "--min-hosts needs the hosts (-H or --hostfile), or --nnodes without MPI");
+    CHORUS_REQUIRE(out_.num_processes || out_.hosts || out_.hostfile, InvalidArgumentError,
+                   "-np is missing: say how many processes to start (e.g. -np 2), or give -H host:slots,... or "
+                   "--hostfile FILE to start one per slot");
+  }
+
+  const std::vector<std::string>& args_;
+  std::size_t i_ = 0;
+  RunCommandLine out_;
+  std::string word_, flag_;
+  std::optional<std::string> inline_value_;
+  std::string first_mpirun_flag_, first_agent_flag_;  // as typed, for the message when they are mixed
+};
+
+}  // namespace
+
+RunCommandLine parse_run_command_line(const std::vector<std::string>& args) { return Parser(args).parse(); }
 
 std::string run_usage() {
   return R"(chorus-run: start a chorus program on several processes with Open MPI's mpirun.

@@ -175,9 +175,13 @@ TEST(ChorusRunAgent, MaxRestartsStartsAgainWithTheNextRestartCount) {
 
 TEST(ChorusRunAgent, SigtermToTheAgentStopsTheWorkersWithoutRestart) {
   const auto start = Clock::now();
-  const std::string script = "'" + kTool +
-                             "' --nproc-per-node 2 --max-restarts 3 -- /bin/sh -c 'sleep 60 & wait' & pid=$!; "
-                             "sleep 1; kill -TERM $pid; wait $pid; echo status=$?";
+  // The SIGTERM comes once both workers run (each leaves a file), not after a guessed second: on a
+  // loaded machine the agent may not have started them by then.
+  const std::string script =
+      "d=$(mktemp -d); '" + kTool +
+      "' --nproc-per-node 2 --max-restarts 3 -- /bin/sh -c \"touch $d/w\\$RANK; sleep 60 & wait\" & pid=$!; "
+      "for i in $(seq 200); do [ -e $d/w0 ] && [ -e $d/w1 ] && break; sleep 0.1; done; "
+      "kill -TERM $pid; wait $pid; echo status=$?; rm -rf $d";
   const auto r = run_tool({"/bin/sh", "-c", script});
   EXPECT_THAT(r.out, HasSubstr("status=143"));
   EXPECT_THAT(r.err, HasSubstr("chorus-run: stopped ranks 0, 1 because chorus-run was asked to stop (SIGTERM)\n"));
