@@ -77,80 +77,71 @@ std::string size_name(std::size_t b) {
   return std::to_string(b) + " B";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (auto rc = chorus::launch::answer_help_or_version(
-          argc, argv, "bench_hosts", "usage: bench_hosts [--quick] [--rounds K] [--sizes LIST] [--steps N]\n"))
-    return *rc;
+struct Options {
   int rounds = 5, steps = 30;
   std::vector<std::size_t> sizes = {4, 4096, 65536, 1u << 20, 16u << 20};
+};
+
+constexpr const char* kUsage = "usage: bench_hosts [--quick] [--rounds K] [--sizes LIST] [--steps N]\n";
+
+// The command line; nullopt after printing why (exit 2).
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
-      rounds = 1;
-      steps = 4;
-      sizes = {4, 65536, 1u << 20};
+      o.rounds = 1;
+      o.steps = 4;
+      o.sizes = {4, 65536, 1u << 20};
     } else if (a == "--rounds" && i + 1 < argc) {
-      rounds = std::max(1, std::atoi(argv[++i]));
+      o.rounds = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--steps" && i + 1 < argc) {
-      steps = std::max(1, std::atoi(argv[++i]));
+      o.steps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--sizes" && i + 1 < argc) {
-      sizes.clear();
+      o.sizes.clear();
       for (char* p = argv[++i]; *p != '\0';) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(p, &end, 10);
         if (end == p || v == 0 || v % 4 != 0) {
           std::fprintf(stderr, "bench_hosts: --sizes wants positive multiples of 4 bytes\n");
-          return 2;
+          return std::nullopt;
         }
-        sizes.push_back(static_cast<std::size_t>(v));
+        o.sizes.push_back(static_cast<std::size_t>(v));
         p = *end == ',' ? end + 1 : end;
       }
     } else {
-      std::fprintf(stderr,
-                   "bench_hosts: unknown flag '%s'\nusage: bench_hosts [--quick] [--rounds K] [--sizes LIST] "
-                   "[--steps N]\n",
-                   a.c_str());
-      return 2;
+      std::fprintf(stderr, "bench_hosts: unknown flag '%s'\n%s", a.c_str(), kUsage);
+      return std::nullopt;
     }
   }
-  const std::string machine = bench::machine(true);
-  std::printf("machine: %s\n", machine.c_str());
-  int status = 0;
-  const std::string up = bench::capture(quote(kHosts) + " up 2 2>&1", &status);
-  const bool hosts_ok = status == 0 && up.find("up on") != std::string::npos;
-  if (!hosts_ok) {
-    std::string why = up;
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    std::printf("skipped: no test hosts: %s\n", why.c_str());
-    bench::print_json_line("hosts", machine, {}, {{"skipped", "no test hosts: " + why}});
-    return 0;
-  }
+  return o;
+}
+
+// Per-round samples of every contender.
+struct Samples {
+  std::map<std::size_t, std::vector<double>> chorus_us, raw_us;
+  // Gloo against MPI, on 2 hosts and on 1: bytes -> per-round Gloo / MPI backend microseconds.
+  std::map<std::size_t, std::vector<double>> gloo2_us, mpi2_us, gloo1_us, mpi1_us;
+  std::vector<double> cnn_two, cnn_one;
+};
+
+// The rounds on the test hosts (up already); false when a run failed (printed).
+bool measure(const Options& o, Samples& s) {
   std::string list;
-  for (std::size_t s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+  for (std::size_t b : o.sizes) list += (list.empty() ? "" : ",") + std::to_string(b);
   const std::string root = geteuid() == 0 ? " --allow-run-as-root" : "";
   const std::string two_hosts = quote(kHosts) + " mpirun 2" + root + " -np 2 ";
   // The yardstick of the CNN: the same two processes on h0 alone (shared memory between them).
   const std::string one_host = quote(kHosts) + " exec h0 mpirun" + root + " --oversubscribe -np 2 ";
   const std::string policy = " --target-s 0.3 --reps 5";
-
-  std::map<std::size_t, std::vector<double>> chorus_us, raw_us;
-  // Gloo against MPI, on 2 hosts and on 1: bytes -> per-round Gloo / MPI backend microseconds.
-  std::map<std::size_t, std::vector<double>> gloo2_us, mpi2_us, gloo1_us, mpi1_us;
-  std::vector<double> cnn_two, cnn_one;
-  bool failed = false;
-  for (int r = 0; r < rounds && !failed; ++r) {
+  for (int r = 0; r < o.rounds; ++r) {
     for (const char* backend : {"chorus", "raw"}) {
       const std::string yield = std::string(backend) == "raw" ? "--mca mpi_yield_when_idle 1 " : "";
       const auto out = run(quote(kHosts) + " mpirun 2" + root + " " + yield + "-np 2 " + quote(kMpiBench) +
                            " --backend " + backend + " --sizes " + list + policy);
       const auto us = out ? bench::mpi_allreduce_medians_us(*out) : std::map<std::size_t, double>{};
-      if (us.size() != sizes.size()) {
-        failed = true;
-        break;
-      }
-      for (const auto& [b, t] : us) (std::string(backend) == "chorus" ? chorus_us : raw_us)[b].push_back(t);
+      if (us.size() != o.sizes.size()) return false;
+      for (const auto& [b, t] : us) (std::string(backend) == "chorus" ? s.chorus_us : s.raw_us)[b].push_back(t);
     }
 #ifdef CHORUS_GLOO_BENCH_PATH
     for (const bool two : {true, false}) {
@@ -158,46 +149,38 @@ int main(int argc, char** argv) {
           two ? quote(kHosts) + " mpirun 2" + root + " -x GLOO_SOCKET_IFNAME=eth0 -np 2 " : one_host;
       const auto out = run(where + quote(CHORUS_GLOO_BENCH_PATH) + " --sizes " + list + " --rounds 3 --target-s 0.3");
       const auto us = out ? bench::gloo_medians_us(*out) : std::map<std::size_t, std::pair<double, double>>{};
-      if (us.size() != sizes.size()) {
-        failed = true;
-        break;
-      }
+      if (us.size() != o.sizes.size()) return false;
       for (const auto& [b, t] : us) {
-        (two ? gloo2_us : gloo1_us)[b].push_back(t.first);
-        (two ? mpi2_us : mpi1_us)[b].push_back(t.second);
+        (two ? s.gloo2_us : s.gloo1_us)[b].push_back(t.first);
+        (two ? s.mpi2_us : s.mpi1_us)[b].push_back(t.second);
       }
     }
-    if (failed) break;
 #endif
     for (const std::string& where : {two_hosts, one_host}) {
       const auto out =
-          run(where + quote(kTrainBench) + " --worker-child --steps " + std::to_string(steps) + " --repeats 1");
+          run(where + quote(kTrainBench) + " --worker-child --steps " + std::to_string(o.steps) + " --repeats 1");
       const auto sps = out ? bench::result_field(*out, "samples_per_s") : std::nullopt;
-      if (!sps) {
-        failed = true;
-        break;
-      }
-      (where == two_hosts ? cnn_two : cnn_one).push_back(*sps);
+      if (!sps) return false;
+      (where == two_hosts ? s.cnn_two : s.cnn_one).push_back(*sps);
     }
   }
-  bench::capture(quote(kHosts) + " down 2>&1", &status);
-  if (failed) {
-    std::printf("bench_hosts: a run failed (see above)\n");
-    return 1;
-  }
+  return true;
+}
 
+// The tables and the JSON line.
+void report(const Options& o, Samples& s, const std::string& machine) {
   std::printf(
       "2 test hosts (network namespaces, veth + bridge), Open MPI tcp BTL only, 1 process per host; %d round(s), "
       "alternating; medians [min-max]\n",
-      rounds);
+      o.rounds);
   std::printf("%-8s %12s %22s %12s %22s %8s %12s\n", "size", "chorus us", "[min-max]", "raw MPI us", "[min-max]",
               "ratio", "chorus GB/s");
   std::printf(
       "(raw: MPI_Allreduce with --mca mpi_yield_when_idle 1; ratio = raw time / chorus time, > 1: chorus "
       "faster)\n");
   std::vector<bench::Json> cases;
-  for (std::size_t b : sizes) {
-    const Spread c = spread(chorus_us[b]), m = spread(raw_us[b]);
+  for (std::size_t b : o.sizes) {
+    const Spread c = spread(s.chorus_us[b]), m = spread(s.raw_us[b]);
     char cr[48], mr[48];
     std::snprintf(cr, sizeof cr, "[%.1f-%.1f]", c.min, c.max);
     std::snprintf(mr, sizeof mr, "[%.1f-%.1f]", m.min, m.max);
@@ -207,15 +190,15 @@ int main(int argc, char** argv) {
                                      "raw MPI_Allreduce (mpi_yield_when_idle 1), same hosts", m.median,
                                      m.median / c.median));
   }
-  if (!gloo2_us.empty()) {
+  if (!s.gloo2_us.empty()) {
     std::printf(
         "Gloo against chorus's MPI backend (bench_gloo: both in the same processes, alternating; ratio = MPI time / "
         "Gloo time, > 1: Gloo faster)\n");
     std::printf("%-8s %12s %12s %8s   %12s %12s %8s\n", "size", "2h gloo us", "2h mpi us", "ratio", "1h gloo us",
                 "1h mpi us", "ratio");
-    for (std::size_t b : sizes) {
-      const double g2 = bench::median(gloo2_us[b]), m2 = bench::median(mpi2_us[b]);
-      const double g1 = bench::median(gloo1_us[b]), m1 = bench::median(mpi1_us[b]);
+    for (std::size_t b : o.sizes) {
+      const double g2 = bench::median(s.gloo2_us[b]), m2 = bench::median(s.mpi2_us[b]);
+      const double g1 = bench::median(s.gloo1_us[b]), m1 = bench::median(s.mpi1_us[b]);
       std::printf("%-8s %12.1f %12.1f %8.2f   %12.1f %12.1f %8.2f\n", size_name(b).c_str(), g2, m2, m2 / g2, g1, m1,
                   m1 / g1);
       cases.push_back(bench::json_case("gloo all_reduce " + size_name(b) + " 2 hosts", g2, "us",
@@ -224,14 +207,41 @@ int main(int argc, char** argv) {
                                        "chorus MPI backend all_reduce, same processes", m1, m1 / g1));
     }
   }
-  const Spread two = spread(cnn_two), one = spread(cnn_one);
+  const Spread two = spread(s.cnn_two), one = spread(s.cnn_one);
   std::printf("seed CNN, MultiWorkerMirroredStrategy, 2 processes x 1 CPU device, global batch 128, %d steps:\n",
-              steps);
+              o.steps);
   std::printf("  2 hosts over TCP:           %9.1f samples/s [%.0f-%.0f]\n", two.median, two.min, two.max);
   std::printf("  1 host (shared memory):     %9.1f samples/s [%.0f-%.0f]\n", one.median, one.min, one.max);
   std::printf("  ratio (2 hosts / 1 host):   %9.2f\n", two.median / one.median);
   cases.push_back(bench::json_case("seed CNN samples/s 2 hosts", two.median, "samples/s",
                                    "the same 2 processes on 1 host", one.median, two.median / one.median));
   bench::print_json_line("hosts", machine, cases, {});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto rc = chorus::launch::answer_help_or_version(argc, argv, "bench_hosts", kUsage)) return *rc;
+  const auto options = parse_options(argc, argv);
+  if (!options) return 2;
+  const std::string machine = bench::machine(true);
+  std::printf("machine: %s\n", machine.c_str());
+  int status = 0;
+  const std::string up = bench::capture(quote(kHosts) + " up 2 2>&1", &status);
+  if (status != 0 || up.find("up on") == std::string::npos) {
+    std::string why = up;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    std::printf("skipped: no test hosts: %s\n", why.c_str());
+    bench::print_json_line("hosts", machine, {}, {{"skipped", "no test hosts: " + why}});
+    return 0;
+  }
+  Samples samples;
+  const bool ok = measure(*options, samples);
+  bench::capture(quote(kHosts) + " down 2>&1", &status);
+  if (!ok) {
+    std::printf("bench_hosts: a run failed (see above)\n");
+    return 1;
+  }
+  report(*options, samples, machine);
   return 0;
 }
