@@ -2,12 +2,13 @@
 // run, on the same processes.
 //
 //   mpirun -np <k> bench_gloo [--sizes 4K,64K,1M,16M,64M] [--rounds R] [--target-s S]
-//                             [--gloo-host 127.0.0.1|auto] [--no-validate] [--quick]
+//                             [--gloo-host 127.0.0.1|auto] [--no-validate] [--no-busy-poll] [--quick]
 //
 // Every rank makes both communicators: make_mpi_communicator() and make_gloo_communicator() over a
 // TCP store (collective/store/tcp_store.h) that rank 0 serves on a port the OS picks, as a job
 // without MPI would (c10d's TCPStore); rank 0 broadcasts its address (its --gloo-host, or its host
-// name with "auto"; --no-validate: Gloo without fingerprints, to show what they cost; with GLOO_SOCKET_IFNAME set, each
+// name with "auto"; --no-validate: Gloo without fingerprints, to show what they cost; --no-busy-poll: Gloo's waits
+// without a spinning thread (collective/busy_poll.h), to show what it saves; with GLOO_SOCKET_IFNAME set, each
 // rank's address on that interface, as MultiWorkerMirroredStrategy takes it: the way across test hosts, bench_hosts)
 // and the port over MPI. Both run with fingerprint validation on, as a training step would. For each size: a
 // zero-filled float32 CPU tensor, in-place all_reduce(t, t) + wait(). Timing: 2 warm-up calls; a batch size B doubled
@@ -42,7 +43,7 @@ using chorus::collective::Communicator;
 
 constexpr const char* kUsage =
     "usage: mpirun -np <k> bench_gloo [--sizes 4K,64K,1M,16M,64M] [--rounds R] [--target-s S]\n"
-    "                                 [--gloo-host 127.0.0.1|auto] [--no-validate] [--quick]\n"
+    "                                 [--gloo-host 127.0.0.1|auto] [--no-validate] [--no-busy-poll] [--quick]\n"
     "Gloo all_reduce against the MPI backend's, in the same run; sizes in bytes (K, M suffixes).\n";
 constexpr double kCalibrateSeconds = 5e-3;
 
@@ -123,6 +124,7 @@ int run(int argc, char** argv) {
   double target_s = 1.0;
   std::string host = "127.0.0.1";
   bool validate = true;
+  bool busy_poll = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has = i + 1 < argc;
@@ -139,6 +141,8 @@ int run(int argc, char** argv) {
       if (host == "auto") host.clear();
     } else if (a == "--no-validate") {
       validate = false;
+    } else if (a == "--no-busy-poll") {
+      busy_poll = false;
     } else if (a == "--quick") {
       sizes = {4096, 1 << 20};
       rounds = 3;
@@ -157,13 +161,14 @@ int run(int argc, char** argv) {
   auto server = serve_store(rank, host, &store);
   auto mpi_comm = chorus::collective::make_mpi_communicator();
   auto gloo_comm = chorus::collective::make_gloo_communicator(
-      *store, rank, np, {.prefix = "bench", .hostname = host, .validate = validate});
+      *store, rank, np, {.prefix = "bench", .hostname = host, .validate = validate, .busy_poll = busy_poll});
 
   if (rank == 0) {
     std::printf("bench_gloo: all_reduce (sum, float32, in place), %d processes, %d rounds\n", np, rounds);
     std::printf("machine: %s\n", chorus::bench::machine(/*cpu_model=*/true).c_str());
-    std::printf("gloo meets through: %s (served by rank 0); fingerprints %s\n", store->describe().c_str(),
-                validate ? "on" : "off (--no-validate)");
+    std::printf("gloo meets through: %s (served by rank 0); fingerprints %s; busy polling %s\n",
+                store->describe().c_str(), validate ? "on" : "off (--no-validate)",
+                busy_poll ? "on" : "off (--no-busy-poll)");
     std::printf("%-8s %12s %12s %12s %12s %8s\n", "size", "gloo_us", "mpi_us", "gloo_GB/s", "mpi_GB/s", "ratio");
   }
   std::vector<chorus::bench::Json> cases;

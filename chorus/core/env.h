@@ -86,6 +86,9 @@ std::optional<std::chrono::milliseconds> collective_timeout();
 
 // CHORUS_PEER_MONITOR as a boolean (get_bool), true when unset.
 bool peer_monitor_enabled();
+// CHORUS_BUSY_POLL as a boolean (get_bool), true when unset: whether host collectives keep a CPU
+// busy while they wait (collective/busy_poll.h).
+bool busy_poll_enabled();
 // CHORUS_FLIGHT_RECORD_DIR; "" when unset or empty (no flight records). Read at every failure, so a
 // test may set it while the process runs.
 std::string flight_record_dir();

@@ -31,6 +31,7 @@ char level_letter(LogLevel level) {
     case LogLevel::kInfo: return 'I';
     case LogLevel::kWarning: return 'W';
     case LogLevel::kError: return 'E';
+    case LogLevel::kNone: break;  // never printed
   }
   return '?';
 }

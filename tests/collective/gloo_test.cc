@@ -34,7 +34,8 @@ std::string fresh_prefix() {
 
 // Runs fn(comm, "/cpu:r") on k threads, each with the communicator of its rank; rethrows the first
 // error a rank threw (gtest failures inside are recorded by gtest itself).
-void run_gloo(int k, const std::function<void(Communicator&, const std::string&)>& fn, bool validate = true) {
+void run_gloo(int k, const std::function<void(Communicator&, const std::string&)>& fn, bool validate = true,
+              bool busy_poll = true) {
   chorus::testing::use_cpu_devices(k);
   LoopbackStore loopback;
   TcpStore& store = loopback.store;
@@ -44,8 +45,12 @@ void run_gloo(int k, const std::function<void(Communicator&, const std::string&)
   for (int r = 0; r < k; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto comm = make_gloo_communicator(
-            store, r, k, {.prefix = prefix, .hostname = "127.0.0.1", .validate = validate, .timeout = kTimeout});
+        auto comm = make_gloo_communicator(store, r, k,
+                                           {.prefix = prefix,
+                                            .hostname = "127.0.0.1",
+                                            .validate = validate,
+                                            .busy_poll = busy_poll,
+                                            .timeout = kTimeout});
         EXPECT_EQ(comm->backend(), "gloo");
         EXPECT_EQ(comm->rank(), r);
         EXPECT_EQ(comm->size(), k);
@@ -65,6 +70,10 @@ TEST(GlooTest, BroadcastReduceAllGatherReduceScatterBarrier) {
   for (int k : {1, 2, 3}) run_gloo(k, gloo_cases::broadcast_reduce_gather_scatter);
 }
 TEST(GlooTest, ValidationOffStillComputes) { run_gloo(3, gloo_cases::validation_off_still_computes, false); }
+// Every other test runs with busy polling on (the default); the waits must not depend on it.
+TEST(GlooTest, BusyPollOffStillComputes) {
+  run_gloo(2, gloo_cases::all_reduce_every_op_dtype_and_size, /*validate=*/true, /*busy_poll=*/false);
+}
 TEST(GlooTest, MismatchedCallsRaiseOnEveryRankAndTheCommunicatorRecovers) {
   for (int k : {2, 3}) run_gloo(k, gloo_cases::mismatch_raises_everywhere_and_recovers);
 }

@@ -95,5 +95,15 @@ TEST(EnvTest, PeerMonitorSwitch) {
   unsetenv("CHORUS_PEER_MONITOR");
 }
 
+TEST(EnvTest, BusyPollSwitch) {
+  unsetenv("CHORUS_BUSY_POLL");
+  EXPECT_TRUE(env::busy_poll_enabled());
+  setenv("CHORUS_BUSY_POLL", "0", 1);
+  EXPECT_FALSE(env::busy_poll_enabled());
+  setenv("CHORUS_BUSY_POLL", "maybe", 1);
+  EXPECT_THROW(env::busy_poll_enabled(), InvalidArgumentError);
+  unsetenv("CHORUS_BUSY_POLL");
+}
+
 }  // namespace
 }  // namespace chorus

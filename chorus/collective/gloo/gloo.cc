@@ -16,6 +16,7 @@
 
 #include <chorus/collective/deadline.h>
 #include <chorus/collective/gloo/gloo_internal.h>
+#include <chorus/core/env.h>
 #include <chorus/core/host.h>
 #include <chorus/core/logging.h>
 #endif
@@ -34,14 +35,13 @@ using gloo_detail::Clock;
 using gloo_detail::Peer;
 using std::chrono::milliseconds;
 
-// Publishes this rank, waits until all `size` did; DeadlineExceededError naming the missing ones.
-std::vector<Peer> arrive(Store& store, const std::string& prefix, int rank, int size, milliseconds timeout) {
-  Peer me;
-  me.host = host_name_or("unknown");
-  me.pid = static_cast<long>(::getpid());
-  store.set(str_cat(prefix, "/peer/", rank), gloo_detail::encode_peer(me));
+// Sets "<prefix>/<step>/<rank>" to `value` and waits until every rank set its own; DeadlineExceededError
+// naming the ranks that did not, `what` saying what they did not do ("create their communicator").
+void all_reach(Store& store, const std::string& prefix, const char* step, const char* what, int rank, int size,
+               const std::string& value, milliseconds timeout) {
+  store.set(str_cat(prefix, "/", step, "/", rank), value);
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(str_cat(prefix, "/peer/", r));
+  for (int r = 0; r < size; ++r) keys.push_back(str_cat(prefix, "/", step, "/", r));
   const auto start = Clock::now();
   try {
     store.wait(keys, timeout);
@@ -51,13 +51,20 @@ std::vector<Peer> arrive(Store& store, const std::string& prefix, int rank, int 
       if (!store.check({keys[static_cast<std::size_t>(r)]})) missing += str_cat(missing.empty() ? "" : ", ", r);
     throw DeadlineExceededError(str_cat("gloo: rank ", rank, " of ", size, " waited ",
                                         std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                                        " ms for rank(s) [", missing, "] to create their communicator (prefix '",
-                                        prefix, "' of ", store.describe(),
+                                        " ms for rank(s) [", missing, "] to ", what, " (prefix '", prefix, "' of ",
+                                        store.describe(),
                                         "); a process did not start, crashed, or uses another store or prefix."));
   }
+}
+
+// Publishes this rank, waits until all `size` did; DeadlineExceededError naming the missing ones.
+std::vector<Peer> arrive(Store& store, const std::string& prefix, int rank, int size, milliseconds timeout) {
+  Peer me;
+  me.host = host_name_or("unknown");
+  me.pid = static_cast<long>(::getpid());
+  all_reach(store, prefix, "peer", "create their communicator", rank, size, gloo_detail::encode_peer(me), timeout);
   std::vector<Peer> peers;
-  for (int r = 0; r < size; ++r)
-    peers.push_back(gloo_detail::decode_peer(store.get(keys[static_cast<std::size_t>(r)])));
+  for (int r = 0; r < size; ++r) peers.push_back(gloo_detail::decode_peer(store.get(str_cat(prefix, "/peer/", r))));
   return peers;
 }
 
@@ -109,8 +116,13 @@ std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int
     throw UnavailableError(str_cat("gloo: rank ", rank, " of ", size, " could not connect to its peers (prefix '",
                                    options.prefix, "' of ", store.describe(), "): ", e.what()));
   }
+  // Every rank holds all its connections before any rank uses one: without this, ranks that finished
+  // connecting could run a collective, fail, and shut their connections down while a slower rank was
+  // still connecting, which would then see "connection closed" instead of the failure's cause.
+  all_reach(store, options.prefix, "connected", "connect to their peers", rank, size, "", options.timeout);
   return std::make_unique<gloo_detail::GlooCommunicator>(store, options.prefix, std::move(context), std::move(peers),
-                                                         options.validate);
+                                                         options.validate,
+                                                         options.busy_poll && env::busy_poll_enabled());
 }
 
 #else  // !CHORUS_WITH_GLOO

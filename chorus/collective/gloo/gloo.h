@@ -14,8 +14,10 @@
 //
 // Creation. make_gloo_communicator is collective over `size` processes: each one publishes its host
 // and pid under "<prefix>/peer/<rank>", waits (options.timeout) until every rank did, then Gloo
-// connects a full mesh of TCP connections (its addresses under "<prefix>/<rank>"). A rank that does
-// not arrive in time → DeadlineExceededError on the others naming the missing ranks and the store.
+// connects a full mesh of TCP connections (its addresses under "<prefix>/<rank>"), and each rank
+// marks "<prefix>/connected/<rank>" and waits until every rank did (so no rank uses, or shuts down,
+// a connection while another is still connecting). A rank that does not arrive or connect in time →
+// DeadlineExceededError on the others naming the missing ranks and the store.
 // The store must outlive the communicator (failures are written to it, see "Failure").
 // Two communicators on one store need two prefixes (a prefix is used once).
 //
@@ -64,7 +66,8 @@
 //   CHORUS_FLIGHT_RECORD_DIR is set.
 //
 // Threads. Each communicator is used by one thread at a time (communicator.h); abort() may come from
-// any thread. Each communicator has its own Gloo TCP device, which runs one event-loop thread.
+// any thread. Each communicator has its own Gloo TCP device, which runs one event-loop thread, and
+// (busy_poll on, size > 1) one BusyPoller thread that spins while a call runs.
 //
 // Signals. Gloo writes to its sockets without MSG_NOSIGNAL, so a write to a peer that closed its
 // connection raises SIGPIPE, which by default ends the process. The first make_gloo_communicator
@@ -95,6 +98,11 @@ struct GlooCommunicatorOptions {
   std::string hostname;
   // Compare fingerprints across ranks before every collective (see "Execution").
   bool validate = true;
+  // Keep a CPU of this process busy while a collective waits (collective/busy_poll.h: a thread that
+  // spins, yielding, during each call and 2 ms after it, as MPI's and NCCL's waits spin). Off, each
+  // message of a call waits for an idle CPU to wake: about a millisecond per message on a virtual
+  // machine (docs/benchmarks.md). CHORUS_BUSY_POLL=0 turns it off for every Gloo communicator.
+  bool busy_poll = true;
   // For creating the communicator: the wait for every rank to arrive and the TCP connections.
   // Collectives take their own timeouts.
   std::chrono::milliseconds timeout = default_timeout();

@@ -139,12 +139,14 @@ milliseconds Call::left() const {
 }
 
 GlooCommunicator::GlooCommunicator(collective::Store& store, std::string prefix,
-                                   std::shared_ptr<::gloo::Context> context, std::vector<Peer> peers, bool validate)
+                                   std::shared_ptr<::gloo::Context> context, std::vector<Peer> peers, bool validate,
+                                   bool busy_poll)
     : store_(store),
       prefix_(std::move(prefix)),
       context_(std::move(context)),
       peers_(std::move(peers)),
       validate_(validate),
+      poller_(busy_poll && context_->size > 1 ? std::make_unique<BusyPoller>() : nullptr),
       rank_(context_->rank),
       size_(context_->size) {
   connections_ = find_connections(*context_);
@@ -327,6 +329,7 @@ std::shared_ptr<Work> GlooCommunicator::run(const CollectiveCall& c, std::initia
   call.start = Clock::now();
   call.deadline = deadline_after(call.start, call.timeout);
   std::string mismatch;
+  const BusyPoller::Scope busy(poller_.get());
   try {
     if (validate_) mismatch = exchange_fingerprints(call);
     if (mismatch.empty()) body(call);

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <chorus/collective/busy_poll.h>
 #include <chorus/collective/call.h>
 #include <chorus/collective/communicator.h>
 #include <chorus/collective/flight_record.h>
@@ -144,7 +145,7 @@ struct Call : CollectiveCall {
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(collective::Store& store, std::string prefix, std::shared_ptr<::gloo::Context> context,
-                   std::vector<Peer> peers, bool validate);
+                   std::vector<Peer> peers, bool validate, bool busy_poll);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -214,6 +215,7 @@ class GlooCommunicator final : public Communicator {
   std::vector<Peer> peers_;
   std::vector<Connection> connections_;
   const bool validate_;
+  const std::unique_ptr<BusyPoller> poller_;  // null: busy_poll off (gloo.h)
   const int rank_;
   const int size_;
   struct Completed {
