@@ -1,5 +1,10 @@
-// Crash safety of sharded saves across processes (docs/checkpoints.md "Sharded checkpoints"): a
-// job of 2 workers (`mpirun -np 2`, 2 CPU devices each, ZeRO stage 3: every worker writes its own
+// Sharded checkpoints across separate mpirun jobs (docs/checkpoints.md "Sharded checkpoints").
+//
+// Resharding: a job of 2 workers (2 CPU devices each, ZeRO stage 3) saves; a job of 3 workers (1
+// device each) restores it at stages 3 and 0 and saves it again as 3 data files; this process alone
+// (no strategy) restores that one. The children are ShardedJobChild.* of sharded_checkpoint_mpi.cc.
+//
+// Crash safety: a job of 2 workers (`mpirun -np 2`, 2 CPU devices each, ZeRO stage 3: every worker writes its own
 // data file) resumes from the latest checkpoint and saves in a loop; one rank — the chief or the
 // other, in turn — kills itself with SIGKILL at a random moment, and mpirun ends the job. After
 // every kill, latest_checkpoint() names a complete checkpoint (its index and every data file)
@@ -31,18 +36,18 @@ struct State {
   Variable b = make_variable({.initial_value = Tensor::zeros({1000, 333}), .name = "b"});
 };
 
-// Runs the child job; returns mpirun's wait status (killed after 120 s if it hangs).
-int run_job(const std::string& dir, int victim, int delay_us) {
+// Runs `np` processes of the child test `test` with the environment `env`; returns mpirun's wait
+// status (killed after 120 s if it hangs).
+int run_mpi_child(int np, const std::string& test, const std::vector<std::string>& env) {
 #if defined(CHORUS_MPIEXEC) && defined(CHORUS_SHARDED_MPI_BIN)
   std::vector<std::string> args{CHORUS_MPIEXEC, "--oversubscribe"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  for (const std::string& e :
-       {"CHORUS_SHARDED_CRASH_DIR=" + dir, "CHORUS_SHARDED_CRASH_VICTIM=" + std::to_string(victim),
-        "CHORUS_SHARDED_CRASH_DELAY_US=" + std::to_string(delay_us)}) {
+  for (const std::string& e : env) {
     args.push_back("-x");
     args.push_back(e);
   }
-  for (const char* a : {"-np", "2", CHORUS_SHARDED_MPI_BIN, "--gtest_filter=ShardedCrashChild.SaveLoop"})
+  for (const std::string& a :
+       {std::string("-np"), std::to_string(np), std::string(CHORUS_SHARDED_MPI_BIN), "--gtest_filter=" + test})
     args.push_back(a);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -61,9 +66,51 @@ int run_job(const std::string& dir, int victim, int delay_us) {
   }
   return status;
 #else
-  (void)dir, (void)victim, (void)delay_us;
+  (void)np, (void)test, (void)env;
   return -1;
 #endif
+}
+
+// The crash drill's job: saves in a loop until `victim` kills itself after `delay_us`.
+int run_job(const std::string& dir, int victim, int delay_us) {
+  return run_mpi_child(2, "ShardedCrashChild.SaveLoop",
+                       {"CHORUS_SHARDED_CRASH_DIR=" + dir, "CHORUS_SHARDED_CRASH_VICTIM=" + std::to_string(victim),
+                        "CHORUS_SHARDED_CRASH_DELAY_US=" + std::to_string(delay_us)});
+}
+
+TEST(ShardedCheckpointJobs, ASaveOfTwoWorkersRestoresOntoThreeAndThreeOntoOne) {
+#if !defined(CHORUS_MPIEXEC) || !defined(CHORUS_SHARDED_MPI_BIN)
+  GTEST_SKIP() << "built without MPI";
+#endif
+  testing::TempDir dir;
+  const std::vector<std::string> env{"CHORUS_SHARDED_JOB_DIR=" + dir.path()};
+  // A child's gtest failure makes it exit 1, and mpirun with it.
+  int status = run_mpi_child(2, "ShardedJobChild.Save", env);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the saving job (np 2) failed: " << status;
+  EXPECT_TRUE(std::filesystem::exists(dir / "sharded.data-00001-of-00002"));
+  status = run_mpi_child(3, "ShardedJobChild.Restore", env);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the restoring job (np 3) failed: " << status;
+  EXPECT_TRUE(std::filesystem::exists(dir / "resharded.data-00002-of-00003"));
+  // One process, no strategy: every value read from the slices of the 3 data files.
+  const BundleReader gathered(dir / "gathered");
+  const std::vector<std::string> names{"p0", "p1", "p2", "p3", "p4", "step"};
+  std::vector<Variable> vars;
+  std::vector<TrackableChild> children;
+  for (const std::string& name : names) {
+    const Tensor want = gathered.read(name + "/.ATTRIBUTES/VARIABLE_VALUE");
+    vars.push_back(make_variable(
+        {.initial_value = Tensor::zeros(want.shape(), want.dtype()), .name = name, .trainable = name != "step"}));
+  }
+  for (const Variable& v : vars) children.push_back({v.name(), TrackableRef(v)});
+  Checkpoint(children).read(dir / "resharded").assert_consumed();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Tensor want = gathered.read(names[i] + "/.ATTRIBUTES/VARIABLE_VALUE");
+    if (want.dtype() == DType::kInt64) {
+      EXPECT_EQ(vars[i].value().to_vector<std::int64_t>(), want.to_vector<std::int64_t>()) << names[i];
+    } else {
+      EXPECT_EQ(vars[i].value().to_vector<float>(), want.to_vector<float>()) << names[i];
+    }
+  }
 }
 
 TEST(ShardedCheckpointCrash, AWorkerKilledMidSaveNeverLeavesABrokenLatestCheckpoint) {

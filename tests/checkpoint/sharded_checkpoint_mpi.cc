@@ -15,7 +15,8 @@
 //     written, and the manager's previous checkpoint stays the latest, intact;
 //   - a NaN in one worker's shard makes every worker refuse CheckpointManager::save alike.
 // ShardedCrashChild.SaveLoop is the child of sharded_checkpoint_crash_test.cc's drill (skipped
-// unless it sets CHORUS_SHARDED_CRASH_DIR).
+// unless it sets CHORUS_SHARDED_CRASH_DIR); ShardedJobChild.Save and .Restore are the two jobs of
+// its resharding test (skipped unless it sets CHORUS_SHARDED_JOB_DIR).
 #include "tests/collective/mpi_test_main.h"
 
 #include <sys/stat.h>
@@ -293,6 +294,49 @@ TEST(ShardedCrashChild, SaveLoop) {
     vars[0].assign(Tensor::full({512, 1024}, static_cast<double>(next)));
     vars[1].assign(Tensor::full({1000, 333}, static_cast<double>(next)));
     manager.save();
+  }
+}
+
+// ---- a save by one job restored by a job of another size (sharded_checkpoint_crash_test.cc) ----
+
+// The job's directory, or "" (then the test skips: it only runs as a child).
+std::string job_dir() {
+  const char* dir = std::getenv("CHORUS_SHARDED_JOB_DIR");
+  return dir == nullptr ? "" : dir;
+}
+
+// Writes <dir>/sharded (ZeRO stage 3, 2 devices per worker: one data file per worker of this job)
+// and <dir>/gathered, the same values saved whole by the chief (SaveOptions::sharded = false).
+TEST(ShardedJobChild, Save) {
+  const std::string dir = job_dir();
+  if (dir.empty()) GTEST_SKIP() << "run by sharded_checkpoint_crash_test only";
+  MultiWorkerMirroredStrategy strategy = make_strategy(2, 3);
+  const std::vector<Variable> vars = make_params(strategy, 3.25f);
+  Checkpoint ckpt(children_of(vars));
+  EXPECT_EQ(ckpt.write(dir + "/sharded"), dir + "/sharded");
+  EXPECT_EQ(ckpt.write(dir + "/gathered", {.sharded = false}), dir + "/gathered");
+}
+
+// Restores <dir>/sharded with this job's workers (1 device each) at stages 3 and 0, compares every
+// value with <dir>/gathered's, then writes <dir>/resharded from stage 3 (this job's data files).
+TEST(ShardedJobChild, Restore) {
+  const std::string dir = job_dir();
+  if (dir.empty()) GTEST_SKIP() << "run by sharded_checkpoint_crash_test only";
+  const BundleReader gathered(dir + "/gathered");
+  std::vector<std::vector<float>> want;
+  for (std::size_t i = 0; i < kShapes.size(); ++i)
+    want.push_back(gathered.read("p" + std::to_string(i) + kVar).to_vector<float>());
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    MultiWorkerMirroredStrategy strategy = make_strategy(1, stage);
+    const std::vector<Variable> p = make_params(strategy, -100.0f);
+    Checkpoint ckpt(children_of(p));
+    ckpt.read(dir + "/sharded").assert_consumed();
+    EXPECT_EQ(values_of(p), want);
+    EXPECT_EQ(p.back().value().item<std::int64_t>(), 7);
+    if (stage == 3) {
+      EXPECT_EQ(ckpt.write(dir + "/resharded"), dir + "/resharded");
+    }
   }
 }
 
