@@ -34,7 +34,6 @@
 #include <chorus/collective/store/tcp_store.h>
 #include <chorus/core/env.h>
 #include <chorus/core/tensor.h>
-#include <chorus/distribute/worker_transport.h>
 #include <chorus/launch/cli.h>
 
 namespace {
@@ -153,7 +152,7 @@ int run(int argc, char** argv) {
   }
   if (sizes.empty()) sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
   if (const auto ifname = chorus::env::get("GLOO_SOCKET_IFNAME"); ifname && !ifname->empty())
-    host = chorus::distribute::internal::interface_address(*ifname);
+    host = chorus::collective::interface_address(*ifname);
 
   chorus::collective::MpiEnvironment mpi;
   const int rank = mpi.world_rank(), np = mpi.world_size();

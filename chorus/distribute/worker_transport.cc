@@ -1,12 +1,5 @@
 #include <chorus/distribute/worker_transport.h>
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/nccl/nccl_mpi.h>
 #include <chorus/collective/nccl/nccl_store.h>
@@ -51,7 +44,7 @@ int mpi_world_size() {
 // The address Gloo binds to and advertises (see the header, "Communicators").
 std::string gloo_hostname(const ClusterResolver& r) {
   if (const auto ifname = env::get("GLOO_SOCKET_IFNAME"); ifname && !ifname->empty())
-    return internal::interface_address(ifname->substr(0, ifname->find(',')));
+    return collective::interface_address(ifname->substr(0, ifname->find(',')));
   const std::vector<std::string> addresses = r.worker_addresses();
   const auto index = static_cast<std::size_t>(r.worker_index());
   if (index < addresses.size()) return host_part(addresses[index]);
@@ -60,40 +53,6 @@ std::string gloo_hostname(const ClusterResolver& r) {
 }
 
 }  // namespace
-
-namespace internal {
-
-std::string interface_address(const std::string& name) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0)
-    throw UnavailableError(
-        str_cat("GLOO_SOCKET_IFNAME='", name, "': cannot list this host's interfaces: ", std::strerror(errno)));
-  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, ::freeifaddrs);
-  std::string v4, v6, names;
-  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) continue;
-    const std::string ifname = a->ifa_name;
-    if (names.find("'" + ifname + "'") == std::string::npos)
-      names += str_cat(names.empty() ? "" : ", ", "'", ifname, "'");
-    if (ifname != name) continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    if (a->ifa_addr->sa_family == AF_INET && v4.empty()) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
-      v4 = text;
-    } else if (a->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
-      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr, text, sizeof text);
-      v6 = text;
-    }
-  }
-  if (!v4.empty()) return v4;
-  if (!v6.empty()) return v6;
-  throw InvalidArgumentError(str_cat("GLOO_SOCKET_IFNAME='", name,
-                                     "': this host has no interface of that name with an address; its interfaces "
-                                     "with addresses are ",
-                                     names.empty() ? std::string("none") : names));
-}
-
-}  // namespace internal
 
 WorkerTransportChoice choose_worker_transport(const ClusterResolver& r, bool gpu) {
   if (internal::mpi_initialized() && mpi_world_size() > 1)

@@ -107,10 +107,4 @@ class WorkerTransport {
   int generation_ = 0;                      // cross communicators made so far
 };
 
-namespace internal {
-// The numeric address of network interface `name` (IPv4 first, else IPv6); InvalidArgumentError
-// naming the interfaces that have addresses when it has none or does not exist.
-std::string interface_address(const std::string& name);
-}  // namespace internal
-
 }  // namespace chorus::distribute

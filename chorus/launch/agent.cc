@@ -63,8 +63,11 @@ class Agent {
   bool connect();
   std::optional<int> join(int attempt);
   Outcome run_attempt(int attempt);
+  // `decided`: the job's decision, which this agent does not report again: read from the store
+  // (another node's report), or — `found_here` — one this agent reached itself (a silent node,
+  // already reported; the store lost, nobody to tell).
   Outcome end_attempt(WorkerGroup& group, int attempt, const std::vector<RankExit>& failed,
-                      const std::optional<AgentStore::Decision>& remote);
+                      const std::optional<AgentStore::Decision>& decided, bool found_here = false);
   std::vector<WorkerSpec> worker_specs(const RdzvEndpoint& endpoint, int attempt) const;
   std::string ranks_of_node() const {
     const int first = group_.rank * o_.nproc_per_node;
@@ -241,26 +244,29 @@ Outcome Agent::run_attempt(int attempt) {
         agents_->report_failure(attempt, restart, what);
         return end_attempt(
             group, attempt, {},
-            AgentStore::Decision{restart ? AgentStore::Decision::kRestart : AgentStore::Decision::kFail, what});
+            AgentStore::Decision{restart ? AgentStore::Decision::kRestart : AgentStore::Decision::kFail, what},
+            /*found_here=*/true);
       }
     } catch (const Error& e) {
       std::cerr << "chorus-run: node " << o_.node_rank << " lost the agents' store: " << e.what() << "\n";
       agents_.reset();  // nobody to tell: end here, without a restart
-      return end_attempt(group, attempt, {}, AgentStore::Decision{AgentStore::Decision::kFail, e.what()});
+      return end_attempt(group, attempt, {}, AgentStore::Decision{AgentStore::Decision::kFail, e.what()},
+                         /*found_here=*/true);
     }
   }
 }
 
 // Stops what still runs, reports, and (for a local failure or stop) tells the other agents.
 Outcome Agent::end_attempt(WorkerGroup& group, int attempt, const std::vector<RankExit>& failed,
-                           const std::optional<AgentStore::Decision>& remote) {
+                           const std::optional<AgentStore::Decision>& decided, bool found_here) {
+  const bool remote = decided.has_value() && !found_here;  // another node's report
   std::string why;
   if (stop_signal_ != 0)
     why = str_cat("chorus-run was asked to stop (", signal_name(stop_signal_), ")");
   else if (!failed.empty())
     why = failed.front().describe() + (failed.size() > 1 ? str_cat(" (and ", failed.size() - 1, " more)") : "");
   else
-    why = remote->what;
+    why = decided->what;
   std::vector<std::string> killed;
   auto stopped = group.stop(o_.failure_grace, stop_signal_ != 0 ? stop_signal_ : SIGTERM, &killed);
   // In rank order (the ranks are this agent's numbers), not the order they happened to end in.
@@ -289,9 +295,9 @@ Outcome Agent::end_attempt(WorkerGroup& group, int attempt, const std::vector<Ra
     out.status = failed.front().status();
     out.restart = attempt < o_.max_restarts;
   } else {
-    out.restart = remote->kind == AgentStore::Decision::kRestart;
+    out.restart = decided->kind == AgentStore::Decision::kRestart;
   }
-  if (agents_ && !remote) {
+  if (agents_ && !decided) {
     try {
       agents_->report_failure(attempt, out.restart, str_cat("node ", o_.node_rank, ": ", why));
     } catch (const Error& e) {

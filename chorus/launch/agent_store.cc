@@ -131,12 +131,14 @@ std::vector<int> AgentStore::beat(std::chrono::milliseconds silence) {
 
 void AgentStore::leave(std::chrono::milliseconds timeout) {
   try {
-    store_->add(key("left"), 1);
+    store_->set(key(str_cat("left/", node_rank_)), "");
     if (node_rank_ != 0) return;
+    // The members only, by name: the agents of nodes that are not members (lost, or too late) may
+    // never come to leave, or may leave too and must not stand in for a member still reading.
+    std::vector<std::string> keys;
+    for (int n : members_) keys.push_back(key(str_cat("left/", n)));
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    // The agents of nodes that are not members (lost, or too late) may never come to leave.
-    while (store_->add(key("left"), 0) < static_cast<std::int64_t>(members_.size()) &&
-           std::chrono::steady_clock::now() < deadline)
+    while (!store_->check(keys) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   } catch (const Error&) {
     // The job is over: a store that is gone changes nothing.

@@ -17,8 +17,8 @@
 //   fail/A            the same when none are left: the job ends, non-zero on every node
 //   done/A            add()ed by an agent whose workers all exited 0 in attempt A
 //   beat/N            add()ed by agent N on every poll: a heartbeat
-//   left              add()ed by every agent once it has seen the end; node 0's agent serves the
-//                     store until every agent has left (or `leave_timeout`)
+//   left/N            set by agent N once it has seen the end; node 0's agent serves the store
+//                     until every member of the last attempt has left (or `leave_timeout`)
 // The protocol: register; then for each attempt A: join (the agents arrive, all workers of A-1
 // stopped everywhere before any worker of A starts, so the workers' own rendezvous never meets a
 // stale rank 0; node 0 closes the round and lists the members), run the workers while polling

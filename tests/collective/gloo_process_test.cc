@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gloo_cases.h"
+#include "tests/collective/fork_workers.h"
 #include "tests/core/test_util.h"
 #include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/store/file_store.h>
@@ -43,43 +44,22 @@ std::unique_ptr<Store> child_store(StoreKind kind, const std::string& dir, int p
 // forked from a process with threads may only call async-signal-safe functions.
 std::vector<int> run_processes(int k, const Case& fn, StoreKind kind = StoreKind::kFile, bool validate = true) {
   chorus::testing::TempDir dir;
-  const int port = kind == StoreKind::kTcp ? TcpStoreServer(0, "127.0.0.1").port() : 0;
-  std::fflush(nullptr);
-  std::vector<pid_t> children;
-  for (int r = 0; r < k; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
+  const int port = kind == StoreKind::kTcp ? chorus::testing::free_port() : 0;
+  std::unique_ptr<TcpStoreServer> server;
+  return chorus::testing::fork_workers(
+      k,
+      [&](int r) {
         auto store = child_store(kind, dir.path(), port);
         auto comm = make_gloo_communicator(
             *store, r, k, {.prefix = "job", .hostname = "127.0.0.1", .validate = validate, .timeout = kTimeout});
         fn(*comm, "/cpu:0");
-        code = ::testing::Test::HasFailure() ? 1 : 0;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d threw: %s\n", r, e.what());
-        code = 2;
-      }
-      std::fflush(nullptr);
-      ::_exit(code);
-    }
-    children.push_back(pid);
-  }
-  std::unique_ptr<TcpStoreServer> server;
-  if (kind == StoreKind::kTcp) server = std::make_unique<TcpStoreServer>(port, "127.0.0.1");
-  std::vector<int> statuses;
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    statuses.push_back(status);
-  }
-  return statuses;
+      },
+      [&] {
+        if (kind == StoreKind::kTcp) server = std::make_unique<TcpStoreServer>(port, "127.0.0.1");
+      });
 }
 
-void expect_all_passed(const std::vector<int>& statuses) {
-  for (std::size_t r = 0; r < statuses.size(); ++r)
-    EXPECT_TRUE(WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0) << "rank " << r << " status " << statuses[r];
-}
+void expect_all_passed(const std::vector<int>& statuses) { chorus::testing::expect_all_exited_zero(statuses); }
 
 TEST(GlooProcessTest, AllReduceEveryOpDtypeAndSize) {
   for (int k : {2, 3}) expect_all_passed(run_processes(k, gloo_cases::all_reduce_every_op_dtype_and_size));

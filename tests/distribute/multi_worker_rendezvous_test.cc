@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/collective/fork_workers.h"
 #include "tests/core/test_util.h"
+#include <chorus/collective/gloo/gloo.h>
 #include <chorus/collective/store/tcp_store.h>
 #include <chorus/core/config.h>
 #include <chorus/core/error.h>
@@ -36,7 +38,7 @@
 namespace chorus::distribute {
 namespace {
 
-using Env = std::vector<std::pair<std::string, std::string>>;
+using chorus::testing::Env;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using chorus::testing::message_of;
@@ -48,88 +50,30 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 // What one worker does: (its rank, the number of workers, logical CPU devices per worker).
 using Body = std::function<void(int rank, int workers, int devices)>;
 
-// Failed assertions of the running test so far (a child inherits its parent's: only new ones count).
-int failures() {
-  const ::testing::TestResult* r = ::testing::UnitTest::GetInstance()->current_test_info()->result();
-  int n = 0;
-  for (int i = 0; i < r->total_part_count(); ++i) n += r->GetTestPartResult(i).failed() ? 1 : 0;
-  return n;
+// In the child: the whole environment replaced by `env`, `devices` logical CPU devices, then `body`.
+void worker(const Env& env, int rank, int workers, int devices, const Body& body) {
+  chorus::testing::replace_environment(env);
+  config::set_logical_device_configuration(
+      config::list_physical_devices("CPU")[0],
+      std::vector<LogicalDeviceConfiguration>(static_cast<std::size_t>(devices), {.memory_limit_mb = 256}));
+  body(rank, workers, devices);
 }
 
-// In the child: the whole environment replaced by `env`, `devices` logical CPU devices, then
-// `body`. Returns the exit code (see the header comment).
-int worker(const Env& env, int rank, int workers, int devices, const Body& body) {
-  const int inherited = failures();
-  ::clearenv();
-  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-  try {
-    config::set_logical_device_configuration(
-        config::list_physical_devices("CPU")[0],
-        std::vector<LogicalDeviceConfiguration>(static_cast<std::size_t>(devices), {.memory_limit_mb = 256}));
-    body(rank, workers, devices);
-    return failures() > inherited ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d threw: %s\n", rank, e.what());
-    return 2;
-  }
-}
-
-// Forks one worker per environment (worker r gets envs[r]); each child's wait status, by rank.
+// Forks one worker per environment (worker r gets envs[r]); each child's wait status, by rank
+// (tests/collective/fork_workers.h).
 std::vector<int> run_workers(const std::vector<Env>& envs, int devices, const Body& body) {
-  std::fflush(nullptr);
-  std::vector<pid_t> children;
   const int k = static_cast<int>(envs.size());
-  for (int r = 0; r < k; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int code = worker(envs[static_cast<std::size_t>(r)], r, k, devices, body);
-      std::fflush(nullptr);
-      ::_exit(code);
-    }
-    children.push_back(pid);
-  }
-  std::vector<int> statuses;
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    statuses.push_back(status);
-  }
-  return statuses;
+  return chorus::testing::fork_workers(k,
+                                       [&](int r) { worker(envs[static_cast<std::size_t>(r)], r, k, devices, body); });
 }
 
 void expect_all_passed(const std::vector<int>& statuses, const std::string& what) {
-  for (std::size_t r = 0; r < statuses.size(); ++r)
-    EXPECT_TRUE(WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
-        << what << ": rank " << r << " status " << statuses[r];
+  chorus::testing::expect_all_exited_zero(statuses, what);
 }
 
-// A port free now (its server's thread is joined before any fork).
-int free_port() { return collective::TcpStoreServer(0, "127.0.0.1").port(); }
-
-std::vector<Env> torchrun_envs(int k, int port) {
-  std::vector<Env> envs;
-  for (int r = 0; r < k; ++r)
-    envs.push_back({{"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", std::to_string(port)},
-                    {"RANK", std::to_string(r)},
-                    {"WORLD_SIZE", std::to_string(k)}});
-  return envs;
-}
-
-// {"chief": ["127.0.0.1:port"], "worker": [the others]}: the chief is worker 0 and serves the
-// store on its port; the other addresses are labels (Gloo binds ports of its own on 127.0.0.1).
-std::vector<Env> tf_config_envs(int k, int port) {
-  std::string workers;
-  for (int r = 1; r < k; ++r) workers += (r > 1 ? ",\"127.0.0.1:" : "\"127.0.0.1:") + std::to_string(port + r) + "\"";
-  const std::string cluster = "{\"chief\":[\"127.0.0.1:" + std::to_string(port) + "\"],\"worker\":[" + workers + "]}";
-  std::vector<Env> envs;
-  for (int r = 0; r < k; ++r) {
-    const std::string task =
-        r == 0 ? R"({"type":"chief","index":0})" : R"({"type":"worker","index":)" + std::to_string(r - 1) + "}";
-    envs.push_back({{"TF_CONFIG", "{\"cluster\":" + cluster + ",\"task\":" + task + "}"}});
-  }
-  return envs;
-}
+using chorus::testing::free_port;
+using chorus::testing::torchrun_envs;
+std::vector<Env> tf_config_envs(int k, int port) { return chorus::testing::tf_config_envs(k, port, /*chief=*/true); }
 
 MultiWorkerMirroredStrategyOptions options(int devices, std::chrono::milliseconds timeout = kTimeout) {
   return {.device_policy = WorkerDevicePolicy::kCpu, .cpu_devices_per_worker = devices, .timeout = timeout};
@@ -214,9 +158,9 @@ TEST(MultiWorkerRendezvousTest, TfConfigOnly) {
 // PyTorch's GLOO_SOCKET_IFNAME picks the interface Gloo binds to and advertises (the test hosts'
 // eth0 in tests/hosts/; here the loopback interface).
 TEST(MultiWorkerRendezvousTest, GlooSocketIfnameNamesTheInterface) {
-  EXPECT_EQ(internal::interface_address("lo"), "127.0.0.1");
+  EXPECT_EQ(collective::interface_address("lo"), "127.0.0.1");
   const std::string m =
-      chorus::testing::message_of<InvalidArgumentError>([] { internal::interface_address("no-such-if0"); });
+      chorus::testing::message_of<InvalidArgumentError>([] { collective::interface_address("no-such-if0"); });
   EXPECT_NE(m.find("GLOO_SOCKET_IFNAME='no-such-if0'"), std::string::npos) << m;
   EXPECT_NE(m.find("'lo'"), std::string::npos) << "names the interfaces there are: " << m;
   const int port = free_port();

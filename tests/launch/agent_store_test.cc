@@ -113,6 +113,25 @@ TEST(AgentStore, NodeZeroWaitsForTheOthersToLeaveButNotForever) {
   EXPECT_LT(waited, std::chrono::seconds(3));
 }
 
+// Elastic: node 0 waits for the members of the last attempt to leave, by name; a node that came
+// too late (no member) leaving does not stand in for a member still there.
+TEST(AgentStore, NodeZeroWaitsForTheMembersToLeaveNotForOtherNodes) {
+  Job job;
+  AgentStore a0(job.client(), 0, 3, 2), a1(job.client(), 1, 3, 2), a2(job.client(), 2, 3, 2);
+  a0.arrive(0);
+  a1.arrive(0);
+  ASSERT_THAT(*a0.members(0, milliseconds(0)), ElementsAre(0, 1));  // 2 of 3, no last call
+  ASSERT_THAT(*a1.members(0, milliseconds(0)), ElementsAre(0, 1));
+  a2.leave(milliseconds(0));  // not a member
+  auto start = std::chrono::steady_clock::now();
+  a0.leave(milliseconds(300));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300)) << "did not wait for node 1, a member";
+  a1.leave(milliseconds(0));
+  start = std::chrono::steady_clock::now();
+  a0.leave(milliseconds(5000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
 TEST(AgentStore, ASecondAgentWithTheSameNodeRankIsNamed) {
   Job job;
   AgentStore a(job.client(), 1, 2), b(job.client(), 1, 2), zero(job.client(), 0, 2);

@@ -275,6 +275,11 @@ TEST(ChorusRunAgent, ElasticNodesRestartWithoutALostNode) {
   ASSERT_EQ(r1.exit_code, 0) << r1.err << r1.out;
   EXPECT_NE(r2.exit_code, 0);
   EXPECT_THAT(zero.err, HasSubstr("the agent of node(s) 2 has not been heard from for 11 s"));
+  // The agent that found the silence says so as its own finding, not as another node's report.
+  const std::string found = "because the agent of node(s) 2 has not been heard from";
+  EXPECT_TRUE(zero.err.find(found) != std::string::npos || r1.err.find(found) != std::string::npos)
+      << zero.err << "\n---\n"
+      << r1.err;
   for (const auto* r : {&zero, &r1}) {
     EXPECT_THAT(r->err, HasSubstr("restart 1 of 1"));
     EXPECT_THAT(r->err, HasSubstr("attempt 1 goes on with 2 of 3 nodes (without node(s) 2)"));

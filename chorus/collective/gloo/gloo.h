@@ -111,6 +111,13 @@ struct GlooCommunicatorOptions {
 // Whether this chorus was built with Gloo.
 bool gloo_available();
 
+// The numeric address of network interface `name` (IPv4 first, else IPv6): what
+// GLOO_SOCKET_IFNAME=<name> makes a Gloo rank bind to and advertise (pass it as
+// GlooCommunicatorOptions::hostname; MultiWorkerMirroredStrategy does). Built with or without Gloo.
+// InvalidArgumentError naming the interfaces that have addresses when `name` has none or does not
+// exist; UnavailableError when the interfaces cannot be listed.
+std::string interface_address(const std::string& name);
+
 // The communicator of rank `rank` of `size` (0 <= rank < size), meeting the others through
 // `store` (kept by reference: it must outlive the communicator). Collective: all `size` ranks call
 // it with the same prefix. backend() is "gloo".
