@@ -20,8 +20,10 @@ std::string axes_string(const std::vector<int>& axes) {
   return s.str();
 }
 
-// The first axis of `axis` once resolved against `in`; they must be in.rank()'s trailing axes.
-int begin_axis_of(const char* layer, const std::string& name, const std::vector<int>& axis, const Shape& in) {
+// `axis` resolved against `in`: non-negative, sorted, without repeats; InvalidArgumentError for an
+// axis out of range or the batch axis (0).
+std::vector<int> resolve_axes(const char* layer, const std::string& name, const std::vector<int>& axis,
+                              const Shape& in) {
   const int rank = in.rank();
   std::vector<int> a;
   for (int v : axis) {
@@ -31,13 +33,26 @@ int begin_axis_of(const char* layer, const std::string& name, const std::vector<
   }
   std::sort(a.begin(), a.end());
   a.erase(std::unique(a.begin(), a.end()), a.end());
-  const int begin = rank - static_cast<int>(a.size());
-  bool trailing = begin >= 1;
-  for (std::size_t i = 0; i < a.size() && trailing; ++i) trailing = a[i] == begin + static_cast<int>(i);
-  CHORUS_REQUIRE(trailing, InvalidArgumentError, layer, " '", name, "': axis ", axes_string(axis),
+  CHORUS_REQUIRE(a.front() >= 1, InvalidArgumentError, layer, " '", name, "': axis ", axes_string(axis),
+                 " must not include the batch axis (0); input ", in.to_string());
+  return a;
+}
+
+// Whether the resolved `axes` are the trailing axes of a rank-`rank` input.
+bool trailing(const std::vector<int>& axes, int rank) {
+  const int begin = rank - static_cast<int>(axes.size());
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] != begin + static_cast<int>(i)) return false;
+  return true;
+}
+
+// The first axis of `axis` once resolved against `in`; they must be in.rank()'s trailing axes.
+int begin_axis_of(const char* layer, const std::string& name, const std::vector<int>& axis, const Shape& in) {
+  const std::vector<int> a = resolve_axes(layer, name, axis, in);
+  CHORUS_REQUIRE(trailing(a, in.rank()), InvalidArgumentError, layer, " '", name, "': axis ", axes_string(axis),
                  " must be the trailing axes of the input (e.g. -1, or [-2, -1]) without the batch axis; input ",
                  in.to_string());
-  return begin;
+  return in.rank() - static_cast<int>(a.size());
 }
 
 Shape trailing_shape(const Shape& in, int begin) {
@@ -64,8 +79,23 @@ LayerNormalizationLayer::LayerNormalizationLayer(std::vector<int> axis, double e
 }
 
 void LayerNormalizationLayer::build_weights(const Shape& in) {
-  begin_axis_ = begin_axis_of("LayerNormalization", name(), axis_, in);
-  const Shape p = trailing_shape(in, begin_axis_);
+  const std::vector<int> axes = resolve_axes("LayerNormalization", name(), axis_, in);
+  const int rank = in.rank();
+  begin_axis_ = rank - static_cast<int>(axes.size());
+  // Other axes: the kept ones first, then the normalized ones in ascending order (Keras's weight
+  // shape), so that the fused kernel normalizes trailing axes; the result goes back by `inverse_`.
+  perm_.clear();
+  inverse_.clear();
+  std::vector<std::int64_t> p_dims;
+  for (int d : axes) p_dims.push_back(in.dims()[static_cast<std::size_t>(d)]);
+  if (!trailing(axes, rank)) {
+    for (int d = 0; d < rank; ++d)
+      if (!std::binary_search(axes.begin(), axes.end(), d)) perm_.push_back(d);
+    perm_.insert(perm_.end(), axes.begin(), axes.end());
+    inverse_.assign(static_cast<std::size_t>(rank), 0);
+    for (int i = 0; i < rank; ++i) inverse_[static_cast<std::size_t>(perm_[static_cast<std::size_t>(i)])] = i;
+  }
+  const Shape p(p_dims);
   if (scale_) gamma_ = add_weight("gamma", p, initializers::ones());
   if (center_) beta_ = add_weight("beta", p, initializers::zeros());
 }
@@ -73,8 +103,9 @@ void LayerNormalizationLayer::build_weights(const Shape& in) {
 Tensor LayerNormalizationLayer::call(const Tensor& x, bool) {
   const Tensor gamma = scale_ ? gamma_.value() : Tensor();
   const Tensor beta = center_ ? beta_.value() : Tensor();
-  return in_variable_dtype(x, dtype_policy().variable_dtype(),
-                           [&](const Tensor& v) { return ops::layer_norm(v, gamma, beta, epsilon_, begin_axis_); });
+  auto norm = [&](const Tensor& v) { return ops::layer_norm(v, gamma, beta, epsilon_, begin_axis_); };
+  if (perm_.empty()) return in_variable_dtype(x, dtype_policy().variable_dtype(), norm);
+  return ops::transpose(in_variable_dtype(ops::transpose(x, perm_), dtype_policy().variable_dtype(), norm), inverse_);
 }
 
 RMSNormalizationLayer::RMSNormalizationLayer(std::vector<int> axis, double epsilon, std::string name)

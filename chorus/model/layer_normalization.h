@@ -5,14 +5,17 @@
 //   auto ln = layers::LayerNormalization({-2, -1});          // over the last two axes
 //   auto rms = layers::RMSNormalization();                   // weight "scale", epsilon 1e-6
 //
-// axis: the axes normalized over, negative ones counted from the end (Keras's int or list). They
-// must be the trailing axes of the input, contiguous (-1; or -2 and -1; ...), and must not include
-// the batch axis: else InvalidArgumentError at build, naming the axes and the input shape. (Keras
-// also accepts non-trailing axes; chorus's fused kernels do not.)
+// axis: the axes normalized over, negative ones counted from the end (Keras's int or list); not the
+// batch axis, else InvalidArgumentError at build, naming the axes and the input shape.
+// LayerNormalization takes any other axes, as Keras does (e.g. [1, 3] of a rank-4 input): the fused
+// kernel normalizes trailing axes, so non-trailing ones are transposed to the end and back (two
+// copies of the activation; the gradient flows through both). RMSNormalization takes trailing axes
+// only (InvalidArgumentError otherwise).
 //
 // LayerNormalization: y = (x − mean) / sqrt(var + epsilon) · gamma + beta per example, mean and the
 // biased variance over `axis` (tf_keras's numerics; epsilon 1e-3 by default). Weights "gamma"
-// (ones, when scale) and "beta" (zeros, when center), of the shape of the normalized axes.
+// (ones, when scale) and "beta" (zeros, when center), of the shape of the normalized axes in
+// ascending order (Keras's).
 // RMSNormalization: y = x · rsqrt(mean(x²) + epsilon) · scale, the weight "scale" (ones) — Keras 3's
 // names and default epsilon 1e-6.
 //
@@ -44,7 +47,8 @@ class LayerNormalizationLayer final : public Layer {
   std::vector<int> axis_;
   double epsilon_;
   bool center_, scale_;
-  int begin_axis_ = -1;  // set at build: the first normalized axis
+  int begin_axis_ = -1;              // set at build: the first normalized axis (after perm_)
+  std::vector<int> perm_, inverse_;  // set at build for non-trailing axes: to the end and back
   Variable gamma_, beta_;
 };
 

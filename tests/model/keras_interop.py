@@ -248,7 +248,7 @@ def mha_writes(root):
 
 def attention_json(root):
     """Reads chorus's JSON of a transformer block (LayerNormalization, MultiHeadAttention with
-    use_causal_mask, Add, Dense gelu), restores chorus's weights and compares the outputs; then
+    use_causal_mask, Add, Dense gelu, LayerNormalization over axis 1), restores chorus's weights and compares the outputs; then
     builds the same block itself and writes DIR/keras/{model.json, weights, io}."""
     import json
     import tf_keras as K
@@ -268,7 +268,8 @@ def attention_json(root):
     a = K.layers.MultiHeadAttention(2, 4, name="mha")(h, h, use_causal_mask=True)
     r = K.layers.Add(name="residual")([x, a])
     y = K.layers.Dense(8, activation="gelu", name="mlp")(r)
-    k = K.Model(x, y, name="block")
+    z = K.layers.LayerNormalization(axis=1, name="ln_seq")(y)
+    k = K.Model(x, z, name="block")
     ours, theirs = json.loads(text), json.loads(k.to_json())
     same = ours == theirs
     for d in json_differences(ours, theirs)[:20]:
@@ -278,6 +279,9 @@ def attention_json(root):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "model.json"), "w") as f:
         f.write(k.to_json())
+    ln_seq = k.get_layer("ln_seq")
+    ln_seq.gamma.assign(np.linspace(0.5, 2.0, 6).astype(np.float32))
+    ln_seq.beta.assign(np.linspace(-0.3, 0.4, 6).astype(np.float32))
     k.save_weights(os.path.join(out, "weights"))
     xv = np.random.default_rng(9).uniform(-1, 1, (3, 6, 8)).astype(np.float32)
     write_dump(os.path.join(out, "io"), [("x", xv), ("y", k(xv).numpy())])

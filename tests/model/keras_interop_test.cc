@@ -168,7 +168,8 @@ TEST(KerasInterop, ChorusReadsTfKerasToJson) {
 }
 
 // A transformer block's layers (LayerNormalization, MultiHeadAttention with use_causal_mask,
-// Add, Dense gelu) through the architecture JSON, both ways: tf_keras's model_from_json reads
+// Add, Dense gelu, and a LayerNormalization over the sequence axis, not the last one) through the
+// architecture JSON, both ways: tf_keras's model_from_json reads
 // chorus's to_json (the call's keyword arguments included) and computes chorus's outputs from its
 // save_weights; chorus reads tf_keras's JSON and weights and computes tf_keras's outputs.
 std::unique_ptr<model::Functional> attention_block() {
@@ -178,7 +179,8 @@ std::unique_ptr<model::Functional> attention_block() {
       (*layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true, .name = "mha"}))({h, h});
   KerasTensor r = (*layers::Add("residual"))({x, a});
   KerasTensor y = (*dense(8, "mlp", "gelu"))(r);
-  return std::make_unique<model::Functional>(std::vector<KerasTensor>{x}, std::vector<KerasTensor>{y}, "block");
+  KerasTensor z = (*layers::LayerNormalization(std::vector<int>{1}, 1e-3, true, true, "ln_seq"))(y);
+  return std::make_unique<model::Functional>(std::vector<KerasTensor>{x}, std::vector<KerasTensor>{z}, "block");
 }
 
 TEST(KerasInterop, AttentionBlockJsonBothWays) {
@@ -188,6 +190,14 @@ TEST(KerasInterop, AttentionBlockJsonBothWays) {
   chorus::testing::TempDir tmp;
   const std::string dir = tmp.path();
   auto m = attention_block();
+  for (const auto& layer : m->layers()) {  // ln_seq's gamma and beta, shape [6]: not ones and zeros
+    auto* ln = dynamic_cast<layers::LayerNormalizationLayer*>(layer.get());
+    if (ln == nullptr || ln->name() != "ln_seq") continue;
+    ASSERT_EQ(ln->gamma().shape(), Shape{6});
+    Variable g = ln->gamma(), b = ln->beta();
+    g.assign(Tensor::from_vector<float>({0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 2.0f}, {6}));
+    b.assign(Tensor::from_vector<float>({-0.3f, -0.1f, 0.0f, 0.1f, 0.2f, 0.4f}, {6}));
+  }
   const Tensor x = ops::stateless_random_uniform({3, 6, 8}, {7, 8}, {.minval = -1, .maxval = 1});
   train::testing::write_text(dir + "/model.json", m->to_json());
   m->save_weights(dir + "/weights");

@@ -155,10 +155,91 @@ TEST_F(LayerNormalizationTest, MixedBfloat16NormalizesInFloat32AndReturnsBfloat1
   EXPECT_EQ(f64(grads[1]), std::vector<double>(64, 3.0));  // dbeta = rows
 }
 
-TEST_F(LayerNormalizationTest, AxesMustBeTrailingAndExcludeTheBatch) {
+// Keras's LayerNormalization over axes that are not trailing ([1, 3] and 1 of a rank-4 input):
+// statistics per (example, kept axes), gamma and beta of the normalized axes' shape in ascending
+// order; the gradients equal those of the same layer run on an input transposed by hand.
+TEST_F(LayerNormalizationTest, NonTrailingAxesNormalizeAsKeras) {
+  const std::vector<double> xv = seq(2 * 3 * 4 * 5, 2.5, 0.75);
+  const Tensor x = ops::cast(Tensor::from_vector<double>(xv, {2, 3, 4, 5}), DType::kFloat32);
+  const std::vector<double> xr = f64(x);
+  auto ln = layers::LayerNormalization({3, 1}, 1e-3);
+  ln->build(x.shape());
+  auto* l = dynamic_cast<layers::LayerNormalizationLayer*>(ln.get());
+  ASSERT_EQ(l->gamma().shape(), (Shape{3, 5}));
+  std::vector<double> g, b;
+  for (int j = 0; j < 15; ++j) {
+    g.push_back(0.5 + j / 15.0);
+    b.push_back(j / 20.0 - 0.2);
+  }
+  Variable gv = l->gamma(), bv = l->beta();
+  gv.assign(ops::cast(Tensor::from_vector<double>(g, {3, 5}), DType::kFloat32));
+  bv.assign(ops::cast(Tensor::from_vector<double>(b, {3, 5}), DType::kFloat32));
+  // Reference: for each (n, k) of axes 0 and 2, the 15 values x[n, j, k, m] over (j, m).
+  std::vector<double> want(xr.size());
+  auto at = [](int n, int j, int k, int m) { return static_cast<std::size_t>(((n * 3 + j) * 4 + k) * 5 + m); };
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k) {
+      double mean = 0, var = 0;
+      for (int j = 0; j < 3; ++j)
+        for (int m = 0; m < 5; ++m) mean += xr[at(n, j, k, m)] / 15.0;
+      for (int j = 0; j < 3; ++j)
+        for (int m = 0; m < 5; ++m) var += (xr[at(n, j, k, m)] - mean) * (xr[at(n, j, k, m)] - mean) / 15.0;
+      for (int j = 0; j < 3; ++j)
+        for (int m = 0; m < 5; ++m)
+          want[at(n, j, k, m)] =
+              (xr[at(n, j, k, m)] - mean) / std::sqrt(var + 1e-3) * g[static_cast<std::size_t>(j * 5 + m)] +
+              b[static_cast<std::size_t>(j * 5 + m)];
+    }
+  const Tensor y = (*ln)(x);
+  EXPECT_EQ(y.shape(), x.shape());
+  expect_near_all(f64(y), want, 2e-6, "LayerNormalization axes [1, 3]");
+
+  // The same layer on x transposed by hand to [n, k, j, m] (axes -2, -1), gamma and beta shared.
+  auto trailing = layers::LayerNormalization({-2, -1}, 1e-3);
+  trailing->build(Shape{2, 4, 3, 5});
+  auto* t = dynamic_cast<layers::LayerNormalizationLayer*>(trailing.get());
+  Variable tg = t->gamma(), tb = t->beta();
+  tg.assign(gv.value());
+  tb.assign(bv.value());
+  const Tensor w = ops::cast(Tensor::from_vector<double>(seq(120, 1.0, 0.1), {2, 3, 4, 5}), DType::kFloat32);
+  ops::GradientTape tape1(/*persistent=*/true);
+  tape1.watch(x);
+  const Tensor loss1 = ops::reduce_sum(ops::mul((*ln)(x), w));
+  const auto g1 = tape1.gradient(loss1, std::vector<Variable>{gv, bv});
+  const Tensor dx1 = tape1.gradient(loss1, std::vector<Tensor>{x})[0];
+  const Tensor xt = ops::transpose(x, {0, 2, 1, 3});
+  ops::GradientTape tape2(/*persistent=*/true);
+  tape2.watch(xt);
+  const Tensor loss2 = ops::reduce_sum(ops::mul((*trailing)(xt), ops::transpose(w, {0, 2, 1, 3})));
+  const auto g2 = tape2.gradient(loss2, std::vector<Variable>{tg, tb});
+  const Tensor dx2 = ops::transpose(tape2.gradient(loss2, std::vector<Tensor>{xt})[0], {0, 2, 1, 3});
+  EXPECT_NEAR(loss1.item<float>(), loss2.item<float>(), 1e-4);
+  ASSERT_EQ(g1.size(), 2u);
+  ASSERT_EQ(g2.size(), 2u);
+  expect_near_all(f64(g1[0]), f64(g2[0]), 1e-5, "dgamma");
+  expect_near_all(f64(g1[1]), f64(g2[1]), 1e-5, "dbeta");
+  ASSERT_TRUE(dx1.defined());
+  EXPECT_EQ(dx1.shape(), x.shape());
+  expect_near_all(f64(dx1), f64(dx2), 1e-5, "dx");
+
+  auto one = layers::LayerNormalization(1, 1e-5, false, false);  // a middle axis alone
+  const std::vector<double> y1 = f64((*one)(x));
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k)
+      for (int m = 0; m < 5; ++m) {
+        double mean = 0, var = 0;
+        for (int j = 0; j < 3; ++j) mean += xr[at(n, j, k, m)] / 3.0;
+        for (int j = 0; j < 3; ++j) var += (xr[at(n, j, k, m)] - mean) * (xr[at(n, j, k, m)] - mean) / 3.0;
+        for (int j = 0; j < 3; ++j)
+          EXPECT_NEAR(y1[at(n, j, k, m)], (xr[at(n, j, k, m)] - mean) / std::sqrt(var + 1e-5), 2e-5);
+      }
+}
+
+TEST_F(LayerNormalizationTest, AxesExcludeTheBatchAndRmsTakesTrailingAxesOnly) {
   const Tensor x = Tensor::ones({2, 3, 4}, DType::kFloat32);
-  EXPECT_THROW_WITH((*layers::LayerNormalization(1))(x), InvalidArgumentError, "trailing axes");
+  EXPECT_THROW_WITH((*layers::RMSNormalization(1))(x), InvalidArgumentError, "trailing axes");
   EXPECT_THROW_WITH((*layers::LayerNormalization({0, 1, 2}))(x), InvalidArgumentError, "batch axis");
+  EXPECT_THROW_WITH((*layers::LayerNormalization(-3))(x), InvalidArgumentError, "batch axis");
   EXPECT_THROW_WITH((*layers::RMSNormalization(3))(x), InvalidArgumentError, "out of range");
   EXPECT_THROW_WITH(layers::LayerNormalization(-1, -1e-3), InvalidArgumentError, "epsilon");
   EXPECT_THROW_WITH(layers::RMSNormalization(std::vector<int>{}), InvalidArgumentError, "at least one axis");
