@@ -7,6 +7,7 @@
 #include <chorus/core/distribution.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/profile.h>
+#include <chorus/core/runtime.h>
 #include <chorus/ops/cpu/dnn.h>
 
 namespace chorus::ops::internal {
@@ -68,6 +69,24 @@ std::shared_ptr<DeviceContext> common_device(std::string_view op, Inputs inputs)
         }
         ++i;
       }
+    }
+    // Two contexts of one name: one of them belongs to a device runtime that has been reset since
+    // (tests' reset_runtime_for_testing) — say so rather than "CPU:0 and CPU:0".
+    i = 0;
+    for (const Tensor& t : inputs) {
+      std::shared_ptr<DeviceContext> current;
+      try {
+        current = runtime::find(t.device_name());
+      } catch (const Error&) {
+        // no such device now: the generic message below
+      }
+      if (current != nullptr && current.get() != &t.device_context())
+        throw InvalidArgumentError(str_cat(op, ": input ", i, " lives on ", t.device_name(),
+                                           " of a device runtime that has been reset since it was made "
+                                           "(reset_runtime_for_testing): tensors made before the reset cannot "
+                                           "meet tensors made after it; make input ",
+                                           i, " again"));
+      ++i;
     }
     throw InvalidArgumentError(str_cat(op, ": inputs must be on one device, got ", os.str(),
                                        ". Move them first, e.g. x.to(\"", dev->name(), "\")"));

@@ -9,6 +9,7 @@
 
 #include "tests/core/test_util.h"
 #include <chorus/core/config.h>
+#include <chorus/core/runtime.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus {
@@ -75,6 +76,17 @@ TEST_F(ErrorsTest, InputsOnTwoDevices) {
   const Tensor d = ops::mul(b, b);
   EXPECT_EQ(d.device_name(), b.device_name());
   EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{9, 16}));
+}
+
+// A tensor made before the device runtime was reset meets one made after it: the same device name
+// twice, so the message names the reset instead of "CPU:0 and CPU:0".
+TEST_F(ErrorsTest, ATensorOfAResetRuntimeIsNamed) {
+  const Tensor before = F({1, 2}, {2}, "/CPU:0");
+  chorus::internal::reset_runtime_for_testing();
+  const Tensor after = F({3, 4}, {2}, "/CPU:0");
+  EXPECT_THROW_WITH(ops::add(after, before), InvalidArgumentError, "input 1 lives on", "has been reset",
+                    "make input 1 again");
+  EXPECT_EQ(ops::add(after, after).to_vector<float>(), (std::vector<float>{6, 8}));
 }
 
 TEST_F(ErrorsTest, UndefinedInputs) {
