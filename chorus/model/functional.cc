@@ -163,6 +163,11 @@ Functional::Functional(std::vector<KerasTensor> inputs, std::vector<KerasTensor>
 
 void Functional::build_weights(const std::vector<Shape>& input_shapes) { (void)input_shapes; }
 
+std::string Functional::output_name(std::size_t i) const {
+  CHORUS_REQUIRE(i < outputs_.size(), InvalidArgumentError, "output_name: output ", i, " of ", outputs_.size());
+  return outputs_[i].node()->layer->name();
+}
+
 std::vector<Tensor> Functional::call_list(const std::vector<Tensor>& xs, bool training) {
   CHORUS_REQUIRE(xs.size() == inputs_.size(), InvalidArgumentError, "model '", name(), "' takes ", inputs_.size(),
                  " input(s), got ", xs.size());

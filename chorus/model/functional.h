@@ -73,6 +73,7 @@ class Functional : public Model {
   std::string class_name() const override { return "Functional"; }
   std::size_t num_inputs() const override { return inputs_.size(); }
   std::size_t num_outputs() const override { return outputs_.size(); }
+  std::string output_name(std::size_t i) const override;
   const std::vector<layers::KerasTensor>& inputs() const { return inputs_; }
   const std::vector<layers::KerasTensor>& outputs() const { return outputs_; }
   // The calls in the order the model runs them (Input nodes excluded).

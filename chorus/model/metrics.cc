@@ -71,14 +71,17 @@ void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   accumulate(ops::cast(ops::equal(y_true, ops::cast(y_pred, y_true.dtype())), DType::kFloat64));
 }
 
-MetricPtr get(const std::string& name, bool sparse_labels) {
+MetricPtr get(const std::string& name, bool sparse_labels) { return get(name, sparse_labels, ""); }
+
+MetricPtr get(const std::string& name, bool sparse_labels, const std::string& prefix) {
   if (name == "accuracy" || name == "acc") {
-    if (sparse_labels) return std::make_shared<SparseCategoricalAccuracy>("accuracy");
-    return std::make_shared<CategoricalAccuracy>("accuracy");
+    if (sparse_labels) return std::make_shared<SparseCategoricalAccuracy>(prefix + "accuracy");
+    return std::make_shared<CategoricalAccuracy>(prefix + "accuracy");
   }
-  if (name == "sparse_categorical_accuracy") return std::make_shared<SparseCategoricalAccuracy>();
-  if (name == "categorical_accuracy") return std::make_shared<CategoricalAccuracy>();
-  if (name == "mean") return std::make_shared<Mean>();
+  if (name == "sparse_categorical_accuracy")
+    return std::make_shared<SparseCategoricalAccuracy>(prefix + "sparse_categorical_accuracy");
+  if (name == "categorical_accuracy") return std::make_shared<CategoricalAccuracy>(prefix + "categorical_accuracy");
+  if (name == "mean") return std::make_shared<Mean>(prefix + "mean");
   throw InvalidArgumentError("unknown metric '" + name +
                              "'; use accuracy, sparse_categorical_accuracy, categorical_accuracy or mean");
 }

@@ -77,5 +77,8 @@ class Accuracy final : public Metric {
 // SparseCategoricalAccuracy named "accuracy"), "sparse_categorical_accuracy",
 // "categorical_accuracy", "mean". Unknown → InvalidArgumentError listing names.
 MetricPtr get(const std::string& name, bool sparse_labels = true);
+// The same metric named `prefix` + its name ("out1_" + "accuracy"): a model with several outputs
+// has one of each per output, named as Keras names them.
+MetricPtr get(const std::string& name, bool sparse_labels, const std::string& prefix);
 
 }  // namespace chorus::metrics

@@ -1,5 +1,7 @@
 #include <chorus/model/model.h>
 
+#include <algorithm>
+
 #include <iomanip>
 #include <iostream>
 #include <set>
@@ -81,9 +83,24 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::Lo
   loss_ = std::move(loss);
   loss_metric_ = std::make_shared<metrics::Mean>("loss");
   metrics_.clear();
+  output_losses_.clear();
+  metrics_per_output_ = metric_names.size();
   const bool sparse = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(loss_.get()) != nullptr;
-  for (const auto& m : metric_names) metrics_.push_back(metrics::get(m, sparse));
+  const std::size_t n = num_outputs();
+  if (n == 1) {
+    for (const auto& m : metric_names) metrics_.push_back(metrics::get(m, sparse));
+    return;
+  }
+  // Keras 2's names and order: loss, <out>_loss per output, then <out>_<metric> output by output.
+  for (std::size_t i = 0; i < n; ++i) {
+    output_losses_.push_back(std::make_shared<metrics::Mean>(output_name(i) + "_loss"));
+    metrics_.push_back(output_losses_.back());
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    for (const auto& m : metric_names) metrics_.push_back(metrics::get(m, sparse, output_name(i) + "_"));
 }
+
+std::string Model::output_name(std::size_t i) const { return str_cat("output_", i + 1); }
 
 optimizers::Optimizer& Model::optimizer() const {
   CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name(),
@@ -141,8 +158,11 @@ std::int64_t global_rows(const distribute::PerReplica<data::Element>& batch) {
 Tensor Model::compute_loss(const std::vector<Tensor>& ys, const std::vector<Tensor>& y_preds) {
   CHORUS_REQUIRE(ys.size() == y_preds.size(), InvalidArgumentError, "compute_loss: ", ys.size(), " targets for ",
                  y_preds.size(), " outputs");
-  CHORUS_REQUIRE(ys.size() == 1 || metrics_.empty(), InvalidArgumentError, "model '", name(), "': compile metrics ",
-                 "with ", ys.size(), " outputs are not supported; compile without metrics");
+  CHORUS_REQUIRE(ys.size() == 1 || metrics_.empty() || output_losses_.size() == ys.size(), InvalidArgumentError,
+                 "model '", name(), "': ", ys.size(), " outputs but compiled for ",
+                 std::max<std::size_t>(1, output_losses_.size()), " (num_outputs() says ", num_outputs(),
+                 "): a model with several outputs and metrics must say how many "
+                 "it has (num_outputs(); Functional models do)");
   Tensor per_example, first_pred;
   for (std::size_t i = 0; i < ys.size(); ++i) {
     // Loss and metrics in float32 (Keras's losses cast y_pred to their float32 dtype): a 16-bit
@@ -151,10 +171,16 @@ Tensor Model::compute_loss(const std::vector<Tensor>& ys, const std::vector<Tens
     if (p.dtype() == DType::kFloat16 || p.dtype() == DType::kBFloat16) p = ops::cast(p, DType::kFloat32);
     Tensor l = loss_->per_example(ys[i], p);
     per_example = per_example.defined() ? per_example + l : l;  // several outputs: the losses' sum
+    if (i < output_losses_.size()) {
+      output_losses_[i]->add(l);
+      for (std::size_t k = 0; k < metrics_per_output_; ++k)
+        metrics_[output_losses_.size() + i * metrics_per_output_ + k]->update_state(ys[i], p);
+    }
     if (i == 0) first_pred = p;
   }
   loss_metric_->add(per_example);
-  for (auto& m : metrics_) m->update_state(ys[0], first_pred);
+  if (output_losses_.empty())
+    for (auto& m : metrics_) m->update_state(ys[0], first_pred);
   return losses::compute_average_loss(per_example, global_batch_rows_);
 }
 

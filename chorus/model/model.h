@@ -103,6 +103,9 @@ class Model : public layers::Layer {
   // evaluate and predict read dataset elements as (x_1, ..., x_n, y_1, ..., y_m).
   virtual std::size_t num_inputs() const { return 1; }
   virtual std::size_t num_outputs() const { return 1; }
+  // The name of output i in the logs of a model with several outputs (Keras's output_names: the
+  // producing layer's name for a functional model; "output_<i + 1>" otherwise).
+  virtual std::string output_name(std::size_t i) const;
 
   std::vector<layers::LayerPtr> layers() const;
   std::vector<Variable> trainable_variables() const;
@@ -232,7 +235,11 @@ class Model : public layers::Layer {
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
   std::shared_ptr<metrics::Mean> loss_metric_;
+  // Several outputs (Keras 2's logs): "<output>_loss" per output, then each compiled metric per
+  // output, "<output>_<metric>", output by output; they lead metrics_.
+  std::vector<std::shared_ptr<metrics::Mean>> output_losses_;
   std::vector<metrics::MetricPtr> metrics_;
+  std::size_t metrics_per_output_ = 0;  // the compiled metrics (their count, per output)
   Shape built_input_;
 };
 

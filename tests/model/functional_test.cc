@@ -61,6 +61,56 @@ TEST(Functional, AChainComputesWhatItsLayersCompute) {
   EXPECT_EQ(g.node[2].input, std::vector<std::string>{g.node[1].name});
 }
 
+// Keras 2's logs of a model with several outputs: loss (the sum), <output>_loss per output, and
+// each compiled metric per output, <output>_<metric>, named by the output layers. Each per-output
+// value equals what the same output's predictions give on the data.
+TEST(Functional, MetricsOfSeveralOutputsAreNamedPerOutputAsKeras) {
+  chorus::internal::reset_runtime_for_testing();
+  auto x = Input({4}, DType::kFloat32, "x");
+  KerasTensor h = (*layers::Dense(6, "tanh", true, initializers::glorot_uniform(21)))(x);
+  KerasTensor a = (*layers::Dense(3, "", true, initializers::glorot_uniform(22), initializers::zeros(), "head_a"))(h);
+  KerasTensor b = (*layers::Dense(3, "", true, initializers::glorot_uniform(23), initializers::zeros(), "head_b"))(h);
+  model::Functional m({x}, {a, b}, "two_heads");
+  EXPECT_EQ(m.output_name(0), "head_a");
+  EXPECT_EQ(m.output_name(1), "head_b");
+  const Tensor xs = rand({24, 4}, 24);
+  const Tensor ya =
+      Tensor::from_vector<std::int32_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 2, 1, 0, 2, 1, 0, 2, 1, 0, 2, 1, 0}, {24});
+  const Tensor yb =
+      Tensor::from_vector<std::int32_t>({1, 1, 0, 0, 2, 2, 1, 1, 0, 0, 2, 2, 1, 1, 0, 0, 2, 2, 1, 1, 0, 0, 2, 2}, {24});
+  auto ds = data::Dataset::from_tensor_slices({xs, ya, yb}).batch(24);
+  m.compile(std::make_shared<optimizers::SGD>(0.1), std::make_shared<losses::SparseCategoricalCrossentropy>(true),
+            {"accuracy"});
+  const auto logs = m.evaluate(ds);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : logs) keys.push_back(k);
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"head_a_accuracy", "head_a_loss", "head_b_accuracy", "head_b_loss", "loss"}));
+  EXPECT_NEAR(logs.at("head_a_loss") + logs.at("head_b_loss"), logs.at("loss"), 1e-5);
+  // Each head's accuracy and loss from its own predictions.
+  const std::vector<Tensor> preds = m(std::vector<Tensor>{xs});
+  for (int o = 0; o < 2; ++o) {
+    const std::string head = o == 0 ? "head_a" : "head_b";
+    const std::vector<float> p = vec(preds[static_cast<std::size_t>(o)]);
+    const std::vector<std::int32_t> y = (o == 0 ? ya : yb).to_vector<std::int32_t>();
+    double correct = 0, loss = 0;
+    for (int i = 0; i < 24; ++i) {
+      const float* row = p.data() + i * 3;
+      const int argmax = static_cast<int>(std::max_element(row, row + 3) - row);
+      correct += argmax == y[static_cast<std::size_t>(i)] ? 1 : 0;
+      const double mx = *std::max_element(row, row + 3);
+      double z = 0;
+      for (int c = 0; c < 3; ++c) z += std::exp(row[c] - mx);
+      loss += -(row[y[static_cast<std::size_t>(i)]] - mx - std::log(z)) / 24.0;
+    }
+    EXPECT_NEAR(logs.at(head + "_accuracy"), correct / 24.0, 1e-9) << head;
+    EXPECT_NEAR(logs.at(head + "_loss"), loss, 1e-5) << head;
+  }
+  const auto hist = m.fit(ds, {.epochs = 2, .verbose = 0});
+  for (const char* k : {"loss", "head_a_loss", "head_b_loss", "head_a_accuracy", "head_b_accuracy"})
+    EXPECT_EQ(hist.history.at(k).size(), 2u) << k;
+}
+
 TEST(Functional, SeveralInputsAndOutputsASharedLayerAndFit) {
   chorus::internal::reset_runtime_for_testing();
   auto a = Input({4}, DType::kFloat32, "a");
