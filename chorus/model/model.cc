@@ -84,7 +84,7 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::Lo
   loss_metric_ = std::make_shared<metrics::Mean>("loss");
   metrics_.clear();
   output_losses_.clear();
-  metrics_per_output_ = metric_names.size();
+  output_metrics_.clear();
   const bool sparse = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(loss_.get()) != nullptr;
   const std::size_t n = num_outputs();
   if (n == 1) {
@@ -96,8 +96,11 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, losses::Lo
     output_losses_.push_back(std::make_shared<metrics::Mean>(output_name(i) + "_loss"));
     metrics_.push_back(output_losses_.back());
   }
-  for (std::size_t i = 0; i < n; ++i)
-    for (const auto& m : metric_names) metrics_.push_back(metrics::get(m, sparse, output_name(i) + "_"));
+  for (std::size_t i = 0; i < n; ++i) {
+    output_metrics_.emplace_back();
+    for (const auto& m : metric_names) output_metrics_.back().push_back(metrics::get(m, sparse, output_name(i) + "_"));
+    metrics_.insert(metrics_.end(), output_metrics_.back().begin(), output_metrics_.back().end());
+  }
 }
 
 std::string Model::output_name(std::size_t i) const { return str_cat("output_", i + 1); }
@@ -173,8 +176,7 @@ Tensor Model::compute_loss(const std::vector<Tensor>& ys, const std::vector<Tens
     per_example = per_example.defined() ? per_example + l : l;  // several outputs: the losses' sum
     if (i < output_losses_.size()) {
       output_losses_[i]->add(l);
-      for (std::size_t k = 0; k < metrics_per_output_; ++k)
-        metrics_[output_losses_.size() + i * metrics_per_output_ + k]->update_state(ys[i], p);
+      for (auto& m : output_metrics_[i]) m->update_state(ys[i], p);
     }
     if (i == 0) first_pred = p;
   }

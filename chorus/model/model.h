@@ -235,11 +235,12 @@ class Model : public layers::Layer {
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
   std::shared_ptr<metrics::Mean> loss_metric_;
-  // Several outputs (Keras 2's logs): "<output>_loss" per output, then each compiled metric per
-  // output, "<output>_<metric>", output by output; they lead metrics_.
-  std::vector<std::shared_ptr<metrics::Mean>> output_losses_;
+  // Every metric the logs report after "loss", in Keras's order. With several outputs (Keras 2's
+  // logs): "<output>_loss" per output (output_losses_), then each output's compiled metrics,
+  // "<output>_<metric>" (output_metrics_[i]) — the same objects, also listed in metrics_.
   std::vector<metrics::MetricPtr> metrics_;
-  std::size_t metrics_per_output_ = 0;  // the compiled metrics (their count, per output)
+  std::vector<std::shared_ptr<metrics::Mean>> output_losses_;
+  std::vector<std::vector<metrics::MetricPtr>> output_metrics_;
   Shape built_input_;
 };
 
