@@ -96,6 +96,7 @@ std::optional<std::chrono::milliseconds> collective_timeout() {
 bool peer_monitor_enabled() { return get_bool("CHORUS_PEER_MONITOR").value_or(true); }
 
 bool busy_poll_enabled() { return get_bool("CHORUS_BUSY_POLL").value_or(true); }
+bool fused_optimizer_enabled() { return get_bool("CHORUS_FUSED_OPTIMIZER").value_or(true); }
 
 std::string flight_record_dir() { return get("CHORUS_FLIGHT_RECORD_DIR").value_or(""); }
 

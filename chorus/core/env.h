@@ -89,6 +89,11 @@ bool peer_monitor_enabled();
 // CHORUS_BUSY_POLL as a boolean (get_bool), true when unset: whether host collectives keep a CPU
 // busy while they wait (collective/busy_poll.h).
 bool busy_poll_enabled();
+// CHORUS_FUSED_OPTIMIZER as a boolean (get_bool), true when unset: whether the built-in optimizers
+// update their variables with the fused multi-tensor kernels (ops/training.h) or variable by
+// variable with the op sequence (the same bits; the switch is for A/B measurements). Read at every
+// apply_gradients.
+bool fused_optimizer_enabled();
 // CHORUS_FLIGHT_RECORD_DIR; "" when unset or empty (no flight records). Read at every failure, so a
 // test may set it while the process runs.
 std::string flight_record_dir();

@@ -26,21 +26,24 @@ class OneReplicaPolicy final : public StepPolicy {
 
   void update(const std::vector<Variable>& vars, std::vector<Summed>&& summed,
               const std::vector<std::vector<Variable>>& slots, const UpdateFn& fn) override {
+    std::vector<UpdateItem> items(vars.size());
     for (std::size_t i = 0; i < vars.size(); ++i) {
       require_whole(vars[i]);
+      UpdateItem& item = items[i];
+      item.index = i;
       // Same storage, a fresh id no tape knows (ops::stop_gradient): the update is not recorded.
-      Tensor w = vars[i].value();
-      w = w.reshape(w.shape());
-      Tensor g = std::move(summed[i].gradient);
-      if (g.device_name() != w.device_name()) g = g.to(w.device_name());
-      std::vector<Tensor> parts;
-      parts.reserve(slots[i].size());
+      item.weight = vars[i].value();
+      item.weight = item.weight.reshape(item.weight.shape());
+      item.gradient = std::move(summed[i].gradient);
+      if (item.gradient.device_name() != item.weight.device_name())
+        item.gradient = item.gradient.to(item.weight.device_name());
+      item.slots.reserve(slots[i].size());
       for (const Variable& s : slots[i]) {
         require_whole(s);
-        parts.push_back(s.value());
+        item.slots.push_back(s.value());
       }
-      fn(i, g, w, parts);
     }
+    if (!items.empty()) fn(items);
   }
 
  private:

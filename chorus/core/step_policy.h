@@ -76,13 +76,21 @@ class StepPolicy {
   // sliced gradients (sums of squares for norms, a finite probe). A collective.
   virtual Tensor sum_partials(const Tensor& partial) = 0;
 
-  // The update: for each i, `fn(i, gradient, weight, slots)` with summed[i]'s gradient and what
-  // this replica writes — the variable's component, its shard, or a copy of this replica's slice
-  // of it — and the same part of each of slots[i] (tensors aliasing their storage: write them in
-  // place). fn must be elementwise. Afterwards every replica's weights hold every replica's
-  // updated slices (one all-gather). A collective when anything is sliced.
-  using UpdateFn =
-      std::function<void(std::size_t i, const Tensor& gradient, Tensor& weight, std::vector<Tensor>& slots)>;
+  // One variable's part of the update: summed[index]'s gradient and what this replica writes —
+  // the variable's component, its shard, or a copy of this replica's slice of it — and the same
+  // part of each of slots[index] (tensors aliasing their storage: written in place).
+  struct UpdateItem {
+    std::size_t index = 0;
+    Tensor gradient;
+    Tensor weight;
+    std::vector<Tensor> slots;
+  };
+  // The update: fn(items) over every variable, in groups — one call with every variable updated
+  // where it lives (so that the optimizer may update them together: ops/training.h's fused
+  // updates), one call per variable updated elsewhere (offload, distribute/optimizer_offload.h).
+  // fn must be elementwise. Afterwards every replica's weights hold every replica's updated slices
+  // (one all-gather). A collective when anything is sliced.
+  using UpdateFn = std::function<void(std::vector<UpdateItem>& items)>;
   virtual void update(const std::vector<Variable>& vars, std::vector<Summed>&& summed,
                       const std::vector<std::vector<Variable>>& slots, const UpdateFn& fn) = 0;
 };

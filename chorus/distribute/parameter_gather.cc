@@ -23,21 +23,45 @@ StrategyReplicaContext& backward_collectives(const char* node) {
   return *ctx;
 }
 
-// The GatherParameters node (parameter_gather.h) of `shards` → `wholes`, when a tape records the shards.
+// Offload (distribute/optimizer_offload.h, "Staging"): starts the host copies of the summed shards
+// of the variables whose update ran on the host last time, and hands them to the replica's staging.
+void stage_shards(StrategyReplicaContext& ctx, const std::vector<const VariableBase*>& vars,
+                  const std::vector<Tensor>& shards) {
+  std::shared_ptr<DeviceContext> host;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (!shards[i].defined() || !ctx.staging().wanted(vars[i])) continue;
+    if (host == nullptr) host = ctx.offload_host();
+    if (host == nullptr) return;
+    Tensor copy = Tensor::empty_on(host, shards[i].shape(), shards[i].dtype());
+    internal::start_host_copy(shards[i], 0, copy);
+    ctx.staging().add(vars[i], shards[i], std::move(copy));
+  }
+}
+
+std::vector<const VariableBase*> identities(const std::vector<ZeroVariable*>& vars) {
+  std::vector<const VariableBase*> out;
+  for (const ZeroVariable* v : vars) out.push_back(v);
+  return out;
+}
+
+// The GatherParameters node (parameter_gather.h) of `shards` (of `vars`) → `wholes`, when a tape
+// records the shards.
 void record_gather(const std::vector<Tensor>& shards, const std::vector<Tensor>& wholes,
-                   const std::vector<ShardLayout>& layouts, std::shared_ptr<std::vector<char>> keep) {
+                   const std::vector<ShardLayout>& layouts, std::shared_ptr<std::vector<char>> keep,
+                   std::vector<const VariableBase*> vars) {
   if (!ops::internal::should_record(shards)) return;
   ops::internal::record(
       "GatherParameters", shards, wholes,
-      [wholes, layouts, keep](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
+      [wholes, layouts, keep, vars = std::move(vars)](const std::vector<Tensor>& dwholes) -> std::vector<Tensor> {
         // Every replica sends the same list: a whole gradient no op produced is zeros.
         std::vector<Tensor> grads(dwholes.size());
         for (std::size_t i = 0; i < dwholes.size(); ++i)
           grads[i] = dwholes[i].defined()
                          ? dwholes[i]
                          : Tensor::zeros(wholes[i].shape(), wholes[i].dtype(), wholes[i].device_name());
-        std::vector<Tensor> result =
-            backward_collectives("GatherParameters").reduce_scatter_shards(ReduceOp::kSum, std::move(grads), layouts);
+        StrategyReplicaContext& ctx = backward_collectives("GatherParameters");
+        std::vector<Tensor> result = ctx.reduce_scatter_shards(ReduceOp::kSum, std::move(grads), layouts);
+        stage_shards(ctx, vars, result);
         // Every use of them has run — unless an outer tape recorded this backward pass, whose own
         // backward will run those uses' gradients again.
         if (keep != nullptr && !ops::internal::should_record(dwholes))
@@ -65,7 +89,7 @@ class LayerGather final : public ParameterGather {
       ctx.all_gather_shards(unit_->shards, unit_->wholes, unit_->layouts);
     }
     keep_ = std::make_shared<std::vector<char>>(unit_->zero.size(), 0);
-    record_gather(unit_->shards, unit_->wholes, unit_->layouts, keep_);
+    record_gather(unit_->shards, unit_->wholes, unit_->layouts, keep_, identities(unit_->zero));
     for (std::size_t i = 0; i < unit_->zero.size(); ++i) unit_->zero[i]->set_gathered(replica_, unit_->wholes[i]);
     zero_ = unit_->zero;
   }
@@ -134,7 +158,7 @@ std::vector<Tensor> gather_whole_values(StrategyReplicaContext& ctx, const std::
     layouts.push_back(v->layout());
   }
   ctx.all_gather_shards(shards, wholes, layouts);
-  record_gather(shards, wholes, layouts, std::move(keep));
+  record_gather(shards, wholes, layouts, std::move(keep), identities(vars));
   return wholes;
 }
 

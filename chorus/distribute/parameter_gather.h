@@ -7,7 +7,9 @@
 // it records one "GatherParameters" node (inputs: the shards; outputs: the whole values) whose
 // backward zero-fills a missing whole gradient (every replica must send the same list),
 // reduce-scatters the whole gradients (ShardingCollectives::reduce_scatter_shards, kSum) and
-// returns this replica's shards of the sums: what tape.gradient(loss, {parameter}) returns.
+// returns this replica's shards of the sums: what tape.gradient(loss, {parameter}) returns. With
+// offload it also starts copying to the host the shards whose update ran there last time
+// (distribute/optimizer_offload.h, "Staging"), while the backward pass goes on.
 //
 // Per layer call (gather_layer_parameters, what Layer::operator() asks for through
 // ShardingCollectives::gather_parameters): the layer's own stage-3 parameters are gathered in one

@@ -9,6 +9,7 @@
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/profile.h>
+#include <chorus/core/runtime.h>
 #include <chorus/core/timeline.h>
 #include <chorus/distribute/comm_worker.h>
 #include <chorus/distribute/gather_prefetch.h>
@@ -196,7 +197,8 @@ std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_sum(
 }
 
 std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_sharded_sum(
-    const std::vector<Tensor>& sources, const std::vector<char>& kinds, const std::vector<ShardLayout>& layouts) {
+    const std::vector<Tensor>& sources, const std::vector<char>& kinds, const std::vector<ShardLayout>& layouts,
+    const std::vector<const void*>& to_host) {
   if (!strategy_.overlaps_gradient_all_reduce() || num_replicas_in_sync() == 1) return nullptr;
   CHORUS_ENFORCE(kinds.size() == sources.size() && layouts.size() == sources.size(),
                  "begin_overlapped_sharded_sum: ", sources.size(), " sources, ", kinds.size(), " kinds, ",
@@ -222,17 +224,40 @@ std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_shar
   const auto timeout = timeout_of(options, strategy_);
   collective::Communicator* communicator = strategy_.comms_[static_cast<std::size_t>(replica_)].get();
   internal::CommWorker* w = &worker();
+  // Offload's staging: which shards the communication thread copies to the host once reduced.
+  std::shared_ptr<DeviceContext> host;
+  std::vector<const void*> stage(sources.size(), nullptr);
+  for (std::size_t i = 0; i < to_host.size() && i < sources.size(); ++i)
+    if (kinds[i] == 2) stage[i] = to_host[i];
+  if (std::any_of(stage.begin(), stage.end(), [](const void* v) { return v != nullptr; })) host = offload_host();
+  const int r = replica_id_in_sync_group();
   internal::OverlappedReduction::ScatterOps scatter{
       [this, scattered](internal::ShardPiece& piece, std::vector<Tensor>& grads) {
         pack_scatter(piece, grads, scattered);
       },
-      [this, communicator, w](std::shared_ptr<internal::ShardPiece> piece) {
-        return w->submit([this, communicator, piece = std::move(piece)] {
+      [this, communicator, w, host, stage, scattered, r](std::shared_ptr<internal::ShardPiece> piece) {
+        return w->submit([this, communicator, piece = std::move(piece), host, stage, scattered, r] {
           run_scatter(*communicator, ReduceOp::kSum, *piece, true);
+          if (host == nullptr || piece->received.dtype() != piece->dtype) return;  // compressed: cast on the device
+          piece->staged.resize(piece->members.size());
+          std::int64_t offset = 0;
+          for (std::size_t k = 0; k < piece->members.size(); ++k) {
+            const std::size_t m = piece->members[k];
+            if (stage[m] != nullptr) {
+              piece->staged[k] = Tensor::empty_on(host, {scattered[m].length(r)}, piece->dtype);
+              internal::start_host_copy(piece->received, offset, piece->staged[k]);
+            }
+            offset += scattered[m].padded;
+          }
         });
       },
-      [this, scattered](internal::ShardPiece& piece, std::vector<Tensor>& out) {
+      [this, scattered, stage](internal::ShardPiece& piece, std::vector<Tensor>& out) {
+        std::vector<Tensor> staged = std::move(piece.staged);
         unpack_scatter(piece, scattered, out);
+        for (std::size_t k = 0; k < staged.size(); ++k) {
+          const std::size_t m = piece.members[k];
+          if (staged[k].defined()) staging_.add(stage[m], out[m], std::move(staged[k]));
+        }
       }};
   return std::make_shared<internal::OverlappedReduction>(
       sources, internal::plan_all_reduce_packs(whole, pack_bytes_of(options)), std::move(pieces),
@@ -256,6 +281,12 @@ internal::GatherPrefetcher* StrategyReplicaContext::prefetcher() {
 void StrategyReplicaContext::end_step() {
   if (prefetcher_ != nullptr) prefetcher_->end_step();
   if (worker_ != nullptr) worker_->drain();
+  staging_.clear();
+}
+
+std::shared_ptr<DeviceContext> StrategyReplicaContext::offload_host() const {
+  if (!strategy_.offloads_optimizer_state()) return nullptr;
+  return runtime::find(offload_device(strategy_.devices_[static_cast<std::size_t>(replica_)], replica_));
 }
 
 StepPolicy& StrategyReplicaContext::step_policy() { return *policy_; }

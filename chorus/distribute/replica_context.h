@@ -15,6 +15,7 @@
 #include <chorus/core/step_policy.h>
 #include <chorus/distribute/all_reduce_packs.h>
 #include <chorus/distribute/communication_options.h>
+#include <chorus/distribute/optimizer_offload.h>
 
 namespace chorus::collective {
 class Communicator;
@@ -36,6 +37,9 @@ struct ShardPiece {
   bool direct = false;
   std::int64_t in_bytes = 0;  // scatter: the packed bytes before compression (the counters)
   Tensor send, received;
+  // An overlapped scatter with offload: per member, the host copy of its shard started once
+  // `received` arrived (undefined: not staged). StrategyReplicaContext::begin_overlapped_sharded_sum.
+  std::vector<Tensor> staged;
 };
 
 // An all_gather_shards begun on the replica's communication thread (begin_all_gather_shards):
@@ -123,10 +127,17 @@ class StrategyReplicaContext final : public ReplicaContext {
   // buckets are the packs all_reduce(list with only the kind-1 entries defined) and
   // reduce_scatter_shards(the kind-2 entries, in order) move, so the sums are bitwise theirs;
   // take() gives the whole sums and the shards in the sources' places. nullptr also when nothing
-  // is of kind 1 or 2.
+  // is of kind 1 or 2. to_host[i] (kind 2 only; empty or null: none): the variable whose shard
+  // source i's is — the communication thread starts copying it to offload_host() once its bucket
+  // is reduced, and take() adds the copy to staging() (distribute/optimizer_offload.h, "Staging").
   std::shared_ptr<GradientReduction> begin_overlapped_sharded_sum(const std::vector<Tensor>& sources,
                                                                   const std::vector<char>& kinds,
-                                                                  const std::vector<ShardLayout>& layouts);
+                                                                  const std::vector<ShardLayout>& layouts,
+                                                                  const std::vector<const void*>& to_host = {});
+  // Offload (distribute/optimizer_offload.h): the host memory device of this replica's offloaded
+  // optimizer state (nullptr when the strategy does not offload), and its staged gradient copies.
+  std::shared_ptr<DeviceContext> offload_host() const;
+  internal::HostStaging& staging() { return staging_; }
   // Stage 3's gather prefetcher of this replica (distribute/gather_prefetch.h); nullptr when the
   // strategy does not prefetch (prefetch_limit 0, stage < 3, or one replica).
   internal::GatherPrefetcher* prefetcher();
@@ -134,7 +145,8 @@ class StrategyReplicaContext final : public ReplicaContext {
   StepPolicy& step_policy() override;
   // For Strategy::run_replicas, after the step function returned: waits for the communication
   // thread (a gradient sum begun and never taken still ran; a prefetched gather not used), rethrowing
-  // its error, and ends the prefetcher's step (it learns the step's order of layer calls).
+  // its error, ends the prefetcher's step (it learns the step's order of layer calls) and forgets
+  // the staged copies no update took.
   void end_step();
   ~StrategyReplicaContext() override;
 
@@ -180,6 +192,7 @@ class StrategyReplicaContext final : public ReplicaContext {
   // Made at first use; shared with the sums and pending gathers, which wait through it.
   std::shared_ptr<internal::CommWorker> worker_;
   std::unique_ptr<internal::GatherPrefetcher> prefetcher_;  // made at first use (stage 3)
+  internal::HostStaging staging_;
   std::unique_ptr<StepPolicy> policy_;
 };
 

@@ -1,5 +1,7 @@
 #include <chorus/distribute/step_policy.h>
 
+#include <unordered_set>
+
 #include <chorus/core/error.h>
 #include <chorus/core/sharded_variable.h>
 #include <chorus/distribute/gather_prefetch.h>
@@ -40,6 +42,7 @@ std::shared_ptr<GradientReduction> ReplicaStepPolicy::begin_gradient_sum(const s
   // does not overlap). sum_gradients checks the plan against the slots before taking the sums.
   if (planned_.size() != sources.size()) return nullptr;
   std::vector<char> kinds(sources.size(), 0);
+  std::vector<const void*> to_host(sources.size(), nullptr);
   std::vector<ShardLayout> layouts(sources.size());
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const Planned& p = planned_[i];
@@ -48,8 +51,9 @@ std::shared_ptr<GradientReduction> ReplicaStepPolicy::begin_gradient_sum(const s
     if (sources[i].shape() != p.shape || sources[i].dtype() != p.dtype) return nullptr;
     kinds[i] = p.kind;
     layouts[i] = p.layout;
+    if (ctx_->staging().wanted(p.variable)) to_host[i] = p.variable;  // offload: see optimizer_offload.h
   }
-  std::shared_ptr<GradientReduction> sum = ctx_->begin_overlapped_sharded_sum(sources, kinds, layouts);
+  std::shared_ptr<GradientReduction> sum = ctx_->begin_overlapped_sharded_sum(sources, kinds, layouts, to_host);
   begun_ = sum;
   begun_kinds_ = std::move(kinds);
   return sum;
@@ -114,6 +118,7 @@ std::vector<StepPolicy::Summed> ReplicaStepPolicy::sharded_sums(std::vector<Tens
   std::vector<ShardLayout> layouts(grads.size());
   std::vector<Planned> planned(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
+    planned[i].variable = vars[i].impl().get();
     planned[i].defined = grads[i].defined();
     if (!grads[i].defined()) continue;
     planned[i].shape = grads[i].shape();
@@ -184,6 +189,9 @@ void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Su
     Tensor w = parameter != nullptr ? parameter->local_shard() : vars[i].value();
     w = w.reshape(w.shape());                  // same storage, a fresh id no tape knows (ops::stop_gradient)
     Tensor g = std::move(summed[i].gradient);  // released with `g` (stage 1: the whole sum, once sliced)
+    // Offload: the copy of this very gradient started during the backward pass, if any.
+    Tensor staged = ctx_ != nullptr ? ctx_->staging().take(g) : Tensor();
+    const std::uint64_t summed_id = g.id();
     if (g.device_name() != w.device_name()) g = g.to(w.device_name());
     const ShardedVariable* layout_of =
         parameter != nullptr ? parameter : sharded_state(slots[i].empty() ? Variable() : slots[i].front());
@@ -208,10 +216,23 @@ void ReplicaStepPolicy::update(const std::vector<Variable>& vars, std::vector<Su
       CHORUS_ENFORCE((sv != nullptr) == (layout_of != nullptr), "slots of '", vars[i].name(), "' are partly sharded");
       parts.push_back(sv != nullptr ? sv->local_shard() : s.value());
     }
-    jobs.push_back({i, std::move(g), target, std::move(parts)});
+    if (g.id() != summed_id) staged = Tensor();  // moved or sliced here: not the tensor staged
+    jobs.push_back({i, std::move(g), target, std::move(parts), std::move(staged)});
   }
   // In place, or on the host where the slots were offloaded (distribute/optimizer_offload.h).
-  internal::run_updates(jobs, fn);
+  const OffloadCounters counted = internal::run_updates(jobs, fn);
+  if (ctx_ != nullptr) {
+    // The next backward pass stages the gradients of the variables updated on the host now, less
+    // those whose staged copy this update could not take (the optimizer changed the gradient).
+    const std::unordered_set<const void*> untaken = ctx_->staging().untaken();
+    std::unordered_set<const void*> on_host;
+    for (const internal::UpdateJob& job : jobs)
+      if (job.on_host && untaken.count(vars[job.index].impl().get()) == 0) on_host.insert(vars[job.index].impl().get());
+    ctx_->staging().plan(std::move(on_host));
+    ctx_->staging().clear();
+    strategy_.counters_.offload_staged.fetch_add(counted.staged, std::memory_order_relaxed);
+    strategy_.counters_.offload_copied.fetch_add(counted.copied, std::memory_order_relaxed);
+  }
   jobs.clear();
   if (sliced.empty()) return;
   // Every replica's updated slices into each replica's whole weight, in place: one all-gather

@@ -54,6 +54,7 @@ class ReplicaStepPolicy final : public StepPolicy {
   // gradient's shape and dtype; kind 0 nothing, 1 all-reduced, 2 reduce-scattered with `layout`),
   // from which begin_gradient_sum plans the next backward pass's buckets.
   struct Planned {
+    const void* variable = nullptr;  // its VariableBase (offload's HostStaging::wanted)
     bool defined = false;
     Shape shape;
     DType dtype = DType::kFloat32;

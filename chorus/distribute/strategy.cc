@@ -106,6 +106,10 @@ void Strategy::set_communication_options(const CommunicationOptions& options) {
   if (!communication_options_.compression) communication_options_.compression = Compression::kNone;
 }
 
+OffloadCounters Strategy::offload_counters() const {
+  return {counters_.offload_staged.load(), counters_.offload_copied.load()};
+}
+
 AllReduceCounters Strategy::all_reduce_counters() const {
   return {counters_.collectives.load(), counters_.bytes.load(), counters_.uncompressed_bytes.load(),
           counters_.overlapped.load()};

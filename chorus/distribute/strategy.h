@@ -54,6 +54,7 @@
 #include <chorus/distribute/communication_options.h>
 #include <chorus/distribute/cross_device_ops.h>
 #include <chorus/distribute/distributed_dataset.h>
+#include <chorus/distribute/optimizer_offload.h>
 #include <chorus/distribute/per_replica.h>
 
 namespace chorus::distribute {
@@ -110,6 +111,9 @@ class Strategy : public DistributionStrategy {
   // replica_context.h), and why ("on: requested", "off: the op threads use every core (2 of 2)", ...).
   bool overlaps_gradient_all_reduce() const { return overlap_; }
   const std::string& overlap_reason() const { return overlap_reason_; }
+  // With offload: how this process's replicas' offloaded updates got their gradients to the host
+  // (distribute/optimizer_offload.h, "Staging"), since the strategy was made.
+  OffloadCounters offload_counters() const;
   // What this process's replicas' all-reduces moved (communication_options.h, AllReduceCounters).
   AllReduceCounters all_reduce_counters() const;
   // The same, and sets the counters to zero (call between runs, not while replicas reduce).
@@ -247,6 +251,7 @@ class Strategy : public DistributionStrategy {
 
  private:
   friend class StrategyReplicaContext;
+  friend class ReplicaStepPolicy;  // counts offload (counters_)
   Variable create_mirrored(const VariableArgs& args, const NextCreator& next);
   Variable create_sharded(const VariableArgs& args, const NextCreator& next, bool parameter);
   void resolve_devices(std::vector<std::string> devices);
@@ -259,6 +264,7 @@ class Strategy : public DistributionStrategy {
   CommunicationOptions communication_options_{.compression = Compression::kNone};
   struct Counters {
     std::atomic<std::int64_t> collectives{0}, bytes{0}, uncompressed_bytes{0}, overlapped{0};
+    std::atomic<std::int64_t> offload_staged{0}, offload_copied{0};
   } counters_;
   std::unique_ptr<ReplicaPool> pool_;  // null: run on the calling thread
   std::vector<std::unique_ptr<collective::Communicator>> comms_;

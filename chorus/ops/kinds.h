@@ -76,6 +76,21 @@ enum class BinaryOp : std::uint8_t {
 
 enum class ReduceKind : std::uint8_t { kSum, kMean, kMax, kMin, kProd };
 
+// The fused optimizer updates (ops/training.h's apply_fused_update; the rules: ops/update_rules.h)
+// and their host scalars, as doubles (the kernels round each to the variables' dtype, as
+// ops::scalar_like does).
+enum class FusedRule : std::uint8_t { kAdam, kSgd, kRMSprop };
+struct FusedScalars {
+  double learning_rate = 0.0;     // SGD, RMSprop
+  double alpha = 0.0;             // Adam: learning_rate · sqrt(1 − β2^t) / (1 − β1^t)
+  double one_minus_beta_1 = 0.0;  // Adam
+  double one_minus_beta_2 = 0.0;  // Adam
+  double epsilon = 0.0;           // Adam, RMSprop
+  double momentum = 0.0;          // SGD, RMSprop
+  double rho = 0.0;               // RMSprop
+  double one_minus_rho = 0.0;     // RMSprop
+};
+
 enum class PoolKind : std::uint8_t { kMax, kAvg };
 
 // The row normalizations of ops/normalization.h (rstd = 1/sqrt(var + eps), var biased):

@@ -1,27 +1,56 @@
-// Fused optimizer updates (TF's training ops, tf.raw_ops.ResourceApplyAdam): one kernel that reads
-// the gradient and writes the variable and its slots in place, instead of a dozen elementwise ops
-// with their temporaries. Used by optimizer/adam.cc.
+// Fused optimizer updates (TF's training ops such as tf.raw_ops.ResourceApplyAdam; the multi-tensor
+// form of torch.optim's fused=True and Apex's multi_tensor_apply): one call updates a group of
+// variables in place — their weights and slots from their gradients — instead of a dozen
+// elementwise ops per variable with their temporaries. On a GPU the group is one kernel launch
+// per 24 variables (ops/cuda/training.cu); on a CPU one dispatch, the Adam loop vectorised. Used
+// by the built-in optimizers (optimizer/optimizer.cc: each step's variables, grouped by device and
+// dtype).
+//
+// The rules (ops/update_rules.h) are the optimizers' op sequences element by element, each op
+// rounded to the dtype as ops::add/sub/mul/div/sqrt round it (no contraction into fma): the result
+// is bitwise that of the op sequence on the same device, NaN and Inf included.
+//   kAdam     slots {m, v}: m ← m + (g − m)(1 − β1); v ← v + (g² − v)(1 − β2); w ← w − m·α / (√v + ε)
+//             (optimizer/adam.cc without AMSGrad; α = lr·√(1 − β2^t)/(1 − β1^t))
+//   kSgd      slots {} or {momentum} (optimizer/sgd.cc, with Nesterov when `nesterov`)
+//   kRMSprop  slots {velocity}, then {momentum} when `momentum_slot`, then {average} when `centered`
+//             (optimizer/rmsprop.cc)
+// A variable with `decays` first gets w ← w − w·decay (the decoupled weight decay, decay =
+// weight_decay · lr, as Optimizer::apply_gradients applies it before the update).
 #pragma once
 
+#include <vector>
+
 #include <chorus/core/tensor.h>
+#include <chorus/ops/kinds.h>
 
 namespace chorus::ops {
 
-// Adam's update, in place, elementwise, in this order and in the tensors' dtype (each step
-// rounded as the equivalent sequence of ops::add/sub/mul/div/sqrt rounds it, so the result is
-// bitwise that of optimizer/adam.cc's op sequence):
-//   m <- m + (g - m) * (1 - beta_1)
-//   v <- v + (g * g - v) * (1 - beta_2)
-//   w <- w - (m * alpha) / (sqrt(v) + epsilon)
-// where the scalars are first converted to the dtype (as ops::scalar_like does).
-//
-// Returns false and changes nothing when there is no fused kernel for the arguments: w, m, v, g
-// not all defined, not all of one dtype (float32 or float64) and one shape, or not all on one CPU
-// device. The caller then runs the op sequence. Runs in the device's stream order on the calling
-// thread (ops/internal.h run_cpu), after any write hold on w, m or v ended (core/tensor.h: an
-// async checkpoint still copying them); not recorded on gradient tapes (the update is not
-// differentiable, as in TF).
-bool apply_adam(Tensor& w, Tensor& m, Tensor& v, const Tensor& g, double alpha, double beta_1, double beta_2,
-                double epsilon);
+struct FusedUpdate {
+  FusedRule rule = FusedRule::kAdam;
+  FusedScalars scalars;
+  bool nesterov = false;       // kSgd
+  bool momentum_slot = false;  // kSgd, kRMSprop: a momentum slot
+  bool centered = false;       // kRMSprop: an average slot
+};
+
+// One variable of a group: what the update writes (weight and slots, in place) and reads.
+struct FusedVariable {
+  Tensor weight;
+  Tensor gradient;
+  std::vector<Tensor> slots;
+  bool decays = false;
+  double decay = 0.0;
+};
+
+// Updates every variable of `group` as described above and returns true; or returns false and
+// changes nothing when the group has no fused kernel: an undefined tensor, a dtype other than
+// float32/float64 or not one for the whole group, a gradient or slot whose shape is not its
+// weight's, the wrong number of slots for the rule, tensors on more than one device, or storage
+// shared between variables of the group. Then the caller runs the op sequences. Runs in the
+// device's stream order (a CPU device: on the calling thread, ops/internal.h run_cpu; a GPU: queued
+// on its stream), after any write hold on a weight or slot ended (core/tensor.h: an async
+// checkpoint still copying it); not recorded on gradient tapes (an update is not differentiable,
+// as in TF).
+bool apply_fused_update(const FusedUpdate& update, std::vector<FusedVariable>& group);
 
 }  // namespace chorus::ops

@@ -59,14 +59,27 @@ std::vector<std::string> Adam::slot_names_impl() const {
   return {"m", "v"};
 }
 
-void Adam::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, const Step& step) {
+double Adam::alpha(const Step& step) const {
   const double t = static_cast<double>(step.iterations + 1);
-  const double alpha = step.learning_rate * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
+  return step.learning_rate * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
+}
+
+bool Adam::fused_update(const Step& step, ops::FusedUpdate& out) const {
+  if (amsgrad_) return false;
+  out.rule = ops::FusedRule::kAdam;
+  out.scalars.alpha = alpha(step);
+  out.scalars.one_minus_beta_1 = 1.0 - beta_1_;
+  out.scalars.one_minus_beta_2 = 1.0 - beta_2_;
+  out.scalars.epsilon = epsilon_;
+  return true;
+}
+
+// The op sequence (12 ops, 4 scalars and 3 copies per variable) that fused_update's rule equals
+// bitwise; run where the group could not be fused, and with AMSGrad.
+void Adam::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, const Step& step) {
+  const double alpha = this->alpha(step);
   Tensor& m = slots[0];
   Tensor& v = slots[1];
-  // One fused kernel where there is one (float32/float64 on a CPU device): the op sequence below
-  // is 12 ops, 4 scalars and 3 copies per variable, and rounds the same way.
-  if (!amsgrad_ && ops::apply_adam(w, m, v, g, alpha, beta_1_, beta_2_, epsilon_)) return;
   update_in_place(m, ops::add(m, ops::mul(ops::sub(g, m), ops::scalar_like(g, 1.0 - beta_1_))));
   update_in_place(v, ops::add(v, ops::mul(ops::sub(ops::square(g), v), ops::scalar_like(g, 1.0 - beta_2_))));
   Tensor denom_v = v;

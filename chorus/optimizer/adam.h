@@ -65,6 +65,7 @@ class Adam : public Optimizer {
  protected:
   std::vector<std::string> slot_names_impl() const override;
   void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots, const Step& step) override;
+  bool fused_update(const Step& step, ops::FusedUpdate& out) const override;
   bool needs_iterations() const override { return true; }
   std::string config_fields() const override;
 
@@ -73,6 +74,8 @@ class Adam : public Optimizer {
   double beta_2_;
   double epsilon_;
   bool amsgrad_;
+  // The step size with both bias corrections: lr · sqrt(1 − β2^t) / (1 − β1^t), t = iterations + 1.
+  double alpha(const Step& step) const;
 };
 
 class AdamW final : public Adam {

@@ -10,6 +10,7 @@
 
 #include <chorus/core/distributed_variable.h>
 #include <chorus/core/distribution.h>
+#include <chorus/core/env.h>
 #include <chorus/core/error.h>
 #include <chorus/core/logging.h>
 #include <chorus/core/sharded_variable.h>
@@ -559,17 +560,54 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, std::shared_pt
   // variable's component, its shard, or its slice, gathered afterwards).
   std::vector<StepPolicy::Summed> clipped(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) clipped[i] = {std::move(grads[i]), slice[i] != 0};
-  policy.update(
-      kept, std::move(clipped), kept_slots,
-      [&](std::size_t i, const Tensor& g, Tensor& weight, std::vector<Tensor>& slot_parts) {
-        if (uses_weight_decay(kept[i]))
-          update_in_place(
-              weight,
-              ops::sub(weight, ops::mul(weight, ops::scalar_like(weight, *common_.weight_decay * step.learning_rate))));
-        update_step(g, weight, slot_parts, step);
-      });
+  policy.update(kept, std::move(clipped), kept_slots,
+                [&](std::vector<StepPolicy::UpdateItem>& items) { update_group(items, kept, step); });
   // 9. This replica's component of the counter.
   counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+}
+
+void Optimizer::update_group(std::vector<StepPolicy::UpdateItem>& items, const std::vector<Variable>& vars,
+                             const Step& step) {
+  std::vector<char> done(items.size(), 0);
+  ops::FusedUpdate fused;
+  if (!items.empty() && env::fused_optimizer_enabled() && fused_update(step, fused)) {
+    // One fused update per device and dtype, in the items' order.
+    std::vector<std::pair<std::pair<const DeviceContext*, DType>, std::vector<std::size_t>>> groups;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      const std::pair<const DeviceContext*, DType> key{&items[k].weight.device_context(), items[k].weight.dtype()};
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
+      it->second.push_back(k);
+    }
+    for (const auto& [key, members] : groups) {
+      std::vector<ops::FusedVariable> group;
+      for (const std::size_t k : members) {
+        const StepPolicy::UpdateItem& item = items[k];
+        const bool decays = uses_weight_decay(vars[item.index]);
+        group.push_back({item.weight, item.gradient, item.slots, decays,
+                         decays ? *common_.weight_decay * step.learning_rate : 0.0});
+      }
+      const bool timed = timeline::enabled();
+      const std::int64_t start = timed ? timeline::now_us() : 0;
+      if (!ops::apply_fused_update(fused, group)) continue;
+      for (const std::size_t k : members) done[k] = 1;
+      if (timed)
+        timeline::record(
+            "optimizer", "fused update", start, timeline::now_us(),
+            str_cat("\"variables\": ", members.size(), ", \"device\": ", timeline::quoted(key.first->name()),
+                    ", \"dtype\": ", timeline::quoted(dtype_name(key.second))));
+    }
+  }
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    if (done[k]) continue;
+    StepPolicy::UpdateItem& item = items[k];
+    if (uses_weight_decay(vars[item.index]))
+      update_in_place(
+          item.weight,
+          ops::sub(item.weight,
+                   ops::mul(item.weight, ops::scalar_like(item.weight, *common_.weight_decay * step.learning_rate))));
+    update_step(item.gradient, item.weight, item.slots, step);
+  }
 }
 
 bool Optimizer::after_summing(std::vector<Tensor>& grads, const std::vector<Variable>& vars,

@@ -116,9 +116,11 @@
 
 #include <chorus/checkpoint/trackable.h>
 #include <chorus/core/distribution.h>
+#include <chorus/core/step_policy.h>
 #include <chorus/core/tensor.h>
 #include <chorus/core/variable.h>
 #include <chorus/ops/tape.h>
+#include <chorus/ops/training.h>
 #include <chorus/optimizer/learning_rate_schedule.h>
 
 namespace chorus::optimizers {
@@ -285,6 +287,16 @@ class Optimizer : public train::Trackable {
   // is the summed, clipped gradient with the variable's shape, dtype and device — or, with sharded
   // slots, all four are this replica's 1-D slices (see "Sharded slots" above).
   virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots, const Step& step) = 0;
+  // The fused form of update_step (ops/training.h: one kernel for every variable of a device and
+  // dtype — torch.optim's fused=True): true with `out` filled when this step's update is one of
+  // its rules, bitwise update_step's op sequence; false (the default) to update variable by
+  // variable with update_step. The built-in Adam (without AMSGrad), SGD and RMSprop fuse;
+  // CHORUS_FUSED_OPTIMIZER=0 turns fusing off (core/env.h).
+  virtual bool fused_update(const Step& step, ops::FusedUpdate& out) const {
+    (void)step;
+    (void)out;
+    return false;
+  }
   // Whether update_step needs Step::iterations (else a constant learning rate saves the read of
   // the counter, which waits for the replica's device stream).
   virtual bool needs_iterations() const { return false; }
@@ -305,6 +317,10 @@ class Optimizer : public train::Trackable {
   // references, undefined where none) and `vars` in the list's order.
   void validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std::vector<Tensor>& grads,
                 std::vector<Variable>& vars) const;
+  // Steps 7–8 on one group the step policy hands over (core/step_policy.h): fused per device and
+  // dtype where fused_update says so (the weight decay inside), else the decay op and update_step
+  // per variable. vars[item.index] is each item's variable.
+  void update_group(std::vector<StepPolicy::UpdateItem>& items, const std::vector<Variable>& vars, const Step& step);
   // Gradient accumulation: adds `grads` to the accumulators; on the N-th call replaces them by the
   // mean and returns true (update now), else counts the call and returns false.
   bool accumulate(std::vector<Tensor>& grads, const std::vector<Variable>& vars, ReplicaContext* ctx);

@@ -33,6 +33,18 @@ std::vector<std::string> RMSprop::slot_names_impl() const {
   return names;
 }
 
+bool RMSprop::fused_update(const Step& step, ops::FusedUpdate& out) const {
+  out.rule = ops::FusedRule::kRMSprop;
+  out.scalars.learning_rate = step.learning_rate;
+  out.scalars.rho = rho_;
+  out.scalars.one_minus_rho = 1.0 - rho_;
+  out.scalars.epsilon = epsilon_;
+  out.scalars.momentum = momentum_;
+  out.momentum_slot = momentum_ > 0.0;
+  out.centered = centered_;
+  return true;
+}
+
 void RMSprop::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, const Step& step) {
   Tensor& velocity = slots[0];
   const Tensor rho = ops::scalar_like(g, rho_);

@@ -24,6 +24,15 @@ std::vector<std::string> SGD::slot_names_impl() const {
   return {"momentum"};
 }
 
+bool SGD::fused_update(const Step& step, ops::FusedUpdate& out) const {
+  out.rule = ops::FusedRule::kSgd;
+  out.scalars.learning_rate = step.learning_rate;
+  out.scalars.momentum = momentum_;
+  out.momentum_slot = momentum_ != 0.0;
+  out.nesterov = nesterov_;
+  return true;
+}
+
 void SGD::update_step(const Tensor& g, Tensor& w, std::vector<Tensor>& slots, const Step& step) {
   const Tensor lr_g = ops::mul(g, ops::scalar_like(g, step.learning_rate));
   if (momentum_ == 0.0) {

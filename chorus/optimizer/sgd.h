@@ -43,6 +43,7 @@ class SGD final : public Optimizer {
  protected:
   std::vector<std::string> slot_names_impl() const override;
   void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots, const Step& step) override;
+  bool fused_update(const Step& step, ops::FusedUpdate& out) const override;
   std::string config_fields() const override;
 
  private:

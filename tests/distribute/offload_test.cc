@@ -7,7 +7,8 @@
 // (core/host_memory.h), not on the replicas' devices, whose allocators no longer hold them; a model
 // that does not fit under the devices' memory limit at stage 3 (ResourceExhaustedError) trains with
 // offload to the weights it reaches with room; checkpoints saved with offload restore without, and
-// back, with the same keys and values.
+// back, with the same keys and values; the gradients' host copies start during the backward pass
+// from the second step on (staging), without changing a bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,6 +164,74 @@ TEST(OffloadParity, WithOverlapAndPrefetchBitwiseEqualThePlainStage) {
     EXPECT_EQ(both.iterations, kSteps);
     expect_states_equal(both, plain, 0.0, "offload + overlap + prefetch, stage " + std::to_string(stage));
   }
+}
+
+// --- staging: the gradients' host copies overlap the backward pass ---
+
+// Stage 2 with overlap (the communication thread copies each bucket's shards to the host once
+// reduce-scattered) and stage 3 with and without overlap (the GatherParameters node copies the
+// shards it returns), through fit: the first step copies every offloaded gradient at the update
+// (it learns which variables are offloaded), every later step stages them all during the backward
+// pass (Strategy::offload_counters) — and the weights and slots are bitwise those without offload.
+TEST(OffloadStaging, GradientsReachTheHostDuringTheBackwardPassWithTheSameBits) {
+  for (const int k : {2, 4}) {
+    make_cpus(k);
+    for (const int stage : {2, 3}) {
+      for (const bool overlap : {false, true}) {
+        if (stage == 2 && !overlap) continue;  // reduced after the backward pass: nothing to stage early
+        const std::string what = std::to_string(k) + " replicas, stage " + std::to_string(stage) +
+                                 (overlap ? " with overlap" : " without overlap");
+        const auto run = [&](bool offload, int steps, distribute::OffloadCounters* counted) {
+          distribute::MirroredStrategy strategy(cpus(k),
+                                                {.sharding = {.stage = stage, .offload_optimizer_state = offload},
+                                                 .overlap_gradient_all_reduce = overlap});
+          std::unique_ptr<model::Sequential> m;
+          std::shared_ptr<optimizers::Optimizer> opt;
+          {
+            auto scope = strategy.scope();
+            m = make_model();
+            opt = make("Adam");
+            train_fit(*m, opt, steps);
+          }
+          if (counted != nullptr) *counted = strategy.offload_counters();
+          return snapshot(*m, *opt);
+        };
+        distribute::OffloadCounters first, all;
+        run(true, 1, &first);
+        EXPECT_GT(first.copied, 0) << what;
+        EXPECT_EQ(first.staged, 0) << what;
+        const State staged = run(true, kSteps, &all);
+        EXPECT_EQ(all.copied, first.copied) << what << ": only the first step copies at the update";
+        EXPECT_EQ(all.staged, first.copied * (kSteps - 1)) << what;
+        const State plain = run(false, kSteps, nullptr);
+        expect_states_equal(staged, plain, 0.0, "staged offload vs none, " + what);
+      }
+    }
+  }
+}
+
+// A gradient the optimizer changes after the sum (global_clipnorm scales every one) is not the
+// tensor that was staged: it is copied at the update, and the result is still bitwise the same.
+TEST(OffloadStaging, AClippedGradientIsCopiedAtTheUpdate) {
+  make_cpus(2);
+  const auto run = [&](bool offload, distribute::OffloadCounters* counted) {
+    distribute::MirroredStrategy strategy(cpus(2), options(3, offload));
+    std::unique_ptr<model::Sequential> m;
+    std::shared_ptr<optimizers::Optimizer> opt;
+    {
+      auto scope = strategy.scope();
+      m = make_model();
+      opt = make("AdamGlobalClipnorm");
+      train_fit(*m, opt, kSteps);
+    }
+    if (counted != nullptr) *counted = strategy.offload_counters();
+    return snapshot(*m, *opt);
+  };
+  distribute::OffloadCounters counted;
+  const State off = run(true, &counted);
+  EXPECT_EQ(counted.staged, 0);
+  EXPECT_GT(counted.copied, 0);
+  expect_states_equal(off, run(false, nullptr), 0.0, "clipped, stage 3");
 }
 
 // --- where the slots live ---

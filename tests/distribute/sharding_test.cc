@@ -332,8 +332,14 @@ TEST(StepPolicy, TheDefaultStrategysSumsNothingGathersNothingAndOverlapsNothing)
   ASSERT_EQ(summed.size(), 1u);
   EXPECT_FALSE(summed[0].slice);
   EXPECT_EQ(summed[0].gradient.to_vector<float>(), g.to_vector<float>());
-  policy.update({w}, std::move(summed), {{}},
-                [](std::size_t, const Tensor& grad, Tensor& weight, std::vector<Tensor>&) { weight.copy_from(grad); });
+  int calls = 0;
+  policy.update({w}, std::move(summed), {{}}, [&](std::vector<StepPolicy::UpdateItem>& items) {
+    ++calls;
+    ASSERT_EQ(items.size(), 1u);
+    EXPECT_EQ(items[0].index, 0u);
+    items[0].weight.copy_from(items[0].gradient);
+  });
+  EXPECT_EQ(calls, 1) << "every variable in one group";
   EXPECT_EQ(w.value().to_vector<float>(), (std::vector<float>{3, 4})) << "the update writes the variable itself";
 }
 

@@ -1,69 +1,61 @@
-// ops::apply_adam (ops/training.h) against the op sequence it replaces (optimizer/adam.cc's
-// unfused update), bitwise, in float32 and float64, and its "no fused kernel" answers.
+// ops::apply_fused_update (ops/training.h) on the CPU: bitwise the op sequences it replaces for
+// every rule and option, float32 and float64, NaN and ±Inf included (fused_update_util.h); it waits
+// for a write hold on what it writes; and it declines, changing nothing, what it has no kernel for.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "tests/core/test_util.h"
-#include <chorus/ops/ops.h>
-#include <chorus/ops/training.h>
+#include "tests/ops/fused_update_util.h"
 
 namespace chorus {
 namespace {
 
 class TrainingOpsTest : public testing::CoreTest {};
 
-template <typename T>
-std::vector<T> values(std::size_t n, double scale, double offset) {
-  std::vector<T> v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] = static_cast<T>(offset + scale * std::sin(0.37 * static_cast<double>(i) + 1.0));
-  return v;
+ops::FusedUpdate adam() {
+  ops::FusedUpdate u;
+  u.rule = ops::FusedRule::kAdam;
+  u.scalars.alpha = 0.1;
+  u.scalars.one_minus_beta_1 = 0.1;
+  u.scalars.one_minus_beta_2 = 0.001;
+  u.scalars.epsilon = 1e-7;
+  return u;
 }
 
-// n = 1000: the vectorized blocks of 16 and a scalar tail; n = 197,300: four chunks of 2^16, split
-// over the device's threads.
-template <typename T>
-void check_bitwise(DType dtype, std::int64_t rows = 10) {
-  const std::size_t n = static_cast<std::size_t>(rows) * 100;
-  const Shape shape{rows, 100};
-  const double alpha = 1e-3 * std::sqrt(1 - std::pow(0.999, 3)) / (1 - std::pow(0.9, 3)), b1 = 0.9, b2 = 0.999,
-               eps = 1e-7;
-  const auto w0 = values<T>(n, 1.0, 0.1), m0 = values<T>(n, 0.01, 0.0), g = values<T>(n, 0.5, -0.2);
-  auto v0 = values<T>(n, 1e-4, 2e-4);
-  // Reference: the op sequence, as adam.cc runs it without the fused kernel.
-  Tensor gt = Tensor::from_vector<T>(g, shape, "/CPU:0");
-  Tensor m = Tensor::from_vector<T>(m0, shape, "/CPU:0"), v = Tensor::from_vector<T>(v0, shape, "/CPU:0"),
-         w = Tensor::from_vector<T>(w0, shape, "/CPU:0");
-  m = ops::add(m, ops::mul(ops::sub(gt, m), ops::scalar_like(gt, 1.0 - b1)));
-  v = ops::add(v, ops::mul(ops::sub(ops::square(gt), v), ops::scalar_like(gt, 1.0 - b2)));
-  w = ops::sub(w, ops::div(ops::mul(m, ops::scalar_like(m, alpha)), ops::add(ops::sqrt(v), ops::scalar_like(m, eps))));
-  // Fused, in place.
-  Tensor fm = Tensor::from_vector<T>(m0, shape, "/CPU:0"), fv = Tensor::from_vector<T>(v0, shape, "/CPU:0"),
-         fw = Tensor::from_vector<T>(w0, shape, "/CPU:0");
-  ASSERT_EQ(fw.dtype(), dtype);
-  ASSERT_TRUE(ops::apply_adam(fw, fm, fv, gt, alpha, b1, b2, eps));
-  for (auto [got, want, what] : {std::tuple{fw, w, "w"}, std::tuple{fm, m, "m"}, std::tuple{fv, v, "v"}}) {
-    const auto a = got.template to_vector<T>(), b = want.template to_vector<T>();
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)), 0) << what << " differs from the op sequence";
-  }
+// 1000 elements: the vectorized blocks of 16 and a scalar tail; 37: the tail alone; 0: nothing;
+// 197,300: four chunks of 2^16, split over the device's threads.
+TEST_F(TrainingOpsTest, EveryRuleMatchesItsOpSequenceBitwiseFloat32) {
+  fused_testing::check_all<float>("/CPU:0", {1000, 37, 0, 197300});
+}
+TEST_F(TrainingOpsTest, EveryRuleMatchesItsOpSequenceBitwiseFloat64) {
+  fused_testing::check_all<double>("/CPU:0", {1000, 37, 0, 5000});
 }
 
-// The fused update writes w, m and v in place: it waits for a write hold on any of them (an async
-// checkpoint still copying it, core/tensor.h).
-TEST_F(TrainingOpsTest, AdamWaitsForAWriteHoldOnItsSlots) {
+// A gradient sharing storage with its own weight (g = w, as in a test of the update itself) is
+// read before it is written, element by element.
+TEST_F(TrainingOpsTest, AGradientAliasingItsWeightReadsBeforeWriting) {
+  const std::vector<float> w0 = fused_testing::values<float>(100, 1.0, 0.1, false);
+  Tensor w = Tensor::from_vector<float>(w0, {100}), ref = Tensor::from_vector<float>(w0, {100});
+  std::vector<ops::FusedVariable> group{{w, w, {Tensor::zeros({100}), Tensor::zeros({100})}}};
+  ASSERT_TRUE(ops::apply_fused_update(adam(), group));
+  std::vector<Tensor> slots{Tensor::zeros({100}), Tensor::zeros({100})};
+  fused_testing::op_sequence({"adam", adam(), false}, ref, slots, Tensor::from_vector<float>(w0, {100}), 0.0);
+  fused_testing::expect_same_bits<float>(w, ref, "aliased");
+}
+
+// The fused update writes weights and slots in place: it waits for a write hold on any of them (an
+// async checkpoint still copying it, core/tensor.h).
+TEST_F(TrainingOpsTest, WaitsForAWriteHoldOnASlot) {
   Tensor w = Tensor::ones({4}), m = Tensor::zeros({4}), v = Tensor::zeros({4}), g = Tensor::ones({4});
   v.buffer()->hold_writes();
   std::atomic<bool> done{false};
   std::thread step([&] {
-    ASSERT_TRUE(ops::apply_adam(w, m, v, g, 0.1, 0.9, 0.999, 1e-7));
+    std::vector<ops::FusedVariable> group{{w, g, {m, v}}};
+    ASSERT_TRUE(ops::apply_fused_update(adam(), group));
     done = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -74,26 +66,34 @@ TEST_F(TrainingOpsTest, AdamWaitsForAWriteHoldOnItsSlots) {
   EXPECT_NE(w.to_vector<float>(), std::vector<float>(4, 1.0f));
 }
 
-TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseFloat32) { check_bitwise<float>(DType::kFloat32); }
-TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseFloat64) { check_bitwise<double>(DType::kFloat64); }
-TEST_F(TrainingOpsTest, AdamMatchesTheOpSequenceBitwiseOverThreadedChunks) {
-  check_bitwise<float>(DType::kFloat32, 3 * 65536 / 100 + 7);
-}
-
-TEST_F(TrainingOpsTest, AdamDeclinesWhatItHasNoKernelFor) {
-  Tensor w = Tensor::ones({4}, DType::kFloat32, "/CPU:0");
-  Tensor m = Tensor::zeros({4}, DType::kFloat32, "/CPU:0"), v = Tensor::zeros({4}, DType::kFloat32, "/CPU:0");
+TEST_F(TrainingOpsTest, DeclinesWhatItHasNoKernelForAndChangesNothing) {
+  auto f32 = [](std::int64_t n, float x = 0.0f) { return Tensor::full({n}, x, DType::kFloat32, "/CPU:0"); };
+  Tensor w = f32(4, 1.0f), m = f32(4), v = f32(4), g = f32(4, 1.0f);
   const std::vector<float> before = w.to_vector<float>();
-  Tensor g16 = Tensor::ones({4}, DType::kFloat16, "/CPU:0");
-  EXPECT_FALSE(ops::apply_adam(w, m, v, g16, 0.1, 0.9, 0.999, 1e-7));  // mixed dtypes
-  Tensor g3 = Tensor::ones({3}, DType::kFloat32, "/CPU:0");
-  EXPECT_FALSE(ops::apply_adam(w, m, v, g3, 0.1, 0.9, 0.999, 1e-7));  // shapes differ
-  Tensor undefined;
-  EXPECT_FALSE(ops::apply_adam(w, m, v, undefined, 0.1, 0.9, 0.999, 1e-7));
-  Tensor h = Tensor::ones({4}, DType::kFloat16, "/CPU:0");
-  Tensor hm = Tensor::zeros({4}, DType::kFloat16, "/CPU:0"), hv = Tensor::zeros({4}, DType::kFloat16, "/CPU:0");
-  EXPECT_FALSE(ops::apply_adam(h, hm, hv, g16, 0.1, 0.9, 0.999, 1e-7));  // no float16 kernel
-  EXPECT_EQ(w.to_vector<float>(), before);                               // declined calls change nothing
+  auto declines = [&](std::vector<ops::FusedVariable> group, const ops::FusedUpdate& u, const char* what) {
+    EXPECT_FALSE(ops::apply_fused_update(u, group)) << what;
+  };
+  declines({{w, Tensor::ones({4}, DType::kFloat16), {m, v}}}, adam(), "mixed dtypes");
+  declines({{w, f32(3), {m, v}}}, adam(), "a gradient of another shape");
+  declines({{w, Tensor(), {m, v}}}, adam(), "an undefined gradient");
+  declines({{w, g, {m}}}, adam(), "one slot for Adam");
+  declines({{Tensor::ones({4}, DType::kFloat16),
+             Tensor::ones({4}, DType::kFloat16),
+             {Tensor::zeros({4}, DType::kFloat16), Tensor::zeros({4}, DType::kFloat16)}}},
+           adam(), "float16");
+  declines({{w, g, {m, v}}, {f32(4), f32(4), {m, f32(4)}}}, adam(), "a slot shared by two variables");
+  declines({{w, g, {m, v}},
+            {Tensor::ones({4}, DType::kFloat64),
+             Tensor::ones({4}, DType::kFloat64),
+             {Tensor::zeros({4}, DType::kFloat64), Tensor::zeros({4}, DType::kFloat64)}}},
+           adam(), "two dtypes in one group");
+  ops::FusedUpdate rms;
+  rms.rule = ops::FusedRule::kRMSprop;
+  rms.centered = true;
+  declines({{w, g, {m}}}, rms, "centered RMSprop without its average slot");
+  declines({}, adam(), "an empty group");
+  EXPECT_EQ(w.to_vector<float>(), before);
+  EXPECT_EQ(m.to_vector<float>(), std::vector<float>(4, 0.0f));
 }
 
 }  // namespace

@@ -53,6 +53,24 @@ void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, cons
 void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void* x, std::int64_t* y, std::int64_t outer,
             std::int64_t r, std::int64_t inner);
 
+// Fused optimizer updates (ops/training.h's apply_fused_update on a GPU): every variable of
+// `variables[0..count)` updated by `rule` (ops/update_rules.h), up to 24 per launch. Per variable:
+// w, g and the slots (s0: Adam m, SGD momentum or null, RMSprop velocity; s1: Adam v, RMSprop
+// momentum or null; s2: RMSprop average or null), n elements, and the decoupled decay applied first
+// when `decays`. dtype kFloat32 or kFloat64. Bitwise the optimizer's op sequence (no contraction).
+struct FusedTensors {
+  void* w = nullptr;
+  const void* g = nullptr;
+  void* s0 = nullptr;
+  void* s1 = nullptr;
+  void* s2 = nullptr;
+  std::int64_t n = 0;
+  double decay = 0.0;
+  bool decays = false;
+};
+void fused_update(int ordinal, StreamHandle stream, FusedRule rule, DType dtype, bool nesterov,
+                  const FusedScalars& scalars, const FusedTensors* variables, int count);
+
 // Softmax cross-entropy over [rows, cols] logits (float types), fused and numerically stable
 // (max-subtracted log-sum-exp). loss[row] = -log softmax(logits)[label];
 // grad = softmax(logits) - one_hot(label) (grad may be nullptr when not wanted).
