@@ -21,7 +21,8 @@
 #
 # Phases, each timed: probe (GPU, driver, toolkit), deps (CUDA, cuDNN, NCCL, GoogleTest), configure,
 # build, gpu-tests (ctest -L gpu), devices (chorus-devices), main-job (mnist_mirrored on two
-# virtual GPUs), bench-allocator, bench-allreduce, bench-ops, suite. Exit status: 0 when every
+# virtual GPUs), bench-allocator, bench-allreduce, bench-ops, bench-train-gpu (issue 42: the seed CNN
+# against PyTorch eager on the same GPU), suite. Exit status: 0 when every
 # phase that ran passed, 1 otherwise, 2 on bad arguments.
 set -uo pipefail
 
@@ -195,7 +196,7 @@ fi
 bin="$build_dir/bin"
 
 if (( ! gpu_present )); then
-  for p in gpu-tests devices main-job bench-allocator bench-allreduce bench-ops; do skip_phase "$p" "no GPU on this machine: nothing ran on a GPU"; done
+  for p in gpu-tests devices main-job bench-allocator bench-allreduce bench-ops bench-train-gpu; do skip_phase "$p" "no GPU on this machine: nothing ran on a GPU"; done
   (( run_suite )) && { run_phase suite 3600 ctest --test-dir "$build_dir" -LE gpu -j"$jobs" --output-on-failure || true; }
   exit
 fi
@@ -207,6 +208,7 @@ run_phase main-job 300 "$bin/mnist_mirrored" --logdir "$build_dir/gpu-validate-l
 run_phase bench-allocator 120 "$bin/bench_allocator" || true
 run_phase bench-allreduce 180 "$bin/bench_virtual_gpu_allreduce" || true
 run_phase bench-ops 180 "$bin/bench_ops" || true
+run_phase bench-train-gpu 420 "$bin/bench_train_gpu" || true
 (( run_suite )) && { run_phase suite 3600 ctest --test-dir "$build_dir" -LE gpu -j"$jobs" --timeout 300 \
   --output-on-failure --output-junit "$logs/suite.xml" || true; }
 exit
