@@ -18,7 +18,8 @@
 // Each chorus child also reports the host-time split of its steps from the timeline (core/timeline.h,
 // captured over the windows): input (waiting for the next batch, fit only), forward, backward,
 // all-reduce, update (the optimizer's span less its collectives) and other (the rest of the step),
-// per step and replica — host time, which is what a host-bound step is made of.
+// per step and replica — host time, which is what a host-bound step is made of — and the host waits
+// per step (core/gpu.h host_waits: GPU stream/event synchronizes; issue 42's goal is 0).
 // Goals (issue 42), printed PASS/FAIL and as JSON cases whose ratio is PyTorch's ms ÷ chorus's (a
 // speed ratio): mirrored_2vgpu ≥ 1.0 at every batch and dtype (resident data); one_device ≥ 1.3 at
 // batch 128; the input wait ≤ 5% of the step with the pipeline.
@@ -90,7 +91,7 @@ void synchronize_gpus() {
 }
 
 // One configuration; prints "RESULT ms_per_step=... input=... forward=... backward=... allreduce=...
-// update=... other=..." (the split in ms per step and replica).
+// update=... other=... host_waits=..." (the split in ms per step and replica; waits per step).
 int child(const std::string& strategy_name, const std::string& input, std::int64_t batch, const std::string& dtype,
           const Options& o) {
   if (!o.cpu && cx::gpu::device_count() == 0) {
@@ -136,6 +137,7 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   run_window();  // the path's own warm-up (resident batches, a second fit)
   synchronize_gpus();
   std::vector<double> windows;
+  const std::int64_t waits_before = cx::gpu::host_waits();
   cx::timeline::start_capture();
   for (int w = 0; w < o.windows; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -145,6 +147,12 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   }
   const std::optional<cx::timeline::Capture> c = cx::timeline::stop_capture();
   const double per = static_cast<double>(o.windows) * o.steps;
+  // Less the one synchronize per GPU stream at the end of each window (synchronize_gpus).
+  int gpu_streams = 0;
+  for (const auto& d : cx::runtime::devices()) gpu_streams += d->is_gpu() ? 1 : 0;
+  const double host_waits =
+      static_cast<double>(cx::gpu::host_waits() - waits_before - static_cast<std::int64_t>(o.windows) * gpu_streams) /
+      per;
   const double replicas = strategy->num_replicas_in_sync();
   auto cat = [](const char* category) {
     return [category](const cx::timeline::CapturedEvent& e) { return e.category == category; };
@@ -154,19 +162,18 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   const double forward = busy_ms(*c, cat("forward")) / per / replicas;
   const double backward = busy_ms(*c, cat("backward")) / per / replicas;
   const double allreduce = busy_ms(*c, cat("collective")) / per / replicas;
-  const double optimizer = busy_ms(*c,
-                                   [](const cx::timeline::CapturedEvent& e) {
-                                     return e.category == "optimizer" && e.name != "fused update";
-                                   }) /
-                           per / replicas;
+  const double optimizer =
+      busy_ms(*c, [](const cx::timeline::CapturedEvent& e) { return e.category == "optimizer"; }) / per / replicas;
   const double update = std::max(0.0, optimizer - allreduce);
   const double other = std::max(0.0, step - forward - backward - optimizer);
   std::printf("%s %s batch %lld %s: %.3f ms/step (windows:", strategy_name.c_str(), input.c_str(),
               static_cast<long long>(batch), dtype.c_str(), cx::bench::median(windows));
   for (double w : windows) std::printf(" %.3f", w);
   std::printf(")\n");
-  std::printf("RESULT ms_per_step=%.6f input=%.6f forward=%.6f backward=%.6f allreduce=%.6f update=%.6f other=%.6f\n",
-              cx::bench::median(windows), in, forward, backward, allreduce, update, other);
+  std::printf(
+      "RESULT ms_per_step=%.6f input=%.6f forward=%.6f backward=%.6f allreduce=%.6f update=%.6f other=%.6f "
+      "host_waits=%.3f\n",
+      cx::bench::median(windows), in, forward, backward, allreduce, update, other, host_waits);
   return 0;
 }
 
@@ -178,7 +185,8 @@ std::string torch_python() {
 struct Measured {
   std::vector<double> ms;
   std::map<std::string, std::vector<double>> split;
-  std::string note;  // why there is no value
+  std::vector<double> host_waits;  // per step (core/gpu.h)
+  std::string note;                // why there is no value
 };
 
 std::optional<double> median_of(const Measured& m) {
@@ -236,6 +244,7 @@ int parent(const Options& o) {
           results[k].ms.push_back(*ms);
           for (const char* f : {"input", "forward", "backward", "allreduce", "update", "other"})
             if (auto v = cx::bench::result_field(child_out, f)) results[k].split[f].push_back(*v);
+          if (auto v = cx::bench::result_field(child_out, "host_waits")) results[k].host_waits.push_back(*v);
         }
       }
     }
@@ -259,11 +268,13 @@ int parent(const Options& o) {
         if (torch_ms) ratio = *torch_ms / *ms;
         std::ostringstream split;
         for (const auto& [f, v] : m.split) split << f << " " << cx::bench::significant(cx::bench::median(v), 3) << " ";
+        if (!m.host_waits.empty()) split << "| host waits/step " << cx::bench::median(m.host_waits);
         std::printf("%-40s %10.3f %10s %8s  %s\n", k.c_str(), *ms,
                     torch_ms ? std::to_string(*torch_ms).substr(0, 7).c_str() : "-",
                     ratio ? std::to_string(*ratio).substr(0, 5).c_str() : "-", split.str().c_str());
         Json c = cx::bench::json_case(k, *ms, "ms/step", "pytorch eager, 1 GPU, ms/step", torch_ms, ratio);
         for (const auto& [f, v] : m.split) c["split_ms"][f] = cx::bench::significant(cx::bench::median(v), 4);
+        if (!m.host_waits.empty()) c["host_waits_per_step"] = cx::bench::median(m.host_waits);
         cases.push_back(c);
         // Goals.
         std::optional<bool> pass;

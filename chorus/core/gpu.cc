@@ -3,6 +3,7 @@
 // throws UnavailableError.
 #include <chorus/core/gpu.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
@@ -92,7 +93,12 @@ void destroy_stream(int ordinal, StreamHandle stream) noexcept {
     (void)cudaGetLastError();
   }
 }
+std::atomic<std::int64_t> g_host_waits{0};
+
+std::int64_t host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
+
 void synchronize_stream(int ordinal, StreamHandle stream) {
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
   DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
@@ -119,6 +125,7 @@ void stream_wait_event(int ordinal, StreamHandle stream, EventHandle event) {
   CHORUS_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
 }
 void synchronize_event(int ordinal, EventHandle event) {
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
   DeviceGuard guard(ordinal);
   CHORUS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
@@ -163,6 +170,7 @@ namespace {
 bool compiled_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return "chorus was built without CUDA"; }
+std::int64_t host_waits() { return 0; }
 DeviceProperties device_properties(int) { no_cuda("device_properties"); }
 void memory_info(int, std::size_t*, std::size_t*) { no_cuda("memory_info"); }
 std::unique_ptr<SubAllocator> make_cuda_sub_allocator(int) { no_cuda("make_cuda_sub_allocator"); }

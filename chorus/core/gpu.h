@@ -29,6 +29,14 @@ int device_count();
 // Why device_count() is 0 ("" when it is not): "built without CUDA", or CUDA's error string.
 std::string unavailable_reason();
 
+// Host waits: how many times chorus has blocked a host thread on GPU work since the process
+// started, over all threads — every synchronize_stream and synchronize_event below, which is what
+// a stream or event synchronize, a blocking copy to the host and a read of a device value on the
+// host come down to. Issue 42's "no host waits in a steady step" counts these per step (fit's
+// timeline "train step" events carry the step's count as "host_waits"; bench_train_gpu prints it).
+// 0 without CUDA. Thread-safe.
+std::int64_t host_waits();
+
 struct DeviceProperties {
   std::string name;              // "NVIDIA H200"
   std::string pci_bus_id;        // "0000:19:00.0": identifies the physical GPU across processes

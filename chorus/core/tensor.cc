@@ -309,6 +309,15 @@ Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, std:
   DeviceContext& ctx = t.device_context();
   if (bytes == 0) return t;
   if (ctx.is_gpu()) {
+    if (shape.num_elements() == 1 && (bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8)) {
+      // One element (Tensor::scalar: the optimizer's step counter increment, loss scales): its
+      // bits go into a fill kernel's arguments, so nothing waits for the stream (core/gpu.h
+      // host_waits), as Tensor::full.
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, data, bytes);
+      gpu::fill_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), t.data(), 1, bytes, bits);
+      return t;
+    }
     gpu::memcpy_async(ctx.gpu_ordinal(), ctx.stream().native_handle(), t.data(), data, bytes,
                       gpu::CopyKind::kHostToDevice);
     ctx.stream().synchronize();  // the caller may free `data` as soon as we return

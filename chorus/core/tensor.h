@@ -112,12 +112,18 @@ class Buffer {
   // communicator.h waits before the call, so peers never write into a held output), exchange()
   // and release(). Reads never wait.
   // hold_writes() adds a hold, end_hold() ends one and wakes the writers once none is left.
-  // await_writable() is what a writer calls: one atomic load when nothing is held.
+  // await_writable() is what a writer calls: one atomic load when nothing is held (and one count,
+  // below).
   void hold_writes() { holds_.fetch_add(1, std::memory_order_acq_rel); }
   void end_hold();
   void await_writable() const {
+    writes_.fetch_add(1, std::memory_order_relaxed);
     if (holds_.load(std::memory_order_acquire) != 0) wait_for_holds();
   }
+  // How many in-place writes were announced (await_writable calls, which every in-place writer
+  // makes, listed above): a version of the contents for a host-side cache of them, which stays
+  // valid while this count does (the optimizer's copy of its step counter, optimizer/optimizer.h).
+  std::uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
   std::size_t bytes() const { return bytes_; }
   // True for the storage of a string tensor (std::string objects, not bytes).
   bool holds_strings() const { return holds_strings_; }
@@ -135,6 +141,7 @@ class Buffer {
   bool holds_strings_ = false;
   bool released_ = false;
   std::atomic<int> holds_{0};
+  mutable std::atomic<std::uint64_t> writes_{0};
 };
 
 class Tensor {

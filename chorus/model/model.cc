@@ -10,6 +10,7 @@
 #include <chorus/collective/peer_monitor/peer_monitor.h>
 #include <chorus/core/distribution.h>
 #include <chorus/core/error.h>
+#include <chorus/core/gpu.h>
 #include <chorus/core/profile.h>
 #include <chorus/core/timeline.h>
 #include <chorus/distribute/strategy.h>
@@ -235,6 +236,8 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
   auto dist = strategy.experimental_distribute_dataset(dataset);
   CHORUS_REQUIRE(options.initial_epoch >= 0, InvalidArgumentError, "fit: initial_epoch must be >= 0, got ",
                  options.initial_epoch);
+  CHORUS_REQUIRE(options.steps_per_execution >= 1, InvalidArgumentError, "fit: steps_per_execution must be >= 1, got ",
+                 options.steps_per_execution);
   History history;
   stop_training = false;
   stop_now_ = false;
@@ -280,25 +283,37 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
       const std::int64_t rows = strategy.sum_over_workers(global_rows(*batch));  // all workers' rows
       global_batch_rows_ = rows;
       try {
-        timeline::Span step_span("step", "train step", str_cat("\"epoch\": ", epoch + 1, ", \"step\": ", step + 1));
+        const bool timed = timeline::enabled();
+        const std::int64_t waits = timed ? gpu::host_waits() : 0;
+        timeline::Span step_span("step", "train step");
         strategy.run(
             [&](const data::Element& e) {
               profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
               train_step(e);
             },
             *batch);
+        if (timed)  // the GPU waits of the step (core/gpu.h host_waits; issue 42 wants 0)
+          step_span.set_args(str_cat("\"epoch\": ", epoch + 1, ", \"step\": ", step + 1,
+                                     ", \"host_waits\": ", gpu::host_waits() - waits));
       } catch (const std::bad_alloc&) {
         throw ResourceExhaustedError(str_cat("fit: out of host memory in the step of epoch ", epoch + 1, ", step ",
                                              step + 1, " (a global batch of ", rows,
                                              " rows): lower the batch size or the model's size"));
       }
       ++step;
-      // The running metrics are read (a cross-replica sum and a host sync each) only for callbacks.
-      if (!cbs.empty()) {
+      // The running metrics are read (a cross-replica sum and a host sync each) only for callbacks,
+      // after every steps_per_execution-th step and the epoch's last.
+      const bool executed = step % options.steps_per_execution == 0 || step == steps;
+      if (!cbs.empty() && executed) {
         const callbacks::Logs l = logs();
         for (auto& cb : cbs) cb->on_train_batch_end(*this, step, steps, l);
       }
       if (stop_now_) break;
+    }
+    // The dataset ended inside an execution: its callbacks run for the last step.
+    if (!cbs.empty() && !stop_now_ && step > 0 && step % options.steps_per_execution != 0 && step != steps) {
+      const callbacks::Logs l = logs();
+      for (auto& cb : cbs) cb->on_train_batch_end(*this, step, steps, l);
     }
     if (stop_now_) break;  // preempted: no epoch end, no validation
     CHORUS_REQUIRE(step > 0, InvalidArgumentError, "fit: the dataset produced no batches");

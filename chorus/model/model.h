@@ -75,6 +75,13 @@ struct FitOptions {
   // Adds callbacks::TerminateOnNaN first: the first non-finite loss ends fit with
   // InvalidArgumentError naming the step, before any callback could save the weights.
   bool terminate_on_nan = false;
+  // Keras's compile(steps_per_execution=N): the callbacks' on_train_batch_end (the progress bar,
+  // checkpoints by batch, TerminateOnNaN, a preemption stop) runs after every N-th step and after
+  // an epoch's last, not after every step. Each call reads the running loss and metrics from the
+  // replicas' devices — a host wait (core/gpu.h host_waits) — so on a GPU N > 1 keeps the steps
+  // between them free of waits. The steps and their results are the same for every N. Must be
+  // >= 1 (InvalidArgumentError).
+  int steps_per_execution = 1;
 };
 
 struct History {

@@ -43,6 +43,15 @@ struct Optimizer::State {
   bool built = false;
   std::unordered_set<const VariableBase*> no_decay;
   std::vector<std::string> no_decay_names;
+  // The host's copy of replica components of `iterations` (Optimizer::read_iterations): the
+  // component's storage, its write count when the copy was made, the value.
+  struct CounterCopy {
+    std::weak_ptr<Buffer> storage;
+    std::uint64_t writes = 0;
+    std::int64_t value = 0;
+  };
+  mutable std::mutex counter_mu;
+  std::vector<CounterCopy> counter_copies;
 
   const Entry* find(const Variable& v) const {
     std::lock_guard<std::mutex> lock(mu);
@@ -471,10 +480,42 @@ void Optimizer::validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std:
   }
 }
 
+std::int64_t Optimizer::read_iterations(const Tensor& component) const {
+  {
+    std::lock_guard<std::mutex> lock(state_->counter_mu);
+    for (const State::CounterCopy& c : state_->counter_copies)
+      if (c.storage.lock() == component.buffer() && c.writes == component.buffer()->writes()) return c.value;
+  }
+  const std::int64_t value = component.item<std::int64_t>();  // waits for the device
+  remember_iterations(component, value);
+  return value;
+}
+
+void Optimizer::remember_iterations(const Tensor& component, std::int64_t value) const {
+  std::lock_guard<std::mutex> lock(state_->counter_mu);
+  auto& copies = state_->counter_copies;
+  copies.erase(
+      std::remove_if(copies.begin(), copies.end(), [](const State::CounterCopy& c) { return c.storage.expired(); }),
+      copies.end());
+  for (State::CounterCopy& c : copies) {
+    if (c.storage.lock() != component.buffer()) continue;
+    c.writes = component.buffer()->writes();
+    c.value = value;
+    return;
+  }
+  copies.push_back({component.buffer(), component.buffer()->writes(), value});
+}
+
+void Optimizer::advance_iterations(Tensor& component, std::optional<std::int64_t> before) const {
+  component.add_inplace(Tensor::scalar<std::int64_t>(1, component.device_name()));
+  if (before) remember_iterations(component, *before + 1);
+}
+
 bool Optimizer::accumulate(std::vector<Tensor>& grads, const std::vector<Variable>& vars, ReplicaContext* ctx) {
   const int n = accumulation_steps();
   Tensor counter = iterations_.value();
-  const bool update = (counter.item<std::int64_t>() + 1) % n == 0;
+  const std::int64_t before = read_iterations(counter);
+  const bool update = (before + 1) % n == 0;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
     const State::Entry* e = state_->find(vars[i]);
@@ -489,7 +530,7 @@ bool Optimizer::accumulate(std::vector<Tensor>& grads, const std::vector<Variabl
     grads[i] = ops::div(ops::add(g, acc), ops::scalar_like(g, static_cast<double>(n)));
     update_in_place(acc, Tensor::zeros(acc.shape(), acc.dtype(), acc.device_name()));
   }
-  if (!update) counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+  if (!update) advance_iterations(counter, before);
   return update;
 }
 
@@ -545,14 +586,18 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, std::shared_pt
   }
   const bool sliced = std::find(slice.begin(), slice.end(), 1) != slice.end();
   Tensor counter = iterations_.value();
+  std::optional<std::int64_t> count;  // the counter's value, when read
   if (!after_summing(grads, kept, sliced ? &slice : nullptr, policy, after_aggregation)) {  // a skipped step counts
-    counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+    advance_iterations(counter, count);
     return;
   }
-  // 5. Host scalars: the same on every replica (each reads its own, equal, counter component).
+  // 5. Host scalars: the same on every replica (each reads its own, equal, counter component; from
+  // the host's copy unless something else wrote the counter since).
   Step step{0.0, 0};
-  if (learning_rate_.is_schedule() || needs_iterations())
-    step.iterations = counter.item<std::int64_t>() / accumulation_steps();  // updates before this one
+  if (learning_rate_.is_schedule() || needs_iterations()) {
+    count = read_iterations(counter);
+    step.iterations = *count / accumulation_steps();  // updates before this one
+  }
   step.learning_rate = learning_rate_.at(step.iterations);
   // 6. Clipping, on the summed gradients (slices: with whole norms).
   grads = sliced ? clip_slices(common_, std::move(grads), slice, policy) : clip(std::move(grads));
@@ -563,7 +608,7 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, std::shared_pt
   policy.update(kept, std::move(clipped), kept_slots,
                 [&](std::vector<StepPolicy::UpdateItem>& items) { update_group(items, kept, step); });
   // 9. This replica's component of the counter.
-  counter.add_inplace(Tensor::scalar<std::int64_t>(1, counter.device_name()));
+  advance_iterations(counter, count);
 }
 
 void Optimizer::update_group(std::vector<StepPolicy::UpdateItem>& items, const std::vector<Variable>& vars,
@@ -593,7 +638,7 @@ void Optimizer::update_group(std::vector<StepPolicy::UpdateItem>& items, const s
       for (const std::size_t k : members) done[k] = 1;
       if (timed)
         timeline::record(
-            "optimizer", "fused update", start, timeline::now_us(),
+            "update", "fused", start, timeline::now_us(),
             str_cat("\"variables\": ", members.size(), ", \"device\": ", timeline::quoted(key.first->name()),
                     ", \"dtype\": ", timeline::quoted(dtype_name(key.second))));
     }

@@ -317,6 +317,15 @@ class Optimizer : public train::Trackable {
   // references, undefined where none) and `vars` in the list's order.
   void validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std::vector<Tensor>& grads,
                 std::vector<Variable>& vars) const;
+  // The step counter on the host. Reading this replica's component of iterations() waits for its
+  // device (a GPU synchronize every step for Adam and schedules), so the optimizer keeps a host copy
+  // of each component it read or advanced, valid while nothing else wrote the component (its
+  // storage's write count, core/tensor.h Buffer::writes, is the one recorded: a restore, an
+  // assign() or a LossScaleOptimizer's skip invalidates it, and the next read goes to the device).
+  std::int64_t read_iterations(const Tensor& component) const;
+  void remember_iterations(const Tensor& component, std::int64_t value) const;
+  // component += 1 on its device; `before`: its value just before, when known (the copy follows).
+  void advance_iterations(Tensor& component, std::optional<std::int64_t> before) const;
   // Steps 7–8 on one group the step policy hands over (core/step_policy.h): fused per device and
   // dtype where fused_update says so (the weight decay inside), else the decay op and update_step
   // per variable. vars[item.index] is each item's variable.

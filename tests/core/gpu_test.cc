@@ -120,6 +120,37 @@ TEST_F(GpuTest, EnvironmentForcesGrowth) {
   unsetenv("TF_FORCE_GPU_ALLOW_GROWTH");
 }
 
+// gpu::host_waits (issue 42): queued GPU work adds none, nor does making a scalar on the GPU
+// (Tensor::scalar: its bits go into a fill kernel); reading a device value on the host adds at least one (the copy's
+// stream synchronize); CPU work never counts.
+TEST_F(GpuTest, HostWaitsCountReadsOfDeviceValuesNotQueuedWork) {
+  const Tensor x = Tensor::ones({1024}, DType::kFloat32, "/GPU:0");
+  std::int64_t before = gpu::host_waits();
+  Tensor y = x.clone();
+  y.add_inplace(x);                                        // queued on the GPU's stream
+  const Tensor s = Tensor::scalar<float>(3.5f, "/GPU:0");  // a fill kernel, not a synchronized copy
+  const Tensor d = Tensor::scalar<double>(-0.25, "/GPU:0");
+  EXPECT_EQ(gpu::host_waits(), before);
+  EXPECT_EQ(s.item<float>(), 3.5f);
+  EXPECT_EQ(d.item<double>(), -0.25);
+  before = gpu::host_waits();
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(1024, 2.0f));
+  EXPECT_GE(gpu::host_waits(), before + 1);
+  before = gpu::host_waits();
+  Tensor h = Tensor::ones({1024}, DType::kFloat32, "/CPU:0");
+  h.add_inplace(h.clone());
+  EXPECT_EQ(h.to_vector<float>(), std::vector<float>(1024, 2.0f));
+  EXPECT_EQ(gpu::host_waits(), before) << "CPU work is no host wait";
+}
+
+TEST(GpuProbeTest, NoHostWaitsWithoutAGpu) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  Tensor h = Tensor::ones({16}, DType::kFloat32, "/CPU:0");
+  h.add_inplace(h.clone());
+  EXPECT_EQ(h.to_vector<float>(), std::vector<float>(16, 2.0f));
+  EXPECT_EQ(gpu::host_waits(), 0);
+}
+
 TEST(GpuProbeTest, ReportsAReasonWhenThereIsNoGpu) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
   EXPECT_FALSE(gpu::unavailable_reason().empty());

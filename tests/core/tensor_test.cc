@@ -104,6 +104,19 @@ TEST_F(TensorTest, WriteHoldsMakeInPlaceWritesWaitAndLetReadsThrough) {
   EXPECT_TRUE(released.buffer()->released());
 }
 
+// Buffer::writes counts the in-place writes (a version for host-side caches of the contents).
+TEST_F(TensorTest, InPlaceWritesAreCountedReadsAreNot) {
+  Tensor t = Tensor::from_vector<float>({1, 2});
+  const std::uint64_t w0 = t.buffer()->writes();
+  (void)t.to_vector<float>();
+  (void)t.clone();
+  EXPECT_EQ(t.buffer()->writes(), w0) << "reads";
+  t.copy_from(Tensor::from_vector<float>({3, 4}));
+  EXPECT_EQ(t.buffer()->writes(), w0 + 1);
+  t.add_inplace(Tensor::from_vector<float>({1, 1}));
+  EXPECT_EQ(t.buffer()->writes(), w0 + 2);
+}
+
 TEST_F(TensorTest, AWriteWaitsUntilEveryHoldEnded) {
   Tensor t = Tensor::from_vector<float>({1});
   t.buffer()->hold_writes();

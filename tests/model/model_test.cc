@@ -397,6 +397,56 @@ TEST(ModelCallbacks, ProgressModeFollowsTheEnvironment) {
   EXPECT_NE(bar_out.str().find('\r'), std::string::npos) << "a terminal's bar redraws";
 }
 
+// steps_per_execution (Keras's compile option, here FitOptions): on_train_batch_end runs after
+// every N-th step and after the epoch's last — including a dataset of unknown length that ends
+// inside an execution — with the logs the N = 1 run has at those steps; the weights are the same.
+struct BatchRecorder final : callbacks::Callback {
+  std::vector<std::pair<std::int64_t, double>> calls;  // step, loss
+  void on_train_batch_end(model::Model&, std::int64_t step, std::int64_t, const callbacks::Logs& logs) override {
+    calls.emplace_back(step, logs.at("loss"));
+  }
+};
+
+TEST(ModelCallbacks, StepsPerExecutionCallsBackEveryNthStepAndAtTheEpochsEnd) {
+  make_cpus(2);
+  auto run = [](int n, bool unknown_length) {
+    distribute::MirroredStrategy strategy({"/cpu:0", "/cpu:1"});
+    std::unique_ptr<model::Sequential> m;
+    {
+      auto scope = strategy.scope();
+      m = std::make_unique<model::Sequential>(
+          std::vector<layers::LayerPtr>{layers::Dense(2, "", true, initializers::glorot_uniform(1))});
+      m->compile(std::make_shared<optimizers::Adam>(0.05),
+                 std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+    }
+    auto recorder = std::make_shared<BatchRecorder>();
+    data::Dataset d = blobs(160, 5).batch(16);  // 10 steps
+    if (unknown_length) d = d.filter([](const data::Element&) { return true; });
+    m->fit(d, {.epochs = 1, .callbacks = {recorder}, .verbose = 0, .steps_per_execution = n});
+    std::vector<float> w;
+    for (const Variable& v : m->trainable_variables())
+      for (float x : v.read_value().to_vector<float>()) w.push_back(x);
+    return std::make_pair(recorder->calls, w);
+  };
+  const auto [every, w1] = run(1, false);
+  ASSERT_EQ(every.size(), 10u);
+  for (const bool unknown : {false, true}) {
+    const auto [some, w4] = run(4, unknown);
+    ASSERT_EQ(some.size(), 3u) << "after steps 4, 8 and 10";
+    const std::int64_t want[] = {4, 8, 10};
+    for (std::size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(some[k].first, want[k]);
+      EXPECT_EQ(some[k].second, every[static_cast<std::size_t>(want[k] - 1)].second) << "the same running loss";
+    }
+    EXPECT_EQ(w4, w1);
+  }
+  make_cpus(1);
+  model::Sequential m({layers::Dense(2)});
+  m.compile(std::make_shared<optimizers::Adam>(0.05), std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+  EXPECT_THROW_WITH(m.fit(blobs(8, 1).batch(4), {.verbose = 0, .steps_per_execution = 0}), InvalidArgumentError,
+                    "steps_per_execution must be >= 1");
+}
+
 TEST(ModelErrors, FitBeforeCompile) {
   make_cpus(1);
   model::Sequential m({layers::Dense(2)});

@@ -4,7 +4,7 @@
 // decay, AdamW, SGD with Nesterov momentum and weight decay, centered RMSprop with momentum, under
 // MirroredStrategy on 2 logical CPUs at ZeRO stages 0, 2 and 3 (slices and shards) and with
 // offload (each variable alone, on the host). The timeline shows the fused path taken — one
-// "fused update" event per replica and step at stage 0 — and none with the switch off; AMSGrad,
+// "update / fused" event per replica and step at stage 0 — and none with the switch off; AMSGrad,
 // which has no fused rule, leaves no event and still trains.
 #include <gtest/gtest.h>
 
@@ -57,7 +57,7 @@ Trained train(const std::string& which, int stage, bool offload, bool fused) {
   Trained out;
   out.state = snapshot(*m, *opt);
   for (const timeline::CapturedEvent& e : capture->events)
-    if (e.category == "optimizer" && e.name == "fused update") ++out.fused_events;
+    if (e.category == "update" && e.name == "fused") ++out.fused_events;
   return out;
 }
 

@@ -28,6 +28,33 @@ std::vector<std::string> names(const std::vector<Variable>& vars) {
 
 const MirroredVariable* mirrored(const Variable& v) { return dynamic_cast<const MirroredVariable*>(v.impl().get()); }
 
+// A schedule that records the steps it is asked for.
+struct RecordingSchedule final : LearningRateSchedule {
+  std::shared_ptr<std::vector<std::int64_t>> seen = std::make_shared<std::vector<std::int64_t>>();
+  double operator()(std::int64_t step) const override {
+    seen->push_back(step);
+    return 0.01;
+  }
+  std::string get_config() const override { return "{}"; }
+};
+
+// The step counter's host copy (Optimizer::read_iterations): the schedule sees 0, 1, 2 from the
+// optimizer's own count, then the value an assign() wrote (the copy is stale: its storage's write
+// count moved), then counts on from there.
+TEST_F(OptimizerTest, TheStepCounterFollowsAnAssignToIterations) {
+  RecordingSchedule schedule;
+  const auto seen = schedule.seen;
+  SGD sgd(SGDOptions{.learning_rate = schedule});
+  Variable w = make_variable({.initial_value = f64({1, 2}), .name = "w"});
+  for (int i = 0; i < 3; ++i) sgd.apply_gradients({{f64({1, 1}), w}});
+  Variable counter = sgd.iterations();  // a handle: the same variable
+  counter.assign(Tensor::scalar<std::int64_t>(10));
+  sgd.apply_gradients({{f64({1, 1}), w}});
+  sgd.apply_gradients({{f64({1, 1}), w}});
+  EXPECT_EQ(*seen, (std::vector<std::int64_t>{0, 1, 2, 10, 11}));
+  EXPECT_EQ(sgd.iterations().read_value().item<std::int64_t>(), 12);
+}
+
 TEST_F(OptimizerTest, VariablesAreIterationsThenSlotsInOrder) {
   Adam adam;
   Variable a = make_variable({.initial_value = f64({1, 2}), .name = "dense/kernel"});
