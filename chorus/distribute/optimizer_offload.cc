@@ -36,7 +36,7 @@ void enqueue_copy(DeviceContext& device, void* dst, const void* src, std::size_t
 }
 }  // namespace
 
-void start_host_copy(const Tensor& src, std::int64_t offset, const Tensor& dst) {
+void start_host_copy(const Tensor& src, std::int64_t offset, const Tensor& dst, const std::shared_ptr<Event>& ready) {
   CHORUS_ENFORCE(src.dtype() == dst.dtype() && offset >= 0 && offset + dst.num_elements() <= src.num_elements(),
                  "start_host_copy: ", dst.num_elements(), " elements from ", offset, " of ", src.num_elements(), " (",
                  src.dtype(), " to ", dst.dtype(), ")");
@@ -49,13 +49,13 @@ void start_host_copy(const Tensor& src, std::int64_t offset, const Tensor& dst) 
   if (!device.is_gpu()) {
     // After the work the source's stream has queued so far; the memcpy runs on the host stream's
     // worker thread, not the caller's.
-    host.wait_event(device.stream().record_event());
+    host.wait_event(ready != nullptr ? ready : device.stream().record_event());
     host.enqueue_host(
         [from, to, at, bytes] { std::memcpy(to->data(), static_cast<const char*>(from->data()) + at, bytes); });
     return;
   }
   Stream& side = device.side_stream();
-  side.wait_event(device.stream().record_event());
+  side.wait_event(ready != nullptr ? ready : device.stream().record_event());
   enqueue_copy(device, to->data(), static_cast<const char*>(from->data()) + at, bytes, gpu::CopyKind::kDeviceToHost);
   host.wait_event(side.record_event());
   host.enqueue_host([from, to] {});  // the storages live until the copy landed
@@ -163,6 +163,19 @@ void update_on_host_from_gpu(std::vector<UpdateJob>& jobs, const std::vector<std
     enqueue_copy(device, c.target.data(), jobs[j].target.data(), c.target.nbytes(), gpu::CopyKind::kDeviceToHost);
     c.landed = side.record_event();
   }
+  // From here an exception (the in-place update, a host update, a check) must not free the host
+  // copies, nor let the caller free the device tensors, while the side stream still copies them.
+  struct DrainOnThrow {
+    Stream& side;
+    bool armed = true;
+    ~DrainOnThrow() {
+      if (!armed) return;
+      try {
+        side.synchronize();
+      } catch (...) {  // the first error is what propagates
+      }
+    }
+  } drain{side};
   in_place();
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     if (!hosts[j]) continue;
@@ -181,6 +194,7 @@ void update_on_host_from_gpu(std::vector<UpdateJob>& jobs, const std::vector<std
   std::shared_ptr<Event> done = side.record_event();
   device.stream().wait_event(done);
   done->synchronize();
+  drain.armed = false;
 }
 
 }  // namespace

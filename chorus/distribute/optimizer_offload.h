@@ -65,6 +65,7 @@
 #include <vector>
 
 #include <chorus/core/step_policy.h>
+#include <chorus/core/stream.h>
 #include <chorus/core/tensor.h>
 
 namespace chorus::distribute {
@@ -87,8 +88,12 @@ namespace internal {
 
 // Starts copying src's elements [offset, offset + dst.num_elements()) into `dst` (same dtype, on a
 // host memory device) in dst's stream order, without waiting (see "Staging" above); both storages
-// are kept alive until the copy ran. Any thread.
-void start_host_copy(const Tensor& src, std::int64_t offset, const Tensor& dst);
+// are kept alive until the copy ran. `ready`: an event after which src holds its values (the
+// collective that wrote it: Work::event), so that a GPU copy waits for that and not for whatever
+// the device's stream queued since; null: after everything src's device stream queued so far.
+// Any thread.
+void start_host_copy(const Tensor& src, std::int64_t offset, const Tensor& dst,
+                     const std::shared_ptr<Event>& ready = nullptr);
 
 // One replica's staged gradient copies (see "Staging"), owned by its StrategyReplicaContext.
 // Thread-safety: its replica thread only (the communication thread starts copies into tensors

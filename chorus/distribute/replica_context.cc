@@ -245,7 +245,7 @@ std::shared_ptr<GradientReduction> StrategyReplicaContext::begin_overlapped_shar
             const std::size_t m = piece->members[k];
             if (stage[m] != nullptr) {
               piece->staged[k] = Tensor::empty_on(host, {scattered[m].length(r)}, piece->dtype);
-              internal::start_host_copy(piece->received, offset, piece->staged[k]);
+              internal::start_host_copy(piece->received, offset, piece->staged[k], piece->done);
             }
             offset += scattered[m].padded;
           }
@@ -404,8 +404,10 @@ void StrategyReplicaContext::run_scatter(collective::Communicator& communicator,
     if (!overlapped) drain_if_profiling(piece.send);  // the communication thread must not drain the replica's stream
     profile::ScopedTimer timer(profile::TimeCategory::kCollective);
     timeline::Span span("collective", "reduce-scatter", collective_args(piece.send, strategy_));
-    communicator.reduce_scatter(piece.send, piece.received, {.op = to_collective(op), .timeout = timeout})
-        ->wait(timeout);
+    const std::shared_ptr<collective::Work> work =
+        communicator.reduce_scatter(piece.send, piece.received, {.op = to_collective(op), .timeout = timeout});
+    work->wait(timeout);
+    piece.done = work->event();
   }
   auto& c = strategy_.counters_;
   c.collectives.fetch_add(1, std::memory_order_relaxed);

@@ -40,6 +40,7 @@ struct ShardPiece {
   // An overlapped scatter with offload: per member, the host copy of its shard started once
   // `received` arrived (undefined: not staged). StrategyReplicaContext::begin_overlapped_sharded_sum.
   std::vector<Tensor> staged;
+  std::shared_ptr<Event> done;  // scatter: the collective's event (device backends), or null
 };
 
 // An all_gather_shards begun on the replica's communication thread (begin_all_gather_shards):
