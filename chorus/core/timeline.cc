@@ -20,6 +20,11 @@
 #include <chorus/core/json_internal.h>
 #include <chorus/core/logging.h>
 
+#if defined(CHORUS_WITH_CUDA) && __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>  // header-only NVTX v3 (the CUDA toolkit's)
+#define CHORUS_WITH_NVTX 1
+#endif
+
 namespace chorus::timeline {
 
 std::atomic<bool> internal::g_on{false};
@@ -233,7 +238,27 @@ void record(std::string_view category, std::string_view name, std::int64_t start
   r.events.push_back({std::string(category), std::string(name), std::string(args_json), start_us, end_us, track(r)});
 }
 
+#ifdef CHORUS_WITH_NVTX
+namespace {
+// Whether an NVTX tool is attached: it sets NVTX_INJECTION64_PATH before the process starts (read
+// once). Without one, a Span builds no label.
+bool nvtx_attached() {
+  static const bool attached = std::getenv("NVTX_INJECTION64_PATH") != nullptr;
+  return attached;
+}
+}  // namespace
+#endif
+
 Span::Span(std::string_view category, std::string_view name, std::string args_json) : on_(enabled()) {
+#ifdef CHORUS_WITH_NVTX
+  if (nvtx_attached()) {
+    std::string label(category);
+    label += '/';
+    label += name;
+    nvtxRangePushA(label.c_str());
+    nvtx_ = true;
+  }
+#endif
   if (!on_) return;
   category_ = category;
   name_ = name;
@@ -243,6 +268,9 @@ Span::Span(std::string_view category, std::string_view name, std::string args_js
 
 Span::~Span() {
   if (on_) record(category_, name_, start_, now_us(), args_);
+#ifdef CHORUS_WITH_NVTX
+  if (nvtx_) nvtxRangePop();
+#endif
 }
 
 ScopeName::ScopeName(std::string_view name) : on_(enabled()) {

@@ -99,6 +99,10 @@ void record(std::string_view category, std::string_view name, std::int64_t start
 std::string quoted(std::string_view s);
 
 // A complete event from construction to destruction (when on at construction).
+// A Span is also an NVTX range "<category>/<name>" on its thread (Nsight Systems shows chorus's
+// phases beside the kernels) when the process runs under an NVTX tool (NVTX_INJECTION64_PATH set,
+// as `nsys profile` does) and chorus was built with CUDA, whether or not the timeline records.
+// Events recorded after the fact (record()) are not NVTX ranges.
 class Span {
  public:
   Span(std::string_view category, std::string_view name, std::string args_json = {});
@@ -110,6 +114,7 @@ class Span {
 
  private:
   bool on_;
+  bool nvtx_ = false;  // an NVTX range was pushed
   std::string category_, name_, args_;
   std::int64_t start_ = 0;
 };
