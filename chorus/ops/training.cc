@@ -16,19 +16,6 @@
 namespace chorus::ops {
 namespace {
 
-template <typename T>
-update_rules::Scalars<T> scalars_of(const FusedScalars& h) {
-  // As ops::scalar_like makes them: the double value converted to T.
-  return {static_cast<T>(h.learning_rate),
-          static_cast<T>(h.alpha),
-          static_cast<T>(h.one_minus_beta_1),
-          static_cast<T>(h.one_minus_beta_2),
-          static_cast<T>(h.epsilon),
-          static_cast<T>(h.momentum),
-          static_cast<T>(h.rho),
-          static_cast<T>(h.one_minus_rho)};
-}
-
 // One variable's storage: weight, gradient, the rule's slots in kernels.h's order (s0, s1, s2:
 // null where the rule has none), element count and decay.
 template <typename T>
@@ -102,7 +89,7 @@ void fused_range(const FusedUpdate& u, const Raw<T>& r, std::int64_t b, std::int
 
 template <typename T>
 void run_fused_cpu(DeviceContext& dev, const FusedUpdate& u, const std::vector<Raw<T>>& vars) {
-  const update_rules::Scalars<T> s = scalars_of<T>(u.scalars);
+  const update_rules::Scalars<T> s = update_rules::scalars_of<T>(u.scalars);
   internal::run_cpu(dev, [&] {
     // Each variable split over the device's OpenMP threads (set by run_cpu): every element's
     // update is independent, so the result is the same bits for any split.

@@ -10,6 +10,8 @@
 
 #include <cmath>
 
+#include <chorus/ops/kinds.h>
+
 #if defined(__CUDACC__)
 #define CHORUS_UPDATE_FN __host__ __device__ __forceinline__
 #else
@@ -30,6 +32,19 @@ struct Scalars {
   T rho;               // RMSprop
   T one_minus_rho;     // RMSprop
 };
+
+// The host's FusedScalars as T, as ops::scalar_like makes its scalars: each double rounded to T.
+template <typename T>
+Scalars<T> scalars_of(const FusedScalars& h) {
+  return {static_cast<T>(h.learning_rate),
+          static_cast<T>(h.alpha),
+          static_cast<T>(h.one_minus_beta_1),
+          static_cast<T>(h.one_minus_beta_2),
+          static_cast<T>(h.epsilon),
+          static_cast<T>(h.momentum),
+          static_cast<T>(h.rho),
+          static_cast<T>(h.one_minus_rho)};
+}
 
 // The decoupled weight decay applied before the update: w − w · decay (decay = weight_decay · lr).
 template <typename T>

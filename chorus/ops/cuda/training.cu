@@ -56,21 +56,9 @@ __global__ void fused_update_kernel(FusedRule rule, bool nesterov, Batch<T> b, u
 }
 
 template <typename T>
-update_rules::Scalars<T> scalars_of(const FusedScalars& h) {
-  return {static_cast<T>(h.learning_rate),
-          static_cast<T>(h.alpha),
-          static_cast<T>(h.one_minus_beta_1),
-          static_cast<T>(h.one_minus_beta_2),
-          static_cast<T>(h.epsilon),
-          static_cast<T>(h.momentum),
-          static_cast<T>(h.rho),
-          static_cast<T>(h.one_minus_rho)};
-}
-
-template <typename T>
 void launch_all(cudaStream_t stream, FusedRule rule, bool nesterov, const FusedScalars& h,
                 const FusedTensors* variables, int n) {
-  const update_rules::Scalars<T> s = scalars_of<T>(h);
+  const update_rules::Scalars<T> s = update_rules::scalars_of<T>(h);
   Batch<T> b;
   auto flush = [&] {
     if (b.count == 0) return;
