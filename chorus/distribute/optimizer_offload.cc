@@ -65,22 +65,24 @@ void HostStaging::add(const void* variable, const Tensor& gradient, Tensor host)
   CHORUS_ENFORCE(gradient.defined() && host.defined() && gradient.num_elements() == host.num_elements() &&
                      gradient.dtype() == host.dtype(),
                  "HostStaging::add: a staged copy of ", host.num_elements(), " elements for ", gradient.num_elements());
-  staged_.push_back({variable, gradient.buffer(), std::move(host)});
+  staged_.emplace(gradient.buffer().get(), Staged{variable, gradient.buffer(), std::move(host)});
 }
 
 std::unordered_set<const void*> HostStaging::untaken() const {
   std::unordered_set<const void*> out;
-  for (const Staged& s : staged_) out.insert(s.variable);
+  for (const auto& [storage, s] : staged_) out.insert(s.variable);
   return out;
 }
 
 Tensor HostStaging::take(const Tensor& gradient) {
-  for (auto it = staged_.begin(); it != staged_.end(); ++it) {
-    // ops::stop_gradient and reshapes give the gradient new ids, not new storage.
-    if (it->source.lock() != gradient.buffer() || it->host.num_elements() != gradient.num_elements() ||
-        it->host.dtype() != gradient.dtype())
+  // ops::stop_gradient and reshapes give the gradient new ids, not new storage.
+  auto [first, last] = staged_.equal_range(gradient.buffer().get());
+  for (auto it = first; it != last; ++it) {
+    const Staged& s = it->second;
+    if (s.source.lock() != gradient.buffer() || s.host.num_elements() != gradient.num_elements() ||
+        s.host.dtype() != gradient.dtype())
       continue;
-    Tensor host = it->host.reshape(gradient.shape());
+    Tensor host = s.host.reshape(gradient.shape());
     staged_.erase(it);
     return host;
   }

@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -123,7 +124,9 @@ class HostStaging {
     Tensor host;
   };
   std::unordered_set<const void*> wanted_;
-  std::vector<Staged> staged_;
+  // By the address of the gradient's storage (take() is one lookup, not a scan, per variable);
+  // `source` tells a live storage from a later one at the same address.
+  std::unordered_multimap<const Buffer*, Staged> staged_;
 };
 
 // One variable's update as ReplicaStepPolicy::update hands it to the optimizer (a
