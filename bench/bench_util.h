@@ -176,6 +176,31 @@ inline std::string tf_python() {
   return !venv.empty() && ::access(py.c_str(), X_OK) == 0 ? py : "";
 }
 
+// The first Python that imports torch, for the PyTorch yardsticks: $CHORUS_TORCH_PYTHON, the
+// torch venv (~/.cache/chorus/torch-venv), `python3` on PATH, then Debian's /usr/bin/python3 (where
+// python3-torch installs); "" when none does, with what each said in `*why`.
+inline std::string python_with_torch(std::string* why) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("CHORUS_TORCH_PYTHON"); env && *env) candidates.push_back(env);
+  if (const char* home = std::getenv("HOME"); home && *home)
+    candidates.push_back(std::string(home) + "/.cache/chorus/torch-venv/bin/python");
+  candidates.push_back("python3");
+  candidates.push_back("/usr/bin/python3");
+  std::string tried;
+  for (const std::string& py : candidates) {
+    int status = 0;
+    const std::string out = capture("'" + py + "' -c 'import torch' 2>&1", &status);
+    if (status == 0) return py;
+    std::string last = out;
+    while (!last.empty() && last.back() == '\n') last.pop_back();
+    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+    tried += (tried.empty() ? "" : "; ") + py + ": " + (last.empty() ? "not found" : last.substr(0, 120));
+  }
+  *why = "no Python imports torch (" + tried +
+         "); docs/benchmarks.md, \"GPT\", says how to make ~/.cache/chorus/torch-venv";
+  return "";
+}
+
 // Runs `body` (returning main's exit status) and returns its status; an exception that escapes it
 // is printed to stderr as "<what_failed>: <what()>", after stdout is flushed, and gives 1.
 template <typename Body>

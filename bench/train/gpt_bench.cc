@@ -163,29 +163,6 @@ void run_side(Side& side, const std::string& command, const std::string& tag) {
   }
 }
 
-// The first Python that imports torch ("" and the reason when none does).
-std::string python_with_torch(std::string* why) {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("CHORUS_TORCH_PYTHON"); env && *env) candidates.push_back(env);
-  if (const char* home = std::getenv("HOME"); home && *home)
-    candidates.push_back(std::string(home) + "/.cache/chorus/torch-venv/bin/python");
-  candidates.push_back("python3");
-  candidates.push_back("/usr/bin/python3");
-  std::string tried;
-  for (const std::string& py : candidates) {
-    int status = 0;
-    const std::string out = capture("'" + py + "' -c 'import torch' 2>&1", &status);
-    if (status == 0) return py;
-    std::string last = out;
-    while (!last.empty() && last.back() == '\n') last.pop_back();
-    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-    tried += (tried.empty() ? "" : "; ") + py + ": " + (last.empty() ? "not found" : last.substr(0, 120));
-  }
-  *why = "no Python imports torch (" + tried +
-         "); docs/benchmarks.md, \"GPT\", says how to make ~/.cache/chorus/torch-venv";
-  return "";
-}
-
 int run_parent(int steps, int warmup, int rounds) {
   const std::string self = cx::bench::self_path("bench_gpt");
   const std::string script = std::string(CHORUS_TRAIN_BENCH_DIR) + "/gpt_yardstick.py";
@@ -209,7 +186,7 @@ int run_parent(int steps, int warmup, int rounds) {
     if (status != 0) tf.skipped = "'" + tf_py + "' cannot import tensorflow and tf_keras";
   }
   std::string torch_why;
-  const std::string torch_py = python_with_torch(&torch_why);
+  const std::string torch_py = cx::bench::python_with_torch(&torch_why);
   if (torch_py.empty()) torch2.skipped = torch1.skipped = torch_why;
 
   for (int round = 0; round < rounds; ++round) {

@@ -10,13 +10,12 @@
 // each with the data resident on the device (8 distributed batches made once, the step run by
 // strategy.run(Model::train_step) — as the PyTorch side's 8 device batches) and fed through
 // chorus's own input pipeline (Model::fit over a cached, repeated dataset). The yardstick is
-// bench/train/torch_seed_cnn_gpu.py (PyTorch eager, one GPU, data resident; $CHORUS_TORCH_PYTHON or
-// python3). Each configuration is a child process (a device configuration is frozen per process):
-// warm-up steps through fit, then K windows of N timed steps, the GPU streams synchronized at both
-// ends of each window; a child's ms/step is its median window, and R rounds (default 1) alternate
-// PyTorch and the chorus cases, the medians of the rounds reported.
-// Each chorus child also reports the host-time split of its steps from the timeline (core/timeline.h,
-// captured over the windows): input (waiting for the next batch, fit only), forward, backward,
+// bench/train/torch_seed_cnn_gpu.py (PyTorch eager, one GPU, data resident; the Python of
+// bench_util.h's python_with_torch). Each configuration is a child process (a device configuration is frozen per
+// process): warm-up steps through fit, then K windows of N timed steps, the GPU streams synchronized at both ends of
+// each window; a child's ms/step is its median window, and R rounds (default 1) alternate PyTorch and the chorus cases,
+// the medians of the rounds reported. Each chorus child also reports the host-time split of its steps from the timeline
+// (core/timeline.h, captured over the windows): input (waiting for the next batch, fit only), forward, backward,
 // all-reduce, update (the optimizer's span less its collectives) and other (the rest of the step),
 // per step and replica — host time, which is what a host-bound step is made of — and the host waits
 // per step (core/gpu.h host_waits: GPU stream/event synchronizes; issue 42's goal is 0).
@@ -177,11 +176,6 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   return 0;
 }
 
-std::string torch_python() {
-  if (const char* env = std::getenv("CHORUS_TORCH_PYTHON"); env && *env) return env;
-  return "python3";
-}
-
 struct Measured {
   std::vector<double> ms;
   std::map<std::string, std::vector<double>> split;
@@ -204,6 +198,9 @@ int parent(const Options& o) {
     return 0;
   }
   const std::string self = cx::bench::self_path("bench_train_gpu");
+  std::string torch_why;
+  const std::string torch_py = cx::bench::python_with_torch(&torch_why);
+  if (torch_py.empty()) std::printf("PyTorch yardstick skipped: %s\n", torch_why.c_str());
   const std::string script = std::string(CHORUS_TRAIN_BENCH_DIR) + "/torch_seed_cnn_gpu.py";
   const std::string common = " --steps " + std::to_string(o.steps) + " --windows " + std::to_string(o.windows) +
                              (o.cpu ? " --cpu" : "") + (o.quick ? " --quick" : "");
@@ -221,16 +218,19 @@ int parent(const Options& o) {
       for (const std::string& d : dtypes) {
         int status = 0;
         const std::string torch_key = "pytorch_b" + std::to_string(b) + "_" + d;
-        const std::string out =
-            cx::bench::capture(torch_python() + " " + script + " --batch " + std::to_string(b) + " --dtype " + d +
-                                   " --steps " + std::to_string(o.steps) + " --repeats " + std::to_string(o.windows) +
-                                   (o.cpu ? " --device cpu --warmup 2" : "") + " 2>&1",
-                               &status);
+        const std::string out = torch_py.empty()
+                                    ? std::string()
+                                    : cx::bench::capture(torch_py + " " + script + " --batch " + std::to_string(b) +
+                                                             " --dtype " + d + " --steps " + std::to_string(o.steps) +
+                                                             " --repeats " + std::to_string(o.windows) +
+                                                             (o.cpu ? " --device cpu --warmup 2" : "") + " 2>&1",
+                                                         &status);
         std::printf("%s", out.c_str());
         if (auto ms = cx::bench::result_field(out, "ms_per_step"); status == 0 && ms)
           results[torch_key].ms.push_back(*ms);
         else
-          results[torch_key].note = "PyTorch run failed (exit " + std::to_string(status) + ")";
+          results[torch_key].note =
+              torch_py.empty() ? torch_why : "PyTorch run failed (exit " + std::to_string(status) + ")";
         for (const auto& [s, in] : configs) {
           const std::string k = key(s, in, b, d);
           const std::string child_out = cx::bench::capture(

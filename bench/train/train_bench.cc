@@ -258,17 +258,6 @@ struct TfSide {
   double median_sps() const { return median(sps); }
 };
 
-// The first Python that can import torch: `python3` on PATH (may be a pyenv or venv interpreter
-// without system packages), then Debian's /usr/bin/python3 (where python3-torch installs).
-std::optional<std::string> python_with_torch() {
-  for (const char* py : {"python3", "/usr/bin/python3"}) {
-    int status = 0;
-    capture(std::string(py) + " -c 'import torch' >/dev/null 2>&1", &status);
-    if (status == 0) return std::string(py);
-  }
-  return std::nullopt;
-}
-
 int run_parent(int steps, int repeats) {
   const std::string self = self_path("bench_train");
   // TensorFlow, when its Python imports it: checked once, then one run per side and round.
@@ -338,13 +327,14 @@ int run_parent(int steps, int repeats) {
   // The PyTorch yardstick, beside the 2-replica case: same steps, warm-up and repeats (median).
   std::optional<double> torch_sps;
   std::string skipped, torch_line;
-  const std::optional<std::string> py = python_with_torch();
-  if (!py) {
-    skipped = "PyTorch not installed (apt-get install python3-torch)";
+  std::string torch_why;
+  const std::string py = cx::bench::python_with_torch(&torch_why);
+  if (py.empty()) {
+    skipped = "PyTorch not installed (apt-get install python3-torch): " + torch_why;
   } else {
     int status = 0;
     const std::string out =
-        capture(*py + " '" + CHORUS_TRAIN_BENCH_DIR + "/pytorch_ddp.py' --world-size 2 --steps " +
+        capture(py + " '" + CHORUS_TRAIN_BENCH_DIR + "/pytorch_ddp.py' --world-size 2 --steps " +
                     std::to_string(steps) + " --warmup " + std::to_string(kWarmupSteps) + " --batch " +
                     std::to_string(kGlobalBatch) + " --repeats " + std::to_string(repeats) + " 2>&1",
                 &status);
