@@ -9,9 +9,10 @@
 // own message), an unknown --model/--strategy/--optimizer, an out-of-range number, more than one
 // of --data-dir, --tfrecord and --image-dir, an --image-size that is not "N" or "H,W" (positive), a
 // --collective-timeout that is not a number of seconds >= 0.01 (core/env.h), or a badly set CHORUS_COLLECTIVE_TIMEOUT →
-// InvalidArgumentError naming the flag (or variable), the value and what is valid. Thread-safe: pure functions. Part of
-// chorus-train: the target chorus_launch_cli, which links Boost and is not installed (chorus::chorus users do not need
-// Boost).
+// InvalidArgumentError naming the flag (or variable), the value and what is valid. With --help or
+// --version only the syntax is checked (the tool prints and exits; the other values are unused). Thread-safe: pure
+// functions. Part of chorus-train: the target chorus_launch_cli, which links Boost and is not installed (chorus::chorus
+// users do not need Boost).
 #pragma once
 
 #include <array>

@@ -3,7 +3,7 @@
 //
 // Contract: only InvalidArgumentError, the one error class launch/tools/chorus_train.cc catches
 // around the parse (exit 2); any other exception, Boost's included, would escape. An accepted
-// line satisfies the ranges the header promises.
+// line without --help or --version satisfies the ranges the header promises.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,7 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     chorus::fuzz::expect_error<chorus::InvalidArgumentError>(e);
     return 0;
   }
-  if (o.help) return 0;
+  // --help and --version print and exit before the other flags are checked (as git's and
+  // Boost-based tools' do), so only a line without them promises the ranges below.
+  if (o.help || o.version) return 0;
   check(o.model == "mlp" || o.model == "cnn", "--model");
   check(o.optimizer == "adam" || o.optimizer == "sgd", "--optimizer");
   check(o.epochs >= 1 && o.batch_size >= 1 && o.learning_rate > 0, "--epochs, --batch, --learning-rate");

@@ -162,6 +162,10 @@ TEST(TrainOptions, ABadCollectiveTimeoutVariableIsAUsageError) {
 TEST(TrainOptions, HelpListsEveryFlag) {
   EXPECT_TRUE(parse_train_options(Args{"--help"}).help);
   EXPECT_TRUE(parse_train_options(Args{"--version"}).version);
+  // Like git's, --help/--version win over values that are checked only for a run (the fuzz
+  // target's contract: tests/fuzz/train_options_fuzz.cc).
+  EXPECT_TRUE(parse_train_options(Args{"--version", "--optimizer", "lamb"}).version);
+  EXPECT_THAT(error_of({"--version", "--no-such-flag"}), HasSubstr("no-such-flag"));
   const std::string usage = train_usage();
   for (const char* flag : {"--help",
                            "--version",
