@@ -29,6 +29,14 @@ Stream& DeviceContext::side_stream() const {
   return *side_stream_;
 }
 
+Stream& DeviceContext::host_to_device_stream() const {
+  if (gpu_ordinal_ < 0) return *stream_;
+  std::call_once(host_to_device_once_, [this] {
+    host_to_device_stream_ = make_gpu_stream(gpu_ordinal_, "host-to-device stream of " + name());
+  });
+  return *host_to_device_stream_;
+}
+
 namespace runtime {
 namespace {
 

@@ -35,6 +35,11 @@ class DeviceContext {
   // AllReduceOptions::side_stream), made at the first call; work on it is ordered against
   // stream() with events only. A CPU device's is stream() itself. Thread-safe.
   Stream& side_stream() const;
+  // A GPU device's stream for input copies from the host (TF's host_to_device stream: the
+  // distributed dataset's uploads, distribute/input_upload.h), made at the first call, so that a
+  // batch's copy runs beside the step before it; ordered against stream() with events only. A
+  // CPU device's is stream() itself. Thread-safe.
+  Stream& host_to_device_stream() const;
 
  private:
   LogicalDevice device_;
@@ -43,6 +48,8 @@ class DeviceContext {
   int gpu_ordinal_;
   mutable std::once_flag side_once_;
   mutable std::unique_ptr<Stream> side_stream_;
+  mutable std::once_flag host_to_device_once_;
+  mutable std::unique_ptr<Stream> host_to_device_stream_;
 };
 
 namespace runtime {

@@ -13,6 +13,7 @@
 
 #include <chorus/core/device_spec.h>
 #include <chorus/core/error.h>
+#include <chorus/distribute/input_upload.h>
 #include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
@@ -81,6 +82,8 @@ DistributedDataset::Iterator DistributedDataset::make_iterator() const {
 }
 
 struct DistributedDataset::Iterator::State {
+  using UploadWait = internal::UploadWait;
+
   State(data::Iterator in, std::vector<std::string> devs, Mode m, WorkerSharding s)
       : input(std::move(in)), devices(std::move(devs)), mode(m), sharding(s) {}
 
@@ -91,8 +94,8 @@ struct DistributedDataset::Iterator::State {
   bool ended = false;
   std::deque<data::Element> pending;  // kOff across workers: slices not handed out yet (host side)
 
-  // The global batch `element` cut into `parts` row slices (the first rows % parts get one more).
-  static std::vector<data::Element> split_rows(const data::Element& element, int parts) {
+  // The rows of the global batch `element`, checking that every component has them on axis 0.
+  static std::int64_t global_batch_rows(const data::Element& element) {
     CHORUS_REQUIRE(!element.empty(), InvalidArgumentError, "distributed dataset: an element has no components");
     const std::int64_t rows = element[0].shape().rank() > 0 ? element[0].shape().dims()[0] : -1;
     for (std::size_t c = 0; c < element.size(); ++c) {
@@ -102,20 +105,48 @@ struct DistributedDataset::Iterator::State {
                      "component ",
                      c, " has shape ", t.shape().to_string(), ", component 0 has ", rows, " rows");
     }
-    std::vector<data::Element> out(static_cast<std::size_t>(parts));
+    return rows;
+  }
+
+  // Where slice i of `parts` row slices of `rows` rows starts, and its length (the first rows % parts
+  // get one more).
+  static std::pair<std::int64_t, std::int64_t> slice_range(std::int64_t rows, int parts, int i) {
     const std::int64_t base = rows / parts, extra = rows % parts;
-    std::int64_t at = 0;
+    return {i * base + std::min<std::int64_t>(i, extra), base + (i < extra ? 1 : 0)};
+  }
+
+  // The global batch `element` cut into `parts` row slices, on the host.
+  static std::vector<data::Element> split_rows(const data::Element& element, int parts) {
+    const std::int64_t rows = global_batch_rows(element);
+    std::vector<data::Element> out(static_cast<std::size_t>(parts));
     for (int r = 0; r < parts; ++r) {
-      const std::int64_t len = base + (r < extra ? 1 : 0);
+      const auto [at, len] = slice_range(rows, parts, r);
       for (const Tensor& t : element) out[static_cast<std::size_t>(r)].push_back(slice_rows(t, at, len));
-      at += len;
     }
     return out;
   }
 
-  static data::Element to_device(const data::Element& e, const std::string& device) {
+  // Rows [at, at + len) of each component of `e` on replica r's device: uploaded from host memory
+  // (distribute/input_upload.h: one copy, through pinned staging to a GPU, not waited for), else
+  // sliced by ops and copied.
+  data::Element place(const data::Element& e, std::int64_t at, std::int64_t len, int r,
+                      std::vector<UploadWait>& waits) {
+    const std::string& device = devices[static_cast<std::size_t>(r)];
     data::Element out;
-    for (const Tensor& t : e) out.push_back(to_replica(t, device));
+    for (const Tensor& t : e) {
+      Tensor u = upload.rows(t, at, len, device, r, &waits);
+      out.push_back(u.defined() ? std::move(u) : to_replica(slice_rows(t, at, len), device));
+    }
+    return out;
+  }
+  // All of `e` (its rows, whole) on replica r's device.
+  data::Element place_whole(const data::Element& e, int r, std::vector<UploadWait>& waits) {
+    const std::string& device = devices[static_cast<std::size_t>(r)];
+    data::Element out;
+    for (const Tensor& t : e) {
+      Tensor u = t.shape().rank() > 0 ? upload.rows(t, 0, t.shape().dims()[0], device, r, &waits) : Tensor();
+      out.push_back(u.defined() ? std::move(u) : t.is_string() ? to_replica(t, device) : t.to(device));
+    }
     return out;
   }
 
@@ -133,20 +164,33 @@ struct DistributedDataset::Iterator::State {
     return e;
   }
 
-  std::optional<Batch> produce() {
+  // The next step's batch; `waits` gets the uploads its replicas' streams must wait for
+  // (hand_over, in next()).
+  std::optional<Batch> produce(std::vector<UploadWait>& waits) {
     const int n = static_cast<int>(devices.size());
     std::vector<data::Element> parts(static_cast<std::size_t>(n));
+    try {
+      return produce_into(parts, waits);
+    } catch (...) {
+      internal::hand_over(waits);  // copies may still be writing into `parts`: free them after those
+      throw;
+    }
+  }
+
+  std::optional<Batch> produce_into(std::vector<data::Element>& parts, std::vector<UploadWait>& waits) {
+    const int n = static_cast<int>(devices.size());
     const int workers = sharding.num_workers;
     if (mode == Mode::kSplitGlobalBatch && (workers == 1 || sharding.policy != AutoShardPolicy::kOff)) {
       // One worker: the global batch over the n replicas. kData/kAuto: over all workers' replicas,
       // keeping this worker's n consecutive slices.
       auto element = input.next();
       if (!element) return std::nullopt;
-      std::vector<data::Element> slices = split_rows(*element, n * workers);
+      const std::int64_t rows = global_batch_rows(*element);
       const int first = sharding.worker_index * n;
-      for (int r = 0; r < n; ++r)
-        parts[static_cast<std::size_t>(r)] =
-            to_device(slices[static_cast<std::size_t>(first + r)], devices[static_cast<std::size_t>(r)]);
+      for (int r = 0; r < n; ++r) {
+        const auto [at, len] = slice_range(rows, n * workers, first + r);
+        parts[static_cast<std::size_t>(r)] = place(*element, at, len, r, waits);
+      }
     } else if (mode == Mode::kSplitGlobalBatch) {
       // kOff across workers: every per-replica slice of every global batch, n per step.
       while (static_cast<int>(pending.size()) < n) {
@@ -157,7 +201,7 @@ struct DistributedDataset::Iterator::State {
       if (pending.empty()) return std::nullopt;
       int got = 0;
       for (; got < n && !pending.empty(); ++got) {
-        parts[static_cast<std::size_t>(got)] = to_device(pending.front(), devices[static_cast<std::size_t>(got)]);
+        parts[static_cast<std::size_t>(got)] = place_whole(pending.front(), got, waits);
         pending.pop_front();
       }
       for (int r = got; r < n; ++r)
@@ -167,10 +211,7 @@ struct DistributedDataset::Iterator::State {
       for (int r = 0; r < n; ++r) {
         auto element = input.next();
         if (!element) break;
-        for (const Tensor& t : *element) {
-          const std::string& d = devices[static_cast<std::size_t>(r)];
-          parts[static_cast<std::size_t>(r)].push_back(t.is_string() ? to_replica(t, d) : t.to(d));
-        }
+        parts[static_cast<std::size_t>(r)] = place_whole(*element, r, waits);
         ++got;
       }
       if (got == 0) return std::nullopt;
@@ -180,6 +221,8 @@ struct DistributedDataset::Iterator::State {
     return Batch(std::move(parts));
   }
 
+  internal::InputUpload upload;  // the producer thread's
+
   // The next step is prepared by one persistent thread, started with the iterator: a thread
   // made per step (std::async) cost the loop thread ~50 us of every step, with every replica
   // waiting on it.
@@ -187,6 +230,7 @@ struct DistributedDataset::Iterator::State {
   std::condition_variable cv;
   bool requested = false, ready = false, stopping = false;
   std::optional<Batch> result;
+  std::vector<UploadWait> result_waits;  // what `result`'s replicas wait for before reading it
   std::exception_ptr error;
   std::thread producer;
 
@@ -200,11 +244,13 @@ struct DistributedDataset::Iterator::State {
     if (!producer.joinable()) producer = std::thread([this] { produce_loop(); });
   }
 
+  // The batch produced, its uploads handed over to the replicas' streams.
   std::optional<Batch> take() {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return ready; });
     ready = false;
     if (error) std::rethrow_exception(std::exchange(error, nullptr));
+    internal::hand_over(std::exchange(result_waits, {}));
     return std::exchange(result, std::nullopt);
   }
 
@@ -222,15 +268,17 @@ struct DistributedDataset::Iterator::State {
         requested = false;
       }
       std::optional<Batch> batch;
+      std::vector<UploadWait> waits;
       std::exception_ptr failure;
       try {
-        batch = produce();
+        batch = produce(waits);
       } catch (...) {
         failure = std::current_exception();
       }
       {
         std::lock_guard<std::mutex> lock(mu);
         result = std::move(batch);
+        result_waits = std::move(waits);
         error = failure;
         ready = true;
       }
@@ -246,6 +294,10 @@ struct DistributedDataset::Iterator::State {
     }
     cv.notify_all();
     if (producer.joinable()) producer.join();
+    try {
+      internal::hand_over(result_waits);  // a batch not taken is freed after its copies ran
+    } catch (...) {                       // a CUDA error: a destructor must not throw; the device is broken anyway
+    }
   }
 };
 

@@ -6,8 +6,10 @@
 #include <chorus/core/config.h>
 #include <chorus/core/runtime.h>
 #include <chorus/distribute/distributed_dataset.h>
+#include <chorus/distribute/input_upload.h>
 #include <chorus/distribute/mirrored_strategy.h>
 #include <chorus/ops/reduction.h>
+#include <chorus/ops/shape_ops.h>
 
 namespace chorus::distribute {
 namespace {
@@ -103,6 +105,59 @@ TEST(DistributeDataset, FromFunctionHandsConsecutiveElementsToReplicas) {
   EXPECT_EQ((*b)[1][1].shape(), Shape({0}));
   EXPECT_FALSE(it.next().has_value());
   EXPECT_THROW_WITH(InputContext({1, 0, 2}).get_per_replica_batch_size(5), InvalidArgumentError, "divisible");
+}
+
+// The host rows a replica gets (distribute/input_upload.h): one copy into its device's memory,
+// equal to the op slice for every dtype, empty ranges included; the cases it leaves to ops.
+TEST(InputUpload, RowsOnACpuReplicaEqualTheOpSlice) {
+  make_cpus(2);
+  const std::string cpu1 = runtime::find("/cpu:1")->name();
+  internal::InputUpload upload;
+  std::vector<internal::UploadWait> waits;
+  const Tensor f = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {4, 3});
+  const Tensor i64 = Tensor::from_vector<std::int64_t>({-1, 2, -3, 4, -5}, {5});
+  const Tensor b = Tensor::from_vector<bool>({true, false, true, true}, {2, 1, 2});
+  for (const Tensor* t : {&f, &i64, &b}) {
+    const std::int64_t rows = t->shape().dims()[0];
+    for (std::int64_t at = 0; at <= rows; ++at) {
+      for (std::int64_t len = 0; at + len <= rows; ++len) {
+        Tensor u = upload.rows(*t, at, len, cpu1, 1, &waits);
+        ASSERT_TRUE(u.defined());
+        EXPECT_EQ(u.device_name(), cpu1);
+        std::vector<std::int64_t> begin(t->shape().rank(), 0), size = t->shape().dims();
+        begin[0] = at;
+        size[0] = len;
+        const Tensor want = ops::slice(*t, begin, size).to(cpu1);
+        EXPECT_EQ(u.shape(), want.shape());
+        EXPECT_EQ(u.dtype(), want.dtype());
+        EXPECT_EQ(u.to_string(), want.to_string()) << "rows " << at << "+" << len;
+      }
+    }
+  }
+  EXPECT_TRUE(waits.empty()) << "a CPU replica's rows are complete when rows() returns";
+  EXPECT_EQ(upload.in_flight(), 0u);
+  EXPECT_THROW_WITH(upload.rows(f, 3, 2, cpu1, 1, &waits), InvalidArgumentError, "rows [3, 5) of a tensor with 4 rows");
+  EXPECT_THROW_WITH(upload.rows(f, -1, 1, cpu1, 1, &waits), InvalidArgumentError, "rows [-1, 0)");
+  // Left to ops: strings (objects, not bytes) and scalars (no rows).
+  EXPECT_FALSE(upload.rows(Tensor::from_vector<std::string>({"a", "b"}), 0, 1, cpu1, 1, &waits).defined());
+  EXPECT_FALSE(upload.rows(Tensor::scalar<float>(1), 0, 0, cpu1, 1, &waits).defined());
+}
+
+// The dataset's batches are uploaded rows, not views of the pipeline's tensors: a replica that
+// writes into its batch does not change what the next epoch reads.
+TEST(DistributeDataset, BatchesAreCopiesOfTheInput) {
+  make_cpus(2);
+  MirroredStrategy s(cpus(2));
+  auto ds = numbers(4).batch(4).cache();
+  auto dist = s.experimental_distribute_dataset(ds);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    auto it = dist.make_iterator();
+    auto b = it.next();
+    ASSERT_TRUE(b.has_value());
+    EXPECT_EQ((*b)[1][1].to_vector<std::int32_t>(), (std::vector<std::int32_t>{2, 3})) << "epoch " << epoch;
+    Tensor mine = (*b)[1][1];
+    mine.copy_from(Tensor::from_vector<std::int32_t>({-7, -7}).to(mine.device_name()));
+  }
 }
 
 }  // namespace
