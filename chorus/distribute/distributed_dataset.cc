@@ -169,16 +169,6 @@ struct DistributedDataset::Iterator::State {
   std::optional<Batch> produce(std::vector<UploadWait>& waits) {
     const int n = static_cast<int>(devices.size());
     std::vector<data::Element> parts(static_cast<std::size_t>(n));
-    try {
-      return produce_into(parts, waits);
-    } catch (...) {
-      internal::hand_over(waits);  // copies may still be writing into `parts`: free them after those
-      throw;
-    }
-  }
-
-  std::optional<Batch> produce_into(std::vector<data::Element>& parts, std::vector<UploadWait>& waits) {
-    const int n = static_cast<int>(devices.size());
     const int workers = sharding.num_workers;
     if (mode == Mode::kSplitGlobalBatch && (workers == 1 || sharding.policy != AutoShardPolicy::kOff)) {
       // One worker: the global batch over the n replicas. kData/kAuto: over all workers' replicas,
@@ -250,7 +240,8 @@ struct DistributedDataset::Iterator::State {
     cv.wait(lock, [&] { return ready; });
     ready = false;
     if (error) std::rethrow_exception(std::exchange(error, nullptr));
-    internal::hand_over(std::exchange(result_waits, {}));
+    internal::hand_over(result_waits);
+    result_waits.clear();
     return std::exchange(result, std::nullopt);
   }
 
@@ -294,10 +285,6 @@ struct DistributedDataset::Iterator::State {
     }
     cv.notify_all();
     if (producer.joinable()) producer.join();
-    try {
-      internal::hand_over(result_waits);  // a batch not taken is freed after its copies ran
-    } catch (...) {                       // a CUDA error: a destructor must not throw; the device is broken anyway
-    }
   }
 };
 

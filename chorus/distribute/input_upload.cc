@@ -1,9 +1,11 @@
 #include <chorus/distribute/input_upload.h>
 
 #include <cstring>
+#include <mutex>
 
 #include <chorus/core/error.h>
 #include <chorus/core/gpu.h>
+#include <chorus/core/logging.h>
 #include <chorus/distribute/optimizer_offload.h>
 
 namespace chorus::distribute::internal {
@@ -17,14 +19,18 @@ InputUpload::~InputUpload() {
   // destructor must not throw; a failed wait leaves the buffers to the dying arena's owner.
   for (Staged& s : in_flight_) {
     try {
-      s.done->synchronize();
+      if (s.done != nullptr)
+        s.done->synchronize();
+      else
+        s.device.device_context().host_to_device_stream().synchronize();  // the event itself failed
     } catch (...) {
     }
   }
 }
 
 void InputUpload::reap() {
-  while (!in_flight_.empty() && in_flight_.front().done->query()) in_flight_.pop_front();
+  while (!in_flight_.empty() && in_flight_.front().done != nullptr && in_flight_.front().done->query())
+    in_flight_.pop_front();
 }
 
 Tensor InputUpload::rows(const Tensor& t, std::int64_t at, std::int64_t len, const std::string& device, int replica,
@@ -46,14 +52,31 @@ Tensor InputUpload::rows(const Tensor& t, std::int64_t at, std::int64_t len, con
     return out;
   }
   reap();
-  Tensor pinned = Tensor::empty(Shape(dims), t.dtype(), offload_device(device, replica));
-  std::memcpy(pinned.data(), from, bytes);
+  // Fenced now, before the staging memcpy: the copy follows only the work queued when its memory
+  // was taken, not what the running step queues meanwhile.
   Stream& copies = target.host_to_device_stream();
-  copies.wait_event(target.stream().record_event());  // the bytes' previous users, queued before the allocation
+  copies.wait_event(target.stream().record_event());
+  Tensor pinned;
+  try {
+    pinned = Tensor::empty(Shape(dims), t.dtype(), offload_device(device, replica));
+  } catch (const ResourceExhaustedError& e) {
+    // No page-locked memory to be had (cudaHostAlloc refused): the op path copies from pageable
+    // memory, slower but working. Nothing was queued into `out` yet.
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      CHORUS_LOG(WARNING) << "input upload: no pinned host memory (" << e.what()
+                          << "); input copies to GPUs go through pageable memory";
+    });
+    return Tensor();
+  }
+  std::memcpy(pinned.data(), from, bytes);
+  // In flight from here: `out` and `pinned` are kept until the copy is seen done, so that a
+  // dropped batch (an error, an iterator destroyed) never frees bytes the DMA still touches.
+  in_flight_.push_back(Staged{nullptr, pinned, out});
   gpu::memcpy_async(target.gpu_ordinal(), copies.native_handle(), out.data(), pinned.data(), bytes,
                     gpu::CopyKind::kHostToDevice);
   std::shared_ptr<Event> done = copies.record_event();
-  in_flight_.push_back(Staged{done, std::move(pinned)});
+  in_flight_.back().done = done;
   // One wait per device: its copies run in order on one stream, so the latest covers the others.
   bool replaced = false;
   for (UploadWait& w : *waits) {

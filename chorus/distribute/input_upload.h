@@ -21,15 +21,15 @@
 //   the rest of the step before. It adds an UploadWait: hand_over() makes the replica's stream wait
 //   for the copy by event. No host thread waits for the GPU, and the step's count of host waits
 //   (core/gpu.h) does not move.
-// The staging buffers live until their copy has run: each rows() call frees those whose copy is
-// done (an event query, not a wait); the destructor waits for the rest.
+// The staging buffer and the destination of each copy are also held here until the copy has run:
+// each rows() call lets go of those whose copy is done (an event query, not a wait); the
+// destructor waits for the rest. So a batch dropped before its copies ran (an error mid-batch, an
+// iterator destroyed with a batch not taken) frees nothing the DMA still touches.
 // Not applicable (rows() returns an undefined Tensor and the caller slices with ops): a string
-// tensor, or one on a GPU (a dataset of device tensors).
+// tensor, a scalar, one on a GPU (a dataset of device tensors), or no pinned memory to be had
+// (cudaHostAlloc refused: logged once).
 //
-// Waits: a GPU tensor from rows() must not be read or freed before hand_over() of its wait ran —
-// the DMA may still be writing it. A producer that drops such tensors (an error mid-batch, an
-// iterator destroyed with a batch not taken) calls hand_over() first, which orders the free after
-// the copy as any read.
+// Waits: a step must not read a GPU tensor from rows() before hand_over() of its wait ran.
 // Thread-safety: one InputUpload per producer thread; hand_over() from any thread.
 // Errors: CUDA errors propagate as the gpu layer raises them (core/gpu.h); running out of device
 // or pinned memory → ResourceExhaustedError naming the device.
@@ -75,9 +75,11 @@ class InputUpload {
   std::size_t in_flight() const { return in_flight_.size(); }
 
  private:
+  // A copy in flight: its staging buffer and its destination live until `done` is seen complete.
   struct Staged {
-    std::shared_ptr<Event> done;
+    std::shared_ptr<Event> done;  // null only if recording it failed (the destructor then syncs the stream)
     Tensor pinned;
+    Tensor device;
   };
   void reap();
 
