@@ -2,7 +2,8 @@
 // 1e-3) on one GPU, with PyTorch eager on the same GPU as the yardstick, in the same run.
 //
 //   bench_train_gpu [--quick] [--cpu] [--batches 128,512,2048] [--steps N] [--windows K] [--rounds R]
-//   bench_train_gpu --child STRATEGY INPUT BATCH DTYPE [--steps N] [--windows K]    (one child run)
+//                   [--tf32 on|off]
+//   bench_train_gpu --child STRATEGY INPUT BATCH DTYPE [--steps N] [--windows K] [--tf32 on|off]   (one child run)
 //
 // Cases, for each global batch and dtype (float32; mixed_bfloat16 against torch.autocast bf16):
 //   mirrored_2vgpu   MirroredStrategy over 2 virtual GPUs carved out of GPU:0 (the main job's set-up);
@@ -22,6 +23,10 @@
 // Goals (issue 42), printed PASS/FAIL and as JSON cases whose ratio is PyTorch's ms ÷ chorus's (a
 // speed ratio): mirrored_2vgpu ≥ 1.0 at every batch and dtype (resident data); one_device ≥ 1.3 at
 // batch 128; the input wait ≤ 5% of the step with the pipeline.
+// TensorFloat-32: both sides run float32 matmuls and convolutions with the same setting — chorus's
+// (core/config.h: on unless NVIDIA_TF32_OVERRIDE=0, as TF) unless --tf32 says; PyTorch gets it as
+// torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 (its own defaults
+// differ: matmul off, cuDNN on). The setting is printed and is in the JSON line.
 // Without a GPU it says so, prints a JSON line with "skipped" and exits 0 (its ctest smoke run has
 // no GPU by design). --cpu runs the same cases on logical CPU devices (2 for mirrored_2vgpu, CPU:0
 // for one_device; PyTorch with --device cpu): a check of the bench itself, not a measurement of
@@ -56,7 +61,8 @@ struct Options {
   int windows = 3;
   int rounds = 1;
   bool quick = false;
-  bool cpu = false;  // --cpu: the same cases on logical CPU devices, to check the bench itself
+  bool cpu = false;          // --cpu: the same cases on logical CPU devices, to check the bench itself
+  std::optional<bool> tf32;  // --tf32 on|off; unset: chorus's default
 };
 
 // Host time in the timeline's events that `pick` accepts: per thread, the union of their intervals
@@ -97,6 +103,7 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
     std::printf("no GPU: %s\n", cx::gpu::unavailable_reason().c_str());
     return 2;
   }
+  if (o.tf32) cx::config::enable_tensor_float_32_execution(*o.tf32);
   const bool mirrored = strategy_name == "mirrored_2vgpu";
   if (mirrored) {
     const std::int64_t mb = o.cpu ? 2048 : 16384;  // per virtual device: batch 2048's activations fit
@@ -202,8 +209,11 @@ int parent(const Options& o) {
   const std::string torch_py = cx::bench::python_with_torch(&torch_why);
   if (torch_py.empty()) std::printf("PyTorch yardstick skipped: %s\n", torch_why.c_str());
   const std::string script = std::string(CHORUS_TRAIN_BENCH_DIR) + "/torch_seed_cnn_gpu.py";
+  const bool tf32 = o.tf32.value_or(cx::config::tensor_float_32_execution_enabled());
+  const std::string tf32_flag = std::string(" --tf32 ") + (tf32 ? "on" : "off");
+  std::printf("TensorFloat-32 for float32 matmuls and convolutions: %s on both sides\n", tf32 ? "on" : "off");
   const std::string common = " --steps " + std::to_string(o.steps) + " --windows " + std::to_string(o.windows) +
-                             (o.cpu ? " --cpu" : "") + (o.quick ? " --quick" : "");
+                             (o.cpu ? " --cpu" : "") + (o.quick ? " --quick" : "") + tf32_flag;
   const std::vector<std::string> dtypes{"float32", "bfloat16"};
   const std::vector<std::pair<std::string, std::string>> configs{{"mirrored_2vgpu", "resident"},
                                                                  {"one_device", "resident"},
@@ -222,7 +232,7 @@ int parent(const Options& o) {
                                     ? std::string()
                                     : cx::bench::capture(torch_py + " " + script + " --batch " + std::to_string(b) +
                                                              " --dtype " + d + " --steps " + std::to_string(o.steps) +
-                                                             " --repeats " + std::to_string(o.windows) +
+                                                             " --repeats " + std::to_string(o.windows) + tf32_flag +
                                                              (o.cpu ? " --device cpu --warmup 2" : "") + " 2>&1",
                                                          &status);
         std::printf("%s", out.c_str());
@@ -297,7 +307,7 @@ int parent(const Options& o) {
     }
   }
   std::printf("goals: %s\n", all_pass ? "all met" : "not all met");
-  cx::bench::print_json_line("train_gpu", machine, cases, Json{{"goals_met", all_pass}});
+  cx::bench::print_json_line("train_gpu", machine, cases, Json{{"goals_met", all_pass}, {"tf32", tf32}});
   return 0;
 }
 
@@ -336,13 +346,18 @@ int main(int argc, char** argv) {
         o.windows = std::stoi(value());
       } else if (a == "--rounds") {
         o.rounds = std::stoi(value());
+      } else if (a == "--tf32") {
+        const std::string v = value();
+        if (v != "on" && v != "off")
+          throw cx::InvalidArgumentError("bench_train_gpu: --tf32 takes on or off, got " + v);
+        o.tf32 = v == "on";
       } else if (a == "--child") {
         is_child = true;
         for (int k = 0; k < 4; ++k) child_args.push_back(value());
       } else {
         std::fprintf(stderr,
                      "usage: bench_train_gpu [--quick] [--cpu] [--batches 128,512,2048] [--steps N] [--windows K] "
-                     "[--rounds R]\n");
+                     "[--rounds R] [--tf32 on|off]\n");
         return 2;
       }
     }

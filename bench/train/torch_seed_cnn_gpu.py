@@ -2,14 +2,16 @@
 """PyTorch yardstick for bench_train_gpu: the seed CNN trained eagerly on one device.
 
   python3 bench/train/torch_seed_cnn_gpu.py [--device cuda] [--batch 128] [--dtype float32|bfloat16]
-                                            [--steps 50] [--warmup 10] [--repeats 3]
+                                            [--steps 50] [--warmup 10] [--repeats 3] [--tf32 on|off]
 
 The model of chorus's seed CNN (examples/mnist_mirrored.cc), in NCHW: Conv2D 32 3x3 relu ->
 MaxPool 2 -> Conv2D 64 3x3 relu -> MaxPool 2 -> Conv2D 64 3x3 relu -> Flatten -> Dense 64 relu ->
 Dense 10; Adam 1e-3 (PyTorch's default implementation for the device), cross-entropy on logits.
 The data is resident on the device: 8 random batches of the global batch, cycled (chorus's side
 cycles 8 cached batches). bfloat16 is torch.autocast(dtype=torch.bfloat16), as mixed_bfloat16 in
-chorus: float32 weights, bfloat16 compute. TF32 stays at PyTorch's defaults (printed).
+chorus: float32 weights, bfloat16 compute. --tf32 sets torch.backends.cuda.matmul.allow_tf32 and
+torch.backends.cudnn.allow_tf32 both (bench_train_gpu passes chorus's setting); without it they stay
+at PyTorch's defaults (matmul off, cuDNN on). Printed either way.
 Timing: `warmup` steps, then `repeats` windows of `steps` steps, the device synchronized at both
 ends of each window; ms/step is the median window's. Prints a readable line and, last,
 `RESULT ms_per_step=<x> samples_per_s=<y>` for bench_train_gpu. Exits 3 without PyTorch, 4 when
@@ -29,6 +31,7 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tf32", choices=["on", "off"])
     a = p.parse_args()
     try:
         import torch
@@ -40,6 +43,9 @@ def main():
         print("torch_seed_cnn_gpu: no CUDA device", file=sys.stderr)
         return 4
     dev = torch.device(a.device)
+    if a.tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32 == "on"
+        torch.backends.cudnn.allow_tf32 = a.tf32 == "on"
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),

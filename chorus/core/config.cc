@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -36,6 +37,8 @@ State& state() {
 }
 std::atomic<bool> g_soft_placement{true};
 std::atomic<bool> g_log_placement{false};
+// -1: not set, the default (enabled unless NVIDIA_TF32_OVERRIDE=0); else 0 or 1.
+std::atomic<int> g_tf32{-1};
 
 std::string normalize_type(std::string_view type) {
   std::string t;
@@ -271,6 +274,13 @@ void set_soft_device_placement(bool enabled) { g_soft_placement = enabled; }
 bool get_soft_device_placement() { return g_soft_placement; }
 void set_log_device_placement(bool enabled) { g_log_placement = enabled; }
 bool get_log_device_placement() { return g_log_placement; }
+void enable_tensor_float_32_execution(bool enabled) { g_tf32 = enabled ? 1 : 0; }
+bool tensor_float_32_execution_enabled() {
+  const int set = g_tf32.load(std::memory_order_relaxed);
+  if (set >= 0) return set == 1;
+  const char* override_env = std::getenv("NVIDIA_TF32_OVERRIDE");
+  return override_env == nullptr || std::string_view(override_env) != "0";
+}
 
 MemoryInfo get_memory_info(std::string_view device) {
   auto ctx = runtime::find(device);
@@ -324,6 +334,7 @@ void reset() {
   s.intra_op_threads = 0;
   g_soft_placement = true;
   g_log_placement = false;
+  g_tf32 = -1;
 }
 
 }  // namespace internal

@@ -76,6 +76,22 @@ bool get_soft_device_placement();
 void set_log_device_placement(bool enabled);
 bool get_log_device_placement();
 
+// TensorFloat-32 (tf.config.experimental.enable_tensor_float_32_execution and
+// tensor_float_32_execution_enabled). Enabled (the default, as in TF): float32 matmuls (cuBLAS with
+// CUBLAS_COMPUTE_32F_FAST_TF32) and convolutions (cuDNN, CUDNN_DEFAULT_MATH) on GPUs of compute
+// capability 8.0 and newer (Ampere, Hopper) may round their inputs to TF32 — 10 mantissa bits
+// instead of 23 — and accumulate in float32: a product's relative error grows from about 6e-8 to
+// about 5e-4 (docs/devices.md, "TensorFloat-32"). Disabled: full float32 (cuBLAS
+// CUBLAS_COMPUTE_32F, cuDNN CUDNN_FMA_MATH first). CPUs and older GPUs always compute in full
+// float32; float16/bfloat16/float64 are not affected. NVIDIA_TF32_OVERRIDE=0 in the environment
+// (NVIDIA's switch, which cuBLAS and cuDNN obey whatever a program asks) makes the default
+// disabled, so that the default says what the libraries do (an explicit enable is then recorded
+// but the libraries still compute in full float32). May change at any time, also after devices are
+// initialized; ops enqueued after the call follow it (convolution algorithms are chosen and cached
+// per setting). reset with the configuration by internal::reset_runtime_for_testing.
+void enable_tensor_float_32_execution(bool enabled);
+bool tensor_float_32_execution_enabled();
+
 // Memory statistics of a logical device ("GPU:0", "/device:CPU:1", any form DeviceSpec accepts):
 // current and peak bytes, limit, reserved, largest free block (TF's
 // tf.config.experimental.get_memory_info). Waits for work queued on the device first, so storage

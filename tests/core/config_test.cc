@@ -128,5 +128,31 @@ TEST_F(CoreTest, MemoryInfoOfUnknownDeviceListsTheDevices) {
   EXPECT_THROW(cfg::get_memory_info("/cpu:zero"), InvalidArgumentError);
 }
 
+// TensorFloat-32's switch (the GPU side: tests/ops/tf32_gpu_test.cc): on by default as in TF,
+// off by NVIDIA's own override, changeable at any time — also after devices are initialized —
+// and back to the default with the rest of the configuration.
+TEST_F(CoreTest, TensorFloat32IsOnByDefaultAndFollowsNvidiasOverride) {
+  unsetenv("NVIDIA_TF32_OVERRIDE");
+  chorus::internal::reset_runtime_for_testing();
+  EXPECT_TRUE(cfg::tensor_float_32_execution_enabled());
+  (void)cfg::list_logical_devices();  // initialized: the switch still moves
+  cfg::enable_tensor_float_32_execution(false);
+  EXPECT_FALSE(cfg::tensor_float_32_execution_enabled());
+  cfg::enable_tensor_float_32_execution(true);
+  EXPECT_TRUE(cfg::tensor_float_32_execution_enabled());
+  cfg::enable_tensor_float_32_execution(false);
+  chorus::internal::reset_runtime_for_testing();
+  EXPECT_TRUE(cfg::tensor_float_32_execution_enabled());
+  setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+  EXPECT_FALSE(cfg::tensor_float_32_execution_enabled()) << "NVIDIA_TF32_OVERRIDE=0 makes the default off";
+  cfg::enable_tensor_float_32_execution(
+      true);  // asked for explicitly: the setting says so (the libraries still obey the override)
+  EXPECT_TRUE(cfg::tensor_float_32_execution_enabled());
+  chorus::internal::reset_runtime_for_testing();
+  setenv("NVIDIA_TF32_OVERRIDE", "1", 1);
+  EXPECT_TRUE(cfg::tensor_float_32_execution_enabled());
+  unsetenv("NVIDIA_TF32_OVERRIDE");
+}
+
 }  // namespace
 }  // namespace chorus

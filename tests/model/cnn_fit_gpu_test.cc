@@ -119,7 +119,8 @@ TEST_F(CnnFitGpu, TrainsOnTwoVirtualGpus) {
 
 TEST_F(CnnFitGpu, FirstStepsMatchOneCpuDevice) {
   // Plain SGD for a few steps: two GPUs splitting each batch land where one CPU device seeing the
-  // whole batch lands, to float32 rounding (the GPU's cuDNN/cuBLAS run without TF32).
+  // whole batch lands, to float32 rounding (the GPU's cuDNN/cuBLAS run without TF32: gpu tests get
+  // NVIDIA_TF32_OVERRIDE=0, tests/CMakeLists.txt).
   const auto train = data::synthetic_digits(256, /*seed=*/4).batch(64);
   distribute::MirroredStrategy on_gpus({"/gpu:0", "/gpu:1"});
   auto m = make_cnn<optimizers::SGD>(on_gpus, 0.05);

@@ -4,8 +4,9 @@
 // transpose, so C = op(A)·op(B) (row-major) is computed as C^T = op(B)^T · op(A)^T (column-major)
 // by passing B first and A second with the same transpose flags; ldc = n.
 //
-// Precision: float32 with CUBLAS_COMPUTE_32F (no TF32: the results stay comparable to the CPU
-// kernel), float16/bfloat16 with CUBLAS_COMPUTE_32F (float accumulation, rounded once),
+// Precision: float32 with CUBLAS_COMPUTE_32F_FAST_TF32 while TensorFloat-32 is enabled (core/
+// config.h; cuBLAS uses TF32 tensor cores on compute capability 8.0+ only), else CUBLAS_COMPUTE_32F
+// (results comparable to the CPU kernel), float16/bfloat16 with CUBLAS_COMPUTE_32F (float accumulation, rounded once),
 // float64 with CUBLAS_COMPUTE_64F. cuBLAS uses its own default workspace pool; with one stream per
 // handle its results are bitwise reproducible run to run (cuBLAS's reproducibility rule).
 #include <cublas_v2.h>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <utility>
 
+#include <chorus/core/config.h>
 #include <chorus/core/cuda/check.h>
 #include <chorus/core/error.h>
 #include <chorus/core/gpu.h>
@@ -70,7 +72,7 @@ void gemm(DeviceContext& dev, DType dtype, const void* a, std::int64_t a_batch_s
   switch (dtype) {
     case DType::kFloat32:
       type = CUDA_R_32F;
-      compute = CUBLAS_COMPUTE_32F;
+      compute = config::tensor_float_32_execution_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
     case DType::kFloat64:
       type = CUDA_R_64F;

@@ -26,9 +26,11 @@
 // every process picks the same algorithm and results are bitwise reproducible across runs.
 // Otherwise: the fastest algorithm measured by cudnnFind*AlgorithmEx on the call's own buffers
 // with a workspace of at most 256 MiB from the device's allocator (blocking, once per cache key).
-// float32 asks for CUDNN_FMA_MATH (no TF32 tensor cores, results comparable to the CPU kernels);
-// only if cuDNN offers nothing under it is CUDNN_DEFAULT_MATH allowed. Choices are cached per
-// (direction, geometry, dtype, determinism, GPU).
+// float32 while TensorFloat-32 is enabled (core/config.h, the default) asks for CUDNN_DEFAULT_MATH,
+// under which cuDNN may use TF32 tensor cores (compute capability 8.0+); disabled, it asks for
+// CUDNN_FMA_MATH (no TF32, results comparable to the CPU kernels) and only if cuDNN offers nothing
+// under it is CUDNN_DEFAULT_MATH allowed. Choices are cached per (direction, geometry, dtype,
+// determinism, TF32 setting, GPU).
 #include <chorus/ops/cuda/libraries.h>
 
 #ifdef CHORUS_WITH_CUDNN
@@ -41,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include <chorus/core/config.h>
 #include <chorus/core/logging.h>
 #include <chorus/ops/cuda/cudnn_util.h>
 #include <chorus/ops/determinism.h>
@@ -78,7 +81,7 @@ struct Choice {
 
 using Key = std::array<std::int64_t, 24>;
 
-Key make_key(Dir dir, DType dtype, const Conv2dGeometry& g, bool det, int ordinal) {
+Key make_key(Dir dir, DType dtype, const Conv2dGeometry& g, bool det, bool tf32, int ordinal) {
   return {static_cast<std::int64_t>(dir),
           static_cast<std::int64_t>(dtype),
           det ? 1 : 0,
@@ -101,7 +104,7 @@ Key make_key(Dir dir, DType dtype, const Conv2dGeometry& g, bool det, int ordina
           g.out_h,
           g.out_w,
           g.groups,
-          0,
+          tf32 ? 1 : 0,
           0};
 }
 
@@ -391,13 +394,16 @@ void set_descriptors(Descs& d, Layout layout, cudnnDataType_t type, DType dtype,
 // The algorithm (and math type) for one layout, leaving d.conv set to the math type last tried;
 // nullopt when cuDNN offers none for this layout.
 std::optional<Choice> choose_algorithm(DeviceContext& dev, cudnnHandle_t h, Dir dir, DType dtype, const Descs& d,
-                                       const Buffers& b, bool det, Layout layout) {
-  // float32/float64: plain FMA first (no TF32 rounding of float32 inputs, as TF with
-  // tf32 off), then whatever cuDNN offers. 16-bit: tensor cores first — the reason to train
-  // in float16/bfloat16 — accumulating in float (compute_type).
-  for (const cudnnMathType_t math : is_16bit(dtype)
-                                        ? std::vector<cudnnMathType_t>{CUDNN_TENSOR_OP_MATH, CUDNN_DEFAULT_MATH}
-                                        : std::vector<cudnnMathType_t>{CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+                                       const Buffers& b, bool det, bool tf32, Layout layout) {
+  // float32 with TF32 enabled: cuDNN's default math, TF32 tensor cores allowed (TF's choice with
+  // tf32 on). float32 with TF32 disabled, and float64: plain FMA first (no TF32 rounding of float32
+  // inputs, as TF with tf32 off), then whatever cuDNN offers. 16-bit: tensor cores first — the
+  // reason to train in float16/bfloat16 — accumulating in float (compute_type).
+  const std::vector<cudnnMathType_t> maths =
+      is_16bit(dtype)                    ? std::vector<cudnnMathType_t>{CUDNN_TENSOR_OP_MATH, CUDNN_DEFAULT_MATH}
+      : dtype == DType::kFloat32 && tf32 ? std::vector<cudnnMathType_t>{CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH}
+                                         : std::vector<cudnnMathType_t>{CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH};
+  for (const cudnnMathType_t math : maths) {
     CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), math));
     if (std::optional<Choice> choice = select(dev, h, dir, d, b, det, layout)) return choice;
   }
@@ -426,7 +432,8 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   }
 
   const bool det = op_determinism_enabled();
-  const Key key = make_key(dir, dtype, g, det, dev.gpu_ordinal());
+  const bool tf32 = dtype == DType::kFloat32 && config::tensor_float_32_execution_enabled();
+  const Key key = make_key(dir, dtype, g, det, tf32, dev.gpu_ordinal());
   const std::optional<Choice> known = cached(key);
   const std::vector<Layout> layouts = layouts_to_try(known, dtype);
 
@@ -482,7 +489,7 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
 
     std::optional<Choice> choice = known;
     if (!choice) {
-      choice = choose_algorithm(dev, h.get(), dir, dtype, d, Buffers{xp, w_buf.get(), yp}, det, layout);
+      choice = choose_algorithm(dev, h.get(), dir, dtype, d, Buffers{xp, w_buf.get(), yp}, det, tf32, layout);
       if (!choice) continue;  // next layout
     }
     CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice->math));
