@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "tests/core/virtual_gpus.h"
 #include <chorus/core/config.h>
 #include <chorus/core/gpu.h>
 #include <chorus/core/runtime.h>
+#include <chorus/core/timeline.h>
 #include <chorus/data/synthetic_digits.h>
 #include <chorus/distribute/mirrored_strategy.h>
 #include <chorus/distribute/mirrored_variable.h>
@@ -144,6 +147,30 @@ TEST_F(CnnFitGpu, FirstStepsMatchOneCpuDevice) {
     EXPECT_GT(moved, 1e-3) << a[i].name() << " did not move: the comparison would be vacuous";
   }
   expect_replicas_identical(*m);
+}
+
+// Issue 42's "no host waits in a steady step": after warm-up, a fit step on two virtual GPUs —
+// the input's upload, forward, backward, the virtual-GPU all-reduce, the fused Adam update, the
+// metrics — never blocks the host on the GPU (core/gpu.h host_waits, which fit puts in each "train
+// step" timeline event). With the progress bar on and steps_per_execution 8, the running metrics
+// are read every 8 steps, between steps, not inside one.
+TEST_F(CnnFitGpu, SteadyStepsMakeNoHostWaits) {
+  distribute::MirroredStrategy strategy;
+  auto m = make_cnn<optimizers::Adam>(strategy, 1e-3);
+  const auto train = data::synthetic_digits(64 * 24, /*seed=*/6).batch(64, /*drop_remainder=*/true).cache();
+  m->fit(train, {.epochs = 1, .steps_per_epoch = 4, .verbose = 0});  // warm-up: kernels, pools, slots
+  timeline::start_capture();
+  m->fit(train, {.epochs = 1, .verbose = 1, .steps_per_execution = 8});
+  const std::optional<timeline::Capture> capture = timeline::stop_capture();
+  ASSERT_TRUE(capture.has_value());
+  int steps = 0;
+  for (const timeline::CapturedEvent& e : capture->events) {
+    if (e.name != "train step") continue;
+    ++steps;
+    if (steps <= 2) continue;  // the epoch's first steps: the iterator's start
+    EXPECT_NE(e.args_json.find("\"host_waits\": 0"), std::string::npos) << "step " << steps << ": " << e.args_json;
+  }
+  EXPECT_EQ(steps, 24);
 }
 
 }  // namespace

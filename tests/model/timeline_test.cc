@@ -149,6 +149,12 @@ TEST(Timeline, FitOnTwoReplicasShowsEveryReplicaOnOneClock) {
     }
   }
   EXPECT_EQ(t.on(main_tid, "step").size(), 4u);
+  int step = 0;
+  for (const Span* s : t.on(main_tid, "step")) {  // the arguments the GPU test of host waits reads
+    ASSERT_NE(s->args, nullptr);
+    EXPECT_EQ(s->args->at("step"), ++step);
+    EXPECT_EQ(s->args->at("host_waits"), 0) << "no GPU here: no host waits";
+  }
   EXPECT_GE(t.on(main_tid, "input").size(), 4u);
   ASSERT_EQ(t.on(main_tid, "checkpoint").size(), 1u);
   EXPECT_EQ(t.on(main_tid, "checkpoint")[0]->args->at("path"), dir.path() + "/ckpt");
