@@ -6,7 +6,8 @@
 // each), against yardsticks measured in the same run:
 //   TF/Keras: the same model in tf_keras 2.21 (bench/train/gpt_yardstick.py --framework tf, through
 //     $CHORUS_TF_PYTHON or the test venv), Model.fit on one CPU device, TensorFlow's intra-op and
-//     inter-op pools 2 threads each;
+//     inter-op pools 2 threads each; and under tf.distribute.MirroredStrategy over 2 logical CPU
+//     devices (--replicas 2), the same global batch — chorus's 2-device side's own yardstick;
 //   PyTorch: the same model in eager PyTorch (gpt_yardstick.py --framework torch), with
 //     torch.set_num_threads(2) — the same threads — and OMP_WAIT_POLICY=PASSIVE: with libgomp's
 //     default (active) waiting, each parallel region's barrier spins for a thread that a loaded,
@@ -21,7 +22,8 @@
 // Every run is a fresh process (a device configuration is frozen per process; the yardsticks are
 // other programs): W warm-up steps (default 3; --quick 1), then N timed steps (default 20; --quick
 // 2), tokens/s = N × 2048 / the timed wall time. K rounds (default 5; --quick 1) alternate the
-// sides: chorus 1 device, TF/Keras, chorus 2 devices, PyTorch 2 threads, PyTorch 1 thread. Each
+// sides: chorus 1 device, TF/Keras, chorus 2 devices, TF/Keras MirroredStrategy 2 devices, PyTorch 2
+// threads, PyTorch 1 thread. Each
 // side's figure is the median of its rounds, with their min-max. The header names the machine, its
 // CPU, the ISA oneDNN chose and the load average before and after (the machine may be shared:
 // read the figures with it). The data: chorus reads the example's byte windows of
@@ -174,6 +176,7 @@ int run_parent(int steps, int warmup, int rounds) {
   Side chorus1{"chorus, 1 logical CPU device (2 op threads)"};
   Side chorus2{"chorus, MirroredStrategy, 2 logical CPU devices (1 op thread each)"};
   Side tf{"TF/Keras (tf_keras), one CPU device, 2 intra-op + 2 inter-op threads"};
+  Side tf2{"TF/Keras, MirroredStrategy, 2 logical CPU devices, 2 + 2 threads"};
   Side torch2{"PyTorch eager, 2 threads (set_num_threads(2), OMP_WAIT_POLICY=PASSIVE)"};
   Side torch1{"PyTorch eager, 1 thread (reference)"};
 
@@ -185,6 +188,7 @@ int run_parent(int steps, int warmup, int rounds) {
     capture("'" + tf_py + "' -c 'import tensorflow, tf_keras' >/dev/null 2>&1", &status);
     if (status != 0) tf.skipped = "'" + tf_py + "' cannot import tensorflow and tf_keras";
   }
+  tf2.skipped = tf.skipped;
   std::string torch_why;
   const std::string torch_py = cx::bench::python_with_torch(&torch_why);
   if (torch_py.empty()) torch2.skipped = torch1.skipped = torch_why;
@@ -194,6 +198,7 @@ int run_parent(int steps, int warmup, int rounds) {
     run_side(chorus1, child + " --replicas 1", "");
     run_side(tf, "'" + tf_py + "' '" + script + "' --framework tf --threads 2" + common, "tensorflow ");
     run_side(chorus2, child + " --replicas 2", "");
+    run_side(tf2, "'" + tf_py + "' '" + script + "' --framework tf --threads 2 --replicas 2" + common, "tensorflow ");
     run_side(torch2,
              "OMP_WAIT_POLICY=PASSIVE '" + torch_py + "' '" + script + "' --framework torch --threads 2" + common,
              "torch ");
@@ -216,7 +221,7 @@ int run_parent(int steps, int warmup, int rounds) {
       static_cast<long long>(kModel.seq), static_cast<long long>(kTokensPerStep), machine.c_str(), load_before.c_str(),
       load_average().c_str(), warmup, steps, rounds);
   std::printf("%-72s %10s %17s %9s %9s\n", "side", "tokens/s", "[min-max]", "ms/step", "peak RSS");
-  for (const Side* s : {&chorus1, &chorus2, &tf, &torch2, &torch1}) {
+  for (const Side* s : {&chorus1, &chorus2, &tf, &tf2, &torch2, &torch1}) {
     if (s->tps.empty()) {
       std::printf("%-72s skipped: %s\n", s->name.c_str(), s->skipped.c_str());
       continue;
@@ -233,14 +238,14 @@ int run_parent(int steps, int warmup, int rounds) {
         "  %s: in kernels (oneDNN + chorus loops) %.0f%%, in collectives %.0f%% of replica-thread time "
         "(medians; core/profile.h)\n",
         s == &chorus1 ? "chorus 1 device" : "chorus 2 devices", 100 * median(s->kernels), 100 * median(s->collectives));
-  for (const Side* s : {&tf, &torch2, &torch1})
+  for (const Side* s : {&tf, &tf2, &torch2, &torch1})
     if (!s->line.empty()) std::printf("  %s\n", s->line.c_str());
 
   std::vector<cx::bench::Json> cases;
   for (const Side* mine : {&chorus1, &chorus2}) {
     const double v = median(mine->tps);
     const std::string who = mine == &chorus1 ? "chorus 1 device" : "chorus 2 devices";
-    for (const Side* yard : {&tf, &torch2, &torch1}) {
+    for (const Side* yard : {&tf, &tf2, &torch2, &torch1}) {
       const std::optional<double> y = yard->median_tps();
       if (y) std::printf("ratio %-17s / %-66s %.2f\n", who.c_str(), yard->name.c_str(), v / *y);
       cases.push_back(cx::bench::json_case("tokens/s " + who, v, "tokens/s", yard->name, y,

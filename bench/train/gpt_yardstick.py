@@ -3,7 +3,7 @@
 the CPU in TF/Keras (tf_keras 2.21) or in PyTorch, tokens per second.
 
   python gpt_yardstick.py --framework tf|torch [--threads 2] [--steps 20] [--warmup 3] [--repeats 1]
-                          [--batch 32] [--seq 64] [--layers 2] [--d-model 128] [--heads 4]
+                          [--batch 32] [--seq 64] [--layers 2] [--d-model 128] [--heads 4] [--replicas 1]
 
 The model, float32, no dropout: token + position Embedding, `layers` pre-LayerNormalization blocks
 (LayerNorm eps 1e-3 → causal multi-head self-attention, heads x d_model/heads, with q/k/v/output
@@ -17,6 +17,9 @@ a linear warm-up of 10% of the steps, then cosine decay to 10%; gradients clippe
          pools both --threads, tf.data's private pool --threads. Timed by a callback stamping
          every batch end: each window of `steps` steps after the warm-up runs from the stamp that
          ends the previous window to its own last one (tracing and fit's setup fall outside).
+         --replicas N > 1: the CPU split into N logical devices (tf.config.set_logical_device_
+         configuration) and the model built, compiled and fit under tf.distribute.MirroredStrategy
+         over them (TF's own choice of cross-device ops for CPUs); --batch stays the global batch.
   torch: eager nn.Module (nn.Embedding, nn.LayerNorm, nn.Linear, F.scaled_dot_product_attention
          with is_causal=True), torch.optim.AdamW + LambdaLR of the same schedule,
          clip_grad_norm_; torch.set_num_threads(--threads) and set_num_interop_threads(--threads);
@@ -68,18 +71,24 @@ def run_tf(a, total):
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)
     tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     K.mixed_precision.set_global_policy("float32")
+    strategy = tf.distribute.get_strategy()  # the default: one device
+    if a.replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * a.replicas)
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(a.replicas)])
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
     from gpt_model import build_gpt  # examples/gpt_model.py: the GPT of examples/gpt_model.h
 
-    model = build_gpt(K, tf, a.seq, a.layers, a.d_model, a.heads)
     warmup, decay = schedule_args(total)
-    model.compile(
-        optimizer=K.optimizers.AdamW(
-            learning_rate=K.optimizers.schedules.CosineDecay(0.0, decay, alpha=0.1, warmup_target=3e-3,
-                                                             warmup_steps=warmup),
-            weight_decay=0.01, global_clipnorm=1.0),
-        loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with strategy.scope():
+        model = build_gpt(K, tf, a.seq, a.layers, a.d_model, a.heads)
+        model.compile(
+            optimizer=K.optimizers.AdamW(
+                learning_rate=K.optimizers.schedules.CosineDecay(0.0, decay, alpha=0.1, warmup_target=3e-3,
+                                                                 warmup_steps=warmup),
+                weight_decay=0.01, global_clipnorm=1.0),
+            loss=K.losses.SparseCategoricalCrossentropy(from_logits=True))
 
     rng = np.random.default_rng(1)
     n = 8 * a.batch
@@ -97,7 +106,10 @@ def run_tf(a, total):
 
     model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, callbacks=[Stamp()])
     walls = [stamps[a.warmup - 1 + (r + 1) * a.steps] - stamps[a.warmup - 1 + r * a.steps] for r in range(a.repeats)]
-    return walls, f"tensorflow {tf.__version__} tf_keras {K.__version__}, {a.threads} intra-op + {a.threads} inter-op threads"
+    where = (f", MirroredStrategy over {a.replicas} logical CPU devices ({type(strategy.extended._cross_device_ops or object()).__name__})"
+             if a.replicas > 1 else "")
+    return walls, (f"tensorflow {tf.__version__} tf_keras {K.__version__}, {a.threads} intra-op + {a.threads} "
+                   f"inter-op threads{where}")
 
 
 def run_torch(a, total):
@@ -186,9 +198,13 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--replicas", type=int, default=1, help="tf only: MirroredStrategy over this many logical CPUs")
     a = p.parse_args()
-    if a.warmup < 1 or a.steps < 1 or a.repeats < 1:
-        print("error: --warmup, --steps and --repeats must be >= 1", file=sys.stderr)
+    if a.warmup < 1 or a.steps < 1 or a.repeats < 1 or a.replicas < 1:
+        print("error: --warmup, --steps, --repeats and --replicas must be >= 1", file=sys.stderr)
+        return 2
+    if a.replicas > 1 and a.framework != "tf":
+        print("error: --replicas is for --framework tf (PyTorch's side is one process)", file=sys.stderr)
         return 2
     total = a.warmup + a.repeats * a.steps
     out = run_tf(a, total) if a.framework == "tf" else run_torch(a, total)
