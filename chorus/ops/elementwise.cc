@@ -156,7 +156,7 @@ Tensor launch_binary(BinaryOp op, const Tensor& a, const Tensor& b, double alpha
                                 b.data(), out.data(), alpha));
   } else {
     internal::run_cpu(*dev, [&] {
-      // GeluGrad(dy, x) of one shape in float32: oneDNN's vectorized eltwise backward (the scalar
+      // GeluGrad(dy, x) of one shape in float32 or bfloat16: oneDNN's vectorized eltwise backward (the scalar
       // loop's erf and exp per element were a quarter of a transformer step, docs/benchmarks.md).
       if (op == BinaryOp::kGeluGrad && a.shape() == b.shape() &&
           cpu::eltwise_backward(UnaryOp::kGelu, a.dtype(), b.data(), a.data(), out.data(), out.num_elements()))

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,6 +195,56 @@ TEST(DnnBf16, EnvironmentVariableSwitchesTheOneDnnPath) {
     EXPECT_EQ(after.onednn, before.onednn);
     EXPECT_EQ(after.fallback, before.fallback + 1);
   }
+}
+
+// ---- gelu's gradient -----------------------------------------------------------------------------
+
+// bfloat16 GeluGrad (dnn.h eltwise_backward): on oneDNN's bf16 JIT kernel where dnn_dispatch says
+// so, else false (the caller's loop). Both compute in float32 and round once, so a result is the
+// float64 formula rounded to bfloat16 give or take one bfloat16 step (float32 erf approximations
+// may land either side of a rounding tie) and float32-level absolute error; NaN/±Inf as TF's
+// composed gradient (NaN).
+TEST(DnnBf16, GeluBackwardRunsWhereDispatchSaysAndRoundsOnce) {
+  const bool saved = onednn_bf16_enabled();
+  for (bool enabled : {true, false}) {
+    set_onednn_bf16_enabled(enabled);
+    DnnCall call;
+    call.kernel = DnnKernel::kEltwiseBackward;
+    call.dtype = DType::kBFloat16;
+    call.unary = UnaryOp::kGelu;
+    call.elements = 1037;
+    const DnnDispatch d = dnn_dispatch(call);
+    if (!enabled || !have_onednn()) EXPECT_NE(d.path, DnnPath::kOneDnn) << d.reason;
+    Bits x(1037), dy(1037), dx(1037, 0);
+    std::mt19937 gen(1500);
+    std::uniform_real_distribution<float> xs(-6.f, 6.f), dys(-2.f, 2.f);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float_to_bfloat16(xs(gen)), dy[i] = float_to_bfloat16(dys(gen));
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    x[3] = float_to_bfloat16(inf), x[4] = float_to_bfloat16(-inf), x[5] = float_to_bfloat16(nan);
+    const bool ran = eltwise_backward(UnaryOp::kGelu, DType::kBFloat16, x.data(), dy.data(), dx.data(), 1037);
+    EXPECT_EQ(ran, d.path == DnnPath::kOneDnn) << d.reason;
+    if (!ran) continue;
+    int bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = bfloat16_to_float(x[i]);
+      const double want = bfloat16_to_float(dy[i]) *
+                          (0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI));
+      const double got = bfloat16_to_float(dx[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << i << ": " << got;
+        continue;
+      }
+      const double rounded = bfloat16_to_float(float_to_bfloat16(static_cast<float>(want)));
+      // One bfloat16 step near the value, plus float32-level absolute error of gelu' (whose values
+      // are O(1)): in the far tails (x < -5) gelu' is a difference of two nearly equal terms, and
+      // oneDNN's float32 approximation is off there by about 3e-8 — 25 % of a 1e-7 result.
+      const double step = std::abs(rounded) * kU * 2 + 1e-6 * std::abs(bfloat16_to_float(dy[i]));
+      if (!(std::abs(got - rounded) <= step) && ++bad <= 5)
+        ADD_FAILURE() << "element " << i << ": x " << v << ", got " << got << ", expected " << rounded;
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  set_onednn_bf16_enabled(saved);
 }
 
 // ---- matmul --------------------------------------------------------------------------------------

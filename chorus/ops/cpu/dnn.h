@@ -203,10 +203,12 @@ void batch_norm_backward(DType dtype, const void* x, const void* dy, const void*
 // Returns false (doing nothing) for any other kind or dtype, or without oneDNN: the caller uses
 // its loop.
 bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
-// The activation's gradient dx = dy · f'(x) over n contiguous float32 elements with oneDNN's
-// eltwise backward (from the source), for kGelu (erf); non-finite x are then recomputed by
-// chorus's own formula, so NaN and ±Inf give what TF's composed gelu gradient gives. Returns false
-// (doing nothing) for another kind or dtype, or without oneDNN: the caller uses its loop.
+// The activation's gradient dx = dy · f'(x) over n contiguous float32 elements — or bfloat16 ones
+// where oneDNN has a bfloat16 JIT kernel for it (computed in float32, rounded once, as the loop) —
+// with oneDNN's eltwise backward (from the source), for kGelu (erf); non-finite x are then
+// recomputed by chorus's own formula, so NaN and ±Inf give what TF's composed gelu gradient gives.
+// Returns false (doing nothing) for another kind or dtype, without a kernel, or without oneDNN:
+// the caller uses its loop. dnn_dispatch says which (DnnKernel::kEltwiseBackward).
 bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, void* dx, std::int64_t n);
 
 struct CacheStats {

@@ -211,8 +211,9 @@ bool onednn_has_kernel(const DnnCall& c) {
     case DnnKernel::kConv2dBackwardFilter: return onednn::conv2d_backward_filter(c.dtype, g, nullptr, nullptr, nullptr);
     case DnnKernel::kPool2dForward: return onednn::pool2d_forward(c.pool, c.dtype, g, nullptr, nullptr);
     case DnnKernel::kPool2dBackward: return onednn::pool2d_backward(c.pool, c.dtype, g, nullptr, nullptr, nullptr);
-    case DnnKernel::kEltwiseForward: return true;    // every covered op has a bf16 kernel from avx512_core up
-    case DnnKernel::kEltwiseBackward: return false;  // float32 only
+    case DnnKernel::kEltwiseForward: return true;  // every covered op has a bf16 kernel from avx512_core up
+    case DnnKernel::kEltwiseBackward:              // gelu's; elements do not change which kernel oneDNN picks
+      return onednn::eltwise_backward(c.unary, c.dtype, nullptr, nullptr, nullptr, 1);
   }
   return false;
 }
@@ -228,7 +229,8 @@ DnnDispatch decide(const DnnCall& c) {
   } else if (c.kernel == DnnKernel::kEltwiseBackward) {
     if (!kWithDnnl || c.unary != UnaryOp::kGelu)
       return {DnnPath::kChorusLoops, "no oneDNN eltwise backward for this op (gelu only)"};
-    if (dtype != DType::kFloat32) return {DnnPath::kChorusLoops, "oneDNN eltwise backward is used for float32 only"};
+    if (dtype != DType::kFloat32 && dtype != DType::kBFloat16)
+      return {DnnPath::kChorusLoops, "oneDNN eltwise backward is used for float32 and bfloat16 only"};
   } else if (dtype == DType::kFloat64) {
     return {DnnPath::kChorusLoops, "float64 runs chorus's reference loops"};
   }
@@ -725,14 +727,24 @@ bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, vo
   if (!eltwise_runs_on_onednn(DnnKernel::kEltwiseBackward, op, dtype, n, "eltwise_backward")) return false;
 #ifdef CHORUS_WITH_DNNL
   if (n == 0) return true;
-  const auto* xs = static_cast<const float*>(x);
-  const auto* dys = static_cast<const float*>(dy);
-  auto* dxs = static_cast<float*>(dx);
-  if (!onednn::eltwise_backward(op, xs, dys, dxs, n)) return false;
+  if (!onednn::eltwise_backward(op, dtype, x, dy, dx, n)) return false;
   // Non-finite inputs by chorus's loop formula (gelu_grad, numeric.h): TF's composed gradient
   // gives NaN at ±Inf (Inf · 0) and NaN; oneDNN's approximation is not bound to.
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(xs[i])) dxs[i] = dys[i] * gelu_grad(xs[i]);
+  if (dtype == DType::kFloat32) {
+    const auto* xs = static_cast<const float*>(x);
+    const auto* dys = static_cast<const float*>(dy);
+    auto* dxs = static_cast<float*>(dx);
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(xs[i])) dxs[i] = dys[i] * gelu_grad(xs[i]);
+  } else {  // bfloat16: the loop's float computation, rounded once
+    const auto* xs = static_cast<const std::uint16_t*>(x);
+    const auto* dys = static_cast<const std::uint16_t*>(dy);
+    auto* dxs = static_cast<std::uint16_t*>(dx);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float xi = bfloat16_to_float(xs[i]);
+      if (!std::isfinite(xi)) dxs[i] = float_to_bfloat16(bfloat16_to_float(dys[i]) * gelu_grad(xi));
+    }
+  }
   return true;
 #else
   (void)op, (void)x, (void)dy, (void)dx;

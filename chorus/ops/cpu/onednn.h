@@ -203,8 +203,10 @@ void batch_norm_backward(const float* x, const float* dy, const float* gamma, co
 // False for kinds oneDNN's eltwise does not cover. dtype: kFloat32, or kBFloat16 (the caller checks
 // that the bfloat16 path is on; oneDNN computes in float32 and rounds once).
 bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64_t n);
-// dx = dy · f'(x), float32, from the source (dnn.h's eltwise_backward; kGelu only). False for others.
-bool eltwise_backward(UnaryOp op, const float* x, const float* dy, float* dx, std::int64_t n);
+// dx = dy · f'(x), float32 or bfloat16 (computed in float32, rounded once), from the source (dnn.h's
+// eltwise_backward; kGelu only). False for other ops, or without a usable kernel for the dtype;
+// x == nullptr probes (true: a call would run).
+bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, void* dx, std::int64_t n);
 
 }  // namespace chorus::ops::cpu::onednn
 

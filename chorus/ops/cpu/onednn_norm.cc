@@ -109,7 +109,6 @@ BnFwd bn_forward(bool training, std::int64_t rows, std::int64_t channels, float 
 // ---- eltwise ----------------------------------------------------------------------------------
 
 using EltwiseFwd = Entry<dnnl::eltwise_forward::primitive_desc, dnnl::eltwise_forward>;
-using EltwiseBwd = Entry<dnnl::eltwise_backward::primitive_desc, dnnl::eltwise_backward>;
 
 bool eltwise_algorithm(UnaryOp op, dnnl::algorithm& alg) {
   switch (op) {
@@ -223,24 +222,38 @@ bool eltwise_forward(UnaryOp op, DType dtype, const void* x, void* y, std::int64
   return true;
 }
 
-bool eltwise_backward(UnaryOp op, const float* x, const float* dy, float* dx, std::int64_t n) {
+namespace {
+struct EltwiseBwdEntry {
+  dnnl::eltwise_backward::primitive_desc pd;
+  dnnl::eltwise_backward prim;
+  bool ok = false;  // a usable kernel (onednn.h's usable(); bfloat16: a JIT one)
+};
+}  // namespace
+
+bool eltwise_backward(UnaryOp op, DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) {
   dnnl::algorithm alg;
   if (op != UnaryOp::kGelu || !eltwise_algorithm(op, alg)) return false;
-  guarded("eltwise_backward", [&] {
-    const memory::desc md({n}, kF32, tag::a);
-    EltwiseBwd e = cache<EltwiseBwd>().get({static_cast<std::int64_t>(op), n}, [&] {
-      const dnnl::eltwise_forward::primitive_desc hint(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, 0.f, 0.f), engine());
-      dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(alg, md, md, 0.f, 0.f), default_attr(),
-                                                engine(), hint);
-      return EltwiseBwd{pd, dnnl::eltwise_backward(pd)};
-    });
+  return guarded("eltwise_backward", [&] {
+    const memory::desc md({n}, data_type(dtype), tag::a);
+    const EltwiseBwdEntry e =
+        cache<EltwiseBwdEntry>().get({static_cast<std::int64_t>(op), n, static_cast<std::int64_t>(dtype)}, [&] {
+          return make_entry<EltwiseBwdEntry>(dtype, [&] {
+            const dnnl::eltwise_forward::primitive_desc hint(
+                dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, 0.f, 0.f), engine());
+            dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(alg, md, md, 0.f, 0.f),
+                                                      default_attr(), engine(), hint);
+            if (!usable(dtype, pd)) return EltwiseBwdEntry{};
+            return EltwiseBwdEntry{pd, dnnl::eltwise_backward(pd), true};
+          });
+        });
+    if (!e.ok) return false;
+    if (x == nullptr) return true;  // probe (onednn.h)
     execute(e.prim, {{DNNL_ARG_SRC, wrap(md, x)},
                      {DNNL_ARG_DIFF_DST, wrap(md, dy)},
                      {DNNL_ARG_DIFF_SRC, wrap(md, dx)},
                      {DNNL_ARG_SCRATCHPAD, scratchpad(e.pd)}});
+    return true;
   });
-  return true;
 }
 
 }  // namespace chorus::ops::cpu::onednn
