@@ -5,6 +5,8 @@
 
 #include <numeric>
 
+#include "tests/core/virtual_gpus.h"
+
 #include <chorus/core/config.h>
 #include <chorus/core/gpu.h>
 #include <chorus/core/host_memory.h>
@@ -16,15 +18,7 @@
 namespace chorus::distribute {
 namespace {
 
-class UploadGpus : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (gpu::device_count() == 0) GTEST_SKIP() << "no GPU: " << gpu::unavailable_reason();
-    chorus::internal::reset_runtime_for_testing();
-    auto gpus = config::list_physical_devices("GPU");
-    config::set_logical_device_configuration(gpus[0], {{.memory_limit_mb = 1024}, {.memory_limit_mb = 1024}});
-  }
-};
+class UploadGpus : public chorus::testing::TwoVirtualGpusTest<1024> {};
 
 // `batches` batches of `rows` rows, in host memory as a pipeline's: images of `width` small
 // integers in [-3, 3], a pattern that shifts with the row (so that every sum of a batch is exact in
