@@ -19,14 +19,21 @@
 // layers, tracked as "_query_dense", "_key_dense", "_value_dense", "_output_dense" and named
 // "query", "key", "value", "attention_output"; kernels [Dq, H, key_dim], [Dk, H, key_dim],
 // [Dv, H, value_dim], [H, value_dim, output_dim]; biases [H, key_dim] ... and [output_dim].
-// Inputs must be rank 3 (Keras's attention_axes other than the sequence axis are not supported);
-// otherwise, or for a mask of the wrong shape or dtype, InvalidArgumentError naming the layer.
+// attention_axes (Keras's): inputs of rank r >= 3 are [batch, d1 .. d(r-2), features]; attention runs
+// over the axes listed (jointly, their positions flattened in order), and the middle axes not listed
+// act as more batch axes, which query, key and value must share. Unset (Keras's None): every middle
+// axis — [1] for [batch, seq, features]. Negative axes count from the end as Keras's (-2 is the last
+// middle axis). The attention_mask is then [batch, other axes..., query's attention axes..., key's
+// attention axes...] (Keras's); the [batch, S] key padding mask and use_causal_mask need rank 3
+// inputs. A rank below 3, inputs of different ranks, other axes that differ, a bad axis or a mask
+// of another shape or dtype → InvalidArgumentError naming the layer.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <chorus/model/layer.h>
 #include <chorus/ops/attention.h>
@@ -67,6 +74,7 @@ struct MultiHeadAttentionOptions {
   bool use_bias = true;
   std::int64_t output_dim = 0;  // 0: the query's feature dimension (Keras's output_shape=None)
   bool use_causal_mask = false;
+  std::optional<std::vector<std::int64_t>> attention_axes;  // unset: every middle axis (Keras's None)
   initializers::Initializer kernel_initializer = initializers::glorot_uniform();
   initializers::Initializer bias_initializer = initializers::zeros();
   std::optional<std::uint64_t> seed;  // dropout's generator
@@ -94,6 +102,8 @@ class MultiHeadAttentionLayer final : public Layer {
 
  private:
   ops::AttentionOptions attention_options(bool training);
+  // The attention axes for inputs of `rank`, as positive axes in increasing order (validated).
+  std::vector<std::int64_t> axes_for(std::int64_t rank) const;
   MultiHeadAttentionOptions options_;
   std::shared_ptr<EinsumDenseLayer> query_, key_, value_, output_;
   std::optional<ops::Generator> generator_;

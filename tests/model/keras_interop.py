@@ -13,6 +13,8 @@ when every check passed, 1 otherwise, 2 on bad usage. Arrays travel as "dumps"
                           outputs and to_json; writes its own block to DIR/keras.
   mha-writes DIR          (tf_keras writes) a MultiHeadAttention model with a key padding mask input
                           and use_causal_mask: DIR/weights, DIR/io (x, pad, y).
+  mha-axes-writes DIR     (tf_keras writes) MultiHeadAttention(attention_axes=(2,)) on [B, 3, 5, 8] with a
+                          mask [B, 3, 5, 5]: DIR/weights, DIR/io (x, mask, y).
   functional-writes DIR   (tf_keras writes) the same graph, with tf_keras's initial weights:
                           DIR/weights (save_weights), DIR/io (a, b and tf_keras's outputs).
 
@@ -246,6 +248,28 @@ def mha_writes(root):
     return c.done("mha-writes")
 
 
+def mha_axes_writes(root):
+    """tf_keras's MultiHeadAttention(2, 4, attention_axes=(2,)) on [B, 3, 5, 8] with a mask [B, 3, 5, 5],
+    as tests/model/multi_head_attention_test.cc builds it: weights and outputs."""
+    import tf_keras as K
+    from tf_interop import Checks, write_dump
+
+    c = Checks()
+    x = K.Input((3, 5, 8), name="x")
+    mask = K.Input((3, 5, 5), dtype="bool", name="mask")
+    y = K.layers.MultiHeadAttention(2, 4, attention_axes=(2,), name="mha")(x, x, x, attention_mask=mask)
+    m = K.Model([x, mask], y, name="m")
+    rng = np.random.default_rng(4)
+    xv = rng.uniform(-1, 1, (2, 3, 5, 8)).astype(np.float32)
+    mv = rng.uniform(0, 1, (2, 3, 5, 5)) > 0.3
+    mv[:, :, :, 0] = True  # every query attends to something
+    out = m([xv, mv]).numpy()
+    m.save_weights(os.path.join(root, "weights"))
+    write_dump(os.path.join(root, "io"), [("x", xv), ("mask", mv.astype(np.uint8)), ("y", out)])
+    c.check(True, "tf_keras wrote MultiHeadAttention(attention_axes=(2,))'s weights and outputs")
+    return c.done("mha-axes-writes")
+
+
 def attention_json(root):
     """Reads chorus's JSON of a transformer block (LayerNormalization, MultiHeadAttention with
     use_causal_mask, Add, Dense gelu, LayerNormalization over axis 1), restores chorus's weights and compares the outputs; then
@@ -294,7 +318,7 @@ def main(argv):
 
     tf_interop.tf = tf  # Checks.done prints TF's version
     modes = {"functional-reads": functional_reads, "functional-writes": functional_writes,
-             "json-reads": json_reads, "json-writes": json_writes, "mha-writes": mha_writes,
+             "json-reads": json_reads, "json-writes": json_writes, "mha-writes": mha_writes, "mha-axes-writes": mha_axes_writes,
              "attention-json": attention_json}
     if len(argv) != 3 or argv[1] not in modes:
         print(f"usage: {argv[0]} {{{'|'.join(modes)}}} DIR", file=sys.stderr)

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "tests/checkpoint/tf_interop_util.h"
 #include "tests/core/interop_python.h"
@@ -15,6 +16,7 @@
 #include <chorus/model/functional.h>
 #include <chorus/model/mixed_precision.h>
 #include <chorus/model/multi_head_attention.h>
+#include <chorus/model/serialization.h>
 #include <chorus/ops/ops.h>
 
 namespace chorus {
@@ -148,7 +150,8 @@ TEST(MultiHeadAttention, BadInputsNameTheLayer) {
   EXPECT_THROW_WITH(layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .dropout = 1.0}), InvalidArgumentError,
                     "dropout must be in [0, 1)");
   auto mha = layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .name = "attn"});
-  EXPECT_THROW_WITH((void)(*mha)(rand({2, 8}, 1)), InvalidArgumentError, "'attn'", "[batch, seq, features]");
+  EXPECT_THROW_WITH((void)(*mha)(rand({2, 8}, 1)), InvalidArgumentError, "'attn'",
+                    "[batch, ..., features] of one rank");
   auto ok = layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .name = "attn2"});
   const Tensor q = rand({2, 5, 8}, 2);
   EXPECT_THROW_WITH((void)(*ok)({q, q, q, rand({2, 5}, 3)}), InvalidArgumentError, "'attn2'", "must be bool");
@@ -176,6 +179,101 @@ TEST(MultiHeadAttention, EqualsTfKeras) {
   const auto io = train::testing::read_dump(tmp.path() + "/io");
   const Tensor mask = ops::cast(train::testing::dumped_tensor(io.at("pad")), DType::kBool);
   expect_near(m({train::testing::dumped_tensor(io.at("x")), mask})[0], train::testing::dumped_tensor(io.at("y")), 2e-5);
+}
+
+// attention_axes (Keras's): on [B, X, Y, F] inputs, attention over (X, Y) jointly is attention over
+// the X·Y positions of [B, X·Y, F]; over Y alone, X acts as another batch axis; the mask is Keras's
+// [B, other axes..., query attention axes..., key attention axes...]. The same seeded weights in
+// every layer, so each must equal the rank-3 layer on the rearranged input.
+TEST(MultiHeadAttention, AttentionAxesAttendOverTheListedAxes) {
+  chorus::internal::reset_runtime_for_testing();
+  auto make = [](std::optional<std::vector<std::int64_t>> axes) {
+    return std::static_pointer_cast<MultiHeadAttentionLayer>(
+        layers::MultiHeadAttention({.num_heads = 2,
+                                    .key_dim = 4,
+                                    .attention_axes = std::move(axes),
+                                    .kernel_initializer = initializers::glorot_uniform(5),
+                                    .bias_initializer = initializers::random_uniform(-0.1, 0.1, 6)}));
+  };
+  const Tensor x = rand({2, 3, 4, 8}, 11);  // [B, X, Y, F]
+  const auto flat = make(std::nullopt);
+  // Unset: every middle axis, (X, Y) flattened in order.
+  const Tensor joint = (*make(std::nullopt))(x);
+  EXPECT_EQ(joint.shape(), Shape({2, 3, 4, 8}));
+  expect_near(joint, ops::reshape((*flat)(ops::reshape(x, {2, 12, 8})), {2, 3, 4, 8}), 1e-6);
+  expect_near((*make(std::vector<std::int64_t>{1, 2}))(x), joint, 0);
+  expect_near((*make(std::vector<std::int64_t>{-3, -2}))(x), joint, 0);
+  // Y alone: each of the B·X rows of Y positions attends within itself.
+  expect_near((*make(std::vector<std::int64_t>{2}))(x),
+              ops::reshape((*make(std::nullopt))(ops::reshape(x, {6, 4, 8})), {2, 3, 4, 8}), 1e-6);
+  // X alone: Y is the batch-like axis.
+  const Tensor xt = ops::reshape(ops::transpose(x, {0, 2, 1, 3}), {8, 3, 8});
+  expect_near((*make(std::vector<std::int64_t>{1}))(x),
+              ops::transpose(ops::reshape((*make(std::nullopt))(xt), {2, 4, 3, 8}), {0, 2, 1, 3}), 1e-6);
+  // A mask [B, X, Y, X, Y] is the flattened [B, 12, 12] one.
+  const Tensor keep = ops::greater(rand({2, 3, 4, 3, 4}, 12), Tensor::scalar<float>(-0.5f));
+  auto masked = make(std::nullopt);
+  expect_near((*masked)({x, x, x, keep}),
+              ops::reshape((*make(std::nullopt))({ops::reshape(x, {2, 12, 8}), ops::reshape(x, {2, 12, 8}),
+                                                  ops::reshape(x, {2, 12, 8}), ops::reshape(keep, {2, 12, 12})}),
+                           {2, 3, 4, 8}),
+              1e-6);
+  // Keras's config carries the axes it built with.
+  layers::LayerConfig c("MultiHeadAttention", masked->name());
+  masked->get_config(c);
+  EXPECT_EQ(c.get_int_list("attention_axes"), (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST(MultiHeadAttention, BadAttentionAxesNameTheLayer) {
+  chorus::internal::reset_runtime_for_testing();
+  const Tensor x = rand({2, 3, 4, 8}, 13);
+  for (const auto& [axes, what] : std::vector<std::pair<std::vector<std::int64_t>, std::string>>{
+           {{0}, "attention axis 0 is not a middle axis of rank-4 inputs"},
+           {{3}, "attention axis 3 is not a middle axis"},
+           {{-1}, "attention axis -1 is not a middle axis"},
+           {{1, -3}, "attention axis -3 is listed twice"},
+           {{}, "attention_axes is empty"}}) {
+    auto mha = layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .attention_axes = axes, .name = "ax"});
+    EXPECT_THROW_WITH((void)(*mha)(x), InvalidArgumentError, "'ax'", what);
+  }
+  auto causal = layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .use_causal_mask = true, .name = "c"});
+  EXPECT_THROW_WITH((void)(*causal)(x), InvalidArgumentError, "'c'", "use_causal_mask needs [batch, seq, features]");
+  auto other = layers::MultiHeadAttention(
+      {.num_heads = 2, .key_dim = 4, .attention_axes = std::vector<std::int64_t>{2}, .name = "o"});
+  EXPECT_THROW_WITH((void)(*other)({x, rand({2, 5, 4, 8}, 14)}), InvalidArgumentError, "'o'",
+                    "differ on axis 1, which is not an attention axis");
+  auto masked = layers::MultiHeadAttention({.num_heads = 2, .key_dim = 4, .name = "m"});
+  EXPECT_THROW_WITH((void)(*masked)({x, x, x, ops::greater(rand({2, 12, 12}, 15), Tensor::scalar<float>(0.f))}),
+                    InvalidArgumentError, "'m'", "attention_mask must be (2, 3, 4, 3, 4)");
+}
+
+// Against tf_keras: MultiHeadAttention(2, 4, attention_axes=(2,)) on [B, 3, 5, 8] inputs with a mask
+// [B, 3, 5, 5], written by tf_keras (weights and outputs); chorus loads the weights, computes the
+// same outputs, and its JSON of the layer says attention_axes [2].
+TEST(MultiHeadAttention, AttentionAxesEqualTfKeras) {
+  std::string python;
+  CHORUS_REQUIRE_INTEROP_PYTHON(python, "tensorflow, tf_keras");
+  chorus::internal::reset_runtime_for_testing();
+  chorus::testing::TempDir tmp;
+  const std::string script = std::string(CHORUS_SOURCE_ROOT) + "/tests/model/keras_interop.py";
+  ASSERT_EQ(chorus::testing::run_interop_command(
+                "'" + python + "' '" + script + "' mha-axes-writes '" + tmp.path() + "'", "tf_keras"),
+            0);
+  auto x = layers::Input({3, 5, 8}, DType::kFloat32, "x");
+  auto mask = layers::Input({3, 5, 5}, DType::kBool, "mask");
+  auto mha = layers::MultiHeadAttention(
+      {.num_heads = 2, .key_dim = 4, .attention_axes = std::vector<std::int64_t>{2}, .name = "mha"});
+  model::Functional m({x, mask}, {(*mha)({x, x, x, mask})}, "m");
+  m.load_weights(tmp.path() + "/weights").assert_consumed();
+  const auto io = train::testing::read_dump(tmp.path() + "/io");
+  const Tensor keep = ops::cast(train::testing::dumped_tensor(io.at("mask")), DType::kBool);
+  expect_near(m({train::testing::dumped_tensor(io.at("x")), keep})[0], train::testing::dumped_tensor(io.at("y")), 2e-5);
+  EXPECT_NE(m.to_json().find("\"attention_axes\": [2]"), std::string::npos);
+  // And back: chorus reads the JSON it wrote (model/serialization.h) into the same layer.
+  auto again = model::model_from_json(m.to_json());
+  again->load_weights(tmp.path() + "/weights").assert_consumed();
+  expect_near((*again)({train::testing::dumped_tensor(io.at("x")), keep})[0], train::testing::dumped_tensor(io.at("y")),
+              2e-5);
 }
 
 }  // namespace
