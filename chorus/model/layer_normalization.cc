@@ -46,18 +46,34 @@ bool trailing(const std::vector<int>& axes, int rank) {
   return true;
 }
 
-// The first axis of `axis` once resolved against `in`; they must be in.rank()'s trailing axes.
-int begin_axis_of(const char* layer, const std::string& name, const std::vector<int>& axis, const Shape& in) {
-  const std::vector<int> a = resolve_axes(layer, name, axis, in);
-  CHORUS_REQUIRE(trailing(a, in.rank()), InvalidArgumentError, layer, " '", name, "': axis ", axes_string(axis),
-                 " must be the trailing axes of the input (e.g. -1, or [-2, -1]) without the batch axis; input ",
-                 in.to_string());
-  return in.rank() - static_cast<int>(a.size());
+}  // namespace
+
+namespace internal {
+
+NormalizationPlan plan_normalization(const char* layer, const std::string& name, const std::vector<int>& axis,
+                                     const Shape& in) {
+  const std::vector<int> axes = resolve_axes(layer, name, axis, in);
+  const int rank = in.rank();
+  NormalizationPlan plan;
+  plan.begin_axis = rank - static_cast<int>(axes.size());
+  // Other axes: the kept ones first, then the normalized ones in ascending order (Keras's weight
+  // shape), so that the fused kernel normalizes trailing axes; the result goes back by `inverse`.
+  std::vector<std::int64_t> p_dims;
+  for (int d : axes) p_dims.push_back(in.dims()[static_cast<std::size_t>(d)]);
+  plan.params = Shape(p_dims);
+  if (!trailing(axes, rank)) {
+    for (int d = 0; d < rank; ++d)
+      if (!std::binary_search(axes.begin(), axes.end(), d)) plan.perm.push_back(d);
+    plan.perm.insert(plan.perm.end(), axes.begin(), axes.end());
+    plan.inverse.assign(static_cast<std::size_t>(rank), 0);
+    for (int i = 0; i < rank; ++i) plan.inverse[static_cast<std::size_t>(plan.perm[static_cast<std::size_t>(i)])] = i;
+  }
+  return plan;
 }
 
-Shape trailing_shape(const Shape& in, int begin) {
-  return Shape(std::vector<std::int64_t>(in.dims().begin() + begin, in.dims().end()));
-}
+}  // namespace internal
+
+namespace {
 
 bool is_16bit(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16; }
 
@@ -67,6 +83,14 @@ template <typename Norm>
 Tensor in_variable_dtype(const Tensor& x, DType variable_dtype, Norm norm) {
   if (x.dtype() == variable_dtype || (is_16bit(x.dtype()) && variable_dtype == DType::kFloat32)) return norm(x);
   return ops::cast(norm(ops::cast(x, variable_dtype)), x.dtype());
+}
+
+// `norm` over the plan's trailing axes, with x's normalized axes moved there and back when they
+// are not trailing (two copies of the activation; the gradient flows through both).
+template <typename Norm>
+Tensor normalize(const Tensor& x, const internal::NormalizationPlan& plan, DType variable_dtype, Norm norm) {
+  if (plan.perm.empty()) return in_variable_dtype(x, variable_dtype, norm);
+  return ops::transpose(in_variable_dtype(ops::transpose(x, plan.perm), variable_dtype, norm), plan.inverse);
 }
 
 }  // namespace
@@ -79,33 +103,16 @@ LayerNormalizationLayer::LayerNormalizationLayer(std::vector<int> axis, double e
 }
 
 void LayerNormalizationLayer::build_weights(const Shape& in) {
-  const std::vector<int> axes = resolve_axes("LayerNormalization", name(), axis_, in);
-  const int rank = in.rank();
-  begin_axis_ = rank - static_cast<int>(axes.size());
-  // Other axes: the kept ones first, then the normalized ones in ascending order (Keras's weight
-  // shape), so that the fused kernel normalizes trailing axes; the result goes back by `inverse_`.
-  perm_.clear();
-  inverse_.clear();
-  std::vector<std::int64_t> p_dims;
-  for (int d : axes) p_dims.push_back(in.dims()[static_cast<std::size_t>(d)]);
-  if (!trailing(axes, rank)) {
-    for (int d = 0; d < rank; ++d)
-      if (!std::binary_search(axes.begin(), axes.end(), d)) perm_.push_back(d);
-    perm_.insert(perm_.end(), axes.begin(), axes.end());
-    inverse_.assign(static_cast<std::size_t>(rank), 0);
-    for (int i = 0; i < rank; ++i) inverse_[static_cast<std::size_t>(perm_[static_cast<std::size_t>(i)])] = i;
-  }
-  const Shape p(p_dims);
-  if (scale_) gamma_ = add_weight("gamma", p, initializers::ones());
-  if (center_) beta_ = add_weight("beta", p, initializers::zeros());
+  plan_ = internal::plan_normalization("LayerNormalization", name(), axis_, in);
+  if (scale_) gamma_ = add_weight("gamma", plan_.params, initializers::ones());
+  if (center_) beta_ = add_weight("beta", plan_.params, initializers::zeros());
 }
 
 Tensor LayerNormalizationLayer::call(const Tensor& x, bool) {
   const Tensor gamma = scale_ ? gamma_.value() : Tensor();
   const Tensor beta = center_ ? beta_.value() : Tensor();
-  auto norm = [&](const Tensor& v) { return ops::layer_norm(v, gamma, beta, epsilon_, begin_axis_); };
-  if (perm_.empty()) return in_variable_dtype(x, dtype_policy().variable_dtype(), norm);
-  return ops::transpose(in_variable_dtype(ops::transpose(x, perm_), dtype_policy().variable_dtype(), norm), inverse_);
+  return normalize(x, plan_, dtype_policy().variable_dtype(),
+                   [&](const Tensor& v) { return ops::layer_norm(v, gamma, beta, epsilon_, plan_.begin_axis); });
 }
 
 RMSNormalizationLayer::RMSNormalizationLayer(std::vector<int> axis, double epsilon, std::string name)
@@ -115,14 +122,14 @@ RMSNormalizationLayer::RMSNormalizationLayer(std::vector<int> axis, double epsil
 }
 
 void RMSNormalizationLayer::build_weights(const Shape& in) {
-  begin_axis_ = begin_axis_of("RMSNormalization", name(), axis_, in);
-  scale_ = add_weight("scale", trailing_shape(in, begin_axis_), initializers::ones());
+  plan_ = internal::plan_normalization("RMSNormalization", name(), axis_, in);
+  scale_ = add_weight("scale", plan_.params, initializers::ones());
 }
 
 Tensor RMSNormalizationLayer::call(const Tensor& x, bool) {
   const Tensor scale = scale_.value();
-  return in_variable_dtype(x, dtype_policy().variable_dtype(),
-                           [&](const Tensor& v) { return ops::rms_norm(v, scale, epsilon_, begin_axis_); });
+  return normalize(x, plan_, dtype_policy().variable_dtype(),
+                   [&](const Tensor& v) { return ops::rms_norm(v, scale, epsilon_, plan_.begin_axis); });
 }
 
 LayerPtr LayerNormalization(int axis, double epsilon, bool center, bool scale, std::string name) {

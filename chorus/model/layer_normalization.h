@@ -7,10 +7,12 @@
 //
 // axis: the axes normalized over, negative ones counted from the end (Keras's int or list); not the
 // batch axis, else InvalidArgumentError at build, naming the axes and the input shape.
-// LayerNormalization takes any other axes, as Keras does (e.g. [1, 3] of a rank-4 input): the fused
-// kernel normalizes trailing axes, so non-trailing ones are transposed to the end and back (two
-// copies of the activation; the gradient flows through both). RMSNormalization takes trailing axes
-// only (InvalidArgumentError otherwise).
+// Both take any other axes, as Keras's LayerNormalization does (e.g. [1, 3] of a rank-4 input): the
+// fused kernels normalize trailing axes, so non-trailing ones are transposed to the end and back
+// (two copies of the activation; the gradient flows through both). The weights have the shape of the
+// normalized axes in ascending order and scale those axes. (Keras 3's RMSNormalization makes its
+// scale that shape too but multiplies it against the input's last axes, so for non-trailing axes it
+// fails or scales other axes; chorus scales the normalized ones, as LayerNormalization does.)
 //
 // LayerNormalization: y = (x − mean) / sqrt(var + epsilon) · gamma + beta per example, mean and the
 // biased variance over `axis` (tf_keras's numerics; epsilon 1e-3 by default). Weights "gamma"
@@ -31,6 +33,20 @@
 
 namespace chorus::layers {
 
+namespace internal {
+// How a layer normalizes over `axis` of inputs shaped `in`: the normalized axes moved to the end
+// by `perm` (empty when they already are trailing) and back by `inverse`; the first of them after
+// the move; the weights' shape (the normalized axes' sizes in ascending axis order). An axis out
+// of range or the batch axis (0) → InvalidArgumentError naming `layer`, `name`, the axes and the input.
+struct NormalizationPlan {
+  int begin_axis = -1;
+  std::vector<int> perm, inverse;
+  Shape params;
+};
+NormalizationPlan plan_normalization(const char* layer, const std::string& name, const std::vector<int>& axis,
+                                     const Shape& in);
+}  // namespace internal
+
 class LayerNormalizationLayer final : public Layer {
  public:
   LayerNormalizationLayer(std::vector<int> axis, double epsilon, bool center, bool scale, std::string name);
@@ -47,8 +63,7 @@ class LayerNormalizationLayer final : public Layer {
   std::vector<int> axis_;
   double epsilon_;
   bool center_, scale_;
-  int begin_axis_ = -1;              // set at build: the first normalized axis (after perm_)
-  std::vector<int> perm_, inverse_;  // set at build for non-trailing axes: to the end and back
+  internal::NormalizationPlan plan_;  // set at build
   Variable gamma_, beta_;
 };
 
@@ -66,7 +81,7 @@ class RMSNormalizationLayer final : public Layer {
  private:
   std::vector<int> axis_;
   double epsilon_;
-  int begin_axis_ = -1;
+  internal::NormalizationPlan plan_;  // set at build
   Variable scale_;
 };
 

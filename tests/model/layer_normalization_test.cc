@@ -235,9 +235,47 @@ TEST_F(LayerNormalizationTest, NonTrailingAxesNormalizeAsKeras) {
       }
 }
 
-TEST_F(LayerNormalizationTest, AxesExcludeTheBatchAndRmsTakesTrailingAxesOnly) {
+// RMSNormalization over a middle axis: x · rsqrt(mean over that axis of x²) · scale, the scale [3]
+// multiplying that axis; its gradient equals the trailing-axis layer's on the transposed input.
+TEST_F(LayerNormalizationTest, RmsOverNonTrailingAxesScalesTheNormalizedAxes) {
+  const std::vector<double> xv = seq(2 * 3 * 4, 1.5, 0.25);
+  const Tensor x = ops::cast(Tensor::from_vector<double>(xv, {2, 3, 4}), DType::kFloat32);
+  const std::vector<double> xr = f64(x);
+  auto rms = layers::RMSNormalization(1, 1e-6);
+  rms->build(x.shape());
+  auto* r = dynamic_cast<layers::RMSNormalizationLayer*>(rms.get());
+  ASSERT_EQ(r->scale().shape(), (Shape{3}));
+  Variable sv = r->scale();
+  sv.assign(Tensor::from_vector<float>({0.5f, 1.0f, 2.0f}, {3}));
+  std::vector<double> want(xr.size());
+  auto at = [](int n, int j, int k) { return static_cast<std::size_t>((n * 3 + j) * 4 + k); };
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k) {
+      double ms = 0;
+      for (int j = 0; j < 3; ++j) ms += xr[at(n, j, k)] * xr[at(n, j, k)] / 3.0;
+      for (int j = 0; j < 3; ++j)
+        want[at(n, j, k)] = xr[at(n, j, k)] / std::sqrt(ms + 1e-6) * (j == 0 ? 0.5 : j == 1 ? 1.0 : 2.0);
+    }
+  expect_near_all(f64((*rms)(x)), want, 2e-6, "RMSNormalization axis 1");
+  auto trailing = layers::RMSNormalization(-1, 1e-6);
+  trailing->build(Shape{2, 4, 3});
+  Variable tv = dynamic_cast<layers::RMSNormalizationLayer*>(trailing.get())->scale();
+  tv.assign(sv.value());
+  const Tensor w = ops::cast(Tensor::from_vector<double>(seq(24, 1.0, 0.1), {2, 3, 4}), DType::kFloat32);
+  ops::GradientTape t1;
+  const auto g1 = t1.gradient(ops::reduce_sum(ops::mul((*rms)(x), w)), std::vector<Variable>{sv});
+  ops::GradientTape t2;
+  const auto g2 =
+      t2.gradient(ops::reduce_sum(ops::mul((*trailing)(ops::transpose(x, {0, 2, 1})), ops::transpose(w, {0, 2, 1}))),
+                  std::vector<Variable>{tv});
+  ASSERT_EQ(g1.size(), 1u);
+  ASSERT_EQ(g2.size(), 1u);
+  expect_near_all(f64(g1[0]), f64(g2[0]), 1e-5, "dscale");
+}
+
+TEST_F(LayerNormalizationTest, AxesExcludeTheBatchAxis) {
   const Tensor x = Tensor::ones({2, 3, 4}, DType::kFloat32);
-  EXPECT_THROW_WITH((*layers::RMSNormalization(1))(x), InvalidArgumentError, "trailing axes");
+  EXPECT_THROW_WITH((*layers::RMSNormalization(std::vector<int>{0, 1}))(x), InvalidArgumentError, "batch axis");
   EXPECT_THROW_WITH((*layers::LayerNormalization({0, 1, 2}))(x), InvalidArgumentError, "batch axis");
   EXPECT_THROW_WITH((*layers::LayerNormalization(-3))(x), InvalidArgumentError, "batch axis");
   EXPECT_THROW_WITH((*layers::RMSNormalization(3))(x), InvalidArgumentError, "out of range");
