@@ -231,10 +231,15 @@ int run(bool quick) {
     cublas_check(cublasCreate(&handle), "cublasCreate");
     cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
     cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
+    // The yardstick computes as ops::matmul does: with TensorFloat-32 while chorus's switch is on
+    // (its default, core/config.h), in full float32 while it is off.
+    const bool tf32 = config::tensor_float_32_execution_enabled();
+    cublas_check(cublasSetMathMode(handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                 "cublasSetMathMode");
     for (std::int64_t n : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 4096, 8192}) {
       Tensor a = random_tensor({n, n}, 1).to("/gpu:0"), b = random_tensor({n, n}, 2).to("/gpu:0");
       Tensor c = Tensor::empty({n, n}, DType::kFloat32, "/gpu:0");
-      Row r{"gpu matmul " + std::to_string(n), 0, 0, "ms", 2.0 * n * n * n};
+      Row r{"gpu matmul " + std::to_string(n) + (tf32 ? " (TF32)" : " (float32)"), 0, 0, "ms", 2.0 * n * n * n};
       r.chorus = median_seconds([&] { sync(ops::matmul(a, b)); });
       const float one = 1, zero = 0;
       const int ni = static_cast<int>(n);
