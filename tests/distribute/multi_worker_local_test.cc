@@ -156,8 +156,18 @@ TEST(PreemptionWatcherTest, SigtermSetsTheFlagAndStopsAtThatStep) {
     EXPECT_EQ(*watcher.stop_step(), 1);
     EXPECT_EQ(watcher.signalled_ranks(), std::vector<int>{0});
   }
-  // The previous disposition is back.
+  // After a stop the process is shutting down: SIGTERM stays caught, so the scheduler's signal
+  // arriving late (at another rank's agreed stop) cannot kill it while it saves and exits.
+  std::raise(SIGTERM);  // would end the test binary if the default were back
   auto now = std::signal(SIGTERM, SIG_DFL);
+  EXPECT_NE(now, before);
+  std::signal(SIGTERM, before);
+  // Without a stop, the previous disposition is back.
+  {
+    PreemptionWatcher watcher(strategy);
+    EXPECT_FALSE(watcher.should_stop(0));
+  }
+  now = std::signal(SIGTERM, SIG_DFL);
   EXPECT_EQ(now, before);
   std::signal(SIGTERM, now);
 }
