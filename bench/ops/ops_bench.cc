@@ -149,6 +149,53 @@ double raw_conv(ConvPass pass, const ops::Conv2dGeometry& g, const Tensor& x, co
 }
 #endif
 
+#ifdef CHORUS_WITH_CUDA
+// The GPU rows: ops::matmul on /gpu:0 against cublasSgemm on its own handle and stream.
+void gpu_matmul_rows(bool quick, std::vector<Row>& rows, std::vector<std::string>& skipped) {
+  // matmul on /gpu:0: ops::matmul (cuBLAS through the op layer) vs cublasSgemm on its own handle
+  // and stream. Row-major C = A·B is column-major C^T = B^T·A^T: pass B first.
+  // The yardstick calls CUDA and cuBLAS itself: every status is checked (docs/style.md habit 5).
+  const auto cuda_check = [](cudaError_t err, const char* call) {
+    if (err != cudaSuccess)
+      throw InternalError(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                          ")");
+  };
+  const auto cublas_check = [](cublasStatus_t status, const char* call) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+      throw InternalError(std::string(call) + " failed: " + cublasGetStatusName(status) + " (" +
+                          cublasGetStatusString(status) + ")");
+  };
+  cublasHandle_t handle;
+  cudaStream_t stream;
+  cuda_check(cudaSetDevice(0), "cudaSetDevice");
+  cublas_check(cublasCreate(&handle), "cublasCreate");
+  cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
+  // The yardstick computes as ops::matmul does: with TensorFloat-32 while chorus's switch is on
+  // (its default, core/config.h), in full float32 while it is off.
+  const bool tf32 = config::tensor_float_32_execution_enabled();
+  cublas_check(cublasSetMathMode(handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  for (std::int64_t n : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 4096, 8192}) {
+    Tensor a = random_tensor({n, n}, 1).to("/gpu:0"), b = random_tensor({n, n}, 2).to("/gpu:0");
+    Tensor c = Tensor::empty({n, n}, DType::kFloat32, "/gpu:0");
+    Row r{"gpu matmul " + std::to_string(n) + (tf32 ? " (TF32)" : " (float32)"), 0, 0, "ms", 2.0 * n * n * n};
+    r.chorus = median_seconds([&] { sync(ops::matmul(a, b)); });
+    const float one = 1, zero = 0;
+    const int ni = static_cast<int>(n);
+    r.yard = median_seconds([&] {
+      cublas_check(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(b.data()),
+                               ni, static_cast<const float*>(a.data()), ni, &zero, static_cast<float*>(c.data()), ni),
+                   "cublasSgemm");
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    });
+    rows.push_back(r);
+  }
+  cublas_check(cublasDestroy(handle), "cublasDestroy");
+  cuda_check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  skipped.push_back("GPU convolutions vs raw cuDNN: yardstick not written yet");
+}
+#endif
+
 int run(bool quick) {
   std::vector<Row> rows;
   std::vector<std::string> skipped;
@@ -211,53 +258,10 @@ int run(bool quick) {
     rows.push_back(r);
   }
 #ifdef CHORUS_WITH_CUDA
-  if (gpu::device_count() > 0) {
-    // matmul on /gpu:0: ops::matmul (cuBLAS through the op layer) vs cublasSgemm on its own handle
-    // and stream. Row-major C = A·B is column-major C^T = B^T·A^T: pass B first.
-    // The yardstick calls CUDA and cuBLAS itself: every status is checked (docs/style.md habit 5).
-    const auto cuda_check = [](cudaError_t err, const char* call) {
-      if (err != cudaSuccess)
-        throw InternalError(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
-                            ")");
-    };
-    const auto cublas_check = [](cublasStatus_t status, const char* call) {
-      if (status != CUBLAS_STATUS_SUCCESS)
-        throw InternalError(std::string(call) + " failed: " + cublasGetStatusName(status) + " (" +
-                            cublasGetStatusString(status) + ")");
-    };
-    cublasHandle_t handle;
-    cudaStream_t stream;
-    cuda_check(cudaSetDevice(0), "cudaSetDevice");
-    cublas_check(cublasCreate(&handle), "cublasCreate");
-    cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
-    cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
-    // The yardstick computes as ops::matmul does: with TensorFloat-32 while chorus's switch is on
-    // (its default, core/config.h), in full float32 while it is off.
-    const bool tf32 = config::tensor_float_32_execution_enabled();
-    cublas_check(cublasSetMathMode(handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-                 "cublasSetMathMode");
-    for (std::int64_t n : quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 4096, 8192}) {
-      Tensor a = random_tensor({n, n}, 1).to("/gpu:0"), b = random_tensor({n, n}, 2).to("/gpu:0");
-      Tensor c = Tensor::empty({n, n}, DType::kFloat32, "/gpu:0");
-      Row r{"gpu matmul " + std::to_string(n) + (tf32 ? " (TF32)" : " (float32)"), 0, 0, "ms", 2.0 * n * n * n};
-      r.chorus = median_seconds([&] { sync(ops::matmul(a, b)); });
-      const float one = 1, zero = 0;
-      const int ni = static_cast<int>(n);
-      r.yard = median_seconds([&] {
-        cublas_check(
-            cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, static_cast<const float*>(b.data()), ni,
-                        static_cast<const float*>(a.data()), ni, &zero, static_cast<float*>(c.data()), ni),
-            "cublasSgemm");
-        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-      });
-      rows.push_back(r);
-    }
-    cublas_check(cublasDestroy(handle), "cublasDestroy");
-    cuda_check(cudaStreamDestroy(stream), "cudaStreamDestroy");
-    skipped.push_back("GPU convolutions vs raw cuDNN: yardstick not written yet");
-  } else {
+  if (gpu::device_count() > 0)
+    gpu_matmul_rows(quick, rows, skipped);
+  else
     skipped.push_back("GPU cases (cuBLAS vs chorus): no GPU (" + gpu::unavailable_reason() + ")");
-  }
 #else
   skipped.push_back("GPU cases: built without CUDA");
 #endif
