@@ -195,6 +195,9 @@ std::optional<double> median_of(const Measured& m) {
   return cx::bench::median(m.ms);
 }
 
+// The longest one child (a chorus configuration or a PyTorch run) may take.
+constexpr int kChildLimitSeconds = 120;
+
 int parent(const Options& o) {
   const std::string machine = cx::bench::machine(true);
   std::printf("bench_train_gpu: the seed CNN on one GPU, chorus against PyTorch eager (%s)\n", machine.c_str());
@@ -214,6 +217,9 @@ int parent(const Options& o) {
   std::printf("TensorFloat-32 for float32 matmuls and convolutions: %s on both sides\n", tf32 ? "on" : "off");
   const std::string common = " --steps " + std::to_string(o.steps) + " --windows " + std::to_string(o.windows) +
                              (o.cpu ? " --cpu" : "") + (o.quick ? " --quick" : "") + tf32_flag;
+  // Each child runs under timeout(1): a hung configuration is reported as failed (exit 124) and the
+  // others still run.
+  const std::string limit = "timeout --kill-after=5 " + std::to_string(kChildLimitSeconds) + " ";
   const std::vector<std::string> dtypes{"float32", "bfloat16"};
   const std::vector<std::pair<std::string, std::string>> configs{{"mirrored_2vgpu", "resident"},
                                                                  {"one_device", "resident"},
@@ -230,7 +236,7 @@ int parent(const Options& o) {
         const std::string torch_key = "pytorch_b" + std::to_string(b) + "_" + d;
         const std::string out = torch_py.empty()
                                     ? std::string()
-                                    : cx::bench::capture(torch_py + " " + script + " --batch " + std::to_string(b) +
+                                    : cx::bench::capture(limit + torch_py + " " + script + " --batch " + std::to_string(b) +
                                                              " --dtype " + d + " --steps " + std::to_string(o.steps) +
                                                              " --repeats " + std::to_string(o.windows) + tf32_flag +
                                                              (o.cpu ? " --device cpu --warmup 2" : "") + " 2>&1",
@@ -244,7 +250,7 @@ int parent(const Options& o) {
         for (const auto& [s, in] : configs) {
           const std::string k = key(s, in, b, d);
           const std::string child_out = cx::bench::capture(
-              self + " --child " + s + " " + in + " " + std::to_string(b) + " " + d + common + " 2>&1", &status);
+              limit + self + " --child " + s + " " + in + " " + std::to_string(b) + " " + d + common + " 2>&1", &status);
           std::printf("%s", child_out.c_str());
           const std::optional<double> ms = cx::bench::result_field(child_out, "ms_per_step");
           if (status != 0 || !ms) {
