@@ -3,7 +3,10 @@
 //
 //   bench_train_gpu [--quick] [--cpu] [--batches 128,512,2048] [--steps N] [--windows K] [--rounds R]
 //                   [--tf32 on|off]
-//   bench_train_gpu --child STRATEGY INPUT BATCH DTYPE [--steps N] [--windows K] [--tf32 on|off]   (one child run)
+//   bench_train_gpu --child STRATEGY INPUT BATCH DTYPE [--steps N] [--windows K] [--tf32 on|off]
+//                   [--profile-steps P] [--overlap on|off]   (one child run; P: after the windows, P more steps between
+//                   cudaProfilerStart and cudaProfilerStop, the range `ncu --profile-from-start off`
+//                   records: scripts/gpu-profile.sh)
 //
 // Cases, for each global batch and dtype (float32; mixed_bfloat16 against torch.autocast bf16):
 //   mirrored_2vgpu   MirroredStrategy over 2 virtual GPUs carved out of GPU:0 (the main job's set-up);
@@ -16,14 +19,13 @@
 // process): warm-up steps through fit, then K windows of N timed steps, the GPU streams synchronized at both ends of
 // each window; a child's ms/step is its median window, and R rounds (default 1) alternate PyTorch and the chorus cases,
 // the medians of the rounds reported. Each chorus child also reports the host-time split of its steps from the timeline
-// (core/timeline.h, captured over the windows): input (waiting for the next batch, fit only), forward, backward,
-// all-reduce, update (the optimizer's span less its collectives) and other (the rest of the step),
-// per step and replica — host time, which is what a host-bound step is made of — and the host waits
-// per step (core/gpu.h host_waits: GPU stream/event synchronizes; issue 42's goal is 0).
-// Goals (issue 42), printed PASS/FAIL and as JSON cases whose ratio is PyTorch's ms ÷ chorus's (a
-// speed ratio): mirrored_2vgpu ≥ 1.0 at every batch and dtype (resident data); one_device ≥ 1.3 at
-// batch 128; the input wait ≤ 5% of the step with the pipeline.
-// TensorFloat-32: both sides run float32 matmuls and convolutions with the same setting — chorus's
+// (core/timeline.h, captured over one more window after the timed ones, which run with it off): input (waiting for the
+// next batch, fit only), forward, backward, all-reduce, update (the optimizer's span less its collectives) and other
+// (the rest of the step), per step and replica — host time, which is what a host-bound step is made of — and the host
+// waits per step (core/gpu.h host_waits: GPU stream/event synchronizes; issue 42's goal is 0). Goals (issue 42),
+// printed PASS/FAIL and as JSON cases whose ratio is PyTorch's ms ÷ chorus's (a speed ratio): mirrored_2vgpu ≥ 1.0 at
+// every batch and dtype (resident data); one_device ≥ 1.3 at batch 128; the input wait ≤ 5% of the step with the
+// pipeline. TensorFloat-32: both sides run float32 matmuls and convolutions with the same setting — chorus's
 // (core/config.h: on unless NVIDIA_TF32_OVERRIDE=0, as TF) unless --tf32 says; PyTorch gets it as
 // torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 (its own defaults
 // differ: matmul off, cuDNN on). The setting is printed and is in the JSON line.
@@ -50,6 +52,10 @@
 #include <chorus/core/timeline.h>
 #include <chorus/model/mixed_precision.h>
 
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_profiler_api.h>
+#endif
+
 namespace {
 
 namespace cx = chorus;
@@ -61,8 +67,10 @@ struct Options {
   int windows = 3;
   int rounds = 1;
   bool quick = false;
-  bool cpu = false;          // --cpu: the same cases on logical CPU devices, to check the bench itself
-  std::optional<bool> tf32;  // --tf32 on|off; unset: chorus's default
+  bool cpu = false;             // --cpu: the same cases on logical CPU devices, to check the bench itself
+  int profile_steps = 0;        // --profile-steps (children only)
+  std::optional<bool> overlap;  // --overlap on|off: MirroredStrategyOptions::overlap_gradient_all_reduce
+  std::optional<bool> tf32;     // --tf32 on|off; unset: chorus's default
 };
 
 // Host time in the timeline's events that `pick` accepts: per thread, the union of their intervals
@@ -113,7 +121,8 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   if (dtype == "bfloat16") cx::mixed_precision::set_global_policy("mixed_bfloat16");
   std::unique_ptr<cx::distribute::Strategy> strategy;
   if (mirrored)
-    strategy = std::make_unique<cx::distribute::MirroredStrategy>();
+    strategy = std::make_unique<cx::distribute::MirroredStrategy>(
+        std::vector<std::string>{}, cx::distribute::MirroredStrategyOptions{.overlap_gradient_all_reduce = o.overlap});
   else
     strategy = std::make_unique<cx::distribute::OneDeviceStrategy>(o.cpu ? "/CPU:0" : "/GPU:0");
   std::unique_ptr<cx::model::Sequential> model = cx::bench::seed_cnn(*strategy);
@@ -142,23 +151,45 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   };
   run_window();  // the path's own warm-up (resident batches, a second fit)
   synchronize_gpus();
+  // The timed windows run as a user's steps do, with the timeline off; one more window, captured,
+  // gives the split (recording costs a few percent of a small step: core/timeline.h).
   std::vector<double> windows;
   const std::int64_t waits_before = cx::gpu::host_waits();
-  cx::timeline::start_capture();
   for (int w = 0; w < o.windows; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
     run_window();
     windows.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
                       o.steps);
   }
-  const std::optional<cx::timeline::Capture> c = cx::timeline::stop_capture();
-  const double per = static_cast<double>(o.windows) * o.steps;
   // Less the one synchronize per GPU stream at the end of each window (synchronize_gpus).
   int gpu_streams = 0;
   for (const auto& d : cx::runtime::devices()) gpu_streams += d->is_gpu() ? 1 : 0;
   const double host_waits =
       static_cast<double>(cx::gpu::host_waits() - waits_before - static_cast<std::int64_t>(o.windows) * gpu_streams) /
-      per;
+      (static_cast<double>(o.windows) * o.steps);
+  cx::timeline::start_capture();
+  run_window();
+  const std::optional<cx::timeline::Capture> c = cx::timeline::stop_capture();
+  const double per = o.steps;  // steps in the captured window
+  if (o.profile_steps > 0) {
+    Options p = o;
+    p.steps = o.profile_steps;
+#ifdef CHORUS_WITH_CUDA
+    synchronize_gpus();
+    cudaProfilerStart();  // unchecked: only a profiler (ncu) uses the range; without one it is a no-op
+#endif
+    if (input == "resident") {
+      for (int s = 0; s < p.steps; ++s)
+        strategy->run([&](const cx::data::Element& e) { model->train_step(e); }, resident[s % 8]);
+      synchronize_gpus();
+    } else {
+      model->fit(data, {.epochs = 1, .steps_per_epoch = p.steps, .verbose = 0});
+      synchronize_gpus();
+    }
+#ifdef CHORUS_WITH_CUDA
+    cudaProfilerStop();
+#endif
+  }
   const double replicas = strategy->num_replicas_in_sync();
   auto cat = [](const char* category) {
     return [category](const cx::timeline::CapturedEvent& e) { return e.category == category; };
@@ -172,8 +203,9 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
       busy_ms(*c, [](const cx::timeline::CapturedEvent& e) { return e.category == "optimizer"; }) / per / replicas;
   const double update = std::max(0.0, optimizer - allreduce);
   const double other = std::max(0.0, step - forward - backward - optimizer);
-  std::printf("%s %s batch %lld %s: %.3f ms/step (windows:", strategy_name.c_str(), input.c_str(),
-              static_cast<long long>(batch), dtype.c_str(), cx::bench::median(windows));
+  std::printf("%s %s batch %lld %s (overlap %s): %.3f ms/step (windows:", strategy_name.c_str(), input.c_str(),
+              static_cast<long long>(batch), dtype.c_str(), strategy->overlap_reason().c_str(),
+              cx::bench::median(windows));
   for (double w : windows) std::printf(" %.3f", w);
   std::printf(")\n");
   std::printf(
@@ -234,13 +266,13 @@ int parent(const Options& o) {
       for (const std::string& d : dtypes) {
         int status = 0;
         const std::string torch_key = "pytorch_b" + std::to_string(b) + "_" + d;
-        const std::string out = torch_py.empty()
-                                    ? std::string()
-                                    : cx::bench::capture(limit + torch_py + " " + script + " --batch " + std::to_string(b) +
-                                                             " --dtype " + d + " --steps " + std::to_string(o.steps) +
-                                                             " --repeats " + std::to_string(o.windows) + tf32_flag +
-                                                             (o.cpu ? " --device cpu --warmup 2" : "") + " 2>&1",
-                                                         &status);
+        const std::string out =
+            torch_py.empty() ? std::string()
+                             : cx::bench::capture(limit + torch_py + " " + script + " --batch " + std::to_string(b) +
+                                                      " --dtype " + d + " --steps " + std::to_string(o.steps) +
+                                                      " --repeats " + std::to_string(o.windows) + tf32_flag +
+                                                      (o.cpu ? " --device cpu --warmup 2" : "") + " 2>&1",
+                                                  &status);
         std::printf("%s", out.c_str());
         if (auto ms = cx::bench::result_field(out, "ms_per_step"); status == 0 && ms)
           results[torch_key].ms.push_back(*ms);
@@ -250,7 +282,8 @@ int parent(const Options& o) {
         for (const auto& [s, in] : configs) {
           const std::string k = key(s, in, b, d);
           const std::string child_out = cx::bench::capture(
-              limit + self + " --child " + s + " " + in + " " + std::to_string(b) + " " + d + common + " 2>&1", &status);
+              limit + self + " --child " + s + " " + in + " " + std::to_string(b) + " " + d + common + " 2>&1",
+              &status);
           std::printf("%s", child_out.c_str());
           const std::optional<double> ms = cx::bench::result_field(child_out, "ms_per_step");
           if (status != 0 || !ms) {
@@ -357,6 +390,13 @@ int main(int argc, char** argv) {
         if (v != "on" && v != "off")
           throw cx::InvalidArgumentError("bench_train_gpu: --tf32 takes on or off, got " + v);
         o.tf32 = v == "on";
+      } else if (a == "--overlap") {
+        const std::string v = value();
+        if (v != "on" && v != "off")
+          throw cx::InvalidArgumentError("bench_train_gpu: --overlap takes on or off, got " + v);
+        o.overlap = v == "on";
+      } else if (a == "--profile-steps") {
+        o.profile_steps = std::stoi(value());
       } else if (a == "--child") {
         is_child = true;
         for (int k = 0; k < 4; ++k) child_args.push_back(value());
@@ -367,7 +407,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    if (o.steps < 1 || o.windows < 1 || o.rounds < 1 || o.batches.empty())
+    if (o.steps < 1 || o.windows < 1 || o.rounds < 1 || o.batches.empty() || o.profile_steps < 0)
       throw cx::InvalidArgumentError("bench_train_gpu: --steps, --windows and --rounds must be >= 1");
     if (is_child) return child(child_args[0], child_args[1], std::stoll(child_args[2]), child_args[3], o);
     return parent(o);

@@ -3,6 +3,7 @@
 
   python3 bench/train/torch_seed_cnn_gpu.py [--device cuda] [--batch 128] [--dtype float32|bfloat16]
                                             [--steps 50] [--warmup 10] [--repeats 3] [--tf32 on|off]
+                                            [--profile-steps P]
 
 The model of chorus's seed CNN (examples/mnist_mirrored.cc), in NCHW: Conv2D 32 3x3 relu ->
 MaxPool 2 -> Conv2D 64 3x3 relu -> MaxPool 2 -> Conv2D 64 3x3 relu -> Flatten -> Dense 64 relu ->
@@ -32,6 +33,9 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tf32", choices=["on", "off"])
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the windows, this many steps between torch.cuda.profiler.start and stop "
+                        "(the range ncu --profile-from-start off records: scripts/gpu-profile.sh)")
     a = p.parse_args()
     try:
         import torch
@@ -79,6 +83,13 @@ def main():
             step(i)
         sync()
         windows.append((time.perf_counter() - t0) * 1e3 / a.steps)
+    if a.profile_steps > 0 and dev.type == "cuda":
+        sync()
+        torch.cuda.profiler.start()
+        for i in range(a.profile_steps):
+            step(i)
+        sync()
+        torch.cuda.profiler.stop()
     ms = statistics.median(windows)
     tf32 = ""
     if dev.type == "cuda":

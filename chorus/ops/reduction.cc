@@ -84,6 +84,18 @@ Plan plan(const Tensor& x, const std::vector<int>& axes) {
   return p;
 }
 
+#if CHORUS_WITH_CUDA
+// The CUDA reduction, with the workspace its split path wants (a few KB for a bias gradient; the
+// allocator is stream-ordered, so the workspace may be freed once the kernels are queued).
+void reduce_on_gpu(const std::shared_ptr<DeviceContext>& dev, ReduceKind kind, const Tensor& in, Tensor& y,
+                   const Plan& p) {
+  const std::int64_t ws_bytes = cuda::reduce_workspace_bytes(p.outer, p.r, p.inner);
+  Tensor ws = ws_bytes > 0 ? internal::output(dev, Shape({ws_bytes / 8}), DType::kInt64) : Tensor();
+  cuda::reduce(dev->gpu_ordinal(), dev->stream().native_handle(), kind, in.dtype(), in.data(), y.data(), p.outer, p.r,
+               p.inner, ws_bytes > 0 ? ws.data() : nullptr);
+}
+#endif
+
 const char* kind_name(ReduceKind k) {
   switch (k) {
     case ReduceKind::kSum: return "Sum";
@@ -110,8 +122,7 @@ Tensor reduce(ReduceKind kind, const Tensor& x, const Axes& axes_in, bool keepdi
     if (kind == ReduceKind::kMean && p.r == 0) {
       y = Tensor::full(out_shape, std::nan(""), x.dtype(), dev->name());
     } else if (dev->is_gpu()) {
-      CHORUS_IF_CUDA(cuda::reduce(dev->gpu_ordinal(), dev->stream().native_handle(), kind, x.dtype(), in.data(),
-                                  y.data(), p.outer, p.r, p.inner));
+      CHORUS_IF_CUDA(reduce_on_gpu(dev, kind, in, y, p));
     } else {
       const auto outer = p.outer, r = p.r, inner = p.inner;
       internal::run_cpu(*dev, [&] { cpu::reduce(kind, in.dtype(), in.data(), y.data(), outer, r, inner); });

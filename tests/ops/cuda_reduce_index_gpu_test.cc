@@ -85,6 +85,53 @@ TEST_F(CudaKernelsTest, ReduceIsBitwiseReproducible) {
   EXPECT_EQ(y1.to_vector<float>(), y2.to_vector<float>());
 }
 
+TEST_F(CudaKernelsTest, ReduceSplitsLongColumnsOverManyBlocks) {
+  struct Case {
+    i64 outer, r, inner;
+  };
+  // A bias gradient's [N*H*W, C]; a long vector; inner not a multiple of the tile; few rows.
+  const Case cases[] = {{1, 50000, 32}, {1, 200000, 1}, {2, 9000, 70}, {3, 5000, 1}, {1, 4100, 5}};
+  EXPECT_EQ(reduce_workspace_bytes(7, 1000, 1), 0) << "short rows: no split";
+  EXPECT_EQ(reduce_workspace_bytes(1, 4095, 32), 0) << "r below the split's threshold";
+  EXPECT_EQ(reduce_workspace_bytes(512, 100000, 1), 0) << "enough outputs to fill the GPU";
+  const ReduceKind kinds[] = {ReduceKind::kSum, ReduceKind::kMean, ReduceKind::kMax, ReduceKind::kMin,
+                              ReduceKind::kProd};
+  for (const Case& c : cases) {
+    const std::int64_t ws_bytes = reduce_workspace_bytes(c.outer, c.r, c.inner);
+    ASSERT_GT(ws_bytes, 0) << c.outer << "," << c.r << "," << c.inner;
+    ASSERT_EQ(ws_bytes % (8 * c.outer * c.inner), 0);
+    ASSERT_LE(ws_bytes / 8, c.outer * c.r * c.inner / 512) << "the workspace stays small beside x";
+    Tensor ws = zeros(ws_bytes / 8, DType::kInt64);
+    const i64 n = c.outer * c.r * c.inner;
+    for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32}) {
+      const bool is_int = dtype == DType::kInt32;
+      for (ReduceKind kind : kinds) {
+        auto host = kind == ReduceKind::kProd ? (is_int ? integers(n, 1, 1, 9) : uniform(n, 0.99999, 1.00001, 9))
+                                              : (is_int ? integers(n, -100, 100, 9) : uniform(n, -1, 1, 9));
+        host = rounded(host, dtype);
+        Tensor x = put_as(host, dtype);
+        Tensor split = zeros(c.outer * c.inner, dtype), again = zeros(c.outer * c.inner, dtype),
+               whole = zeros(c.outer * c.inner, dtype);
+        reduce(ord(x), st(x), kind, dtype, x.data(), split.data(), c.outer, c.r, c.inner, ws.data());
+        reduce(ord(x), st(x), kind, dtype, x.data(), again.data(), c.outer, c.r, c.inner, ws.data());
+        reduce(ord(x), st(x), kind, dtype, x.data(), whole.data(), c.outer, c.r, c.inner);
+        auto want = reduce_ref(kind, host, c.outer, c.r, c.inner);
+        if (is_int && kind == ReduceKind::kMean)
+          for (auto& w : want) w = std::trunc(w);
+        const std::string what = std::string(dtype_name(dtype)) + " reduce " + std::to_string(static_cast<int>(kind)) +
+                                 " [" + std::to_string(c.outer) + "," + std::to_string(c.r) + "," +
+                                 std::to_string(c.inner) + "]";
+        // Sums accumulate in double on both paths: the stored results differ by the storage
+        // type's rounding at most.
+        const double tol = dtype == DType::kBFloat16 ? 1e-2 : dtype == DType::kFloat32 ? 1e-6 : is_int ? 0 : 1e-12;
+        expect_close(get(split), rounded(want, dtype), tol, what + " (split)");
+        expect_close(get(split), get(whole), tol, what + " (split against one block per column)");
+        EXPECT_EQ(get(split), get(again)) << what << ": the split is bitwise reproducible";
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, ArgmaxTakesTheFirstExtreme) {
   // Ties (integers in a small range) make "first" matter; shapes cover the three kernels.
   struct Case {
@@ -112,11 +159,12 @@ TEST_F(CudaKernelsTest, ArgmaxTakesTheFirstExtreme) {
       }
     }
   }
-  // NaN: ignored after index 0, wins at index 0 (the CPU kernel's sequential rule).
-  Tensor x = put<float>({1, NAN, 3, 2, /**/ NAN, 5, 6, 7});
-  Tensor y = zeros(2, DType::kInt64);
-  argmax(ord(x), st(x), false, DType::kFloat32, x.data(), static_cast<std::int64_t*>(y.data()), 2, 4, 1);
-  EXPECT_EQ(y.to_vector<std::int64_t>(), (std::vector<std::int64_t>{2, 0}));
+  // NaN never wins, at index 0 too (TF's rule, the CPU kernel's: from index 0 and the lowest
+  // value, strictly greater wins); a row of NaN only gives index 0.
+  Tensor x = put<float>({1, NAN, 3, 2, /**/ NAN, 5, 6, 7, /**/ NAN, NAN, NAN, NAN});
+  Tensor y = zeros(3, DType::kInt64);
+  argmax(ord(x), st(x), false, DType::kFloat32, x.data(), static_cast<std::int64_t*>(y.data()), 3, 4, 1);
+  EXPECT_EQ(y.to_vector<std::int64_t>(), (std::vector<std::int64_t>{2, 3, 0}));
   EXPECT_THROW(argmax(ord(x), st(x), false, DType::kFloat32, x.data(), static_cast<std::int64_t*>(y.data()), 2, 0, 1),
                InvalidArgumentError);
 }

@@ -117,8 +117,11 @@ inline double gelu_grad(double x) {
          x * std::exp(-0.5 * x * x) * 0.39894228040143267794;  // 1/sqrt(2 pi)
 }
 
-// The CPU value of a unary kind (reference of the unary kernel and of cuDNN's activations).
-inline double unary_ref(UnaryOp op, double v) {
+// The CPU value of a unary kind (reference of the unary kernel and of cuDNN's activations), for
+// elements stored as `dtype`: only Softplus depends on it (TF's thresholds, ops/cpu/elementwise.cc:
+// bfloat16's is -2.84375, so within [-3, 3] softplus(x) = x above 2.84375 and exp(x) below
+// -2.84375; float32's and float64's lie outside the tests' ranges).
+inline double unary_ref(UnaryOp op, double v, DType dtype = DType::kFloat64) {
   switch (op) {
     case UnaryOp::kNeg: return -v;
     case UnaryOp::kExp: return std::exp(v);
@@ -136,7 +139,12 @@ inline double unary_ref(UnaryOp op, double v) {
     case UnaryOp::kSilu: return v * sigmoid(v);
     case UnaryOp::kLeakyRelu: return v > 0 ? v : 0.0;  // alpha 0: the launchers' default
     case UnaryOp::kElu: return v < 0 ? std::expm1(v) : v;
-    case UnaryOp::kSoftplus: return std::log1p(std::exp(v));  // away from TF's thresholds
+    case UnaryOp::kSoftplus: {
+      const double threshold = dtype == DType::kBFloat16 ? -2.84375 : dtype == DType::kFloat64 ? -34.04 : -13.94;
+      if (v > -threshold) return v;
+      if (v < threshold) return std::exp(v);
+      return std::log1p(std::exp(v));
+    }
     case UnaryOp::kLogicalNot: return v != 0 ? 0 : 1;
   }
   return 0;

@@ -47,8 +47,14 @@ void copy_strided(int ordinal, StreamHandle stream, std::size_t elem_bytes, cons
 
 // x viewed as [outer, r, inner]; y[o, i] = reduce over r (kMean divides by r; r == 0 gives the
 // identity: 0 for sum/mean, 1 for prod, -inf/+inf (lowest/max for integers) for max/min).
+// `workspace`: reduce_workspace_bytes(outer, r, inner) bytes of device memory on the same stream
+// (8-byte aligned), or nullptr. With it, a shape with few outputs and a long r (a bias gradient,
+// [N*H*W, C]) is split along r over many blocks; without it, the same result from fewer blocks.
+// Either way the result depends on the shape alone (deterministic), and may differ between the
+// two in the last bits of a float sum.
+std::int64_t reduce_workspace_bytes(std::int64_t outer, std::int64_t r, std::int64_t inner);
 void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, const void* x, void* y, std::int64_t outer,
-            std::int64_t r, std::int64_t inner);
+            std::int64_t r, std::int64_t inner, void* workspace = nullptr);
 // y[o, i] = index (int64) of the first maximum over r (argmin when `min`). r must be > 0.
 void argmax(int ordinal, StreamHandle stream, bool min, DType dtype, const void* x, std::int64_t* y, std::int64_t outer,
             std::int64_t r, std::int64_t inner);

@@ -2,7 +2,12 @@
 // construction (common.cuh): each output is reduced by one warp, one block, or one column of a
 // block, in an order fixed by the shape alone.
 //
-// Three kernels, chosen from the shape only (so the same shape always takes the same path):
+// Kernels, chosen from the shape only (so the same shape always takes the same path):
+//   few parallel units and a   split r: r cut into chunks fixed by the shape, each (chunk, unit)
+//   long r, with a workspace   folded by one block (the two layouts below), the partials then
+//                              folded in chunk order by one thread per output. A bias gradient
+//                              (x = [N*H*W, C], C = 32) otherwise ran on 32 blocks of one GPU's
+//                              132 multiprocessors, with loads 128 bytes apart;
 //   inner == 1, r <= kWarpMaxR  one warp per output (rows of a contiguous matrix);
 //   inner == 1, r larger, or
 //   few outputs with a long r   one block of 256 per output (elements j at stride inner);
@@ -12,6 +17,7 @@
 // match ops/cpu/reduce.cc up to summation order.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -31,6 +37,21 @@ constexpr std::int64_t kLongR = 2048;       // ... and from this r on, one block
 constexpr int kTileX = 32;                  // outputs per tile (along inner)
 constexpr int kTileY = kThreads / kTileX;   // threads down r per output
 static_assert(kTileY == 8, "the column tree below is written for 8 rows");
+constexpr std::int64_t kSplitMinR = 4096;   // r from which splitting it may pay ...
+constexpr std::int64_t kSplitUnits = 128;   // ... when fewer parallel units than this (outputs, or tiles)
+constexpr std::int64_t kSplitTarget = 512;  // blocks the split aims at (a few per multiprocessor)
+constexpr std::int64_t kMinChunk = 1024;    // rows per chunk at least: workspace <= x's elements / 1024
+
+// Chunks of r for the split path (1: no split). Depends on the shape only.
+std::int64_t split_count(std::int64_t outer, std::int64_t r, std::int64_t inner) {
+  if (r < kSplitMinR || outer * inner == 0) return 1;
+  const std::int64_t units = inner == 1 ? outer : outer * ((inner + kTileX - 1) / kTileX);
+  if (units >= kSplitUnits) return 1;
+  const std::int64_t want = std::min((kSplitTarget + units - 1) / units, r / kMinChunk);
+  if (want <= 1) return 1;
+  const std::int64_t chunk = (r + want - 1) / want;
+  return (r + chunk - 1) / chunk;  // no empty chunk
+}
 
 template <typename T>
 using reduce_acc_t = std::conditional_t<is_float_v<T>, double, i64>;
@@ -76,10 +97,10 @@ struct ValueReducer {
   }
 };
 
-// Arg-max/arg-min with the CPU kernel's exact result: the first extreme in index order, where a
-// NaN at index 0 wins (nothing compares greater than it) and a NaN anywhere else never does. As a
-// total order: class 2 = NaN at index 0, class 1 = numbers (by value, ties to the lower index),
-// class 0 = later NaNs; i < 0 marks "no element yet".
+// Arg-max/arg-min with the CPU kernel's exact result: the first extreme in index order, and a NaN
+// never wins (at index 0 neither). As a total order: class 1 = numbers beyond T's lowest (argmin:
+// highest) value, by value, ties to the lower index; class 0 = NaN and the start value itself;
+// i < 0 marks "no element yet"; a row with nothing in class 1 gives index 0.
 template <typename T, bool kMin>
 struct ArgReducer {
   using V = std::conditional_t<is_float_v<T>, acc_t<T>, i64>;
@@ -181,9 +202,90 @@ __global__ void reduce_tile_kernel(R red, const T* x, typename R::Out* y, i64 ou
   }
 }
 
+// Split path, pass 1 for inner == 1: block p folds chunk p / outputs of output p % outputs
+// (consecutive elements: coalesced) into ws[chunk * outputs + output].
 template <typename T, typename R>
-void launch(cudaStream_t s, const R& red, const T* x, typename R::Out* y, i64 outer, i64 r, i64 inner) {
+__global__ void reduce_split_rows_kernel(R red, const T* x, typename R::A* ws, i64 outputs, i64 r, i64 chunk,
+                                         i64 splits) {
+  using A = typename R::A;
+  __shared__ A smem[kWarps + 1];
+  for (i64 p = blockIdx.x; p < splits * outputs; p += gridDim.x) {
+    const i64 c = p / outputs, out = p % outputs;
+    const T* base = x + out * r;
+    const i64 lo = c * chunk, hi = lo + chunk < r ? lo + chunk : r;
+    A acc = red.init();
+    for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) acc = red.combine(acc, red.make(base[j], j));
+    acc = block_reduce(
+        acc, [&red](A a, A b) { return red.combine(a, b); }, smem);
+    if (threadIdx.x == 0) ws[c * outputs + out] = acc;
+  }
+}
+
+// Split path, pass 1 for inner > 1: block p folds chunk p / units of tile p % units (kTileX
+// outputs along inner, 8 threads down the chunk's rows, the tile kernel's fixed tree) into ws.
+template <typename T, typename R>
+__global__ void reduce_split_tile_kernel(R red, const T* x, typename R::A* ws, i64 outer, i64 r, i64 inner, i64 chunk,
+                                         i64 splits) {
+  using A = typename R::A;
+  __shared__ A smem[kTileY][kTileX];
+  const int tx = threadIdx.x % kTileX;
+  const int ty = threadIdx.x / kTileX;
+  const i64 tiles_per_outer = (inner + kTileX - 1) / kTileX;
+  const i64 units = outer * tiles_per_outer;
   const i64 outputs = outer * inner;
+  for (i64 p = blockIdx.x; p < splits * units; p += gridDim.x) {
+    const i64 c = p / units, tile = p % units;
+    const i64 o = tile / tiles_per_outer;
+    const i64 i = (tile % tiles_per_outer) * kTileX + tx;
+    const i64 lo = c * chunk, hi = lo + chunk < r ? lo + chunk : r;
+    A acc = red.init();
+    if (i < inner) {
+      const T* base = x + o * r * inner + i;
+      for (i64 j = lo + ty; j < hi; j += kTileY) acc = red.combine(acc, red.make(base[j * inner], j));
+    }
+    smem[ty][tx] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int h = kTileY / 2; h > 0; h >>= 1) {
+      if (ty < h) smem[ty][tx] = red.combine(smem[ty][tx], smem[ty + h][tx]);
+      __syncthreads();
+    }
+    if (ty == 0 && i < inner) ws[c * outputs + o * inner + i] = smem[0][tx];
+    __syncthreads();  // smem is rewritten by the next tile
+  }
+}
+
+// Split path, pass 2: output out folds its partials in chunk order.
+template <typename R>
+__global__ void reduce_split_finish_kernel(R red, const typename R::A* ws, typename R::Out* y, i64 outputs,
+                                           i64 splits) {
+  using A = typename R::A;
+  for (i64 out = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; out < outputs;
+       out += static_cast<i64>(gridDim.x) * blockDim.x) {
+    A acc = ws[out];
+    for (i64 c = 1; c < splits; ++c) acc = red.combine(acc, ws[c * outputs + out]);
+    y[out] = red.finalize(acc);
+  }
+}
+
+// ws: split_count(outer, r, inner) * outer * inner values of R::A, or nullptr (no split).
+template <typename T, typename R>
+void launch(cudaStream_t s, const R& red, const T* x, typename R::Out* y, i64 outer, i64 r, i64 inner,
+            typename R::A* ws = nullptr) {
+  const i64 outputs = outer * inner;
+  if (const i64 splits = split_count(outer, r, inner); ws != nullptr && splits > 1) {
+    const i64 chunk = (r + splits - 1) / splits;
+    if (inner == 1) {
+      reduce_split_rows_kernel<T, R>
+          <<<grid_for(splits * outputs, 1), kThreads, 0, s>>>(red, x, ws, outputs, r, chunk, splits);
+    } else {
+      const i64 units = outer * ((inner + kTileX - 1) / kTileX);
+      reduce_split_tile_kernel<T, R>
+          <<<grid_for(splits * units, 1), kThreads, 0, s>>>(red, x, ws, outer, r, inner, chunk, splits);
+    }
+    reduce_split_finish_kernel<R><<<grid_for(outputs), kThreads, 0, s>>>(red, ws, y, outputs, splits);
+    return;
+  }
   if (inner == 1 && r <= kWarpMaxR) {
     reduce_warp_kernel<T, R><<<grid_for(outputs, kWarps), kThreads, 0, s>>>(red, x, y, outputs, r, inner);
   } else if (inner == 1 || (outputs < kFewOutputs && r >= kLongR)) {
@@ -195,7 +297,7 @@ void launch(cudaStream_t s, const R& red, const T* x, typename R::Out* y, i64 ou
 }
 
 template <typename T, ReduceKind K>
-void reduce_typed(cudaStream_t s, const void* x, void* y, i64 outer, i64 r, i64 inner) {
+void reduce_typed(cudaStream_t s, const void* x, void* y, i64 outer, i64 r, i64 inner, void* ws) {
   using R = ValueReducer<T, K>;
   using A = typename R::A;
   A identity = A(0);
@@ -207,13 +309,20 @@ void reduce_typed(cudaStream_t s, const void* x, void* y, i64 outer, i64 r, i64 
     if (K == ReduceKind::kMax) identity = static_cast<A>(Limits<T>::lowest);
     if (K == ReduceKind::kMin) identity = static_cast<A>(Limits<T>::max);
   }
-  launch<T, R>(s, R{identity, r}, static_cast<const T*>(x), static_cast<T*>(y), outer, r, inner);
+  launch<T, R>(s, R{identity, r}, static_cast<const T*>(x), static_cast<T*>(y), outer, r, inner, static_cast<A*>(ws));
 }
 
 }  // namespace
 
+std::int64_t reduce_workspace_bytes(std::int64_t outer, std::int64_t r, std::int64_t inner) {
+  const std::int64_t splits = split_count(outer, r, inner);
+  // Both accumulators (double, int64) are 8 bytes.
+  static_assert(sizeof(double) == 8 && sizeof(i64) == 8, "the split path's partials are 8 bytes");
+  return splits > 1 ? splits * outer * inner * 8 : 0;
+}
+
 void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, const void* x, void* y, std::int64_t outer,
-            std::int64_t r, std::int64_t inner) {
+            std::int64_t r, std::int64_t inner, void* workspace) {
   CHORUS_REQUIRE(outer >= 0 && r >= 0 && inner >= 0, InvalidArgumentError, "reduce: negative extent in [", outer, ", ",
                  r, ", ", inner, "]");
   CHORUS_REQUIRE(dtype != DType::kBool, InvalidArgumentError,
@@ -226,11 +335,11 @@ void reduce(int ordinal, StreamHandle stream, ReduceKind kind, DType dtype, cons
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool_tag>) {
       switch (kind) {
-        case ReduceKind::kSum: return reduce_typed<T, ReduceKind::kSum>(s, x, y, outer, r, inner);
-        case ReduceKind::kMean: return reduce_typed<T, ReduceKind::kMean>(s, x, y, outer, r, inner);
-        case ReduceKind::kMax: return reduce_typed<T, ReduceKind::kMax>(s, x, y, outer, r, inner);
-        case ReduceKind::kMin: return reduce_typed<T, ReduceKind::kMin>(s, x, y, outer, r, inner);
-        case ReduceKind::kProd: return reduce_typed<T, ReduceKind::kProd>(s, x, y, outer, r, inner);
+        case ReduceKind::kSum: return reduce_typed<T, ReduceKind::kSum>(s, x, y, outer, r, inner, workspace);
+        case ReduceKind::kMean: return reduce_typed<T, ReduceKind::kMean>(s, x, y, outer, r, inner, workspace);
+        case ReduceKind::kMax: return reduce_typed<T, ReduceKind::kMax>(s, x, y, outer, r, inner, workspace);
+        case ReduceKind::kMin: return reduce_typed<T, ReduceKind::kMin>(s, x, y, outer, r, inner, workspace);
+        case ReduceKind::kProd: return reduce_typed<T, ReduceKind::kProd>(s, x, y, outer, r, inner, workspace);
       }
       throw InvalidArgumentError(::chorus::internal::str_cat("reduce: unknown kind ", static_cast<int>(kind)));
     }

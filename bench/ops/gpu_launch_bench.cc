@@ -1,0 +1,171 @@
+// Host cost of a GPU op (issue 42): microseconds of host time per call of small chorus ops on a
+// GPU, from one thread and from two threads at once, each on its own virtual GPU of GPU:0 (as
+// MirroredStrategy's replica threads launch). The step of the seed CNN on 2 virtual GPUs is
+// host-bound (bench_train_gpu: each replica thread spends about twice the host time of
+// OneDeviceStrategy's one thread on the same layers); this bench tells whether the ops themselves
+// cost that much more when two threads launch together, and whether the CUDA driver (the
+// yardstick: cudaMemsetAsync of 4 bytes, a raw enqueue on the same stream, from the same threads)
+// or chorus is where it grows.
+//
+//   bench_gpu_launch [--quick] [--calls N] [--repeats R]
+//
+// Each case: R repeats of N calls (the GPU streams synchronized, untimed, before each repeat);
+// the host time per call is the median repeat's wall time / N, per thread. The ops are tiny
+// (a 1-element add, an 8x8 matmul, a 1x8x8x4 convolution), so the GPU keeps up and the time is
+// the host's. "2 threads" reports the slower thread's median. Ratio columns: chorus ÷ raw enqueue
+// (how many enqueues an op costs), and 2 threads ÷ 1 thread (the contention factor). Without a
+// GPU it says so, prints a JSON line with "skipped" and exits 0. Last line: one JSON line.
+#include <chorus/chorus.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include <chorus/core/gpu.h>
+#include <chorus/core/runtime.h>
+
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+namespace cx = chorus;
+using cx::bench::Json;
+
+struct Options {
+  int calls = 2000;
+  int repeats = 7;
+};
+
+void synchronize_gpus() {
+  for (const auto& d : cx::runtime::devices())
+    if (d->is_gpu()) d->stream().synchronize();
+}
+
+// Median over repeats of the host µs per call of `body(device_index)` run `calls` times, on
+// `threads` threads at once (thread k on virtual GPU k); the slowest thread's median.
+double host_us_per_call(int threads, const Options& o, const std::function<void(std::size_t)>& body) {
+  std::vector<std::vector<double>> per_thread(static_cast<std::size_t>(threads));
+  for (int r = 0; r < o.repeats; ++r) {
+    synchronize_gpus();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < o.calls; ++i) body(static_cast<std::size_t>(t));
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        per_thread[static_cast<std::size_t>(t)].push_back(us / o.calls);
+      });
+    }
+    for (std::thread& th : pool) th.join();
+  }
+  synchronize_gpus();
+  double worst = 0;
+  for (const auto& v : per_thread) worst = std::max(worst, cx::bench::median(v));
+  return worst;
+}
+
+int run(const Options& o) {
+  const std::string machine = cx::bench::machine(true);
+  std::printf("bench_gpu_launch: host time per call of small GPU ops, 1 and 2 threads (%s)\n", machine.c_str());
+#ifndef CHORUS_WITH_CUDA
+  std::printf("built without CUDA; nothing measured\n");
+  cx::bench::print_json_line("gpu_launch", machine, {}, Json{{"skipped", "built without CUDA"}});
+  return 0;
+#else
+  if (cx::gpu::device_count() == 0) {
+    const std::string why = "no GPU: " + cx::gpu::unavailable_reason();
+    std::printf("%s; nothing measured\n", why.c_str());
+    cx::bench::print_json_line("gpu_launch", machine, {}, Json{{"skipped", why}});
+    return 0;
+  }
+  cx::config::set_logical_device_configuration(cx::config::list_physical_devices("GPU")[0],
+                                               {{.memory_limit_mb = 1024}, {.memory_limit_mb = 1024}});
+  std::vector<std::shared_ptr<cx::DeviceContext>> gpus;
+  for (const auto& d : cx::runtime::devices("bench_gpu_launch"))
+    if (d->is_gpu()) gpus.push_back(d);
+  if (gpus.size() < 2) throw cx::InternalError("bench_gpu_launch: expected 2 virtual GPUs");
+  struct Inputs {
+    cx::Tensor one, m, x, w, scratch;
+    cudaStream_t stream = nullptr;
+  };
+  std::vector<Inputs> in(2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::string dev = gpus[k]->name();
+    Inputs& i = in[k];
+    i.one = cx::Tensor::full({1}, 1.0, cx::DType::kFloat32, dev);
+    i.m = cx::Tensor::full({8, 8}, 0.5, cx::DType::kFloat32, dev);
+    i.x = cx::Tensor::full({1, 8, 8, 4}, 0.5, cx::DType::kFloat32, dev);
+    i.w = cx::Tensor::full({3, 3, 4, 4}, 0.25, cx::DType::kFloat32, dev);
+    i.scratch = cx::Tensor::zeros({4}, cx::DType::kFloat32, dev);
+    i.stream = static_cast<cudaStream_t>(gpus[k]->stream().native_handle());
+  }
+  struct Case {
+    std::string name;
+    std::function<void(std::size_t)> body;
+  };
+  const std::vector<Case> cases{
+      {"raw enqueue (cudaMemsetAsync 4 B)",
+       [&](std::size_t k) {
+         if (cudaMemsetAsync(in[k].scratch.data(), 0, 4, in[k].stream) != cudaSuccess)
+           throw cx::InternalError("bench_gpu_launch: cudaMemsetAsync failed");
+       }},
+      {"add 1 element", [&](std::size_t k) { (void)cx::ops::add(in[k].one, in[k].one); }},
+      {"relu 1 element", [&](std::size_t k) { (void)cx::ops::relu(in[k].one); }},
+      {"matmul 8x8", [&](std::size_t k) { (void)cx::ops::matmul(in[k].m, in[k].m); }},
+      {"conv2d 1x8x8x4 3x3x4x4",
+       [&](std::size_t k) {
+         (void)cx::ops::conv2d(in[k].x, in[k].w, {1, 1}, cx::ops::Padding::kSame);
+       }},
+  };
+  // Warm-up: handles, algorithm choices, allocator pools.
+  for (const Case& c : cases) host_us_per_call(2, Options{.calls = 50, .repeats = 1}, c.body);
+
+  std::printf("\n%-34s %12s %12s %10s %14s\n", "case (host us per call)", "1 thread", "2 threads", "2t / 1t",
+              "1t / enqueue");
+  std::vector<Json> out;
+  double raw1 = 0;
+  for (const Case& c : cases) {
+    const double one = host_us_per_call(1, o, c.body);
+    const double two = host_us_per_call(2, o, c.body);
+    if (out.empty()) raw1 = one;
+    std::printf("%-34s %12.2f %12.2f %10.2f %14.1f\n", c.name.c_str(), one, two, two / one, one / raw1);
+    out.push_back(cx::bench::json_case(c.name + ", 2 threads", two, "us/call", "the same, 1 thread", one, two / one));
+  }
+  cx::bench::print_json_line("gpu_launch", machine, out);
+  return 0;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cx::bench::run_main("bench_gpu_launch", [&] {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw cx::InvalidArgumentError("bench_gpu_launch: " + a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--quick") {
+        o.calls = 100;
+        o.repeats = 2;
+      } else if (a == "--calls") {
+        o.calls = std::stoi(value());
+      } else if (a == "--repeats") {
+        o.repeats = std::stoi(value());
+      } else {
+        throw cx::InvalidArgumentError("usage: bench_gpu_launch [--quick] [--calls N] [--repeats R]");
+      }
+    }
+    if (o.calls < 1 || o.repeats < 1) throw cx::InvalidArgumentError("bench_gpu_launch: --calls, --repeats >= 1");
+    return run(o);
+  });
+}
