@@ -20,6 +20,15 @@ import io
 import sys
 
 
+def unit_scale(unit):
+    """Nanoseconds per `unit` as ncu names time units; ValueError for any other name."""
+    scales = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
+              "second": 1e9}
+    if unit.strip() not in scales:
+        raise ValueError(f"unknown time unit {unit!r} in ncu's CSV")
+    return scales[unit.strip()]
+
+
 def launches(path):
     """(kernel name, duration in ns, grid size) for each launch row of the CSV."""
     with open(path, newline="", errors="replace") as f:
@@ -39,17 +48,20 @@ def launches(path):
     value_col = header.index("Metric Value") if "Metric Value" in header else None
     unit_col = header.index("Metric Unit") if "Metric Unit" in header else None
     grid_col = header.index("Grid Size") if "Grid Size" in header else None
+    # --page raw: the row after the header holds each metric's unit ("us", "nsecond", ...).
+    raw_scale = 1.0
+    if time_col is not None and len(rows) > 1 and not rows[1][0].strip().isdigit() and len(rows[1]) > time_col:
+        raw_scale = unit_scale(rows[1][time_col])
     out = []
     for row in rows[1:]:
         if not row or not row[0].strip().isdigit():
             continue  # the units row of --page raw, blank lines
-        if time_col is not None:  # --page raw: one column per metric (base unit: ns)
+        if time_col is not None:  # --page raw: one column per metric
             raw = row[time_col]
-            scale = 1.0
+            scale = raw_scale
         elif metric_col is not None and row[metric_col].startswith("gpu__time_duration"):  # --page details
             raw = row[value_col]
-            unit = row[unit_col] if unit_col is not None else "nsecond"
-            scale = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(unit, 1.0)
+            scale = unit_scale(row[unit_col] if unit_col is not None else "nsecond")
         else:
             continue
         try:
@@ -84,6 +96,9 @@ def self_test():
             return path
         raw = launches(write("raw.csv", RAW_SAMPLE))
         assert [r[1] for r in raw] == [1.2e6, 3e5, 8e5], raw
+        # ncu 2025's raw page writes "us" and values in microseconds (seen on an H200, 2026-11-29).
+        micro = launches(write("raw_us.csv", RAW_SAMPLE.replace('"nsecond"', '"us"').replace('"300000"', '"221.952"')))
+        assert micro[1][1] == 221952.0, micro
         assert raw[0][2] == "(32, 1, 1)", raw
         details = launches(write("details.csv", DETAILS_SAMPLE))
         assert [r[1] for r in details] == [2500.0, 1.5e6], details

@@ -13,7 +13,9 @@
 // the host time per call is the median repeat's wall time / N, per thread. The ops are tiny
 // (a 1-element add, an 8x8 matmul, a 1x8x8x4 convolution), so the GPU keeps up and the time is
 // the host's. "2 threads" reports the slower thread's median. Ratio columns: chorus ÷ raw enqueue
-// (how many enqueues an op costs), and 2 threads ÷ 1 thread (the contention factor). Without a
+// (how many enqueues an op costs), and 2 threads ÷ 1 thread (the contention factor). The last four
+// cases are the seed CNN's convolutions at one replica's share of batch 128 (GPU time per call
+// about 10-40 µs, below their host cost). Without a
 // GPU it says so, prints a JSON line with "skipped" and exits 0. Last line: one JSON line.
 #include <chorus/chorus.h>
 
@@ -93,6 +95,7 @@ int run(const Options& o) {
   if (gpus.size() < 2) throw cx::InternalError("bench_gpu_launch: expected 2 virtual GPUs");
   struct Inputs {
     cx::Tensor one, m, x, w, scratch;
+    cx::Tensor img, w1, b1, act, w2;  // the seed CNN's first two convolutions, per replica at batch 128
     cudaStream_t stream = nullptr;
   };
   std::vector<Inputs> in(2);
@@ -104,6 +107,11 @@ int run(const Options& o) {
     i.x = cx::Tensor::full({1, 8, 8, 4}, 0.5, cx::DType::kFloat32, dev);
     i.w = cx::Tensor::full({3, 3, 4, 4}, 0.25, cx::DType::kFloat32, dev);
     i.scratch = cx::Tensor::zeros({4}, cx::DType::kFloat32, dev);
+    i.img = cx::Tensor::full({64, 28, 28, 1}, 0.5, cx::DType::kFloat32, dev);
+    i.w1 = cx::Tensor::full({3, 3, 1, 32}, 0.1, cx::DType::kFloat32, dev);
+    i.b1 = cx::Tensor::full({32}, 0.1, cx::DType::kFloat32, dev);
+    i.act = cx::Tensor::full({64, 13, 13, 32}, 0.5, cx::DType::kFloat32, dev);
+    i.w2 = cx::Tensor::full({3, 3, 32, 64}, 0.01, cx::DType::kFloat32, dev);
     i.stream = static_cast<cudaStream_t>(gpus[k]->stream().native_handle());
   }
   struct Case {
@@ -122,6 +130,29 @@ int run(const Options& o) {
       {"conv2d 1x8x8x4 3x3x4x4",
        [&](std::size_t k) {
          (void)cx::ops::conv2d(in[k].x, in[k].w, {1, 1}, cx::ops::Padding::kSame);
+       }},
+      // The seed CNN's convolutions as one replica of batch 128 on 2 GPUs runs them: which part of
+      // a convolution's host cost is cuDNN's fused call, and what its gradients cost.
+      {"conv2d 64x28x28x1 -> 32",
+       [&](std::size_t k) {
+         (void)cx::ops::conv2d(in[k].img, in[k].w1, {1, 1}, cx::ops::Padding::kValid);
+       }},
+      {"fused_conv2d (bias, relu) 64x28x28x1 -> 32",
+       [&](std::size_t k) {
+         (void)cx::ops::fused_conv2d(in[k].img, in[k].w1, in[k].b1, cx::ops::FusedActivation::kRelu);
+       }},
+      {"conv2d + add + relu 64x28x28x1 -> 32",
+       [&](std::size_t k) {
+         (void)cx::ops::relu(
+             cx::ops::add(cx::ops::conv2d(in[k].img, in[k].w1, {1, 1}, cx::ops::Padding::kValid), in[k].b1));
+       }},
+      {"conv2d and both gradients 64x13x13x32 -> 64",
+       [&](std::size_t k) {
+         cx::ops::GradientTape tape;
+         tape.watch(in[k].act);
+         tape.watch(in[k].w2);
+         const cx::Tensor y = cx::ops::conv2d(in[k].act, in[k].w2, {1, 1}, cx::ops::Padding::kValid);
+         (void)tape.gradient(y, std::vector<cx::Tensor>{in[k].act, in[k].w2});
        }},
   };
   // Warm-up: handles, algorithm choices, allocator pools.

@@ -48,8 +48,9 @@ struct MirroredStrategyOptions {
   // packed all-reduce after it.
   // The results are bitwise the same either way. nullopt (the default): on CPU devices, on when the
   // replicas' op threads leave a core of the host free for the communication threads (on a machine
-  // whose cores all compute, overlap costs more than it hides: bench_overlap); on GPU devices off
-  // until validated on a GPU (true: each device's side stream). At ZeRO stages 2 and 3 the
+  // whose cores all compute, overlap costs more than it hides: bench_overlap); on virtual GPUs of
+  // one GPU on (each device's side stream; measured faster on an H200, docs/overlap.md); on GPUs
+  // reducing over NCCL off until validated on 2+ GPUs. At ZeRO stages 2 and 3 the
   // reduce-scatters (and the all-reduces of gradients without sharded slots) run so, in the
   // buckets they would use after the backward pass, from an optimizer's second step on
   // (docs/sharding.md, "Prefetch and overlap").

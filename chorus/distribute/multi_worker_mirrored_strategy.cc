@@ -235,7 +235,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const MultiWorkerMirror
   sharding_stage_ = options.sharding.stage;
   offload_optimizer_state_ = options.sharding.offload_optimizer_state;
   prefetch_limit_ = options.sharding.prefetch_limit;
-  set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size());
+  set_overlap(options.overlap_gradient_all_reduce, resolver_.local_size(), resolver_.num_workers() > 1);
   const int workers = resolver_.num_workers();
   if (workers > 1) env::set_process_rank(resolver_.worker_index());  // core/env.h: TF_CONFIG too
   if (workers > 1) {

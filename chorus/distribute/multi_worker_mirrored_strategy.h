@@ -137,8 +137,9 @@ struct MultiWorkerMirroredStrategyOptions {
   // order, as always). A value outside 0..3 → InvalidArgumentError at construction.
   ShardingOptions sharding;
   // As MirroredStrategyOptions::overlap_gradient_all_reduce: the gradient all-reduce during the
-  // backward pass (docs/overlap.md); nullopt: on when this host's workers' op threads leave a core
-  // free.
+  // backward pass (docs/overlap.md); nullopt: on CPU devices, on when this host's workers' op
+  // threads leave a core free; on GPUs, as MirroredStrategy's within one worker, off across workers
+  // (NCCL, until validated on 2+ GPUs).
   std::optional<bool> overlap_gradient_all_reduce;
 };
 

@@ -220,10 +220,11 @@ class Strategy : public DistributionStrategy {
   // Set with sharding_stage_ (validated): slots' shards are created in host memory.
   bool offload_optimizer_state_ = false;
   int prefetch_limit_ = 0;  // ShardingOptions::prefetch_limit, set with sharding_stage_
-  // The options' overlap_gradient_all_reduce: as requested; nullopt: off on GPU devices (until
-  // validated on a GPU), else on when `processes_on_host` processes like this one leave a core
-  // free (their replicas' op threads < the host's cores).
-  void set_overlap(std::optional<bool> requested, int processes_on_host = 1);
+  // The options' overlap_gradient_all_reduce: as requested; nullopt: on GPU devices, on for virtual
+  // GPUs reduced inside one process (the virtual-GPU reduction; `across_processes` false) and off
+  // over NCCL (until validated on 2+ GPUs); on CPU devices, on when `processes_on_host` processes
+  // like this one leave a core free (their replicas' op threads < the host's cores).
+  void set_overlap(std::optional<bool> requested, int processes_on_host = 1, bool across_processes = false);
   // Off, for `reason` (a multi-worker strategy whose other workers do not overlap).
   void turn_overlap_off(std::string reason) {
     overlap_ = false;
