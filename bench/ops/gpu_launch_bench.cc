@@ -13,10 +13,12 @@
 // the host time per call is the median repeat's wall time / N, per thread. The ops are tiny
 // (a 1-element add, an 8x8 matmul, a 1x8x8x4 convolution), so the GPU keeps up and the time is
 // the host's. "2 threads" reports the slower thread's median. Ratio columns: chorus ÷ raw enqueue
-// (how many enqueues an op costs), and 2 threads ÷ 1 thread (the contention factor). The last four
+// (how many enqueues an op costs), and 2 threads ÷ 1 thread (the contention factor). The last six
 // cases are the seed CNN's convolutions at one replica's share of batch 128 (GPU time per call
-// about 10-40 µs, below their host cost). Without a
-// GPU it says so, prints a JSON line with "skipped" and exits 0. Last line: one JSON line.
+// about 10-40 µs, below their host cost): cuDNN's legacy call alone and with chorus's per-call
+// descriptors (the yardsticks, own handles), then chorus's conv2d, fused_conv2d, the composition,
+// and a convolution with both gradients. Without a GPU it says so, prints a JSON line with
+// "skipped" and exits 0. Last line: one JSON line.
 #include <chorus/chorus.h>
 
 #include <algorithm>
@@ -33,6 +35,9 @@
 
 #ifdef CHORUS_WITH_CUDA
 #include <cuda_runtime.h>
+#endif
+#ifdef CHORUS_WITH_CUDNN
+#include <cudnn.h>
 #endif
 
 namespace {
@@ -72,6 +77,86 @@ double host_us_per_call(int threads, const Options& o, const std::function<void(
   for (const auto& v : per_thread) worst = std::max(worst, cx::bench::median(v));
   return worst;
 }
+
+#ifdef CHORUS_WITH_CUDNN
+void cudnn_check(cudnnStatus_t status, const char* call) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw cx::InternalError(std::string("bench_gpu_launch: ") + call + ": " + cudnnGetErrorString(status));
+}
+
+// cuDNN's own per-call host cost, the yardstick of chorus's convolutions: the seed CNN's first
+// convolution (64x28x28x1 -> 32, 3x3, VALID, float32 NHWC) straight through the legacy API on the
+// replica's stream, with descriptors, algorithm and workspace made once (`call`), and with the
+// descriptors made, the workspace size asked and the descriptors destroyed around each call as
+// chorus does (`call_describing`). One per replica thread (own handle).
+struct RawConv {
+  cudnnHandle_t handle = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  std::size_t ws_bytes = 0;
+  const void *xp = nullptr, *wp = nullptr;
+  void *yp = nullptr, *wsp = nullptr;
+  cx::Tensor out, ws;
+
+  void describe() {
+    cudnn_check(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
+    cudnn_check(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
+    cudnn_check(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
+    cudnn_check(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+    cudnn_check(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 64, 1, 28, 28),
+                "cudnnSetTensor4dDescriptor");
+    cudnn_check(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 64, 32, 26, 26),
+                "cudnnSetTensor4dDescriptor");
+    cudnn_check(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 32, 1, 3, 3),
+                "cudnnSetFilter4dDescriptor");
+    cudnn_check(cudnnSetConvolution2dDescriptor(conv, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                "cudnnSetConvolution2dDescriptor");
+  }
+  void forget() {
+    cudnn_check(cudnnDestroyTensorDescriptor(x), "cudnnDestroyTensorDescriptor");
+    cudnn_check(cudnnDestroyTensorDescriptor(y), "cudnnDestroyTensorDescriptor");
+    cudnn_check(cudnnDestroyFilterDescriptor(w), "cudnnDestroyFilterDescriptor");
+    cudnn_check(cudnnDestroyConvolutionDescriptor(conv), "cudnnDestroyConvolutionDescriptor");
+  }
+  void init(const std::string& device, cudaStream_t stream, const cx::Tensor& img, const cx::Tensor& filter) {
+    cudnn_check(cudnnCreate(&handle), "cudnnCreate");
+    cudnn_check(cudnnSetStream(handle, stream), "cudnnSetStream");
+    describe();
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    int found = 0;
+    cudnn_check(cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, 8, &found, perf),
+                "cudnnGetConvolutionForwardAlgorithm_v7");
+    for (int i = 0; i < found; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+        algo = perf[i].algo;
+        break;
+      }
+    cudnn_check(cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, &ws_bytes),
+                "cudnnGetConvolutionForwardWorkspaceSize");
+    out = cx::Tensor::zeros({64, 26, 26, 32}, cx::DType::kFloat32, device);
+    ws = cx::Tensor::zeros({static_cast<std::int64_t>(ws_bytes) + 1}, cx::DType::kUInt8, device);
+    xp = img.data();
+    wp = filter.data();  // 288 floats either way: HWIO [3,3,1,32] read as KRSC [32,3,3,1]
+    yp = out.data();
+    wsp = ws.data();
+  }
+  void call() const {
+    const float one = 1, zero = 0;
+    cudnn_check(cudnnConvolutionForward(handle, &one, x, xp, w, wp, conv, algo, wsp, ws_bytes, &zero, y, yp),
+                "cudnnConvolutionForward");
+  }
+  void call_describing() {
+    describe();
+    std::size_t bytes = 0;
+    cudnn_check(cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, &bytes),
+                "cudnnGetConvolutionForwardWorkspaceSize");
+    call();
+    forget();
+  }
+};
+#endif
 
 int run(const Options& o) {
   const std::string machine = cx::bench::machine(true);
@@ -114,6 +199,10 @@ int run(const Options& o) {
     i.w2 = cx::Tensor::full({3, 3, 32, 64}, 0.01, cx::DType::kFloat32, dev);
     i.stream = static_cast<cudaStream_t>(gpus[k]->stream().native_handle());
   }
+#ifdef CHORUS_WITH_CUDNN
+  std::vector<RawConv> raw(2);
+  for (std::size_t k = 0; k < 2; ++k) raw[k].init(gpus[k]->name(), in[k].stream, in[k].img, in[k].w1);
+#endif
   struct Case {
     std::string name;
     std::function<void(std::size_t)> body;
@@ -131,8 +220,12 @@ int run(const Options& o) {
        [&](std::size_t k) {
          (void)cx::ops::conv2d(in[k].x, in[k].w, {1, 1}, cx::ops::Padding::kSame);
        }},
-      // The seed CNN's convolutions as one replica of batch 128 on 2 GPUs runs them: which part of
-      // a convolution's host cost is cuDNN's fused call, and what its gradients cost.
+  // The seed CNN's convolutions as one replica of batch 128 on 2 GPUs runs them: which part of
+  // a convolution's host cost is cuDNN's fused call, and what its gradients cost.
+#ifdef CHORUS_WITH_CUDNN
+      {"cuDNN forward alone 64x28x28x1 -> 32", [&](std::size_t k) { raw[k].call(); }},
+      {"cuDNN forward, descriptors per call", [&](std::size_t k) { raw[k].call_describing(); }},
+#endif
       {"conv2d 64x28x28x1 -> 32",
        [&](std::size_t k) {
          (void)cx::ops::conv2d(in[k].img, in[k].w1, {1, 1}, cx::ops::Padding::kValid);

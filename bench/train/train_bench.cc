@@ -258,10 +258,25 @@ struct TfSide {
   double median_sps() const { return median(sps); }
 };
 
-int run_parent(int steps, int repeats) {
-  const std::string self = self_path("bench_train");
+// What the alternating rounds measured: chorus with 1, 2 and 4 replicas, chorus with 2 replicas
+// saving asynchronously, and TensorFlow's two sides (or why TensorFlow was skipped).
+struct Rounds {
+  std::vector<Case> cases;  // 1, 2, 4 replicas
+  Case saving{};            // 2 replicas, an async save every kSaveEvery steps (issue 24)
+  TfSide tf[2];             // [0]: one device, [1]: MirroredStrategy over 2 logical devices
+  std::string tf_skipped;
+};
+constexpr int kSaveEvery = 10;
+
+// Rounds alternate the sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas,
+// TensorFlow 2 devices, chorus 2 replicas saving asynchronously every kSaveEvery steps (issue
+// 24), chorus 4 replicas; each run in a fresh process, one window of `steps`. nullopt when a
+// chorus run failed (printed to stderr).
+std::optional<Rounds> run_rounds(const std::string& self, int steps, int repeats) {
+  Rounds out;
   // TensorFlow, when its Python imports it: checked once, then one run per side and round.
-  std::string tf_py = cx::bench::tf_python(), tf_skipped;
+  std::string tf_py = cx::bench::tf_python();
+  std::string& tf_skipped = out.tf_skipped;
   if (tf_py.empty()) {
     tf_skipped = "no Python for TensorFlow (set CHORUS_TF_PYTHON, or make the test venv: scripts/test-python-env.sh)";
   } else {
@@ -269,31 +284,25 @@ int run_parent(int steps, int repeats) {
     capture("'" + tf_py + "' -c 'import tensorflow' >/dev/null 2>&1", &status);
     if (status != 0) tf_skipped = "'" + tf_py + "' cannot import tensorflow";
   }
-  TfSide tf[2];  // [0]: one device, [1]: MirroredStrategy over 2 logical devices
   const auto run_tf = [&](int devices) {
     if (!tf_skipped.empty()) return;
     int status = 0;
-    const std::string out =
+    const std::string text =
         capture("'" + tf_py + "' '" + CHORUS_TRAIN_BENCH_DIR + "/tf_seed_cnn.py' --devices " + std::to_string(devices) +
                     " --threads 2 --steps " + std::to_string(steps) + " --warmup " + std::to_string(kWarmupSteps) +
                     " --batch " + std::to_string(kGlobalBatch) + " --repeats 1 2>&1",
                 &status);
-    const auto sps = result_field(out, "samples_per_s");
+    const auto sps = result_field(text, "samples_per_s");
     if (status != 0 || !sps) {
-      tf_skipped = "TensorFlow run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
+      tf_skipped = "TensorFlow run failed (exit " + std::to_string(status) + "): " + text.substr(0, 400);
       return;
     }
-    TfSide& side = tf[devices - 1];
+    TfSide& side = out.tf[devices - 1];
     side.sps.push_back(*sps);
-    side.peak_rss_mib = std::max(side.peak_rss_mib, result_field(out, "peak_rss_mib").value_or(0.0));
-    const std::size_t p = out.find("tensorflow ");
-    if (p != std::string::npos) side.line = out.substr(p, out.find('\n', p) - p);
+    side.peak_rss_mib = std::max(side.peak_rss_mib, result_field(text, "peak_rss_mib").value_or(0.0));
+    const std::size_t p = text.find("tensorflow ");
+    if (p != std::string::npos) side.line = text.substr(p, text.find('\n', p) - p);
   };
-
-  // Rounds alternate the sides: chorus 1 replica, TensorFlow one device, chorus 2 replicas,
-  // TensorFlow 2 devices, chorus 2 replicas saving asynchronously every kSaveEvery steps (issue
-  // 24), chorus 4 replicas; each run in a fresh process, one window of `steps`.
-  constexpr int kSaveEvery = 10;
   struct Run {
     int replicas, save_every;
   };
@@ -303,16 +312,16 @@ int run_parent(int steps, int repeats) {
     for (int i = 0; i < 4; ++i) {
       const int r = runs[i].replicas;
       int status = 0;
-      const std::string out =
+      const std::string text =
           capture("'" + self + "' --replicas " + std::to_string(r) + " --steps " + std::to_string(steps) +
                       " --repeats 1 --save-every " + std::to_string(runs[i].save_every),
                   &status);
-      const auto sps = result_field(out, "samples_per_s");
+      const auto sps = result_field(text, "samples_per_s");
       if (status != 0 || !sps) {
-        std::fprintf(stderr, "bench_train: the %d-replica run failed (exit %d):\n%s\n", r, status, out.c_str());
-        return 1;
+        std::fprintf(stderr, "bench_train: the %d-replica run failed (exit %d):\n%s\n", r, status, text.c_str());
+        return std::nullopt;
       }
-      auto f = [&](const char* key) { return result_field(out, key).value_or(0.0); };
+      auto f = [&](const char* key) { return result_field(text, key).value_or(0.0); };
       rounds[i].push_back(
           with_overhead({r, *sps, f("min_samples_per_s"), f("max_samples_per_s"), f("ms_per_step"), f("kernels"),
                          f("collectives"), f("between"), f("fw_cpu"), f("off_cpu"), f("kernel_off_cpu"), f("core_wait"),
@@ -320,48 +329,59 @@ int run_parent(int steps, int repeats) {
       if (r <= 2 && runs[i].save_every == 0) run_tf(r);
     }
   }
-  std::vector<Case> cases;
-  for (int i : {0, 1, 3}) cases.push_back(combine(rounds[i]));
-  const Case saving = combine(rounds[2]);
+  for (int i : {0, 1, 3}) out.cases.push_back(combine(rounds[i]));
+  out.saving = combine(rounds[2]);
+  return out;
+}
 
-  // The PyTorch yardstick, beside the 2-replica case: same steps, warm-up and repeats (median).
-  std::optional<double> torch_sps;
-  std::string skipped, torch_line;
+// The PyTorch yardstick, beside the 2-replica case: same steps, warm-up and repeats (median).
+struct TorchSide {
+  std::optional<double> sps;
+  std::string skipped, line;
+};
+
+TorchSide run_pytorch_ddp(int steps, int repeats) {
+  TorchSide t;
   std::string torch_why;
   const std::string py = cx::bench::python_with_torch(&torch_why);
   if (py.empty()) {
-    skipped = "PyTorch not installed (apt-get install python3-torch): " + torch_why;
-  } else {
-    int status = 0;
-    const std::string out =
-        capture(py + " '" + CHORUS_TRAIN_BENCH_DIR + "/pytorch_ddp.py' --world-size 2 --steps " +
-                    std::to_string(steps) + " --warmup " + std::to_string(kWarmupSteps) + " --batch " +
-                    std::to_string(kGlobalBatch) + " --repeats " + std::to_string(repeats) + " 2>&1",
-                &status);
-    torch_sps = result_field(out, "samples_per_s");
-    if (status != 0 || !torch_sps) {
-      torch_sps.reset();
-      skipped = "PyTorch DDP run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
-    } else {
-      const std::size_t p = out.find("pytorch ");
-      if (p != std::string::npos) torch_line = out.substr(p, out.find('\n', p) - p);
-    }
+    t.skipped = "PyTorch not installed (apt-get install python3-torch): " + torch_why;
+    return t;
   }
+  int status = 0;
+  const std::string out =
+      capture(py + " '" + CHORUS_TRAIN_BENCH_DIR + "/pytorch_ddp.py' --world-size 2 --steps " + std::to_string(steps) +
+                  " --warmup " + std::to_string(kWarmupSteps) + " --batch " + std::to_string(kGlobalBatch) +
+                  " --repeats " + std::to_string(repeats) + " 2>&1",
+              &status);
+  t.sps = result_field(out, "samples_per_s");
+  if (status != 0 || !t.sps) {
+    t.sps.reset();
+    t.skipped = "PyTorch DDP run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
+  } else {
+    const std::size_t p = out.find("pytorch ");
+    if (p != std::string::npos) t.line = out.substr(p, out.find('\n', p) - p);
+  }
+  return t;
+}
 
-  const unsigned cores = std::thread::hardware_concurrency();
-  const std::string machine = cx::bench::machine(true) + ", oneDNN " + cx::ops::cpu::onednn_isa();
-  std::printf(
-      "seed CNN, global batch %lld; each run a fresh process: %d warm-up steps, then %d timed steps; %d rounds "
-      "alternating chorus and TensorFlow (samples/s: median of the rounds, [min-max])\nmachine: %s\n",
-      static_cast<long long>(kGlobalBatch), kWarmupSteps, steps, repeats, machine.c_str());
+// The JSON line's cases, added in order.
+struct JsonCases {
+  std::vector<cx::bench::Json> cases;
+  void add(const std::string& name, double value, const char* unit, const std::string& yard,
+           std::optional<double> yard_value, std::optional<double> ratio) {
+    cases.push_back(cx::bench::json_case(name, value, unit, yard, yard_value, ratio, 6, 4));
+  }
+};
+
+// The table of chorus's cases (time split, PyTorch beside 2 replicas) and its legend.
+void print_cases(const std::vector<Case>& cases, const TorchSide& torch, JsonCases& json) {
   std::printf("%-8s %9s %15s %8s %8s %8s %9s | %8s %8s %8s %8s | %9s | %7s %12s %6s\n", "replicas", "samples/s",
               "[min-max]", "ms/step", "kernels", "collect", "elsewhere", "between", "fw-cpu", "off-cpu", "core-wait",
               "overhead", "cpu/wall", "pytorch DDP", "ratio");
-  std::vector<cx::bench::Json> json_cases;
-  auto add = [&](const std::string& name, double value, const char* unit, const std::string& yard,
-                 std::optional<double> yard_value, std::optional<double> ratio) {
-    json_cases.push_back(cx::bench::json_case(name, value, unit, yard, yard_value, ratio, 6, 4));
-  };
+  const unsigned cores = std::thread::hardware_concurrency();
+  const std::optional<double>& torch_sps = torch.sps;
+  auto add = [&](auto&&... a) { json.add(a...); };
   for (const Case& c : cases) {
     const double elsewhere = 1.0 - c.kernels - c.collectives;
     const bool yard = c.replicas == 2 && torch_sps.has_value();
@@ -413,10 +433,17 @@ int run_parent(int steps, int repeats) {
   for (const Case& c : cases)
     std::printf("  %d replica(s): kernels not running (descheduled inside a kernel) %.1f%% of replica time\n",
                 c.replicas, 100 * c.kernel_off_cpu);
-  if (!torch_line.empty()) std::printf("yardstick: %s\n", torch_line.c_str());
+  if (!torch.line.empty()) std::printf("yardstick: %s\n", torch.line.c_str());
+}
 
-  // TensorFlow (issue 14's goals), each printed PASS/FAIL and as a JSON case with its ratio.
-  std::vector<std::string> goal_lines;
+// Issue 14's goals against TensorFlow and issue 24's async-save goal: lines "PASS|FAIL  what:
+// detail" into `goal_lines`, and their JSON cases.
+void tf_and_save_goals(const Rounds& rounds, JsonCases& json, std::vector<std::string>& goal_lines) {
+  const std::vector<Case>& cases = rounds.cases;
+  const TfSide* tf = rounds.tf;
+  const std::string& tf_skipped = rounds.tf_skipped;
+  const Case& saving = rounds.saving;
+  auto add = [&](auto&&... a) { json.add(a...); };
   const auto goal = [&](const std::string& what, bool pass, const std::string& detail) {
     goal_lines.push_back(std::string(pass ? "PASS" : "FAIL") + "  " + what + ": " + detail);
   };
@@ -483,28 +510,51 @@ int run_parent(int steps, int repeats) {
         "samples/s", "2 replicas without saves (same run)", plain.samples_per_s,
         saving.samples_per_s / plain.samples_per_s);
   }
+}
+
+// Multi-worker mode: 2 processes x 1 device, samples/s; 0 with `skipped` saying why.
+double run_multi_worker(const std::string& self, int steps, int repeats, std::string* skipped) {
+  double mw_sps = 0;
+#if CHORUS_WITH_MPI
+  const char* root = getuid() == 0 ? " --allow-run-as-root" : "";
+  int status = 0;
+  const std::string out = capture(std::string(CHORUS_MPIEXEC) + root + " --oversubscribe --bind-to none -np 2 '" +
+                                      self + "' --worker-child --steps " + std::to_string(steps) + " --repeats " +
+                                      std::to_string(repeats) + " 2>&1",
+                                  &status);
+  mw_sps = status == 0 ? result_field(out, "samples_per_s").value_or(0) : 0;
+  if (mw_sps <= 0) *skipped = "multi-worker run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
+#else
+  (void)self;
+  (void)steps;
+  (void)repeats;
+  *skipped = "this build has no MPI";
+#endif
+  return mw_sps;
+}
+
+int run_parent(int steps, int repeats) {
+  const std::string self = self_path("bench_train");
+  const std::optional<Rounds> rounds = run_rounds(self, steps, repeats);
+  if (!rounds) return 1;
+  const std::vector<Case>& cases = rounds->cases;
+  const TorchSide torch = run_pytorch_ddp(steps, repeats);
+
+  const std::string machine = cx::bench::machine(true) + ", oneDNN " + cx::ops::cpu::onednn_isa();
+  std::printf(
+      "seed CNN, global batch %lld; each run a fresh process: %d warm-up steps, then %d timed steps; %d rounds "
+      "alternating chorus and TensorFlow (samples/s: median of the rounds, [min-max])\nmachine: %s\n",
+      static_cast<long long>(kGlobalBatch), kWarmupSteps, steps, repeats, machine.c_str());
+  JsonCases json;
+  print_cases(cases, torch, json);
+  std::vector<std::string> goal_lines;
+  tf_and_save_goals(*rounds, json, goal_lines);
   std::printf("goals (issues 14, 24):\n");
   for (const std::string& line : goal_lines) std::printf("  %s\n", line.c_str());
 
   // Multi-worker mode: 2 processes x 1 device against this run's 1 process x 2 devices.
-  double mw_sps = 0;  // samples/s of the multi-worker run; 0: none (mw_skipped says why)
   std::string mw_skipped;
-#if CHORUS_WITH_MPI
-  {
-    const char* root = getuid() == 0 ? " --allow-run-as-root" : "";
-    int status = 0;
-    const std::string out = capture(std::string(CHORUS_MPIEXEC) + root + " --oversubscribe --bind-to none -np 2 '" +
-                                        self + "' --worker-child --steps " + std::to_string(steps) + " --repeats " +
-                                        std::to_string(repeats) + " 2>&1",
-                                    &status);
-    mw_sps = status == 0 ? result_field(out, "samples_per_s").value_or(0) : 0;
-    if (mw_sps <= 0) {
-      mw_skipped = "multi-worker run failed (exit " + std::to_string(status) + "): " + out.substr(0, 400);
-    }
-  }
-#else
-  mw_skipped = "this build has no MPI";
-#endif
+  const double mw_sps = run_multi_worker(self, steps, repeats, &mw_skipped);
   const Case* two = nullptr;
   for (const Case& c : cases)
     if (c.replicas == 2) two = &c;
@@ -514,13 +564,13 @@ int run_parent(int steps, int repeats) {
         "multi-worker: 2 processes x 1 device %.1f samples/s vs 1 process x 2 devices %.1f samples/s: "
         "scaling efficiency %.2f\n",
         mw_sps, two->samples_per_s, efficiency);
-    add("samples/s 2 workers x 1 device", mw_sps, "samples/s", "1 process x 2 devices (same run)", two->samples_per_s,
-        efficiency);
+    json.add("samples/s 2 workers x 1 device", mw_sps, "samples/s", "1 process x 2 devices (same run)",
+             two->samples_per_s, efficiency);
   } else {
     std::printf("multi-worker: skipped: %s\n", mw_skipped.c_str());
   }
-  if (!skipped.empty()) std::printf("skipped: %s\n", skipped.c_str());
-  cx::bench::print_json_line("train", machine, json_cases);
+  if (!torch.skipped.empty()) std::printf("skipped: %s\n", torch.skipped.c_str());
+  cx::bench::print_json_line("train", machine, json.cases);
   return 0;
 }
 

@@ -40,7 +40,8 @@
 // rendezvous's leave(), so that rank 0 serves the store until every worker is done with it. Both
 // are bounded by the timeout and never throw (a failure is logged); once a Gloo communicator of
 // this transport recorded a failure in the store (a lost peer, a timeout, an abort), or the store
-// is gone (rank 0 died), neither waits and nobody calls leave().
+// is gone (rank 0 died), neither waits and nobody calls leave() — also when the failure is recorded
+// while goodbye() already waits (it looks between 200 ms slices).
 //
 // Errors (at choose_worker_transport, before any I/O): the store path in a build without Gloo →
 // UnavailableError saying to install libgloo-dev and rebuild, or to start the job with mpirun;
