@@ -138,17 +138,19 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
     auto it = strategy->experimental_distribute_dataset(data).make_iterator();
     for (int i = 0; i < 8; ++i) resident.push_back(*it.next());
   }
-  auto run_window = [&]() {
+  // `steps` steps of this configuration's path, the GPU streams synchronized after them.
+  auto run_steps = [&](int steps) {
     if (input == "resident") {
-      for (int s = 0; s < o.steps; ++s) {
+      for (int s = 0; s < steps; ++s) {
         cx::timeline::Span span("step", "train step");
         strategy->run([&](const cx::data::Element& e) { model->train_step(e); }, resident[s % 8]);
       }
     } else {
-      model->fit(data, {.epochs = 1, .steps_per_epoch = o.steps, .verbose = 0});
+      model->fit(data, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
     }
     synchronize_gpus();
   };
+  auto run_window = [&]() { run_steps(o.steps); };
   run_window();  // the path's own warm-up (resident batches, a second fit)
   synchronize_gpus();
   // The timed windows run as a user's steps do, with the timeline off; one more window, captured,
@@ -172,20 +174,10 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   const std::optional<cx::timeline::Capture> c = cx::timeline::stop_capture();
   const double per = o.steps;  // steps in the captured window
   if (o.profile_steps > 0) {
-    Options p = o;
-    p.steps = o.profile_steps;
 #ifdef CHORUS_WITH_CUDA
-    synchronize_gpus();
     cudaProfilerStart();  // unchecked: only a profiler (ncu) uses the range; without one it is a no-op
 #endif
-    if (input == "resident") {
-      for (int s = 0; s < p.steps; ++s)
-        strategy->run([&](const cx::data::Element& e) { model->train_step(e); }, resident[s % 8]);
-      synchronize_gpus();
-    } else {
-      model->fit(data, {.epochs = 1, .steps_per_epoch = p.steps, .verbose = 0});
-      synchronize_gpus();
-    }
+    run_steps(o.profile_steps);
 #ifdef CHORUS_WITH_CUDA
     cudaProfilerStop();
 #endif
