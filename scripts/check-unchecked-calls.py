@@ -202,10 +202,18 @@ def starts_statement(toks, p):
     return False
 
 
+# Conditional and other directive lines (not #define, whose body may hold calls): blanked before
+# tokenizing, so that `#ifdef X` does not read as a type name `X` in front of the next line's call
+# (which then passed as a declaration, unchecked).
+DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif|include|pragma|undef|error|warning|line)\b[^\n]*",
+                       re.MULTILINE)
+
+
 def check_text(path, text):
     """Returns (findings, calls): findings are (line, call text, why); calls counts the library
     calls seen."""
     code, comments = strip_comments_and_literals(text)
+    code = DIRECTIVE.sub(lambda m: " " * len(m.group()), code)
     toks = tokenize(code)
     line_starts = [0] + [m.end() for m in re.finditer("\n", code)]
     markers = {}  # line -> reason
@@ -298,6 +306,10 @@ SELF_TEST = [
     ("void f() {\n  cudaMemcpyAsync(a, b,\n      n, k, s);  // unchecked: test of a multi-line call\n}", 0),
     ("void f() { if (cudaSetDevice(0) != cudaSuccess) (void)cudaGetLastError(); }", 0),
     ("void f() { if (x) cudaStreamDestroy(s); }", 1),
+    # A call right after a directive line: found (it once read as a declaration of type `A`).
+    ("void f() {\n  g();\n#ifdef A\n  cudaProfilerStop();\n#endif\n}", 1),
+    ("void f() {\n#if defined(A)\n  cudaFree(p);  // unchecked: teardown\n#endif\n}", 0),
+    ("#include <cuda_runtime.h>\nvoid f() { CHORUS_CUDA_CHECK(cudaFree(p)); }", 0),
     ("void f() { for (auto c : cs) ncclCommAbort(c); }", 1),
     ("void f() { while (x) cublasDestroy(h); else cudnnDestroy(h); }", 2),
     ("cudaError_t f() { return cudaDeviceSynchronize(); }", 0),

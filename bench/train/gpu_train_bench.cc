@@ -175,11 +175,12 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
   const double per = o.steps;  // steps in the captured window
   if (o.profile_steps > 0) {
 #ifdef CHORUS_WITH_CUDA
+    synchronize_gpus();
     cudaProfilerStart();  // unchecked: only a profiler (ncu) uses the range; without one it is a no-op
 #endif
     run_steps(o.profile_steps);
 #ifdef CHORUS_WITH_CUDA
-    cudaProfilerStop();
+    cudaProfilerStop();  // unchecked: as cudaProfilerStart
 #endif
   }
   const double replicas = strategy->num_replicas_in_sync();
