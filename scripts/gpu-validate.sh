@@ -22,6 +22,8 @@
 #   --targets     build only these targets (space- or comma-separated; default: everything). The
 #                 phases whose programs were not built fail, so name what they need: the gpu
 #                 tests' executables, chorus-devices, mnist_mirrored and the bench_* programs.
+#                 `--targets gpu` names exactly those (every tests/**/*_gpu_test.cc's program, the
+#                 NCCL-over-MPI test, and the programs of the phases).
 #   --test-timeout  ctest's limit per gpu test (default 300)
 #   --bench-train-args  extra arguments for bench_train_gpu (e.g. '--steps 30 --batches 128,2048')
 #
@@ -58,7 +60,7 @@ while [[ $# -gt 0 ]]; do
     --targets) targets=${2//,/ }; shift 2 ;;
     --test-timeout) test_timeout=$2; shift 2 ;;
     --bench-train-args) bench_train_args=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "gpu-validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -201,6 +203,14 @@ if (( do_build )); then
   (( ${#prefixes[@]} )) && cmake_extra+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefixes[*]}")")
   run_phase configure 180 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_extra[@]}" || exit
+  if [[ $targets == gpu ]]; then
+    # A test program is named after its path under tests/ (tests/ops/nan_gpu_test.cc: ops_nan_gpu_test).
+    targets="chorus-devices mnist_mirrored bench_train_gpu bench_allocator bench_virtual_gpu_allreduce bench_ops"
+    targets="$targets bench_gpu_launch collective_nccl_mpi_test"
+    while IFS= read -r f; do
+      rel=${f#"$root"/tests/}; rel=${rel%.cc}; targets="$targets ${rel//\//_}"
+    done < <(find "$root/tests" -name '*_gpu_test.cc' | sort)
+  fi
   if [[ -n $targets && -f $build_dir/build.ninja ]]; then
     # Targets this configuration does not define (no MPI there, say) are named and dropped: one
     # unknown target would fail the whole build.
