@@ -25,8 +25,8 @@
 // the signal dispositions that were in place before — except after a stop (should_stop returned
 // true): the process is then shutting down for a preemption, and the signals it watched other than
 // SIGINT stay caught by the handler, which only records them, so that the scheduler's signal
-// reaching this rank late (another rank saw it first) cannot kill it while it saves and exits. Use it from the
-// program's thread (the one that calls strategy.run), never from replicas.
+// reaching this rank late (another rank saw it first) cannot kill it while it saves and exits.
+// Use it from the program's thread (the one that calls strategy.run), never from replicas.
 #pragma once
 
 #include <csignal>
