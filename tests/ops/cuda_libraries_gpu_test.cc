@@ -125,6 +125,49 @@ TEST_F(CudaKernelsTest, FusedConvolutionBiasActivationMatchesCpu) {
   }
 }
 
+// The plan a shape's first call keeps (cudnn_conv.cc) serves its later calls: new buffers at other
+// addresses, with other values, through all three directions and the fused forward in between
+// (which shares the plain forward's plan), each call still matching the CPU.
+TEST_F(CudaKernelsTest, ConvolutionPlansServeLaterCallsOfTheSameShape) {
+  const DType dtype = DType::kFloat32;
+  for (const Conv2dGeometry& g : conv_cases()) {
+    for (unsigned round = 0; round < 3; ++round) {
+      const unsigned seed = 90 + 4 * round;
+      const auto hx = rounded(uniform(g.input_elements(), -1, 1, seed), dtype);
+      const auto hw = rounded(uniform(g.filter_elements(), -1, 1, seed + 1), dtype);
+      const auto hdy = rounded(uniform(g.output_elements(), -1, 1, seed + 2), dtype);
+      const auto hb = rounded(uniform(g.out_c, -1, 1, seed + 3), dtype);
+      Tensor pad = zeros(1 + 97 * round, dtype);  // moves the buffers below to other addresses
+      Tensor x = put_as(hx, dtype), w = put_as(hw, dtype), dy = put_as(hdy, dtype), b = put_as(hb, dtype);
+      Tensor y = zeros(g.output_elements(), dtype), fy = zeros(g.output_elements(), dtype),
+             dx = zeros(g.input_elements(), dtype), dw = zeros(g.filter_elements(), dtype);
+      SKIP_WITHOUT_CUDNN(conv2d_forward(x.device_context(), dtype, g, x.data(), w.data(), y.data()));
+      const bool fused =
+          conv2d_bias_activation_forward(x.device_context(), dtype, g, x.data(), w.data(), b.data(), true, fy.data());
+      conv2d_backward_data(x.device_context(), dtype, g, dy.data(), w.data(), dx.data());
+      conv2d_backward_filter(x.device_context(), dtype, g, x.data(), dy.data(), dw.data());
+      std::vector<double> wy(static_cast<std::size_t>(g.output_elements())),
+          wdx(static_cast<std::size_t>(g.input_elements())), wdw(static_cast<std::size_t>(g.filter_elements()));
+      cpu::conv2d_forward(DType::kFloat64, g, hx.data(), hw.data(), wy.data());
+      cpu::conv2d_backward_data(DType::kFloat64, g, hdy.data(), hw.data(), wdx.data());
+      cpu::conv2d_backward_filter(DType::kFloat64, g, hx.data(), hdy.data(), wdw.data());
+      const std::string what = "round " + std::to_string(round) + " conv out " + std::to_string(g.out_h) + "x" +
+                               std::to_string(g.out_w) + " pads " + std::to_string(g.pad_top) +
+                               std::to_string(g.pad_bottom) + std::to_string(g.pad_left) + std::to_string(g.pad_right);
+      expect_close(get(y), wy, 2e-5, what + " forward");
+      expect_close(get(dx), wdx, 2e-5, what + " backward data");
+      expect_close(get(dw), wdw, 2e-5, what + " backward filter");
+      EXPECT_TRUE(fused) << what << ": cuDNN refused the fused float32 relu forward";
+      if (fused) {
+        std::vector<double> want = wy;
+        for (std::size_t i = 0; i < want.size(); ++i)
+          want[i] = std::max(want[i] + hb[i % static_cast<std::size_t>(g.out_c)], 0.0);
+        expect_close(get(fy), want, 2e-5, what + " fused forward");
+      }
+    }
+  }
+}
+
 // ops::fused_conv2d on the GPU (fused or composed) against the same op on the CPU: the output and
 // the three gradients.
 TEST_F(CudaKernelsTest, FusedConv2dOpMatchesCpuWithGradients) {

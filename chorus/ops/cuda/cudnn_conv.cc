@@ -11,8 +11,7 @@
 // Fused forward (conv2d_bias_activation_forward, ops::fused_conv2d's GPU path):
 // cudnnConvolutionBiasActivationForward, y = act(conv(x, w) + bias) in one call, with the plain
 // forward's layout, algorithm and math (IMPLICIT_PRECOMP_GEMM for the identity activation, the only
-// algorithm cuDNN runs it with). When cuDNN refuses, the caller runs the three kernels. Not yet run on a GPU:
-// docs/gpu-validation.md lists it as unverified.
+// algorithm cuDNN runs it with). When cuDNN refuses, the caller runs the three kernels.
 //
 // Groups (grouped and depthwise convolutions): cudnnSetConvolutionGroupCount on the convolution
 // descriptor, the filter descriptor's C being in_c / groups.
@@ -31,12 +30,17 @@
 // CUDNN_FMA_MATH (no TF32, results comparable to the CPU kernels) and only if cuDNN offers nothing
 // under it is CUDNN_DEFAULT_MATH allowed. Choices are cached per (direction, geometry, dtype,
 // determinism, TF32 setting, GPU).
+//
+// Plans. The first call of a shape on a logical device keeps its descriptors, algorithm and
+// workspace size (a Plan, below); later calls make no descriptor and query nothing, so their host
+// time is the staging copies, the workspace allocation and cuDNN's own call.
 #include <chorus/ops/cuda/libraries.h>
 
 #ifdef CHORUS_WITH_CUDNN
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -316,59 +320,7 @@ std::size_t workspace_size(cudnnHandle_t h, Dir dir, const Descs& d, int algo) {
   return bytes;
 }
 
-// ---- The shared driver ----------------------------------------------------------------------
-
-// The forward's fused epilogue: y = act(conv(x, w) + bias), cudnnConvolutionBiasActivationForward.
-struct Epilogue {
-  const void* bias;  // [out_c], the convolution's dtype
-  bool relu;         // else identity
-};
-
-// Whether the fused forward ran: cuDNN refused it (no fused kernel for this dtype/geometry, or any
-// error of the fused call) → false, and the caller composes conv + bias + relu into y. The
-// first refusal per (dtype, relu) is logged: silently slower is worse than a line in the log.
-bool run_fused_forward(cudnnHandle_t h, DeviceContext& dev, DType dtype, const Conv2dGeometry& g, Layout layout,
-                       const Descs& d, const Choice& choice, const void* xp, const void* wp, void* yp,
-                       const Epilogue& epi, const char* op) {
-  // cuDNN: IDENTITY runs only with IMPLICIT_PRECOMP_GEMM; RELU with the plain forward's choice.
-  const auto algo =
-      epi.relu ? static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo) : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-  std::size_t ws_bytes = 0;
-  cudnnStatus_t status =
-      cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), algo, &ws_bytes);
-  if (status == CUDNN_STATUS_SUCCESS) {
-    Scratch ws;
-    if (ws_bytes > 0) ws = Scratch(dev, ws_bytes, "cuDNN fused convolution workspace");
-    TensorDesc bias;
-    set_tensor(bias, layout, data_type(dtype, op), 1, g.out_c, 1, 1, op);
-    ActivationDesc act;
-    CHORUS_CUDNN_CHECK(cudnnSetActivationDescriptor(
-        act.get(), epi.relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN, 0.0));
-    const Blend blend(dtype);
-    // alpha2 = 0: z (here y itself, as cuDNN allows) does not enter the sum.
-    status = cudnnConvolutionBiasActivationForward(h, blend.one(), d.x.get(), xp, d.w.get(), wp, d.conv.get(), algo,
-                                                   ws.get(), ws_bytes, blend.zero(), d.y.get(), yp, bias.get(),
-                                                   epi.bias, act.get(), d.y.get(), yp);
-  }
-  if (status == CUDNN_STATUS_SUCCESS) return true;
-  static std::mutex mu;
-  static std::set<std::pair<int, bool>> logged;
-  std::lock_guard<std::mutex> lock(mu);
-  if (logged.insert({static_cast<int>(dtype), epi.relu}).second) {
-    CHORUS_LOG(WARNING) << op << ": cuDNN's fused convolution + bias + " << (epi.relu ? "relu" : "identity")
-                        << " is not available for " << dtype_name(dtype) << " (" << cudnnGetErrorString(status)
-                        << "); running the convolution, the bias add and the activation as three kernels";
-  }
-  return false;
-}
-
-// The layouts convolve tries, in order: the cached choice's; NCHW for float64; else NHWC (the
-// callers' layout, no transposes), then NCHW.
-std::vector<Layout> layouts_to_try(const std::optional<Choice>& known, DType dtype) {
-  if (known) return {known->layout};
-  if (dtype == DType::kFloat64) return {Layout::kNCHW};
-  return {Layout::kNHWC, Layout::kNCHW};
-}
+// ---- Plans: what the calls of one shape share -------------------------------------------------
 
 // d's descriptors for one layout: x (the input as cuDNN sees it), y, the filter and the
 // convolution. Throws InvalidArgumentError when cuDNN's output size is not the geometry's.
@@ -410,6 +362,238 @@ std::optional<Choice> choose_algorithm(DeviceContext& dev, cudnnHandle_t h, Dir 
   return std::nullopt;
 }
 
+// The fused forward's part of a plan, one per activation, made at its first use.
+struct FusedPlan {
+  bool available = false;  // false: cuDNN refused once, and every later call composes
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  std::size_t ws_bytes = 0;
+  TensorDesc bias;
+  ActivationDesc act;
+};
+
+// Everything the calls of one shape share: the layout, the descriptors (math type set), the
+// algorithm and its workspace size, and the fused forwards'. The first call of a shape on a logical
+// device makes it (choosing the algorithm, or taking the choice another logical device of the same
+// GPU made); later calls make no descriptor and ask cuDNN for nothing but the convolution (a
+// convolution's host time was ~89 us per call on an H200 with descriptors made and sized per call,
+// docs/gpu-validation.md). One per (logical device, key), kept for the process like the handle, and
+// used only under that device's HandleLease: never by two threads at once, as cuDNN promises
+// nothing about descriptors shared by concurrent calls.
+struct Plan {
+  Layout layout = Layout::kNHWC;
+  Choice choice;
+  Descs d;
+  std::size_t ws_bytes = 0;
+  std::array<std::unique_ptr<FusedPlan>, 2> fused;  // [identity, relu]
+};
+
+std::mutex& plans_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::pair<const DeviceContext*, Key>, std::unique_ptr<Plan>>& plans() {
+  static std::map<std::pair<const DeviceContext*, Key>, std::unique_ptr<Plan>> p;
+  return p;
+}
+Plan* find_plan(const DeviceContext& dev, const Key& key) {
+  std::lock_guard<std::mutex> lock(plans_mu());
+  auto it = plans().find({&dev, key});
+  return it == plans().end() ? nullptr : it->second.get();
+}
+Plan& keep_plan(const DeviceContext& dev, const Key& key, std::unique_ptr<Plan> plan) {
+  std::lock_guard<std::mutex> lock(plans_mu());
+  std::unique_ptr<Plan>& slot = plans()[{&dev, key}];
+  slot = std::move(plan);
+  return *slot;
+}
+
+// ---- One call ---------------------------------------------------------------------------------
+
+std::array<std::int64_t, 4> x_dims(const Conv2dGeometry& g) { return {g.n, g.in_h, g.in_w, g.in_c}; }
+std::array<std::int64_t, 4> y_dims(const Conv2dGeometry& g) { return {g.n, g.out_h, g.out_w, g.out_c}; }
+std::array<std::int64_t, 4> w_dims(const Conv2dGeometry& g) { return {g.k_h, g.k_w, g.filter_in_c(), g.out_c}; }
+
+// A call's buffers in a layout cuDNN reads: x (the input of forward and backward filter, the output
+// of backward data), y (the output of forward, dy of the backward passes) and the filter, copied
+// in from the caller's NHWC / HWIO tensors where they cannot be used as they are.
+struct Staged {
+  Scratch x_buf, y_buf, w_buf;
+  void* x = nullptr;
+  void* y = nullptr;
+  std::array<std::int64_t, 4> cx{}, cy{}, cw{};  // strides in the cuDNN layout
+  std::int64_t x_off = 0;                        // where x starts in an explicitly padded x_buf
+  bool x_direct = false;                         // x is the caller's tensor
+};
+
+// forward: in0 = x, in1 = w, out = y; backward data: in0 = dy, in1 = w, out = dx; backward
+// filter: in0 = x, in1 = dy, out = dw.
+Staged stage(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g, const InputPlan& in, Layout layout,
+             const void* in0, const void* in1, void* out) {
+  Staged s;
+  const std::size_t es = dtype_size(dtype);
+  s.cx = strides_of(layout, in.h, in.w, g.in_c);
+  // Only an explicitly padded workspace holds x at an offset; with symmetric padding cuDNN pads
+  // and x fills the workspace from its first element.
+  s.x_off = in.padded_copy ? g.pad_top * s.cx[1] + g.pad_left * s.cx[2] : 0;
+  s.x_direct = layout == Layout::kNHWC && !in.padded_copy;
+  if (s.x_direct) {
+    s.x = dir == Dir::kBackwardData ? out : const_cast<void*>(in0);
+  } else {
+    const std::int64_t count = g.n * in.h * in.w * g.in_c;
+    s.x_buf = Scratch(dev, static_cast<std::size_t>(count) * es, "conv2d input in cuDNN layout");
+    s.x = s.x_buf.get();
+    if (dir != Dir::kBackwardData) {
+      if (in.padded_copy) fill(dev, dtype, s.x, count, 0);
+      copy4(dev, dtype, x_dims(g), strides_of(Layout::kNHWC, g.in_h, g.in_w, g.in_c), 0, in0, s.cx, s.x_off, s.x);
+    }
+  }
+  s.cy = strides_of(layout, g.out_h, g.out_w, g.out_c);
+  const void* dy = dir == Dir::kBackwardData ? in0 : in1;
+  if (layout == Layout::kNHWC) {
+    s.y = dir == Dir::kForward ? out : const_cast<void*>(dy);
+  } else {
+    s.y_buf = Scratch(dev, static_cast<std::size_t>(g.output_elements()) * es, "conv2d output in cuDNN layout");
+    s.y = s.y_buf.get();
+    if (dir != Dir::kForward)
+      copy4(dev, dtype, y_dims(g), strides_of(Layout::kNHWC, g.out_h, g.out_w, g.out_c), 0, dy, s.cy, 0, s.y);
+  }
+  // The filter, always transposed from/to HWIO.
+  s.cw = cudnn_filter_strides(layout, g);
+  s.w_buf = Scratch(dev, static_cast<std::size_t>(g.filter_elements()) * es, "conv2d filter in cuDNN layout");
+  if (dir != Dir::kBackwardFilter) copy4(dev, dtype, w_dims(g), hwio_strides(g), 0, in1, s.cw, 0, s.w_buf.get());
+  return s;
+}
+
+// Copies the call's result from the cuDNN layout into `out` where cuDNN did not write it there.
+void unstage(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g, Layout layout, const Staged& s,
+             void* out) {
+  switch (dir) {
+    case Dir::kForward:
+      if (layout == Layout::kNCHW)
+        copy4(dev, dtype, y_dims(g), s.cy, 0, s.y, strides_of(Layout::kNHWC, g.out_h, g.out_w, g.out_c), 0, out);
+      break;
+    case Dir::kBackwardData:
+      if (!s.x_direct)
+        copy4(dev, dtype, x_dims(g), s.cx, s.x_off, s.x, strides_of(Layout::kNHWC, g.in_h, g.in_w, g.in_c), 0, out);
+      break;
+    case Dir::kBackwardFilter: copy4(dev, dtype, w_dims(g), s.cw, 0, s.w_buf.get(), hwio_strides(g), 0, out); break;
+  }
+}
+
+// A plan for `layout` with the staged buffers (cuDNN's Find measures on them), choosing the
+// algorithm unless `known` holds the choice; nullptr when cuDNN offers none for this layout.
+std::unique_ptr<Plan> make_plan(DeviceContext& dev, cudnnHandle_t h, Dir dir, DType dtype, const Conv2dGeometry& g,
+                                const InputPlan& in, Layout layout, const std::optional<Choice>& known, const Staged& s,
+                                bool det, bool tf32, const char* op) {
+  auto plan = std::make_unique<Plan>();
+  plan->layout = layout;
+  set_descriptors(plan->d, layout, data_type(dtype, op), dtype, g, in, op);
+  std::optional<Choice> choice = known;
+  if (!choice)
+    choice = choose_algorithm(dev, h, dir, dtype, plan->d, Buffers{s.x, s.w_buf.get(), s.y}, det, tf32, layout);
+  if (!choice) return nullptr;
+  plan->choice = *choice;
+  CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->d.conv.get(), choice->math));
+  plan->ws_bytes = workspace_size(h, dir, plan->d, choice->algo);
+  return plan;
+}
+
+// The forward's fused epilogue: y = act(conv(x, w) + bias), cudnnConvolutionBiasActivationForward.
+struct Epilogue {
+  const void* bias;  // [out_c], the convolution's dtype
+  bool relu;         // else identity
+};
+
+// Whether the fused forward ran: cuDNN refused it (no fused kernel for this dtype/geometry, or any
+// error of the fused call) → false, and the caller composes conv + bias + relu into y; the plan
+// remembers the refusal. The first refusal per (dtype, relu) is logged: silently slower is worse
+// than a line in the log.
+bool run_fused_forward(cudnnHandle_t h, DeviceContext& dev, DType dtype, const Conv2dGeometry& g, Plan& plan,
+                       const Staged& s, const Epilogue& epi, const char* op) {
+  std::unique_ptr<FusedPlan>& f = plan.fused[epi.relu ? 1 : 0];
+  const Descs& d = plan.d;
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  if (!f) {
+    f = std::make_unique<FusedPlan>();
+    // cuDNN: IDENTITY runs only with IMPLICIT_PRECOMP_GEMM; RELU with the plain forward's choice.
+    f->algo = epi.relu ? static_cast<cudnnConvolutionFwdAlgo_t>(plan.choice.algo)
+                       : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    status = cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), f->algo,
+                                                     &f->ws_bytes);
+    if (status == CUDNN_STATUS_SUCCESS) {
+      set_tensor(f->bias, plan.layout, data_type(dtype, op), 1, g.out_c, 1, 1, op);
+      CHORUS_CUDNN_CHECK(cudnnSetActivationDescriptor(
+          f->act.get(), epi.relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN, 0.0));
+      f->available = true;
+    }
+  }
+  if (f->available) {
+    Scratch ws;
+    if (f->ws_bytes > 0) ws = Scratch(dev, f->ws_bytes, "cuDNN fused convolution workspace");
+    const Blend blend(dtype);
+    // alpha2 = 0: z (here y itself, as cuDNN allows) does not enter the sum.
+    status = cudnnConvolutionBiasActivationForward(
+        h, blend.one(), d.x.get(), s.x, d.w.get(), s.w_buf.get(), d.conv.get(), f->algo, ws.get(), f->ws_bytes,
+        blend.zero(), d.y.get(), s.y, f->bias.get(), epi.bias, f->act.get(), d.y.get(), s.y);
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    f->available = false;
+  }
+  if (status == CUDNN_STATUS_SUCCESS) return false;  // refused by an earlier call, logged then
+  static std::mutex mu;
+  static std::set<std::pair<int, bool>> logged;
+  std::lock_guard<std::mutex> lock(mu);
+  if (logged.insert({static_cast<int>(dtype), epi.relu}).second) {
+    CHORUS_LOG(WARNING) << op << ": cuDNN's fused convolution + bias + " << (epi.relu ? "relu" : "identity")
+                        << " is not available for " << dtype_name(dtype) << " (" << cudnnGetErrorString(status)
+                        << "); running the convolution, the bias add and the activation as three kernels";
+  }
+  return false;
+}
+
+// Runs the call on staged buffers with `plan`. With an epilogue (forward only), returns whether the
+// fused forward ran (false: nothing was written); without one, true.
+bool execute(cudnnHandle_t h, DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g, Plan& plan,
+             const Staged& s, void* out, const Epilogue* epi, const char* op) {
+  if (epi != nullptr) {
+    if (!run_fused_forward(h, dev, dtype, g, plan, s, *epi, op)) return false;
+    unstage(dev, dir, dtype, g, plan.layout, s, out);
+    return true;
+  }
+  const Descs& d = plan.d;
+  Scratch ws;
+  if (plan.ws_bytes > 0) ws = Scratch(dev, plan.ws_bytes, "cuDNN convolution workspace");
+  const Blend blend(dtype);
+  switch (dir) {
+    case Dir::kForward:
+      CHORUS_CUDNN_CHECK(cudnnConvolutionForward(h, blend.one(), d.x.get(), s.x, d.w.get(), s.w_buf.get(), d.conv.get(),
+                                                 static_cast<cudnnConvolutionFwdAlgo_t>(plan.choice.algo), ws.get(),
+                                                 plan.ws_bytes, blend.zero(), d.y.get(), s.y));
+      break;
+    case Dir::kBackwardData:
+      CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardData(h, blend.one(), d.w.get(), s.w_buf.get(), d.y.get(), s.y,
+                                                      d.conv.get(),
+                                                      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.choice.algo),
+                                                      ws.get(), plan.ws_bytes, blend.zero(), d.x.get(), s.x));
+      break;
+    case Dir::kBackwardFilter:
+      CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, blend.one(), d.x.get(), s.x, d.y.get(), s.y, d.conv.get(),
+                                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.choice.algo),
+                                                        ws.get(), plan.ws_bytes, blend.zero(), d.w.get(),
+                                                        s.w_buf.get()));
+      break;
+  }
+  unstage(dev, dir, dtype, g, plan.layout, s, out);
+  return true;
+}
+
+// The layouts a shape's first call tries, in order: the choice's when another logical device of
+// the GPU made one; NCHW for float64; else NHWC (the callers' layout, no transposes), then NCHW.
+std::vector<Layout> layouts_to_try(const std::optional<Choice>& known, DType dtype) {
+  if (known) return {known->layout};
+  if (dtype == DType::kFloat64) return {Layout::kNCHW};
+  return {Layout::kNHWC, Layout::kNCHW};
+}
+
 // forward: in0 = x, in1 = w, out = y; backward data: in0 = dy, in1 = w, out = dx;
 // backward filter: in0 = x, in1 = dy, out = dw. With an epilogue (forward only), returns whether
 // the fused forward ran (false: nothing was written); without one, always true.
@@ -417,7 +601,7 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
               void* out, const Epilogue* epi = nullptr) {
   const char* op = op_name(dir);
   CHORUS_REQUIRE(dev.is_gpu(), InvalidArgumentError, op, ": cuDNN needs a GPU device, got ", dev.name());
-  const cudnnDataType_t type = data_type(dtype, op);
+  (void)data_type(dtype, op);  // an unsupported dtype says so before anything else
   check_geometry(g, op);
   // Empty outputs, and empty sums (which cuDNN may reject): zeros.
   const std::int64_t out_elements = dir == Dir::kForward        ? g.output_elements()
@@ -434,97 +618,19 @@ bool convolve(DeviceContext& dev, Dir dir, DType dtype, const Conv2dGeometry& g,
   const bool det = op_determinism_enabled();
   const bool tf32 = dtype == DType::kFloat32 && config::tensor_float_32_execution_enabled();
   const Key key = make_key(dir, dtype, g, det, tf32, dev.gpu_ordinal());
-  const std::optional<Choice> known = cached(key);
-  const std::vector<Layout> layouts = layouts_to_try(known, dtype);
-
   const InputPlan in = plan_input(g);
-  const std::size_t es = dtype_size(dtype);
-  const auto nhwc_x = strides_of(Layout::kNHWC, g.in_h, g.in_w, g.in_c);
-  const auto nhwc_y = strides_of(Layout::kNHWC, g.out_h, g.out_w, g.out_c);
-  const std::array<std::int64_t, 4> x_dims{g.n, g.in_h, g.in_w, g.in_c};
-  const std::array<std::int64_t, 4> y_dims{g.n, g.out_h, g.out_w, g.out_c};
-  const std::array<std::int64_t, 4> w_dims{g.k_h, g.k_w, g.filter_in_c(), g.out_c};
-  const Blend blend(dtype);
-
   HandleLease h(dev);
-  for (const Layout layout : layouts) {
-    // x side (input of forward / backward filter, output of backward data).
-    const auto cx = strides_of(layout, in.h, in.w, g.in_c);
-    // Only an explicitly padded workspace holds x at an offset; with symmetric padding cuDNN pads
-    // and x fills the workspace from its first element.
-    const std::int64_t x_off = in.padded_copy ? g.pad_top * cx[1] + g.pad_left * cx[2] : 0;
-    const bool x_direct = layout == Layout::kNHWC && !in.padded_copy;
-    Scratch x_buf;
-    void* xp = nullptr;
-    if (x_direct) {
-      xp = dir == Dir::kBackwardData ? out : const_cast<void*>(in0);
-    } else {
-      const std::int64_t count = g.n * in.h * in.w * g.in_c;
-      x_buf = Scratch(dev, static_cast<std::size_t>(count) * es, "conv2d input in cuDNN layout");
-      xp = x_buf.get();
-      if (dir != Dir::kBackwardData) {
-        if (in.padded_copy) fill(dev, dtype, xp, count, 0);
-        copy4(dev, dtype, x_dims, nhwc_x, 0, in0, cx, x_off, xp);
-      }
-    }
-    // y side (output of forward, input dy of the backward passes).
-    const auto cy = strides_of(layout, g.out_h, g.out_w, g.out_c);
-    Scratch y_buf;
-    void* yp = nullptr;
-    const void* dy = dir == Dir::kBackwardData ? in0 : in1;
-    if (layout == Layout::kNHWC) {
-      yp = dir == Dir::kForward ? out : const_cast<void*>(dy);
-    } else {
-      y_buf = Scratch(dev, static_cast<std::size_t>(g.output_elements()) * es, "conv2d output in cuDNN layout");
-      yp = y_buf.get();
-      if (dir != Dir::kForward) copy4(dev, dtype, y_dims, nhwc_y, 0, dy, cy, 0, yp);
-    }
-    // Filter, always transposed from/to HWIO.
-    const auto cw = cudnn_filter_strides(layout, g);
-    Scratch w_buf(dev, static_cast<std::size_t>(g.filter_elements()) * es, "conv2d filter in cuDNN layout");
-    if (dir != Dir::kBackwardFilter) copy4(dev, dtype, w_dims, hwio_strides(g), 0, in1, cw, 0, w_buf.get());
-
-    Descs d;
-    set_descriptors(d, layout, type, dtype, g, in, op);
-
-    std::optional<Choice> choice = known;
-    if (!choice) {
-      choice = choose_algorithm(dev, h.get(), dir, dtype, d, Buffers{xp, w_buf.get(), yp}, det, tf32, layout);
-      if (!choice) continue;  // next layout
-    }
-    CHORUS_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice->math));
-    if (epi != nullptr) {
-      if (!known) remember(key, *choice);
-      if (!run_fused_forward(h.get(), dev, dtype, g, layout, d, *choice, xp, w_buf.get(), yp, *epi, op)) return false;
-      if (layout == Layout::kNCHW) copy4(dev, dtype, y_dims, cy, 0, yp, nhwc_y, 0, out);
-      return true;
-    }
-    const std::size_t ws_bytes = workspace_size(h.get(), dir, d, choice->algo);
-    Scratch ws;
-    if (ws_bytes > 0) ws = Scratch(dev, ws_bytes, "cuDNN convolution workspace");
-    switch (dir) {
-      case Dir::kForward:
-        CHORUS_CUDNN_CHECK(cudnnConvolutionForward(h.get(), blend.one(), d.x.get(), xp, d.w.get(), w_buf.get(),
-                                                   d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(choice->algo),
-                                                   ws.get(), ws_bytes, blend.zero(), d.y.get(), yp));
-        if (layout == Layout::kNCHW) copy4(dev, dtype, y_dims, cy, 0, yp, nhwc_y, 0, out);
-        break;
-      case Dir::kBackwardData:
-        CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardData(
-            h.get(), blend.one(), d.w.get(), w_buf.get(), d.y.get(), yp, d.conv.get(),
-            static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algo), ws.get(), ws_bytes, blend.zero(), d.x.get(), xp));
-        if (!x_direct) copy4(dev, dtype, x_dims, cx, x_off, xp, nhwc_x, 0, out);
-        break;
-      case Dir::kBackwardFilter:
-        CHORUS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h.get(), blend.one(), d.x.get(), xp, d.y.get(), yp,
-                                                          d.conv.get(),
-                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo),
-                                                          ws.get(), ws_bytes, blend.zero(), d.w.get(), w_buf.get()));
-        copy4(dev, dtype, w_dims, cw, 0, w_buf.get(), hwio_strides(g), 0, out);
-        break;
-    }
-    if (!known) remember(key, *choice);
-    return true;
+  if (Plan* plan = find_plan(dev, key)) {
+    const Staged s = stage(dev, dir, dtype, g, in, plan->layout, in0, in1, out);
+    return execute(h.get(), dev, dir, dtype, g, *plan, s, out, epi, op);
+  }
+  const std::optional<Choice> known = cached(key);
+  for (const Layout layout : layouts_to_try(known, dtype)) {
+    const Staged s = stage(dev, dir, dtype, g, in, layout, in0, in1, out);
+    std::unique_ptr<Plan> made = make_plan(dev, h.get(), dir, dtype, g, in, layout, known, s, det, tf32, op);
+    if (!made) continue;  // next layout
+    if (!known) remember(key, made->choice);
+    return execute(h.get(), dev, dir, dtype, g, keep_plan(dev, key, std::move(made)), s, out, epi, op);
   }
   throw InternalError(str_cat(op, ": cuDNN offers no ", det ? "deterministic " : "", "algorithm for ",
                               dtype_name(dtype), " ", describe(g), " (tried NHWC and NCHW layouts)"));
