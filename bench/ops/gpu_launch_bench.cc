@@ -17,8 +17,9 @@
 // cases are the seed CNN's convolutions at one replica's share of batch 128 (GPU time per call
 // about 10-40 µs, below their host cost): cuDNN's legacy call alone and with chorus's per-call
 // descriptors (the yardsticks, own handles), then chorus's conv2d, fused_conv2d, the composition,
-// and a convolution with both gradients. Without a GPU it says so, prints a JSON line with
-// "skipped" and exits 0. Last line: one JSON line.
+// and a convolution with both gradients; then that last case captured once as a CUDA graph
+// (core/graph_capture.h) and replayed, or the reason it could not be captured. Without a GPU it
+// says so, prints a JSON line with "skipped" and exits 0. Last line: one JSON line.
 #include <chorus/chorus.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 
 #include "bench/bench_util.h"
 #include <chorus/core/gpu.h>
+#include <chorus/core/graph_capture.h>
 #include <chorus/core/runtime.h>
 
 #ifdef CHORUS_WITH_CUDA
@@ -207,7 +209,7 @@ int run(const Options& o) {
     std::string name;
     std::function<void(std::size_t)> body;
   };
-  const std::vector<Case> cases{
+  std::vector<Case> cases{
       {"raw enqueue (cudaMemsetAsync 4 B)",
        [&](std::size_t k) {
          if (cudaMemsetAsync(in[k].scratch.data(), 0, 4, in[k].stream) != cudaSuccess)
@@ -250,6 +252,20 @@ int run(const Options& o) {
   };
   // Warm-up: handles, algorithm choices, allocator pools.
   for (const Case& c : cases) host_us_per_call(2, Options{.calls = 50, .repeats = 1}, c.body);
+  // The last case as a CUDA graph (core/graph_capture.h): what capture saves of its host time.
+  std::vector<std::unique_ptr<cx::CapturedGraph>> graphs(2);
+  std::string not_captured;
+  for (std::size_t k = 0; k < 2 && not_captured.empty(); ++k) {
+    const std::function<void(std::size_t)> body = cases.back().body;
+    cx::CapturedGraph::Capture c = cx::CapturedGraph::capture(*gpus[k], [&] { body(k); });
+    if (c.graph == nullptr) not_captured = c.why_not;
+    graphs[k] = std::move(c.graph);
+  }
+  if (not_captured.empty()) {
+    cases.push_back({"the same, one captured graph", [&](std::size_t k) { graphs[k]->replay(); }});
+  } else {
+    std::printf("the last case could not be captured as a CUDA graph: %s\n", not_captured.c_str());
+  }
 
   std::printf("\n%-34s %12s %12s %10s %14s\n", "case (host us per call)", "1 thread", "2 threads", "2t / 1t",
               "1t / enqueue");

@@ -28,6 +28,8 @@ struct MemoryInfo {
   std::size_t largest_free_block = 0;  // largest single allocation that would succeed now
   std::int64_t num_allocs = 0;         // allocate() calls that succeeded since creation
   std::int64_t num_live = 0;           // allocations not yet freed
+  std::size_t pooled_free = 0;         // free bytes kept by graph pools (below), not counted in
+                                       // largest_free_block: only a pool's users can have them
 };
 
 // One live allocation, as listed in out-of-memory messages.
@@ -67,6 +69,39 @@ class Allocator {
   // The largest live allocations, biggest first, at most `n`.
   virtual std::vector<LiveAllocation> largest_live_allocations(std::size_t n) const = 0;
   virtual const std::string& name() const = 0;
+
+  // ---- Graph pools (CUDA-graph capture, core/graph_capture.h) ----
+  // A captured graph replays with the addresses it was captured with, so the memory it touches
+  // must stay its own for as long as it lives: a pool. Between begin_pool_use(p) and
+  // end_pool_use() on a thread, that thread's allocations come from pool p (free memory the pool
+  // already holds first, then memory taken from the arena), and every chunk the thread frees goes
+  // to p, wherever it came from (memory allocated before a capture and freed inside it is still
+  // read by the graph's replays). A pool's chunks freed later, from any thread, go back to the pool
+  // too, never to the arena, so no allocation outside the pool reuses them; the next capture into
+  // the same pool, or allocations while it is in use, do. release_pool(p) returns the pool's free
+  // memory to the arena at once and each of its live allocations when it is freed. Pool ids are
+  // never reused. PyTorch's private memory pools of torch.cuda.graph are the model.
+  using PoolId = std::uint64_t;
+  virtual PoolId create_pool() = 0;
+  // One pool per thread at a time: FailedPreconditionError when the calling thread already uses
+  // one; NotFoundError for a pool that was never created or is released.
+  virtual void begin_pool_use(PoolId pool) = 0;
+  // No-op when the calling thread uses no pool.
+  virtual void end_pool_use() noexcept = 0;
+  // FailedPreconditionError while some thread uses the pool; NotFoundError for an unknown id.
+  virtual void release_pool(PoolId pool) = 0;
+};
+
+// begin_pool_use in the constructor, end_pool_use in the destructor.
+class PoolUse {
+ public:
+  PoolUse(Allocator& allocator, Allocator::PoolId pool) : allocator_(allocator) { allocator_.begin_pool_use(pool); }
+  ~PoolUse() { allocator_.end_pool_use(); }
+  PoolUse(const PoolUse&) = delete;
+  PoolUse& operator=(const PoolUse&) = delete;
+
+ private:
+  Allocator& allocator_;
 };
 
 struct BFCOptions {

@@ -5,14 +5,21 @@
 // never link across regions, because each region must go back to the SubAllocator whole. Every
 // chunk is either in use or free, and every free chunk sits in exactly one bin. Invariants, all
 // guarded by mu_:
-//   - no two free chunks are neighbours (deallocate() merges them), so a region whose memory is
-//     all free is exactly one chunk, and the largest free chunk is the largest possible block;
+//   - no two free chunks of the same pool are neighbours (deallocate() merges them), so a region
+//     whose memory is all free and in the arena is exactly one chunk, and the arena's largest free
+//     chunk is the largest possible block outside pools;
 //   - chunk sizes and offsets are multiples of kGranule, so every pointer keeps the region's
 //     256-byte alignment and every split remainder is itself a valid chunk;
 //   - the sizes of a region's chunks sum to the region's size; current_ is the sum of the in-use
 //     chunks and reserved_ the sum of the regions, so reserved_ - current_ is the free total;
 //   - chunks_ maps the start address of every chunk, free or in use, to it; that is how
 //     deallocate() tells a double free (a free chunk's start) from a foreign pointer.
+//
+// Graph pools (allocator.h). Every chunk belongs to the arena (pool 0) or to one open pool, and a
+// free chunk sits in its own pool's bins. A pool takes memory by retagging a free arena chunk it
+// splits (the remainder stays in the arena); chunks of different pools never merge; releasing a
+// pool retags its free chunks to the arena, merging them with free arena neighbours, and a live
+// chunk of a released pool goes to the arena when freed. pooled_free_ is the free bytes in pools.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -23,6 +30,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -83,8 +91,9 @@ struct Chunk {
   char* ptr = nullptr;
   std::size_t size = 0;
   bool in_use = false;
-  Chunk* prev = nullptr;  // neighbour at the lower address in the same region, or nullptr
-  Chunk* next = nullptr;  // neighbour at the higher address in the same region, or nullptr
+  Allocator::PoolId pool = 0;  // 0: the arena
+  Chunk* prev = nullptr;       // neighbour at the lower address in the same region, or nullptr
+  Chunk* next = nullptr;       // neighbour at the higher address in the same region, or nullptr
   std::string tag;
 };
 
@@ -99,6 +108,12 @@ struct BySizeThenAddress {
   bool operator()(const A& a, const B& b) const {
     return key(a) < key(b);
   }
+};
+
+// Free chunks by size class: bins[i] holds [256 << i, 256 << (i + 1)) bytes, the last also larger.
+struct Bins {
+  std::array<std::set<Chunk*, BySizeThenAddress>, kNumBins> sets;
+  std::uint64_t nonempty = 0;  // bit i set ⇔ sets[i] is not empty
 };
 
 enum class OomReason {
@@ -143,10 +158,14 @@ class BFCAllocator final : public Allocator {
     // Checked before rounding, which therefore cannot overflow: limit_ is far below SIZE_MAX.
     if (bytes > limit_) throw_oom(bytes, bytes, tag, OomReason::kExceedsLimit, 0);
     const std::size_t rounded = round_up(bytes);
-    Chunk* chunk = find_free_chunk(rounded);
+    const PoolId pool = pool_of_this_thread();
+    Chunk* chunk = pool == 0 ? nullptr : find_free_chunk(pools_.at(pool), rounded);
+    if (chunk == nullptr) chunk = find_free_chunk(arena_, rounded);
     if (chunk == nullptr) chunk = add_region_for(bytes, rounded, tag);
     remove_free(chunk);
-    if (chunk->size > rounded) split(chunk, rounded);
+    const PoolId from = chunk->pool;  // a split's remainder stays where the chunk was
+    chunk->pool = pool;
+    if (chunk->size > rounded) split(chunk, rounded, from);
     chunk->in_use = true;
     chunk->tag.assign(tag);
     current_ += chunk->size;
@@ -172,18 +191,9 @@ class BFCAllocator final : public Allocator {
     chunk->tag.clear();  // keeps its capacity for the chunk's next user
     current_ -= chunk->size;
     --num_live_;
-    if (chunk->next != nullptr && !chunk->next->in_use) {
-      Chunk* next = chunk->next;
-      remove_free(next);
-      absorb_next(chunk);
-    }
-    if (chunk->prev != nullptr && !chunk->prev->in_use) {
-      Chunk* prev = chunk->prev;
-      remove_free(prev);
-      absorb_next(prev);
-      chunk = prev;
-    }
-    insert_free(chunk);
+    if (chunk->pool != 0 && !pools_.contains(chunk->pool)) chunk->pool = 0;  // its pool was released
+    if (chunk->pool == 0) chunk->pool = pool_of_this_thread();               // freed inside a capture: the graph's now
+    merge_and_insert(chunk);
   }
 
   MemoryInfo memory_info() const override {
@@ -196,6 +206,7 @@ class BFCAllocator final : public Allocator {
     info.largest_free_block = largest_free_block();
     info.num_allocs = num_allocs_;
     info.num_live = num_live_;
+    info.pooled_free = pooled_free_;
     return info;
   }
 
@@ -211,41 +222,111 @@ class BFCAllocator final : public Allocator {
 
   const std::string& name() const override { return name_; }
 
- private:
-  // ---- bins ----
-  void insert_free(Chunk* chunk) {
-    const int b = bin_index(chunk->size);
-    bins_[b].insert(chunk);
-    nonempty_bins_ |= std::uint64_t{1} << b;
-    ++num_free_chunks_;
+  PoolId create_pool() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const PoolId id = next_pool_++;
+    pools_.emplace(id, Bins{});
+    return id;
   }
 
-  // The chunk's size must be the one it was inserted with (it is the set's key).
-  void remove_free(Chunk* chunk) {
+  void begin_pool_use(PoolId pool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    CHORUS_REQUIRE(pools_.contains(pool), NotFoundError, "graph pool ", pool, " of ", device_description(),
+                   " does not exist (never created, or released)");
+    auto [it, inserted] = users_.emplace(std::this_thread::get_id(), pool);
+    CHORUS_REQUIRE(inserted, FailedPreconditionError, "this thread already allocates from graph pool ", it->second,
+                   " of ", device_description(), "; end that use before beginning one of pool ", pool);
+  }
+
+  void end_pool_use() noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    users_.erase(std::this_thread::get_id());
+  }
+
+  void release_pool(PoolId pool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pools_.find(pool);
+    CHORUS_REQUIRE(it != pools_.end(), NotFoundError, "graph pool ", pool, " of ", device_description(),
+                   " does not exist (never created, or already released)");
+    for (const auto& [thread, used] : users_) {
+      CHORUS_REQUIRE(used != pool, FailedPreconditionError, "graph pool ", pool, " of ", device_description(),
+                     " is still in use by a thread (end_pool_use first)");
+    }
+    std::vector<Chunk*> free_chunks;
+    for (const auto& set : it->second.sets) free_chunks.insert(free_chunks.end(), set.begin(), set.end());
+    // One at a time: a chunk merges only with arena chunks, among them those retagged before it.
+    for (Chunk* chunk : free_chunks) {
+      remove_free(chunk);
+      chunk->pool = 0;
+      merge_and_insert(chunk);
+    }
+    pools_.erase(it);
+  }
+
+ private:
+  // The pool the calling thread allocates from; 0 when none.
+  PoolId pool_of_this_thread() const {
+    if (users_.empty()) return 0;
+    auto it = users_.find(std::this_thread::get_id());
+    return it == users_.end() ? 0 : it->second;
+  }
+
+  Bins& bins_of(const Chunk* chunk) { return chunk->pool == 0 ? arena_ : pools_.at(chunk->pool); }
+
+  // Puts a free chunk that is in no bin (its pool already set) into its pool's bins, merged with
+  // free neighbours of the same pool.
+  void merge_and_insert(Chunk* chunk) {
+    if (chunk->next != nullptr && !chunk->next->in_use && chunk->next->pool == chunk->pool) {
+      remove_free(chunk->next);
+      absorb_next(chunk);
+    }
+    if (chunk->prev != nullptr && !chunk->prev->in_use && chunk->prev->pool == chunk->pool) {
+      Chunk* prev = chunk->prev;
+      remove_free(prev);
+      absorb_next(prev);
+      chunk = prev;
+    }
+    insert_free(chunk);
+  }
+
+  // ---- bins ----
+  void insert_free(Chunk* chunk) {
+    Bins& bins = bins_of(chunk);
     const int b = bin_index(chunk->size);
-    bins_[b].erase(chunk);
-    if (bins_[b].empty()) nonempty_bins_ &= ~(std::uint64_t{1} << b);
-    --num_free_chunks_;
+    bins.sets[static_cast<std::size_t>(b)].insert(chunk);
+    bins.nonempty |= std::uint64_t{1} << b;
+    if (chunk->pool != 0) pooled_free_ += chunk->size;
+  }
+
+  // The chunk's size and pool must be the ones it was inserted with (the bin's key).
+  void remove_free(Chunk* chunk) {
+    Bins& bins = bins_of(chunk);
+    const int b = bin_index(chunk->size);
+    bins.sets[static_cast<std::size_t>(b)].erase(chunk);
+    if (bins.sets[static_cast<std::size_t>(b)].empty()) bins.nonempty &= ~(std::uint64_t{1} << b);
+    if (chunk->pool != 0) pooled_free_ -= chunk->size;
   }
 
   // The smallest free chunk of at least `rounded` bytes (lowest address among equals), or
   // nullptr. Within the request's own bin a lower_bound finds it; failing that, every chunk in
   // any higher non-empty bin fits, and the first such bin's smallest is the best.
-  Chunk* find_free_chunk(std::size_t rounded) const {
+  static Chunk* find_free_chunk(const Bins& bins, std::size_t rounded) {
     const int b = bin_index(rounded);
-    if ((nonempty_bins_ >> b) & 1) {
-      auto it = bins_[b].lower_bound(BySizeThenAddress::Key{rounded, 0});
-      if (it != bins_[b].end()) return *it;
+    const auto& own = bins.sets[static_cast<std::size_t>(b)];
+    if ((bins.nonempty >> b) & 1) {
+      auto it = own.lower_bound(BySizeThenAddress::Key{rounded, 0});
+      if (it != own.end()) return *it;
     }
-    const std::uint64_t higher = nonempty_bins_ & (~std::uint64_t{0} << (b + 1));
+    const std::uint64_t higher = bins.nonempty & (~std::uint64_t{0} << (b + 1));
     if (higher == 0) return nullptr;
-    return *bins_[std::countr_zero(higher)].begin();
+    return *bins.sets[static_cast<std::size_t>(std::countr_zero(higher))].begin();
   }
 
+  // The arena's largest free chunk (pools' chunks are not for everyone).
   std::size_t largest_free_chunk() const {
-    if (nonempty_bins_ == 0) return 0;
-    const int top = 63 - std::countl_zero(nonempty_bins_);
-    return (*bins_[top].rbegin())->size;
+    if (arena_.nonempty == 0) return 0;
+    const int top = 63 - std::countl_zero(arena_.nonempty);
+    return (*arena_.sets[static_cast<std::size_t>(top)].rbegin())->size;
   }
 
   // Bytes a new region could still take: with growth, whatever the limit leaves; without,
@@ -274,16 +355,20 @@ class BFCAllocator final : public Allocator {
     chunk->ptr = nullptr;
     chunk->size = 0;
     chunk->in_use = false;
+    chunk->pool = 0;
     chunk->prev = chunk->next = nullptr;
     chunk->tag.clear();
     spare_chunks_.push_back(chunk);
   }
 
-  // Cuts `chunk` (not in a bin) to `rounded` bytes; the rest becomes a free chunk after it.
-  void split(Chunk* chunk, std::size_t rounded) {
+  // Cuts `chunk` (not in a bin) to `rounded` bytes; the rest becomes a free chunk of `rest_pool`
+  // after it (with nothing to merge: its upper neighbour was the chunk's, so not a free chunk of
+  // the pool the chunk came from).
+  void split(Chunk* chunk, std::size_t rounded, PoolId rest_pool) {
     Chunk* rest = new_chunk();
     rest->ptr = chunk->ptr + rounded;
     rest->size = chunk->size - rounded;
+    rest->pool = rest_pool;
     rest->prev = chunk;
     rest->next = chunk->next;
     if (chunk->next != nullptr) chunk->next->prev = rest;
@@ -400,21 +485,26 @@ class BFCAllocator final : public Allocator {
     if (!tag.empty()) m += str_cat(" for ", tag);
     m += str_cat(" on ", device_description(), context_suffix());
 
-    const std::size_t free_in_chunks = reserved_ - current_;
+    const std::size_t free_in_chunks = reserved_ - current_ - pooled_free_;
+    std::size_t free_blocks = 0;
+    for (const auto& set : arena_.sets) free_blocks += set.size();
     const std::size_t not_reserved = unreserved();
     const bool fragmented = reason == OomReason::kNoFit && free_in_chunks + not_reserved >= rounded;
     m += str_cat(": limit ", format_bytes(limit_), ", in use ", format_bytes(current_), ", peak ", format_bytes(peak_),
                  ", reserved ", format_bytes(reserved_), ", largest free block ", format_bytes(largest_free_block()));
-    if (num_free_chunks_ > 0 || not_reserved > 0) {
+    if (free_blocks > 0 || not_reserved > 0) {
       m += fragmented ? " (fragmented: " : " (";
-      if (num_free_chunks_ > 0) {
-        m += str_cat(format_bytes(free_in_chunks), " free in ", num_free_chunks_,
-                     num_free_chunks_ == 1 ? " block" : " blocks");
+      if (free_blocks > 0) {
+        m += str_cat(format_bytes(free_in_chunks), " free in ", free_blocks, free_blocks == 1 ? " block" : " blocks");
       }
       if (not_reserved > 0) {
-        m += str_cat(num_free_chunks_ > 0 ? " + " : "", format_bytes(not_reserved), " not yet reserved");
+        m += str_cat(free_blocks > 0 ? " + " : "", format_bytes(not_reserved), " not yet reserved");
       }
       m += ")";
+    }
+    if (pooled_free_ > 0) {
+      m += str_cat(" (", format_bytes(pooled_free_), " more is free but kept for ", pools_.size(),
+                   " captured CUDA graph(s); destroying them returns it)");
     }
     m += ". ";
 
@@ -504,9 +594,11 @@ class BFCAllocator final : public Allocator {
   std::map<std::uintptr_t, std::size_t> regions_;  // base address → size, ordered for lookups
   std::size_t last_region_size_ = 0;
   std::unordered_map<std::uintptr_t, Chunk*> chunks_;  // start address → chunk, free or in use
-  std::array<std::set<Chunk*, BySizeThenAddress>, kNumBins> bins_;
-  std::uint64_t nonempty_bins_ = 0;  // bit i set ⇔ bins_[i] is not empty
-  std::size_t num_free_chunks_ = 0;
+  Bins arena_;                                         // free chunks of pool 0
+  std::unordered_map<PoolId, Bins> pools_;             // free chunks of each open pool
+  std::unordered_map<std::thread::id, PoolId> users_;  // thread → the pool it allocates from
+  PoolId next_pool_ = 1;
+  std::size_t pooled_free_ = 0;  // bytes of the free chunks in pools_
   std::vector<std::unique_ptr<Chunk>> chunk_storage_;
   std::vector<Chunk*> spare_chunks_;
   std::size_t current_ = 0;

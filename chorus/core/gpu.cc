@@ -158,6 +158,51 @@ void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, 
   }
 }
 
+void begin_capture(int ordinal, StreamHandle stream) {
+  DeviceGuard guard(ordinal);
+  CHORUS_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
+}
+bool capture_valid(int ordinal, StreamHandle stream) {
+  DeviceGuard guard(ordinal);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CHORUS_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  CHORUS_REQUIRE(status != cudaStreamCaptureStatusNone, FailedPreconditionError,
+                 "capture_valid: the stream is not capturing");
+  return status == cudaStreamCaptureStatusActive;
+}
+GraphHandle end_capture(int ordinal, StreamHandle stream, std::string* why) {
+  DeviceGuard guard(ordinal);
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // capture errors are not sticky; leave nothing for the next check
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);  // unchecked: the capture already failed
+    *why = std::string("CUDA ended the capture with ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  err = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);  // unchecked: the executable graph keeps what it needs
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = std::string("cudaGraphInstantiate failed with ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+    return nullptr;
+  }
+  return exec;
+}
+void launch_graph(int ordinal, GraphHandle graph, StreamHandle stream) {
+  DeviceGuard guard(ordinal);
+  CHORUS_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
+}
+void destroy_graph(int ordinal, GraphHandle graph) noexcept {
+  try {
+    DeviceGuard guard(ordinal);
+    if (cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)) != cudaSuccess) (void)cudaGetLastError();
+  } catch (...) {
+    (void)cudaGetLastError();
+  }
+}
+
 #else  // !CHORUS_WITH_CUDA
 
 namespace {
@@ -186,6 +231,11 @@ bool event_done(int, EventHandle) { no_cuda("event_done"); }
 void memcpy_async(int, StreamHandle, void*, const void*, std::size_t, CopyKind, int) { no_cuda("memcpy_async"); }
 void fill_async(int, StreamHandle, void*, std::size_t, std::size_t, std::uint64_t) { no_cuda("fill_async"); }
 void add_inplace_async(int, StreamHandle, DType, void*, const void*, std::size_t) { no_cuda("add_inplace_async"); }
+void begin_capture(int, StreamHandle) { no_cuda("begin_capture"); }
+bool capture_valid(int, StreamHandle) { no_cuda("capture_valid"); }
+GraphHandle end_capture(int, StreamHandle, std::string*) { no_cuda("end_capture"); }
+void launch_graph(int, GraphHandle, StreamHandle) { no_cuda("launch_graph"); }
+void destroy_graph(int, GraphHandle) noexcept {}
 
 #endif
 

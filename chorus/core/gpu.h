@@ -77,4 +77,21 @@ void memcpy_async(int ordinal, StreamHandle stream, void* dst, const void* src, 
 void fill_async(int ordinal, StreamHandle stream, void* dst, std::size_t count, std::size_t element_size,
                 std::uint64_t value);
 
+// CUDA graphs (core/graph_capture.h states the contract; these are its CUDA calls). A GraphHandle
+// is an instantiated graph (cudaGraphExec_t).
+using GraphHandle = void*;
+// Puts `stream` into capture mode (cudaStreamCaptureModeThreadLocal: a call from this thread that
+// cannot be captured, such as a synchronize, fails and invalidates the capture; other threads are
+// unaffected).
+void begin_capture(int ordinal, StreamHandle stream);
+// Whether `stream`'s capture is still valid (false: invalidated by an operation it could not
+// record). Throws when the stream is not capturing.
+bool capture_valid(int ordinal, StreamHandle stream);
+// Ends the capture begun on `stream` and instantiates it; returns nullptr with *why set when CUDA
+// invalidated the capture or cannot instantiate the graph.
+GraphHandle end_capture(int ordinal, StreamHandle stream, std::string* why);
+// Enqueues one replay of `graph` on `stream` (cudaGraphLaunch).
+void launch_graph(int ordinal, GraphHandle graph, StreamHandle stream);
+void destroy_graph(int ordinal, GraphHandle graph) noexcept;
+
 }  // namespace chorus::gpu

@@ -14,7 +14,14 @@ class CudaSubAllocator final : public SubAllocator {
   void* alloc(std::size_t bytes) override {
     internal::DeviceGuard guard(ordinal_);
     void* p = nullptr;
+    // A region may be reserved while this thread captures a CUDA graph (core/graph_capture.h).
+    // cudaMalloc is not stream-ordered, so a capture in thread-local mode forbids it; the region
+    // outlives every graph (regions go back only when the allocator dies), so it is safe in
+    // relaxed mode, which this call switches to and back.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CHORUS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t err = cudaMalloc(&p, bytes);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);  // unchecked: it succeeded one call ago
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
       return nullptr;            // the arena turns this into a ResourceExhaustedError with context
