@@ -2,9 +2,10 @@
 // 1e-3) on one GPU, with PyTorch eager on the same GPU as the yardstick, in the same run.
 //
 //   bench_train_gpu [--quick] [--cpu] [--batches 128,512,2048] [--steps N] [--windows K] [--rounds R]
-//                   [--tf32 on|off]
+//                   [--tf32 on|off] [--capture on|off]
 //   bench_train_gpu --child STRATEGY INPUT BATCH DTYPE [--steps N] [--windows K] [--tf32 on|off]
-//                   [--profile-steps P] [--overlap on|off]   (one child run; P: after the windows, P more steps between
+//                   [--capture on|off] [--profile-steps P] [--overlap on|off]
+//                   (one child run; P: after the windows, P more steps between
 //                   cudaProfilerStart and cudaProfilerStop, the range `ncu --profile-from-start off`
 //                   records: scripts/gpu-profile.sh)
 //
@@ -28,7 +29,10 @@
 // pipeline. TensorFloat-32: both sides run float32 matmuls and convolutions with the same setting — chorus's
 // (core/config.h: on unless NVIDIA_TF32_OVERRIDE=0, as TF) unless --tf32 says; PyTorch gets it as
 // torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 (its own defaults
-// differ: matmul off, cuDNN on). The setting is printed and is in the JSON line.
+// differ: matmul off, cuDNN on). The setting is printed and is in the JSON line. --capture on
+// gives the pipeline cases' fits FitOptions::capture_steps (model/step_capture.h: one_device's
+// steps replayed from a CUDA graph; mirrored_2vgpu says why it stays eager), and each such child
+// prints how many of its last window's steps were replays.
 // Without a GPU it says so, prints a JSON line with "skipped" and exits 0 (its ctest smoke run has
 // no GPU by design). --cpu runs the same cases on logical CPU devices (2 for mirrored_2vgpu, CPU:0
 // for one_device; PyTorch with --device cpu): a check of the bench itself, not a measurement of
@@ -71,6 +75,7 @@ struct Options {
   int profile_steps = 0;        // --profile-steps (children only)
   std::optional<bool> overlap;  // --overlap on|off: MirroredStrategyOptions::overlap_gradient_all_reduce
   std::optional<bool> tf32;     // --tf32 on|off; unset: chorus's default
+  bool capture = false;         // --capture on|off: FitOptions::capture_steps for the fit-fed cases
 };
 
 // Host time in the timeline's events that `pick` accepts: per thread, the union of their intervals
@@ -132,7 +137,8 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
                                      .repeat()
                                      .prefetch(cx::data::kAutotune);
   // Warm-up through fit (builds the model and the slots, sets the global batch train_step divides by).
-  model->fit(data, {.epochs = 1, .steps_per_epoch = o.quick ? 2 : 10, .verbose = 0});
+  model->fit(data, {.epochs = 1, .steps_per_epoch = o.quick ? 2 : 10, .verbose = 0, .capture_steps = o.capture});
+  cx::model::History last;  // the fit-fed windows' last fit: how many steps were replays
   std::vector<cx::distribute::DistributedDataset::Batch> resident;
   if (input == "resident") {
     auto it = strategy->experimental_distribute_dataset(data).make_iterator();
@@ -146,7 +152,7 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
         strategy->run([&](const cx::data::Element& e) { model->train_step(e); }, resident[s % 8]);
       }
     } else {
-      model->fit(data, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0});
+      last = model->fit(data, {.epochs = 1, .steps_per_epoch = steps, .verbose = 0, .capture_steps = o.capture});
     }
     synchronize_gpus();
   };
@@ -201,6 +207,10 @@ int child(const std::string& strategy_name, const std::string& input, std::int64
               cx::bench::median(windows));
   for (double w : windows) std::printf(" %.3f", w);
   std::printf(")\n");
+  if (o.capture && input != "resident")
+    std::printf("captured steps: the last window's fit replayed %lld of %d steps%s%s\n",
+                static_cast<long long>(last.replayed_steps), o.steps,
+                last.why_eager.empty() ? "" : "; eager: ", last.why_eager.c_str());
   std::printf(
       "RESULT ms_per_step=%.6f input=%.6f forward=%.6f backward=%.6f allreduce=%.6f update=%.6f other=%.6f "
       "host_waits=%.3f\n",
@@ -241,7 +251,8 @@ int parent(const Options& o) {
   const std::string tf32_flag = std::string(" --tf32 ") + (tf32 ? "on" : "off");
   std::printf("TensorFloat-32 for float32 matmuls and convolutions: %s on both sides\n", tf32 ? "on" : "off");
   const std::string common = " --steps " + std::to_string(o.steps) + " --windows " + std::to_string(o.windows) +
-                             (o.cpu ? " --cpu" : "") + (o.quick ? " --quick" : "") + tf32_flag;
+                             (o.cpu ? " --cpu" : "") + (o.quick ? " --quick" : "") + tf32_flag +
+                             (o.capture ? " --capture on" : "");
   // Each child runs under timeout(1): a hung configuration is reported as failed (exit 124) and the
   // others still run.
   const std::string limit = "timeout --kill-after=5 " + std::to_string(kChildLimitSeconds) + " ";
@@ -388,6 +399,11 @@ int main(int argc, char** argv) {
         if (v != "on" && v != "off")
           throw cx::InvalidArgumentError("bench_train_gpu: --overlap takes on or off, got " + v);
         o.overlap = v == "on";
+      } else if (a == "--capture") {
+        const std::string v = value();
+        if (v != "on" && v != "off")
+          throw cx::InvalidArgumentError("bench_train_gpu: --capture takes on or off, got " + v);
+        o.capture = v == "on";
       } else if (a == "--profile-steps") {
         o.profile_steps = std::stoi(value());
       } else if (a == "--child") {
@@ -396,7 +412,7 @@ int main(int argc, char** argv) {
       } else {
         std::fprintf(stderr,
                      "usage: bench_train_gpu [--quick] [--cpu] [--batches 128,512,2048] [--steps N] [--windows K] "
-                     "[--rounds R] [--tf32 on|off]\n");
+                     "[--rounds R] [--tf32 on|off] [--capture on|off]\n");
         return 2;
       }
     }

@@ -1,6 +1,7 @@
 #include <chorus/core/graph_capture.h>
 
 #include <exception>
+#include <mutex>
 #include <utility>
 
 #include <chorus/core/error.h>
@@ -19,6 +20,7 @@ CapturedGraph::Capture CapturedGraph::capture(DeviceContext& dev, const std::fun
   std::string why;
   gpu::GraphHandle graph = nullptr;
   try {
+    std::lock_guard<std::mutex> no_other_thread(dev.capture_mutex());
     PoolUse use(allocator, pool);
     gpu::begin_capture(ordinal, stream);
     try {

@@ -40,6 +40,10 @@ class DeviceContext {
   // batch's copy runs beside the step before it; ordered against stream() with events only. A
   // CPU device's is stream() itself. Thread-safe.
   Stream& host_to_device_stream() const;
+  // Held by CapturedGraph::capture (core/graph_capture.h) while stream() is being captured. A
+  // thread other than the capturing one that enqueues on stream() — an input upload's ordering
+  // event — takes it first, so that nothing of its work is recorded into the graph.
+  std::mutex& capture_mutex() const { return capture_mu_; }
 
  private:
   LogicalDevice device_;
@@ -50,6 +54,7 @@ class DeviceContext {
   mutable std::unique_ptr<Stream> side_stream_;
   mutable std::once_flag host_to_device_once_;
   mutable std::unique_ptr<Stream> host_to_device_stream_;
+  mutable std::mutex capture_mu_;
 };
 
 namespace runtime {

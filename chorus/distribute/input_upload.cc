@@ -55,7 +55,12 @@ Tensor InputUpload::rows(const Tensor& t, std::int64_t at, std::int64_t len, con
   // Fenced now, before the staging memcpy: the copy follows only the work queued when its memory
   // was taken, not what the running step queues meanwhile.
   Stream& copies = target.host_to_device_stream();
-  copies.wait_event(target.stream().record_event());
+  {
+    // Not while the replica's stream is being captured (core/graph_capture.h): the event would
+    // be recorded into the graph.
+    std::lock_guard<std::mutex> not_captured(target.capture_mutex());
+    copies.wait_event(target.stream().record_event());
+  }
   Tensor pinned;
   try {
     pinned = Tensor::empty(Shape(dims), t.dtype(), offload_device(device, replica));

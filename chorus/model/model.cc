@@ -14,6 +14,7 @@
 #include <chorus/core/profile.h>
 #include <chorus/core/timeline.h>
 #include <chorus/distribute/strategy.h>
+#include <chorus/model/step_capture.h>
 #include <chorus/ops/ops.h>
 #include <chorus/optimizer/optimizer.h>
 #include <chorus/summary/trace.h>
@@ -239,6 +240,23 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
   CHORUS_REQUIRE(options.steps_per_execution >= 1, InvalidArgumentError, "fit: steps_per_execution must be >= 1, got ",
                  options.steps_per_execution);
   History history;
+  std::unique_ptr<internal::StepCapture> capture;
+  if (options.capture_steps) {
+    std::string why_not =
+        strategy.num_replicas_in_sync() == 1
+            ? optimizer_->why_not_capturable(trainable_variables())
+            : str_cat("captured steps run on one replica (OneDeviceStrategy or the default strategy); ",
+                      strategy.name(), " has ", strategy.num_replicas_in_sync());
+    capture = std::make_unique<internal::StepCapture>(
+        *optimizer_,
+        [this] {
+          std::vector<Variable> all = variables();
+          for (const Variable& v : optimizer_->variables()) all.push_back(v);
+          for (const Variable& v : metric_variables()) all.push_back(v);
+          return all;
+        },
+        options.capture_warmup_steps, std::move(why_not));
+  }
   stop_training = false;
   stop_now_ = false;
   resume_.reset();
@@ -289,7 +307,10 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
         strategy.run(
             [&](const data::Element& e) {
               profile::ScopedTimer timer(profile::TimeCategory::kReplicaStep);  // bench_train's accounting
-              train_step(e);
+              if (capture != nullptr)
+                capture->step(e, [&](const data::Element& x) { train_step(x); });
+              else
+                train_step(e);
             },
             *batch);
         if (timed)  // the GPU waits of the step (core/gpu.h host_waits; issue 42 wants 0)
@@ -325,6 +346,10 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
     for (auto& cb : cbs) cb->on_epoch_end(*this, epoch, epoch_logs);
   }
   history.preempted = stop_now_;
+  if (capture != nullptr) {
+    history.replayed_steps = capture->replays();
+    history.why_eager = capture->why_eager();
+  }
   stop_now_ = false;
   for (auto& cb : cbs) cb->on_train_end(*this);
   return history;

@@ -82,6 +82,14 @@ struct FitOptions {
   // between them free of waits. The steps and their results are the same for every N. Must be
   // >= 1 (InvalidArgumentError).
   int steps_per_execution = 1;
+  // Captured steps on a GPU (model/step_capture.h; torch.compile(mode="reduce-overhead"), TF's
+  // XLA-compiled tf.function): after capture_warmup_steps eager steps, one step is captured as a
+  // CUDA graph and replayed for every later batch of the same shapes. The weights are bitwise those
+  // of eager steps. One replica only (OneDeviceStrategy or the default strategy on a GPU); anything
+  // that cannot be captured runs eagerly, with one log line saying why (History::why_eager).
+  // Off by default: it has not yet run on a GPU.
+  bool capture_steps = false;
+  int capture_warmup_steps = 2;  // >= 1, else InvalidArgumentError
 };
 
 struct History {
@@ -90,6 +98,10 @@ struct History {
   // called Model::stop_after_this_step: callbacks::BackupAndRestore on SIGTERM, every worker at
   // the same step). The program should exit 0; rerunning it resumes.
   bool preempted = false;
+  // capture_steps: the steps run as replays of a captured graph, and why the others ran eagerly
+  // ("" when nothing stopped the capture).
+  std::int64_t replayed_steps = 0;
+  std::string why_eager;
 };
 
 // A Model is a Layer (Keras): it can be called inside another model or layer, and nests in the

@@ -112,10 +112,13 @@ Tensor allocate(std::string_view op_name, const Shape& shape, DType dtype, const
   return internal::output(dev, shape, dtype);
 }
 
+thread_local std::int64_t t_random_fills = 0;
+
 // Enqueues the fill of `out` on its device's stream.
 void enqueue_fill(const Tensor& out, const Draw& d, PhiloxKey key, PhiloxCounter counter) {
   const std::int64_t n = out.num_elements();
   if (n == 0) return;
+  ++t_random_fills;
   DeviceContext& dev = out.device_context();
   if (dev.is_gpu()) {
     CHORUS_IF_CUDA(cuda::fill_random(dev.gpu_ordinal(), dev.stream().native_handle(), d.dist, d.dtype, key, counter,
@@ -493,6 +496,8 @@ Generator& global_generator() {
 }
 
 void set_seed(std::uint64_t seed) { global_generator().reset_from_seed(seed); }
+
+std::int64_t random_fills_on_this_thread() { return t_random_fills; }
 
 Tensor random_uniform(const Shape& shape, const UniformOptions& options) {
   return global_generator().uniform(shape, options);

@@ -154,6 +154,11 @@ Tensor random_uniform(const Shape& shape, const UniformOptions& options = {});
 Tensor random_normal(const Shape& shape, const NormalOptions& options = {});
 Tensor truncated_normal(const Shape& shape, const NormalOptions& options = {});
 
+// The random fills this thread has enqueued so far: every op above and dropout draw through one
+// place. A captured step (Model::fit's FitOptions::capture_steps) checks it around a warm-up
+// step: a draw whose key and counter the host picks would repeat on every replay of a graph.
+std::int64_t random_fills_on_this_thread();
+
 // ---- replay of random draws, for recompute_grad (ops/recompute.h) ----
 namespace internal {
 

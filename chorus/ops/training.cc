@@ -4,7 +4,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <set>
+
+#include <chorus/core/gpu.h>
 
 #include <chorus/ops/cpu/clones.h>
 #include <chorus/ops/internal.h>
@@ -87,10 +90,14 @@ void fused_range(const FusedUpdate& u, const Raw<T>& r, std::int64_t b, std::int
   for (std::int64_t i = b; i < b + len; ++i) fused_element(u, r, i, s);
 }
 
+// `block`: null, or the scalar block (training.h), read when the update runs in stream order.
 template <typename T>
-void run_fused_cpu(DeviceContext& dev, const FusedUpdate& u, const std::vector<Raw<T>>& vars) {
-  const update_rules::Scalars<T> s = update_rules::scalars_of<T>(u.scalars);
+void run_fused_cpu(DeviceContext& dev, const FusedUpdate& u, std::vector<Raw<T>> vars, const double* block) {
   internal::run_cpu(dev, [&] {
+    const update_rules::Scalars<T> s =
+        block != nullptr ? update_rules::scalars_of_block<T>(block) : update_rules::scalars_of<T>(u.scalars);
+    if (block != nullptr)
+      for (Raw<T>& r : vars) r.decay = static_cast<T>(block[update_rules::kBlockDecay]);
     // Each variable split over the device's OpenMP threads (set by run_cpu): every element's
     // update is independent, so the result is the same bits for any split.
     constexpr std::int64_t kGrain = 1 << 16;
@@ -167,11 +174,46 @@ std::vector<Raw<T>> raw_of(const FusedUpdate& u, const std::vector<FusedVariable
   return out;
 }
 
+// The scalar block's shape, dtype and (when `dev` is given) device; InvalidArgumentError naming `op`.
+void check_block(const Tensor& block, const DeviceContext* dev, const char* op) {
+  CHORUS_REQUIRE(block.defined() && block.dtype() == DType::kFloat64 && block.shape() == Shape{kFusedScalarSlots},
+                 InvalidArgumentError, op, ": the scalar block must be a float64 tensor of shape [", kFusedScalarSlots,
+                 "], got ", block.defined() ? dtype_name(block.dtype()) : "an undefined tensor",
+                 block.defined() ? " " + block.shape().to_string() : std::string());
+  CHORUS_REQUIRE(dev == nullptr || &block.device_context() == dev, InvalidArgumentError, op,
+                 ": the scalar block is on ", block.device_context().name(), ", the variables on ", dev->name());
+}
+
 }  // namespace
+
+void write_fused_scalars(Tensor& block, const FusedScalars& scalars, double decay) {
+  check_block(block, nullptr, "write_fused_scalars");
+  const std::array<double, kFusedScalarSlots> values{scalars.learning_rate,
+                                                     scalars.alpha,
+                                                     scalars.one_minus_beta_1,
+                                                     scalars.one_minus_beta_2,
+                                                     scalars.epsilon,
+                                                     scalars.momentum,
+                                                     scalars.rho,
+                                                     scalars.one_minus_rho,
+                                                     decay};
+  DeviceContext& dev = block.device_context();
+  block.buffer()->await_writable();
+  if (dev.is_gpu()) {
+    // Pageable memory: CUDA stages the 72 bytes before returning and copies them in stream order.
+    gpu::memcpy_async(dev.gpu_ordinal(), dev.stream().native_handle(), block.data(), values.data(), sizeof values,
+                      gpu::CopyKind::kHostToDevice);
+    return;
+  }
+  internal::run_cpu(dev, [&] { std::memcpy(block.data(), values.data(), sizeof values); });
+}
 
 bool apply_fused_update(const FusedUpdate& update, std::vector<FusedVariable>& group) {
   DeviceContext* dev = fusable(update, group);
   if (dev == nullptr) return false;
+  const bool from_block = update.scalars_on_device.defined();
+  if (from_block) check_block(update.scalars_on_device, dev, "apply_fused_update");
+  const auto* block = from_block ? static_cast<const double*>(update.scalars_on_device.data()) : nullptr;
   for (const FusedVariable& v : group) {  // an async checkpoint's copy first
     v.weight.buffer()->await_writable();
     for (const Tensor& s : v.slots) s.buffer()->await_writable();
@@ -186,16 +228,16 @@ bool apply_fused_update(const FusedUpdate& update, std::vector<FusedVariable>& g
           {v.weight.data(), v.gradient.data(), p[0], p[1], p[2], v.weight.num_elements(), v.decay, v.decays});
     }
     cuda::fused_update(dev->gpu_ordinal(), dev->stream().native_handle(), update.rule, dt, update.nesterov,
-                       update.scalars, vars.data(), static_cast<int>(vars.size()));
+                       update.scalars, vars.data(), static_cast<int>(vars.size()), block);
     return true;
 #else
     internal::no_cuda();
 #endif
   }
   if (dt == DType::kFloat32)
-    run_fused_cpu<float>(*dev, update, raw_of<float>(update, group));
+    run_fused_cpu<float>(*dev, update, raw_of<float>(update, group), block);
   else
-    run_fused_cpu<double>(*dev, update, raw_of<double>(update, group));
+    run_fused_cpu<double>(*dev, update, raw_of<double>(update, group), block);
   return true;
 }
 

@@ -28,6 +28,11 @@ namespace chorus::ops {
 struct FusedUpdate {
   FusedRule rule = FusedRule::kAdam;
   FusedScalars scalars;
+  // Defined: the update reads its scalars, and the decay of the variables that decay, from this
+  // block (write_fused_scalars, below) when it runs on the device, and ignores `scalars` and each
+  // variable's `decay`. A float64 [kFusedScalarSlots] tensor on the group's device, else
+  // InvalidArgumentError.
+  Tensor scalars_on_device;
   bool nesterov = false;       // kSgd
   bool momentum_slot = false;  // kSgd, kRMSprop: a momentum slot
   bool centered = false;       // kRMSprop: an average slot
@@ -52,5 +57,19 @@ struct FusedVariable {
 // checkpoint still copying it); not recorded on gradient tapes (an update is not differentiable,
 // as in TF).
 bool apply_fused_update(const FusedUpdate& update, std::vector<FusedVariable>& group);
+
+// Scalars on the device, for a captured step (core/graph_capture.h): a replayed graph runs its
+// kernels with the arguments they were captured with, so scalars that change every step (Adam's α
+// with its bias correction, a schedule's learning rate, the decay weight_decay · lr) cannot be
+// kernel arguments there. The optimizer keeps them in a block on each device instead — FusedScalars'
+// eight fields in declaration order, then the decay, as float64 — writes it before each step, and
+// the update reads it when it runs (FusedUpdate::scalars_on_device). The result is bitwise that of
+// the same scalars passed by value (the kernels round each double to the dtype alike).
+constexpr std::int64_t kFusedScalarSlots = 9;
+// Writes `scalars` and `decay` into `block` (float64 [kFusedScalarSlots]; else
+// InvalidArgumentError), ordered on its device's stream: after the work enqueued before, before the
+// work enqueued after. On a GPU an asynchronous copy from the host that never waits for the GPU; it
+// is not capturable, so it is written before a replay, never inside a capture.
+void write_fused_scalars(Tensor& block, const FusedScalars& scalars, double decay);
 
 }  // namespace chorus::ops

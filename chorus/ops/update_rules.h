@@ -35,7 +35,7 @@ struct Scalars {
 
 // The host's FusedScalars as T, as ops::scalar_like makes its scalars: each double rounded to T.
 template <typename T>
-Scalars<T> scalars_of(const FusedScalars& h) {
+CHORUS_UPDATE_FN Scalars<T> scalars_of(const FusedScalars& h) {
   return {static_cast<T>(h.learning_rate),
           static_cast<T>(h.alpha),
           static_cast<T>(h.one_minus_beta_1),
@@ -45,6 +45,15 @@ Scalars<T> scalars_of(const FusedScalars& h) {
           static_cast<T>(h.rho),
           static_cast<T>(h.one_minus_rho)};
 }
+
+// A scalar block (ops/training.h's write_fused_scalars: FusedScalars' fields in declaration order,
+// then the decay, as doubles) as T: the same roundings as scalars_of, so the same bits.
+template <typename T>
+CHORUS_UPDATE_FN Scalars<T> scalars_of_block(const double* b) {
+  return {static_cast<T>(b[0]), static_cast<T>(b[1]), static_cast<T>(b[2]), static_cast<T>(b[3]),
+          static_cast<T>(b[4]), static_cast<T>(b[5]), static_cast<T>(b[6]), static_cast<T>(b[7])};
+}
+constexpr int kBlockDecay = 8;  // the block's index of the decay (weight_decay · lr)
 
 // The decoupled weight decay applied before the update: w − w · decay (decay = weight_decay · lr).
 template <typename T>

@@ -96,6 +96,9 @@ class LossScaleOptimizer final : public Optimizer {
   }
   // {"inner_optimizer": {...}, "dynamic": true, "initial_scale": 32768, "dynamic_growth_steps": 2000}
   std::string get_config() const override;
+  std::string why_not_capturable(const std::vector<Variable>&) const override {
+    return "a LossScaleOptimizer decides on the host whether to skip a step with non-finite gradients";
+  }
 
   std::vector<train::TrackableChild> trackable_children() const override;
   std::vector<train::SlotVariableRef> slot_variables() const override { return inner_->slot_variables(); }

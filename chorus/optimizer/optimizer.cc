@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -21,6 +22,7 @@
 #include <chorus/ops/finite.h>
 #include <chorus/ops/reduction.h>
 #include <chorus/ops/shape_ops.h>
+#include <chorus/ops/training.h>
 #include <chorus/optimizer/clipping.h>
 #include <chorus/optimizer/detail.h>
 
@@ -43,6 +45,9 @@ struct Optimizer::State {
   bool built = false;
   std::unordered_set<const VariableBase*> no_decay;
   std::vector<std::string> no_decay_names;
+  // The scalar blocks of captured steps (prepare_step), per replica device.
+  mutable std::mutex blocks_mu;
+  std::map<const DeviceContext*, Tensor> blocks;
   // The host's copy of replica components of `iterations` (Optimizer::read_iterations): the
   // component's storage, its write count when the copy was made, the value.
   struct CounterCopy {
@@ -480,6 +485,63 @@ void Optimizer::validate(GradsAndVars& grads_and_vars, ReplicaContext* ctx, std:
   }
 }
 
+std::vector<Tensor> Optimizer::counter_components() const {
+  std::vector<Tensor> out;
+  if (const auto* d = dynamic_cast<const DistributedVariable*>(iterations_.impl().get())) {
+    for (const Variable& c : d->components()) out.push_back(c.value());
+  } else {
+    out.push_back(iterations_.value());
+  }
+  return out;
+}
+
+std::string Optimizer::why_not_capturable(const std::vector<Variable>& vars) const {
+  if (accumulation_steps() > 1)
+    return "gradient_accumulation_steps > 1 decides on the host which calls update the variables";
+  if (check_numerics_) return "check_numerics reads the gradients' finiteness on the host every step";
+  if (!env::fused_optimizer_enabled()) return "CHORUS_FUSED_OPTIMIZER=0 turns off the fused update it needs";
+  ops::FusedUpdate probe;
+  if (!fused_update(Step{learning_rate_.at(0), 0}, probe))
+    return str_cat(name_, " has no fused update with these options (AMSGrad, or an optimizer of your own)");
+  for (const Variable& v : vars)
+    if (v.dtype() != DType::kFloat32 && v.dtype() != DType::kFloat64)
+      return str_cat("variable '", v.name(), "' is ", dtype_name(v.dtype()),
+                     ", and the fused update takes float32 and float64 variables");
+  return "";
+}
+
+void Optimizer::prepare_step() {
+  CHORUS_REQUIRE(scalars_on_device_, FailedPreconditionError, name_,
+                 ".prepare_step(): call set_scalars_on_device(true) first");
+  for (const Tensor& counter : counter_components()) {
+    const std::int64_t count = read_iterations(counter);  // the host's copy: no wait in steady steps
+    Step step{0.0, count / accumulation_steps()};
+    step.learning_rate = learning_rate_.at(step.iterations);
+    ops::FusedUpdate fused;
+    CHORUS_REQUIRE(fused_update(step, fused), FailedPreconditionError, name_,
+                   ": scalars on the device need the fused update, which this optimizer has not");
+    const double decay = common_.weight_decay ? *common_.weight_decay * step.learning_rate : 0.0;
+    const DeviceContext* dev = &counter.device_context();
+    Tensor block;
+    {
+      std::lock_guard<std::mutex> lock(state_->blocks_mu);
+      Tensor& slot = state_->blocks[dev];
+      if (!slot.defined()) slot = Tensor::zeros(Shape{ops::kFusedScalarSlots}, DType::kFloat64, counter.device_name());
+      block = slot;
+    }
+    ops::write_fused_scalars(block, fused.scalars, decay);
+  }
+}
+
+void Optimizer::count_replayed_step() {
+  for (const Tensor& counter : counter_components()) remember_iterations(counter, read_iterations(counter) + 1);
+}
+
+void Optimizer::forget_step_counter_copies() {
+  std::lock_guard<std::mutex> lock(state_->counter_mu);
+  state_->counter_copies.clear();
+}
+
 std::int64_t Optimizer::read_iterations(const Tensor& component) const {
   {
     std::lock_guard<std::mutex> lock(state_->counter_mu);
@@ -594,7 +656,8 @@ void Optimizer::apply_gradients_with(GradsAndVars grads_and_vars, std::shared_pt
   // 5. Host scalars: the same on every replica (each reads its own, equal, counter component; from
   // the host's copy unless something else wrote the counter since).
   Step step{0.0, 0};
-  if (learning_rate_.is_schedule() || needs_iterations()) {
+  // (Scalars on the device: read too, so that the host's copy stays valid for prepare_step.)
+  if (learning_rate_.is_schedule() || needs_iterations() || scalars_on_device_) {
     count = read_iterations(counter);
     step.iterations = *count / accumulation_steps();  // updates before this one
   }
@@ -615,7 +678,11 @@ void Optimizer::update_group(std::vector<StepPolicy::UpdateItem>& items, const s
                              const Step& step) {
   std::vector<char> done(items.size(), 0);
   ops::FusedUpdate fused;
-  if (!items.empty() && env::fused_optimizer_enabled() && fused_update(step, fused)) {
+  const bool fuses = !items.empty() && env::fused_optimizer_enabled() && fused_update(step, fused);
+  CHORUS_REQUIRE(fuses || items.empty() || !scalars_on_device_, FailedPreconditionError, name_,
+                 ": scalars on the device (a captured step) need the fused update, which this step has not: ",
+                 why_not_capturable(vars));
+  if (fuses) {
     // One fused update per device and dtype, in the items' order.
     std::vector<std::pair<std::pair<const DeviceContext*, DType>, std::vector<std::size_t>>> groups;
     for (std::size_t k = 0; k < items.size(); ++k) {
@@ -634,7 +701,19 @@ void Optimizer::update_group(std::vector<StepPolicy::UpdateItem>& items, const s
       }
       const bool timed = timeline::enabled();
       const std::int64_t start = timed ? timeline::now_us() : 0;
-      if (!ops::apply_fused_update(fused, group)) continue;
+      if (scalars_on_device_) {
+        std::lock_guard<std::mutex> lock(state_->blocks_mu);
+        auto block = state_->blocks.find(key.first);
+        CHORUS_REQUIRE(block != state_->blocks.end(), FailedPreconditionError, name_,
+                       ": scalars on the device, but prepare_step() has not written a block on ", key.first->name());
+        fused.scalars_on_device = block->second;
+      }
+      if (!ops::apply_fused_update(fused, group)) {
+        CHORUS_REQUIRE(!scalars_on_device_, FailedPreconditionError, name_, ": the update of ", members.size(),
+                       " variable(s) on ", key.first->name(), " (", dtype_name(key.second),
+                       ") cannot be fused, and a captured step needs every update fused");
+        continue;
+      }
       for (const std::size_t k : members) done[k] = 1;
       if (timed)
         timeline::record(

@@ -253,6 +253,35 @@ class Optimizer : public train::Trackable {
   // Keras's get_config() as JSON text: {"name": "Adam", "learning_rate": 0.001, ...}.
   virtual std::string get_config() const;
 
+  // ---- Captured steps (Model::fit with FitOptions::capture_steps; core/graph_capture.h) ----
+  // A replayed CUDA graph repeats apply_gradients' device work only: its host logic ran once, at
+  // the capture. So in captured steps the scalars that change from step to step (a schedule's
+  // learning rate, Adam's bias-corrected α, the decay weight_decay · lr) are read on the device:
+  // after set_scalars_on_device(true) every update is a fused one that reads them from a block on
+  // its device (ops/training.h's scalar block), which prepare_step() writes for the coming step —
+  // before each step, eager, captured or replayed — and count_replayed_step() then advances the
+  // host's copy of the step counter as a replay advanced the device's. The results are bitwise
+  // those of the scalars passed by value.
+  //
+  // What keeps steps with `vars` from being captured ("" when nothing does): gradient
+  // accumulation, check_numerics (a host read every step), no fused update for this optimizer or
+  // for a variable's dtype, CHORUS_FUSED_OPTIMIZER=0; a LossScaleOptimizer (its skip of
+  // non-finite steps is decided on the host).
+  virtual std::string why_not_capturable(const std::vector<Variable>& vars) const;
+  // Off by default. On: apply_gradients throws FailedPreconditionError where an update cannot be
+  // fused, or where prepare_step() has not written the device's block.
+  void set_scalars_on_device(bool on) { scalars_on_device_ = on; }
+  bool scalars_on_device() const { return scalars_on_device_; }
+  // For each replica device of iterations() in this process: the coming step's scalars into its
+  // block (made at the first call), ordered on its stream. Eager work: never inside a capture.
+  // FailedPreconditionError unless scalars_on_device().
+  void prepare_step();
+  // Each replica's host copy of the step counter + 1 (a replay advanced the device's).
+  void count_replayed_step();
+  // Drops the host's copies of the step counter, so that the next read goes to the device: after a
+  // capture whose device work never ran (its apply_gradients advanced the copies).
+  void forget_step_counter_copies();
+
  protected:
   Optimizer(std::string name, LearningRate learning_rate, const CommonOptions& common);
   // A wrapper around another optimizer (LossScaleOptimizer): no iterations variable, no slots and
@@ -341,8 +370,12 @@ class Optimizer : public train::Trackable {
   bool uses_weight_decay(const Variable& var) const;
   int accumulation_steps() const;  // gradient_accumulation_steps, 1 when off
 
+  // The replica components of iterations() in this process (the variable itself when it has one).
+  std::vector<Tensor> counter_components() const;
+
   std::string name_;
-  bool check_numerics_ = false;  // set_check_numerics
+  bool check_numerics_ = false;     // set_check_numerics
+  bool scalars_on_device_ = false;  // set_scalars_on_device
   LearningRate learning_rate_;
   CommonOptions common_;
   Variable iterations_;

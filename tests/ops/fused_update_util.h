@@ -153,22 +153,34 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& 
   }
 }
 
-// The group: element counts `sizes`; fused vs op sequence on `device`, for every variant.
+// The variant's scalars scaled by `f` (a later step's learning rate or α).
+inline Variant scaled(Variant v, double f) {
+  v.update.scalars.learning_rate *= f;
+  v.update.scalars.alpha *= f;
+  return v;
+}
+
+// The group: element counts `sizes`; fused vs op sequence on `device`, for every variant. With
+// `from_block`, the fused update reads its scalars and decay from a scalar block on the device
+// (ops::write_fused_scalars; the by-value scalars and decays are NaN, to show they are ignored),
+// and a second step with other scalars written into the same block follows the first.
 template <typename T>
-void check_all(const std::string& device, const std::vector<std::int64_t>& sizes) {
+void check_all(const std::string& device, const std::vector<std::int64_t>& sizes, bool from_block = false) {
   const DType dtype = dtype_of<T>();
   const double decay = 1e-3 * 0.1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   for (const Variant& var : variants()) {
     std::vector<ops::FusedVariable> fused;
-    std::vector<Tensor> ref_w;
+    std::vector<Tensor> ref_w, grads;
     std::vector<std::vector<Tensor>> ref_slots;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       const auto n = static_cast<std::size_t>(sizes[k]);
       const Shape shape{sizes[k]};
       const bool specials = k % 2 == 0;
       const Tensor g = Tensor::from_vector<T>(values<T>(n, 0.5, -0.2, specials), shape, device);
+      grads.push_back(g);
       const std::vector<T> w0 = values<T>(n, 1.0, 0.1, specials);
-      ops::FusedVariable fv{Tensor::from_vector<T>(w0, shape, device), g, {}, var.decay, decay};
+      ops::FusedVariable fv{Tensor::from_vector<T>(w0, shape, device), g, {}, var.decay, from_block ? nan : decay};
       ref_w.push_back(Tensor::from_vector<T>(w0, shape, device));
       ref_slots.emplace_back();
       for (std::size_t s = 0; s < slot_count(var.update); ++s) {
@@ -180,14 +192,26 @@ void check_all(const std::string& device, const std::vector<std::int64_t>& sizes
         ref_slots.back().push_back(Tensor::from_vector<T>(s0, shape, device));
       }
       fused.push_back(std::move(fv));
-      op_sequence(var, ref_w.back(), ref_slots.back(), g, decay);
     }
-    ASSERT_TRUE(ops::apply_fused_update(var.update, fused)) << var.name;
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
-      const std::string what = var.name + " " + std::string(dtype_name(dtype)) + " variable " + std::to_string(k);
-      expect_same_bits<T>(fused[k].weight, ref_w[k], what + " weight");
-      for (std::size_t s = 0; s < ref_slots[k].size(); ++s)
-        expect_same_bits<T>(fused[k].slots[s], ref_slots[k][s], what + " slot " + std::to_string(s));
+    ops::FusedUpdate update = var.update;
+    if (from_block) {
+      update.scalars_on_device = Tensor::zeros(Shape{ops::kFusedScalarSlots}, DType::kFloat64, device);
+      update.scalars = ops::FusedScalars{nan, nan, nan, nan, nan, nan, nan, nan};
+    }
+    const int steps = from_block ? 2 : 1;
+    for (int step = 0; step < steps; ++step) {
+      const Variant now = scaled(var, step == 0 ? 1.0 : 3.0);
+      const double decay_now = decay * (step == 0 ? 1.0 : 3.0);
+      if (from_block) ops::write_fused_scalars(update.scalars_on_device, now.update.scalars, decay_now);
+      for (std::size_t k = 0; k < sizes.size(); ++k) op_sequence(now, ref_w[k], ref_slots[k], grads[k], decay_now);
+      ASSERT_TRUE(ops::apply_fused_update(update, fused)) << var.name;
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        const std::string what = var.name + " " + std::string(dtype_name(dtype)) + (from_block ? " block" : "") +
+                                 " step " + std::to_string(step) + " variable " + std::to_string(k);
+        expect_same_bits<T>(fused[k].weight, ref_w[k], what + " weight");
+        for (std::size_t s = 0; s < ref_slots[k].size(); ++s)
+          expect_same_bits<T>(fused[k].slots[s], ref_slots[k][s], what + " slot " + std::to_string(s));
+      }
     }
   }
 }

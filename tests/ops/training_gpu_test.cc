@@ -27,6 +27,11 @@ TEST_F(FusedUpdateGpuTest, EveryRuleMatchesItsOpSequenceBitwiseFloat32) {
 TEST_F(FusedUpdateGpuTest, EveryRuleMatchesItsOpSequenceBitwiseFloat64) {
   fused_testing::check_all<double>("/GPU:0", {1000, 37, 0, 5000});
 }
+// The scalars from a block on the GPU (ops::write_fused_scalars), two steps: as by value, bitwise.
+TEST_F(FusedUpdateGpuTest, ScalarsFromABlockMatchTheOpSequenceStepAfterStep) {
+  fused_testing::check_all<float>("/GPU:0", {1000, 37, 0, 197300}, true);
+  fused_testing::check_all<double>("/GPU:0", {1000, 37, 0, 5000}, true);
+}
 TEST_F(FusedUpdateGpuTest, ThirtyVariablesTakeTwoLaunchesAndMatch) {
   std::vector<std::int64_t> sizes;
   for (int k = 0; k < 30; ++k) sizes.push_back(1 + 97 * k);

@@ -35,6 +35,27 @@ TEST_F(TrainingOpsTest, EveryRuleMatchesItsOpSequenceBitwiseFloat64) {
   fused_testing::check_all<double>("/CPU:0", {1000, 37, 0, 5000});
 }
 
+// The scalars read from a block on the device (the captured step's way, ops/training.h): the same
+// bits as the scalars by value, and a second step reads what was written into the block since.
+TEST_F(TrainingOpsTest, ScalarsFromABlockMatchTheOpSequenceStepAfterStep) {
+  fused_testing::check_all<float>("/CPU:0", {1000, 37, 0, 197300}, true);
+  fused_testing::check_all<double>("/CPU:0", {1000, 37, 0, 5000}, true);
+}
+
+TEST_F(TrainingOpsTest, AScalarBlockOfTheWrongKindIsAnInvalidArgument) {
+  Tensor w = Tensor::zeros({4}), g = Tensor::zeros({4});
+  std::vector<ops::FusedVariable> group{{w, g, {Tensor::zeros({4}), Tensor::zeros({4})}}};
+  ops::FusedUpdate u = adam();
+  for (const Tensor& bad : {Tensor::zeros({ops::kFusedScalarSlots}),  // float32
+                            Tensor::zeros({ops::kFusedScalarSlots + 1}, DType::kFloat64)}) {
+    u.scalars_on_device = bad;
+    EXPECT_THROW(ops::apply_fused_update(u, group), InvalidArgumentError) << bad.shape().to_string();
+  }
+  Tensor wrong = Tensor::zeros({3}, DType::kFloat64);
+  EXPECT_THROW(ops::write_fused_scalars(wrong, ops::FusedScalars{}, 0.0), InvalidArgumentError);
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 0.0f));  // nothing was updated
+}
+
 // A gradient sharing storage with its own weight (g = w, as in a test of the update itself) is
 // read before it is written, element by element.
 TEST_F(TrainingOpsTest, AGradientAliasingItsWeightReadsBeforeWriting) {

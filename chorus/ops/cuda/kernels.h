@@ -74,8 +74,10 @@ struct FusedTensors {
   double decay = 0.0;
   bool decays = false;
 };
+// `block`: null, or ops/training.h's scalar block on this GPU (FusedScalars' fields, then the
+// decay, as doubles), read by the kernels in place of `scalars` and each variable's decay.
 void fused_update(int ordinal, StreamHandle stream, FusedRule rule, DType dtype, bool nesterov,
-                  const FusedScalars& scalars, const FusedTensors* variables, int count);
+                  const FusedScalars& scalars, const FusedTensors* variables, int count, const double* block = nullptr);
 
 // Softmax cross-entropy over [rows, cols] logits (float types), fused and numerically stable
 // (max-subtracted log-sum-exp). loss[row] = -log softmax(logits)[label];

@@ -32,8 +32,12 @@ struct Batch {
   i64 start[kMaxVariables + 1];  // prefix sums of the element counts
 };
 
+// `block`: null, or the scalar block (ops/training.h), read here in place of `s` and the decays.
 template <typename T>
-__global__ void fused_update_kernel(FusedRule rule, bool nesterov, Batch<T> b, update_rules::Scalars<T> s) {
+__global__ void fused_update_kernel(FusedRule rule, bool nesterov, Batch<T> b, update_rules::Scalars<T> s,
+                                    const double* block) {
+  constexpr int kDecay = update_rules::kBlockDecay;
+  if (block != nullptr) s = update_rules::scalars_of_block<T>(block);
   const i64 total = b.start[b.count];
   int k = 0;
   for (i64 idx = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -42,7 +46,7 @@ __global__ void fused_update_kernel(FusedRule rule, bool nesterov, Batch<T> b, u
     const i64 i = idx - b.start[k];
     T w = b.w[k][i];
     const T g = b.g[k][i];
-    if (b.decays[k]) w = update_rules::decayed(w, b.decay[k]);
+    if (b.decays[k]) w = update_rules::decayed(w, block != nullptr ? static_cast<T>(block[kDecay]) : b.decay[k]);
     switch (rule) {
       case FusedRule::kAdam: update_rules::adam(w, b.s0[k][i], b.s1[k][i], g, s); break;
       case FusedRule::kSgd: update_rules::sgd(w, b.s0[k] != nullptr ? &b.s0[k][i] : nullptr, g, nesterov, s); break;
@@ -57,13 +61,13 @@ __global__ void fused_update_kernel(FusedRule rule, bool nesterov, Batch<T> b, u
 
 template <typename T>
 void launch_all(cudaStream_t stream, FusedRule rule, bool nesterov, const FusedScalars& h,
-                const FusedTensors* variables, int n) {
+                const FusedTensors* variables, int n, const double* block) {
   const update_rules::Scalars<T> s = update_rules::scalars_of<T>(h);
   Batch<T> b;
   auto flush = [&] {
     if (b.count == 0) return;
     const i64 total = b.start[b.count];
-    if (total > 0) fused_update_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(rule, nesterov, b, s);
+    if (total > 0) fused_update_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(rule, nesterov, b, s, block);
     CHORUS_CUDA_CHECK(cudaGetLastError());
     b.count = 0;
   };
@@ -88,16 +92,16 @@ void launch_all(cudaStream_t stream, FusedRule rule, bool nesterov, const FusedS
 }  // namespace
 
 void fused_update(int ordinal, StreamHandle stream, FusedRule rule, DType dtype, bool nesterov,
-                  const FusedScalars& scalars, const FusedTensors* variables, int count) {
+                  const FusedScalars& scalars, const FusedTensors* variables, int count, const double* block) {
   CHORUS_REQUIRE(dtype == DType::kFloat32 || dtype == DType::kFloat64, InvalidArgumentError,
                  "fused optimizer update: float32 or float64 variables, got ", dtype);
   if (count <= 0) return;
   gpu::internal::DeviceGuard guard(ordinal);
   auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kFloat32)
-    launch_all<float>(s, rule, nesterov, scalars, variables, count);
+    launch_all<float>(s, rule, nesterov, scalars, variables, count, block);
   else
-    launch_all<double>(s, rule, nesterov, scalars, variables, count);
+    launch_all<double>(s, rule, nesterov, scalars, variables, count, block);
 }
 
 }  // namespace chorus::ops::cuda
