@@ -13,8 +13,7 @@ namespace chorus::model::internal {
 StepCapture::StepCapture(optimizers::Optimizer& optimizer, std::function<std::vector<Variable>()> variables,
                          int warmup_steps, std::string why_not)
     : optimizer_(optimizer), variables_(std::move(variables)), warmup_left_(warmup_steps) {
-  CHORUS_REQUIRE(warmup_steps >= 1, InvalidArgumentError, "fit: capture_warmup_steps must be >= 1, got ",
-                 warmup_steps);
+  CHORUS_REQUIRE(warmup_steps >= 1, InvalidArgumentError, "fit: capture_warmup_steps must be >= 1, got ", warmup_steps);
   if (!why_not.empty()) turn_off(std::move(why_not));
 }
 
@@ -73,9 +72,9 @@ void StepCapture::step(const data::Element& batch, const std::function<void(cons
     return;
   }
   if (batch.empty() || !batch.front().defined() || !batch.front().device_context().is_gpu()) {
-    turn_off(batch.empty() || !batch.front().defined() ? "the batch has no tensors"
-                                                       : "the step's device " + batch.front().device_name() +
-                                                             " is not a GPU: CUDA graphs need one");
+    turn_off(batch.empty() || !batch.front().defined()
+                 ? "the batch has no tensors"
+                 : "the step's device " + batch.front().device_name() + " is not a GPU: CUDA graphs need one");
     train_step(batch);
     return;
   }
@@ -91,8 +90,9 @@ void StepCapture::step(const data::Element& batch, const std::function<void(cons
     // Host waits count in the last warm-up step only: a first step may still wait once (a
     // library's set-up), which the steady step it warms up for does not.
     if (ops::random_fills_on_this_thread() != draws)
-      turn_off("the step draws random numbers (dropout, random ops) whose seeds the host picks each step: a "
-               "replay would repeat them");
+      turn_off(
+          "the step draws random numbers (dropout, random ops) whose seeds the host picks each step: a "
+          "replay would repeat them");
     else if (warmup_left_ == 0 && gpu::host_waits() != waits)
       turn_off("the last warm-up step waited for the GPU on the host " + std::to_string(gpu::host_waits() - waits) +
                " time(s) (a read of a device value, a synchronize), which a captured step cannot");

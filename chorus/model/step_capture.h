@@ -68,8 +68,8 @@ class StepCapture {
   bool off_ = false;
   std::string why_eager_;
   std::unique_ptr<CapturedGraph> graph_;
-  data::Element inputs_;               // the graph's static inputs
-  std::vector<const void*> storage_;   // the variables' storage at the capture
+  data::Element inputs_;              // the graph's static inputs
+  std::vector<const void*> storage_;  // the variables' storage at the capture
   bool logged_shapes_ = false;
   std::int64_t replays_ = 0;
   std::int64_t captures_ = 0;

@@ -26,10 +26,9 @@ std::unique_ptr<model::Sequential> make_cnn(distribute::Strategy& s, bool dropou
   {
     auto scope = s.scope();
     namespace L = layers;
-    std::vector<L::LayerPtr> ls{L::Conv2D(8, 3, "relu", 1, "valid", true, initializers::glorot_uniform(11)),
-                                L::MaxPooling2D(2),
-                                L::Conv2D(16, 3, "relu", 1, "valid", true, initializers::glorot_uniform(12)),
-                                L::MaxPooling2D(2), L::Flatten()};
+    std::vector<L::LayerPtr> ls{
+        L::Conv2D(8, 3, "relu", 1, "valid", true, initializers::glorot_uniform(11)), L::MaxPooling2D(2),
+        L::Conv2D(16, 3, "relu", 1, "valid", true, initializers::glorot_uniform(12)), L::MaxPooling2D(2), L::Flatten()};
     if (dropout) ls.push_back(L::Dropout(0.25, 5));
     ls.push_back(L::Dense(10, "", true, initializers::glorot_uniform(13)));
     m = std::make_unique<model::Sequential>(std::move(ls));

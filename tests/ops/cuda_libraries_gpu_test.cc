@@ -61,6 +61,21 @@ std::vector<Conv2dGeometry> conv_cases() {
   };
 }
 
+// The three directions of a convolution in float64 on the CPU: y, dx and dw.
+struct ConvReference {
+  std::vector<double> y, dx, dw;
+};
+ConvReference conv_reference(const Conv2dGeometry& g, const std::vector<double>& x, const std::vector<double>& w,
+                             const std::vector<double>& dy) {
+  ConvReference r{std::vector<double>(static_cast<std::size_t>(g.output_elements())),
+                  std::vector<double>(static_cast<std::size_t>(g.input_elements())),
+                  std::vector<double>(static_cast<std::size_t>(g.filter_elements()))};
+  cpu::conv2d_forward(DType::kFloat64, g, x.data(), w.data(), r.y.data());
+  cpu::conv2d_backward_data(DType::kFloat64, g, dy.data(), w.data(), r.dx.data());
+  cpu::conv2d_backward_filter(DType::kFloat64, g, x.data(), dy.data(), r.dw.data());
+  return r;
+}
+
 TEST_F(CudaKernelsTest, ConvolutionsMatchCpu) {
   for (const Conv2dGeometry& g : conv_cases()) {
     for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
@@ -73,18 +88,14 @@ TEST_F(CudaKernelsTest, ConvolutionsMatchCpu) {
       SKIP_WITHOUT_CUDNN(conv2d_forward(x.device_context(), dtype, g, x.data(), w.data(), y.data()));
       conv2d_backward_data(x.device_context(), dtype, g, dy.data(), w.data(), dx.data());
       conv2d_backward_filter(x.device_context(), dtype, g, x.data(), dy.data(), dw.data());
-      std::vector<double> wy(static_cast<std::size_t>(g.output_elements())),
-          wdx(static_cast<std::size_t>(g.input_elements())), wdw(static_cast<std::size_t>(g.filter_elements()));
-      cpu::conv2d_forward(DType::kFloat64, g, hx.data(), hw.data(), wy.data());
-      cpu::conv2d_backward_data(DType::kFloat64, g, hdy.data(), hw.data(), wdx.data());
-      cpu::conv2d_backward_filter(DType::kFloat64, g, hx.data(), hdy.data(), wdw.data());
+      const ConvReference want = conv_reference(g, hx, hw, hdy);
       const double tol = dtype == DType::kFloat32 ? 2e-5 : 1e-11;
       const std::string what = std::string(dtype_name(dtype)) + " conv out " + std::to_string(g.out_h) + "x" +
                                std::to_string(g.out_w) + " pads " + std::to_string(g.pad_top) +
                                std::to_string(g.pad_bottom) + std::to_string(g.pad_left) + std::to_string(g.pad_right);
-      expect_close(get(y), wy, tol, what + " forward");
-      expect_close(get(dx), wdx, tol, what + " backward data");
-      expect_close(get(dw), wdw, tol, what + " backward filter");
+      expect_close(get(y), want.y, tol, what + " forward");
+      expect_close(get(dx), want.dx, tol, what + " backward data");
+      expect_close(get(dw), want.dw, tol, what + " backward filter");
     }
   }
 }
@@ -146,23 +157,19 @@ TEST_F(CudaKernelsTest, ConvolutionPlansServeLaterCallsOfTheSameShape) {
           conv2d_bias_activation_forward(x.device_context(), dtype, g, x.data(), w.data(), b.data(), true, fy.data());
       conv2d_backward_data(x.device_context(), dtype, g, dy.data(), w.data(), dx.data());
       conv2d_backward_filter(x.device_context(), dtype, g, x.data(), dy.data(), dw.data());
-      std::vector<double> wy(static_cast<std::size_t>(g.output_elements())),
-          wdx(static_cast<std::size_t>(g.input_elements())), wdw(static_cast<std::size_t>(g.filter_elements()));
-      cpu::conv2d_forward(DType::kFloat64, g, hx.data(), hw.data(), wy.data());
-      cpu::conv2d_backward_data(DType::kFloat64, g, hdy.data(), hw.data(), wdx.data());
-      cpu::conv2d_backward_filter(DType::kFloat64, g, hx.data(), hdy.data(), wdw.data());
+      const ConvReference want = conv_reference(g, hx, hw, hdy);
       const std::string what = "round " + std::to_string(round) + " conv out " + std::to_string(g.out_h) + "x" +
                                std::to_string(g.out_w) + " pads " + std::to_string(g.pad_top) +
                                std::to_string(g.pad_bottom) + std::to_string(g.pad_left) + std::to_string(g.pad_right);
-      expect_close(get(y), wy, 2e-5, what + " forward");
-      expect_close(get(dx), wdx, 2e-5, what + " backward data");
-      expect_close(get(dw), wdw, 2e-5, what + " backward filter");
+      expect_close(get(y), want.y, 2e-5, what + " forward");
+      expect_close(get(dx), want.dx, 2e-5, what + " backward data");
+      expect_close(get(dw), want.dw, 2e-5, what + " backward filter");
       EXPECT_TRUE(fused) << what << ": cuDNN refused the fused float32 relu forward";
       if (fused) {
-        std::vector<double> want = wy;
-        for (std::size_t i = 0; i < want.size(); ++i)
-          want[i] = std::max(want[i] + hb[i % static_cast<std::size_t>(g.out_c)], 0.0);
-        expect_close(get(fy), want, 2e-5, what + " fused forward");
+        std::vector<double> fused_want = want.y;
+        for (std::size_t i = 0; i < fused_want.size(); ++i)
+          fused_want[i] = std::max(fused_want[i] + hb[i % static_cast<std::size_t>(g.out_c)], 0.0);
+        expect_close(get(fy), fused_want, 2e-5, what + " fused forward");
       }
     }
   }
