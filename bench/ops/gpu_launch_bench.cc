@@ -160,6 +160,24 @@ struct RawConv {
 };
 #endif
 
+#ifdef CHORUS_WITH_CUDA
+// `body(k)` captured on gpus[k], one graph each; empty with *why_not set when CUDA refused one.
+std::vector<std::unique_ptr<cx::CapturedGraph>> capture_each(
+    const std::vector<std::shared_ptr<cx::DeviceContext>>& gpus, const std::function<void(std::size_t)>& body,
+    std::string* why_not) {
+  std::vector<std::unique_ptr<cx::CapturedGraph>> graphs;
+  for (std::size_t k = 0; k < gpus.size(); ++k) {
+    cx::CapturedGraph::Capture c = cx::CapturedGraph::capture(*gpus[k], [&] { body(k); });
+    if (c.graph == nullptr) {
+      *why_not = c.why_not;
+      return {};
+    }
+    graphs.push_back(std::move(c.graph));
+  }
+  return graphs;
+}
+#endif
+
 int run(const Options& o) {
   const std::string machine = cx::bench::machine(true);
   std::printf("bench_gpu_launch: host time per call of small GPU ops, 1 and 2 threads (%s)\n", machine.c_str());
@@ -253,14 +271,8 @@ int run(const Options& o) {
   // Warm-up: handles, algorithm choices, allocator pools.
   for (const Case& c : cases) host_us_per_call(2, Options{.calls = 50, .repeats = 1}, c.body);
   // The last case as a CUDA graph (core/graph_capture.h): what capture saves of its host time.
-  std::vector<std::unique_ptr<cx::CapturedGraph>> graphs(2);
   std::string not_captured;
-  for (std::size_t k = 0; k < 2 && not_captured.empty(); ++k) {
-    const std::function<void(std::size_t)> body = cases.back().body;
-    cx::CapturedGraph::Capture c = cx::CapturedGraph::capture(*gpus[k], [&] { body(k); });
-    if (c.graph == nullptr) not_captured = c.why_not;
-    graphs[k] = std::move(c.graph);
-  }
+  const std::vector<std::unique_ptr<cx::CapturedGraph>> graphs = capture_each(gpus, cases.back().body, &not_captured);
   if (not_captured.empty()) {
     cases.push_back({"the same, one captured graph", [&](std::size_t k) { graphs[k]->replay(); }});
   } else {

@@ -84,14 +84,18 @@ StreamHandle create_stream(int ordinal) {
   return s;
 }
 // Destruction paths never throw; errors are cleared so they do not resurface as the "last error"
-// of an unrelated later call.
-void destroy_stream(int ordinal, StreamHandle stream) noexcept {
+// of an unrelated later call. `destroy` is the CUDA call, on `ordinal`.
+template <typename Destroy>
+void destroy_quietly(int ordinal, Destroy destroy) noexcept {
   try {
     DeviceGuard guard(ordinal);
-    if (cudaStreamDestroy(static_cast<cudaStream_t>(stream)) != cudaSuccess) (void)cudaGetLastError();
+    if (destroy() != cudaSuccess) (void)cudaGetLastError();
   } catch (...) {
     (void)cudaGetLastError();
   }
+}
+void destroy_stream(int ordinal, StreamHandle stream) noexcept {
+  destroy_quietly(ordinal, [&] { return cudaStreamDestroy(static_cast<cudaStream_t>(stream)); });
 }
 std::atomic<std::int64_t> g_host_waits{0};
 
@@ -109,12 +113,7 @@ EventHandle create_event(int ordinal) {
   return e;
 }
 void destroy_event(int ordinal, EventHandle event) noexcept {
-  try {
-    DeviceGuard guard(ordinal);
-    if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) (void)cudaGetLastError();
-  } catch (...) {
-    (void)cudaGetLastError();
-  }
+  destroy_quietly(ordinal, [&] { return cudaEventDestroy(static_cast<cudaEvent_t>(event)); });
 }
 void record_event(int ordinal, EventHandle event, StreamHandle stream) {
   DeviceGuard guard(ordinal);
@@ -195,12 +194,7 @@ void launch_graph(int ordinal, GraphHandle graph, StreamHandle stream) {
   CHORUS_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
 }
 void destroy_graph(int ordinal, GraphHandle graph) noexcept {
-  try {
-    DeviceGuard guard(ordinal);
-    if (cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)) != cudaSuccess) (void)cudaGetLastError();
-  } catch (...) {
-    (void)cudaGetLastError();
-  }
+  destroy_quietly(ordinal, [&] { return cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)); });
 }
 
 #else  // !CHORUS_WITH_CUDA

@@ -216,6 +216,36 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   }
 }
 
+namespace {
+
+// FitOptions::capture_steps' controller (model/step_capture.h), or null when not asked for.
+std::unique_ptr<internal::StepCapture> make_step_capture(Model& m, distribute::Strategy& strategy,
+                                                         const FitOptions& options) {
+  if (!options.capture_steps) return nullptr;
+  std::string why_not = strategy.num_replicas_in_sync() == 1
+                            ? m.optimizer().why_not_capturable(m.trainable_variables())
+                            : str_cat("captured steps run on one replica (OneDeviceStrategy or the default strategy); ",
+                                      strategy.name(), " has ", strategy.num_replicas_in_sync());
+  return std::make_unique<internal::StepCapture>(
+      m.optimizer(),
+      [&m] {
+        std::vector<Variable> all = m.variables();
+        for (const Variable& v : m.optimizer().variables()) all.push_back(v);
+        for (const Variable& v : m.metric_variables()) all.push_back(v);
+        return all;
+      },
+      options.capture_warmup_steps, std::move(why_not));
+}
+
+// What the captured steps did, into the fit's History (nothing without capture_steps).
+void record_capture(const internal::StepCapture* capture, History& history) {
+  if (capture == nullptr) return;
+  history.replayed_steps = capture->replays();
+  history.why_eager = capture->why_eager();
+}
+
+}  // namespace
+
 History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options) {
   CHORUS_REQUIRE(optimizer_ != nullptr, FailedPreconditionError, "model '", name(), "': call compile() before fit()");
   CHORUS_REQUIRE(options.epochs >= 1, InvalidArgumentError, "fit: epochs must be >= 1, got ", options.epochs);
@@ -240,23 +270,7 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
   CHORUS_REQUIRE(options.steps_per_execution >= 1, InvalidArgumentError, "fit: steps_per_execution must be >= 1, got ",
                  options.steps_per_execution);
   History history;
-  std::unique_ptr<internal::StepCapture> capture;
-  if (options.capture_steps) {
-    std::string why_not =
-        strategy.num_replicas_in_sync() == 1
-            ? optimizer_->why_not_capturable(trainable_variables())
-            : str_cat("captured steps run on one replica (OneDeviceStrategy or the default strategy); ",
-                      strategy.name(), " has ", strategy.num_replicas_in_sync());
-    capture = std::make_unique<internal::StepCapture>(
-        *optimizer_,
-        [this] {
-          std::vector<Variable> all = variables();
-          for (const Variable& v : optimizer_->variables()) all.push_back(v);
-          for (const Variable& v : metric_variables()) all.push_back(v);
-          return all;
-        },
-        options.capture_warmup_steps, std::move(why_not));
-  }
+  std::unique_ptr<internal::StepCapture> capture = make_step_capture(*this, strategy, options);
   stop_training = false;
   stop_now_ = false;
   resume_.reset();
@@ -346,10 +360,7 @@ History Model::fit_impl(const data::Dataset& dataset, const FitOptions& options)
     for (auto& cb : cbs) cb->on_epoch_end(*this, epoch, epoch_logs);
   }
   history.preempted = stop_now_;
-  if (capture != nullptr) {
-    history.replayed_steps = capture->replays();
-    history.why_eager = capture->why_eager();
-  }
+  record_capture(capture.get(), history);
   stop_now_ = false;
   for (auto& cb : cbs) cb->on_train_end(*this);
   return history;
